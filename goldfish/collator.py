@@ -1,0 +1,44 @@
+"""``GoldfishCollator``: the reuse seam for any Hugging Face trainer.
+
+Wraps any data collator (``DataCollatorForLanguageModeling``, ``DataCollatorWithPadding``, your own ...) and sets the
+labels of dropped target tokens to -100, which every Hugging Face model and ``Trainer`` already skips::
+
+    collator = GoldfishCollator(DataCollatorForLanguageModeling(tok, mlm=False), GoldfishConfig(k=4, h=13), tok)
+    Trainer(model=model, args=args, train_dataset=ds, data_collator=collator).train()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch
+
+from .masks import GoldfishConfig, apply_goldfish
+
+
+class GoldfishCollator:
+    """Apply a Goldfish mask to the ``labels`` produced by ``base`` (or to ``input_ids`` if there are no labels).
+
+    ``tokenizer`` (optional) adds its special ids (BOS/EOS/pad ...) to ``config.special_ids``. Batches that carry
+    ``document_ids`` or ``position_ids`` (packed rows) get document-aware masks.
+    """
+
+    def __init__(self, base: Callable[[list], dict], config: GoldfishConfig, tokenizer: Any = None):
+        self.base = base
+        specials = set(config.special_ids)
+        if tokenizer is not None:
+            specials |= {int(i) for i in getattr(tokenizer, "all_special_ids", []) if i is not None}
+        self.config = dataclasses.replace(config, special_ids=sorted(specials))
+
+    def __call__(self, features: list) -> dict:
+        batch = self.base(features)
+        labels = batch.get("labels")
+        if labels is None:
+            labels = torch.as_tensor(batch["input_ids"]).clone()
+            if "attention_mask" in batch:
+                labels = labels.masked_fill(torch.as_tensor(batch["attention_mask"]) == 0, self.config.ignore_index)
+        batch["labels"] = apply_goldfish(
+            labels, self.config, document_ids=batch.get("document_ids"), position_ids=batch.get("position_ids")
+        )
+        return batch

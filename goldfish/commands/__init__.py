@@ -1,0 +1,1 @@
+"""One module per ``goldfish`` subcommand: ``DESCRIPTION``, ``add_arguments(parser)``, ``run(args)``."""

@@ -1,0 +1,268 @@
+"""One config system for every entry point: typed dataclasses <-> YAML <-> ``key=value`` overrides.
+
+Precedence, lowest to highest: **dataclass defaults < YAML file < command-line ``key=value`` overrides**.
+
+* A config is a (nested) dataclass. Every field carries a docstring in ``field(metadata={"help": ...})``
+  (use :func:`option`), and the class validates itself in ``__post_init__`` by raising :class:`ConfigError`.
+* ``load_config(TrainConfig, "run.yaml", ["optim.lr=1e-3", "model.size=10M"])`` builds it. Override values are
+  parsed as YAML scalars/lists (``k=4``, ``tags=[a,b]``, ``bf16=true``), keys are dotted paths into nested sections.
+* Unknown keys are an error that lists the valid keys; all problems are collected and reported in one message.
+* :func:`save_config` writes the resolved config (atomically) beside checkpoints and results so a run can be
+  reproduced exactly.
+
+No ``exec``, no environment variables, no cluster paths in defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, Iterable, Literal, TypeVar, Union
+
+import yaml
+
+from .errors import ConfigError
+from .io import atomic_write_text
+
+T = TypeVar("T")
+
+
+def option(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = dataclasses.MISSING) -> Any:
+    """A dataclass field with a docstring (``help``), shown by ``describe`` and ``--help`` of each command."""
+    kwargs: dict[str, Any] = {"metadata": {"help": help}}
+    if factory is not dataclasses.MISSING:
+        kwargs["default_factory"] = factory
+    else:
+        kwargs["default"] = default
+    return dataclasses.field(**kwargs)
+
+
+# --------------------------------------------------------------------------------------------- value coercion
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin in (list, tuple):
+        args = typing.get_args(tp)
+        return f"list[{_type_name(args[0]) if args else 'any'}]"
+    if origin is dict:
+        return "mapping"
+    if tp is type(None):
+        return "null"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, key: str, problems: list[str]) -> Any:
+    """Convert a YAML value to the annotated type ``tp``; append a message to ``problems`` when impossible."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            problems.append(f"{key}: expected a mapping (section), got {value!r}")
+            return None
+        return _build(tp, value, key + ".", problems)
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value in allowed:
+            return value
+        problems.append(f"{key}={value!r} is not one of {', '.join(repr(a) for a in allowed)}")
+        return None
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors: list[str] = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            trial: list[str] = []
+            out = _coerce(value, arg, key, trial)
+            if not trial:
+                return out
+            errors.extend(trial)
+        problems.append(f"{key}={value!r} is not a valid {_type_name(tp)}")
+        return None
+    if origin in (list, tuple):
+        (inner,) = typing.get_args(tp)[:1] or (Any,)
+        if not isinstance(value, (list, tuple)):
+            value = [value]  # a single value where a list is expected: `prefix_lens=32`
+        out = [_coerce(v, inner, f"{key}[{i}]", problems) for i, v in enumerate(value)]
+        return tuple(out) if origin is tuple else out
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            problems.append(f"{key}: expected a mapping, got {value!r}")
+            return None
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        problems.append(f"{key}={value!r} is not a boolean (use true or false)")
+        return None
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            problems.append(f"{key}={value!r} is not an integer")
+            return None
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if isinstance(value, str):
+                try:
+                    return float(value)  # YAML reads "1e-3" as a string
+                except ValueError:
+                    pass
+            problems.append(f"{key}={value!r} is not a number")
+            return None
+        return float(value)
+    if tp is str:
+        if isinstance(value, (dict, list)):
+            problems.append(f"{key}={value!r} is not a string")
+            return None
+        return str(value)
+    return value
+
+
+def _build(cls: type[T], data: dict, prefix: str, problems: list[str]) -> T:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = [k for k in data if k not in fields]
+    for k in unknown:
+        problems.append(f"unknown config key '{prefix}{k}'; valid keys here: {', '.join(sorted(fields))}")
+    kwargs = {}
+    for name, value in data.items():
+        if name in fields:
+            kwargs[name] = _coerce(value, hints[name], prefix + name, problems)
+    if problems:
+        return None  # type: ignore[return-value]
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:
+        problems.append(str(e) if not prefix else f"{prefix.rstrip('.')}: {e}")
+        return None  # type: ignore[return-value]
+
+
+def from_dict(cls: type[T], data: dict | None) -> T:
+    """Build config ``cls`` from a plain (possibly nested) dict, raising one :class:`ConfigError` for all problems."""
+    problems: list[str] = []
+    obj = _build(cls, data or {}, "", problems)
+    if problems:
+        raise ConfigError("; ".join(problems) if len(problems) > 1 else problems[0])
+    return obj
+
+
+def to_dict(obj: Any) -> Any:
+    """Plain-value dict of a (nested) config dataclass, suitable for YAML/JSON."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+# --------------------------------------------------------------------------------------------- overrides
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"optim.lr=3e-4"`` -> (["optim", "lr"], 3e-4). Values are parsed as YAML (numbers, bools, lists, null)."""
+    if "=" not in text:
+        raise ConfigError(f"override '{text}' is not of the form key=value (e.g. optim.lr=3e-4)")
+    key, raw = text.split("=", 1)
+    key = key.strip().lstrip("-").replace("-", "_")
+    if not key:
+        raise ConfigError(f"override '{text}' has an empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def merge_override(data: dict, path: list[str], value: Any) -> None:
+    """Set ``data[path[0]][path[1]]... = value``, creating sections as needed."""
+    node = data
+    for part in path[:-1]:
+        nxt = node.get(part)
+        if not isinstance(nxt, dict):
+            nxt = {}
+            node[part] = nxt
+        node = nxt
+    node[path[-1]] = value
+
+
+def read_yaml(path: str | Path) -> dict:
+    """Read a YAML mapping, with one-line errors for a missing or malformed file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path} (check the path, or run without a file to use the defaults)")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"config file {path} is not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not UTF-8 text") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of keys to values, not {type(data).__name__}")
+    return data
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: Iterable[str] = ()) -> T:
+    """Defaults < YAML file < ``key=value`` overrides -> validated config object of type ``cls``."""
+    data = read_yaml(path) if path else {}
+    for text in overrides:
+        keys, value = parse_override(text)
+        merge_override(data, keys, value)
+    return from_dict(cls, data)
+
+
+def save_config(obj: Any, path: str | Path) -> None:
+    """Write the resolved config as YAML (atomically)."""
+    atomic_write_text(path, yaml.safe_dump(to_dict(obj), sort_keys=False))
+
+
+def describe(cls: type, prefix: str = "") -> list[str]:
+    """One line per (nested) key: ``key (type, default): help`` -- used by ``--help`` of config-driven commands."""
+    lines = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            lines.extend(describe(tp, prefix + f.name + "."))
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            default = f.default_factory()  # type: ignore[misc]
+        else:
+            default = "required"
+        lines.append(f"  {prefix}{f.name} ({_type_name(tp)}, default {default!r}): {f.metadata.get('help', '')}")
+    return lines
+
+
+def check(condition: bool, problems: list[str], message: str) -> None:
+    """Collect a validation problem (use in ``__post_init__``, then :func:`raise_problems`)."""
+    if not condition:
+        problems.append(message)
+
+
+def raise_problems(problems: list[str]) -> None:
+    """Raise one :class:`ConfigError` naming every collected problem."""
+    if problems:
+        raise ConfigError("; ".join(problems))

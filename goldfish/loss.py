@@ -1,0 +1,88 @@
+"""Goldfish loss: cross-entropy over kept target tokens, plus statistics on the dropped ones.
+
+The loss knows nothing of engines. For data/tensor/pipeline parallel training, use the *sums* and *counts*
+(``kept_sum``, ``kept_count``) and divide by the global count of supervised tokens, all-reduced across data-parallel
+ranks, so that sharding never changes the loss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+
+from .masks import IGNORE_INDEX, GoldfishConfig, config_mask
+
+
+@dataclasses.dataclass
+class GoldfishLossOutput:
+    """``loss`` is what to backpropagate; the rest is for logging (detached)."""
+
+    loss: torch.Tensor  # mean CE over kept tokens (the Goldfish loss); standard loss when no config is given
+    kept_sum: torch.Tensor  # sum of CE over kept tokens (differentiable; for global normalisation)
+    kept_count: torch.Tensor  # number of kept supervised tokens
+    dropped_sum: torch.Tensor  # sum of CE over dropped tokens (detached)
+    dropped_count: torch.Tensor  # number of dropped tokens
+
+    @property
+    def kept_loss(self) -> torch.Tensor:
+        """Mean CE on kept tokens (detached)."""
+        return (self.kept_sum.detach() / self.kept_count.clamp(min=1)).float()
+
+    @property
+    def dropped_loss(self) -> torch.Tensor:
+        """Mean CE on dropped tokens (NaN when nothing was dropped)."""
+        if int(self.dropped_count) == 0:
+            return torch.tensor(float("nan"))
+        return (self.dropped_sum / self.dropped_count).float()
+
+
+def token_losses(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = IGNORE_INDEX) -> torch.Tensor:
+    """Per-token CE, 0 where ``targets == ignore_index``. ``logits`` (B, T, V) already aligned with ``targets`` (B, T)."""
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=ignore_index, reduction="none"
+    ).view(targets.shape)
+
+
+def goldfish_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    config: GoldfishConfig | None = None,
+    *,
+    drop_mask: torch.Tensor | None = None,
+    document_ids: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
+    shift: bool = True,
+    ignore_index: int = IGNORE_INDEX,
+) -> GoldfishLossOutput:
+    """Goldfish loss of causal-LM ``logits`` (B, T, V) against unshifted HF ``labels`` (B, T).
+
+    The drop mask is ``drop_mask`` if given, else computed from ``labels`` with ``config`` (``config=None`` and no
+    mask: standard loss, nothing dropped). With ``shift`` (the HF convention), ``logits[:, t]`` predicts
+    ``labels[:, t+1]``. Dropped tokens get no gradient; their CE is still measured for logging.
+    """
+    if config is not None:
+        ignore_index = config.ignore_index
+    if drop_mask is None:
+        drop_mask = (
+            config_mask(labels, config, document_ids=document_ids, position_ids=position_ids)
+            if config is not None
+            else torch.zeros_like(labels, dtype=torch.bool)
+        )
+    if shift:
+        logits, labels, drop_mask = logits[:, :-1], labels[:, 1:], drop_mask[:, 1:]
+    supervised = labels != ignore_index
+    kept = supervised & ~drop_mask
+    dropped = supervised & drop_mask
+    ce = token_losses(logits, labels, ignore_index)  # (B, T-1)
+    kept_sum = (ce * kept).sum()
+    kept_count = kept.sum()
+    dropped_sum = (ce.detach() * dropped).sum()
+    return GoldfishLossOutput(
+        loss=kept_sum / kept_count.clamp(min=1),
+        kept_sum=kept_sum,
+        kept_count=kept_count,
+        dropped_sum=dropped_sum,
+        dropped_count=dropped.sum(),
+    )
