@@ -1,0 +1,114 @@
+"""Config system (defaults < file < overrides), atomic I/O, and the CLI's one-line user errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+
+from goldfish import GoldfishConfig
+from goldfish.cli import main
+from goldfish.config import describe, load_config, option, save_config, to_dict
+from goldfish.errors import ConfigError
+from goldfish.io import JsonlLogger, atomic_directory, atomic_write_text, read_jsonl
+
+
+@dataclasses.dataclass
+class Optim:
+    lr: float = option(1e-3, "learning rate")
+    betas: list[float] = option(factory=lambda: [0.9, 0.95], help="AdamW betas")
+
+
+@dataclasses.dataclass
+class Run:
+    name: str = option("run", "run name")
+    steps: int = option(10, "optimizer steps")
+    bf16: bool = option(False, "autocast")
+    optim: Optim = option(factory=Optim, help="optimizer")
+    goldfish: GoldfishConfig = option(factory=GoldfishConfig, help="mask")
+
+
+def test_precedence_defaults_file_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("steps: 20\noptim:\n  lr: 3.0e-4\ngoldfish:\n  k: 8\n")
+    cfg = load_config(Run, path, ["optim.lr=1e-2", "bf16=true", "goldfish.h=5"])
+    assert (cfg.steps, cfg.optim.lr, cfg.bf16, cfg.goldfish.k, cfg.goldfish.h, cfg.name) == (20, 1e-2, True, 8, 5, "run")
+    assert cfg.optim.betas == [0.9, 0.95]
+    save_config(cfg, tmp_path / "out.yaml")
+    assert load_config(Run, tmp_path / "out.yaml") == cfg
+
+
+def test_unknown_key_lists_valid_keys_and_all_problems_reported_once():
+    with pytest.raises(ConfigError) as e:
+        load_config(Run, None, ["optim.lrr=1", "steps=many", "goldfish.k=1"])
+    msg = str(e.value)
+    assert "unknown config key 'optim.lrr'" in msg and "betas, lr" in msg
+    assert "steps='many' is not an integer" in msg
+    e2 = pytest.raises(ConfigError, load_config, Run, None, ["goldfish.k=1"])
+    assert "k must be an integer >= 2" in str(e2.value)
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(Run, tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("steps: [1,\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(Run, bad)
+
+
+def test_describe_lists_nested_fields_with_help():
+    lines = describe(Run)
+    assert any(line.strip().startswith("optim.lr (float, default 0.001): learning rate") for line in lines)
+    assert any("goldfish.strategy" in line for line in lines)
+    assert to_dict(Run())["goldfish"]["k"] == 4
+
+
+def test_atomic_write_keeps_old_file_when_writer_fails(tmp_path, monkeypatch):
+    target = tmp_path / "results.json"
+    atomic_write_text(target, "old")
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError):
+        atomic_write_text(target, "new")
+    monkeypatch.undo()
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]  # no temp files left behind
+
+
+def test_atomic_directory_refuses_existing_and_cleans_up_on_error(tmp_path):
+    target = tmp_path / "prepared"
+    with atomic_directory(target) as tmp:
+        (tmp / "a.txt").write_text("1")
+    assert (target / "a.txt").read_text() == "1"
+    with pytest.raises(FileExistsError):
+        with atomic_directory(target):
+            pass
+    with pytest.raises(RuntimeError):
+        with atomic_directory(target, overwrite=True) as tmp:
+            (tmp / "b.txt").write_text("2")
+            raise RuntimeError("crash mid-way")
+    assert sorted(p.name for p in target.iterdir()) == ["a.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["prepared"]
+
+
+def test_jsonl_logger_and_torn_last_line(tmp_path):
+    path = tmp_path / "m.jsonl"
+    with JsonlLogger(path) as log:
+        log.log({"step": 1, "loss": 2.5})
+        log.log({"step": 2, "loss": float("nan")})
+    with open(path, "a") as f:
+        f.write('{"step": 3, "lo')
+    assert read_jsonl(path) == [{"step": 1, "loss": 2.5}, {"step": 2, "loss": None}]
+
+
+def test_cli_help_and_unknown_command(capsys):
+    assert main(["--help"]) == 0
+    assert "experiment" in capsys.readouterr().out
+    assert main(["frobnicate"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: unknown command 'frobnicate'")

@@ -1,0 +1,216 @@
+"""Goldfish masks against independent expectations: a published test vector, a loop-based reference
+implementation of the documented window rule, statistics, and invariances."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from goldfish import GoldfishConfig, goldfish_mask
+from goldfish.errors import ConfigError
+
+MASK64 = (1 << 64) - 1
+
+
+# ---------------------------------------------------------------- an independent, per-token reference of "hash"
+
+
+def _mix_py(x: int) -> int:
+    """splitmix64 finaliser on Python ints (unsigned 64-bit), written from the published constants."""
+    x &= MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def reference_hash_mask(row: list[int], k: int, h: int, specials: set[int], docs: list[int] | None = None,
+                        seed: int = 0) -> list[bool]:
+    """The documented rule, token by token: the window of t is t-h+1..t, cut at the document start; documents
+    start at the row start, at/after special tokens, and where docs change."""
+    out = []
+    for t, tok in enumerate(row):
+        if tok in specials or tok < 0:
+            out.append(False)
+            continue
+        start = t
+        while (start - 1 >= 0 and t - (start - 1) < h and row[start - 1] not in specials and row[start - 1] >= 0
+               and (docs is None or docs[start - 1] == docs[t])):
+            start -= 1
+        acc = _mix_py(((seed * 0x9E3779B97F4A7C15) & MASK64) ^ h)
+        for j in range(start, t + 1):
+            acc = _mix_py(acc ^ (row[j] + 1))
+        out.append((acc >> 11) < (1 << 53) // k)
+    return out
+
+
+def test_hash_matches_loop_reference_with_documents_and_specials():
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 50, (4, 70), generator=g)
+    ids[ids < 3] = 0  # id 0 is special here (e.g. EOS), appearing at random places
+    docs = torch.cumsum(torch.rand(4, 70, generator=g) < 0.05, dim=1)
+    for k, h in [(4, 13), (3, 5), (2, 1)]:
+        mask = goldfish_mask(ids, k, h, special_ids=[0], document_ids=docs, seed=7)
+        for b in range(4):
+            ref = reference_hash_mask(ids[b].tolist(), k, h, {0}, docs[b].tolist(), seed=7)
+            assert mask[b].tolist() == ref
+
+
+# ---------------------------------------------------------------- the published test vector (hash-table)
+
+
+def test_hash_table_published_vector():
+    seq = torch.tensor([(i * 7919) % 32000 + 2 for i in range(64)])
+    mask = goldfish_mask(seq, k=4, h=13, strategy="hash-table")
+    assert mask.nonzero().flatten().tolist() == [12, 16, 19, 24, 31, 36, 37, 38, 41, 49, 50, 53, 57, 60]
+
+
+def test_hash_table_first_targets_never_dropped_and_order_blind():
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, 1000, (256, 13), generator=g)
+    mask = goldfish_mask(ids, 2, 13, strategy="hash-table")
+    assert not mask[:, :12].any()
+    perm = ids[:, torch.randperm(13, generator=g)]
+    # the documented weakness: a product key ignores order
+    assert torch.equal(goldfish_mask(perm, 2, 13, strategy="hash-table")[:, 12], mask[:, 12])
+
+
+# ---------------------------------------------------------------- statistics
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 8, 32])
+def test_drop_fraction_is_one_in_k(k):
+    g = torch.Generator().manual_seed(k)
+    ids = torch.randint(0, 50_257, (500, 2048), generator=g)  # 1.02e6 tokens
+    frac = goldfish_mask(ids, k, 13).float().mean().item()
+    assert abs(frac - 1 / k) < 0.005
+
+
+def test_windows_of_ids_zero_and_one_dropped_like_any_other():
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 2, (100, 2000), generator=g)  # only ids 0 and 1: 8192 distinct windows of 13
+    frac = goldfish_mask(ids, 4, 13).float().mean().item()
+    assert abs(frac - 0.25) < 0.02
+    # the documented weakness of the reference-exact table: every window containing a 0 has key 0,
+    # so all of them share one decision (all dropped or none)
+    ref = goldfish_mask(ids, 4, 13, strategy="hash-table")[:, 12:]
+    has_zero = ids.unfold(1, 13, 1).eq(0).any(-1)
+    assert ref[has_zero].unique().numel() == 1
+
+
+def test_order_sensitive():
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(0, 50_000, (20_000, 13), generator=g)
+    permuted = ids.clone()
+    permuted[:, :12] = ids[:, :12].flip(1)  # same multiset, same target, different order
+    a = goldfish_mask(ids, 4, 13)[:, 12]
+    b = goldfish_mask(permuted, 4, 13)[:, 12]
+    # independent decisions disagree with probability 2·(1/4)·(3/4) = 0.375
+    assert abs((a != b).float().mean().item() - 0.375) < 0.02
+
+
+def test_first_tokens_of_a_document_are_dropped_at_the_same_rate():
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(0, 50_000, (40_000, 12), generator=g)
+    frac = goldfish_mask(ids, 4, 13).float().mean(0)  # every position has a window shorter than h
+    assert torch.all((frac - 0.25).abs() < 0.015)
+
+
+def test_static_strategy_drops_every_kth_token_of_each_document():
+    ids = torch.tensor([5, 6, 7, 8, 9, 10, 0, 11, 12, 13, 14, 15])
+    mask = goldfish_mask(ids, 3, 13, strategy="static", special_ids=[0])
+    assert mask.nonzero().flatten().tolist() == [2, 5, 9]
+
+
+# ---------------------------------------------------------------- invariances: the same text, the same mask
+
+
+def _doc(n: int, seed: int) -> torch.Tensor:
+    return torch.randint(3, 30_000, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+PAD, EOS, BOS = 0, 1, 2
+SPECIALS = [PAD, EOS, BOS]
+
+
+def test_document_mask_invariant_to_batch_padding_and_packing():
+    doc = _doc(40, 10)
+    alone = goldfish_mask(doc, 4, 13, special_ids=SPECIALS)
+    assert alone.any() and not alone.all()
+    # batch position and batch size, right and left padding
+    other = _doc(50, 11)
+    right = torch.full((3, 60), PAD)
+    right[0, :50] = other
+    right[2, :40] = doc
+    left = torch.full((1, 60), PAD)
+    left[0, 20:] = doc
+    assert torch.equal(goldfish_mask(right, 4, 13, special_ids=SPECIALS)[2, :40], alone)
+    assert torch.equal(goldfish_mask(left, 4, 13, special_ids=SPECIALS)[0, 20:], alone)
+    # packed after a neighbour, separated by EOS, then BOS
+    packed = torch.cat([other, torch.tensor([EOS, BOS]), doc, torch.tensor([EOS])])
+    assert torch.equal(goldfish_mask(packed, 4, 13, special_ids=SPECIALS)[52:92], alone)
+    # packed with no separator but document_ids / position_ids marking the boundary
+    glued = torch.cat([other, doc])
+    docs = torch.cat([torch.zeros(50, dtype=torch.long), torch.ones(40, dtype=torch.long)])
+    pos = torch.cat([torch.arange(50), torch.arange(40)])
+    assert torch.equal(goldfish_mask(glued, 4, 13, document_ids=docs)[50:], alone)
+    assert torch.equal(goldfish_mask(glued, 4, 13, position_ids=pos)[50:], alone)
+
+
+def test_special_tokens_never_dropped_and_split_windows():
+    g = torch.Generator().manual_seed(6)
+    ids = torch.randint(0, 8, (64, 256), generator=g)  # ids 0..2 special, very frequent
+    mask = goldfish_mask(ids, 2, 13, special_ids=SPECIALS)
+    assert not mask[ids < 3].any()
+    # a special token never enters a hash: the tokens after it are masked as a fresh document
+    row = torch.cat([_doc(30, 1), torch.tensor([EOS]), _doc(20, 2)])
+    assert torch.equal(goldfish_mask(row, 4, 13, special_ids=[EOS])[31:], goldfish_mask(_doc(20, 2), 4, 13))
+
+
+def test_seed_changes_mask():
+    ids = _doc(4000, 12)
+    a, b = goldfish_mask(ids, 4, 13, seed=0), goldfish_mask(ids, 4, 13, seed=1)
+    assert 0.3 < (a != b).float().mean().item() < 0.45
+
+
+def test_mask_identical_in_another_process():
+    code = ("import torch; from goldfish import goldfish_mask; "
+            "ids = torch.randint(0, 50000, (8, 300), generator=torch.Generator().manual_seed(9)); "
+            "print(''.join('1' if x else '0' for x in goldfish_mask(ids, 4, 13).flatten().tolist()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    ids = torch.randint(0, 50000, (8, 300), generator=torch.Generator().manual_seed(9))
+    assert out == "".join("1" if x else "0" for x in goldfish_mask(ids, 4, 13).flatten().tolist())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cpu_and_gpu_masks_bit_identical():
+    ids = torch.randint(0, 50_000, (16, 1024), generator=torch.Generator().manual_seed(0))
+    for strategy in ("hash", "static"):
+        assert torch.equal(goldfish_mask(ids, 4, 13, strategy).cpu(), goldfish_mask(ids.cuda(), 4, 13, strategy).cpu())
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    ({"k": 1}, "k=1"), ({"k": 2.5}, "k=2.5"), ({"h": 0}, "h=0"), ({"strategy": "random"}, "strategy='random'"),
+])
+def test_bad_parameters_raise_value_error_naming_them(kwargs, needle):
+    args = {"k": 4, "h": 13, "strategy": "hash", **kwargs}
+    with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace(".", r"\.")) as e:
+        goldfish_mask(torch.tensor([1, 2, 3]), **args)
+    if "strategy" in kwargs:
+        assert "hash, hash-table, static" in str(e.value)
+    with pytest.raises(ConfigError):
+        GoldfishConfig(**{k: v for k, v in args.items()})
+
+
+def test_non_integer_ids_and_empty_input():
+    with pytest.raises(ValueError, match="integer"):
+        goldfish_mask(torch.tensor([1.0, 2.0]), 4, 13)
+    empty = goldfish_mask(torch.zeros(0, dtype=torch.long), 4, 13)
+    assert empty.shape == (0,) and empty.dtype == torch.bool
+    assert goldfish_mask(torch.zeros(2, 0, dtype=torch.long), 4, 13).shape == (2, 0)
