@@ -1,0 +1,240 @@
+"""Run AxoNN 0.2.0 on a CPU-only PyTorch with the gloo backend (for tests and laptops; GPUs need none of this).
+
+AxoNN 0.2.0 is written for CUDA + NCCL. On a CPU-only torch it fails in six places, each fixed here by wrapping or
+replacing *one* function at run time (never by editing site-packages), and only when CUDA is absent:
+
+====  ==========================================================  =======================================================
+ #    AxoNN 0.2.0 code                                            failure on CPU -> fix
+====  ==========================================================  =======================================================
+ 1    ``communication_handle.__init__``                           ``torch.cuda.device_count()`` is 0 (modulo by zero),
+                                                                  ``torch.cuda.set_device`` is missing,
+                                                                  ``new_group(backend="nccl")`` has no NCCL -> during the
+                                                                  constructor only: one "GPU" per node, set_device is a
+                                                                  no-op, groups use the default (gloo) backend.
+ 2    ``fully_connected.initialize_params(init_device="cuda")``   full weight allocated on CUDA -> allocate on CPU.
+ 3    ``asym_communication.gather_batch_sizes``                   0-d CUDA tensor all-gathered (gloo rejects 0-d
+                                                                  tensors) -> a 1-element CPU tensor.
+ 4    ``asym_communication._gather_batch_scatter_channels`` and   receive buffers allocated with ``device="cuda"`` (also
+      ``_gather_channels_scatter_batch``                          inside backward) -> on the input's device.
+ 5    ``communication._reduce_scatter``                           output on ``torch.cuda.current_device()`` -> on the
+                                                                  input's device.
+ 6    ``overlap_communication.clear_handles``                     ``torch.cuda.synchronize()`` -> wait on every
+                                                                  registered async handle (what synchronize achieved).
+====  ==========================================================  =======================================================
+
+Functions that AxoNN imported by name into another module (``from .x import f``) are replaced in both modules.
+Numerics are untouched: the replacements only choose devices and buffer shapes, so CPU runs compute exactly what the
+CUDA code computes. ``overlap_reduce_scatter`` stays unsupported on gloo (:data:`GLOO_UNSAFE_OPTIONS`): AxoNN leaves
+those reduce-scatters in flight and folds their outputs into ``.grad`` later, which gave NaN gradients by step 2.
+
+Use: ``enable()`` before ``axonn.axonn.init`` (idempotent, returns whether patches are active); ``disable()`` restores
+every original function.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.metadata
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.distributed as dist
+
+from ..errors import UserError
+
+SUPPORTED_VERSION = "0.2.0"
+GLOO_UNSAFE_OPTIONS = ("overlap_reduce_scatter",)
+
+_originals: list[tuple[Any, str, Any]] = []  # (module, attribute, original value), in patch order
+
+
+def axonn_version() -> str | None:
+    """The installed AxoNN version, or None when it is not installed."""
+    try:
+        return importlib.metadata.version("axonn")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def check_installed() -> None:
+    """Raise a one-line :class:`UserError` when AxoNN is missing or is not the version this layer was written for."""
+    version = axonn_version()
+    if version is None:
+        raise UserError("engine=axonn needs AxoNN: pip install 'goldfish-toolkit[axonn]' (axonn==0.2.0)")
+    if version != SUPPORTED_VERSION and not torch.cuda.is_available():
+        raise UserError(
+            f"axonn {version} is installed but the CPU/gloo compatibility layer (goldfish/engines/axonn_compat.py) "
+            f"was written and tested for axonn {SUPPORTED_VERSION}; install axonn=={SUPPORTED_VERSION} or run on CUDA"
+        )
+
+
+def needed() -> bool:
+    """True when the patches are required: AxoNN's CUDA-only code paths would fail on this machine."""
+    return not torch.cuda.is_available()
+
+
+def is_enabled() -> bool:
+    return bool(_originals)
+
+
+def enable() -> bool:
+    """Apply all patches once when CUDA is absent. Returns True when the patches are active."""
+    if is_enabled():
+        return True
+    if not needed():
+        return False
+    check_installed()
+    from axonn import communication as comm_mod
+    from axonn.intra_layer import asym_communication as asym
+    from axonn.intra_layer import communication as ic
+    from axonn.intra_layer import fully_connected as fc
+    from axonn.intra_layer import overlap_communication as oc
+
+    _replace(comm_mod.communication_handle, "__init__", _cpu_communication_handle_init(
+        comm_mod.communication_handle.__init__))
+    _replace(fc, "initialize_params", _initialize_params_on_cpu(fc.initialize_params))
+    for module in (asym, fc):
+        _replace(module, "gather_batch_sizes", gather_batch_sizes)
+    _replace(asym, "_gather_batch_scatter_channels", _gather_batch_scatter_channels)
+    _replace(asym, "_gather_channels_scatter_batch", _gather_channels_scatter_batch)
+    for module in (ic, fc):
+        _replace(module, "_reduce_scatter", _reduce_scatter)
+    _replace(oc, "clear_handles", _clear_handles)
+    return True
+
+
+def disable() -> None:
+    """Restore every function :func:`enable` replaced (newest first)."""
+    while _originals:
+        owner, name, original = _originals.pop()
+        setattr(owner, name, original)
+
+
+def _replace(owner: Any, name: str, value: Any) -> None:
+    _originals.append((owner, name, getattr(owner, name)))
+    setattr(owner, name, value)
+
+
+@contextlib.contextmanager
+def _swapped(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """Temporarily set ``owner.name = value`` (used only while AxoNN builds its process groups)."""
+    original = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+# ------------------------------------------------------------------------------------------- 1: process groups
+
+
+def _cpu_communication_handle_init(original: Callable) -> Callable:
+    """Patch 1: AxoNN's constructor with CUDA device selection and NCCL groups mapped to CPU and gloo."""
+
+    def new_group_default_backend(*args: Any, backend: str | None = None, **kwargs: Any) -> Any:
+        return plain_new_group(*args, backend=None if backend == "nccl" else backend, **kwargs)
+
+    plain_new_group = dist.new_group
+
+    @functools.wraps(original)
+    def init(self: Any, *args: Any, gpus_per_node: int | None = None, **kwargs: Any) -> None:
+        if not dist.is_initialized():
+            raise RuntimeError("initialise torch.distributed (gloo) before axonn.axonn.init on a CPU-only machine")
+        with _swapped(torch.cuda, "set_device", lambda device: None), \
+                _swapped(dist, "new_group", new_group_default_backend):
+            original(self, *args, gpus_per_node=gpus_per_node or 1, **kwargs)
+
+    return init
+
+
+# ------------------------------------------------------------------------------------------- 2: initialisation
+
+
+def _initialize_params_on_cpu(original: Callable) -> Callable:
+    """Patch 2: build the full initial weight on CPU instead of ``device="cuda"``."""
+
+    @functools.wraps(original)
+    def initialize_params(*args: Any, **kwargs: Any) -> torch.Tensor:
+        kwargs["init_device"] = "cpu"
+        return original(*args, **kwargs)
+
+    return initialize_params
+
+
+# ------------------------------------------------------------------------------------------- 3-4: all-to-alls
+
+
+@torch.no_grad()
+def gather_batch_sizes(local_batch_size: int, process_group: Any = None) -> torch.Tensor:
+    """Patch 3: every rank's row count in ``process_group`` as a CPU int64 tensor (G,) (gloo needs >= 1-d)."""
+    world_size = dist.get_world_size(process_group)
+    local = torch.tensor([local_batch_size], dtype=torch.int64)
+    gathered = torch.empty(world_size, dtype=torch.int64)
+    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.10
+    all_gather(gathered, local, group=process_group)
+    return gathered
+
+
+@torch.no_grad()
+def _gather_batch_scatter_channels(input_: torch.Tensor, rank_local_batch_sizes: torch.Tensor,
+                                   process_group: Any = None) -> torch.Tensor:
+    """Patch 4a: (m_i, k) on rank i -> (sum_i m_i, k/G): AxoNN's all-to-all with buffers on the input's device."""
+    input_ = input_.contiguous()
+    world_size = dist.get_world_size(process_group)
+    if input_.shape[-1] % world_size:
+        raise RuntimeError(f"last dimension {input_.shape[-1]} is not divisible by the group size {world_size}")
+    send = [s.contiguous() for s in torch.chunk(input_, world_size, dim=-1)]
+    recv = [torch.empty((int(m), *input_.shape[1:-1], input_.shape[-1] // world_size),
+                        device=input_.device, dtype=input_.dtype) for m in rank_local_batch_sizes]
+    dist.all_to_all(recv, send, group=process_group)
+    return torch.cat(recv, dim=0)
+
+
+@torch.no_grad()
+def _gather_channels_scatter_batch(input_: torch.Tensor, rank_local_batch_sizes: torch.Tensor,
+                                   process_group: Any = None) -> torch.Tensor:
+    """Patch 4b: (sum_i m_i, k/G) -> (m_rank, k): the inverse all-to-all, buffers on the input's device."""
+    input_ = input_.contiguous()
+    world_size = dist.get_world_size(process_group)
+    send = [s.contiguous() for s in torch.split(input_, [int(m) for m in rank_local_batch_sizes], dim=0)]
+    own_rows = int(rank_local_batch_sizes[dist.get_rank(process_group)])
+    recv = [torch.empty((own_rows, *input_.shape[1:]), device=input_.device, dtype=input_.dtype)
+            for _ in range(world_size)]
+    dist.all_to_all(recv, send, group=process_group)
+    return torch.cat(recv, dim=-1)
+
+
+# ------------------------------------------------------------------------------------------- 5-6: reduce-scatter
+
+
+def _reduce_scatter(input_: torch.Tensor, dim: int, process_group: Any = None, overlap_comm: bool = False
+                    ) -> torch.Tensor:
+    """Patch 5: AxoNN's dim-0 reduce-scatter (sum) with the output on the input's device."""
+    from axonn.intra_layer import overlap_communication
+
+    if dim != 0:
+        raise NotImplementedError("AxoNN's reduce-scatter is only implemented for dim=0")
+    world_size = dist.get_world_size(process_group)
+    if world_size == 1:
+        return input_
+    if input_.shape[0] % world_size:
+        raise RuntimeError(f"dimension 0 ({input_.shape[0]}) is not divisible by the group size {world_size}")
+    output = torch.empty((input_.shape[0] // world_size, *input_.shape[1:]), dtype=input_.dtype,
+                         device=input_.device)
+    reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor  # renamed, 2.10
+    handle = reduce_scatter(output, input_.contiguous(), group=process_group, async_op=overlap_comm)
+    if overlap_comm:
+        overlap_communication.register_handle(handle)
+    return output
+
+
+def _clear_handles() -> None:
+    """Patch 6: wait for every async collective AxoNN registered (its CUDA code called ``torch.cuda.synchronize``)."""
+    from axonn.intra_layer import overlap_communication
+
+    for handle in overlap_communication.handles:
+        if handle is not None:
+            handle.wait()
+    overlap_communication.handles = []
