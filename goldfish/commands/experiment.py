@@ -1,0 +1,102 @@
+"""``goldfish experiment``: run a grid of prepare -> train -> eval cells and aggregate them into one report."""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import sys
+import time
+
+DESCRIPTION = """\
+Run an experiment: every cell (arm x grid point) prepares its data (shared between cells with the same data
+config), trains, evaluates, and writes <out>/cells/<cell>/DONE. Rerunning skips finished cells, so a killed run
+redoes only the cell it was in. Then <out>/results.csv, results.json, summary.json and report.md (+ plots).
+
+examples:
+  goldfish experiment experiments/default.yaml                 # the 5-minute standard vs Goldfish demo
+  goldfish experiment experiments/default.yaml out=runs/demo2 train.schedule.epochs=80
+  goldfish experiment experiments/k_sweep.yaml --list          # cells and their state
+  goldfish experiment experiments/size_sweep.yaml --only 'goldfish*'
+  goldfish experiment experiments/paper/axonn_size_sweep.yaml --dry-run
+  goldfish experiment experiments/paper/tinyllama_1b_pretrain.yaml --dry-run --world-size 64
+
+config keys (YAML or key=value):
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..config import describe
+    from ..experiment import ExperimentConfig
+
+    parser.description = DESCRIPTION + "\n".join(describe(ExperimentConfig))
+    parser.add_argument("config", help="experiment YAML (e.g. experiments/default.yaml)")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides (e.g. out=runs/x train.seed=1)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="validate every cell, the parallel layout and print memory/time estimates; train nothing")
+    parser.add_argument("--world-size", type=int, default=None,
+                        help="devices per cell for --dry-run (default: hardware.gpus of each cell)")
+    parser.add_argument("--list", action="store_true", help="list the cells and their state, then exit")
+    parser.add_argument("--only", default=None, help="run only cells whose id matches this glob (e.g. 'goldfish*')")
+    parser.add_argument("--report-only", action="store_true",
+                        help="aggregate the finished cells and rewrite the report without running anything")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import ConfigError, UserError
+    from ..experiment import load_experiment, plan_cells, run_experiment
+    from ..experiment.aggregate import aggregate
+    from ..experiment.report import headline_table, write_study_report
+    from ..experiment.runner import describe_plans
+
+    cfg = load_experiment(args.config, args.overrides)
+    if args.world_size is not None and args.world_size < 1:
+        raise UserError(f"--world-size={args.world_size} must be >= 1")
+    pipeline = _pipeline(args)
+    plans = plan_cells(cfg, pipeline)
+    if args.only:
+        plans = [p for p in plans if fnmatch.fnmatch(p.cell.id, args.only)]
+        if not plans:
+            raise UserError(f"--only {args.only!r} matches no cell; see the cell ids with --list")
+    if args.list:
+        print(describe_plans(plans))
+        return 0
+    if args.dry_run:
+        return _dry_run(cfg, plans, args.world_size)
+    if args.report_only:
+        results = aggregate(cfg, plans)
+        write_study_report(cfg, results, cfg.out_dir)
+    else:
+        start = time.perf_counter()
+        only = (lambda cid: fnmatch.fnmatch(cid, args.only)) if args.only else None
+        run_experiment(cfg, pipeline, progress=not args.no_progress, only=only)
+        print(f"experiment {cfg.name}: {len(plans)} cells in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+        with open(cfg.out_dir / "results.json", encoding="utf-8") as f:
+            results = json.load(f)
+    if not results["cells"]:
+        raise ConfigError(f"no finished cells in {cfg.out_dir}; run the experiment first")
+    print(headline_table(results, markdown=False))
+    print(f"\nreport: {cfg.out_dir / 'report.md'}   summary: {cfg.out_dir / 'summary.json'}   "
+          f"table: {cfg.out_dir / 'results.csv'}")
+    return 0
+
+
+def _pipeline(args: argparse.Namespace):
+    """The real pipeline; a dry run needs only the config classes, but they live in the same modules."""
+    from ..experiment import default_pipeline
+
+    return default_pipeline()
+
+
+def _dry_run(cfg, plans, world_size: int | None) -> int:
+    from ..errors import ConfigError
+    from ..experiment.dryrun import dry_run, format_estimates
+
+    rows, problems = dry_run(cfg, plans, world_size)
+    print(f"experiment {cfg.name}: {len(plans)} cells, every config valid")
+    if rows:
+        print(format_estimates(rows))
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return 0

@@ -1,0 +1,233 @@
+"""Back-of-the-envelope memory and time per device for a training config -- what ``--dry-run`` prints.
+
+Nothing is allocated: the model shape comes from the size table (:func:`goldfish.models.llama_config`), the layout
+from the train config's ``parallel``/``axonn`` sections and the world size.
+
+Memory per device (bytes), for the most loaded device (the pipeline stage holding the embedding or the head):
+
+* **weights** 4 B/param (fp32 master weights; bf16 autocast casts on the fly), **grads** 4 B/param, **AdamW** 8 B/param
+  (two fp32 moments). Sharding of the *transformer-layer* matrices: native engine by ``tp`` (and by ``dp`` with FSDP),
+  AxoNN by ``row·col·depth``. Pipeline stages hold ``ceil(L/pp)`` layers. The token embedding is treated as
+  replicated across tensor-parallel ranks (the conservative choice); the untied output head follows the layer
+  matrices under AxoNN (it is an ``nn.Linear``) and is replicated under native TP. Norm weights are replicated.
+* **activations** saved for backward, per token per layer: ``4·H`` replicated (two norm inputs and outputs) plus
+  ``(2·H + 2·kv·d + 4·I)/t`` sharded (q, k, v, attention output; gate, up, act(gate), gate·up), with fused
+  (flash/SDPA) attention, i.e. no ``s×s`` score matrix; ``t`` = tp (native) or row·col (AxoNN). Element size: 2 B
+  under bf16 autocast, 4 B in fp32. Multiplied by the tokens in flight on the stage: the micro-batch, or with
+  pipelining the in-flight pipeline chunks (1F1B: ``min(pp, m)`` of ``m`` chunks; GPipe: all ``m``).
+* **logits** on the last stage: ``b·s·V·(e + 4)`` (the logits and their fp32 copy inside the cross-entropy).
+
+Time: training FLOPs per token ``6·N + 12·L·H·s`` (PaLM appendix B; N = matmul weights: every parameter except an
+untied input embedding), divided by ``world · peak · mfu``. CUDA context, allocator fragmentation and communication
+buffers are not counted: keep the estimate under ~90 % of the device memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from .errors import ConfigError
+
+GIB = 1024**3
+
+# device kind -> (dense bf16 peak TFLOP/s, memory GiB): vendor datasheets (dense, no sparsity)
+DEVICES: dict[str, tuple[float | None, float]] = {
+    "cpu": (None, 0.0),
+    "a100": (312.0, 80.0),
+    "a100-40gb": (312.0, 40.0),
+    "h100": (989.0, 80.0),
+    "h200": (989.0, 141.0),
+    "gh200": (989.0, 96.0),
+    "mi250x-gcd": (191.5, 64.0),
+    "mi300x": (1307.0, 192.0),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelShape:
+    """A Llama shape: enough to count parameters, FLOPs and activations."""
+
+    vocab: int
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    tied: bool
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def layer_matrix_params(self) -> int:
+        """Weights of one block's linear layers: q, o (H·H each), k, v (H·kv·d each), gate, up, down (H·I each)."""
+        return 2 * self.hidden**2 + 2 * self.hidden * self.kv_heads * self.head_dim + 3 * self.hidden * self.intermediate
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def params(self) -> int:
+        """All parameters, tied embeddings counted once (two RMSNorm weights per block + the final norm)."""
+        heads = 1 if self.tied else 2
+        return heads * self.embedding_params + self.layers * (self.layer_matrix_params + 2 * self.hidden) + self.hidden
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """6·N + 12·L·H·s, N = every parameter except an untied input embedding (a lookup, no FLOPs)."""
+        n = self.params - (0 if self.tied else self.embedding_params)
+        return 6.0 * n + 12.0 * self.layers * self.hidden * seq_len
+
+
+def shape_of(model_cfg: Any, vocab_size: int) -> ModelShape:
+    """The shape of a ``ModelConfig`` (named size + overrides, or a local HF folder's config.json)."""
+    if getattr(model_cfg, "path", None):
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(model_cfg.path, local_files_only=True, trust_remote_code=False)
+        vocab_size = config.vocab_size
+    else:
+        from .models import llama_config
+
+        config = llama_config(model_cfg, vocab_size)
+    return ModelShape(vocab=vocab_size, hidden=config.hidden_size, layers=config.num_hidden_layers,
+                      heads=config.num_attention_heads, kv_heads=config.num_key_value_heads or config.num_attention_heads,
+                      intermediate=config.intermediate_size, tied=bool(config.tie_word_embeddings))
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How a world of devices is split. ``shard`` divides layer matrices; ``act_shard`` divides activations."""
+
+    engine: str
+    world: int
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    fsdp: bool = False
+    row: int = 1
+    col: int = 1
+    depth: int = 1
+
+    @property
+    def shard(self) -> int:
+        return self.tp if self.engine == "native" else self.row * self.col * self.depth
+
+    @property
+    def act_shard(self) -> int:
+        return self.tp if self.engine == "native" else self.row * self.col
+
+    def describe(self) -> str:
+        if self.engine == "native":
+            return f"native tp={self.tp} pp={self.pp} dp={self.dp}" + (" fsdp" if self.fsdp else "")
+        return f"axonn row={self.row} col={self.col} depth={self.depth} data={self.dp}"
+
+
+def _divides(problems: list[str], what: str, n: int, dims: dict[str, int]) -> None:
+    for name, size in dims.items():
+        if size % n:
+            problems.append(f"{what} does not divide {name}={size}")
+
+
+def check_layout(train_cfg: Any, shape: ModelShape, world: int) -> Layout:
+    """The layout of ``train_cfg`` on ``world`` devices, or one ConfigError printing every factor."""
+    problems: list[str] = []
+    sched = train_cfg.schedule
+    if train_cfg.engine == "axonn":
+        ax = train_cfg.axonn
+        grid = ax.row * ax.col * ax.depth
+        if world % grid:
+            problems.append(f"row({ax.row})·col({ax.col})·depth({ax.depth})={grid} does not divide world size {world}")
+        dp = max(world // grid, 1)
+        linear = {"hidden_size": shape.hidden, "intermediate_size": shape.intermediate,
+                  "kv_width": shape.kv_heads * shape.head_dim}
+        _divides(problems, f"axonn.row={ax.row}", ax.row, linear)
+        _divides(problems, f"axonn.col={ax.col}", ax.col, linear)
+        layout = Layout("axonn", world, dp=dp, row=ax.row, col=ax.col, depth=ax.depth)
+    else:
+        par = train_cfg.parallel
+        dp = par.dp or max(world // (par.tp * par.pp), 1)
+        if par.tp * par.pp * dp != world:
+            problems.append(f"pp({par.pp})·dp({dp})·tp({par.tp})={par.pp * dp * par.tp} ≠ world size {world}")
+        _divides(problems, f"parallel.tp={par.tp}", par.tp, {"num_heads": shape.heads, "num_kv_heads": shape.kv_heads,
+                                                             "intermediate_size": shape.intermediate})
+        if par.pp > shape.layers:
+            problems.append(f"parallel.pp={par.pp} exceeds num_layers={shape.layers}")
+        layout = Layout("native", world, tp=par.tp, pp=par.pp, dp=dp, fsdp=par.fsdp)
+    if sched.global_batch_size % (sched.micro_batch_size * layout.dp):
+        problems.append(f"global_batch_size({sched.global_batch_size}) is not a multiple of "
+                        f"micro_batch_size({sched.micro_batch_size})·dp({layout.dp})")
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return layout
+
+
+@dataclasses.dataclass
+class MemoryEstimate:
+    """Bytes per device (the most loaded one); see the module docstring for what each term counts."""
+
+    weights: float
+    grads: float
+    optimizer: float
+    activations: float
+    logits: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer + self.activations + self.logits
+
+    def as_gib(self) -> dict[str, float]:
+        d = {k: v / GIB for k, v in dataclasses.asdict(self).items()}
+        d["total"] = self.total / GIB
+        return d
+
+
+def stage_params(shape: ModelShape, layout: Layout) -> float:
+    """Parameters held by the most loaded device (before data-parallel sharding)."""
+    layers = math.ceil(shape.layers / layout.pp)
+    per_layer = shape.layer_matrix_params / layout.shard + 2 * shape.hidden
+    embed = shape.embedding_params
+    if shape.tied:
+        head = 0.0
+    else:
+        head = shape.embedding_params / (layout.shard if layout.engine == "axonn" else 1)
+    ends = embed + head if layout.pp == 1 else max(embed, head)
+    return layers * per_layer + ends + shape.hidden  # + final norm
+
+
+def estimate_memory(shape: ModelShape, layout: Layout, micro_batch: int, seq_len: int, precision: str = "bf16",
+                    pp_microbatches: int = 0, pp_schedule: str = "1f1b") -> MemoryEstimate:
+    """Per-device memory of training ``shape`` on ``layout`` (see the module docstring)."""
+    params = stage_params(shape, layout)
+    state_shard = layout.dp if (layout.engine == "native" and layout.fsdp) else 1
+    local = params / state_shard
+    e = 2 if precision == "bf16" else 4
+    per_token_layer = 4 * shape.hidden + (2 * shape.hidden + 2 * shape.kv_heads * shape.head_dim
+                                          + 4 * shape.intermediate) / layout.act_shard
+    chunks = pp_microbatches or layout.pp
+    in_flight = 1.0
+    if layout.pp > 1:  # tokens in flight on the first stage, as a fraction of one micro-batch
+        in_flight = (min(layout.pp, chunks) if pp_schedule == "1f1b" else chunks) / chunks
+    layers = math.ceil(shape.layers / layout.pp)
+    tokens = micro_batch * seq_len
+    activations = tokens * in_flight * layers * per_token_layer * e
+    logits = tokens * shape.vocab * (e + 4) / (layout.act_shard if layout.engine == "axonn" else 1)
+    return MemoryEstimate(weights=4 * local, grads=4 * local, optimizer=8 * local, activations=activations,
+                          logits=logits)
+
+
+def estimate_time(total_tokens: float | None, flops_per_token: float, world: int, device: str,
+                  mfu: float) -> float | None:
+    """Seconds of training at ``mfu`` of the device's dense bf16 peak (None for CPU or an unknown budget)."""
+    peak = DEVICES.get(device, (None, 0.0))[0]
+    if peak is None or not total_tokens:
+        return None
+    return total_tokens * flops_per_token / (world * peak * 1e12 * mfu)
+
+
+def device_memory_gib(device: str, memory_gb: float) -> float:
+    """The configured memory per device, else the device kind's usual size (0 when unknown)."""
+    return memory_gb or DEVICES.get(device, (None, 0.0))[1]

@@ -1,0 +1,31 @@
+"""``goldfish experiment``: a grid of prepare -> train -> eval cells, resumable, aggregated into one report.
+
+Public API::
+
+    from goldfish.experiment import ExperimentConfig, load_experiment, expand_cells, plan_cells, run_experiment
+
+``run_experiment(load_experiment("experiments/default.yaml"))`` runs the demo; tests pass a :class:`Pipeline` of fake
+phase functions to exercise the runner without training.
+"""
+
+from __future__ import annotations
+
+from .config import Cell, ExperimentConfig, HardwareConfig, expand_cells
+from .plan import CellPlan, Pipeline, default_pipeline, plan_cells
+from .runner import DONE, is_done, load_experiment, run_cell, run_experiment
+
+__all__ = [
+    "DONE",
+    "Cell",
+    "CellPlan",
+    "ExperimentConfig",
+    "HardwareConfig",
+    "Pipeline",
+    "default_pipeline",
+    "expand_cells",
+    "is_done",
+    "load_experiment",
+    "plan_cells",
+    "run_cell",
+    "run_experiment",
+]

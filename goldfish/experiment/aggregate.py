@@ -1,0 +1,190 @@
+"""Collect finished cells into one table: ``results.csv``/``results.json`` and ``summary.json``.
+
+Rows of ``results.csv`` (one per cell x prefix length x repetition stratum of the member windows)::
+
+    cell, arm, <one column per grid axis>, params, tokens_seen, kept_tokens, train_time_s,
+    prefix_len, repetitions, n_windows, exact_match_rate, token_match, rouge_l,
+    mia_auc, mia_auc_ci_low, mia_auc_ci_high, final_kept_loss, final_dropped_loss, heldout_loss, heldout_ppl
+
+``mia_auc`` is the LOSS attack's ROC-AUC (members = trained text vs nonmembers), the standard baseline; the other
+attacks are in ``results.json`` under each cell's ``mia_aucs``. ``heldout_loss`` is the mean per-token NLL of the
+nonmember documents (the negated LOSS-attack scores): what Goldfish costs on text the model never saw.
+``final_kept_loss``/``final_dropped_loss`` are token-weighted over the last 5 % of training steps (one step is noisy).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from ..io import atomic_write_json, atomic_write_text, read_jsonl
+from .config import ExperimentConfig
+from .plan import CellPlan
+from .runner import is_done
+
+RESULTS_SCHEMA = "goldfish-experiment/1"
+STRATUM_METRICS = {"exact_match": "exact_match_rate", "token_match": "token_match", "rouge_l": "rouge_l"}
+HEADLINE_ATTACK = "loss"
+_TAIL_FRACTION = 0.05
+
+
+def _read_json(path: Path) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _first(mapping: dict, *keys: str) -> Any:
+    """The first present, non-null value among ``keys`` (summary files name things slightly differently)."""
+    for key in keys:
+        if mapping.get(key) is not None:
+            return mapping[key]
+    return None
+
+
+def final_losses(metrics: list[dict]) -> dict[str, float | None]:
+    """Token-weighted kept/dropped loss over the last 5 % of steps, plus token totals over the whole run."""
+    out: dict[str, Any] = {
+        "kept_tokens": sum(int(m.get("kept_tokens") or 0) for m in metrics),
+        "dropped_tokens": sum(int(m.get("dropped_tokens") or 0) for m in metrics),
+    }
+    tail = metrics[-max(1, math.ceil(len(metrics) * _TAIL_FRACTION)):] if metrics else []
+    for kind in ("kept", "dropped"):
+        pairs = [(m.get(f"{kind}_loss"), m.get(f"{kind}_tokens") or 0) for m in tail]
+        pairs = [(loss, n) for loss, n in pairs if loss is not None and n and not math.isnan(loss)]
+        total = sum(n for _, n in pairs)
+        out[f"final_{kind}_loss"] = sum(loss * n for loss, n in pairs) / total if total else None
+    return out
+
+
+def membership_numbers(membership: dict | None) -> dict[str, Any]:
+    """Headline AUC (LOSS attack), every attack's AUC, and the held-out (nonmember) / member mean NLL."""
+    out: dict[str, Any] = {"mia_auc": None, "mia_auc_ci_low": None, "mia_auc_ci_high": None,
+                           "mia_tpr_at_1pct_fpr": None, "mia_aucs": {}, "mia_roc": None, "heldout_loss": None, "heldout_ppl": None,
+                           "member_loss": None}
+    if not membership:
+        return out
+    attacks = membership.get("attacks") or {}
+    out["mia_aucs"] = {name: a.get("auc") for name, a in attacks.items()}
+    headline = attacks.get(HEADLINE_ATTACK)
+    if headline:
+        out["mia_roc"] = {"fpr": headline.get("roc_fpr") or [], "tpr": headline.get("roc_tpr") or [],
+                          "auc": headline.get("auc")}
+        out.update(mia_auc=headline.get("auc"), mia_auc_ci_low=headline.get("auc_ci_low"),
+                   mia_auc_ci_high=headline.get("auc_ci_high"), mia_tpr_at_1pct_fpr=headline.get("tpr_at_1pct_fpr"))
+    loss_scores = (membership.get("scores") or {}).get(HEADLINE_ATTACK) or {}
+    nonmembers, members = loss_scores.get("nonmembers") or [], loss_scores.get("members") or []
+    if nonmembers:
+        out["heldout_loss"] = -sum(nonmembers) / len(nonmembers)  # scores are negated mean NLLs
+        out["heldout_ppl"] = math.exp(min(out["heldout_loss"], 50.0))
+    if members:
+        out["member_loss"] = -sum(members) / len(members)
+    return out
+
+
+def stratum_rows(windows: list[dict]) -> list[dict]:
+    """Member windows grouped by (prefix_len, repetitions): n and mean metrics (rates for booleans)."""
+    from eval.aggregate import group_rates
+
+    members = [w for w in windows if w.get("split") in (None, "members")]
+    by = ("prefix_len", "repetitions")
+    metrics = {out: group_rates(members, by, key) for key, out in STRATUM_METRICS.items()}
+    counts = {}
+    for w in members:
+        key = (w.get("prefix_len"), w.get("repetitions"))
+        counts[key] = counts.get(key, 0) + 1
+    rows = []
+    for key in sorted(counts, key=lambda k: tuple((v is None, v if v is not None else 0) for v in k)):
+        row = {"prefix_len": key[0], "repetitions": key[1], "n_windows": counts[key]}
+        for out, table in metrics.items():
+            row[out] = table.get(key)
+        rows.append(row)
+    return rows
+
+
+def cell_summary(plan: CellPlan) -> dict[str, Any]:
+    """Everything known about one finished cell (the unit of summary.json)."""
+    results = _read_json(plan.eval_dir / "results.json")
+    train = _read_json(plan.train_dir / "summary.json")
+    metrics_path = plan.train_dir / "metrics.jsonl"
+    metrics = read_jsonl(metrics_path) if metrics_path.is_file() else []
+    overall = (results.get("summary") or {}).get("overall") or {}
+    out: dict[str, Any] = {"cell": plan.cell.id, "arm": plan.cell.arm, **plan.cell.values}
+    out["params"] = _first(train, "num_parameters", "params", "parameters") or \
+        (results.get("model") or {}).get("num_parameters")
+    out["tokens_seen"] = _first(train, "tokens_seen", "tokens", "total_tokens")
+    out["train_time_s"] = _first(train, "train_time_s", "wall_time_s", "wall_time", "time_s")
+    out["steps"] = _first(train, "steps", "step", "total_steps")
+    out.update(final_losses(metrics))
+    out.update({"n_windows": overall.get("n_windows"), "exact_match_rate": overall.get("exact_match_rate"),
+                "rouge_l": overall.get("rouge_l"), "token_match": overall.get("token_match")})
+    out.update(membership_numbers(results.get("membership")))
+    summary = results.get("summary") or {}
+    out["by_prefix_len"] = {str(p): {k: v.get(k) for k in ("n_windows", "exact_match_rate", "rouge_l")}
+                            for p, v in (summary.get("by_prefix_len") or {}).items()}
+    out["by_repetitions"] = {str(r): {k: v.get(k) for k in ("n_windows", "exact_match_rate", "rouge_l")}
+                             for r, v in (summary.get("by_repetitions") or {}).items()}
+    out["strata"] = stratum_rows(results.get("windows") or [])
+    return out
+
+
+_ROW_CELL_KEYS = ("params", "tokens_seen", "kept_tokens", "train_time_s", "mia_auc", "mia_auc_ci_low",
+                  "mia_auc_ci_high", "final_kept_loss", "final_dropped_loss", "heldout_loss", "heldout_ppl")
+
+
+def rows_of(cells: list[dict], axes: list[str]) -> list[dict]:
+    """Flatten cell summaries into the results.csv rows (cell x prefix length x repetition stratum)."""
+    rows = []
+    for c in cells:
+        base = {"cell": c["cell"], "arm": c["arm"], **{a: c.get(a) for a in axes}}
+        base.update({k: c.get(k) for k in _ROW_CELL_KEYS})
+        for s in c["strata"]:
+            rows.append({**base, **s})
+    return rows
+
+
+def to_csv(rows: list[dict]) -> str:
+    if not rows:
+        return ""
+    columns = list(rows[0])
+    for r in rows[1:]:
+        columns += [k for k in r if k not in columns]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in columns})
+    return buf.getvalue()
+
+
+def summary_of(cells: list[dict]) -> dict[str, dict]:
+    """summary.json: one entry per arm when each arm has a single cell (the demo), else one per cell."""
+    arms = [c["arm"] for c in cells]
+    one_per_arm = len(set(arms)) == len(arms)
+    keep = ("cell", "params", "tokens_seen", "kept_tokens", "dropped_tokens", "train_time_s", "steps",
+            "n_windows", "exact_match_rate", "rouge_l", "token_match", "mia_auc", "mia_auc_ci_low", "mia_auc_ci_high",
+            "mia_tpr_at_1pct_fpr", "mia_aucs", "final_kept_loss", "final_dropped_loss", "heldout_loss", "heldout_ppl",
+            "member_loss", "by_prefix_len", "by_repetitions")
+    return {(c["arm"] if one_per_arm else c["cell"]): {k: c.get(k) for k in keep} for c in cells}
+
+
+def aggregate(cfg: ExperimentConfig, plans: list[CellPlan], wall_time_s: float | None = None) -> dict:
+    """Read every finished cell, write results.csv/results.json/summary.json into the output folder."""
+    out = cfg.out_dir
+    done = [p for p in plans if is_done(p)]
+    cells = [cell_summary(p) for p in done]
+    axes = list(plans[0].cell.values) if plans else []
+    rows = rows_of(cells, axes)
+    results = {
+        "schema": RESULTS_SCHEMA, "experiment": cfg.name, "description": cfg.description, "axes": axes,
+        "arms": list(dict.fromkeys(p.cell.arm for p in plans)), "n_cells": len(plans), "n_done": len(done),
+        "wall_time_s": wall_time_s, "headline_attack": HEADLINE_ATTACK, "cells": cells, "rows": rows,
+        "missing": [p.cell.id for p in plans if not is_done(p)],
+    }
+    atomic_write_json(out / "results.json", results)
+    atomic_write_text(out / "results.csv", to_csv(rows))
+    atomic_write_json(out / "summary.json", summary_of(cells))
+    return results

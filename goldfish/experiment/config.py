@@ -1,0 +1,237 @@
+"""The experiment config: base sections, named arms and grid axes -> a list of cells.
+
+An experiment is ``base config + arm overrides + one value per grid axis``, crossed::
+
+    name: k_sweep
+    data_recipe: data/wikipedia_demo.yaml        # a `goldfish prepare` recipe; `data:` overrides it
+    train: {model: {name: llama-demo}, epochs: 60}
+    eval: {prefix_lens: [32, 78]}
+    arms:                                          # named override sets (dotted keys into data/train/eval)
+      standard: {train.loss.type: standard}
+      goldfish: {train.loss.type: goldfish, train.loss.goldfish.k: 4}
+    grid:                                          # axes; the cells are arms x the cross product of the axes
+      train.seed: [0, 1]                           # a dotted key and its values
+      size:                                        # a named axis of linked settings (one label per item)
+        - {label: 1M, train.model.name: llama-1M}
+        - {label: 10M, train.model.name: llama-10M, train.micro_batch_size: 8}
+
+Every cell's data/train/eval sections are built through the real config dataclasses when the experiment is
+*loaded* (:func:`plan_cells`), so a typo in cell 37 fails before cell 1 trains.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import itertools
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from ..config import check, from_dict, option, raise_problems, read_yaml, to_dict
+from ..errors import ConfigError
+
+SECTIONS = ("data", "train", "eval", "hardware")
+_GENERIC_KEYS = {"name", "path", "type", "value", "values"}
+
+
+@dataclasses.dataclass
+class HardwareConfig:
+    """The machine an experiment expects; used by ``--dry-run`` to check the layout and the memory per device."""
+
+    gpus: int = option(1, "number of devices (GPUs, or CPU processes) a cell trains on; the world size")
+    gpus_per_node: int = option(8, "devices per node (for the launch scripts)")
+    gpu: str = option("cpu", "device kind for the FLOP/time estimate: cpu, a100, h100, h200, gh200, mi250x-gcd, mi300x")
+    memory_gb: float = option(0.0, "memory per device in GiB; 0 = the device kind's usual size")
+    mfu: float = option(0.4, "model FLOPs utilisation assumed by the time estimate (0 < mfu <= 1)")
+    notes: str = option("", "free text: what the config was sized for")
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        check(self.gpus >= 1, problems, f"hardware.gpus={self.gpus} must be >= 1")
+        check(self.gpus_per_node >= 1, problems, f"hardware.gpus_per_node={self.gpus_per_node} must be >= 1")
+        check(self.memory_gb >= 0, problems, f"hardware.memory_gb={self.memory_gb} must be >= 0")
+        check(0 < self.mfu <= 1, problems, f"hardware.mfu={self.mfu} must be in (0, 1]")
+        raise_problems(problems)
+
+
+@dataclasses.dataclass
+class ExperimentConfig:
+    """A grid of prepare -> train -> eval cells and how to run and report them."""
+
+    name: str = option("experiment", "experiment name (also the default output folder runs/<name>)")
+    description: str = option("", "one paragraph: the question this experiment answers (copied into the report)")
+    out: str = option("", "output folder; empty = runs/<name>")
+    data_recipe: str = option("", "a `goldfish prepare` recipe YAML (e.g. data/wikipedia_demo.yaml); `data` overrides it")
+    data: dict = option(factory=dict, help="PrepareConfig keys on top of data_recipe (the data section of every cell)")
+    train: dict = option(factory=dict, help="TrainConfig keys shared by every cell (data.path and out are set per cell)")
+    eval: dict = option(factory=dict, help="EvalConfig keys shared by every cell (model, data and out are set per cell)")
+    arms: dict = option(factory=dict, help="arm name -> dotted overrides, e.g. goldfish: {train.loss.type: goldfish}")
+    grid: dict = option(factory=dict, help="axis -> list of values (dotted key) or of linked override mappings")
+    hardware: HardwareConfig = option(factory=HardwareConfig, help="the machine a cell expects (dry-run checks)")
+    prepared_root: str = option("", "folder holding prepared data, one sub-folder per distinct data config; "
+                                    "empty = <out>/prepared")
+    launcher: Literal["inprocess", "torchrun"] = option(
+        "inprocess", "inprocess: train in this process; torchrun: `torchrun -m goldfish train` per cell "
+                     "(multi-GPU; prefix with launcher_prefix, e.g. [srun, --ntasks-per-node=1])")
+    launcher_prefix: list[str] = option(factory=list, help="command words put before torchrun (e.g. srun ...)")
+    torchrun_args: list[str] = option(factory=list, help="extra torchrun arguments (e.g. --nnodes=8 --rdzv-backend=c10d)")
+    vocab_size_hint: int = option(0, "vocabulary size --dry-run assumes when the data is not prepared and the "
+                                     "recipe's tokenizer size is not known offline (0 = from the recipe)")
+    report_examples: int = option(3, "side-by-side generations per arm in the report")
+    headline_metric: str = option("exact_match_rate", "metric of the headline plots (exact_match_rate, rouge_l, "
+                                                      "token_match)")
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        check(bool(re.fullmatch(r"[A-Za-z0-9._-]+", self.name)), problems,
+              f"name={self.name!r} must use only letters, digits, '.', '_' and '-' (it names a folder)")
+        check(self.vocab_size_hint >= 0, problems, f"vocab_size_hint={self.vocab_size_hint} must be >= 0")
+        check(self.report_examples >= 0, problems, f"report_examples={self.report_examples} must be >= 0")
+        check(self.headline_metric in ("exact_match_rate", "rouge_l", "token_match"), problems,
+              f"headline_metric={self.headline_metric!r} must be exact_match_rate, rouge_l or token_match")
+        for arm, overrides in self.arms.items():
+            check(isinstance(overrides, dict) or overrides is None, problems,
+                  f"arms.{arm} must be a mapping of dotted keys to values, e.g. {{train.loss.type: goldfish}}")
+            check(bool(re.fullmatch(r"[A-Za-z0-9._-]+", str(arm))), problems,
+                  f"arm name {arm!r} must use only letters, digits, '.', '_' and '-'")
+        for axis, values in self.grid.items():
+            check(isinstance(values, list) and len(values) > 0, problems,
+                  f"grid.{axis} must be a non-empty list of values")
+        raise_problems(problems)
+        self.arms = {str(k): flatten(v or {}) for k, v in self.arms.items()}
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out or f"runs/{self.name}")
+
+    @property
+    def prepared_dir(self) -> Path:
+        return Path(self.prepared_root) if self.prepared_root else self.out_dir / "prepared"
+
+
+@dataclasses.dataclass
+class Cell:
+    """One point of the grid: an arm plus one value per axis. ``overrides`` are dotted keys incl. the section."""
+
+    id: str
+    arm: str
+    values: dict[str, Any]  # axis label -> value shown in tables (e.g. {"model": "llama-10M", "seed": 0})
+    overrides: dict[str, Any]  # "train.loss.goldfish.k" -> 4, ...
+
+
+def flatten(mapping: dict, prefix: str = "") -> dict[str, Any]:
+    """``{train: {loss: {type: x}}, "eval.p": 1}`` -> ``{"train.loss.type": x, "eval.p": 1}``."""
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        full = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, full + "."))
+        else:
+            out[full] = value
+    return out
+
+
+def set_dotted(data: dict, key: str, value: Any) -> None:
+    """``data["a"]["b"] = value`` for ``key="a.b"``, creating sections (a copy of the value is stored)."""
+    parts = key.split(".")
+    node = data
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[parts[-1]] = copy.deepcopy(value)
+
+
+def _axis_label(key: str) -> str:
+    """``train.model.name`` -> ``model``; ``train.seed`` -> ``seed``: the last non-generic component."""
+    parts = key.split(".")
+    for part in reversed(parts):
+        if part not in _GENERIC_KEYS:
+            return part
+    return parts[-1]
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=-]+", "-", text).strip("-") or "x"
+
+
+def _axis_points(axis: str, values: list) -> tuple[str, list[tuple[str, Any, dict[str, Any]]]]:
+    """(label, [(id part, shown value, overrides)]) for one grid axis."""
+    if "." in axis:  # a dotted key and scalar (or list) values
+        label = _axis_label(axis)
+        return label, [(f"{label}={_safe(str(v))}", v, {axis: v}) for v in values]
+    points = []
+    for i, item in enumerate(values):
+        if not isinstance(item, dict):
+            raise ConfigError(f"grid.{axis}[{i}]={item!r}: a named axis (no dot in '{axis}') takes mappings of dotted "
+                              f"keys, e.g. - {{label: 7b, train.model.name: llama-2-7b}}; or use a dotted key as the axis")
+        item = dict(item)
+        shown = str(item.pop("label", i))
+        points.append((f"{axis}={_safe(shown)}", shown, flatten(item)))
+    return axis, points
+
+
+def expand_cells(cfg: ExperimentConfig) -> list[Cell]:
+    """Arms x the cross product of the grid axes, grid-major (so both arms of a grid point finish together)."""
+    arms = cfg.arms or {"base": {}}
+    axes = [_axis_points(axis, values) for axis, values in cfg.grid.items()]
+    cells = []
+    for combo in itertools.product(*[points for _, points in axes]):
+        for arm, arm_overrides in arms.items():
+            overrides = dict(arm_overrides)
+            values: dict[str, Any] = {}
+            parts = [arm]
+            for (label, _), (part, shown, axis_overrides) in zip(axes, combo):
+                overrides.update(axis_overrides)
+                values[label] = shown
+                parts.append(part)
+            cells.append(Cell(id="__".join(parts), arm=arm, values=values, overrides=overrides))
+    ids = [c.id for c in cells]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise ConfigError(f"grid gives duplicate cell ids {dupes}; give the axis items distinct labels")
+    return cells
+
+
+def split_overrides(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Route dotted keys to their section: ``{"train": {"loss.type": ...}, "data": {...}, ...}``."""
+    routed: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
+    bad = []
+    for key, value in overrides.items():
+        section, _, rest = key.partition(".")
+        if section not in routed or not rest:
+            bad.append(key)
+            continue
+        routed[section][rest] = value
+    if bad:
+        raise ConfigError(f"override keys {bad} must start with one of {', '.join(s + '.' for s in SECTIONS)} "
+                          f"(e.g. train.loss.type)")
+    return routed
+
+
+def merged(base: dict, overrides: dict[str, Any]) -> dict:
+    """A deep copy of ``base`` with dotted ``overrides`` applied."""
+    out = copy.deepcopy(base)
+    for key, value in overrides.items():
+        set_dotted(out, key, value)
+    return out
+
+
+def data_hash(prepare_cfg: Any) -> str:
+    """12 hex digits identifying a resolved data config: cells with equal data share one prepared folder."""
+    blob = json.dumps(to_dict(prepare_cfg), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
+
+
+def load_data_recipe(cfg: ExperimentConfig) -> dict:
+    """The recipe YAML (if any) merged with the experiment's ``data`` section."""
+    base = read_yaml(cfg.data_recipe) if cfg.data_recipe else {}
+    return merged(base, flatten(cfg.data))
+
+
+def hardware_for(cfg: ExperimentConfig, overrides: dict[str, Any]) -> HardwareConfig:
+    """The cell's hardware section (experiment's, with ``hardware.*`` cell overrides)."""
+    return from_dict(HardwareConfig, merged(to_dict(cfg.hardware), overrides))

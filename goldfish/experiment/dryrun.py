@@ -1,0 +1,115 @@
+"""``goldfish experiment CONFIG --dry-run [--world-size N]``: validate everything, estimate, train nothing.
+
+For each cell: the three configs (already built by :func:`plan_cells`), the parallel layout against the world size
+(every factor printed on a mismatch), memory per device and a FLOP/time estimate (:mod:`goldfish.estimate`).
+A layout that does not divide or a cell that does not fit in the device memory is an error.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..errors import ConfigError
+from ..estimate import GIB, check_layout, device_memory_gib, estimate_memory, estimate_time, shape_of
+from .config import ExperimentConfig
+from .plan import CellPlan
+
+_KNOWN_VOCABS = {"gpt2": 50257}
+FIT_FRACTION = 0.9
+
+
+def vocab_size(cfg: ExperimentConfig, plan: CellPlan) -> int:
+    """The vocabulary the model will get: prepared manifest > vocab_size_hint > the recipe's tokenizer."""
+    manifest = plan.data_dir / "manifest.json"
+    if manifest.is_file():
+        return int(json.loads(manifest.read_text(encoding="utf-8"))["tokenizer"]["vocab_size"])
+    if cfg.vocab_size_hint:
+        return cfg.vocab_size_hint
+    tok = getattr(plan.prepare_cfg, "tokenizer", None)
+    name = getattr(tok, "name", None)
+    if name in _KNOWN_VOCABS:
+        return _KNOWN_VOCABS[name]
+    if name == "bpe" and getattr(tok, "vocab_size", None):
+        return int(tok.vocab_size)
+    raise ConfigError(f"cell {plan.cell.id}: the vocabulary size is unknown before the data is prepared; "
+                      f"set vocab_size_hint=N (e.g. 32000 for Llama-2, 128256 for Llama-3)")
+
+
+def total_tokens(plan: CellPlan, seq_len: int) -> float | None:
+    """Tokens the cell will train on: max_tokens, or max_steps x batch x seq_len, or epochs x prepared rows."""
+    s = plan.train_cfg.schedule
+    budgets = []
+    if s.max_tokens:
+        budgets.append(s.max_tokens)
+    if s.max_steps:
+        budgets.append(s.max_steps * s.global_batch_size * seq_len)
+    manifest = plan.data_dir / "manifest.json"
+    if s.epochs and manifest.is_file():
+        rows = json.loads(manifest.read_text(encoding="utf-8"))["counts"]["train"]
+        budgets.append(s.epochs * rows * seq_len)
+    return min(budgets) if budgets else None
+
+
+def estimate_cell(cfg: ExperimentConfig, plan: CellPlan, world_size: int | None) -> dict[str, Any]:
+    """Layout, memory and time of one cell (raises ConfigError when the layout is invalid)."""
+    hw = plan.hardware
+    world = world_size or hw.gpus
+    seq_len = int(getattr(plan.prepare_cfg, "seq_len", 0) or 2048)
+    shape = shape_of(plan.train_cfg.model, vocab_size(cfg, plan))
+    layout = check_layout(plan.train_cfg, shape, world)
+    par = plan.train_cfg.parallel
+    mem = estimate_memory(shape, layout, plan.train_cfg.schedule.micro_batch_size, seq_len,
+                          plan.train_cfg.precision, par.pp_microbatches, par.pp_schedule)
+    tokens = total_tokens(plan, seq_len)
+    flops = shape.flops_per_token(seq_len)
+    return {"cell": plan.cell.id, "world": world, "layout": layout.describe(), "params": shape.params,
+            "seq_len": seq_len, "memory_gib": mem.as_gib(), "device_gib": device_memory_gib(hw.gpu, hw.memory_gb),
+            "device": hw.gpu, "tokens": tokens, "flops_per_token": flops,
+            "total_flops": tokens * flops if tokens else None,
+            "time_s": estimate_time(tokens, flops, world, hw.gpu, hw.mfu)}
+
+
+def _fmt_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 86400 * 2:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def format_estimates(rows: list[dict]) -> str:
+    """The dry-run table: one line per cell."""
+    header = (f"{'cell':<34} {'world':>5} {'layout':<34} {'params':>9} {'weights+grads+adam':>18} {'activ.':>8} "
+              f"{'logits':>7} {'total/dev':>9} {'device':>10} {'tokens':>9} {'time':>9}")
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        m = r["memory_gib"]
+        state = m["weights"] + m["grads"] + m["optimizer"]
+        dev = f"{r['device_gib']:.0f} GiB" if r["device_gib"] else r["device"]
+        tokens = f"{r['tokens'] / 1e9:.2f} B" if r["tokens"] else "?"
+        lines.append(f"{r['cell'][:34]:<34} {r['world']:>5} {r['layout'][:34]:<34} {r['params'] / 1e9:>8.3f}B "
+                     f"{state:>14.1f} GiB {m['activations']:>4.1f} GiB {m['logits']:>3.1f} GiB {m['total']:>5.1f} GiB "
+                     f"{dev:>10} {tokens:>9} {_fmt_time(r['time_s']):>9}")
+    return "\n".join(lines)
+
+
+def dry_run(cfg: ExperimentConfig, plans: list[CellPlan],
+            world_size: int | None = None) -> tuple[list[dict], list[str]]:
+    """Estimate every cell: (rows of the valid cells, problems: invalid layouts and cells that do not fit)."""
+    rows, problems = [], []
+    for plan in plans:
+        try:
+            row = estimate_cell(cfg, plan, world_size)
+        except ConfigError as e:
+            problems.append(f"cell {plan.cell.id}: {e}")
+            continue
+        rows.append(row)
+        need, have = row["memory_gib"]["total"], row["device_gib"]
+        if have and need > FIT_FRACTION * have:
+            problems.append(f"cell {plan.cell.id} needs ~{need:.1f} GiB per device but {plan.hardware.gpu} has "
+                            f"{have:.0f} GiB; raise tp/pp (or axonn row/col/depth), enable parallel.fsdp, or lower "
+                            f"micro_batch_size")
+    return rows, problems

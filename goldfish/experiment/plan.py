@@ -1,0 +1,135 @@
+"""Resolve every cell into real prepare/train/eval configs -- all of them, before anything runs.
+
+The :class:`Pipeline` names the three config classes and the three functions a cell calls. The default one is the
+toolkit's own (``goldfish.data``, ``goldfish.train``, ``eval``); tests inject fakes with the same shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable
+
+from ..config import from_dict
+from ..errors import ConfigError
+from .config import Cell, ExperimentConfig, HardwareConfig, data_hash, expand_cells, hardware_for, load_data_recipe
+from .config import merged, split_overrides
+
+# Keys the runner sets in every cell (they wire the three phases together; a user value for them is replaced).
+TRAIN_WIRING = {"data": "data.path", "out": "out"}
+EVAL_WIRING = {"model": "model", "data": "data", "out": "out"}
+
+
+@dataclasses.dataclass
+class Pipeline:
+    """What a cell runs. ``prepare(cfg, out=, overwrite=False, progress=False) -> Path``, ``train(cfg) -> Path``,
+    ``evaluate(cfg) -> dict`` (the ``goldfish-eval/1`` results)."""
+
+    prepare_config: type
+    train_config: type
+    eval_config: type
+    prepare: Callable[..., Path]
+    train: Callable[[Any], Path]
+    evaluate: Callable[[Any], dict]
+
+
+def default_pipeline() -> Pipeline:
+    """The toolkit's own data, training and evaluation (imported here so `goldfish --help` stays instant)."""
+    from eval import EvalConfig, run_eval
+
+    from ..data import PrepareConfig, prepare
+    from ..train import train
+    from ..train_config import TrainConfig
+
+    return Pipeline(PrepareConfig, TrainConfig, EvalConfig, prepare, train, run_eval)
+
+
+@dataclasses.dataclass
+class CellPlan:
+    """A cell with its resolved configs and folders: ``<out>/cells/<id>/{train,eval}``, shared prepared data."""
+
+    cell: Cell
+    dir: Path
+    data_dir: Path
+    prepare_cfg: Any
+    train_cfg: Any
+    eval_cfg: Any
+    hardware: HardwareConfig
+
+    @property
+    def train_dir(self) -> Path:
+        return self.dir / "train"
+
+    @property
+    def eval_dir(self) -> Path:
+        return self.dir / "eval"
+
+    @property
+    def model_dir(self) -> Path:
+        return self.train_dir / "model"
+
+
+def _known_keys(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def _quiet(section: dict, cls: type) -> dict:
+    """Inner progress bars off (the experiment shows one bar over cells), unless the user set them."""
+    if "progress" in _known_keys(cls) and "progress" not in section:
+        section = dict(section, progress=False)
+    return section
+
+
+def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dict) -> CellPlan:
+    """Build one cell's three configs through their dataclasses (raises ConfigError naming the section)."""
+    routed = split_overrides(cell.overrides)
+    problems: list[str] = []
+
+    def build(cls: type, data: dict, section: str) -> Any:
+        try:
+            return from_dict(cls, data)
+        except ConfigError as e:
+            problems.append(f"{section}: {e}")
+            return None
+
+    prepare_cfg = build(pipeline.prepare_config, merged(recipe, routed["data"]), "data")
+    data_dir = cfg.prepared_dir / (data_hash(prepare_cfg) if prepare_cfg is not None else "invalid")
+    cell_dir = cfg.out_dir / "cells" / cell.id
+    train = merged(cfg.train, routed["train"])
+    train = merged(train, {TRAIN_WIRING["data"]: str(data_dir), TRAIN_WIRING["out"]: str(cell_dir / "train")})
+    train_cfg = build(pipeline.train_config, _quiet(train, pipeline.train_config), "train")
+    ev = merged(cfg.eval, routed["eval"])
+    ev = merged(ev, {EVAL_WIRING["model"]: str(cell_dir / "train" / "model"), EVAL_WIRING["data"]: str(data_dir),
+                     EVAL_WIRING["out"]: str(cell_dir / "eval")})
+    eval_cfg = build(pipeline.eval_config, _quiet(ev, pipeline.eval_config), "eval")
+    try:
+        hardware = hardware_for(cfg, {k.partition(".")[2]: v for k, v in cell.overrides.items()
+                                      if k.startswith("hardware.")})
+    except ConfigError as e:
+        problems.append(f"hardware: {e}")
+        hardware = cfg.hardware
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return CellPlan(cell, cell_dir, data_dir, prepare_cfg, train_cfg, eval_cfg, hardware)
+
+
+def plan_cells(cfg: ExperimentConfig, pipeline: Pipeline) -> list[CellPlan]:
+    """Plans for every cell, or ONE ConfigError listing every distinct problem with the cells it affects."""
+    recipe = load_data_recipe(cfg)
+    cells = expand_cells(cfg)
+    plans: list[CellPlan] = []
+    problems: dict[str, list[str]] = defaultdict(list)  # message -> cell ids
+    for cell in cells:
+        try:
+            plans.append(plan_cell(cfg, cell, pipeline, recipe))
+        except ConfigError as e:
+            for message in str(e).split("; "):
+                problems[message].append(cell.id)
+    if problems:
+        parts = []
+        for message, ids in problems.items():
+            where = "every cell" if len(ids) == len(cells) else ", ".join(ids[:3]) + (" ..." if len(ids) > 3 else "")
+            parts.append(f"{message} [{where}]")
+        raise ConfigError(f"experiment '{cfg.name}' has invalid cells: " + "; ".join(parts))
+    return plans

@@ -1,0 +1,128 @@
+"""Study plots: thin adapters from cell summaries to ``eval.report``'s comparison helpers, plus loss curves.
+
+Only :func:`loss_curves` draws with matplotlib directly (training curves are not an evaluation plot); everything
+else is built as series and handed to ``eval.report`` so the look and the log-linear fit live in one place.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+
+def bar_chart(values: dict[str, float | None], title: str, ylabel: str, path: Path) -> Path | None:
+    """One bar per arm/cell (cells without a value are left out)."""
+    from eval.report import bar_chart as _bar
+
+    values = {k: v for k, v in values.items() if v is not None}
+    if not values:
+        return None
+    _bar(values, title=title, ylabel=ylabel, path=path)
+    return Path(path)
+
+
+def roc_curves(curves: dict[str, dict], path: Path) -> Path | None:
+    """ROC of the LOSS membership attack, one curve per arm/cell (``{"fpr", "tpr", "auc"}`` each)."""
+    from eval.report import roc_plot
+
+    curves = {k: v for k, v in curves.items() if v.get("fpr")}
+    if not curves:
+        return None
+    roc_plot({k: (v["fpr"], v["tpr"], v.get("auc")) for k, v in curves.items()},
+             title="membership inference (LOSS attack)", path=path)
+    return Path(path)
+
+
+def loss_curves(curves: dict[str, list[dict]], path: Path) -> Path | None:
+    """Training loss on kept vs dropped tokens per arm (dropped = measured, never trained on)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = {k: v for k, v in curves.items() if v}
+    if not curves:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for i, (name, metrics) in enumerate(curves.items()):
+        color = f"C{i % 10}"
+        steps = [m["step"] for m in metrics]
+        ax.plot(steps, [m.get("kept_loss") for m in metrics], color=color, label=f"{name}: kept tokens")
+        dropped = [(m["step"], m["dropped_loss"]) for m in metrics if m.get("dropped_loss") is not None
+                   and (m.get("dropped_tokens") or 0) > 0]
+        if dropped:
+            ax.plot(*zip(*dropped), color=color, linestyle="--", label=f"{name}: dropped tokens (not trained)")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("cross-entropy (nats/token)")
+    ax.set_yscale("log")
+    ax.set_title("training loss: kept vs dropped tokens")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    _save(fig, Path(path))
+    plt.close(fig)
+    return Path(path)
+
+
+def _save(fig: Any, path: Path) -> None:
+    """Save to a temp name, then rename (an interrupted run never leaves a torn PNG)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=120)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _series(points: list[tuple[str, float, float]]) -> dict[str, tuple[list[float], list[float]]]:
+    """(series, x, y) points -> per series sorted x and the mean y at each x (e.g. averaged over seeds)."""
+    acc: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for name, x, y in points:
+        if x is not None and y is not None:
+            acc[name][x].append(y)
+    return {name: (sorted(xs), [sum(xs[x]) / len(xs[x]) for x in sorted(xs)]) for name, xs in acc.items()}
+
+
+def _stratum_mean(strata: list[dict], by: str, metric: str) -> dict[Any, float]:
+    acc: dict[Any, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for s in strata:
+        if s.get(metric) is not None and s[by] is not None:
+            acc[s[by]][0] += s["n_windows"] * s[metric]
+            acc[s[by]][1] += s["n_windows"]
+    return {k: v[0] / v[1] for k, v in acc.items() if v[1]}
+
+
+def metric_vs_x(cells: list[dict], metric: str, metric_name: str, out: Path) -> list[Path]:
+    """Memorisation vs model size (overall and single-exposure), vs repetitions and vs prefix length."""
+    from eval.report import line_plot
+
+    paths = []
+    sizes = {c.get("params") for c in cells if c.get("params")}
+    if len(sizes) > 1:
+        series = _series([(c["arm"], c["params"], c.get(metric)) for c in cells])
+        paths.append(line_plot(series, title=f"{metric_name} vs model size", xlabel="parameters", ylabel=metric_name,
+                               path=out / f"{metric}_vs_size.png", logx=True, fit=True))
+        reps = {s["repetitions"] for c in cells for s in c["strata"]}
+        if 1 in reps and len(reps) > 1:
+            single = _series([(c["arm"], c["params"], _stratum_mean(c["strata"], "repetitions", metric).get(1))
+                              for c in cells])
+            paths.append(line_plot(single, title=f"{metric_name} of documents seen once vs model size",
+                                   xlabel="parameters", ylabel=metric_name,
+                                   path=out / f"{metric}_single_exposure_vs_size.png", logx=True, fit=True))
+    for by, xlabel, logx in (("repetitions", "repetitions in training", True), ("prefix_len", "prefix length", False)):
+        values = {s[by] for c in cells for s in c["strata"] if s[by] is not None}
+        if len(values) < 2:
+            continue
+        points = []
+        for c in cells:
+            name = c["arm"] if not c.get("params") or len(sizes) < 2 else f"{c['arm']} {c['params'] / 1e6:.1f}M"
+            points += [(name, x, y) for x, y in _stratum_mean(c["strata"], by, metric).items()
+                       if not (logx and x <= 0)]
+        paths.append(line_plot(_series(points), title=f"{metric_name} vs {xlabel}", xlabel=xlabel,
+                               ylabel=metric_name, path=out / f"{metric}_vs_{by}.png", logx=logx, fit=logx))
+    return [Path(p) for p in paths if p is not None]

@@ -1,0 +1,200 @@
+"""The study report: ``<out>/report.md`` with headline tables and plots, and the terminal headline table.
+
+Plots are drawn by ``eval.report``'s comparison helpers (bars per arm, ROC per arm, metric-vs-x with a log-linear
+fit); only the training-loss curves (kept vs dropped tokens, from each cell's ``metrics.jsonl``) are drawn here,
+because they come from training, not from evaluation. Which plots appear depends on what the grid varies: several
+model sizes -> memorisation vs size (log-x, Carlini et al.'s log-linear fit), several repetition strata ->
+memorisation vs repetitions, several prefix lengths -> vs prefix length.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from ..io import atomic_write_text, read_jsonl
+from .config import ExperimentConfig
+from .plots import bar_chart, loss_curves, metric_vs_x, roc_curves
+
+METRIC_NAMES = {"exact_match_rate": "exact-match rate", "rouge_l": "ROUGE-L", "token_match": "token match"}
+
+
+def _fmt(value: Any, kind: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if kind == "pct":
+        return f"{100 * value:.1f} %"
+    if kind == "int":
+        return f"{int(value):,}"
+    if kind == "params":
+        return f"{value / 1e6:.2f} M" if value < 1e9 else f"{value / 1e9:.2f} B"
+    if kind == "s":
+        return f"{value:.0f} s"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def cell_label(cell: dict, axes: list[str], one_per_arm: bool) -> str:
+    """``goldfish`` for the demo; ``goldfish model=llama-10M seed=0`` when the grid has axes."""
+    if one_per_arm or not axes:
+        return cell["arm"]
+    return cell["arm"] + " " + " ".join(f"{a}={cell.get(a)}" for a in axes)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def headline_table(results: dict, markdown: bool = True) -> str:
+    """Per cell: exact match, ROUGE-L, MIA AUC (LOSS attack, 95 % CI), held-out loss, token budget, train time."""
+    cells, axes = results["cells"], results["axes"]
+    one = len({c["arm"] for c in cells}) == len(cells)
+    header = ["cell", "params", "tokens", "kept tokens", "train time", "exact match", "ROUGE-L", "MIA AUC (loss)",
+              "held-out loss", "final kept / dropped loss"]
+    rows = []
+    for c in cells:
+        ci = (f" [{_fmt(c.get('mia_auc_ci_low'))}, {_fmt(c.get('mia_auc_ci_high'))}]"
+              if c.get("mia_auc_ci_low") is not None else "")
+        rows.append([cell_label(c, axes, one), _fmt(c.get("params"), "params"), _fmt(c.get("tokens_seen"), "int"),
+                     _fmt(c.get("kept_tokens"), "int"), _fmt(c.get("train_time_s"), "s"),
+                     _fmt(c.get("exact_match_rate"), "pct"), _fmt(c.get("rouge_l")), _fmt(c.get("mia_auc")) + ci,
+                     _fmt(c.get("heldout_loss")),
+                     f"{_fmt(c.get('final_kept_loss'))} / {_fmt(c.get('final_dropped_loss'))}"])
+    if markdown:
+        return _table(header, rows)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join([fmt.format(*header)] + [fmt.format(*r) for r in rows])
+
+
+def stratum_table(results: dict, by: str) -> str:
+    """Rows: cells; columns: values of ``by`` (prefix_len or repetitions); entries: exact match % / ROUGE-L."""
+    cells, axes = results["cells"], results["axes"]
+    one = len({c["arm"] for c in cells}) == len(cells)
+    values = sorted({s[by] for c in cells for s in c["strata"] if s[by] is not None})
+    header = ["cell"] + [f"{by}={v}" for v in values]
+    rows = []
+    for c in cells:
+        agg = _mean_over(c["strata"], by)
+        rows.append([cell_label(c, axes, one)] + [
+            f"{_fmt(agg[v]['exact_match_rate'], 'pct')} / {_fmt(agg[v]['rouge_l'])}" if v in agg else "-"
+            for v in values])
+    return _table(header, rows)
+
+
+def _mean_over(strata: list[dict], by: str) -> dict[Any, dict[str, float]]:
+    """Window-weighted means of the stratum metrics grouped by one key (the other key is pooled)."""
+    acc: dict[Any, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for s in strata:
+        n = s["n_windows"]
+        acc[s[by]]["n"] += n
+        for m in ("exact_match_rate", "rouge_l", "token_match"):
+            if s.get(m) is not None:
+                acc[s[by]][m] += n * s[m]
+    return {k: {m: (v[m] / v["n"] if v["n"] else None) for m in ("exact_match_rate", "rouge_l", "token_match")}
+            for k, v in acc.items()}
+
+
+def single_exposure_table(results: dict) -> str | None:
+    """Memorisation of documents seen once (repetitions = 1) per cell -- the SC24 'catastrophic' question."""
+    cells, axes = results["cells"], results["axes"]
+    rows = []
+    for c in sorted(cells, key=lambda c: (c["arm"], c.get("params") or 0)):
+        agg = _mean_over(c["strata"], "repetitions")
+        if 1 in agg:
+            rows.append([cell_label(c, axes, False), _fmt(c.get("params"), "params"),
+                         _fmt(agg[1]["exact_match_rate"], "pct"), _fmt(agg[1]["rouge_l"])])
+    if not rows:
+        return None
+    return _table(["cell", "params", "exact match (rep. 1)", "ROUGE-L (rep. 1)"], rows)
+
+
+def _examples(cfg: ExperimentConfig, results: dict) -> str:
+    """A few side-by-side generations per arm (same documents in every arm), mismatches highlighted."""
+    from eval.report import highlight_differences
+
+    if cfg.report_examples <= 0:
+        return ""
+    first: dict[str, dict] = {}
+    for c in results["cells"]:
+        first.setdefault(c["arm"], c)
+    parts = []
+    chosen: list[tuple] | None = None
+    for arm, c in first.items():
+        path = Path(cfg.out_dir) / "cells" / c["cell"] / "eval" / "results.json"
+        windows = [w for w in json.loads(path.read_text(encoding="utf-8"))["windows"]
+                   if w.get("split") in (None, "members")]
+        if chosen is None:
+            chosen = [(w["doc_id"], w["prefix_len"]) for w in windows[: cfg.report_examples]]
+        by_key = {(w["doc_id"], w["prefix_len"]): w for w in windows}
+        parts.append(f"### {arm}\n")
+        for key in chosen:
+            w = by_key.get(key)
+            if w is None:
+                continue
+            gen, truth = highlight_differences(w["generation"], w["truth"])
+            verdict = "verbatim" if w["exact_match"] else f"ROUGE-L {w['rouge_l']:.2f}"
+            parts.append(f"**{w.get('title') or w['doc_id']}** (prefix {w['prefix_len']} tokens, {verdict})\n\n"
+                         f"- generated: {gen}\n- truth: {truth}\n")
+    return "\n".join(parts)
+
+
+def write_study_report(cfg: ExperimentConfig, results: dict, out: Path) -> Path:
+    """Write report.md (+ PNGs) for the finished cells; returns the report path."""
+    out = Path(out)
+    cells = results["cells"]
+    lines = [f"# Experiment `{results['experiment']}`", ""]
+    if results.get("description"):
+        lines += [results["description"], ""]
+    lines += [f"{results['n_done']} of {results['n_cells']} cells finished"
+              + (f" (missing: {', '.join(results['missing'])})" if results["missing"] else "") + ".", ""]
+    if not cells:
+        atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+        return out / "report.md"
+    lines += ["## Headline", "", headline_table(results), "",
+              "MIA AUC: LOSS attack, members (trained text) vs nonmembers, 95 % bootstrap CI; 0.5 = chance. "
+              "Held-out loss: mean per-token NLL of the nonmember text (lower = better language model).", ""]
+    for by, title in (("prefix_len", "By prefix length"), ("repetitions", "By repetition count")):
+        lines += [f"## {title} (exact match / ROUGE-L)", "", stratum_table(results, by), ""]
+    single = single_exposure_table(results)
+    if single and len({s["repetitions"] for c in cells for s in c["strata"]}) > 1:
+        lines += ["## Single-exposure memorisation (documents seen once)", "", single, ""]
+    plots = make_plots(cfg, results, out)
+    if plots:
+        lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
+    examples = _examples(cfg, results)
+    if examples:
+        lines += ["## Side-by-side generations (differences in bold / struck through)", "", examples]
+    path = out / "report.md"
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return path
+
+
+def make_plots(cfg: ExperimentConfig, results: dict, out: Path) -> list[Path]:
+    """Every plot the grid supports (see the module docstring)."""
+    cells, axes = results["cells"], results["axes"]
+    one = len({c["arm"] for c in cells}) == len(cells)
+    label = {c["cell"]: cell_label(c, axes, one) for c in cells}
+    metric = cfg.headline_metric
+    paths: list[Path] = []
+    if len(cells) <= 16:
+        for m in ("exact_match_rate", "rouge_l"):
+            paths.append(bar_chart({label[c["cell"]]: c.get(m) for c in cells}, METRIC_NAMES[m] + " per arm",
+                                   METRIC_NAMES[m], out / f"{m}_by_arm.png"))
+        paths.append(bar_chart({label[c["cell"]]: c.get("heldout_loss") for c in cells},
+                               "held-out (nonmember) loss per arm", "mean NLL (nats/token)",
+                               out / "heldout_loss_by_arm.png"))
+        roc = {label[c["cell"]]: c["mia_roc"] for c in cells if c.get("mia_roc")}
+        if roc:
+            paths.append(roc_curves(roc, out / "roc_by_arm.png"))
+        curves = {label[c["cell"]]: read_jsonl(Path(cfg.out_dir) / "cells" / c["cell"] / "train" / "metrics.jsonl")
+                  for c in cells}
+        paths.append(loss_curves(curves, out / "loss_curves.png"))
+    paths += metric_vs_x(cells, metric, METRIC_NAMES[metric], out)
+    return [p for p in paths if p is not None]

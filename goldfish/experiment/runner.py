@@ -1,0 +1,132 @@
+"""Run the cells: prepare -> train -> eval, each cell finished by an atomic ``DONE`` marker.
+
+Resumability is per phase: prepared data is a complete folder or absent (written atomically by ``prepare``); a
+cell's training is finished once ``train/summary.json`` exists (a killed run resumes from the trainer's own
+checkpoints); evaluation resumes from its partial results. ``DONE`` is written last, so a rerun skips exactly the
+finished cells and redoes only the one that was interrupted.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from tqdm.auto import tqdm
+
+from ..config import load_config, save_config, to_dict
+from ..errors import UserError
+from ..io import atomic_write_json
+from .config import ExperimentConfig
+from .plan import CellPlan, Pipeline, default_pipeline, plan_cells
+
+DONE = "DONE"
+
+
+def load_experiment(path: str | Path | None, overrides: list[str] = ()) -> ExperimentConfig:
+    """YAML + ``key=value`` overrides -> a validated :class:`ExperimentConfig` (cells are checked by plan_cells)."""
+    return load_config(ExperimentConfig, path, list(overrides))
+
+
+def is_done(plan: CellPlan) -> bool:
+    return (plan.dir / DONE).is_file()
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _torchrun_train(cfg: ExperimentConfig, plan: CellPlan) -> None:
+    """Train one cell with ``torchrun -m goldfish train`` (the cell's resolved config is saved beside it)."""
+    config_path = plan.dir / "train_config.yaml"
+    save_config(plan.train_cfg, config_path)
+    cmd = [*cfg.launcher_prefix, sys.executable, "-m", "torch.distributed.run",
+           f"--nproc_per_node={min(plan.hardware.gpus, plan.hardware.gpus_per_node)}", *cfg.torchrun_args,
+           "-m", "goldfish", "train", str(config_path)]
+    print(f"[{plan.cell.id}] {shlex.join(cmd)}", file=sys.stderr)
+    rc = subprocess.call(cmd)
+    if rc != 0:
+        raise UserError(f"training cell {plan.cell.id} failed (exit status {rc}); its log is above; rerun the "
+                        f"experiment to resume from the last checkpoint")
+
+
+def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
+             phase: Callable[[str], None] = lambda _: None) -> dict:
+    """Run (or resume) one cell; returns its record (also written to ``<cell>/cell.json``)."""
+    times: dict[str, float] = {}
+    if not (plan.data_dir / "manifest.json").is_file():
+        phase("prepare")
+        t0 = time.perf_counter()
+        pipeline.prepare(plan.prepare_cfg, out=plan.data_dir, overwrite=False, progress=False)
+        times["prepare_s"] = time.perf_counter() - t0
+    if not (plan.train_dir / "summary.json").is_file():
+        phase("train")
+        t0 = time.perf_counter()
+        if cfg.launcher == "torchrun":
+            _torchrun_train(cfg, plan)
+        else:
+            pipeline.train(plan.train_cfg)
+        times["train_s"] = time.perf_counter() - t0
+    if not (plan.eval_dir / "results.json").is_file():
+        phase("eval")
+        t0 = time.perf_counter()
+        pipeline.evaluate(plan.eval_cfg)
+        times["eval_s"] = time.perf_counter() - t0
+    record = {
+        "cell": plan.cell.id, "arm": plan.cell.arm, "values": plan.cell.values, "overrides": plan.cell.overrides,
+        "data_dir": str(plan.data_dir), "finished": _now(), "phase_seconds_this_run": times,
+    }
+    save_config(plan.train_cfg, plan.dir / "train_config.yaml")
+    save_config(plan.eval_cfg, plan.dir / "eval_config.yaml")
+    atomic_write_json(plan.dir / "cell.json", record)
+    atomic_write_json(plan.dir / DONE, {"finished": record["finished"]})  # last: the cell is complete
+    return record
+
+
+def run_experiment(cfg: ExperimentConfig, pipeline: Pipeline | None = None, *, progress: bool = True,
+                   only: Callable[[str], bool] | None = None) -> Path:
+    """Run every unfinished cell, then aggregate results and write the report. Returns the output folder."""
+    from .aggregate import aggregate
+    from .report import write_study_report
+
+    pipeline = pipeline or default_pipeline()
+    plans = plan_cells(cfg, pipeline)  # fail fast: every cell's config is valid before any work
+    if only is not None:
+        plans = [p for p in plans if only(p.cell.id)]
+    out = cfg.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, out / "experiment.yaml")
+    todo = [p for p in plans if not is_done(p)]
+    start = time.perf_counter()
+    bar = tqdm(total=len(plans), initial=len(plans) - len(todo), unit="cell", desc=cfg.name,
+               disable=not progress, dynamic_ncols=True)
+    try:
+        for plan in todo:
+            def phase(name: str, _id: str = plan.cell.id) -> None:
+                bar.set_postfix_str(f"{_id}: {name}")
+
+            run_cell(cfg, plan, pipeline, phase)
+            bar.update(1)
+    finally:
+        bar.close()
+    results = aggregate(cfg, plans, wall_time_s=time.perf_counter() - start)
+    write_study_report(cfg, results, out)
+    return out
+
+
+def describe_plans(plans: list[CellPlan]) -> str:
+    """One line per cell: id, state, data folder -- for ``--list``."""
+    lines = []
+    for p in plans:
+        state = "done" if is_done(p) else ("trained" if (p.train_dir / "summary.json").is_file() else "todo")
+        lines.append(f"{p.cell.id:<48} {state:<8} data={p.data_dir}")
+    return "\n".join(lines)
+
+
+def resolved_cell_configs(plan: CellPlan) -> dict[str, Any]:
+    """The three resolved sections of a cell as plain dicts (for --dry-run output and tests)."""
+    return {"data": to_dict(plan.prepare_cfg), "train": to_dict(plan.train_cfg), "eval": to_dict(plan.eval_cfg)}

@@ -1,0 +1,312 @@
+"""The experiment runner with fake phases: grid expansion, fail-fast validation, resumability, aggregation.
+
+Fake prepare/train/eval phases have the real signatures and run in milliseconds.
+
+The fakes write the same files the real phases write (manifest.json; metrics.jsonl + summary.json + model/;
+results.json in the ``goldfish-eval/1`` schema), with numbers that are simple functions of the cell's settings so
+aggregation can be checked by hand: a member window is memorised iff ``(doc + repetitions) % mod == 0`` with
+``mod = 1`` for the standard loss (everything memorised) and ``mod = k`` for Goldfish.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from goldfish.config import check, option, raise_problems
+from goldfish.config import from_dict
+from goldfish.errors import ConfigError
+from goldfish.experiment import DONE, ExperimentConfig, Pipeline, expand_cells, plan_cells, run_experiment
+from goldfish.io import atomic_write_json
+
+SIZES = {"tiny": 1_000_000, "small": 3_000_000, "big": 10_000_000}
+
+
+@dataclasses.dataclass
+class FakePrepare:
+    name: str = option("fake", "recipe name")
+    seq_len: int = option(16, "tokens per row")
+    repetitions: list[int] = option(factory=lambda: [1], help="repetition strata")
+    num_members: int = option(4, "member documents")
+    seed: int = option(0, "seed")
+
+
+@dataclasses.dataclass
+class FakeData:
+    path: str = option("", "prepared folder")
+
+
+@dataclasses.dataclass
+class FakeLoss:
+    type: str = option("standard", "standard | goldfish")
+    k: int = option(4, "goldfish k")
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        check(self.k >= 2, problems, f"loss.k={self.k} must be >= 2")
+        raise_problems(problems)
+
+
+@dataclasses.dataclass
+class FakeTrain:
+    data: FakeData = option(factory=FakeData, help="data")
+    loss: FakeLoss = option(factory=FakeLoss, help="loss")
+    model: str = option("tiny", "size")
+    steps: int = option(20, "steps")
+    seed: int = option(0, "seed")
+    out: str = option("", "run folder")
+    progress: bool = option(True, "bar")
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        check(self.model in SIZES, problems, f"model={self.model!r} is not one of {sorted(SIZES)}")
+        raise_problems(problems)
+
+
+@dataclasses.dataclass
+class FakeEval:
+    model: str = option("", "model folder")
+    data: str = option("", "prepared folder")
+    out: str = option("", "out")
+    prefix_lens: list[int] = option(factory=lambda: [4, 8], help="prefix lengths")
+
+
+class Calls:
+    """Records what ran, and can fail on the n-th training call (a crash in the middle of an experiment)."""
+
+    def __init__(self, fail_on_train: int | None = None):
+        self.prepared: list[str] = []
+        self.trained: list[str] = []
+        self.evaluated: list[str] = []
+        self.fail_on_train = fail_on_train
+
+
+def _run_config(run_dir: Path) -> dict:
+    return json.loads((run_dir / "fake_config.json").read_text())
+
+
+def make_pipeline(calls: Calls) -> Pipeline:
+    def prepare(cfg: FakePrepare, out, overwrite=False, progress=True) -> Path:
+        out = Path(out)
+        assert not out.exists() or overwrite
+        calls.prepared.append(str(out))
+        docs = [{"doc": d, "repetitions": cfg.repetitions[d % len(cfg.repetitions)]} for d in range(cfg.num_members)]
+        atomic_write_json(out / "docs.json", docs)
+        atomic_write_json(out / "manifest.json", {"format": "goldfish-prepared/1", "counts": {"train": 8},
+                                                  "tokenizer": {"vocab_size": 100}})
+        return out
+
+    def train(cfg: FakeTrain) -> Path:
+        calls.trained.append(cfg.out)
+        if calls.fail_on_train is not None and len(calls.trained) == calls.fail_on_train:
+            raise RuntimeError("simulated crash during training")
+        out = Path(cfg.out)
+        out.mkdir(parents=True, exist_ok=True)
+        k = cfg.loss.k if cfg.loss.type == "goldfish" else 1
+        lines = []
+        for step in range(1, cfg.steps + 1):
+            kept, dropped = 100 - (100 // k if k > 1 else 0), (100 // k if k > 1 else 0)
+            lines.append(json.dumps({"step": step, "kept_loss": 10.0 / step, "dropped_loss": 5.0 if dropped else None,
+                                     "kept_tokens": kept, "dropped_tokens": dropped}))
+        (out / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+        (out / "model").mkdir(exist_ok=True)
+        atomic_write_json(out / "fake_config.json", {"k": k, "data": cfg.data.path})
+        atomic_write_json(out / "summary.json", {"num_parameters": SIZES[cfg.model], "tokens_seen": 100 * cfg.steps,
+                                                 "wall_time_s": 1.5})
+        return out
+
+    def evaluate(cfg: FakeEval) -> dict:
+        calls.evaluated.append(cfg.out)
+        run = _run_config(Path(cfg.model).parent)
+        docs = json.loads((Path(cfg.data) / "docs.json").read_text())
+        windows = []
+        for p in cfg.prefix_lens:
+            for d in docs:
+                hit = (d["doc"] + d["repetitions"]) % run["k"] == 0
+                windows.append({"doc_id": f"d{d['doc']}", "title": f"Doc {d['doc']}", "split": "members",
+                                "repetitions": d["repetitions"], "prefix_len": p, "suffix_len": 4,
+                                "exact_match": hit, "token_match": 1.0 if hit else 0.5,
+                                "rouge_l": 1.0 if hit else 0.25, "generation": "a b c d" if hit else "a x c y",
+                                "truth": "a b c d"})
+        members = [-1.0] * len(docs)
+        nonmembers = [-3.0] * len(docs)
+        results = {"schema": "goldfish-eval/1", "windows": windows,
+                   "summary": {"overall": {"n_windows": len(windows),
+                                           "exact_match_rate": sum(w["exact_match"] for w in windows) / len(windows),
+                                           "rouge_l": sum(w["rouge_l"] for w in windows) / len(windows),
+                                           "token_match": sum(w["token_match"] for w in windows) / len(windows)}},
+                   "membership": {"attacks": {"loss": {"auc": 0.9 if run["k"] == 1 else 0.6, "auc_ci_low": 0.5,
+                                                       "auc_ci_high": 1.0, "tpr_at_1pct_fpr": 0.1,
+                                                       "roc_fpr": [0, 0.5, 1], "roc_tpr": [0, 0.9, 1]}},
+                                  "scores": {"loss": {"members": members, "nonmembers": nonmembers}}}}
+        atomic_write_json(Path(cfg.out) / "results.json", results)
+        return results
+
+    return Pipeline(FakePrepare, FakeTrain, FakeEval, prepare, train, evaluate)
+
+
+def experiment(tmp_path: Path, **extra) -> ExperimentConfig:
+    data = {
+        "name": "fake", "out": str(tmp_path / "exp"),
+        "data": {"seq_len": 16, "repetitions": [1, 2]},
+        "train": {"steps": 20},
+        "eval": {"prefix_lens": [4, 8]},
+        "arms": {"standard": {"train.loss.type": "standard"},
+                 "goldfish": {"train.loss.type": "goldfish", "train.loss.k": 2}},
+        "grid": {"train.model": ["tiny", "big"]},
+    }
+    data.update(extra)
+    return from_dict(ExperimentConfig, data)
+
+
+def test_cells_are_arms_times_grid_with_readable_ids(tmp_path):
+    cfg = experiment(tmp_path, grid={"train.model": ["tiny", "big"], "train.seed": [0, 1],
+                                     "data_axis": [{"label": "short", "data.seq_len": 8},
+                                                   {"label": "long", "data.seq_len": 32}]})
+    cells = expand_cells(cfg)
+    assert len(cells) == 2 * 2 * 2 * 2
+    assert cells[0].id == "standard__model=tiny__seed=0__data_axis=short"
+    assert cells[1].id == "goldfish__model=tiny__seed=0__data_axis=short"
+    assert cells[1].overrides == {"train.loss.type": "goldfish", "train.loss.k": 2, "train.model": "tiny",
+                                  "train.seed": 0, "data.seq_len": 8}
+    assert cells[-1].values == {"model": "big", "seed": 1, "data_axis": "long"}
+
+
+def test_cells_with_equal_data_share_one_prepared_folder(tmp_path):
+    cfg = experiment(tmp_path, grid={"train.model": ["tiny", "big"], "data.seed": [0, 1]})
+    plans = plan_cells(cfg, make_pipeline(Calls()))
+    assert len(plans) == 8
+    assert len({p.data_dir for p in plans}) == 2  # two distinct data configs (data.seed), whatever the arm/model
+    for p in plans:
+        assert p.train_cfg.data.path == str(p.data_dir)
+        assert p.train_cfg.out == str(p.dir / "train")
+        assert p.eval_cfg.model == str(p.dir / "train" / "model")
+        assert p.train_cfg.progress is False  # one progress bar: the experiment's
+
+
+def test_every_cell_is_validated_before_anything_runs(tmp_path):
+    calls = Calls()
+    cfg = experiment(tmp_path, grid={"train.model": ["tiny", "huge"]},
+                     arms={"a": {"train.loss.k": 1}, "b": {"train.loss.k": 4}})
+    with pytest.raises(ConfigError) as info:
+        run_experiment(cfg, make_pipeline(calls), progress=False)
+    message = str(info.value)
+    assert "model='huge' is not one of" in message and "loss.k=1 must be >= 2" in message
+    assert "[a__model=tiny, a__model=huge]" in message  # each problem names the cells it affects
+    assert calls.prepared == [] and calls.trained == []  # failed fast: nothing ran
+    assert not (tmp_path / "exp").exists()
+
+
+def test_unknown_section_in_an_arm_is_one_clear_error(tmp_path):
+    cfg = experiment(tmp_path, arms={"x": {"training.loss.k": 3}})
+    with pytest.raises(ConfigError, match=r"must start with one of data\., train\., eval\., hardware\."):
+        plan_cells(cfg, make_pipeline(Calls()))
+
+
+def test_a_crash_resumes_with_only_the_unfinished_cells(tmp_path):
+    cfg = experiment(tmp_path)
+    crashed = Calls(fail_on_train=2)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_experiment(cfg, make_pipeline(crashed), progress=False)
+    cells = tmp_path / "exp" / "cells"
+    done = sorted(p.parent.name for p in cells.glob(f"*/{DONE}"))
+    assert done == ["standard__model=tiny"]
+    assert len(crashed.prepared) == 1  # shared data prepared once
+
+    rerun = Calls()
+    run_experiment(cfg, make_pipeline(rerun), progress=False)
+    trained = [Path(p).parent.name for p in rerun.trained]
+    assert trained == ["goldfish__model=tiny", "standard__model=big", "goldfish__model=big"]
+    assert rerun.prepared == []  # the prepared folder is complete and reused
+    assert len(list(cells.glob(f"*/{DONE}"))) == 4
+
+    again = Calls()
+    run_experiment(cfg, make_pipeline(again), progress=False)
+    assert again.trained == [] and again.evaluated == []  # everything done: only re-aggregation
+
+
+def test_a_trained_cell_is_not_retrained_when_eval_was_interrupted(tmp_path):
+    cfg = experiment(tmp_path, grid={})
+    calls = Calls()
+    pipeline = make_pipeline(calls)
+    real_eval = pipeline.evaluate
+
+    def flaky_eval(c):
+        raise KeyboardInterrupt
+
+    pipeline.evaluate = flaky_eval
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg, pipeline, progress=False)
+    pipeline.evaluate = real_eval
+    calls2 = Calls()
+    p2 = make_pipeline(calls2)
+    run_experiment(cfg, p2, progress=False)
+    assert calls2.trained == [] and len(calls2.evaluated) == 2
+
+
+def _hand_rate(k: int, reps: int, docs=range(4), repetitions=(1, 2)) -> float:
+    """Exact-match rate of one stratum under the fake rule (doc + repetitions) % k == 0."""
+    members = [d for d in docs if repetitions[d % len(repetitions)] == reps]
+    return sum((d + reps) % k == 0 for d in members) / len(members)
+
+
+def test_aggregation_matches_a_hand_computation(tmp_path):
+    cfg = experiment(tmp_path)
+    run_experiment(cfg, make_pipeline(Calls()), progress=False)
+    out = tmp_path / "exp"
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    # 4 cells x 2 prefix lengths x 2 repetition strata
+    assert len(rows) == 16
+    by = {(r["cell"], r["prefix_len"], r["repetitions"]): r for r in rows}
+    for model in ("tiny", "big"):
+        for p in ("4", "8"):
+            for reps in (1, 2):
+                std = by[(f"standard__model={model}", p, str(reps))]
+                gf = by[(f"goldfish__model={model}", p, str(reps))]
+                assert float(std["exact_match_rate"]) == 1.0
+                assert float(gf["exact_match_rate"]) == pytest.approx(_hand_rate(2, reps))
+                assert float(gf["rouge_l"]) == pytest.approx(0.25 + 0.75 * _hand_rate(2, reps))
+                assert int(gf["n_windows"]) == 2
+                assert gf["model"] == model
+    r = by[("goldfish__model=big", "4", "1")]
+    assert int(r["params"]) == 10_000_000 and int(r["tokens_seen"]) == 2000 and int(r["kept_tokens"]) == 50 * 20
+    assert float(r["heldout_loss"]) == pytest.approx(3.0)  # the negated LOSS-attack scores of the nonmembers
+    assert float(r["mia_auc"]) == pytest.approx(0.6)
+    assert float(r["final_kept_loss"]) == pytest.approx(10.0 / 20)  # last 5 % of 20 steps = the last step
+    assert float(r["final_dropped_loss"]) == pytest.approx(5.0)
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary) == {"standard__model=tiny", "goldfish__model=tiny", "standard__model=big",
+                            "goldfish__model=big"}
+    assert summary["standard__model=tiny"]["final_dropped_loss"] is None  # nothing dropped by the standard loss
+
+
+def test_summary_is_keyed_by_arm_when_each_arm_has_one_cell(tmp_path):
+    cfg = experiment(tmp_path, grid={})
+    run_experiment(cfg, make_pipeline(Calls()), progress=False)
+    summary = json.loads((tmp_path / "exp" / "summary.json").read_text())
+    assert set(summary) == {"standard", "goldfish"}
+    hand = sum((d + (1, 2)[d % 2]) % 2 == 0 for d in range(4)) / 4
+    assert summary["goldfish"]["exact_match_rate"] == pytest.approx(hand)
+    assert summary["standard"]["exact_match_rate"] == 1.0
+    assert summary["standard"]["mia_auc"] == 0.9 and summary["goldfish"]["tokens_seen"] == 2000
+
+
+def test_report_has_the_expected_tables_and_plots(tmp_path):
+    cfg = experiment(tmp_path, grid={"train.model": ["tiny", "small", "big"]})
+    run_experiment(cfg, make_pipeline(Calls()), progress=False)
+    out = tmp_path / "exp"
+    report = (out / "report.md").read_text()
+    for heading in ("## Headline", "## By prefix length", "## By repetition count",
+                    "## Single-exposure memorisation", "## Side-by-side generations"):
+        assert heading in report
+    assert "| goldfish model=big |" in report
+    for png in ("exact_match_rate_by_arm.png", "rouge_l_by_arm.png", "roc_by_arm.png", "loss_curves.png",
+                "exact_match_rate_vs_size.png", "exact_match_rate_vs_repetitions.png",
+                "exact_match_rate_vs_prefix_len.png", "exact_match_rate_single_exposure_vs_size.png"):
+        assert (out / png).is_file() and (out / png).stat().st_size > 1000, png
+        assert f"]({png})" in report
