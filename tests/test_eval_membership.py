@@ -1,0 +1,220 @@
+"""Membership inference: score orientation, each attack against a direct computation, and the ROC statistics."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import roc_auc_score
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from eval.membership import (
+    bootstrap_auc,
+    downsample_roc,
+    evaluate_attack,
+    evaluate_attacks,
+    lowest_k_mean,
+    membership_section,
+    rank_auc,
+    score_documents,
+    tpr_at_fpr,
+)
+from goldfish.errors import UserError
+
+ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ .,"
+BOS = 0
+
+
+class CharTokenizer:
+    """A character tokenizer with the HF ``encode``/``decode``/``all_special_ids`` interface (id 0 = BOS)."""
+
+    all_special_ids = [BOS]
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        ids = [ALPHABET.index(c) + 1 for c in text]
+        return [BOS] + ids if add_special_tokens else ids
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return "".join(ALPHABET[i - 1] if i > 0 else ("" if skip_special_tokens else "<s>") for i in ids)
+
+
+def tiny_llama(seed: int = 0, vocab: int = 64) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, max_position_embeddings=128, tie_word_embeddings=False,
+    )
+    return LlamaForCausalLM(cfg).eval()
+
+
+def direct_token_logprobs(model, doc: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Float64 log-softmax of one unpadded document: (log p of the true next tokens, full (T-1, V) log-probs)."""
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([doc])).logits[0, :-1].double()
+    lp = logits.log_softmax(-1)
+    return lp.gather(-1, torch.tensor(doc[1:])[:, None]).squeeze(-1).numpy(), lp.numpy()
+
+
+def random_docs(n: int, seed: int, vocab: int = 64, lo: int = 10, hi: int = 30) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [[BOS] + rng.integers(1, vocab, size=int(rng.integers(lo, hi))).tolist() for _ in range(n)]
+
+
+# ------------------------------------------------------------------------------------------------ scores
+
+
+def test_loss_attack_separates_trained_members():
+    """Pins the sign: a model trained on the members gives them higher LOSS scores (AUC > 0.5, here ~1)."""
+    model = tiny_llama().train()
+    members, nonmembers = random_docs(8, seed=1, lo=24, hi=25), random_docs(8, seed=2, lo=24, hi=25)
+    batch = torch.tensor(members)
+    opt = torch.optim.Adam(model.parameters(), lr=2e-2)
+    for _ in range(15):
+        loss = model(input_ids=batch, labels=batch).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    m = score_documents(model, members, batch_size=4)
+    n = score_documents(model, nonmembers, batch_size=4)
+    attacks = evaluate_attacks(m, n, n_bootstrap=100)
+    assert attacks["loss"]["auc"] > 0.9 and attacks["loss"]["auc_ci_low"] > 0.5
+    assert attacks["min_k_20"]["auc"] > 0.9
+    assert np.all(m["loss"] <= 0) and m["loss"].mean() > n["loss"].mean()
+
+
+def test_padding_and_batching_do_not_change_scores():
+    model = tiny_llama()
+    docs = random_docs(7, seed=3)  # different lengths -> right padding inside batches
+    one = score_documents(model, docs, batch_size=1)
+    many = score_documents(model, docs, batch_size=4)
+    for key in one:
+        np.testing.assert_allclose(one[key], many[key], rtol=1e-5, atol=1e-5)
+    assert model.training is False
+
+
+def test_loss_and_min_k_match_direct_computation():
+    model = tiny_llama()
+    docs = random_docs(5, seed=4)
+    s = score_documents(model, docs, batch_size=2, min_k_ratios=(0.2, 1.0))
+    for i, doc in enumerate(docs):
+        token_lp, _ = direct_token_logprobs(model, doc)
+        assert s["loss"][i] == pytest.approx(token_lp.mean(), abs=1e-5)
+        k = max(1, int(0.2 * len(token_lp)))
+        assert s["min_k_20"][i] == pytest.approx(np.sort(token_lp)[:k].mean(), abs=1e-5)
+    np.testing.assert_allclose(s["min_k_100"], s["loss"], rtol=0, atol=1e-12)  # k = 100 % is the LOSS score
+
+
+def test_min_k_plus_plus_matches_hand_computation():
+    model = tiny_llama(seed=5)
+    doc = random_docs(1, seed=6, lo=20, hi=21)[0]
+    token_lp, lp = direct_token_logprobs(model, doc)
+    p = np.exp(lp)
+    mu = (p * lp).sum(-1)
+    sigma = np.sqrt((p * lp**2).sum(-1) - mu**2)  # the paper's E[lp^2] - mu^2 form, safe in float64
+    z = (token_lp - mu) / sigma
+    s = score_documents(model, [doc], min_k_ratios=(0.2, 0.5))
+    n = len(z)  # 20 predicted tokens -> 4 and 10 lowest
+    assert s["min_k_pp_20"][0] == pytest.approx(np.sort(z)[: int(0.2 * n)].mean(), abs=1e-4)
+    assert s["min_k_pp_50"][0] == pytest.approx(np.sort(z)[: n // 2].mean(), abs=1e-4)
+
+
+def test_zlib_lowercase_and_reference_match_direct_computation():
+    tok = CharTokenizer()
+    texts = ["The Cat sat on the Mat, quietly.", "Hello World and Everyone In It.", "abc ABC abc ABC abc ABC."]
+    docs = [tok.encode(t) for t in texts]
+    model, ref = tiny_llama(seed=7), tiny_llama(seed=8)
+    s = score_documents(model, docs, tokenizer=tok, reference_model=ref, batch_size=2)
+    for i, (text, doc) in enumerate(zip(texts, docs)):
+        nll = -direct_token_logprobs(model, doc)[0].mean()
+        nll_lower = -direct_token_logprobs(model, tok.encode(text.lower()))[0].mean()
+        nll_ref = -direct_token_logprobs(ref, doc)[0].mean()
+        assert s["zlib"][i] == pytest.approx(-nll / len(zlib.compress(text.encode("utf-8"))), rel=1e-5)
+        assert s["lowercase"][i] == pytest.approx(-nll / nll_lower, rel=1e-5)
+        assert s["reference"][i] == pytest.approx(nll_ref - nll, abs=1e-5)
+    assert set(s) == {"loss", "zlib", "lowercase", "reference", "min_k_20", "min_k_pp_20"}
+
+
+def test_user_errors():
+    model = tiny_llama()
+    with pytest.raises(UserError, match="document 1 has 1 token"):
+        score_documents(model, [[0, 1, 2], [3]])
+    with pytest.raises(UserError, match="token id 64 outside the model vocabulary"):
+        score_documents(model, [[0, 64]])
+    with pytest.raises(UserError, match="must be in \\(0, 1\\]"):
+        score_documents(model, [[0, 1]], min_k_ratios=(0.0,))
+    with pytest.raises(UserError, match="nonmember"):
+        evaluate_attack([1.0, 2.0], [], name="loss")
+    assert score_documents(model, [])["loss"].shape == (0,)
+
+
+# ------------------------------------------------------------------------------------------- ROC statistics
+
+
+def test_lowest_k_mean():
+    assert lowest_k_mean(np.array([5.0, 1.0, 3.0, 2.0, 4.0]), 0.4) == pytest.approx(1.5)
+    assert lowest_k_mean(np.array([5.0, 1.0, 3.0]), 0.1) == pytest.approx(1.0)  # at least one token
+
+
+def test_perfect_separation_gives_auc_one():
+    r = evaluate_attack([5.0, 6.0, 7.0], [1.0, 2.0, 3.0], n_bootstrap=200)
+    assert r["auc"] == 1.0 and r["auc_ci_low"] == 1.0 and r["auc_ci_high"] == 1.0
+    assert r["tpr_at_1pct_fpr"] == 1.0 and r["tpr_at_0.1pct_fpr"] == 1.0
+
+
+def test_identical_distributions_give_auc_half_with_ci_covering_it():
+    rng = np.random.default_rng(0)
+    r = evaluate_attack(rng.normal(size=400), rng.normal(size=400), n_bootstrap=500, seed=1)
+    assert abs(r["auc"] - 0.5) < 0.06
+    assert r["auc_ci_low"] < 0.5 < r["auc_ci_high"]
+    assert 0.05 < r["auc_ci_high"] - r["auc_ci_low"] < 0.15  # ~ 2 * 1.96 * sqrt(1/(12 n)) * sqrt(2) ≈ 0.08
+
+
+def test_bootstrap_is_seeded():
+    rng = np.random.default_rng(0)
+    m, n = rng.normal(1, 1, 50), rng.normal(0, 1, 50)
+    a = evaluate_attacks({"x": m}, {"x": n}, n_bootstrap=100, seed=3)["x"]
+    b = evaluate_attacks({"x": m}, {"x": n}, n_bootstrap=100, seed=3)["x"]
+    c = evaluate_attacks({"x": m}, {"x": n}, n_bootstrap=100, seed=4)["x"]
+    assert a == b and a["auc_ci_low"] != c["auc_ci_low"]
+    assert len(bootstrap_auc(m, n, 7, 0)) == 7
+
+
+def test_rank_auc_equals_sklearn_with_ties():
+    rng = np.random.default_rng(1)
+    m, n = rng.integers(0, 5, size=(3, 30)).astype(float), rng.integers(0, 4, size=(3, 20)).astype(float)
+    expected = [roc_auc_score(np.r_[np.ones(30), np.zeros(20)], np.r_[m[i], n[i]]) for i in range(3)]
+    np.testing.assert_allclose(rank_auc(m, n), expected, rtol=0, atol=1e-12)
+
+
+def test_tpr_at_fpr_on_hand_example():
+    # 1000 nonmembers at 0.000..0.999. At FPR <= 0.1 % the threshold must stay above 0.998 (admitting at most the
+    # nonmember 0.999), so members {2.0, 1.5, 0.9995} pass: TPR 3/5. At FPR <= 1 % it may go down to 0.990 and the
+    # member 0.9975 passes too: 4/5. The member 0.5 never does below 50 % FPR.
+    nonmembers = np.arange(1000) / 1000
+    members = np.array([2.0, 1.5, 0.9995, 0.9975, 0.5])
+    r = evaluate_attack(members, nonmembers, n_bootstrap=0)
+    assert r["tpr_at_0.1pct_fpr"] == pytest.approx(0.6)
+    assert r["tpr_at_1pct_fpr"] == pytest.approx(0.8)
+    assert r["auc_ci_low"] is None
+    assert tpr_at_fpr(np.array([0.0, 0.5, 1.0]), np.array([0.0, 0.7, 1.0]), 0.01) == 0.0
+
+
+def test_roc_is_downsampled_and_keeps_endpoints():
+    rng = np.random.default_rng(2)
+    r = evaluate_attack(rng.normal(1, 1, 600), rng.normal(0, 1, 600), n_bootstrap=0)
+    assert 100 < len(r["roc_fpr"]) <= 200 and len(r["roc_fpr"]) == len(r["roc_tpr"])
+    assert (r["roc_fpr"][0], r["roc_tpr"][0]) == (0.0, 0.0) and (r["roc_fpr"][-1], r["roc_tpr"][-1]) == (1.0, 1.0)
+    assert np.all(np.diff(r["roc_fpr"]) >= 0)
+    assert downsample_roc(np.array([0.0, 1.0]), np.array([0.0, 1.0])) == ([0.0, 1.0], [0.0, 1.0])
+
+
+def test_non_finite_scores_are_dropped_and_section_follows_schema():
+    section = membership_section({"loss": [3.0, np.nan, 4.0]}, {"loss": [1.0, 2.0]}, n_bootstrap=10)
+    assert section["n_members"] == 3 and section["n_nonmembers"] == 2
+    attack = section["attacks"]["loss"]
+    assert attack["auc"] == 1.0 and attack["n_members"] == 2
+    assert set(attack) >= {"auc", "auc_ci_low", "auc_ci_high", "tpr_at_1pct_fpr", "tpr_at_0.1pct_fpr", "roc_fpr",
+                           "roc_tpr"}
+    assert section["scores"]["loss"]["nonmembers"] == [1.0, 2.0]
