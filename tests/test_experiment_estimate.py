@@ -1,0 +1,107 @@
+"""Dry-run estimates (goldfish/estimate.py) against published parameter counts and hand calculations."""
+
+from __future__ import annotations
+
+import pytest
+
+from goldfish.config import from_dict
+from goldfish.errors import ConfigError
+from goldfish.estimate import GIB, Layout, ModelShape, check_layout, estimate_memory, estimate_time, shape_of
+from goldfish.train_config import ModelConfig, TrainConfig
+
+
+def shape(name: str, vocab: int) -> ModelShape:
+    return shape_of(ModelConfig(name=name), vocab)
+
+
+@pytest.mark.parametrize("name, vocab, published", [
+    ("llama2-7B", 32000, 6_738_415_616),        # meta-llama/Llama-2-7b-hf
+    ("llama2-70B", 32000, 68_976_648_192),      # meta-llama/Llama-2-70b-hf
+    ("llama3.1-405B", 128256, 405_853_388_800),  # meta-llama/Llama-3.1-405B
+    ("tinyllama-1.1B", 32000, 1_100_048_384),   # TinyLlama/TinyLlama-1.1B
+])
+def test_parameter_counts_match_the_published_models(name, vocab, published):
+    assert shape(name, vocab).params == published
+
+
+def test_demo_shape_by_hand():
+    s = shape("llama-demo", 4096)
+    # per block: q,o 2·128² + k,v 2·128·128 + gate,up,down 3·128·320 = 188416, + 2 norms 256
+    assert s.layer_matrix_params == 188_416
+    assert s.params == 4096 * 128 + 2 * (188_416 + 256) + 128 == 901_760  # tied: embedding counted once
+
+
+def test_shape_and_flops_agree_with_a_built_model():
+    """A second implementation: count the weights of a real (tiny) HF model and use the trainer's FLOP formula."""
+    from goldfish.models import build_model, count_parameters, flops_per_token
+
+    for cfg in (ModelConfig(name="llama-demo"), ModelConfig(name="llama-40M", hidden_size=64, num_layers=2,
+                                                              num_heads=4, intermediate_size=96)):
+        model = build_model(cfg, vocab_size=300, seed=0)
+        s = shape_of(cfg, 300)
+        assert s.params == count_parameters(model)
+        assert s.flops_per_token(128) == pytest.approx(flops_per_token(model, 128))
+
+
+def train_cfg(**sections) -> TrainConfig:
+    return from_dict(TrainConfig, sections)
+
+
+def test_memory_of_llama2_7b_on_tp2_by_hand():
+    s = shape("llama2-7B", 32000)
+    cfg = train_cfg(parallel={"tp": 2}, schedule={"global_batch_size": 4, "micro_batch_size": 1}, precision="bf16")
+    layout = check_layout(cfg, s, world=8)
+    assert (layout.tp, layout.pp, layout.dp) == (2, 1, 4)
+    mem = estimate_memory(s, layout, micro_batch=1, seq_len=4096, precision="bf16")
+    # params on a device: 32 blocks x (202,375,168 / 2 + 8192 norms) + embedding + head (replicated) + final norm
+    params = 32 * (202_375_168 // 2 + 8192) + 2 * 32000 * 4096 + 4096
+    assert params == 3_500_412_928
+    assert mem.weights == 4 * params and mem.grads == 4 * params and mem.optimizer == 8 * params
+    # activations: per token per block 4·4096 + (2·4096 + 2·4096 + 4·11008) / 2 = 46,592 elements, bf16
+    assert mem.activations == 4096 * 32 * 46_592 * 2
+    assert mem.logits == 4096 * 32000 * (2 + 4)
+    assert mem.total / GIB == pytest.approx((16 * params + 4096 * 32 * 46_592 * 2 + 4096 * 32000 * 6) / 2**30)
+
+
+def test_fsdp_shards_state_over_data_ranks_and_pipeline_holds_fewer_layers():
+    s = shape("llama2-7B", 32000)
+    plain = estimate_memory(s, Layout("native", 8, dp=8), 1, 4096)
+    fsdp = estimate_memory(s, Layout("native", 8, dp=8, fsdp=True), 1, 4096)
+    assert fsdp.optimizer == pytest.approx(plain.optimizer / 8)
+    piped = estimate_memory(s, Layout("native", 4, pp=4, dp=1), 1, 4096)
+    # the busiest stage: 8 of 32 blocks and the larger of embedding / head (equal here)
+    assert piped.weights == 4 * (8 * (202_375_168 + 8192) + 32000 * 4096 + 4096)
+    # 1F1B with 8 chunks keeps min(pp, 8) = 4 of 8 chunks in flight: half the micro-batch's activations
+    one_f = estimate_memory(s, Layout("native", 4, pp=4), 1, 4096, pp_microbatches=8, pp_schedule="1f1b")
+    gpipe = estimate_memory(s, Layout("native", 4, pp=4), 1, 4096, pp_microbatches=8, pp_schedule="gpipe")
+    assert one_f.activations == pytest.approx(gpipe.activations / 2)
+
+
+def test_axonn_shards_layer_matrices_and_head_over_the_3d_grid():
+    s = shape("llama2-70B", 32000)
+    layout = Layout("axonn", 64, dp=8, row=2, col=2, depth=2)
+    mem = estimate_memory(s, layout, 1, 4096)
+    params = 80 * (855_638_016 / 8 + 2 * 8192) + 32000 * 8192 + 32000 * 8192 / 8 + 8192
+    assert mem.weights == pytest.approx(4 * params)
+
+
+def test_layout_errors_print_every_factor():
+    s = shape("llama2-7B", 32000)
+    with pytest.raises(ConfigError, match=r"pp\(2\)·dp\(2\)·tp\(2\)=8 ≠ world size 4"):
+        check_layout(train_cfg(parallel={"tp": 2, "pp": 2, "dp": 2}), s, world=4)
+    with pytest.raises(ConfigError, match=r"parallel.tp=3 does not divide num_heads=32"):
+        check_layout(train_cfg(parallel={"tp": 3}), s, world=3)
+    with pytest.raises(ConfigError, match=r"row\(2\)·col\(2\)·depth\(2\)=8 does not divide world size 6"):
+        check_layout(train_cfg(engine="axonn", axonn={"row": 2, "col": 2, "depth": 2}), s, world=6)
+    with pytest.raises(ConfigError, match=r"global_batch_size\(6\) is not a multiple of micro_batch_size\(1\)·dp\(4\)"):
+        check_layout(train_cfg(schedule={"global_batch_size": 6, "micro_batch_size": 1}), s, world=4)
+
+
+def test_time_estimate_by_hand():
+    s = shape("tinyllama-1.1B", 32000)
+    flops = s.flops_per_token(2048)
+    # 6 N (N without the untied input embedding) + 12 L H s
+    assert flops == 6 * (1_100_048_384 - 32000 * 2048) + 12 * 22 * 2048 * 2048
+    seconds = estimate_time(1e9, flops, world=8, device="h100", mfu=0.5)
+    assert seconds == pytest.approx(1e9 * flops / (8 * 989e12 * 0.5))
+    assert estimate_time(1e9, flops, world=8, device="cpu", mfu=0.5) is None
