@@ -1,0 +1,103 @@
+"""Aggregation: summary numbers against hand computation, grouping, Wilson interval, log-linear fit vs polyfit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from eval.aggregate import SUMMARY_KEYS, group_rates, loglinear_fit, predict, summarize, wilson_interval
+from goldfish.errors import UserError
+
+
+def window(p, r, exact, tm, rouge, onepass=None, **extra):
+    w = {"prefix_len": p, "repetitions": r, "exact_match": exact, "token_match": tm, "rouge_l": rouge,
+         "rouge_l_words": rouge, "longest_match_prefix": int(tm * 10), "edit_distance": 1 - tm,
+         "onepass_exact": exact if onepass is None else onepass}
+    w.update(extra)
+    return w
+
+
+WINDOWS = [
+    window(32, 1, False, 0.2, 0.3),
+    window(32, 4, True, 1.0, 1.0),
+    window(64, 4, True, 1.0, 1.0, onepass=False),  # one disagreement
+    window(64, 0, False, 0.0, 0.1),
+    window(64, None, False, 0.5, 0.5),
+]
+
+
+def test_summary_matches_hand_computation():
+    s = summarize(WINDOWS)
+    o = s["overall"]
+    assert set(o) == set(SUMMARY_KEYS)
+    assert o["n_windows"] == 5
+    assert o["exact_match_rate"] == pytest.approx(2 / 5)
+    assert o["token_match"] == pytest.approx((0.2 + 1 + 1 + 0 + 0.5) / 5)
+    assert o["rouge_l"] == pytest.approx((0.3 + 1 + 1 + 0.1 + 0.5) / 5)
+    assert o["longest_match_prefix"] == pytest.approx((2 + 10 + 10 + 0 + 5) / 5)
+    assert o["edit_distance"] == pytest.approx(1 - 2.7 / 5)
+    assert o["onepass_exact_rate"] == pytest.approx(1 / 5)
+    assert o["onepass_disagreements"] == 1
+    assert list(s["by_prefix_len"]) == ["32", "64"]
+    assert s["by_prefix_len"]["32"]["exact_match_rate"] == pytest.approx(0.5)
+    assert s["by_prefix_len"]["64"]["n_windows"] == 3
+    assert s["by_prefix_len"]["64"]["token_match"] == pytest.approx(0.5)
+    assert list(s["by_repetitions"]) == ["0", "1", "4", "unknown"]
+    assert s["by_repetitions"]["4"]["exact_match_rate"] == 1.0
+    assert s["by_repetitions"]["4"]["onepass_disagreements"] == 1
+
+
+def test_summary_copes_with_missing_metrics_and_no_windows():
+    s = summarize([{"prefix_len": 8, "repetitions": 1, "exact_match": True, "token_match": None}])
+    assert s["overall"]["exact_match_rate"] == 1.0
+    assert s["overall"]["token_match"] is None and s["overall"]["rouge_l"] is None
+    assert s["overall"]["onepass_disagreements"] == 0
+    empty = summarize([])
+    assert empty["overall"]["n_windows"] == 0 and empty["overall"]["exact_match_rate"] is None
+    assert empty["by_prefix_len"] == {}
+
+
+def test_wilson_interval_hand_values():
+    # 0/50: upper = z^2/n / (1 + z^2/n) = 3.8416/53.8416
+    low, high = wilson_interval(0, 50)
+    assert low == 0.0 and high == pytest.approx(3.8416 / 53.8416, rel=1e-6)
+    # 5/10: symmetric around 0.5, half-width z*sqrt(0.025 + z^2/400)/(1 + z^2/10)
+    low, high = wilson_interval(5, 10)
+    half = 1.96 * np.sqrt(0.025 + 1.96**2 / 400) / (1 + 1.96**2 / 10)
+    assert (low, high) == (pytest.approx(0.5 - half), pytest.approx(0.5 + half))
+    assert wilson_interval(0, 0) == (None, None)
+
+
+def test_group_rates_single_and_multiple_fields():
+    assert group_rates(WINDOWS, "prefix_len", "exact_match") == {32: 0.5, 64: pytest.approx(1 / 3)}
+    rates = group_rates(WINDOWS, ("prefix_len", "repetitions"), "token_match")
+    assert list(rates) == [(32, 1), (32, 4), (64, 0), (64, 4), (64, None)]
+    assert rates[(64, None)] == 0.5
+    rows = [{"arm": "a", "m": 1.0}, {"arm": "a", "m": None}, {"arm": "b", "m": 3.0}, {"arm": "a", "m": 2.0}]
+    assert group_rates(rows, "arm", "m") == {"a": 1.5, "b": 3.0}
+    with pytest.raises(UserError):
+        group_rates(rows, (), "m")
+
+
+def test_loglinear_fit_matches_polyfit():
+    x = [1e6, 1e7, 3e7, 1e8, 1e9]
+    y = [0.01, 0.03, 0.02, 0.09, 0.12]
+    fit = loglinear_fit(x, y)
+    slope, intercept = np.polyfit(np.log10(x), y, 1)
+    assert fit["slope"] == pytest.approx(slope) and fit["intercept"] == pytest.approx(intercept)
+    r = np.corrcoef(np.log10(x), y)[0, 1]
+    assert fit["r2"] == pytest.approx(r**2) and fit["n"] == 5
+    np.testing.assert_allclose(predict(fit, [1e8]), [intercept + 8 * slope])
+
+
+def test_loglinear_fit_exact_line_and_errors():
+    fit = loglinear_fit([1, 10, 100], [2.0, 2.5, 3.0])  # y = 2 + 0.5 log10 x
+    assert fit["slope"] == pytest.approx(0.5) and fit["intercept"] == pytest.approx(2.0)
+    assert fit["r2"] == pytest.approx(1.0)
+    assert loglinear_fit([1, 10], [3.0, 3.0])["r2"] is None  # constant y: r2 undefined
+    with pytest.raises(UserError, match="2 distinct x"):
+        loglinear_fit([5, 5], [1.0, 2.0])
+    with pytest.raises(UserError, match="x > 0"):
+        loglinear_fit([0, 10], [1.0, 2.0])
+    with pytest.raises(UserError, match="x has 2 values but y has 3"):
+        loglinear_fit([1, 10], [1.0, 2.0, 3.0])
