@@ -1,0 +1,172 @@
+"""``prepare(cfg, out)``: corpus -> tokenizer -> members / nonmembers / background -> training rows -> folder.
+
+The folder is built in a temporary sibling and renamed into place at the end (``goldfish.io.atomic_directory``),
+so an interrupted run leaves nothing half-written, and an existing folder is refused unless ``overwrite``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..config import save_config, to_dict
+from ..errors import UserError
+from ..io import atomic_directory, atomic_write_json
+from .config import PrepareConfig, SourceConfig
+from .packing import build_rows, training_order
+from .prepared import FORMAT, doc_columns, save_table, train_columns
+from .sources import Document, load_documents
+from .splits import Item, SplitPlan, background_items, plan_splits
+from .tokenizer import load_tokenizer, tokenizer_info
+
+TOKENIZE_BATCH = 64
+
+
+def _bar(total: int, desc: str, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="doc", disable=not enabled, leave=False, dynamic_ncols=True)
+
+
+def tokenize(tok, docs: list[Document], progress: bool = False, desc: str = "tokenize") -> list[np.ndarray]:
+    """Token ids of each document (no BOS/EOS); literal special-token text is split, never turned into EOS."""
+    out: list[np.ndarray] = []
+    with _bar(len(docs), desc, progress) as bar:
+        for s in range(0, len(docs), TOKENIZE_BATCH):
+            batch = [d.text for d in docs[s:s + TOKENIZE_BATCH]]
+            enc = tok(batch, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+            out.extend(np.asarray(ids, dtype=np.int64) for ids in enc)
+            bar.update(len(batch))
+    return out
+
+
+def _versions(cfg: PrepareConfig) -> dict:
+    import datasets
+    import pyarrow
+    import tokenizers
+    import transformers
+
+    from .. import __version__
+
+    v = {"goldfish": __version__, "python": platform.python_version(), "numpy": np.__version__,
+         "datasets": datasets.__version__, "pyarrow": pyarrow.__version__, "tokenizers": tokenizers.__version__,
+         "transformers": transformers.__version__}
+    if "wikipedia" in (cfg.source.name, getattr(cfg.background_source, "name", None)):
+        import gensim
+
+        v["gensim"] = gensim.__version__
+    return v
+
+
+def _source_label(src: SourceConfig) -> str:
+    return src.name + (f":{src.path}" if src.path else "")
+
+
+def _background(cfg: PrepareConfig, plan: SplitPlan, docs, tokens, bg_docs, bg_tokens) -> list[Item]:
+    """Background from the main source's unused documents, or from ``background_source`` in a seeded order."""
+    if cfg.background_source is None:
+        return background_items(cfg, plan, [docs[i] for i in plan.pool], [tokens[i] for i in plan.pool])
+    order = np.random.default_rng([cfg.seed, 2]).permutation(len(bg_docs))
+    return background_items(cfg, plan, [bg_docs[i] for i in order], [bg_tokens[i] for i in order])
+
+
+def _build(cfg: PrepareConfig, progress: bool) -> tuple:
+    """Everything but the writing: (tokenizer, plan, rows, row stats, load stats)."""
+    load_stats: dict = {}
+    docs = load_documents(cfg.source, load_stats)
+    bg_docs: list[Document] = []
+    if cfg.background_source is not None and cfg.num_background != 0:
+        bg_docs = load_documents(cfg.background_source)
+    texts = [d.text for d in docs + bg_docs] if cfg.tokenizer.name == "bpe" else None
+    tok = load_tokenizer(cfg.tokenizer.name, texts, cfg.tokenizer.vocab_size, cfg.seed)
+    if tok.eos_token_id is None or tok.pad_token_id is None:
+        raise UserError(f"tokenizer {cfg.tokenizer.name} has no EOS/pad id; set eos_token in its config")
+    tokens = tokenize(tok, docs, progress)
+    bg_tokens = tokenize(tok, bg_docs, progress, "tokenize background") if bg_docs else []
+    plan = plan_splits(cfg, docs, tokens)
+    plan.background = _background(cfg, plan, docs, tokens, bg_docs, bg_tokens)
+    plan.stats.update(load_stats)
+    reps = [it.repetitions for it in plan.members]
+    order = training_order(reps, len(plan.background), cfg.seed)
+    train_docs = [it.ids for it in plan.members + plan.background]
+    rows, row_stats = build_rows(train_docs, order, cfg.seq_len, cfg.packing, tok.eos_token_id, tok.pad_token_id)
+    return tok, plan, rows, row_stats
+
+
+def _manifest(cfg: PrepareConfig, tok, plan: SplitPlan, row_stats: dict, sha: dict, started: float) -> dict:
+    splits = {"members": plan.members, "nonmembers": plan.nonmembers}
+    if cfg.num_background != 0:
+        splits["background"] = plan.background
+    counts = {name: len(items) for name, items in splits.items()}
+    tokens = {name: int(sum(len(it.ids) for it in items)) for name, items in splits.items()}
+    counts["train"], tokens["train"] = row_stats["rows"], row_stats["tokens"]
+    strata: dict[str, int] = {}
+    for it in plan.members:
+        strata[str(it.repetitions)] = strata.get(str(it.repetitions), 0) + 1
+    return {
+        "format": FORMAT, "name": cfg.name, "source": _source_label(cfg.source),
+        "tokenizer": tokenizer_info(tok, cfg.tokenizer.name), "seed": cfg.seed, "seq_len": cfg.seq_len,
+        "packing": cfg.packing, "counts": counts, "tokens": tokens, "sha256": sha,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "config": to_dict(cfg), "versions": _versions(cfg),
+        "stats": {**plan.stats, **row_stats, "repetition_strata": strata,
+                  "background_source": _source_label(cfg.background_source or cfg.source),
+                  "seconds": round(time.perf_counter() - started, 2)},
+    }
+
+
+def prepare(cfg: PrepareConfig, out: str | Path | None = None, overwrite: bool = False, progress: bool = True) -> Path:
+    """Build the prepared folder for ``cfg`` at ``out`` (default ``data/prepared/<name>``); returns its path.
+
+    Same config and seed -> byte-identical Arrow files. Refuses an existing folder unless ``overwrite``.
+    """
+    started = time.perf_counter()
+    out = Path(out).expanduser() if out is not None else cfg.default_out()
+    if out.exists() and not overwrite:
+        raise UserError(f"output folder {out} already exists; pass --overwrite to replace it, or --out to choose "
+                        "another folder")
+    tok, plan, rows, row_stats = _build(cfg, progress)
+
+    def decode(ids: np.ndarray) -> str:  # the text a row actually holds (the cut chunk, not the whole article)
+        return tok.decode(ids.tolist(), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    with atomic_directory(out, overwrite=True) as tmp:
+        tok.save_pretrained(str(tmp / "tokenizer"))
+        sha = {"members": save_table(doc_columns(plan.members, "members", decode), tmp / "members"),
+               "nonmembers": save_table(doc_columns(plan.nonmembers, "nonmembers", decode), tmp / "nonmembers")}
+        if cfg.num_background != 0:
+            sha["background"] = save_table(doc_columns(plan.background, "background", decode), tmp / "background")
+        sha["train"] = save_table(train_columns(rows), tmp / "train")
+        save_config(cfg, tmp / "config.yaml")
+        atomic_write_json(tmp / "manifest.json", _manifest(cfg, tok, plan, row_stats, sha, started))
+    return out
+
+
+def summary(path: str | Path) -> str:
+    """A one-screen description of a prepared folder, from its manifest."""
+    import json
+
+    m = json.loads((Path(path) / "manifest.json").read_text(encoding="utf-8"))
+    s, t = m["stats"], m["tokenizer"]
+    strata = ", ".join(f"{k}x: {v}" for k, v in sorted(s["repetition_strata"].items(), key=lambda kv: int(kv[0])))
+    lines = [
+        f"prepared '{m['name']}' in {s['seconds']:.1f}s -> {path}",
+        f"  source      {m['source']}: {s['read']} read, {s['below_min_words']} below min_words, "
+        f"{s['below_min_tokens']} below min_tokens, {s['too_short_for_later_chunk']} too short for a later chunk, "
+        f"{s['duplicates']} duplicates",
+        f"  tokenizer   {t['name']} (vocab {t['vocab_size']}, eos {t['eos_id']}, pad {t['pad_id']})",
+        f"  members     {m['counts']['members']} docs, {m['tokens']['members']} tokens; repetitions {strata}",
+        f"  nonmembers  {m['counts']['nonmembers']} docs, {m['tokens']['nonmembers']} tokens "
+        f"({m['config']['nonmember_mode']})",
+    ]
+    if "background" in m["counts"]:
+        lines.append(f"  background  {m['counts']['background']} docs, {m['tokens']['background']} tokens "
+                     f"from {s['background_source']}")
+    lines.append(f"  train       {m['counts']['train']} rows x {m['seq_len']} ({m['packing']}): {m['tokens']['train']} "
+                 f"tokens, {s['padding']} padding, {s['split_occurrences']} documents split across rows")
+    lines.append(f"  sha256      train {m['sha256']['train'][:16]}, members {m['sha256']['members'][:16]}")
+    return "\n".join(lines)

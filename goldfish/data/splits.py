@@ -1,0 +1,159 @@
+"""Members, nonmembers and background: which token sequences are trained on, how often, and which never are.
+
+All randomness comes from one ``numpy.random.default_rng(seed)`` permutation of the eligible documents, so the same
+config and seed always give the same split.
+
+* A document is *eligible* when it has >= ``min_tokens`` tokens (``later_chunk``: >= 2 * ``doc_tokens``, so that
+  member and nonmember chunks have equal length) and its chunks repeat no other document's chunks (exact
+  duplicates would put the same text on both sides of the membership test).
+* ``held_out``: nonmembers are the first ``num_nonmembers`` documents of the permutation, members the next
+  ``num_members``. ``later_chunk``: members are the first ``num_members``; nonmember *i* is tokens
+  ``[doc_tokens, 2*doc_tokens)`` of member *i* (the part of the article the model never sees).
+* Member *i* (in permutation order) is repeated ``repetitions[i % len(repetitions)]`` times: strata of equal size.
+* Background (when ``num_background`` != 0): the main source's remaining documents, or ``background_source``'s,
+  optionally cut into ``background_chunk_tokens`` chunks; documents sharing an id with a member/nonmember are skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..errors import UserError
+from .config import PrepareConfig
+from .sources import Document
+
+
+@dataclasses.dataclass
+class Item:
+    """One row of a document split: the source document, the token ids it contributes, and its repetition count."""
+
+    doc: Document
+    ids: np.ndarray  # (n,) int64, no BOS/EOS
+    repetitions: int
+    suffix: str = ""  # appended to doc.id: '#later' for a later chunk, '#chunk3' for a background chunk
+
+    @property
+    def id(self) -> str:
+        return self.doc.id + self.suffix
+
+
+@dataclasses.dataclass
+class SplitPlan:
+    members: list[Item]
+    nonmembers: list[Item]
+    background: list[Item]
+    stats: dict
+    pool: list[int]  # indices of unused documents (>= min_tokens), in permutation order: the background pool
+
+
+def _chunks(ids: np.ndarray, cfg: PrepareConfig) -> tuple[np.ndarray, np.ndarray | None]:
+    """(member chunk, later chunk or None) of one document."""
+    d = cfg.doc_tokens
+    if d is None:
+        return ids, None
+    return ids[:d], (ids[d:2 * d] if cfg.nonmember_mode == "later_chunk" else None)
+
+
+def _eligible(cfg: PrepareConfig, tokens: list[np.ndarray], order: np.ndarray, stats: dict) -> list[int]:
+    """Indices (in permutation order) of documents long enough and not duplicating another's chunks."""
+    need = 2 * cfg.doc_tokens if cfg.nonmember_mode == "later_chunk" else cfg.min_tokens  # type: ignore[operator]
+    lengths = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
+    stats["below_min_tokens"] = int((lengths < cfg.min_tokens).sum())
+    if stats["below_min_tokens"] == len(tokens):
+        raise UserError(f"all {len(tokens)} documents have fewer than min_tokens={cfg.min_tokens} tokens (longest: "
+                        f"{int(lengths.max(initial=0))}); lower min_tokens or use longer documents")
+    stats["too_short_for_later_chunk"] = int(((lengths >= cfg.min_tokens) & (lengths < need)).sum())
+    seen: set[bytes] = set()
+    keep, dupes = [], 0
+    for i in order:
+        if lengths[i] < max(need, cfg.min_tokens):
+            continue
+        first, later = _chunks(tokens[i], cfg)
+        keys = [first.tobytes()] + ([later.tobytes()] if later is not None else [])
+        if any(k in seen for k in keys) or len(set(keys)) < len(keys):
+            dupes += 1
+            continue
+        seen.update(keys)
+        keep.append(int(i))
+    stats["duplicates"] = dupes
+    if not keep:
+        raise UserError(f"no document has the {need} tokens that nonmember_mode=later_chunk needs (2 * doc_tokens="
+                        f"{cfg.doc_tokens}); lower doc_tokens or use nonmember_mode=held_out")
+    return keep
+
+
+def _sizes(cfg: PrepareConfig, n: int) -> tuple[int, int]:
+    """(num_members, num_nonmembers) resolved against ``n`` eligible documents; one clear error when too few."""
+    if cfg.nonmember_mode == "later_chunk":
+        n_mem = cfg.num_members if cfg.num_members is not None else n
+        n_non = n_mem if cfg.num_nonmembers is None else cfg.num_nonmembers
+        if n_mem > n:
+            raise UserError(f"num_members={n_mem} but only {n} documents have 2*doc_tokens={2 * cfg.doc_tokens} "
+                            "tokens; lower num_members (or doc_tokens)")
+        if n_non > n_mem:
+            raise UserError(f"num_nonmembers={n_non} exceeds num_members={n_mem}: later_chunk takes one later chunk "
+                            "per member; lower num_nonmembers or use nonmember_mode=held_out")
+        return n_mem, n_non
+    if cfg.num_nonmembers is not None:
+        n_non = cfg.num_nonmembers
+    elif cfg.num_members is not None:  # as many as members, or all that is left
+        n_non = max(0, min(cfg.num_members, n - cfg.num_members))
+    else:
+        n_non = n // 2
+    n_mem = cfg.num_members if cfg.num_members is not None else n - n_non
+    if n_mem < 1 or n_mem + n_non > n:
+        raise UserError(f"num_members={n_mem} and num_nonmembers={n_non} do not fit the {n} eligible documents "
+                        f"(need >= 1 member and members + nonmembers <= {n}); lower one of them")
+    return n_mem, n_non
+
+
+def plan_splits(cfg: PrepareConfig, docs: list[Document], tokens: list[np.ndarray]) -> SplitPlan:
+    """Choose members (with repetition counts) and nonmembers; the unused documents become the background pool."""
+    stats: dict = {"documents": len(docs)}
+    rng = np.random.default_rng(cfg.seed)
+    order = rng.permutation(len(docs))
+    keep = _eligible(cfg, tokens, order, stats)
+    n_mem, n_non = _sizes(cfg, len(keep))
+    reps = cfg.repetitions
+    members, nonmembers = [], []
+    if cfg.nonmember_mode == "later_chunk":
+        chosen = keep[:n_mem]
+        for j, i in enumerate(chosen):
+            first, later = _chunks(tokens[i], cfg)
+            members.append(Item(docs[i], first, reps[j % len(reps)]))
+            if j < n_non:
+                nonmembers.append(Item(docs[i], later, 0, "#later"))
+    else:
+        for i in keep[:n_non]:
+            nonmembers.append(Item(docs[i], _chunks(tokens[i], cfg)[0], 0))
+        chosen = keep[n_non:n_non + n_mem]
+        members = [Item(docs[i], _chunks(tokens[i], cfg)[0], reps[j % len(reps)]) for j, i in enumerate(chosen)]
+    used = set(chosen) | set(keep[:n_non])
+    pool = [int(i) for i in order if int(i) not in used and len(tokens[i]) >= cfg.min_tokens]
+    return SplitPlan(members, nonmembers, [], stats, pool)
+
+
+def background_items(cfg: PrepareConfig, plan: SplitPlan, docs: list[Document], tokens: list[np.ndarray]) -> list[Item]:
+    """Background documents (or chunks) from ``docs`` in the given order, skipping member/nonmember ids and texts.
+
+    Stops after ``num_background`` items (null = all). Chunks shorter than ``min_tokens`` are dropped.
+    """
+    if cfg.num_background == 0:
+        return []
+    taken = {it.doc.id for it in plan.members + plan.nonmembers}
+    taken_text = {it.doc.text for it in plan.members + plan.nonmembers}
+    size = cfg.background_chunk_tokens
+    items: list[Item] = []
+    for doc, ids in zip(docs, tokens):
+        if doc.id in taken or doc.text in taken_text or len(ids) < cfg.min_tokens:
+            continue
+        pieces = [(ids, "")] if size is None else [(ids[s:s + size], f"#chunk{s // size}")
+                                                   for s in range(0, len(ids), size)]
+        for piece, suffix in pieces:
+            if len(piece) >= cfg.min_tokens:
+                items.append(Item(doc, piece, 1, suffix))
+            if cfg.num_background is not None and len(items) >= cfg.num_background:
+                return items
+    return items
