@@ -1,0 +1,33 @@
+"""Evaluation of memorization on any Hugging Face causal LM: extraction and membership inference.
+
+    from eval import EvalConfig, run_eval
+    results = run_eval(EvalConfig(model="runs/demo/model", data="data/prepared/wikipedia_demo", out="runs/demo/eval"))
+
+Modules: ``loading`` (safe offline model/tokenizer loading), ``inputs`` (documents), ``windows`` (prefix/suffix
+windows), ``generate`` (batched KV-cached greedy decoding), ``extraction`` (one-pass measures), ``metrics``
+(registered per-window metrics), ``membership`` (MIA scores and ROC), ``aggregate`` (summaries), ``report``
+(Markdown and plots), ``run`` (orchestration). Submodules load lazily, so ``import eval`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .config import EvalConfig
+
+__all__ = ["EvalConfig", "run_eval", "extraction", "membership", "metrics", "aggregate", "report", "generate",
+           "loading", "windows", "inputs"]
+
+
+def run_eval(cfg: EvalConfig) -> dict:
+    """Run an evaluation and write its files; see :func:`eval.run.run_eval`."""
+    from .run import run_eval as _run_eval
+
+    return _run_eval(cfg)
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'eval' has no attribute {name!r}")

@@ -1,0 +1,224 @@
+"""Batched, KV-cached decoding that gives exactly what batch-1 ``model.generate`` gives.
+
+Why our own loop instead of ``model.generate`` on a batch: the loop is a dozen lines we control (no stopping
+criteria, no eos handling, no logits processors), it always produces exactly ``max_new_tokens`` tokens, and it
+computes logits only for the last position (``logits_to_keep=1``), so a batch of 64 long prefixes does not build a
+(B, T, V) tensor it never reads.
+
+Padding is on the LEFT so that every row's next token sits in the last column. Left padding is only invisible to
+the model if (a) the attention mask hides the pads and (b) positions restart at the first real token, so we pass
+``position_ids = cumsum(mask) - 1`` explicitly, also at every decoding step. Models whose ``forward`` takes no
+``position_ids`` get batches of equal-length prefixes only (no padding at all).
+
+Batches are formed by **length bucketing** (windows sorted by length) to keep padding small; the outputs come
+back in the input order. ``batch_size="auto"`` picks a size from a memory estimate on CUDA and halves it on
+out-of-memory; on CPU it uses :data:`CPU_AUTO_BATCH`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import logging
+from typing import Callable, Iterator, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+log = logging.getLogger(__name__)
+
+CPU_AUTO_BATCH = 32
+MAX_AUTO_BATCH = 512
+
+# pick(logits (B, V) fp32) -> next ids (B,)
+Picker = Callable[[torch.Tensor], torch.Tensor]
+
+
+def greedy_pick(logits: torch.Tensor) -> torch.Tensor:
+    """Argmax (first index on ties, like ``model.generate``)."""
+    return logits.argmax(dim=-1)
+
+
+def sampling_pick(temperature: float, generator: torch.Generator) -> Picker:
+    """Ancestral sampling at ``temperature`` from a seeded generator (same seed -> same samples)."""
+
+    def pick(logits: torch.Tensor) -> torch.Tensor:
+        probs = torch.softmax(logits / temperature, dim=-1)
+        return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(logits.device)
+
+    return pick
+
+
+@functools.lru_cache(maxsize=None)
+def _forward_params(model_cls: type) -> frozenset[str]:
+    return frozenset(inspect.signature(model_cls.forward).parameters)
+
+
+def accepts(model: torch.nn.Module, name: str) -> bool:
+    """Whether ``model.forward`` takes keyword ``name`` (``position_ids``, ``logits_to_keep``)."""
+    return name in _forward_params(type(model))
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Left-pad token lists -> ``input_ids`` (B, T), ``attention_mask`` (B, T), ``position_ids`` (B, T)."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        if len(seq):
+            ids[row, width - len(seq) :] = torch.as_tensor(list(seq), dtype=torch.long)
+            mask[row, width - len(seq) :] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    return ids.to(device), mask.to(device), positions.to(device)
+
+
+def forward(model, ids, mask, positions, past=None, keep: int = 1, use_cache: bool = True):
+    """One forward pass -> (logits of the last ``keep`` positions as fp32 (B, keep, V), KV cache or None)."""
+    kwargs = {"attention_mask": mask, "use_cache": use_cache}
+    if past is not None:
+        kwargs["cache" if accepts(model, "cache") else "past_key_values"] = past
+    if accepts(model, "position_ids"):
+        kwargs["position_ids"] = positions
+    if accepts(model, "logits_to_keep"):
+        kwargs["logits_to_keep"] = keep
+    out = model(input_ids=ids, **kwargs)
+    cache = getattr(out, "cache", None)  # transformers >= 5.2x renamed past_key_values -> cache
+    if cache is None:
+        cache = getattr(out, "past_key_values", None)
+    return out.logits[:, -keep:].float(), cache
+
+
+@torch.inference_mode()
+def decode_batch(model, prefixes: Sequence[Sequence[int]], max_new_tokens: int, pad_id: int,
+                 pick: Picker = greedy_pick) -> torch.Tensor:
+    """Decode ``max_new_tokens`` tokens after each prefix (no early stop at eos) -> ids (B, max_new_tokens)."""
+    ids, mask, positions = left_pad(prefixes, pad_id, model_device(model))
+    logits, past = forward(model, ids, mask, positions)
+    nxt = pick(logits[:, -1])  # (B,)
+    out = [nxt]
+    last_pos = positions[:, -1]  # (B,)
+    for _ in range(max_new_tokens - 1):
+        mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+        last_pos = last_pos + 1
+        logits, past = forward(model, nxt[:, None], mask, last_pos[:, None], past)
+        nxt = pick(logits[:, -1])
+        out.append(nxt)
+    return torch.stack(out, dim=1).cpu()
+
+
+def buckets(lengths: Sequence[int], batch_size: int, exact: bool = False) -> Iterator[list[int]]:
+    """Indices grouped into batches of similar (``exact``: equal) length, longest first (OOM shows up at once)."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    batch: list[int] = []
+    for i in order:
+        if batch and (len(batch) == batch_size or exact and lengths[batch[0]] != lengths[i]):
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
+
+
+def auto_batch_size(model, max_len: int, n: int) -> int:
+    """A batch size that fits: on CUDA from free memory and the KV-cache + logits size per row; on CPU a constant."""
+    device = model_device(model)
+    if device.type != "cuda":
+        return max(1, min(CPU_AUTO_BATCH, n))
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    layers = getattr(cfg, "num_hidden_layers", 24)
+    hidden = getattr(cfg, "hidden_size", 4096)
+    heads = getattr(cfg, "num_attention_heads", 32) or 32
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    elem = next(model.parameters()).element_size()
+    kv = 2 * layers * max_len * kv_heads * (hidden // heads) * elem  # K and V of every layer, one row
+    acts = 8 * max_len * hidden * elem + 4 * max_len * getattr(cfg, "intermediate_size", 4 * hidden) * elem
+    logits = 4 * (max_len + 1) * getattr(cfg, "vocab_size", 50_000)  # teacher-forced pass keeps the suffix logits
+    free, _ = torch.cuda.mem_get_info(device)
+    size = int(0.6 * free // (kv + acts + logits))
+    return max(1, min(size, MAX_AUTO_BATCH, n))
+
+
+def run_batched(fn: Callable[[list[int]], list], lengths: Sequence[int], batch_size: int | str, model,
+                exact: bool = False, desc: str = "", progress: bool = True) -> list:
+    """Apply ``fn(indices) -> per-index results`` over length buckets; halve the batch on CUDA out-of-memory.
+
+    Returns results in input order. ``batch_size`` may be ``"auto"``.
+    """
+    n = len(lengths)
+    size = auto_batch_size(model, max(lengths, default=1), n) if batch_size == "auto" else int(batch_size)
+    results: list = [None] * n
+    done = 0
+    bar = tqdm(total=n, desc=desc, disable=None if progress else True, leave=False, unit="win")
+    while done < n:
+        pending = [i for i in range(n) if results[i] is None]
+        try:
+            for batch in buckets([lengths[i] for i in pending], size, exact):
+                idx = [pending[j] for j in batch]
+                for i, value in zip(idx, fn(idx)):
+                    results[i] = value
+                done += len(idx)
+                bar.update(len(idx))
+        except torch.cuda.OutOfMemoryError:
+            if size == 1:
+                raise
+            size //= 2
+            torch.cuda.empty_cache()
+            log.warning("out of memory: retrying with batch size %d", size)
+    bar.close()
+    return results
+
+
+def generate(model, prefixes: Sequence[Sequence[int]], max_new_tokens: int, *, pad_id: int = 0,
+             batch_size: int | str = 32, pick: Picker = greedy_pick, progress: bool = True,
+             desc: str = "generate") -> list[list[int]]:
+    """Exactly ``max_new_tokens`` tokens after every prefix, greedy by default -> one id list per prefix.
+
+    Token-identical to ``model.generate(prefix, do_sample=False, max_new_tokens=S, min_new_tokens=S)`` with eos
+    stopping disabled, run one prefix at a time (tested on Llama, GPT-2 and GPT-NeoX in fp32).
+    """
+    if max_new_tokens < 1:
+        return [[] for _ in prefixes]
+    exact = not accepts(model, "position_ids")
+
+    def run(idx: list[int]) -> list[list[int]]:
+        return decode_batch(model, [prefixes[i] for i in idx], max_new_tokens, pad_id, pick).tolist()
+
+    return run_batched(run, [len(p) for p in prefixes], batch_size, model, exact, desc, progress)
+
+
+@contextlib.contextmanager
+def eos_disabled(model):
+    """Temporarily unset the model's eos so ``model.generate`` neither stops at eos nor (via ``min_new_tokens``)
+    bans it: decoding then matches plain argmax/beam continuation over the whole vocabulary, like our loop."""
+    gen_cfg = getattr(model, "generation_config", None)
+    saved = getattr(gen_cfg, "eos_token_id", None)
+    if gen_cfg is not None:
+        gen_cfg.eos_token_id = None
+    try:
+        yield
+    finally:
+        if gen_cfg is not None:
+            gen_cfg.eos_token_id = saved
+
+
+@torch.inference_mode()
+def beam_generate(model, prefixes: Sequence[Sequence[int]], max_new_tokens: int, num_beams: int, *,
+                  pad_id: int = 0, batch_size: int | str = 8, progress: bool = True) -> list[list[int]]:
+    """Beam search continuation of exactly ``max_new_tokens`` tokens (``model.generate(num_beams=...)``, eos off)."""
+    from transformers import GenerationConfig
+
+    gen_cfg = GenerationConfig(do_sample=False, num_beams=num_beams, max_new_tokens=max_new_tokens,
+                               min_new_tokens=max_new_tokens, pad_token_id=pad_id)
+
+    def run(idx: list[int]) -> list[list[int]]:
+        ids, mask, _ = left_pad([prefixes[i] for i in idx], pad_id, model_device(model))
+        with eos_disabled(model):
+            out = model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_cfg)
+        return out[:, ids.shape[1] :].cpu().tolist()
+
+    return run_batched(run, [len(p) for p in prefixes], batch_size, model, False, "beam search", progress)

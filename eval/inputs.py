@@ -1,0 +1,128 @@
+"""Reading the documents to evaluate: a prepared folder (``goldfish prepare``) or a JSONL file.
+
+* Prepared folder (has ``manifest.json``): documents come already tokenised (``input_ids``, no bos/eos) with
+  ``id``, ``title`` and ``repetitions`` (training exposures; 0 for nonmembers). ``members`` are extracted; the
+  ``nonmembers`` split, when present, feeds membership inference.
+* JSONL file: one ``{"id": ..., "text": ...}`` object per line (optional ``title``, ``repetitions``), tokenised
+  here with the model's tokenizer, without special tokens.
+
+This is the only place ``eval`` touches the training package (``goldfish.data.load_prepared``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+from goldfish.errors import UserError
+
+from .windows import Document
+
+
+def is_prepared(path: str | Path) -> bool:
+    return Path(path).is_dir() and (Path(path) / "manifest.json").is_file()
+
+
+def _check_path(path: str | Path, flag: str) -> Path:
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise UserError(f"{flag} path not found: {p} (pass a prepared folder from `goldfish prepare` or a JSONL file)")
+    if p.is_dir() and not is_prepared(p):
+        raise UserError(f"{p} is a folder without manifest.json, so not a prepared dataset; run `goldfish prepare` "
+                        f"or pass a JSONL file with one {{\"id\", \"text\"}} object per line")
+    return p
+
+
+def _optional_int(value) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def documents_from_dataset(ds, split: str, max_docs: int | None = None) -> list[Document]:
+    """``datasets.Dataset`` rows with id/title/text/input_ids/repetitions -> :class:`Document` list."""
+    if max_docs is not None:
+        ds = ds.select(range(min(max_docs, len(ds))))
+    cols = set(ds.column_names)
+    docs = []
+    for i, row in enumerate(ds):
+        docs.append(Document(
+            id=str(row["id"]) if "id" in cols else str(i),
+            tokens=tuple(int(t) for t in row["input_ids"]),
+            title=str(row.get("title") or ""),
+            repetitions=_optional_int(row.get("repetitions")) if "repetitions" in cols else None,
+            split=split,
+            text=str(row.get("text") or ""),
+        ))
+    return docs
+
+
+def read_prepared(path: str | Path, splits: Sequence[str], max_docs: int | None = None):
+    """Documents of the named splits of a prepared folder -> ({split: [Document]}, prepared object)."""
+    from goldfish.data import load_prepared
+
+    prep = load_prepared(path)
+    out = {}
+    for split in splits:
+        ds = getattr(prep, split, None)
+        if ds is not None and len(ds):
+            out[split] = documents_from_dataset(ds, split, max_docs)
+    return out, prep
+
+
+def read_jsonl(path: str | Path, tokenizer, split: str = "members", max_docs: int | None = None) -> list[Document]:
+    """One ``{"id", "text"}`` object per line -> documents tokenised with ``tokenizer`` (no special tokens)."""
+    path = Path(path)
+    rows = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not UTF-8 text; save it as UTF-8 JSONL") from None
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise UserError(f"{path} line {n} is not valid JSON ({e.msg}); expected one {{\"id\", \"text\"}} object "
+                            f"per line") from None
+        if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+            raise UserError(f"{path} line {n} has no \"text\" string; expected one {{\"id\", \"text\"}} object per line")
+        rows.append(row)
+        if max_docs is not None and len(rows) >= max_docs:
+            break
+    if not rows:
+        raise UserError(f"{path} holds no documents; expected one {{\"id\", \"text\"}} object per line")
+    if tokenizer is None:
+        raise UserError(f"{path} is raw text but the model folder has no tokenizer; save the tokenizer with the model")
+    encoded = tokenizer([r["text"] for r in rows], add_special_tokens=False)["input_ids"]
+    return [Document(id=str(r.get("id", i)), tokens=tuple(ids), title=str(r.get("title") or ""),
+                     repetitions=_optional_int(r.get("repetitions", 0 if split == "nonmembers" else None)),
+                     split=split, text=r["text"])
+            for i, (r, ids) in enumerate(zip(rows, encoded))]
+
+
+def load_documents(data: str | Path, nonmembers: str | Path | None, tokenizer,
+                   max_docs: int | None = None) -> tuple[dict[str, list[Document]], object | None]:
+    """Members (and nonmembers, when available) -> ({"members": [...], "nonmembers": [...]}, prepared or None).
+
+    ``nonmembers`` overrides the data folder's own nonmembers split. A prepared folder given as ``nonmembers``
+    contributes its ``nonmembers`` split.
+    """
+    data_path = _check_path(data, "--data")
+    prep = None
+    if is_prepared(data_path):
+        splits, prep = read_prepared(data_path, ["members", "nonmembers"], max_docs)
+    else:
+        splits = {"members": read_jsonl(data_path, tokenizer, "members", max_docs)}
+    if not splits.get("members"):
+        raise UserError(f"{data_path} has no member documents to evaluate (its members split is empty)")
+    if nonmembers is not None:
+        nm_path = _check_path(nonmembers, "--nonmembers")
+        if is_prepared(nm_path):
+            nm, _ = read_prepared(nm_path, ["nonmembers"], max_docs)
+            if not nm.get("nonmembers"):
+                raise UserError(f"{nm_path} has no nonmembers split; pass a JSONL file or a prepared folder with one")
+            splits["nonmembers"] = nm["nonmembers"]
+        else:
+            splits["nonmembers"] = read_jsonl(nm_path, tokenizer, "nonmembers", max_docs)
+    return splits, prep

@@ -1,0 +1,117 @@
+"""Extraction windows: a prefix of P tokens given to the model and the true suffix of S tokens after it.
+
+Placements (where in the document a window sits):
+
+* ``end``   -- the window ends at the document's end: suffix = the last S tokens, prefix = the P tokens before them.
+* ``start`` -- the prefix starts at token 0: prefix = tokens [0, P), suffix = tokens [P, P+S).
+* ``stride``-- every ``stride`` tokens: prefixes start at 0, stride, 2·stride, ... while P+S tokens remain.
+
+``P = -1`` (written ``all`` in configs) means "all but the last S tokens" (the Goldfish paper's setting): one
+window per document, prefix = tokens [0, n-S), whatever the placement. A document shorter than P+S gets no window
+for that P and is counted in ``skipped``; if no window remains at all, :func:`build_windows` raises a
+:class:`~goldfish.errors.UserError`.
+
+Every window has a ``key``: sha256 of (document tokens, P, S, placement, start). It identifies the window across
+runs (resume skips keys already computed) and appears in results as ``sha256``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import struct
+from typing import Sequence
+
+from goldfish.errors import UserError
+
+PLACEMENTS = ("end", "start", "stride")
+ALL = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+    """One document to evaluate: its tokens (no bos/eos) and the metadata carried into the results."""
+
+    id: str
+    tokens: tuple[int, ...]
+    title: str = ""
+    repetitions: int | None = None  # training exposures (0 for nonmembers, None when unknown)
+    split: str = "members"
+    text: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """A (document, P, placement, start) window. ``prefix_len`` is the requested P (-1 = all)."""
+
+    doc: Document
+    prefix_len: int
+    suffix_len: int
+    placement: str
+    start: int
+    prefix: tuple[int, ...]
+    suffix: tuple[int, ...]
+    key: str
+
+
+def window_key(tokens: Sequence[int], prefix_len: int, suffix_len: int, placement: str, start: int) -> str:
+    """sha256 hex of the document tokens and the window's geometry (stable across runs and machines)."""
+    h = hashlib.sha256()
+    h.update(f"goldfish-window/1|{prefix_len}|{suffix_len}|{placement}|{start}|".encode())
+    h.update(struct.pack(f"<{len(tokens)}q", *tokens))
+    return h.hexdigest()
+
+
+def starts(n_tokens: int, prefix_len: int, suffix_len: int, placement: str, stride: int) -> tuple[list[int], int]:
+    """Prefix start offsets of a document of ``n_tokens`` -> (starts, resolved P); no starts if too short."""
+    if prefix_len == ALL:
+        p = n_tokens - suffix_len
+        return ([0] if p >= 1 else []), p
+    if n_tokens < prefix_len + suffix_len:
+        return [], prefix_len
+    if placement == "end":
+        return [n_tokens - suffix_len - prefix_len], prefix_len
+    if placement == "start":
+        return [0], prefix_len
+    return list(range(0, n_tokens - prefix_len - suffix_len + 1, stride)), prefix_len
+
+
+def build_windows(docs: Sequence[Document], prefix_lens: Sequence[int], suffix_len: int,
+                  placements: Sequence[str] = ("end",), stride: int | None = None) -> tuple[list[Window], int]:
+    """All windows of ``docs`` for every P in ``prefix_lens`` and every placement -> (windows, skipped).
+
+    ``skipped`` counts (document, P, placement) combinations with a document too short for the window.
+    Order: document, then P, then placement, then start -- deterministic.
+    """
+    bad = [p for p in placements if p not in PLACEMENTS]
+    if bad:
+        raise UserError(f"unknown window placement {bad[0]!r}; use one of {', '.join(PLACEMENTS)}")
+    stride = stride or suffix_len
+    windows: list[Window] = []
+    skipped = 0
+    for doc in docs:
+        toks = doc.tokens
+        for p_req in prefix_lens:
+            for placement in placements:
+                offs, p = starts(len(toks), p_req, suffix_len, placement, stride)
+                if not offs:
+                    skipped += 1
+                for s in offs:
+                    windows.append(Window(doc, p_req, suffix_len, placement, s, toks[s : s + p],
+                                          toks[s + p : s + p + suffix_len],
+                                          window_key(toks, p_req, suffix_len, placement, s)))
+    if docs and not windows:
+        longest = max(len(d.tokens) for d in docs)
+        need = min(suffix_len + (1 if p == ALL else p) for p in prefix_lens)
+        raise UserError(f"all {len(docs)} documents are too short: the smallest window needs {need} tokens "
+                        f"(prefix + suffix_len={suffix_len}) but the longest document has {longest}; "
+                        f"use a smaller --prefix-len/--suffix-len or longer documents")
+    return windows, skipped
+
+
+def windows_sha256(windows: Sequence[Window]) -> str:
+    """One hash of all windows' keys, in order: identifies the exact evaluation data."""
+    h = hashlib.sha256()
+    for w in windows:
+        h.update(bytes.fromhex(w.key))
+    return h.hexdigest()
