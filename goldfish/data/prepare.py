@@ -7,6 +7,7 @@ so an interrupted run leaves nothing half-written, and an existing folder is ref
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import platform
 import time
 from pathlib import Path
@@ -143,7 +144,17 @@ def prepare(cfg: PrepareConfig, out: str | Path | None = None, overwrite: bool =
         sha["train"] = save_table(train_columns(rows), tmp / "train")
         save_config(cfg, tmp / "config.yaml")
         atomic_write_json(tmp / "manifest.json", _manifest(cfg, tok, plan, row_stats, sha, started))
+        _default_permissions(tmp)
     return out
+
+
+def _default_permissions(folder: Path) -> None:
+    """Temp folders/files are created private (0700/0600); give the result the umask's usual modes instead."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(folder, 0o777 & ~umask)
+    for name in ("config.yaml", "manifest.json"):
+        os.chmod(folder / name, 0o666 & ~umask)
 
 
 def summary(path: str | Path) -> str:
