@@ -39,13 +39,15 @@ _GENERIC_KEYS = {"name", "path", "type", "value", "values"}
 
 @dataclasses.dataclass
 class HardwareConfig:
-    """The machine an experiment expects; used by ``--dry-run`` to check the layout and the memory per device."""
+    """The machine a cell expects (and what ``--dry-run`` assumes): checks the layout and the memory per device."""
 
     gpus: int = option(1, "number of devices (GPUs, or CPU processes) a cell trains on; the world size")
     gpus_per_node: int = option(8, "devices per node (for the launch scripts)")
     gpu: str = option("cpu", "device kind for the FLOP/time estimate: cpu, a100, h100, h200, gh200, mi250x-gcd, mi300x")
     memory_gb: float = option(0.0, "memory per device in GiB; 0 = the device kind's usual size")
     mfu: float = option(0.4, "model FLOPs utilisation assumed by the time estimate (0 < mfu <= 1)")
+    vocab_size: int = option(0, "vocabulary --dry-run assumes before the data is prepared, when the recipe's "
+                                "tokenizer is not available offline (0 = from the recipe)")
     notes: str = option("", "free text: what the config was sized for")
 
     def __post_init__(self) -> None:
@@ -54,6 +56,7 @@ class HardwareConfig:
         check(self.gpus_per_node >= 1, problems, f"hardware.gpus_per_node={self.gpus_per_node} must be >= 1")
         check(self.memory_gb >= 0, problems, f"hardware.memory_gb={self.memory_gb} must be >= 0")
         check(0 < self.mfu <= 1, problems, f"hardware.mfu={self.mfu} must be in (0, 1]")
+        check(self.vocab_size >= 0, problems, f"hardware.vocab_size={self.vocab_size} must be >= 0")
         raise_problems(problems)
 
 
@@ -78,8 +81,6 @@ class ExperimentConfig:
                      "(multi-GPU; prefix with launcher_prefix, e.g. [srun, --ntasks-per-node=1])")
     launcher_prefix: list[str] = option(factory=list, help="command words put before torchrun (e.g. srun ...)")
     torchrun_args: list[str] = option(factory=list, help="extra torchrun arguments (e.g. --nnodes=8 --rdzv-backend=c10d)")
-    vocab_size_hint: int = option(0, "vocabulary size --dry-run assumes when the data is not prepared and the "
-                                     "recipe's tokenizer size is not known offline (0 = from the recipe)")
     report_examples: int = option(3, "side-by-side generations per arm in the report")
     headline_metric: str = option("exact_match_rate", "metric of the headline plots (exact_match_rate, rouge_l, "
                                                       "token_match)")
@@ -88,7 +89,6 @@ class ExperimentConfig:
         problems: list[str] = []
         check(bool(re.fullmatch(r"[A-Za-z0-9._-]+", self.name)), problems,
               f"name={self.name!r} must use only letters, digits, '.', '_' and '-' (it names a folder)")
-        check(self.vocab_size_hint >= 0, problems, f"vocab_size_hint={self.vocab_size_hint} must be >= 0")
         check(self.report_examples >= 0, problems, f"report_examples={self.report_examples} must be >= 0")
         check(self.headline_metric in ("exact_match_rate", "rouge_l", "token_match"), problems,
               f"headline_metric={self.headline_metric!r} must be exact_match_rate, rouge_l or token_match")

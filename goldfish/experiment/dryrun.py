@@ -20,12 +20,12 @@ FIT_FRACTION = 0.9
 
 
 def vocab_size(cfg: ExperimentConfig, plan: CellPlan) -> int:
-    """The vocabulary the model will get: prepared manifest > vocab_size_hint > the recipe's tokenizer."""
+    """The vocabulary the model will get: prepared manifest > hardware.vocab_size > the recipe's tokenizer."""
     manifest = plan.data_dir / "manifest.json"
     if manifest.is_file():
         return int(json.loads(manifest.read_text(encoding="utf-8"))["tokenizer"]["vocab_size"])
-    if cfg.vocab_size_hint:
-        return cfg.vocab_size_hint
+    if plan.hardware.vocab_size:
+        return plan.hardware.vocab_size
     tok = getattr(plan.prepare_cfg, "tokenizer", None)
     name = getattr(tok, "name", None)
     if name in _KNOWN_VOCABS:
@@ -33,7 +33,7 @@ def vocab_size(cfg: ExperimentConfig, plan: CellPlan) -> int:
     if name == "bpe" and getattr(tok, "vocab_size", None):
         return int(tok.vocab_size)
     raise ConfigError(f"cell {plan.cell.id}: the vocabulary size is unknown before the data is prepared; "
-                      f"set vocab_size_hint=N (e.g. 32000 for Llama-2, 128256 for Llama-3)")
+                      f"set hardware.vocab_size=N (e.g. 32000 for Llama-2, 128256 for Llama-3)")
 
 
 def total_tokens(plan: CellPlan, seq_len: int) -> float | None:

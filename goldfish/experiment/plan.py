@@ -34,15 +34,33 @@ class Pipeline:
     evaluate: Callable[[Any], dict]
 
 
-def default_pipeline() -> Pipeline:
-    """The toolkit's own data, training and evaluation (imported here so `goldfish --help` stays instant)."""
-    from eval import EvalConfig, run_eval
+def _prepare(cfg: Any, out: Path, overwrite: bool = False, progress: bool = True) -> Path:
+    from ..data import prepare
 
-    from ..data import PrepareConfig, prepare
+    return prepare(cfg, out=out, overwrite=overwrite, progress=progress)
+
+
+def _train(cfg: Any) -> Path:
     from ..train import train
+
+    return train(cfg)
+
+
+def _evaluate(cfg: Any) -> dict:
+    from eval import run_eval
+
+    return run_eval(cfg)
+
+
+def default_pipeline() -> Pipeline:
+    """The toolkit's own data, training and evaluation. Only the config classes are imported here, so planning
+    and ``--dry-run`` need no model code; each phase imports its module when it first runs."""
+    from eval.config import EvalConfig
+
+    from ..data.config import PrepareConfig
     from ..train_config import TrainConfig
 
-    return Pipeline(PrepareConfig, TrainConfig, EvalConfig, prepare, train, run_eval)
+    return Pipeline(PrepareConfig, TrainConfig, EvalConfig, _prepare, _train, _evaluate)
 
 
 @dataclasses.dataclass

@@ -1,27 +1,26 @@
 """Study plots: thin adapters from cell summaries to ``eval.report``'s comparison helpers, plus loss curves.
 
-Only :func:`loss_curves` draws with matplotlib directly (training curves are not an evaluation plot); everything
-else is built as series and handed to ``eval.report`` so the look and the log-linear fit live in one place.
+Only :func:`loss_curves` draws its own figure (training curves are not an evaluation plot; it still saves through
+``eval.plots.save_figure``); everything else is built as series and handed to ``eval.report``'s primitives, so the
+look and the log-linear fit live in one place.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 
-def bar_chart(values: dict[str, float | None], title: str, ylabel: str, path: Path) -> Path | None:
-    """One bar per arm/cell (cells without a value are left out)."""
+def bar_chart(values: dict[str, float | None], title: str, ylabel: str, path: Path,
+              errors: dict[str, tuple[float | None, float | None]] | None = None) -> Path | None:
+    """One bar per arm/cell (cells without a value are left out); ``errors``: optional (low, high) per bar."""
     from eval.report import bar_chart as _bar
 
     values = {k: v for k, v in values.items() if v is not None}
     if not values:
         return None
-    _bar(values, title=title, ylabel=ylabel, path=path)
-    return Path(path)
+    return _bar(values, title=title, ylabel=ylabel, path=path, errors=errors)
 
 
 def roc_curves(curves: dict[str, dict], path: Path) -> Path | None:
@@ -38,45 +37,31 @@ def roc_curves(curves: dict[str, dict], path: Path) -> Path | None:
 
 def loss_curves(curves: dict[str, list[dict]], path: Path) -> Path | None:
     """Training loss on kept vs dropped tokens per arm (dropped = measured, never trained on)."""
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from eval.plots import save_figure
 
     curves = {k: v for k, v in curves.items() if v}
     if not curves:
         return None
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig = Figure(figsize=(7, 4.2))
+    ax = fig.add_subplot()
     for i, (name, metrics) in enumerate(curves.items()):
         color = f"C{i % 10}"
-        steps = [m["step"] for m in metrics]
-        ax.plot(steps, [m.get("kept_loss") for m in metrics], color=color, label=f"{name}: kept tokens")
-        dropped = [(m["step"], m["dropped_loss"]) for m in metrics if m.get("dropped_loss") is not None
-                   and (m.get("dropped_tokens") or 0) > 0]
+        kept = [(m["step"], m["kept_loss"]) for m in metrics if m.get("kept_loss") is not None]
+        if kept:
+            ax.plot(*zip(*kept), color=color, label=f"{name}: kept tokens")
+        dropped = [(m["step"], m["dropped_loss"]) for m in metrics
+                   if m.get("dropped_loss") is not None and (m.get("dropped_tokens") or 0) > 0]
         if dropped:
             ax.plot(*zip(*dropped), color=color, linestyle="--", label=f"{name}: dropped tokens (not trained)")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("cross-entropy (nats/token)")
     ax.set_yscale("log")
     ax.set_title("training loss: kept vs dropped tokens")
+    ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    _save(fig, Path(path))
-    plt.close(fig)
-    return Path(path)
-
-
-def _save(fig: Any, path: Path) -> None:
-    """Save to a temp name, then rename (an interrupted run never leaves a torn PNG)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    return save_figure(fig, path)
 
 
 def _series(points: list[tuple[str, float, float]]) -> dict[str, tuple[list[float], list[float]]]:

@@ -46,9 +46,9 @@ def cell_label(cell: dict, axes: list[str], one_per_arm: bool) -> str:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
+    from eval.report import markdown_table
+
+    return markdown_table(header, rows)
 
 
 def headline_table(results: dict, markdown: bool = True) -> str:
@@ -187,6 +187,10 @@ def make_plots(cfg: ExperimentConfig, results: dict, out: Path) -> list[Path]:
         for m in ("exact_match_rate", "rouge_l"):
             paths.append(bar_chart({label[c["cell"]]: c.get(m) for c in cells}, METRIC_NAMES[m] + " per arm",
                                    METRIC_NAMES[m], out / f"{m}_by_arm.png"))
+        paths.append(bar_chart({label[c["cell"]]: c.get("mia_auc") for c in cells}, "membership inference AUC "
+                               "(LOSS attack, 95 % CI)", "ROC-AUC (0.5 = chance)", out / "mia_auc_by_arm.png",
+                               errors={label[c["cell"]]: (c.get("mia_auc_ci_low"), c.get("mia_auc_ci_high"))
+                                       for c in cells}))
         paths.append(bar_chart({label[c["cell"]]: c.get("heldout_loss") for c in cells},
                                "held-out (nonmember) loss per arm", "mean NLL (nats/token)",
                                out / "heldout_loss_by_arm.png"))

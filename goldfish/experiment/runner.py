@@ -40,13 +40,29 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def torchrun_command(cfg: ExperimentConfig, plan: CellPlan, config_path: Path) -> list[str]:
+    """``[prefix..., python -m torch.distributed.run --nnodes --nproc_per_node ..., -m goldfish train CONFIG]``.
+
+    ``{nnodes}`` and ``{nproc_per_node}`` in ``launcher_prefix``/``torchrun_args`` are replaced by the cell's values
+    (from ``hardware.gpus`` and ``hardware.gpus_per_node``), so one Slurm allocation can run cells of several sizes.
+    """
+    hw = plan.hardware
+    nproc = min(hw.gpus, hw.gpus_per_node)
+    if hw.gpus % nproc:
+        raise UserError(f"cell {plan.cell.id}: hardware.gpus={hw.gpus} is not a multiple of "
+                        f"hardware.gpus_per_node={hw.gpus_per_node}; use whole nodes")
+    fields = {"nnodes": hw.gpus // nproc, "nproc_per_node": nproc}
+    prefix = [w.format(**fields) for w in cfg.launcher_prefix]
+    extra = [w.format(**fields) for w in cfg.torchrun_args]
+    return [*prefix, sys.executable, "-m", "torch.distributed.run", f"--nnodes={fields['nnodes']}",
+            f"--nproc_per_node={nproc}", *extra, "-m", "goldfish", "train", str(config_path)]
+
+
 def _torchrun_train(cfg: ExperimentConfig, plan: CellPlan) -> None:
-    """Train one cell with ``torchrun -m goldfish train`` (the cell's resolved config is saved beside it)."""
+    """Train one cell in a torchrun subprocess (the cell's resolved train config is saved beside it)."""
     config_path = plan.dir / "train_config.yaml"
     save_config(plan.train_cfg, config_path)
-    cmd = [*cfg.launcher_prefix, sys.executable, "-m", "torch.distributed.run",
-           f"--nproc_per_node={min(plan.hardware.gpus, plan.hardware.gpus_per_node)}", *cfg.torchrun_args,
-           "-m", "goldfish", "train", str(config_path)]
+    cmd = torchrun_command(cfg, plan, config_path)
     print(f"[{plan.cell.id}] {shlex.join(cmd)}", file=sys.stderr)
     rc = subprocess.call(cmd)
     if rc != 0:
