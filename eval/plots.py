@@ -1,0 +1,150 @@
+"""Plot primitives shared by the per-run report and study comparisons (PNG, matplotlib Agg).
+
+Figures are built with the object-oriented ``matplotlib.figure.Figure`` API, which renders through Agg without
+touching pyplot's global backend state (safe inside other programs and headless machines). Each PNG is saved to a
+temporary sibling and renamed into place, so an interrupted run never leaves a torn image.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
+
+from .aggregate import loglinear_fit, predict
+
+Series = Mapping[str, tuple[Sequence[float], Sequence[float]]]
+
+
+def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
+    """Save ``fig`` as PNG to ``path`` atomically (temp name, then ``os.replace``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+    os.close(fd)
+    try:
+        fig.tight_layout()
+        fig.savefig(tmp, format="png", dpi=120)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def bar_chart(values: Mapping[str, float], title: str, ylabel: str, path: str | os.PathLike, *,
+              errors: Mapping[str, tuple[float | None, float | None]] | None = None) -> Path:
+    """One bar per key (e.g. per arm), value printed on top; ``errors`` maps a key to a (low, high) interval."""
+    names = list(values)
+    heights = [float(values[k]) for k in names]
+    fig = Figure(figsize=(max(4.0, 1.1 * len(names) + 2), 3.8))
+    ax = fig.add_subplot()
+    yerr = None
+    if errors:
+        yerr = np.zeros((2, len(names)))  # (2, n) distances below / above each bar; 0 where no interval is known
+        for j, (k, h) in enumerate(zip(names, heights)):
+            low, high = errors.get(k, (None, None))
+            yerr[:, j] = (h - low if low is not None else 0.0, high - h if high is not None else 0.0)
+    bars = ax.bar(names, heights, yerr=yerr, capsize=4 if yerr is not None else 0,
+                  color=[f"C{i % 10}" for i in range(len(names))])
+    ax.bar_label(bars, labels=[f"{h:.3g}" for h in heights], padding=2, fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.margins(y=0.15)
+    if len(names) > 4:
+        ax.tick_params(axis="x", labelrotation=30)
+    return save_figure(fig, path)
+
+
+def _positive(xs: Sequence[float], ys: Sequence[float], logx: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Finite points (x > 0 on a log axis), sorted by x."""
+    x, y = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+    keep = np.isfinite(x) & np.isfinite(y) & ((x > 0) if logx else True)
+    order = np.argsort(x[keep], kind="stable")
+    return x[keep][order], y[keep][order]
+
+
+def line_plot(series: Series, title: str, xlabel: str, ylabel: str, path: str | os.PathLike, *,
+              logx: bool = True, fit: bool = True) -> Path:
+    """Metric vs x, one line per series; with ``fit`` a dashed least-squares fit ``y = a + b log10 x`` per series
+    (Carlini et al. 2022) whose slope per decade and r^2 go in the legend. On a log axis points with x <= 0 are
+    left out."""
+    fig = Figure(figsize=(6.4, 4.2))
+    ax = fig.add_subplot()
+    for i, (name, (xs, ys)) in enumerate(series.items()):
+        x, y = _positive(xs, ys, logx)
+        if x.size == 0:
+            continue
+        color = f"C{i % 10}"
+        ax.plot(x, y, marker="o", color=color, label=name)
+        if fit and len(np.unique(x)) >= 2:
+            f = loglinear_fit(x, y)
+            grid = np.geomspace(x.min(), x.max(), 50)
+            r2 = "n/a" if f["r2"] is None else f"{f['r2']:.2f}"
+            ax.plot(grid, predict(f, grid), linestyle="--", color=color, alpha=0.7,
+                    label=f"{name} fit: {f['slope']:+.3g}/decade, r²={r2}")
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def roc_plot(curves: Mapping[str, tuple[Sequence[float], Sequence[float], float | None]], title: str,
+             path: str | os.PathLike) -> Path:
+    """ROC curves (``name -> (fpr, tpr, auc)``) on linear axes and on log-log axes, where the low-FPR regime that
+    matters for membership inference (Carlini et al. 2022) is visible."""
+    fig = Figure(figsize=(10, 4.4))
+    lin, logax = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    floor = 1.0
+    for i, (name, (fpr, tpr, auc)) in enumerate(curves.items()):
+        label = name if auc is None else f"{name} (AUC {auc:.3f})"
+        fpr, tpr = np.asarray(fpr, dtype=np.float64), np.asarray(tpr, dtype=np.float64)
+        lin.plot(fpr, tpr, color=f"C{i % 10}", label=label)
+        logax.plot(fpr, tpr, color=f"C{i % 10}", label=label)
+        positive = np.concatenate([fpr[fpr > 0], tpr[tpr > 0]])
+        if positive.size:
+            floor = min(floor, positive.min())
+    for ax, scale in ((lin, "linear"), (logax, "log")):
+        start = 1e-5 if scale == "log" else 0.0
+        ax.plot([start, 1], [start, 1], linestyle=":", color="grey", label="chance")
+        ax.set_xscale(scale)
+        ax.set_yscale(scale)
+        ax.set_xlabel("false positive rate")
+        ax.set_ylabel("true positive rate")
+        ax.grid(True, alpha=0.3)
+    for axis in (logax.xaxis, logax.yaxis):
+        axis.set_minor_formatter(NullFormatter())  # minor log labels (2x10^-1, 3x10^-1 ...) collide
+    low = min(max(floor, 1e-5) / 2, 1e-2)  # show at least two decades
+    logax.set_xlim(low, 1)
+    logax.set_ylim(low, 1.05)
+    lin.set_title(title)
+    logax.set_title(f"{title} (log scale)")
+    lin.legend(fontsize=8, loc="lower right")
+    return save_figure(fig, path)
+
+
+def histogram(groups: Mapping[str, Sequence[float]], title: str, xlabel: str, path: str | os.PathLike, *,
+              bins: int = 20, value_range: tuple[float, float] | None = (0.0, 1.0)) -> Path:
+    """Overlaid histograms, one per group (e.g. members vs nonmembers), on shared bins."""
+    fig = Figure(figsize=(6.4, 4.0))
+    ax = fig.add_subplot()
+    for i, (name, values) in enumerate(groups.items()):
+        vals = np.asarray([v for v in values if v is not None], dtype=np.float64)
+        if vals.size:
+            ax.hist(vals, bins=bins, range=value_range, alpha=0.6, color=f"C{i % 10}", label=f"{name} (n={vals.size})")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("windows")
+    ax.set_title(title)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    return save_figure(fig, path)

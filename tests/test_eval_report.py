@@ -1,0 +1,163 @@
+"""Reports: files and tables on synthetic schema-following results, missing sections, word highlighting, plots."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from eval.aggregate import summarize
+from eval.membership import membership_section
+from eval.report import (
+    bar_chart,
+    comparison_plots,
+    format_summary_table,
+    highlight_differences,
+    line_plot,
+    markdown_table,
+    write_comparison_report,
+    write_report,
+)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _window(i: int, p: int, r: int, tm: float, split: str = "members") -> dict:
+    truth = f"the quick brown fox number {i} jumps over the lazy dog"
+    words = truth.split()
+    n_wrong = round((1 - tm) * len(words))
+    gen = " ".join(words[: len(words) - n_wrong] + ["X"] * n_wrong)
+    return {"doc_id": f"d{i}", "title": f"Doc {i}", "repetitions": r, "split": split, "prefix_len": p,
+            "suffix_len": 10, "window": "end", "start": 0, "exact_match": tm == 1.0, "token_match": tm,
+            "longest_match_prefix": int(10 * tm), "rouge_l": tm, "rouge_l_words": tm, "lcs_len": int(10 * tm),
+            "edit_distance": 1 - tm, "onepass_exact": tm == 1.0, "extraction_strength": tm, "suffix_logprob": -1.0,
+            "p_suffix": 0.3, "np_extraction": 0.5, "generation": gen, "truth": truth, "generation_ids": [],
+            "truth_ids": [], "sha256": "0" * 64}
+
+
+def synthetic_results(prefix_lens=(32, 64), reps=(1, 4, 16), membership=True) -> dict:
+    windows = []
+    i = 0
+    for p in prefix_lens:
+        for r in reps:
+            for tm in (1.0, 0.5, 0.0 if r == 1 else 1.0):
+                windows.append(_window(i, p, r, tm))
+                i += 1
+    windows.append(_window(i, prefix_lens[0], 0, 0.1, split="nonmembers"))
+    results = {"schema": "goldfish-eval/1", "created": "2026-11-29T20:00:00Z", "git": "abc123",
+               "model": {"path": "runs/x/model", "num_parameters": 1_500_000, "vocab_size": 512, "dtype": "float32"},
+               "data": {"path": "prepared/x", "members": 9, "nonmembers": 4, "skipped_short": 1},
+               "windows": windows, "summary": summarize(windows), "membership": None}
+    if membership:
+        results["membership"] = membership_section(
+            {"loss": [-1.0, -1.2, -0.5, -2.5], "min_k_20": [-3.0, -2.0, -2.5, -6.0]},
+            {"loss": [-3.0, -2.0, -2.6, -2.2], "min_k_20": [-5.0, -6.0, -2.2, -5.5]}, n_bootstrap=50)
+    return results
+
+
+def test_highlight_marks_exactly_the_differing_words():
+    gen, truth = highlight_differences("the cat sat on a mat today", "the dog sat on the mat")
+    assert gen == "the **cat** sat on **a** mat **today**"
+    assert truth == "the **dog** sat on **the** mat"
+    assert highlight_differences("same words here", "same  words\nhere") == ("same words here", "same words here")
+    gen, truth = highlight_differences("a b c d", "a x y d")  # a run of differences shares one span
+    assert (gen, truth) == ("a **b c** d", "a **x y** d")
+    gen, truth = highlight_differences("", "only truth")
+    assert (gen, truth) == ("", "**only truth**")
+    gen, _ = highlight_differences("x*y | z", "x*y | w")  # Markdown characters are escaped
+    assert gen == "x\\*y \\| **z**"
+
+
+def test_write_report_full(tmp_path):
+    results = synthetic_results()
+    paths = write_report(results, tmp_path)
+    names = {p.name for p in paths}
+    assert paths[0] == tmp_path / "report.md"
+    assert names == {"report.md", "memorisation_vs_prefix_len.png", "memorisation_vs_repetitions.png", "roc.png",
+                     "token_match_hist.png"}
+    for p in paths[1:]:
+        assert p.read_bytes()[:8] == PNG_MAGIC
+    md = (tmp_path / "report.md").read_text()
+    for heading in ("# Memorisation evaluation", "## Headline", "## By prefix length", "## By repetition count",
+                    "## Membership inference", "## Examples", "### Best memorised", "### Worst memorised", "## Plots"):
+        assert f"\n{heading}\n" in f"\n{md}"
+    # headline: 19 windows, 10 exact (3 strata x 2 prefix lengths: r=1 has 1 exact, r=4 and r=16 have 2 each)
+    assert "| 19 | 52.6 % [" in md
+    assert "| loss | " in md and "| min_k_20 | " in md
+    assert "![roc](roc.png)" in md
+    assert "1.50 M parameters" in md
+    assert not list(tmp_path.glob(".*tmp*"))  # no temporary files left behind
+
+
+def test_write_report_copes_with_missing_sections(tmp_path):
+    results = synthetic_results(prefix_lens=(32,), reps=(1,), membership=False)
+    paths = write_report(results, tmp_path)
+    assert {p.name for p in paths} == {"report.md", "token_match_hist.png"}  # one stratum: no line plots, no ROC
+    md = (tmp_path / "report.md").read_text()
+    assert "Not run (no nonmember documents)" in md
+    assert "## By prefix length" in md and "LOSS-attack AUC" not in md
+    bare = {"windows": results["windows"]}  # no summary, model or data sections: summary recomputed
+    write_report(bare, tmp_path / "bare")
+    assert "## Headline" in (tmp_path / "bare" / "report.md").read_text()
+    write_report({"windows": []}, tmp_path / "empty")
+    assert "| 0 | – |" in (tmp_path / "empty" / "report.md").read_text()
+
+
+def test_summary_table_numbers(tmp_path):
+    results = synthetic_results()
+    table = format_summary_table(results)
+    lines = table.splitlines()
+    overall = next(line for line in lines if line.startswith("overall"))
+    assert overall.split() == ["overall", "19", "52.6", "%", "0.689", "0.689"]  # token match = 13.1 / 19
+    assert any(line.startswith("prefix 64") for line in lines)
+    assert any(line.startswith("repetitions 0") for line in lines)
+    loss = results["membership"]["attacks"]["loss"]
+    assert f"MIA loss      AUC {loss['auc']:.3f} [" in table
+    assert "MIA" not in format_summary_table(synthetic_results(membership=False))
+
+
+def test_markdown_table_escapes_pipes():
+    assert markdown_table(["a", "b"], [["x|y", 1]]) == "| a | b |\n|---|---|\n| x\\|y | 1 |"
+
+
+def test_comparison_report(tmp_path):
+    standard = synthetic_results()
+    goldfish = copy.deepcopy(standard)
+    for w in goldfish["windows"]:
+        w["exact_match"], w["token_match"], w["rouge_l"] = False, w["token_match"] / 2, w["rouge_l"] / 2
+    goldfish["summary"] = summarize(goldfish["windows"])
+    big = copy.deepcopy(standard)  # the 10x larger standard model reproduces every window
+    for w in big["windows"]:
+        w["exact_match"], w["token_match"], w["rouge_l"] = True, 1.0, 1.0
+    big["summary"] = summarize(big["windows"])
+    arms = {"standard-1M": standard, "goldfish-1M": goldfish, "standard-10M": big, "goldfish-10M": goldfish}
+    paths = write_comparison_report(
+        arms, tmp_path, title="Goldfish vs standard", x={"standard-1M": 1e6, "goldfish-1M": 1e6,
+                                                          "standard-10M": 1e7, "goldfish-10M": 1e7},
+        x_label="parameters", groups={"standard-1M": "standard", "standard-10M": "standard",
+                                      "goldfish-1M": "goldfish", "goldfish-10M": "goldfish"})
+    names = {p.name for p in paths}
+    assert {"report.md", "exact_match_by_arm.png", "rouge_l_by_arm.png", "roc_loss_by_arm.png",
+            "exact_match_vs_repetitions_by_arm.png", "exact_match_rate_vs_x.png", "rouge_l_vs_x.png"} == names
+    md = (tmp_path / "report.md").read_text()
+    assert md.startswith("# Goldfish vs standard\n")
+    assert "| goldfish-1M | 19 | 0.0 % [" in md
+    assert "## Memorisation vs parameters" in md
+    # exact match 10/19 at 1e6 and 1 at 1e7: slope 9/19 per decade, intercept 10/19 - 6 * 9/19, exact line
+    assert "| exact-match rate | standard | 0.4737 | -2.3158 | 1.000 | 2 |" in md
+    assert "| exact-match rate | goldfish | " in md and "| ROUGE-L | standard | " in md
+    assert comparison_plots({"a": {"windows": []}}, tmp_path / "none") == []
+
+
+def test_plot_primitives(tmp_path):
+    p = bar_chart({"a": 0.2, "b": 0.5}, "t", "y", tmp_path / "bar.png", errors={"a": (0.1, 0.3)})
+    assert p.read_bytes()[:8] == PNG_MAGIC
+    p = line_plot({"s": ([1, 10, 100], [0.1, 0.2, 0.3]), "t": ([0, 5], [1.0, 2.0])}, "t", "x", "y",
+                  tmp_path / "line.png", logx=True, fit=True)
+    assert p.read_bytes()[:8] == PNG_MAGIC
+
+
+@pytest.mark.parametrize("bad", [None, {}])
+def test_report_without_windows_or_membership(tmp_path, bad):
+    paths = write_report({"summary": summarize([]), "membership": bad}, tmp_path)
+    assert [p.name for p in paths] == ["report.md"]
