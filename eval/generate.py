@@ -87,9 +87,9 @@ def forward(model, ids, mask, positions, past=None, keep: int = 1, use_cache: bo
     if accepts(model, "logits_to_keep"):
         kwargs["logits_to_keep"] = keep
     out = model(input_ids=ids, **kwargs)
-    cache = getattr(out, "cache", None)  # transformers >= 5.2x renamed past_key_values -> cache
-    if cache is None:
-        cache = getattr(out, "past_key_values", None)
+    cache = None
+    if use_cache:  # transformers >= 5.2x renamed past_key_values -> cache
+        cache = out.get("cache") if out.get("cache") is not None else out.get("past_key_values")
     return out.logits[:, -keep:].float(), cache
 
 

@@ -1,0 +1,99 @@
+"""Extraction metrics against hand-computed values and independent implementations (rouge-score, difflib)."""
+
+from __future__ import annotations
+
+import difflib
+import random
+
+import pytest
+from rouge_score import rouge_scorer
+
+from eval import metrics
+from eval.metrics import METRICS, compute_metrics
+
+
+class _Whitespace:
+    """rouge-score tokenizer that keeps tokens as they are (ids as strings, or raw words)."""
+
+    def tokenize(self, text):
+        return text.split()
+
+
+SCORER = rouge_scorer.RougeScorer(["rougeL"], tokenizer=_Whitespace())
+
+
+def _rouge_ref(gen, truth) -> float:
+    return SCORER.score(" ".join(map(str, truth)), " ".join(map(str, gen)))["rougeL"].fmeasure
+
+
+def test_hand_computed_values():
+    truth = [1, 2, 3, 4, 5, 6]
+    gen = [1, 2, 9, 4, 5, 6]
+    m = compute_metrics(gen, truth)
+    assert m["exact_match"] is False
+    assert m["token_match"] == pytest.approx(5 / 6)
+    assert m["longest_match_prefix"] == 2
+    assert m["lcs_len"] == 3  # [4, 5, 6]
+    assert m["rouge_l"] == pytest.approx(5 / 6)  # LCS 5 of 6 on both sides
+    assert m["edit_distance"] == pytest.approx(1 / 6)  # one substitution
+    same = compute_metrics(truth, truth)
+    assert same["exact_match"] and same["token_match"] == 1 and same["longest_match_prefix"] == 6
+    assert same["rouge_l"] == 1 and same["edit_distance"] == 0 and same["lcs_len"] == 6
+    shifted = compute_metrics([0] + truth[:-1], truth)  # one token late: position-wise nothing matches
+    assert shifted["token_match"] == 0 and shifted["longest_match_prefix"] == 0
+    assert shifted["rouge_l"] == pytest.approx(5 / 6) and shifted["lcs_len"] == 5
+    assert shifted["edit_distance"] == pytest.approx(2 / 6)  # one insertion + one deletion
+
+
+def test_rouge_l_matches_rouge_score_on_random_ids():
+    rng = random.Random(0)
+    for _ in range(200):
+        truth = [rng.randrange(8) for _ in range(rng.randint(1, 20))]
+        gen = [rng.randrange(8) for _ in range(rng.randint(1, 20))]
+        assert metrics.rouge_l(gen, truth) == pytest.approx(_rouge_ref(gen, truth), abs=1e-12)
+
+
+def test_rouge_l_words_matches_rouge_score_on_text():
+    truth = "We hold these truths to be self-evident, that all men are created equal"
+    gens = ["We hold these truths to be self-evident, that all people are equal",
+            "we HOLD truths self-evident, that men are created equal and free", "", "nothing in common here"]
+    for gen in gens:
+        ref = SCORER.score(truth, gen)["rougeL"].fmeasure
+        assert metrics.rouge_l_words([], [], gen, truth) == pytest.approx(ref, abs=1e-12)
+    assert metrics.rouge_l_words([], [], gens[0], truth) > 0.8
+
+
+def test_longest_common_substring_matches_difflib():
+    rng = random.Random(1)
+    for _ in range(200):
+        a = [rng.randrange(5) for _ in range(rng.randint(0, 25))]
+        b = [rng.randrange(5) for _ in range(rng.randint(0, 25))]
+        ref = difflib.SequenceMatcher(None, a, b, autojunk=False).find_longest_match(0, len(a), 0, len(b)).size
+        assert metrics.lcs_len(a, b) == ref
+
+
+def test_edit_distance_against_textbook_dp():
+    def lev(a, b):
+        d = list(range(len(b) + 1))
+        for i, x in enumerate(a, 1):
+            prev, d[0] = d[0], i
+            for j, y in enumerate(b, 1):
+                prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (x != y))
+        return d[-1]
+
+    rng = random.Random(2)
+    for _ in range(100):
+        a = [rng.randrange(6) for _ in range(rng.randint(1, 15))]
+        b = [rng.randrange(6) for _ in range(rng.randint(1, 15))]
+        assert metrics.edit_distance(a, b) == pytest.approx(lev(a, b) / max(len(a), len(b)))
+
+
+def test_registry_metadata():
+    assert set(METRICS) == {"exact_match", "token_match", "longest_match_prefix", "rouge_l", "rouge_l_words",
+                            "lcs_len", "edit_distance"}
+    assert not METRICS["edit_distance"].higher_is_better
+    assert all(m.higher_is_better for n, m in METRICS.items() if n != "edit_distance")
+    assert all(m.aggregation == "mean" for m in METRICS.values())
+    with pytest.raises(ValueError):
+        metrics.register_metric("exact_match", True)(lambda *a: 0)
+    assert compute_metrics([1], [1], names=["token_match"]) == {"token_match": 1.0}
