@@ -28,10 +28,11 @@ BOOKS = (
 )
 _VERSE = re.compile(r"^(\d?[A-Za-z]+)(\d+):(\d+)\s+(.*)$")
 _INSTALL = "install it with: apt-get install bible-kjv"
+BIBLE_PROGRAM = "/usr/bin/bible"  # where Debian puts it; a `bible` on PATH wins
 
 
 def _run_bible(data_dir: Path) -> str:
-    program = shutil.which("bible") or "/usr/bin/bible"
+    program = shutil.which("bible") or BIBLE_PROGRAM
     if not Path(program).is_file():
         raise UserError(f"the kjv source needs Debian's bible-kjv package (no 'bible' program found); {_INSTALL}")
     if not (data_dir / "bible.data").is_file():
