@@ -136,6 +136,29 @@ def test_zlib_lowercase_and_reference_match_direct_computation():
     assert set(s) == {"loss", "zlib", "lowercase", "reference", "min_k_20", "min_k_pp_20"}
 
 
+def test_real_fast_tokenizer_interface():
+    """zlib and lowercase through a Hugging Face fast tokenizer (byte-level BPE with a leading EOT document marker)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    texts = ["The Cat sat on the Mat.", "Hello World, Hello Moon.", "A Quick Brown Fox Jumps."]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>")
+    eot = tok.eos_token_id
+    docs = [[eot] + tok.encode(t, add_special_tokens=False) for t in texts]
+    model = tiny_llama(seed=9, vocab=len(tok))
+    s = score_documents(model, docs, tokenizer=tok)
+    for i, (text, doc) in enumerate(zip(texts, docs)):
+        nll = -direct_token_logprobs(model, doc)[0].mean()
+        lowered = [eot] + tok.encode(text.lower(), add_special_tokens=False)
+        assert s["zlib"][i] == pytest.approx(-nll / len(zlib.compress(text.encode("utf-8"))), rel=1e-5)
+        assert s["lowercase"][i] == pytest.approx(-nll / -direct_token_logprobs(model, lowered)[0].mean(), rel=1e-5)
+
+
 def test_user_errors():
     model = tiny_llama()
     with pytest.raises(UserError, match="document 1 has 1 token"):
