@@ -43,9 +43,10 @@ def test_pp_beyond_layers_and_world_mismatch_reported_together():
     assert "parallel.pp=3 exceeds the model's 2 decoder layers" in message
 
 
-def test_pp_refuses_tied_embeddings():
-    with pytest.raises(ConfigError, match="tie_word_embeddings"):
-        check_layout(pp=2, dp=1, tp=1, world_size=2, model_config=tiny_config(tied=True))
+def test_1f1b_needs_a_microbatch_per_stage():
+    with pytest.raises(ConfigError, match=r"pp_microbatches=2 must be >= parallel.pp=4 for the 1f1b"):
+        check_layout(pp=4, dp=1, tp=1, world_size=4, schedule="1f1b", microbatches=2)
+    assert check_layout(pp=4, dp=1, tp=1, world_size=4, schedule="gpipe", microbatches=2).pp == 4
 
 
 @pytest.mark.parametrize("layers,pp,expected", [(4, 2, [[0, 1], [2, 3]]), (5, 2, [[0, 1, 2], [3, 4]]),

@@ -36,6 +36,7 @@ def _train(world: int, layout: dict) -> dict:
     if dims.dp > 1 and layout.get("fsdp"):
         par.apply_fsdp(stage, mesh["dp"])
     params = list(stage.parameters())
+    tied_group = par.tied_weight_group(mesh) if dims.pp > 1 and cfg.tie_word_embeddings else None
     opt = torch.optim.AdamW(params, lr=LR)
     dp_rank, rows = mesh["dp"].get_local_rank(), ROWS // dims.dp
     loss_fn = par.GoldfishStageLoss()
@@ -56,7 +57,8 @@ def _train(world: int, layout: dict) -> dict:
                 loss_fn(stage(mb["input_ids"]), par.pack_targets(mb["labels"], mb["drop_mask"])).backward()
         if dims.dp > 1 and not layout.get("fsdp"):
             par.allreduce_gradients(params, mesh["dp"].get_group())
-        norms.append(par.clip_grad_norm_(params, MAX_NORM, mesh["pp"].get_group()))
+        par.sync_tied_gradients(stage.tied_weight, tied_group)
+        norms.append(par.clip_grad_norm_(params, MAX_NORM, mesh["pp"].get_group(), stage.norm_duplicate))
         opt.step()
         opt.zero_grad()
         stats = loss_fn.stats(2 if pipe is not None else None)
@@ -82,6 +84,7 @@ LAYOUTS_2 = {
     "dp2-replicate": {"fsdp": False},
     "pp2-gpipe": {"pp": 2, "schedule": "gpipe"},
     "pp2-1f1b": {"pp": 2, "schedule": "1f1b", "layers": 3},
+    "pp2-tied": {"pp": 2, "tied": True},
 }
 
 

@@ -58,8 +58,10 @@ class ParallelDims:
         return self.pp * self.dp * self.tp
 
 
-def check_layout(pp: int, dp: int, tp: int, world_size: int, model_config: Any = None) -> ParallelDims:
-    """Resolve ``dp=0`` (auto: ``world / (pp*tp)``) and validate the layout against the world and the model.
+def check_layout(pp: int, dp: int, tp: int, world_size: int, model_config: Any = None, schedule: str = "gpipe",
+                 microbatches: int | None = None) -> ParallelDims:
+    """Resolve ``dp=0`` (auto: ``world / (pp*tp)``) and validate the layout against the world, the model (when
+    given) and the pipeline schedule (``microbatches`` pipeline chunks per micro-batch; None: pp).
 
     Raises one :class:`ConfigError` naming every problem, with every factor of a failed product."""
     problems: list[str] = []
@@ -67,6 +69,12 @@ def check_layout(pp: int, dp: int, tp: int, world_size: int, model_config: Any =
         check(value >= 1, problems, f"parallel.{name}={value} must be >= 1")
     check(dp >= 0, problems, f"parallel.dp={dp} must be >= 1, or 0 for auto (world size / (pp*tp))")
     raise_problems(problems)
+    check(schedule in PP_SCHEDULES, problems,
+          f"parallel.pp_schedule={schedule!r} is not one of {', '.join(PP_SCHEDULES)}")
+    microbatches = microbatches or pp
+    check(not (pp > 1 and schedule == "1f1b" and microbatches < pp), problems,
+          f"parallel.pp_microbatches={microbatches} must be >= parallel.pp={pp} for the 1f1b schedule; "
+          f"raise it or use parallel.pp_schedule=gpipe")
     if dp == 0:
         check(world_size % (pp * tp) == 0, problems,
               f"pp({pp})·tp({tp})={pp * tp} does not divide world size {world_size}; "
@@ -85,10 +93,6 @@ def check_layout(pp: int, dp: int, tp: int, world_size: int, model_config: Any =
         layers = model_config.num_hidden_layers
         check(pp <= layers, problems,
               f"parallel.pp={pp} exceeds the model's {layers} decoder layers; use parallel.pp <= {layers}")
-        tied = bool(getattr(model_config, "tie_word_embeddings", False))
-        check(not (pp > 1 and tied), problems,
-              f"parallel.pp={pp} cannot split a model with tie_word_embeddings=true (the embedding and lm_head "
-              f"would live on different stages); use parallel.pp=1 or an untied model")
     raise_problems(problems)
     return ParallelDims(pp=pp, dp=dp, tp=tp)
 
@@ -182,6 +186,20 @@ class StageModule(nn.Module):
         self.model.norm = model.model.norm if last else None
         self.model.rotary_emb = model.model.rotary_emb
         self.lm_head = model.lm_head if last else None
+        self.split_tie = bool(model.config.tie_word_embeddings) and not (first and last)
+
+    @property
+    def tied_weight(self) -> nn.Parameter | None:
+        """This stage's copy of a weight tied across stages (None when the tie stays inside one module)."""
+        if not self.split_tie:
+            return None
+        return self.model.embed_tokens.weight if self.model.embed_tokens is not None else \
+            self.lm_head.weight if self.lm_head is not None else None
+
+    @property
+    def norm_duplicate(self) -> nn.Parameter | None:
+        """The last stage's tied copy: its gradient is counted in the global norm by the first stage already."""
+        return self.tied_weight if self.split_tie and self.model.embed_tokens is None else None
 
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -210,6 +228,30 @@ def split_stage(model: nn.Module, pp_mesh: DeviceMesh | None) -> StageModule:
                  ", ".join(f"stage {s}: {list(stage_layers(model.config.num_hidden_layers, pp, s))}"
                            for s in range(pp)))
     return module
+
+
+def tied_weight_group(mesh: DeviceMesh) -> dist.ProcessGroup | None:
+    """The (first stage, last stage) pair of this rank's dp/tp coordinates, or None on middle stages.
+
+    With ``tie_word_embeddings`` and pp > 1, the first stage's embedding and the last stage's ``lm_head`` are two
+    copies of one weight (identical at init, same seed): :func:`sync_tied_gradients` sums their gradients over this
+    pair so both receive the one-process gradient and AdamW keeps them identical. Every rank creates every pair
+    (``new_group`` is collective)."""
+    ranks = mesh.mesh  # (pp, dp, tp) global ranks
+    mine = None
+    for d in range(ranks.shape[1]):
+        for t in range(ranks.shape[2]):
+            pair = [int(ranks[0, d, t]), int(ranks[-1, d, t])]
+            group = dist.new_group(pair)
+            if dist.get_rank() in pair:
+                mine = group
+    return mine
+
+
+def sync_tied_gradients(weight: nn.Parameter | None, group: dist.ProcessGroup | None) -> None:
+    """Sum the gradient of a tied weight's two stage copies (no-op without a copy or a group)."""
+    if weight is not None and group is not None and weight.grad is not None:
+        dist.all_reduce(local_tensor(weight.grad), op=dist.ReduceOp.SUM, group=group)
 
 
 def pack_targets(labels: torch.Tensor, drop_mask: torch.Tensor) -> torch.Tensor:
@@ -302,15 +344,16 @@ def allreduce_gradients(params: Sequence[nn.Parameter], group: dist.ProcessGroup
 
 
 def clip_grad_norm_(params: Sequence[nn.Parameter], max_norm: float | None,
-                    pp_group: dist.ProcessGroup | None = None) -> float:
+                    pp_group: dist.ProcessGroup | None = None, duplicate: nn.Parameter | None = None) -> float:
     """Global L2 norm of all gradients across TP/FSDP shards and pipeline stages; scale them to ``max_norm``.
 
     DTensor norms reduce over their own mesh (sharded dims are summed, replicated ones counted once); the squared
-    norms of the stages are then summed over ``pp_group``. Same clip rule as ``torch.nn.utils.clip_grad_norm_``."""
+    norms of the stages are then summed over ``pp_group``; ``duplicate`` (a tied weight's second copy) is scaled but
+    not counted. Same clip rule as ``torch.nn.utils.clip_grad_norm_``."""
     grads = [p.grad for p in params if p.grad is not None]
     device = local_tensor(grads[0]).device if grads else torch.device("cpu")
     squared = torch.zeros((), dtype=torch.float64, device=device)
-    for g in grads:
+    for g in (p.grad for p in params if p.grad is not None and p is not duplicate):
         norm = torch.linalg.vector_norm(g.float())
         squared += (norm.full_tensor() if isinstance(norm, DTensor) else norm).double() ** 2
     if pp_group is not None and dist.get_world_size(pp_group) > 1:
