@@ -1,0 +1,327 @@
+"""The AxoNN engine: Agarwal's 3D tensor-parallel matmul (row x column x depth) plus data parallelism.
+
+AxoNN (``axonn==0.2.0``, the framework of the SC24 Gordon Bell finalist run) is used through its own API:
+``axonn.axonn.init(G_data, G_inter=1, G_intra_r=row, G_intra_c=col, G_intra_d=depth)`` builds the process groups,
+``axonn.intra_layer.auto_parallelize`` turns every ``nn.Linear`` built inside it into an AxoNN ``Linear`` (the weight
+split over rows (out features) x columns (in features), each block flattened and split again over depth, so every
+rank holds a distinct 1-D shard), ``sync_gradients`` reduces gradients and ``clip_grad_norm_`` clips by the global
+norm. On a CPU-only torch, :mod:`goldfish.engines.axonn_compat` makes those calls run on gloo.
+
+How a batch is split. This is AxoNN's "easy mode": outside its Linear layers the model is purely data parallel, and
+*every* rank -- including the ranks of one row/column/depth grid -- reads a different shard of the batch. Each Linear
+all-to-alls the activations of its grid, multiplies by the local weight block and sends the results back. So
+``dp_size`` is the world size and ``dp_rank`` the global rank (ranks are laid out as
+``rank = data * (R*C*D) + depth * (R*C) + row * C + col``).
+
+Gradients are *sums*: each micro-batch backpropagates ``kept_sum / normalizer`` (the global kept-token count), a
+weight shard's gradient already sums the whole grid's rows (all-to-all + reduce-scatter over depth), and
+``sync_gradients(mean=False)`` sums it over the data group; every other parameter (norms, embeddings, tied or
+indivisible heads) is all-reduced (summed) over the world. The result equals one process taking the whole batch.
+
+Known limits of AxoNN 0.2.0 that this engine guards against: tensor-parallel biases get wrong gradients in easy mode
+when row*col > 1 (refused with an error; Llama has none), Hugging Face initialisation skips AxoNN layers (every rank
+builds the plain model and loads the shards of its weights, so initial weights equal a one-process run), its
+checkpoint loader reads another path than its saver writes (not used: state is this rank's plain tensors), and
+``axonn.models.transformers`` fails to import on transformers 5 (not used).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ..errors import UserError
+from ..loss import goldfish_loss
+from . import axonn_compat
+from .base import Engine, StepStats
+
+log = logging.getLogger("goldfish.engines")
+
+
+@dataclasses.dataclass(frozen=True)
+class AxonnLayout:
+    """AxoNN's grid: ``row * col * depth`` tensor-parallel ranks, ``data`` copies of the grid fill the world."""
+
+    row: int
+    col: int
+    depth: int
+    data: int
+
+    @property
+    def grid(self) -> int:
+        return self.row * self.col * self.depth
+
+    @property
+    def world_size(self) -> int:
+        return self.grid * self.data
+
+    @classmethod
+    def for_world(cls, row: int, col: int, depth: int, world_size: int) -> "AxonnLayout":
+        """The layout for ``world_size`` processes; a one-line :class:`UserError` naming every factor otherwise."""
+        grid = row * col * depth
+        if world_size % grid:
+            raise UserError(f"axonn grid row({row})·col({col})·depth({depth})={grid} does not divide world size "
+                            f"{world_size}; choose axonn.row/col/depth whose product divides the number of processes")
+        return cls(row, col, depth, world_size // grid)
+
+    def coordinates(self, rank: int) -> dict[str, int]:
+        """AxoNN's placement of global ``rank`` in the grid (see ``axonn.communication.communication_handle``)."""
+        grid_rank = rank % self.grid
+        return {"data": rank // self.grid, "depth": grid_rank // (self.row * self.col),
+                "row": (grid_rank // self.col) % self.row, "col": grid_rank % self.col}
+
+    def describe(self) -> str:
+        return f"row({self.row})·col({self.col})·depth({self.depth})·data({self.data})"
+
+
+def axonn_linears(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """(name, module) of every AxoNN tensor-parallel ``Linear`` in ``model``."""
+    from axonn.intra_layer import Linear
+
+    return [(name, m) for name, m in model.named_modules() if isinstance(m, Linear)]
+
+
+class AxonnEngine(Engine):
+    """Row x column x depth tensor parallelism (AxoNN) x data parallelism for a plain Hugging Face causal LM."""
+
+    name = "axonn"
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        axonn_compat.check_installed()
+        self.device = self._device()
+        if cfg.precision == "bf16" and self.device.type != "cuda":
+            raise UserError("precision=bf16 with engine=axonn needs a CUDA GPU (AxoNN's Linear re-enters autocast "
+                            "only on CUDA in backward); use precision=fp32 on CPU")
+        world_size = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
+        a = cfg.axonn
+        self.layout = AxonnLayout.for_world(a.row, a.col, a.depth, world_size)
+        self._owns_group = self._join_process_group(world_size)
+        self.rank = dist.get_rank()
+        self.compat_active = axonn_compat.enable()  # no-op when CUDA is present
+        from axonn import axonn as ax
+
+        gpus_per_node = torch.cuda.device_count() if self.device.type == "cuda" else None
+        ax.init(G_data=self.layout.data, G_inter=1, G_intra_r=a.row, G_intra_c=a.col, G_intra_d=a.depth,
+                gpus_per_node=gpus_per_node)
+        # Overlapping all-reduces is safe everywhere; async reduce-scatters are never waited on by AxoNN 0.2.0 on
+        # gloo (wrong gradients), so on CPU they stay off even when overlap is requested.
+        self.overlap = {"overlap_all_reduce": a.overlap_communication,
+                        "overlap_reduce_scatter": a.overlap_communication and self.device.type == "cuda"}
+        self.autocast_dtype = torch.bfloat16 if cfg.precision == "bf16" else None
+        self.model: nn.Module | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        if self.is_main:
+            log.info("axonn: %s on %d processes (%s%s)", self.layout.describe(), world_size, self.device.type,
+                     ", CPU/gloo compatibility layer" if self.compat_active else "")
+
+    @staticmethod
+    def _device() -> torch.device:
+        if torch.cuda.is_available():
+            return torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}")
+        return torch.device("cpu")
+
+    def _join_process_group(self, world_size: int) -> bool:
+        """Join the torchrun process group (gloo on CPU, nccl on CUDA); AxoNN needs one even for one process."""
+        if dist.is_initialized():
+            return False
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        if world_size == 1 and "MASTER_ADDR" not in os.environ:
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        else:
+            dist.init_process_group(backend)
+        return True
+
+    # ------------------------------------------------------------------------------------------ topology
+
+    @property
+    def dp_rank(self) -> int:
+        return self.rank
+
+    @property
+    def dp_size(self) -> int:
+        return self.layout.world_size
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    # ------------------------------------------------------------------------------------------ setup
+
+    def setup(self, build_model: Callable[[], nn.Module],
+              build_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]) -> None:
+        plain = build_model()  # the one-process model: its weights are the reference every shard is cut from
+        self.model = self._parallelize(plain).to(self.device)
+        del plain
+        self.model.train()
+        self.optimizer = build_optimizer(self.model.parameters())
+
+    def _parallelize(self, plain: nn.Module) -> nn.Module:
+        """An AxoNN copy of ``plain`` holding exactly this rank's shards of ``plain``'s weights."""
+        from axonn.intra_layer import auto_parallelize
+
+        # Building consumes random numbers (AxoNN initialises every full weight); fork so the caller's stream is
+        # the same as in a one-process run.
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            with auto_parallelize():
+                model = type(plain)(plain.config)
+        _untie_shared_outputs(model)
+        _refuse_biases(model)
+        # AxoNN's Linear accepts a full (out, in) weight in load_state_dict and keeps this rank's shard.
+        model.load_state_dict(plain.state_dict(), strict=True)
+        linears = axonn_linears(model)
+        total = sum(isinstance(m, nn.Linear) for m in model.modules()) + len(linears)
+        if self.is_main:
+            log.info("axonn: %d of %d linear layers tensor-parallel (the rest are replicated: dimensions not "
+                     "divisible by the grid, or tied to the embedding)", len(linears), total)
+        return model
+
+    # ------------------------------------------------------------------------------------------ step
+
+    def _autocast(self):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+
+    def forward_backward(self, micro_batches: list[dict[str, torch.Tensor]], normalizer: int) -> StepStats:
+        from axonn.intra_layer import optimize_communication, sync_gradients
+
+        totals = torch.zeros(4, dtype=torch.float64, device=self.device)  # kept_sum, kept_n, dropped_sum, dropped_n
+        for mb in micro_batches:
+            mb = {k: v.to(self.device, non_blocking=True) for k, v in mb.items()}
+            # The context's exit waits for async collectives and folds deferred weight gradients into .grad.
+            with optimize_communication(**self.overlap):
+                with self._autocast():
+                    logits = self.model(input_ids=mb["input_ids"], position_ids=mb.get("position_ids"),
+                                        attention_mask=mb.get("attention_mask"), use_cache=False).logits  # (B, T, V)
+                out = goldfish_loss(logits, mb["labels"], drop_mask=mb["drop_mask"])
+                (out.kept_sum / max(normalizer, 1)).backward()
+            totals += torch.stack([out.kept_sum.detach().double(), out.kept_count.double(),
+                                   out.dropped_sum.double(), out.dropped_count.double()])
+        sync_gradients(self.model, mean=False)  # sums: data group for shards, world for replicated parameters
+        dist.all_reduce(totals)
+        kept_sum, kept_count, dropped_sum, dropped_count = totals.tolist()
+        return StepStats(kept_sum, int(kept_count), dropped_sum, int(dropped_count))
+
+    def optimizer_step(self, lr: float, max_grad_norm: float | None) -> float:
+        from axonn.intra_layer import clip_grad_norm_
+
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        # Shards' squared norms are summed over the grid; max_norm=inf only measures (the coefficient clamps to 1).
+        norm = clip_grad_norm_(self.model.parameters(), max_grad_norm or float("inf"))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    # ------------------------------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's shards and optimizer state, plus the grid they belong to (checked on load)."""
+        layout = dataclasses.asdict(self.layout) | {"rank": self.rank}
+        return {"model": {k: v.detach() for k, v in self.model.state_dict().items()},
+                "optimizer": self.optimizer.state_dict(), "axonn_layout": layout}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        saved = state.get("axonn_layout")
+        here = dataclasses.asdict(self.layout) | {"rank": self.rank}
+        if saved is not None and dict(saved) != here:
+            raise UserError(f"checkpoint shard was written by rank {saved.get('rank')} of axonn layout "
+                            f"row({saved.get('row')})·col({saved.get('col')})·depth({saved.get('depth')})·"
+                            f"data({saved.get('data')}) but this is rank {self.rank} of {self.layout.describe()}; "
+                            f"resume with the same axonn.row/col/depth and world size")
+        model_state = self.model.state_dict()
+        missing = sorted(set(model_state) - set(state["model"]))
+        if missing:
+            raise UserError(f"checkpoint does not match the model: missing {len(missing)} tensors, e.g. {missing[0]}")
+        with torch.no_grad():
+            for name, tensor in model_state.items():
+                if tensor.shape != state["model"][name].shape:
+                    raise UserError(f"checkpoint tensor {name} has shape {tuple(state['model'][name].shape)} but "
+                                    f"this rank expects {tuple(tensor.shape)} (different model or axonn layout)")
+                tensor.copy_(state["model"][name])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Every weight at full size on CPU (a collective: all ranks must call it; all ranks get the result)."""
+        shards = {f"{name}.weight": m for name, m in axonn_linears(self.model)}
+        full = {}
+        for key, tensor in self.model.state_dict().items():
+            full[key] = (gather_full_weight(shards[key]) if key in shards else tensor).detach().cpu()
+        return full
+
+    def export_hf(self, out_dir: Path) -> None:
+        full = self.full_state_dict()
+        if self.is_main:
+            with torch.device("meta"):  # a plain skeleton for save_pretrained; weights come from `full`
+                skeleton = type(self.model)(self.model.config)
+            skeleton.save_pretrained(str(out_dir), state_dict=full, safe_serialization=True)
+        self.barrier()
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def close(self) -> None:
+        if self._owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+            self._owns_group = False
+
+
+# ---------------------------------------------------------------------------------------------- model surgery
+
+
+def _untie_shared_outputs(model: nn.Module) -> None:
+    """Turn AxoNN Linears whose weight Hugging Face tied to another parameter (a tied ``lm_head``) back into plain
+    ``nn.Linear`` sharing that parameter: a 2-D full weight cannot live in AxoNN's 1-D sharded layer."""
+    for name, module in axonn_linears(model):
+        if getattr(module.weight, "is_tensor_parallel", False):
+            continue
+        plain = nn.Linear(module.in_features, module.out_features, bias=False, device="meta")
+        plain.weight = module.weight
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, child, plain)
+
+
+def _refuse_biases(model: nn.Module) -> None:
+    """AxoNN 0.2.0 reduces tensor-parallel bias gradients over data and depth only, missing the row x column grid
+    (its own test skips the case); refuse instead of training silently wrong."""
+    from axonn import axonn as ax
+
+    biased = [name for name, m in axonn_linears(model) if m.bias is not None]
+    if biased and ax.config.G_intra_r * ax.config.G_intra_c > 1:
+        raise UserError(f"engine=axonn cannot train tensor-parallel linear layers with biases when "
+                        f"axonn.row·axonn.col > 1 (AxoNN 0.2.0 computes their gradients wrongly), e.g. {biased[0]}; "
+                        f"use a model without linear biases (Llama: attention_bias=false, mlp_bias=false) or "
+                        f"axonn.row=1 axonn.col=1")
+
+
+@torch.no_grad()
+def gather_full_weight(module: nn.Module) -> torch.Tensor:
+    """The full (out, in) weight of an AxoNN ``Linear`` from its 1-D shards (a collective over its grid).
+
+    AxoNN cuts the full weight into (out/R, in/C) blocks -- rows over the outer group, columns over the inner group --
+    and splits each flattened block into ``depth`` pieces; this undoes the three steps in reverse order."""
+    piece = module.weight.detach().contiguous()  # (out/R * in/C / D,)
+    block = _all_gather_cat(piece, module.depth_group, dim=0)  # (out/R * in/C,)
+    block = block.view(module.local_out_features, module.local_in_features)
+    rows = _all_gather_cat(block, module.inner_group, dim=1)  # (out/R, in)
+    return _all_gather_cat(rows, module.outer_group, dim=0)  # (out, in)
+
+
+def _all_gather_cat(tensor: torch.Tensor, group: Any, dim: int) -> torch.Tensor:
+    size = dist.get_world_size(group)
+    if size == 1:
+        return tensor
+    parts = [torch.empty_like(tensor) for _ in range(size)]
+    dist.all_gather(parts, tensor.contiguous(), group=group)
+    return torch.cat(parts, dim=dim)
