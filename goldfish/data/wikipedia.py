@@ -13,6 +13,7 @@ and collapse whitespace. Pages are read in dump order, so the document order is 
 from __future__ import annotations
 
 import bz2
+import functools
 import re
 from pathlib import Path
 from typing import Iterator
@@ -84,14 +85,26 @@ def is_redirect(raw: str) -> bool:
 
 
 def iter_articles(path: str | None = None) -> Iterator[tuple[str, str, str]]:
-    """Yield ``(page_id, title, clean_text)`` for each main-namespace, non-redirect page, in dump order."""
+    """Yield ``(page_id, title, clean_text)`` for each main-namespace, non-redirect page, in dump order.
+
+    Parsed articles are cached per process (keyed by the file's path, size and mtime): a grid of experiments
+    prepares many datasets from the same dump and should parse it once.
+    """
+    p = dump_path(path)
+    st = p.stat()
+    yield from _parse_dump(str(p.resolve()), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=2)
+def _parse_dump(path: str, size: int, mtime_ns: int) -> tuple[tuple[str, str, str], ...]:
     from gensim.corpora.wikicorpus import extract_pages
 
-    p = dump_path(path)
+    articles = []
     try:
-        with bz2.open(p, "rb") as f:
+        with bz2.open(path, "rb") as f:
             for title, raw, page_id in extract_pages(f, filter_namespaces=("0",)):
                 if raw and not is_redirect(raw):
-                    yield str(page_id), title, clean_wikitext(raw)
+                    articles.append((str(page_id), title, clean_wikitext(raw)))
     except (OSError, EOFError) as e:
-        raise UserError(f"cannot read Wikipedia dump {p}: {e} (is it a complete .xml.bz2 file?)") from None
+        raise UserError(f"cannot read Wikipedia dump {path}: {e} (is it a complete .xml.bz2 file?)") from None
+    return tuple(articles)
