@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 import zlib
 from typing import Any, Sequence
 
@@ -79,11 +80,14 @@ def token_statistics(
     device: torch.device | str | None = None,
     want_pp: bool = True,
     desc: str = "membership scores",
+    progress: bool = True,
+    logger: Any = None,
 ) -> list[tuple[np.ndarray, np.ndarray | None]]:
     """Per document: (log p of tokens 1..L-1 given their prefix, Min-K%++ z-scores or None), in input order.
 
     Documents are sorted by length before batching (less padding) and padded on the right with an attention mask, so
-    each row's logits equal those of the document alone.
+    each row's logits equal those of the document alone. ``logger`` (e.g. a ``goldfish.io.JsonlLogger``) receives
+    one record per batch: ``{"event": "membership_batch", "pass", "docs", "tokens", "seconds"}``.
     """
     device = torch.device(device) if device is not None else _model_device(model)
     _check_docs(docs, _vocab_size(model))
@@ -92,7 +96,9 @@ def token_statistics(
     was_training = model.training
     model.eval()
     try:
-        for b0 in tqdm(range(0, len(order), batch_size), desc=desc, disable=None, unit="batch"):
+        show = None if progress else True  # tqdm: None = only on a terminal
+        for b0 in tqdm(range(0, len(order), batch_size), desc=desc, disable=show, unit="batch"):
+            t0 = time.perf_counter()
             idx = order[b0 : b0 + batch_size]
             lengths = [len(docs[i]) for i in idx]
             ids = torch.zeros(len(idx), max(lengths), dtype=torch.long)
@@ -105,6 +111,9 @@ def token_statistics(
             for r, i in enumerate(idx):
                 n = lengths[r]
                 out[i] = _row_stats(logits[r, : n - 1], ids[r, 1:n], want_pp)
+            if logger is not None:
+                logger.log({"event": "membership_batch", "pass": desc, "docs": len(idx), "tokens": sum(lengths),
+                            "seconds": round(time.perf_counter() - t0, 4)})
     finally:
         model.train(was_training)
     return out
@@ -176,14 +185,12 @@ def _mean_nll(stats: list[tuple[np.ndarray, np.ndarray | None]]) -> np.ndarray:
     return np.array([-s[0].mean() for s in stats], dtype=np.float64)
 
 
-def _lowercase_nll(model, docs, texts, tokenizer, batch_size, device) -> np.ndarray:
+def _lowercase_nll(model, docs, texts, tokenizer, **loop: Any) -> np.ndarray:
     """NLL of each lowercased text; NaN where lowercasing leaves fewer than 2 tokens (evaluate_attacks drops it)."""
     lowered = _lowercase_docs(docs, texts, tokenizer)
     ok = [i for i, d in enumerate(lowered) if len(d) >= 2]
     nll = np.full(len(docs), np.nan)
-    stats = token_statistics(
-        model, [lowered[i] for i in ok], batch_size=batch_size, device=device, want_pp=False, desc="lowercase"
-    )
+    stats = token_statistics(model, [lowered[i] for i in ok], want_pp=False, desc="lowercase", **loop)
     nll[ok] = _mean_nll(stats)
     return nll
 
@@ -197,12 +204,15 @@ def score_documents(
     reference_model: Any = None,
     min_k_ratios: Sequence[float] = (0.2,),
     tokenizer: Any = None,
+    progress: bool = True,
+    logger: Any = None,
 ) -> dict[str, np.ndarray]:
     """Membership scores of each token-id document, higher = more likely a training member.
 
     Keys: ``loss``, ``min_k_<k>``, ``min_k_pp_<k>`` (one per ratio), plus ``zlib`` and ``lowercase`` when a
     ``tokenizer`` (HF-style ``encode``/``decode``) is given and ``reference`` when a ``reference_model`` (same
-    vocabulary) is given. Each value is a float64 array of shape (len(docs),).
+    vocabulary) is given. Each value is a float64 array of shape (len(docs),). ``progress`` toggles the tqdm bars
+    (shown only on a terminal); ``logger`` gets one JSONL record per batch (see :func:`token_statistics`).
     """
     ratios = _check_ratios(min_k_ratios)
     if batch_size < 1:
@@ -211,7 +221,8 @@ def score_documents(
         keys = ["loss"] + [ratio_key(p, r) for r in ratios for p in ("min_k", "min_k_pp")]
         keys += ["zlib", "lowercase"] * (tokenizer is not None) + ["reference"] * (reference_model is not None)
         return {k: np.zeros(0) for k in keys}
-    stats = token_statistics(model, docs, batch_size=batch_size, device=device, want_pp=True)
+    loop = dict(batch_size=batch_size, progress=progress, logger=logger)
+    stats = token_statistics(model, docs, device=device, want_pp=True, **loop)
     nll = _mean_nll(stats)
     scores: dict[str, np.ndarray] = {"loss": -nll}
     for r in ratios:
@@ -220,12 +231,10 @@ def score_documents(
     if tokenizer is not None:
         texts = [tokenizer.decode(list(d), skip_special_tokens=True) for d in docs]
         scores["zlib"] = -nll / np.array([zlib_length(t) for t in texts], dtype=np.float64)
-        scores["lowercase"] = -nll / _lowercase_nll(model, docs, texts, tokenizer, batch_size, device)
+        scores["lowercase"] = -nll / _lowercase_nll(model, docs, texts, tokenizer, device=device, **loop)
     if reference_model is not None:
         ref_device = device if device is not None else _model_device(reference_model)
-        ref = token_statistics(
-            reference_model, docs, batch_size=batch_size, device=ref_device, want_pp=False, desc="reference model"
-        )
+        ref = token_statistics(reference_model, docs, device=ref_device, want_pp=False, desc="reference", **loop)
         scores["reference"] = _mean_nll(ref) - nll
     return scores
 

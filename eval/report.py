@@ -192,11 +192,15 @@ def _membership(results: Mapping) -> list[str]:
             markdown_table(["attack", "AUC [95 % CI]", "TPR @ 1 % FPR", "TPR @ 0.1 % FPR"], rows), ""]
 
 
+def _unknown(v: Any) -> str:
+    return "unknown" if v is None else str(v)
+
+
 def _example(w: Mapping) -> list[str]:
     gen, truth = highlight_differences(w.get("generation") or "", w.get("truth") or "")
     verdict = "verbatim" if w.get("exact_match") else f"token match {_num(w.get('token_match'))}"
     return [f"**{_escape(str(w.get('title') or w.get('doc_id')))}** (prefix {w.get('prefix_len')} tokens, "
-            f"repetitions {w.get('repetitions')}, {verdict}, ROUGE-L {_num(w.get('rouge_l'))})", "",
+            f"repetitions {_unknown(w.get('repetitions'))}, {verdict}, ROUGE-L {_num(w.get('rouge_l'))})", "",
             f"- generated: {gen}", f"- truth: {truth}", ""]
 
 

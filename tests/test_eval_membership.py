@@ -22,6 +22,7 @@ from eval.membership import (
     tpr_at_fpr,
 )
 from goldfish.errors import UserError
+from goldfish.io import JsonlLogger, read_jsonl
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ .,"
 BOS = 0
@@ -84,11 +85,14 @@ def test_loss_attack_separates_trained_members():
     assert np.all(m["loss"] <= 0) and m["loss"].mean() > n["loss"].mean()
 
 
-def test_padding_and_batching_do_not_change_scores():
+def test_padding_and_batching_do_not_change_scores(tmp_path):
     model = tiny_llama()
     docs = random_docs(7, seed=3)  # different lengths -> right padding inside batches
     one = score_documents(model, docs, batch_size=1)
-    many = score_documents(model, docs, batch_size=4)
+    with JsonlLogger(tmp_path / "log.jsonl") as logger:
+        many = score_documents(model, docs, batch_size=4, progress=False, logger=logger)
+    records = read_jsonl(tmp_path / "log.jsonl")
+    assert [r["docs"] for r in records] == [4, 3] and sum(r["tokens"] for r in records) == sum(map(len, docs))
     for key in one:
         np.testing.assert_allclose(one[key], many[key], rtol=1e-5, atol=1e-5)
     assert model.training is False
