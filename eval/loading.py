@@ -13,11 +13,14 @@ Safety rules -- a checkpoint is data, never code:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import pickle
 from pathlib import Path
 from typing import Sequence
 
 import torch
+from safetensors import SafetensorError
 
 from goldfish.errors import UserError
 
@@ -88,6 +91,20 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0]
 
 
+@contextlib.contextmanager
+def _quiet_transformers():
+    """Hide transformers' own "Loading weights" bar while loading (ours cover the evaluation); restore after."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
 def load_model(path: str | Path, dtype: str = "float32", device: str = "auto", allow_pickle: bool = False):
     """Load a causal LM for inference (``eval()`` mode, on ``device``) -> ``PreTrainedModel``."""
     from transformers import AutoModelForCausalLM
@@ -102,8 +119,9 @@ def load_model(path: str | Path, dtype: str = "float32", device: str = "auto", a
     else:
         kwargs["use_safetensors"] = use_safetensors
     try:
-        model = AutoModelForCausalLM.from_pretrained(src.folder, **kwargs)
-    except (OSError, ValueError, KeyError, RuntimeError, ImportError) as e:
+        with _quiet_transformers():
+            model = AutoModelForCausalLM.from_pretrained(src.folder, **kwargs)
+    except (OSError, ValueError, KeyError, RuntimeError, ImportError, SafetensorError, pickle.UnpicklingError) as e:
         raise UserError(f"could not load a causal LM from {src.describe()}: {_first_line(e)}") from None
     return model.to(resolve_device(device)).eval()
 

@@ -67,6 +67,7 @@ def _require(cfg: EvalConfig) -> None:
     if missing:
         raise UserError(f"missing {', '.join(missing)}: e.g. goldfish eval --model runs/demo/model "
                         f"--data data/prepared/wikipedia_demo --out runs/demo/eval")
+    resolve_model_path(cfg.model)  # a wrong --model fails here, before documents are read
 
 
 def _fingerprint(cfg: EvalConfig) -> dict:
@@ -192,17 +193,17 @@ def run_eval(cfg: EvalConfig) -> dict:
     _require(cfg)
     out = Path(cfg.out)
     torch.manual_seed(cfg.seed)
-    model = load_model(cfg.model, cfg.dtype, cfg.device, cfg.allow_pickle)
     tokenizer = _load_tokenizer(cfg)
     splits, prep = load_documents(cfg.data, cfg.nonmembers, tokenizer, cfg.max_docs)
     if tokenizer is None and prep is not None:
         tokenizer = prep.tokenizer
-    for name, docs in splits.items():
-        check_vocab(model, tokenizer, [d.tokens for d in docs], what=f"the {name} documents")
     to_extract = [d for split in cfg.extract_splits for d in splits.get(split, [])]
     if not to_extract:
         raise UserError(f"no documents in extract_splits={cfg.extract_splits}; available splits: {', '.join(splits)}")
     windows, skipped = build_windows(to_extract, cfg.prefix_lens, cfg.suffix_len, cfg.window, cfg.stride)
+    model = load_model(cfg.model, cfg.dtype, cfg.device, cfg.allow_pickle)  # after the cheap checks: fail fast
+    for name, docs in splits.items():
+        check_vocab(model, tokenizer, [d.tokens for d in docs], what=f"the {name} documents")
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "eval_config.yaml")
     records = evaluate_windows(model, tokenizer, windows, cfg, out)
