@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
 from eval.aggregate import summarize
 from eval.membership import membership_section
+from goldfish.errors import UserError
+from goldfish.io import atomic_write_json
 from eval.report import (
     bar_chart,
     comparison_plots,
     format_summary_table,
     highlight_differences,
     line_plot,
+    load_results,
     markdown_table,
+    rewrite_report,
     write_comparison_report,
     write_report,
 )
@@ -161,3 +166,17 @@ def test_plot_primitives(tmp_path):
 def test_report_without_windows_or_membership(tmp_path, bad):
     paths = write_report({"summary": summarize([]), "membership": bad}, tmp_path)
     assert [p.name for p in paths] == ["report.md"]
+
+
+def test_rewrite_report_from_results_json(tmp_path):
+    atomic_write_json(tmp_path / "results.json", synthetic_results())  # NaN-free JSON round trip
+    paths = rewrite_report(tmp_path)
+    assert paths[0] == tmp_path / "report.md" and "## Membership inference" in paths[0].read_text()
+    with pytest.raises(UserError, match="results file not found"):
+        load_results(tmp_path / "missing")
+    (tmp_path / "other.json").write_text(json.dumps({"schema": "something-else"}))
+    with pytest.raises(UserError, match="not goldfish-eval/1"):
+        load_results(tmp_path / "other.json")
+    (tmp_path / "torn.json").write_text('{"schema": "goldfish-eval/1", ')
+    with pytest.raises(UserError, match="not valid JSON"):
+        load_results(tmp_path / "torn.json")
