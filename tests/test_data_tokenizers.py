@@ -95,3 +95,19 @@ def test_gguf_tokenizer():
     assert tok.eos_token is not None and tok.pad_token is not None
     ids = tok("Hello world", add_special_tokens=False)["input_ids"]
     assert tok.decode(ids) == "Hello world"
+
+
+def test_prefix_tokenization_equals_the_whole_texts_tokens(gpt2):
+    """prepare reads only a prefix of long texts; the ids must be the whole text's ids, cut (tricky spacing too)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    pieces = ["word", " ", "  ", "\n", "\n\n", "\t", "Ünï", "漢字", "🐟", "1234", "'s", "--", "https://x.org/a_b",
+              "<|endoftext|>", "a" * 50, "   \n  "]
+    texts = ["".join(rng.choice(pieces, size=400)) for _ in range(12)]
+    docs = [Document(str(i), "", t, "local") for i, t in enumerate(texts)]
+    full = tokenize(gpt2, docs)
+    for n in (1, 5, 17, 64, 200, 10_000):
+        cut = tokenize(gpt2, docs, max_tokens=n)
+        for a, b in zip(full, cut):
+            assert b.tolist() == a[:n].tolist()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+import re
 import time
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from .splits import Item, SplitPlan, background_items, plan_splits
 from .tokenizer import load_tokenizer, tokenizer_info
 
 TOKENIZE_BATCH = 64
+_WORD_END = re.compile(r"\S\s")  # a non-space character followed by whitespace
 
 
 def _bar(total: int, desc: str, enabled: bool):
@@ -33,17 +35,51 @@ def _bar(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, unit="doc", disable=not enabled, leave=False, dynamic_ncols=True)
 
 
-def tokenize(tok, docs: list[Document], progress: bool = False, desc: str = "tokenize") -> list[np.ndarray]:
-    """Token ids of each document (no BOS/EOS); literal special-token text is split, never turned into EOS."""
+def tokenize(tok, docs: list[Document], progress: bool = False, desc: str = "tokenize",
+             max_tokens: int | None = None) -> list[np.ndarray]:
+    """Token ids of each document (no BOS/EOS); literal special-token text is split, never turned into EOS.
+
+    ``max_tokens``: only the first ``max_tokens`` ids are needed, so a byte-level tokenizer reads just a prefix of
+    each long text (see :func:`_prefix`); the ids returned are identical to the whole text's ids, cut.
+    """
+    cut = max_tokens is not None and _is_byte_level(tok)
     out: list[np.ndarray] = []
     with _bar(len(docs), desc, progress) as bar:
         for s in range(0, len(docs), TOKENIZE_BATCH):
-            batch = [d.text for d in docs[s:s + TOKENIZE_BATCH]]
-            enc = tok(batch, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-            out.extend(np.asarray(ids, dtype=np.int64) for ids in enc)
-            bar.update(len(batch))
+            texts = [d.text for d in docs[s:s + TOKENIZE_BATCH]]
+            heads = [_prefix(t, max_tokens) for t in texts] if cut else texts
+            enc = _encode(tok, heads)
+            for i, ids in enumerate(enc):
+                if len(heads[i]) < len(texts[i]) and len(ids) < max_tokens:  # prefix too short: whole text
+                    enc[i] = _encode(tok, [texts[i]])[0]
+            out.extend(np.asarray(ids[:max_tokens] if max_tokens else ids, dtype=np.int64) for ids in enc)
+            bar.update(len(texts))
     return out
 
+
+def _encode(tok, texts: list[str]) -> list[list[int]]:
+    return tok(texts, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
+
+def _is_byte_level(tok) -> bool:
+    from tokenizers import pre_tokenizers
+
+    backend = getattr(tok, "backend_tokenizer", None)
+    return isinstance(getattr(backend, "pre_tokenizer", None), pre_tokenizers.ByteLevel)
+
+
+def _prefix(text: str, max_tokens: int) -> str:
+    """A prefix of ``text`` ending just before a whitespace that follows a non-space character.
+
+    GPT-2-style pre-tokenization never joins a non-space character with the whitespace after it, so every token of
+    this prefix equals the whole text's token at the same index. ~6 characters per needed token is ample for prose;
+    the caller falls back to the whole text when the prefix yields too few tokens.
+    """
+    budget = 6 * max_tokens + 64
+    if len(text) <= budget:
+        return text
+    m = _WORD_END.search(text, budget - 1)
+    return text[:m.start() + 1] if m else text
 
 def _versions(cfg: PrepareConfig) -> dict:
     import datasets
@@ -75,6 +111,13 @@ def _background(cfg: PrepareConfig, plan: SplitPlan, docs, tokens, bg_docs, bg_t
     return background_items(cfg, plan, [bg_docs[i] for i in order], [bg_tokens[i] for i in order])
 
 
+def _needed_tokens(cfg: PrepareConfig) -> int | None:
+    """How many leading tokens of each main-source document the splits can use (None = all of them)."""
+    if cfg.doc_tokens is None or (cfg.num_background != 0 and cfg.background_source is None):
+        return None  # whole documents, or the unused ones become background
+    return cfg.doc_tokens * (2 if cfg.nonmember_mode == "later_chunk" else 1)
+
+
 def _build(cfg: PrepareConfig, progress: bool) -> tuple:
     """Everything but the writing: (tokenizer, plan, rows, row stats, load stats)."""
     load_stats: dict = {}
@@ -86,7 +129,7 @@ def _build(cfg: PrepareConfig, progress: bool) -> tuple:
     tok = load_tokenizer(cfg.tokenizer.name, texts, cfg.tokenizer.vocab_size, cfg.seed)
     if tok.eos_token_id is None or tok.pad_token_id is None:
         raise UserError(f"tokenizer {cfg.tokenizer.name} has no EOS/pad id; set eos_token in its config")
-    tokens = tokenize(tok, docs, progress)
+    tokens = tokenize(tok, docs, progress, max_tokens=_needed_tokens(cfg))
     bg_tokens = tokenize(tok, bg_docs, progress, "tokenize background") if bg_docs else []
     plan = plan_splits(cfg, docs, tokens)
     plan.background = _background(cfg, plan, docs, tokens, bg_docs, bg_tokens)
