@@ -52,6 +52,29 @@ def _model_device(model: Any) -> torch.device:
     return next(model.parameters()).device
 
 
+def context_length(model: Any) -> int | None:
+    """The longest sequence the model was built for (``max_position_embeddings`` / ``n_positions``), if known."""
+    config = getattr(model, "config", None)
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def truncate_documents(docs: Sequence[Sequence[int]], max_length: int | None) -> list[list[int]]:
+    """The first ``max_length`` tokens of each document (MIA benchmarks such as WikiMIA score a fixed-length
+    beginning too); longer documents would run past the model's position range."""
+    docs = [list(d) for d in docs]
+    if max_length is None:
+        return docs
+    long = sum(len(d) > max_length for d in docs)
+    if long:
+        log.warning("membership: %d document(s) longer than %d tokens are scored on their first %d tokens",
+                    long, max_length, max_length)
+    return [d[:max_length] for d in docs]
+
+
 def _row_stats(logits: torch.Tensor, targets: torch.Tensor, want_pp: bool) -> tuple[np.ndarray, np.ndarray | None]:
     """Token log-probs of ``targets`` (T,) under ``logits`` (T, V), and Min-K%++ z-scores when ``want_pp``."""
     logp_parts, z_parts = [], []
@@ -185,9 +208,9 @@ def _mean_nll(stats: list[tuple[np.ndarray, np.ndarray | None]]) -> np.ndarray:
     return np.array([-s[0].mean() for s in stats], dtype=np.float64)
 
 
-def _lowercase_nll(model, docs, texts, tokenizer, **loop: Any) -> np.ndarray:
+def _lowercase_nll(model, docs, texts, tokenizer, limit: int | None, **loop: Any) -> np.ndarray:
     """NLL of each lowercased text; NaN where lowercasing leaves fewer than 2 tokens (evaluate_attacks drops it)."""
-    lowered = _lowercase_docs(docs, texts, tokenizer)
+    lowered = [d[:limit] if limit else d for d in _lowercase_docs(docs, texts, tokenizer)]
     ok = [i for i, d in enumerate(lowered) if len(d) >= 2]
     nll = np.full(len(docs), np.nan)
     stats = token_statistics(model, [lowered[i] for i in ok], want_pp=False, desc="lowercase", **loop)
@@ -204,6 +227,7 @@ def score_documents(
     reference_model: Any = None,
     min_k_ratios: Sequence[float] = (0.2,),
     tokenizer: Any = None,
+    max_length: int | None = None,
     progress: bool = True,
     logger: Any = None,
 ) -> dict[str, np.ndarray]:
@@ -211,16 +235,23 @@ def score_documents(
 
     Keys: ``loss``, ``min_k_<k>``, ``min_k_pp_<k>`` (one per ratio), plus ``zlib`` and ``lowercase`` when a
     ``tokenizer`` (HF-style ``encode``/``decode``) is given and ``reference`` when a ``reference_model`` (same
-    vocabulary) is given. Each value is a float64 array of shape (len(docs),). ``progress`` toggles the tqdm bars
+    vocabulary) is given. Each value is a float64 array of shape (len(docs),). Documents longer than
+    ``max_length`` (default: the model's context length) are scored on their first ``max_length`` tokens in every
+    pass (zlib and lowercase use the decoded truncated text). ``progress`` toggles the tqdm bars
     (shown only on a terminal); ``logger`` gets one JSONL record per batch (see :func:`token_statistics`).
     """
     ratios = _check_ratios(min_k_ratios)
     if batch_size < 1:
         raise UserError(f"batch_size={batch_size} must be >= 1")
+    if max_length is not None and max_length < 2:
+        raise UserError(f"max_length={max_length} must be >= 2 tokens")
     if not docs:
         keys = ["loss"] + [ratio_key(p, r) for r in ratios for p in ("min_k", "min_k_pp")]
         keys += ["zlib", "lowercase"] * (tokenizer is not None) + ["reference"] * (reference_model is not None)
         return {k: np.zeros(0) for k in keys}
+    limits = [context_length(m) for m in (model, reference_model) if m is not None]
+    limit = max_length if max_length is not None else min((c for c in limits if c), default=None)
+    docs = truncate_documents(docs, limit)
     loop = dict(batch_size=batch_size, progress=progress, logger=logger)
     stats = token_statistics(model, docs, device=device, want_pp=True, **loop)
     nll = _mean_nll(stats)
@@ -231,7 +262,7 @@ def score_documents(
     if tokenizer is not None:
         texts = [tokenizer.decode(list(d), skip_special_tokens=True) for d in docs]
         scores["zlib"] = -nll / np.array([zlib_length(t) for t in texts], dtype=np.float64)
-        scores["lowercase"] = -nll / _lowercase_nll(model, docs, texts, tokenizer, device=device, **loop)
+        scores["lowercase"] = -nll / _lowercase_nll(model, docs, texts, tokenizer, limit, device=device, **loop)
     if reference_model is not None:
         ref_device = device if device is not None else _model_device(reference_model)
         ref = token_statistics(reference_model, docs, device=ref_device, want_pp=False, desc="reference", **loop)

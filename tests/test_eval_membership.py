@@ -163,6 +163,17 @@ def test_real_fast_tokenizer_interface():
         assert s["lowercase"][i] == pytest.approx(-nll / -direct_token_logprobs(model, lowered)[0].mean(), rel=1e-5)
 
 
+def test_long_documents_are_truncated_to_the_context():
+    model = tiny_llama()  # max_position_embeddings = 128
+    long_doc = random_docs(1, seed=10, lo=200, hi=201)[0]
+    s = score_documents(model, [long_doc, long_doc[:50]], max_length=None)
+    assert s["loss"][0] == pytest.approx(direct_token_logprobs(model, long_doc[:128])[0].mean(), abs=1e-5)
+    s10 = score_documents(model, [long_doc], max_length=10)
+    assert s10["loss"][0] == pytest.approx(direct_token_logprobs(model, long_doc[:10])[0].mean(), abs=1e-5)
+    with pytest.raises(UserError, match="max_length=1"):
+        score_documents(model, [long_doc], max_length=1)
+
+
 def test_user_errors():
     model = tiny_llama()
     with pytest.raises(UserError, match="document 1 has 1 token"):
