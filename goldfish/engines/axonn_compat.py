@@ -1,31 +1,32 @@
 """Run AxoNN 0.2.0 on a CPU-only PyTorch with the gloo backend (for tests and laptops; GPUs need none of this).
 
-AxoNN 0.2.0 is written for CUDA + NCCL. On a CPU-only torch it fails in six places, each fixed here by wrapping or
-replacing *one* function at run time (never by editing site-packages), and only when CUDA is absent:
+AxoNN 0.2.0 is written for CUDA + NCCL. On a CPU-only torch with gloo it fails in six places, each fixed here by
+wrapping or replacing *one* function at run time (never by editing site-packages), and only when CUDA is absent:
 
-====  ==========================================================  =======================================================
- #    AxoNN 0.2.0 code                                            failure on CPU -> fix
-====  ==========================================================  =======================================================
- 1    ``communication_handle.__init__``                           ``torch.cuda.device_count()`` is 0 (modulo by zero),
-                                                                  ``torch.cuda.set_device`` is missing,
-                                                                  ``new_group(backend="nccl")`` has no NCCL -> during the
-                                                                  constructor only: one "GPU" per node, set_device is a
-                                                                  no-op, groups use the default (gloo) backend.
- 2    ``fully_connected.initialize_params(init_device="cuda")``   full weight allocated on CUDA -> allocate on CPU.
- 3    ``asym_communication.gather_batch_sizes``                   0-d CUDA tensor all-gathered (gloo rejects 0-d
-                                                                  tensors) -> a 1-element CPU tensor.
- 4    ``asym_communication._gather_batch_scatter_channels`` and   receive buffers allocated with ``device="cuda"`` (also
-      ``_gather_channels_scatter_batch``                          inside backward) -> on the input's device.
- 5    ``communication._reduce_scatter``                           output on ``torch.cuda.current_device()`` -> on the
-                                                                  input's device.
- 6    ``overlap_communication.clear_handles``                     ``torch.cuda.synchronize()`` -> wait on every
-                                                                  registered async handle (what synchronize achieved).
-====  ==========================================================  =======================================================
+1. ``communication.communication_handle.__init__``: ``torch.cuda.device_count()`` is 0 (modulo by zero),
+   ``torch.cuda.set_device`` does not exist, ``new_group(backend="nccl")`` has no NCCL. Fix, during the constructor
+   only: one "GPU" per node, ``set_device`` is a no-op, groups take the default backend (gloo).
+2. ``intra_layer.fully_connected.initialize_params(init_device="cuda")``: the full initial weight is allocated on CUDA.
+   Fix: allocate it on CPU.
+3. ``intra_layer.asym_communication.gather_batch_sizes``: all-gathers a 0-d CUDA tensor (gloo rejects 0-d tensors).
+   Fix: a 1-element CPU tensor.
+4. ``asym_communication._allgatherv``, ``_gather_batch_scatter_channels``, ``_gather_channels_scatter_batch``: buffers
+   allocated with ``device="cuda"`` (also inside backward), and a list ``all_to_all`` of *unequal* row counts (ranks
+   holding different numbers of tokens), which gloo rejects. Fix: ``all_to_all_single`` with split sizes, buffers on
+   the input's device.
+5. ``intra_layer.communication._reduce_scatter``: output allocated on ``torch.cuda.current_device()``. Fix: on the
+   input's device.
+6. ``intra_layer.overlap_communication.clear_handles``: calls ``torch.cuda.synchronize()``. Fix: wait on every
+   registered async handle (what the synchronize achieved).
 
 Functions that AxoNN imported by name into another module (``from .x import f``) are replaced in both modules.
 Numerics are untouched: the replacements only choose devices and buffer shapes, so CPU runs compute exactly what the
-CUDA code computes. ``overlap_reduce_scatter`` stays unsupported on gloo (:data:`GLOO_UNSAFE_OPTIONS`): AxoNN leaves
-those reduce-scatters in flight and folds their outputs into ``.grad`` later, which gave NaN gradients by step 2.
+CUDA code computes.
+
+``overlap_reduce_scatter``: AxoNN leaves those reduce-scatters in flight and folds their outputs into ``.grad`` when
+``optimize_communication`` exits, right after ``clear_handles``; with a ``clear_handles`` that does not wait, the
+gradients are silently wrong on gloo (NaN by step 2). Patch 6 waits, but the engine still keeps the option off on CPU
+(``AxonnEngine`` passes it only on CUDA): on gloo there is no compute stream to overlap with.
 
 Use: ``enable()`` before ``axonn.axonn.init`` (idempotent, returns whether patches are active); ``disable()`` restores
 every original function.
@@ -44,7 +45,6 @@ import torch.distributed as dist
 from ..errors import UserError
 
 SUPPORTED_VERSION = "0.2.0"
-GLOO_UNSAFE_OPTIONS = ("overlap_reduce_scatter",)
 
 _originals: list[tuple[Any, str, Any]] = []  # (module, attribute, original value), in patch order
 
@@ -96,8 +96,8 @@ def enable() -> bool:
     _replace(fc, "initialize_params", _initialize_params_on_cpu(fc.initialize_params))
     for module in (asym, fc):
         _replace(module, "gather_batch_sizes", gather_batch_sizes)
-    _replace(asym, "_gather_batch_scatter_channels", _gather_batch_scatter_channels)
-    _replace(asym, "_gather_channels_scatter_batch", _gather_channels_scatter_batch)
+    for name in ("_allgatherv", "_gather_batch_scatter_channels", "_gather_channels_scatter_batch"):
+        _replace(asym, name, globals()[name])
     for module in (ic, fc):
         _replace(module, "_reduce_scatter", _reduce_scatter)
     _replace(oc, "clear_handles", _clear_handles)
@@ -177,33 +177,47 @@ def gather_batch_sizes(local_batch_size: int, process_group: Any = None) -> torc
     return gathered
 
 
+def _all_to_all_rows(send: torch.Tensor, send_rows: list[int], recv_rows: list[int], group: Any) -> torch.Tensor:
+    """Rows ``send[sum(send_rows[:j]):][:send_rows[j]]`` go to rank j; rank i's rows arrive in rank order.
+
+    gloo's list ``all_to_all`` requires equal sizes everywhere; ``all_to_all_single`` with split sizes does not."""
+    recv = torch.empty((sum(recv_rows), *send.shape[1:]), device=send.device, dtype=send.dtype)
+    dist.all_to_all_single(recv, send.contiguous(), output_split_sizes=recv_rows, input_split_sizes=send_rows,
+                           group=group)
+    return recv
+
+
+@torch.no_grad()
+def _allgatherv(tensor: torch.Tensor, rank_local_batch_sizes: torch.Tensor, process_group: Any = None
+                ) -> torch.Tensor:
+    """Patch 4a: (m_own, k) on every rank -> (sum_i m_i, k): AxoNN's all-gather of unequal row counts."""
+    world_size = dist.get_world_size(process_group)
+    send = torch.cat([tensor] * world_size, dim=0)  # (G * m_own, k): the same rows for every rank
+    return _all_to_all_rows(send, [tensor.shape[0]] * world_size, [int(m) for m in rank_local_batch_sizes],
+                            process_group)
+
+
 @torch.no_grad()
 def _gather_batch_scatter_channels(input_: torch.Tensor, rank_local_batch_sizes: torch.Tensor,
                                    process_group: Any = None) -> torch.Tensor:
-    """Patch 4a: (m_i, k) on rank i -> (sum_i m_i, k/G): AxoNN's all-to-all with buffers on the input's device."""
-    input_ = input_.contiguous()
+    """Patch 4b: (m_own, k) -> (sum_i m_i, k/G): everyone's rows, this rank's slice of the channels."""
     world_size = dist.get_world_size(process_group)
     if input_.shape[-1] % world_size:
         raise RuntimeError(f"last dimension {input_.shape[-1]} is not divisible by the group size {world_size}")
-    send = [s.contiguous() for s in torch.chunk(input_, world_size, dim=-1)]
-    recv = [torch.empty((int(m), *input_.shape[1:-1], input_.shape[-1] // world_size),
-                        device=input_.device, dtype=input_.dtype) for m in rank_local_batch_sizes]
-    dist.all_to_all(recv, send, group=process_group)
-    return torch.cat(recv, dim=0)
+    send = torch.cat(torch.chunk(input_, world_size, dim=-1), dim=0)  # (G * m_own, k/G): channel slice j for rank j
+    return _all_to_all_rows(send, [input_.shape[0]] * world_size, [int(m) for m in rank_local_batch_sizes],
+                            process_group)
 
 
 @torch.no_grad()
 def _gather_channels_scatter_batch(input_: torch.Tensor, rank_local_batch_sizes: torch.Tensor,
                                    process_group: Any = None) -> torch.Tensor:
-    """Patch 4b: (sum_i m_i, k/G) -> (m_rank, k): the inverse all-to-all, buffers on the input's device."""
-    input_ = input_.contiguous()
+    """Patch 4c: (sum_i m_i, k/G) -> (m_own, k), the inverse of 4b."""
     world_size = dist.get_world_size(process_group)
-    send = [s.contiguous() for s in torch.split(input_, [int(m) for m in rank_local_batch_sizes], dim=0)]
     own_rows = int(rank_local_batch_sizes[dist.get_rank(process_group)])
-    recv = [torch.empty((own_rows, *input_.shape[1:]), device=input_.device, dtype=input_.dtype)
-            for _ in range(world_size)]
-    dist.all_to_all(recv, send, group=process_group)
-    return torch.cat(recv, dim=-1)
+    recv = _all_to_all_rows(input_, [int(m) for m in rank_local_batch_sizes], [own_rows] * world_size,
+                            process_group)  # (G * m_own, k/G), rank j's channel slice in block j
+    return torch.cat(recv.reshape(world_size, own_rows, *recv.shape[1:]).unbind(0), dim=-1)
 
 
 # ------------------------------------------------------------------------------------------- 5-6: reduce-scatter

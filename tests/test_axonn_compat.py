@@ -1,0 +1,145 @@
+"""The AxoNN CPU/gloo compatibility layer and the engine's guards.
+
+In-process unit tests cover the version check, activation only without CUDA, exact restoration by ``disable()``,
+patch 6 (async handles are waited on), the mesh error message and the refusals (bf16 on CPU). One gloo run checks
+the all-to-all patches with *different* row counts on the two ranks of a row-parallel grid (different sequence
+lengths) against one-process gradients, and that biased tensor-parallel layers are refused.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaForCausalLM
+
+from dist_utils import build_model, global_batches, kept_count, run_distributed, tiny_config
+from goldfish.engines import axonn_compat
+from goldfish.engines.axonn import AxonnEngine, AxonnLayout
+from goldfish.errors import UserError
+from goldfish.loss import goldfish_loss
+from goldfish.train_config import AxonnConfig, TrainConfig
+
+
+def _patched_targets() -> list[tuple[object, str]]:
+    from axonn import communication
+    from axonn.intra_layer import asym_communication, communication as ic, fully_connected, overlap_communication
+
+    return [(communication.communication_handle, "__init__"), (fully_connected, "initialize_params"),
+            (asym_communication, "gather_batch_sizes"), (fully_connected, "gather_batch_sizes"),
+            (asym_communication, "_allgatherv"), (asym_communication, "_gather_batch_scatter_channels"),
+            (asym_communication, "_gather_channels_scatter_batch"), (ic, "_reduce_scatter"),
+            (fully_connected, "_reduce_scatter"), (overlap_communication, "clear_handles")]
+
+
+def test_enable_patches_each_target_and_disable_restores_the_originals() -> None:
+    before = [getattr(owner, name) for owner, name in _patched_targets()]
+    assert axonn_compat.enable() is True  # this machine has no CUDA
+    try:
+        assert axonn_compat.enable() is True  # idempotent
+        after = [getattr(owner, name) for owner, name in _patched_targets()]
+        assert all(a is not b for a, b in zip(after, before))
+    finally:
+        axonn_compat.disable()
+    assert [getattr(owner, name) for owner, name in _patched_targets()] == before
+    assert not axonn_compat.is_enabled()
+
+
+def test_enable_does_nothing_when_cuda_is_present(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    before = [getattr(owner, name) for owner, name in _patched_targets()]
+    assert axonn_compat.enable() is False
+    assert [getattr(owner, name) for owner, name in _patched_targets()] == before
+
+
+def test_other_axonn_versions_are_refused_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(axonn_compat, "axonn_version", lambda: "0.3.0")
+    with pytest.raises(UserError, match=r"axonn 0\.3\.0 is installed .* axonn==0\.2\.0"):
+        axonn_compat.enable()
+    monkeypatch.setattr(axonn_compat, "axonn_version", lambda: None)
+    with pytest.raises(UserError, match=r"pip install 'goldfish-toolkit\[axonn\]'"):
+        axonn_compat.check_installed()
+    assert not axonn_compat.is_enabled()
+
+
+def test_clear_handles_waits_for_every_async_collective() -> None:
+    """Patch 6: AxoNN's exit from optimize_communication must not fold a reduce-scatter that is still in flight."""
+    from axonn.intra_layer import overlap_communication as oc
+
+    class Handle:
+        waited = 0
+
+        def wait(self) -> None:
+            Handle.waited += 1
+
+    oc.handles = [Handle(), None, Handle()]
+    axonn_compat._clear_handles()
+    assert Handle.waited == 2 and oc.handles == []
+
+
+def test_mesh_error_names_every_factor() -> None:
+    with pytest.raises(UserError, match=r"row\(2\)·col\(2\)·depth\(2\)=8 does not divide world size 6"):
+        AxonnLayout.for_world(2, 2, 2, 6)
+    layout = AxonnLayout.for_world(2, 1, 2, 8)
+    assert (layout.data, layout.world_size) == (2, 8)
+    # rank = data*(R*C*D) + depth*(R*C) + row*C + col (AxoNN's placement)
+    assert AxonnLayout.for_world(2, 2, 2, 16).coordinates(13) == {"data": 1, "depth": 1, "row": 0, "col": 1}
+
+
+def test_bf16_on_cpu_is_refused_before_joining_any_group() -> None:
+    cfg = TrainConfig(engine="axonn", precision="bf16")
+    with pytest.raises(UserError, match="precision=bf16 with engine=axonn needs a CUDA GPU"):
+        AxonnEngine(cfg)
+
+
+# ------------------------------------------------------------------------------------------------ gloo
+
+
+def _uneven_worker(rank: int, world: int) -> dict:
+    """Row-parallel grid whose two ranks hold 3x16 and 1x11 tokens: AxoNN's all-to-alls see unequal row counts."""
+    engine = AxonnEngine(TrainConfig(engine="axonn", axonn=AxonnConfig(row=2)))
+    # SGD with lr=1 and no clipping: new weights = old weights - gradient, so full weights expose full gradients
+    engine.setup(lambda: build_model(tiny_config()), lambda params: torch.optim.SGD(params, lr=1.0))
+    parts = _uneven_parts()
+    stats = engine.forward_backward([parts[rank]], sum(kept_count(p) for p in parts))
+    norm = engine.optimizer_step(1.0, None)
+    coords = engine.layout.coordinates(rank)
+    from axonn import axonn as ax
+
+    placed = {"data": ax.config.data_parallel_rank, "depth": ax.config.intra_layer_depth_parallel_rank,
+              "row": ax.config.intra_layer_row_parallel_rank, "col": ax.config.intra_layer_column_parallel_rank}
+    out = {"weights": engine.full_state_dict(), "norm": norm, "kept_sum": stats.kept_sum, "coords_ok": coords == placed}
+    biased = tiny_config()
+    biased.attention_bias = True
+    engine2 = AxonnEngine(TrainConfig(engine="axonn", axonn=AxonnConfig(row=2)))
+    try:
+        engine2.setup(lambda: LlamaForCausalLM(biased), lambda params: torch.optim.SGD(params, lr=1.0))
+        out["bias_error"] = ""
+    except UserError as e:
+        out["bias_error"] = str(e)
+    return out
+
+
+def _uneven_parts() -> list[dict[str, torch.Tensor]]:
+    batch = global_batches(steps=1)[0]
+    return [{k: v[0:3] for k, v in batch.items()}, {k: v[3:4, :11] for k, v in batch.items()}]
+
+
+def test_uneven_rows_across_the_grid_match_one_process_and_biases_are_refused() -> None:
+    results = run_distributed(_uneven_worker, 2)
+    model = build_model(tiny_config())
+    parts = _uneven_parts()
+    normalizer = sum(kept_count(p) for p in parts)
+    kept_sum = 0.0
+    for part in parts:
+        out = goldfish_loss(model(input_ids=part["input_ids"]).logits, part["labels"], drop_mask=part["drop_mask"])
+        (out.kept_sum / normalizer).backward()
+        kept_sum += float(out.kept_sum)
+    norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")))
+    for r in results:
+        assert r["coords_ok"]
+        assert r["norm"] == pytest.approx(norm, rel=1e-5)
+        assert r["kept_sum"] == pytest.approx(kept_sum, rel=1e-6)
+        assert "biases when axonn.row·axonn.col > 1" in r["bias_error"]
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(results[0]["weights"][name], (p - p.grad).detach(), rtol=1e-5, atol=1e-6,
+                                   msg=name)
