@@ -72,8 +72,8 @@ def _positive(xs: Sequence[float], ys: Sequence[float], logx: bool) -> tuple[np.
 def line_plot(series: Series, title: str, xlabel: str, ylabel: str, path: str | os.PathLike, *,
               logx: bool = True, fit: bool = True) -> Path:
     """Metric vs x, one line per series; with ``fit`` a dashed least-squares fit ``y = a + b log10 x`` per series
-    (Carlini et al. 2022) whose slope per decade and r^2 go in the legend. On a log axis points with x <= 0 are
-    left out."""
+    (Carlini et al. 2022) whose slope per decade and r^2 go in the legend (skipped for a series with x <= 0 or a
+    single x). On a log axis points with x <= 0 are left out."""
     fig = Figure(figsize=(6.4, 4.2))
     ax = fig.add_subplot()
     for i, (name, (xs, ys)) in enumerate(series.items()):
@@ -82,7 +82,7 @@ def line_plot(series: Series, title: str, xlabel: str, ylabel: str, path: str | 
             continue
         color = f"C{i % 10}"
         ax.plot(x, y, marker="o", color=color, label=name)
-        if fit and len(np.unique(x)) >= 2:
+        if fit and len(np.unique(x)) >= 2 and x.min() > 0:  # log10(x) needs x > 0, even on a linear axis
             f = loglinear_fit(x, y)
             grid = np.geomspace(x.min(), x.max(), 50)
             r2 = "n/a" if f["r2"] is None else f"{f['r2']:.2f}"

@@ -160,6 +160,8 @@ def test_plot_primitives(tmp_path):
     p = line_plot({"s": ([1, 10, 100], [0.1, 0.2, 0.3]), "t": ([0, 5], [1.0, 2.0])}, "t", "x", "y",
                   tmp_path / "line.png", logx=True, fit=True)
     assert p.read_bytes()[:8] == PNG_MAGIC
+    p = line_plot({"s": ([0, 16, 32], [0.1, 0.2, 0.3])}, "t", "x", "y", tmp_path / "lin.png", logx=False, fit=True)
+    assert p.read_bytes()[:8] == PNG_MAGIC  # x = 0 on a linear axis: drawn, not fitted
 
 
 @pytest.mark.parametrize("bad", [None, {}])
