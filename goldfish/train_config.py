@@ -1,0 +1,201 @@
+"""``TrainConfig``: every setting of ``goldfish train``, one typed section per component.
+
+Each component reads only its own section: the data loader ``data``, :func:`goldfish.models.build_model` ``model``,
+the loss ``loss``, the schedule ``optim``/``schedule``, the engines ``engine``/``parallel``/``axonn``, the
+checkpointer ``checkpoint``. Precedence: dataclass defaults < YAML file < ``key=value`` overrides
+(:func:`goldfish.config.load_config`). Validation here is local (positive integers, known names); checks that need
+the world size (mesh shape, batch divisibility) happen once the engine knows it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from .config import check, option, raise_problems
+from .masks import GoldfishConfig
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+@dataclasses.dataclass
+class DataConfig:
+    """Prepared data (the output of ``goldfish prepare``)."""
+
+    path: str = option("data/prepared/demo", "prepared data folder (holds train/, manifest.json, tokenizer/)")
+    shuffle: bool = option(True, "shuffle rows with a seeded permutation per epoch (false: file order)")
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    """Which Llama to train: a size from the table (``goldfish.models.SIZES``) or a local model to fine-tune."""
+
+    name: str | None = option("llama-demo", "size from the table, e.g. llama-1M, llama-10M, tinyllama-1.1B")
+    path: str | None = option(None, "local Hugging Face folder or .gguf file to fine-tune (overrides name)")
+    hidden_size: int | None = option(None, "override: model width")
+    num_layers: int | None = option(None, "override: number of transformer blocks")
+    num_heads: int | None = option(None, "override: attention heads")
+    num_kv_heads: int | None = option(None, "override: key/value heads (grouped-query attention)")
+    intermediate_size: int | None = option(None, "override: MLP width")
+    tie_embeddings: bool | None = option(None, "override: share input embedding and output head")
+    max_position_embeddings: int | None = option(None, "override: longest sequence (default: the size's value)")
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        check(self.name is not None or self.path is not None, problems,
+              "model: set model.name (a size, e.g. llama-1M) or model.path (a local model to fine-tune)")
+        for key in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
+                    "max_position_embeddings"):
+            value = getattr(self, key)
+            check(value is None or _positive(value), problems, f"model.{key}={value!r} must be a positive integer")
+        if self.name is not None and self.path is None:
+            from .models import SIZES  # local import: models imports transformers
+
+            check(self.name in SIZES, problems,
+                  f"model.name={self.name!r} is not a known size; choose one of: {', '.join(SIZES)}")
+        raise_problems(problems)
+
+
+@dataclasses.dataclass
+class LossConfig:
+    """Standard causal-LM loss, or Goldfish loss (drop a pseudo-random 1/k of target tokens)."""
+
+    type: Literal["standard", "goldfish"] = option("standard", "standard | goldfish")
+    goldfish: GoldfishConfig = option(factory=GoldfishConfig, help="Goldfish mask settings (used when type=goldfish)")
+
+
+@dataclasses.dataclass
+class OptimConfig:
+    """AdamW with linear warmup and cosine decay to ``min_lr_ratio * lr``."""
+
+    lr: float = option(1e-3, "peak learning rate")
+    betas: list[float] = option(factory=lambda: [0.9, 0.95], help="AdamW betas [beta1, beta2]")
+    weight_decay: float = option(0.1, "AdamW decoupled weight decay (not applied to norms and biases)")
+    eps: float = option(1e-8, "AdamW epsilon")
+    warmup_frac: float = option(0.05, "fraction of all steps spent in linear warmup (ignored if warmup_steps set)")
+    warmup_steps: int | None = option(None, "warmup length in steps (overrides warmup_frac)")
+    min_lr_ratio: float = option(0.1, "final learning rate as a fraction of lr (cosine decay)")
+    max_grad_norm: float | None = option(1.0, "clip the global gradient norm to this (null: no clipping)")
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        check(self.lr > 0, problems, f"optim.lr={self.lr} must be > 0")
+        check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), problems,
+              f"optim.betas={self.betas} must be two numbers in [0, 1)")
+        check(self.weight_decay >= 0, problems, f"optim.weight_decay={self.weight_decay} must be >= 0")
+        check(self.eps > 0, problems, f"optim.eps={self.eps} must be > 0")
+        check(0 <= self.warmup_frac < 1, problems, f"optim.warmup_frac={self.warmup_frac} must be in [0, 1)")
+        check(self.warmup_steps is None or self.warmup_steps >= 0, problems,
+              f"optim.warmup_steps={self.warmup_steps} must be >= 0")
+        check(0 <= self.min_lr_ratio <= 1, problems, f"optim.min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
+        check(self.max_grad_norm is None or self.max_grad_norm > 0, problems,
+              f"optim.max_grad_norm={self.max_grad_norm} must be > 0 (or null for no clipping)")
+        raise_problems(problems)
+
+
+@dataclasses.dataclass
+class ScheduleConfig:
+    """How long to train and how big a step is. Training stops at the first budget reached (none set: 1 epoch)."""
+
+    epochs: float | None = option(None, "passes over the training rows (may be fractional)")
+    max_steps: int | None = option(None, "optimizer steps")
+    max_tokens: int | None = option(None, "token budget: input tokens seen (rounded up to whole steps)")
+    global_batch_size: int = option(8, "rows per optimizer step, summed over data-parallel ranks")
+    micro_batch_size: int = option(8, "rows per forward pass on one data-parallel rank (gradient accumulation = "
+                                      "global_batch_size / (micro_batch_size * dp))")
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        check(self.epochs is None or self.epochs > 0, problems, f"schedule.epochs={self.epochs} must be > 0")
+        for key in ("max_steps", "max_tokens"):
+            value = getattr(self, key)
+            check(value is None or _positive(value), problems, f"schedule.{key}={value!r} must be a positive integer")
+        for key in ("global_batch_size", "micro_batch_size"):
+            value = getattr(self, key)
+            check(_positive(value), problems, f"schedule.{key}={value!r} must be a positive integer")
+        raise_problems(problems)
+
+
+@dataclasses.dataclass
+class ParallelConfig:
+    """Mesh of the native engine. Checked against the world size by the engine."""
+
+    tp: int = option(1, "tensor-parallel degree")
+    pp: int = option(1, "pipeline-parallel stages")
+    dp: int = option(0, "data-parallel degree (0: world_size / (tp * pp))")
+    pp_schedule: Literal["gpipe", "1f1b"] = option("1f1b", "pipeline schedule: gpipe | 1f1b")
+    pp_microbatches: int = option(0, "pipeline micro-batches per micro-batch (0: one per stage)")
+    fsdp: bool = option(False, "shard parameters, gradients and optimizer state over data-parallel ranks (FSDP2)")
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        check(_positive(self.tp), problems, f"parallel.tp={self.tp!r} must be a positive integer")
+        check(_positive(self.pp), problems, f"parallel.pp={self.pp!r} must be a positive integer")
+        check(isinstance(self.dp, int) and self.dp >= 0, problems,
+              f"parallel.dp={self.dp!r} must be an integer >= 0 (0: derived from the world size)")
+        check(isinstance(self.pp_microbatches, int) and self.pp_microbatches >= 0, problems,
+              f"parallel.pp_microbatches={self.pp_microbatches!r} must be an integer >= 0")
+        raise_problems(problems)
+
+
+@dataclasses.dataclass
+class AxonnConfig:
+    """AxoNN's 3D tensor-parallel grid (engine=axonn); data parallelism fills the rest of the world."""
+
+    row: int = option(1, "tensor-parallel grid rows")
+    col: int = option(1, "tensor-parallel grid columns")
+    depth: int = option(1, "tensor-parallel grid depth")
+    overlap_communication: bool = option(False, "overlap AxoNN's collectives with compute")
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        for key in ("row", "col", "depth"):
+            value = getattr(self, key)
+            check(_positive(value), problems, f"axonn.{key}={value!r} must be a positive integer")
+        raise_problems(problems)
+
+
+@dataclasses.dataclass
+class CheckpointConfig:
+    """Atomic checkpoints with exact resume."""
+
+    every_steps: int = option(100, "save every N optimizer steps (0: only at the end)")
+    keep_last: int = option(2, "keep the newest N checkpoints (0: keep all)")
+    resume: str = option("auto", "auto (newest complete checkpoint in out/checkpoints) | never | <checkpoint path>")
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        check(isinstance(self.every_steps, int) and self.every_steps >= 0, problems,
+              f"checkpoint.every_steps={self.every_steps!r} must be an integer >= 0")
+        check(isinstance(self.keep_last, int) and self.keep_last >= 0, problems,
+              f"checkpoint.keep_last={self.keep_last!r} must be an integer >= 0")
+        check(bool(self.resume), problems, "checkpoint.resume must be auto, never or a checkpoint path")
+        raise_problems(problems)
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Everything ``goldfish train`` needs; saved as ``<out>/config.yaml`` beside the run."""
+
+    data: DataConfig = option(factory=DataConfig, help="prepared data")
+    model: ModelConfig = option(factory=ModelConfig, help="model size or local model")
+    loss: LossConfig = option(factory=LossConfig, help="standard or Goldfish loss")
+    optim: OptimConfig = option(factory=OptimConfig, help="optimizer and learning-rate schedule")
+    schedule: ScheduleConfig = option(factory=ScheduleConfig, help="training length and batch sizes")
+    precision: Literal["fp32", "bf16"] = option("fp32", "fp32 | bf16 (autocast, fp32 master weights)")
+    engine: Literal["native", "axonn"] = option("native", "distributed engine: native | axonn")
+    parallel: ParallelConfig = option(factory=ParallelConfig, help="native engine mesh")
+    axonn: AxonnConfig = option(factory=AxonnConfig, help="AxoNN engine grid")
+    checkpoint: CheckpointConfig = option(factory=CheckpointConfig, help="checkpointing and resume")
+    seed: int = option(0, "seed of model init and data order")
+    out: str = option("runs/train", "run folder (config, metrics, checkpoints, final model)")
+    log_every: int = option(1, "print a log line every N steps (metrics.jsonl always gets every step)")
+    progress: bool = option(True, "show a tqdm progress bar (main process, when attached to a terminal)")
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        check(_positive(self.log_every), problems, f"log_every={self.log_every!r} must be a positive integer")
+        check(bool(self.out), problems, "out must name a run folder, e.g. out=runs/tiny")
+        raise_problems(problems)
