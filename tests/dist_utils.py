@@ -77,16 +77,21 @@ def build_model(cfg: LlamaConfig, seed: int = 0) -> LlamaForCausalLM:
     return LlamaForCausalLM(cfg).float()
 
 
-def global_batches(steps: int = STEPS, rows: int = ROWS, seed: int = 1) -> list[dict[str, torch.Tensor]]:
-    """One global batch per step: ids, labels (first 3 targets of odd rows unsupervised), Goldfish drop mask."""
+def global_batches(steps: int = STEPS, rows: int = ROWS, seed: int = 1, packed: bool = False
+                   ) -> list[dict[str, torch.Tensor]]:
+    """One global batch per step: ids, labels (first 3 targets of odd rows unsupervised), Goldfish drop mask, and
+    with ``packed`` the ``position_ids`` of two documents per row (positions restart at token 6)."""
     g = torch.Generator().manual_seed(seed)
     batches = []
     for _ in range(steps):
         ids = torch.randint(0, VOCAB, (rows, SEQ), generator=g)
         labels = ids.clone()
         labels[1::2, :3] = -100
-        drop = config_mask(labels, GoldfishConfig(k=3, h=2))
-        batches.append({"input_ids": ids, "labels": labels, "drop_mask": drop})
+        batch = {"input_ids": ids, "labels": labels}
+        if packed:
+            batch["position_ids"] = torch.cat([torch.arange(6), torch.arange(SEQ - 6)]).expand(rows, SEQ).clone()
+        batch["drop_mask"] = config_mask(labels, GoldfishConfig(k=3, h=2), position_ids=batch.get("position_ids"))
+        batches.append(batch)
     return batches
 
 
@@ -95,17 +100,19 @@ def kept_count(batch: dict[str, torch.Tensor]) -> int:
     return int(((batch["labels"][:, 1:] != -100) & ~batch["drop_mask"][:, 1:]).sum())
 
 
-def reference_run(cfg: LlamaConfig, micro_rows: int = 2) -> dict:
+def reference_run(cfg: LlamaConfig, micro_rows: int = 2, packed: bool = False) -> dict:
     """Train the plain HF model in one process; returns per-step stats, grad norms and final weights."""
     model = build_model(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=LR)
     losses, norms = [], []
-    for batch in global_batches():
+    for batch in global_batches(packed=packed):
         normalizer = kept_count(batch)
         stats = torch.zeros(4, dtype=torch.float64)
         for start in range(0, ROWS, micro_rows):
             mb = {k: v[start:start + micro_rows] for k, v in batch.items()}
-            out = goldfish_loss(model(input_ids=mb["input_ids"]).logits, mb["labels"], drop_mask=mb["drop_mask"])
+            # use_cache=False as in training: HF then masks attention across packed documents (position_ids restart)
+            logits = model(input_ids=mb["input_ids"], position_ids=mb.get("position_ids"), use_cache=False).logits
+            out = goldfish_loss(logits, mb["labels"], drop_mask=mb["drop_mask"])
             (out.kept_sum / normalizer).backward()
             stats += torch.stack([out.kept_sum.detach().double(), out.kept_count.double(),
                                   out.dropped_sum.double(), out.dropped_count.double()])
@@ -115,3 +122,10 @@ def reference_run(cfg: LlamaConfig, micro_rows: int = 2) -> dict:
         losses.append(stats)
     return {"stats": torch.stack(losses), "norms": torch.tensor(norms, dtype=torch.float64),
             "weights": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+
+
+def assert_stats_close(got: torch.Tensor, want: torch.Tensor, tol: float = 1e-5) -> None:
+    """(steps, 4) stats: counts exactly; the kept (trained) and dropped (measured) mean losses within ``tol``."""
+    torch.testing.assert_close(got[:, [1, 3]], want[:, [1, 3]], atol=0, rtol=0)
+    means = lambda s: torch.stack([s[:, 0] / s[:, 1], s[:, 2] / s[:, 3]], dim=1)  # noqa: E731
+    torch.testing.assert_close(means(got), means(want), atol=tol, rtol=0)

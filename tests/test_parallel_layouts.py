@@ -12,8 +12,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from dist_utils import (LR, MAX_NORM, ROWS, build_model, global_batches, kept_count, reference_run, run_distributed,
-                        tiny_config)
+from dist_utils import (LR, MAX_NORM, ROWS, assert_stats_close, build_model, global_batches, kept_count, reference_run,
+                        run_distributed, tiny_config)
 from goldfish.engines import parallelize as par
 
 TOL = 1e-5
@@ -94,18 +94,11 @@ def world2_results() -> dict[str, list[dict]]:
     return {name: [per_rank[r][i] for r in range(2)] for i, name in enumerate(LAYOUTS_2)}
 
 
-def _assert_stats_close(got: torch.Tensor, want: torch.Tensor) -> None:
-    """Counts exactly; the per-step kept (trained) and dropped (measured) mean losses within 1e-5."""
-    torch.testing.assert_close(got[:, [1, 3]], want[:, [1, 3]], atol=0, rtol=0)
-    means = lambda s: torch.stack([s[:, 0] / s[:, 1], s[:, 2] / s[:, 3]], dim=1)  # noqa: E731
-    torch.testing.assert_close(means(got), means(want), atol=TOL, rtol=0)
-
-
 def _assert_matches_reference(results: list[dict], layout: dict) -> None:
     ref = reference_run(tiny_config(layers=layout.get("layers", 2), tied=layout.get("tied", False)))
     merged: dict[str, torch.Tensor] = {}
     for res in results:
-        _assert_stats_close(res["stats"], ref["stats"])
+        assert_stats_close(res["stats"], ref["stats"])
         torch.testing.assert_close(res["norms"], ref["norms"], atol=TOL, rtol=0)
         merged.update(res["weights"])
     expected = {k: v for k, v in ref["weights"].items() if k in merged or "lm_head" not in k}
