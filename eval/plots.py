@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullFormatter
+from matplotlib.ticker import EngFormatter, NullFormatter
 
 from .aggregate import loglinear_fit, predict
 
@@ -90,6 +90,11 @@ def line_plot(series: Series, title: str, xlabel: str, ylabel: str, path: str | 
                     label=f"{name} fit: {f['slope']:+.3g}/decade, r²={r2}")
     if logx:
         ax.set_xscale("log")
+        ticks = sorted({float(v) for xs, _ in series.values() for v in xs if v is not None and v > 0})
+        if 0 < len(ticks) <= 8:  # few strata (repetitions 1, 4, 16 or sizes 10M, 100M): label the data values
+            ax.set_xticks(ticks)
+            ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+            ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
