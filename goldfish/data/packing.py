@@ -4,10 +4,13 @@ Input: the unique training documents (members first, then background: document i
 the sequence of document ids to train on (members repeated by their counts, shuffled). Output: (R, seq_len) int64
 arrays ``input_ids, labels, document_ids, position_ids, attention_mask``.
 
-* ``pack``: every occurrence is followed by EOS and the stream is cut into rows of ``seq_len``; a document crossing
-  a row boundary continues in the next row with its ``position_ids`` continuing (the split is counted in the stats).
-  The EOS belongs to the document before it (its ``document_ids``/next position, and it is a label: the model
-  learns to end a document). Only the last row is padded.
+* ``pack``: occurrences, each followed by EOS, are laid back to back. A *member* (the first ``whole`` documents)
+  that fits in a row (length + 1 <= seq_len) never straddles two rows: when it does not fit in the rest of the
+  current row, that rest is padded and it starts the next row -- so a canary is always seen whole, with its own
+  prefix in context. Background filler, and members longer than a row, start where the previous occurrence ended
+  and continue over the next rows, their ``position_ids`` continuing (counted as ``split_occurrences``). The EOS
+  belongs to the document before it (same ``document_ids``, next position, and it is a label: the model learns to
+  end a document).
 * ``one_per_row``: each occurrence starts a new row and is right-padded; a document longer than ``seq_len`` takes
   several rows, its ``position_ids`` continuing. No EOS (the paper's setting: rows are exactly the documents).
 
@@ -21,39 +24,48 @@ import numpy as np
 IGNORE_INDEX = -100
 
 
-def _occurrences(lengths: np.ndarray, order: np.ndarray, stride: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each stream token: (occurrence index, offset inside the occurrence), occurrences laid ``stride`` apart.
+def _pack_starts(lengths: np.ndarray, keep_whole: np.ndarray, seq_len: int) -> np.ndarray:
+    """(O,) first output slot of each occurrence under the ``pack`` rule (one step per document, not per token)."""
+    starts = np.empty(len(lengths), dtype=np.int64)
+    slot = 0
+    for i, (n, whole) in enumerate(zip(lengths.tolist(), keep_whole.tolist())):
+        used = slot % seq_len
+        if whole and n <= seq_len and used + n > seq_len:  # fits in a row, not in this one's rest: start a new row
+            slot += seq_len - used
+        starts[i] = slot
+        slot += n
+    return starts
 
-    ``lengths``: (O,) tokens per occurrence; ``stride``: (O,) slots each occurrence occupies in the output.
-    Returns ``dest`` (N,) output slot of every token and ``pos`` (N,) its position inside its document.
+
+def _row_starts(lengths: np.ndarray, seq_len: int) -> np.ndarray:
+    """(O,) first output slot of each occurrence under ``one_per_row``: each padded to whole rows."""
+    stride = -(-lengths // seq_len) * seq_len
+    return np.concatenate([[0], np.cumsum(stride)[:-1]]).astype(np.int64)
+
+
+def build_rows(docs: list[np.ndarray], order: np.ndarray, seq_len: int, packing: str, eos_id: int, pad_id: int,
+               whole: int | None = None) -> tuple[dict[str, np.ndarray], dict]:
+    """Lay out ``order`` (document ids) into training rows; returns (columns, stats). See the module docstring.
+
+    ``whole``: documents ``0 .. whole-1`` (the members) are never cut by a row boundary when they fit in a row
+    (``pack`` only; None = every document).
     """
-    starts = np.concatenate([[0], np.cumsum(stride)[:-1]])  # (O,) first output slot of each occurrence
-    token_occ = np.repeat(np.arange(len(order)), lengths)  # (N,)
-    first_token = np.concatenate([[0], np.cumsum(lengths)[:-1]])  # (O,) index of each occurrence's first token
-    pos = np.arange(int(lengths.sum())) - first_token[token_occ]  # (N,)
-    return starts[token_occ] + pos, pos
-
-
-def build_rows(docs: list[np.ndarray], order: np.ndarray, seq_len: int, packing: str, eos_id: int,
-               pad_id: int) -> tuple[dict[str, np.ndarray], dict]:
-    """Lay out ``order`` (document ids) into training rows; returns (columns, stats). See the module docstring."""
     order = np.asarray(order, dtype=np.int64)
     doc_len = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))  # (D,)
     with_eos = packing == "pack"
     # All unique documents back to back (each followed by EOS when packing): the source of every gather below.
     flat = np.concatenate([np.append(d, eos_id) if with_eos else np.asarray(d) for d in docs]).astype(np.int64)
     unit = doc_len + int(with_eos)  # (D,) tokens one occurrence contributes
-    src_start = np.concatenate([[0], np.cumsum(unit)[:-1]])  # (D,)
+    src_start = np.concatenate([[0], np.cumsum(unit)[:-1]]).astype(np.int64)  # (D,)
     lengths = unit[order]  # (O,)
-    if with_eos:
-        stride = lengths  # back to back
-    else:
-        stride = -(-lengths // seq_len) * seq_len  # each occurrence padded to whole rows
-    dest, pos = _occurrences(lengths, order, stride)
-    total = int(stride.sum())
-    n_rows = -(-total // seq_len)
+    keep_whole = order < (len(docs) if whole is None else whole)  # (O,)
+    starts = _pack_starts(lengths, keep_whole, seq_len) if with_eos else _row_starts(lengths, seq_len)  # (O,)
+    occ = np.repeat(np.arange(len(order)), lengths)  # (N,) occurrence of each stream token
+    first_token = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)  # (O,)
+    pos = np.arange(int(lengths.sum())) - first_token[occ]  # (N,) position inside its document
+    dest = starts[occ] + pos  # (N,) output slot
+    n_rows = -(-int(starts[-1] + lengths[-1]) // seq_len)
     size = n_rows * seq_len
-    occ = np.repeat(np.arange(len(order)), lengths)  # (N,) occurrence of each token
     input_ids = np.full(size, pad_id, dtype=np.int64)
     labels = np.full(size, IGNORE_INDEX, dtype=np.int64)
     document_ids = np.full(size, -1, dtype=np.int64)
@@ -66,10 +78,10 @@ def build_rows(docs: list[np.ndarray], order: np.ndarray, seq_len: int, packing:
     cols = {"input_ids": input_ids, "labels": labels, "document_ids": document_ids,
             "position_ids": position_ids, "attention_mask": attention_mask}
     cols = {k: v.reshape(n_rows, seq_len) for k, v in cols.items()}
-    first_slot = np.concatenate([[0], np.cumsum(stride)[:-1]])
-    split = (first_slot // seq_len) != ((first_slot + lengths - 1) // seq_len)  # (O,) occurrence spans >1 row
-    stats = {"rows": n_rows, "tokens": int(attention_mask.sum()), "padding": size - int(attention_mask.sum()),
-             "occurrences": len(order), "split_occurrences": int(split.sum())}
+    split = (starts // seq_len) != ((starts + lengths - 1) // seq_len)  # (O,) occurrence spans more than one row
+    real = int(attention_mask.sum())
+    stats = {"rows": n_rows, "tokens": real, "padding": size - real, "occurrences": len(order),
+             "split_occurrences": int(split.sum())}
     return cols, stats
 
 

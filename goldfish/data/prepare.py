@@ -137,7 +137,8 @@ def _build(cfg: PrepareConfig, progress: bool) -> tuple:
     reps = [it.repetitions for it in plan.members]
     order = training_order(reps, len(plan.background), cfg.seed)
     train_docs = [it.ids for it in plan.members + plan.background]
-    rows, row_stats = build_rows(train_docs, order, cfg.seq_len, cfg.packing, tok.eos_token_id, tok.pad_token_id)
+    rows, row_stats = build_rows(train_docs, order, cfg.seq_len, cfg.packing, tok.eos_token_id, tok.pad_token_id,
+                                 whole=len(plan.members))
     return tok, plan, rows, row_stats
 
 
