@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from goldfish.cli import main
 
 WORDS = "amber basin cedar delta ember fjord grove harbor inlet juniper kestrel lagoon meadow".split()
@@ -42,7 +40,7 @@ def test_prepare_command_runs_and_summarises(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["prepare", str(recipe(tmp_path)), "--out", str(out), "seed=3"]) == 0
     text = capsys.readouterr().out
-    assert f"prepared 'tiny'" in text and str(out) in text and "repetitions 1x: 2, 3x: 2" in text
+    assert "prepared 'tiny'" in text and str(out) in text and "repetitions 1x: 2, 3x: 2" in text
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["name"] == "tiny" and manifest["seed"] == 3 and manifest["counts"]["members"] == 4
     assert manifest["config"]["repetitions"] == [1, 3]

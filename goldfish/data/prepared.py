@@ -124,7 +124,7 @@ class Prepared:
     nonmembers: Any
     train: Any
     background: Any = None
-    _tokenizer: Any = dataclasses.field(default=None, repr=False)
+    _tokenizer: Any = dataclasses.field(default=None, init=False, repr=False)
 
     @property
     def tokenizer(self):
