@@ -3,7 +3,8 @@
 In-process unit tests cover the version check, activation only without CUDA, exact restoration by ``disable()``,
 patch 6 (async handles are waited on), the mesh error message and the refusals (bf16 on CPU). One gloo run checks
 the all-to-all patches with *different* row counts on the two ranks of a row-parallel grid (different sequence
-lengths) against one-process gradients, and that biased tensor-parallel layers are refused.
+lengths) against one-process gradients, and that biased tensor-parallel layers and checkpoint shards of another grid
+are refused.
 """
 
 from __future__ import annotations
@@ -108,6 +109,13 @@ def _uneven_worker(rank: int, world: int) -> dict:
     placed = {"data": ax.config.data_parallel_rank, "depth": ax.config.intra_layer_depth_parallel_rank,
               "row": ax.config.intra_layer_row_parallel_rank, "col": ax.config.intra_layer_column_parallel_rank}
     out = {"weights": engine.full_state_dict(), "norm": norm, "kept_sum": stats.kept_sum, "coords_ok": coords == placed}
+    foreign = engine.state_dict()
+    foreign["axonn_layout"] = dict(foreign["axonn_layout"], row=1, col=2)  # a shard of another grid
+    try:
+        engine.load_state_dict(foreign)
+        out["layout_error"] = ""
+    except UserError as e:
+        out["layout_error"] = str(e)
     biased = tiny_config()
     biased.attention_bias = True
     engine2 = AxonnEngine(TrainConfig(engine="axonn", axonn=AxonnConfig(row=2)))
@@ -124,7 +132,7 @@ def _uneven_parts() -> list[dict[str, torch.Tensor]]:
     return [{k: v[0:3] for k, v in batch.items()}, {k: v[3:4, :11] for k, v in batch.items()}]
 
 
-def test_uneven_rows_across_the_grid_match_one_process_and_biases_are_refused() -> None:
+def test_uneven_rows_match_one_process_and_biases_and_foreign_shards_are_refused() -> None:
     results = run_distributed(_uneven_worker, 2)
     model = build_model(tiny_config())
     parts = _uneven_parts()
@@ -140,6 +148,7 @@ def test_uneven_rows_across_the_grid_match_one_process_and_biases_are_refused() 
         assert r["norm"] == pytest.approx(norm, rel=1e-5)
         assert r["kept_sum"] == pytest.approx(kept_sum, rel=1e-6)
         assert "biases when axonn.row·axonn.col > 1" in r["bias_error"]
+        assert "row(1)·col(2)·depth(1)·data(1) but this is rank" in r["layout_error"]
     for name, p in model.named_parameters():
         torch.testing.assert_close(results[0]["weights"][name], (p - p.grad).detach(), rtol=1e-5, atol=1e-6,
                                    msg=name)
