@@ -9,7 +9,9 @@ caller, and each dimension is applied to it in this order (each logs what it app
 3. :func:`split_stage` + :func:`build_pipeline` -- ``torch.distributed.pipelining``: this rank keeps a contiguous slice
    of decoder layers in a :class:`StageModule` (embedding on the first stage, final norm + ``lm_head`` on the last)
    and runs it with ``ScheduleGPipe`` or ``Schedule1F1B``; the Goldfish loss is computed on the last stage only.
-4. :func:`apply_fsdp` (FSDP2 ``fully_shard`` over ``dp``) or :func:`allreduce_gradients` (replicate + all-reduce).
+4. :func:`apply_fsdp` (FSDP2 ``fully_shard`` over ``dp``), or replicated weights: :func:`apply_ddp` for a plain
+   model, :func:`allreduce_gradients` after backward when TP or PP is on (DDP takes neither DTensor parameters nor
+   a module driven by a pipeline schedule).
 
 Gradients are *summed* over data-parallel ranks, never averaged: the loss of every micro-batch is already divided by
 the global count of kept tokens (see :mod:`goldfish.engines.base`), so a sum gives exactly the one-process gradient.
@@ -320,6 +322,23 @@ def apply_fsdp(stage_module: StageModule, dp_mesh: DeviceMesh, mp_policy: Any = 
         unit.set_force_sum_reduction_for_comms(True)  # plain SUM: gloo has no PREMUL_SUM; factor 1 = no scaling
     log_main("applied FSDP2 (dp=%d): %d units, gradients summed over data-parallel ranks", dp_mesh.size(),
              len(units))
+
+
+def _allreduce_sum_hook(group, bucket):  # unannotated: DDP rejects string annotations (postponed evaluation)
+    """DDP communication hook: SUM each gradient bucket (a ``dist.GradBucket``; DDP's default hook averages)."""
+    work = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.SUM, group=group, async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
+def apply_ddp(module: nn.Module, dp_mesh: DeviceMesh, device: torch.device) -> nn.Module:
+    """``DistributedDataParallel`` over the ``dp`` mesh (bucketed all-reduce overlapped with backward), summing
+    gradients. Only for plain modules: DTensor (TP) parameters and pipeline stages use :func:`allreduce_gradients`."""
+    group = dp_mesh.get_group()
+    ddp = nn.parallel.DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None,
+                                              process_group=group)
+    ddp.register_comm_hook(group, _allreduce_sum_hook)
+    log_main("applied DDP (dp=%d): gradients summed over data-parallel ranks", dp_mesh.size())
+    return ddp
 
 
 def local_tensor(t: torch.Tensor) -> torch.Tensor:
