@@ -56,8 +56,13 @@ def _chunks(ids: np.ndarray, cfg: PrepareConfig) -> tuple[np.ndarray, np.ndarray
     return ids[:d], (ids[d:2 * d] if cfg.nonmember_mode == "later_chunk" else None)
 
 
-def _eligible(cfg: PrepareConfig, tokens: list[np.ndarray], order: np.ndarray, stats: dict) -> list[int]:
-    """Indices (in permutation order) of documents long enough and not duplicating another's chunks."""
+def _eligible(cfg: PrepareConfig, tokens: list[np.ndarray], order: np.ndarray, stats: dict,
+              dropped: set[int]) -> list[int]:
+    """Indices (in permutation order) of documents long enough and not duplicating another's chunks.
+
+    Duplicates are added to ``dropped``: they must not reach the background either (they would train a member's
+    or a nonmember's tokens).
+    """
     need = 2 * cfg.doc_tokens if cfg.nonmember_mode == "later_chunk" else cfg.min_tokens  # type: ignore[operator]
     lengths = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
     stats["below_min_tokens"] = int((lengths < cfg.min_tokens).sum())
@@ -74,6 +79,7 @@ def _eligible(cfg: PrepareConfig, tokens: list[np.ndarray], order: np.ndarray, s
         keys = [first.tobytes()] + ([later.tobytes()] if later is not None else [])
         if any(k in seen for k in keys) or len(set(keys)) < len(keys):
             dupes += 1
+            dropped.add(int(i))
             continue
         seen.update(keys)
         keep.append(int(i))
@@ -114,7 +120,8 @@ def plan_splits(cfg: PrepareConfig, docs: list[Document], tokens: list[np.ndarra
     stats: dict = {"documents": len(docs)}
     rng = np.random.default_rng(cfg.seed)
     order = rng.permutation(len(docs))
-    keep = _eligible(cfg, tokens, order, stats)
+    duplicates: set[int] = set()
+    keep = _eligible(cfg, tokens, order, stats, duplicates)
     n_mem, n_non = _sizes(cfg, len(keep))
     reps = cfg.repetitions
     members, nonmembers = [], []
@@ -130,7 +137,7 @@ def plan_splits(cfg: PrepareConfig, docs: list[Document], tokens: list[np.ndarra
             nonmembers.append(Item(docs[i], _chunks(tokens[i], cfg)[0], 0))
         chosen = keep[n_non:n_non + n_mem]
         members = [Item(docs[i], _chunks(tokens[i], cfg)[0], reps[j % len(reps)]) for j, i in enumerate(chosen)]
-    used = set(chosen) | set(keep[:n_non])
+    used = set(chosen) | set(keep[:n_non]) | duplicates
     pool = [int(i) for i in order if int(i) not in used and len(tokens[i]) >= cfg.min_tokens]
     return SplitPlan(members, nonmembers, [], stats, pool)
 
