@@ -1,0 +1,271 @@
+"""Atomic checkpoints with exact resume.
+
+Layout::
+
+    <out>/checkpoints/step_000123/
+        model_rank00000.safetensors       every flat {name: tensor} entry of engine.state_dict(), per rank
+        optimizer_rank00000.pt            everything else (torch.save; read back with weights_only=True)
+        rng_rank00000.safetensors         torch CPU (and CUDA) generator states of that rank
+        rng_rank00000.json                Python and NumPy generator states of that rank
+        trainer_state.json                step, epoch, position in the epoch, tokens seen, world size
+        COMPLETE                          written last
+
+A checkpoint is assembled in ``.step_000123.tmp`` and renamed into place only after every rank has written its files
+and ``COMPLETE`` exists, so a kill at any moment leaves either no new checkpoint or a complete one; older checkpoints
+are never modified (pruning renames a folder away before deleting it). Loading never unpickles code: tensors come
+from safetensors, the rest from ``torch.load(weights_only=True)`` and JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from .errors import UserError
+from .io import atomic_write_json, atomic_write_text
+
+COMPLETE = "COMPLETE"
+STATE_FILE = "trainer_state.json"
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+class BrokenCheckpoint(UserError):
+    """A checkpoint that is incomplete or damaged (``resume: auto`` skips it and falls back to an older one)."""
+
+
+def checkpoints_root(out: str | Path) -> Path:
+    return Path(out) / "checkpoints"
+
+
+def checkpoint_path(out: str | Path, step: int) -> Path:
+    """``<out>/checkpoints/step_000123``."""
+    return checkpoints_root(out) / f"step_{step:06d}"
+
+
+def list_checkpoints(out: str | Path) -> list[Path]:
+    """Checkpoint folders (complete or not), oldest step first."""
+    root = checkpoints_root(out)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _STEP_DIR.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+# ------------------------------------------------------------------------------------------------ RNG state
+
+
+def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """This process's generator states: torch (as tensors) and Python/NumPy (as JSON values)."""
+    tensors = {"torch_cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        tensors["torch_cuda"] = torch.cuda.get_rng_state()
+    version, internal, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    plain = {"python": [version, list(internal), gauss], "numpy": [name, keys.tolist(), pos, has_gauss, cached]}
+    return tensors, plain
+
+
+def set_rng_state(tensors: dict[str, torch.Tensor], plain: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` returned."""
+    torch.set_rng_state(tensors["torch_cpu"])
+    if "torch_cuda" in tensors and torch.cuda.is_available():
+        torch.cuda.set_rng_state(tensors["torch_cuda"])
+    version, internal, gauss = plain["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = plain["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+# ------------------------------------------------------------------------------------------------ save
+
+
+def _is_tensor_map(value: Any) -> bool:
+    return isinstance(value, dict) and bool(value) and all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items())
+
+
+def _unshared(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Contiguous CPU copies safetensors accepts: tensors sharing storage (tied weights) are cloned apart."""
+    seen: set[tuple[int, int]] = set()
+    out = {}
+    for name, t in tensors.items():
+        t = t.detach().cpu().contiguous()
+        key = (t.untyped_storage().data_ptr(), t.storage_offset())
+        out[name] = t.clone() if key in seen else t
+        seen.add(key)
+    return out
+
+
+def write_rank_files(folder: Path, rank: int, engine_state: dict[str, Any]) -> None:
+    """Write one rank's engine state and RNG states into ``folder`` (which the caller created)."""
+    from safetensors.torch import save_file
+
+    for key, value in engine_state.items():
+        stem = folder / f"{key}_rank{rank:05d}"
+        if _is_tensor_map(value):
+            save_file(_unshared(value), str(stem) + ".safetensors")
+        else:
+            torch.save(value, str(stem) + ".pt")
+    tensors, plain = rng_state()
+    save_file(_unshared(tensors), str(folder / f"rng_rank{rank:05d}.safetensors"))
+    atomic_write_json(folder / f"rng_rank{rank:05d}.json", plain, indent=None)
+    for f in folder.glob(f"*_rank{rank:05d}.*"):  # durability before COMPLETE is written
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+
+
+def save_checkpoint(out: str | Path, trainer_state: dict[str, Any], engine_state: dict[str, Any], *, rank: int,
+                    is_main: bool, barrier: Callable[[], None], keep_last: int = 0) -> Path:
+    """Write a checkpoint of step ``trainer_state['step']`` atomically; all ranks call it (it synchronises)."""
+    final = checkpoint_path(out, trainer_state["step"])
+    tmp = final.with_name(f".{final.name}.tmp")
+    if is_main:
+        shutil.rmtree(tmp, ignore_errors=True)  # debris of a run killed while saving
+        tmp.mkdir(parents=True)
+    barrier()
+    write_rank_files(tmp, rank, engine_state)
+    barrier()
+    if is_main:
+        atomic_write_json(tmp / STATE_FILE, trainer_state)
+        atomic_write_text(tmp / COMPLETE, f"step {trainer_state['step']}\n")
+        if final.exists():  # same step written again (a run restarted with resume=never): swap, then delete
+            _remove(final)
+        os.replace(tmp, final)
+        prune(out, keep_last)
+    barrier()
+    return final
+
+
+def _remove(folder: Path) -> None:
+    """Delete a checkpoint so that a kill half-way never leaves a folder that looks like a checkpoint."""
+    doomed = folder.with_name(f".{folder.name}.deleting")
+    shutil.rmtree(doomed, ignore_errors=True)
+    os.replace(folder, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def prune(out: str | Path, keep_last: int) -> None:
+    """Keep the newest ``keep_last`` complete checkpoints (0: keep all); incomplete folders are left for inspection."""
+    if keep_last <= 0:
+        return
+    complete = [p for p in list_checkpoints(out) if (p / COMPLETE).is_file()]
+    for folder in complete[:-keep_last]:
+        _remove(folder)
+
+
+# ------------------------------------------------------------------------------------------------ load
+
+
+def _read_rank_files(folder: Path, rank: int) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, Any]]:
+    from safetensors.torch import load_file
+
+    engine_state: dict[str, Any] = {}
+    rng_tensors: dict[str, torch.Tensor] = {}
+    suffix = f"_rank{rank:05d}"
+    files = sorted(folder.glob(f"*{suffix}.*"))
+    if not files:
+        raise BrokenCheckpoint(f"checkpoint {folder} has no files for rank {rank}; resume from an earlier one")
+    for f in files:
+        key = f.name[: f.name.index(suffix)]
+        try:
+            if f.suffix == ".safetensors":
+                value = load_file(str(f))
+            elif f.suffix == ".pt":
+                value = torch.load(str(f), map_location="cpu", weights_only=True)
+            else:
+                continue
+        except Exception as e:  # truncated / garbled files: safetensors and torch raise various types
+            raise BrokenCheckpoint(f"checkpoint file {f} is corrupt ({type(e).__name__}); delete {folder} or resume from "
+                            f"another checkpoint") from None
+        if key == "rng":
+            rng_tensors = value
+        else:
+            engine_state[key] = value
+    rng_plain = _read_json(folder / f"rng{suffix}.json")
+    return engine_state, rng_tensors, rng_plain
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BrokenCheckpoint(f"checkpoint file {path} is missing; the checkpoint is incomplete") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise BrokenCheckpoint(f"checkpoint file {path} is corrupt (not JSON)") from None
+
+
+def read_checkpoint(folder: str | Path, rank: int, world_size: int) -> dict[str, Any]:
+    """Read and validate one rank's view of a checkpoint: ``{"trainer", "engine", "rng_tensors", "rng_plain"}``.
+
+    Raises a one-line :class:`UserError` for a missing, incomplete, corrupt or incompatible checkpoint; nothing is
+    applied to the model yet, so a failure here leaves the run untouched.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UserError(f"checkpoint {folder} does not exist (checkpoint.resume takes auto, never or a checkpoint "
+                        f"folder such as runs/x/checkpoints/step_000100)")
+    if not (folder / COMPLETE).is_file():
+        raise BrokenCheckpoint(f"checkpoint {folder} is incomplete (no {COMPLETE} marker); resume from an earlier one")
+    trainer = _read_json(folder / STATE_FILE)
+    if trainer.get("world_size") != world_size:
+        raise UserError(f"checkpoint {folder} was written by {trainer.get('world_size')} processes but this run has "
+                        f"{world_size}; resume with the same number of processes")
+    engine, rng_tensors, rng_plain = _read_rank_files(folder, rank)
+    return {"trainer": trainer, "engine": engine, "rng_tensors": rng_tensors, "rng_plain": rng_plain}
+
+
+def _agree(ok: bool) -> bool:
+    """True only if ``ok`` holds on every rank (so all ranks fall back to the same checkpoint)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return ok
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
+    flag = torch.tensor([1 if ok else 0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
+
+
+def find_resume(out: str | Path, resume: str, rank: int, world_size: int) -> dict[str, Any] | None:
+    """The checkpoint to resume from per ``checkpoint.resume``, read and validated, or ``None`` to start fresh.
+
+    ``auto``: the newest checkpoint that every rank can read; broken ones are skipped with a warning, and an error
+    is raised if checkpoints exist but none is readable (rather than silently starting over).
+    ``never``: start fresh (refused if ``out`` already holds checkpoints, so nothing is overwritten).
+    A path: exactly that checkpoint; any problem is an error.
+    """
+    existing = list_checkpoints(out)
+    if resume == "never":
+        if existing:
+            raise UserError(f"{checkpoints_root(out)} already holds checkpoints; use checkpoint.resume=auto to "
+                            f"continue that run, or choose a new out= folder")
+        return None
+    if resume != "auto":
+        return read_checkpoint(resume, rank, world_size)
+    for folder in reversed(existing):
+        try:
+            found, problem = read_checkpoint(folder, rank, world_size), None
+        except BrokenCheckpoint as e:
+            found, problem = None, str(e)
+        if _agree(found is not None):
+            return found
+        if rank == 0:
+            print(f"warning: skipping checkpoint {folder}: {problem or 'unreadable on another rank'}", file=sys.stderr)
+    if existing:
+        raise UserError(f"no readable checkpoint in {checkpoints_root(out)}; delete the broken ones to start over, "
+                        f"or choose a new out= folder")
+    return None
+
+
+def restore_rng(checkpoint: dict[str, Any]) -> None:
+    """Put back the generator states saved with the checkpoint."""
+    set_rng_state(checkpoint["rng_tensors"], checkpoint["rng_plain"])
