@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, UserError
 
 GIB = 1024**3
 
@@ -132,35 +133,43 @@ def _divides(problems: list[str], what: str, n: int, dims: dict[str, int]) -> No
             problems.append(f"{what} does not divide {name}={size}")
 
 
+def _hf_like(shape: ModelShape) -> Any:
+    """The LlamaConfig attributes the native engine's layout check reads."""
+    return types.SimpleNamespace(num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
+                                 intermediate_size=shape.intermediate, num_hidden_layers=shape.layers,
+                                 tie_word_embeddings=shape.tied)
+
+
 def check_layout(train_cfg: Any, shape: ModelShape, world: int) -> Layout:
-    """The layout of ``train_cfg`` on ``world`` devices, or one ConfigError printing every factor."""
+    """The layout of ``train_cfg`` on ``world`` devices, or one ConfigError printing every factor.
+
+    The mesh itself is checked by the engines' own functions (``parallelize.check_layout``,
+    ``AxonnLayout.for_world``), so a dry run refuses exactly what training would refuse."""
+    from .engines.axonn import AxonnLayout
+    from .engines.parallelize import check_layout as native_layout
+
     problems: list[str] = []
     sched = train_cfg.schedule
-    if train_cfg.engine == "axonn":
-        ax = train_cfg.axonn
-        grid = ax.row * ax.col * ax.depth
-        if world % grid:
-            problems.append(f"row({ax.row})·col({ax.col})·depth({ax.depth})={grid} does not divide world size {world}")
-        dp = max(world // grid, 1)
-        linear = {"hidden_size": shape.hidden, "intermediate_size": shape.intermediate,
-                  "kv_width": shape.kv_heads * shape.head_dim}
-        _divides(problems, f"axonn.row={ax.row}", ax.row, linear)
-        _divides(problems, f"axonn.col={ax.col}", ax.col, linear)
-        layout = Layout("axonn", world, dp=dp, row=ax.row, col=ax.col, depth=ax.depth)
-    else:
-        par = train_cfg.parallel
-        dp = par.dp or max(world // (par.tp * par.pp), 1)
-        if par.tp * par.pp * dp != world:
-            problems.append(f"pp({par.pp})·dp({dp})·tp({par.tp})={par.pp * dp * par.tp} ≠ world size {world}")
-        _divides(problems, f"parallel.tp={par.tp}", par.tp, {"num_heads": shape.heads, "num_kv_heads": shape.kv_heads,
-                                                             "intermediate_size": shape.intermediate})
-        if par.pp > shape.layers:
-            problems.append(f"parallel.pp={par.pp} exceeds num_layers={shape.layers}")
-        layout = Layout("native", world, tp=par.tp, pp=par.pp, dp=dp, fsdp=par.fsdp)
-    if sched.global_batch_size % (sched.micro_batch_size * layout.dp):
+    layout = None
+    try:
+        if train_cfg.engine == "axonn":
+            ax = train_cfg.axonn
+            grid = AxonnLayout.for_world(ax.row, ax.col, ax.depth, world)
+            linear = {"hidden_size": shape.hidden, "intermediate_size": shape.intermediate,
+                      "kv_width": shape.kv_heads * shape.head_dim}
+            _divides(problems, f"axonn.row={ax.row}", ax.row, linear)
+            _divides(problems, f"axonn.col={ax.col}", ax.col, linear)
+            layout = Layout("axonn", world, dp=grid.data, row=ax.row, col=ax.col, depth=ax.depth)
+        else:
+            par = train_cfg.parallel
+            dims = native_layout(par.pp, par.dp, par.tp, world, _hf_like(shape))
+            layout = Layout("native", world, tp=dims.tp, pp=dims.pp, dp=dims.dp, fsdp=par.fsdp)
+    except UserError as e:
+        problems.append(str(e))
+    if layout is not None and sched.global_batch_size % (sched.micro_batch_size * layout.dp):
         problems.append(f"global_batch_size({sched.global_batch_size}) is not a multiple of "
                         f"micro_batch_size({sched.micro_batch_size})·dp({layout.dp})")
-    if problems:
+    if problems or layout is None:
         raise ConfigError("; ".join(problems))
     return layout
 

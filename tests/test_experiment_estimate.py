@@ -89,7 +89,7 @@ def test_layout_errors_print_every_factor():
     s = shape("llama2-7B", 32000)
     with pytest.raises(ConfigError, match=r"pp\(2\)·dp\(2\)·tp\(2\)=8 ≠ world size 4"):
         check_layout(train_cfg(parallel={"tp": 2, "pp": 2, "dp": 2}), s, world=4)
-    with pytest.raises(ConfigError, match=r"parallel.tp=3 does not divide num_heads=32"):
+    with pytest.raises(ConfigError, match=r"parallel.tp=3 must divide the model's num_attention_heads \(32\)"):
         check_layout(train_cfg(parallel={"tp": 3}), s, world=3)
     with pytest.raises(ConfigError, match=r"row\(2\)·col\(2\)·depth\(2\)=8 does not divide world size 6"):
         check_layout(train_cfg(engine="axonn", axonn={"row": 2, "col": 2, "depth": 2}), s, world=6)
