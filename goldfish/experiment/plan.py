@@ -63,6 +63,14 @@ def default_pipeline() -> Pipeline:
     return Pipeline(PrepareConfig, TrainConfig, EvalConfig, _prepare, _train, _evaluate)
 
 
+class _CellProblems(ConfigError):
+    """One cell's problems, one message per section (kept apart so identical ones can be merged across cells)."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
 @dataclasses.dataclass
 class CellPlan:
     """A cell with its resolved configs and folders: ``<out>/cells/<id>/{train,eval}``, shared prepared data."""
@@ -128,7 +136,7 @@ def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dic
         problems.append(f"hardware: {e}")
         hardware = cfg.hardware
     if problems:
-        raise ConfigError("; ".join(problems))
+        raise _CellProblems(problems)
     return CellPlan(cell, cell_dir, data_dir, prepare_cfg, train_cfg, eval_cfg, hardware)
 
 
@@ -141,8 +149,8 @@ def plan_cells(cfg: ExperimentConfig, pipeline: Pipeline) -> list[CellPlan]:
     for cell in cells:
         try:
             plans.append(plan_cell(cfg, cell, pipeline, recipe))
-        except ConfigError as e:
-            for message in str(e).split("; "):
+        except _CellProblems as e:
+            for message in e.problems:
                 problems[message].append(cell.id)
     if problems:
         parts = []
