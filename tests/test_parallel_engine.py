@@ -118,3 +118,33 @@ def test_engine_3d_mesh_matches_one_process():
                          "packed": True, "dp": [(0, 2)] * 4 + [(1, 2)] * 4},
         "3d-gpipe-replicate-tied": {"parallel": {"pp": 2, "tp": 2, "pp_schedule": "gpipe"}, "tied": True},
     })
+
+
+def _single_process_run(precision: str, tmp_path: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    from goldfish.engines.native import NativeEngine
+    from goldfish.train_config import TrainConfig
+
+    model_cfg = tiny_config(tied=True)
+    engine = NativeEngine(TrainConfig(precision=precision))
+    engine.setup(lambda: build_model(model_cfg), lambda params: torch.optim.AdamW(params, lr=LR))
+    assert (engine.dp_rank, engine.dp_size, engine.is_main) == (0, 1, True)
+    stats, norms = zip(*(_step(engine, batch) for batch in global_batches(packed=True)))
+    engine.export_hf(tmp_path / precision)
+    return torch.stack(stats), torch.tensor(norms, dtype=torch.float64)
+
+
+def test_single_process_engine_matches_reference_and_bf16_stays_close(tmp_path):
+    """World size 1: the stage wrapper runs the whole HF model exactly; bf16 autocast stays near fp32."""
+    from transformers import LlamaForCausalLM
+
+    ref = reference_run(tiny_config(tied=True), packed=True)
+    stats, norms = _single_process_run("fp32", tmp_path)
+    assert_stats_close(stats, ref["stats"], TOL)
+    torch.testing.assert_close(norms, ref["norms"], atol=TOL, rtol=0)
+    exported = LlamaForCausalLM.from_pretrained(tmp_path / "fp32")
+    assert exported.config.tie_word_embeddings and exported.lm_head.weight is exported.model.embed_tokens.weight
+    torch.testing.assert_close(exported.model.embed_tokens.weight, ref["weights"]["model.embed_tokens.weight"],
+                               atol=TOL, rtol=0)
+    bf16_stats, bf16_norms = _single_process_run("bf16", tmp_path)
+    assert_stats_close(bf16_stats, ref["stats"], 5e-2)  # bf16 matmuls: ~3 significant digits
+    assert not torch.allclose(bf16_stats[:, 0], ref["stats"][:, 0], atol=1e-6, rtol=0)  # autocast really ran
