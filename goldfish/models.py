@@ -115,7 +115,8 @@ def load_local_model(path: str | Path, vocab_size: int) -> nn.Module:
             raise UserError(f"model.path={str(path)!r} is not a loadable Hugging Face model folder: "
                             f"{str(e).splitlines()[0]}") from None
     model_vocab = model.get_input_embeddings().num_embeddings
-    if model_vocab < vocab_size or model_vocab > vocab_size + 1024:
+    padded = model_vocab > vocab_size and model_vocab % 64 == 0 and model_vocab - vocab_size < 128  # GPU padding
+    if model_vocab != vocab_size and not padded:
         raise UserError(f"vocabulary mismatch: model {path} has {model_vocab} token embeddings but the prepared "
                         f"data's tokenizer has {vocab_size} tokens; prepare the data with this model's tokenizer")
     return model.float()

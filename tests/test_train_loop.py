@@ -1,0 +1,156 @@
+"""The training loop on a tiny model: learning, Goldfish statistics, exact loss values, accumulation, determinism,
+Hugging Face export."""
+
+from __future__ import annotations
+
+import math
+
+import datasets
+import pytest
+import torch
+import torch.nn.functional as F
+from train_helpers import EOS, make_prepared, tiny_config
+
+from goldfish.config import from_dict
+from goldfish.io import read_jsonl
+from goldfish.masks import GoldfishConfig, apply_goldfish
+from goldfish.models import build_model
+from goldfish.train import epoch_order, train
+from goldfish.train_config import TrainConfig
+
+TIMING = ("step_time", "tokens_per_s", "mfu")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_prepared(tmp_path_factory.mktemp("prepared") / "tiny", rows=16, seq_len=32, vocab=64)
+
+
+def run(cfg: dict):
+    out = train(from_dict(TrainConfig, cfg))
+    return out, read_jsonl(out / "metrics.jsonl")
+
+
+def test_loss_decreases_from_uniform(data, tmp_path):
+    _, records = run(tiny_config(data, tmp_path / "r", schedule={"max_steps": 40, "global_batch_size": 4,
+                                                                      "micro_batch_size": 4}))
+    losses = [r["loss"] for r in records]
+    assert [r["step"] for r in records] == list(range(1, 41))
+    assert abs(losses[0] - math.log(64)) < 0.3  # an untrained model is close to uniform over the 64-token vocabulary
+    assert sum(losses[-4:]) / 4 < losses[0] - 1.0
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_goldfish_drops_one_in_k(data, tmp_path, k):
+    """One epoch (every row once): dropped / droppable ≈ 1/k, where EOS targets are never droppable."""
+    cfg = tiny_config(data, tmp_path / "r", loss={"type": "goldfish", "goldfish": {"k": k, "h": 13}},
+                      schedule={"epochs": 1, "global_batch_size": 4, "micro_batch_size": 4})
+    out, records = run(cfg)
+    labels = datasets.load_from_disk(str(data / "train")).with_format("torch")[:]["labels"]
+    eos_targets = int((labels[:, 1:] == EOS).sum())
+    dropped = sum(r["dropped_tokens"] for r in records)
+    supervised = sum(r["kept_tokens"] for r in records) + dropped
+    assert supervised == int((labels[:, 1:] != -100).sum())
+    assert abs(dropped / (supervised - eos_targets) - 1 / k) < 0.07  # ~450 droppable targets: 3 sigma
+    assert all(r["dropped_loss"] is not None for r in records)
+
+
+def _per_document_logits(model, ids, docs, positions):
+    """(B, T, V) logits computed one document at a time (the packed run must attend within documents only)."""
+    logits = torch.zeros(*ids.shape, model.config.vocab_size)
+    for b in range(ids.shape[0]):
+        for d in docs[b].unique():
+            if d < 0:
+                continue  # padding: its targets are -100
+            where = (docs[b] == d).nonzero().squeeze(-1)
+            logits[b, where] = model(ids[b, where][None], position_ids=positions[b, where][None]).logits[0]
+    return logits
+
+
+def test_logged_losses_equal_a_hand_computation(data, tmp_path):
+    """Step 1's kept and dropped losses = F.cross_entropy(ignore_index=-100) after apply_goldfish, per document."""
+    cfg = tiny_config(data, tmp_path / "r", loss={"type": "goldfish", "goldfish": {"k": 3, "h": 4}},
+                      schedule={"max_steps": 1, "global_batch_size": 8, "micro_batch_size": 4})
+    _, records = run(cfg)
+    config = from_dict(TrainConfig, cfg)
+    rows = epoch_order(16, 0, config.seed, True)[:8].tolist()
+    batch = datasets.load_from_disk(str(data / "train")).with_format("torch")[rows]
+    model = build_model(config.model, 64, config.seed).eval()
+    gf = GoldfishConfig(k=3, h=4, special_ids=[0, 1, 2])
+    gf_labels = apply_goldfish(batch["labels"], gf, document_ids=batch["document_ids"],
+                               position_ids=batch["position_ids"])
+    with torch.no_grad():
+        logits = _per_document_logits(model, batch["input_ids"], batch["document_ids"], batch["position_ids"])
+    flat = logits[:, :-1].reshape(-1, 64)
+    kept = F.cross_entropy(flat, gf_labels[:, 1:].reshape(-1), ignore_index=-100)
+    dropped_labels = torch.where(gf_labels == batch["labels"], -100, batch["labels"])
+    dropped = F.cross_entropy(flat, dropped_labels[:, 1:].reshape(-1), ignore_index=-100)
+    assert records[0]["kept_tokens"] == int((gf_labels[:, 1:] != -100).sum())
+    assert records[0]["dropped_tokens"] == int((dropped_labels[:, 1:] != -100).sum()) > 0
+    assert records[0]["loss"] == pytest.approx(kept.item(), abs=1e-5)
+    assert records[0]["dropped_loss"] == pytest.approx(dropped.item(), abs=1e-5)
+    assert not (dropped_labels == EOS).any()  # special tokens are never dropped
+
+
+def test_gradient_accumulation_matches_one_big_batch(data, tmp_path):
+    from train_helpers import load_weights
+
+    common = {"loss": {"type": "goldfish", "goldfish": {"k": 4, "h": 13}}}
+    one, _ = run(tiny_config(data, tmp_path / "a", schedule={"max_steps": 4, "global_batch_size": 4,
+                                                            "micro_batch_size": 4}, **common))
+    four, _ = run(tiny_config(data, tmp_path / "b", schedule={"max_steps": 4, "global_batch_size": 4,
+                                                             "micro_batch_size": 1}, **common))
+    a, b = load_weights(one), load_weights(four)
+    assert a.keys() == b.keys()
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst < 1e-6
+
+
+def test_same_config_same_metrics(data, tmp_path):
+    cfg = lambda name: tiny_config(data, tmp_path / name, loss={"type": "goldfish"},  # noqa: E731
+                                   schedule={"max_steps": 5, "global_batch_size": 4, "micro_batch_size": 2})
+    _, first = run(cfg("a"))
+    _, second = run(cfg("b"))
+    strip = lambda rs: [{k: v for k, v in r.items() if k not in TIMING} for r in rs]  # noqa: E731
+    assert strip(first) == strip(second)
+    _, other_seed = run({**cfg("c"), "seed": 1})
+    assert strip(other_seed) != strip(first)
+
+
+def test_bf16_autocast_trains_with_fp32_master_weights(data, tmp_path):
+    out, records = run(tiny_config(data, tmp_path / "r", precision="bf16",
+                                   schedule={"max_steps": 20, "global_batch_size": 4, "micro_batch_size": 4}))
+    from train_helpers import load_weights
+
+    assert all(t.dtype == torch.float32 for t in load_weights(out).values())
+    assert records[-1]["loss"] < records[0]["loss"] - 0.3
+
+
+def test_export_loads_with_auto_classes_and_gives_the_trained_logits(data, tmp_path):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cfg = tiny_config(data, tmp_path / "r", checkpoint={"every_steps": 0, "keep_last": 1})
+    out, _ = run(cfg)
+    exported = AutoModelForCausalLM.from_pretrained(str(out / "model"), local_files_only=True).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(out / "model"), local_files_only=True)
+    assert tokenizer("w5 w6")["input_ids"][-2:] == [5, 6]
+    assert exported.config.eos_token_id == EOS
+    # the same weights, read from the final checkpoint into a freshly built model
+    config = from_dict(TrainConfig, cfg)
+    reference = build_model(config.model, 64, config.seed).eval()
+    state = load_file(str(out / "checkpoints" / "step_000006" / "model_rank00000.safetensors"))
+    reference.load_state_dict(state)
+    ids = torch.randint(3, 64, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(exported(ids).logits, reference(ids).logits)
+    summary = (out / "summary.json").read_text()
+    assert '"steps": 6' in summary

@@ -1,0 +1,139 @@
+"""Tiny prepared folders and configs for the trainer tests (no network, a few KB each).
+
+``make_prepared`` writes the ``goldfish-prepared/1`` layout (manifest, tokenizer/, members/, nonmembers/, train/)
+with a word-level tokenizer and packed rows: several random documents per row, each ended by EOS, ``position_ids``
+restarting per document, ``document_ids`` per document, and padding (-100 labels) at the end of the last row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+PAD, EOS, BOS = 0, 1, 2
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _tokenizer(vocab: int, folder: Path) -> None:
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<pad>", "<eos>", "<bos>"] + [f"w{i}" for i in range(3, vocab)]
+    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="<pad>"))
+    tok.pre_tokenizer = WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>")
+    fast.save_pretrained(str(folder))
+
+
+def _pack(docs: list[np.ndarray], seq_len: int) -> dict[str, np.ndarray]:
+    """Greedy packing of whole documents (each <= seq_len) into rows; padding fills the rest of a row."""
+    rows: list[list[tuple[int, np.ndarray]]] = [[]]
+    used = 0
+    for d, doc in enumerate(docs):
+        if used + len(doc) > seq_len:
+            rows.append([])
+            used = 0
+        rows[-1].append((d, doc))
+        used += len(doc)
+    n = len(rows)
+    out = {"input_ids": np.full((n, seq_len), PAD), "labels": np.full((n, seq_len), -100),
+           "document_ids": np.full((n, seq_len), -1), "position_ids": np.zeros((n, seq_len), dtype=np.int64),
+           "attention_mask": np.zeros((n, seq_len), dtype=np.int64)}
+    for r, row in enumerate(rows):
+        at = 0
+        for d, doc in row:
+            span = slice(at, at + len(doc))
+            out["input_ids"][r, span] = doc
+            out["labels"][r, span] = doc
+            out["document_ids"][r, span] = d
+            out["position_ids"][r, span] = np.arange(len(doc))
+            out["attention_mask"][r, span] = 1
+            at += len(doc)
+    return out
+
+
+def make_prepared(folder: str | Path, rows: int = 16, seq_len: int = 32, vocab: int = 64, seed: int = 0) -> Path:
+    """Write a prepared folder with at least ``rows`` packed training rows; returns its path."""
+    import pyarrow as pa
+
+    from goldfish.data.prepared import DOC_COLUMNS, FORMAT, save_table
+
+    folder = Path(folder)
+    rng = np.random.default_rng(seed)
+    docs = []
+    while len(docs) < rows * 3:
+        length = int(rng.integers(seq_len // 4, seq_len // 2))
+        docs.append(np.append(rng.integers(3, vocab, size=length - 1), EOS))
+    packed = _pack(docs, seq_len)
+    packed = {k: v[:rows] for k, v in packed.items()}
+    folder.mkdir(parents=True, exist_ok=True)
+    save_table({k: pa.array(v.tolist(), pa.list_(pa.int64())) for k, v in packed.items()}, folder / "train")
+    for split in ("members", "nonmembers"):
+        ids = [d.tolist() for d in docs[:2]]
+        cols = {"id": [f"{split}{i}" for i in range(2)], "title": ["t", "t"], "source": ["test", "test"],
+                "text": [" ".join(f"w{i}" for i in d) for d in ids], "input_ids": pa.array(ids, pa.list_(pa.int64())),
+                "repetitions": [1 if split == "members" else 0] * 2, "split": [split] * 2}
+        save_table({c: cols[c] for c in DOC_COLUMNS}, folder / split)
+    _tokenizer(vocab, folder / "tokenizer")
+    manifest = {"format": FORMAT, "name": "test", "seq_len": seq_len, "packing": "packed",
+                "tokenizer": {"name": "wordlevel", "vocab_size": vocab, "eos_id": EOS, "bos_id": BOS, "pad_id": PAD},
+                "counts": {"members": 2, "nonmembers": 2, "train": rows}}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def tiny_config(data: Path, out: Path, **overrides) -> dict:
+    """A config dict for a ~30 k-parameter model that trains in well under a second per step on one core."""
+    cfg = {
+        "data": {"path": str(data)},
+        "model": {"name": "llama-demo", "hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64},
+        "optim": {"lr": 1e-2, "warmup_steps": 2},
+        "schedule": {"max_steps": 6, "global_batch_size": 4, "micro_batch_size": 4},
+        "checkpoint": {"every_steps": 0},
+        "out": str(out),
+        "progress": False,
+        "log_every": 1000,
+    }
+    for dotted, value in overrides.items():
+        node = cfg
+        *parents, last = dotted.split("__")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    return cfg
+
+
+def overrides_of(cfg: dict, prefix: str = "") -> list[str]:
+    """A nested config dict as ``key=value`` command-line overrides."""
+    out = []
+    for key, value in cfg.items():
+        if isinstance(value, dict):
+            out += overrides_of(value, f"{prefix}{key}.")
+        else:
+            out.append(f"{prefix}{key}={json.dumps(value)}")
+    return out
+
+
+def cli_env() -> dict:
+    """Environment for ``goldfish`` subprocesses: one thread (bit-identical numerics across processes)."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+
+
+def run_cli(cfg: dict, **kwargs) -> subprocess.CompletedProcess:
+    """``python -m goldfish train key=value...`` in a subprocess."""
+    cmd = [sys.executable, "-m", "goldfish", "train", *overrides_of(cfg)]
+    return subprocess.run(cmd, env=cli_env(), capture_output=True, text=True, cwd=REPO, **kwargs)
+
+
+def load_weights(run: str | Path) -> dict:
+    """The exported model's tensors (``<run>/model/model.safetensors``)."""
+    from safetensors.torch import load_file
+
+    return load_file(str(Path(run) / "model" / "model.safetensors"))
