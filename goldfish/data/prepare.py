@@ -29,10 +29,31 @@ TOKENIZE_BATCH = 64
 _WORD_END = re.compile(r"\S\s")  # a non-space character followed by whitespace
 
 
-def _bar(total: int, desc: str, enabled: bool):
+def _bar(total: int, desc: str, enabled: bool, unit: str = "doc", position: int = 1):
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, unit="doc", disable=not enabled, leave=False, dynamic_ncols=True)
+    return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, leave=False, dynamic_ncols=True,
+                position=position)
+
+
+class _Stages:
+    """The outer progress bar: one step per stage, named as it starts."""
+
+    NAMES = ("read documents", "tokenizer", "tokenize", "split", "lay out rows", "write")
+
+    def __init__(self, enabled: bool):
+        self.bar = _bar(len(self.NAMES), "prepare", enabled, unit="step", position=0)
+        self.started = False
+
+    def __call__(self, name: str) -> None:
+        if self.started:
+            self.bar.update(1)
+        self.started = True
+        self.bar.set_description(f"prepare: {name}")
+
+    def close(self) -> None:
+        self.bar.update(1)
+        self.bar.close()
 
 
 def tokenize(tok, docs: list[Document], progress: bool = False, desc: str = "tokenize",
@@ -118,22 +139,27 @@ def _needed_tokens(cfg: PrepareConfig) -> int | None:
     return cfg.doc_tokens * (2 if cfg.nonmember_mode == "later_chunk" else 1)
 
 
-def _build(cfg: PrepareConfig, progress: bool) -> tuple:
-    """Everything but the writing: (tokenizer, plan, rows, row stats, load stats)."""
+def _build(cfg: PrepareConfig, progress: bool, stage: _Stages) -> tuple:
+    """Everything but the writing: (tokenizer, plan, rows, row stats)."""
+    stage("read documents")
     load_stats: dict = {}
     docs = load_documents(cfg.source, load_stats)
     bg_docs: list[Document] = []
     if cfg.background_source is not None and cfg.num_background != 0:
         bg_docs = load_documents(cfg.background_source)
+    stage("tokenizer")
     texts = [d.text for d in docs + bg_docs] if cfg.tokenizer.name == "bpe" else None
     tok = load_tokenizer(cfg.tokenizer.name, texts, cfg.tokenizer.vocab_size, cfg.seed)
     if tok.eos_token_id is None or tok.pad_token_id is None:
         raise UserError(f"tokenizer {cfg.tokenizer.name} has no EOS/pad id; set eos_token in its config")
+    stage("tokenize")
     tokens = tokenize(tok, docs, progress, max_tokens=_needed_tokens(cfg))
     bg_tokens = tokenize(tok, bg_docs, progress, "tokenize background") if bg_docs else []
+    stage("split")
     plan = plan_splits(cfg, docs, tokens)
     plan.background = _background(cfg, plan, docs, tokens, bg_docs, bg_tokens)
     plan.stats.update(load_stats)
+    stage("lay out rows")
     reps = [it.repetitions for it in plan.members]
     order = training_order(reps, len(plan.background), cfg.seed)
     train_docs = [it.ids for it in plan.members + plan.background]
@@ -174,7 +200,18 @@ def prepare(cfg: PrepareConfig, out: str | Path | None = None, overwrite: bool =
     if out.exists() and not overwrite:
         raise UserError(f"output folder {out} already exists; pass --overwrite to replace it, or --out to choose "
                         "another folder")
-    tok, plan, rows, row_stats = _build(cfg, progress)
+    stage = _Stages(progress)
+    try:
+        tok, plan, rows, row_stats = _build(cfg, progress, stage)
+        stage("write")
+        _write(cfg, out, tok, plan, rows, row_stats, started)
+    finally:
+        stage.close()
+    return out
+
+
+def _write(cfg: PrepareConfig, out: Path, tok, plan: SplitPlan, rows: dict, row_stats: dict, started: float) -> None:
+    """Tokenizer, splits, resolved config and manifest, into a temporary sibling renamed to ``out`` at the end."""
 
     def decode(ids: np.ndarray) -> str:  # the text a row actually holds (the cut chunk, not the whole article)
         return tok.decode(ids.tolist(), skip_special_tokens=False, clean_up_tokenization_spaces=False)
@@ -189,7 +226,6 @@ def prepare(cfg: PrepareConfig, out: str | Path | None = None, overwrite: bool =
         save_config(cfg, tmp / "config.yaml")
         atomic_write_json(tmp / "manifest.json", _manifest(cfg, tok, plan, row_stats, sha, started))
         _default_permissions(tmp)
-    return out
 
 
 def _default_permissions(folder: Path) -> None:
