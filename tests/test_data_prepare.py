@@ -12,8 +12,8 @@ from goldfish.data import PrepareConfig, SourceConfig, load_documents, load_prep
 from goldfish.errors import UserError
 
 # 30 articles: 12 canaries, their 12 later chunks, background chunks from the other 18 (quick to prepare).
-CANARIES = dict(source=SourceConfig(max_documents=30), seq_len=64, packing="pack", doc_tokens=48, num_members=12, repetitions=[1, 2, 4, 8],
-                num_background=40, background_chunk_tokens=100, name="canaries")
+CANARIES = dict(source=SourceConfig(max_documents=30), seq_len=64, packing="pack", doc_tokens=48, num_members=12,
+                repetitions=[1, 2, 4, 8], num_background=40, background_chunk_tokens=100, name="canaries")
 
 
 def columns(ds) -> dict[str, np.ndarray]:

@@ -43,7 +43,8 @@ def test_wikipedia_min_words_and_cap():
 def test_clean_wikitext_by_hand():
     raw = ("'''Foo''' is a ''bar'' ([[baz|qux]]) of {{cite web|x=y}} the [[city]].\n\n== History ==\nIt was "
            "founded early.\n* \n* A list item with words\n\n== References ==\n* Some book, 1999.")
-    assert clean_wikitext(raw) == "Foo is a bar (qux) of the city.\n\nHistory\nIt was founded early.\nA list item with words"
+    want = "Foo is a bar (qux) of the city.\n\nHistory\nIt was founded early.\nA list item with words"
+    assert clean_wikitext(raw) == want
 
 
 def test_kjv_parse_by_hand():

@@ -91,7 +91,7 @@ class TokenizerConfig:
 
 @dataclasses.dataclass
 class PrepareConfig:
-    """A memorization dataset: members (trained on, with repetition counts), nonmembers (never trained on), train rows."""
+    """A memorization dataset: members (trained on, with repetition counts), nonmembers (never trained on), rows."""
 
     name: str = option("wikipedia_demo", "recipe name; the default output folder is data/prepared/<name>")
     source: SourceConfig = option(factory=SourceConfig, help="where the documents come from")

@@ -41,7 +41,7 @@ def _run_bible(data_dir: Path) -> str:
         done = subprocess.run([program, "-f", "-p", str(data_dir), "gen1:1-rev22:21"], capture_output=True,
                               text=True, encoding="utf-8", timeout=120, stdin=subprocess.DEVNULL, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise UserError(f"running {program} failed: {e}; reinstall with: apt-get install --reinstall bible-kjv") from None
+        raise UserError(f"running {program} failed: {e}; reinstall: apt-get install --reinstall bible-kjv") from None
     if done.returncode != 0:
         raise UserError(f"{program} exited with status {done.returncode}: {done.stderr.strip()[:200]}")
     return done.stdout

@@ -181,7 +181,8 @@ def _load_split(path: Path, name: str, columns: tuple[str, ...], manifest: dict,
         raise UserError(f"split {folder} lacks columns {', '.join(missing)}; {_hint(path)}")
     expected = manifest.get("sha256", {}).get(name)
     if verify and expected and split_sha256(folder) != expected:
-        raise UserError(f"split {folder} does not match the sha256 in its manifest (modified or damaged); {_hint(path)}")
+        raise UserError(f"split {folder} does not match the sha256 in its manifest (modified or damaged); "
+                        f"{_hint(path)}")
     return ds
 
 

@@ -123,7 +123,8 @@ def _jsonl_rows(path: Path) -> Iterator[dict]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            raise UserError(f"{path}:{lineno} is not valid JSON ({e.msg}); the file needs one object per line") from None
+            raise UserError(f"{path}:{lineno} is not valid JSON ({e.msg}); the file needs one JSON object per "
+                            "line") from None
         if not isinstance(row, dict):
             raise UserError(f"{path}:{lineno} is a JSON {type(row).__name__}, not an object with a text field")
         yield row

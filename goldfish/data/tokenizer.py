@@ -110,7 +110,7 @@ def _from_path(spec: str):
 
 
 def load_tokenizer(spec: str, texts: Sequence[str] | None = None, vocab_size: int = 4096, seed: int = 0):
-    """``gpt2`` | ``bpe`` (trained on ``texts``) | tokenizer folder | ``.gguf`` file -> a fast tokenizer with EOS and pad.
+    """``gpt2`` | ``bpe`` (trained on ``texts``) | tokenizer folder | ``.gguf`` file -> fast tokenizer with EOS and pad.
 
     ``seed`` only matters for ``bpe`` on corpora larger than ``BPE_TRAIN_CHARS`` (which documents it samples).
     """
