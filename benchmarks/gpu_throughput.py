@@ -57,7 +57,7 @@ def run_engine(name: str, args: argparse.Namespace) -> dict:
         built["model"] = build_model(model_cfg, args.vocab, seed=0)
         return built["model"]
 
-    engine.setup(build, lambda p: torch.optim.AdamW(p, lr=1e-4, fused=True))
+    engine.setup(build, lambda p: torch.optim.AdamW(p, lr=1e-4))
     flops = flops_per_token(built.pop("model"), args.seq)
     micro = _batches(args.accum, args.micro_rows, args.seq, args.vocab)  # one step's micro-batches, reused
     tokens = args.accum * args.micro_rows * args.seq

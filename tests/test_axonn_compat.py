@@ -3,8 +3,8 @@
 In-process unit tests cover the version check, activation only without CUDA, exact restoration by ``disable()``,
 patch 6 (async handles are waited on), the mesh error message and the refusals (bf16 on CPU). One gloo run checks
 the all-to-all patches with *different* row counts on the two ranks of a row-parallel grid (different sequence
-lengths) against one-process gradients, and that biased tensor-parallel layers and checkpoint shards of another grid
-are refused.
+lengths) against one-process gradients, that optimizer groups follow the plain model's shapes (AxoNN's shards are
+1-D), and that biased tensor-parallel layers and checkpoint shards of another grid are refused.
 """
 
 from __future__ import annotations
@@ -99,7 +99,9 @@ def _uneven_worker(rank: int, world: int) -> dict:
     """Row-parallel grid whose two ranks hold 3x16 and 1x11 tokens: AxoNN's all-to-alls see unequal row counts."""
     engine = AxonnEngine(TrainConfig(engine="axonn", axonn=AxonnConfig(row=2)))
     # SGD with lr=1 and no clipping: new weights = old weights - gradient, so full weights expose full gradients
-    engine.setup(lambda: build_model(tiny_config()), lambda params: torch.optim.SGD(params, lr=1.0))
+    engine.setup(lambda: build_model(tiny_config()), _sgd_matrices_first)
+    names = {id(p): name for name, p in engine.model.named_parameters()}
+    groups = [sorted(names[id(p)] for p in g["params"]) for g in engine.optimizer.param_groups]
     parts = _uneven_parts()
     stats = engine.forward_backward([parts[rank]], sum(kept_count(p) for p in parts))
     norm = engine.optimizer_step(1.0, None)
@@ -108,7 +110,8 @@ def _uneven_worker(rank: int, world: int) -> dict:
 
     placed = {"data": ax.config.data_parallel_rank, "depth": ax.config.intra_layer_depth_parallel_rank,
               "row": ax.config.intra_layer_row_parallel_rank, "col": ax.config.intra_layer_column_parallel_rank}
-    out = {"weights": engine.full_state_dict(), "norm": norm, "kept_sum": stats.kept_sum, "coords_ok": coords == placed}
+    out = {"weights": engine.full_state_dict(), "norm": norm, "kept_sum": stats.kept_sum, "coords_ok": coords == placed,
+           "groups": groups}
     foreign = engine.state_dict()
     foreign["axonn_layout"] = dict(foreign["axonn_layout"], row=1, col=2)  # a shard of another grid
     try:
@@ -125,6 +128,13 @@ def _uneven_worker(rank: int, world: int) -> dict:
     except UserError as e:
         out["bias_error"] = str(e)
     return out
+
+
+def _sgd_matrices_first(params) -> torch.optim.Optimizer:
+    """Groups chosen by shape, as the trainer's weight-decay grouping does (AxoNN's shards are 1-D)."""
+    params = list(params)
+    return torch.optim.SGD([{"params": [p for p in params if p.dim() >= 2]},
+                            {"params": [p for p in params if p.dim() < 2]}], lr=1.0)
 
 
 def _uneven_parts() -> list[dict[str, torch.Tensor]]:
@@ -147,6 +157,8 @@ def test_uneven_rows_match_one_process_and_biases_and_foreign_shards_are_refused
         assert r["coords_ok"]
         assert r["norm"] == pytest.approx(norm, rel=1e-5)
         assert r["kept_sum"] == pytest.approx(kept_sum, rel=1e-6)
+        assert r["groups"] == [sorted(n for n, p in model.named_parameters() if p.dim() >= 2),
+                               sorted(n for n, p in model.named_parameters() if p.dim() < 2)]
         assert "biases when axonn.row·axonn.col > 1" in r["bias_error"]
         assert "row(1)·col(2)·depth(1)·data(1) but this is rank" in r["layout_error"]
     for name, p in model.named_parameters():

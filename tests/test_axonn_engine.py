@@ -10,6 +10,7 @@ exported Hugging Face folder reloads to the trained weights.
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from pathlib import Path
 
@@ -83,10 +84,31 @@ def _worker(rank: int, world: int, layout: dict, folder: str) -> dict:
     return out
 
 
-def _check(layout: dict, world: int) -> None:
+def _worker_all(rank: int, world: int, layouts: list[dict], folder: str) -> list[dict]:
+    """Every layout in one set of processes (starting processes costs far more than these tiny runs)."""
+    results = []
+    for i, layout in enumerate(layouts):
+        sub = Path(folder) / str(i)
+        if rank == 0:
+            sub.mkdir()
+        torch.distributed.barrier()
+        results.append(_worker(rank, world, layout, str(sub)))
+    return results
+
+
+def _run_layouts(layouts: dict[str, dict], world: int) -> dict[str, list[dict]]:
     with tempfile.TemporaryDirectory(prefix="goldfish-axonn-") as folder:
-        results = run_distributed(_worker, world, layout, folder)
-    ref = reference_run(tiny_config(tied=layout.get("tied", False)))
+        per_rank = run_distributed(_worker_all, world, list(layouts.values()), folder)
+    return {name: [r[i] for r in per_rank] for i, name in enumerate(layouts)}
+
+
+@functools.cache
+def _reference(tied: bool) -> dict:
+    return reference_run(tiny_config(tied=tied))
+
+
+def _check(results: list[dict], layout: dict, world: int) -> None:
+    ref = _reference(layout.get("tied", False))
     assert all(r["dp_size"] == world for r in results)  # easy mode: every rank reads its own rows
     for r in results:  # statistics and norms are global: identical on every rank
         torch.testing.assert_close(r["stats"], ref["stats"], rtol=TOL, atol=TOL)
@@ -103,14 +125,27 @@ def _check(layout: dict, world: int) -> None:
             - build_model(tiny_config()).state_dict()["model.layers.0.self_attn.q_proj.weight"]).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("layout", [{"row": 2}, {"col": 2}, {"depth": 2, "tied": True}],
-                         ids=["R2", "C2", "D2-tied"])
-def test_world2_layouts_match_one_process(layout: dict) -> None:
-    _check(layout, 2)
+LAYOUTS_2 = {"R2": {"row": 2}, "C2": {"col": 2}, "D2-tied": {"depth": 2, "tied": True}}
+LAYOUTS_4 = {"R2xdata2": {"row": 2}, "D2xdata2": {"depth": 2}, "R2xC2": {"row": 2, "col": 2},
+             "R2xC2-tied": {"row": 2, "col": 2, "tied": True}}
+
+
+@pytest.fixture(scope="module")
+def world2() -> dict[str, list[dict]]:
+    return _run_layouts(LAYOUTS_2, 2)
+
+
+@pytest.fixture(scope="module")
+def world4() -> dict[str, list[dict]]:
+    return _run_layouts(LAYOUTS_4, 4)
+
+
+@pytest.mark.parametrize("name", LAYOUTS_2)
+def test_world2_layouts_match_one_process(world2: dict, name: str) -> None:
+    _check(world2[name], LAYOUTS_2[name], 2)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("layout", [{"row": 2}, {"depth": 2}, {"row": 2, "col": 2}, {"row": 2, "col": 2, "tied": True}],
-                         ids=["R2xdata2", "D2xdata2", "R2xC2", "R2xC2-tied"])
-def test_world4_layouts_match_one_process(layout: dict) -> None:
-    _check(layout, 4)
+@pytest.mark.parametrize("name", LAYOUTS_4)
+def test_world4_layouts_match_one_process(world4: dict, name: str) -> None:
+    _check(world4[name], LAYOUTS_4[name], 4)

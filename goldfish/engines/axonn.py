@@ -162,9 +162,8 @@ class AxonnEngine(Engine):
               build_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]) -> None:
         plain = build_model()  # the one-process model: its weights are the reference every shard is cut from
         self.model = self._parallelize(plain).to(self.device)
-        del plain
         self.model.train()
-        self.optimizer = build_optimizer(self.model.parameters())
+        self.optimizer = _optimizer_over_shards(build_optimizer, plain, self.model)
 
     def _parallelize(self, plain: nn.Module) -> nn.Module:
         """An AxoNN copy of ``plain`` holding exactly this rank's shards of ``plain``'s weights."""
@@ -278,6 +277,21 @@ class AxonnEngine(Engine):
 
 
 # ---------------------------------------------------------------------------------------------- model surgery
+
+
+def _optimizer_over_shards(build_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer],
+                           plain: nn.Module, model: nn.Module) -> torch.optim.Optimizer:
+    """The optimizer ``build_optimizer`` makes for the *plain* model, holding this rank's parameters instead.
+
+    Parameter groups are often chosen by shape (weight decay on matrices, not on vectors), and AxoNN's shards are
+    1-D: grouping the plain parameters keeps every weight in the group it has in a one-process run. Before the first
+    step an optimizer holds no state, so swapping each parameter for its namesake in ``model`` is all it takes."""
+    names = {id(p): name for name, p in plain.named_parameters()}
+    optimizer = build_optimizer(plain.parameters())
+    for group in optimizer.param_groups:
+        group["params"] = [model.get_parameter(names[id(p)]) for p in group["params"]]
+    return optimizer
+
 
 
 def _untie_shared_outputs(model: nn.Module) -> None:
