@@ -100,10 +100,17 @@ def _known_keys(cls: type) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
 
 
+QUIET_LOG_EVERY = 1_000_000  # without a bar the trainer prints every log_every steps; in a cell: only the last
+
+
 def _quiet(section: dict, cls: type) -> dict:
-    """Inner progress bars off (the experiment shows one bar over cells), unless the user set them."""
-    if "progress" in _known_keys(cls) and "progress" not in section:
+    """Inner progress bars and per-step log lines off (the experiment shows one bar over cells; every step is
+    still in metrics.jsonl), unless the user set them."""
+    keys = _known_keys(cls)
+    if "progress" in keys and "progress" not in section:
         section = dict(section, progress=False)
+    if "log_every" in keys and "log_every" not in section:
+        section = dict(section, log_every=QUIET_LOG_EVERY)
     return section
 
 

@@ -1,0 +1,88 @@
+"""A real experiment end to end: experiments/micro.yaml through `goldfish experiment` (prepare -> train -> eval ->
+aggregate -> report, ~15 s of CPU), then a rerun that must skip every finished cell."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from goldfish.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def micro(tmp_path_factory):
+    out = tmp_path_factory.mktemp("micro") / "run"
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # the recipe paths in the config are relative to the repository root
+    try:
+        rc = main(["experiment", "experiments/micro.yaml", f"out={out}", "--no-progress"])
+    finally:
+        os.chdir(cwd)
+    assert rc == 0
+    return out
+
+
+def test_every_phase_wrote_its_files(micro):
+    for arm in ("standard", "goldfish"):
+        cell = micro / "cells" / arm
+        assert (cell / "DONE").is_file()
+        assert (cell / "train" / "model" / "config.json").is_file()
+        assert (cell / "eval" / "results.json").is_file()
+        assert json.loads((cell / "cell.json").read_text())["arm"] == arm
+    assert len(list((micro / "prepared").iterdir())) == 1  # both arms share one prepared dataset
+    for name in ("results.csv", "results.json", "summary.json", "report.md", "experiment.yaml", "loss_curves.png",
+                 "exact_match_rate_by_arm.png", "roc_by_arm.png"):
+        assert (micro / name).is_file(), name
+
+
+def test_summary_and_table_agree_with_the_cells(micro):
+    summary = json.loads((micro / "summary.json").read_text())
+    assert set(summary) == {"standard", "goldfish"}
+    for arm, s in summary.items():
+        results = json.loads((micro / "cells" / arm / "eval" / "results.json").read_text())
+        train = json.loads((micro / "cells" / arm / "train" / "summary.json").read_text())
+        assert s["exact_match_rate"] == results["summary"]["overall"]["exact_match_rate"]
+        assert s["mia_auc"] == results["membership"]["attacks"]["loss"]["auc"]
+        assert s["tokens_seen"] == train["tokens"] and s["params"] == train["params"]
+        assert 0.0 <= s["rouge_l"] <= 1.0 and s["heldout_loss"] > 0
+    # same token budget; Goldfish trains on ~3/4 of the targets and measures loss on the dropped ~1/4
+    assert summary["standard"]["tokens_seen"] == summary["goldfish"]["tokens_seen"]
+    assert summary["standard"]["dropped_tokens"] == 0 and summary["standard"]["final_dropped_loss"] is None
+    frac = summary["goldfish"]["dropped_tokens"] / (summary["goldfish"]["dropped_tokens"]
+                                                   + summary["goldfish"]["kept_tokens"])
+    assert 0.15 < frac < 0.35
+    with open(micro / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    # 2 cells x 1 prefix length x 2 repetition strata (repetitions [1, 2])
+    assert sorted((r["cell"], r["prefix_len"], r["repetitions"]) for r in rows) == sorted(
+        (a, "16", r) for a in ("standard", "goldfish") for r in ("1", "2"))
+    assert sum(int(r["n_windows"]) for r in rows if r["cell"] == "standard") == 16
+
+
+def test_rerun_skips_finished_cells(micro):
+    done = {arm: (micro / "cells" / arm / "DONE").stat().st_mtime_ns for arm in ("standard", "goldfish")}
+    model = (micro / "cells" / "goldfish" / "train" / "model" / "model.safetensors").stat().st_mtime_ns
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        assert main(["experiment", "experiments/micro.yaml", f"out={micro}", "--no-progress"]) == 0
+    finally:
+        os.chdir(cwd)
+    for arm, mtime in done.items():
+        assert (micro / "cells" / arm / "DONE").stat().st_mtime_ns == mtime
+    assert (micro / "cells" / "goldfish" / "train" / "model" / "model.safetensors").stat().st_mtime_ns == model
+
+
+def test_cli_errors_are_one_line(capsys, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\narms: {a: {train.optim.lr: -1}}\n")
+    assert main(["experiment", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: experiment 'bad' has invalid cells: train: ")
+    assert "optim.lr=-1" in err[0]
