@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     module.add_arguments(parser)
-    args = parser.parse_args(argv[1:])
+    # intermixed: `key=value` overrides may come before or after --flags
+    args = parser.parse_intermixed_args(argv[1:])
     from .errors import UserError
 
     try:
