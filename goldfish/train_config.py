@@ -49,12 +49,12 @@ class ModelConfig:
         for key in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
                     "max_position_embeddings"):
             value = getattr(self, key)
-            check(value is None or _positive(value), problems, f"model.{key}={value!r} must be a positive integer")
+            check(value is None or _positive(value), problems, f"{key}={value!r} must be a positive integer")
         if self.name is not None and self.path is None:
             from .models import SIZES  # local import: models imports transformers
 
             check(self.name in SIZES, problems,
-                  f"model.name={self.name!r} is not a known size; choose one of: {', '.join(SIZES)}")
+                  f"name={self.name!r} is not a known size; choose one of: {', '.join(SIZES)}")
         raise_problems(problems)
 
 
@@ -81,17 +81,17 @@ class OptimConfig:
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        check(self.lr > 0, problems, f"optim.lr={self.lr} must be > 0")
+        check(self.lr > 0, problems, f"lr={self.lr} must be > 0")
         check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), problems,
-              f"optim.betas={self.betas} must be two numbers in [0, 1)")
-        check(self.weight_decay >= 0, problems, f"optim.weight_decay={self.weight_decay} must be >= 0")
-        check(self.eps > 0, problems, f"optim.eps={self.eps} must be > 0")
-        check(0 <= self.warmup_frac < 1, problems, f"optim.warmup_frac={self.warmup_frac} must be in [0, 1)")
+              f"betas={self.betas} must be two numbers in [0, 1)")
+        check(self.weight_decay >= 0, problems, f"weight_decay={self.weight_decay} must be >= 0")
+        check(self.eps > 0, problems, f"eps={self.eps} must be > 0")
+        check(0 <= self.warmup_frac < 1, problems, f"warmup_frac={self.warmup_frac} must be in [0, 1)")
         check(self.warmup_steps is None or self.warmup_steps >= 0, problems,
-              f"optim.warmup_steps={self.warmup_steps} must be >= 0")
-        check(0 <= self.min_lr_ratio <= 1, problems, f"optim.min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
+              f"warmup_steps={self.warmup_steps} must be >= 0")
+        check(0 <= self.min_lr_ratio <= 1, problems, f"min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
         check(self.max_grad_norm is None or self.max_grad_norm > 0, problems,
-              f"optim.max_grad_norm={self.max_grad_norm} must be > 0 (or null for no clipping)")
+              f"max_grad_norm={self.max_grad_norm} must be > 0 (or null for no clipping)")
         raise_problems(problems)
 
 
@@ -108,13 +108,13 @@ class ScheduleConfig:
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        check(self.epochs is None or self.epochs > 0, problems, f"schedule.epochs={self.epochs} must be > 0")
+        check(self.epochs is None or self.epochs > 0, problems, f"epochs={self.epochs} must be > 0")
         for key in ("max_steps", "max_tokens"):
             value = getattr(self, key)
-            check(value is None or _positive(value), problems, f"schedule.{key}={value!r} must be a positive integer")
+            check(value is None or _positive(value), problems, f"{key}={value!r} must be a positive integer")
         for key in ("global_batch_size", "micro_batch_size"):
             value = getattr(self, key)
-            check(_positive(value), problems, f"schedule.{key}={value!r} must be a positive integer")
+            check(_positive(value), problems, f"{key}={value!r} must be a positive integer")
         raise_problems(problems)
 
 
@@ -131,12 +131,12 @@ class ParallelConfig:
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        check(_positive(self.tp), problems, f"parallel.tp={self.tp!r} must be a positive integer")
-        check(_positive(self.pp), problems, f"parallel.pp={self.pp!r} must be a positive integer")
+        check(_positive(self.tp), problems, f"tp={self.tp!r} must be a positive integer")
+        check(_positive(self.pp), problems, f"pp={self.pp!r} must be a positive integer")
         check(isinstance(self.dp, int) and self.dp >= 0, problems,
-              f"parallel.dp={self.dp!r} must be an integer >= 0 (0: derived from the world size)")
+              f"dp={self.dp!r} must be an integer >= 0 (0: derived from the world size)")
         check(isinstance(self.pp_microbatches, int) and self.pp_microbatches >= 0, problems,
-              f"parallel.pp_microbatches={self.pp_microbatches!r} must be an integer >= 0")
+              f"pp_microbatches={self.pp_microbatches!r} must be an integer >= 0")
         raise_problems(problems)
 
 
@@ -153,7 +153,7 @@ class AxonnConfig:
         problems: list[str] = []
         for key in ("row", "col", "depth"):
             value = getattr(self, key)
-            check(_positive(value), problems, f"axonn.{key}={value!r} must be a positive integer")
+            check(_positive(value), problems, f"{key}={value!r} must be a positive integer")
         raise_problems(problems)
 
 
@@ -168,10 +168,10 @@ class CheckpointConfig:
     def __post_init__(self) -> None:
         problems: list[str] = []
         check(isinstance(self.every_steps, int) and self.every_steps >= 0, problems,
-              f"checkpoint.every_steps={self.every_steps!r} must be an integer >= 0")
+              f"every_steps={self.every_steps!r} must be an integer >= 0")
         check(isinstance(self.keep_last, int) and self.keep_last >= 0, problems,
-              f"checkpoint.keep_last={self.keep_last!r} must be an integer >= 0")
-        check(bool(self.resume), problems, "checkpoint.resume must be auto, never or a checkpoint path")
+              f"keep_last={self.keep_last!r} must be an integer >= 0")
+        check(bool(self.resume), problems, "resume must be auto, never or a checkpoint path")
         raise_problems(problems)
 
 
