@@ -65,7 +65,8 @@ class ModelShape:
     @property
     def layer_matrix_params(self) -> int:
         """Weights of one block's linear layers: q, o (H·H each), k, v (H·kv·d each), gate, up, down (H·I each)."""
-        return 2 * self.hidden**2 + 2 * self.hidden * self.kv_heads * self.head_dim + 3 * self.hidden * self.intermediate
+        h = self.hidden
+        return 2 * h * h + 2 * h * self.kv_heads * self.head_dim + 3 * h * self.intermediate
 
     @property
     def embedding_params(self) -> int:
@@ -94,9 +95,10 @@ def shape_of(model_cfg: Any, vocab_size: int) -> ModelShape:
         from .models import llama_config
 
         config = llama_config(model_cfg, vocab_size)
-    return ModelShape(vocab=vocab_size, hidden=config.hidden_size, layers=config.num_hidden_layers,
-                      heads=config.num_attention_heads, kv_heads=config.num_key_value_heads or config.num_attention_heads,
-                      intermediate=config.intermediate_size, tied=bool(config.tie_word_embeddings))
+    heads = config.num_attention_heads
+    return ModelShape(vocab=vocab_size, hidden=config.hidden_size, layers=config.num_hidden_layers, heads=heads,
+                      kv_heads=config.num_key_value_heads or heads, intermediate=config.intermediate_size,
+                      tied=bool(config.tie_word_embeddings))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import ConfigError, UserError
-    from ..experiment import load_experiment, plan_cells, run_experiment
+    from ..experiment import default_pipeline, load_experiment, plan_cells, run_experiment
     from ..experiment.aggregate import aggregate
     from ..experiment.report import headline_table, write_study_report
     from ..experiment.runner import describe_plans
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_experiment(args.config, args.overrides)
     if args.world_size is not None and args.world_size < 1:
         raise UserError(f"--world-size={args.world_size} must be >= 1")
-    pipeline = _pipeline(args)
+    pipeline = default_pipeline()
     plans = plan_cells(cfg, pipeline)
     if args.only:
         plans = [p for p in plans if fnmatch.fnmatch(p.cell.id, args.only)]
@@ -80,13 +80,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nreport: {cfg.out_dir / 'report.md'}   summary: {cfg.out_dir / 'summary.json'}   "
           f"table: {cfg.out_dir / 'results.csv'}")
     return 0
-
-
-def _pipeline(args: argparse.Namespace):
-    """The real pipeline; a dry run needs only the config classes, but they live in the same modules."""
-    from ..experiment import default_pipeline
-
-    return default_pipeline()
 
 
 def _dry_run(cfg, plans, world_size: int | None) -> int:

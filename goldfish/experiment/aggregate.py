@@ -63,8 +63,8 @@ def final_losses(metrics: list[dict]) -> dict[str, float | None]:
 def membership_numbers(membership: dict | None) -> dict[str, Any]:
     """Headline AUC (LOSS attack), every attack's AUC, and the held-out (nonmember) / member mean NLL."""
     out: dict[str, Any] = {"mia_auc": None, "mia_auc_ci_low": None, "mia_auc_ci_high": None,
-                           "mia_tpr_at_1pct_fpr": None, "mia_aucs": {}, "mia_roc": None, "heldout_loss": None, "heldout_ppl": None,
-                           "member_loss": None}
+                           "mia_tpr_at_1pct_fpr": None, "mia_aucs": {}, "mia_roc": None, "heldout_loss": None,
+                           "heldout_ppl": None, "member_loss": None}
     if not membership:
         return out
     attacks = membership.get("attacks") or {}

@@ -67,10 +67,11 @@ class ExperimentConfig:
     name: str = option("experiment", "experiment name (also the default output folder runs/<name>)")
     description: str = option("", "one paragraph: the question this experiment answers (copied into the report)")
     out: str = option("", "output folder; empty = runs/<name>")
-    data_recipe: str = option("", "a `goldfish prepare` recipe YAML (e.g. data/wikipedia_demo.yaml); `data` overrides it")
-    data: dict = option(factory=dict, help="PrepareConfig keys on top of data_recipe (the data section of every cell)")
-    train: dict = option(factory=dict, help="TrainConfig keys shared by every cell (data.path and out are set per cell)")
-    eval: dict = option(factory=dict, help="EvalConfig keys shared by every cell (model, data and out are set per cell)")
+    data_recipe: str = option("", "a `goldfish prepare` recipe YAML (e.g. data/wikipedia_demo.yaml); "
+                                    "`data` overrides it")
+    data: dict = option(factory=dict, help="PrepareConfig keys on top of data_recipe (every cell's data)")
+    train: dict = option(factory=dict, help="TrainConfig keys of every cell (data.path, out: set per cell)")
+    eval: dict = option(factory=dict, help="EvalConfig keys of every cell (model, data, out: set per cell)")
     arms: dict = option(factory=dict, help="arm name -> dotted overrides, e.g. goldfish: {train.loss.type: goldfish}")
     grid: dict = option(factory=dict, help="axis -> list of values (dotted key) or of linked override mappings")
     hardware: HardwareConfig = option(factory=HardwareConfig, help="the machine a cell expects (dry-run checks)")
@@ -80,7 +81,7 @@ class ExperimentConfig:
         "inprocess", "inprocess: train in this process; torchrun: `torchrun -m goldfish train` per cell "
                      "(multi-GPU; prefix with launcher_prefix, e.g. [srun, --ntasks-per-node=1])")
     launcher_prefix: list[str] = option(factory=list, help="command words put before torchrun (e.g. srun ...)")
-    torchrun_args: list[str] = option(factory=list, help="extra torchrun arguments (e.g. --nnodes=8 --rdzv-backend=c10d)")
+    torchrun_args: list[str] = option(factory=list, help="extra torchrun arguments (e.g. --rdzv-backend=c10d)")
     report_examples: int = option(3, "side-by-side generations per arm in the report")
     headline_metric: str = option("exact_match_rate", "metric of the headline plots (exact_match_rate, rouge_l, "
                                                       "token_match)")
@@ -166,8 +167,9 @@ def _axis_points(axis: str, values: list) -> tuple[str, list[tuple[str, Any, dic
     points = []
     for i, item in enumerate(values):
         if not isinstance(item, dict):
-            raise ConfigError(f"grid.{axis}[{i}]={item!r}: a named axis (no dot in '{axis}') takes mappings of dotted "
-                              f"keys, e.g. - {{label: 7b, train.model.name: llama-2-7b}}; or use a dotted key as the axis")
+            raise ConfigError(f"grid.{axis}[{i}]={item!r}: a named axis (no dot in '{axis}') takes mappings of "
+                              f"dotted keys, e.g. - {{label: 7b, train.model.name: llama2-7B}}; or use a dotted key "
+                              f"as the axis")
         item = dict(item)
         shown = str(item.pop("label", i))
         points.append((f"{axis}={_safe(shown)}", shown, flatten(item)))

@@ -159,6 +159,9 @@ def write_study_report(cfg: ExperimentConfig, results: dict, out: Path) -> Path:
         return out / "report.md"
     lines += ["## Headline", "", headline_table(results), "",
               "MIA AUC: LOSS attack, members (trained text) vs nonmembers, 95 % bootstrap CI; 0.5 = chance. "
+              "When the nonmembers are later chunks of the member documents (`later_chunk`), the two sets are not "
+              "exchangeable samples (openings vs bodies of articles), so a shift in kind can separate them without "
+              "any memorisation: compare arms rather than reading the absolute AUC. "
               "Held-out loss: mean per-token NLL of the nonmember text (lower = better language model).", ""]
     for by, title in (("prefix_len", "By prefix length"), ("repetitions", "By repetition count")):
         lines += [f"## {title} (exact match / ROUGE-L)", "", stratum_table(results, by), ""]
