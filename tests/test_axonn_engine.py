@@ -28,7 +28,8 @@ MICRO_ROWS = 1  # rows per micro-batch: gradient accumulation on every layout (t
 
 def _engine(layout: dict, seed: int, tied: bool) -> AxonnEngine:
     cfg = TrainConfig(engine="axonn", axonn=AxonnConfig(row=layout.get("row", 1), col=layout.get("col", 1),
-                                                        depth=layout.get("depth", 1)))
+                                                        depth=layout.get("depth", 1),
+                                                        overlap_communication=layout.get("overlap", False)))
     engine = AxonnEngine(cfg)
     engine.setup(lambda: build_model(tiny_config(tied=tied), seed=seed),
                  lambda params: torch.optim.AdamW(params, lr=LR))
@@ -125,7 +126,8 @@ def _check(results: list[dict], layout: dict, world: int) -> None:
             - build_model(tiny_config()).state_dict()["model.layers.0.self_attn.q_proj.weight"]).abs().max() > 1e-3
 
 
-LAYOUTS_2 = {"R2": {"row": 2}, "C2": {"col": 2}, "D2-tied": {"depth": 2, "tied": True}}
+LAYOUTS_2 = {"R2": {"row": 2}, "C2": {"col": 2}, "D2-tied": {"depth": 2, "tied": True},
+             "R2-overlap": {"row": 2, "overlap": True}}
 LAYOUTS_4 = {"R2xdata2": {"row": 2}, "D2xdata2": {"depth": 2}, "R2xC2": {"row": 2, "col": 2},
              "R2xC2-tied": {"row": 2, "col": 2, "tied": True}}
 
