@@ -112,8 +112,8 @@ class AxonnEngine(Engine):
         gpus_per_node = torch.cuda.device_count() if self.device.type == "cuda" else None
         ax.init(G_data=self.layout.data, G_inter=1, G_intra_r=a.row, G_intra_c=a.col, G_intra_d=a.depth,
                 gpus_per_node=gpus_per_node)
-        # Overlapping all-reduces is safe everywhere; async reduce-scatters are never waited on by AxoNN 0.2.0 on
-        # gloo (wrong gradients), so on CPU they stay off even when overlap is requested.
+        # AxoNN folds overlapped reduce-scatters into .grad after they complete, which on gloo rests on the compat
+        # layer's wait (see axonn_compat); there is no compute stream to overlap with on CPU, so only CUDA uses it.
         self.overlap = {"overlap_all_reduce": a.overlap_communication,
                         "overlap_reduce_scatter": a.overlap_communication and self.device.type == "cuda"}
         self.autocast_dtype = torch.bfloat16 if cfg.precision == "bf16" else None
