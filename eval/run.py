@@ -31,8 +31,8 @@ from . import extraction
 from .config import EvalConfig
 from .generate import beam_generate, generate
 from .inputs import load_documents
-from .loading import (check_vocab, load_model, load_tokenizer, model_vocab_size, num_parameters, pad_id_of,
-                      resolve_model_path)
+from .loading import (PICKLE_SUFFIXES, check_vocab, load_model, load_tokenizer, model_vocab_size, num_parameters,
+                      pad_id_of, resolve_model_path)
 from .metrics import compute_metrics
 from .windows import Window, build_windows, windows_sha256
 
@@ -70,9 +70,18 @@ def _require(cfg: EvalConfig) -> None:
     resolve_model_path(cfg.model)  # a wrong --model fails here, before documents are read
 
 
+def _weights_stamp(cfg: EvalConfig) -> list:
+    """(name, bytes, mtime) of the weight files: a retrained model at the same path is not mistaken for the old one."""
+    src = resolve_model_path(cfg.model)
+    files = [src.folder / src.gguf_file] if src.gguf_file else sorted(src.folder.glob("*.safetensors"))
+    files += [] if src.gguf_file else sorted(f for f in src.folder.iterdir() if f.suffix in PICKLE_SUFFIXES)
+    return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+
+
 def _fingerprint(cfg: EvalConfig) -> dict:
     """What must match for a finished window to be reused."""
-    return {"model": resolve_model_path(cfg.model).describe(), "dtype": cfg.dtype, "beam": cfg.beam,
+    return {"model": resolve_model_path(cfg.model).describe(), "weights": _weights_stamp(cfg), "dtype": cfg.dtype,
+            "beam": cfg.beam,
             "samples": cfg.samples, "temperature": cfg.temperature, "seed": cfg.seed,
             "n_samples_adversary": cfg.n_samples_adversary}
 
@@ -161,7 +170,7 @@ def run_membership(model, splits: dict, cfg: EvalConfig, tokenizer) -> dict | No
     from . import membership
 
     reference = load_model(cfg.reference, cfg.dtype, cfg.device, cfg.allow_pickle) if cfg.reference else None
-    batch = cfg.batch_size if isinstance(cfg.batch_size, int) else 8
+    batch = cfg.batch_size if isinstance(cfg.batch_size, int) else 16
     kw = dict(batch_size=batch, reference_model=reference, min_k_ratios=tuple(cfg.min_k_ratios),
               tokenizer=tokenizer)
     scores = {name: membership.score_documents(model, [list(d.tokens) for d in splits[name]], **kw)

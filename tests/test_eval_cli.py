@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import yaml
@@ -82,6 +83,9 @@ def test_resume_skips_finished_windows(setup, tmp_path):
     assert len((out / PARTIAL).read_text().splitlines()) == 1 + len(TEXTS)  # torn line gone, nothing duplicated
     with pytest.raises(UserError, match="different setup.*dtype"):
         run_eval(EvalConfig(**{**cfg.__dict__, "dtype": "bfloat16"}))
+    os.utime(model / "model.safetensors", ns=(1, 1))  # "retrained" model at the same path
+    with pytest.raises(UserError, match="different setup.*weights"):
+        run_eval(cfg)
     fresh = run_eval(EvalConfig(**{**cfg.__dict__, "resume": False}))
     assert fresh["windows"][0]["generation"] != "MARKER"
 
