@@ -39,8 +39,12 @@ PP_SCHEDULES = ("gpipe", "1f1b")
 
 
 def log_main(message: str, *args: Any) -> None:
-    """Log on global rank 0 only (every rank applies the same plan; one line is enough)."""
+    """Print ``parallel: <message>`` on global rank 0 only (every rank applies the same plan; one line is enough).
+
+    Printed like the trainer's step lines (the CLI configures no logging handlers); also sent to the
+    ``goldfish.engines`` logger for applications that do."""
     if not dist.is_initialized() or dist.get_rank() == 0:
+        print("parallel: " + message % args, flush=True)
         log.info(message, *args)
 
 
@@ -372,8 +376,11 @@ def clip_grad_norm_(params: Sequence[nn.Parameter], max_norm: float | None,
     grads = [p.grad for p in params if p.grad is not None]
     device = local_tensor(grads[0]).device if grads else torch.device("cpu")
     squared = torch.zeros((), dtype=torch.float64, device=device)
+    # CPU fp32 norms of large tensors drift by ~1e-5 relative (one 4096x128 embedding: 4e-5), enough to make shards
+    # and the whole tensor disagree; accumulate in float64 there. GPU reductions are tree-shaped: fp32 suffices.
+    acc = torch.float64 if device.type == "cpu" else torch.float32
     for g in (p.grad for p in params if p.grad is not None and p is not duplicate):
-        norm = torch.linalg.vector_norm(g.float())
+        norm = torch.linalg.vector_norm(g, dtype=acc)
         squared += (norm.full_tensor() if isinstance(norm, DTensor) else norm).double() ** 2
     if pp_group is not None and dist.get_world_size(pp_group) > 1:
         dist.all_reduce(squared, op=dist.ReduceOp.SUM, group=pp_group)
