@@ -50,7 +50,7 @@ def run_engine(name: str, args: argparse.Namespace) -> dict:
     from goldfish.train_config import ModelConfig, TrainConfig
 
     model_cfg = ModelConfig(name=args.model)
-    engine = engine_class(name)(TrainConfig(engine=name, precision="bf16", model=model_cfg))
+    engine = engine_class(name)(TrainConfig(engine=name, precision=args.precision, model=model_cfg))
     built = {}
 
     def build():
@@ -94,6 +94,7 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per engine")
     p.add_argument("--steps", type=int, default=8, help="timed steps per engine")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's dense bf16 peak (H200/H100 SXM: 989)")
+    p.add_argument("--precision", default="bf16", choices=["bf16", "fp32"], help="bf16 autocast or plain fp32")
     p.add_argument("--engines", nargs="*", default=["native", "axonn"])
     p.add_argument("--json", type=Path, help="also write the results here")
     args = p.parse_args()
@@ -106,7 +107,7 @@ def main() -> int:
                       MASTER_PORT=str(_free_port()))
     torch.backends.cuda.matmul.allow_tf32 = True
     print(f"{torch.cuda.get_device_name()}, {args.model}, {args.accum}×{args.micro_rows} rows × {args.seq} tokens "
-          f"per step, bf16 autocast")
+          f"per step, {args.precision}")
     print(f"{'engine':<8} {'ms/step':>9} {'tokens/s':>10} {'MFU':>7} {'peak GiB':>9}")
     results = []
     for name in args.engines:
