@@ -1,0 +1,166 @@
+"""Training speed, measured side by side in one run (a script, not a test).
+
+1. ``goldfish train`` vs a plain Hugging Face ``Trainer``: same model, rows, batch, dtype, optimizer settings and
+   model inputs (``input_ids``, ``labels``, ``position_ids``); tokens/s over the steady-state steps.   target >= 1.1x
+2. Goldfish vs standard loss in ``goldfish train``: step time.                                            target <= 1.01x
+3. MFU of a ~40 M-parameter Llama in bf16 against the measured bf16 matmul peak (``goldfish.perf``).       target >= 60 %
+
+Runs are interleaved (A, B, C, A, B, C ...) and summarised by medians, so a load spike from other processes on the
+machine hits every arm alike. Usage::
+
+    goldfish prepare data/wikipedia_demo.yaml
+    python benchmarks/train_speed.py                     # ~3 minutes on 2 CPU cores
+    python benchmarks/train_speed.py --steps 20 --rounds 3 --out runs/bench_train
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from goldfish.config import from_dict
+from goldfish.io import read_jsonl
+from goldfish.models import build_model, flops_per_token
+from goldfish.perf import measure_matmul_peak, mfu
+from goldfish.train import train
+from goldfish.train_config import TrainConfig
+
+WARMUP_STEPS = 2  # first steps pay for allocations and kernel selection; excluded from every arm
+
+
+def ours(data: str, out: Path, steps: int, batch: int, precision: str, loss: str, model: str = "llama-demo") -> dict:
+    """One ``goldfish train`` run; per-step times (s) of the steady-state steps."""
+    cfg = from_dict(TrainConfig, {
+        "data": {"path": data}, "model": {"name": model}, "loss": {"type": loss},
+        "optim": {"lr": 3e-3, "warmup_steps": 1}, "precision": precision,
+        "schedule": {"max_steps": steps, "global_batch_size": batch, "micro_batch_size": batch},
+        "checkpoint": {"every_steps": 0, "resume": "never"}, "out": str(out), "progress": False, "log_every": 10**6,
+    })
+    shutil.rmtree(out, ignore_errors=True)
+    run = train(cfg)
+    records = read_jsonl(run / "metrics.jsonl")
+    summary = json.loads((run / "summary.json").read_text())
+    return {"times": [r["step_time"] for r in records[WARMUP_STEPS:]], "tokens_per_step": batch * summary["seq_len"],
+            "flops_per_token": summary["flops_per_token"]}
+
+
+def hf_trainer(data: str, out: Path, steps: int, batch: int, precision: str) -> dict:
+    """The same training with ``transformers.Trainer``; per-step wall times between consecutive step ends."""
+    from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
+
+    from goldfish.data import load_prepared
+    from goldfish.train_config import ModelConfig
+
+    prepared = load_prepared(data)
+    rows = prepared.train.select_columns(["input_ids", "labels", "position_ids"]).with_format("torch")
+    model = build_model(ModelConfig(name="llama-demo"), prepared.manifest["tokenizer"]["vocab_size"], seed=0)
+    ends: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            ends.append(time.perf_counter())
+
+    args = TrainingArguments(
+        output_dir=str(out), per_device_train_batch_size=batch, max_steps=steps, learning_rate=3e-3,
+        warmup_steps=1, lr_scheduler_type="cosine", weight_decay=0.1, adam_beta2=0.95, max_grad_norm=1.0,
+        bf16=precision == "bf16", use_cpu=True, logging_steps=10**6, save_strategy="no", eval_strategy="no",
+        report_to=[], dataloader_num_workers=0, disable_tqdm=True, seed=0, data_seed=0)
+    Trainer(model=model, args=args, train_dataset=rows, data_collator=default_data_collator,
+            callbacks=[Clock()]).train()
+    seq_len = len(rows[0]["input_ids"])
+    return {"times": [b - a for a, b in zip(ends[WARMUP_STEPS - 1:], ends[WARMUP_STEPS:])],
+            "tokens_per_step": batch * seq_len, "flops_per_token": flops_per_token(model, seq_len)}
+
+
+def median_tokens_per_s(runs: list[dict]) -> float:
+    times = [t for r in runs for t in r["times"]]
+    return runs[0]["tokens_per_step"] / statistics.median(times)
+
+
+def compare_trainers(args, work: Path) -> dict:
+    arms: dict[str, list[dict]] = {"ours_standard": [], "hf_trainer": [], "ours_goldfish": []}
+    for round_ in range(args.rounds):
+        for arm in arms:
+            out = work / f"{arm}_{round_}"
+            if arm == "hf_trainer":
+                arms[arm].append(hf_trainer(args.data, out, args.steps, args.batch, args.precision))
+            else:
+                arms[arm].append(ours(args.data, out, args.steps, args.batch, args.precision, arm.split("_")[1]))
+            print(f"  round {round_ + 1}: {arm:<14} {median_tokens_per_s(arms[arm][-1:]):8.0f} tokens/s", flush=True)
+    speed = {arm: median_tokens_per_s(runs) for arm, runs in arms.items()}
+    step_seconds = arms["ours_standard"][0]["tokens_per_step"] / speed["ours_standard"]
+    return {"tokens_per_s": speed,
+            "ours_vs_hf_trainer": speed["ours_standard"] / speed["hf_trainer"],
+            "goldfish_vs_standard_step_time": speed["ours_standard"] / speed["ours_goldfish"],
+            "goldfish_mask": mask_overhead(args, step_seconds)}
+
+
+def mask_overhead(args, step_seconds: float) -> dict:
+    """The Goldfish-only work of a step (the drop mask of one global batch), timed in isolation: a load-robust
+    complement to the step-time ratio."""
+    from goldfish.data import load_prepared
+    from goldfish.masks import GoldfishConfig
+    from goldfish.train import drop_mask
+
+    prepared = load_prepared(args.data)
+    rows = prepared.train.with_format("torch")[: args.batch]
+    gcfg = GoldfishConfig(k=4, h=13, special_ids=[0, 1, 2])
+    drop_mask(rows, gcfg)
+    times = []
+    for _ in range(50):
+        start = time.perf_counter()
+        drop_mask(rows, gcfg)
+        times.append(time.perf_counter() - start)
+    mask_s = statistics.median(times)
+    return {"mask_seconds": mask_s, "step_seconds": step_seconds, "fraction_of_step": mask_s / step_seconds}
+
+
+def measure_mfu(args, work: Path) -> dict:
+    peak = measure_matmul_peak(torch.bfloat16, seconds=2.0)
+    run = ours(args.data, work / "mfu", args.mfu_steps, args.mfu_batch, "bf16", "standard", model=args.mfu_model)
+    tokens_per_s = run["tokens_per_step"] / statistics.median(run["times"])
+    peak_after = measure_matmul_peak(torch.bfloat16, size=1024 + 1, seconds=2.0)  # a fresh measurement (not cached)
+    return {"model": args.mfu_model, "tokens_per_s": tokens_per_s, "flops_per_token": run["flops_per_token"],
+            "peak_flops_before": peak, "peak_flops_after": peak_after,
+            "mfu": mfu(tokens_per_s, run["flops_per_token"], max(peak, peak_after))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default="data/prepared/wikipedia_demo", help="prepared folder (goldfish prepare)")
+    parser.add_argument("--steps", type=int, default=12, help="steps per run of the trainer comparison")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved repetitions of every arm")
+    parser.add_argument("--batch", type=int, default=10, help="rows per step (the demo's global batch)")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--mfu-model", default="llama-40M")
+    parser.add_argument("--mfu-steps", type=int, default=6)
+    parser.add_argument("--mfu-batch", type=int, default=16)
+    parser.add_argument("--out", default=None, help="write the results JSON here")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        print(f"trainer comparison: llama-demo, {args.precision}, batch {args.batch}, {args.steps} steps x "
+              f"{args.rounds} rounds, {torch.get_num_threads()} threads")
+        results = {"trainers": compare_trainers(args, work)}
+        print(f"MFU: {args.mfu_model}, bf16, batch {args.mfu_batch}, {args.mfu_steps} steps")
+        results["mfu"] = measure_mfu(args, work)
+    t, m = results["trainers"], results["mfu"]
+    print(f"goldfish train vs HF Trainer     {t['ours_vs_hf_trainer']:.2f}x tokens/s   (target >= 1.1x)")
+    print(f"goldfish vs standard step time   {t['goldfish_vs_standard_step_time']:.3f}x        (target <= 1.01x); "
+          f"the mask alone is {100 * t['goldfish_mask']['fraction_of_step']:.2f} % of a step")
+    print(f"MFU {m['model']} bf16              {100 * m['mfu']:.1f} % of {max(m['peak_flops_before'], m['peak_flops_after']) / 1e9:.0f} GFLOP/s "
+          f"(target >= 60 %)")
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "train_speed.json").write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
