@@ -152,8 +152,9 @@ def write_study_report(cfg: ExperimentConfig, results: dict, out: Path) -> Path:
     lines = [f"# Experiment `{results['experiment']}`", ""]
     if results.get("description"):
         lines += [results["description"], ""]
-    lines += [f"{results['n_done']} of {results['n_cells']} cells finished"
-              + (f" (missing: {', '.join(results['missing'])})" if results["missing"] else "") + ".", ""]
+    took = f" (this session: {results['wall_time_s']:.0f} s)" if results.get("wall_time_s") else ""
+    lines += [f"{results['n_done']} of {results['n_cells']} cells finished{took}"
+              + (f"; missing: {', '.join(results['missing'])}" if results["missing"] else "") + ".", ""]
     if not cells:
         atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
         return out / "report.md"
