@@ -32,7 +32,7 @@ import dataclasses
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -253,14 +253,17 @@ class AxonnEngine(Engine):
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Every weight at full size on CPU (a collective: all ranks must call it; all ranks get the result)."""
+        return dict(self._full_tensors())
+
+    def _full_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """(name, full CPU tensor) in state-dict order, gathering one AxoNN weight at a time."""
         shards = {f"{name}.weight": m for name, m in axonn_linears(self.model)}
-        full = {}
         for key, tensor in self.model.state_dict().items():
-            full[key] = (gather_full_weight(shards[key]) if key in shards else tensor).detach().cpu()
-        return full
+            yield key, (gather_full_weight(shards[key]) if key in shards else tensor).detach().cpu()
 
     def export_hf(self, out_dir: Path) -> None:
-        full = self.full_state_dict()
+        # every rank takes part in each gather; only the main rank keeps the full tensors
+        full = {key: tensor for key, tensor in self._full_tensors() if self.is_main}
         if self.is_main:
             with torch.device("meta"):  # a plain skeleton for save_pretrained; weights come from `full`
                 skeleton = type(self.model)(self.model.config)
@@ -291,7 +294,6 @@ def _optimizer_over_shards(build_optimizer: Callable[[Iterable[nn.Parameter]], t
     for group in optimizer.param_groups:
         group["params"] = [model.get_parameter(names[id(p)]) for p in group["params"]]
     return optimizer
-
 
 
 def _untie_shared_outputs(model: nn.Module) -> None:
