@@ -52,10 +52,13 @@ def test_enable_does_nothing_when_cuda_is_present(monkeypatch: pytest.MonkeyPatc
     assert [getattr(owner, name) for owner, name in _patched_targets()] == before
 
 
-def test_other_axonn_versions_are_refused_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_other_axonn_versions_are_refused_on_cpu_and_warned_about_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(axonn_compat, "axonn_version", lambda: "0.3.0")
     with pytest.raises(UserError, match=r"axonn 0\.3\.0 is installed .* axonn==0\.2\.0"):
         axonn_compat.enable()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.warns(UserWarning, match=r"tested with axonn 0\.2\.0, not the installed 0\.3\.0"):
+        axonn_compat.check_installed()
     monkeypatch.setattr(axonn_compat, "axonn_version", lambda: None)
     with pytest.raises(UserError, match=r"pip install 'goldfish-toolkit\[axonn\]'"):
         axonn_compat.check_installed()

@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.metadata
+import warnings
 from typing import Any, Callable, Iterator
 
 import torch
@@ -58,15 +59,20 @@ def axonn_version() -> str | None:
 
 
 def check_installed() -> None:
-    """Raise a one-line :class:`UserError` when AxoNN is missing or is not the version this layer was written for."""
+    """Raise a one-line :class:`UserError` when AxoNN is missing, or is another version than the one this layer was
+    written for on a machine that needs the layer; warn about another version on CUDA."""
     version = axonn_version()
     if version is None:
         raise UserError("engine=axonn needs AxoNN: pip install 'goldfish-toolkit[axonn]' (axonn==0.2.0)")
-    if version != SUPPORTED_VERSION and not torch.cuda.is_available():
+    if version == SUPPORTED_VERSION:
+        return
+    if not torch.cuda.is_available():
         raise UserError(
             f"axonn {version} is installed but the CPU/gloo compatibility layer (goldfish/engines/axonn_compat.py) "
             f"was written and tested for axonn {SUPPORTED_VERSION}; install axonn=={SUPPORTED_VERSION} or run on CUDA"
         )
+    warnings.warn(f"engine=axonn was tested with axonn {SUPPORTED_VERSION}, not the installed {version}; its bias "
+                  f"refusal and sharded checkpoints assume {SUPPORTED_VERSION}'s layout", stacklevel=2)
 
 
 def needed() -> bool:
