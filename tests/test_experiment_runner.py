@@ -312,3 +312,27 @@ def test_report_has_the_expected_tables_and_plots(tmp_path):
                 "exact_match_rate_vs_prefix_len.png", "exact_match_rate_single_exposure_vs_size.png"):
         assert (out / png).is_file() and (out / png).stat().st_size > 1000, png
         assert f"]({png})" in report
+
+
+def test_torchrun_command_fills_nodes_and_processes_per_cell(tmp_path):
+    import sys
+
+    from goldfish.errors import UserError
+    from goldfish.experiment.runner import torchrun_command
+
+    cfg = experiment(tmp_path, grid={"size": [{"label": "small", "hardware.gpus": 4},
+                                               {"label": "big", "hardware.gpus": 16},
+                                               {"label": "odd", "hardware.gpus": 6}]},
+                     hardware={"gpus_per_node": 4}, launcher="torchrun",
+                     launcher_prefix=["srun", "--nodes={nnodes}", "--ntasks-per-node=1"],
+                     torchrun_args=["--rdzv-backend=c10d", "--rdzv-endpoint=head:29500"])
+    plans = {p.cell.id: p for p in plan_cells(cfg, make_pipeline(Calls()))}
+    big = plans["goldfish__size=big"]
+    cmd = torchrun_command(cfg, big, Path("cfg.yaml"))
+    assert cmd == ["srun", "--nodes=4", "--ntasks-per-node=1", sys.executable, "-m", "torch.distributed.run",
+                   "--nnodes=4", "--nproc_per_node=4", "--rdzv-backend=c10d", "--rdzv-endpoint=head:29500",
+                   "-m", "goldfish", "train", "cfg.yaml"]
+    small = torchrun_command(cfg, plans["standard__size=small"], Path("c.yaml"))
+    assert small[:2] == ["srun", "--nodes=1"] and "--nproc_per_node=4" in small
+    with pytest.raises(UserError, match=r"hardware.gpus=6 is not a multiple of hardware.gpus_per_node=4"):
+        torchrun_command(cfg, plans["standard__size=odd"], Path("c.yaml"))
