@@ -43,6 +43,12 @@ def test_pp_beyond_layers_and_world_mismatch_reported_together():
     assert "parallel.pp=3 exceeds the model's 2 decoder layers" in message
 
 
+def test_pipeline_chunks_must_divide_the_micro_batch():
+    with pytest.raises(ConfigError, match=r"pp_microbatches=2 must divide schedule.micro_batch_size=5"):
+        check_layout(pp=2, dp=1, tp=1, world_size=2, microbatches=2, micro_batch_rows=5)
+    assert check_layout(pp=2, dp=1, tp=1, world_size=2, microbatches=5, micro_batch_rows=5).pp == 2
+
+
 def test_1f1b_needs_a_microbatch_per_stage():
     with pytest.raises(ConfigError, match=r"pp_microbatches=2 must be >= parallel.pp=4 for the 1f1b"):
         check_layout(pp=4, dp=1, tp=1, world_size=4, schedule="1f1b", microbatches=2)

@@ -56,8 +56,9 @@ class NativeEngine(Engine):
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.device = torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
         self.pp_microbatches = p.pp_microbatches or p.pp
+        self.micro_batch_rows = getattr(getattr(cfg, "schedule", None), "micro_batch_size", None)
         self.dims = par.check_layout(p.pp, p.dp, p.tp, self.world_size, schedule=p.pp_schedule,
-                                     microbatches=self.pp_microbatches)
+                                     microbatches=self.pp_microbatches, micro_batch_rows=self.micro_batch_rows)
         self._owns_group = False
         self.mesh = None
         if self.world_size > 1:
@@ -121,7 +122,8 @@ class NativeEngine(Engine):
               build_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]) -> None:
         model = build_model()  # same seed on every rank -> the same initial weights everywhere
         p = self.cfg.parallel
-        par.check_layout(p.pp, p.dp, p.tp, self.world_size, model.config, p.pp_schedule, self.pp_microbatches)
+        par.check_layout(p.pp, p.dp, p.tp, self.world_size, model.config, p.pp_schedule, self.pp_microbatches,
+                         self.micro_batch_rows)
         self.model_class, self.model_config = type(model), model.config
         model.to(self.device).train()
         if self.dims.tp > 1:  # 1. tensor parallel

@@ -65,9 +65,10 @@ class ParallelDims:
 
 
 def check_layout(pp: int, dp: int, tp: int, world_size: int, model_config: Any = None, schedule: str = "gpipe",
-                 microbatches: int | None = None) -> ParallelDims:
+                 microbatches: int | None = None, micro_batch_rows: int | None = None) -> ParallelDims:
     """Resolve ``dp=0`` (auto: ``world / (pp*tp)``) and validate the layout against the world, the model (when
-    given) and the pipeline schedule (``microbatches`` pipeline chunks per micro-batch; None: pp).
+    given) and the pipeline schedule (``microbatches`` pipeline chunks per micro-batch of ``micro_batch_rows``
+    rows; None: pp chunks, rows unchecked).
 
     Raises one :class:`ConfigError` naming every problem, with every factor of a failed product."""
     problems: list[str] = []
@@ -81,6 +82,9 @@ def check_layout(pp: int, dp: int, tp: int, world_size: int, model_config: Any =
     check(not (pp > 1 and schedule == "1f1b" and microbatches < pp), problems,
           f"parallel.pp_microbatches={microbatches} must be >= parallel.pp={pp} for the 1f1b schedule; "
           f"raise it or use parallel.pp_schedule=gpipe")
+    check(not (pp > 1 and micro_batch_rows and micro_batch_rows % microbatches), problems,
+          f"parallel.pp_microbatches={microbatches} must divide schedule.micro_batch_size={micro_batch_rows} (each "
+          f"micro-batch is split into that many pipeline chunks); change one of them")
     if dp == 0:
         check(world_size % (pp * tp) == 0, problems,
               f"pp({pp})·tp({tp})={pp * tp} does not divide world size {world_size}; "
