@@ -13,8 +13,6 @@ from goldfish.config import check, option, raise_problems
 
 from .windows import ALL, PLACEMENTS
 
-DTYPES = ("float32", "bfloat16", "float16", "auto")
-
 
 def parse_prefix_len(value) -> int | None:
     """``32`` -> 32, ``"all"``/``-1`` -> -1 (all but the last S tokens); None when invalid."""
