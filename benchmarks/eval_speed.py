@@ -1,6 +1,6 @@
 """Extraction speed: this toolkit's eval vs the batch-1 ``generate`` loop of the published Goldfish eval.
 
-    python benchmarks/eval_speed.py [--windows 64] [--batch-size 32] [--device cpu|cuda] [--json out.json]
+    python benchmarks/eval_speed.py [--windows 32] [--batch-size 32] [--device cpu|cuda] [--json out.json]
 
 One run, same model (a randomly initialised ~10 M-parameter Llama: hidden 384, 6 layers, vocab 4096), same windows
 (P=32 prefix tokens, S=50 suffix tokens), measured side by side:
@@ -63,7 +63,7 @@ def timed(fn):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--windows", type=int, default=64)
+    ap.add_argument("--windows", type=int, default=32)
     ap.add_argument("--prefix-len", type=int, default=32)
     ap.add_argument("--suffix-len", type=int, default=50)
     ap.add_argument("--batch-size", type=int, default=32)
