@@ -154,3 +154,12 @@ def test_export_loads_with_auto_classes_and_gives_the_trained_logits(data, tmp_p
         assert torch.equal(exported(ids).logits, reference(ids).logits)
     summary = (out / "summary.json").read_text()
     assert '"steps": 6' in summary
+
+
+@pytest.mark.slow
+def test_compiled_layers_train_like_eager_ones(data, tmp_path):
+    """compile=true: same losses as eager within float tolerance (fused kernels reorder float operations)."""
+    schedule = {"max_steps": 4, "global_batch_size": 4, "micro_batch_size": 4}
+    _, eager = run(tiny_config(data, tmp_path / "eager", schedule=schedule))
+    _, compiled = run(tiny_config(data, tmp_path / "compiled", schedule=schedule, compile=True))
+    assert [r["loss"] for r in compiled] == pytest.approx([r["loss"] for r in eager], abs=1e-4)
