@@ -1,14 +1,14 @@
 """Plot primitives shared by the per-run report and study comparisons (PNG, matplotlib Agg).
 
 Figures are built with the object-oriented ``matplotlib.figure.Figure`` API, which renders through Agg without
-touching pyplot's global backend state (safe inside other programs and headless machines). Each PNG is saved to a
-temporary sibling and renamed into place, so an interrupted run never leaves a torn image.
+touching pyplot's global backend state (safe inside other programs and headless machines). Each PNG is
+rendered in memory and written atomically, so an interrupted run never leaves a torn image.
 """
 
 from __future__ import annotations
 
+import io
 import os
-import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -16,24 +16,20 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, NullFormatter
 
+from goldfish.io import atomic_write_bytes
+
 from .aggregate import loglinear_fit, predict
 
 Series = Mapping[str, tuple[Sequence[float], Sequence[float]]]
 
 
 def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
-    """Save ``fig`` as PNG to ``path`` atomically (temp name, then ``os.replace``)."""
+    """Save ``fig`` as PNG to ``path`` atomically (rendered in memory, then :func:`goldfish.io.atomic_write_bytes`)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.tight_layout()
-        fig.savefig(tmp, format="png", dpi=120)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=120)
+    atomic_write_bytes(path, buf.getvalue())
     return path
 
 
