@@ -184,8 +184,8 @@ def _read_rank_files(folder: Path, rank: int) -> tuple[dict[str, Any], dict[str,
             else:
                 continue
         except Exception as e:  # truncated / garbled files: safetensors and torch raise various types
-            raise BrokenCheckpoint(f"checkpoint file {f} is corrupt ({type(e).__name__}); delete {folder} or resume from "
-                            f"another checkpoint") from None
+            raise BrokenCheckpoint(f"checkpoint file {f} is corrupt ({type(e).__name__}); delete {folder} or "
+                                   f"resume from another checkpoint") from None
         if key == "rng":
             rng_tensors = value
         else:

@@ -390,12 +390,13 @@ def _finish(cfg: TrainConfig, engine: Engine, prepared, plan: Plan, progress: Pr
         return
     records = read_jsonl(out / "metrics.jsonl")
     last = records[-1] if records else {}
+    steady = records[1:] or records  # the first step pays for allocations (and compilation)
     atomic_write_json(out / "summary.json", {
         "steps": progress.step, "epochs": progress.step / plan.steps_per_epoch, "tokens": progress.tokens,
         "loss_type": cfg.loss.type, "final_loss": last.get("loss"), "final_kept_loss": last.get("kept_loss"),
         "final_dropped_loss": last.get("dropped_loss"),
-        "dropped_frac": _mean(records, "dropped_frac"), "wall_time_s": progress.elapsed,
-        "mean_tokens_per_s": _mean(records[1:] or records, "tokens_per_s"), "mean_mfu": _mean(records[1:] or records, "mfu"),
+        "dropped_frac": _mean(records, "dropped_frac"), "wall_time_s": progress.elapsed,  # in steps, all sessions
+        "mean_tokens_per_s": _mean(steady, "tokens_per_s"), "mean_mfu": _mean(steady, "mfu"),
         "params": int(shape["params"]), "flops_per_token": shape["flops_per_token"],
         "global_batch_size": plan.global_batch, "seq_len": plan.seq_len, "world_size": _process_rank()[1],
         "model": str(out / "model"), "config": str(out / "config.yaml"),
