@@ -85,4 +85,4 @@ def test_cli_errors_are_one_line(capsys, tmp_path):
     assert main(["experiment", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: experiment 'bad' has invalid cells: train: ")
-    assert "optim.lr=-1" in err[0]
+    assert "optim" in err[0] and "lr=-1" in err[0] and err[0].endswith("[every cell]")

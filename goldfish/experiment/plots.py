@@ -96,7 +96,7 @@ def metric_vs_x(cells: list[dict], metric: str, metric_name: str, out: Path) -> 
         if 1 in reps and len(reps) > 1:
             single = _series([(c["arm"], c["params"], _stratum_mean(c["strata"], "repetitions", metric).get(1))
                               for c in cells])
-            paths.append(line_plot(single, title=f"{metric_name} of documents seen once vs model size",
+            paths.append(line_plot(single, title=f"{metric_name} of repetition-1 documents vs model size",
                                    xlabel="parameters", ylabel=metric_name,
                                    path=out / f"{metric}_single_exposure_vs_size.png", logx=True, fit=True))
     for by, xlabel, logx in (("repetitions", "repetitions in training", True), ("prefix_len", "prefix length", False)):

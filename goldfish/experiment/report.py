@@ -102,7 +102,7 @@ def _mean_over(strata: list[dict], by: str) -> dict[Any, dict[str, float]]:
 
 
 def single_exposure_table(results: dict) -> str | None:
-    """Memorisation of documents seen once (repetitions = 1) per cell -- the SC24 'catastrophic' question."""
+    """Memorisation of documents with one copy in the data (repetitions = 1) per cell: the SC24 question."""
     cells, axes = results["cells"], results["axes"]
     rows = []
     for c in sorted(cells, key=lambda c: (c["arm"], c.get("params") or 0)):
@@ -168,7 +168,8 @@ def write_study_report(cfg: ExperimentConfig, results: dict, out: Path) -> Path:
         lines += [f"## {title} (exact match / ROUGE-L)", "", stratum_table(results, by), ""]
     single = single_exposure_table(results)
     if single and len({s["repetitions"] for c in cells for s in c["strata"]}) > 1:
-        lines += ["## Single-exposure memorisation (documents seen once)", "", single, ""]
+        lines += ["## Repetition-1 memorisation (one copy in the training data, seen once per epoch)", "",
+                  single, ""]
     plots = make_plots(cfg, results, out)
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
@@ -204,5 +205,6 @@ def make_plots(cfg: ExperimentConfig, results: dict, out: Path) -> list[Path]:
         curves = {label[c["cell"]]: read_jsonl(Path(cfg.out_dir) / "cells" / c["cell"] / "train" / "metrics.jsonl")
                   for c in cells}
         paths.append(loss_curves(curves, out / "loss_curves.png"))
-    paths += metric_vs_x(cells, metric, METRIC_NAMES[metric], out)
+    for m in dict.fromkeys((metric, "rouge_l")):  # exact match is all-or-nothing; ROUGE-L shows partial recall
+        paths += metric_vs_x(cells, m, METRIC_NAMES[m], out)
     return [p for p in paths if p is not None]
