@@ -19,7 +19,7 @@ import pytest
 
 from goldfish.config import check, option, raise_problems
 from goldfish.config import from_dict
-from goldfish.errors import ConfigError
+from goldfish.errors import ConfigError, UserError
 from goldfish.experiment import DONE, ExperimentConfig, Pipeline, expand_cells, plan_cells, run_experiment
 from goldfish.io import atomic_write_json
 
@@ -318,7 +318,6 @@ def test_report_has_the_expected_tables_and_plots(tmp_path):
 def test_torchrun_command_fills_nodes_and_processes_per_cell(tmp_path):
     import sys
 
-    from goldfish.errors import UserError
     from goldfish.experiment.runner import torchrun_command
 
     cfg = experiment(tmp_path, grid={"size": [{"label": "small", "hardware.gpus": 4},
@@ -337,3 +336,21 @@ def test_torchrun_command_fills_nodes_and_processes_per_cell(tmp_path):
     assert small[:2] == ["srun", "--nodes=1"] and "--nproc_per_node=4" in small
     with pytest.raises(UserError, match=r"hardware.gpus=6 is not a multiple of hardware.gpus_per_node=4"):
         torchrun_command(cfg, plans["standard__size=odd"], Path("c.yaml"))
+
+
+def test_a_changed_config_does_not_reuse_finished_cells(tmp_path):
+    run_experiment(experiment(tmp_path, grid={}), make_pipeline(Calls()), progress=False)
+    changed = experiment(tmp_path, grid={}, train={"steps": 30})
+    with pytest.raises(UserError, match=r"finished cells were run with a different config: "
+                       r"standard \(train_config.yaml\), goldfish"):
+        run_experiment(changed, make_pipeline(Calls()), progress=False)
+
+
+def test_only_runs_matching_cells_but_reports_every_finished_one(tmp_path):
+    cfg = experiment(tmp_path)
+    run_experiment(cfg, make_pipeline(Calls()), progress=False, only=lambda cid: cid.endswith("tiny"))
+    calls = Calls()
+    run_experiment(cfg, make_pipeline(calls), progress=False, only=lambda cid: cid.startswith("standard"))
+    assert [Path(p).parent.name for p in calls.trained] == ["standard__model=big"]
+    results = json.loads((tmp_path / "exp" / "results.json").read_text())
+    assert results["n_done"] == 3 and results["missing"] == ["goldfish__model=big"]

@@ -16,9 +16,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import yaml
 from tqdm.auto import tqdm
 
-from ..config import load_config, save_config, to_dict
+from ..config import load_config, read_yaml, save_config, to_dict
 from ..errors import UserError
 from ..io import atomic_write_json
 from .config import ExperimentConfig
@@ -70,6 +71,22 @@ def _torchrun_train(cfg: ExperimentConfig, plan: CellPlan) -> None:
                         f"experiment to resume from the last checkpoint")
 
 
+def check_not_stale(plans: list[CellPlan]) -> None:
+    """Refuse to reuse finished cells whose saved train/eval configs differ from the current ones: their results
+    would silently mix two experiments in one table."""
+    stale = []
+    for plan in plans:
+        if not is_done(plan):
+            continue
+        for name, current in (("train_config.yaml", plan.train_cfg), ("eval_config.yaml", plan.eval_cfg)):
+            saved = plan.dir / name
+            if saved.is_file() and read_yaml(saved) != yaml.safe_load(yaml.safe_dump(to_dict(current))):
+                stale.append(f"{plan.cell.id} ({name})")
+    if stale:
+        raise UserError(f"finished cells were run with a different config: {', '.join(stale)}; use a new out=... "
+                        f"folder, or delete those cells' folders to rerun them")
+
+
 def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
              phase: Callable[[str], None] = lambda _: None) -> dict:
     """Run (or resume) one cell; returns its record (also written to ``<cell>/cell.json``)."""
@@ -111,14 +128,13 @@ def run_experiment(cfg: ExperimentConfig, pipeline: Pipeline | None = None, *, p
 
     pipeline = pipeline or default_pipeline()
     plans = plan_cells(cfg, pipeline)  # fail fast: every cell's config is valid before any work
-    if only is not None:
-        plans = [p for p in plans if only(p.cell.id)]
+    check_not_stale(plans)
     out = cfg.out_dir
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "experiment.yaml")
-    todo = [p for p in plans if not is_done(p)]
+    todo = [p for p in plans if not is_done(p) and (only is None or only(p.cell.id))]
     start = time.perf_counter()
-    bar = tqdm(total=len(plans), initial=len(plans) - len(todo), unit="cell", desc=cfg.name,
+    bar = tqdm(total=len(todo), unit="cell", desc=cfg.name,
                disable=not progress, dynamic_ncols=True)
     try:
         for plan in todo:
