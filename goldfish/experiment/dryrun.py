@@ -89,7 +89,8 @@ def format_estimates(rows: list[dict]) -> str:
         m = r["memory_gib"]
         state = m["weights"] + m["grads"] + m["optimizer"]
         dev = f"{r['device_gib']:.0f} GiB" if r["device_gib"] else r["device"]
-        tokens = f"{r['tokens'] / 1e9:.2f} B" if r["tokens"] else "?"
+        tokens = "?" if not r["tokens"] else (f"{r['tokens'] / 1e9:.2f} B" if r["tokens"] >= 1e8
+                                              else f"{r['tokens'] / 1e6:.2f} M")
         lines.append(f"{r['cell'][:34]:<34} {r['world']:>5} {r['layout'][:34]:<34} {r['params'] / 1e9:>8.3f}B "
                      f"{state:>14.1f} GiB {m['activations']:>4.1f} GiB {m['logits']:>3.1f} GiB {m['total']:>5.1f} GiB "
                      f"{dev:>10} {tokens:>9} {_fmt_time(r['time_s']):>9}")
