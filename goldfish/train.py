@@ -311,7 +311,10 @@ class _EpochOrders:
 
 
 class _Meter:
-    """MFU against the matmul peak measured once at start-up (main process only; others report 0)."""
+    """MFU against the matmul peak measured once at start-up (main process only; others report 0).
+
+    On a CPU shared with other jobs the start-up peak reflects the load of that moment, so a later, quieter period
+    can log an MFU above 1; ``benchmarks/train_speed.py`` measures the peak before and after its runs instead."""
 
     def __init__(self, flops: float, precision: str, device, world: int, is_main: bool):
         dtype = torch.bfloat16 if precision == "bf16" else torch.float32
