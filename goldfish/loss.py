@@ -71,11 +71,14 @@ def goldfish_loss(
             else torch.zeros_like(labels, dtype=torch.bool)
         )
     if shift:
-        logits, labels, drop_mask = logits[:, :-1], labels[:, 1:], drop_mask[:, 1:]
+        # shift the (B, T) targets left instead of slicing the (B, T, V) logits: a slice of the logits would be
+        # copied (and its gradient filled and copied back); the padded last position is ignored
+        labels = F.pad(labels[:, 1:], (0, 1), value=ignore_index)
+        drop_mask = F.pad(drop_mask[:, 1:], (0, 1), value=False)
     supervised = labels != ignore_index
     kept = supervised & ~drop_mask
     dropped = supervised & drop_mask
-    ce = token_losses(logits, labels, ignore_index)  # (B, T-1)
+    ce = token_losses(logits, labels, ignore_index)  # (B, T)
     kept_sum = (ce * kept).sum()
     kept_count = kept.sum()
     dropped_sum = (ce.detach() * dropped).sum()

@@ -30,8 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace the output folder if it exists")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
     parser.epilog = "recipe keys:\n" + "\n".join(describe(PrepareConfig))
-    # Let key=value overrides come before or after --out/--overwrite (plain parse_args stops at the first option).
-    parser.parse_args = parser.parse_intermixed_args  # type: ignore[method-assign]
 
 
 def resolve_recipe(spec: str) -> Path:

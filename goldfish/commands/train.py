@@ -29,7 +29,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="training config YAML (optional: a key=value-only run starts from the defaults)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="override config keys (e.g. optim.lr=3e-4)")
     parser.epilog = "config keys:\n" + "\n".join(describe(TrainConfig))
-    parser.parse_args = parser.parse_intermixed_args  # type: ignore[method-assign]
 
 
 def split_arguments(config: str | None, overrides: list[str]) -> tuple[str | None, list[str]]:
