@@ -18,7 +18,6 @@ world 4 (4 processes on 2 cores) -- R2×data2 1.46x, D2×data2 1.16x, R2×C2 1.4
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys

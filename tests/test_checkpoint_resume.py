@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import REPO, cli_env, load_weights, make_prepared, overrides_of, tiny_config
+from train_helpers import REPO, cli_env, load_weights, overrides_of, tiny_config
 
 from goldfish.checkpoint import COMPLETE, list_checkpoints
 from goldfish.config import from_dict
@@ -24,16 +24,8 @@ TIMING = ("step_time", "tokens_per_s", "mfu")
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_prepared(tmp_path_factory.mktemp("prepared") / "tiny", rows=16, seq_len=32, vocab=64)
+def _one_thread(one_thread):
+    """Every test here runs with one torch thread (the ``one_thread`` fixture of conftest.py)."""
 
 
 def _cfg(data, out, **kw):

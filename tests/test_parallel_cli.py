@@ -8,13 +8,10 @@ checkpoint continues bit for bit.
 from __future__ import annotations
 
 import shutil
-import socket
-import subprocess
-import sys
 
 import pytest
 import torch
-from train_helpers import REPO, cli_env, load_weights, make_prepared, overrides_of, tiny_config
+from train_helpers import load_weights, tiny_config, torchrun_train
 
 from goldfish.config import from_dict
 from goldfish.io import read_jsonl
@@ -28,18 +25,8 @@ LOSS = {"type": "goldfish", "goldfish": {"k": 4, "h": 13}}
 KEYS = ("loss", "kept_loss", "dropped_loss", "grad_norm")
 
 
-def _torchrun(cfg: dict, nproc: int = 2) -> subprocess.CompletedProcess:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", f"--master_port={port}",
-           "-m", "goldfish", "train", *overrides_of(cfg)]
-    return subprocess.run(cmd, env=cli_env(), cwd=REPO, capture_output=True, text=True, timeout=600)
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_prepared(tmp_path_factory.mktemp("prepared") / "tiny", rows=16, seq_len=32, vocab=64)
+def _torchrun(cfg: dict, nproc: int = 2):
+    return torchrun_train(cfg, nproc, timeout=600)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import REPO, make_prepared, tiny_config
+from train_helpers import REPO, tiny_config
 
 from goldfish.cli import main
 from goldfish.config import from_dict, load_config
@@ -18,16 +18,8 @@ SHIPPED = sorted((REPO / "experiments").glob("train_*.yaml"))
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_prepared(tmp_path_factory.mktemp("prepared") / "tiny", rows=16, seq_len=32, vocab=64)
+def _one_thread(one_thread):
+    """Every test here runs with one torch thread (the ``one_thread`` fixture of conftest.py)."""
 
 
 def test_there_are_shipped_configs():

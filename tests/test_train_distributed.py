@@ -6,13 +6,10 @@ two ranks with micro-batch 2 must give the single-process run's losses and weigh
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 
 import pytest
 import torch
-from train_helpers import REPO, cli_env, load_weights, make_prepared, overrides_of, tiny_config
+from train_helpers import load_weights, tiny_config, torchrun_train
 
 from goldfish.config import from_dict
 from goldfish.io import read_jsonl
@@ -20,21 +17,8 @@ from goldfish.train import train
 from goldfish.train_config import TrainConfig
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _torchrun(cfg: dict, nproc: int = 2) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", f"--master_port={_free_port()}",
-           "-m", "goldfish", "train", *overrides_of(cfg)]
-    return subprocess.run(cmd, env=cli_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_prepared(tmp_path_factory.mktemp("prepared") / "tiny", rows=16, seq_len=32, vocab=64)
+def _torchrun(cfg: dict, nproc: int = 2):
+    return torchrun_train(cfg, nproc, timeout=300)
 
 
 def _compare(single, multi) -> None:

@@ -9,7 +9,7 @@ import datasets
 import pytest
 import torch
 import torch.nn.functional as F
-from train_helpers import EOS, make_prepared, tiny_config
+from train_helpers import EOS, tiny_config
 
 from goldfish.config import from_dict
 from goldfish.io import read_jsonl
@@ -22,16 +22,8 @@ TIMING = ("step_time", "tokens_per_s", "mfu")
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_prepared(tmp_path_factory.mktemp("prepared") / "tiny", rows=16, seq_len=32, vocab=64)
+def _one_thread(one_thread):
+    """Every test here runs with one torch thread (the ``one_thread`` fixture of conftest.py)."""
 
 
 def run(cfg: dict):

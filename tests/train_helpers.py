@@ -132,6 +132,18 @@ def run_cli(cfg: dict, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, env=cli_env(), capture_output=True, text=True, cwd=REPO, **kwargs)
 
 
+def torchrun_train(cfg: dict, nproc: int = 2, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``torchrun --nproc_per_node=nproc -m goldfish train key=value...`` on a free local port."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", f"--master_port={port}",
+           "-m", "goldfish", "train", *overrides_of(cfg)]
+    return subprocess.run(cmd, env=cli_env(), cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
 def load_weights(run: str | Path) -> dict:
     """The exported model's tensors (``<run>/model/model.safetensors``)."""
     from safetensors.torch import load_file

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from ..errors import ConfigError
-from ..estimate import GIB, check_layout, device_memory_gib, estimate_memory, estimate_time, shape_of
+from ..estimate import check_layout, device_memory_gib, estimate_memory, estimate_time, shape_of
 from .config import ExperimentConfig
 from .plan import CellPlan
 
