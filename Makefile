@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 OUT    ?= runs/demo
 
-.PHONY: demo test test-all install bench clean
+.PHONY: demo test test-fast install bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,11 +22,13 @@ install: $(VENV)/.installed
 demo: install
 	$(VENV)/bin/goldfish experiment experiments/default.yaml out=$(OUT)
 
+# the whole suite, parity tests of every parallel layout and the real-model checks included (~4 min on 2 cores)
 test: install
-	$(PY) -m pytest -q -m "not slow"
-
-test-all: install
 	$(PY) -m pytest -q
+
+# without the tests marked slow (~1.5 min)
+test-fast: install
+	$(PY) -m pytest -q -m "not slow"
 
 bench: install
 	$(PY) benchmarks/mask_speed.py
