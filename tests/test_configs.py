@@ -83,3 +83,16 @@ def test_demo_cells_differ_only_in_the_loss():
     for section in ("model", "optim", "schedule", "seed", "precision"):
         assert a[section] == b[section]
     assert a["schedule"]["epochs"] == 60 and a["model"]["name"] == "llama-demo"
+
+
+def test_recipe_paths_resolve_from_any_working_directory(tmp_path, monkeypatch):
+    from goldfish.data.config import resolve_recipe
+
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(tmp_path)
+    assert resolve_recipe("data/wikipedia_demo.yaml") == repo / "data" / "wikipedia_demo.yaml"
+    assert resolve_recipe("wikipedia_canaries") == repo / "data" / "wikipedia_canaries.yaml"
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "wikipedia_demo.yaml").write_text("name: mine\n")
+    assert resolve_recipe("data/wikipedia_demo.yaml") == Path("data/wikipedia_demo.yaml")  # the working dir wins
+    assert resolve_recipe("missing.yaml") == Path("missing.yaml")  # left for read_yaml's one-line error

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from ..config import describe
+from ..data.config import resolve_recipe
 
 DESCRIPTION = """\
 Build a prepared dataset (members, nonmembers, optional background, packed training rows, tokenizer, manifest)
@@ -30,18 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace the output folder if it exists")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
     parser.epilog = "recipe keys:\n" + "\n".join(describe(PrepareConfig))
-
-
-def resolve_recipe(spec: str) -> Path:
-    """A recipe file path, or a bare name looked up as ``data/<name>.yaml`` (working directory, then the checkout)."""
-    path = Path(spec).expanduser()
-    if path.is_file() or path.suffix in (".yaml", ".yml") or "/" in spec:
-        return path  # read_yaml reports a missing file in one line
-    for root in (Path.cwd(), Path(__file__).resolve().parents[2]):
-        candidate = root / "data" / f"{spec}.yaml"
-        if candidate.is_file():
-            return candidate
-    return path
 
 
 def load_recipe(spec: str, overrides: list[str] | tuple[str, ...] = ()):

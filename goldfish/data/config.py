@@ -143,3 +143,18 @@ class PrepareConfig:
     def default_out(self) -> Path:
         """``data/prepared/<name>`` relative to the working directory (git-ignored)."""
         return Path("data") / "prepared" / self.name
+
+
+def resolve_recipe(spec: str) -> Path:
+    """A recipe file, found relative to the working directory and then to the checkout (so ``data/x.yaml`` in an
+    experiment config works from any folder), or a bare name looked up as ``data/<name>.yaml`` in both."""
+    path = Path(spec).expanduser()
+    if path.is_file() or path.is_absolute():
+        return path  # read_yaml reports a missing file in one line
+    roots = (Path.cwd(), Path(__file__).resolve().parents[2])
+    is_path = path.suffix in (".yaml", ".yml") or "/" in spec
+    for root in roots:
+        candidate = root / path if is_path else root / "data" / f"{spec}.yaml"
+        if candidate.is_file():
+            return candidate
+    return path

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..config import check, from_dict, option, raise_problems, read_yaml, to_dict
+from ..data.config import resolve_recipe
 from ..errors import ConfigError
 
 SECTIONS = ("data", "train", "eval", "hardware")
@@ -230,7 +231,7 @@ def data_hash(prepare_cfg: Any) -> str:
 
 def load_data_recipe(cfg: ExperimentConfig) -> dict:
     """The recipe YAML (if any) merged with the experiment's ``data`` section."""
-    base = read_yaml(cfg.data_recipe) if cfg.data_recipe else {}
+    base = read_yaml(resolve_recipe(cfg.data_recipe)) if cfg.data_recipe else {}
     return merged(base, flatten(cfg.data))
 
 
