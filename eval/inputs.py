@@ -11,7 +11,6 @@ This is the only place ``eval`` touches the training package (``goldfish.data.lo
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
@@ -72,20 +71,11 @@ def read_prepared(path: str | Path, splits: Sequence[str], max_docs: int | None 
 def read_jsonl(path: str | Path, tokenizer, split: str = "members", max_docs: int | None = None) -> list[Document]:
     """One ``{"id", "text"}`` object per line -> documents tokenised with ``tokenizer`` (no special tokens)."""
     path = Path(path)
+    from goldfish.data.sources import jsonl_objects
+
     rows = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError:
-        raise UserError(f"{path} is not UTF-8 text; save it as UTF-8 JSONL") from None
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise UserError(f"{path} line {n} is not valid JSON ({e.msg}); expected one {{\"id\", \"text\"}} object "
-                            f"per line") from None
-        if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+    for n, row in jsonl_objects(path):
+        if not isinstance(row.get("text"), str):
             raise UserError(f"{path} line {n} has no \"text\" string; expected one {{\"id\", \"text\"}} object per line")
         rows.append(row)
         if max_docs is not None and len(rows) >= max_docs:

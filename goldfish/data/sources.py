@@ -99,7 +99,7 @@ def _iter_local(cfg: SourceConfig) -> Iterator[Document]:
     elif path.suffix == ".txt":
         yield Document(path.name, path.stem, _read_utf8(path).strip(), "local")
     elif path.suffix in (".jsonl", ".json"):
-        yield from _iter_rows(_jsonl_rows(path), cfg, path.stem)
+        yield from _iter_rows((row for _, row in jsonl_objects(path)), cfg, path.stem)
     elif path.suffix == ".parquet":
         yield from _iter_rows(_parquet_rows(path), cfg, path.stem)
     else:
@@ -115,7 +115,8 @@ def _read_utf8(path: Path) -> str:
                         f"iconv -f latin1 -t utf-8") from None
 
 
-def _jsonl_rows(path: Path) -> Iterator[dict]:
+def jsonl_objects(path: Path) -> Iterator[tuple[int, dict]]:
+    """``(line number, object)`` for each non-empty line of a UTF-8 JSONL file; one-line errors for bad lines."""
     text = _read_utf8(path)
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -127,7 +128,7 @@ def _jsonl_rows(path: Path) -> Iterator[dict]:
                             "line") from None
         if not isinstance(row, dict):
             raise UserError(f"{path}:{lineno} is a JSON {type(row).__name__}, not an object with a text field")
-        yield row
+        yield lineno, row
 
 
 def _parquet_rows(path: Path) -> Iterator[dict]:
