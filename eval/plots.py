@@ -14,13 +14,21 @@ from typing import Mapping, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.ticker import EngFormatter, NullFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from goldfish.io import atomic_write_bytes
 
 from .aggregate import loglinear_fit, predict
 
 Series = Mapping[str, tuple[Sequence[float], Sequence[float]]]
+
+
+def short_number(value: float, _pos: object = None) -> str:
+    """3 significant digits with an SI suffix: 1530000 -> "1.53M", 7e9 -> "7B", 32 -> "32" (tick labels of sizes, repetitions)."""
+    for factor, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g}{suffix}"
+    return f"{value:.3g}"
 
 
 def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
@@ -89,7 +97,7 @@ def line_plot(series: Series, title: str, xlabel: str, ylabel: str, path: str | 
         ticks = sorted({float(v) for xs, _ in series.values() for v in xs if v is not None and v > 0})
         if 0 < len(ticks) <= 8:  # few strata (repetitions 1, 4, 16 or sizes 10M, 100M): label the data values
             ax.set_xticks(ticks)
-            ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+            ax.xaxis.set_major_formatter(FuncFormatter(short_number))
             ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
