@@ -28,22 +28,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from synthetic import goldfish_batches  # benchmarks/synthetic.py (the script folder is on sys.path)
 
 LAYOUTS = {
     2: {"R2": (2, 1, 1), "C2": (1, 2, 1), "D2": (1, 1, 2)},
     4: {"R2×data2": (2, 1, 1), "D2×data2": (1, 1, 2), "R2×C2": (2, 2, 1), "C2×D2": (1, 2, 2)},
 }
-
-
-def _batches(steps: int, rows: int, seq: int, vocab: int) -> list[dict[str, torch.Tensor]]:
-    from goldfish.masks import GoldfishConfig, config_mask
-
-    g = torch.Generator().manual_seed(0)
-    out = []
-    for _ in range(steps):
-        ids = torch.randint(0, vocab, (rows, seq), generator=g)
-        out.append({"input_ids": ids, "labels": ids.clone(), "drop_mask": config_mask(ids, GoldfishConfig())})
-    return out
 
 
 def _step(engine, batch: dict[str, torch.Tensor], micro_rows: int) -> float:
@@ -78,7 +68,7 @@ def _worker(rank: int, world: int, folder: str, args: argparse.Namespace, grid: 
         engine.setup(lambda: build_model(model_cfg, args.vocab, seed=0), lambda p: torch.optim.AdamW(p, lr=1e-3))
         engines[name] = engine
     times: dict[str, list[float]] = {name: [] for name in engines}
-    for batch in _batches(args.steps + 2, args.rows, args.seq, args.vocab):
+    for batch in goldfish_batches(args.steps + 2, args.rows, args.seq, args.vocab):
         for name, engine in engines.items():
             times[name].append(_step(engine, batch, args.micro_rows))
     if rank == 0:

@@ -24,23 +24,13 @@ import time
 from pathlib import Path
 
 import torch
+from synthetic import goldfish_batches  # benchmarks/synthetic.py (the script folder is on sys.path)
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _batches(n: int, rows: int, seq: int, vocab: int) -> list[dict[str, torch.Tensor]]:
-    from goldfish.masks import GoldfishConfig, config_mask
-
-    g = torch.Generator().manual_seed(0)
-    out = []
-    for _ in range(n):
-        ids = torch.randint(0, vocab, (rows, seq), generator=g)
-        out.append({"input_ids": ids, "labels": ids.clone(), "drop_mask": config_mask(ids, GoldfishConfig())})
-    return out
 
 
 def run_engine(name: str, args: argparse.Namespace) -> dict:
@@ -59,7 +49,7 @@ def run_engine(name: str, args: argparse.Namespace) -> dict:
 
     engine.setup(build, lambda p: torch.optim.AdamW(p, lr=1e-4))
     flops = flops_per_token(built.pop("model"), args.seq)
-    micro = _batches(args.accum, args.micro_rows, args.seq, args.vocab)  # one step's micro-batches, reused
+    micro = goldfish_batches(args.accum, args.micro_rows, args.seq, args.vocab)  # one step's micro-batches, reused
     tokens = args.accum * args.micro_rows * args.seq
     normalizer = sum(int((~b["drop_mask"][:, 1:]).sum()) for b in micro)  # every target is supervised
     torch.cuda.reset_peak_memory_stats()
