@@ -7,8 +7,8 @@ One run, same model (a randomly initialised ~10 M-parameter Llama: hidden 384, 6
 
 1. ``batch-1 generate``: ``model.generate(prefix, do_sample=False, max_new_tokens=S, min_new_tokens=S)`` per window
    (eos disabled), the baseline;
-2. ``batched generate``: :func:`eval.generate.generate`, left-padded KV-cached greedy decoding in batches;
-3. ``one pass``: :func:`eval.extraction.onepass`, one teacher-forced forward pass per batch (the exact-match verdict,
+2. ``batched generate``: :func:`goldfish.eval.generate.generate`, left-padded KV-cached greedy decoding in batches;
+3. ``one pass``: :func:`goldfish.eval.extraction.onepass`, one teacher-forced forward pass per batch (the exact-match verdict,
    extraction strength and suffix log-prob without decoding).
 
 Half of the windows have the model's own greedy continuation as their "true" suffix (so greedy extraction succeeds
@@ -26,8 +26,8 @@ import time
 import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-from eval.extraction import onepass
-from eval.generate import eos_disabled, generate
+from goldfish.eval.extraction import onepass
+from goldfish.eval.generate import eos_disabled, generate
 
 
 def build_model(device: str, dtype: torch.dtype = torch.float32, seed: int = 0):

@@ -1,12 +1,12 @@
 """Evaluation of memorization on any Hugging Face causal LM: extraction and membership inference.
 
-    from eval import EvalConfig, run_eval
+    from goldfish.eval import EvalConfig, run_eval
     results = run_eval(EvalConfig(model="runs/demo/model", data="data/prepared/wikipedia_demo", out="runs/demo/eval"))
 
 Modules: ``loading`` (safe offline model/tokenizer loading), ``inputs`` (documents), ``windows`` (prefix/suffix
 windows), ``generate`` (batched KV-cached greedy decoding), ``extraction`` (one-pass measures), ``metrics``
 (registered per-window metrics), ``membership`` (MIA scores and ROC), ``aggregate`` (summaries), ``report``
-(Markdown and plots), ``run`` (orchestration). Submodules load lazily, so ``import eval`` stays cheap.
+(Markdown and plots), ``run`` (orchestration). Submodules load lazily, so ``import goldfish.eval`` stays cheap.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ __all__ = ["EvalConfig", "run_eval", "extraction", "membership", "metrics", "agg
 
 
 def run_eval(cfg: EvalConfig) -> dict:
-    """Run an evaluation and write its files; see :func:`eval.run.run_eval`."""
+    """Run an evaluation and write its files; see :func:`goldfish.eval.run.run_eval`."""
     from .run import run_eval as _run_eval
 
     return _run_eval(cfg)
@@ -30,4 +30,4 @@ def run_eval(cfg: EvalConfig) -> dict:
 def __getattr__(name: str) -> Any:
     if name in __all__:
         return importlib.import_module(f".{name}", __name__)
-    raise AttributeError(f"module 'eval' has no attribute {name!r}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 Everything here reads the results dict only (see the schema in ``eval/run.py``) and copes with missing sections: no
 membership (no nonmembers), a single prefix length or repetition stratum, windows without metrics. Files are written
-atomically (``goldfish.io.atomic_write_text``; PNGs via :func:`eval.plots.save_figure`).
+atomically (``goldfish.io.atomic_write_text``; PNGs via :func:`goldfish.eval.plots.save_figure`).
 
 The plot primitives :func:`bar_chart`, :func:`line_plot` and :func:`roc_plot` are re-exported here for study code.
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from eval.aggregate import SUMMARY_KEYS, group_rates, loglinear_fit, predict, summarize, wilson_interval
+from goldfish.eval.aggregate import SUMMARY_KEYS, group_rates, loglinear_fit, predict, summarize, wilson_interval
 from goldfish.errors import UserError
 
 

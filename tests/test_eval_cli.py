@@ -8,8 +8,8 @@ import os
 import pytest
 import yaml
 
-from eval import EvalConfig, run_eval
-from eval.run import PARTIAL
+from goldfish.eval import EvalConfig, run_eval
+from goldfish.eval.run import PARTIAL
 from goldfish.cli import main
 from goldfish.errors import UserError
 

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from eval import extraction
-from eval.generate import generate
-from eval.windows import ALL, Document, build_windows, window_key, windows_sha256
+from goldfish.eval import extraction
+from goldfish.eval.generate import generate
+from goldfish.eval.windows import ALL, Document, build_windows, window_key, windows_sha256
 from goldfish.errors import UserError
 
 from eval_fixtures import tiny_llama

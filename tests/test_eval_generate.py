@@ -7,7 +7,7 @@ import torch
 from transformers import (GenerationConfig, GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM,
                           LlamaConfig, LlamaForCausalLM)
 
-from eval.generate import beam_generate, buckets, eos_disabled, generate, left_pad, run_batched, sampling_pick
+from goldfish.eval.generate import beam_generate, buckets, eos_disabled, generate, left_pad, run_batched, sampling_pick
 
 V = 96
 S = 10

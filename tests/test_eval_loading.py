@@ -9,7 +9,7 @@ import pickle
 import pytest
 import torch
 
-from eval.loading import check_vocab, load_model, load_tokenizer, resolve_model_path
+from goldfish.eval.loading import check_vocab, load_model, load_tokenizer, resolve_model_path
 from goldfish.errors import UserError
 
 from eval_fixtures import save_model_folder, tiny_llama, tiny_tokenizer

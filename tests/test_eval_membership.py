@@ -10,7 +10,7 @@ import torch
 from sklearn.metrics import roc_auc_score
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from eval.membership import (
+from goldfish.eval.membership import (
     bootstrap_auc,
     downsample_roc,
     evaluate_attack,

@@ -8,8 +8,8 @@ import random
 import pytest
 from rouge_score import rouge_scorer
 
-from eval import metrics
-from eval.metrics import METRICS, compute_metrics
+from goldfish.eval import metrics
+from goldfish.eval.metrics import METRICS, compute_metrics
 
 
 class _Whitespace:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from eval import EvalConfig, run_eval
+from goldfish.eval import EvalConfig, run_eval
 
 pytestmark = pytest.mark.slow
 

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from eval.aggregate import summarize
-from eval.membership import membership_section
+from goldfish.eval.aggregate import summarize
+from goldfish.eval.membership import membership_section
 from goldfish.errors import UserError
 from goldfish.io import atomic_write_json
-from eval.report import (
+from goldfish.eval.report import (
     bar_chart,
     comparison_plots,
     format_summary_table,

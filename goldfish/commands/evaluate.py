@@ -53,7 +53,7 @@ SWITCHES = {  # store_true flag -> (field, value)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from eval.config import EvalConfig
+    from goldfish.eval.config import EvalConfig
 
     p.add_argument("args", nargs="*", metavar="[CONFIG.yaml] [key=value ...]",
                    help="optional YAML config, then key=value overrides of any config key")
@@ -74,8 +74,8 @@ def _int_or_auto(value: str) -> int | str:
 
 
 def build_config(args: argparse.Namespace):
-    """Defaults < YAML < key=value overrides < flags -> a validated :class:`eval.EvalConfig`."""
-    from eval.config import EvalConfig
+    """Defaults < YAML < key=value overrides < flags -> a validated :class:`goldfish.eval.EvalConfig`."""
+    from goldfish.eval.config import EvalConfig
 
     positional = list(args.args)
     path = positional.pop(0) if positional and "=" not in positional[0] else None
@@ -94,8 +94,8 @@ def build_config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from eval import run_eval
-    from eval.report import format_summary_table
+    from goldfish.eval import run_eval
+    from goldfish.eval.report import format_summary_table
 
     cfg = build_config(args)
     results = run_eval(cfg)

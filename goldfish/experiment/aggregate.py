@@ -87,7 +87,7 @@ def membership_numbers(membership: dict | None) -> dict[str, Any]:
 
 def stratum_rows(windows: list[dict]) -> list[dict]:
     """Member windows grouped by (prefix_len, repetitions): n and mean metrics (rates for booleans)."""
-    from eval.aggregate import group_rates
+    from goldfish.eval.aggregate import group_rates
 
     members = [w for w in windows if w.get("split") in (None, "members")]
     by = ("prefix_len", "repetitions")

@@ -1,7 +1,7 @@
 """Resolve every cell into real prepare/train/eval configs -- all of them, before anything runs.
 
 The :class:`Pipeline` names the three config classes and the three functions a cell calls. The default one is the
-toolkit's own (``goldfish.data``, ``goldfish.train``, ``eval``); tests inject fakes with the same shape.
+toolkit's own (``goldfish.data``, ``goldfish.train``, ``goldfish.eval``); tests inject fakes with the same shape.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def _train(cfg: Any) -> Path:
 
 
 def _evaluate(cfg: Any) -> dict:
-    from eval import run_eval
+    from goldfish.eval import run_eval
 
     return run_eval(cfg)
 
@@ -55,7 +55,7 @@ def _evaluate(cfg: Any) -> dict:
 def default_pipeline() -> Pipeline:
     """The toolkit's own data, training and evaluation. Only the config classes are imported here, so planning
     and ``--dry-run`` need no model code; each phase imports its module when it first runs."""
-    from eval.config import EvalConfig
+    from goldfish.eval.config import EvalConfig
 
     from ..data.config import PrepareConfig
     from ..train_config import TrainConfig

@@ -1,7 +1,7 @@
-"""Study plots: thin adapters from cell summaries to ``eval.report``'s comparison helpers, plus loss curves.
+"""Study plots: thin adapters from cell summaries to ``goldfish.eval.report``'s comparison helpers, plus loss curves.
 
 Only :func:`loss_curves` draws its own figure (training curves are not an evaluation plot; it still saves through
-``eval.plots.save_figure``); everything else is built as series and handed to ``eval.report``'s primitives, so the
+``goldfish.eval.plots.save_figure``); everything else is built as series and handed to ``goldfish.eval.report``'s primitives, so the
 look and the log-linear fit live in one place.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 def bar_chart(values: dict[str, float | None], title: str, ylabel: str, path: Path,
               errors: dict[str, tuple[float | None, float | None]] | None = None) -> Path | None:
     """One bar per arm/cell (cells without a value are left out); ``errors``: optional (low, high) per bar."""
-    from eval.report import bar_chart as _bar
+    from goldfish.eval.report import bar_chart as _bar
 
     values = {k: v for k, v in values.items() if v is not None}
     if not values:
@@ -25,7 +25,7 @@ def bar_chart(values: dict[str, float | None], title: str, ylabel: str, path: Pa
 
 def roc_curves(curves: dict[str, dict], path: Path) -> Path | None:
     """ROC of the LOSS membership attack, one curve per arm/cell (``{"fpr", "tpr", "auc"}`` each)."""
-    from eval.report import roc_plot
+    from goldfish.eval.report import roc_plot
 
     curves = {k: v for k, v in curves.items() if v.get("fpr")}
     if not curves:
@@ -39,7 +39,7 @@ def loss_curves(curves: dict[str, list[dict]], path: Path) -> Path | None:
     """Training loss on kept vs dropped tokens per arm (dropped = measured, never trained on)."""
     from matplotlib.figure import Figure
 
-    from eval.plots import save_figure
+    from goldfish.eval.plots import save_figure
 
     curves = {k: v for k, v in curves.items() if v}
     if not curves:
@@ -84,7 +84,7 @@ def _stratum_mean(strata: list[dict], by: str, metric: str) -> dict[Any, float]:
 
 def metric_vs_x(cells: list[dict], metric: str, metric_name: str, out: Path) -> list[Path]:
     """Memorisation vs model size (overall and single-exposure), vs repetitions and vs prefix length."""
-    from eval.report import line_plot
+    from goldfish.eval.report import line_plot
 
     paths = []
     sizes = {c.get("params") for c in cells if c.get("params")}

@@ -1,6 +1,6 @@
 """The study report: ``<out>/report.md`` with headline tables and plots, and the terminal headline table.
 
-Plots are drawn by ``eval.report``'s comparison helpers (bars per arm, ROC per arm, metric-vs-x with a log-linear
+Plots are drawn by ``goldfish.eval.report``'s comparison helpers (bars per arm, ROC per arm, metric-vs-x with a log-linear
 fit); only the training-loss curves (kept vs dropped tokens, from each cell's ``metrics.jsonl``) are drawn here,
 because they come from training, not from evaluation. Which plots appear depends on what the grid varies: several
 model sizes -> memorisation vs size (log-x, Carlini et al.'s log-linear fit), several repetition strata ->
@@ -46,7 +46,7 @@ def cell_label(cell: dict, axes: list[str], one_per_arm: bool) -> str:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
-    from eval.report import markdown_table
+    from goldfish.eval.report import markdown_table
 
     return markdown_table(header, rows)
 
@@ -117,7 +117,7 @@ def single_exposure_table(results: dict) -> str | None:
 
 def _examples(cfg: ExperimentConfig, results: dict) -> str:
     """A few side-by-side generations per arm (same documents in every arm), mismatches highlighted."""
-    from eval.report import highlight_differences
+    from goldfish.eval.report import highlight_differences
 
     if cfg.report_examples <= 0:
         return ""
