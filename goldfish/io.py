@@ -1,18 +1,27 @@
-"""Atomic file output and JSONL metric logs.
+"""Atomic file output, crash-safe folder replacement, strict JSON and JSONL metric logs.
 
-Results are never half-written: every file is written to a temporary sibling and renamed into place, so an
-interrupted run leaves either the old file or the new one, never a torn one.
+Results are never half-written: every file is written to a temporary sibling, fsynced and renamed into place (and the
+parent folder fsynced, so the rename itself survives a power cut); an interrupted run leaves either the old file or
+the new one, never a torn one. Folders are replaced by an atomic exchange where the OS has one (Linux
+``renameat2(RENAME_EXCHANGE)``); elsewhere by two renames whose interrupted state is repaired on the next start
+(:func:`recover_directory`). JSON is strict: NaN and infinities become ``null`` and the file says which ones.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import json
+import math
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
+
+NULL_NOTES = "json_nulls"  # key added to a written JSON object: {"a.b": "nan"} for each non-finite value nulled
 
 
 def _umask() -> int:
@@ -21,8 +30,22 @@ def _umask() -> int:
     return mask
 
 
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Make a rename or creation inside folder ``path`` durable (a no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse fsync on a folder; the rename is then as durable as they allow
+        pass
+    finally:
+        os.close(fd)
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
+    """Write ``data`` to ``path`` atomically (temp file in the same folder, fsync, rename, fsync of the folder)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -37,6 +60,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    fsync_dir(path.parent)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -44,34 +68,104 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def to_jsonable(obj: Any) -> Any:
-    """Convert numpy/torch scalars, paths and tuples into plain JSON values."""
+def to_jsonable(obj: Any, nulled: dict[str, str] | None = None, where: str = "") -> Any:
+    """Convert numpy/torch scalars, paths and tuples into plain JSON values; NaN and +-inf become ``None``.
+
+    ``nulled``, when given, receives ``{"dotted.key": "nan" | "inf" | "-inf"}`` for every value made ``None``.
+    """
     if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
+        return {str(k): to_jsonable(v, nulled, f"{where}.{k}" if where else str(k)) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
+        return [to_jsonable(v, nulled, f"{where}[{i}]") for i, v in enumerate(obj)]
     if isinstance(obj, Path):
         return str(obj)
     if hasattr(obj, "tolist"):  # numpy arrays/scalars, torch tensors
-        return obj.tolist()
-    if isinstance(obj, float) and obj != obj:  # NaN is not valid JSON
+        return to_jsonable(obj.tolist(), nulled, where)
+    if isinstance(obj, float) and not math.isfinite(obj):  # NaN/Infinity are not JSON
+        if nulled is not None:
+            nulled[where or "value"] = repr(obj)
         return None
     return obj
 
 
-def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> None:
-    """Write ``obj`` as JSON to ``path`` atomically."""
-    atomic_write_text(path, json.dumps(to_jsonable(obj), indent=indent, sort_keys=False) + "\n")
+def strict_json(obj: Any, indent: int | None = 2) -> str:
+    """``obj`` as strict JSON text; a dict with non-finite values gets a ``json_nulls`` note naming them."""
+    nulled: dict[str, str] = {}
+    plain = to_jsonable(obj, nulled)
+    if nulled and isinstance(plain, dict):
+        plain[NULL_NOTES] = nulled
+    return json.dumps(plain, indent=indent, sort_keys=False, allow_nan=False)
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> None:
+    """Write ``obj`` as strict JSON to ``path`` atomically."""
+    atomic_write_text(path, strict_json(obj, indent) + "\n")
+
+
+# ------------------------------------------------------------------------------------------------ folders
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def _renameat2():
+    """libc's ``renameat2`` (Linux, glibc >= 2.28), or ``None``."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_RENAMEAT2 = _renameat2()
+
+
+def exchange(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Atomically swap two existing paths; ``False`` where the OS or file system has no such call (nothing moved)."""
+    if _RENAMEAT2 is None:
+        return False
+    if _RENAMEAT2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):  # kernel or file system lacks it
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _old(path: Path) -> Path:
+    return path.with_name(f".{path.name}.old")
+
+
+def recover_directory(path: str | os.PathLike) -> None:
+    """Repair what an interrupted :func:`atomic_directory` left: put ``.<name>.old`` back when ``path`` is missing
+    (killed between the two renames of the fallback), and delete stale ``.<name>.*.tmp`` and ``.old`` folders."""
+    path = Path(path)
+    old = _old(path)
+    if old.is_dir() and not path.exists():
+        os.replace(old, path)
+        fsync_dir(path.parent)
+    if path.parent.is_dir():
+        for stale in path.parent.glob(f".{path.name}.*.tmp"):
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 @contextlib.contextmanager
 def atomic_directory(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
-    """Build a directory in a temporary sibling and rename it to ``path`` only when the block succeeds.
+    """Build a directory in a temporary sibling and move it to ``path`` only when the block succeeds.
 
-    Without ``overwrite`` an existing ``path`` is refused (``FileExistsError``) before any work is done; with it, the old
-    folder is replaced only after the new one is complete.
+    Without ``overwrite`` an existing ``path`` is refused (``FileExistsError``) before any work is done; with it, the
+    old folder is replaced only after the new one is complete: by one atomic exchange where the OS has it, else by
+    ``path -> .<name>.old``, ``tmp -> path`` (a kill between the two is repaired by :func:`recover_directory`, which
+    runs first here). The temporary folder is deleted when the block fails.
     """
     path = Path(path)
+    recover_directory(path)
     if path.exists() and not overwrite:
         raise FileExistsError(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -79,17 +173,26 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = False) -> Iterat
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
     try:
         yield tmp
-        if path.exists():
-            old = path.with_name(f".{path.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
+        _commit(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _commit(tmp: Path, path: Path) -> None:
+    """Move the finished folder ``tmp`` to ``path``, replacing what is there."""
+    if not path.exists():
+        os.replace(tmp, path)
+    elif exchange(tmp, path):  # one atomic step; tmp now holds the old folder
+        fsync_dir(path.parent)
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        old = _old(path)
+        os.replace(path, old)
+        fsync_dir(path.parent)
+        os.replace(tmp, path)  # a kill before this line: recover_directory puts .old back
+        shutil.rmtree(old, ignore_errors=True)
+    fsync_dir(path.parent)
 
 
 class JsonlLogger:
@@ -104,7 +207,7 @@ class JsonlLogger:
 
     def log(self, record: dict) -> None:
         if self._f is not None:
-            self._f.write(json.dumps(to_jsonable(record)) + "\n")
+            self._f.write(strict_json(record, indent=None) + "\n")
             self._f.flush()
 
     def close(self) -> None:

@@ -103,7 +103,7 @@ def test_jsonl_logger_and_torn_last_line(tmp_path):
         log.log({"step": 2, "loss": float("nan")})
     with open(path, "a") as f:
         f.write('{"step": 3, "lo')
-    assert read_jsonl(path) == [{"step": 1, "loss": 2.5}, {"step": 2, "loss": None}]
+    assert read_jsonl(path) == [{"step": 1, "loss": 2.5}, {"step": 2, "loss": None, "json_nulls": {"loss": "nan"}}]
 
 
 def test_cli_help_and_unknown_command(capsys):
