@@ -29,9 +29,14 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 
 from .errors import UserError
 from .io import atomic_write_json, atomic_write_text
+
+# what a full disk or a failing device raises while writing: the OS, torch.save's zip writer
+# ("[enforce fail at inline_container.cc] ... file write failed"), safetensors (its own error type)
+_WRITE_ERRORS = (OSError, RuntimeError, SafetensorError)
 
 COMPLETE = "COMPLETE"
 STATE_FILE = "trainer_state.json"
@@ -132,17 +137,31 @@ def save_checkpoint(out: str | Path, trainer_state: dict[str, Any], engine_state
         shutil.rmtree(tmp, ignore_errors=True)  # debris of a run killed while saving
         tmp.mkdir(parents=True)
     barrier()
-    write_rank_files(tmp, rank, engine_state)
-    barrier()
+    try:
+        write_rank_files(tmp, rank, engine_state)
+        barrier()
+        if is_main:
+            atomic_write_json(tmp / STATE_FILE, trainer_state)
+            atomic_write_text(tmp / COMPLETE, f"step {trainer_state['step']}\n")
+    except _WRITE_ERRORS as e:
+        if is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise UserError(f"could not write checkpoint {final} ({_reason(e)}); free disk space (or choose another "
+                        f"out=) and rerun to resume: the earlier checkpoints are intact") from None
     if is_main:
-        atomic_write_json(tmp / STATE_FILE, trainer_state)
-        atomic_write_text(tmp / COMPLETE, f"step {trainer_state['step']}\n")
         if final.exists():  # same step written again (a run restarted with resume=never): swap, then delete
             _remove(final)
         os.replace(tmp, final)
         prune(out, keep_last)
     barrier()
     return final
+
+
+def _reason(e: BaseException) -> str:
+    """What went wrong writing, in a few words: the OS's reason, or the first line of a library's message."""
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    return str(e).splitlines()[0][:120] if str(e) else type(e).__name__
 
 
 def _remove(folder: Path) -> None:
@@ -204,7 +223,8 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def read_checkpoint(folder: str | Path, rank: int, world_size: int) -> dict[str, Any]:
-    """Read and validate one rank's view of a checkpoint: ``{"trainer", "engine", "rng_tensors", "rng_plain"}``.
+    """Read and validate one rank's view of a checkpoint: ``{"trainer", "engine", "rng_tensors", "rng_plain",
+    "folder"}``.
 
     Raises a one-line :class:`UserError` for a missing, incomplete, corrupt or incompatible checkpoint; nothing is
     applied to the model yet, so a failure here leaves the run untouched.
@@ -220,7 +240,8 @@ def read_checkpoint(folder: str | Path, rank: int, world_size: int) -> dict[str,
         raise UserError(f"checkpoint {folder} was written by {trainer.get('world_size')} processes but this run has "
                         f"{world_size}; resume with the same number of processes")
     engine, rng_tensors, rng_plain = _read_rank_files(folder, rank)
-    return {"trainer": trainer, "engine": engine, "rng_tensors": rng_tensors, "rng_plain": rng_plain}
+    return {"trainer": trainer, "engine": engine, "rng_tensors": rng_tensors, "rng_plain": rng_plain,
+            "folder": folder}
 
 
 def _agree(ok: bool) -> bool:

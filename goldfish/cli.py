@@ -4,8 +4,9 @@ Every subcommand module exposes ``DESCRIPTION`` (a docstring-style help with cop
 ``add_arguments(parser)`` and ``run(args) -> int``. Modules are imported only when their command runs, so
 ``goldfish --help`` is instant and a missing optional dependency only affects the command that needs it.
 
-User errors (:class:`goldfish.errors.UserError`, ``FileNotFoundError`` for inputs) print one line, ``error: ...``,
-and exit with status 2 -- no traceback.
+User errors (:class:`goldfish.errors.UserError`, and the failures :func:`goldfish.errors.one_line` maps: a missing
+input, a full disk, a read-only folder, no CUDA) print one line, ``error: ...``, and exit with status 2 -- no
+traceback.
 """
 
 from __future__ import annotations
@@ -53,19 +54,19 @@ def main(argv: list[str] | None = None) -> int:
     module.add_arguments(parser)
     # intermixed: `key=value` overrides may come before or after --flags
     args = parser.parse_intermixed_args(argv[1:])
-    from .errors import UserError
+    from .errors import one_line
 
     try:
         return int(module.run(args) or 0)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except FileNotFoundError as e:
-        print(f"error: file not found: {e.filename or e} (check the path)", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        message = one_line(e)
+        if message is None:
+            raise  # a bug: keep the traceback
+        print(f"error: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -2,10 +2,14 @@
 
 A :class:`UserError` is a problem the user can fix (bad config, missing file, wrong k/h ...). The CLI prints its
 message as one line (``error: ...``) and exits with status 2 -- no traceback. Everything else is a bug and keeps its
-traceback. ``UserError`` subclasses ``ValueError`` so library callers can catch it the usual way.
+traceback. ``UserError`` subclasses ``ValueError`` so library callers can catch it the usual way. :func:`one_line`
+also maps the environment's failures the user fixes (missing file, full disk, no CUDA) to such a line.
 """
 
 from __future__ import annotations
+
+import errno
+import sys
 
 
 class UserError(ValueError):
@@ -14,3 +18,43 @@ class UserError(ValueError):
 
 class ConfigError(UserError):
     """An invalid configuration value or key."""
+
+
+_OS_FIXES = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+}
+
+
+def _cuda_missing(exc: BaseException) -> bool:
+    """A torch failure from asking for CUDA on a machine that has none (torch raises AssertionError or
+    RuntimeError with its own wording)."""
+    torch = sys.modules.get("torch")
+    text = str(exc)
+    return (torch is not None and not torch.cuda.is_available()
+            and any(s in text for s in ("compiled with CUDA", "NVIDIA driver", "CUDA driver", "no CUDA GPUs")))
+
+
+def one_line(exc: BaseException) -> str | None:
+    """The one-line message (without ``error:``) for a failure the user can fix, or ``None`` for a bug.
+
+    User errors carry their own message; missing inputs, full disks, read-only or forbidden folders and a missing
+    CUDA device are named with the file or device and the fix."""
+    if isinstance(exc, UserError):
+        return str(exc)
+    if isinstance(exc, FileNotFoundError):
+        return f"file not found: {exc.filename or exc} (check the path)"
+    if isinstance(exc, OSError) and exc.errno in _OS_FIXES:
+        where = f" writing {exc.filename}" if exc.filename else ""
+        return (f"{_OS_FIXES[exc.errno]}{where}; free space or choose a folder you can write to (out=/--out); "
+                f"earlier results are untouched")
+    if isinstance(exc, RuntimeError) and any(s in str(exc) for s in ("inline_container", "file write failed")):
+        return (f"writing a file failed ({str(exc).splitlines()[0][:100]}); check the free disk space of the output "
+                f"folder; earlier results are untouched")
+    if isinstance(exc, (AssertionError, RuntimeError)) and _cuda_missing(exc):
+        return (f"CUDA was requested but this machine has no usable CUDA device ({str(exc).splitlines()[0][:100]}); "
+                f"use --device cpu (or device=auto)")
+    return None

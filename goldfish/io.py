@@ -140,14 +140,17 @@ def _old(path: Path) -> Path:
     return path.with_name(f".{path.name}.old")
 
 
-def recover_directory(path: str | os.PathLike) -> None:
+def recover_directory(path: str | os.PathLike, clean: bool = True) -> None:
     """Repair what an interrupted :func:`atomic_directory` left: put ``.<name>.old`` back when ``path`` is missing
-    (killed between the two renames of the fallback), and delete stale ``.<name>.*.tmp`` and ``.old`` folders."""
+    (killed between the two renames of the fallback); with ``clean``, also delete stale ``.<name>.*.tmp`` and
+    ``.<name>.old`` folders (only a writer of ``path`` may clean: a reader could delete a build in progress)."""
     path = Path(path)
     old = _old(path)
     if old.is_dir() and not path.exists():
         os.replace(old, path)
         fsync_dir(path.parent)
+    if not clean:
+        return
     if path.parent.is_dir():
         for stale in path.parent.glob(f".{path.name}.*.tmp"):
             if stale.is_dir():

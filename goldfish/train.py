@@ -34,6 +34,7 @@ from .config import save_config
 from .engines import get_engine
 from .engines.base import Engine, StepStats
 from .errors import UserError
+from .fingerprint import read_fingerprint, refuse_mismatch, train_fingerprint, write_fingerprint
 from .io import JsonlLogger, atomic_directory, atomic_write_json, atomic_write_text, read_jsonl
 from .masks import GoldfishConfig, config_mask
 from .models import build_model, count_parameters, flops_per_token
@@ -202,11 +203,20 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int) -> Path
     tok = prepared.manifest["tokenizer"]
     plan = make_plan(cfg.schedule, cfg.optim, len(rows), seq_len, engine.dp_size)
     rank, world = _process_rank()
+    fingerprint = train_fingerprint(cfg, _data_sha256(prepared))
+    refuse_mismatch(read_fingerprint(out), fingerprint, f"the run in {out}",
+                    "rerun with the config it was made with (its config.yaml), or pass --fresh to start in a new "
+                    "folder, or --overwrite to replace it")
     resume = ckpt.find_resume(out, cfg.checkpoint.resume, rank, world)  # validated before anything is built
+    if resume is not None:  # also a checkpoint of another folder (checkpoint.resume=<path>)
+        refuse_mismatch(resume["trainer"].get("fingerprint"), fingerprint, f"checkpoint {resume['folder']}",
+                        "resume it with the config it was made with, or start a new run from its weights with "
+                        "model.path=<its run>/model and checkpoint.resume=never")
     shape: dict[str, float] = {}
     engine.setup(lambda: _build(cfg, tok, seq_len, shape), lambda params: build_optimizer(params, cfg.optim))
     progress = _restore(engine, resume, plan) if resume is not None else Progress()
     if engine.is_main:
+        write_fingerprint(out, fingerprint)
         save_config(cfg, out / "config.yaml")
         _truncate_metrics(out / "metrics.jsonl", progress.step)
     meter = _Meter(shape["flops_per_token"], cfg.precision, getattr(engine, "device", "cpu"), world, engine.is_main)
@@ -221,7 +231,7 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int) -> Path
             _report(cfg, engine, bar, record, plan)
             if progress.step == plan.total_steps or (cfg.checkpoint.every_steps
                                                      and progress.step % cfg.checkpoint.every_steps == 0):
-                _save(cfg, engine, plan, progress, rank, world)
+                _save(cfg, engine, plan, progress, rank, world, fingerprint)
     _finish(cfg, engine, prepared, plan, progress, shape)
     return out
 
@@ -343,15 +353,23 @@ def _report(cfg: TrainConfig, engine: Engine, bar, record: dict[str, Any], plan:
               f"mfu {100 * record['mfu']:.1f}%", flush=True)
 
 
-def _trainer_state(plan: Plan, progress: Progress, world: int) -> dict[str, Any]:
+def _data_sha256(prepared) -> str:
+    """sha256 of the training split's data files: the manifest's (checked on load), else hashed now."""
+    from .data.prepared import split_sha256
+
+    return prepared.manifest.get("sha256", {}).get("train") or split_sha256(Path(prepared.path) / "train")
+
+
+def _trainer_state(plan: Plan, progress: Progress, world: int, fingerprint: dict[str, Any]) -> dict[str, Any]:
     return {"step": progress.step, "progress": dataclasses.asdict(progress), "world_size": world,
             "rows": plan.rows, "seq_len": plan.seq_len, "global_batch_size": plan.global_batch,
-            "total_steps": plan.total_steps}
+            "total_steps": plan.total_steps, "fingerprint": fingerprint}
 
 
-def _save(cfg: TrainConfig, engine: Engine, plan: Plan, progress: Progress, rank: int, world: int) -> None:
-    ckpt.save_checkpoint(cfg.out, _trainer_state(plan, progress, world), engine.state_dict(), rank=rank,
-                         is_main=engine.is_main, barrier=engine.barrier, keep_last=cfg.checkpoint.keep_last)
+def _save(cfg: TrainConfig, engine: Engine, plan: Plan, progress: Progress, rank: int, world: int,
+          fingerprint: dict[str, Any]) -> None:
+    ckpt.save_checkpoint(cfg.out, _trainer_state(plan, progress, world, fingerprint), engine.state_dict(),
+                         rank=rank, is_main=engine.is_main, barrier=engine.barrier, keep_last=cfg.checkpoint.keep_last)
 
 
 def _restore(engine: Engine, resume: dict[str, Any], plan: Plan) -> Progress:

@@ -341,8 +341,8 @@ def test_torchrun_command_fills_nodes_and_processes_per_cell(tmp_path):
 def test_a_changed_config_does_not_reuse_finished_cells(tmp_path):
     run_experiment(experiment(tmp_path, grid={}), make_pipeline(Calls()), progress=False)
     changed = experiment(tmp_path, grid={}, train={"steps": 30})
-    with pytest.raises(UserError, match=r"finished cells were run with a different config: "
-                       r"standard \(train_config.yaml\), goldfish"):
+    with pytest.raises(UserError, match=r"cells were started with a different config: "
+                       r"standard \(train.steps: 20 -> 30\); goldfish \(train.steps: 20 -> 30\)"):
         run_experiment(changed, make_pipeline(Calls()), progress=False)
 
 

@@ -41,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report-only", action="store_true",
                         help="aggregate the finished cells and rewrite the report without running anything")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--rerun-stale", action="store_true",
+                        help="delete and rerun cells started with a different config (default: refuse to run)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         start = time.perf_counter()
         only = (lambda cid: fnmatch.fnmatch(cid, args.only)) if args.only else None
-        run_experiment(cfg, pipeline, progress=not args.no_progress, only=only)
+        run_experiment(cfg, pipeline, progress=not args.no_progress, only=only, rerun_stale=args.rerun_stale)
         print(f"experiment {cfg.name}: {len(plans)} cells in {time.perf_counter() - start:.0f} s", file=sys.stderr)
         with open(cfg.out_dir / "results.json", encoding="utf-8") as f:
             results = json.load(f)

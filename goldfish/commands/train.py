@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import sys
 from pathlib import Path
 
 from ..config import describe
+from ..errors import UserError
 
 DESCRIPTION = """\
 Train a Llama-architecture model on prepared data (goldfish prepare) with the standard or Goldfish loss.
 Config: a YAML file (experiments/train_*.yaml) plus key=value overrides, which win over the file. The run folder
 (out=) receives config.yaml, metrics.jsonl (one line per step), checkpoints/, model/ (Hugging Face format with the
-tokenizer) and summary.json. A killed run continues exactly where its last checkpoint left off (checkpoint.resume=auto).
+tokenizer), summary.json and fingerprint.json. A killed run continues exactly where its last checkpoint left off
+(checkpoint.resume=auto); a rerun into a run folder with a different data, model, loss, optimizer, schedule, precision,
+seed or code version is refused (--fresh trains in a new folder, --overwrite replaces the old run).
 
 examples:
   goldfish train experiments/train_tiny.yaml
   goldfish train experiments/train_tiny.yaml loss.type=goldfish loss.goldfish.k=4 out=runs/tiny_goldfish
+  goldfish train experiments/train_tiny.yaml optim.lr=1e-3 --fresh      # runs/train_tiny_2 (keeps runs/train_tiny)
   goldfish train experiments/train_tiny.yaml model.name=llama-10M precision=bf16 schedule.max_steps=200
   goldfish train data.path=data/prepared/wikipedia_demo model.path=/models/smollm2 optim.lr=1e-4
   torchrun --nproc_per_node 2 -m goldfish train experiments/train_tiny.yaml parallel.fsdp=true
@@ -28,6 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", nargs="?", default=None,
                         help="training config YAML (optional: a key=value-only run starts from the defaults)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="override config keys (e.g. optim.lr=3e-4)")
+    fresh = parser.add_mutually_exclusive_group()
+    fresh.add_argument("--fresh", action="store_true",
+                       help="if out= already holds a run, train in a new folder beside it (out_2, out_3, ...)")
+    fresh.add_argument("--overwrite", action="store_true",
+                       help="if out= already holds a run, delete it and train from scratch")
     parser.epilog = "config keys:\n" + "\n".join(describe(TrainConfig))
 
 
@@ -45,8 +57,38 @@ def run(args: argparse.Namespace) -> int:
 
     path, overrides = split_arguments(args.config, args.overrides)
     cfg = load_config(TrainConfig, path, overrides)
+    if args.fresh or args.overwrite:
+        cfg.out = str(start_over(Path(cfg.out), overwrite=args.overwrite))
     out = train(cfg)
     summary = out / "summary.json"
     if summary.is_file():
         print(f"trained: {out / 'model'}  (summary: {summary})")
     return 0
+
+
+RUN_MARKERS = ("config.yaml", "fingerprint.json", "metrics.jsonl", "checkpoints", "summary.json", "model")
+
+
+def start_over(out: Path, overwrite: bool) -> Path:
+    """The folder a ``--fresh``/``--overwrite`` run trains in: ``out`` itself when it holds nothing; else the first
+    free ``out_2``, ``out_3``, ... (fresh) or ``out`` after deleting the run in it (overwrite)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise UserError("--fresh/--overwrite choose the run folder in one process only; under torchrun give a new "
+                        "out= folder (or delete the old one) instead")
+    if not out.exists() or not any(out.iterdir()):
+        return out
+    if not overwrite:
+        n = 2
+        while out.with_name(f"{out.name}_{n}").exists():
+            n += 1
+        fresh = out.with_name(f"{out.name}_{n}")
+        print(f"{out} holds a run; training in {fresh}", file=sys.stderr)
+        return fresh
+    if not any((out / name).exists() for name in RUN_MARKERS):  # never delete a folder that is not a run
+        raise UserError(f"--overwrite: {out} is not a goldfish run folder (no config.yaml, checkpoints/ ...); "
+                        f"choose out= for the run folder itself")
+    doomed = out.with_name(f".{out.name}.deleting")
+    shutil.rmtree(doomed, ignore_errors=True)
+    os.replace(out, doomed)  # one rename: a kill mid-delete never leaves a half-deleted run that looks resumable
+    shutil.rmtree(doomed)
+    return out

@@ -28,6 +28,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..errors import UserError
+from ..io import recover_directory
 
 FORMAT = "goldfish-prepared/1"
 DOC_SPLITS = ("members", "nonmembers", "background")
@@ -82,10 +83,21 @@ def save_table(columns: dict[str, Any], path: Path) -> str:
     return split_sha256(path)
 
 
+def split_files(path: Path) -> list[Path]:
+    """The Arrow data files of a split folder: those its ``state.json`` lists, in name order (``datasets`` may write
+    ``cache-*.arrow`` files beside them, which are not part of the data)."""
+    path = Path(path)
+    try:
+        names = [f["filename"] for f in json.loads((path / "state.json").read_text(encoding="utf-8"))["_data_files"]]
+    except (OSError, ValueError, KeyError, TypeError):  # no or damaged state.json: the data files by their name
+        names = [f.name for f in path.glob("*.arrow") if not f.name.startswith("cache-")]
+    return [path / name for name in sorted(names)]
+
+
 def split_sha256(path: Path) -> str:
-    """sha256 over a split's ``.arrow`` files in name order (the bytes a training run reads)."""
+    """sha256 over a split's Arrow data files in name order (the bytes a training run reads)."""
     digest = hashlib.sha256()
-    for f in sorted(Path(path).glob("*.arrow")):
+    for f in split_files(path):
         with open(f, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 digest.update(block)
@@ -149,6 +161,7 @@ def load_saved_tokenizer(path: Path):
 
 
 def _read_manifest(path: Path) -> dict:
+    recover_directory(path, clean=False)  # a `prepare --overwrite` killed between its two renames left the folder as .<name>.old
     if not path.is_dir():
         raise UserError(f"prepared data not found: {path} (create it with: goldfish prepare data/wikipedia_demo.yaml "
                         f"--out {path})")
@@ -186,10 +199,11 @@ def _load_split(path: Path, name: str, columns: tuple[str, ...], manifest: dict,
     return ds
 
 
-def load_prepared(path: str | Path, verify: bool = False) -> Prepared:
+def load_prepared(path: str | Path, verify: bool = True) -> Prepared:
     """Open a prepared folder; one-line :class:`UserError` if it is missing, not prepared, or a split is damaged.
 
-    ``verify=True`` also re-hashes every split against the manifest's sha256 (reads all data once).
+    ``verify`` (default) re-hashes every split's data files against the manifest's sha256 (reads all data once), so
+    a changed or damaged Arrow file is never trained or evaluated on silently; ``verify=False`` skips that.
     """
     path = Path(path).expanduser()
     manifest = _read_manifest(path)

@@ -4,12 +4,18 @@ Resumability is per phase: prepared data is a complete folder or absent (written
 cell's training is finished once ``train/summary.json`` exists (a killed run resumes from the trainer's own
 checkpoints); evaluation resumes from its partial results. ``DONE`` is written last, so a rerun skips exactly the
 finished cells and redoes only the one that was interrupted.
+
+A cell's resolved ``train_config.yaml`` and ``eval_config.yaml`` are written before its first phase runs, and every
+later run compares them with the current ones for every started cell -- finished or not -- so one cell never mixes
+two configurations (``rerun_stale`` deletes such cells and runs them again instead).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -71,26 +77,58 @@ def _torchrun_train(cfg: ExperimentConfig, plan: CellPlan) -> None:
                         f"experiment to resume from the last checkpoint")
 
 
-def check_not_stale(plans: list[CellPlan]) -> None:
-    """Refuse to reuse finished cells whose saved train/eval configs differ from the current ones: their results
-    would silently mix two experiments in one table."""
-    stale = []
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_flat(item, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: value}
+
+
+def stale_cells(plans: list[CellPlan]) -> dict[str, str]:
+    """``{cell id: what differs}`` for started cells whose saved train/eval config differs from the current one."""
+    stale = {}
     for plan in plans:
-        if not is_done(plan):
-            continue
+        diffs = []
         for name, current in (("train_config.yaml", plan.train_cfg), ("eval_config.yaml", plan.eval_cfg)):
-            saved = plan.dir / name
-            if saved.is_file() and read_yaml(saved) != yaml.safe_load(yaml.safe_dump(to_dict(current))):
-                stale.append(f"{plan.cell.id} ({name})")
+            path = plan.dir / name
+            if not path.is_file():
+                continue
+            saved, now = _flat(read_yaml(path)), _flat(yaml.safe_load(yaml.safe_dump(to_dict(current))))
+            keys = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
+            diffs += [f"{name.split('_')[0]}.{k}: {saved.get(k)} -> {now.get(k)}" for k in keys[:3]]
+        if diffs:
+            stale[plan.cell.id] = ", ".join(diffs)
+    return stale
+
+
+def check_not_stale(plans: list[CellPlan]) -> None:
+    """Refuse to reuse started cells (finished or interrupted) whose saved train/eval configs differ from the
+    current ones: their results would silently mix two experiments in one table, or two configs in one run."""
+    stale = stale_cells(plans)
     if stale:
-        raise UserError(f"finished cells were run with a different config: {', '.join(stale)}; use a new out=... "
-                        f"folder, or delete those cells' folders to rerun them")
+        shown = "; ".join(f"{cid} ({what})" for cid, what in list(stale.items())[:4])
+        more = f"; and {len(stale) - 4} more cells" if len(stale) > 4 else ""
+        raise UserError(f"cells were started with a different config: {shown}{more}; use a new out=... folder, or "
+                        f"pass --rerun-stale to delete those cells and run them again")
+
+
+def _remove_cell(plan: CellPlan) -> None:
+    """Delete a stale cell's folder (renamed away first, so a kill never leaves a half-deleted cell behind)."""
+    doomed = plan.dir.with_name(f".{plan.dir.name}.deleting")
+    shutil.rmtree(doomed, ignore_errors=True)
+    os.replace(plan.dir, doomed)
+    shutil.rmtree(doomed)
 
 
 def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
              phase: Callable[[str], None] = lambda _: None) -> dict:
     """Run (or resume) one cell; returns its record (also written to ``<cell>/cell.json``)."""
     times: dict[str, float] = {}
+    # before any phase: a killed cell's configs then describe exactly what its partial outputs were made with
+    save_config(plan.train_cfg, plan.dir / "train_config.yaml")
+    save_config(plan.eval_cfg, plan.dir / "eval_config.yaml")
     if not (plan.data_dir / "manifest.json").is_file():
         phase("prepare")
         t0 = time.perf_counter()
@@ -113,21 +151,28 @@ def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
         "cell": plan.cell.id, "arm": plan.cell.arm, "values": plan.cell.values, "overrides": plan.cell.overrides,
         "data_dir": str(plan.data_dir), "finished": _now(), "phase_seconds_this_run": times,
     }
-    save_config(plan.train_cfg, plan.dir / "train_config.yaml")
-    save_config(plan.eval_cfg, plan.dir / "eval_config.yaml")
     atomic_write_json(plan.dir / "cell.json", record)
     atomic_write_json(plan.dir / DONE, {"finished": record["finished"]})  # last: the cell is complete
     return record
 
 
 def run_experiment(cfg: ExperimentConfig, pipeline: Pipeline | None = None, *, progress: bool = True,
-                   only: Callable[[str], bool] | None = None) -> Path:
-    """Run every unfinished cell, then aggregate results and write the report. Returns the output folder."""
+                   only: Callable[[str], bool] | None = None, rerun_stale: bool = False) -> Path:
+    """Run every unfinished cell, then aggregate results and write the report. Returns the output folder.
+
+    Started cells whose saved configs differ from the current ones are refused (one line, nothing written), or
+    with ``rerun_stale`` deleted and run again."""
     from .aggregate import aggregate
     from .report import write_study_report
 
     pipeline = pipeline or default_pipeline()
     plans = plan_cells(cfg, pipeline)  # fail fast: every cell's config is valid before any work
+    if rerun_stale:
+        stale = stale_cells(plans)
+        for plan in plans:
+            if plan.cell.id in stale and (only is None or only(plan.cell.id)):
+                print(f"[{plan.cell.id}] config changed ({stale[plan.cell.id]}): running it again", file=sys.stderr)
+                _remove_cell(plan)
     check_not_stale(plans)
     out = cfg.out_dir
     out.mkdir(parents=True, exist_ok=True)
