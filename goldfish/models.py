@@ -104,22 +104,24 @@ def load_local_model(path: str | Path, vocab_size: int) -> nn.Module:
     if not path.exists():
         raise UserError(f"model.path={str(path)!r} does not exist (give a local Hugging Face folder or .gguf file)")
     kwargs: dict[str, Any] = {"trust_remote_code": False, "dtype": torch.float32}
+    if path.is_file() and path.suffix != ".gguf":
+        raise UserError(f"model.path={str(path)!r} is a file but not a .gguf; give a folder or a .gguf file")
+    try:
+        if path.is_file():
+            model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, **kwargs)
+    except Exception as e:  # damaged files raise SafetensorError, UnpicklingError, ValueError, OSError, ...
+        raise UserError(f"model.path={str(path)!r} cannot be loaded ({type(e).__name__}: "
+                        f"{(str(e).splitlines() or [''])[0][:160]}); give a Hugging Face folder with intact "
+                        f"safetensors weights, or a valid .gguf file") from None
     if path.is_file():
-        if path.suffix != ".gguf":
-            raise UserError(f"model.path={str(path)!r} is a file but not a .gguf; give a folder or a .gguf file")
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
         # GGUF weights are dequantised to fp32 on load; drop the quantizer so the model trains and saves as a plain one
         model.hf_quantizer = None
         if getattr(model, "is_quantized", False):
             model.is_quantized = False
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
-    else:
-        try:
-            model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, **kwargs)
-        except (OSError, ValueError) as e:
-            raise UserError(f"model.path={str(path)!r} is not a loadable Hugging Face model folder: "
-                            f"{str(e).splitlines()[0]}") from None
     model_vocab = model.get_input_embeddings().num_embeddings
     padded = model_vocab > vocab_size and model_vocab % 64 == 0 and model_vocab - vocab_size < 128  # GPU padding
     if model_vocab != vocab_size and not padded:
