@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -70,8 +71,14 @@ def make_plan(schedule: ScheduleConfig, optim: OptimConfig, rows: int, seq_len: 
     """Check batch divisibility (printing every factor) and resolve the training length; stops at the first budget."""
     g, m = schedule.global_batch_size, schedule.micro_batch_size
     if g % (m * dp_size):
+        # dp counts the processes that read distinct rows of a step: native dp, but every process under
+        # engine=axonn (its tensor-parallel grid reads separate rows too), so 4 processes with row=2 col=2 split by 4
+        fit = m * dp_size * math.ceil(g / (m * dp_size))
+        smaller = [d for d in range(m, 0, -1) if g % (d * dp_size) == 0]
+        hint = f" or micro_batch_size={smaller[0]}" if smaller else ""
         raise UserError(f"schedule.global_batch_size={g} is not divisible by micro_batch_size({m})·dp({dp_size})="
-                        f"{m * dp_size}; use a multiple of {m * dp_size}, or change micro_batch_size")
+                        f"{m * dp_size} (dp: processes reading distinct rows; every process with engine=axonn); "
+                        f"use global_batch_size={fit}{hint}")
     if rows < g:
         raise UserError(f"the training split has {rows} rows, fewer than schedule.global_batch_size={g}; lower it")
     steps_per_epoch = rows // g  # the last partial batch of an epoch is dropped: every step has the same size
@@ -222,13 +229,14 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int) -> Path
     meter = _Meter(shape["flops_per_token"], cfg.precision, getattr(engine, "device", "cpu"), world, engine.is_main)
     gcfg = goldfish_config(cfg, tok)
     orders = _EpochOrders(len(rows), cfg.seed, cfg.data.shuffle)
+    clock = _LineClock()
     with JsonlLogger(out / "metrics.jsonl", enabled=engine.is_main) as log, _bar(cfg, engine, plan, progress) as bar:
         while progress.step < plan.total_steps:
             if progress.position + plan.global_batch > plan.steps_per_epoch * plan.global_batch:
                 progress.epoch, progress.position = progress.epoch + 1, 0  # next epoch, next permutation
             record = _train_step(cfg, engine, plan, rows, orders[progress.epoch], gcfg, progress, meter)
             log.log(record)
-            _report(cfg, engine, bar, record, plan)
+            _report(cfg, engine, bar, record, plan, clock)
             if progress.step == plan.total_steps or (cfg.checkpoint.every_steps
                                                      and progress.step % cfg.checkpoint.every_steps == 0):
                 _save(cfg, engine, plan, progress, rank, world, fingerprint)
@@ -343,11 +351,30 @@ def _bar(cfg: TrainConfig, engine: Engine, plan: Plan, progress: Progress):
                 disable=None if show else True)  # None: shown only on a terminal
 
 
-def _report(cfg: TrainConfig, engine: Engine, bar, record: dict[str, Any], plan: Plan) -> None:
-    """Progress bar postfix on a terminal; otherwise one log line every ``log_every`` steps."""
+LOG_INTERVAL_S = 60.0  # without a terminal a log line comes at least this often, whatever log_every says
+
+
+class _LineClock:
+    """Whether a log line is due by time: only when stdout is no terminal (a log file, an experiment's log)."""
+
+    def __init__(self):
+        self.last = time.monotonic()
+        self.active = not sys.stdout.isatty()
+
+    def due(self) -> bool:
+        if not self.active or time.monotonic() - self.last < LOG_INTERVAL_S:
+            return False
+        self.last = time.monotonic()
+        return True
+
+
+def _report(cfg: TrainConfig, engine: Engine, bar, record: dict[str, Any], plan: Plan, clock: _LineClock) -> None:
+    """Progress bar postfix on a terminal; otherwise one log line every ``log_every`` steps, and without a terminal
+    also at least one every ``LOG_INTERVAL_S`` seconds (so a long run in a log file always shows progress)."""
     if not bar.disable:
         bar.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{record['tokens_per_s']:.0f}")
-    elif engine.is_main and (record["step"] % cfg.log_every == 0 or record["step"] == plan.total_steps):
+    elif engine.is_main and (record["step"] % cfg.log_every == 0 or record["step"] == plan.total_steps
+                             or clock.due()):
         print(f"step {record['step']}/{plan.total_steps}  loss {record['loss']:.4f}  lr {record['lr']:.2e}  "
               f"grad_norm {record['grad_norm']:.3f}  tokens/s {record['tokens_per_s']:.0f}  "
               f"mfu {100 * record['mfu']:.1f}%", flush=True)

@@ -100,7 +100,9 @@ def _known_keys(cls: type) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
 
 
-QUIET_LOG_EVERY = 1_000_000  # without a bar the trainer prints every log_every steps; in a cell: only the last
+# without a bar the trainer prints every log_every steps; in a cell only the last, plus (when stdout is no terminal,
+# e.g. a log file) one line per goldfish.train.LOG_INTERVAL_S seconds, so the experiment log shows training progress
+QUIET_LOG_EVERY = 1_000_000
 
 
 def _quiet(section: dict, cls: type) -> dict:
