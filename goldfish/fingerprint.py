@@ -85,15 +85,17 @@ def train_fingerprint(cfg: Any, data_sha256: str | None) -> dict[str, Any]:
 
 
 def differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """``key: saved -> current`` for every key both hold with different values, and every key only one holds
-    (``data.sha256`` missing on one side is not a difference: it is left out of checks made before preparing)."""
-    out = []
+    """``key: saved -> current`` for every key with different values; keys both hold come first (a key only one
+    side holds follows from another difference, e.g. loss.goldfish.* from loss.type). ``data.sha256`` missing on
+    one side is not a difference: checks made before the data is prepared leave it out."""
+    both, one = [], []
     for key in sorted(set(saved) | set(current)):
         if key == "data.sha256" and (key not in saved or key not in current):
             continue
-        if saved.get(key, "<absent>") != current.get(key, "<absent>"):
-            out.append(f"{key}: {_show(saved.get(key, '<absent>'))} -> {_show(current.get(key, '<absent>'))}")
-    return out
+        old, new = saved.get(key, "<absent>"), current.get(key, "<absent>")
+        if old != new:
+            (both if key in saved and key in current else one).append(f"{key}: {_show(old)} -> {_show(new)}")
+    return both + one
 
 
 def _show(value: Any) -> str:

@@ -44,6 +44,20 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def _naming(e: OSError, path: Path, tmp: Path | None = None) -> OSError:
+    """``e`` naming the file the user knows: ``path`` when the OS named none (a failed fsync or write), and
+    ``path/x`` rather than ``tmp/x`` for a file of the temporary folder being built (deleted by now)."""
+    if e.errno is None:
+        return e
+    name = e.filename
+    if name is None:
+        name = str(path)
+    elif tmp is not None and str(name).startswith(str(tmp)):
+        name = str(path) + str(name)[len(str(tmp)):]
+    # OSError(errno, ...) builds the matching subclass again (PermissionError, FileNotFoundError, ...)
+    return e if name == e.filename else OSError(e.errno, e.strerror, name)
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (temp file in the same folder, fsync, rename, fsync of the folder)."""
     path = Path(path)
@@ -56,9 +70,11 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the usual permissions
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise _naming(e, path) from e
         raise
     fsync_dir(path.parent)
 
@@ -177,8 +193,10 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = False) -> Iterat
     try:
         yield tmp
         _commit(tmp, path)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError):
+            raise _naming(e, path, tmp) from e
         raise
 
 

@@ -1,0 +1,558 @@
+"""Fault injection: changed-config resumes and reruns, full disks, damaged files, malicious inputs, kills.
+
+Every case asserts what a user sees -- one ``error: ...`` line naming the problem (exit 2, no traceback) -- and that
+no output written earlier changed (sha256 of every file before and after). The commands run in-process through
+``goldfish.cli.main`` (fast, and write calls can be patched); kills use real subprocesses and SIGKILL.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import pickle
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from train_helpers import REPO, cli_env, load_weights, make_prepared, overrides_of, tiny_config
+
+from goldfish import fingerprint
+from goldfish import io as gio
+from goldfish.checkpoint import COMPLETE, list_checkpoints
+from goldfish.cli import main
+from goldfish.data.prepared import load_prepared, split_sha256
+
+ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_thread):
+    """One torch thread: in-process runs are bit-identical to the one-thread subprocesses they are compared to."""
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A tiny prepared folder whose manifest holds the sha256 of every split (as ``goldfish prepare`` writes it)."""
+    folder = make_prepared(tmp_path_factory.mktemp("prepared") / "tiny", rows=16, seq_len=32, vocab=64)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["sha256"] = {s: split_sha256(folder / s) for s in ("members", "nonmembers", "train")}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+def hashes(folder: Path) -> dict[str, str]:
+    """{relative path: sha256} of every file under ``folder`` (empty if it does not exist)."""
+    if not Path(folder).exists():
+        return {}
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+
+
+def cli(argv: list[str], capsys) -> tuple[int, str]:
+    """Run ``goldfish ARGV`` in-process; returns (exit status, stderr)."""
+    capsys.readouterr()
+    rc = main([str(a) for a in argv])
+    return rc, capsys.readouterr().err
+
+
+def assert_one_error(rc: int, err: str, *needles: str) -> str:
+    """Exit 2, exactly one ``error:`` line, no traceback; the line contains every needle. Returns the line."""
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def train_argv(data: Path, out: Path, **kw) -> list[str]:
+    base = {"loss": {"type": "goldfish", "goldfish": {"k": 4, "h": 13}},
+            "schedule": {"max_steps": 6, "global_batch_size": 4, "micro_batch_size": 2},
+            "checkpoint": {"every_steps": 2, "keep_last": 0}}
+    return ["train", *overrides_of(tiny_config(data, out, **{**base, **kw}))]
+
+
+def as_killed_at_step_4(run: Path) -> None:
+    """Turn a finished 6-step run into what a kill after the step-4 checkpoint leaves behind."""
+    shutil.rmtree(run / "model")
+    (run / "summary.json").unlink()
+    shutil.rmtree(run / "checkpoints" / "step_000006")
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Temporary or half-deleted folders and files (``.x.tmp``, ``.x.old``, ``.x.deleting``) anywhere under it."""
+    return sorted(str(p.relative_to(folder)) for p in Path(folder).rglob(".*")
+                  if p.name.endswith((".tmp", ".old", ".deleting")))
+
+
+# ------------------------------------------------------------------------------------------------ changed config
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"loss__type": "standard"}, "loss.type: goldfish -> standard"),
+    ({"optim__lr": 0.0083}, "optim.lr: 0.01 -> 0.0083"),
+    ({"loss__goldfish__k": 3}, "loss.goldfish.k: 4 -> 3"),
+    ({"seed": 1}, "seed: 0 -> 1"),
+])
+def test_resuming_a_killed_run_with_another_setting_is_refused(data, tmp_path, capsys, change, key):
+    run = tmp_path / "run"
+    assert cli(train_argv(data, run), capsys)[0] == 0
+    as_killed_at_step_4(run)
+    before = hashes(run)
+    assert_one_error(*cli(train_argv(data, run, **change), capsys), key, "--fresh", "--overwrite")
+    assert hashes(run) == before  # config.yaml not rewritten, no step 5 logged, no checkpoint
+
+
+def test_a_finished_run_is_not_relabelled_by_a_rerun_with_another_loss(data, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert cli(train_argv(data, run, loss__type="standard"), capsys)[0] == 0
+    before = hashes(run)
+    assert_one_error(*cli(train_argv(data, run, loss__type="goldfish"), capsys), "loss.type: standard -> goldfish")
+    assert hashes(run) == before
+    assert json.loads((run / "summary.json").read_text())["loss_type"] == "standard"
+
+
+def test_the_same_config_still_resumes_and_display_settings_may_change(data, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert cli(train_argv(data, run), capsys)[0] == 0
+    reference = load_weights(run)
+    as_killed_at_step_4(run)
+    # logging and checkpoint cadence change how, not what: the resume is allowed
+    rc, err = cli(train_argv(data, run, log_every=2, checkpoint={"every_steps": 3, "keep_last": 1}), capsys)
+    assert rc == 0, err
+    assert all(torch.equal(reference[k], v) for k, v in load_weights(run).items())
+
+
+def test_fresh_trains_beside_and_overwrite_replaces(data, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert cli(train_argv(data, run), capsys)[0] == 0
+    before = hashes(run)
+    rc, err = cli([*train_argv(data, run, optim__lr=0.005), "--fresh"], capsys)
+    assert rc == 0 and f"training in {tmp_path / 'run_2'}" in err, err
+    assert hashes(run) == before
+    assert json.loads((tmp_path / "run_2" / "fingerprint.json").read_text())["optim.lr"] == 0.005
+    assert cli([*train_argv(data, run, optim__lr=0.005), "--overwrite"], capsys)[0] == 0
+    assert json.loads((run / "fingerprint.json").read_text())["optim.lr"] == 0.005
+    assert read_lrs(run) == read_lrs(tmp_path / "run_2")  # a clean run: no step of the old one is left
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "mine.txt").write_text("keep me")
+    assert_one_error(*cli([*train_argv(data, tmp_path / "notes"), "--overwrite"], capsys), "not a goldfish run")
+    assert (tmp_path / "notes" / "mine.txt").read_text() == "keep me"
+
+
+def read_lrs(run: Path) -> list[float]:
+    return [r["lr"] for r in gio.read_jsonl(run / "metrics.jsonl")]
+
+
+def test_a_checkpoint_of_another_config_is_refused_and_so_is_new_code(data, tmp_path, capsys, monkeypatch):
+    run = tmp_path / "run"
+    assert cli(train_argv(data, run), capsys)[0] == 0
+    step2 = list_checkpoints(run)[0]
+    other = tmp_path / "other"
+    argv = train_argv(data, other, optim__lr=0.02, checkpoint={"every_steps": 2, "resume": str(step2)})
+    assert_one_error(*cli(argv, capsys), f"checkpoint {step2}", "optim.lr: 0.01 -> 0.02")
+    assert not other.exists()
+    as_killed_at_step_4(run)
+    before = hashes(run)
+    monkeypatch.setattr(fingerprint, "code_version", lambda: "9.9.9+git.0123456789ab")
+    assert_one_error(*cli(train_argv(data, run), capsys), "code:", "9.9.9+git.0123456789ab")
+    assert hashes(run) == before
+
+
+def test_code_version_names_the_commit_or_the_sources():
+    version = fingerprint.code_version()
+    assert version.startswith("0.1.0+")
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if commit.returncode == 0:
+        assert version == f"0.1.0+git.{commit.stdout.strip()[:12]}"
+    else:
+        assert version.startswith("0.1.0+src.")
+
+
+def test_a_started_experiment_cell_with_another_config_is_refused(tmp_path):
+    from test_experiment_runner import Calls, experiment, make_pipeline
+
+    from goldfish.errors import UserError
+    from goldfish.experiment import run_experiment
+
+    cfg = experiment(tmp_path, grid={})
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_experiment(cfg, make_pipeline(Calls(fail_on_train=1)), progress=False)  # first cell killed in training
+    cell = tmp_path / "exp" / "cells" / "standard"
+    saved = (cell / "train_config.yaml").read_text()
+    before = hashes(tmp_path / "exp")
+    changed = experiment(tmp_path, grid={}, train={"steps": 30})
+    with pytest.raises(UserError, match=r"standard \(train.steps: 20 -> 30\).*--rerun-stale"):
+        run_experiment(changed, make_pipeline(Calls()), progress=False)
+    assert hashes(tmp_path / "exp") == before
+    calls = Calls()
+    run_experiment(changed, make_pipeline(calls), progress=False, rerun_stale=True)
+    assert len(calls.trained) == 2
+    assert (cell / "train_config.yaml").read_text() == saved.replace("steps: 20", "steps: 30")
+
+
+# ------------------------------------------------------------------------------------------------ full disk
+
+
+def _raise_enospc(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as a failing write or fsync: no file name
+
+
+def _torch_zip_failure(*args, **kwargs):
+    raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+
+
+@pytest.mark.parametrize("target, attribute, failure, needle", [
+    ("os", "fsync", _raise_enospc, "no space left on device"),                # every atomic file write
+    ("torch", "save", _torch_zip_failure, "could not write checkpoint"),    # optimizer state
+    ("safetensors.torch", "save_file", _raise_enospc, "could not write checkpoint"),  # weights, RNG
+])
+def test_a_full_disk_while_training_is_one_line_and_leaves_earlier_checkpoints(data, tmp_path, capsys, monkeypatch,
+                                                                                target, attribute, failure, needle):
+    import importlib
+
+    run = tmp_path / "run"
+    assert cli(train_argv(data, run), capsys)[0] == 0
+    as_killed_at_step_4(run)
+    before = hashes(run / "checkpoints")
+    monkeypatch.setattr(importlib.import_module(target), attribute, failure)
+    assert_one_error(*cli(train_argv(data, run), capsys), needle)
+    monkeypatch.undo()
+    assert hashes(run / "checkpoints") == before
+    assert leftovers(run) == [] and not (run / "model").exists()
+    assert cli(train_argv(data, run), capsys)[0] == 0  # space freed: the run resumes and finishes
+
+
+def test_a_full_disk_while_exporting_keeps_the_previous_model(data, tmp_path, capsys, monkeypatch):
+    from transformers import PreTrainedModel
+
+    run = tmp_path / "run"
+    assert cli(train_argv(data, run), capsys)[0] == 0
+    before = hashes(run / "model")
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", _raise_enospc)
+    assert_one_error(*cli(train_argv(data, run), capsys), "no space left on device")  # re-export of a finished run
+    assert hashes(run / "model") == before and leftovers(run) == []
+
+
+def test_a_full_disk_while_preparing_keeps_the_old_folder(data, tmp_path, capsys, monkeypatch):
+    import datasets
+
+    corpus = _corpus(tmp_path / "corpus.jsonl", docs=30)
+    argv = ["prepare", "data/local_jsonl.yaml", f"source.path={corpus}", "seq_len=32", "doc_tokens=32",
+            "min_tokens=16", "num_nonmembers=5", "repetitions=[1]", "--out", tmp_path / "prep", "--quiet"]
+    monkeypatch.chdir(REPO)
+    assert cli(argv, capsys)[0] == 0
+    before = hashes(tmp_path / "prep")
+    for target, attribute in ((datasets.Dataset, "save_to_disk"), (os, "fsync")):
+        with monkeypatch.context() as patch:
+            patch.setattr(target, attribute, _raise_enospc)
+            assert_one_error(*cli([*argv, "--overwrite"], capsys), "no space left on device", str(tmp_path / "prep"))
+        assert hashes(tmp_path / "prep") == before and leftovers(tmp_path) == []
+
+
+def test_a_full_disk_while_evaluating_keeps_earlier_results(data, tmp_path, capsys, monkeypatch):
+    run = tmp_path / "run"
+    assert cli(train_argv(data, run), capsys)[0] == 0
+    argv = ["eval", "--model", run / "model", "--data", data, "--out", tmp_path / "ev", "--prefix-len", "4",
+            "--suffix-len", "4", "--no-report", "--no-progress"]
+    assert cli(argv, capsys)[0] == 0
+    before = hashes(tmp_path / "ev")
+    monkeypatch.setattr(os, "fsync", _raise_enospc)
+    assert_one_error(*cli([*argv, "--no-resume"], capsys), "no space left on device")
+    assert hashes(tmp_path / "ev") == before and leftovers(tmp_path / "ev") == []
+
+
+def test_no_cuda_is_one_line(data, tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    run = tmp_path / "run"
+    assert cli(train_argv(data, run), capsys)[0] == 0
+    argv = ["eval", "--model", run / "model", "--data", data, "--out", tmp_path / "ev", "--device", "cuda",
+            "--prefix-len", "4", "--suffix-len", "4", "--no-report", "--no-progress"]
+    assert_one_error(*cli(argv, capsys), "no usable CUDA device", "--device cpu")
+
+
+# ------------------------------------------------------------------------------------------------ damaged files
+
+
+@pytest.mark.parametrize("damage", ["truncate_weights", "garble_state", "malicious_optimizer", "drop_complete"])
+def test_a_damaged_explicit_checkpoint_is_one_line(data, tmp_path, capsys, damage):
+    run = tmp_path / "run"
+    assert cli(train_argv(data, run), capsys)[0] == 0
+    step4 = list_checkpoints(run)[1]
+    pwned = tmp_path / "PWNED"
+    if damage == "truncate_weights":
+        f = step4 / "model_rank00000.safetensors"
+        f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    elif damage == "garble_state":
+        (step4 / "trainer_state.json").write_bytes(b"\x00\xff{")
+    elif damage == "malicious_optimizer":
+        (step4 / "optimizer_rank00000.pt").write_bytes(pickle.dumps(_Evil(pwned)))
+    else:
+        (step4 / COMPLETE).unlink()
+    other = tmp_path / "other"
+    argv = train_argv(data, other, checkpoint={"every_steps": 2, "resume": str(step4)})
+    assert_one_error(*cli(argv, capsys), str(step4))
+    assert not other.exists() and not pwned.exists()
+
+
+class _Evil:
+    """A pickle that would create a file if it were ever unpickled."""
+
+    def __init__(self, target: Path):
+        self.target = target
+
+    def __reduce__(self):
+        return (Path.touch, (self.target,))
+
+
+def test_every_checkpoint_broken_is_one_line_not_a_fresh_start(data, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert cli(train_argv(data, run), capsys)[0] == 0
+    as_killed_at_step_4(run)
+    for folder in list_checkpoints(run):
+        (folder / "model_rank00000.safetensors").write_bytes(b"")
+    before = hashes(run)
+    assert_one_error(*cli(train_argv(data, run), capsys), "no readable checkpoint")
+    assert hashes(run) == before
+
+
+def test_changed_training_data_is_refused_and_datasets_cache_files_are_not_damage(data, tmp_path, capsys):
+    copy = tmp_path / "data"
+    shutil.copytree(data, copy)
+    load_prepared(copy)  # verified by default
+    (copy / "train" / "cache-0123456789abcdef.arrow").write_bytes(b"written by datasets.map")
+    assert load_prepared(copy).manifest["sha256"]["train"] == split_sha256(data / "train")
+    arrow = next(f for f in (copy / "train").glob("data-*.arrow"))
+    raw = bytearray(arrow.read_bytes())
+    raw[-64] ^= 0x01  # one bit of token data, same size: only the checksum can tell
+    arrow.write_bytes(bytes(raw))
+    assert_one_error(*cli(train_argv(copy, tmp_path / "run"), capsys), "does not match the sha256", "train")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated_arrow", "manifest_not_json", "no_tokenizer"])
+def test_damaged_prepared_data_is_one_line(data, tmp_path, capsys, damage):
+    copy = tmp_path / "data"
+    shutil.copytree(data, copy)
+    if damage == "truncated_arrow":
+        arrow = next((copy / "members").glob("data-*.arrow"))
+        arrow.write_bytes(arrow.read_bytes()[:100])
+    elif damage == "manifest_not_json":
+        (copy / "manifest.json").write_text('{"format": "goldfish-prep')
+    else:
+        shutil.rmtree(copy / "tokenizer")
+    assert_one_error(*cli(train_argv(copy, tmp_path / "run"), capsys), str(copy))
+    assert not (tmp_path / "run").exists()
+
+
+def _tiny_llama_folder(folder: Path, vocab: int = 64) -> Path:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64)
+    LlamaForCausalLM(config).save_pretrained(str(folder))
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["corrupt_safetensors", "fake_gguf", "malicious_pickle", "custom_code"])
+def test_a_broken_or_hostile_model_to_fine_tune_is_one_line_and_runs_nothing(data, tmp_path, capsys, kind):
+    pwned = tmp_path / "PWNED"
+    model = _tiny_llama_folder(tmp_path / "model")
+    if kind == "corrupt_safetensors":
+        (model / "model.safetensors").write_bytes(b"\xff" * 64)
+    elif kind == "fake_gguf":
+        model = tmp_path / "model.gguf"
+        model.write_bytes(b"GGUF" + bytes(60))
+    elif kind == "malicious_pickle":
+        (model / "model.safetensors").unlink()
+        (model / "pytorch_model.bin").write_bytes(pickle.dumps(_Evil(pwned)))
+    else:
+        config = json.loads((model / "config.json").read_text())
+        config.update(model_type="evil", auto_map={"AutoConfig": "evil.EvilConfig",
+                                                  "AutoModelForCausalLM": "evil.EvilModel"})
+        (model / "config.json").write_text(json.dumps(config))
+        (model / "evil.py").write_text(f"from pathlib import Path\nPath({str(pwned)!r}).touch()\n")
+    argv = train_argv(data, tmp_path / "run", model={"path": str(model)})
+    assert_one_error(*cli(argv, capsys), str(model))
+    assert not pwned.exists() and not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------------------------------------ folders and JSON
+
+
+def test_an_interrupted_two_rename_replacement_is_recovered(tmp_path, monkeypatch):
+    """Where the OS has no atomic exchange: killed between ``path -> .old`` and ``tmp -> path``, the next start puts
+    the old folder back and removes the debris."""
+    target = tmp_path / "prep"
+    with gio.atomic_directory(target) as tmp:
+        (tmp / "a.txt").write_text("old")
+    monkeypatch.setattr(gio, "exchange", lambda a, b: False)
+    real_replace = os.replace
+
+    def killed_at_second_rename(src, dst):
+        if Path(src).name.endswith(".tmp"):
+            raise SystemExit("killed")  # BaseException, like the end of the process
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", killed_at_second_rename)
+    with pytest.raises(SystemExit):
+        with gio.atomic_directory(target, overwrite=True) as tmp:
+            (tmp / "a.txt").write_text("new")
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert not target.exists() and (tmp_path / ".prep.old").is_dir()  # the state a kill leaves
+    (tmp_path / ".prep.abc123.tmp").mkdir()  # a temp folder of another killed run
+    gio.recover_directory(target, clean=False)  # what a reader (load_prepared) does: restore, delete nothing
+    assert (target / "a.txt").read_text() == "old" and (tmp_path / ".prep.abc123.tmp").exists()
+    with gio.atomic_directory(target, overwrite=True) as tmp:  # a writer cleans up first
+        (tmp / "a.txt").write_text("new")
+    assert (target / "a.txt").read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["prep"]
+
+
+def test_replacement_is_one_atomic_exchange_where_the_os_has_it(tmp_path, monkeypatch):
+    target = tmp_path / "model"
+    with gio.atomic_directory(target) as tmp:
+        (tmp / "w").write_text("1")
+    if not gio.exchange(tmp_path / "model", tmp_path / "model"):
+        pytest.skip("no renameat2(RENAME_EXCHANGE) on this OS / file system")
+    renames = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: (renames.append((a, b)), real_replace(a, b)))
+    with gio.atomic_directory(target, overwrite=True) as tmp:
+        (tmp / "w").write_text("2")
+    assert renames == [] and (target / "w").read_text() == "2"  # no moment without a complete folder
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_json_is_strict_and_says_which_values_were_not_finite(tmp_path):
+    import numpy as np
+
+    gio.atomic_write_json(tmp_path / "r.json", {"loss": float("nan"), "ppl": np.float32("inf"),
+                                                "curve": [1.0, float("-inf")], "ok": 2.5})
+    text = (tmp_path / "r.json").read_text()
+    value = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert value == {"loss": None, "ppl": None, "curve": [1.0, None], "ok": 2.5,
+                     "json_nulls": {"loss": "nan", "ppl": "inf", "curve[1]": "-inf"}}
+
+
+# ------------------------------------------------------------------------------------------------ kills
+
+
+def _spawn(argv: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "goldfish", *map(str, argv)], env=cli_env(), cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _kill_after(proc: subprocess.Popen, seconds: float) -> bool:
+    """SIGKILL ``proc`` after ``seconds``; False if it had already finished."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return True
+
+
+def _corpus(path: Path, docs: int, seed: int = 1) -> Path:
+    rng = random.Random(seed)
+    words = ["the", "of", "river", "city", "king", "war", "north", "people", "was", "built"]
+    path.write_text("".join(json.dumps({"text": " ".join(rng.choice(words) for _ in range(80))}) + "\n"
+                            for _ in range(docs)))
+    return path
+
+
+def test_prepare_killed_at_random_moments_gives_the_same_bytes(tmp_path, capsys, monkeypatch):
+    """``prepare --overwrite`` SIGKILLed at random moments: the folder is always the old one or a complete new one,
+    and the run that finishes writes the same Arrow bytes as an uninterrupted one."""
+    monkeypatch.chdir(REPO)
+    corpus = _corpus(tmp_path / "corpus.jsonl", docs=40)
+    argv = ["prepare", "data/local_jsonl.yaml", f"source.path={corpus}", "seq_len=32", "doc_tokens=32",
+            "min_tokens=16", "num_nonmembers=5", "repetitions=[1,2]", "--quiet"]
+    reference, out = tmp_path / "reference", tmp_path / "prep"
+    assert cli([*argv, "--out", reference], capsys)[0] == 0
+    shutil.copytree(reference, out)
+    seed = int(time.time())
+    for attempt in range(2):
+        proc = _spawn([*argv, "--out", out, "--overwrite", f"seed={attempt + 1}"])
+        _kill_after(proc, random.Random(seed + attempt).uniform(0.5, 6.0))
+        load_prepared(out)  # complete and matching its own checksums, old or new (a reader restores an .old)
+    assert cli([*argv, "--out", out, "--overwrite"], capsys)[0] == 0
+    assert hashes(out / "train") == hashes(reference / "train"), seed
+    assert hashes(out / "members") == hashes(reference / "members") and leftovers(tmp_path) == []
+
+
+def test_eval_killed_at_a_random_moment_resumes_to_the_same_results(data, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert cli(train_argv(data, run, schedule={"max_steps": 2, "global_batch_size": 4, "micro_batch_size": 4}),
+               capsys)[0] == 0
+    argv = ["eval", "--model", run / "model", "--data", data, "--prefix-len", "4,8", "--suffix-len", "8",
+            "--no-report", "--no-progress", "--batch-size", "1"]
+    assert cli([*argv, "--out", tmp_path / "reference"], capsys)[0] == 0
+    seed = int(time.time())
+    proc = _spawn([*argv, "--out", tmp_path / "killed"])
+    _kill_after(proc, random.Random(seed).uniform(1.0, 8.0))
+    rc, err = cli([*argv, "--out", tmp_path / "killed"], capsys)
+    assert rc == 0, (seed, err)
+    assert _results(tmp_path / "killed", tmp_path / "killed") == _results(tmp_path / "reference",
+                                                                          tmp_path / "reference"), seed
+
+
+def _results(folder: Path, root: Path) -> dict:
+    """results.json without what depends on the run's moment and place (times, host; ``root`` in paths)."""
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items()
+                    if not any(s in k for s in ("time", "seconds", "created", "finished", "host"))}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return strip(json.loads((folder / "results.json").read_text().replace(str(root), "ROOT")))
+
+
+EXPERIMENT = """\
+name: faults
+data_recipe: data/local_jsonl.yaml
+data: {{source: {{path: {corpus}}}, seq_len: 32, doc_tokens: 32, min_tokens: 16, num_nonmembers: 5, repetitions: [1, 2]}}
+train:
+  model: {{name: llama-demo, hidden_size: 32, num_layers: 1, num_heads: 2, intermediate_size: 64}}
+  optim: {{lr: 1.0e-2, warmup_steps: 2}}
+  schedule: {{max_steps: 24, global_batch_size: 4, micro_batch_size: 4}}
+  checkpoint: {{every_steps: 4, keep_last: 1}}
+eval: {{prefix_lens: [8], suffix_len: 8, n_bootstrap: 10}}
+arms:
+  standard: {{train.loss.type: standard}}
+  goldfish: {{train.loss.type: goldfish, train.loss.goldfish: {{k: 4, h: 13}}}}
+"""
+
+
+@pytest.mark.slow  # about 80 s on a loaded 2-core CPU: two full experiments of two cells, one of them killed
+def test_experiment_killed_at_a_random_moment_resumes_bit_identically(tmp_path, capsys, monkeypatch):
+    """A SIGKILLed ``goldfish experiment`` rerun: every cell's weights are bit-identical to an uninterrupted run,
+    and so are its evaluation results."""
+    monkeypatch.chdir(REPO)
+    config = tmp_path / "faults.yaml"
+    config.write_text(EXPERIMENT.format(corpus=_corpus(tmp_path / "corpus.jsonl", docs=30)))
+    argv = ["experiment", config, "--no-progress"]
+    assert cli([*argv, f"out={tmp_path / 'reference'}"], capsys)[0] == 0
+    seed = int(time.time())
+    _kill_after(_spawn([*argv, f"out={tmp_path / 'killed'}"]), random.Random(seed).uniform(3.0, 15.0))
+    rc, err = cli([*argv, f"out={tmp_path / 'killed'}"], capsys)
+    assert rc == 0, (seed, err)
+    for arm in ("standard", "goldfish"):
+        a, b = tmp_path / "reference" / "cells" / arm, tmp_path / "killed" / "cells" / arm
+        wa, wb = load_weights(a / "train"), load_weights(b / "train")
+        assert all(torch.equal(wa[k], wb[k]) for k in wa), (seed, arm)
+        assert _results(a / "eval", a.parents[1]) == _results(b / "eval", b.parents[1]), (seed, arm)
