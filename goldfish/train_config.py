@@ -24,7 +24,7 @@ def _positive(value: object) -> bool:
 class DataConfig:
     """Prepared data (the output of ``goldfish prepare``)."""
 
-    path: str = option("data/prepared/demo", "prepared data folder (holds train/, manifest.json, tokenizer/)")
+    path: str = option("data/prepared/wikipedia_demo", "prepared data folder (holds train/, manifest.json, tokenizer/)")
     shuffle: bool = option(True, "shuffle rows with a seeded permutation per epoch (false: file order)")
 
 

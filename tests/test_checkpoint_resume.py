@@ -112,7 +112,7 @@ def test_resume_never_refuses_to_overwrite_and_keep_last_prunes(data, tmp_path):
     assert [p.name for p in list_checkpoints(run)] == ["step_000011", "step_000012"]
     with pytest.raises(UserError, match="already holds checkpoints"):
         train(from_dict(TrainConfig, _cfg(data, run, checkpoint={"every_steps": 1, "resume": "never"})))
-    with pytest.raises(UserError, match="global_batch_size=4 but this run has global_batch_size=8"):
+    with pytest.raises(UserError, match="schedule.global_batch_size: 4 -> 8"):
         train(from_dict(TrainConfig, _cfg(data, run, schedule={"max_steps": 20, "global_batch_size": 8,
                                                                 "micro_batch_size": 2})))
 

@@ -30,9 +30,6 @@ from goldfish.checkpoint import COMPLETE, list_checkpoints
 from goldfish.cli import main
 from goldfish.data.prepared import load_prepared, split_sha256
 
-ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-
 @pytest.fixture(autouse=True)
 def _one_thread(one_thread):
     """One torch thread: in-process runs are bit-identical to the one-thread subprocesses they are compared to."""
@@ -525,7 +522,8 @@ def _results(folder: Path, root: Path) -> dict:
 EXPERIMENT = """\
 name: faults
 data_recipe: data/local_jsonl.yaml
-data: {{source: {{path: {corpus}}}, seq_len: 32, doc_tokens: 32, min_tokens: 16, num_nonmembers: 5, repetitions: [1, 2]}}
+data: {{source: {{path: {corpus}}}, seq_len: 32, doc_tokens: 32, min_tokens: 16, num_nonmembers: 5,
+       repetitions: [1, 2]}}
 train:
   model: {{name: llama-demo, hidden_size: 32, num_layers: 1, num_heads: 2, intermediate_size: 64}}
   optim: {{lr: 1.0e-2, warmup_steps: 2}}

@@ -15,8 +15,8 @@ edit distance ...), plus one-pass measures (suffix log-prob, (n,p)-extraction ch
 command resumes. Precedence: defaults < CONFIG.yaml < key=value overrides < flags.
 
 examples:
-  goldfish eval --model runs/demo/standard --data data/prepared/wikipedia_demo --out runs/demo/eval_standard
-  goldfish eval --model runs/demo/goldfish/model --data data/prepared/wikipedia_demo --out /tmp/ev \\
+  goldfish eval --model runs/demo/cells/standard/train --data data/prepared/wikipedia_demo --out /tmp/ev_standard
+  goldfish eval --model runs/demo/cells/goldfish/train/model --data data/prepared/wikipedia_demo --out /tmp/ev \\
       --prefix-len 32,78 --window start --window end --suffix-len 50
   goldfish eval --model SmolLM2-135M-Instruct.Q4_1.gguf --data docs.jsonl --out /tmp/ev --prefix-len all
   goldfish eval eval.yaml --model runs/x --data texts.jsonl --nonmembers heldout.jsonl --out /tmp/ev beam=4

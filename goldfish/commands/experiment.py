@@ -11,7 +11,8 @@ import time
 DESCRIPTION = """\
 Run an experiment: every cell (arm x grid point) prepares its data (shared between cells with the same data
 config), trains, evaluates, and writes <out>/cells/<cell>/DONE. Rerunning skips finished cells, so a killed run
-redoes only the cell it was in. Then <out>/results.csv, results.json, summary.json and report.md (+ plots).
+redoes only the cell it was in; a cell started with another config is refused (--rerun-stale reruns it).
+Then <out>/results.csv, results.json, summary.json and report.md (+ plots).
 
 examples:
   goldfish experiment experiments/default.yaml                 # the 5-minute standard vs Goldfish demo

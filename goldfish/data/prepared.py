@@ -161,7 +161,7 @@ def load_saved_tokenizer(path: Path):
 
 
 def _read_manifest(path: Path) -> dict:
-    recover_directory(path, clean=False)  # a `prepare --overwrite` killed between its two renames left the folder as .<name>.old
+    recover_directory(path, clean=False)  # a `prepare --overwrite` killed between its two renames left .<name>.old
     if not path.is_dir():
         raise UserError(f"prepared data not found: {path} (create it with: goldfish prepare data/wikipedia_demo.yaml "
                         f"--out {path})")
