@@ -198,6 +198,21 @@ def test_a_started_experiment_cell_with_another_config_is_refused(tmp_path):
     assert (cell / "train_config.yaml").read_text() == saved.replace("steps: 20", "steps: 30")
 
 
+def test_an_experiment_cell_whose_training_began_under_other_code_is_refused_up_front(tmp_path):
+    from test_experiment_runner import Calls, experiment, make_pipeline
+
+    from goldfish.errors import UserError
+    from goldfish.experiment import run_experiment
+
+    cfg = experiment(tmp_path, grid={})
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_experiment(cfg, make_pipeline(Calls(fail_on_train=1)), progress=False)
+    train_dir = tmp_path / "exp" / "cells" / "standard" / "train"
+    fingerprint.write_fingerprint(train_dir, {"code": "0.0.1+git.000000000000"})  # as a real trainer leaves it
+    with pytest.raises(UserError, match=r"standard \(code: 0.0.1\+git.000000000000 -> 0.1.0\+"):
+        run_experiment(cfg, make_pipeline(Calls()), progress=False)
+
+
 # ------------------------------------------------------------------------------------------------ full disk
 
 
@@ -277,6 +292,33 @@ def test_no_cuda_is_one_line(data, tmp_path, capsys):
     argv = ["eval", "--model", run / "model", "--data", data, "--out", tmp_path / "ev", "--device", "cuda",
             "--prefix-len", "4", "--suffix-len", "4", "--no-report", "--no-progress"]
     assert_one_error(*cli(argv, capsys), "no usable CUDA device", "--device cpu")
+
+
+def test_without_a_terminal_training_logs_a_line_per_interval(data, tmp_path, capsys, monkeypatch):
+    """An experiment cell trains with log_every=1e6 (only the last step would print); in a log file a line must
+    still come every LOG_INTERVAL_S seconds. Interval 0 here: a line every step."""
+    import goldfish.train
+
+    monkeypatch.setattr(goldfish.train, "LOG_INTERVAL_S", 0.0)
+    capsys.readouterr()
+    assert main([str(a) for a in train_argv(data, tmp_path / "run", log_every=1_000_000)]) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[1] for line in out.splitlines() if line.startswith("step ")] == [f"{i}/6" for i in range(1, 7)]
+
+
+def test_the_readme_axonn_batch_divides_and_the_message_says_what_dp_counts():
+    from goldfish.errors import UserError
+    from goldfish.train import make_plan
+    from goldfish.train_config import OptimConfig, ScheduleConfig
+
+    # axonn row=2 col=2 on 4 processes: every process reads its own rows, so dp = 4 for the batch split
+    with pytest.raises(UserError, match=r"micro_batch_size\(10\)·dp\(4\)=40 \(dp: processes reading distinct "
+                                        r"rows; every process with engine=axonn\); use global_batch_size=40"):
+        make_plan(ScheduleConfig(global_batch_size=10, micro_batch_size=10), OptimConfig(), 100, 32, 4)
+    readme = (REPO / "README.md").read_text()
+    assert "engine=axonn axonn.row=2 axonn.col=2 \\\n    schedule.global_batch_size=8 schedule.micro_batch_size=2" in readme
+    plan = make_plan(ScheduleConfig(global_batch_size=8, micro_batch_size=2, max_steps=1), OptimConfig(), 100, 32, 4)
+    assert (plan.grad_accum, plan.global_batch // plan.dp_size) == (1, 2)
 
 
 # ------------------------------------------------------------------------------------------------ damaged files

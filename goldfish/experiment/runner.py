@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from ..config import load_config, read_yaml, save_config, to_dict
 from ..errors import UserError
+from ..fingerprint import code_version, read_fingerprint
 from ..io import atomic_write_json
 from .config import ExperimentConfig
 from .plan import CellPlan, Pipeline, default_pipeline, plan_cells
@@ -87,7 +88,8 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def stale_cells(plans: list[CellPlan]) -> dict[str, str]:
-    """``{cell id: what differs}`` for started cells whose saved train/eval config differs from the current one."""
+    """``{cell id: what differs}`` for started cells whose saved train/eval config differs from the current one, or
+    whose unfinished training was started by another code version."""
     stale = {}
     for plan in plans:
         diffs = []
@@ -98,6 +100,10 @@ def stale_cells(plans: list[CellPlan]) -> dict[str, str]:
             saved, now = _flat(read_yaml(path)), _flat(yaml.safe_load(yaml.safe_dump(to_dict(current))))
             keys = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
             diffs += [f"{name.split('_')[0]}.{k}: {saved.get(k)} -> {now.get(k)}" for k in keys[:3]]
+        trained = read_fingerprint(plan.train_dir)
+        if trained and not (plan.train_dir / "summary.json").is_file() and trained.get("code") != code_version():
+            # its training would resume under other code, which the trainer refuses: say so before any work
+            diffs.append(f"code: {trained.get('code')} -> {code_version()}")
         if diffs:
             stale[plan.cell.id] = ", ".join(diffs)
     return stale
