@@ -186,10 +186,13 @@ def test_a_started_experiment_cell_with_another_config_is_refused(tmp_path):
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_experiment(cfg, make_pipeline(Calls(fail_on_train=1)), progress=False)  # first cell killed in training
     cell = tmp_path / "exp" / "cells" / "standard"
+    (cell / "train").mkdir()
+    (cell / "train" / "metrics.jsonl").write_text('{"step": 1, "lr": 0.001}\n')  # what it trained before the kill
     saved = (cell / "train_config.yaml").read_text()
     before = hashes(tmp_path / "exp")
     changed = experiment(tmp_path, grid={}, train={"steps": 30})
-    with pytest.raises(UserError, match=r"standard \(train.steps: 20 -> 30\).*--rerun-stale"):
+    # only the started cell: the goldfish cell never trained, so its new config is simply used
+    with pytest.raises(UserError, match=r"config: standard \(train.steps: 20 -> 30\); use a new .*--rerun-stale"):
         run_experiment(changed, make_pipeline(Calls()), progress=False)
     assert hashes(tmp_path / "exp") == before
     calls = Calls()

@@ -5,9 +5,9 @@ cell's training is finished once ``train/summary.json`` exists (a killed run res
 checkpoints); evaluation resumes from its partial results. ``DONE`` is written last, so a rerun skips exactly the
 finished cells and redoes only the one that was interrupted.
 
-A cell's resolved ``train_config.yaml`` and ``eval_config.yaml`` are written before its first phase runs, and every
-later run compares them with the current ones for every started cell -- finished or not -- so one cell never mixes
-two configurations (``rerun_stale`` deletes such cells and runs them again instead).
+A cell's resolved ``train_config.yaml`` and ``eval_config.yaml`` are written before its training starts, and every
+later run compares them with the current ones for every started cell (one with a ``train/`` folder) -- finished or
+not -- so one cell never mixes two configurations (``rerun_stale`` deletes such cells and runs them again instead).
 """
 
 from __future__ import annotations
@@ -92,6 +92,8 @@ def stale_cells(plans: list[CellPlan]) -> dict[str, str]:
     whose unfinished training was started by another code version."""
     stale = {}
     for plan in plans:
+        if not (is_done(plan) or plan.train_dir.exists()):
+            continue  # nothing trained yet (e.g. a config error stopped it): a changed config is simply used
         diffs = []
         for name, current in (("train_config.yaml", plan.train_cfg), ("eval_config.yaml", plan.eval_cfg)):
             path = plan.dir / name
@@ -132,14 +134,14 @@ def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
              phase: Callable[[str], None] = lambda _: None) -> dict:
     """Run (or resume) one cell; returns its record (also written to ``<cell>/cell.json``)."""
     times: dict[str, float] = {}
-    # before any phase: a killed cell's configs then describe exactly what its partial outputs were made with
-    save_config(plan.train_cfg, plan.dir / "train_config.yaml")
-    save_config(plan.eval_cfg, plan.dir / "eval_config.yaml")
     if not (plan.data_dir / "manifest.json").is_file():
         phase("prepare")
         t0 = time.perf_counter()
         pipeline.prepare(plan.prepare_cfg, out=plan.data_dir, overwrite=False, progress=False)
         times["prepare_s"] = time.perf_counter() - t0
+    # before training starts: a killed cell's configs then describe exactly what its partial outputs were made with
+    save_config(plan.train_cfg, plan.dir / "train_config.yaml")
+    save_config(plan.eval_cfg, plan.dir / "eval_config.yaml")
     if not (plan.train_dir / "summary.json").is_file():
         phase("train")
         t0 = time.perf_counter()
