@@ -32,7 +32,7 @@ import torch
 from safetensors import SafetensorError
 
 from .errors import UserError
-from .io import atomic_write_json, atomic_write_text
+from .io import atomic_write_json, atomic_write_text, fsync_dir
 
 # what a full disk or a failing device raises while writing: the OS, torch.save's zip writer
 # ("[enforce fail at inline_container.cc] ... file write failed"), safetensors (its own error type)
@@ -152,6 +152,7 @@ def save_checkpoint(out: str | Path, trainer_state: dict[str, Any], engine_state
         if final.exists():  # same step written again (a run restarted with resume=never): swap, then delete
             _remove(final)
         os.replace(tmp, final)
+        fsync_dir(final.parent)  # the rename is what publishes the checkpoint: make it durable
         prune(out, keep_last)
     barrier()
     return final
