@@ -228,8 +228,11 @@ class JsonlLogger:
 
     def log(self, record: dict) -> None:
         if self._f is not None:
-            self._f.write(strict_json(record, indent=None) + "\n")
-            self._f.flush()
+            try:
+                self._f.write(strict_json(record, indent=None) + "\n")
+                self._f.flush()
+            except OSError as e:  # a full disk: name the log (a torn last line is skipped by read_jsonl)
+                raise _naming(e, self.path) from e
 
     def close(self) -> None:
         if self._f is not None:

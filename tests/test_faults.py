@@ -287,6 +287,25 @@ def test_a_full_disk_while_evaluating_keeps_earlier_results(data, tmp_path, caps
     assert hashes(tmp_path / "ev") == before and leftovers(tmp_path / "ev") == []
 
 
+def test_a_full_disk_while_logging_names_the_log(tmp_path):
+    from goldfish.errors import one_line
+
+    class FullDisk:
+        """The log's file object on a full disk: every write fails."""
+
+        def write(self, text):
+            _raise_enospc()
+
+    log = gio.JsonlLogger(tmp_path / "metrics.jsonl")
+    log.log({"step": 1})
+    log._f.close()
+    log._f = FullDisk()
+    with pytest.raises(OSError) as failure:
+        log.log({"step": 2})
+    assert one_line(failure.value).startswith(f"no space left on device writing {tmp_path / 'metrics.jsonl'};")
+    assert gio.read_jsonl(tmp_path / "metrics.jsonl") == [{"step": 1}]
+
+
 def test_no_cuda_is_one_line(data, tmp_path, capsys):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
