@@ -75,6 +75,8 @@ def start_over(out: Path, overwrite: bool) -> Path:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise UserError("--fresh/--overwrite choose the run folder in one process only; under torchrun give a new "
                         "out= folder (or delete the old one) instead")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"out={out} is a file, not a run folder; choose another out=")
     if not out.exists() or not any(out.iterdir()):
         return out
     if not overwrite:
