@@ -343,6 +343,24 @@ def test_the_readme_axonn_batch_divides_and_the_message_says_what_dp_counts():
     assert (plan.grad_accum, plan.global_batch // plan.dp_size) == (1, 2)
 
 
+def test_help_examples_and_defaults_name_folders_that_runs_create(monkeypatch):
+    """The eval help's model folders are the demo experiment's cell folders, and train's default data.path is where
+    ``goldfish prepare data/wikipedia_demo.yaml`` writes (both named folders no run created before)."""
+    import re
+
+    from goldfish.commands import evaluate
+    from goldfish.commands.prepare import load_recipe
+    from goldfish.experiment import default_pipeline, load_experiment, plan_cells
+    from goldfish.train_config import TrainConfig
+
+    monkeypatch.chdir(REPO)
+    plans = plan_cells(load_experiment("experiments/default.yaml"), default_pipeline())
+    created = {str(p.train_dir) for p in plans} | {str(p.model_dir) for p in plans}
+    named = re.findall(r"--model (runs/demo\S*)", evaluate.DESCRIPTION)
+    assert named and set(named) <= created, (named, sorted(created))
+    assert Path(TrainConfig().data.path) == load_recipe("data/wikipedia_demo.yaml").default_out()
+
+
 # ------------------------------------------------------------------------------------------------ damaged files
 
 
