@@ -17,8 +17,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .config import to_dict
-from .errors import UserError
+from .config import load_config, to_dict
+from .errors import ConfigError, UserError
 from .io import atomic_write_json
 
 FILE = "fingerprint.json"
@@ -84,13 +84,17 @@ def train_fingerprint(cfg: Any, data_sha256: str | None) -> dict[str, Any]:
     return json.loads(json.dumps(flat))
 
 
+_OPTIONAL = ("data.sha256", "code")  # unknown (not different) where one side lacks them
+
+
 def differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """``key: saved -> current`` for every key with different values; keys both hold come first (a key only one
-    side holds follows from another difference, e.g. loss.goldfish.* from loss.type). ``data.sha256`` missing on
-    one side is not a difference: checks made before the data is prepared leave it out."""
+    side holds follows from another difference, e.g. loss.goldfish.* from loss.type). ``data.sha256`` and ``code``
+    missing on one side are not differences: checks made before the data is prepared leave the data out, and a run
+    folder from before fingerprints existed knows neither."""
     both, one = [], []
     for key in sorted(set(saved) | set(current)):
-        if key == "data.sha256" and (key not in saved or key not in current):
+        if key in _OPTIONAL and (key not in saved or key not in current):
             continue
         old, new = saved.get(key, "<absent>"), current.get(key, "<absent>")
         if old != new:
@@ -115,6 +119,24 @@ def read_fingerprint(folder: str | Path) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         raise UserError(f"{path} is not a fingerprint (a JSON object); restore it or delete the run folder {folder}")
     return value
+
+
+def saved_train_fingerprint(out: str | Path) -> dict[str, Any] | None:
+    """The fingerprint of the run in ``out``: its ``fingerprint.json``, or for a run folder written before
+    fingerprints existed, the one its ``config.yaml`` implies (without data and code); ``None`` for a new folder."""
+    from .train_config import TrainConfig
+
+    saved = read_fingerprint(out)
+    legacy = Path(out) / "config.yaml"
+    if saved is not None or not legacy.is_file():
+        return saved
+    try:
+        implied = train_fingerprint(load_config(TrainConfig, legacy), None)
+    except ConfigError as e:
+        raise UserError(f"{out} holds a run whose {legacy.name} this version cannot read ({e}); pass --fresh to train "
+                        f"in a new folder or --overwrite to replace it") from None
+    del implied["code"]  # unknown: the code that trained it is not recorded
+    return implied
 
 
 def write_fingerprint(folder: str | Path, fingerprint: dict[str, Any]) -> None:

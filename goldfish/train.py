@@ -35,7 +35,7 @@ from .config import save_config
 from .engines import get_engine
 from .engines.base import Engine, StepStats
 from .errors import UserError
-from .fingerprint import read_fingerprint, refuse_mismatch, train_fingerprint, write_fingerprint
+from .fingerprint import refuse_mismatch, saved_train_fingerprint, train_fingerprint, write_fingerprint
 from .io import JsonlLogger, atomic_directory, atomic_write_json, atomic_write_text, read_jsonl
 from .masks import GoldfishConfig, config_mask
 from .models import build_model, count_parameters, flops_per_token
@@ -211,7 +211,7 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int) -> Path
     plan = make_plan(cfg.schedule, cfg.optim, len(rows), seq_len, engine.dp_size)
     rank, world = _process_rank()
     fingerprint = train_fingerprint(cfg, _data_sha256(prepared))
-    refuse_mismatch(read_fingerprint(out), fingerprint, f"the run in {out}",
+    refuse_mismatch(saved_train_fingerprint(out), fingerprint, f"the run in {out}",
                     "rerun with the config it was made with (its config.yaml), or pass --fresh to start in a new "
                     "folder, or --overwrite to replace it")
     resume = ckpt.find_resume(out, cfg.checkpoint.resume, rank, world)  # validated before anything is built

@@ -166,6 +166,22 @@ def test_a_checkpoint_of_another_config_is_refused_and_so_is_new_code(data, tmp_
     assert hashes(run) == before
 
 
+def test_a_run_folder_from_before_fingerprints_is_checked_against_its_config_yaml(data, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert cli(train_argv(data, run), capsys)[0] == 0
+    as_killed_at_step_4(run)
+    (run / "fingerprint.json").unlink()
+    for folder in list_checkpoints(run):  # checkpoints of that time held no fingerprint either
+        state = json.loads((folder / "trainer_state.json").read_text())
+        del state["fingerprint"]
+        (folder / "trainer_state.json").write_text(json.dumps(state))
+    before = hashes(run)
+    assert_one_error(*cli(train_argv(data, run, optim__lr=0.02), capsys), "optim.lr: 0.01 -> 0.02")
+    assert hashes(run) == before
+    assert cli(train_argv(data, run), capsys)[0] == 0  # the same config resumes, and now records its fingerprint
+    assert json.loads((run / "fingerprint.json").read_text())["optim.lr"] == 0.01
+
+
 def test_code_version_names_the_commit_or_the_sources():
     version = fingerprint.code_version()
     assert version.startswith("0.1.0+")

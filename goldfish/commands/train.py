@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-RUN_MARKERS = ("config.yaml", "fingerprint.json", "metrics.jsonl", "checkpoints", "summary.json", "model")
+# files only a training run writes (config.yaml or model/ alone could be anyone's)
+RUN_MARKERS = ("fingerprint.json", "metrics.jsonl", "checkpoints", "summary.json")
 
 
 def start_over(out: Path, overwrite: bool) -> Path:
@@ -87,7 +88,7 @@ def start_over(out: Path, overwrite: bool) -> Path:
         print(f"{out} holds a run; training in {fresh}", file=sys.stderr)
         return fresh
     if not any((out / name).exists() for name in RUN_MARKERS):  # never delete a folder that is not a run
-        raise UserError(f"--overwrite: {out} is not a goldfish run folder (no config.yaml, checkpoints/ ...); "
+        raise UserError(f"--overwrite: {out} is not a goldfish run folder (no fingerprint.json, checkpoints/ ...); "
                         f"choose out= for the run folder itself")
     doomed = out.with_name(f".{out.name}.deleting")
     shutil.rmtree(doomed, ignore_errors=True)
