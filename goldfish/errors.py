@@ -48,8 +48,8 @@ def one_line(exc: BaseException) -> str | None:
     if isinstance(exc, FileNotFoundError):
         return f"file not found: {exc.filename or exc} (check the path)"
     if isinstance(exc, OSError) and exc.errno in _OS_FIXES:
-        where = f" writing {exc.filename}" if exc.filename else ""
-        return (f"{_OS_FIXES[exc.errno]}{where}; free space or choose a folder you can write to (out=/--out); "
+        where = f" ({exc.filename})" if exc.filename else ""
+        return (f"{_OS_FIXES[exc.errno]}{where}; free disk space, or use a folder you can write to (out=/--out); "
                 f"earlier results are untouched")
     if isinstance(exc, RuntimeError) and any(s in str(exc) for s in ("inline_container", "file write failed")):
         return (f"writing a file failed ({str(exc).splitlines()[0][:100]}); check the free disk space of the output "

@@ -20,6 +20,7 @@ from typing import Any
 from .config import load_config, to_dict
 from .errors import ConfigError, UserError
 from .io import atomic_write_json
+from .train_config import TrainConfig
 
 FILE = "fingerprint.json"
 # ScheduleConfig keys that set the result (micro_batch_size only splits a step into passes of equal total)
@@ -63,7 +64,7 @@ def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
-def train_fingerprint(cfg: Any, data_sha256: str | None) -> dict[str, Any]:
+def train_fingerprint(cfg: TrainConfig, data_sha256: str | None) -> dict[str, Any]:
     """The fingerprint of a ``TrainConfig`` on data whose train split hashes to ``data_sha256`` (``None``: leave the
     data out, for a check made before the data exists). ``loss.goldfish.*`` counts only for the Goldfish loss."""
     flat: dict[str, Any] = {"code": code_version()}
@@ -124,8 +125,6 @@ def read_fingerprint(folder: str | Path) -> dict[str, Any] | None:
 def saved_train_fingerprint(out: str | Path) -> dict[str, Any] | None:
     """The fingerprint of the run in ``out``: its ``fingerprint.json``, or for a run folder written before
     fingerprints existed, the one its ``config.yaml`` implies (without data and code); ``None`` for a new folder."""
-    from .train_config import TrainConfig
-
     saved = read_fingerprint(out)
     legacy = Path(out) / "config.yaml"
     if saved is not None or not legacy.is_file():

@@ -318,7 +318,7 @@ def test_a_full_disk_while_logging_names_the_log(tmp_path):
     log._f = FullDisk()
     with pytest.raises(OSError) as failure:
         log.log({"step": 2})
-    assert one_line(failure.value).startswith(f"no space left on device writing {tmp_path / 'metrics.jsonl'};")
+    assert one_line(failure.value).startswith(f"no space left on device ({tmp_path / 'metrics.jsonl'});")
     assert gio.read_jsonl(tmp_path / "metrics.jsonl") == [{"step": 1}]
 
 
