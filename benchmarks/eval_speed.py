@@ -61,6 +61,27 @@ def timed(fn):
     return out, time.perf_counter() - t
 
 
+def measure(model, n: int, prefix_len: int, s: int, batch_size: int) -> dict:
+    """The three methods on ``n`` windows of ``model`` (vocab 4096), side by side; the numbers of one run."""
+    g = torch.Generator().manual_seed(1)
+    prefixes = torch.randint(1, 4096, (n, prefix_len), generator=g).tolist()
+    generate(model, prefixes[:2], 4, batch_size=2, progress=False)  # warm-up (allocator, kernels)
+
+    base_out, t_base = timed(lambda: batch1_loop(model, prefixes, s))
+    suffixes = [o if i % 2 == 0 else torch.randint(1, 4096, (s,), generator=g).tolist()
+                for i, o in enumerate(base_out)]
+    ours, t_gen = timed(lambda: generate(model, prefixes, s, batch_size=batch_size, progress=False))
+    one, t_one = timed(lambda: onepass(model, prefixes, suffixes, batch_size=batch_size, progress=False))
+    gen_verdict = [o == x for o, x in zip(ours, suffixes)]
+    return {"params": sum(p.numel() for p in model.parameters()), "windows": n, "prefix_len": prefix_len,
+            "suffix_len": s, "batch_size": batch_size,
+            "windows_per_s": {"batch1_generate": n / t_base, "batched_generate": n / t_gen, "onepass": n / t_one},
+            "speedup_vs_batch1": {"batched_generate": t_base / t_gen, "onepass": t_base / t_one},
+            "onepass_vs_batched": t_gen / t_one, "identical_tokens": sum(a == b for a, b in zip(ours, base_out)),
+            "identical_verdicts": sum(r["onepass_exact"] == v for r, v in zip(one, gen_verdict)),
+            "extractable": sum(gen_verdict)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--windows", type=int, default=32)
@@ -76,40 +97,22 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     model = build_model(args.device, getattr(torch, args.dtype))
-    s, n = args.suffix_len, args.windows
-    g = torch.Generator().manual_seed(1)
-    prefixes = torch.randint(1, 4096, (n, args.prefix_len), generator=g).tolist()
-    generate(model, prefixes[:2], 4, batch_size=2, progress=False)  # warm-up (allocator, kernels)
-
-    base_out, t_base = timed(lambda: batch1_loop(model, prefixes, s))
-    suffixes = [o if i % 2 == 0 else torch.randint(1, 4096, (s,), generator=g).tolist()
-                for i, o in enumerate(base_out)]
-    ours, t_gen = timed(lambda: generate(model, prefixes, s, batch_size=args.batch_size, progress=False))
-    one, t_one = timed(lambda: onepass(model, prefixes, suffixes, batch_size=args.batch_size, progress=False))
-
-    same_tokens = sum(a == b for a, b in zip(ours, base_out))
-    gen_verdict = [o == x for o, x in zip(ours, suffixes)]
-    same_verdicts = sum(r["onepass_exact"] == v for r, v in zip(one, gen_verdict))
-    rows = [("batch-1 generate (baseline)", t_base), (f"batched generate (bs {args.batch_size})", t_gen),
-            (f"one pass (bs {args.batch_size})", t_one)]
-    params = sum(p.numel() for p in model.parameters())
-    print(f"model: Llama {params / 1e6:.1f} M params on {args.device}; {n} windows, P={args.prefix_len}, S={s}; "
-          f"{args.dtype}; torch threads {torch.get_num_threads()}")
+    r = measure(model, args.windows, args.prefix_len, args.suffix_len, args.batch_size)
+    n, rate, speedup = r["windows"], r["windows_per_s"], r["speedup_vs_batch1"]
+    print(f"model: Llama {r['params'] / 1e6:.1f} M params on {args.device}; {n} windows, P={args.prefix_len}, "
+          f"S={args.suffix_len}; {args.dtype}; torch threads {torch.get_num_threads()}")
     print(f"{'method':<32} {'windows/s':>10} {'vs batch-1':>11}")
-    for name, t in rows:
-        print(f"{name:<32} {n / t:>10.1f} {t_base / t:>10.1f}x")
-    print(f"one pass vs batched generate: {t_gen / t_one:.1f}x faster (target >= 2x)")
-    print(f"batched == batch-1 tokens: {same_tokens}/{n} windows; one-pass == generated verdicts: {same_verdicts}/{n} "
-          f"({sum(gen_verdict)} extractable windows)")
+    print(f"{'batch-1 generate (baseline)':<32} {rate['batch1_generate']:>10.1f} {1.0:>10.1f}x")
+    print(f"{f'batched generate (bs {args.batch_size})':<32} {rate['batched_generate']:>10.1f} "
+          f"{speedup['batched_generate']:>10.1f}x")
+    print(f"{f'one pass (bs {args.batch_size})':<32} {rate['onepass']:>10.1f} {speedup['onepass']:>10.1f}x")
+    print(f"one pass vs batched generate: {r['onepass_vs_batched']:.1f}x faster (target >= 2x)")
+    print(f"batched == batch-1 tokens: {r['identical_tokens']}/{n} windows; one-pass == generated verdicts: "
+          f"{r['identical_verdicts']}/{n} ({r['extractable']} extractable windows)")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": args.device, "params": params, "windows": n, "prefix_len": args.prefix_len,
-                       "suffix_len": s, "batch_size": args.batch_size, "dtype": args.dtype, "threads": torch.get_num_threads(),
-                       "windows_per_s": {"batch1_generate": n / t_base, "batched_generate": n / t_gen,
-                                         "onepass": n / t_one},
-                       "speedup_vs_batch1": {"batched_generate": t_base / t_gen, "onepass": t_base / t_one},
-                       "onepass_vs_batched": t_gen / t_one, "identical_tokens": same_tokens,
-                       "identical_verdicts": same_verdicts, "extractable": sum(gen_verdict)}, f, indent=2)
+            json.dump({"device": args.device, "dtype": args.dtype, "threads": torch.get_num_threads(), **r}, f,
+                      indent=2)
 
 
 if __name__ == "__main__":

@@ -33,44 +33,58 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_engine(name: str, args: argparse.Namespace) -> dict:
-    """Build engine ``name`` on the GPU, time ``args.steps`` optimizer steps after warm-up; returns the numbers."""
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_engine(name: str, args: argparse.Namespace, options: dict | None = None, label: str | None = None) -> dict:
+    """Build engine ``name`` (with TrainConfig ``options``, e.g. ``{"compile": True}``), time ``args.steps``
+    optimizer steps after ``args.warmup`` untimed ones; returns the numbers. Runs where the engine puts the model
+    (the GPU when CUDA is present, else the CPU: the smoke path of benchmarks/gpu_check.py)."""
     from goldfish.engines import engine_class
     from goldfish.models import build_model, flops_per_token
-    from goldfish.train_config import ModelConfig, TrainConfig
+    from goldfish.train import build_optimizer
+    from goldfish.train_config import ModelConfig, OptimConfig, TrainConfig
 
     model_cfg = ModelConfig(name=args.model)
-    engine = engine_class(name)(TrainConfig(engine=name, precision=args.precision, model=model_cfg))
+    engine = engine_class(name)(TrainConfig(engine=name, precision=args.precision, model=model_cfg,
+                                            **(options or {})))
     built = {}
 
     def build():
         built["model"] = build_model(model_cfg, args.vocab, seed=0)
         return built["model"]
 
-    engine.setup(build, lambda p: torch.optim.AdamW(p, lr=1e-4))
+    optim = OptimConfig(lr=1e-4)
+    engine.setup(build, lambda p: build_optimizer(p, optim))  # the trainer's AdamW (fused where it can be)
     flops = flops_per_token(built.pop("model"), args.seq)
     micro = goldfish_batches(args.accum, args.micro_rows, args.seq, args.vocab)  # one step's micro-batches, reused
     tokens = args.accum * args.micro_rows * args.seq
     normalizer = sum(int((~b["drop_mask"][:, 1:]).sum()) for b in micro)  # every target is supervised
-    torch.cuda.reset_peak_memory_stats()
+    device = engine.device
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     times = []
     for step in range(args.warmup + args.steps):
-        torch.cuda.synchronize()
+        _sync(device)
         start = time.perf_counter()
         stats = engine.forward_backward(micro, normalizer)
         engine.optimizer_step(1e-4, 1.0)
-        torch.cuda.synchronize()
+        _sync(device)
         if step >= args.warmup:
             times.append(time.perf_counter() - start)
     step_s = statistics.median(times)
-    result = {"engine": name, "step_s": step_s, "tokens_per_s": tokens / step_s,
+    result = {"engine": label or name, "step_s": step_s, "tokens_per_s": tokens / step_s,
               "mfu": tokens / step_s * flops / (args.peak_tflops * 1e12), "flops_per_token": flops,
-              "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30, "last_kept_loss": stats.kept_loss,
-              "all_step_s": times}
+              "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None,
+              "last_kept_loss": stats.kept_loss, "all_step_s": times, "options": {k: str(v) for k, v in
+                                                                                  (options or {}).items()}}
     engine.close()
     del engine
     gc.collect()
-    torch.cuda.empty_cache()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
     return result
 
 

@@ -11,6 +11,8 @@ import dataclasses
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .masks import IGNORE_INDEX, GoldfishConfig, config_mask
 
@@ -45,6 +47,32 @@ def token_losses(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int 
     ).view(targets.shape)
 
 
+def chunked_token_losses(hidden: torch.Tensor, head: nn.Module, targets: torch.Tensor, *,
+                         chunk_tokens: int = 1024, ignore_index: int = IGNORE_INDEX) -> torch.Tensor:
+    """Per-token CE of ``head(hidden)`` (B, T, V) against ``targets`` (B, T), without ever holding the whole logits.
+
+    ``hidden`` (B, T, H) are the final-norm hidden states and ``head`` the output projection (``lm_head``). The
+    (B*T) tokens are processed in chunks of ``chunk_tokens``; each chunk's logits (chunk, V) and their fp32 copy are
+    freed once its CE is known and recomputed in backward (activation checkpointing of the head + CE), so forward and
+    backward hold one chunk of logits instead of (B*T, V) in the compute dtype plus (B*T, V) fp32 log-probabilities.
+    The cost is one more head matmul (~2·H·V FLOPs/token). Same ops per token as :func:`token_losses` on
+    ``head(hidden)``, so the losses and gradients equal it to rounding. Returns (B, T) fp32, 0 where ignored."""
+    flat_hidden = hidden.reshape(-1, hidden.shape[-1])  # (N, H)
+    flat_targets = targets.reshape(-1)  # (N,)
+
+    def chunk_ce(h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(head(h).float(), t, ignore_index=ignore_index, reduction="none")  # (chunk,)
+
+    losses = [
+        checkpoint(chunk_ce, flat_hidden[start:start + chunk_tokens], flat_targets[start:start + chunk_tokens],
+                   use_reentrant=False)
+        if torch.is_grad_enabled()
+        else chunk_ce(flat_hidden[start:start + chunk_tokens], flat_targets[start:start + chunk_tokens])
+        for start in range(0, flat_targets.numel(), chunk_tokens)
+    ]
+    return torch.cat(losses).view(targets.shape)
+
+
 def goldfish_loss(
     logits: torch.Tensor,
     labels: torch.Tensor,
@@ -55,12 +83,17 @@ def goldfish_loss(
     position_ids: torch.Tensor | None = None,
     shift: bool = True,
     ignore_index: int = IGNORE_INDEX,
+    head: nn.Module | None = None,
+    chunk_tokens: int = 1024,
 ) -> GoldfishLossOutput:
     """Goldfish loss of causal-LM ``logits`` (B, T, V) against unshifted HF ``labels`` (B, T).
 
     The drop mask is ``drop_mask`` if given, else computed from ``labels`` with ``config`` (``config=None`` and no
     mask: standard loss, nothing dropped). With ``shift`` (the HF convention), ``logits[:, t]`` predicts
     ``labels[:, t+1]``. Dropped tokens get no gradient; their CE is still measured for logging.
+
+    With ``head`` (the output projection), ``logits`` are instead the final hidden states (B, T, H) and the CE is
+    computed by :func:`chunked_token_losses` in chunks of ``chunk_tokens`` tokens (the full logits never exist).
     """
     if config is not None:
         ignore_index = config.ignore_index
@@ -78,7 +111,10 @@ def goldfish_loss(
     supervised = labels != ignore_index
     kept = supervised & ~drop_mask
     dropped = supervised & drop_mask
-    ce = token_losses(logits, labels, ignore_index)  # (B, T)
+    if head is None:
+        ce = token_losses(logits, labels, ignore_index)  # (B, T)
+    else:
+        ce = chunked_token_losses(logits, head, labels, chunk_tokens=chunk_tokens, ignore_index=ignore_index)
     kept_sum = (ce * kept).sum()
     kept_count = kept.sum()
     dropped_sum = (ce.detach() * dropped).sum()

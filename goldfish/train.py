@@ -298,21 +298,7 @@ def _build(cfg: TrainConfig, tok: dict[str, Any], seq_len: int, shape: dict[str,
                 setattr(model.generation_config, name, int(tok[key]))
     shape["params"] = count_parameters(model)
     shape["flops_per_token"] = flops_per_token(model, seq_len)
-    if cfg.compile:
-        _compile_layers(model)
     return model
-
-
-def _compile_layers(model: torch.nn.Module) -> None:
-    """``torch.compile`` each decoder layer in place (lazily, at its first call): RMSNorm, rotary embedding, SwiGLU
-    and their backward become fused kernels; names and parameters are unchanged, so checkpoints are too."""
-    if _process_rank()[1] > 1:
-        raise UserError("compile=true runs in one process only; drop it for torchrun runs")
-    layers = getattr(getattr(model, "model", None), "layers", None)
-    if layers is None:
-        raise UserError(f"compile=true needs a decoder with model.layers; {type(model).__name__} has none")
-    for layer in layers:
-        layer.compile()
 
 
 class _EpochOrders:

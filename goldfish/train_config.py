@@ -64,6 +64,16 @@ class LossConfig:
 
     type: Literal["standard", "goldfish"] = option("standard", "standard | goldfish")
     goldfish: GoldfishConfig = option(factory=GoldfishConfig, help="Goldfish mask settings (used when type=goldfish)")
+    ce_chunk_tokens: int = option(0, "native engine: compute the CE from the final hidden states in chunks of this "
+                                     "many tokens, never holding the whole (tokens, vocab) logits (0: whole logits; "
+                                     "e.g. 1024 saves GiBs at vocab 32k-50k, costs one more head matmul)")
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        check(isinstance(self.ce_chunk_tokens, int) and not isinstance(self.ce_chunk_tokens, bool)
+              and self.ce_chunk_tokens >= 0, problems,
+              f"ce_chunk_tokens={self.ce_chunk_tokens!r} must be an integer >= 0 (0: whole logits)")
+        raise_problems(problems)
 
 
 @dataclasses.dataclass
@@ -128,6 +138,9 @@ class ParallelConfig:
     pp_schedule: Literal["gpipe", "1f1b"] = option("1f1b", "pipeline schedule: gpipe | 1f1b")
     pp_microbatches: int = option(0, "pipeline micro-batches per micro-batch (0: one per stage)")
     fsdp: bool = option(False, "shard parameters, gradients and optimizer state over data-parallel ranks (FSDP2)")
+    fsdp_mixed_precision: bool = option(False, "with fsdp and precision=bf16: all-gather bf16 parameters and "
+                                               "reduce-scatter fp32 gradients (FSDP2 MixedPrecisionPolicy; half the "
+                                               "parameter traffic); fp32 master weights stay sharded")
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -185,8 +198,11 @@ class TrainConfig:
     optim: OptimConfig = option(factory=OptimConfig, help="optimizer and learning-rate schedule")
     schedule: ScheduleConfig = option(factory=ScheduleConfig, help="training length and batch sizes")
     precision: Literal["fp32", "bf16"] = option("fp32", "fp32 | bf16 (autocast, fp32 master weights)")
-    compile: bool = option(False, "torch.compile every decoder layer (one process only; the first step pays the "
-                                  "compilation; fuses norms, rotary and SwiGLU kernels)")
+    compile: bool = option(False, "torch.compile every decoder layer (the first step pays the compilation; fuses "
+                                  "norms, rotary and SwiGLU kernels; under torchrun too with the native engine)")
+    activation_checkpointing: bool = option(False, "native engine: recompute each decoder layer's activations in "
+                                                   "backward instead of keeping them (less memory, ~1/3 more "
+                                                   "compute; lets a larger micro-batch fit)")
     engine: Literal["native", "axonn"] = option("native", "distributed engine: native | axonn")
     parallel: ParallelConfig = option(factory=ParallelConfig, help="native engine mesh")
     axonn: AxonnConfig = option(factory=AxonnConfig, help="AxoNN engine grid")

@@ -52,7 +52,7 @@ def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any) -> list
     with tempfile.TemporaryDirectory(prefix="goldfish-dist-") as folder:
         try:
             mp.start_processes(_worker, args=(world_size, folder, fn, args), nprocs=world_size, start_method="spawn")
-        except mp.ProcessException:
+        except (mp.ProcessRaisedException, mp.ProcessExitedException):
             errors = sorted(Path(folder).glob("error_*.txt"))
             raise RuntimeError("\n".join(p.read_text() for p in errors) or "a worker failed") from None
         return [torch.load(Path(folder) / f"result_{r}.pt", weights_only=True) for r in range(world_size)]

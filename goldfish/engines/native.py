@@ -57,6 +57,9 @@ class NativeEngine(Engine):
         self.device = torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
         self.pp_microbatches = p.pp_microbatches or p.pp
         self.micro_batch_rows = getattr(getattr(cfg, "schedule", None), "micro_batch_size", None)
+        if p.fsdp_mixed_precision and (cfg.precision != "bf16" or not p.fsdp):
+            raise UserError("parallel.fsdp_mixed_precision=true needs parallel.fsdp=true and precision=bf16; set "
+                            "both or drop it")
         self.dims = par.check_layout(p.pp, p.dp, p.tp, self.world_size, schedule=p.pp_schedule,
                                      microbatches=self.pp_microbatches, micro_batch_rows=self.micro_batch_rows)
         self._owns_group = False
@@ -129,9 +132,15 @@ class NativeEngine(Engine):
         if self.dims.tp > 1:  # 1. tensor parallel
             par.apply_tp(model, self.mesh["tp"])
         stage = par.split_stage(model, self.mesh["pp"] if self.dims.pp > 1 else None)  # 2. pipeline stage
+        stage.checkpoint_layers = self.cfg.activation_checkpointing
+        if self.cfg.compile:
+            par.compile_layers(stage)
+        chunk = self.cfg.loss.ce_chunk_tokens
+        stage.hidden_out = chunk > 0 and stage.lm_head is not None
+        self.loss_fn = par.GoldfishStageLoss(stage.lm_head, chunk)
         self._forward = stage
         if self.dims.dp > 1 and p.fsdp:  # 3. data parallel
-            par.apply_fsdp(stage, self.mesh["dp"])
+            par.apply_fsdp(stage, self.mesh["dp"], self._fsdp_mp_policy())
         elif self.dims.dp > 1 and self._ddp:
             self._forward = par.apply_ddp(stage, self.mesh["dp"], self.device)
         elif self.dims.dp > 1:
@@ -141,6 +150,14 @@ class NativeEngine(Engine):
         self._tied_group = par.tied_weight_group(self.mesh) if stage.split_tie else None
         self.model = stage
         self.optimizer = build_optimizer(stage.parameters())
+
+    def _fsdp_mp_policy(self) -> Any:
+        """bf16 all-gathers and fp32 reduce-scatters with ``parallel.fsdp_mixed_precision``, else FSDP2's default."""
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+
+        if not self.cfg.parallel.fsdp_mixed_precision:
+            return None
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
 
     # ------------------------------------------------------------------------------------------ step
 

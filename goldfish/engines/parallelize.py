@@ -20,6 +20,8 @@ the global count of kept tokens (see :mod:`goldfish.engines.base`), so a sum giv
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import logging
 from typing import Any, Callable, Sequence
 
@@ -29,6 +31,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, distribute_module, distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel, parallelize_module
+from torch.utils.checkpoint import checkpoint
 
 from ..config import check, raise_problems
 from ..loss import goldfish_loss
@@ -179,6 +182,30 @@ def stage_layers(num_layers: int, pp: int, stage: int) -> range:
     return range(start, start + base + (stage < extra))
 
 
+def causal_mask(config: Any, hidden: torch.Tensor, attention_mask: torch.Tensor | None,
+                position_ids: torch.Tensor) -> Any:
+    """Hugging Face's attention mask for a cache-free forward of ``hidden`` (B, T, H), on every supported release.
+
+    ``create_causal_mask`` changed its parameters: 4.56 takes ``input_embeds``, ``past_key_values`` and a required
+    ``cache_position`` (T,); 5.17 ``inputs_embeds`` and ``past_key_values``; 5.24 ``inputs_embeds`` and ``cache``.
+    The first two are passed by position, the rest by the names this release accepts (``inspect.signature``)."""
+    from transformers.masking_utils import create_causal_mask
+
+    params = _mask_params()
+    kwargs: dict[str, Any] = {"attention_mask": attention_mask, "position_ids": position_ids,
+                              "cache" if "cache" in params else "past_key_values": None}
+    if "cache_position" in params:
+        kwargs["cache_position"] = torch.arange(hidden.shape[1], device=hidden.device)
+    return create_causal_mask(config, hidden, **kwargs)
+
+
+@functools.lru_cache(maxsize=1)
+def _mask_params() -> frozenset[str]:
+    from transformers.masking_utils import create_causal_mask
+
+    return frozenset(inspect.signature(create_causal_mask).parameters)
+
+
 class StageModule(nn.Module):
     """A contiguous slice of a HF Llama causal LM that runs on its own (one pipeline stage, or the whole model).
 
@@ -197,6 +224,8 @@ class StageModule(nn.Module):
         self.model.rotary_emb = model.model.rotary_emb
         self.lm_head = model.lm_head if last else None
         self.split_tie = bool(model.config.tie_word_embeddings) and not (first and last)
+        self.hidden_out = False  # last stage returns final-norm hidden states (B, T, H): the loss applies lm_head
+        self.checkpoint_layers = False  # recompute each decoder layer in backward (activation checkpointing)
 
     @property
     def tied_weight(self) -> nn.Parameter | None:
@@ -213,18 +242,21 @@ class StageModule(nn.Module):
 
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        from transformers.masking_utils import create_causal_mask
-
         hidden = self.model.embed_tokens(x) if self.model.embed_tokens is not None else x  # (B, T, H)
         if position_ids is None:
             position_ids = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0)  # (1, T)
-        mask = create_causal_mask(config=self.config, inputs_embeds=hidden, attention_mask=attention_mask,
-                                  cache=None, position_ids=position_ids)
+        mask = causal_mask(self.config, hidden, attention_mask, position_ids)
         rotary = self.model.rotary_emb(hidden, position_ids=position_ids)  # (cos, sin), each (B, T, head_dim)
         for layer in self.model.layers.values():
-            hidden = layer(hidden, attention_mask=mask, position_ids=position_ids, position_embeddings=rotary)
+            if self.checkpoint_layers:
+                hidden = checkpoint(layer, hidden, attention_mask=mask, position_ids=position_ids,
+                                    position_embeddings=rotary, use_reentrant=False)
+            else:
+                hidden = layer(hidden, attention_mask=mask, position_ids=position_ids, position_embeddings=rotary)
         if self.model.norm is not None:
-            hidden = self.lm_head(self.model.norm(hidden))  # (B, T, V)
+            hidden = self.model.norm(hidden)
+            if not self.hidden_out:
+                hidden = self.lm_head(hidden)  # (B, T, V)
         return hidden
 
 
@@ -238,6 +270,16 @@ def split_stage(model: nn.Module, pp_mesh: DeviceMesh | None) -> StageModule:
                  ", ".join(f"stage {s}: {list(stage_layers(model.config.num_hidden_layers, pp, s))}"
                            for s in range(pp)))
     return module
+
+
+def compile_layers(stage_module: StageModule) -> None:
+    """``torch.compile`` each decoder layer in place (lazily, at its first call): RMSNorm, rotary embedding, SwiGLU
+    and their backward become fused kernels. Applied after TP (the compiled code runs on DTensor shards) and before
+    FSDP2 (whose per-layer hooks stay outside the compiled code, as in torchtitan); names and parameters are
+    unchanged, so checkpoints are too."""
+    for layer in stage_module.model.layers.values():
+        layer.compile()
+    log_main("compiled %d decoder layers (torch.compile, on first call)", len(stage_module.model.layers))
 
 
 def tied_weight_group(mesh: DeviceMesh) -> dist.ProcessGroup | None:
@@ -276,7 +318,10 @@ class GoldfishStageLoss:
     never backpropagated and the schedule only hands back the loss. The schedule's first step calls the loss once
     more on placeholder tensors (shape inference), so :meth:`stats` sums only the last ``n_microbatches`` calls."""
 
-    def __init__(self) -> None:
+    def __init__(self, head: nn.Module | None = None, chunk_tokens: int = 0) -> None:
+        # with ``head`` the last stage hands over final hidden states and the CE is chunked (see goldfish_loss)
+        self.head = head if chunk_tokens > 0 else None
+        self.chunk_tokens = chunk_tokens
         self.reset()
 
     def reset(self, normalizer: float = 1.0) -> None:
@@ -285,7 +330,8 @@ class GoldfishStageLoss:
         self.records: list[torch.Tensor] = []
 
     def __call__(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        out = goldfish_loss(logits, target[..., 0], drop_mask=target[..., 1].bool(), shift=True)
+        out = goldfish_loss(logits, target[..., 0], drop_mask=target[..., 1].bool(), shift=True, head=self.head,
+                            chunk_tokens=self.chunk_tokens)
         parts = (out.kept_sum.detach(), out.kept_count, out.dropped_sum, out.dropped_count)
         self.records.append(torch.stack([p.double().cpu() for p in parts]))
         return out.kept_sum / self.normalizer
@@ -324,7 +370,10 @@ def apply_fsdp(stage_module: StageModule, dp_mesh: DeviceMesh, mp_policy: Any = 
     kwargs = {"mesh": dp_mesh, "mp_policy": mp_policy or MixedPrecisionPolicy(),
               "reshard_after_forward": reshard_after_forward}
     units = [fully_shard(layer, **kwargs) for layer in stage_module.model.layers.values()]
-    units.append(fully_shard(stage_module, **kwargs))
+    # the root unit (embedding, final norm, lm_head) stays unsharded from forward to backward, FSDP2's own heuristic
+    # for a root (its weights are all-gathered again at once for backward); the chunked CE also runs lm_head after
+    # the stage's forward, so its weight must still be whole then
+    units.append(fully_shard(stage_module, **{**kwargs, "reshard_after_forward": False}))
     for unit in units:
         unit.set_gradient_divide_factor(1.0)
         unit.set_force_sum_reduction_for_comms(True)  # plain SUM: gloo has no PREMUL_SUM; factor 1 = no scaling

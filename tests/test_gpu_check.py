@@ -1,0 +1,41 @@
+"""benchmarks/gpu_check.py: refuses without CUDA in one line, and its CPU dry run exercises every check."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
+def test_refuses_without_cuda_in_one_line(tmp_path):
+    done = subprocess.run([sys.executable, str(SCRIPT), "--json", str(tmp_path / "out.json")], capture_output=True,
+                          text=True)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: ") and len(done.stderr.strip().splitlines()) == 1
+    assert "--cpu-smoke" in done.stderr and not (tmp_path / "out.json").exists()
+
+
+@pytest.mark.slow
+def test_cpu_smoke_runs_every_check_and_writes_the_table(tmp_path):
+    out = tmp_path / "check.json"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--cpu-smoke", "--json", str(out)], capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["table"] in done.stdout
+    assert all(m["identical"] for m in result["mask"].values()) and len(result["mask"]) == 3
+    arms = {a["engine"]: a for a in result["train"]}
+    assert sorted(arms) == ["axonn", "native", "native fast"] and all(a["tokens_per_s"] > 0 for a in arms.values())
+    # same init, same batches, fp32: chunked CE and AxoNN 1x1x1 train exactly like the default native engine
+    losses = [arms[n]["last_kept_loss"] for n in ("native", "native fast", "axonn")]
+    assert losses == pytest.approx([losses[0]] * 3, abs=1e-5)
+    ev = result["eval"]
+    assert ev["identical_tokens"] == ev["identical_verdicts"] == ev["windows"] == 8
+    assert "error" not in result["demo"] and sorted(result["demo"]["exact_match"]) == ["goldfish", "standard"]
