@@ -104,3 +104,12 @@ def test_chunked_path_never_keeps_the_logits_for_backward():
     chunked = _saved_bytes(lambda: goldfish_loss(hidden, labels, head=head, chunk_tokens=64))
     assert full >= logits_fp32  # the full path keeps (at least) fp32 log-probabilities of every token
     assert chunked < logits_fp32 / 8  # hidden states, targets, chunk inputs: no (N, V) tensor
+
+
+def test_chunk_size_must_be_a_non_negative_integer():
+    from goldfish.config import ConfigError
+    from goldfish.train_config import LossConfig
+
+    assert LossConfig(ce_chunk_tokens=0).ce_chunk_tokens == 0
+    with pytest.raises(ConfigError, match="ce_chunk_tokens=-1 must be an integer >= 0"):
+        LossConfig(ce_chunk_tokens=-1)

@@ -181,10 +181,34 @@ def test_fsdp_mixed_precision_stays_close_to_fp32():
 
 
 @pytest.mark.slow
-def test_compile_under_torchrun_with_fsdp_and_tp():
-    """compile=true under a process group (2 gloo ranks): compiled layers with FSDP2 hooks around them, and compiled
-    layers on DTensor shards (TP), train like the eager one-process reference (fused kernels reorder float ops)."""
+def test_compile_under_torchrun_with_fsdp_ddp_and_pipeline():
+    """compile=true under a process group (2 gloo ranks): compiled layers inside FSDP2 units, under DDP, and in a
+    pipeline stage (with the chunked CE) train like the eager one-process reference (fused kernels reorder float
+    operations, hence 1e-4) and resume bit for bit."""
     _run_layouts(2, {
         "dp2-fsdp-compiled": {"parallel": {"fsdp": True}, "train": _perf(compile=True), "tol": 1e-4},
-        "tp2-compiled-chunked": {"parallel": {"tp": 2}, "train": _perf(compile=True, ce_chunk_tokens=7), "tol": 1e-4},
+        "dp2-ddp-compiled": {"parallel": {"fsdp": False}, "packed": True, "train": _perf(compile=True), "tol": 1e-4},
+        "pp2-compiled-chunked": {"parallel": {"pp": 2, "pp_schedule": "1f1b"},
+                                 "train": _perf(compile=True, ce_chunk_tokens=7), "tol": 1e-4},
     })
+
+
+def test_option_conflicts_are_one_line_errors():
+    from goldfish.engines.native import NativeEngine
+    from goldfish.errors import UserError
+    from goldfish.train_config import ParallelConfig, TrainConfig
+
+    with pytest.raises(UserError, match=r"compile=true with parallel.tp>1"):
+        NativeEngine(TrainConfig(compile=True, parallel=ParallelConfig(tp=2)))
+    with pytest.raises(UserError, match=r"fsdp_mixed_precision=true needs parallel.fsdp=true and precision=bf16"):
+        NativeEngine(TrainConfig(parallel=ParallelConfig(fsdp=True, fsdp_mixed_precision=True)))
+
+
+def test_axonn_refuses_native_only_options():
+    pytest.importorskip("axonn")
+    from goldfish.engines.axonn import AxonnEngine
+    from goldfish.errors import UserError
+    from goldfish.train_config import TrainConfig
+
+    with pytest.raises(UserError, match=r"^compile, activation_checkpointing: native-engine options"):
+        AxonnEngine(TrainConfig(engine="axonn", compile=True, activation_checkpointing=True))

@@ -98,6 +98,11 @@ class AxonnEngine(Engine):
         self.cfg = cfg
         axonn_compat.check_installed()
         self.device = self._device()
+        native_only = [name for name, on in (("compile", cfg.compile), ("activation_checkpointing",
+                       cfg.activation_checkpointing), ("loss.ce_chunk_tokens", cfg.loss.ce_chunk_tokens)) if on]
+        if native_only:
+            raise UserError(f"{', '.join(native_only)}: native-engine options that engine=axonn does not apply; "
+                            f"drop them or use engine=native")
         if cfg.precision == "bf16" and self.device.type != "cuda":
             raise UserError("precision=bf16 with engine=axonn needs a CUDA GPU (AxoNN's Linear re-enters autocast "
                             "only on CUDA in backward); use precision=fp32 on CPU")

@@ -57,6 +57,11 @@ class NativeEngine(Engine):
         self.device = torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
         self.pp_microbatches = p.pp_microbatches or p.pp
         self.micro_batch_rows = getattr(getattr(cfg, "schedule", None), "micro_batch_size", None)
+        if cfg.compile and p.tp > 1:
+            # compiled layers on DTensor shards fail in backward (DTensor redistribute gets a plain gradient,
+            # torch 2.13); FSDP2, DDP and pipeline stages compile fine
+            raise UserError("compile=true with parallel.tp>1 is not supported (compiled tensor-parallel layers fail "
+                            "in backward); drop compile or use parallel.tp=1 with fsdp/pp")
         if p.fsdp_mixed_precision and (cfg.precision != "bf16" or not p.fsdp):
             raise UserError("parallel.fsdp_mixed_precision=true needs parallel.fsdp=true and precision=bf16; set "
                             "both or drop it")
