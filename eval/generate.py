@@ -77,11 +77,16 @@ def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device) -
     return ids.to(device), mask.to(device), positions.to(device)
 
 
-def forward(model, ids, mask, positions, past=None, keep: int = 1, use_cache: bool = True):
-    """One forward pass -> (logits of the last ``keep`` positions as fp32 (B, keep, V), KV cache or None)."""
+def forward(model, ids, mask, positions, past=None, keep: int = 1, use_cache: bool = True, cache_position=None):
+    """One forward pass -> (logits of the last ``keep`` positions as fp32 (B, keep, V), KV cache or None).
+
+    ``cache_position`` (T,): the cache slots this pass writes, for models whose ``forward`` takes it (transformers
+    4.x needs it with a static cache; 5.x tracks it in the cache)."""
     kwargs = {"attention_mask": mask, "use_cache": use_cache}
     if past is not None:
         kwargs["cache" if accepts(model, "cache") else "past_key_values"] = past
+    if cache_position is not None and accepts(model, "cache_position"):
+        kwargs["cache_position"] = cache_position
     if accepts(model, "position_ids"):
         kwargs["position_ids"] = positions
     if accepts(model, "logits_to_keep"):
@@ -93,22 +98,40 @@ def forward(model, ids, mask, positions, past=None, keep: int = 1, use_cache: bo
     return out.logits[:, -keep:].float(), cache
 
 
+def static_kv_cache(model, max_len: int):
+    """A Hugging Face ``StaticCache`` of ``max_len`` positions (allocated at the first forward, for its batch):
+    fixed shapes at every decoding step, no reallocation as the sequence grows (what CUDA graphs and
+    ``torch.compile`` need)."""
+    from transformers import StaticCache
+
+    return StaticCache(config=model.config, max_cache_len=max_len)
+
+
 @torch.inference_mode()
 def decode_batch(model, prefixes: Sequence[Sequence[int]], max_new_tokens: int, pad_id: int,
-                 pick: Picker = greedy_pick) -> torch.Tensor:
-    """Decode ``max_new_tokens`` tokens after each prefix (no early stop at eos) -> ids (B, max_new_tokens)."""
+                 pick: Picker = greedy_pick, static_cache: bool = False) -> torch.Tensor:
+    """Decode ``max_new_tokens`` tokens after each prefix (no early stop at eos) -> ids (B, max_new_tokens).
+
+    Every step reads views of tensors allocated once -- the attention mask (B, P + S), the cache positions (P + S,)
+    and the output ids (B, S) -- so the loop allocates nothing that grows and never waits for the device (the ids
+    are copied to the host once, at the end). ``static_cache``: a preallocated :func:`static_kv_cache` instead of
+    the growing dynamic one."""
     ids, mask, positions = left_pad(prefixes, pad_id, model_device(model))
-    logits, past = forward(model, ids, mask, positions)
-    nxt = pick(logits[:, -1])  # (B,)
-    out = [nxt]
-    last_pos = positions[:, -1]  # (B,)
-    for _ in range(max_new_tokens - 1):
-        mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+    rows, width = ids.shape
+    full_mask = torch.cat([mask, mask.new_ones((rows, max_new_tokens))], dim=1)  # (B, P + S)
+    slots = torch.arange(width + max_new_tokens, device=ids.device)  # (P + S,) cache positions
+    past = static_kv_cache(model, width + max_new_tokens) if static_cache else None
+    logits, past = forward(model, ids, mask, positions, past, cache_position=slots[:width])
+    out = torch.empty((rows, max_new_tokens), dtype=torch.long, device=ids.device)
+    out[:, 0] = pick(logits[:, -1])
+    last_pos = positions[:, -1:]  # (B, 1)
+    for step in range(1, max_new_tokens):
         last_pos = last_pos + 1
-        logits, past = forward(model, nxt[:, None], mask, last_pos[:, None], past)
-        nxt = pick(logits[:, -1])
-        out.append(nxt)
-    return torch.stack(out, dim=1).cpu()
+        cur = width + step  # tokens in the sequence once this step's input is appended
+        logits, past = forward(model, out[:, step - 1:step], full_mask[:, :cur], last_pos, past,
+                               cache_position=slots[cur - 1:cur])
+        out[:, step] = pick(logits[:, -1])
+    return out.cpu()
 
 
 def buckets(lengths: Sequence[int], batch_size: int, exact: bool = False) -> Iterator[list[int]]:
@@ -175,18 +198,20 @@ def run_batched(fn: Callable[[list[int]], list], lengths: Sequence[int], batch_s
 
 def generate(model, prefixes: Sequence[Sequence[int]], max_new_tokens: int, *, pad_id: int = 0,
              batch_size: int | str = 32, pick: Picker = greedy_pick, progress: bool = True,
-             desc: str = "generate") -> list[list[int]]:
+             desc: str = "generate", static_cache: bool | None = None) -> list[list[int]]:
     """Exactly ``max_new_tokens`` tokens after every prefix, greedy by default -> one id list per prefix.
 
     Token-identical to ``model.generate(prefix, do_sample=False, max_new_tokens=S, min_new_tokens=S)`` with eos
-    stopping disabled, run one prefix at a time (tested on Llama, GPT-2 and GPT-NeoX in fp32).
+    stopping disabled, run one prefix at a time (tested on Llama, GPT-2 and GPT-NeoX in fp32, with either cache).
+    ``static_cache``: preallocated KV cache (None: on CUDA only, where fixed shapes spare the allocator).
     """
     if max_new_tokens < 1:
         return [[] for _ in prefixes]
     exact = not accepts(model, "position_ids")
+    static = model_device(model).type == "cuda" if static_cache is None else static_cache
 
     def run(idx: list[int]) -> list[list[int]]:
-        return decode_batch(model, [prefixes[i] for i in idx], max_new_tokens, pad_id, pick).tolist()
+        return decode_batch(model, [prefixes[i] for i in idx], max_new_tokens, pad_id, pick, static).tolist()
 
     return run_batched(run, [len(p) for p in prefixes], batch_size, model, exact, desc, progress)
 

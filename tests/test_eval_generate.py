@@ -53,11 +53,12 @@ def hf_reference(model, prefix: list[int], s: int, **kw) -> list[int]:
     return out[0, len(prefix):].tolist()
 
 
+@pytest.mark.parametrize("static_cache", [False, True], ids=["dynamic-cache", "static-cache"])
 @pytest.mark.parametrize("arch", sorted(ARCHS))
-def test_batched_greedy_equals_batch1_generate(arch):
+def test_batched_greedy_equals_batch1_generate(arch, static_cache):
     model = _model(arch)
     prefixes = _prefixes()
-    ours = generate(model, prefixes, S, pad_id=0, batch_size=3, progress=False)
+    ours = generate(model, prefixes, S, pad_id=0, batch_size=3, progress=False, static_cache=static_cache)
     ref = [hf_reference(model, p, S) for p in prefixes]
     assert ours == ref
     assert all(len(o) == S for o in ours)
