@@ -14,22 +14,27 @@ from typing import Any, Callable
 
 import torch
 
+from .fold import token_fold
 from .masks import GoldfishConfig, apply_goldfish
 
 
 class GoldfishCollator:
     """Apply a Goldfish mask to the ``labels`` produced by ``base`` (or to ``input_ids`` if there are no labels).
 
-    ``tokenizer`` (optional) adds its special ids (BOS/EOS/pad ...) to ``config.special_ids``. Batches that carry
+    ``tokenizer`` (optional) adds its special ids (BOS/EOS/pad ...) to ``config.special_ids``, and for the
+    ``canonical`` strategy provides the fold table (unless ``config.fold`` is already set). Batches that carry
     ``document_ids`` or ``position_ids`` (packed rows) get document-aware masks.
     """
 
     def __init__(self, base: Callable[[list], dict], config: GoldfishConfig, tokenizer: Any = None):
         self.base = base
         specials = set(config.special_ids)
+        fold = config.fold
         if tokenizer is not None:
             specials |= {int(i) for i in getattr(tokenizer, "all_special_ids", []) if i is not None}
-        self.config = dataclasses.replace(config, special_ids=sorted(specials))
+            if config.strategy == "canonical" and fold is None:
+                fold = token_fold(tokenizer)
+        self.config = dataclasses.replace(config, special_ids=sorted(specials), fold=fold)
 
     def __call__(self, features: list) -> dict:
         batch = self.base(features)

@@ -39,6 +39,17 @@ def option(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any =
     return dataclasses.field(**kwargs)
 
 
+def runtime_option(help: str) -> Any:
+    """A field set by code at run time (e.g. a table built from the tokenizer): never read from YAML or overrides,
+    never saved, never shown by ``describe``; default None."""
+    return dataclasses.field(default=None, repr=False, compare=False, metadata={"help": help, "runtime": True})
+
+
+def _config_fields(cls_or_obj: Any) -> list[dataclasses.Field]:
+    """The fields a config file may set and that are saved: all but :func:`runtime_option` ones."""
+    return [f for f in dataclasses.fields(cls_or_obj) if f.init and not f.metadata.get("runtime")]
+
+
 # --------------------------------------------------------------------------------------------- value coercion
 
 
@@ -134,7 +145,7 @@ def _coerce(value: Any, tp: Any, key: str, problems: list[str]) -> Any:
 
 def _build(cls: type[T], data: dict, prefix: str, problems: list[str]) -> T:
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    fields = {f.name: f for f in _config_fields(cls)}
     unknown = [k for k in data if k not in fields]
     for k in unknown:
         problems.append(f"unknown config key '{prefix}{k}'; valid keys here: {', '.join(sorted(fields))}")
@@ -163,7 +174,7 @@ def from_dict(cls: type[T], data: dict | None) -> T:
 def to_dict(obj: Any) -> Any:
     """Plain-value dict of a (nested) config dataclass, suitable for YAML/JSON."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: to_dict(getattr(obj, f.name)) for f in _config_fields(obj)}
     if isinstance(obj, (list, tuple)):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):
@@ -241,7 +252,7 @@ def describe(cls: type, prefix: str = "") -> list[str]:
     """One line per (nested) key: ``key (type, default): help`` -- used by ``--help`` of config-driven commands."""
     lines = []
     hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
+    for f in _config_fields(cls):
         tp = hints[f.name]
         if dataclasses.is_dataclass(tp):
             lines.extend(describe(tp, prefix + f.name + "."))

@@ -28,6 +28,17 @@ Strategies
     windows span document boundaries and padding; and the original drew its table on the GPU, whose generator gives
     a different table than the CPU one used here. Special ids are still never dropped.
 
+``"canonical"`` (robust to case and whitespace)
+    Like ``hash``, but the window is read through a case- and whitespace-folding view of the text, so a text and
+    its case/whitespace variants get the same decisions at the same characters. Needs a :class:`TokenFold` of the
+    tokenizer (``goldfish.fold.token_fold(tokenizer)``: per vocabulary id, the hash of its casefolded bytes without
+    whitespace, and whether it starts a word, ends with whitespace or is whitespace only). Tokens are grouped into
+    words (a word starts at a document start, at a token with leading whitespace, or after whitespace); the key of
+    a target is its own word's folded prefix up to and including the target plus the h-1 complete words before it
+    in the same document (so ``h`` counts *words* here), hashed like ``hash``. Whitespace-only tokens never enter
+    a word; their key is the h-1 words before them plus a fixed tag. Re-cased or re-spaced text tokenizes
+    differently, but every word-final token (and every token whose folded prefix is unchanged) keeps its decision.
+
 ``"static"``
     The paper's k-GL baseline: every k-th token of each document (positions k-1, 2k-1, ... counted from the
     document's first token) is dropped, independent of content.
@@ -40,17 +51,40 @@ from typing import Iterable, Literal, Sequence
 
 import torch
 
-from .config import check, option, raise_problems
+from .config import check, option, raise_problems, runtime_option
 from .errors import ConfigError
 
-STRATEGIES = ("hash", "hash-table", "static")
+STRATEGIES = ("hash", "hash-table", "canonical", "static")
 IGNORE_INDEX = -100
 
-Strategy = Literal["hash", "hash-table", "static"]
+Strategy = Literal["hash", "hash-table", "canonical", "static"]
 
 _TABLE_SIZE = 1_000_003
 _TABLE_SEED = 2971215073  # the 47th Fibonacci number, a prime; the published seed
 _table_cache: torch.Tensor | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenFold:
+    """The case-/whitespace-folding view of a vocabulary that the ``canonical`` strategy hashes; (V,) tensors.
+
+    Built from a tokenizer by ``goldfish.fold.token_fold``; indexed by token id.
+    """
+
+    piece: torch.Tensor  # int64: polynomial hash (base FOLD_BASE, mod 2**64) of the token's folded bytes
+    scale: torch.Tensor  # int64: FOLD_BASE ** len(folded bytes) mod 2**64, to append the token to a word's hash
+    starts: torch.Tensor  # bool: the token begins with whitespace (it starts a new word)
+    ends: torch.Tensor  # bool: the token ends with whitespace (the next token starts a new word)
+    blank: torch.Tensor  # bool: the token is whitespace only (its folded form is empty)
+
+    @property
+    def size(self) -> int:
+        return int(self.piece.shape[0])
+
+    def to(self, device: torch.device) -> "TokenFold":
+        if self.piece.device == device:
+            return self
+        return TokenFold(*(t.to(device) for t in (self.piece, self.scale, self.starts, self.ends, self.blank)))
 
 
 @dataclasses.dataclass
@@ -59,10 +93,13 @@ class GoldfishConfig:
 
     k: int = option(4, "drop 1 in k target tokens (k >= 2; the paper's default is 4)")
     h: int = option(13, "context width: the number of tokens, ending at the target, whose ids decide (paper: 13)")
-    strategy: Strategy = option("hash", "hash (default, document-aware) | hash-table (paper-exact) | static (k-GL)")
+    strategy: Strategy = option("hash", "hash (default, document-aware) | hash-table (paper-exact) | canonical "
+                                        "(hash over a case/whitespace-folded view of the text) | static (k-GL)")
     seed: int = option(0, "salt of the 'hash' strategy; a different seed gives an independent mask")
     special_ids: list[int] = option(factory=list, help="token ids never dropped and never hashed (e.g. BOS/EOS/pad)")
     ignore_index: int = option(IGNORE_INDEX, "label value that tells the loss to skip a position")
+    fold: TokenFold | None = runtime_option("canonical only: the tokenizer's fold table (set by the trainer, the "
+                                            "collator and `goldfish mask` from their tokenizer; never in YAML)")
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -91,6 +128,9 @@ def _i64(c: int) -> int:
 _M1 = _i64(0xBF58476D1CE4E5B9)
 _M2 = _i64(0x94D049BB133111EB)
 _GOLDEN = _i64(0x9E3779B97F4A7C15)
+FOLD_BASE = 0x100000001B3  # the 64-bit FNV prime: base of the folded-bytes polynomial hash of "canonical"
+_CANONICAL_TAG = 0x43414E4F4E  # salts "canonical" apart from "hash" ("CANON")
+_BLANK_TAG = _i64(0xB1A4C5EED0000001)  # the key contribution of a whitespace-only token
 
 
 def _shr(x: torch.Tensor, s: int) -> torch.Tensor:
@@ -190,6 +230,69 @@ def _hash_table_mask(ids: torch.Tensor, k: int, h: int, special: torch.Tensor) -
     return mask & ~special
 
 
+def _shift(x: torch.Tensor, d: int, fill: int | bool) -> torch.Tensor:
+    """``x`` moved d positions right along the last dim (``out[:, t] = x[:, t-d]``), ``fill`` at the first d."""
+    out = torch.full_like(x, fill)
+    out[:, d:] = x[:, : x.shape[1] - d]
+    return out
+
+
+def _word_prefix_hashes(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """[B, T] int64: ``P[t] = a[t] * P[t-1] + b[t]`` (wrapping), ``P[-1] = 0``, as a log-depth scan.
+
+    Each position is the affine map x -> a*x + b; a Hillis-Steele scan composes the maps of ranges of doubling
+    length (``a = 0`` restarts the recurrence: a word start). log2(T) steps of int64 ops, exact on every device.
+    """
+    d = 1
+    while d < a.shape[1]:
+        b = a * _shift(b, d, 0) + b
+        a = a * _shift(a, d, 1)
+        d *= 2
+    return b
+
+
+def _canonical_mask(ids: torch.Tensor, k: int, h: int, seg: torch.Tensor, special: torch.Tensor, seed: int,
+                    fold: TokenFold | None) -> torch.Tensor:
+    if fold is None:
+        raise ConfigError("strategy=canonical needs the tokenizer's fold table: pass fold=token_fold(tokenizer) "
+                          "(goldfish.fold); the trainer, the collator and `goldfish mask` build it themselves")
+    B, T = ids.shape
+    safe = torch.where(special, torch.zeros_like(ids), ids).to(torch.int64)  # (B, T) ids usable as table indices
+    if int(safe.max()) >= fold.size:
+        raise ValueError(f"token id {int(safe.max())} is outside the fold table of {fold.size} ids; build the "
+                         "table from the tokenizer that produced these ids")
+    fold = fold.to(ids.device)
+    blank = fold.blank[safe] | special  # (B, T): positions that belong to no word
+    seg_start = torch.ones_like(special)
+    seg_start[:, 1:] = seg[:, 1:] != seg[:, :-1]
+    after_space = _shift(fold.ends[safe] | blank, 1, False)
+    word_start = ~blank & (seg_start | fold.starts[safe] | after_space)  # (B, T)
+    # P[t]: hash of the folded bytes of t's word, from its first token through t
+    zero = torch.zeros_like(safe)
+    P = _word_prefix_hashes(torch.where(word_start | blank, zero, fold.scale[safe]),
+                            torch.where(blank, zero, fold.piece[safe]))
+    next_breaks = torch.ones_like(special)
+    next_breaks[:, :-1] = word_start[:, 1:] | blank[:, 1:]
+    last = ~blank & next_breaks  # (B, T): the token completing its word
+    widx = word_start.long().cumsum(dim=-1) - 1  # (B, T): index of t's word (blank: of the last word before it)
+    # complete words by index, per row: WH[b, w] = hash of word w, WS[b, w] = its segment; column T is a sink
+    sink = torch.full_like(widx, T)
+    slot = torch.where(last, widx, sink)
+    WH = torch.zeros(B, T + 1, dtype=torch.int64, device=ids.device).scatter_(1, slot, P)
+    WS = torch.full((B, T + 1), -1, dtype=seg.dtype, device=ids.device).scatter_(1, slot, seg)
+    prev = widx - (~blank).long()  # (B, T): the last complete word before t's own word
+    acc = mix64(torch.full((B, T), _i64((seed * _GOLDEN) % (1 << 64)) ^ h ^ _CANONICAL_TAG, dtype=torch.int64,
+                           device=ids.device))
+    for j in range(h - 2, -1, -1):  # oldest -> newest, like "hash"
+        w = prev - j
+        at = w.clamp(min=0)
+        valid = (w >= 0) & (WS.gather(1, at) == seg)
+        acc = torch.where(valid, mix64(acc ^ WH.gather(1, at)), acc)
+    acc = mix64(acc ^ torch.where(blank, torch.full_like(P, _BLANK_TAG), P))
+    threshold = (1 << 53) // k
+    return (_shr(acc, 11) < threshold) & ~special
+
+
 def _static_mask(k: int, seg: torch.Tensor, special: torch.Tensor) -> torch.Tensor:
     pos = _position_in_segment(seg)
     return ((pos + 1) % k == 0) & ~special
@@ -205,11 +308,13 @@ def goldfish_mask(
     document_ids: torch.Tensor | None = None,
     position_ids: torch.Tensor | None = None,
     seed: int = 0,
+    fold: TokenFold | None = None,
 ) -> torch.Tensor:
     """Bool tensor shaped like ``input_ids`` ([T] or [B, T]); ``True`` = this target token is dropped from the loss.
 
-    ``document_ids`` / ``position_ids`` (same shape) mark document boundaries inside packed rows for the ``hash``
-    and ``static`` strategies. Computed on the tensor's own device with vectorised integer ops.
+    ``document_ids`` / ``position_ids`` (same shape) mark document boundaries inside packed rows for the ``hash``,
+    ``canonical`` and ``static`` strategies. ``fold``: the tokenizer's :class:`TokenFold`, needed by ``canonical``.
+    Computed on the tensor's own device with vectorised integer ops.
     """
     problems: list[str] = []
     _validate(k, h, strategy, problems)
@@ -231,13 +336,19 @@ def goldfish_mask(
         mask = _hash_table_mask(ids2, k, h, special)
     else:
         seg = segment_ids(ids2, special, docs, pos)
-        mask = _hash_mask(ids2, k, h, seg, special, seed) if strategy == "hash" else _static_mask(k, seg, special)
+        if strategy == "hash":
+            mask = _hash_mask(ids2, k, h, seg, special, seed)
+        elif strategy == "canonical":
+            mask = _canonical_mask(ids2, k, h, seg, special, seed, fold)
+        else:
+            mask = _static_mask(k, seg, special)
     return mask.squeeze(0) if squeeze else mask
 
 
 def config_mask(ids: torch.Tensor, config: GoldfishConfig, **boundaries: torch.Tensor | None) -> torch.Tensor:
     """:func:`goldfish_mask` with every setting taken from a :class:`GoldfishConfig`."""
-    return goldfish_mask(ids, config.k, config.h, config.strategy, config.special_ids, seed=config.seed, **boundaries)
+    return goldfish_mask(ids, config.k, config.h, config.strategy, config.special_ids, seed=config.seed,
+                         fold=config.fold, **boundaries)
 
 
 def apply_goldfish(

@@ -17,6 +17,7 @@ plus the drop fraction. The same text always gets the same mask.
 examples:
   goldfish mask --text "The quick brown fox jumps over the lazy dog." --k 4 --h 13
   goldfish mask --file README.md --k 3 --strategy hash-table
+  goldfish mask --text "The Quick  brown fox." --strategy canonical   # case/whitespace variants share drops
   goldfish mask --text "..." --tokenizer data/prepared/wikipedia_demo/tokenizer --json
 """
 
@@ -27,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--file", help="read the text from this UTF-8 file ('-' = standard input)")
     p.add_argument("--k", type=int, default=4, help="drop 1 in k target tokens (default 4)")
     p.add_argument("--h", type=int, default=13, help="context width hashed per target (default 13)")
-    p.add_argument("--strategy", default="hash", help="hash (default) | hash-table | static")
+    p.add_argument("--strategy", default="hash", help="hash (default) | hash-table | canonical | static")
     p.add_argument("--seed", type=int, default=0, help="salt of the hash strategy")
     p.add_argument("--tokenizer", default="gpt2",
                    help="gpt2 (offline GPT-2 BPE, default), a local HF tokenizer folder, or a .gguf file")
@@ -50,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..data import load_tokenizer
+    from ..fold import token_fold
 
     cfg = from_dict(GoldfishConfig, {"k": args.k, "h": args.h, "strategy": args.strategy, "seed": args.seed})
     text = _read_text(args)
@@ -58,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
     tokenizer = load_tokenizer(args.tokenizer)
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     cfg.special_ids = sorted({int(i) for i in tokenizer.all_special_ids if i is not None})
+    if cfg.strategy == "canonical":
+        cfg.fold = token_fold(tokenizer)
     mask = config_mask(torch.tensor(ids), cfg).tolist()
     pieces = [tokenizer.decode([i]) for i in ids]
     frac = sum(mask) / len(mask)
