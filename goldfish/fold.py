@@ -7,6 +7,8 @@ the ``canonical`` entry of :mod:`goldfish.masks` for how the mask uses it.
 Raw bytes: byte-level BPE vocabularies (GPT-2, SmolLM2, Llama 3, ...) spell bytes with GPT-2's printable
 byte alphabet, which is mapped back; SentencePiece vocabularies spell a leading space as U+2581 and raw bytes as
 ``<0xNN>``. A token holding part of a multi-byte UTF-8 character is folded byte-wise (ASCII letters lowercased).
+A vocabulary whose tokens carry no whitespace at all (word-level: the decoder puts a space between tokens) makes
+every token its own word.
 """
 
 from __future__ import annotations
@@ -88,5 +90,7 @@ def token_fold(tokenizer) -> TokenFold:
         starts.append(raw[:1].isspace())
         ends.append(raw[-1:].isspace())
         blank.append(not folded)
+    if not any(starts) and not any(ends):  # word-level vocabulary: the spaces live between tokens
+        starts = [True] * len(starts)
     return TokenFold(torch.tensor(piece, dtype=torch.int64), torch.tensor(scale, dtype=torch.int64),
                      torch.tensor(starts), torch.tensor(ends), torch.tensor(blank))

@@ -36,6 +36,7 @@ from .engines import get_engine
 from .engines.base import Engine, StepStats
 from .errors import UserError
 from .fingerprint import refuse_mismatch, saved_train_fingerprint, train_fingerprint, write_fingerprint
+from .fold import token_fold
 from .io import JsonlLogger, atomic_directory, atomic_write_json, atomic_write_text, read_jsonl
 from .masks import GoldfishConfig, config_mask
 from .models import build_model, count_parameters, flops_per_token
@@ -128,13 +129,16 @@ def epoch_order(rows: int, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
     return np.random.default_rng([seed, epoch]).permutation(rows)
 
 
-def goldfish_config(cfg: TrainConfig, tokenizer: dict[str, Any]) -> GoldfishConfig | None:
-    """The Goldfish mask config with the data's special ids (EOS/BOS/pad) added; ``None`` for the standard loss."""
+def goldfish_config(cfg: TrainConfig, prepared) -> GoldfishConfig | None:
+    """The Goldfish mask config with the data's special ids (EOS/BOS/pad) added and, for the ``canonical``
+    strategy, the fold table of the data's tokenizer; ``None`` for the standard loss."""
     if cfg.loss.type != "goldfish":
         return None
+    tokenizer = prepared.manifest["tokenizer"]
     specials = set(cfg.loss.goldfish.special_ids)
     specials |= {int(tokenizer[k]) for k in ("eos_id", "bos_id", "pad_id") if tokenizer.get(k) is not None}
-    return dataclasses.replace(cfg.loss.goldfish, special_ids=sorted(specials))
+    fold = token_fold(prepared.tokenizer) if cfg.loss.goldfish.strategy == "canonical" else None
+    return dataclasses.replace(cfg.loss.goldfish, special_ids=sorted(specials), fold=fold)
 
 
 def drop_mask(batch: dict[str, torch.Tensor], gcfg: GoldfishConfig | None) -> torch.Tensor:
@@ -227,7 +231,7 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int) -> Path
         save_config(cfg, out / "config.yaml")
         _truncate_metrics(out / "metrics.jsonl", progress.step)
     meter = _Meter(shape["flops_per_token"], cfg.precision, getattr(engine, "device", "cpu"), world, engine.is_main)
-    gcfg = goldfish_config(cfg, tok)
+    gcfg = goldfish_config(cfg, prepared)
     orders = _EpochOrders(len(rows), cfg.seed, cfg.data.shuffle)
     clock = _LineClock()
     with JsonlLogger(out / "metrics.jsonl", enabled=engine.is_main) as log, _bar(cfg, engine, plan, progress) as bar:

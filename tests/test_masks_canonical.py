@@ -298,3 +298,27 @@ def test_mask_command_with_canonical(capsys):
     pieces, dropped = out["pieces"], out["dropped"]
     # the same two words in another case and spacing: the word-final tokens get the same decisions
     assert dropped[pieces.index(" world")] == dropped[len(pieces) - 1 - pieces[::-1].index(" World")]
+
+
+def test_trainer_drops_the_canonical_mask_of_its_rows(data, tmp_path, one_thread):
+    """One epoch with strategy=canonical on the word-level test tokenizer: the trainer drops exactly the tokens the
+    library's mask drops on the same rows (with the fold table of the data's tokenizer)."""
+    import datasets
+    from train_helpers import EOS, PAD, tiny_config
+
+    from goldfish.config import from_dict
+    from goldfish.data import load_prepared
+    from goldfish.io import read_jsonl
+    from goldfish.train import train
+    from goldfish.train_config import TrainConfig
+
+    cfg = tiny_config(data, tmp_path / "r", loss={"type": "goldfish", "goldfish": {"k": 3, "h": 4,
+                                                                                     "strategy": "canonical"}},
+                      schedule={"epochs": 1, "global_batch_size": 4, "micro_batch_size": 4})
+    records = read_jsonl(train(from_dict(TrainConfig, cfg)) / "metrics.jsonl")
+    rows = datasets.load_from_disk(str(data / "train")).with_format("torch")[:]
+    wordlevel = token_fold(load_prepared(data).tokenizer)
+    assert wordlevel.starts[3:].all()  # no token carries whitespace: each one is a word
+    mask = goldfish_mask(rows["labels"], 3, 4, "canonical", [PAD, EOS, 2], document_ids=rows["document_ids"],
+                         position_ids=rows["position_ids"], fold=wordlevel)
+    assert sum(r["dropped_tokens"] for r in records) == int(mask[:, 1:].sum())
