@@ -82,7 +82,9 @@ def make_plan(schedule: ScheduleConfig, optim: OptimConfig, rows: int, seq_len: 
                         f"use global_batch_size={fit}{hint}")
     if rows < g:
         raise UserError(f"the training split has {rows} rows, fewer than schedule.global_batch_size={g}; lower it")
-    steps_per_epoch = rows // g  # the last partial batch of an epoch is dropped: every step has the same size
+    # every row is trained on once per epoch: the last batch of an epoch is topped up with empty rows (see
+    # take_rows), so labelled repetition counts are what the model sees per epoch
+    steps_per_epoch = -(-rows // g)
     budgets = []
     if schedule.epochs is not None:
         budgets.append(max(1, round(schedule.epochs * steps_per_epoch)))
@@ -127,6 +129,52 @@ def epoch_order(rows: int, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
     if not shuffle:
         return np.arange(rows)
     return np.random.default_rng([seed, epoch]).permutation(rows)
+
+
+def next_batch(plan: Plan, orders: "_EpochOrders", progress: Progress) -> np.ndarray:
+    """Row indices of the next global batch (``<= global_batch`` of them at an epoch's end); moves ``progress`` to
+    the next epoch when the current one is used up. The one place that decides which rows the trainer reads."""
+    if progress.position >= plan.steps_per_epoch * plan.global_batch:
+        progress.epoch, progress.position = progress.epoch + 1, 0  # next epoch, next permutation
+    return orders[progress.epoch][progress.position: progress.position + plan.global_batch]
+
+
+def consumed_rows(plan: Plan, seed: int, shuffle: bool) -> np.ndarray:
+    """(rows read over the whole run,) the row indices the trainer reads in ``plan.total_steps`` steps, in order."""
+    orders, progress, out = _EpochOrders(plan.rows, seed, shuffle), Progress(), []
+    for _ in range(plan.total_steps):
+        out.append(next_batch(plan, orders, progress))
+        progress.position += plan.global_batch
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
+def take_rows(rows, index: np.ndarray, size: int) -> dict[str, torch.Tensor]:
+    """The (size, T) batch of rows ``index``, topped up with empty rows (labels -100, document -1) when shorter."""
+    batch = rows[index.tolist()]
+    missing = size - len(index)
+    if missing:
+        fill = {"input_ids": 0, "labels": -100, "document_ids": -1, "position_ids": 0}
+        batch = {k: torch.cat([v, torch.full((missing, v.shape[1]), fill[k], dtype=v.dtype)]) for k, v in batch.items()}
+    return batch
+
+
+def member_exposures(prepared, consumed: np.ndarray, block: int = 4096) -> dict[str, list[int]]:
+    """{labelled repetitions r: [fewest, most] times a member labelled r was read}, over the rows ``consumed``.
+
+    A member starts once per copy (its ``position_ids == 0``; see ``goldfish.data.packing.occurrences``).
+    """
+    members = prepared.members
+    labels = np.asarray(members["repetitions"], dtype=np.int64)  # (M,)
+    train = prepared.train.with_format("numpy", columns=["document_ids", "position_ids"])
+    times = np.bincount(consumed, minlength=len(train))  # (R,) reads of each row
+    seen = np.zeros(len(labels), dtype=np.int64)
+    for start in range(0, len(train), block):
+        part = train[start:start + block]
+        docs = np.where(part["document_ids"] < len(labels), part["document_ids"], -1)  # members only
+        starts = (part["position_ids"] == 0) & (docs >= 0)
+        row, col = np.nonzero(starts)
+        np.add.at(seen, docs[row, col], times[start + row])
+    return {str(r): [int(seen[labels == r].min()), int(seen[labels == r].max())] for r in np.unique(labels).tolist()}
 
 
 def goldfish_config(cfg: TrainConfig, prepared) -> GoldfishConfig | None:
@@ -236,9 +284,7 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int) -> Path
     clock = _LineClock()
     with JsonlLogger(out / "metrics.jsonl", enabled=engine.is_main) as log, _bar(cfg, engine, plan, progress) as bar:
         while progress.step < plan.total_steps:
-            if progress.position + plan.global_batch > plan.steps_per_epoch * plan.global_batch:
-                progress.epoch, progress.position = progress.epoch + 1, 0  # next epoch, next permutation
-            record = _train_step(cfg, engine, plan, rows, orders[progress.epoch], gcfg, progress, meter)
+            record = _train_step(cfg, engine, plan, rows, next_batch(plan, orders, progress), gcfg, progress, meter)
             log.log(record)
             _report(cfg, engine, bar, record, plan, clock)
             if progress.step == plan.total_steps or (cfg.checkpoint.every_steps
@@ -248,12 +294,11 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int) -> Path
     return out
 
 
-def _train_step(cfg: TrainConfig, engine: Engine, plan: Plan, rows, order: np.ndarray, gcfg: GoldfishConfig | None,
+def _train_step(cfg: TrainConfig, engine: Engine, plan: Plan, rows, index: np.ndarray, gcfg: GoldfishConfig | None,
                 progress: Progress, meter: "_Meter") -> dict[str, Any]:
-    """One optimizer step on the next global batch; returns its metrics record."""
+    """One optimizer step on the global batch of rows ``index``; returns its metrics record."""
     start = time.perf_counter()
-    index = order[progress.position: progress.position + plan.global_batch]
-    batch = rows[index.tolist()]  # dict of (G, T) int64 tensors
+    batch = take_rows(rows, index, plan.global_batch)  # dict of (G, T) int64 tensors
     dropped = drop_mask(batch, gcfg)  # (G, T) bool
     normalizer = kept_targets(batch["labels"], dropped)
     stats = engine.forward_backward(micro_batches(batch, dropped, plan, engine.dp_rank), normalizer)
@@ -428,6 +473,7 @@ def _finish(cfg: TrainConfig, engine: Engine, prepared, plan: Plan, progress: Pr
         return
     records = read_jsonl(out / "metrics.jsonl")
     last = records[-1] if records else {}
+    exposures = member_exposures(prepared, consumed_rows(plan, cfg.seed, cfg.data.shuffle))
     steady = records[1:] or records  # the first step pays for allocations (and compilation)
     atomic_write_json(out / "summary.json", {
         "steps": progress.step, "epochs": progress.step / plan.steps_per_epoch, "tokens": progress.tokens,
@@ -438,6 +484,7 @@ def _finish(cfg: TrainConfig, engine: Engine, prepared, plan: Plan, progress: Pr
         "params": int(shape["params"]), "flops_per_token": shape["flops_per_token"],
         "global_batch_size": plan.global_batch, "seq_len": plan.seq_len, "world_size": _process_rank()[1],
         "model": str(out / "model"), "config": str(out / "config.yaml"),
+        "exposures": exposures,  # {labelled r: [min, max] times read}: r x epochs when the budget is whole epochs
     })
 
 

@@ -59,7 +59,8 @@ def test_the_first_budget_reached_ends_training():
     assert (plan.steps_per_epoch, plan.total_steps, plan.grad_accum, plan.warmup_steps) == (10, 30, 2, 3)
     tokens = ScheduleConfig(epochs=3, max_tokens=64 * 7 + 1, global_batch_size=4, micro_batch_size=2)
     assert make_plan(tokens, optim, 40, 16, 1).total_steps == 8  # 7 steps of 64 tokens + 1 token -> 8 steps
-    assert make_plan(ScheduleConfig(global_batch_size=4, micro_batch_size=4), optim, 41, 16, 1).total_steps == 10
+    # one epoch reads every row: 41 rows in batches of 4 -> 10 full steps + one of 1 row (topped up with empty rows)
+    assert make_plan(ScheduleConfig(global_batch_size=4, micro_batch_size=4), optim, 41, 16, 1).total_steps == 11
 
 
 def test_learning_rate_warms_up_then_decays_to_the_floor():

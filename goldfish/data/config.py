@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..config import check, option, raise_problems
+from .variants import NearDuplicateConfig
 
 SOURCE_NAMES = ("wikipedia", "kjv", "local", "hub")
 Packing = Literal["pack", "one_per_row"]
@@ -114,6 +115,9 @@ class PrepareConfig:
                                                          "documents not used as members or nonmembers)")
     background_chunk_tokens: int | None = option(None, "cut background documents into chunks of N tokens, each a "
                                                        "background document (null = whole documents)")
+    near_duplicates: NearDuplicateConfig | None = option(None, "null = a member's r copies are identical; set: the "
+                                                               "first copy is the member, the r-1 others are edited "
+                                                               "variants (see data/README.md)")
 
     def __post_init__(self) -> None:
         problems: list[str] = []

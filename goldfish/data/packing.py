@@ -44,11 +44,12 @@ def _row_starts(lengths: np.ndarray, seq_len: int) -> np.ndarray:
 
 
 def build_rows(docs: list[np.ndarray], order: np.ndarray, seq_len: int, packing: str, eos_id: int, pad_id: int,
-               whole: int | None = None) -> tuple[dict[str, np.ndarray], dict]:
+               whole: int | None = None, owner: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], dict]:
     """Lay out ``order`` (document ids) into training rows; returns (columns, stats). See the module docstring.
 
     ``whole``: documents ``0 .. whole-1`` (the members) are never cut by a row boundary when they fit in a row
-    (``pack`` only; None = every document).
+    (``pack`` only; None = every document). ``owner`` (D,): the ``document_ids`` value written for each document
+    (a near-duplicate variant carries its member's id; None = the document's own index).
     """
     order = np.asarray(order, dtype=np.int64)
     doc_len = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))  # (D,)
@@ -72,7 +73,7 @@ def build_rows(docs: list[np.ndarray], order: np.ndarray, seq_len: int, packing:
     position_ids = np.zeros(size, dtype=np.int64)
     tokens = flat[src_start[order][occ] + pos]
     input_ids[dest], labels[dest] = tokens, tokens
-    document_ids[dest] = order[occ]
+    document_ids[dest] = (order if owner is None else np.asarray(owner, dtype=np.int64)[order])[occ]
     position_ids[dest] = pos
     attention_mask = (document_ids >= 0).astype(np.int64)
     cols = {"input_ids": input_ids, "labels": labels, "document_ids": document_ids,
@@ -92,3 +93,24 @@ def training_order(repetitions: list[int], num_background: int, seed: int) -> np
                           np.arange(m, m + num_background, dtype=np.int64)])
     # A separate stream from the split's permutation, so changing num_background does not reshuffle members.
     return np.random.default_rng([seed, 1]).permutation(ids)
+
+
+def variant_layout(counts: list[int], num_background: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(order, owner) for members whose r copies are distinct documents (the member, then its r-1 variants).
+
+    Documents are laid out as: M members, then the variants grouped by member (``counts[i] - 1`` each), then the
+    background. Each document is trained once per epoch, shuffled by seed; ``owner`` maps a variant to its member's
+    id and background document b to ``M + b``, so ``document_ids`` mean the same as without variants.
+    """
+    m = len(counts)
+    extra = np.asarray(counts, dtype=np.int64) - 1
+    owner = np.concatenate([np.arange(m), np.repeat(np.arange(m), extra), m + np.arange(num_background)])
+    return training_order([1] * (m + int(extra.sum())), num_background, seed), owner.astype(np.int64)
+
+
+def occurrences(document_ids: np.ndarray, position_ids: np.ndarray, num_documents: int) -> np.ndarray:
+    """(num_documents,) how many times each document id starts in the given rows: its positions with
+    ``position_ids == 0`` (a document cut over two rows continues its positions, so it starts once)."""
+    ids = np.asarray(document_ids)
+    starts = ids[(np.asarray(position_ids) == 0) & (ids >= 0)]
+    return np.bincount(starts, minlength=num_documents)[:num_documents]

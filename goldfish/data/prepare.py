@@ -19,11 +19,12 @@ from ..config import save_config, to_dict
 from ..errors import UserError
 from ..io import atomic_directory, atomic_write_json
 from .config import PrepareConfig, SourceConfig
-from .packing import build_rows, training_order
+from .packing import build_rows, occurrences, training_order, variant_layout
 from .prepared import FORMAT, doc_columns, save_table, train_columns
 from .sources import Document, load_documents
 from .splits import Item, SplitPlan, background_items, plan_splits
 from .tokenizer import load_tokenizer, tokenizer_info
+from .variants import make_variants
 
 TOKENIZE_BATCH = 64
 _WORD_END = re.compile(r"\S\s")  # a non-space character followed by whitespace
@@ -161,11 +162,29 @@ def _build(cfg: PrepareConfig, progress: bool, stage: _Stages) -> tuple:
     plan.stats.update(load_stats)
     stage("lay out rows")
     reps = [it.repetitions for it in plan.members]
-    order = training_order(reps, len(plan.background), cfg.seed)
-    train_docs = [it.ids for it in plan.members + plan.background]
-    rows, row_stats = build_rows(train_docs, order, cfg.seq_len, cfg.packing, tok.eos_token_id, tok.pad_token_id,
-                                 whole=len(plan.members))
+    member_ids = [it.ids for it in plan.members]
+    background_ids = [it.ids for it in plan.background]
+    if cfg.near_duplicates is None:
+        order, owner, variants = training_order(reps, len(plan.background), cfg.seed), None, []
+    else:
+        copies = make_variants(member_ids, reps, cfg.near_duplicates, cfg.seed, _decoder(tok),
+                               lambda text: _encode(tok, [text])[0])
+        variants = [v for vs in copies for v in vs]
+        order, owner = variant_layout(reps, len(plan.background), cfg.seed)
+    rows, row_stats = build_rows(member_ids + variants + background_ids, order, cfg.seq_len, cfg.packing,
+                                 tok.eos_token_id, tok.pad_token_id, whole=len(member_ids) + len(variants),
+                                 owner=owner)
+    seen = occurrences(rows["document_ids"], rows["position_ids"], len(member_ids))  # (M,) copies in the rows
+    if not np.array_equal(seen, reps):
+        raise RuntimeError(f"bug: the training rows hold members {seen.tolist()} times, labelled {reps}")
+    if cfg.near_duplicates is not None:
+        row_stats["variants"] = len(variants)
     return tok, plan, rows, row_stats
+
+
+def _decoder(tok):
+    """ids -> the text they spell (no clean-up, special tokens kept): what a row of these ids holds."""
+    return lambda ids: tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
 def _manifest(cfg: PrepareConfig, tok, plan: SplitPlan, row_stats: dict, sha: dict, started: float) -> dict:
@@ -213,8 +232,10 @@ def prepare(cfg: PrepareConfig, out: str | Path | None = None, overwrite: bool =
 def _write(cfg: PrepareConfig, out: Path, tok, plan: SplitPlan, rows: dict, row_stats: dict, started: float) -> None:
     """Tokenizer, splits, resolved config and manifest, into a temporary sibling renamed to ``out`` at the end."""
 
+    text_of = _decoder(tok)
+
     def decode(ids: np.ndarray) -> str:  # the text a row actually holds (the cut chunk, not the whole article)
-        return tok.decode(ids.tolist(), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return text_of(ids.tolist())
 
     with atomic_directory(out, overwrite=True) as tmp:
         tok.save_pretrained(str(tmp / "tokenizer"))
@@ -259,5 +280,9 @@ def summary(path: str | Path) -> str:
                      f"from {s['background_source']}")
     lines.append(f"  train       {m['counts']['train']} rows x {m['seq_len']} ({m['packing']}): {m['tokens']['train']} "
                  f"tokens, {s['padding']} padding, {s['split_occurrences']} documents split across rows")
+    if "variants" in s:
+        nd = m["config"]["near_duplicates"]
+        lines.append(f"  variants    {s['variants']} near-duplicate copies ({nd['edit']}, every {nd['every']}) in place "
+                     "of repeated members")
     lines.append(f"  sha256      train {m['sha256']['train'][:16]}, members {m['sha256']['members'][:16]}")
     return "\n".join(lines)
