@@ -128,6 +128,8 @@ def cell_summary(plan: CellPlan) -> dict[str, Any]:
     out["by_repetitions"] = {str(r): {k: v.get(k) for k in ("n_windows", "exact_match_rate", "rouge_l")}
                              for r, v in (summary.get("by_repetitions") or {}).items()}
     out["strata"] = stratum_rows(results.get("windows") or [])
+    baseline = plan.eval_dir / "k_baseline.json"
+    out["k_baseline"] = _read_json(baseline) if baseline.is_file() else None  # Goldfish cells only
     return out
 
 

@@ -24,7 +24,8 @@ EVAL_WIRING = {"model": "model", "data": "data", "out": "out"}
 @dataclasses.dataclass
 class Pipeline:
     """What a cell runs. ``prepare(cfg, out=, overwrite=False, progress=False) -> Path``, ``train(cfg) -> Path``,
-    ``evaluate(cfg) -> dict`` (the ``goldfish-eval/1`` results)."""
+    ``evaluate(cfg) -> dict`` (the ``goldfish-eval/1`` results); ``baseline(plan)`` (optional) writes the cell's
+    k baseline after evaluation."""
 
     prepare_config: type
     train_config: type
@@ -32,6 +33,7 @@ class Pipeline:
     prepare: Callable[..., Path]
     train: Callable[[Any], Path]
     evaluate: Callable[[Any], dict]
+    baseline: Callable[["CellPlan"], Any] | None = None
 
 
 def _prepare(cfg: Any, out: Path, overwrite: bool = False, progress: bool = True) -> Path:
@@ -52,6 +54,12 @@ def _evaluate(cfg: Any) -> dict:
     return run_eval(cfg)
 
 
+def _baseline(plan: "CellPlan") -> Any:
+    from .kbaseline import write_k_baseline
+
+    return write_k_baseline(plan)
+
+
 def default_pipeline() -> Pipeline:
     """The toolkit's own data, training and evaluation. Only the config classes are imported here, so planning
     and ``--dry-run`` need no model code; each phase imports its module when it first runs."""
@@ -60,7 +68,7 @@ def default_pipeline() -> Pipeline:
     from ..data.config import PrepareConfig
     from ..train_config import TrainConfig
 
-    return Pipeline(PrepareConfig, TrainConfig, EvalConfig, _prepare, _train, _evaluate)
+    return Pipeline(PrepareConfig, TrainConfig, EvalConfig, _prepare, _train, _evaluate, _baseline)
 
 
 class _CellProblems(ConfigError):

@@ -155,6 +155,9 @@ def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
         t0 = time.perf_counter()
         pipeline.evaluate(plan.eval_cfg)
         times["eval_s"] = time.perf_counter() - t0
+    if pipeline.baseline is not None and not (plan.eval_dir / "k_baseline.json").is_file():
+        phase("k baseline")  # Goldfish cells only: g and (1 - g/k)^S, next to exact match in the report
+        pipeline.baseline(plan)
     record = {
         "cell": plan.cell.id, "arm": plan.cell.arm, "values": plan.cell.values, "overrides": plan.cell.overrides,
         "data_dir": str(plan.data_dir), "finished": _now(), "phase_seconds_this_run": times,

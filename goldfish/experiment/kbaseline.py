@@ -1,0 +1,33 @@
+"""Each Goldfish cell's mask-arithmetic baseline ``(1 - g/k)^S`` (see ``goldfish.eval.baseline``), written to
+``<cell>/eval/k_baseline.json`` after evaluation and shown next to exact match in the study report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..io import atomic_write_json
+
+FILE = "k_baseline.json"
+
+
+def write_k_baseline(plan) -> Path | None:
+    """Measure g on the cell's member windows (prefix from token 0, each fixed prefix length of the eval config)
+    with the cell's own mask; None (nothing written) for a standard-loss cell."""
+    from goldfish.eval.baseline import baseline_rows
+    from goldfish.eval.loading import load_model
+
+    from ..data import load_prepared
+    from ..train import goldfish_config
+
+    prepared = load_prepared(plan.data_dir)
+    gcfg = goldfish_config(plan.train_cfg, prepared)
+    if gcfg is None:
+        return None
+    model = load_model(plan.model_dir)
+    docs = [m["input_ids"] for m in prepared.members]
+    prefix_lens = [p for p in plan.eval_cfg.prefix_lens if p > 0]
+    rows = baseline_rows(model, docs, prefix_lens, plan.eval_cfg.suffix_len, gcfg)
+    path = plan.eval_dir / FILE
+    atomic_write_json(path, {"k": gcfg.k, "h": gcfg.h, "strategy": gcfg.strategy,
+                             "suffix_len": plan.eval_cfg.suffix_len, "rows": rows})
+    return path

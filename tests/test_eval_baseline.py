@@ -1,0 +1,81 @@
+"""The k baseline (1 - g/k)^S on constructed inputs: hand-computed values, a Monte-Carlo check of the formula,
+g from constructed hits, teacher-forced hits of a model with a known rule, and the report table."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from goldfish.eval.baseline import baseline_rows, dropped_miss_rate, k_baseline, window_predictions
+from goldfish.experiment.report import k_baseline_table
+from goldfish.masks import GoldfishConfig, goldfish_mask
+
+
+def test_k_baseline_by_hand():
+    assert k_baseline(4, 50, 0.0) == 1.0
+    assert k_baseline(2, 3, 0.5) == pytest.approx(0.421875)  # (1 - 0.25)^3
+    assert k_baseline(4, 50, 1.0) == pytest.approx(0.75 ** 50)  # 5.66e-7: a model that never guesses a drop
+    assert k_baseline(128, 50, 0.8) == pytest.approx((1 - 0.8 / 128) ** 50)
+    with pytest.raises(ValueError, match="g=1.5"):
+        k_baseline(4, 50, 1.5)
+
+
+def test_dropped_miss_rate_counts_only_dropped_positions():
+    hits = np.array([[1, 0, 1, 1], [0, 0, 1, 1]], dtype=bool)
+    dropped = np.array([[0, 1, 1, 0], [1, 0, 0, 1]], dtype=bool)
+    assert dropped_miss_rate(hits, dropped) == pytest.approx(2 / 4)  # misses at (0,1), (1,0); hits at (0,2), (1,3)
+    assert dropped_miss_rate(hits, np.zeros_like(dropped)) is None
+
+
+def test_formula_matches_a_simulated_model():
+    """Positions dropped with probability 1/k, a dropped one missed with probability g, kept ones always right:
+    the simulated exact-match rate equals (1 - g/k)^S within its binomial error."""
+    rng = np.random.default_rng(0)
+    k, s, g, n = 8, 20, 0.6, 200_000
+    dropped = rng.random((n, s)) < 1 / k
+    hits = ~(dropped & (rng.random((n, s)) < g))
+    assert dropped_miss_rate(hits, dropped) == pytest.approx(g, abs=0.005)
+    expected = k_baseline(k, s, g)  # 0.2206
+    assert abs(hits.all(axis=1).mean() - expected) < 4 * np.sqrt(expected * (1 - expected) / n)
+
+
+class NextIsPlusOne(torch.nn.Module):
+    """A 'model' whose argmax after token t is t + 1 (vocabulary 1000)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids):
+        logits = torch.nn.functional.one_hot((input_ids + 1) % 1000, 1000).float() + self.w
+        return type("Out", (), {"logits": logits})()
+
+
+def test_window_predictions_use_teacher_forcing_and_the_runs_mask():
+    docs = [list(range(100, 140)), list(range(300, 340)), list(range(500, 520))]  # the last is too short
+    docs[1][15] = 900  # the model misses suffix tokens 15 and 16 of doc 1 (prefix 10: suffix positions 5, 6)
+    cfg = GoldfishConfig(k=3, h=4)
+    hits, dropped = window_predictions(NextIsPlusOne(), docs, 10, 20, cfg, batch_size=1)
+    assert hits.shape == (2, 20)
+    expected = np.ones((2, 20), dtype=bool)
+    expected[1, [5, 6]] = False  # 900 is not 314 + 1, and 316 is not 900 + 1
+    np.testing.assert_array_equal(hits, expected)
+    np.testing.assert_array_equal(dropped, goldfish_mask(torch.tensor([docs[0][:30], docs[1][:30]]), 3, 4)[:, 10:])
+    rows = baseline_rows(NextIsPlusOne(), docs, [10], 20, cfg)
+    missed = int((dropped & ~hits).sum())
+    assert rows[0]["g"] == pytest.approx(missed / dropped.sum())
+    assert rows[0]["baseline"] == pytest.approx((1 - rows[0]["g"] / 3) ** 20)
+    assert rows[0]["onepass_exact_rate"] == 0.5 and rows[0]["n_windows"] == 2
+
+
+def test_report_table_sits_next_to_exact_match():
+    kb = {"k": 4, "h": 13, "strategy": "hash", "suffix_len": 50,
+          "rows": [{"prefix_len": 32, "n_windows": 100, "n_dropped": 1250, "g": 0.9, "kept_acc": 0.99,
+                    "onepass_exact_rate": 0.0, "baseline": k_baseline(4, 50, 0.9)}]}
+    results = {"axes": [], "cells": [
+        {"cell": "goldfish-k4", "arm": "goldfish-k4", "k_baseline": kb, "by_prefix_len": {"32": {"exact_match_rate": 0.0}}},
+        {"cell": "standard", "arm": "standard", "k_baseline": None, "by_prefix_len": {}}]}
+    table = k_baseline_table(results)
+    assert "goldfish-k4" in table and "standard" not in table
+    assert "| 32 | 0.0 % | 0.0 % | 0.900 | 99.0 % | 1,250 |" in table
