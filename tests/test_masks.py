@@ -203,7 +203,7 @@ def test_bad_parameters_raise_value_error_naming_them(kwargs, needle):
     with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace(".", r"\.")) as e:
         goldfish_mask(torch.tensor([1, 2, 3]), **args)
     if "strategy" in kwargs:
-        assert "hash, hash-table, static" in str(e.value)
+        assert "hash, hash-table, canonical, static" in str(e.value)
     with pytest.raises(ConfigError):
         GoldfishConfig(**{k: v for k, v in args.items()})
 
