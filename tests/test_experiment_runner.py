@@ -309,7 +309,7 @@ def test_report_has_the_expected_tables_and_plots(tmp_path):
     assert "| goldfish model=big |" in report
     for png in ("exact_match_rate_by_arm.png", "rouge_l_by_arm.png", "roc_by_arm.png", "loss_curves.png",
                 "exact_match_rate_vs_size.png", "exact_match_rate_vs_repetitions.png",
-                "exact_match_rate_vs_prefix_len.png", "exact_match_rate_single_exposure_vs_size.png",
+                "exact_match_rate_vs_prefix_len.png", "exact_match_rate_rep1_vs_size.png",
                 "rouge_l_vs_size.png", "rouge_l_vs_repetitions.png"):
         assert (out / png).is_file() and (out / png).stat().st_size > 1000, png
         assert f"]({png})" in report

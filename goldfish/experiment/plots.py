@@ -83,7 +83,7 @@ def _stratum_mean(strata: list[dict], by: str, metric: str) -> dict[Any, float]:
 
 
 def metric_vs_x(cells: list[dict], metric: str, metric_name: str, out: Path) -> list[Path]:
-    """Memorisation vs model size (overall and single-exposure), vs repetitions and vs prefix length."""
+    """Memorisation vs model size (overall and of repetition-1 documents), vs repetitions and vs prefix length."""
     from goldfish.eval.report import line_plot
 
     paths = []
@@ -98,7 +98,7 @@ def metric_vs_x(cells: list[dict], metric: str, metric_name: str, out: Path) -> 
                               for c in cells])
             paths.append(line_plot(single, title=f"{metric_name} of repetition-1 documents vs model size",
                                    xlabel="parameters", ylabel=metric_name,
-                                   path=out / f"{metric}_single_exposure_vs_size.png", logx=True, fit=True))
+                                   path=out / f"{metric}_rep1_vs_size.png", logx=True, fit=True))
     for by, xlabel, logx in (("repetitions", "repetitions in training", True), ("prefix_len", "prefix length", False)):
         values = {s[by] for c in cells for s in c["strata"] if s[by] is not None}
         if len(values) < 2:

@@ -101,8 +101,9 @@ def _mean_over(strata: list[dict], by: str) -> dict[Any, dict[str, float]]:
             for k, v in acc.items()}
 
 
-def single_exposure_table(results: dict) -> str | None:
-    """Memorisation of documents with one copy in the data (repetitions = 1) per cell: the SC24 question."""
+def repetition1_table(results: dict) -> str | None:
+    """Memorisation of documents with one copy per epoch (repetitions = 1) per cell; read ``epochs`` times in all
+    (the train summary's ``exposures``), so it is single-exposure memorisation only for a one-epoch budget."""
     cells, axes = results["cells"], results["axes"]
     rows = []
     for c in sorted(cells, key=lambda c: (c["arm"], c.get("params") or 0)):
@@ -186,7 +187,7 @@ def write_study_report(cfg: ExperimentConfig, results: dict, out: Path) -> Path:
               "Held-out loss: mean per-token NLL of the nonmember text (lower = better language model).", ""]
     for by, title in (("prefix_len", "By prefix length"), ("repetitions", "By repetition count")):
         lines += [f"## {title} (exact match / ROUGE-L)", "", stratum_table(results, by), ""]
-    single = single_exposure_table(results)
+    single = repetition1_table(results)
     if single and len({s["repetitions"] for c in cells for s in c["strata"]}) > 1:
         lines += ["## Repetition-1 memorisation (one copy in the training data, seen once per epoch)", "",
                   single, ""]
