@@ -3,7 +3,8 @@
 Each step (see :func:`_train_step`):
 
 1. take the global batch: rows ``order[position : position + global_batch_size]`` of a seeded permutation of the
-   epoch (every rank computes the same global batch and reads its data-parallel shard);
+   epoch (every rank computes the same global batch and reads its data-parallel shard); an epoch reads every row
+   once, its last batch topped up with empty rows (:func:`next_batch`, :func:`take_rows`);
 2. compute the Goldfish drop mask of the whole global batch (all-False for the standard loss) and the normaliser:
    the number of kept supervised targets in the global batch, so the loss does not depend on how it is split;
 3. split this rank's shard into micro-batches; the engine accumulates ``kept_sum / normaliser`` over them;
