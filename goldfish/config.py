@@ -91,6 +91,9 @@ def _coerce(value: Any, tp: Any, key: str, problems: list[str]) -> Any:
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
+        sections = [a for a in args if dataclasses.is_dataclass(a)]
+        if isinstance(value, dict) and len(sections) == 1:  # an optional section: report the problems inside it
+            return _coerce(value, sections[0], key, problems)
         errors: list[str] = []
         for arg in args:
             if arg is type(None):

@@ -85,6 +85,9 @@ def test_bad_config_names_the_key():
         NearDuplicateConfig(edit="typo")
     with pytest.raises(ConfigError, match="every=0"):
         NearDuplicateConfig(every=0)
+    # inside a recipe: the problem inside the optional section is named, not just "not a valid ... | null"
+    with pytest.raises(ConfigError, match=r"^near_duplicates.edit='typo' is not one of 'substitute'"):
+        from_dict(PrepareConfig, {"near_duplicates": {"edit": "typo"}})
 
 
 # ---------------------------------------------------------------- through goldfish prepare
