@@ -8,7 +8,7 @@ refuses with one ``error:`` line, exit 2.
 
 Rows (targets from issue #14):
 
-* ``mask parity``: ``goldfish_mask`` of a 64×2048 batch, strategies hash / hash-table / static, CPU vs CUDA
+* ``mask parity``: ``goldfish_mask`` of a 64×2048 batch, strategies hash / hash-table / canonical / static, CPU vs CUDA
   bit-identical; milliseconds on the device.
 * ``train <arm>``: the TinyLlama-1.1B shape in bf16 (hidden 2048, 22 layers, vocab 32000), 2 micro-batches × 4 rows ×
   2048 tokens per step, through the trainer's engine seam and AdamW (benchmarks/gpu_throughput.py): ``native`` as
@@ -56,18 +56,21 @@ PEAK_TFLOPS = 989.0  # H100/H200 SXM dense bf16
 
 def mask_parity(device: str, rows: int, seq: int) -> dict:
     """``goldfish_mask`` on CPU and on ``device``: identical masks for each strategy, and device milliseconds."""
+    from goldfish.data import load_tokenizer
+    from goldfish.fold import token_fold
     from goldfish.masks import goldfish_mask
 
     ids = torch.randint(0, 50_257, (rows, seq), generator=torch.Generator().manual_seed(0))
+    fold = token_fold(load_tokenizer("gpt2"))  # the canonical strategy's table (GPT-2 ids)
     out = {}
-    for strategy in ("hash", "hash-table", "static"):
-        want = goldfish_mask(ids, 4, 13, strategy)
+    for strategy in ("hash", "hash-table", "canonical", "static"):
+        want = goldfish_mask(ids, 4, 13, strategy, fold=fold)
         on_device = ids.to(device)
-        goldfish_mask(on_device, 4, 13, strategy)  # warm-up (kernels, hash table upload)
+        goldfish_mask(on_device, 4, 13, strategy, fold=fold)  # warm-up (kernels, hash table upload)
         if device == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
-        got = goldfish_mask(on_device, 4, 13, strategy)
+        got = goldfish_mask(on_device, 4, 13, strategy, fold=fold)
         if device == "cuda":
             torch.cuda.synchronize()
         out[strategy] = {"identical": bool(torch.equal(got.cpu(), want)), "ms": 1e3 * (time.perf_counter() - start)}

@@ -30,7 +30,7 @@ def test_cpu_smoke_runs_every_check_and_writes_the_table(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["table"] in done.stdout
-    assert all(m["identical"] for m in result["mask"].values()) and len(result["mask"]) == 3
+    assert all(m["identical"] for m in result["mask"].values()) and len(result["mask"]) == 4
     arms = {a["engine"]: a for a in result["train"]}
     assert sorted(arms) == ["axonn", "native", "native fast"] and all(a["tokens_per_s"] > 0 for a in arms.values())
     # same init, same batches, fp32: chunked CE and AxoNN 1x1x1 train exactly like the default native engine
