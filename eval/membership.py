@@ -3,143 +3,53 @@
 Every attack turns a document into one number, oriented so that **members score higher** (losses are negated), so a
 single ROC convention serves all of them:
 
-* ``loss``       -- minus the mean next-token NLL (Yeom et al. 2018).
-* ``zlib``       -- minus NLL / zlib-compressed byte length of the decoded text (Carlini et al. 2021): text that is
-                    easy for the model but hard for zlib is suspicious.
-* ``lowercase``  -- minus NLL(text) / NLL(lowercased text) (Carlini et al. 2021).
-* ``reference``  -- NLL under a ``reference_model`` minus NLL under the target (calibration by a model that never saw
-                    the data; Carlini et al. 2021 / 2022).
-* ``min_k_<k>``  -- mean of the lowest k % token log-probs (Shi et al. 2024).
+* ``loss``        -- minus the mean next-token NLL (Yeom et al. 2018).
+* ``zlib_mimir``  -- minus the *mean* NLL (nats/token) divided by the zlib-compressed byte length of the decoded
+                     text: the form of Carlini et al. (2021)'s code as reimplemented by MIMIR (Duan et al. 2024).
+                     The denominator grows with length while the numerator does not, so this score tracks
+                     document length as much as memorisation.
+* ``zlib_ratio``  -- minus the *total* NLL in bits divided by the zlib-compressed length in bits: how many times
+                     longer the model's code for the text is than zlib's. Both are totals, so it is length-normalised.
+* ``lowercase``   -- minus NLL(text) / NLL(lowercased text) (Carlini et al. 2021).
+* ``reference``   -- NLL under a ``reference_model`` minus NLL under the target (calibration by a model that never
+                     saw the data; Carlini et al. 2021 / 2022).
+* ``min_k_<k>``   -- mean of the lowest k % token log-probs (Shi et al. 2024).
 * ``min_k_pp_<k>`` -- Min-K %++ (Zhang et al. 2024): each token's log-prob standardised by the mean
-                    mu_t = E_{z~p_t}[log p_t(z)] and std sigma_t of log p under the model's own next-token
-                    distribution at that position, then the mean of the lowest k %.
+                     mu_t = E_{z~p_t}[log p_t(z)] and std sigma_t of log p under the model's own next-token
+                     distribution at that position, then the mean of the lowest k %.
 
-One forward pass per batch serves all model-based scores (right padding + attention mask); the statistics are
-computed in fp32 one row and one time-chunk at a time so the (T, V) fp32 buffer stays bounded for large vocabularies.
+Per-token log-probs come from :mod:`goldfish.eval.scoring` (bounded memory for any document length: windows of the
+model's context with a stride, token-budget batches, chunked logits). New attacks that need per-token values call
+:func:`goldfish.eval.scoring.token_statistics` themselves. :func:`score_documents` reduces each document to its scores
+right after its pass and, given a ``cache`` (a dict-like; :class:`goldfish.eval.run` passes one backed by a JSONL
+file), stores them there and skips documents already in it, so a killed run resumes without rescoring.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
-import time
+import struct
 import zlib
-from typing import Any, Sequence
+from typing import Any, MutableMapping, Sequence
 
 import numpy as np
-import torch
 from scipy.stats import rankdata
 from sklearn.metrics import roc_auc_score, roc_curve
-from tqdm.auto import tqdm
 
 from goldfish.errors import UserError
 
+from .scoring import DEFAULT_CHUNK, DEFAULT_TOKEN_BUDGET, context_length, iter_token_statistics
+
 log = logging.getLogger(__name__)
 
-_TIME_CHUNK = 512  # positions per fp32 log-softmax chunk: bounds memory at 512 * V * 4 bytes
 MAX_ROC_POINTS = 200  # ROC curves are down-sampled to this many points for results.json
 FPR_TARGETS = {"tpr_at_1pct_fpr": 0.01, "tpr_at_0.1pct_fpr": 0.001}
 
 
-# ------------------------------------------------------------------------------------------ per-token statistics
-
-
 def _vocab_size(model: Any) -> int:
     return int(model.get_input_embeddings().num_embeddings)
-
-
-def _model_device(model: Any) -> torch.device:
-    return next(model.parameters()).device
-
-
-def context_length(model: Any) -> int | None:
-    """The longest sequence the model was built for (``max_position_embeddings`` / ``n_positions``), if known."""
-    config = getattr(model, "config", None)
-    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
-
-
-def truncate_documents(docs: Sequence[Sequence[int]], max_length: int | None) -> list[list[int]]:
-    """The first ``max_length`` tokens of each document (MIA benchmarks such as WikiMIA score a fixed-length
-    beginning too); longer documents would run past the model's position range."""
-    docs = [list(d) for d in docs]
-    if max_length is None:
-        return docs
-    long = sum(len(d) > max_length for d in docs)
-    if long:
-        log.warning("membership: %d document(s) longer than %d tokens are scored on their first %d tokens",
-                    long, max_length, max_length)
-    return [d[:max_length] for d in docs]
-
-
-def _row_stats(logits: torch.Tensor, targets: torch.Tensor, want_pp: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    """Token log-probs of ``targets`` (T,) under ``logits`` (T, V), and Min-K%++ z-scores when ``want_pp``."""
-    logp_parts, z_parts = [], []
-    for t0 in range(0, targets.shape[0], _TIME_CHUNK):
-        lp = logits[t0 : t0 + _TIME_CHUNK].float().log_softmax(-1)  # (t, V) fp32
-        tgt = targets[t0 : t0 + _TIME_CHUNK]
-        token_lp = lp.gather(-1, tgt[:, None]).squeeze(-1)  # (t,)
-        logp_parts.append(token_lp)
-        if want_pp:
-            p = lp.exp()
-            mu = (p * lp).sum(-1)  # (t,) E_{z~p}[log p(z)]  (= minus the entropy)
-            # (t,) Var_{z~p}[log p(z)], centred: E[lp^2] - mu^2 cancels catastrophically in fp32 for flat p
-            var = (p * (lp - mu[:, None]).square()).sum(-1)
-            z_parts.append((token_lp - mu) / var.clamp(min=1e-12).sqrt())
-    logp = torch.cat(logp_parts).cpu().numpy().astype(np.float64)
-    z = torch.cat(z_parts).cpu().numpy().astype(np.float64) if want_pp else None
-    return logp, z
-
-
-@torch.inference_mode()
-def token_statistics(
-    model: Any,
-    docs: Sequence[Sequence[int]],
-    *,
-    batch_size: int = 8,
-    device: torch.device | str | None = None,
-    want_pp: bool = True,
-    desc: str = "membership scores",
-    progress: bool = True,
-    logger: Any = None,
-) -> list[tuple[np.ndarray, np.ndarray | None]]:
-    """Per document: (log p of tokens 1..L-1 given their prefix, Min-K%++ z-scores or None), in input order.
-
-    Documents are sorted by length before batching (less padding) and padded on the right with an attention mask, so
-    each row's logits equal those of the document alone. ``logger`` (e.g. a ``goldfish.io.JsonlLogger``) receives
-    one record per batch: ``{"event": "membership_batch", "pass", "docs", "tokens", "seconds"}``.
-    """
-    device = torch.device(device) if device is not None else _model_device(model)
-    _check_docs(docs, _vocab_size(model))
-    order = sorted(range(len(docs)), key=lambda i: -len(docs[i]))
-    out: list[tuple[np.ndarray, np.ndarray | None]] = [None] * len(docs)  # type: ignore[list-item]
-    was_training = model.training
-    model.eval()
-    try:
-        show = None if progress else True  # tqdm: None = only on a terminal
-        for b0 in tqdm(range(0, len(order), batch_size), desc=desc, disable=show, unit="batch"):
-            t0 = time.perf_counter()
-            idx = order[b0 : b0 + batch_size]
-            lengths = [len(docs[i]) for i in idx]
-            ids = torch.zeros(len(idx), max(lengths), dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for r, i in enumerate(idx):
-                ids[r, : lengths[r]] = torch.as_tensor(list(docs[i]), dtype=torch.long)
-                mask[r, : lengths[r]] = 1
-            ids, mask = ids.to(device), mask.to(device)
-            logits = model(input_ids=ids, attention_mask=mask).logits  # (B, T, V)
-            for r, i in enumerate(idx):
-                n = lengths[r]
-                out[i] = _row_stats(logits[r, : n - 1], ids[r, 1:n], want_pp)
-            if logger is not None:
-                logger.log({"event": "membership_batch", "pass": desc, "docs": len(idx), "tokens": sum(lengths),
-                            "seconds": round(time.perf_counter() - t0, 4)})
-    finally:
-        model.train(was_training)
-    return out
 
 
 def _check_docs(docs: Sequence[Sequence[int]], vocab_size: int) -> None:
@@ -204,70 +114,100 @@ def _lowercase_docs(docs: Sequence[Sequence[int]], texts: list[str], tokenizer: 
     return lowered
 
 
-def _mean_nll(stats: list[tuple[np.ndarray, np.ndarray | None]]) -> np.ndarray:
-    return np.array([-s[0].mean() for s in stats], dtype=np.float64)
+def document_key(tokens: Sequence[int], what: str) -> str:
+    """sha256 hex of a document's tokens and what was computed on them (pass name and scoring geometry)."""
+    h = hashlib.sha256(f"goldfish-membership/1|{what}|".encode())
+    h.update(struct.pack(f"<{len(tokens)}q", *tokens))
+    return h.hexdigest()
 
 
-def _lowercase_nll(model, docs, texts, tokenizer, limit: int | None, **loop: Any) -> np.ndarray:
-    """NLL of each lowercased text; NaN where lowercasing leaves fewer than 2 tokens (evaluate_attacks drops it)."""
-    lowered = [d[:limit] if limit else d for d in _lowercase_docs(docs, texts, tokenizer)]
-    ok = [i for i, d in enumerate(lowered) if len(d) >= 2]
-    nll = np.full(len(docs), np.nan)
-    stats = token_statistics(model, [lowered[i] for i in ok], want_pp=False, desc="lowercase", **loop)
-    nll[ok] = _mean_nll(stats)
-    return nll
+def _scored_pass(model: Any, docs: Sequence[Sequence[int]], name: str, ratios: Sequence[float],
+                 cache: MutableMapping[str, dict] | None, loop: dict) -> list[dict]:
+    """Per document ``{"nll": mean NLL, "nll_sum": total NLL, "min_k_<k>": ..., "min_k_pp_<k>": ...}`` (Min-K only
+    when ``ratios``), reusing and filling ``cache``."""
+    cache = {} if cache is None else cache
+    what = f"{name}|{loop.get('window')}|{loop.get('stride')}|{','.join(map(str, ratios))}"
+    keys = [document_key(d, what) for d in docs]
+    todo = [i for i, k in enumerate(keys) if k not in cache]
+    stats = iter_token_statistics(model, [docs[i] for i in todo], want_pp=bool(ratios), desc=name, **loop)
+    for j, (logp, z) in stats:
+        row = {"nll": float(-logp.mean()), "nll_sum": float(-logp.sum())}
+        for r in ratios:
+            row[ratio_key("min_k", r)] = lowest_k_mean(logp, r)
+            row[ratio_key("min_k_pp", r)] = lowest_k_mean(z, r)
+        cache[keys[todo[j]]] = row
+    return [cache[k] for k in keys]
+
+
+def _column(rows: list[dict], key: str) -> np.ndarray:
+    return np.array([r[key] for r in rows], dtype=np.float64)
 
 
 def score_documents(
     model: Any,
     docs: list[list[int]],
     *,
-    batch_size: int = 8,
-    device: torch.device | str | None = None,
     reference_model: Any = None,
     min_k_ratios: Sequence[float] = (0.2,),
     tokenizer: Any = None,
-    max_length: int | None = None,
+    window: int | None = None,
+    stride: int | None = None,
+    token_budget: int = DEFAULT_TOKEN_BUDGET,
+    chunk: int = DEFAULT_CHUNK,
+    cache: MutableMapping[str, dict] | None = None,
     progress: bool = True,
     logger: Any = None,
 ) -> dict[str, np.ndarray]:
     """Membership scores of each token-id document, higher = more likely a training member.
 
-    Keys: ``loss``, ``min_k_<k>``, ``min_k_pp_<k>`` (one per ratio), plus ``zlib`` and ``lowercase`` when a
-    ``tokenizer`` (HF-style ``encode``/``decode``) is given and ``reference`` when a ``reference_model`` (same
-    vocabulary) is given. Each value is a float64 array of shape (len(docs),). Documents longer than
-    ``max_length`` (default: the model's context length) are scored on their first ``max_length`` tokens in every
-    pass (zlib and lowercase use the decoded truncated text). ``progress`` toggles the tqdm bars
-    (shown only on a terminal); ``logger`` gets one JSONL record per batch (see :func:`token_statistics`).
+    Keys: ``loss``, ``min_k_<k>``, ``min_k_pp_<k>`` (one per ratio), plus ``zlib_mimir``, ``zlib_ratio`` and
+    ``lowercase`` when a ``tokenizer`` (HF-style ``encode``/``decode``) is given and ``reference`` when a
+    ``reference_model`` (same vocabulary) is given. Each value is a float64 array of shape (len(docs),). Whole
+    documents are scored: one longer than ``window`` (default: the smaller context of the two models) is scored in
+    windows advancing by ``stride`` (default ``window // 2``), see :mod:`goldfish.eval.scoring`. ``token_budget``
+    bounds the padded tokens per forward pass and ``chunk`` the positions per logits block. ``cache`` (dict-like)
+    keeps each document's reduced scores per pass; documents found there are not scored again.
     """
     ratios = _check_ratios(min_k_ratios)
-    if batch_size < 1:
-        raise UserError(f"batch_size={batch_size} must be >= 1")
-    if max_length is not None and max_length < 2:
-        raise UserError(f"max_length={max_length} must be >= 2 tokens")
     if not docs:
         keys = ["loss"] + [ratio_key(p, r) for r in ratios for p in ("min_k", "min_k_pp")]
-        keys += ["zlib", "lowercase"] * (tokenizer is not None) + ["reference"] * (reference_model is not None)
+        keys += ["zlib_mimir", "zlib_ratio", "lowercase"] * (tokenizer is not None)
+        keys += ["reference"] * (reference_model is not None)
         return {k: np.zeros(0) for k in keys}
-    limits = [context_length(m) for m in (model, reference_model) if m is not None]
-    limit = max_length if max_length is not None else min((c for c in limits if c), default=None)
-    docs = truncate_documents(docs, limit)
-    loop = dict(batch_size=batch_size, progress=progress, logger=logger)
-    stats = token_statistics(model, docs, device=device, want_pp=True, **loop)
-    nll = _mean_nll(stats)
+    _check_docs(docs, _vocab_size(model))
+    if window is None:
+        window = min((c for c in (context_length(m) for m in (model, reference_model) if m is not None) if c),
+                     default=None)
+    if window is not None and window < 2:
+        raise UserError(f"window={window} must be >= 2 tokens")
+    loop = dict(window=window, stride=stride, token_budget=token_budget, chunk=chunk, progress=progress,
+                logger=logger)
+    rows = _scored_pass(model, docs, "target", ratios, cache, loop)
+    nll = _column(rows, "nll")
     scores: dict[str, np.ndarray] = {"loss": -nll}
     for r in ratios:
-        scores[ratio_key("min_k", r)] = np.array([lowest_k_mean(lp, r) for lp, _ in stats])
-        scores[ratio_key("min_k_pp", r)] = np.array([lowest_k_mean(z, r) for _, z in stats])
+        for prefix in ("min_k", "min_k_pp"):
+            scores[ratio_key(prefix, r)] = _column(rows, ratio_key(prefix, r))
     if tokenizer is not None:
         texts = [tokenizer.decode(list(d), skip_special_tokens=True) for d in docs]
-        scores["zlib"] = -nll / np.array([zlib_length(t) for t in texts], dtype=np.float64)
-        scores["lowercase"] = -nll / _lowercase_nll(model, docs, texts, tokenizer, limit, device=device, **loop)
+        zbytes = np.array([zlib_length(t) for t in texts], dtype=np.float64)
+        scores["zlib_mimir"] = -nll / zbytes
+        scores["zlib_ratio"] = -(_column(rows, "nll_sum") / math.log(2)) / (8 * zbytes)
+        scores["lowercase"] = -nll / _lowercase_nll(model, docs, texts, tokenizer, cache, loop)
     if reference_model is not None:
-        ref_device = device if device is not None else _model_device(reference_model)
-        ref = token_statistics(reference_model, docs, device=ref_device, want_pp=False, desc="reference", **loop)
-        scores["reference"] = _mean_nll(ref) - nll
+        ref = _scored_pass(reference_model, docs, "reference", (), cache, loop)
+        scores["reference"] = _column(ref, "nll") - nll
     return scores
+
+
+def _lowercase_nll(model, docs, texts, tokenizer, cache, loop: dict) -> np.ndarray:
+    """NLL of each lowercased text; NaN where lowercasing leaves fewer than 2 tokens (evaluate_attacks drops it)."""
+    lowered = _lowercase_docs(docs, texts, tokenizer)
+    ok = [i for i, d in enumerate(lowered) if len(d) >= 2]
+    nll = np.full(len(docs), np.nan)
+    rows = _scored_pass(model, [lowered[i] for i in ok], "lowercase", (), cache, loop)
+    nll[ok] = _column(rows, "nll") if rows else []
+    return nll
 
 
 # ---------------------------------------------------------------------------------------------- ROC evaluation

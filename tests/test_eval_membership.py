@@ -22,6 +22,8 @@ from goldfish.eval.membership import (
     tpr_at_fpr,
 )
 from goldfish.errors import UserError
+from goldfish.eval import scoring
+from goldfish.eval.scoring import token_statistics
 from goldfish.io import JsonlLogger, read_jsonl
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ .,"
@@ -77,8 +79,8 @@ def test_loss_attack_separates_trained_members():
         opt.zero_grad()
         loss.backward()
         opt.step()
-    m = score_documents(model, members, batch_size=4)
-    n = score_documents(model, nonmembers, batch_size=4)
+    m = score_documents(model, members, token_budget=100)
+    n = score_documents(model, nonmembers, token_budget=100)
     attacks = evaluate_attacks(m, n, n_bootstrap=100)
     assert attacks["loss"]["auc"] > 0.9 and attacks["loss"]["auc_ci_low"] > 0.5
     assert attacks["min_k_20"]["auc"] > 0.9
@@ -88,11 +90,13 @@ def test_loss_attack_separates_trained_members():
 def test_padding_and_batching_do_not_change_scores(tmp_path):
     model = tiny_llama()
     docs = random_docs(7, seed=3)  # different lengths -> right padding inside batches
-    one = score_documents(model, docs, batch_size=1)
+    one = score_documents(model, docs, token_budget=1)  # one document per pass
+    longest = max(map(len, docs))
     with JsonlLogger(tmp_path / "log.jsonl") as logger:
-        many = score_documents(model, docs, batch_size=4, progress=False, logger=logger)
+        many = score_documents(model, docs, token_budget=4 * longest, progress=False, logger=logger)
     records = read_jsonl(tmp_path / "log.jsonl")
-    assert [r["docs"] for r in records] == [4, 3] and sum(r["tokens"] for r in records) == sum(map(len, docs))
+    assert records[0]["docs"] == 4 and sum(r["docs"] for r in records) == 7
+    assert sum(r["tokens"] for r in records) == sum(map(len, docs))
     for key in one:
         np.testing.assert_allclose(one[key], many[key], rtol=1e-5, atol=1e-5)
     assert model.training is False
@@ -101,7 +105,7 @@ def test_padding_and_batching_do_not_change_scores(tmp_path):
 def test_loss_and_min_k_match_direct_computation():
     model = tiny_llama()
     docs = random_docs(5, seed=4)
-    s = score_documents(model, docs, batch_size=2, min_k_ratios=(0.2, 1.0))
+    s = score_documents(model, docs, token_budget=60, min_k_ratios=(0.2, 1.0))
     for i, doc in enumerate(docs):
         token_lp, _ = direct_token_logprobs(model, doc)
         assert s["loss"][i] == pytest.approx(token_lp.mean(), abs=1e-5)
@@ -129,15 +133,18 @@ def test_zlib_lowercase_and_reference_match_direct_computation():
     texts = ["The Cat sat on the Mat, quietly.", "Hello World and Everyone In It.", "abc ABC abc ABC abc ABC."]
     docs = [tok.encode(t) for t in texts]
     model, ref = tiny_llama(seed=7), tiny_llama(seed=8)
-    s = score_documents(model, docs, tokenizer=tok, reference_model=ref, batch_size=2)
+    s = score_documents(model, docs, tokenizer=tok, reference_model=ref, token_budget=70)
     for i, (text, doc) in enumerate(zip(texts, docs)):
         nll = -direct_token_logprobs(model, doc)[0].mean()
         nll_lower = -direct_token_logprobs(model, tok.encode(text.lower()))[0].mean()
         nll_ref = -direct_token_logprobs(ref, doc)[0].mean()
-        assert s["zlib"][i] == pytest.approx(-nll / len(zlib.compress(text.encode("utf-8"))), rel=1e-5)
+        zbytes = len(zlib.compress(text.encode("utf-8")))
+        assert s["zlib_mimir"][i] == pytest.approx(-nll / zbytes, rel=1e-5)
+        # total NLL in bits over zlib bits: (len(doc) - 1) predicted tokens
+        assert s["zlib_ratio"][i] == pytest.approx(-nll * (len(doc) - 1) / np.log(2) / (8 * zbytes), rel=1e-5)
         assert s["lowercase"][i] == pytest.approx(-nll / nll_lower, rel=1e-5)
         assert s["reference"][i] == pytest.approx(nll_ref - nll, abs=1e-5)
-    assert set(s) == {"loss", "zlib", "lowercase", "reference", "min_k_20", "min_k_pp_20"}
+    assert set(s) == {"loss", "zlib_mimir", "zlib_ratio", "lowercase", "reference", "min_k_20", "min_k_pp_20"}
 
 
 def test_real_fast_tokenizer_interface():
@@ -159,19 +166,71 @@ def test_real_fast_tokenizer_interface():
     for i, (text, doc) in enumerate(zip(texts, docs)):
         nll = -direct_token_logprobs(model, doc)[0].mean()
         lowered = [eot] + tok.encode(text.lower(), add_special_tokens=False)
-        assert s["zlib"][i] == pytest.approx(-nll / len(zlib.compress(text.encode("utf-8"))), rel=1e-5)
+        assert s["zlib_mimir"][i] == pytest.approx(-nll / len(zlib.compress(text.encode("utf-8"))), rel=1e-5)
         assert s["lowercase"][i] == pytest.approx(-nll / -direct_token_logprobs(model, lowered)[0].mean(), rel=1e-5)
 
 
-def test_long_documents_are_truncated_to_the_context():
+def sliding_window_logprobs(model, doc: list[int], window: int, stride: int) -> np.ndarray:
+    """The Hugging Face perplexity guide's loop, written out: windows [b, b + window) for b = 0, stride, ...; each
+    scores the tokens the previous window did not."""
+    out, scored_to, begin = [], 1, 0
+    while scored_to < len(doc):
+        end = min(begin + window, len(doc))
+        lp = direct_token_logprobs(model, doc[begin:end])[0]  # predictions of tokens begin+1 .. end-1
+        out.append(lp[scored_to - begin - 1 :])
+        scored_to, begin = end, begin + stride
+    return np.concatenate(out)
+
+
+def test_long_documents_are_scored_whole_in_context_windows():
     model = tiny_llama()  # max_position_embeddings = 128
-    long_doc = random_docs(1, seed=10, lo=200, hi=201)[0]
-    s = score_documents(model, [long_doc, long_doc[:50]], max_length=None)
-    assert s["loss"][0] == pytest.approx(direct_token_logprobs(model, long_doc[:128])[0].mean(), abs=1e-5)
-    s10 = score_documents(model, [long_doc], max_length=10)
-    assert s10["loss"][0] == pytest.approx(direct_token_logprobs(model, long_doc[:10])[0].mean(), abs=1e-5)
-    with pytest.raises(UserError, match="max_length=1"):
-        score_documents(model, [long_doc], max_length=1)
+    long_doc = random_docs(1, seed=10, lo=300, hi=301)[0]
+    s = score_documents(model, [long_doc, long_doc[:50]])  # default window = the context (128), stride 64
+    expected = sliding_window_logprobs(model, long_doc, 128, 64)
+    assert len(expected) == len(long_doc) - 1  # every token but the first scored exactly once
+    assert s["loss"][0] == pytest.approx(expected.mean(), abs=1e-5)
+    assert s["loss"][1] == pytest.approx(direct_token_logprobs(model, long_doc[:50])[0].mean(), abs=1e-5)
+    s40 = score_documents(model, [long_doc], window=40, stride=30)
+    assert s40["loss"][0] == pytest.approx(sliding_window_logprobs(model, long_doc, 40, 30).mean(), abs=1e-5)
+    with pytest.raises(UserError, match="window=1"):
+        score_documents(model, [long_doc], window=1)
+
+
+def test_chunked_scoring_equals_unchunked_per_token_losses():
+    """Chunks of 7 positions through the output head, several documents per pass, equal the full-logits pass."""
+    model = tiny_llama(seed=11)
+    docs = random_docs(5, seed=12, lo=20, hi=60)
+    stats = token_statistics(model, docs, chunk=7, token_budget=150)
+    for doc, (logp, z) in zip(docs, stats):
+        full, lp = direct_token_logprobs(model, doc)
+        np.testing.assert_allclose(logp, full, rtol=0, atol=1e-5)
+        p = np.exp(lp)
+        mu = (p * lp).sum(-1)
+        np.testing.assert_allclose(z, (full - mu) / np.sqrt((p * (lp - mu[:, None]) ** 2).sum(-1)), atol=1e-3)
+
+
+def test_cached_documents_are_not_rescored(monkeypatch):
+    model = tiny_llama()
+    docs = random_docs(4, seed=13)
+    cache: dict = {}
+    first = score_documents(model, docs[:2], cache=cache)
+    assert len(cache) == 2
+    calls = []
+    real = scoring._score_batch
+    monkeypatch.setattr(scoring, "_score_batch", lambda m, batch, *a: calls.append(len(batch)) or real(m, batch, *a))
+    again = score_documents(model, docs, cache=cache)
+    assert sum(calls) == 2 and len(cache) == 4  # only the two new documents went through the model
+    np.testing.assert_array_equal(again["loss"][:2], first["loss"])
+
+
+def test_memory_estimate_refuses_a_plan_that_cannot_fit(monkeypatch):
+    model = tiny_llama()
+    monkeypatch.setattr(scoring, "available_bytes", lambda device: 100_000)  # 100 kB free
+    with pytest.raises(UserError, match="membership.token_budget") as e:
+        score_documents(model, random_docs(2, seed=14, lo=100, hi=101))
+    assert "\n" not in str(e.value)
+    monkeypatch.setattr(scoring, "available_bytes", lambda device: 10**12)
+    assert score_documents(model, random_docs(2, seed=14, lo=100, hi=101))["loss"].shape == (2,)
 
 
 def test_user_errors():

@@ -1,0 +1,260 @@
+"""Per-token log-probabilities of whole documents in bounded memory: the input of every membership attack.
+
+A document of L tokens yields L-1 log-probs, ``log p(x_t | x_<t)`` for t = 1..L-1, plus (for Min-K%++) each token's
+log-prob standardised by the mean and std of log p under the model's own next-token distribution. Three things keep
+memory bounded whatever the document length:
+
+* **Windows of the model's context.** A document longer than ``window`` tokens is cut into overlapping segments
+  ``[k·stride, k·stride + window)``; each segment scores only the tokens the previous one did not, so every token
+  is scored exactly once, with at least ``window - stride`` tokens of context (the sliding-window perplexity of the
+  Hugging Face guide). A document within the window is one segment, scored exactly as the model sees it whole.
+* **Token-budget batches.** Segments are sorted by length and packed while ``rows × longest ≤ token_budget``
+  (right padding + attention mask, so a row's log-probs equal those of the segment alone); one long segment is a
+  batch of its own.
+* **Chunked logits.** The model body runs once per batch -> hidden states (B, T, H); the output head and the fp32
+  log-softmax then run ``chunk`` positions at a time, so at most (chunk, V) logits exist, never (B, T, V).
+
+:func:`iter_token_statistics` yields each document as soon as its last segment is done, so callers can store
+results incrementally (see :mod:`goldfish.eval.membership`, which makes scoring resumable).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from goldfish.errors import UserError
+
+DEFAULT_CHUNK = 512  # positions per fp32 log-softmax chunk: at most chunk × V × 4 bytes of logits at a time
+DEFAULT_TOKEN_BUDGET = 4096  # padded tokens per forward pass
+
+TokenStats = tuple[np.ndarray, "np.ndarray | None"]  # (log p of tokens 1..L-1, Min-K%++ z-scores or None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """Tokens ``[begin, end)`` of document ``doc`` go through the model; targets ``first..end-1`` are scored."""
+
+    doc: int
+    begin: int
+    end: int
+    first: int
+
+    @property
+    def length(self) -> int:
+        return self.end - self.begin
+
+
+def context_length(model: Any) -> int | None:
+    """The longest sequence the model was built for (``max_position_embeddings`` / ``n_positions``), if known."""
+    config = getattr(model, "config", None)
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def segments(doc: int, n_tokens: int, window: int | None, stride: int | None) -> list[Segment]:
+    """The segments scoring tokens 1..n_tokens-1 of one document (one segment when it fits in ``window``)."""
+    if window is None or n_tokens <= window:
+        return [Segment(doc, 0, n_tokens, 1)]
+    stride = stride or window // 2
+    out, scored_to, begin = [], 1, 0
+    while scored_to < n_tokens:
+        end = min(begin + window, n_tokens)
+        out.append(Segment(doc, begin, end, scored_to))
+        scored_to, begin = end, begin + stride
+    return out
+
+
+def plan_batches(segs: Sequence[Segment], token_budget: int) -> list[list[Segment]]:
+    """Longest first (memory trouble shows at once), packed while rows × longest <= ``token_budget``."""
+    batches: list[list[Segment]] = []
+    for seg in sorted(segs, key=lambda s: (-s.length, s.doc, s.begin)):
+        if batches and (len(batches[-1]) + 1) * batches[-1][0].length <= token_budget:
+            batches[-1].append(seg)
+        else:
+            batches.append([seg])
+    return batches
+
+
+# ----------------------------------------------------------------------------------------------- memory estimate
+
+
+def _text_config(model: Any) -> Any:
+    cfg = model.config
+    return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+
+
+def batch_bytes(model: Any, rows: int, length: int, chunk: int) -> int:
+    """Transient bytes of one forward pass over (rows, length) tokens beyond the weights: the activations of one
+    layer (hidden, MLP and attention scores; padded batches take the attention path that materialises
+    rows × heads × length² scores) plus the (chunk, V) fp32 logits with their log-softmax and products."""
+    cfg = _text_config(model)
+    hidden = getattr(cfg, "hidden_size", 1024)
+    inter = getattr(cfg, "intermediate_size", None) or 4 * hidden
+    heads = getattr(cfg, "num_attention_heads", 16) or 16
+    vocab = getattr(cfg, "vocab_size", 50_000)
+    elem = max(4, next(model.parameters()).element_size())  # CPU matmuls of bf16 upcast in places: count fp32
+    tokens = rows * length
+    acts = tokens * (6 * hidden + 3 * inter) * elem + tokens * hidden * 4  # one layer + the kept hidden states
+    scores = 3 * rows * heads * length * length * 4 if rows > 1 else 0  # one row: no mask, memory-efficient kernel
+    logits = 5 * chunk * vocab * 4
+    return acts + scores + logits
+
+
+def available_bytes(device: torch.device) -> int | None:
+    """Free memory where the scores are computed: CUDA free memory, or the host's MemAvailable (Linux)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(model: Any, batches: Sequence[Sequence[Segment]], chunk: int, what: str = "membership") -> int:
+    """Raise one UserError naming the setting that fits when the largest batch would not fit in free memory;
+    returns the estimated peak transient bytes."""
+    if not batches:
+        return 0
+    need = max(batch_bytes(model, len(b), b[0].length, chunk) for b in batches)
+    free = available_bytes(next(model.parameters()).device)
+    if free is not None and need > 0.9 * free:
+        longest = max(b[0].length for b in batches)
+        fit = max(64, longest // 2)
+        raise UserError(f"{what} scoring needs about {need / 2**30:.1f} GiB per batch but only {free / 2**30:.1f} "
+                        f"GiB are free; lower membership.token_budget (now > {fit}) or set membership.window={fit} "
+                        f"to score long documents in shorter windows")
+    return need
+
+
+# ------------------------------------------------------------------------------------------------- the pass
+
+
+def _head(model: Any):
+    """(body, head, postprocess) for chunked logits, or None when the model does not expose them."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    body = getattr(model, "base_model", None)
+    if head is None or body is None or body is model:
+        return None
+    cfg = _text_config(model)
+    cap = getattr(cfg, "final_logit_softcapping", None)
+    scale = getattr(cfg, "logit_scale", None)
+
+    def post(logits: torch.Tensor) -> torch.Tensor:
+        if scale is not None:
+            logits = logits * scale
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+    return body, head, post
+
+
+def _chunk_stats(logits: torch.Tensor, targets: torch.Tensor, want_pp: bool) -> tuple[torch.Tensor, ...]:
+    """(t, V) logits and (t,) targets -> log p of the targets (t,) and, with ``want_pp``, Min-K%++ z-scores (t,)."""
+    lp = logits.float().log_softmax(-1)  # (t, V) fp32
+    token_lp = lp.gather(-1, targets[:, None]).squeeze(-1)  # (t,)
+    if not want_pp:
+        return (token_lp,)
+    p = lp.exp()
+    mu = (p * lp).sum(-1)  # (t,) E_{z~p}[log p(z)]  (= minus the entropy)
+    # (t,) Var_{z~p}[log p(z)], centred: E[lp^2] - mu^2 cancels catastrophically in fp32 for flat p
+    var = (p * (lp - mu[:, None]).square()).sum(-1)
+    return token_lp, (token_lp - mu) / var.clamp(min=1e-12).sqrt()
+
+
+def _score_batch(model, batch: Sequence[Segment], docs: Sequence[Sequence[int]], chunk: int, want_pp: bool,
+                 device: torch.device) -> list[tuple[torch.Tensor, ...]]:
+    """Log-probs (and z-scores) of each segment's targets ``first..end-1``, one tuple per segment."""
+    width = batch[0].length
+    ids = torch.zeros(len(batch), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for r, s in enumerate(batch):
+        ids[r, : s.length] = torch.as_tensor(list(docs[s.doc][s.begin : s.end]), dtype=torch.long)
+        mask[r, : s.length] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    parts = _head(model)
+    if parts is not None:
+        body, head, post = parts
+        hidden = body(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state  # (B, T, H)
+        logits_of = lambda r, a, b: post(head(hidden[r, a:b]))  # noqa: E731  (b - a, V)
+    else:  # no separable head: full logits of this batch (bounded by the token budget)
+        full = model(input_ids=ids, attention_mask=mask, use_cache=False).logits  # (B, T, V)
+        logits_of = lambda r, a, b: full[r, a:b]  # noqa: E731
+    out = []
+    for r, s in enumerate(batch):
+        # position j of the segment predicts token begin + j + 1; targets first..end-1 sit at j = first-begin-1 ...
+        lo, hi = s.first - s.begin - 1, s.length - 1
+        pieces = [_chunk_stats(logits_of(r, a, min(a + chunk, hi)), ids[r, a + 1 : min(a + chunk, hi) + 1], want_pp)
+                  for a in range(lo, hi, chunk)]
+        out.append(tuple(torch.cat(col) for col in zip(*pieces)))
+    return out
+
+
+@torch.inference_mode()
+def iter_token_statistics(model: Any, docs: Sequence[Sequence[int]], *, window: int | None = None,
+                          stride: int | None = None, token_budget: int = DEFAULT_TOKEN_BUDGET,
+                          chunk: int = DEFAULT_CHUNK, want_pp: bool = True, desc: str = "membership scores",
+                          progress: bool = True, logger: Any = None,
+                          check: bool = True) -> Iterator[tuple[int, TokenStats]]:
+    """Yield ``(index, (logp, z))`` per document as soon as all its segments are scored (any order).
+
+    ``window`` defaults to no windowing (pass the model's context, :func:`context_length`); ``stride`` to
+    ``window // 2``. ``check`` refuses, before any work, a plan whose largest batch would not fit in free memory.
+    ``logger`` (e.g. ``goldfish.io.JsonlLogger``) receives ``{"event": "membership_batch", "pass", "docs",
+    "tokens", "seconds"}`` per batch.
+    """
+    if token_budget < 1 or chunk < 1:
+        raise UserError(f"token_budget={token_budget} and chunk={chunk} must be >= 1")
+    for i, doc in enumerate(docs):
+        if len(doc) < 2:
+            raise UserError(f"document {i} has {len(doc)} token(s); membership scores need at least 2 "
+                            f"(drop empty documents)")
+    segs = [s for i, d in enumerate(docs) for s in segments(i, len(d), window, stride)]
+    batches = plan_batches(segs, token_budget)
+    if check:
+        check_memory(model, batches, chunk)
+    device = next(model.parameters()).device
+    remaining = np.bincount([s.doc for s in segs], minlength=len(docs))
+    pieces: dict[int, list[tuple[int, tuple[torch.Tensor, ...]]]] = {}
+    was_training = model.training
+    model.eval()
+    try:
+        for batch in tqdm(batches, desc=desc, disable=None if progress else True, unit="batch"):
+            t0 = time.perf_counter()
+            for s, stats in zip(batch, _score_batch(model, batch, docs, chunk, want_pp, device)):
+                pieces.setdefault(s.doc, []).append((s.first, stats))
+                remaining[s.doc] -= 1
+                if remaining[s.doc] == 0:
+                    ordered = [st for _, st in sorted(pieces.pop(s.doc), key=lambda p: p[0])]
+                    cols = [torch.cat(col).cpu().numpy().astype(np.float64) for col in zip(*ordered)]
+                    yield s.doc, (cols[0], cols[1] if want_pp else None)
+            if logger is not None:
+                logger.log({"event": "membership_batch", "pass": desc, "docs": len({s.doc for s in batch}),
+                            "tokens": sum(s.length for s in batch), "seconds": round(time.perf_counter() - t0, 4)})
+    finally:
+        model.train(was_training)
+
+
+def token_statistics(model: Any, docs: Sequence[Sequence[int]], **kwargs: Any) -> list[TokenStats]:
+    """:func:`iter_token_statistics` collected in input order: per document (log p of tokens 1..L-1, z or None)."""
+    out: list[TokenStats] = [None] * len(docs)  # type: ignore[list-item]
+    for i, stats in iter_token_statistics(model, docs, **kwargs):
+        out[i] = stats
+    return out
