@@ -1,7 +1,16 @@
-"""``EvalConfig``: every setting of ``goldfish eval`` (defaults < YAML < flags / ``key=value`` overrides).
+"""``EvalConfig``: every setting of ``goldfish eval``, in sections, with the config grammar of ``goldfish train``.
 
-``model``, ``data`` and ``out`` may stay unset in a YAML file (an experiment fills them per cell); :func:`eval.run_eval`
-checks them before doing any work.
+Precedence: **defaults < YAML file < command line** (``key=value`` overrides such as ``data.prefix_lens=[32,64]``,
+and a few shorthand flags, :data:`SHORTHANDS`, that name one key each). Sections:
+
+* ``model``      -- what to load and how (path, reference model, dtype, device, threads, pickle opt-in);
+* ``data``       -- documents and extraction windows (path, nonmembers, groups, prefix/suffix lengths, placements);
+* ``decoding``   -- generation for extraction (batch size, stop at eos, beam search, sampling, (n, p) n);
+* ``membership`` -- membership-inference scoring (token budget, context windows, Min-K ratios, bootstrap);
+* top level      -- ``out``, ``tasks``, resume/overwrite, report, progress, seed.
+
+``model.path``, ``data.path`` and ``out`` may stay unset in a YAML file (an experiment fills them per cell);
+:func:`goldfish.eval.run_eval` checks them before doing any work.
 """
 
 from __future__ import annotations
@@ -12,6 +21,11 @@ from typing import Literal, Union
 from goldfish.config import check, option, raise_problems
 
 from .windows import ALL, PLACEMENTS
+
+TASKS = ("extraction", "membership")
+# shorthand flag -> config key (README: "goldfish eval"); every other setting is a key=value override
+SHORTHANDS = {"--model": "model.path", "--data": "data.path", "--nonmembers": "data.nonmembers", "--out": "out",
+              "--offsets": "data.offsets", "--max-offset": "data.max_offset", "--threads": "model.threads"}
 
 
 def parse_prefix_len(value) -> int | None:
@@ -29,73 +43,168 @@ def parse_prefix_len(value) -> int | None:
     return value
 
 
-@dataclasses.dataclass
-class EvalConfig:
-    """What to evaluate, how to cut extraction windows, and how to run the model."""
+def _split_commas(values: list) -> list:
+    """``["32,64", 128]`` (a flag or ``key=value`` override) -> ``["32", "64", 128]``."""
+    return [part for v in values for part in ([p.strip() for p in v.split(",")] if isinstance(v, str) else [v])
+            if part != ""]
 
-    model: Union[str, None] = option(None, "model to evaluate: a local Hugging Face folder, a .gguf file, or a "
-                                           "training run folder (its model/ is used)")
-    data: Union[str, None] = option(None, "documents: a prepared folder (goldfish prepare; its members split) or a "
-                                          "JSONL file with one {\"id\", \"text\"} object per line")
-    out: Union[str, None] = option(None, "output folder for results.json, results.csv, report.md and plots")
+
+@dataclasses.dataclass
+class ModelSection:
+    """The model under evaluation and how it is loaded (offline; safetensors/GGUF; never remote code)."""
+
+    path: Union[str, None] = option(None, "model to evaluate: a local Hugging Face folder, a .gguf file, or a "
+                                          "training run folder (its model/ is used)")
+    reference: Union[str, None] = option(None, "reference model for the reference-calibrated membership attack "
+                                               "(same vocabulary; loaded first, so a bad path fails at once)")
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = option("float32", "weights dtype")
+    device: str = option("auto", "torch device: auto (cuda if available, else cpu), cpu, cuda, cuda:1, mps")
+    threads: Union[int, None] = option(None, "CPU threads for torch (torch.set_num_threads); default: torch's "
+                                             "choice (all cores)")
+    allow_pickle: bool = option(False, "allow pickle weights (pytorch_model.bin/.pt), loaded with "
+                                       "torch.load(weights_only=True); off by default: safetensors/GGUF only")
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        check(self.threads is None or self.threads >= 1, problems, f"threads={self.threads} must be >= 1")
+        raise_problems(problems)
+
+
+@dataclasses.dataclass
+class DataSection:
+    """The documents, their groups, and where extraction windows sit in them (see goldfish.eval.windows)."""
+
+    path: Union[str, None] = option(None, "documents: a prepared folder (goldfish prepare; its members split) or "
+                                          "a JSONL file with one {\"id\", \"text\"} object per line")
     nonmembers: Union[str, None] = option(None, "nonmember documents for membership inference (prepared folder or "
                                                 "JSONL); default: the data folder's nonmembers split, if any")
-    reference: Union[str, None] = option(None, "reference model for the reference-calibrated membership attack")
+    group_field: str = option("group", "JSONL field whose value groups documents in the summary (by_group); "
+                                       "documents without it are in no group")
+    max_docs: Union[int, None] = option(None, "evaluate only the first N documents of each split")
+    extract_splits: list[str] = option(factory=lambda: ["members"], help="splits whose documents get extraction "
+                                       "windows (add 'nonmembers' for a never-trained control)")
     prefix_lens: list[Union[int, str]] = option(factory=lambda: [32], help="prefix lengths P in tokens; 'all' or "
                                                 "-1 = all but the last suffix_len tokens of each document")
     suffix_len: int = option(50, "suffix length S: tokens generated and compared with the true continuation")
-    window: list[Literal["end", "start", "stride"]] = option(
-        factory=lambda: ["end"], help="where windows sit: end (suffix = last S tokens), start (prefix at token 0), "
-                                      "stride (every `stride` tokens); a list evaluates several placements")
+    window: Union[list[Literal["end", "start", "stride", "offsets"]], None] = option(
+        None, "where windows sit: start (prefix at token 0), end (suffix = last S tokens), stride (prefix starts "
+              "0, stride, 2·stride ...), offsets (prefix starts at data.offsets); a list evaluates several "
+              "placements, each reported separately; default: offsets when data.offsets is set, else start")
     stride: Union[int, None] = option(None, "step between stride windows in tokens (default: suffix_len)")
-    batch_size: Union[int, str] = option("auto", "windows per batch, or 'auto' (memory estimate on GPU, halved on "
-                                                 "out-of-memory; 32 on CPU)")
-    max_docs: Union[int, None] = option(None, "evaluate only the first N documents of each split")
-    beam: int = option(1, "beam width; > 1 adds a beam-search extraction (beam_exact_match) next to greedy")
-    samples: int = option(0, "sampled extraction: draw this many temperature samples per window and count exact "
-                             "reproductions (0 = off)")
-    temperature: float = option(1.0, "sampling temperature for `samples`")
-    n_samples_adversary: int = option(100, "n of the (n, p)-extraction chance 1-(1-p_suffix)^n")
-    membership: bool = option(True, "run membership inference when nonmembers are available")
-    min_k_ratios: list[float] = option(factory=lambda: [0.2], help="Min-K% / Min-K%++ ratios (0 < k <= 1)")
-    n_bootstrap: int = option(1000, "bootstrap resamples for the AUC confidence intervals")
-    extract_splits: list[str] = option(factory=lambda: ["members"], help="splits whose documents get extraction "
-                                       "windows (add 'nonmembers' for a never-trained control)")
-    dtype: Literal["float32", "bfloat16", "float16", "auto"] = option("float32", "model weights dtype")
-    device: str = option("auto", "torch device: auto (cuda if available, else cpu), cpu, cuda, cuda:1, mps")
-    allow_pickle: bool = option(False, "allow pickle weights (pytorch_model.bin/.pt), loaded with "
-                                       "torch.load(weights_only=True); off by default: safetensors/GGUF only")
-    resume: bool = option(True, "reuse finished windows from a previous run in the same out folder")
-    report: bool = option(True, "write report.md and plots")
-    progress: bool = option(True, "show progress bars")
-    seed: int = option(0, "seed for sampling and bootstrap")
+    offsets: list[Union[int, str]] = option(factory=list, help="prefix start offsets of the 'offsets' placement, e.g. "
+                                                   "[0, 100, 200] (--offsets 0,100,200)")
+    max_offset: Union[int, None] = option(None, "stride and offsets windows start at most this many tokens into "
+                                                "a document (default: anywhere a whole window fits)")
 
     def __post_init__(self) -> None:
         problems: list[str] = []
         if isinstance(self.prefix_lens, (str, int)):
             self.prefix_lens = [self.prefix_lens]
-        # "32,64" (a flag or key=value override) -> ["32", "64"]
-        self.prefix_lens = [part for p in self.prefix_lens
-                            for part in (p.split(",") if isinstance(p, str) else [p]) if part != ""]
+        self.prefix_lens = _split_commas(self.prefix_lens)
         parsed = [parse_prefix_len(p) for p in self.prefix_lens]
         bad = [p for p, v in zip(self.prefix_lens, parsed) if v is None]
-        check(not bad, problems, f"prefix_lens: {bad} invalid; use positive integers or 'all' (e.g. --prefix-len 32,64)")
+        check(not bad, problems, f"prefix_lens: {bad} invalid; use positive integers or 'all' "
+                                 f"(e.g. data.prefix_lens=[32,64])")
         check(len(self.prefix_lens) > 0, problems, "prefix_lens is empty; give at least one prefix length")
         if not bad:
             self.prefix_lens = list(dict.fromkeys(parsed))  # type: ignore[arg-type]
-        check(self.suffix_len >= 1, problems, f"suffix_len={self.suffix_len} must be >= 1")
+        offsets = _split_commas(self.offsets if isinstance(self.offsets, list) else [self.offsets])
+        try:
+            self.offsets = sorted({int(o) for o in offsets})
+        except ValueError:
+            problems.append(f"offsets={offsets} must be integers >= 0, e.g. --offsets 0,100,200")
+        check(all(isinstance(o, int) and o >= 0 for o in self.offsets), problems,
+              f"offsets={self.offsets} must be integers >= 0")
+        if self.window is None:
+            self.window = ["offsets"] if self.offsets else ["start"]
+        self.window = list(dict.fromkeys(self.window))
         check(len(self.window) > 0, problems, f"window is empty; use one of {', '.join(PLACEMENTS)}")
+        check("offsets" not in self.window or bool(self.offsets), problems,
+              "window 'offsets' needs data.offsets, e.g. --offsets 0,100,200")
+        check(self.suffix_len >= 1, problems, f"suffix_len={self.suffix_len} must be >= 1")
         check(self.stride is None or self.stride >= 1, problems, f"stride={self.stride} must be >= 1")
+        check(self.max_offset is None or self.max_offset >= 0, problems, f"max_offset={self.max_offset} must be >= 0")
+        check(self.max_docs is None or self.max_docs >= 1, problems, f"max_docs={self.max_docs} must be >= 1")
+        check(len(self.extract_splits) > 0, problems, "extract_splits is empty; use [members]")
+        raise_problems(problems)
+
+
+@dataclasses.dataclass
+class DecodingSection:
+    """Generation for extraction: greedy always; beam search and sampling on request."""
+
+    batch_size: Union[int, str] = option("auto", "windows per generation batch, or 'auto' (memory estimate on GPU, "
+                                                 "halved on out-of-memory; 32 on CPU)")
+    stop_at_eos: bool = option(False, "stop a continuation at the model's eos token (pad the rest), as "
+                                      "model.generate does by default; off: always decode suffix_len tokens")
+    beam: int = option(1, "beam width; > 1 adds a beam-search extraction (beam_exact_match) next to greedy")
+    samples: int = option(0, "sampled extraction: draw this many temperature samples per window and count exact "
+                             "reproductions (sample_rate; 0 = off)")
+    temperature: float = option(1.0, "sampling temperature for `samples`")
+    n_samples_adversary: int = option(100, "n of the (n, p)-extraction chance 1-(1-p_suffix)^n")
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
         bs = self.batch_size
         check(bs == "auto" or (isinstance(bs, int) and bs >= 1), problems,
               f"batch_size={bs!r} must be a positive integer or 'auto'")
-        check(self.max_docs is None or self.max_docs >= 1, problems, f"max_docs={self.max_docs} must be >= 1")
         check(self.beam >= 1, problems, f"beam={self.beam} must be >= 1 (1 = greedy only)")
         check(self.samples >= 0, problems, f"samples={self.samples} must be >= 0 (0 = off)")
         check(self.temperature > 0, problems, f"temperature={self.temperature} must be > 0")
         check(self.n_samples_adversary >= 1, problems, f"n_samples_adversary={self.n_samples_adversary} must be >= 1")
+        raise_problems(problems)
+
+
+@dataclasses.dataclass
+class MembershipSection:
+    """Membership inference (members vs nonmembers, whole documents) in bounded memory (goldfish.eval.scoring)."""
+
+    token_budget: int = option(4096, "padded tokens per scoring forward pass (documents are length-bucketed; a "
+                                     "longer document is a batch of its own)")
+    window: Union[int, None] = option(None, "documents longer than this are scored in windows of this many tokens "
+                                            "(default: the model's context, max_position_embeddings)")
+    stride: Union[int, None] = option(None, "step between those windows (default: window // 2); each token is "
+                                            "scored once, with at least window - stride tokens of context")
+    chunk: int = option(512, "positions per output-head chunk: at most chunk × vocabulary fp32 logits at a time")
+    min_k_ratios: list[float] = option(factory=lambda: [0.2], help="Min-K% / Min-K%++ ratios (0 < k <= 1)")
+    n_bootstrap: int = option(1000, "bootstrap resamples for the AUC confidence intervals")
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        check(self.token_budget >= 1, problems, f"token_budget={self.token_budget} must be >= 1")
+        check(self.window is None or self.window >= 2, problems, f"window={self.window} must be >= 2")
+        check(self.stride is None or self.stride >= 1, problems, f"stride={self.stride} must be >= 1")
+        check(self.window is None or self.stride is None or self.stride <= self.window, problems,
+              f"stride={self.stride} must be <= window={self.window} (else tokens are skipped)")
+        check(self.chunk >= 1, problems, f"chunk={self.chunk} must be >= 1")
         check(all(0 < r <= 1 for r in self.min_k_ratios), problems,
               f"min_k_ratios={self.min_k_ratios} must lie in (0, 1]")
         check(self.n_bootstrap >= 0, problems, f"n_bootstrap={self.n_bootstrap} must be >= 0")
-        check(len(self.extract_splits) > 0, problems, "extract_splits is empty; use [members]")
+        raise_problems(problems)
+
+
+@dataclasses.dataclass
+class EvalConfig:
+    """What to evaluate, how to cut extraction windows, and how to run the model."""
+
+    out: Union[str, None] = option(None, "output folder for results.json, results.csv, report.md and plots")
+    tasks: list[Literal["extraction", "membership"]] = option(
+        factory=lambda: list(TASKS), help="what to run: extraction (windows, generation) and/or membership "
+                                          "(needs nonmembers; skipped without them); [membership] = scores only")
+    model: ModelSection = option(factory=ModelSection, help="the model and how to load it")
+    data: DataSection = option(factory=DataSection, help="documents and extraction windows")
+    decoding: DecodingSection = option(factory=DecodingSection, help="generation settings of extraction")
+    membership: MembershipSection = option(factory=MembershipSection, help="membership-inference scoring")
+    resume: bool = option(True, "reuse finished windows and membership scores of a previous run in the same out "
+                                "folder (its fingerprint must match)")
+    overwrite: bool = option(False, "start afresh in an out folder that holds a different run (its partial "
+                                    "results are replaced)")
+    report: bool = option(True, "write report.md and plots")
+    progress: bool = option(True, "show progress bars (also transformers' GGUF conversion bar)")
+    seed: int = option(0, "seed for sampling and bootstrap")
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        check(len(self.tasks) > 0, problems, f"tasks is empty; use {list(TASKS)} or [membership]")
+        self.tasks = list(dict.fromkeys(self.tasks))
         raise_problems(problems)

@@ -1,9 +1,14 @@
 """Batched, KV-cached decoding that gives exactly what batch-1 ``model.generate`` gives.
 
 Why our own loop instead of ``model.generate`` on a batch: the loop is a dozen lines we control (no stopping
-criteria, no eos handling, no logits processors), it always produces exactly ``max_new_tokens`` tokens, and it
-computes logits only for the last position (``logits_to_keep=1``), so a batch of 64 long prefixes does not build a
-(B, T, V) tensor it never reads.
+criteria, no logits processors), and it computes logits only for the last position (``logits_to_keep=1``), so a
+batch of 64 long prefixes does not build a (B, T, V) tensor it never reads.
+
+EOS: by default a continuation is always ``max_new_tokens`` long, eos or not -- the same as batch-1
+``model.generate(..., min_new_tokens=S)`` with the model's eos unset (:func:`eos_disabled`): memorisation is judged
+on the whole suffix. With ``eos_id`` (``decoding.stop_at_eos``), a continuation ends after its first eos, exactly as
+plain batch-1 ``model.generate`` stops there (the batch still decodes S steps -- no per-step host sync to test for
+eos -- and each row is cut after its first eos).
 
 Padding is on the LEFT so that every row's next token sits in the last column. Left padding is only invisible to
 the model if (a) the attention mask hides the pads and (b) positions restart at the first real token, so we pass
@@ -134,6 +139,13 @@ def decode_batch(model, prefixes: Sequence[Sequence[int]], max_new_tokens: int, 
     return out.cpu()
 
 
+def cut_at_eos(ids: list[int], eos_id: int | None) -> list[int]:
+    """``ids`` up to and including the first ``eos_id`` (all of them when absent or ``eos_id`` is None)."""
+    if eos_id is None or eos_id not in ids:
+        return ids
+    return ids[: ids.index(eos_id) + 1]
+
+
 def buckets(lengths: Sequence[int], batch_size: int, exact: bool = False) -> Iterator[list[int]]:
     """Indices grouped into batches of similar (``exact``: equal) length, longest first (OOM shows up at once)."""
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
@@ -198,12 +210,15 @@ def run_batched(fn: Callable[[list[int]], list], lengths: Sequence[int], batch_s
 
 def generate(model, prefixes: Sequence[Sequence[int]], max_new_tokens: int, *, pad_id: int = 0,
              batch_size: int | str = 32, pick: Picker = greedy_pick, progress: bool = True,
-             desc: str = "generate", static_cache: bool | None = None) -> list[list[int]]:
-    """Exactly ``max_new_tokens`` tokens after every prefix, greedy by default -> one id list per prefix.
+             desc: str = "generate", static_cache: bool | None = None,
+             eos_id: int | None = None) -> list[list[int]]:
+    """``max_new_tokens`` tokens after every prefix, greedy by default -> one id list per prefix.
 
-    Token-identical to ``model.generate(prefix, do_sample=False, max_new_tokens=S, min_new_tokens=S)`` with eos
-    stopping disabled, run one prefix at a time (tested on Llama, GPT-2 and GPT-NeoX in fp32, with either cache).
-    ``static_cache``: preallocated KV cache (None: on CUDA only, where fixed shapes spare the allocator).
+    Without ``eos_id``: exactly ``max_new_tokens`` tokens, token-identical to batch-1 ``model.generate(prefix,
+    do_sample=False, max_new_tokens=S, min_new_tokens=S)`` with eos unset. With ``eos_id``: each list ends after its
+    first eos, token-identical to batch-1 ``model.generate(prefix, do_sample=False, max_new_tokens=S)`` with that
+    eos (tested on Llama, GPT-2 and GPT-NeoX in fp32, with either cache). ``static_cache``: preallocated KV cache
+    (None: on CUDA only, where fixed shapes spare the allocator).
     """
     if max_new_tokens < 1:
         return [[] for _ in prefixes]
@@ -211,7 +226,8 @@ def generate(model, prefixes: Sequence[Sequence[int]], max_new_tokens: int, *, p
     static = model_device(model).type == "cuda" if static_cache is None else static_cache
 
     def run(idx: list[int]) -> list[list[int]]:
-        return decode_batch(model, [prefixes[i] for i in idx], max_new_tokens, pad_id, pick, static).tolist()
+        rows = decode_batch(model, [prefixes[i] for i in idx], max_new_tokens, pad_id, pick, static).tolist()
+        return [cut_at_eos(r, eos_id) for r in rows]
 
     return run_batched(run, [len(p) for p in prefixes], batch_size, model, exact, desc, progress)
 

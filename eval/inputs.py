@@ -3,8 +3,8 @@
 * Prepared folder (has ``manifest.json``): documents come already tokenised (``input_ids``, no bos/eos) with
   ``id``, ``title`` and ``repetitions`` (training exposures; 0 for nonmembers). ``members`` are extracted; the
   ``nonmembers`` split, when present, feeds membership inference.
-* JSONL file: one ``{"id": ..., "text": ...}`` object per line (optional ``title``, ``repetitions``), tokenised
-  here with the model's tokenizer, without special tokens.
+* JSONL file: one ``{"id": ..., "text": ...}`` object per line (optional ``title``, ``repetitions`` and a group
+  under ``group_field``, default ``group``), tokenised here with the model's tokenizer, without special tokens.
 
 This is the only place ``eval`` touches the training package (``goldfish.data.load_prepared``).
 """
@@ -37,7 +37,11 @@ def _optional_int(value) -> int | None:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def documents_from_dataset(ds, split: str, max_docs: int | None = None) -> list[Document]:
+def _group(value) -> str | None:
+    return None if value is None or value == "" else str(value)
+
+
+def documents_from_dataset(ds, split: str, max_docs: int | None = None, group_field: str = "group") -> list[Document]:
     """``datasets.Dataset`` rows with id/title/text/input_ids/repetitions -> :class:`Document` list."""
     if max_docs is not None:
         ds = ds.select(range(min(max_docs, len(ds))))
@@ -51,11 +55,12 @@ def documents_from_dataset(ds, split: str, max_docs: int | None = None) -> list[
             repetitions=_optional_int(row.get("repetitions")) if "repetitions" in cols else None,
             split=split,
             text=str(row.get("text") or ""),
+            group=_group(row.get(group_field)) if group_field in cols else None,
         ))
     return docs
 
 
-def read_prepared(path: str | Path, splits: Sequence[str], max_docs: int | None = None):
+def read_prepared(path: str | Path, splits: Sequence[str], max_docs: int | None = None, group_field: str = "group"):
     """Documents of the named splits of a prepared folder -> ({split: [Document]}, prepared object)."""
     from goldfish.data import load_prepared
 
@@ -64,12 +69,14 @@ def read_prepared(path: str | Path, splits: Sequence[str], max_docs: int | None 
     for split in splits:
         ds = getattr(prep, split, None)
         if ds is not None and len(ds):
-            out[split] = documents_from_dataset(ds, split, max_docs)
+            out[split] = documents_from_dataset(ds, split, max_docs, group_field)
     return out, prep
 
 
-def read_jsonl(path: str | Path, tokenizer, split: str = "members", max_docs: int | None = None) -> list[Document]:
-    """One ``{"id", "text"}`` object per line -> documents tokenised with ``tokenizer`` (no special tokens)."""
+def read_jsonl(path: str | Path, tokenizer, split: str = "members", max_docs: int | None = None,
+               group_field: str = "group") -> list[Document]:
+    """One ``{"id", "text"}`` object per line -> documents tokenised with ``tokenizer`` (no special tokens); the
+    value under ``group_field`` (any JSON scalar) becomes the document's group."""
     path = Path(path)
     from goldfish.data.sources import jsonl_objects
 
@@ -87,12 +94,12 @@ def read_jsonl(path: str | Path, tokenizer, split: str = "members", max_docs: in
     encoded = tokenizer([r["text"] for r in rows], add_special_tokens=False)["input_ids"]
     return [Document(id=str(r.get("id", i)), tokens=tuple(ids), title=str(r.get("title") or ""),
                      repetitions=_optional_int(r.get("repetitions", 0 if split == "nonmembers" else None)),
-                     split=split, text=r["text"])
+                     split=split, text=r["text"], group=_group(r.get(group_field)))
             for i, (r, ids) in enumerate(zip(rows, encoded))]
 
 
-def load_documents(data: str | Path, nonmembers: str | Path | None, tokenizer,
-                   max_docs: int | None = None) -> tuple[dict[str, list[Document]], object | None]:
+def load_documents(data: str | Path, nonmembers: str | Path | None, tokenizer, max_docs: int | None = None,
+                   group_field: str = "group") -> tuple[dict[str, list[Document]], object | None]:
     """Members (and nonmembers, when available) -> ({"members": [...], "nonmembers": [...]}, prepared or None).
 
     ``nonmembers`` overrides the data folder's own nonmembers split. A prepared folder given as ``nonmembers``
@@ -101,18 +108,18 @@ def load_documents(data: str | Path, nonmembers: str | Path | None, tokenizer,
     data_path = _check_path(data, "--data")
     prep = None
     if is_prepared(data_path):
-        splits, prep = read_prepared(data_path, ["members", "nonmembers"], max_docs)
+        splits, prep = read_prepared(data_path, ["members", "nonmembers"], max_docs, group_field)
     else:
-        splits = {"members": read_jsonl(data_path, tokenizer, "members", max_docs)}
+        splits = {"members": read_jsonl(data_path, tokenizer, "members", max_docs, group_field)}
     if not splits.get("members"):
         raise UserError(f"{data_path} has no member documents to evaluate (its members split is empty)")
     if nonmembers is not None:
         nm_path = _check_path(nonmembers, "--nonmembers")
         if is_prepared(nm_path):
-            nm, _ = read_prepared(nm_path, ["nonmembers"], max_docs)
+            nm, _ = read_prepared(nm_path, ["nonmembers"], max_docs, group_field)
             if not nm.get("nonmembers"):
                 raise UserError(f"{nm_path} has no nonmembers split; pass a JSONL file or a prepared folder with one")
             splits["nonmembers"] = nm["nonmembers"]
         else:
-            splits["nonmembers"] = read_jsonl(nm_path, tokenizer, "nonmembers", max_docs)
+            splits["nonmembers"] = read_jsonl(nm_path, tokenizer, "nonmembers", max_docs, group_field)
     return splits, prep

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import pickle
 from pathlib import Path
 from typing import Sequence
@@ -92,21 +93,56 @@ def _first_line(e: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def _quiet_transformers():
-    """Hide transformers' own "Loading weights" bar while loading (ours cover the evaluation); restore after."""
+def _quiet_transformers(progress: bool = False):
+    """Hide transformers' own "Loading weights" bar while loading (ours cover the evaluation), and its GGUF
+    de-quantising bar unless ``progress``; restore both after."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
     from transformers.utils import logging as hf_logging
 
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
+    bar = gguf_utils.tqdm
+    if not progress:
+        gguf_utils.tqdm = functools.partial(bar, disable=True)
     try:
         yield
     finally:
+        gguf_utils.tqdm = bar
         if was_enabled:
             hf_logging.enable_progress_bar()
 
 
-def load_model(path: str | Path, dtype: str = "float32", device: str = "auto", allow_pickle: bool = False):
-    """Load a causal LM for inference (``eval()`` mode, on ``device``) -> ``PreTrainedModel``."""
+@contextlib.contextmanager
+def one_gguf_read():
+    """Parse each GGUF file once inside this block.
+
+    transformers parses a GGUF file for the config, again for the tokenizer and again for the weights (a
+    ``gguf.GGUFReader`` each time, ~17 s for SmolLM2's 49 k-token vocabulary on a laptop core). Within this block
+    every reader of the same file is the first one (a read-only memory map, so sharing it is safe); loading the
+    tokenizer and then the model reads the file once.
+    """
+    import gguf
+
+    original = gguf.GGUFReader
+    readers: dict[tuple[str, str], object] = {}
+
+    def shared(path, mode: str = "r"):
+        key = (str(Path(path).resolve()), mode)
+        if key not in readers:
+            readers[key] = original(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = shared
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
+
+
+def load_model(path: str | Path, dtype: str = "float32", device: str = "auto", allow_pickle: bool = False,
+               progress: bool = False):
+    """Load a causal LM for inference (``eval()`` mode, on ``device``) -> ``PreTrainedModel``; ``progress`` shows
+    transformers' GGUF conversion bar."""
     from transformers import AutoModelForCausalLM
 
     src = resolve_model_path(path)
@@ -119,7 +155,7 @@ def load_model(path: str | Path, dtype: str = "float32", device: str = "auto", a
     else:
         kwargs["use_safetensors"] = use_safetensors
     try:
-        with _quiet_transformers():
+        with _quiet_transformers(progress):
             model = AutoModelForCausalLM.from_pretrained(src.folder, **kwargs)
     except (OSError, ValueError, KeyError, RuntimeError, ImportError, SafetensorError, pickle.UnpicklingError) as e:
         raise UserError(f"could not load a causal LM from {src.describe()}: {_first_line(e)}") from None

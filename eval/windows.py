@@ -5,6 +5,10 @@ Placements (where in the document a window sits):
 * ``end``   -- the window ends at the document's end: suffix = the last S tokens, prefix = the P tokens before them.
 * ``start`` -- the prefix starts at token 0: prefix = tokens [0, P), suffix = tokens [P, P+S).
 * ``stride``-- every ``stride`` tokens: prefixes start at 0, stride, 2·stride, ... while P+S tokens remain.
+* ``offsets`` -- prefixes start at the given offsets (e.g. 0, 100, 200) where P+S tokens remain.
+
+``max_offset`` caps where ``stride`` and ``offsets`` windows may start (a prefix starting later is not made): a
+long document then yields the first few windows only, not windows all the way to its end.
 
 ``P = -1`` (written ``all`` in configs) means "all but the last S tokens" (the Goldfish paper's setting): one
 window per document, prefix = tokens [0, n-S), whatever the placement. A document shorter than P+S gets no window
@@ -24,7 +28,7 @@ from typing import Sequence
 
 from goldfish.errors import UserError
 
-PLACEMENTS = ("end", "start", "stride")
+PLACEMENTS = ("start", "end", "stride", "offsets")
 ALL = -1
 
 
@@ -38,6 +42,7 @@ class Document:
     repetitions: int | None = None  # training exposures (0 for nonmembers, None when unknown)
     split: str = "members"
     text: str = ""
+    group: str | None = None  # a user-supplied group (data.group_field of a JSONL line), summarised in by_group
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +67,8 @@ def window_key(tokens: Sequence[int], prefix_len: int, suffix_len: int, placemen
     return h.hexdigest()
 
 
-def starts(n_tokens: int, prefix_len: int, suffix_len: int, placement: str, stride: int) -> tuple[list[int], int]:
+def starts(n_tokens: int, prefix_len: int, suffix_len: int, placement: str, stride: int,
+           offsets: Sequence[int] = (), max_offset: int | None = None) -> tuple[list[int], int]:
     """Prefix start offsets of a document of ``n_tokens`` -> (starts, resolved P); no starts if too short."""
     if prefix_len == ALL:
         p = n_tokens - suffix_len
@@ -73,11 +79,16 @@ def starts(n_tokens: int, prefix_len: int, suffix_len: int, placement: str, stri
         return [n_tokens - suffix_len - prefix_len], prefix_len
     if placement == "start":
         return [0], prefix_len
-    return list(range(0, n_tokens - prefix_len - suffix_len + 1, stride)), prefix_len
+    last = n_tokens - prefix_len - suffix_len  # the latest start that still fits a whole window
+    last = last if max_offset is None else min(last, max_offset)
+    if placement == "stride":
+        return list(range(0, last + 1, stride)), prefix_len
+    return [o for o in offsets if o <= last], prefix_len
 
 
 def build_windows(docs: Sequence[Document], prefix_lens: Sequence[int], suffix_len: int,
-                  placements: Sequence[str] = ("end",), stride: int | None = None) -> tuple[list[Window], int]:
+                  placements: Sequence[str] = ("start",), stride: int | None = None, offsets: Sequence[int] = (),
+                  max_offset: int | None = None) -> tuple[list[Window], int]:
     """All windows of ``docs`` for every P in ``prefix_lens`` and every placement -> (windows, skipped).
 
     ``skipped`` counts (document, P, placement) combinations with a document too short for the window.
@@ -93,7 +104,7 @@ def build_windows(docs: Sequence[Document], prefix_lens: Sequence[int], suffix_l
         toks = doc.tokens
         for p_req in prefix_lens:
             for placement in placements:
-                offs, p = starts(len(toks), p_req, suffix_len, placement, stride)
+                offs, p = starts(len(toks), p_req, suffix_len, placement, stride, offsets, max_offset)
                 if not offs:
                     skipped += 1
                 for s in offs:

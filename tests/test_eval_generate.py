@@ -89,6 +89,27 @@ def test_eos_neither_stops_nor_is_banned():
     assert model.generation_config.eos_token_id == free[2]  # eos_disabled restored the user's setting
 
 
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_stop_at_eos_matches_plain_generate_both_ways(arch):
+    """eos_id given: each continuation ends after its first eos, as batch-1 ``model.generate`` (eos on, no
+    min_new_tokens) stops; not given: the full S tokens of ``generate`` with eos unset -- on the same model."""
+    model = _model(arch)
+    prefixes = _prefixes()
+    free = generate(model, prefixes, S, batch_size=3, progress=False)
+    eos = free[0][3]  # a token greedy decoding really emits: plain generate stops there for at least one prefix
+    model.generation_config.eos_token_id = eos
+    model.config.eos_token_id = eos
+    stopped = generate(model, prefixes, S, batch_size=3, progress=False, eos_id=eos)
+    for prefix, ours, full in zip(prefixes, stopped, free):
+        with torch.no_grad():
+            ref = model.generate(torch.tensor([prefix]), attention_mask=torch.ones(1, len(prefix), dtype=torch.long),
+                                 do_sample=False, max_new_tokens=S, pad_token_id=0)[0, len(prefix):].tolist()
+        assert ours == ref
+        assert ours == (full[: full.index(eos) + 1] if eos in full else full)
+    assert len(stopped[0]) == free[0].index(eos) + 1 <= 4  # it did stop early
+    assert generate(model, prefixes, S, batch_size=3, progress=False) == [hf_reference(model, p, S) for p in prefixes]
+
+
 def test_left_pad_positions_restart_at_each_row():
     ids, mask, pos = left_pad([[5, 6, 7], [8]], pad_id=0, device=torch.device("cpu"))
     assert ids.tolist() == [[5, 6, 7], [0, 0, 8]]

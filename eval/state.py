@@ -1,0 +1,150 @@
+"""What an eval output folder remembers between runs: a fingerprint of the run and the finished work.
+
+* ``fingerprint.json`` -- what determines the results: the model (path and each weight file's name, size and mtime),
+  the reference model, the documents (sha256 of every split's ids and tokens) and the config without the settings
+  that only change speed or presentation (:data:`OPERATIONAL`). A run into a folder with a different fingerprint is
+  refused with one line before anything is written; ``overwrite=true`` starts afresh there on purpose.
+* ``windows.partial.jsonl`` -- one finished extraction window per line, keyed by the window's sha256.
+* ``membership.partial.jsonl`` -- one document's reduced membership scores per pass per line (``{"key", "value"}``).
+
+Both partial files are appended and flushed line by line, so a killed run loses at most the batch in flight and a
+rerun skips everything already there; a torn last line is ignored and rewritten away.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from pathlib import Path
+from typing import Any, Iterator, MutableMapping, Sequence
+
+from goldfish.config import to_dict
+from goldfish.errors import UserError
+from goldfish.io import atomic_write_json, atomic_write_text, read_jsonl
+
+from .config import EvalConfig
+from .loading import PICKLE_SUFFIXES, resolve_model_path
+from .windows import Document
+
+FINGERPRINT = "fingerprint.json"
+WINDOWS_PARTIAL = "windows.partial.jsonl"
+MEMBERSHIP_PARTIAL = "membership.partial.jsonl"
+# config keys that change speed, resources or presentation but not one result value
+OPERATIONAL = ("out", "resume", "overwrite", "report", "progress", "model.threads", "model.device",
+               "decoding.batch_size", "membership.token_budget", "membership.chunk")
+OUTPUTS = (FINGERPRINT, WINDOWS_PARTIAL, MEMBERSHIP_PARTIAL, "results.json", "results.csv", "report.md",
+           "eval_config.yaml", "eval_log.jsonl")
+
+
+def weights_stamp(path: str | None) -> list:
+    """(name, bytes, mtime) of a model's weight files: a retrained model at the same path is not the old one."""
+    if path is None:
+        return []
+    src = resolve_model_path(path)
+    files = [src.folder / src.gguf_file] if src.gguf_file else sorted(src.folder.glob("*.safetensors"))
+    files += [] if src.gguf_file else sorted(f for f in src.folder.iterdir() if f.suffix in PICKLE_SUFFIXES)
+    return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+
+
+def documents_sha256(splits: dict[str, Sequence[Document]]) -> str:
+    """One hash of every split's documents (names, ids, groups and tokens), in order."""
+    h = hashlib.sha256()
+    for name in sorted(splits):
+        for d in splits[name]:
+            h.update(f"{name}|{d.id}|{d.group}|{d.repetitions}|{len(d.tokens)}|".encode())
+            h.update(struct.pack(f"<{len(d.tokens)}q", *d.tokens))
+    return h.hexdigest()
+
+
+def fingerprint(cfg: EvalConfig, splits: dict[str, Sequence[Document]]) -> dict:
+    """What must match for finished work in an out folder to be reused."""
+    config = to_dict(cfg)
+    for key in OPERATIONAL:
+        section, _, name = key.rpartition(".")
+        (config[section] if section else config).pop(name, None)
+    return {"model": resolve_model_path(cfg.model.path).describe(), "weights": weights_stamp(cfg.model.path),
+            "reference_weights": weights_stamp(cfg.model.reference), "data_sha256": documents_sha256(splits),
+            "config": config}
+
+
+def _differences(old: dict, new: dict, prefix: str = "") -> list[str]:
+    keys = sorted(set(old) | set(new))
+    out = []
+    for k in keys:
+        a, b = old.get(k), new.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, f"{prefix}{k}.")
+        elif a != b:
+            out.append(prefix + k)
+    return out
+
+
+def claim_folder(out: Path, print_: dict, resume: bool, overwrite: bool) -> None:
+    """Refuse (one line, nothing written) a folder holding a different run unless ``overwrite``; clear the finished
+    work when starting afresh (``overwrite``, or ``resume=false``); then record ``print_``."""
+    path = out / FINGERPRINT
+    old = None
+    if path.is_file():
+        try:
+            old = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            old = {}
+    elif (out / "results.json").is_file() or (out / WINDOWS_PARTIAL).is_file():
+        old = {}  # results without a fingerprint: an older eval wrote them; treat as different
+    if old is not None and old != print_ and not overwrite:
+        diff = _differences(old, print_) or ["(no fingerprint)"]
+        raise UserError(f"{out} holds results of a different evaluation (differs in: {', '.join(diff[:6])}); use "
+                        f"another out folder, or overwrite=true to replace them")
+    if overwrite or not resume or old != print_:
+        for name in OUTPUTS:
+            (out / name).unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, print_)
+
+
+def read_windows(out: Path) -> dict[str, dict]:
+    """Finished windows by sha256, after rewriting the partial file cleanly (appends never follow a torn line)."""
+    path = out / WINDOWS_PARTIAL
+    rows = read_jsonl(path) if path.is_file() else []
+    done = {r["sha256"]: r for r in rows if "sha256" in r}
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in done.values()))
+    return done
+
+
+class JsonlDict(MutableMapping[str, dict]):
+    """A dict whose assignments are appended (and flushed) to a JSONL file as ``{"key", "value"}`` lines; opening
+    it again reloads them. Used as the membership score cache."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        rows = read_jsonl(path) if path.is_file() else []
+        self._data = {r["key"]: r["value"] for r in rows if "key" in r and "value" in r}
+        atomic_write_text(path, "".join(json.dumps({"key": k, "value": v}) + "\n" for k, v in self._data.items()))
+        self._f = open(path, "a", encoding="utf-8")
+
+    def __getitem__(self, key: str) -> dict:
+        return self._data[key]
+
+    def __setitem__(self, key: str, value: dict) -> None:
+        self._data[key] = value
+        self._f.write(json.dumps({"key": key, "value": value}) + "\n")
+        self._f.flush()
+
+    def __delitem__(self, key: str) -> None:
+        raise TypeError("finished membership scores are never deleted one by one")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> "JsonlDict":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
