@@ -23,8 +23,20 @@ MEAN_METRICS = {
     "longest_match_prefix": "longest_match_prefix",
     "edit_distance": "edit_distance",
     "onepass_exact_rate": "onepass_exact",
+    "onepass_token_acc": "onepass_token_acc",
+    "suffix_logprob": "suffix_logprob",
+    "np_extraction": "np_extraction",
 }
-SUMMARY_KEYS = ("n_windows", *MEAN_METRICS, "exact_match_ci_low", "exact_match_ci_high", "onepass_disagreements")
+# present only when the windows carry them (decoding.beam > 1, decoding.samples > 0)
+OPTIONAL_METRICS = {"beam_exact_match_rate": "beam_exact_match", "sample_rate": "sample_rate"}
+RATE_INTERVALS = ("exact_match_rate", "beam_exact_match_rate")  # Wilson intervals (binomial rates)
+# means with a normal interval, clipped to the range the measure can take
+MEAN_INTERVALS = {"token_match": (0.0, 1.0), "rouge_l": (0.0, 1.0), "onepass_token_acc": (0.0, 1.0),
+                  "suffix_logprob": (-math.inf, 0.0), "np_extraction": (0.0, 1.0), "sample_rate": (0.0, 1.0)}
+# the per-document measures of the "partial memorization" ranking, best first by the first
+DOCUMENT_METRICS = ("onepass_token_acc", "suffix_logprob", "np_extraction", "token_match", "rouge_l",
+                    "exact_match_rate")
+Z95 = 1.96
 
 
 def _mean(values: Iterable[Any]) -> float | None:
@@ -32,7 +44,7 @@ def _mean(values: Iterable[Any]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float | None, float | None]:
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float | None, float | None]:
     """Wilson score interval of a binomial rate (well-behaved at 0 and 1, unlike the normal approximation; an
     exact-match rate of 0/50 still gets an upper bound of ~7 %)."""
     if n <= 0:
@@ -44,13 +56,33 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float | No
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def mean_interval(values: Sequence[float], bounds: tuple[float, float] = (-math.inf, math.inf),
+                  z: float = Z95) -> tuple[float | None, float | None]:
+    """Normal-approximation 95 % interval of a mean, mean ± z·s/sqrt(n) (s: sample std), clipped to ``bounds``;
+    None below 2 values. Windows of one document are not independent: read it as a lower bound on the uncertainty."""
+    vals = np.asarray([float(v) for v in values if v is not None], dtype=np.float64)
+    if len(vals) < 2:
+        return None, None
+    half = z * float(vals.std(ddof=1)) / math.sqrt(len(vals))
+    return max(bounds[0], float(vals.mean()) - half), min(bounds[1], float(vals.mean()) + half)
+
+
 def summarize_group(windows: Sequence[dict]) -> dict[str, Any]:
-    """Means of the per-window metrics of one group of windows (one row of the summary)."""
+    """Means of the per-window metrics of one group of windows (one row of the summary), with 95 % intervals:
+    ``<key>_ci_low`` / ``<key>_ci_high`` (Wilson for rates, normal for means)."""
     out: dict[str, Any] = {"n_windows": len(windows)}
-    for key, field in MEAN_METRICS.items():
-        out[key] = _mean(w.get(field) for w in windows)
-    exact = [bool(w["exact_match"]) for w in windows if w.get("exact_match") is not None]
-    out["exact_match_ci_low"], out["exact_match_ci_high"] = wilson_interval(sum(exact), len(exact))
+    metrics = dict(MEAN_METRICS)
+    metrics.update({k: f for k, f in OPTIONAL_METRICS.items() if any(w.get(f) is not None for w in windows)})
+    for key, field in metrics.items():
+        values = [w.get(field) for w in windows if w.get(field) is not None]
+        out[key] = _mean(values)
+        if key in RATE_INTERVALS:
+            out[f"{key}_ci_low"], out[f"{key}_ci_high"] = wilson_interval(sum(map(bool, values)), len(values))
+        elif key in MEAN_INTERVALS:
+            out[f"{key}_ci_low"], out[f"{key}_ci_high"] = mean_interval(values, MEAN_INTERVALS[key])
+    # the pre-existing names of the exact-match interval
+    out["exact_match_ci_low"] = out.pop("exact_match_rate_ci_low")
+    out["exact_match_ci_high"] = out.pop("exact_match_rate_ci_high")
     both = [w for w in windows if w.get("onepass_exact") is not None and w.get("exact_match") is not None]
     # one-pass (teacher-forced argmax) and greedy decoding agree by construction; a disagreement flags a decoding bug
     out["onepass_disagreements"] = sum(bool(w["onepass_exact"]) != bool(w["exact_match"]) for w in both)
@@ -75,13 +107,35 @@ def _stratify(windows: Sequence[dict], field: str) -> dict[str, dict]:
     }
 
 
+def rank_documents(windows: Sequence[dict]) -> list[dict]:
+    """Per document: its windows' mean :data:`DOCUMENT_METRICS`, ranked by one-pass top-1 accuracy, then suffix
+    log-prob (best first) -- partial memorisation that exact match (0 or 1 per window) does not show."""
+    docs: dict[tuple, list[dict]] = defaultdict(list)
+    for w in windows:
+        docs[(w.get("split"), w.get("doc_id"))].append(w)
+    rows = []
+    for (split, doc_id), ws in docs.items():
+        row = {"doc_id": doc_id, "title": ws[0].get("title"), "split": split, "group": ws[0].get("group"),
+               "repetitions": ws[0].get("repetitions"), "n_windows": len(ws)}
+        for key in DOCUMENT_METRICS:
+            row[key] = _mean(w.get(MEAN_METRICS[key]) for w in ws)
+        rows.append(row)
+    rows.sort(key=lambda r: (-(r["onepass_token_acc"] or 0.0), -(r["suffix_logprob"] or -math.inf)))
+    return rows
+
+
 def summarize(windows: list[dict]) -> dict:
-    """The results.json ``summary``: ``overall``, ``by_prefix_len`` and ``by_repetitions`` (keys are strings;
-    repetitions ``None`` -> ``"unknown"``), each row holding :data:`SUMMARY_KEYS`."""
+    """The results.json ``summary`` (eval/SCHEMA.md): ``overall`` (all windows pooled), ``by_window`` (one row per
+    placement -- the headlines), ``by_prefix_len``, ``by_repetitions`` (None -> ``"unknown"``), ``by_split``,
+    ``by_group`` (empty when no document has a group) and ``documents`` (the partial-memorisation ranking)."""
     return {
         "overall": summarize_group(windows),
+        "by_window": _stratify(windows, "window"),
         "by_prefix_len": _stratify(windows, "prefix_len"),
         "by_repetitions": _stratify(windows, "repetitions"),
+        "by_split": _stratify(windows, "split"),
+        "by_group": _stratify(windows, "group") if any(w.get("group") is not None for w in windows) else {},
+        "documents": rank_documents(windows),
     }
 
 

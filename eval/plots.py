@@ -43,7 +43,8 @@ def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
 
 def bar_chart(values: Mapping[str, float], title: str, ylabel: str, path: str | os.PathLike, *,
               errors: Mapping[str, tuple[float | None, float | None]] | None = None) -> Path:
-    """One bar per key (e.g. per arm), value printed on top; ``errors`` maps a key to a (low, high) interval."""
+    """One bar per key (e.g. per arm), value printed on top; ``errors`` maps a key to a (low, high) interval. The y
+    axis starts at 0 when no value or interval is negative (all-zero rates do not get a negative axis)."""
     names = list(values)
     heights = [float(values[k]) for k in names]
     fig = Figure(figsize=(max(4.0, 1.1 * len(names) + 2), 3.8))
@@ -60,6 +61,9 @@ def bar_chart(values: Mapping[str, float], title: str, ylabel: str, path: str | 
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.margins(y=0.15)
+    top = max([*heights, *([float((yerr[1] + heights).max())] if yerr is not None else [])], default=0.0)
+    if min(heights, default=0.0) >= 0:
+        ax.set_ylim(0, max(top * 1.15, 0.05))  # all zero: a small positive range, not [-0.05, 0.05]
     if len(names) > 4:
         ax.tick_params(axis="x", labelrotation=30)
     return save_figure(fig, path)
@@ -74,10 +78,11 @@ def _positive(xs: Sequence[float], ys: Sequence[float], logx: bool) -> tuple[np.
 
 
 def line_plot(series: Series, title: str, xlabel: str, ylabel: str, path: str | os.PathLike, *,
-              logx: bool = True, fit: bool = True) -> Path:
+              logx: bool = True, fit: bool = True, bands: Series | None = None, unit_interval: bool = False) -> Path:
     """Metric vs x, one line per series; with ``fit`` a dashed least-squares fit ``y = a + b log10 x`` per series
     (Carlini et al. 2022) whose slope per decade and r^2 go in the legend (skipped for a series with x <= 0 or a
-    single x). On a log axis points with x <= 0 are left out."""
+    single x). On a log axis points with x <= 0 are left out. ``bands`` maps a series name to (lows, highs) aligned
+    with its points (e.g. Wilson intervals), drawn as a shaded band; ``unit_interval`` fixes y to [0, 1]."""
     fig = Figure(figsize=(6.4, 4.2))
     ax = fig.add_subplot()
     for i, (name, (xs, ys)) in enumerate(series.items()):
@@ -86,6 +91,12 @@ def line_plot(series: Series, title: str, xlabel: str, ylabel: str, path: str | 
             continue
         color = f"C{i % 10}"
         ax.plot(x, y, marker="o", color=color, label=name)
+        if bands and name in bands:
+            lows, highs = bands[name]
+            bx, low = _positive(xs, [np.nan if v is None else v for v in lows], logx)
+            _, high = _positive(xs, [np.nan if v is None else v for v in highs], logx)
+            if bx.size == x.size:
+                ax.fill_between(bx, low, high, color=color, alpha=0.15, linewidth=0)
         if fit and len(np.unique(x)) >= 2 and x.min() > 0:  # log10(x) needs x > 0, even on a linear axis
             f = loglinear_fit(x, y)
             grid = np.geomspace(x.min(), x.max(), 50)
@@ -99,6 +110,8 @@ def line_plot(series: Series, title: str, xlabel: str, ylabel: str, path: str | 
             ax.set_xticks(ticks)
             ax.xaxis.set_major_formatter(FuncFormatter(short_number))
             ax.xaxis.set_minor_formatter(NullFormatter())
+    if unit_interval:
+        ax.set_ylim(0, 1.02)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)

@@ -1,4 +1,5 @@
-"""Human-readable views of results.json: a terminal table, ``report.md`` with PNG plots, and study comparisons.
+"""Human-readable views of results.json: a terminal table and ``report.md`` with PNG plots (comparisons of several
+results: :mod:`goldfish.eval.compare`).
 
 Everything here reads the results dict only (see the schema in ``eval/run.py``) and copes with missing sections: no
 membership (no nonmembers), a single prefix length or repetition stratum, windows without metrics. Files are written
@@ -23,7 +24,7 @@ from .plots import bar_chart, histogram, line_plot, roc_plot
 
 __all__ = [
     "bar_chart", "line_plot", "roc_plot", "format_summary_table", "highlight_differences", "write_report",
-    "comparison_plots", "write_comparison_report", "markdown_table", "load_results", "rewrite_report",
+    "markdown_table", "load_results", "rewrite_report",
 ]
 
 N_EXAMPLES = 3  # best- and worst-memorised windows shown in report.md
@@ -33,26 +34,26 @@ _MD_SPECIAL = set("\\`*_[]<>|~#")
 # ------------------------------------------------------------------------------------------------ formatting
 
 
-def _pct(v: Any) -> str:
+def fmt_pct(v: Any) -> str:
     return "–" if v is None else f"{100 * v:.1f} %"
 
 
-def _num(v: Any, digits: int = 3) -> str:
+def fmt_num(v: Any, digits: int = 3) -> str:
     if v is None:
         return "–"
     return str(v) if isinstance(v, int) else f"{v:.{digits}f}"
 
 
-def _auc(a: Mapping) -> str:
+def fmt_auc(a: Mapping) -> str:
     if a.get("auc_ci_low") is None:
-        return _num(a.get("auc"))
+        return fmt_num(a.get("auc"))
     return f"{a['auc']:.3f} [{a['auc_ci_low']:.3f}, {a['auc_ci_high']:.3f}]"
 
 
-def _exact(row: Mapping) -> str:
+def fmt_exact(row: Mapping) -> str:
     if row.get("exact_match_ci_low") is None:
-        return _pct(row.get("exact_match_rate"))
-    return f"{_pct(row.get('exact_match_rate'))} [{100 * row['exact_match_ci_low']:.1f}, " \
+        return fmt_pct(row.get("exact_match_rate"))
+    return f"{fmt_pct(row.get('exact_match_rate'))} [{100 * row['exact_match_ci_low']:.1f}, " \
            f"{100 * row['exact_match_ci_high']:.1f}]"
 
 
@@ -66,43 +67,80 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     return "\n".join(lines)
 
 
-def _summary(results: Mapping) -> dict:
-    """The summary section, recomputed from the windows when a results dict lacks it."""
-    return results.get("summary") or summarize(results.get("windows") or [])
+def summary_of(results: Mapping) -> dict:
+    """The summary section, recomputed from the windows when a results dict lacks it ({} without windows)."""
+    if results.get("summary"):
+        return results["summary"]
+    windows = results.get("windows") or []
+    return summarize(windows) if windows else {}
 
 
-def _attacks(results: Mapping) -> dict:
+def attacks_of(results: Mapping) -> dict:
     return ((results.get("membership") or {}).get("attacks")) or {}
 
 
-STRATUM_COLUMNS = ["n", "exact match [95 % CI]", "token match", "ROUGE-L", "ROUGE-L (words)", "longest prefix run"]
+def fmt_ci(row: Mapping, key: str, digits: int = 3) -> str:
+    """``value [low, high]`` of a summary row's ``key`` and its ``key_ci_low``/``_ci_high``."""
+    low, high = row.get(f"{key}_ci_low"), row.get(f"{key}_ci_high")
+    if row.get(key) is None or low is None or high is None:
+        return fmt_num(row.get(key), digits)
+    return f"{row[key]:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
-def _stratum_row(label: str, row: Mapping) -> list[str]:
-    return [label, _num(row.get("n_windows")), _exact(row), _num(row.get("token_match")), _num(row.get("rouge_l")),
-            _num(row.get("rouge_l_words")), _num(row.get("longest_match_prefix"), 1)]
+def _columns(rows: Sequence[Mapping]) -> list[tuple[str, Any]]:
+    """(header, row -> cell) of the summary tables; beam and sampling columns only when some row has them."""
+    cols: list[tuple[str, Any]] = [
+        ("n", lambda r: fmt_num(r.get("n_windows"))),
+        ("exact match [95 % CI]", fmt_exact),
+        ("token match [CI]", lambda r: fmt_ci(r, "token_match")),
+        ("ROUGE-L", lambda r: fmt_num(r.get("rouge_l"))),
+        ("one-pass top-1 acc [CI]", lambda r: fmt_ci(r, "onepass_token_acc")),
+        ("suffix log-prob [CI]", lambda r: fmt_ci(r, "suffix_logprob", 1)),
+        ("(n,p) extraction [CI]", lambda r: fmt_ci(r, "np_extraction")),
+    ]
+    if any(r.get("beam_exact_match_rate") is not None for r in rows):
+        cols.append(("beam exact match", lambda r: fmt_pct(r.get("beam_exact_match_rate"))))
+    if any(r.get("sample_rate") is not None for r in rows):
+        cols.append(("sample rate", lambda r: fmt_ci(r, "sample_rate")))
+    return cols
+
+
+def summary_table(label: str, strata: Mapping[str, Mapping]) -> str:
+    """A Markdown table, one row per stratum, with every summary measure and its interval."""
+    cols = _columns(list(strata.values()))
+    return markdown_table([label] + [h for h, _ in cols], [[k] + [f(r) for _, f in cols] for k, r in strata.items()])
+
+
+def _terminal_rows(s: Mapping) -> list[tuple[str, Mapping]]:
+    rows = [(f"window {k}", r) for k, r in (s.get("by_window") or {}).items()]
+    for key, label in (("by_prefix_len", "prefix"), ("by_repetitions", "repetitions"), ("by_split", "split"),
+                       ("by_group", "group")):
+        strata = s.get(key) or {}
+        if len(strata) > 1:
+            rows += [(f"{label} {k}", r) for k, r in strata.items()]
+    return rows
 
 
 def format_summary_table(results: Mapping) -> str:
-    """A compact fixed-width table for the terminal: overall, per prefix length, per repetition stratum, then the
-    membership attacks with their AUC confidence intervals."""
-    s = _summary(results)
-    rows = [("overall", s.get("overall") or {})]
-    rows += [(f"prefix {p}", r) for p, r in (s.get("by_prefix_len") or {}).items()]
-    rows += [(f"repetitions {k}", r) for k, r in (s.get("by_repetitions") or {}).items()]
-    table = [["", "n", "exact %", "token", "ROUGE-L"]]
-    table += [[label, _num(r.get("n_windows")), _pct(r.get("exact_match_rate")), _num(r.get("token_match")),
-               _num(r.get("rouge_l"))] for label, r in rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-             for r in table]
-    attacks = _attacks(results)
+    """A compact fixed-width table for the terminal: one row per window placement (never pooled), then per prefix
+    length, repetitions, split and group where there are several, then the membership attacks."""
+    s = summary_of(results)
+    table = [["", "n", "exact %", "token", "ROUGE-L", "top-1", "log p(suffix)", "(n,p)"]]
+    table += [[label, fmt_num(r.get("n_windows")), fmt_pct(r.get("exact_match_rate")), fmt_num(r.get("token_match")),
+               fmt_num(r.get("rouge_l")), fmt_num(r.get("onepass_token_acc")), fmt_num(r.get("suffix_logprob"), 1),
+               fmt_num(r.get("np_extraction"))] for label, r in _terminal_rows(s)]
+    lines = []
+    if len(table) > 1:
+        widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+        lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+                 for r in table]
+    attacks = attacks_of(results)
     if attacks:
         width = max(len(k) for k in attacks)
         lines.append("")
-        lines += [f"MIA {name.ljust(width)}  AUC {_auc(a)}  TPR@1%FPR {_num(a.get('tpr_at_1pct_fpr'))}"
+        lines += [f"MIA {name.ljust(width)}  AUC {fmt_auc(a)}  TPR@1%FPR {fmt_num(a.get('tpr_at_1pct_fpr'))}"
                   for name, a in attacks.items()]
-    return "\n".join(lines)
+    return "\n".join(lines).strip("\n")
 
 
 def _escape(word: str) -> str:
@@ -155,42 +193,73 @@ def _header(results: Mapping) -> list[str]:
 
 
 def _headline(s: Mapping, attacks: Mapping) -> list[str]:
-    o = s.get("overall") or {}
-    headers = ["windows", "exact match [95 % CI]", "token match", "ROUGE-L", "ROUGE-L (words)", "edit distance",
-               "one-pass disagreements"]
-    row = [_num(o.get("n_windows")), _exact(o), _num(o.get("token_match")), _num(o.get("rouge_l")),
-           _num(o.get("rouge_l_words")), _num(o.get("edit_distance")), _num(o.get("onepass_disagreements"))]
+    """One row per window placement: start and end windows measure different things and are never pooled."""
+    lines = ["## Headline", ""]
+    if s.get("by_window"):
+        lines += ["Greedy exact match decides only verbatim reproduction; the one-pass measures (top-1 accuracy of "
+                  "the true next token, log-probability of the whole suffix, and the (n,p)-extraction chance) show "
+                  "partial memorisation where exact match is 0. Intervals: Wilson for rates, mean ± 1.96 s.e. for "
+                  "means.", "", summary_table("window", s["by_window"]), ""]
+    else:
+        lines += ["Extraction not run (tasks without extraction).", ""]
     if "loss" in attacks:
-        headers.append("LOSS-attack AUC [95 % CI]")
-        row.append(_auc(attacks["loss"]))
-    return ["## Headline", "", markdown_table(headers, [row]), ""]
+        lines += [f"LOSS-attack AUC [95 % CI]: {fmt_auc(attacks['loss'])}", ""]
+    return lines
+
+
+STRATA = (("by_prefix_len", "By prefix length", "prefix length"), ("by_repetitions", "By repetition count",
+          "repetitions"), ("by_split", "By split", "split"), ("by_group", "By group", "group"))
 
 
 def _strata(s: Mapping) -> list[str]:
     lines = []
-    for key, title, label in (("by_prefix_len", "By prefix length", "prefix length"),
-                              ("by_repetitions", "By repetition count", "repetitions")):
+    for key, title, label in STRATA:
         strata = s.get(key) or {}
         if strata:
-            rows = [_stratum_row(k, r) for k, r in strata.items()]
-            lines += [f"## {title}", "", markdown_table([label] + STRATUM_COLUMNS, rows), ""]
-    if s.get("by_repetitions"):
-        lines += ["Repetitions 0 are nonmembers (never trained on): their rates are the floor of chance matches.", ""]
+            lines += [f"## {title}", "", summary_table(label, strata), ""]
+        if key == "by_repetitions" and strata:
+            lines += ["Repetitions 0 are nonmembers (never trained on): their rates are the floor of chance "
+                      "matches; \"unknown\" are documents without a repetition count (e.g. JSONL members).", ""]
     return lines
 
 
+N_RANKED = 15  # documents shown in the partial-memorisation ranking
+
+
+def _partial(s: Mapping) -> list[str]:
+    """Documents ranked by one-pass top-1 accuracy, then suffix log-prob (all of them in results.json)."""
+    docs = s.get("documents") or []
+    if not docs:
+        return []
+    rows = [[i + 1, _escape(str(d.get("title") or d.get("doc_id"))), d.get("split"), _unknown(d.get("group")),
+             d.get("n_windows"), fmt_num(d.get("onepass_token_acc")), fmt_num(d.get("suffix_logprob"), 1),
+             fmt_num(d.get("np_extraction")), fmt_num(d.get("token_match")), fmt_pct(d.get("exact_match_rate"))]
+            for i, d in enumerate(docs[:N_RANKED])]
+    more = f" (top {N_RANKED} of {len(docs)}; all in results.json summary.documents)" if len(docs) > N_RANKED else ""
+    return ["## Partial memorisation", "",
+            f"Documents ranked by one-pass top-1 accuracy, then suffix log-probability, means over their windows{more}.",
+            "", markdown_table(["rank", "document", "split", "group", "windows", "top-1 acc", "log p(suffix)",
+                                "(n,p) extraction", "token match", "exact match"], rows), ""]
+
+
 def _membership(results: Mapping) -> list[str]:
-    attacks = _attacks(results)
+    attacks = attacks_of(results)
     if not attacks:
-        return ["## Membership inference", "", "Not run (no nonmember documents).", ""]
+        tasks = ((results.get("config") or {}).get("tasks")) or ["membership"]
+        n_non = (results.get("data") or {}).get("nonmembers") or 0
+        why = ("tasks excludes membership" if "membership" not in tasks else
+               "no nonmember documents" if not n_non else "no scores")
+        return ["## Membership inference", "", f"Not run ({why}).", ""]
     m = results["membership"]
-    rows = [[name, _auc(a), _pct(a.get("tpr_at_1pct_fpr")), _pct(a.get("tpr_at_0.1pct_fpr"))]
+    rows = [[name, fmt_auc(a), fmt_pct(a.get("tpr_at_1pct_fpr")), fmt_pct(a.get("tpr_at_0.1pct_fpr"))]
             for name, a in attacks.items()]
     return ["## Membership inference", "",
             f"{m.get('n_members')} members vs {m.get('n_nonmembers')} nonmembers; every score is oriented so that "
             "members score higher (AUC 0.5 = chance). AUC with a stratified bootstrap 95 % CI; TPR at a target FPR "
             "is the largest TPR on the ROC with FPR <= target (no interpolation), so with n nonmembers FPRs below "
-            "1/n read as TPR at zero false positives.", "",
+            "1/n read as TPR at zero false positives. zlib_mimir divides the mean loss by the zlib length (MIMIR's "
+            "form, which tracks document length); zlib_ratio divides total loss bits by zlib bits "
+            "(length-normalised).", "",
             markdown_table(["attack", "AUC [95 % CI]", "TPR @ 1 % FPR", "TPR @ 0.1 % FPR"], rows), ""]
 
 
@@ -200,9 +269,9 @@ def _unknown(v: Any) -> str:
 
 def _example(w: Mapping) -> list[str]:
     gen, truth = highlight_differences(w.get("generation") or "", w.get("truth") or "")
-    verdict = "verbatim" if w.get("exact_match") else f"token match {_num(w.get('token_match'))}"
+    verdict = "verbatim" if w.get("exact_match") else f"token match {fmt_num(w.get('token_match'))}"
     return [f"**{_escape(str(w.get('title') or w.get('doc_id')))}** (prefix {w.get('prefix_len')} tokens, "
-            f"repetitions {_unknown(w.get('repetitions'))}, {verdict}, ROUGE-L {_num(w.get('rouge_l'))})", "",
+            f"repetitions {_unknown(w.get('repetitions'))}, {verdict}, ROUGE-L {fmt_num(w.get('rouge_l'))})", "",
             f"- generated: {gen}", f"- truth: {truth}", ""]
 
 
@@ -226,9 +295,13 @@ def _examples(windows: Sequence[Mapping]) -> list[str]:
     return lines
 
 
-def _strata_series(strata: Mapping[str, Mapping], positive: bool) -> dict[str, tuple[list, list]]:
+def _numeric_strata(strata: Mapping[str, Mapping], positive: bool) -> list[tuple[float, Mapping]]:
+    return [(float(k), r) for k, r in strata.items() if k.lstrip("-").isdigit() and (float(k) > 0 or not positive)]
+
+
+def strata_series(strata: Mapping[str, Mapping], positive: bool) -> dict[str, tuple[list, list]]:
     """Numeric strata -> {"exact match": (xs, ys), "ROUGE-L": (xs, ys)} ("unknown" and, on log axes, x <= 0 out)."""
-    points = [(float(k), r) for k, r in strata.items() if k.lstrip("-").isdigit() and (float(k) > 0 or not positive)]
+    points = _numeric_strata(strata, positive)
     out = {}
     for label, key in (("exact match", "exact_match_rate"), ("ROUGE-L", "rouge_l")):
         xy = [(x, r[key]) for x, r in points if r.get(key) is not None]
@@ -237,18 +310,25 @@ def _strata_series(strata: Mapping[str, Mapping], positive: bool) -> dict[str, t
     return out
 
 
+def exact_match_bands(strata: Mapping[str, Mapping], positive: bool) -> dict[str, tuple[list, list]]:
+    """{"exact match": (Wilson lows, highs)} aligned with :func:`strata_series`' exact-match points."""
+    rows = [r for _, r in _numeric_strata(strata, positive) if r.get("exact_match_rate") is not None]
+    return {"exact match": ([r.get("exact_match_ci_low") for r in rows], [r.get("exact_match_ci_high") for r in rows])}
+
+
 def report_plots(results: Mapping, out_dir: str | os.PathLike) -> list[Path]:
     """The per-run PNGs; a plot is skipped when its data is absent or has a single point."""
-    out, s, paths = Path(out_dir), _summary(results), []
-    series = _strata_series(s.get("by_prefix_len") or {}, positive=False)
-    if series:
-        paths.append(line_plot(series, "memorisation vs prefix length", "prefix length (tokens)", "rate / score",
-                               out / "memorisation_vs_prefix_len.png", logx=False, fit=False))
-    series = _strata_series(s.get("by_repetitions") or {}, positive=True)
-    if series:
-        paths.append(line_plot(series, "memorisation vs repetitions", "repetitions in training (log)",
-                               "rate / score", out / "memorisation_vs_repetitions.png", logx=True, fit=True))
-    attacks = _attacks(results)
+    out, s, paths = Path(out_dir), summary_of(results), []
+    for key, name, label, positive in (("by_prefix_len", "prefix_len", "prefix length (tokens)", False),
+                                       ("by_repetitions", "repetitions", "repetitions in training (log)", True)):
+        strata = s.get(key) or {}
+        series = strata_series(strata, positive=positive)
+        if series:
+            paths.append(line_plot(series, f"memorisation vs {name.replace('_', ' ')}", label,
+                                   "rate / score (exact match: Wilson 95 % band)", out / f"memorisation_vs_{name}.png",
+                                   logx=positive, fit=positive, bands=exact_match_bands(strata, positive),
+                                   unit_interval=True))
+    attacks = attacks_of(results)
     if attacks:
         curves = {k: (a["roc_fpr"], a["roc_tpr"], a.get("auc")) for k, a in attacks.items() if a.get("roc_fpr")}
         paths.append(roc_plot(curves, "membership inference ROC", out / "roc.png"))
@@ -265,9 +345,9 @@ def report_plots(results: Mapping, out_dir: str | os.PathLike) -> list[Path]:
 def write_report(results: dict, out_dir: str | os.PathLike) -> list[Path]:
     """Write ``report.md`` and its PNG plots into ``out_dir``; returns the paths written (report.md first)."""
     out = Path(out_dir)
-    s = _summary(results)
+    s = summary_of(results)
     plots = report_plots(results, out)
-    lines = _header(results) + _headline(s, _attacks(results)) + _strata(s) + _membership(results)
+    lines = _header(results) + _headline(s, attacks_of(results)) + _strata(s) + _partial(s) + _membership(results)
     lines += _examples(results.get("windows") or [])
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
@@ -297,85 +377,3 @@ def rewrite_report(path: str | os.PathLike, out_dir: str | os.PathLike | None = 
     p = Path(path)
     results = load_results(p)
     return write_report(results, out_dir if out_dir is not None else (p if p.is_dir() else p.parent))
-
-
-# ------------------------------------------------------------------------------------------------ comparisons
-
-
-def comparison_plots(arms: Mapping[str, Mapping], out_dir: str | os.PathLike, *, attack: str = "loss") -> list[Path]:
-    """Compare several results dicts (``arm name -> results``, e.g. standard vs goldfish): bars of exact-match
-    rate (Wilson 95 % CI) and ROUGE-L per arm, the ``attack``'s ROC per arm, and exact match vs repetitions per arm
-    (log-x, log-linear fit) when the arms hold several repetition strata."""
-    out, paths = Path(out_dir), []
-    overall = {name: _summary(r).get("overall") or {} for name, r in arms.items()}
-    exact = {k: o["exact_match_rate"] for k, o in overall.items() if o.get("exact_match_rate") is not None}
-    if exact:
-        ci = {k: (overall[k].get("exact_match_ci_low"), overall[k].get("exact_match_ci_high")) for k in exact}
-        paths.append(bar_chart(exact, "exact-match rate per arm", "exact-match rate", out / "exact_match_by_arm.png",
-                               errors=ci))
-    rouge = {k: o["rouge_l"] for k, o in overall.items() if o.get("rouge_l") is not None}
-    if rouge:
-        paths.append(bar_chart(rouge, "ROUGE-L per arm", "ROUGE-L F1", out / "rouge_l_by_arm.png"))
-    curves = {k: (a["roc_fpr"], a["roc_tpr"], a.get("auc")) for k, r in arms.items()
-              if (a := _attacks(r).get(attack)) and a.get("roc_fpr")}
-    if curves:
-        paths.append(roc_plot(curves, f"{attack} attack per arm", out / f"roc_{attack}_by_arm.png"))
-    series = {k: xy for k, r in arms.items()
-              if (xy := _strata_series(_summary(r).get("by_repetitions") or {}, positive=True).get("exact match"))}
-    if series:
-        paths.append(line_plot(series, "exact match vs repetitions", "repetitions in training (log)",
-                               "exact-match rate", out / "exact_match_vs_repetitions_by_arm.png"))
-    return paths
-
-
-def _sweep_section(arms: Mapping[str, Mapping], x: Mapping[str, float], x_label: str,
-                   groups: Mapping[str, str] | None, out: Path) -> tuple[list[str], list[Path]]:
-    """Exact match and ROUGE-L vs a numeric per-arm ``x`` (e.g. parameters), one series per group, log-linear fits."""
-    lines, paths = [f"## Memorisation vs {x_label}", ""], []
-    rows = []
-    for metric, label in (("exact_match_rate", "exact-match rate"), ("rouge_l", "ROUGE-L")):
-        series: dict[str, tuple[list, list]] = {}
-        for name, r in arms.items():
-            value = (_summary(r).get("overall") or {}).get(metric)
-            if name in x and value is not None:
-                xs, ys = series.setdefault((groups or {}).get(name, "all"), ([], []))
-                xs.append(float(x[name]))
-                ys.append(value)
-        fittable = {g: xy for g, xy in series.items() if len(set(xy[0])) >= 2 and min(xy[0]) > 0}
-        if not fittable:
-            continue
-        paths.append(line_plot(fittable, f"{label} vs {x_label}", x_label, label, out / f"{metric}_vs_x.png"))
-        for g, (xs, ys) in fittable.items():
-            f = loglinear_fit(xs, ys)
-            rows.append([label, g, _num(f["slope"], 4), _num(f["intercept"], 4), _num(f["r2"]), f["n"]])
-    if not rows:
-        return [], []
-    lines += ["Least-squares fit y = intercept + slope · log10(x) (Carlini et al. 2022).", "",
-              markdown_table(["metric", "series", "slope per decade", "intercept", "r²", "n"], rows), ""]
-    return lines, paths
-
-
-def write_comparison_report(arms: Mapping[str, Mapping], out_dir: str | os.PathLike, *, title: str = "Comparison",
-                            attack: str = "loss", x: Mapping[str, float] | None = None, x_label: str = "x",
-                            groups: Mapping[str, str] | None = None) -> list[Path]:
-    """``report.md`` comparing arms side by side (+ :func:`comparison_plots`). With ``x`` (arm -> number, e.g.
-    parameter count) it adds memorisation-vs-x plots with log-linear fits, one series per ``groups[arm]`` (e.g.
-    "standard"/"goldfish"). Returns the paths written, report.md first."""
-    out = Path(out_dir)
-    rows = []
-    for name, r in arms.items():
-        o = _summary(r).get("overall") or {}
-        a = _attacks(r).get(attack) or {}
-        rows.append([name, _num(o.get("n_windows")), _exact(o), _num(o.get("token_match")), _num(o.get("rouge_l")),
-                     _auc(a) if a else "–", _pct(a.get("tpr_at_1pct_fpr")) if a else "–"])
-    lines = [f"# {title}", "", markdown_table(["arm", "windows", "exact match [95 % CI]", "token match", "ROUGE-L",
-                                               f"{attack} AUC [95 % CI]", "TPR @ 1 % FPR"], rows), ""]
-    paths = comparison_plots(arms, out, attack=attack)
-    if x:
-        sweep_lines, sweep_paths = _sweep_section(arms, x, x_label, groups, out)
-        lines += sweep_lines
-        paths += sweep_paths
-    if paths:
-        lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in paths] + [""]
-    atomic_write_text(out / "report.md", "\n".join(lines))
-    return [out / "report.md", *paths]
