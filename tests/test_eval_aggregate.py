@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from goldfish.eval.aggregate import SUMMARY_KEYS, group_rates, loglinear_fit, predict, summarize, wilson_interval
+from goldfish.eval.aggregate import group_rates, mean_interval, loglinear_fit, predict, summarize, wilson_interval
 from goldfish.errors import UserError
 
 
@@ -29,7 +29,9 @@ WINDOWS = [
 def test_summary_matches_hand_computation():
     s = summarize(WINDOWS)
     o = s["overall"]
-    assert set(o) == set(SUMMARY_KEYS)
+    assert {"n_windows", "exact_match_rate", "exact_match_ci_low", "onepass_token_acc", "suffix_logprob",
+            "np_extraction", "onepass_disagreements"} <= set(o)
+    assert "beam_exact_match_rate" not in o and "sample_rate" not in o  # only with beams / samples
     assert o["n_windows"] == 5
     assert o["exact_match_rate"] == pytest.approx(2 / 5)
     assert o["token_match"] == pytest.approx((0.2 + 1 + 1 + 0 + 0.5) / 5)
@@ -45,6 +47,32 @@ def test_summary_matches_hand_computation():
     assert list(s["by_repetitions"]) == ["0", "1", "4", "unknown"]
     assert s["by_repetitions"]["4"]["exact_match_rate"] == 1.0
     assert s["by_repetitions"]["4"]["onepass_disagreements"] == 1
+
+
+def test_one_pass_measures_by_split_group_and_window_with_intervals():
+    ws = [window(8, None, False, 0.5, 0.5, split="members", group="famous", window="start", doc_id="a",
+                 onepass_token_acc=0.9, suffix_logprob=-2.0, np_extraction=0.5, beam_exact_match=True, sample_rate=0.5),
+          window(8, None, False, 0.1, 0.1, split="members", group="famous", window="end", doc_id="a",
+                 onepass_token_acc=0.7, suffix_logprob=-4.0, np_extraction=0.1, beam_exact_match=False, sample_rate=0.0),
+          window(8, 0, False, 0.0, 0.0, split="nonmembers", group=None, window="start", doc_id="z",
+                 onepass_token_acc=0.1, suffix_logprob=-60.0, np_extraction=0.0, beam_exact_match=False,
+                 sample_rate=0.0)]
+    s = summarize(ws)
+    assert list(s["by_window"]) == ["end", "start"] and s["by_window"]["start"]["n_windows"] == 2
+    assert list(s["by_split"]) == ["members", "nonmembers"]
+    members = s["by_split"]["members"]
+    assert members["onepass_token_acc"] == pytest.approx(0.8) and members["suffix_logprob"] == pytest.approx(-3.0)
+    # mean ± 1.96·s/sqrt(n): values 0.9, 0.7 -> s = 0.1414, half-width 1.96 · 0.1414 / sqrt(2) = 0.196
+    assert members["onepass_token_acc_ci_low"] == pytest.approx(0.8 - 0.196, abs=1e-4)
+    assert members["onepass_token_acc_ci_high"] == pytest.approx(min(1.0, 0.8 + 0.196), abs=1e-4)
+    assert members["suffix_logprob_ci_high"] == pytest.approx(-3.0 + 1.96 * np.std([-2, -4], ddof=1) / np.sqrt(2))
+    assert members["beam_exact_match_rate"] == 0.5 and members["sample_rate"] == pytest.approx(0.25)
+    assert list(s["by_group"]) == ["famous", "unknown"] and s["by_group"]["famous"]["np_extraction"] == 0.3
+    assert [d["doc_id"] for d in s["documents"]] == ["a", "z"]  # ranked by one-pass top-1 accuracy
+    assert s["documents"][0]["onepass_token_acc"] == pytest.approx(0.8) and s["documents"][0]["n_windows"] == 2
+    assert summarize(WINDOWS)["by_group"] == {}  # no document has a group
+    assert mean_interval([0.0, 0.0]) == (0.0, 0.0) and mean_interval([1.0]) == (None, None)
+    assert mean_interval([0.0, 0.1], (0.0, 1.0))[0] == 0.0  # clipped to the measure's range
 
 
 def test_summary_copes_with_missing_metrics_and_no_windows():

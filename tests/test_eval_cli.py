@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
+from pathlib import Path
 
 import pytest
 import yaml
 
-from goldfish.eval import EvalConfig, run_eval
-from goldfish.eval.run import PARTIAL
+import goldfish.eval
 from goldfish.cli import main
+from goldfish.commands import evaluate
+from goldfish.config import from_dict
 from goldfish.errors import UserError
+from goldfish.eval import EvalConfig, run_eval, scoring
+from goldfish.eval.state import MEMBERSHIP_PARTIAL, WINDOWS_PARTIAL
 
 from eval_fixtures import TEXTS, save_model_folder, tiny_llama, tiny_tokenizer, write_jsonl
 
-WINDOW_KEYS = {"doc_id", "title", "repetitions", "split", "prefix_len", "suffix_len", "window", "start",
+WINDOW_KEYS = {"doc_id", "title", "repetitions", "split", "group", "prefix_len", "suffix_len", "window", "start",
                "exact_match", "token_match", "longest_match_prefix", "rouge_l", "rouge_l_words", "lcs_len",
-               "edit_distance", "onepass_exact", "extraction_strength", "suffix_logprob", "p_suffix",
-               "np_extraction", "generation", "truth", "generation_ids", "truth_ids", "sha256"}
+               "edit_distance", "onepass_exact", "extraction_strength", "onepass_token_acc", "suffix_logprob",
+               "p_suffix", "np_extraction", "generation", "truth", "generation_ids", "truth_ids", "sha256"}
 
 
 @pytest.fixture(scope="module")
@@ -34,91 +40,174 @@ def setup(tmp_path_factory):
 def _args(setup, out, *extra):
     root, model, docs, non = setup
     return ["eval", "--model", str(root / "run"), "--data", str(docs), "--nonmembers", str(non), "--out", str(out),
-            "--prefix-len", "8,all", "--suffix-len", "6", "--no-progress", "n_bootstrap=20", *extra]
+            "data.prefix_lens=8,all", "data.suffix_len=6", "progress=false", "membership.n_bootstrap=20", *extra]
+
+
+def _cfg(setup, out, **sections) -> EvalConfig:
+    root, model, docs, non = setup
+    data = {"model": {"path": str(model)}, "data": {"path": str(docs), "prefix_lens": [8], "suffix_len": 6},
+            "out": str(out), "report": False, "progress": False, "membership": {"n_bootstrap": 10}}
+    for key, value in sections.items():
+        data[key] = {**data[key], **value} if isinstance(value, dict) else value
+    return from_dict(EvalConfig, data)
+
+
+def _documented() -> dict[str, set[str]]:
+    """eval/SCHEMA.md: section title -> field names listed in its table."""
+    text = (Path(goldfish.eval.__file__).parent / "SCHEMA.md").read_text(encoding="utf-8")
+    out: dict[str, set[str]] = {}
+    for block in re.split(r"^## ", text, flags=re.M)[1:]:
+        title, _, body = block.partition("\n")
+        out[title.strip()] = set(re.findall(r"^\| `([^`]+)` \|", body, flags=re.M))
+    return out
+
+
+def _no_constants(name):
+    raise ValueError(f"non-standard JSON constant {name}")
 
 
 def test_cli_writes_results_following_the_schema(setup, tmp_path, capsys):
     out = tmp_path / "ev"
-    assert main(_args(setup, out)) == 0
+    assert main(_args(setup, out, "decoding.beam=2", "decoding.samples=2")) == 0
     printed = capsys.readouterr().out
-    assert "results.json" in printed
-    res = json.loads((out / "results.json").read_text())
+    assert "results.json" in printed and "window start" in printed
+    res = json.loads((out / "results.json").read_text(), parse_constant=_no_constants)  # strict JSON
     assert res["schema"] == "goldfish-eval/1"
-    assert set(res["versions"]) >= {"goldfish", "torch", "transformers"}
-    assert res["config"]["prefix_lens"] == [8, -1] and res["config"]["suffix_len"] == 6
-    assert res["model"]["vocab_size"] == 300 and res["model"]["num_parameters"] > 0
-    assert res["data"]["members"] == len(TEXTS) and res["data"]["nonmembers"] == len(TEXTS)
+    assert res["config"]["data"]["prefix_lens"] == [8, -1] and res["config"]["data"]["suffix_len"] == 6
+    assert res["model"]["vocab_size"] == 300 and res["data"]["nonmembers"] == len(TEXTS)
     assert len(res["windows"]) == 2 * len(TEXTS)
     for w in res["windows"]:
         assert WINDOW_KEYS <= set(w)
         assert len(w["generation_ids"]) == len(w["truth_ids"]) == 6
         assert w["exact_match"] == (w["generation_ids"] == w["truth_ids"])
-    assert res["summary"]["overall"]["n_windows"] == 2 * len(TEXTS)
-    assert set(res["summary"]["by_prefix_len"]) == {"8", "-1"}
-    assert res["summary"]["overall"]["onepass_disagreements"] == 0
-    assert {"loss", "zlib", "min_k_20", "min_k_pp_20"} <= set(res["membership"]["attacks"])
+    s = res["summary"]
+    assert set(s["by_prefix_len"]) == {"8", "-1"} and set(s["by_window"]) == {"start"}
+    assert s["overall"]["onepass_disagreements"] == 0 and "beam_exact_match_rate" in s["by_split"]["members"]
+    assert {"loss", "zlib_mimir", "zlib_ratio", "min_k_20", "min_k_pp_20"} <= set(res["membership"]["attacks"])
     assert len(res["membership"]["scores"]["loss"]["members"]) == len(TEXTS)
-    csv_header = (out / "results.csv").read_text().splitlines()[0].split(",")
-    assert "exact_match" in csv_header and "generation_ids" not in csv_header
-    assert (out / "report.md").is_file() and (out / "eval_config.yaml").is_file()
-    assert yaml.safe_load((out / "eval_config.yaml").read_text())["suffix_len"] == 6
+    assert "exact_match" in (out / "results.csv").read_text().splitlines()[0].split(",")
+    assert yaml.safe_load((out / "eval_config.yaml").read_text())["data"]["suffix_len"] == 6
+    md = (out / "report.md").read_text()
+    assert "one-pass top-1 acc" in md and "## By split" in md and "## Partial memorisation" in md
+    # every field emitted is documented in eval/SCHEMA.md
+    doc = _documented()
+    assert set(res) <= doc["top level"]
+    for section in ("versions", "model", "data", "summary", "membership"):
+        assert set(res[section]) <= doc[section], section
+    rows = [r for key, strata in s.items() if key not in ("overall", "documents") for r in strata.values()]
+    assert set().union(*map(set, rows + [s["overall"]])) <= doc["summary row"]
+    assert set().union(*map(set, s["documents"])) <= doc["summary.documents"]
+    assert set().union(*map(set, res["windows"])) <= doc["windows"]
+    assert set().union(*map(set, res["membership"]["attacks"].values())) <= doc["membership.attacks.<name>"]
 
 
-def test_resume_skips_finished_windows(setup, tmp_path):
+def test_resume_refusal_and_overwrite(setup, tmp_path, capsys):
     root, model, docs, non = setup
     out = tmp_path / "ev"
-    cfg = EvalConfig(model=str(model), data=str(docs), out=str(out), prefix_lens=[8], suffix_len=6,
-                     report=False, progress=False)
+    cfg = _cfg(setup, out)
     first = run_eval(cfg)
-    lines = (out / PARTIAL).read_text().splitlines()
-    assert json.loads(lines[0])["fingerprint"]["model"] == str(model)
-    # mark one finished window, and leave a torn line as a killed run would
-    rec = json.loads(lines[1])
-    rec["generation"] = "MARKER"
-    (out / PARTIAL).write_text("\n".join([lines[0], json.dumps(rec)]) + "\n{\"doc_id\": \"torn")
+    lines = (out / WINDOWS_PARTIAL).read_text().splitlines()
+    rec = json.loads(lines[0])
+    rec["generation"] = "MARKER"  # mark one finished window, and leave a torn line as a killed run would
+    (out / WINDOWS_PARTIAL).write_text("\n".join([json.dumps(rec)] + lines[1:]) + "\n{\"doc_id\": \"torn")
     second = run_eval(cfg)
     assert second["windows"][0]["generation"] == "MARKER"  # reused, not recomputed
-    assert [w["sha256"] for w in second["windows"]] == [w["sha256"] for w in first["windows"]]
     assert [w["generation_ids"] for w in second["windows"][1:]] == [w["generation_ids"] for w in first["windows"][1:]]
-    assert len((out / PARTIAL).read_text().splitlines()) == 1 + len(TEXTS)  # torn line gone, nothing duplicated
-    with pytest.raises(UserError, match="different setup.*dtype"):
-        run_eval(EvalConfig(**{**cfg.__dict__, "dtype": "bfloat16"}))
+    assert len((out / WINDOWS_PARTIAL).read_text().splitlines()) == len(TEXTS)  # torn line gone, none duplicated
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    code = main(["eval", "--model", str(model), "--data", str(docs), "--out", str(out), "data.prefix_lens=[8]",
+                 "data.suffix_len=6", "report=false", "model.dtype=bfloat16"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "different evaluation" in err and "config.model.dtype" in err and "\n" not in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing written
     os.utime(model / "model.safetensors", ns=(1, 1))  # "retrained" model at the same path
-    with pytest.raises(UserError, match="different setup.*weights"):
+    with pytest.raises(UserError, match="different evaluation.*weights"):
         run_eval(cfg)
-    fresh = run_eval(EvalConfig(**{**cfg.__dict__, "resume": False}))
+    fresh = run_eval(_cfg(setup, out, overwrite=True))
     assert fresh["windows"][0]["generation"] != "MARKER"
+    assert run_eval(cfg)["windows"][0]["generation"] == fresh["windows"][0]["generation"]  # new fingerprint kept
 
 
-def test_config_precedence_defaults_yaml_overrides_flags(setup, tmp_path):
-    import argparse
+def test_killed_membership_run_resumes_without_rescoring(setup, tmp_path, monkeypatch):
+    root, model, docs, non = setup
+    cfg = _cfg(setup, tmp_path / "ev", tasks=["membership"], data={"nonmembers": str(non)})
+    full = run_eval(cfg)
+    partial = tmp_path / "ev" / MEMBERSHIP_PARTIAL
+    lines = partial.read_text().splitlines()
+    assert len(lines) == 2 * 2 * len(TEXTS)  # a target and a lowercase pass per member and nonmember document
+    kept = lines[: len(lines) - 5]
+    partial.write_text("\n".join(kept) + "\n{\"key\": \"torn")  # killed: 5 results lost, a torn line left
+    scored = []
+    real = scoring._score_batch
+    monkeypatch.setattr(scoring, "_score_batch", lambda m, batch, *a: scored.extend(batch) or real(m, batch, *a))
+    again = run_eval(cfg)
+    assert len(scored) == 5  # only the lost documents went through the model again
+    assert again["membership"]["scores"] == full["membership"]["scores"]
 
-    from goldfish.commands import evaluate
-    from goldfish.commands.evaluate import build_config
 
+def test_membership_only_mode(setup, tmp_path):
+    root, model, docs, non = setup
+    res = run_eval(_cfg(setup, tmp_path / "ev", tasks=["membership"], report=True, data={"nonmembers": str(non)}))
+    assert res["windows"] == [] and res["summary"] is None and res["membership"]["n_members"] == len(TEXTS)
+    md = (tmp_path / "ev" / "report.md").read_text()
+    assert "Extraction not run" in md and "| loss |" in md
+    assert not (tmp_path / "ev" / WINDOWS_PARTIAL).exists()  # no extraction at all
+
+
+def test_groups_from_a_jsonl_field(setup, tmp_path):
+    root, model, docs, non = setup
+    data = tmp_path / "grouped.jsonl"
+    data.write_text("".join(json.dumps({"id": f"d{i}", "text": t, "source": ["book", "web"][i % 2]}) + "\n"
+                            for i, t in enumerate(TEXTS)))
+    res = run_eval(_cfg(setup, tmp_path / "ev", data={"path": str(data), "group_field": "source"}))
+    assert set(res["summary"]["by_group"]) == {"book", "web"}
+    assert res["summary"]["by_group"]["book"]["n_windows"] == 3
+    assert {w["group"] for w in res["windows"] if w["doc_id"] == "d0"} == {"book"}
+    assert run_eval(_cfg(setup, tmp_path / "ev2", data={"path": str(data)}))["summary"]["by_group"] == {}
+
+
+def test_context_and_reference_are_checked_before_anything_is_written(setup, tmp_path, capsys):
+    root, model, docs, non = setup
+    long = write_jsonl(tmp_path / "long.jsonl", [" ".join(TEXTS * 8)])  # > 512 tokens: the model's context
+    assert main(["eval", "--model", str(model), "--data", str(long), "--out", str(tmp_path / "a"),
+                 "data.prefix_lens=all", "data.suffix_len=6"]) == 2
+    assert "exceeds the model's context of 512" in capsys.readouterr().err and not (tmp_path / "a").exists()
+    assert main(_args(setup, tmp_path / "b", "model.reference=/nonexistent/ref")) == 2
+    assert "model path not found: /nonexistent/ref" in capsys.readouterr().err and not (tmp_path / "b").exists()
+
+
+def test_config_precedence_defaults_yaml_command_line(setup, tmp_path, capsys):
     conf = tmp_path / "eval.yaml"
-    conf.write_text("suffix_len: 7\nbeam: 2\nprefix_lens: [16]\n")
+    conf.write_text("data: {suffix_len: 7, prefix_lens: [16]}\ndecoding: {beam: 2}\n")
     parser = argparse.ArgumentParser()
     evaluate.add_arguments(parser)
-    cfg = build_config(parser.parse_args([str(conf)]))
-    assert (cfg.suffix_len, cfg.beam, cfg.prefix_lens, cfg.samples) == (7, 2, [16], 0)
-    cfg = build_config(parser.parse_args([str(conf), "suffix_len=8", "samples=3"]))
-    assert (cfg.suffix_len, cfg.samples) == (8, 3)
-    cfg = build_config(parser.parse_args([str(conf), "suffix_len=8", "--suffix-len", "9", "--prefix-len", "32",
-                                          "--prefix-len", "all,64", "--batch-size", "4", "--window", "start",
-                                          "--window", "end"]))
-    assert (cfg.suffix_len, cfg.prefix_lens, cfg.batch_size, cfg.window) == (9, [32, -1, 64], 4, ["start", "end"])
+    cfg = evaluate.build_config(parser.parse_args([str(conf)]))
+    assert (cfg.data.suffix_len, cfg.decoding.beam, cfg.data.prefix_lens, cfg.decoding.samples) == (7, 2, [16], 0)
+    assert cfg.data.window == ["start"] and cfg.tasks == ["extraction", "membership"]  # the defaults
+    cfg = evaluate.build_config(parser.parse_args([str(conf), "data.suffix_len=8", "decoding.samples=3",
+                                                   "--offsets", "0,100,200", "--max-offset", "150",
+                                                   "--threads", "1"]))
+    assert (cfg.data.suffix_len, cfg.decoding.samples, cfg.model.threads) == (8, 3, 1)
+    assert (cfg.data.offsets, cfg.data.max_offset, cfg.data.window) == ([0, 100, 200], 150, ["offsets"])
+    assert main(["eval", str(conf), "--out", "x", "out=y"]) == 2
+    assert "--out and out= both given" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--prefix-len", "0"], "prefix_lens"),
-    (["--suffix-len", "500"], "too short"),
-    (["--batch-size", "many"], "batch-size"),
-    (["stride=0", "beam=0"], "stride=0 must be >= 1; beam=0"),
+    (["data.prefix_lens=0"], "prefix_lens"),
+    (["data.suffix_len=500"], "too short"),
+    (["decoding.batch_size=many"], "batch_size"),
+    (["data.stride=0", "decoding.beam=0"], "stride=0 must be >= 1"),
+    (["data.window=[offsets]"], "needs data.offsets"),
     (["--model", "/nonexistent/model"], "model path not found"),
+    (["--threads", "0"], "threads=0"),
+    (["prefix_lens=8"], "unknown config key 'prefix_lens'"),
 ])
 def test_user_errors_are_one_line(setup, tmp_path, capsys, extra, message):
-    assert main(_args(setup, tmp_path / "ev", *extra)) == 2
+    args = _args(setup, tmp_path / "ev", *extra)
+    if extra[0] == "--model":
+        args = [a for i, a in enumerate(args) if a != "--model" and (i == 0 or args[i - 1] != "--model")] + extra
+    assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and message in err and "\n" not in err
 
@@ -139,7 +228,6 @@ def test_missing_and_empty_inputs(setup, tmp_path, capsys):
 
 def test_prepared_folder_input(tmp_path):
     from goldfish.data import PrepareConfig, load_prepared, prepare
-    from goldfish.config import from_dict
 
     texts = [f"Part {i}: {t} {TEXTS[(i + 1) % 6]}" for i, t in enumerate(TEXTS * 2)]  # 12 distinct openings
     corpus = write_jsonl(tmp_path / "corpus.jsonl", texts)
@@ -150,8 +238,10 @@ def test_prepared_folder_input(tmp_path):
     prepared = prepare(pcfg, out=tmp_path / "prep", progress=False)
     data = load_prepared(prepared)
     model = save_model_folder(tmp_path / "m", tiny_llama(len(data.tokenizer)))  # no tokenizer: the data's is used
-    res = run_eval(EvalConfig(model=str(model), data=str(prepared), out=str(tmp_path / "ev"), prefix_lens=[16],
-                              suffix_len=8, report=False, progress=False, n_bootstrap=10))
+    res = run_eval(from_dict(EvalConfig, {
+        "model": {"path": str(model)}, "data": {"path": str(prepared), "prefix_lens": [16], "suffix_len": 8,
+                                                "window": ["end"]},
+        "out": str(tmp_path / "ev"), "report": False, "progress": False, "membership": {"n_bootstrap": 10}}))
     assert res["data"]["members"] == 8 and res["data"]["nonmembers"] == 4
     assert sorted({w["repetitions"] for w in res["windows"]}) == [1, 4]
     assert set(res["summary"]["by_repetitions"]) == {"1", "4"}

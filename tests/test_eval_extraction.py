@@ -36,6 +36,18 @@ def test_window_geometry_by_hand():
         assert w.prefix_len == ALL
 
 
+def test_offsets_and_max_offset_by_hand():
+    doc = _doc(40)
+    offs, _ = build_windows([doc], [5], 4, ["offsets"], offsets=[0, 10, 31, 32])
+    assert [w.start for w in offs] == [0, 10, 31]  # 32 + 5 + 4 = 41 > 40 tokens: no window there
+    assert offs[1].prefix == tuple(range(110, 115)) and offs[1].suffix == tuple(range(115, 119))
+    capped, _ = build_windows([doc], [5], 4, ["offsets", "stride"], stride=6, offsets=[0, 10, 31], max_offset=12)
+    assert [(w.placement, w.start) for w in capped] == [("offsets", 0), ("offsets", 10), ("stride", 0),
+                                                         ("stride", 6), ("stride", 12)]
+    (start,), _ = build_windows([doc], [5], 4, ["start"], max_offset=0)  # start windows are not capped away
+    assert start.start == 0
+
+
 def test_short_documents_are_skipped_and_counted():
     docs = [_doc(30, "long"), _doc(10, "short"), _doc(13, "exact")]
     windows, skipped = build_windows(docs, [5, 20], 8, ["end"])

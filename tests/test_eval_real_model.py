@@ -12,8 +12,10 @@ import json
 import random
 from pathlib import Path
 
+import gguf
 import pytest
 
+from goldfish.config import from_dict
 from goldfish.eval import EvalConfig, run_eval
 
 pytestmark = pytest.mark.slow
@@ -73,7 +75,7 @@ def _kjv_genesis() -> str | None:
     return None
 
 
-def test_smollm2_regurgitates_famous_openings(tmp_path, capsys):
+def test_smollm2_regurgitates_famous_openings(tmp_path, capsys, monkeypatch):
     gguf = _gguf()
     texts = dict(FAMOUS)
     if (kjv := _kjv_genesis()) is not None:
@@ -82,10 +84,16 @@ def test_smollm2_regurgitates_famous_openings(tmp_path, capsys):
     data.write_text("".join(json.dumps({"id": k, "text": v}) + "\n" for k, v in texts.items()))
     prose = tmp_path / "prose.jsonl"
     prose.write_text("".join(json.dumps({"id": f"prose{i}", "text": t}) + "\n" for i, t in enumerate(_random_prose(4))))
-    cfg = EvalConfig(model=str(gguf), data=str(data), nonmembers=str(prose), out=str(tmp_path / "ev"),
-                     prefix_lens=[16, 32], suffix_len=16, window=["start"], extract_splits=["members", "nonmembers"],
-                     progress=False, n_bootstrap=100, device="cpu")
+    cfg = from_dict(EvalConfig, {
+        "model": {"path": str(gguf), "device": "cpu"}, "out": str(tmp_path / "ev"), "progress": False,
+        "data": {"path": str(data), "nonmembers": str(prose), "prefix_lens": [16, 32], "suffix_len": 16,
+                 "window": ["start"], "extract_splits": ["members", "nonmembers"]},
+        "membership": {"n_bootstrap": 100}})
+    reads = []
+    real_reader = gguf.GGUFReader
+    monkeypatch.setattr(gguf, "GGUFReader", lambda *a, **k: reads.append(a[0]) or real_reader(*a, **k))
     res = run_eval(cfg)
+    assert len(reads) == 1  # tokenizer, config and weights from one parse of the file
     famous = [w for w in res["windows"] if w["split"] == "members"]
     random_ = [w for w in res["windows"] if w["split"] == "nonmembers"]
     with capsys.disabled():

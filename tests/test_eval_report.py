@@ -13,16 +13,15 @@ from goldfish.errors import UserError
 from goldfish.io import atomic_write_json
 from goldfish.eval.report import (
     bar_chart,
-    comparison_plots,
     format_summary_table,
     highlight_differences,
     line_plot,
     load_results,
     markdown_table,
     rewrite_report,
-    write_comparison_report,
     write_report,
 )
+from goldfish.eval.compare import comparison_plots, write_comparison_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -96,6 +95,7 @@ def test_write_report_full(tmp_path):
 
 def test_write_report_copes_with_missing_sections(tmp_path):
     results = synthetic_results(prefix_lens=(32,), reps=(1,), membership=False)
+    results["data"]["nonmembers"] = 0
     paths = write_report(results, tmp_path)
     assert {p.name for p in paths} == {"report.md", "token_match_hist.png"}  # one stratum: no line plots, no ROC
     md = (tmp_path / "report.md").read_text()
@@ -105,15 +105,20 @@ def test_write_report_copes_with_missing_sections(tmp_path):
     write_report(bare, tmp_path / "bare")
     assert "## Headline" in (tmp_path / "bare" / "report.md").read_text()
     write_report({"windows": []}, tmp_path / "empty")
-    assert "| 0 | – |" in (tmp_path / "empty" / "report.md").read_text()
+    assert "Extraction not run" in (tmp_path / "empty" / "report.md").read_text()
+    # nonmembers given but membership left out of the tasks: the report says so, not "no nonmember documents"
+    skipped = dict(synthetic_results(membership=False), config={"tasks": ["extraction"]})
+    write_report(skipped, tmp_path / "skipped")
+    assert "Not run (tasks excludes membership)" in (tmp_path / "skipped" / "report.md").read_text()
 
 
 def test_summary_table_numbers(tmp_path):
     results = synthetic_results()
     table = format_summary_table(results)
     lines = table.splitlines()
-    overall = next(line for line in lines if line.startswith("overall"))
-    assert overall.split() == ["overall", "19", "52.6", "%", "0.689", "0.689"]  # token match = 13.1 / 19
+    end = next(line for line in lines if line.startswith("window end"))  # one row per placement, never pooled
+    # token match = 13.1 / 19; no one-pass top-1 accuracy in these windows; log p(suffix) -1.0, (n,p) 0.5
+    assert end.split() == ["window", "end", "19", "52.6", "%", "0.689", "0.689", "–", "-1.0", "0.500"]
     assert any(line.startswith("prefix 64") for line in lines)
     assert any(line.startswith("repetitions 0") for line in lines)
     loss = results["membership"]["attacks"]["loss"]
