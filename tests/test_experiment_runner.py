@@ -68,11 +68,21 @@ class FakeTrain:
 
 
 @dataclasses.dataclass
-class FakeEval:
-    model: str = option("", "model folder")
-    data: str = option("", "prepared folder")
-    out: str = option("", "out")
+class FakeEvalModel:
+    path: str = option("", "model folder")
+
+
+@dataclasses.dataclass
+class FakeEvalData:
+    path: str = option("", "prepared folder")
     prefix_lens: list[int] = option(factory=lambda: [4, 8], help="prefix lengths")
+
+
+@dataclasses.dataclass
+class FakeEval:  # the shape of goldfish.eval.EvalConfig: model.path, data.path, out
+    model: FakeEvalModel = option(factory=FakeEvalModel, help="model")
+    data: FakeEvalData = option(factory=FakeEvalData, help="data")
+    out: str = option("", "out")
 
 
 class Calls:
@@ -121,10 +131,10 @@ def make_pipeline(calls: Calls) -> Pipeline:
 
     def evaluate(cfg: FakeEval) -> dict:
         calls.evaluated.append(cfg.out)
-        run = _run_config(Path(cfg.model).parent)
-        docs = json.loads((Path(cfg.data) / "docs.json").read_text())
+        run = _run_config(Path(cfg.model.path).parent)
+        docs = json.loads((Path(cfg.data.path) / "docs.json").read_text())
         windows = []
-        for p in cfg.prefix_lens:
+        for p in cfg.data.prefix_lens:
             for d in docs:
                 hit = (d["doc"] + d["repetitions"]) % run["k"] == 0
                 windows.append({"doc_id": f"d{d['doc']}", "title": f"Doc {d['doc']}", "split": "members",
@@ -154,7 +164,7 @@ def experiment(tmp_path: Path, **extra) -> ExperimentConfig:
         "name": "fake", "out": str(tmp_path / "exp"),
         "data": {"seq_len": 16, "repetitions": [1, 2]},
         "train": {"steps": 20},
-        "eval": {"prefix_lens": [4, 8]},
+        "eval": {"data": {"prefix_lens": [4, 8]}},
         "arms": {"standard": {"train.loss.type": "standard"},
                  "goldfish": {"train.loss.type": "goldfish", "train.loss.k": 2}},
         "grid": {"train.model": ["tiny", "big"]},
@@ -184,7 +194,7 @@ def test_cells_with_equal_data_share_one_prepared_folder(tmp_path):
     for p in plans:
         assert p.train_cfg.data.path == str(p.data_dir)
         assert p.train_cfg.out == str(p.dir / "train")
-        assert p.eval_cfg.model == str(p.dir / "train" / "model")
+        assert p.eval_cfg.model.path == str(p.dir / "train" / "model")
         assert p.train_cfg.progress is False  # one progress bar: the experiment's
 
 

@@ -18,7 +18,7 @@ from .config import merged, split_overrides
 
 # Keys the runner sets in every cell (they wire the three phases together; a user value for them is replaced).
 TRAIN_WIRING = {"data": "data.path", "out": "out"}
-EVAL_WIRING = {"model": "model", "data": "data", "out": "out"}
+EVAL_WIRING = {"model": "model.path", "data": "data.path", "out": "out"}
 
 
 @dataclasses.dataclass
