@@ -1,12 +1,15 @@
 """Evaluation of memorization on any Hugging Face causal LM: extraction and membership inference.
 
     from goldfish.eval import EvalConfig, run_eval
-    results = run_eval(EvalConfig(model="runs/demo/model", data="data/prepared/wikipedia_demo", out="runs/demo/eval"))
+    from goldfish.config import load_config
+    results = run_eval(load_config(EvalConfig, None, ["model.path=runs/x/model", "data.path=data/prepared/x", "out=ev"]))
 
-Modules: ``loading`` (safe offline model/tokenizer loading), ``inputs`` (documents), ``windows`` (prefix/suffix
-windows), ``generate`` (batched KV-cached greedy decoding), ``extraction`` (one-pass measures), ``metrics``
-(registered per-window metrics), ``membership`` (MIA scores and ROC), ``aggregate`` (summaries), ``report``
-(Markdown and plots), ``run`` (orchestration). Submodules load lazily, so ``import goldfish.eval`` stays cheap.
+Modules: ``config`` (``EvalConfig`` sections), ``loading`` (safe offline model/tokenizer loading), ``inputs``
+(documents), ``windows`` (prefix/suffix windows), ``generate`` (batched KV-cached greedy decoding), ``extraction``
+(one-pass measures), ``metrics`` (registered per-window metrics), ``scoring`` (per-token log-probs in bounded
+memory), ``membership`` (MIA scores and ROC), ``aggregate`` (summaries), ``report`` (Markdown and plots),
+``compare`` (several results side by side), ``state`` (fingerprint and resumable partial files), ``run``
+(orchestration). The results schema is eval/SCHEMA.md. Submodules load lazily, so ``import goldfish.eval`` stays cheap.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 from .config import EvalConfig
 
 __all__ = ["EvalConfig", "run_eval", "extraction", "membership", "metrics", "aggregate", "report", "generate",
-           "loading", "windows", "inputs"]
+           "loading", "windows", "inputs", "scoring", "compare", "state"]
 
 
 def run_eval(cfg: EvalConfig) -> dict:

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 from goldfish.errors import UserError
 from goldfish.io import atomic_write_text
 
-from .aggregate import loglinear_fit, summarize
+from .aggregate import summarize
 from .plots import bar_chart, histogram, line_plot, roc_plot
 
 __all__ = [

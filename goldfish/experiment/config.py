@@ -72,7 +72,7 @@ class ExperimentConfig:
                                     "`data` overrides it")
     data: dict = option(factory=dict, help="PrepareConfig keys on top of data_recipe (every cell's data)")
     train: dict = option(factory=dict, help="TrainConfig keys of every cell (data.path, out: set per cell)")
-    eval: dict = option(factory=dict, help="EvalConfig keys of every cell (model, data, out: set per cell)")
+    eval: dict = option(factory=dict, help="EvalConfig keys of every cell (model.path, data.path, out: set per cell)")
     arms: dict = option(factory=dict, help="arm name -> dotted overrides, e.g. goldfish: {train.loss.type: goldfish}")
     grid: dict = option(factory=dict, help="axis -> list of values (dotted key) or of linked override mappings")
     hardware: HardwareConfig = option(factory=HardwareConfig, help="the machine a cell expects (dry-run checks)")
