@@ -2,7 +2,7 @@
 
     from goldfish.eval import EvalConfig, run_eval
     from goldfish.config import load_config
-    results = run_eval(load_config(EvalConfig, None, ["model.path=runs/x/model", "data.path=data/prepared/x", "out=ev"]))
+    results = run_eval(load_config(EvalConfig, None, ["model.path=runs/x/model", "data.path=prep/x", "out=ev"]))
 
 Modules: ``config`` (``EvalConfig`` sections), ``loading`` (safe offline model/tokenizer loading), ``inputs``
 (documents), ``windows`` (prefix/suffix windows), ``generate`` (batched KV-cached greedy decoding), ``extraction``

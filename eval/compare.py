@@ -77,7 +77,8 @@ def write_comparison_report(arms: Mapping[str, Mapping], out_dir: str | os.PathL
     for name, r in arms.items():
         o = summary_of(r).get("overall") or {}
         a = attacks_of(r).get(attack) or {}
-        rows.append([name, fmt_num(o.get("n_windows")), fmt_exact(o), fmt_num(o.get("token_match")), fmt_num(o.get("rouge_l")),
+        rows.append([name, fmt_num(o.get("n_windows")), fmt_exact(o), fmt_num(o.get("token_match")),
+                     fmt_num(o.get("rouge_l")),
                      fmt_auc(a) if a else "–", fmt_pct(a.get("tpr_at_1pct_fpr")) if a else "–"])
     lines = [f"# {title}", "", markdown_table(["arm", "windows", "exact match [95 % CI]", "token match", "ROUGE-L",
                                                f"{attack} AUC [95 % CI]", "TPR @ 1 % FPR"], rows), ""]

@@ -73,7 +73,8 @@ def check_weights(src: ModelSource, allow_pickle: bool) -> bool:
         raise UserError(f"{src.folder} has a config.json but no weights (*.safetensors); was the save interrupted?")
     if not allow_pickle:
         raise UserError(f"{src.folder} holds only pickle weights ({pickles[0]}), which can run code when loaded; "
-                        f"convert them to safetensors, or pass --allow-pickle to load with torch.load(weights_only=True)")
+                        f"convert them to safetensors, or set model.allow_pickle=true to load with "
+                        f"torch.load(weights_only=True)")
     return False
 
 

@@ -237,7 +237,8 @@ def _partial(s: Mapping) -> list[str]:
             for i, d in enumerate(docs[:N_RANKED])]
     more = f" (top {N_RANKED} of {len(docs)}; all in results.json summary.documents)" if len(docs) > N_RANKED else ""
     return ["## Partial memorisation", "",
-            f"Documents ranked by one-pass top-1 accuracy, then suffix log-probability, means over their windows{more}.",
+            f"Documents ranked by one-pass top-1 accuracy, then suffix log-probability, means over their "
+            f"windows{more}.",
             "", markdown_table(["rank", "document", "split", "group", "windows", "top-1 acc", "log p(suffix)",
                                 "(n,p) extraction", "token match", "exact match"], rows), ""]
 

@@ -116,7 +116,7 @@ def build_windows(docs: Sequence[Document], prefix_lens: Sequence[int], suffix_l
         need = min(suffix_len + (1 if p == ALL else p) for p in prefix_lens)
         raise UserError(f"all {len(docs)} documents are too short: the smallest window needs {need} tokens "
                         f"(prefix + suffix_len={suffix_len}) but the longest document has {longest}; "
-                        f"use a smaller --prefix-len/--suffix-len or longer documents")
+                        f"use a smaller data.prefix_lens/data.suffix_len or longer documents")
     return windows, skipped
 
 

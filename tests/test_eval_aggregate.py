@@ -53,7 +53,8 @@ def test_one_pass_measures_by_split_group_and_window_with_intervals():
     ws = [window(8, None, False, 0.5, 0.5, split="members", group="famous", window="start", doc_id="a",
                  onepass_token_acc=0.9, suffix_logprob=-2.0, np_extraction=0.5, beam_exact_match=True, sample_rate=0.5),
           window(8, None, False, 0.1, 0.1, split="members", group="famous", window="end", doc_id="a",
-                 onepass_token_acc=0.7, suffix_logprob=-4.0, np_extraction=0.1, beam_exact_match=False, sample_rate=0.0),
+                 onepass_token_acc=0.7, suffix_logprob=-4.0, np_extraction=0.1, beam_exact_match=False,
+                 sample_rate=0.0),
           window(8, 0, False, 0.0, 0.0, split="nonmembers", group=None, window="start", doc_id="z",
                  onepass_token_acc=0.1, suffix_logprob=-60.0, np_extraction=0.0, beam_exact_match=False,
                  sample_rate=0.0)]

@@ -88,7 +88,7 @@ def _pickle_folder(tmp_path, saved, payload=None):
 
 def test_pickle_weights_refused_unless_allowed(tmp_path, saved):
     folder, original = _pickle_folder(tmp_path, saved)
-    with pytest.raises(UserError, match="--allow-pickle"):
+    with pytest.raises(UserError, match="model.allow_pickle=true"):
         load_model(folder)
     assert torch.equal(_logits(load_model(folder, allow_pickle=True, device="cpu")), _logits(original))
 
