@@ -127,19 +127,19 @@ def available_bytes(device: torch.device) -> int | None:
         return None
 
 
-def check_memory(model: Any, batches: Sequence[Sequence[Segment]], chunk: int, what: str = "membership") -> int:
-    """Raise one UserError naming the setting that fits when the largest batch would not fit in free memory;
-    returns the estimated peak transient bytes."""
+def check_memory(model: Any, batches: Sequence[Sequence[Segment]], chunk: int, token_budget: int) -> int:
+    """Raise one UserError naming the settings that make it fit when the largest batch would not fit in free
+    memory; returns the estimated peak transient bytes of the plan."""
     if not batches:
         return 0
     need = max(batch_bytes(model, len(b), b[0].length, chunk) for b in batches)
     free = available_bytes(next(model.parameters()).device)
     if free is not None and need > 0.9 * free:
-        longest = max(b[0].length for b in batches)
-        fit = max(64, longest // 2)
-        raise UserError(f"{what} scoring needs about {need / 2**30:.1f} GiB per batch but only {free / 2**30:.1f} "
-                        f"GiB are free; lower membership.token_budget (now > {fit}) or set membership.window={fit} "
-                        f"to score long documents in shorter windows")
+        window = max(64, max(b[0].length for b in batches) // 2)
+        raise UserError(f"membership scoring needs about {need / 2**30:.1f} GiB per batch but only "
+                        f"{free / 2**30:.1f} GiB are free; set membership.token_budget={max(1, token_budget // 2)} "
+                        f"and membership.window={window} (long documents in shorter windows), or "
+                        f"membership.chunk={max(1, chunk // 2)}")
     return need
 
 
@@ -229,7 +229,7 @@ def iter_token_statistics(model: Any, docs: Sequence[Sequence[int]], *, window: 
     segs = [s for i, d in enumerate(docs) for s in segments(i, len(d), window, stride)]
     batches = plan_batches(segs, token_budget)
     if check:
-        check_memory(model, batches, chunk)
+        check_memory(model, batches, chunk, token_budget)
     device = next(model.parameters()).device
     remaining = np.bincount([s.doc for s in segs], minlength=len(docs))
     pieces: dict[int, list[tuple[int, tuple[torch.Tensor, ...]]]] = {}
