@@ -105,10 +105,15 @@ def _columns(rows: Sequence[Mapping]) -> list[tuple[str, Any]]:
     return cols
 
 
+def _stratum(key: str) -> str:
+    return "all" if key == "-1" else key  # prefix length -1 = all but the last S tokens
+
+
 def summary_table(label: str, strata: Mapping[str, Mapping]) -> str:
     """A Markdown table, one row per stratum, with every summary measure and its interval."""
     cols = _columns(list(strata.values()))
-    return markdown_table([label] + [h for h, _ in cols], [[k] + [f(r) for _, f in cols] for k, r in strata.items()])
+    return markdown_table([label] + [h for h, _ in cols],
+                          [[_stratum(k)] + [f(r) for _, f in cols] for k, r in strata.items()])
 
 
 def _terminal_rows(s: Mapping) -> list[tuple[str, Mapping]]:
@@ -117,7 +122,7 @@ def _terminal_rows(s: Mapping) -> list[tuple[str, Mapping]]:
                        ("by_group", "group")):
         strata = s.get(key) or {}
         if len(strata) > 1:
-            rows += [(f"{label} {k}", r) for k, r in strata.items()]
+            rows += [(f"{label} {_stratum(k)}", r) for k, r in strata.items()]
     return rows
 
 
