@@ -135,8 +135,9 @@ class DecodingSection:
 
     batch_size: Union[int, str] = option("auto", "windows per generation batch, or 'auto' (memory estimate on GPU, "
                                                  "halved on out-of-memory; 32 on CPU)")
-    stop_at_eos: bool = option(False, "stop a continuation at the model's eos token (pad the rest), as "
-                                      "model.generate does by default; off: always decode suffix_len tokens")
+    stop_at_eos: bool = option(False, "end a continuation after its first eos token, as plain model.generate "
+                                      "does (it is then shorter than suffix_len and not an exact match unless the "
+                                      "truth ends there); off: always decode suffix_len tokens")
     beam: int = option(1, "beam width; > 1 adds a beam-search extraction (beam_exact_match) next to greedy")
     samples: int = option(0, "sampled extraction: draw this many temperature samples per window and count exact "
                              "reproductions (sample_rate; 0 = off)")
