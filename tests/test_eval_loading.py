@@ -168,3 +168,16 @@ def test_one_gguf_read_shares_one_reader_per_file(tmp_path, monkeypatch):
     gguf.GGUFReader(a)  # outside the block: transformers' behaviour is untouched
     assert len(parses) == 3 and gguf.GGUFReader is CountingReader
 
+
+
+def test_progress_false_silences_the_gguf_conversion_bar():
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    from goldfish.eval.loading import _quiet_transformers
+
+    bar = gguf_utils.tqdm
+    with _quiet_transformers(progress=False):
+        assert gguf_utils.tqdm(range(3)).disable  # what transformers' GGUF loop would build
+    with _quiet_transformers(progress=True):
+        assert gguf_utils.tqdm is bar
+    assert gguf_utils.tqdm is bar  # restored
