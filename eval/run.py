@@ -126,7 +126,7 @@ def evaluate_chunk(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig,
 
 def evaluate_windows(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig, out: Path) -> list[dict]:
     """All window records in window order, computing only those not already in the partial file."""
-    done = read_windows(out)
+    done = read_windows(out, cfg.resume)
     todo = [w for w in dict((w.key, w) for w in windows).values() if w.key not in done]
     if done:
         log.info("resuming: %d of %d windows already done", len(windows) - len(todo), len(windows))
@@ -156,7 +156,7 @@ def run_membership(model, reference, splits: dict, cfg: EvalConfig, tokenizer, o
     if "membership" not in cfg.tasks or not splits.get("nonmembers"):
         return None
     m = cfg.membership
-    with JsonlDict(out / MEMBERSHIP_PARTIAL) as cache, JsonlLogger(out / "eval_log.jsonl") as logger:
+    with JsonlDict(out / MEMBERSHIP_PARTIAL, cfg.resume) as cache, JsonlLogger(out / "eval_log.jsonl") as logger:
         kw = dict(reference_model=reference, min_k_ratios=tuple(m.min_k_ratios), tokenizer=tokenizer,
                   window=m.window, stride=m.stride, token_budget=m.token_budget, chunk=m.chunk, cache=cache,
                   progress=cfg.progress, logger=logger)
@@ -237,7 +237,7 @@ def run_eval(cfg: EvalConfig) -> dict:
     for name, docs in splits.items():
         check_vocab(model, tokenizer, [d.tokens for d in docs], what=f"the {name} documents")
     _check_context(model, windows, cfg.data.suffix_len)
-    claim_folder(out, fingerprint(cfg, splits), cfg.resume, cfg.overwrite)
+    claim_folder(out, fingerprint(cfg, splits), cfg.overwrite)
     records = evaluate_windows(model, tokenizer, windows, cfg, out) if windows else []
     results = {
         "schema": SCHEMA,

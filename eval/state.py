@@ -3,7 +3,8 @@
 * ``fingerprint.json`` -- what determines the results: the model (path and each weight file's name, size and mtime),
   the reference model, the documents (sha256 of every split's ids and tokens) and the config without the settings
   that only change speed or presentation (:data:`OPERATIONAL`). A run into a folder with a different fingerprint is
-  refused with one line before anything is written; ``overwrite=true`` starts afresh there on purpose.
+  refused with one line before anything is written; ``overwrite=true`` starts afresh there on purpose. With
+  ``resume=false`` the finished work is ignored (recomputed) but earlier results stay until new ones replace them.
 * ``windows.partial.jsonl`` -- one finished extraction window per line, keyed by the window's sha256.
 * ``membership.partial.jsonl`` -- one document's reduced membership scores per pass per line (``{"key", "value"}``).
 
@@ -80,9 +81,10 @@ def _differences(old: dict, new: dict, prefix: str = "") -> list[str]:
     return out
 
 
-def claim_folder(out: Path, print_: dict, resume: bool, overwrite: bool) -> None:
-    """Refuse (one line, nothing written) a folder holding a different run unless ``overwrite``; clear the finished
-    work when starting afresh (``overwrite``, or ``resume=false``); then record ``print_``."""
+def claim_folder(out: Path, print_: dict, overwrite: bool) -> None:
+    """Refuse (one line, nothing written) a folder holding a different evaluation unless ``overwrite``; then record
+    ``print_`` (the first write, atomic: a full disk fails here with the folder unchanged) and, when replacing a
+    different evaluation on purpose, remove its outputs."""
     path = out / FINGERPRINT
     old = None
     if path.is_file():
@@ -96,17 +98,18 @@ def claim_folder(out: Path, print_: dict, resume: bool, overwrite: bool) -> None
         diff = _differences(old, print_) or ["(no fingerprint)"]
         raise UserError(f"{out} holds results of a different evaluation (differs in: {', '.join(diff[:6])}); use "
                         f"another out folder, or overwrite=true to replace them")
-    if overwrite or not resume or old != print_:
-        for name in OUTPUTS:
-            (out / name).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, print_)
+    if old is not None and old != print_:
+        for name in OUTPUTS[1:]:
+            (out / name).unlink(missing_ok=True)
 
 
-def read_windows(out: Path) -> dict[str, dict]:
-    """Finished windows by sha256, after rewriting the partial file cleanly (appends never follow a torn line)."""
+def read_windows(out: Path, resume: bool = True) -> dict[str, dict]:
+    """Finished windows by sha256 (none unless ``resume``), after rewriting the partial file cleanly (appends never
+    follow a torn line; atomic, so a failure leaves the old file)."""
     path = out / WINDOWS_PARTIAL
-    rows = read_jsonl(path) if path.is_file() else []
+    rows = read_jsonl(path) if resume and path.is_file() else []
     done = {r["sha256"]: r for r in rows if "sha256" in r}
     atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in done.values()))
     return done
@@ -114,11 +117,11 @@ def read_windows(out: Path) -> dict[str, dict]:
 
 class JsonlDict(MutableMapping[str, dict]):
     """A dict whose assignments are appended (and flushed) to a JSONL file as ``{"key", "value"}`` lines; opening
-    it again reloads them. Used as the membership score cache."""
+    it again reloads them (unless ``resume`` is false: then it starts empty). Used as the membership score cache."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, resume: bool = True):
         self.path = path
-        rows = read_jsonl(path) if path.is_file() else []
+        rows = read_jsonl(path) if resume and path.is_file() else []
         self._data = {r["key"]: r["value"] for r in rows if "key" in r and "value" in r}
         atomic_write_text(path, "".join(json.dumps({"key": k, "value": v}) + "\n" for k, v in self._data.items()))
         self._f = open(path, "a", encoding="utf-8")

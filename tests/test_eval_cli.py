@@ -128,6 +128,25 @@ def test_resume_refusal_and_overwrite(setup, tmp_path, capsys):
     assert run_eval(cfg)["windows"][0]["generation"] == fresh["windows"][0]["generation"]  # new fingerprint kept
 
 
+def test_a_failed_rerun_without_resume_keeps_the_earlier_results(setup, tmp_path, monkeypatch):
+    import goldfish.eval.run as run_module
+
+    out = tmp_path / "ev"
+    run_eval(_cfg(setup, out))
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.name != "eval_log.jsonl"}
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(run_module, "evaluate_chunk", crash)
+    with pytest.raises(RuntimeError):
+        run_eval(_cfg(setup, out, resume=False))  # recomputes every window: the first chunk dies
+    after = {p.name: p.read_bytes() for p in out.iterdir() if p.name != "eval_log.jsonl"}
+    assert after.keys() == before.keys()
+    assert all(after[k] == before[k] for k in before if k != WINDOWS_PARTIAL)  # results.json etc. untouched
+    assert after[WINDOWS_PARTIAL] == b""  # the finished windows were set aside, as resume=false asks
+
+
 def test_killed_membership_run_resumes_without_rescoring(setup, tmp_path, monkeypatch):
     root, model, docs, non = setup
     cfg = _cfg(setup, tmp_path / "ev", tasks=["membership"], data={"nonmembers": str(non)})
