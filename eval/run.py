@@ -16,19 +16,18 @@ import csv
 import io
 import json
 import logging
-import math
 import subprocess
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 from tqdm.auto import tqdm
 
 from goldfish.config import save_config, to_dict
 from goldfish.errors import UserError
-from goldfish.io import JsonlLogger, atomic_write_text
+from goldfish.io import JsonlLogger, atomic_write_text, strict_json
 
 from . import extraction, membership
 from .aggregate import summarize
@@ -176,17 +175,6 @@ def write_csv(path: Path, windows: Sequence[dict]) -> None:
     atomic_write_text(path, buf.getvalue())
 
 
-def strict_json(obj: Any) -> Any:
-    """``obj`` with every non-finite float (NaN, ±inf: not JSON) replaced by null."""
-    if isinstance(obj, dict):
-        return {str(k): strict_json(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [strict_json(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
 def _load_tokenizer(cfg: EvalConfig):
     try:
         return load_tokenizer(cfg.model.path)
@@ -254,8 +242,8 @@ def run_eval(cfg: EvalConfig) -> dict:
         "membership": run_membership(model, reference, splits, cfg, tokenizer, out),
         "windows": records,
     }
-    results = strict_json(results)
-    atomic_write_text(out / "results.json", json.dumps(results, indent=2, allow_nan=False) + "\n")
+    results = json.loads(strict_json(results))  # what is written: non-finite values as null, noted in json_nulls
+    atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
     write_csv(out / "results.csv", records)
     save_config(cfg, out / "eval_config.yaml")  # with its results: never describes a run that did not finish
     if cfg.report:

@@ -56,5 +56,5 @@ def one_line(exc: BaseException) -> str | None:
                 f"folder; earlier results are untouched")
     if isinstance(exc, (AssertionError, RuntimeError)) and _cuda_missing(exc):
         return (f"CUDA was requested but this machine has no usable CUDA device ({str(exc).splitlines()[0][:100]}); "
-                f"use --device cpu (or device=auto)")
+                f"use model.device=cpu (or model.device=auto)")
     return None

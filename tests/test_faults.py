@@ -294,12 +294,12 @@ def test_a_full_disk_while_preparing_keeps_the_old_folder(data, tmp_path, capsys
 def test_a_full_disk_while_evaluating_keeps_earlier_results(data, tmp_path, capsys, monkeypatch):
     run = tmp_path / "run"
     assert cli(train_argv(data, run), capsys)[0] == 0
-    argv = ["eval", "--model", run / "model", "--data", data, "--out", tmp_path / "ev", "--prefix-len", "4",
-            "--suffix-len", "4", "--no-report", "--no-progress"]
+    argv = ["eval", "--model", run / "model", "--data", data, "--out", tmp_path / "ev", "data.prefix_lens=[4]",
+            "data.suffix_len=4", "report=false", "progress=false"]
     assert cli(argv, capsys)[0] == 0
     before = hashes(tmp_path / "ev")
     monkeypatch.setattr(os, "fsync", _raise_enospc)
-    assert_one_error(*cli([*argv, "--no-resume"], capsys), "no space left on device")
+    assert_one_error(*cli([*argv, "resume=false"], capsys), "no space left on device")
     assert hashes(tmp_path / "ev") == before and leftovers(tmp_path / "ev") == []
 
 
@@ -327,9 +327,9 @@ def test_no_cuda_is_one_line(data, tmp_path, capsys):
         pytest.skip("this machine has CUDA")
     run = tmp_path / "run"
     assert cli(train_argv(data, run), capsys)[0] == 0
-    argv = ["eval", "--model", run / "model", "--data", data, "--out", tmp_path / "ev", "--device", "cuda",
-            "--prefix-len", "4", "--suffix-len", "4", "--no-report", "--no-progress"]
-    assert_one_error(*cli(argv, capsys), "no usable CUDA device", "--device cpu")
+    argv = ["eval", "--model", run / "model", "--data", data, "--out", tmp_path / "ev", "model.device=cuda",
+            "data.prefix_lens=[4]", "data.suffix_len=4", "report=false", "progress=false"]
+    assert_one_error(*cli(argv, capsys), "no usable CUDA device", "model.device=cpu")
 
 
 def test_without_a_terminal_training_logs_a_line_per_interval(data, tmp_path, capsys, monkeypatch):
@@ -592,8 +592,8 @@ def test_eval_killed_at_a_random_moment_resumes_to_the_same_results(data, tmp_pa
     run = tmp_path / "run"
     assert cli(train_argv(data, run, schedule={"max_steps": 2, "global_batch_size": 4, "micro_batch_size": 4}),
                capsys)[0] == 0
-    argv = ["eval", "--model", run / "model", "--data", data, "--prefix-len", "4,8", "--suffix-len", "8",
-            "--no-report", "--no-progress", "--batch-size", "1"]
+    argv = ["eval", "--model", run / "model", "--data", data, "data.prefix_lens=[4,8]", "data.suffix_len=8",
+            "report=false", "progress=false", "decoding.batch_size=1"]
     assert cli([*argv, "--out", tmp_path / "reference"], capsys)[0] == 0
     seed = int(time.time())
     proc = _spawn([*argv, "--out", tmp_path / "killed"])
@@ -627,7 +627,7 @@ train:
   optim: {{lr: 1.0e-2, warmup_steps: 2}}
   schedule: {{max_steps: 24, global_batch_size: 4, micro_batch_size: 4}}
   checkpoint: {{every_steps: 4, keep_last: 1}}
-eval: {{prefix_lens: [8], suffix_len: 8, n_bootstrap: 10}}
+eval: {{data: {{prefix_lens: [8], suffix_len: 8}}, membership: {{n_bootstrap: 10}}}}
 arms:
   standard: {{train.loss.type: standard}}
   goldfish: {{train.loss.type: goldfish, train.loss.goldfish: {{k: 4, h: 13}}}}
