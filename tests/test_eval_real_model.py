@@ -12,7 +12,7 @@ import json
 import random
 from pathlib import Path
 
-import gguf
+import gguf as gguf_package
 import pytest
 
 from goldfish.config import from_dict
@@ -90,8 +90,8 @@ def test_smollm2_regurgitates_famous_openings(tmp_path, capsys, monkeypatch):
                  "window": ["start"], "extract_splits": ["members", "nonmembers"]},
         "membership": {"n_bootstrap": 100}})
     reads = []
-    real_reader = gguf.GGUFReader
-    monkeypatch.setattr(gguf, "GGUFReader", lambda *a, **k: reads.append(a[0]) or real_reader(*a, **k))
+    real_reader = gguf_package.GGUFReader
+    monkeypatch.setattr(gguf_package, "GGUFReader", lambda *a, **k: reads.append(a[0]) or real_reader(*a, **k))
     res = run_eval(cfg)
     assert len(reads) == 1  # tokenizer, config and weights from one parse of the file
     famous = [w for w in res["windows"] if w["split"] == "members"]
