@@ -25,9 +25,9 @@ def write_k_baseline(plan) -> Path | None:
         return None
     model = load_model(plan.model_dir)
     docs = [m["input_ids"] for m in prepared.members]
-    prefix_lens = [p for p in plan.eval_cfg.prefix_lens if p > 0]
-    rows = baseline_rows(model, docs, prefix_lens, plan.eval_cfg.suffix_len, gcfg)
+    prefix_lens = [p for p in plan.eval_cfg.data.prefix_lens if p > 0]
+    rows = baseline_rows(model, docs, prefix_lens, plan.eval_cfg.data.suffix_len, gcfg)
     path = plan.eval_dir / FILE
     atomic_write_json(path, {"k": gcfg.k, "h": gcfg.h, "strategy": gcfg.strategy,
-                             "suffix_len": plan.eval_cfg.suffix_len, "rows": rows})
+                             "suffix_len": plan.eval_cfg.data.suffix_len, "rows": rows})
     return path
