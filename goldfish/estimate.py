@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import types
+from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, UserError
@@ -89,7 +90,10 @@ def shape_of(model_cfg: Any, vocab_size: int) -> ModelShape:
     if getattr(model_cfg, "path", None):
         from transformers import AutoConfig
 
-        config = AutoConfig.from_pretrained(model_cfg.path, local_files_only=True, trust_remote_code=False)
+        path = Path(model_cfg.path).expanduser()
+        where = dict(gguf_file=path.name) if path.suffix == ".gguf" else {}  # a GGUF holds its config
+        config = AutoConfig.from_pretrained(str(path.parent if where else path), local_files_only=True,
+                                            trust_remote_code=False, **where)
         vocab_size = config.vocab_size
     else:
         from .models import llama_config

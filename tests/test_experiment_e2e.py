@@ -43,8 +43,9 @@ def test_every_phase_wrote_its_files(micro):
 
 def test_summary_and_table_agree_with_the_cells(micro):
     summary = json.loads((micro / "summary.json").read_text())
-    assert set(summary) == {"standard", "goldfish"}
-    for arm, s in summary.items():
+    assert set(summary) == {"control", "standard", "goldfish", "blind_auc", "blind_auc_ci"}
+    for arm in ("standard", "goldfish"):
+        s = summary[arm]
         results = json.loads((micro / "cells" / arm / "eval" / "results.json").read_text())
         train = json.loads((micro / "cells" / arm / "train" / "summary.json").read_text())
         assert s["exact_match_rate"] == results["summary"]["overall"]["exact_match_rate"]
@@ -59,10 +60,59 @@ def test_summary_and_table_agree_with_the_cells(micro):
     assert 0.15 < frac < 0.35
     with open(micro / "results.csv") as f:
         rows = list(csv.DictReader(f))
-    # 2 cells x 1 prefix length x 2 repetition strata (repetitions [1, 2])
+    # 3 cells x 1 prefix length x 2 repetition strata (repetitions [1, 2])
     assert sorted((r["cell"], r["prefix_len"], r["repetitions"]) for r in rows) == sorted(
-        (a, "16", r) for a in ("standard", "goldfish") for r in ("1", "2"))
+        (a, "16", r) for a in ("control", "standard", "goldfish") for r in ("1", "2"))
     assert sum(int(r["n_windows"]) for r in rows if r["cell"] == "standard") == 16
+
+
+def test_the_control_cell_is_the_untrained_initial_model(micro):
+    import torch
+    from safetensors.torch import load_file
+
+    from goldfish.config import load_config
+    from goldfish.models import build_model
+    from goldfish.train_config import TrainConfig
+
+    cell = micro / "cells" / "control"
+    assert not (cell / "train" / "metrics.jsonl").exists()  # no training step ran
+    train_cfg = load_config(TrainConfig, cell / "train_config.yaml", [])
+    vocab = json.loads((micro / "cells" / "control" / "eval" / "results.json").read_text())["model"]["vocab_size"]
+    fresh = build_model(train_cfg.model, vocab, train_cfg.seed).state_dict()
+    saved = load_file(str(cell / "train" / "model" / "model.safetensors"))
+    trained = load_file(str(micro / "cells" / "standard" / "train" / "model" / "model.safetensors"))
+    name = "model.layers.0.mlp.up_proj.weight"
+    assert torch.equal(saved[name], fresh[name]) and not torch.equal(trained[name], fresh[name])
+    summary = json.loads((micro / "summary.json").read_text())
+    assert summary["control"]["tokens_seen"] == 0 and summary["control"]["steps"] == 0
+    attacks = json.loads((cell / "attacks.json").read_text())
+    assert attacks["attacks"]["reference"]["auc"] == 0.5  # the control is its own reference: no signal
+    assert 0.0 <= summary["blind_auc"] <= 1.0
+
+
+def test_kept_and_dropped_positions_are_the_ones_training_dropped(micro):
+    import torch
+
+    from goldfish.config import load_config
+    from goldfish.data import load_prepared
+    from goldfish.experiment.attacks import dropped_targets, mask_config
+    from goldfish.masks import config_mask
+    from goldfish.train import goldfish_config
+    from goldfish.train_config import TrainConfig
+
+    cell = micro / "cells" / "goldfish"
+    train_cfg = load_config(TrainConfig, cell / "train_config.yaml", [])
+    prepared = load_prepared(train_cfg.data.path)
+    ours = mask_config(train_cfg, prepared)
+    assert ours is not None and ours == goldfish_config(train_cfg, prepared)  # the trainer's own settings
+    checked = 0
+    for ids in prepared.members["input_ids"]:  # one document per row: the row that starts with it
+        row = next(r for r in prepared.train if list(r["input_ids"][:len(ids)]) == list(ids))
+        t = {k: torch.tensor([row[k]]) for k in ("labels", "document_ids", "position_ids")}
+        trained = config_mask(t["labels"], ours, document_ids=t["document_ids"], position_ids=t["position_ids"])
+        assert trained[0, 1:len(ids)].tolist() == dropped_targets([ids], ours)[0].tolist()
+        checked += 1
+    assert checked == 16
 
 
 def test_rerun_skips_finished_cells(micro):
@@ -85,4 +135,4 @@ def test_cli_errors_are_one_line(capsys, tmp_path):
     assert main(["experiment", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: experiment 'bad' has invalid cells: train: ")
-    assert "optim" in err[0] and "lr=-1" in err[0] and err[0].endswith("[every cell]")
+    assert "optim" in err[0] and "lr=-1" in err[0] and err[0].endswith("[a]")  # the control cell has no arm overrides

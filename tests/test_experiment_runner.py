@@ -92,6 +92,7 @@ class Calls:
         self.prepared: list[str] = []
         self.trained: list[str] = []
         self.evaluated: list[str] = []
+        self.initialised: list[str] = []
         self.fail_on_train = fail_on_train
 
 
@@ -129,6 +130,13 @@ def make_pipeline(calls: Calls) -> Pipeline:
                                                  "wall_time_s": 1.5})
         return out
 
+    def initial_model(cfg: FakeTrain) -> Path:  # the untrained model: memorises (almost) nothing
+        calls.initialised.append(cfg.out)
+        out = Path(cfg.out)
+        (out / "model").mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out / "fake_config.json", {"k": 1000, "data": cfg.data.path})
+        return out / "model"
+
     def evaluate(cfg: FakeEval) -> dict:
         calls.evaluated.append(cfg.out)
         run = _run_config(Path(cfg.model.path).parent)
@@ -156,12 +164,12 @@ def make_pipeline(calls: Calls) -> Pipeline:
         atomic_write_json(Path(cfg.out) / "results.json", results)
         return results
 
-    return Pipeline(FakePrepare, FakeTrain, FakeEval, prepare, train, evaluate)
+    return Pipeline(FakePrepare, FakeTrain, FakeEval, prepare, train, evaluate, initial_model)
 
 
 def experiment(tmp_path: Path, **extra) -> ExperimentConfig:
     data = {
-        "name": "fake", "out": str(tmp_path / "exp"),
+        "name": "fake", "out": str(tmp_path / "exp"), "control": False,
         "data": {"seq_len": 16, "repetitions": [1, 2]},
         "train": {"steps": 20},
         "eval": {"data": {"prefix_lens": [4, 8]}},
@@ -364,3 +372,28 @@ def test_only_runs_matching_cells_but_reports_every_finished_one(tmp_path):
     assert [Path(p).parent.name for p in calls.trained] == ["standard__model=big"]
     results = json.loads((tmp_path / "exp" / "results.json").read_text())
     assert results["n_done"] == 3 and results["missing"] == ["goldfish__model=big"]
+
+
+def test_the_control_cell_trains_nothing_and_is_evaluated_like_the_arms(tmp_path):
+    calls = Calls()
+    cfg = experiment(tmp_path, grid={"train.model": ["tiny", "big"]}, control=True)
+    cells = expand_cells(cfg)
+    assert [c.id for c in cells] == ["control__model=tiny", "standard__model=tiny", "goldfish__model=tiny",
+                                     "control__model=big", "standard__model=big", "goldfish__model=big"]
+    assert cells[0].control and not cells[1].control and cells[0].overrides == {"train.model": "tiny"}
+    run_experiment(cfg, make_pipeline(calls), progress=False)
+    out = tmp_path / "exp"
+    assert sorted(Path(t).parent.name for t in calls.trained) == sorted(
+        f"{a}__model={m}" for a in ("standard", "goldfish") for m in ("tiny", "big"))
+    assert sorted(Path(t).parent.name for t in calls.initialised) == ["control__model=big", "control__model=tiny"]
+    assert len(calls.evaluated) == 6
+    train = json.loads((out / "cells" / "control__model=tiny" / "train" / "summary.json").read_text())
+    assert train["control"] is True and train["steps"] == 0 and train["tokens"] == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["control__model=tiny"]["exact_match_rate"] == 0.0  # (d + reps) % 1000 == 0 never holds here
+    assert summary["control__model=tiny"]["tokens_seen"] == 0
+
+
+def test_control_is_a_reserved_arm_name(tmp_path):
+    with pytest.raises(ConfigError, match="arm name 'control' is reserved"):
+        experiment(tmp_path, control=True, arms={"control": {"train.loss.type": "standard"}})

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import ConfigError, UserError
     from ..experiment import default_pipeline, load_experiment, plan_cells, run_experiment
     from ..experiment.aggregate import aggregate
-    from ..experiment.report import headline_table, write_study_report
+    from ..experiment.report import headline_table, paper_table, regime, write_study_report
     from ..experiment.runner import describe_plans
 
     cfg = load_experiment(args.config, args.overrides)
@@ -79,7 +79,12 @@ def run(args: argparse.Namespace) -> int:
             results = json.load(f)
     if not results["cells"]:
         raise ConfigError(f"no finished cells in {cfg.out_dir}; run the experiment first")
+    print(regime(results))
     print(headline_table(results, markdown=False))
+    paper = paper_table(results, markdown=False) if cfg.paper_numbers else None
+    if paper:
+        print("\nbeside the paper (Hans et al. 2024, Fig. 1: Llama-2-7B, 100 articles x 100 epochs):")
+        print(paper)
     print(f"\nreport: {cfg.out_dir / 'report.md'}   summary: {cfg.out_dir / 'summary.json'}   "
           f"table: {cfg.out_dir / 'results.csv'}")
     return 0

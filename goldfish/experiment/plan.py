@@ -19,13 +19,24 @@ from .config import merged, split_overrides
 # Keys the runner sets in every cell (they wire the three phases together; a user value for them is replaced).
 TRAIN_WIRING = {"data": "data.path", "out": "out"}
 EVAL_WIRING = {"model": "model.path", "data": "data.path", "out": "out"}
+ATTACKS_FILE = "attacks.json"  # a cell's extra analysis (goldfish.experiment.attacks)
+MODEL_PATH_KEY = "model.path"  # in the train section: the model a fine-tune starts from
+TOKENIZER_KEY = "tokenizer.name"  # in the data section: set to the starting model, so the vocabularies agree
+
+
+def starting_model(cfg: ExperimentConfig, train: dict) -> str:
+    """The cell's starting model: its own ``train.model.path``, else the experiment's ``base_model`` ('' = none)."""
+    own = (train.get("model") or {}).get("path") if isinstance(train.get("model"), dict) else None
+    return str(own) if own else cfg.base_model
 
 
 @dataclasses.dataclass
 class Pipeline:
     """What a cell runs. ``prepare(cfg, out=, overwrite=False, progress=False) -> Path``, ``train(cfg) -> Path``,
-    ``evaluate(cfg) -> dict`` (the ``goldfish-eval/1`` results); ``baseline(plan)`` (optional) writes the cell's
-    k baseline after evaluation."""
+    ``evaluate(cfg) -> dict`` (the ``goldfish-eval/1`` results); ``initial_model(train_cfg) -> Path`` writes the
+    untrained model a from-scratch control cell evaluates to ``<train_cfg.out>/model``; ``baseline(plan)`` (optional)
+    writes the cell's k baseline after evaluation; ``analyse(plan, plans)`` writes the cell's ``attacks.json``
+    (None: skipped)."""
 
     prepare_config: type
     train_config: type
@@ -33,7 +44,9 @@ class Pipeline:
     prepare: Callable[..., Path]
     train: Callable[[Any], Path]
     evaluate: Callable[[Any], dict]
+    initial_model: Callable[[Any], Path]
     baseline: Callable[["CellPlan"], Any] | None = None
+    analyse: Callable[[Any, list], dict] | None = None
 
 
 def _prepare(cfg: Any, out: Path, overwrite: bool = False, progress: bool = True) -> Path:
@@ -60,6 +73,18 @@ def _baseline(plan: "CellPlan") -> Any:
     return write_k_baseline(plan)
 
 
+def _initial_model(cfg: Any) -> Path:
+    from .control import export_initial_model
+
+    return export_initial_model(cfg)
+
+
+def _analyse(plan: "CellPlan", plans: list["CellPlan"]) -> dict:
+    from .control import analyse_cell
+
+    return analyse_cell(plan, plans)
+
+
 def default_pipeline() -> Pipeline:
     """The toolkit's own data, training and evaluation. Only the config classes are imported here, so planning
     and ``--dry-run`` need no model code; each phase imports its module when it first runs."""
@@ -68,7 +93,10 @@ def default_pipeline() -> Pipeline:
     from ..data.config import PrepareConfig
     from ..train_config import TrainConfig
 
-    return Pipeline(PrepareConfig, TrainConfig, EvalConfig, _prepare, _train, _evaluate, _baseline)
+    return Pipeline(
+        PrepareConfig, TrainConfig, EvalConfig, _prepare, _train, _evaluate, _initial_model,
+        baseline=_baseline, analyse=_analyse,
+    )
 
 
 class _CellProblems(ConfigError):
@@ -90,6 +118,7 @@ class CellPlan:
     train_cfg: Any
     eval_cfg: Any
     hardware: HardwareConfig
+    start_model: str | None = None  # the model a fine-tune starts from (None: from scratch)
 
     @property
     def train_dir(self) -> Path:
@@ -136,14 +165,21 @@ def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dic
             problems.append(f"{section}: {e}")
             return None
 
-    prepare_cfg = build(pipeline.prepare_config, merged(recipe, routed["data"]), "data")
+    train = merged(cfg.train, routed["train"])
+    start = starting_model(cfg, train)
+    data = merged(recipe, routed["data"])
+    if start:  # the data follows the starting model's vocabulary
+        data = merged(data, {TOKENIZER_KEY: start})
+    prepare_cfg = build(pipeline.prepare_config, data, "data")
     data_dir = cfg.prepared_dir / (data_hash(prepare_cfg) if prepare_cfg is not None else "invalid")
     cell_dir = cfg.out_dir / "cells" / cell.id
-    train = merged(cfg.train, routed["train"])
+    if start:
+        train = merged(train, {MODEL_PATH_KEY: start})
     train = merged(train, {TRAIN_WIRING["data"]: str(data_dir), TRAIN_WIRING["out"]: str(cell_dir / "train")})
     train_cfg = build(pipeline.train_config, _quiet(train, pipeline.train_config), "train")
     ev = merged(cfg.eval, routed["eval"])
-    ev = merged(ev, {EVAL_WIRING["model"]: str(cell_dir / "train" / "model"), EVAL_WIRING["data"]: str(data_dir),
+    model = start if (cell.control and start) else str(cell_dir / "train" / "model")
+    ev = merged(ev, {EVAL_WIRING["model"]: model, EVAL_WIRING["data"]: str(data_dir),
                      EVAL_WIRING["out"]: str(cell_dir / "eval")})
     eval_cfg = build(pipeline.eval_config, _quiet(ev, pipeline.eval_config), "eval")
     try:
@@ -154,7 +190,7 @@ def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dic
         hardware = cfg.hardware
     if problems:
         raise _CellProblems(problems)
-    return CellPlan(cell, cell_dir, data_dir, prepare_cfg, train_cfg, eval_cfg, hardware)
+    return CellPlan(cell, cell_dir, data_dir, prepare_cfg, train_cfg, eval_cfg, hardware, start or None)
 
 
 def plan_cells(cfg: ExperimentConfig, pipeline: Pipeline) -> list[CellPlan]:

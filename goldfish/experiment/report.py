@@ -51,26 +51,123 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return markdown_table(header, rows)
 
 
+# Hans et al. 2024 (NeurIPS), Fig. 1: Llama-2-7B fine-tuned on 100 Wikipedia articles for 100 epochs; Goldfish k=4.
+PAPER_FIG1 = {"standard": {"exact_match_rate": 0.85, "rouge_l": 0.96},
+              "goldfish": {"exact_match_rate": 0.0, "rouge_l": 0.51},
+              "control": {"exact_match_rate": 0.0, "rouge_l": 0.26}}
+PAPER_SETTING = "Hans et al. 2024, Fig. 1: Llama-2-7B, 100 Wikipedia articles x 100 epochs, Goldfish k=4"
+
+
+def _ci(c: dict, low: str, high: str) -> str:
+    return f" [{_fmt(c.get(low))}, {_fmt(c.get(high))}]" if c.get(low) is not None else ""
+
+
 def headline_table(results: dict, markdown: bool = True) -> str:
-    """Per cell: exact match, ROUGE-L, MIA AUC (LOSS attack, 95 % CI), held-out loss, token budget, train time."""
+    """Per cell: exact match, ROUGE-L, held-out loss, teacher-forced accuracy on kept / dropped positions, MIA AUC
+    (the headline attack, 95 % CI) and the hash-aware AUC, token budget, train time."""
     cells, axes = results["cells"], results["axes"]
     one = len({c["arm"] for c in cells}) == len(cells)
-    header = ["cell", "params", "tokens", "kept tokens", "train time", "exact match", "ROUGE-L", "MIA AUC (loss)",
-              "held-out loss", "final kept / dropped loss"]
+    header = ["cell", "params", "tokens", "train time", "exact match", "ROUGE-L", "held-out loss",
+              "TF acc kept / dropped", "MIA AUC", "MIA AUC kept tokens", "final kept / dropped loss"]
     rows = []
     for c in cells:
-        ci = (f" [{_fmt(c.get('mia_auc_ci_low'))}, {_fmt(c.get('mia_auc_ci_high'))}]"
-              if c.get("mia_auc_ci_low") is not None else "")
+        attack = c.get("mia_attack") or "loss"
+        kept = c.get("mia_auc_kept_reference") if c.get("mia_auc_kept_reference") is not None else \
+            c.get("mia_auc_kept_loss")
         rows.append([cell_label(c, axes, one), _fmt(c.get("params"), "params"), _fmt(c.get("tokens_seen"), "int"),
-                     _fmt(c.get("kept_tokens"), "int"), _fmt(c.get("train_time_s"), "s"),
-                     _fmt(c.get("exact_match_rate"), "pct"), _fmt(c.get("rouge_l")), _fmt(c.get("mia_auc")) + ci,
-                     _fmt(c.get("heldout_loss")),
+                     _fmt(c.get("train_time_s"), "s"), _fmt(c.get("exact_match_rate"), "pct"),
+                     _fmt(c.get("rouge_l")), _fmt(c.get("heldout_loss")),
+                     f"{_fmt(c.get('tf_kept_accuracy'), 'pct')} / {_fmt(c.get('tf_dropped_accuracy'), 'pct')}",
+                     f"{_fmt(c.get('mia_auc'))}{_ci(c, 'mia_auc_ci_low', 'mia_auc_ci_high')} ({attack})",
+                     _fmt(kept),
                      f"{_fmt(c.get('final_kept_loss'))} / {_fmt(c.get('final_dropped_loss'))}"])
     if markdown:
         return _table(header, rows)
+    return _plain(header, rows)
+
+
+def _plain(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return "\n".join([fmt.format(*header)] + [fmt.format(*r) for r in rows])
+
+
+SPREAD_METRICS = (("exact_match_rate", "exact match", "pct"), ("rouge_l", "ROUGE-L", ""),
+                  ("heldout_loss", "held-out loss", ""), ("tf_kept_accuracy", "TF acc kept", "pct"),
+                  ("tf_dropped_accuracy", "TF acc dropped", "pct"), ("mia_auc", "MIA AUC", ""),
+                  ("mia_auc_kept_reference", "MIA AUC kept tokens", ""))
+
+
+def arm_means(results: dict) -> dict[str, dict[str, tuple[float, float, int]]]:
+    """Per arm, per metric: (mean, sample standard deviation, n cells) over the arm's cells (e.g. seeds)."""
+    out: dict[str, dict[str, tuple[float, float, int]]] = {}
+    for arm in dict.fromkeys(c["arm"] for c in results["cells"]):
+        cells = [c for c in results["cells"] if c["arm"] == arm]
+        out[arm] = {}
+        for key, _, _ in SPREAD_METRICS:
+            values = [c[key] for c in cells if c.get(key) is not None]
+            if values:
+                mean = sum(values) / len(values)
+                sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+                out[arm][key] = (mean, sd, len(values))
+    return out
+
+
+def spread_table(results: dict) -> str | None:
+    """Mean +- standard deviation over each arm's cells (seeds, splits), when some arm has several cells."""
+    if len({c["arm"] for c in results["cells"]}) == len(results["cells"]):
+        return None
+    means = arm_means(results)
+    rows = []
+    for arm, metrics in means.items():
+        n = max((v[2] for v in metrics.values()), default=0)
+        rows.append([arm, str(n)] + [f"{_fmt(metrics[k][0], kind)} +- {_fmt(metrics[k][1], kind)}"
+                                     if k in metrics else "-" for k, _, kind in SPREAD_METRICS])
+    return _table(["arm", "cells"] + [name for _, name, _ in SPREAD_METRICS], rows)
+
+
+def paper_table(results: dict, markdown: bool = True) -> str | None:
+    """Ours (mean over the arm's cells) beside the paper's Fig. 1 for the arms standard / goldfish / control."""
+    rows = []
+    for arm, metrics in arm_means(results).items():
+        paper = PAPER_FIG1.get(arm)
+        if paper is None:
+            continue
+        em, rl = metrics.get("exact_match_rate"), metrics.get("rouge_l")
+        rows.append([arm, _fmt(em[0] if em else None, "pct"), _fmt(paper["exact_match_rate"], "pct"),
+                     _fmt(rl[0] if rl else None), _fmt(paper["rouge_l"])])
+    if not rows:
+        return None
+    header = ["arm", "exact match (ours)", "exact match (paper)", "ROUGE-L (ours)", "ROUGE-L (paper)"]
+    return _table(header, rows) if markdown else _plain(header, rows)
+
+
+def regime(results: dict) -> str:
+    """One sentence: fine-tuned from which model, or trained from scratch; and the blind baseline."""
+    start = results.get("start_model")
+    text = (f"Regime: fine-tuning the pretrained model `{Path(start).name}`; the control is that model untrained "
+            f"on the target data." if start else
+            "Regime: trained from scratch; the control is the untrained initial weights.")
+    if results.get("blind_auc") is not None:
+        low, high = results.get("blind_auc_ci") or (None, None)
+        text += (f" Blind baseline (zlib ratio of the text alone, no model): AUC {_fmt(results['blind_auc'])} "
+                 f"[{_fmt(low)}, {_fmt(high)}] -- near 0.5 means members and nonmembers do not differ in kind, so "
+                 "a model's AUC above it measures membership, not a distribution shift.")
+    return text
+
+
+def exposure_table(results: dict) -> str | None:
+    """MIA AUC per exposure count (members with r copies vs all nonmembers), per cell, when there are >= 2 counts."""
+    counts = sorted({int(r) for c in results["cells"] for r in (c.get("mia_by_exposure") or {})})
+    if len(counts) < 2:
+        return None
+    one = len({c["arm"] for c in results["cells"]}) == len(results["cells"])
+    rows = []
+    for c in results["cells"]:
+        by = c.get("mia_by_exposure") or {}
+        attack = c.get("mia_attack") or "loss"
+        rows.append([cell_label(c, results["axes"], one)] + [_fmt((by.get(str(r)) or {}).get(attack)) for r in counts])
+    return _table(["cell"] + [f"{r}x" for r in counts], rows)
 
 
 def stratum_table(results: dict, by: str) -> str:
@@ -179,12 +276,28 @@ def write_study_report(cfg: ExperimentConfig, results: dict, out: Path) -> Path:
     if not cells:
         atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
         return out / "report.md"
-    lines += ["## Headline", "", headline_table(results), "",
-              "MIA AUC: LOSS attack, members (trained text) vs nonmembers, 95 % bootstrap CI; 0.5 = chance. "
-              "When the nonmembers are later chunks of the member documents (`later_chunk`), the two sets are not "
-              "exchangeable samples (openings vs bodies of articles), so a shift in kind can separate them without "
-              "any memorisation: compare arms rather than reading the absolute AUC. "
-              "Held-out loss: mean per-token NLL of the nonmember text (lower = better language model).", ""]
+    lines += ["## Headline", "", regime(results), "", headline_table(results), "",
+              "MIA AUC: members (trained text) vs nonmembers, 95 % bootstrap CI; 0.5 = chance; the attack is named "
+              "in brackets (reference = target NLL calibrated by the starting model, i.e. the control; loss = "
+              "plain NLL). MIA AUC kept tokens: the hash-aware attack, scoring only the targets the Goldfish mask "
+              "keeps (the hash is public). TF acc kept / dropped: teacher-forced top-1 accuracy of the member "
+              "tokens at the positions the Goldfish mask keeps / drops (the same positions in every arm): a "
+              "Goldfish model that fills dropped tokens back in shows it here. With `later_chunk` nonmembers "
+              "(openings vs bodies of the same articles) a shift in kind separates the sets without any "
+              "memorisation: compare arms rather than reading the absolute AUC. "
+              "Held-out loss: mean per-token NLL of the nonmember text (lower = better language model; compare "
+              "with the control's).", ""]
+    paper = paper_table(results) if cfg.paper_numbers else None
+    if paper:
+        lines += ["## Beside the paper", "", f"{PAPER_SETTING}; ours: the setting above.", "", paper, "",
+                  "The paper's model is 50x larger and saw 100 epochs; compare the ordering (control < Goldfish < "
+                  "standard in ROUGE-L, exact match only for standard), not the decimals.", ""]
+    spread = spread_table(results)
+    if spread:
+        lines += ["## Mean +- standard deviation over each arm's cells", "", spread, ""]
+    exposure = exposure_table(results)
+    if exposure:
+        lines += ["## MIA AUC by exposure count", "", exposure, ""]
     for by, title in (("prefix_len", "By prefix length"), ("repetitions", "By repetition count")):
         lines += [f"## {title} (exact match / ROUGE-L)", "", stratum_table(results, by), ""]
     single = repetition1_table(results)
@@ -230,8 +343,8 @@ def make_plots(cfg: ExperimentConfig, results: dict, out: Path) -> list[Path]:
         roc = {label[c["cell"]]: c["mia_roc"] for c in cells if c.get("mia_roc")}
         if roc:
             paths.append(roc_curves(roc, out / "roc_by_arm.png"))
-        curves = {label[c["cell"]]: read_jsonl(Path(cfg.out_dir) / "cells" / c["cell"] / "train" / "metrics.jsonl")
-                  for c in cells}
+        metrics = {c["cell"]: Path(cfg.out_dir) / "cells" / c["cell"] / "train" / "metrics.jsonl" for c in cells}
+        curves = {label[cell]: read_jsonl(path) for cell, path in metrics.items() if path.is_file()}  # not control
         paths.append(loss_curves(curves, out / "loss_curves.png"))
     for m in dict.fromkeys((metric, "rouge_l")):  # exact match is all-or-nothing; ROUGE-L shows partial recall
         paths += metric_vs_x(cells, m, METRIC_NAMES[m], out)

@@ -30,7 +30,7 @@ from ..errors import UserError
 from ..fingerprint import code_version, read_fingerprint
 from ..io import atomic_write_json
 from .config import ExperimentConfig
-from .plan import CellPlan, Pipeline, default_pipeline, plan_cells
+from .plan import ATTACKS_FILE, CellPlan, Pipeline, default_pipeline, plan_cells
 
 DONE = "DONE"
 
@@ -131,8 +131,13 @@ def _remove_cell(plan: CellPlan) -> None:
 
 
 def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
-             phase: Callable[[str], None] = lambda _: None) -> dict:
-    """Run (or resume) one cell; returns its record (also written to ``<cell>/cell.json``)."""
+             phase: Callable[[str], None] = lambda _: None, plans: list[CellPlan] = ()) -> dict:
+    """Run (or resume) one cell; returns its record (also written to ``<cell>/cell.json``).
+
+    A control cell trains nothing: from scratch it saves the initial weights, fine-tuning it evaluates the starting
+    model itself; its ``train/summary.json`` records zero steps and tokens. ``plans`` (all cells) lets the analysis
+    phase find the control cell whose model calibrates this one.
+    """
     times: dict[str, float] = {}
     if not (plan.data_dir / "manifest.json").is_file():
         phase("prepare")
@@ -145,7 +150,12 @@ def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
     if not (plan.train_dir / "summary.json").is_file():
         phase("train")
         t0 = time.perf_counter()
-        if cfg.launcher == "torchrun":
+        if plan.cell.control:
+            if plan.start_model is None:
+                pipeline.initial_model(plan.train_cfg)
+            atomic_write_json(plan.train_dir / "summary.json",
+                              {"control": True, "steps": 0, "tokens": 0, "model": plan.eval_cfg.model.path})
+        elif cfg.launcher == "torchrun":
             _torchrun_train(cfg, plan)
         else:
             pipeline.train(plan.train_cfg)
@@ -155,9 +165,14 @@ def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
         t0 = time.perf_counter()
         pipeline.evaluate(plan.eval_cfg)
         times["eval_s"] = time.perf_counter() - t0
-    if pipeline.baseline is not None and not (plan.eval_dir / "k_baseline.json").is_file():
+    if pipeline.baseline is not None and not plan.cell.control and not (plan.eval_dir / "k_baseline.json").is_file():
         phase("k baseline")  # Goldfish cells only: g and (1 - g/k)^S, next to exact match in the report
         pipeline.baseline(plan)
+    if pipeline.analyse is not None and not (plan.dir / ATTACKS_FILE).is_file():
+        phase("attacks")
+        t0 = time.perf_counter()
+        pipeline.analyse(plan, list(plans))
+        times["attacks_s"] = time.perf_counter() - t0
     record = {
         "cell": plan.cell.id, "arm": plan.cell.arm, "values": plan.cell.values, "overrides": plan.cell.overrides,
         "data_dir": str(plan.data_dir), "finished": _now(), "phase_seconds_this_run": times,
@@ -197,7 +212,7 @@ def run_experiment(cfg: ExperimentConfig, pipeline: Pipeline | None = None, *, p
             def phase(name: str, _id: str = plan.cell.id) -> None:
                 bar.set_postfix_str(f"{_id}: {name}")
 
-            run_cell(cfg, plan, pipeline, phase)
+            run_cell(cfg, plan, pipeline, phase, plans)
             bar.update(1)
     finally:
         bar.close()

@@ -1,0 +1,137 @@
+"""A cell's ``attacks.json``: per-token statistics of its model on the member and nonmember documents, and what the
+experiment derives from them beyond ``goldfish eval``'s membership section.
+
+* teacher-forced top-1 accuracy on the positions the Goldfish mask keeps vs drops (the experiment's Goldfish mask is
+  applied to every arm, so a standard model and the control are measured on the same positions);
+* the hash-aware attack (score only the kept targets; the hash is public), plain and reference-calibrated;
+* the reference attack calibrated by the control cell's model (the starting model of a fine-tune);
+* the LOSS and reference AUC per exposure count (members with r repetitions vs all nonmembers);
+* the LOSS attack and the held-out (nonmember) loss, the same quantities as ``goldfish eval``'s membership section,
+  so an experiment may leave that task out (``eval.tasks: [extraction]``) and score each document once.
+
+The control cell of a grid point runs first and stores its per-token log-probs, which the other cells of the same
+data use as the reference. Everything is a function of the saved model and the prepared data, so rerunning the
+phase gives the same file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ..io import atomic_write_json
+from ..masks import GoldfishConfig, config_mask
+from .plan import ATTACKS_FILE
+BATCH = 8  # documents per forward pass: (8, T, V) fp32 logits, 8 * 128 * 49152 * 4 B = 200 MB for SmolLM2
+
+
+@torch.inference_mode()
+def token_stats(model: Any, docs: Sequence[Sequence[int]]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per document (log p of target t, top-1 correct at t) for t = 1..L-1, each (L-1,); right padding + mask."""
+    device = next(model.parameters()).device
+    logps: list[np.ndarray] = [np.zeros(0)] * len(docs)
+    correct: list[np.ndarray] = [np.zeros(0, bool)] * len(docs)
+    for b0 in range(0, len(docs), BATCH):
+        batch = [list(d) for d in docs[b0:b0 + BATCH]]
+        width = max(len(d) for d in batch)
+        ids = torch.zeros(len(batch), width, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for r, d in enumerate(batch):
+            ids[r, :len(d)] = torch.as_tensor(d)
+            mask[r, :len(d)] = 1
+        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()  # (B, T, V)
+        for r, d in enumerate(batch):
+            n = len(d)
+            lp = logits[r, :n - 1].log_softmax(-1)  # (n-1, V): position t-1 predicts token t
+            target = ids[r, 1:n].to(device)
+            logps[b0 + r] = lp.gather(-1, target[:, None]).squeeze(-1).cpu().numpy().astype(np.float64)
+            correct[b0 + r] = (lp.argmax(-1) == target).cpu().numpy()
+    return logps, correct
+
+
+def dropped_targets(docs: Sequence[Sequence[int]], gcfg: GoldfishConfig) -> list[np.ndarray]:
+    """Per document, (L-1,) bool: True where Goldfish drops target t = 1..L-1 (the document alone in a row, as in
+    ``one_per_row`` training, where the row starts at the document's first token)."""
+    return [config_mask(torch.as_tensor([list(d)]), gcfg)[0, 1:].numpy() for d in docs]
+
+
+def mask_config(train_cfg: Any, prepared: Any) -> GoldfishConfig:
+    """A Goldfish cell's mask settings exactly as training applies them (``goldfish.train.goldfish_config``): the
+    data's special ids (EOS/BOS/pad) added and, for the ``canonical`` strategy, the data tokenizer's fold table.
+    ``prepared``: the cell's prepared data (``goldfish.data.load_prepared``)."""
+    from ..train import goldfish_config
+
+    return goldfish_config(train_cfg, prepared)
+
+
+def _auc(members: np.ndarray, nonmembers: np.ndarray, n_bootstrap: int, seed: int) -> dict:
+    from goldfish.eval.membership import evaluate_attack
+
+    result = evaluate_attack(members, nonmembers, n_bootstrap=n_bootstrap, seed=seed)
+    return {k: result[k] for k in ("auc", "auc_ci_low", "auc_ci_high", "tpr_at_1pct_fpr", "n_members",
+                                   "n_nonmembers")}
+
+
+def analyse(model_path: str, data_dir: Path, out: Path, gcfg: GoldfishConfig | None,
+            reference: dict | None, n_bootstrap: int = 1000, seed: int = 0, control: bool = False) -> dict:
+    """Compute and write ``out/attacks.json`` for one cell; ``reference`` is the control cell's attacks.json.
+
+    The control cell is its own reference (``control=True``): every calibrated score is 0, AUC exactly 0.5 -- the
+    starting model carries no membership signal relative to itself.
+    """
+    from goldfish.eval import attacks
+    from goldfish.eval.loading import load_model
+
+    from ..data import load_prepared
+
+    prepared = load_prepared(data_dir)
+    docs = {"members": [list(x) for x in prepared.members["input_ids"]],
+            "nonmembers": [list(x) for x in prepared.nonmembers["input_ids"]]}
+    reps = np.asarray(prepared.members["repetitions"])
+    model = load_model(model_path, "float32", "auto")
+    stats = {name: token_stats(model, d) for name, d in docs.items()}
+    del model
+    logp = {name: s[0] for name, s in stats.items()}
+    result: dict[str, Any] = {"logprobs": {k: [v.tolist() for v in vs] for k, vs in logp.items()}}
+    loss = {name: np.array([lp.mean() for lp in lps]) for name, lps in logp.items()}  # minus mean NLL per doc
+    result["heldout_loss"] = float(-loss["nonmembers"].mean()) if len(loss["nonmembers"]) else None
+    result["member_loss"] = float(-loss["members"].mean()) if len(loss["members"]) else None
+    result["accuracy"] = attacks.teacher_forced_accuracy(stats["members"][1],
+                                                         dropped_targets(docs["members"], gcfg) if gcfg else
+                                                         [np.zeros(len(c), bool) for c in stats["members"][1]])
+    result["heldout_accuracy"] = attacks.teacher_forced_accuracy(
+        stats["nonmembers"][1], [np.zeros(len(c), bool) for c in stats["nonmembers"][1]])["accuracy"]
+    scores: dict[str, dict[str, np.ndarray]] = {"loss": loss}
+    ref = logp if control else None
+    if reference is not None:
+        ref = {k: [np.asarray(v) for v in reference["logprobs"][k]] for k in docs}
+    if ref is not None:
+        scores["reference"] = {k: attacks.calibrated(logp[k], ref[k]) for k in docs}
+    if gcfg is not None:
+        kept = {k: [~m for m in dropped_targets(d, gcfg)] for k, d in docs.items()}
+        scores["kept_loss"] = {k: attacks.kept_scores(logp[k], kept[k]) for k in docs}
+        if ref is not None:
+            scores["kept_reference"] = {k: attacks.calibrated(logp[k], ref[k], kept[k]) for k in docs}
+    if docs["members"] and docs["nonmembers"]:
+        result["attacks"] = {name: _auc(s["members"], s["nonmembers"], n_bootstrap, seed)
+                             for name, s in scores.items()}
+        result["by_exposure"] = {
+            str(int(r)): {name: _auc(s["members"][reps == r], s["nonmembers"], n_bootstrap, seed)["auc"]
+                          for name, s in scores.items() if name in ("loss", "reference")}
+            for r in np.unique(reps)}
+    atomic_write_json(out / ATTACKS_FILE, result)
+    return result
+
+
+def blind_auc(data_dir: Path, n_bootstrap: int = 1000, seed: int = 0) -> dict:
+    """The model-free baseline on a prepared folder's member vs nonmember texts (zlib ratio): AUC and 95 % CI."""
+    from goldfish.eval import attacks
+
+    from ..data import load_prepared
+
+    prepared = load_prepared(data_dir)
+    members, nonmembers = list(prepared.members["text"]), list(prepared.nonmembers["text"])
+    return _auc(attacks.blind_scores(members), attacks.blind_scores(nonmembers), n_bootstrap, seed)
