@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+import train_helpers
 from train_helpers import make_prepared
+
+
+def pytest_runtest_setup(item):
+    """Note whether the test about to run (fixtures included) is marked ``dist``: only those may start processes
+    (``train_helpers.require_dist_marker``), so ``make test-fast`` (``-m "not slow and not dist"``) stays fast."""
+    train_helpers.DIST_MARKED[0] = item.get_closest_marker("dist") is not None
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from train_helpers import require_dist_marker
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from goldfish.loss import goldfish_loss
@@ -49,6 +50,7 @@ def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any) -> list
 
     ``fn`` must be a module-level function (it is pickled into the spawned processes) and return plain values or
     tensors."""
+    require_dist_marker()
     with tempfile.TemporaryDirectory(prefix="goldfish-dist-") as folder:
         try:
             mp.start_processes(_worker, args=(world_size, folder, fn, args), nprocs=world_size, start_method="spawn")

@@ -145,6 +145,7 @@ def _uneven_parts() -> list[dict[str, torch.Tensor]]:
     return [{k: v[0:3] for k, v in batch.items()}, {k: v[3:4, :11] for k, v in batch.items()}]
 
 
+@pytest.mark.dist
 def test_uneven_rows_match_one_process_and_biases_and_foreign_shards_are_refused() -> None:
     results = run_distributed(_uneven_worker, 2)
     model = build_model(tiny_config())

@@ -22,6 +22,8 @@ from dist_utils import (LR, MAX_NORM, ROWS, build_model, global_batches, kept_co
 from goldfish.engines.axonn import AxonnEngine
 from goldfish.train_config import AxonnConfig, TrainConfig
 
+pytestmark = pytest.mark.dist  # every test here runs in spawned gloo processes
+
 TOL = 1e-5
 MICRO_ROWS = 1  # rows per micro-batch: gradient accumulation on every layout (the reference uses 2)
 

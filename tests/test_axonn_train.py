@@ -19,6 +19,8 @@ from goldfish.io import read_jsonl
 from goldfish.train import train
 from goldfish.train_config import TrainConfig
 
+pytestmark = pytest.mark.dist  # every test here launches torchrun
+
 SCHEDULE = {"max_steps": 4, "global_batch_size": 8, "micro_batch_size": 2}
 LOSS = {"type": "goldfish", "goldfish": {"k": 4, "h": 13}}
 

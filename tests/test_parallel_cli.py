@@ -18,7 +18,8 @@ from goldfish.io import read_jsonl
 from goldfish.train import train
 from goldfish.train_config import TrainConfig
 
-pytestmark = pytest.mark.slow  # each case launches torchrun (about 20 s of CPU on 2 cores)
+# each case launches torchrun (about 20 s of CPU on 2 cores)
+pytestmark = [pytest.mark.slow, pytest.mark.dist]
 
 SCHEDULE = {"max_steps": 4, "global_batch_size": 8, "micro_batch_size": 4}
 LOSS = {"type": "goldfish", "goldfish": {"k": 4, "h": 13}}

@@ -103,6 +103,7 @@ def _run_layouts(world: int, layouts: dict[str, dict]) -> None:
             _check(results, layout, Path(folder) / f"layout{i}")
 
 
+@pytest.mark.dist
 def test_engine_tp_pp_fsdp_match_one_process():
     _run_layouts(2, {
         "tp2": {"parallel": {"tp": 2}, "dp": [(0, 1), (0, 1)]},
@@ -113,6 +114,7 @@ def test_engine_tp_pp_fsdp_match_one_process():
 
 
 @pytest.mark.slow
+@pytest.mark.dist
 def test_engine_3d_mesh_matches_one_process():
     """pp(2)·dp(2)·tp(2) = 8 gloo processes: TP -> PP (GPipe and 1F1B) -> FSDP2 or replicated DP together."""
     _run_layouts(8, {

@@ -16,6 +16,8 @@ from dist_utils import (LR, MAX_NORM, ROWS, assert_stats_close, build_model, glo
                         run_distributed, tiny_config)
 from goldfish.engines import parallelize as par
 
+pytestmark = pytest.mark.dist  # every test here runs in spawned gloo processes
+
 TOL = 1e-5
 
 

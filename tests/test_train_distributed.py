@@ -16,6 +16,8 @@ from goldfish.io import read_jsonl
 from goldfish.train import train
 from goldfish.train_config import TrainConfig
 
+pytestmark = pytest.mark.dist  # every test here launches torchrun
+
 
 def _torchrun(cfg: dict, nproc: int = 2):
     return torchrun_train(cfg, nproc, timeout=300)

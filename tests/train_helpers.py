@@ -17,6 +17,14 @@ import numpy as np
 
 PAD, EOS, BOS = 0, 1, 2
 REPO = Path(__file__).resolve().parents[1]
+DIST_MARKED = [False]  # set by conftest.pytest_runtest_setup: is the running test marked ``dist``?
+
+
+def require_dist_marker() -> None:
+    """Fail a test that starts a process group (spawned ranks or torchrun) without ``@pytest.mark.dist``."""
+    if not DIST_MARKED[0]:
+        raise AssertionError("this test starts several processes: mark it @pytest.mark.dist (make test-fast skips "
+                             "those)")
 
 
 def _tokenizer(vocab: int, folder: Path) -> None:
@@ -136,6 +144,7 @@ def torchrun_train(cfg: dict, nproc: int = 2, timeout: int = 300) -> subprocess.
     """``torchrun --nproc_per_node=nproc -m goldfish train key=value...`` on a free local port."""
     import socket
 
+    require_dist_marker()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
