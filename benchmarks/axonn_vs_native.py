@@ -85,7 +85,7 @@ def measure(args: argparse.Namespace, grid: tuple[int, int, int]) -> dict[str, l
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--world", type=int, default=2, choices=sorted(LAYOUTS), help="processes (one gloo rank each)")
-    p.add_argument("--model", default="llama-10M", help="size from goldfish.models.SIZES")
+    p.add_argument("--model", default="llama-10M", help="size from goldfish.sizes.SIZES")
     p.add_argument("--vocab", type=int, default=4096)
     p.add_argument("--seq", type=int, default=256, help="tokens per row")
     p.add_argument("--rows", type=int, default=8, help="rows per global batch (divisible by world * micro-rows)")

@@ -90,7 +90,7 @@ def run_engine(name: str, args: argparse.Namespace, options: dict | None = None,
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="tinyllama-1.1B", help="size from goldfish.models.SIZES")
+    p.add_argument("--model", default="tinyllama-1.1B", help="size from goldfish.sizes.SIZES")
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--seq", type=int, default=2048, help="tokens per row")
     p.add_argument("--micro-rows", type=int, default=4, help="rows per forward pass")

@@ -14,6 +14,7 @@ from typing import Literal
 
 from .config import check, option, raise_problems
 from .masks import GoldfishConfig
+from .sizes import SIZES
 
 
 def _positive(value: object) -> bool:
@@ -30,7 +31,7 @@ class DataConfig:
 
 @dataclasses.dataclass
 class ModelConfig:
-    """Which Llama to train: a size from the table (``goldfish.models.SIZES``) or a local model to fine-tune."""
+    """Which Llama to train: a size from the table (``goldfish.sizes.SIZES``) or a local model to fine-tune."""
 
     name: str | None = option("llama-demo", "size from the table, e.g. llama-1M, llama-10M, tinyllama-1.1B")
     path: str | None = option(None, "local Hugging Face folder or .gguf file to fine-tune (overrides name)")
@@ -51,8 +52,6 @@ class ModelConfig:
             value = getattr(self, key)
             check(value is None or _positive(value), problems, f"{key}={value!r} must be a positive integer")
         if self.name is not None and self.path is None:
-            from .models import SIZES  # local import: models imports transformers
-
             check(self.name in SIZES, problems,
                   f"name={self.name!r} is not a known size; choose one of: {', '.join(SIZES)}")
         raise_problems(problems)

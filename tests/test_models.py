@@ -7,7 +7,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from goldfish.errors import UserError
-from goldfish.models import SIZES, build_model, count_parameters, flops_per_token, llama_config, load_local_model
+from goldfish.models import build_model, count_parameters, flops_per_token, llama_config, load_local_model
+from goldfish.sizes import SIZES
 from goldfish.train_config import ModelConfig
 
 

@@ -11,8 +11,8 @@ phase functions to exercise the runner without training.
 from __future__ import annotations
 
 from .config import Cell, ExperimentConfig, HardwareConfig, expand_cells
-from .plan import CellPlan, Pipeline, default_pipeline, plan_cells
-from .runner import DONE, is_done, load_experiment, run_cell, run_experiment
+from .plan import DONE, CellPlan, Pipeline, default_pipeline, plan_cells
+from .runner import load_experiment, run_cell, run_experiment
 
 __all__ = [
     "DONE",
@@ -23,7 +23,6 @@ __all__ = [
     "Pipeline",
     "default_pipeline",
     "expand_cells",
-    "is_done",
     "load_experiment",
     "plan_cells",
     "run_cell",

@@ -24,7 +24,6 @@ from typing import Any
 from ..io import atomic_write_json, atomic_write_text, read_jsonl
 from .config import ExperimentConfig
 from .plan import ATTACKS_FILE, CellPlan
-from .runner import is_done
 
 RESULTS_SCHEMA = "goldfish-experiment/1"
 STRATUM_METRICS = {"exact_match": "exact_match_rate", "token_match": "token_match", "rouge_l": "rouge_l"}
@@ -233,7 +232,7 @@ def blind_numbers(plans: list[CellPlan], n_bootstrap: int, seed: int) -> dict[st
 def aggregate(cfg: ExperimentConfig, plans: list[CellPlan], wall_time_s: float | None = None) -> dict:
     """Read every finished cell, write results.csv/results.json/summary.json into the output folder."""
     out = cfg.out_dir
-    done = [p for p in plans if is_done(p)]
+    done = [p for p in plans if p.done]
     cells = [cell_summary(p) for p in done]
     axes = list(plans[0].cell.values) if plans else []
     rows = rows_of(cells, axes)
@@ -242,7 +241,7 @@ def aggregate(cfg: ExperimentConfig, plans: list[CellPlan], wall_time_s: float |
         "schema": RESULTS_SCHEMA, "experiment": cfg.name, "description": cfg.description, "axes": axes,
         "arms": list(dict.fromkeys(p.cell.arm for p in plans)), "n_cells": len(plans), "n_done": len(done),
         "wall_time_s": wall_time_s, "headline_attack": HEADLINE_ATTACK, "cells": cells, "rows": rows,
-        "missing": [p.cell.id for p in plans if not is_done(p)],
+        "missing": [p.cell.id for p in plans if not p.done],
         "start_model": next((p.start_model for p in plans if p.start_model), None), **blind,
     }
     atomic_write_json(out / "results.json", results)

@@ -16,6 +16,8 @@ from ..errors import ConfigError
 from .config import Cell, ExperimentConfig, HardwareConfig, data_hash, expand_cells, hardware_for, load_data_recipe
 from .config import merged, split_overrides
 
+DONE = "DONE"  # a cell's completion marker (see goldfish.experiment.runner)
+
 # Keys the runner sets in every cell (they wire the three phases together; a user value for them is replaced).
 TRAIN_WIRING = {"data": "data.path", "out": "out"}
 EVAL_WIRING = {"model": "model.path", "data": "data.path", "out": "out"}
@@ -129,8 +131,9 @@ class CellPlan:
         return self.dir / "eval"
 
     @property
-    def model_dir(self) -> Path:
-        return self.train_dir / "model"
+    def done(self) -> bool:
+        """The cell finished: its ``DONE`` marker (written last, atomically, by the runner) exists."""
+        return (self.dir / DONE).is_file()
 
 
 def _known_keys(cls: type) -> set[str]:

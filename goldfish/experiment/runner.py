@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import yaml
 from tqdm.auto import tqdm
@@ -29,19 +29,15 @@ from ..config import load_config, read_yaml, save_config, to_dict
 from ..errors import UserError
 from ..fingerprint import code_version, read_fingerprint
 from ..io import atomic_write_json
+from .aggregate import aggregate
 from .config import ExperimentConfig
-from .plan import ATTACKS_FILE, CellPlan, Pipeline, default_pipeline, plan_cells
-
-DONE = "DONE"
+from .plan import ATTACKS_FILE, DONE, CellPlan, Pipeline, default_pipeline, plan_cells
+from .report import write_study_report
 
 
 def load_experiment(path: str | Path | None, overrides: list[str] = ()) -> ExperimentConfig:
     """YAML + ``key=value`` overrides -> a validated :class:`ExperimentConfig` (cells are checked by plan_cells)."""
     return load_config(ExperimentConfig, path, list(overrides))
-
-
-def is_done(plan: CellPlan) -> bool:
-    return (plan.dir / DONE).is_file()
 
 
 def _now() -> str:
@@ -92,7 +88,7 @@ def stale_cells(plans: list[CellPlan]) -> dict[str, str]:
     whose unfinished training was started by another code version."""
     stale = {}
     for plan in plans:
-        if not (is_done(plan) or plan.train_dir.exists()):
+        if not (plan.done or plan.train_dir.exists()):
             continue  # nothing trained yet (e.g. a config error stopped it): a changed config is simply used
         diffs = []
         for name, current in (("train_config.yaml", plan.train_cfg), ("eval_config.yaml", plan.eval_cfg)):
@@ -188,9 +184,6 @@ def run_experiment(cfg: ExperimentConfig, pipeline: Pipeline | None = None, *, p
 
     Started cells whose saved configs differ from the current ones are refused (one line, nothing written), or
     with ``rerun_stale`` deleted and run again."""
-    from .aggregate import aggregate
-    from .report import write_study_report
-
     pipeline = pipeline or default_pipeline()
     plans = plan_cells(cfg, pipeline)  # fail fast: every cell's config is valid before any work
     if rerun_stale:
@@ -203,7 +196,7 @@ def run_experiment(cfg: ExperimentConfig, pipeline: Pipeline | None = None, *, p
     out = cfg.out_dir
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "experiment.yaml")
-    todo = [p for p in plans if not is_done(p) and (only is None or only(p.cell.id))]
+    todo = [p for p in plans if not p.done and (only is None or only(p.cell.id))]
     start = time.perf_counter()
     bar = tqdm(total=len(todo), unit="cell", desc=cfg.name,
                disable=not progress, dynamic_ncols=True)
@@ -225,11 +218,6 @@ def describe_plans(plans: list[CellPlan]) -> str:
     """One line per cell: id, state, data folder -- for ``--list``."""
     lines = []
     for p in plans:
-        state = "done" if is_done(p) else ("trained" if (p.train_dir / "summary.json").is_file() else "todo")
+        state = "done" if p.done else ("trained" if (p.train_dir / "summary.json").is_file() else "todo")
         lines.append(f"{p.cell.id:<48} {state:<8} data={p.data_dir}")
     return "\n".join(lines)
-
-
-def resolved_cell_configs(plan: CellPlan) -> dict[str, Any]:
-    """The three resolved sections of a cell as plain dicts (for --dry-run output and tests)."""
-    return {"data": to_dict(plan.prepare_cfg), "train": to_dict(plan.train_cfg), "eval": to_dict(plan.eval_cfg)}
