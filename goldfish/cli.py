@@ -15,6 +15,7 @@ import argparse
 import importlib
 import sys
 
+from . import __version__
 from .errors import one_line
 
 # name -> (module, one-line summary)
@@ -39,8 +40,6 @@ def main(argv: list[str] | None = None) -> int:
         print(_top_help())
         return 0
     if argv[0] == "--version":
-        from . import __version__  # deliberately lazy: the package root imports torch (the mask library)
-
         print(__version__)
         return 0
     name = argv[0]
