@@ -42,14 +42,15 @@ def run_engine(name: str, args: argparse.Namespace, options: dict | None = None,
     """Build engine ``name`` (with TrainConfig ``options``, e.g. ``{"compile": True}``), time ``args.steps``
     optimizer steps after ``args.warmup`` untimed ones; returns the numbers. Runs where the engine puts the model
     (the GPU when CUDA is present, else the CPU: the smoke path of benchmarks/gpu_check.py)."""
-    from goldfish.engines import engine_class
+    from goldfish.engines import get_engine
+    from goldfish.loss import EngineLoss
     from goldfish.models import build_model, flops_per_token
     from goldfish.train import build_optimizer
     from goldfish.train_config import ModelConfig, OptimConfig, TrainConfig
 
     model_cfg = ModelConfig(name=args.model)
-    engine = engine_class(name)(TrainConfig(engine=name, precision=args.precision, model=model_cfg,
-                                            **(options or {})))
+    cfg = TrainConfig(engine=name, precision=args.precision, model=model_cfg, **(options or {}))
+    engine = get_engine(cfg, EngineLoss(cfg.loss.ce_chunk_tokens))  # the trainer's seam: section, precision, loss
     built = {}
 
     def build():

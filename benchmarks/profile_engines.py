@@ -25,13 +25,14 @@ from synthetic import goldfish_batches  # benchmarks/synthetic.py (the script fo
 
 def profile_engine(name: str, args: argparse.Namespace) -> tuple[float, str]:
     """(median step seconds, profiler table) of ``args.steps`` steps after two warm-up steps."""
-    from goldfish.engines import engine_class
+    from goldfish.engines import get_engine
+    from goldfish.loss import EngineLoss
     from goldfish.models import build_model
     from goldfish.train import build_optimizer
     from goldfish.train_config import ModelConfig, OptimConfig, TrainConfig
 
     model_cfg = ModelConfig(name=args.model)
-    engine = engine_class(name)(TrainConfig(engine=name, model=model_cfg, precision=args.precision))
+    engine = get_engine(TrainConfig(engine=name, model=model_cfg, precision=args.precision), EngineLoss())
     engine.setup(lambda: build_model(model_cfg, args.vocab, seed=0), lambda p: build_optimizer(p, OptimConfig()))
     micro = goldfish_batches(2, args.micro_rows, args.seq, args.vocab)
     normalizer = sum(int((~b["drop_mask"][:, 1:]).sum()) for b in micro)

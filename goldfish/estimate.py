@@ -1,21 +1,24 @@
 """Back-of-the-envelope memory and time per device for a training config -- what ``--dry-run`` prints.
 
-Nothing is allocated: the model shape comes from the size table (:func:`goldfish.models.llama_config`), the layout
-from the train config's ``parallel``/``axonn`` sections and the world size.
+Nothing is allocated: the model shape comes from the size table (:func:`goldfish.models.llama_config`); the layout
+comes from the engine itself (:meth:`goldfish.engines.base.Engine.layout_for`: the same validation training runs,
+and the engine's sharding divisors) and the batch rule from the trainer (:func:`goldfish.train.check_batch`).
 
 Memory per device (bytes), for the most loaded device (the pipeline stage holding the embedding or the head):
 
 * **weights** 4 B/param (fp32 master weights; bf16 autocast casts on the fly), **grads** 4 B/param, **AdamW** 8 B/param
-  (two fp32 moments). Sharding of the *transformer-layer* matrices: native engine by ``tp`` (and by ``dp`` with FSDP),
-  AxoNN by ``row·col·depth``. Pipeline stages hold ``ceil(L/pp)`` layers. The token embedding is treated as
-  replicated across tensor-parallel ranks (the conservative choice); the untied output head follows the layer
-  matrices under AxoNN (it is an ``nn.Linear``) and is replicated under native TP. Norm weights are replicated.
+  (two fp32 moments). The engine's :class:`~goldfish.engines.base.Layout` says how they are divided: transformer-layer
+  matrices by ``weight_shard`` (native: ``tp``; AxoNN: ``row·col·depth``), an untied output head by ``head_shard``
+  (native: replicated; AxoNN: like the layers, it is an ``nn.Linear``), all state by ``state_shard`` (FSDP: ``dp``).
+  Pipeline stages hold ``ceil(L/pp)`` layers. The token embedding is treated as replicated across tensor-parallel
+  ranks (the conservative choice). Norm weights are replicated.
 * **activations** saved for backward, per token per layer: ``4·H`` replicated (two norm inputs and outputs) plus
   ``(2·H + 2·kv·d + 4·I)/t`` sharded (q, k, v, attention output; gate, up, act(gate), gate·up), with fused
-  (flash/SDPA) attention, i.e. no ``s×s`` score matrix; ``t`` = tp (native) or row·col (AxoNN). Element size: 2 B
-  under bf16 autocast, 4 B in fp32. Multiplied by the tokens in flight on the stage: the micro-batch, or with
-  pipelining the in-flight pipeline chunks (1F1B: ``min(pp, m)`` of ``m`` chunks; GPipe: all ``m``).
-* **logits** on the last stage: ``b·s·V·(e + 4)`` (the logits and their fp32 copy inside the cross-entropy).
+  (flash/SDPA) attention, i.e. no ``s×s`` score matrix; ``t`` = the layout's ``activation_shard``. Element size:
+  2 B under bf16 autocast, 4 B in fp32. Multiplied by the tokens in flight on the stage: the micro-batch times the
+  layout's ``activation_fraction`` (pipelining, 1F1B: ``min(pp, m)`` of ``m`` chunks; GPipe: all ``m``).
+* **logits** on the last stage: ``b·s·V·(e + 4) / logits_shard`` (the logits and their fp32 copy inside the
+  cross-entropy).
 
 Time: training FLOPs per token ``6·N + 12·L·H·s`` (PaLM appendix B; N = matmul weights: every parameter except an
 untied input embedding), divided by ``world · peak · mfu``. CUDA context, allocator fragmentation and communication
@@ -30,7 +33,14 @@ import types
 from pathlib import Path
 from typing import Any
 
+from transformers import AutoConfig
+
+from .engines import engine_layout
+from .engines.base import Layout
 from .errors import ConfigError, UserError
+from .models import llama_config
+from .train import check_batch
+from .train_config import ModelConfig, TrainConfig
 
 GIB = 1024**3
 
@@ -85,19 +95,15 @@ class ModelShape:
         return 6.0 * n + 12.0 * self.layers * self.hidden * seq_len
 
 
-def shape_of(model_cfg: Any, vocab_size: int) -> ModelShape:
+def shape_of(model_cfg: ModelConfig, vocab_size: int) -> ModelShape:
     """The shape of a ``ModelConfig`` (named size + overrides, or a local HF folder's config.json)."""
-    if getattr(model_cfg, "path", None):
-        from transformers import AutoConfig
-
+    if model_cfg.path:
         path = Path(model_cfg.path).expanduser()
         where = dict(gguf_file=path.name) if path.suffix == ".gguf" else {}  # a GGUF holds its config
         config = AutoConfig.from_pretrained(str(path.parent if where else path), local_files_only=True,
                                             trust_remote_code=False, **where)
         vocab_size = config.vocab_size
     else:
-        from .models import llama_config
-
         config = llama_config(model_cfg, vocab_size)
     heads = config.num_attention_heads
     return ModelShape(vocab=vocab_size, hidden=config.hidden_size, layers=config.num_hidden_layers, heads=heads,
@@ -105,76 +111,25 @@ def shape_of(model_cfg: Any, vocab_size: int) -> ModelShape:
                       tied=bool(config.tie_word_embeddings))
 
 
-@dataclasses.dataclass(frozen=True)
-class Layout:
-    """How a world of devices is split. ``shard`` divides layer matrices; ``act_shard`` divides activations."""
-
-    engine: str
-    world: int
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    fsdp: bool = False
-    row: int = 1
-    col: int = 1
-    depth: int = 1
-
-    @property
-    def shard(self) -> int:
-        return self.tp if self.engine == "native" else self.row * self.col * self.depth
-
-    @property
-    def act_shard(self) -> int:
-        return self.tp if self.engine == "native" else self.row * self.col
-
-    def describe(self) -> str:
-        if self.engine == "native":
-            return f"native tp={self.tp} pp={self.pp} dp={self.dp}" + (" fsdp" if self.fsdp else "")
-        return f"axonn row={self.row} col={self.col} depth={self.depth} data={self.dp}"
-
-
-def _divides(problems: list[str], what: str, n: int, dims: dict[str, int]) -> None:
-    for name, size in dims.items():
-        if size % n:
-            problems.append(f"{what} does not divide {name}={size}")
-
-
 def _hf_like(shape: ModelShape) -> Any:
-    """The LlamaConfig attributes the native engine's layout check reads."""
+    """The LlamaConfig attributes the engines' layout checks read."""
     return types.SimpleNamespace(num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
                                  intermediate_size=shape.intermediate, num_hidden_layers=shape.layers,
-                                 tie_word_embeddings=shape.tied)
+                                 hidden_size=shape.hidden, tie_word_embeddings=shape.tied)
 
 
-def check_layout(train_cfg: Any, shape: ModelShape, world: int) -> Layout:
-    """The layout of ``train_cfg`` on ``world`` devices, or one ConfigError printing every factor.
+def layout_of(train_cfg: TrainConfig, shape: ModelShape, world: int) -> Layout:
+    """The layout ``train_cfg``'s engine would use on ``world`` devices, or one ConfigError naming every problem.
 
-    The mesh itself is checked by the engines' own functions (``parallelize.check_layout``,
-    ``AxonnLayout.for_world``), so a dry run refuses exactly what training would refuse."""
-    from .engines.axonn import AxonnLayout
-    from .engines.parallelize import check_layout as native_layout
-
+    The engine validates its own layout (``Engine.layout_for``) and the trainer its batch rule
+    (:func:`goldfish.train.check_batch`), so a dry run refuses exactly what training would refuse."""
     problems: list[str] = []
-    sched = train_cfg.schedule
     layout = None
     try:
-        if train_cfg.engine == "axonn":
-            ax = train_cfg.axonn
-            grid = AxonnLayout.for_world(ax.row, ax.col, ax.depth, world)
-            linear = {"hidden_size": shape.hidden, "intermediate_size": shape.intermediate,
-                      "kv_width": shape.kv_heads * shape.head_dim}
-            _divides(problems, f"axonn.row={ax.row}", ax.row, linear)
-            _divides(problems, f"axonn.col={ax.col}", ax.col, linear)
-            layout = Layout("axonn", world, dp=grid.data, row=ax.row, col=ax.col, depth=ax.depth)
-        else:
-            par = train_cfg.parallel
-            dims = native_layout(par.pp, par.dp, par.tp, world, _hf_like(shape))
-            layout = Layout("native", world, tp=dims.tp, pp=dims.pp, dp=dims.dp, fsdp=par.fsdp)
+        layout = engine_layout(train_cfg, world, _hf_like(shape))
+        check_batch(train_cfg.schedule, layout.dp)
     except UserError as e:
         problems.append(str(e))
-    if layout is not None and sched.global_batch_size % (sched.micro_batch_size * layout.dp):
-        problems.append(f"global_batch_size({sched.global_batch_size}) is not a multiple of "
-                        f"micro_batch_size({sched.micro_batch_size})·dp({layout.dp})")
     if problems or layout is None:
         raise ConfigError("; ".join(problems))
     return layout
@@ -203,33 +158,24 @@ class MemoryEstimate:
 def stage_params(shape: ModelShape, layout: Layout) -> float:
     """Parameters held by the most loaded device (before data-parallel sharding)."""
     layers = math.ceil(shape.layers / layout.pp)
-    per_layer = shape.layer_matrix_params / layout.shard + 2 * shape.hidden
+    per_layer = shape.layer_matrix_params / layout.weight_shard + 2 * shape.hidden
     embed = shape.embedding_params
-    if shape.tied:
-        head = 0.0
-    else:
-        head = shape.embedding_params / (layout.shard if layout.engine == "axonn" else 1)
+    head = 0.0 if shape.tied else shape.embedding_params / layout.head_shard
     ends = embed + head if layout.pp == 1 else max(embed, head)
     return layers * per_layer + ends + shape.hidden  # + final norm
 
 
-def estimate_memory(shape: ModelShape, layout: Layout, micro_batch: int, seq_len: int, precision: str = "bf16",
-                    pp_microbatches: int = 0, pp_schedule: str = "1f1b") -> MemoryEstimate:
+def estimate_memory(shape: ModelShape, layout: Layout, micro_batch: int, seq_len: int,
+                    precision: str = "bf16") -> MemoryEstimate:
     """Per-device memory of training ``shape`` on ``layout`` (see the module docstring)."""
-    params = stage_params(shape, layout)
-    state_shard = layout.dp if (layout.engine == "native" and layout.fsdp) else 1
-    local = params / state_shard
+    local = stage_params(shape, layout) / layout.state_shard
     e = 2 if precision == "bf16" else 4
     per_token_layer = 4 * shape.hidden + (2 * shape.hidden + 2 * shape.kv_heads * shape.head_dim
-                                          + 4 * shape.intermediate) / layout.act_shard
-    chunks = pp_microbatches or layout.pp
-    in_flight = 1.0
-    if layout.pp > 1:  # tokens in flight on the first stage, as a fraction of one micro-batch
-        in_flight = (min(layout.pp, chunks) if pp_schedule == "1f1b" else chunks) / chunks
+                                          + 4 * shape.intermediate) / layout.activation_shard
     layers = math.ceil(shape.layers / layout.pp)
     tokens = micro_batch * seq_len
-    activations = tokens * in_flight * layers * per_token_layer * e
-    logits = tokens * shape.vocab * (e + 4) / (layout.act_shard if layout.engine == "axonn" else 1)
+    activations = tokens * layout.activation_fraction * layers * per_token_layer * e
+    logits = tokens * shape.vocab * (e + 4) / layout.logits_shard
     return MemoryEstimate(weights=4 * local, grads=4 * local, optimizer=8 * local, activations=activations,
                           logits=logits)
 

@@ -127,3 +127,32 @@ def goldfish_loss(
         dropped_sum=dropped_sum,
         dropped_count=dropped.sum(),
     )
+
+
+
+class EngineLoss:
+    """The trainer's loss function for the engines (:data:`goldfish.engines.base.LossFn`): Goldfish CE of the
+    model's output against ``targets["labels"]`` (B, T) unshifted HF labels (-100: not supervised) with
+    ``targets["drop_mask"]`` (B, T) bool, True where Goldfish drops the target (all False: the standard loss).
+
+    The mask comes precomputed from the trainer (it needs the global batch's document ids), so the engines never see a
+    Goldfish setting. With ``chunk_tokens > 0`` (``loss.ce_chunk_tokens``) the loss asks for hidden states
+    (``wants_hidden``): the engine passes the final-norm hidden states (B, T, H) and ``head=`` its output projection,
+    and the CE is computed in chunks (:func:`chunked_token_losses`) without the whole logits."""
+
+    def __init__(self, chunk_tokens: int = 0):
+        self.chunk_tokens = chunk_tokens
+
+    @property
+    def wants_hidden(self) -> bool:
+        return self.chunk_tokens > 0
+
+    def __call__(self, outputs: torch.Tensor, targets: dict[str, torch.Tensor],
+                 head: nn.Module | None = None) -> GoldfishLossOutput:
+        if head is None:  # outputs: logits (B, T, V)
+            return goldfish_loss(outputs, targets["labels"], drop_mask=targets["drop_mask"], shift=True)
+        return goldfish_loss(outputs, targets["labels"], drop_mask=targets["drop_mask"], shift=True, head=head,
+                             chunk_tokens=self.chunk_tokens)
+
+
+loss_from_targets = EngineLoss()  # whole logits: the loss function of every run without loss.ce_chunk_tokens

@@ -39,6 +39,7 @@ from .errors import UserError
 from .fingerprint import refuse_mismatch, saved_train_fingerprint, train_fingerprint, write_fingerprint
 from .fold import token_fold
 from .io import JsonlLogger, atomic_directory, atomic_write_json, atomic_write_text, read_jsonl
+from .loss import EngineLoss
 from .masks import GoldfishConfig, config_mask
 from .models import build_model, count_parameters, flops_per_token
 from .perf import measure_matmul_peak, mfu
@@ -59,7 +60,6 @@ class Plan:
     global_batch: int  # rows per optimizer step
     micro_batch: int  # rows per forward on one rank
     dp_size: int
-    grad_accum: int  # micro-batches per rank per step
     steps_per_epoch: int
     total_steps: int
     warmup_steps: int
@@ -69,8 +69,8 @@ class Plan:
         return self.global_batch * self.seq_len
 
 
-def make_plan(schedule: ScheduleConfig, optim: OptimConfig, rows: int, seq_len: int, dp_size: int) -> Plan:
-    """Check batch divisibility (printing every factor) and resolve the training length; stops at the first budget."""
+def check_batch(schedule: ScheduleConfig, dp_size: int) -> None:
+    """Every data-parallel rank takes the same whole number of micro-batches per step (one error, every factor)."""
     g, m = schedule.global_batch_size, schedule.micro_batch_size
     if g % (m * dp_size):
         # dp counts the processes that read distinct rows of a step: native dp, but every process under
@@ -81,6 +81,12 @@ def make_plan(schedule: ScheduleConfig, optim: OptimConfig, rows: int, seq_len: 
         raise UserError(f"schedule.global_batch_size={g} is not divisible by micro_batch_size({m})·dp({dp_size})="
                         f"{m * dp_size} (dp: processes reading distinct rows; every process with engine=axonn); "
                         f"use global_batch_size={fit}{hint}")
+
+
+def make_plan(schedule: ScheduleConfig, optim: OptimConfig, rows: int, seq_len: int, dp_size: int) -> Plan:
+    """Check batch divisibility and resolve the training length; training stops at the first budget."""
+    check_batch(schedule, dp_size)
+    g, m = schedule.global_batch_size, schedule.micro_batch_size
     if rows < g:
         raise UserError(f"the training split has {rows} rows, fewer than schedule.global_batch_size={g}; lower it")
     # every row is trained on once per epoch: the last batch of an epoch is topped up with empty rows (see
@@ -95,7 +101,7 @@ def make_plan(schedule: ScheduleConfig, optim: OptimConfig, rows: int, seq_len: 
         budgets.append(math.ceil(schedule.max_tokens / (g * seq_len)))
     total = min(budgets) if budgets else steps_per_epoch
     warmup = optim.warmup_steps if optim.warmup_steps is not None else int(optim.warmup_frac * total)
-    return Plan(rows, seq_len, g, m, dp_size, g // (m * dp_size), steps_per_epoch, total, min(warmup, total))
+    return Plan(rows, seq_len, g, m, dp_size, steps_per_epoch, total, min(warmup, total))
 
 
 def learning_rate(step: int, plan: Plan, optim: OptimConfig) -> float:
@@ -204,7 +210,8 @@ def kept_targets(labels: torch.Tensor, dropped: torch.Tensor) -> int:
 
 def micro_batches(batch: dict[str, torch.Tensor], dropped: torch.Tensor, plan: Plan,
                   dp_rank: int) -> list[dict[str, torch.Tensor]]:
-    """This rank's shard of the global batch, split into ``plan.grad_accum`` micro-batches for the engine."""
+    """This rank's shard of the global batch, split into micro-batches of ``plan.micro_batch`` rows (model inputs and
+    the targets ``labels``/``drop_mask``; see :mod:`goldfish.engines.base`)."""
     per_rank = plan.global_batch // plan.dp_size
     shard = slice(dp_rank * per_rank, (dp_rank + 1) * per_rank)
     out = []
@@ -243,7 +250,8 @@ class Progress:
 def train(cfg: TrainConfig) -> Path:
     """Train per ``cfg`` (resuming per ``cfg.checkpoint.resume``) and return the run folder ``cfg.out``."""
     prepared, rows, seq_len = load_train_data(cfg.data.path)  # fails fast, before joining any process group
-    engine = get_engine(cfg)
+    # Goldfish reaches the engine only through the loss function
+    engine = get_engine(cfg, EngineLoss(cfg.loss.ce_chunk_tokens))
     try:
         return _run(cfg, engine, prepared, rows, seq_len)
     finally:
@@ -279,7 +287,7 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int) -> Path
         write_fingerprint(out, fingerprint)
         save_config(cfg, out / "config.yaml")
         _truncate_metrics(out / "metrics.jsonl", progress.step)
-    meter = _Meter(shape["flops_per_token"], cfg.precision, getattr(engine, "device", "cpu"), world, engine.is_main)
+    meter = _Meter(shape["flops_per_token"], cfg.precision, engine.device, world, engine.is_main)
     gcfg = goldfish_config(cfg, prepared)
     orders = _EpochOrders(len(rows), cfg.seed, cfg.data.shuffle)
     clock = _LineClock()

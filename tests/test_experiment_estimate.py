@@ -6,8 +6,10 @@ import pytest
 
 from goldfish.config import from_dict
 from goldfish.errors import ConfigError
-from goldfish.estimate import GIB, Layout, ModelShape, check_layout, estimate_memory, estimate_time, shape_of
-from goldfish.train_config import ModelConfig, TrainConfig
+from goldfish.engines.axonn import AxonnEngine
+from goldfish.engines.native import NativeEngine
+from goldfish.estimate import GIB, ModelShape, estimate_memory, estimate_time, layout_of, shape_of
+from goldfish.train_config import AxonnConfig, ModelConfig, ParallelConfig, TrainConfig
 
 
 def shape(name: str, vocab: int) -> ModelShape:
@@ -50,8 +52,8 @@ def train_cfg(**sections) -> TrainConfig:
 def test_memory_of_llama2_7b_on_tp2_by_hand():
     s = shape("llama2-7B", 32000)
     cfg = train_cfg(parallel={"tp": 2}, schedule={"global_batch_size": 4, "micro_batch_size": 1}, precision="bf16")
-    layout = check_layout(cfg, s, world=8)
-    assert (layout.tp, layout.pp, layout.dp) == (2, 1, 4)
+    layout = layout_of(cfg, s, world=8)
+    assert (layout.weight_shard, layout.pp, layout.dp, layout.description) == (2, 1, 4, "native tp=2 pp=1 dp=4")
     mem = estimate_memory(s, layout, micro_batch=1, seq_len=4096, precision="bf16")
     # params on a device: 32 blocks x (202,375,168 / 2 + 8192 norms) + embedding + head (replicated) + final norm
     params = 32 * (202_375_168 // 2 + 8192) + 2 * 32000 * 4096 + 4096
@@ -65,21 +67,23 @@ def test_memory_of_llama2_7b_on_tp2_by_hand():
 
 def test_fsdp_shards_state_over_data_ranks_and_pipeline_holds_fewer_layers():
     s = shape("llama2-7B", 32000)
-    plain = estimate_memory(s, Layout("native", 8, dp=8), 1, 4096)
-    fsdp = estimate_memory(s, Layout("native", 8, dp=8, fsdp=True), 1, 4096)
+    plain = estimate_memory(s, NativeEngine.layout_for(ParallelConfig(), 8), 1, 4096)
+    fsdp = estimate_memory(s, NativeEngine.layout_for(ParallelConfig(fsdp=True), 8), 1, 4096)
     assert fsdp.optimizer == pytest.approx(plain.optimizer / 8)
-    piped = estimate_memory(s, Layout("native", 4, pp=4, dp=1), 1, 4096)
+    piped = estimate_memory(s, NativeEngine.layout_for(ParallelConfig(pp=4), 4), 1, 4096)
     # the busiest stage: 8 of 32 blocks and the larger of embedding / head (equal here)
     assert piped.weights == 4 * (8 * (202_375_168 + 8192) + 32000 * 4096 + 4096)
     # 1F1B with 8 chunks keeps min(pp, 8) = 4 of 8 chunks in flight: half the micro-batch's activations
-    one_f = estimate_memory(s, Layout("native", 4, pp=4), 1, 4096, pp_microbatches=8, pp_schedule="1f1b")
-    gpipe = estimate_memory(s, Layout("native", 4, pp=4), 1, 4096, pp_microbatches=8, pp_schedule="gpipe")
+    one_f = estimate_memory(s, NativeEngine.layout_for(ParallelConfig(pp=4, pp_microbatches=8), 4), 1, 4096)
+    gpipe = estimate_memory(s, NativeEngine.layout_for(ParallelConfig(pp=4, pp_microbatches=8, pp_schedule="gpipe"),
+                                                       4), 1, 4096)
     assert one_f.activations == pytest.approx(gpipe.activations / 2)
 
 
 def test_axonn_shards_layer_matrices_and_head_over_the_3d_grid():
     s = shape("llama2-70B", 32000)
-    layout = Layout("axonn", 64, dp=8, row=2, col=2, depth=2)
+    layout = AxonnEngine.layout_for(AxonnConfig(row=2, col=2, depth=2), 64)
+    assert layout.description == "axonn row=2 col=2 depth=2 data=8"
     mem = estimate_memory(s, layout, 1, 4096)
     params = 80 * (855_638_016 / 8 + 2 * 8192) + 32000 * 8192 + 32000 * 8192 / 8 + 8192
     assert mem.weights == pytest.approx(4 * params)
@@ -88,13 +92,15 @@ def test_axonn_shards_layer_matrices_and_head_over_the_3d_grid():
 def test_layout_errors_print_every_factor():
     s = shape("llama2-7B", 32000)
     with pytest.raises(ConfigError, match=r"pp\(2\)·dp\(2\)·tp\(2\)=8 ≠ world size 4"):
-        check_layout(train_cfg(parallel={"tp": 2, "pp": 2, "dp": 2}), s, world=4)
+        layout_of(train_cfg(parallel={"tp": 2, "pp": 2, "dp": 2}), s, world=4)
     with pytest.raises(ConfigError, match=r"parallel.tp=3 must divide the model's num_attention_heads \(32\)"):
-        check_layout(train_cfg(parallel={"tp": 3}), s, world=3)
+        layout_of(train_cfg(parallel={"tp": 3}), s, world=3)
     with pytest.raises(ConfigError, match=r"row\(2\)·col\(2\)·depth\(2\)=8 does not divide world size 6"):
-        check_layout(train_cfg(engine="axonn", axonn={"row": 2, "col": 2, "depth": 2}), s, world=6)
-    with pytest.raises(ConfigError, match=r"global_batch_size\(6\) is not a multiple of micro_batch_size\(1\)·dp\(4\)"):
-        check_layout(train_cfg(schedule={"global_batch_size": 6, "micro_batch_size": 1}), s, world=4)
+        layout_of(train_cfg(engine="axonn", axonn={"row": 2, "col": 2, "depth": 2}), s, world=6)
+    with pytest.raises(ConfigError, match=r"axonn.row=3 does not divide hidden_size=4096"):
+        layout_of(train_cfg(engine="axonn", axonn={"row": 3}), s, world=3)
+    with pytest.raises(ConfigError, match=r"global_batch_size=6 is not divisible by micro_batch_size\(1\)·dp\(4\)=4"):
+        layout_of(train_cfg(schedule={"global_batch_size": 6, "micro_batch_size": 1}), s, world=4)
 
 
 def test_time_estimate_by_hand():

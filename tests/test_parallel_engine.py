@@ -18,12 +18,14 @@ MICRO_ROWS = 2
 
 def _engine(layout: dict):
     from goldfish.engines.native import NativeEngine
+    from goldfish.loss import EngineLoss
     from goldfish.train_config import ParallelConfig, TrainConfig
 
     # "train": further TrainConfig fields (performance options), applied on top of fp32
     cfg = TrainConfig(parallel=ParallelConfig(**layout["parallel"]), **{"precision": "fp32", **layout.get("train", {})})
     model_cfg = tiny_config(layers=layout.get("layers", 2), tied=layout.get("tied", False))
-    engine = NativeEngine(cfg)
+    engine = NativeEngine(cfg.parallel, cfg.precision, EngineLoss(cfg.loss.ce_chunk_tokens), compile=cfg.compile,
+                          activation_checkpointing=cfg.activation_checkpointing)
     engine.setup(lambda: build_model(model_cfg), lambda params: torch.optim.AdamW(params, lr=LR))
     return engine
 
@@ -126,10 +128,11 @@ def test_engine_3d_mesh_matches_one_process():
 
 def _single_process_run(precision: str, tmp_path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     from goldfish.engines.native import NativeEngine
-    from goldfish.train_config import TrainConfig
+    from goldfish.loss import loss_from_targets
+    from goldfish.train_config import ParallelConfig
 
     model_cfg = tiny_config(tied=True)
-    engine = NativeEngine(TrainConfig(precision=precision))
+    engine = NativeEngine(ParallelConfig(), precision, loss_from_targets)
     engine.setup(lambda: build_model(model_cfg), lambda params: torch.optim.AdamW(params, lr=LR))
     assert (engine.dp_rank, engine.dp_size, engine.is_main) == (0, 1, True)
     stats, norms = zip(*(_step(engine, batch) for batch in global_batches(packed=True)))
@@ -198,19 +201,21 @@ def test_compile_under_torchrun_with_fsdp_ddp_and_pipeline():
 def test_option_conflicts_are_one_line_errors():
     from goldfish.engines.native import NativeEngine
     from goldfish.errors import UserError
-    from goldfish.train_config import ParallelConfig, TrainConfig
+    from goldfish.loss import EngineLoss
+    from goldfish.train_config import ParallelConfig
 
     with pytest.raises(UserError, match=r"compile=true with parallel.tp>1"):
-        NativeEngine(TrainConfig(compile=True, parallel=ParallelConfig(tp=2)))
+        NativeEngine(ParallelConfig(tp=2), "fp32", EngineLoss(), compile=True)
     with pytest.raises(UserError, match=r"fsdp_mixed_precision=true needs parallel.fsdp=true and precision=bf16"):
-        NativeEngine(TrainConfig(parallel=ParallelConfig(fsdp=True, fsdp_mixed_precision=True)))
+        NativeEngine(ParallelConfig(fsdp=True, fsdp_mixed_precision=True), "fp32", EngineLoss())
 
 
 def test_axonn_refuses_native_only_options():
     pytest.importorskip("axonn")
     from goldfish.engines.axonn import AxonnEngine
     from goldfish.errors import UserError
-    from goldfish.train_config import TrainConfig
+    from goldfish.loss import EngineLoss
+    from goldfish.train_config import AxonnConfig
 
     with pytest.raises(UserError, match=r"^compile, activation_checkpointing: native-engine options"):
-        AxonnEngine(TrainConfig(engine="axonn", compile=True, activation_checkpointing=True))
+        AxonnEngine(AxonnConfig(), "fp32", EngineLoss(), compile=True, activation_checkpointing=True)

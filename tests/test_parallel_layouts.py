@@ -15,6 +15,7 @@ from torch.distributed.tensor import DTensor
 from dist_utils import (LR, MAX_NORM, ROWS, assert_stats_close, build_model, global_batches, kept_count, reference_run,
                         run_distributed, tiny_config)
 from goldfish.engines import parallelize as par
+from goldfish.loss import loss_from_targets
 
 pytestmark = pytest.mark.dist  # every test here runs in spawned gloo processes
 
@@ -29,7 +30,7 @@ def _full_weights(stage: torch.nn.Module) -> dict[str, torch.Tensor]:
 def _train(world: int, layout: dict) -> dict:
     """Train one layout on this rank with the parallelize functions; returns global stats and this stage's weights."""
     cfg = tiny_config(layers=layout.get("layers", 2), tied=layout.get("tied", False))
-    dims = par.check_layout(layout.get("pp", 1), 0, layout.get("tp", 1), world, cfg)
+    dims = par.parallel_dims(layout.get("pp", 1), 0, layout.get("tp", 1), world, cfg)
     mesh = par.build_mesh(dims, "cpu")
     model = build_model(cfg)
     if dims.tp > 1:
@@ -41,7 +42,7 @@ def _train(world: int, layout: dict) -> dict:
     tied_group = par.tied_weight_group(mesh) if dims.pp > 1 and cfg.tie_word_embeddings else None
     opt = torch.optim.AdamW(params, lr=LR)
     dp_rank, rows = mesh["dp"].get_local_rank(), ROWS // dims.dp
-    loss_fn = par.GoldfishStageLoss()
+    loss_fn = par.StageLoss(loss_from_targets)
     pipe = par.build_pipeline(stage, mesh["pp"], layout.get("schedule", "gpipe"), 2, loss_fn, torch.device("cpu")) \
         if dims.pp > 1 else None
     all_stats, norms = [], []
@@ -50,13 +51,14 @@ def _train(world: int, layout: dict) -> dict:
         mine = {k: v[dp_rank * rows:(dp_rank + 1) * rows] for k, v in batch.items()}
         loss_fn.reset(normalizer)
         if pipe is not None:
-            target = par.pack_targets(mine["labels"], mine["drop_mask"])
+            target = loss_fn.pack({"labels": mine["labels"], "drop_mask": mine["drop_mask"]})
             first = mesh["pp"].get_local_rank() == 0
             pipe.step(mine["input_ids"] if first else None, target=target)
         else:
             for start in range(0, rows, 2):
                 mb = {k: v[start:start + 2] for k, v in mine.items()}
-                loss_fn(stage(mb["input_ids"]), par.pack_targets(mb["labels"], mb["drop_mask"])).backward()
+                target = loss_fn.pack({"labels": mb["labels"], "drop_mask": mb["drop_mask"]})
+                loss_fn(stage(mb["input_ids"]), target).backward()
         if dims.dp > 1 and not layout.get("fsdp"):
             par.allreduce_gradients(params, mesh["dp"].get_group())
         par.sync_tied_gradients(stage.tied_weight, tied_group)

@@ -11,7 +11,7 @@ from train_helpers import REPO, tiny_config
 from goldfish.cli import main
 from goldfish.config import from_dict, load_config
 from goldfish.errors import ConfigError, UserError
-from goldfish.train import learning_rate, make_plan, train
+from goldfish.train import learning_rate, make_plan, micro_batches, train
 from goldfish.train_config import OptimConfig, ScheduleConfig, TrainConfig
 
 SHIPPED = sorted((REPO / "experiments").glob("train_*.yaml"))
@@ -56,7 +56,10 @@ def test_indivisible_batch_prints_every_factor():
 def test_the_first_budget_reached_ends_training():
     optim = OptimConfig(warmup_frac=0.1)
     plan = make_plan(ScheduleConfig(epochs=3, global_batch_size=4, micro_batch_size=2), optim, 40, 16, 1)
-    assert (plan.steps_per_epoch, plan.total_steps, plan.grad_accum, plan.warmup_steps) == (10, 30, 2, 3)
+    assert (plan.steps_per_epoch, plan.total_steps, plan.warmup_steps) == (10, 30, 3)
+    batch = {k: torch.arange(4 * 3).view(4, 3) for k in ("input_ids", "labels", "position_ids")}
+    micro = micro_batches(batch, torch.zeros(4, 3, dtype=torch.bool), plan, dp_rank=0)
+    assert [m["input_ids"][:, 0].tolist() for m in micro] == [[0, 3], [6, 9]]  # 4 rows as 2 micro-batches of 2
     tokens = ScheduleConfig(epochs=3, max_tokens=64 * 7 + 1, global_batch_size=4, micro_batch_size=2)
     assert make_plan(tokens, optim, 40, 16, 1).total_steps == 8  # 7 steps of 64 tokens + 1 token -> 8 steps
     # one epoch reads every row: 41 rows in batches of 4 -> 10 full steps + one of 1 row (topped up with empty rows)

@@ -1,4 +1,4 @@
-"""Engine registry: ``get_engine(cfg)`` builds the engine named by ``cfg.engine``.
+"""Engine registry: ``get_engine(cfg, loss_fn)`` builds the engine named by ``cfg.engine``.
 
 Engines are imported lazily, so a missing optional dependency (AxoNN) only matters to runs that choose it.
 Adding an engine = one module in this package plus one line in ``ENGINES``.
@@ -7,13 +7,10 @@ Adding an engine = one module in this package plus one line in ``ENGINES``.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
 
 from ..errors import UserError
-from .base import Engine, StepStats
-
-if TYPE_CHECKING:
-    from ..train_config import TrainConfig
+from ..train_config import TrainConfig
+from .base import Engine, Layout, LossFn, StepStats, current_world_size
 
 # name -> "module:Class"
 ENGINES: dict[str, str] = {
@@ -35,9 +32,20 @@ def engine_class(name: str) -> type[Engine]:
     return getattr(module, class_name)
 
 
-def get_engine(cfg: "TrainConfig") -> Engine:
-    """Construct the engine of ``cfg.engine``; it reads its own config sections and joins the process group."""
-    return engine_class(cfg.engine)(cfg)
+def engine_layout(cfg: TrainConfig, world_size: int, model_config=None) -> Layout:
+    """The layout ``cfg``'s engine would use on ``world_size`` devices (validated; nothing is built)."""
+    cls = engine_class(cfg.engine)
+    return cls.layout_for(getattr(cfg, cls.section), world_size, model_config, cfg.schedule.micro_batch_size)
 
 
-__all__ = ["ENGINES", "Engine", "StepStats", "engine_class", "get_engine"]
+def get_engine(cfg: TrainConfig, loss_fn: LossFn) -> Engine:
+    """Validate the layout for this world size, then construct ``cfg.engine`` from its own config section, the
+    precision, the loss function and the model-wide speed options (``compile``, ``activation_checkpointing``); it
+    joins the process group."""
+    cls = engine_class(cfg.engine)
+    engine_layout(cfg, current_world_size())  # fail before joining any process group
+    return cls(getattr(cfg, cls.section), cfg.precision, loss_fn, compile=cfg.compile,
+               activation_checkpointing=cfg.activation_checkpointing)
+
+
+__all__ = ["ENGINES", "Engine", "Layout", "LossFn", "StepStats", "engine_class", "engine_layout", "get_engine"]

@@ -27,10 +27,8 @@ checkpoint loader reads another path than its saver writes (not used: state is t
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -39,9 +37,9 @@ import torch.distributed as dist
 from torch import nn
 
 from ..errors import UserError
-from ..loss import goldfish_loss
+from ..train_config import AxonnConfig
 from . import axonn_compat, axonn_fastpath
-from .base import Engine, StepStats
+from .base import Engine, Layout, LossFn, StepStats, split_targets, stats_vector
 
 log = logging.getLogger("goldfish.engines")
 
@@ -94,23 +92,24 @@ class AxonnEngine(Engine):
 
     name = "axonn"
 
-    def __init__(self, cfg):
-        self.cfg = cfg
+    section = "axonn"
+
+    def __init__(self, axonn: AxonnConfig, precision: str, loss_fn: LossFn, *, compile: bool = False,
+                 activation_checkpointing: bool = False):
+        super().__init__(precision, loss_fn)
         axonn_compat.check_installed()
-        self.device = self._device()
-        native_only = [name for name, on in (("compile", cfg.compile), ("activation_checkpointing",
-                       cfg.activation_checkpointing), ("loss.ce_chunk_tokens", cfg.loss.ce_chunk_tokens)) if on]
+        native_only = [name for name, on in (("compile", compile),
+                                             ("activation_checkpointing", activation_checkpointing),
+                                             ("loss.ce_chunk_tokens", getattr(loss_fn, "wants_hidden", False))) if on]
         if native_only:
             raise UserError(f"{', '.join(native_only)}: native-engine options that engine=axonn does not apply; "
                             f"drop them or use engine=native")
-        if cfg.precision == "bf16" and self.device.type != "cuda":
+        if precision == "bf16" and self.device.type != "cuda":
             raise UserError("precision=bf16 with engine=axonn needs a CUDA GPU (AxoNN's Linear re-enters autocast "
                             "only on CUDA in backward); use precision=fp32 on CPU")
-        world_size = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
-        a = cfg.axonn
-        self.layout = AxonnLayout.for_world(a.row, a.col, a.depth, world_size)
-        self._owns_group = self._join_process_group(world_size)
-        self.rank = dist.get_rank()
+        a = axonn
+        self.layout = AxonnLayout.for_world(a.row, a.col, a.depth, self.world_size)
+        self.join_process_group(always=True)  # AxoNN needs a process group even for one process
         self.compat_active = axonn_compat.enable()  # no-op when CUDA is present
         axonn_fastpath.enable()  # grid dimensions of one rank: no collectives, copies or host syncs
         from axonn import axonn as ax
@@ -122,31 +121,30 @@ class AxonnEngine(Engine):
         # layer's wait (see axonn_compat); there is no compute stream to overlap with on CPU, so only CUDA uses it.
         self.overlap = {"overlap_all_reduce": a.overlap_communication,
                         "overlap_reduce_scatter": a.overlap_communication and self.device.type == "cuda"}
-        self.autocast_dtype = torch.bfloat16 if cfg.precision == "bf16" else None
         self.model: nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
         if self.is_main:
-            log.info("axonn: %s on %d processes (%s%s)", self.layout.describe(), world_size, self.device.type,
+            log.info("axonn: %s on %d processes (%s%s)", self.layout.describe(), self.world_size, self.device.type,
                      ", CPU/gloo compatibility layer" if self.compat_active else "")
 
-    @staticmethod
-    def _device() -> torch.device:
-        if torch.cuda.is_available():
-            return torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}")
-        return torch.device("cpu")
-
-    def _join_process_group(self, world_size: int) -> bool:
-        """Join the torchrun process group (gloo on CPU, nccl on CUDA); AxoNN needs one even for one process."""
-        if dist.is_initialized():
-            return False
-        backend = "nccl" if self.device.type == "cuda" else "gloo"
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-        if world_size == 1 and "MASTER_ADDR" not in os.environ:
-            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-        else:
-            dist.init_process_group(backend)
-        return True
+    @classmethod
+    def layout_for(cls, section: AxonnConfig, world_size: int, model_config: Any = None,
+                   micro_batch_size: int | None = None) -> Layout:
+        """AxoNN's easy mode: every rank is a data-parallel rank; the grid shards layer matrices and an untied head
+        over row·col·depth, activations and logits over row·col (see the module docstring)."""
+        a = section
+        grid = AxonnLayout.for_world(a.row, a.col, a.depth, world_size)
+        if model_config is not None:
+            heads = model_config.num_attention_heads
+            widths = {"hidden_size": model_config.hidden_size, "intermediate_size": model_config.intermediate_size,
+                      "kv_width": (model_config.num_key_value_heads or heads) * (model_config.hidden_size // heads)}
+            bad = [f"axonn.{name}={n} does not divide {what}={size}" for name, n in (("row", a.row), ("col", a.col))
+                   for what, size in widths.items() if size % n]
+            if bad:
+                raise UserError("; ".join(bad))
+        return Layout(world=world_size, dp=world_size, weight_shard=grid.grid, head_shard=grid.grid,
+                      activation_shard=a.row * a.col, logits_shard=a.row * a.col,
+                      description=f"axonn row={a.row} col={a.col} depth={a.depth} data={grid.data}")
 
     # ------------------------------------------------------------------------------------------ topology
 
@@ -157,10 +155,6 @@ class AxonnEngine(Engine):
     @property
     def dp_size(self) -> int:
         return self.layout.world_size
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
 
     # ------------------------------------------------------------------------------------------ setup
 
@@ -193,11 +187,6 @@ class AxonnEngine(Engine):
 
     # ------------------------------------------------------------------------------------------ step
 
-    def _autocast(self):
-        if self.autocast_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
-
     def forward_backward(self, micro_batches: list[dict[str, torch.Tensor]], normalizer: int) -> StepStats:
         from axonn.intra_layer import optimize_communication, sync_gradients
 
@@ -206,17 +195,15 @@ class AxonnEngine(Engine):
             mb = {k: v.to(self.device, non_blocking=True) for k, v in mb.items()}
             # The context's exit waits for async collectives and folds deferred weight gradients into .grad.
             with optimize_communication(**self.overlap):
-                with self._autocast():
+                with self.autocast():
                     logits = self.model(input_ids=mb["input_ids"], position_ids=mb.get("position_ids"),
                                         attention_mask=mb.get("attention_mask"), use_cache=False).logits  # (B, T, V)
-                out = goldfish_loss(logits, mb["labels"], drop_mask=mb["drop_mask"])
-                (out.kept_sum / max(normalizer, 1)).backward()
-            totals += torch.stack([out.kept_sum.detach().double(), out.kept_count.double(),
-                                   out.dropped_sum.double(), out.dropped_count.double()])
+                parts = self.loss_fn(logits, split_targets(mb))
+                (parts.kept_sum / max(normalizer, 1)).backward()
+            totals += stats_vector(parts)
         sync_gradients(self.model, mean=False)  # sums: data group for shards, world for replicated parameters
         dist.all_reduce(totals)
-        kept_sum, kept_count, dropped_sum, dropped_count = totals.tolist()
-        return StepStats(kept_sum, int(kept_count), dropped_sum, int(dropped_count))
+        return StepStats.from_vector(totals)
 
     def optimizer_step(self, lr: float, max_grad_norm: float | None) -> float:
         from axonn.intra_layer import clip_grad_norm_
@@ -245,16 +232,7 @@ class AxonnEngine(Engine):
                             f"row({saved.get('row')})·col({saved.get('col')})·depth({saved.get('depth')})·"
                             f"data({saved.get('data')}) but this is rank {self.rank} of {self.layout.describe()}; "
                             f"resume with the same axonn.row/col/depth and world size")
-        model_state = self.model.state_dict()
-        missing = sorted(set(model_state) - set(state["model"]))
-        if missing:
-            raise UserError(f"checkpoint does not match the model: missing {len(missing)} tensors, e.g. {missing[0]}")
-        with torch.no_grad():
-            for name, tensor in model_state.items():
-                if tensor.shape != state["model"][name].shape:
-                    raise UserError(f"checkpoint tensor {name} has shape {tuple(state['model'][name].shape)} but "
-                                    f"this rank expects {tuple(tensor.shape)} (different model or axonn layout)")
-                tensor.copy_(state["model"][name])
+        self.load_model_state(self.model, state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
@@ -275,14 +253,6 @@ class AxonnEngine(Engine):
                 skeleton = type(self.model)(self.model.config)
             skeleton.save_pretrained(str(out_dir), state_dict=full, safe_serialization=True)
         self.barrier()
-
-    def barrier(self) -> None:
-        dist.barrier()
-
-    def close(self) -> None:
-        if self._owns_group and dist.is_initialized():
-            dist.destroy_process_group()
-            self._owns_group = False
 
 
 # ---------------------------------------------------------------------------------------------- model surgery

@@ -7,7 +7,7 @@ builds a ``DeviceMesh`` ``(pp, dp, tp)`` from ``parallel.*`` and applies, in thi
 * TP (``parallel.tp``): DTensor ``parallelize_module`` -- column-wise q/k/v/gate/up, row-wise o/down;
 * PP (``parallel.pp``): this rank keeps one stage of decoder layers and runs ``ScheduleGPipe``/``Schedule1F1B``
   (``parallel.pp_schedule``), each trainer micro-batch split into ``parallel.pp_microbatches`` pipeline chunks;
-  the Goldfish loss is computed on the last stage only;
+  the injected loss function runs on the last stage only;
 * DP (the rest of the world): FSDP2 ``fully_shard`` (``parallel.fsdp=true``), else replicated weights: DDP when
   DP is the only dimension, otherwise one bucketed all-reduce of the gradients before the optimizer step.
 
@@ -19,7 +19,6 @@ accumulation give the gradients of one process taking the whole batch.
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -28,8 +27,9 @@ import torch.distributed as dist
 from torch import nn
 
 from ..errors import UserError
+from ..train_config import ParallelConfig
 from . import parallelize as par
-from .base import Engine, StepStats
+from .base import Engine, Layout, LossFn, StepStats, split_targets
 
 
 def _local(t: Any) -> Any:
@@ -47,42 +47,47 @@ class NativeEngine(Engine):
     """Single-process, or any (pp, dp, tp) mesh of processes, training a plain Hugging Face causal LM."""
 
     name = "native"
+    section = "parallel"
 
-    def __init__(self, cfg):
-        self.cfg = cfg
-        p = cfg.parallel
-        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = int(os.environ.get("RANK", "0"))
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        self.device = torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
+    def __init__(self, parallel: ParallelConfig, precision: str, loss_fn: LossFn, *, compile: bool = False,
+                 activation_checkpointing: bool = False):
+        super().__init__(precision, loss_fn)
+        self.parallel = p = parallel
         self.pp_microbatches = p.pp_microbatches or p.pp
-        self.micro_batch_rows = getattr(getattr(cfg, "schedule", None), "micro_batch_size", None)
-        if cfg.compile and p.tp > 1:
+        if compile and p.tp > 1:
             # compiled layers on DTensor shards fail in backward (DTensor redistribute gets a plain gradient,
             # torch 2.13); FSDP2, DDP and pipeline stages compile fine
             raise UserError("compile=true with parallel.tp>1 is not supported (compiled tensor-parallel layers fail "
                             "in backward); drop compile or use parallel.tp=1 with fsdp/pp")
-        if p.fsdp_mixed_precision and (cfg.precision != "bf16" or not p.fsdp):
+        if p.fsdp_mixed_precision and (precision != "bf16" or not p.fsdp):
             raise UserError("parallel.fsdp_mixed_precision=true needs parallel.fsdp=true and precision=bf16; set "
                             "both or drop it")
-        self.dims = par.check_layout(p.pp, p.dp, p.tp, self.world_size, schedule=p.pp_schedule,
-                                     microbatches=self.pp_microbatches, micro_batch_rows=self.micro_batch_rows)
-        self._owns_group = False
+        self.compile, self.activation_checkpointing = compile, activation_checkpointing
+        self.dims = par.parallel_dims(p.pp, p.dp, p.tp, self.world_size, schedule=p.pp_schedule,
+                                      microbatches=self.pp_microbatches)
         self.mesh = None
         if self.world_size > 1:
-            if not dist.is_initialized():
-                if self.device.type == "cuda":
-                    torch.cuda.set_device(self.device)
-                dist.init_process_group(backend="nccl" if self.device.type == "cuda" else "gloo")
-                self._owns_group = True
+            self.join_process_group()
             self.mesh = par.build_mesh(self.dims, self.device.type)
-        self.autocast_dtype = torch.bfloat16 if cfg.precision == "bf16" else None
         self.model: nn.Module | None = None  # this rank's stage (the whole model when pp=1), HF parameter names
         self._forward: nn.Module | None = None  # what runs the forward: the stage, or its DDP wrapper
         self.optimizer: torch.optim.Optimizer | None = None
-        self.loss_fn = par.GoldfishStageLoss()
+        self.stage_loss = par.StageLoss(loss_fn)  # rebuilt in setup with the last stage's lm_head
         self._pipe: Any = None
         self._pipe_key: tuple | None = None
+
+    @classmethod
+    def layout_for(cls, section: ParallelConfig, world_size: int, model_config: Any = None,
+                   micro_batch_size: int | None = None) -> Layout:
+        """The (pp, dp, tp) mesh: TP shards layer matrices and activations (embedding and untied head stay
+        replicated), FSDP shards all state over dp, pipeline stages hold a share of the layers and of the chunks."""
+        p = section
+        chunks = p.pp_microbatches or p.pp
+        dims = par.parallel_dims(p.pp, p.dp, p.tp, world_size, model_config, p.pp_schedule, chunks, micro_batch_size)
+        in_flight = (min(dims.pp, chunks) if p.pp_schedule == "1f1b" else chunks) / chunks if dims.pp > 1 else 1.0
+        return Layout(world=world_size, dp=dims.dp, pp=dims.pp, weight_shard=dims.tp, activation_shard=dims.tp,
+                      state_shard=dims.dp if p.fsdp else 1, activation_fraction=in_flight,
+                      description=f"native tp={dims.tp} pp={dims.pp} dp={dims.dp}" + (" fsdp" if p.fsdp else ""))
 
     # ------------------------------------------------------------------------------------------ topology
 
@@ -103,10 +108,6 @@ class NativeEngine(Engine):
         return self.dims.dp
 
     @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    @property
     def is_first_stage(self) -> bool:
         return self._coord("pp") == 0
 
@@ -117,32 +118,26 @@ class NativeEngine(Engine):
     @property
     def _ddp(self) -> bool:
         """Replicated DP through DDP: only when DP is the sole dimension (DDP takes no DTensors or PP stages)."""
-        return self.dims.dp > 1 and not self.cfg.parallel.fsdp and self.dims.tp == 1 and self.dims.pp == 1
-
-    @property
-    def unwrapped(self) -> nn.Module:
-        """This rank's module (a :class:`~goldfish.engines.parallelize.StageModule` with HF parameter names)."""
-        return self.model
+        return self.dims.dp > 1 and not self.parallel.fsdp and self.dims.tp == 1 and self.dims.pp == 1
 
     # ------------------------------------------------------------------------------------------ setup
 
     def setup(self, build_model: Callable[[], nn.Module],
               build_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]) -> None:
         model = build_model()  # same seed on every rank -> the same initial weights everywhere
-        p = self.cfg.parallel
-        par.check_layout(p.pp, p.dp, p.tp, self.world_size, model.config, p.pp_schedule, self.pp_microbatches,
-                         self.micro_batch_rows)
+        p = self.parallel
+        par.parallel_dims(p.pp, p.dp, p.tp, self.world_size, model.config, p.pp_schedule, self.pp_microbatches)
         self.model_class, self.model_config = type(model), model.config
         model.to(self.device).train()
         if self.dims.tp > 1:  # 1. tensor parallel
             par.apply_tp(model, self.mesh["tp"])
         stage = par.split_stage(model, self.mesh["pp"] if self.dims.pp > 1 else None)  # 2. pipeline stage
-        stage.checkpoint_layers = self.cfg.activation_checkpointing
-        if self.cfg.compile:
+        stage.checkpoint_layers = self.activation_checkpointing
+        if self.compile:
             par.compile_layers(stage)
-        chunk = self.cfg.loss.ce_chunk_tokens
-        stage.hidden_out = chunk > 0 and stage.lm_head is not None
-        self.loss_fn = par.GoldfishStageLoss(stage.lm_head, chunk)
+        # a loss asking for hidden states (chunked CE) gets the last stage's final-norm output and its lm_head
+        self.stage_loss = par.StageLoss(self.loss_fn, stage.lm_head)
+        stage.hidden_out = self.stage_loss.head is not None
         self._forward = stage
         if self.dims.dp > 1 and p.fsdp:  # 3. data parallel
             par.apply_fsdp(stage, self.mesh["dp"], self._fsdp_mp_policy())
@@ -160,16 +155,11 @@ class NativeEngine(Engine):
         """bf16 all-gathers and fp32 reduce-scatters with ``parallel.fsdp_mixed_precision``, else FSDP2's default."""
         from torch.distributed.fsdp import MixedPrecisionPolicy
 
-        if not self.cfg.parallel.fsdp_mixed_precision:
+        if not self.parallel.fsdp_mixed_precision:
             return None
         return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
 
     # ------------------------------------------------------------------------------------------ step
-
-    def _autocast(self):
-        if self.autocast_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
 
     def _model_kwargs(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``position_ids`` (B, T) and ``attention_mask`` (B, T) when the batch has them (packed or padded rows)."""
@@ -181,11 +171,11 @@ class NativeEngine(Engine):
         return kwargs
 
     def forward_backward(self, micro_batches: list[dict[str, torch.Tensor]], normalizer: int) -> StepStats:
-        self.loss_fn.reset(max(normalizer, 1))
-        fsdp = self.dims.dp > 1 and self.cfg.parallel.fsdp
+        self.stage_loss.reset(max(normalizer, 1))
+        fsdp = self.dims.dp > 1 and self.parallel.fsdp
         for i, mb in enumerate(micro_batches):
             mb = {k: v.to(self.device, non_blocking=True) for k, v in mb.items() if v is not None}
-            target = par.pack_targets(mb["labels"], mb["drop_mask"])  # (B, T, 2)
+            target = self.stage_loss.pack(split_targets(mb))  # (B, T, K): labels, drop_mask, ...
             if self.dims.pp > 1:
                 self._pipeline_step(mb, target)
                 continue
@@ -194,16 +184,15 @@ class NativeEngine(Engine):
                 self.model.set_requires_gradient_sync(last)
             sync = self._forward.no_sync() if self._ddp and not last else contextlib.nullcontext()
             with sync:
-                with self._autocast():
+                with self.autocast():
                     logits = self._forward(mb["input_ids"], **self._model_kwargs(mb))  # (B, T, V)
-                self.loss_fn(logits, target).backward()
+                self.stage_loss(logits, target).backward()
         per_step = len(micro_batches) * (self.pp_microbatches if self.dims.pp > 1 else 1)
-        totals = self.loss_fn.stats(per_step).to(self.device)  # zeros except on the last stage
+        totals = self.stage_loss.stats(per_step).to(self.device)  # zeros except on the last stage
         for dim in ("pp", "dp"):
             if (group := self._group(dim)) is not None:
                 dist.all_reduce(totals, group=group)
-        kept_sum, kept_count, dropped_sum, dropped_count = totals.tolist()
-        return StepStats(kept_sum, int(kept_count), dropped_sum, int(dropped_count))
+        return StepStats.from_vector(totals)
 
     def _pipeline_step(self, mb: dict[str, torch.Tensor], target: torch.Tensor) -> None:
         """One schedule step over ``pp_microbatches`` chunks of this micro-batch (a new pipeline when shapes change,
@@ -215,16 +204,16 @@ class NativeEngine(Engine):
         kwargs = self._model_kwargs(mb)
         key = (tuple(mb["input_ids"].shape), tuple(sorted(kwargs)))
         if key != self._pipe_key:
-            self._pipe = par.build_pipeline(self.model, self.mesh["pp"], self.cfg.parallel.pp_schedule, n,
-                                            self.loss_fn, self.device)
+            self._pipe = par.build_pipeline(self.model, self.mesh["pp"], self.parallel.pp_schedule, n,
+                                            self.stage_loss, self.device)
             self._pipe_key = key
         args = (mb["input_ids"],) if self.is_first_stage else ()
-        with self._autocast():
+        with self.autocast():
             self._pipe.step(*args, target=target if self.is_last_stage else None, return_outputs=False, **kwargs)
 
     def optimizer_step(self, lr: float, max_grad_norm: float | None) -> float:
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        if self.dims.dp > 1 and not self.cfg.parallel.fsdp and not self._ddp:
+        if self.dims.dp > 1 and not self.parallel.fsdp and not self._ddp:
             par.allreduce_gradients(params, self._group("dp"))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -240,18 +229,7 @@ class NativeEngine(Engine):
         return {"model": _local(self.model.state_dict()), "optimizer": _local(self.optimizer.state_dict())}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        model_state = self.model.state_dict()
-        missing = sorted(set(model_state) - set(state["model"]))
-        if missing:
-            raise UserError(f"checkpoint does not match this rank's model: missing {len(missing)} tensors, e.g. "
-                            f"{missing[0]} (different model or parallel layout)")
-        with torch.no_grad():
-            for name, tensor in model_state.items():
-                target, saved = par.local_tensor(tensor), state["model"][name]
-                if target.shape != saved.shape:
-                    raise UserError(f"checkpoint tensor {name} has shape {tuple(saved.shape)} but this rank expects "
-                                    f"{tuple(target.shape)} (different model or parallel layout)")
-                target.copy_(saved)
+        self.load_model_state(self.model, state["model"])
         self.optimizer.load_state_dict(self._as_param_layout(state["optimizer"]))
 
     def _as_param_layout(self, opt_state: dict[str, Any]) -> dict[str, Any]:
@@ -285,12 +263,3 @@ class NativeEngine(Engine):
             model.load_state_dict(state, strict=True)
             model.save_pretrained(str(out_dir), safe_serialization=True)
         self.barrier()
-
-    def barrier(self) -> None:
-        if self.world_size > 1:
-            dist.barrier()
-
-    def close(self) -> None:
-        if self._owns_group and dist.is_initialized():
-            dist.destroy_process_group()
-            self._owns_group = False

@@ -3,12 +3,12 @@
 The recipe follows torchtitan's ``parallelize.py``: the model stays an unmodified ``LlamaForCausalLM`` built by the
 caller, and each dimension is applied to it in this order (each logs what it applied on the main rank):
 
-1. :func:`check_layout` / :func:`build_mesh` -- a ``DeviceMesh`` with dims ``("pp", "dp", "tp")``.
+1. :func:`parallel_dims` / :func:`build_mesh` -- a ``DeviceMesh`` with dims ``("pp", "dp", "tp")``.
 2. :func:`apply_tp` -- DTensor ``parallelize_module``: column-wise q/k/v/gate/up, row-wise o/down, vocab-parallel
    embedding and ``lm_head`` (replicated when tied), norms as replicated DTensors.
 3. :func:`split_stage` + :func:`build_pipeline` -- ``torch.distributed.pipelining``: this rank keeps a contiguous slice
    of decoder layers in a :class:`StageModule` (embedding on the first stage, final norm + ``lm_head`` on the last)
-   and runs it with ``ScheduleGPipe`` or ``Schedule1F1B``; the Goldfish loss is computed on the last stage only.
+   and runs it with ``ScheduleGPipe`` or ``Schedule1F1B``; the injected loss function runs on the last stage only.
 4. :func:`apply_fsdp` (FSDP2 ``fully_shard`` over ``dp``), or replicated weights: :func:`apply_ddp` for a plain
    model, :func:`allreduce_gradients` after backward when TP or PP is on (DDP takes neither DTensor parameters nor
    a module driven by a pipeline schedule).
@@ -34,7 +34,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, Ro
 from torch.utils.checkpoint import checkpoint
 
 from ..config import check, raise_problems
-from ..loss import goldfish_loss
+from .base import LossFn, stats_vector
 
 log = logging.getLogger("goldfish.engines")
 
@@ -67,7 +67,7 @@ class ParallelDims:
         return self.pp * self.dp * self.tp
 
 
-def check_layout(pp: int, dp: int, tp: int, world_size: int, model_config: Any = None, schedule: str = "gpipe",
+def parallel_dims(pp: int, dp: int, tp: int, world_size: int, model_config: Any = None, schedule: str = "gpipe",
                  microbatches: int | None = None, micro_batch_rows: int | None = None) -> ParallelDims:
     """Resolve ``dp=0`` (auto: ``world / (pp*tp)``) and validate the layout against the world, the model (when
     given) and the pipeline schedule (``microbatches`` pipeline chunks per micro-batch of ``micro_batch_rows``
@@ -306,22 +306,23 @@ def sync_tied_gradients(weight: nn.Parameter | None, group: dist.ProcessGroup | 
         dist.all_reduce(local_tensor(weight.grad), op=dist.ReduceOp.SUM, group=group)
 
 
-def pack_targets(labels: torch.Tensor, drop_mask: torch.Tensor) -> torch.Tensor:
-    """(B, T) labels + (B, T) drop mask -> (B, T, 2) int64, the single ``target`` tensor a pipeline schedule splits."""
-    return torch.stack([labels.long(), drop_mask.long()], dim=-1)
+class StageLoss:
+    """The injected loss function as a pipeline ``loss_fn``: ``kept_sum / normalizer`` of each micro-batch.
 
+    A pipeline schedule splits one ``target`` tensor along with the inputs, so :meth:`pack` stacks the micro-batch's
+    (B, T) targets into (B, T, K) int64 and ``__call__`` unpacks them (same names, same dtypes) before calling the
+    loss function. It also records the (detached) kept/dropped sums and counts of each call, since dropped-token
+    loss is measured but never backpropagated and the schedule only hands back the loss. The schedule's first step
+    calls the loss once more on placeholder tensors (shape inference), so :meth:`stats` sums only the last
+    ``n_microbatches`` calls."""
 
-class GoldfishStageLoss:
-    """The pipeline ``loss_fn``: ``kept_sum / normalizer`` of each micro-batch on the last stage.
-
-    It also records the (detached) kept/dropped sums and counts of each call, since dropped-token CE is measured but
-    never backpropagated and the schedule only hands back the loss. The schedule's first step calls the loss once
-    more on placeholder tensors (shape inference), so :meth:`stats` sums only the last ``n_microbatches`` calls."""
-
-    def __init__(self, head: nn.Module | None = None, chunk_tokens: int = 0) -> None:
-        # with ``head`` the last stage hands over final hidden states and the CE is chunked (see goldfish_loss)
-        self.head = head if chunk_tokens > 0 else None
-        self.chunk_tokens = chunk_tokens
+    def __init__(self, loss_fn: LossFn, head: nn.Module | None = None) -> None:
+        self.loss_fn = loss_fn
+        # a loss that asks for hidden states (chunked cross-entropy): the last stage hands over its final-norm hidden
+        # states (B, T, H) and the loss applies ``head`` (lm_head) itself, never holding the whole logits
+        self.head = head if getattr(loss_fn, "wants_hidden", False) else None
+        self.keys: tuple[str, ...] = ()
+        self.dtypes: tuple[torch.dtype, ...] = ()
         self.reset()
 
     def reset(self, normalizer: float = 1.0) -> None:
@@ -329,12 +330,20 @@ class GoldfishStageLoss:
         self.normalizer = float(normalizer)
         self.records: list[torch.Tensor] = []
 
+    def pack(self, targets: dict[str, torch.Tensor]) -> torch.Tensor:
+        """{name: (B, T)} -> (B, T, K) int64 in sorted name order (the single tensor a schedule splits)."""
+        self.keys = tuple(sorted(targets))
+        self.dtypes = tuple(targets[k].dtype for k in self.keys)
+        return torch.stack([targets[k].long() for k in self.keys], dim=-1)
+
     def __call__(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        out = goldfish_loss(logits, target[..., 0], drop_mask=target[..., 1].bool(), shift=True, head=self.head,
-                            chunk_tokens=self.chunk_tokens)
-        parts = (out.kept_sum.detach(), out.kept_count, out.dropped_sum, out.dropped_count)
-        self.records.append(torch.stack([p.double().cpu() for p in parts]))
-        return out.kept_sum / self.normalizer
+        targets = {k: target[..., i].to(dtype) for i, (k, dtype) in enumerate(zip(self.keys, self.dtypes))}
+        if self.head is not None:
+            parts = self.loss_fn(logits, targets, head=self.head)  # logits: final hidden states (B, T, H)
+        else:
+            parts = self.loss_fn(logits, targets)
+        self.records.append(stats_vector(parts).cpu())
+        return parts.kept_sum / self.normalizer
 
     def stats(self, n_microbatches: int | None = None) -> torch.Tensor:
         """(4,) float64: kept_sum, kept_count, dropped_sum, dropped_count over the step's last micro-batches."""

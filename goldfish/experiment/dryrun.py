@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..estimate import check_layout, device_memory_gib, estimate_memory, estimate_time, shape_of
+from ..estimate import device_memory_gib, estimate_memory, estimate_time, layout_of, shape_of
 from .config import ExperimentConfig
 from .plan import CellPlan
 
@@ -73,13 +73,11 @@ def estimate_cell(cfg: ExperimentConfig, plan: CellPlan, world_size: int | None)
     world = world_size or hw.gpus
     seq_len = int(getattr(plan.prepare_cfg, "seq_len", 0) or 2048)
     shape = shape_of(plan.train_cfg.model, vocab_size(cfg, plan))
-    layout = check_layout(plan.train_cfg, shape, world)
-    par = plan.train_cfg.parallel
-    mem = estimate_memory(shape, layout, plan.train_cfg.schedule.micro_batch_size, seq_len,
-                          plan.train_cfg.precision, par.pp_microbatches, par.pp_schedule)
+    layout = layout_of(plan.train_cfg, shape, world)  # the engine's own validation and sharding
+    mem = estimate_memory(shape, layout, plan.train_cfg.schedule.micro_batch_size, seq_len, plan.train_cfg.precision)
     tokens = total_tokens(plan, seq_len)
     flops = shape.flops_per_token(seq_len)
-    return {"cell": plan.cell.id, "world": world, "layout": layout.describe(), "params": shape.params,
+    return {"cell": plan.cell.id, "world": world, "layout": layout.description, "params": shape.params,
             "seq_len": seq_len, "memory_gib": mem.as_gib(), "device_gib": device_memory_gib(hw.gpu, hw.memory_gb),
             "device": hw.gpu, "tokens": tokens, "flops_per_token": flops,
             "total_flops": tokens * flops if tokens else None,
