@@ -170,3 +170,26 @@ def histogram(groups: Mapping[str, Sequence[float]], title: str, xlabel: str, pa
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
     return save_figure(fig, path)
+
+
+def loss_curves(curves: Mapping[str, Sequence[Mapping]], path: str | os.PathLike) -> Path:
+    """Training loss on kept vs dropped tokens per run (``name -> metrics.jsonl records``; dropped = measured, never
+    trained on), on a log y axis."""
+    fig = Figure(figsize=(7, 4.2))
+    ax = fig.add_subplot()
+    for i, (name, metrics) in enumerate(curves.items()):
+        color = f"C{i % 10}"
+        kept = [(m["step"], m["kept_loss"]) for m in metrics if m.get("kept_loss") is not None]
+        if kept:
+            ax.plot(*zip(*kept), color=color, label=f"{name}: kept tokens")
+        dropped = [(m["step"], m["dropped_loss"]) for m in metrics
+                   if m.get("dropped_loss") is not None and (m.get("dropped_tokens") or 0) > 0]
+        if dropped:
+            ax.plot(*zip(*dropped), color=color, linestyle="--", label=f"{name}: dropped tokens (not trained)")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("cross-entropy (nats/token)")
+    ax.set_yscale("log")
+    ax.set_title("training loss: kept vs dropped tokens")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return save_figure(fig, path)

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from .fold import token_fold
-from .masks import GoldfishConfig, apply_goldfish
+from .masks import IGNORE_INDEX, GoldfishConfig, apply_goldfish
 
 
 class GoldfishCollator:
@@ -42,7 +42,7 @@ class GoldfishCollator:
         if labels is None:
             labels = torch.as_tensor(batch["input_ids"]).clone()
             if "attention_mask" in batch:
-                labels = labels.masked_fill(torch.as_tensor(batch["attention_mask"]) == 0, self.config.ignore_index)
+                labels = labels.masked_fill(torch.as_tensor(batch["attention_mask"]) == 0, IGNORE_INDEX)
         batch["labels"] = apply_goldfish(
             labels, self.config, document_ids=batch.get("document_ids"), position_ids=batch.get("position_ids")
         )

@@ -97,8 +97,6 @@ def goldfish_loss(
     With ``head`` (the output projection), ``logits`` are instead the final hidden states (B, T, H) and the CE is
     computed by :func:`chunked_token_losses` in chunks of ``chunk_tokens`` tokens (the full logits never exist).
     """
-    if config is not None:
-        ignore_index = config.ignore_index
     if drop_mask is None:
         drop_mask = (
             config_mask(labels, config, document_ids=document_ids, position_ids=position_ids)

@@ -97,7 +97,6 @@ class GoldfishConfig:
                                         "(hash over a case/whitespace-folded view of the text) | static (k-GL)")
     seed: int = option(0, "salt of the 'hash' strategy; a different seed gives an independent mask")
     special_ids: list[int] = option(factory=list, help="token ids never dropped and never hashed (e.g. BOS/EOS/pad)")
-    ignore_index: int = option(IGNORE_INDEX, "label value that tells the loss to skip a position")
     fold: TokenFold | None = runtime_option("canonical only: the tokenizer's fold table (set by the trainer, the "
                                             "collator and `goldfish mask` from their tokenizer; never in YAML)")
 
@@ -358,11 +357,11 @@ def apply_goldfish(
     document_ids: torch.Tensor | None = None,
     position_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """A copy of ``labels`` with dropped positions set to ``config.ignore_index`` (-100: every HF loss skips it).
+    """A copy of ``labels`` with dropped positions set to ``IGNORE_INDEX`` (-100: every HF loss skips it).
 
     The mask is computed from the labels themselves: positions already ignored (padding, prompts) count as
     special, so they are never hashed and act as document boundaries.
     """
     labels = torch.as_tensor(labels)
     mask = config_mask(labels, config, document_ids=document_ids, position_ids=position_ids)
-    return labels.masked_fill(mask, config.ignore_index)
+    return labels.masked_fill(mask, IGNORE_INDEX)

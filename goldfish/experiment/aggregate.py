@@ -21,6 +21,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from goldfish.eval.aggregate import group_rates
+
 from ..io import atomic_write_json, atomic_write_text, read_jsonl
 from .config import ExperimentConfig
 from .plan import ATTACKS_FILE, CellPlan
@@ -86,8 +88,6 @@ def membership_numbers(membership: dict | None) -> dict[str, Any]:
 
 def stratum_rows(windows: list[dict]) -> list[dict]:
     """Member windows grouped by (prefix_len, repetitions): n and mean metrics (rates for booleans)."""
-    from goldfish.eval.aggregate import group_rates
-
     members = [w for w in windows if w.get("split") in (None, "members")]
     by = ("prefix_len", "repetitions")
     metrics = {out: group_rates(members, by, key) for key, out in STRATUM_METRICS.items()}

@@ -1,8 +1,7 @@
-"""Study plots: thin adapters from cell summaries to ``goldfish.eval.report``'s comparison helpers, plus loss curves.
+"""Study plots: adapters from cell summaries to the drawing primitives of :mod:`goldfish.eval.plots`.
 
-Only :func:`loss_curves` draws its own figure (training curves are not an evaluation plot; it still saves through
-``goldfish.eval.plots.save_figure``); everything else is built as series and handed to ``goldfish.eval.report``'s primitives, so the
-look and the log-linear fit live in one place.
+Nothing is drawn here: every figure (bars, ROC, metric-vs-x with its log-linear fit, loss curves) is a primitive of
+``goldfish.eval.plots``, so the look lives in one place; this module only picks the values and skips empty plots.
 """
 
 from __future__ import annotations
@@ -11,57 +10,32 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from goldfish.eval import plots
+
 
 def bar_chart(values: dict[str, float | None], title: str, ylabel: str, path: Path,
               errors: dict[str, tuple[float | None, float | None]] | None = None) -> Path | None:
     """One bar per arm/cell (cells without a value are left out); ``errors``: optional (low, high) per bar."""
-    from goldfish.eval.report import bar_chart as _bar
-
     values = {k: v for k, v in values.items() if v is not None}
     if not values:
         return None
-    return _bar(values, title=title, ylabel=ylabel, path=path, errors=errors)
+    return plots.bar_chart(values, title=title, ylabel=ylabel, path=path, errors=errors)
 
 
 def roc_curves(curves: dict[str, dict], path: Path) -> Path | None:
     """ROC of the LOSS membership attack, one curve per arm/cell (``{"fpr", "tpr", "auc"}`` each)."""
-    from goldfish.eval.report import roc_plot
-
     curves = {k: v for k, v in curves.items() if v.get("fpr")}
     if not curves:
         return None
-    roc_plot({k: (v["fpr"], v["tpr"], v.get("auc")) for k, v in curves.items()},
-             title="membership inference (LOSS attack)", path=path)
+    plots.roc_plot({k: (v["fpr"], v["tpr"], v.get("auc")) for k, v in curves.items()},
+                   title="membership inference (LOSS attack)", path=path)
     return Path(path)
 
 
 def loss_curves(curves: dict[str, list[dict]], path: Path) -> Path | None:
-    """Training loss on kept vs dropped tokens per arm (dropped = measured, never trained on)."""
-    from matplotlib.figure import Figure
-
-    from goldfish.eval.plots import save_figure
-
+    """Training loss on kept vs dropped tokens per arm (runs without metrics are left out)."""
     curves = {k: v for k, v in curves.items() if v}
-    if not curves:
-        return None
-    fig = Figure(figsize=(7, 4.2))
-    ax = fig.add_subplot()
-    for i, (name, metrics) in enumerate(curves.items()):
-        color = f"C{i % 10}"
-        kept = [(m["step"], m["kept_loss"]) for m in metrics if m.get("kept_loss") is not None]
-        if kept:
-            ax.plot(*zip(*kept), color=color, label=f"{name}: kept tokens")
-        dropped = [(m["step"], m["dropped_loss"]) for m in metrics
-                   if m.get("dropped_loss") is not None and (m.get("dropped_tokens") or 0) > 0]
-        if dropped:
-            ax.plot(*zip(*dropped), color=color, linestyle="--", label=f"{name}: dropped tokens (not trained)")
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("cross-entropy (nats/token)")
-    ax.set_yscale("log")
-    ax.set_title("training loss: kept vs dropped tokens")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    return save_figure(fig, path)
+    return plots.loss_curves(curves, path) if curves else None
 
 
 def _series(points: list[tuple[str, float, float]]) -> dict[str, tuple[list[float], list[float]]]:
@@ -84,21 +58,19 @@ def _stratum_mean(strata: list[dict], by: str, metric: str) -> dict[Any, float]:
 
 def metric_vs_x(cells: list[dict], metric: str, metric_name: str, out: Path) -> list[Path]:
     """Memorisation vs model size (overall and of repetition-1 documents), vs repetitions and vs prefix length."""
-    from goldfish.eval.report import line_plot
-
     paths = []
     sizes = {c.get("params") for c in cells if c.get("params")}
     if len(sizes) > 1:
         series = _series([(c["arm"], c["params"], c.get(metric)) for c in cells])
-        paths.append(line_plot(series, title=f"{metric_name} vs model size", xlabel="parameters", ylabel=metric_name,
-                               path=out / f"{metric}_vs_size.png", logx=True, fit=True))
+        paths.append(plots.line_plot(series, title=f"{metric_name} vs model size", xlabel="parameters",
+                                     ylabel=metric_name, path=out / f"{metric}_vs_size.png", logx=True, fit=True))
         reps = {s["repetitions"] for c in cells for s in c["strata"]}
         if 1 in reps and len(reps) > 1:
             single = _series([(c["arm"], c["params"], _stratum_mean(c["strata"], "repetitions", metric).get(1))
                               for c in cells])
-            paths.append(line_plot(single, title=f"{metric_name} of repetition-1 documents vs model size",
-                                   xlabel="parameters", ylabel=metric_name,
-                                   path=out / f"{metric}_rep1_vs_size.png", logx=True, fit=True))
+            paths.append(plots.line_plot(single, title=f"{metric_name} of repetition-1 documents vs model size",
+                                         xlabel="parameters", ylabel=metric_name,
+                                         path=out / f"{metric}_rep1_vs_size.png", logx=True, fit=True))
     for by, xlabel, logx in (("repetitions", "repetitions in training", True), ("prefix_len", "prefix length", False)):
         values = {s[by] for c in cells for s in c["strata"] if s[by] is not None}
         if len(values) < 2:
@@ -108,6 +80,6 @@ def metric_vs_x(cells: list[dict], metric: str, metric_name: str, out: Path) -> 
             name = c["arm"] if not c.get("params") or len(sizes) < 2 else f"{c['arm']} {c['params'] / 1e6:.1f}M"
             points += [(name, x, y) for x, y in _stratum_mean(c["strata"], by, metric).items()
                        if not (logx and x <= 0)]
-        paths.append(line_plot(_series(points), title=f"{metric_name} vs {xlabel}", xlabel=xlabel,
-                               ylabel=metric_name, path=out / f"{metric}_vs_{by}.png", logx=logx, fit=logx))
+        paths.append(plots.line_plot(_series(points), title=f"{metric_name} vs {xlabel}", xlabel=xlabel,
+                                     ylabel=metric_name, path=out / f"{metric}_vs_{by}.png", logx=logx, fit=logx))
     return [Path(p) for p in paths if p is not None]

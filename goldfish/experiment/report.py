@@ -1,8 +1,8 @@
 """The study report: ``<out>/report.md`` with headline tables and plots, and the terminal headline table.
 
-Plots are drawn by ``goldfish.eval.report``'s comparison helpers (bars per arm, ROC per arm, metric-vs-x with a log-linear
-fit); only the training-loss curves (kept vs dropped tokens, from each cell's ``metrics.jsonl``) are drawn here,
-because they come from training, not from evaluation. Which plots appear depends on what the grid varies: several
+Plots are drawn by :mod:`goldfish.eval.plots` through the adapters of :mod:`goldfish.experiment.plots` (bars per arm,
+ROC per arm, metric-vs-x with a log-linear fit, and the training-loss curves -- kept vs dropped tokens, from each cell's
+``metrics.jsonl``). Which plots appear depends on what the grid varies: several
 model sizes -> memorisation vs size (log-x, Carlini et al.'s log-linear fit), several repetition strata ->
 memorisation vs repetitions, several prefix lengths -> vs prefix length.
 """
@@ -14,6 +14,8 @@ import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+from goldfish.eval.report import highlight_differences, markdown_table
 
 from ..io import atomic_write_text, read_jsonl
 from .config import ExperimentConfig
@@ -46,8 +48,6 @@ def cell_label(cell: dict, axes: list[str], one_per_arm: bool) -> str:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
-    from goldfish.eval.report import markdown_table
-
     return markdown_table(header, rows)
 
 
@@ -235,8 +235,6 @@ def k_baseline_table(results: dict) -> str | None:
 
 def _examples(cfg: ExperimentConfig, results: dict) -> str:
     """A few side-by-side generations per arm (same documents in every arm), mismatches highlighted."""
-    from goldfish.eval.report import highlight_differences
-
     if cfg.report_examples <= 0:
         return ""
     first: dict[str, dict] = {}
