@@ -1,81 +1,26 @@
-"""Safe, offline loading of any Hugging Face causal LM and its tokenizer.
+"""Loading for evaluation: any local causal LM (through :func:`goldfish.models.load_pretrained`, the toolkit's one
+loader and safety policy), its tokenizer, the device, and vocabulary checks.
 
-Accepted model paths: a Hugging Face folder (``config.json`` + weights), a ``.gguf`` file (dequantised by
-transformers: ``from_pretrained(folder, gguf_file=name)``), a folder holding exactly one ``.gguf``, or a training
-run folder (``<run>/model`` is used).
-
-Safety rules -- a checkpoint is data, never code:
-* ``trust_remote_code=False`` always (a config asking for custom code fails with a clear error);
-* weights are read from safetensors or GGUF only; pickle files (``pytorch_model.bin``, ``.pt``, ...) are refused
-  unless ``allow_pickle=True``, and even then read with ``torch.load(weights_only=True)``;
-* ``local_files_only=True``: nothing is ever fetched from the Hugging Face Hub.
+Paths and safety rules are those of :mod:`goldfish.models`: a Hugging Face folder, a ``.gguf`` file, a folder with one
+``.gguf`` or a training run folder; ``trust_remote_code=False``, safetensors/GGUF only unless pickles are explicitly
+allowed (then ``torch.load(weights_only=True)``), nothing fetched from the Hub.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import functools
-import pickle
 from pathlib import Path
 from typing import Sequence
 
 import torch
-from safetensors import SafetensorError
 
 from goldfish.errors import UserError
+from goldfish.models import PICKLE_SUFFIXES, load_pretrained, resolve_model_path
 
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+__all__ = ["DTYPES", "PICKLE_SUFFIXES", "check_vocab", "load_model", "load_tokenizer", "model_vocab_size",
+           "num_parameters", "one_gguf_read", "pad_id_of", "resolve_device", "resolve_model_path"]
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelSource:
-    """Where a model lives: the folder passed to ``from_pretrained`` and, for GGUF, the file name inside it."""
-
-    folder: Path
-    gguf_file: str | None = None
-
-    def describe(self) -> str:
-        return str(self.folder / self.gguf_file) if self.gguf_file else str(self.folder)
-
-
-def resolve_model_path(path: str | Path) -> ModelSource:
-    """Map a user path (HF folder, .gguf, run folder) to a :class:`ModelSource`, or raise one clear UserError."""
-    p = Path(path).expanduser()
-    if not p.exists():
-        raise UserError(f"model path not found: {p} (pass --model a Hugging Face folder, a .gguf file or a run folder)")
-    if p.is_file():
-        if p.suffix == ".gguf":
-            return ModelSource(p.parent, p.name)
-        raise UserError(f"{p} is a file but not a .gguf; pass --model the folder that holds config.json and weights")
-    if (p / "config.json").is_file():
-        return ModelSource(p)
-    if (p / "model" / "config.json").is_file():  # a training run folder
-        return ModelSource(p / "model")
-    ggufs = sorted(p.glob("*.gguf"))
-    if len(ggufs) == 1:
-        return ModelSource(p, ggufs[0].name)
-    if len(ggufs) > 1:
-        raise UserError(f"{p} holds {len(ggufs)} .gguf files; pass --model one of them, e.g. {ggufs[0]}")
-    raise UserError(f"{p} is not a model folder: no config.json, no .gguf and no model/ subfolder "
-                    f"(pass a Hugging Face model folder, a .gguf file or a training run folder)")
-
-
-def check_weights(src: ModelSource, allow_pickle: bool) -> bool:
-    """Refuse pickle-only folders unless allowed -> whether to read safetensors (``use_safetensors``)."""
-    if src.gguf_file:
-        return False
-    if any(src.folder.glob("*.safetensors")):
-        return True
-    pickles = sorted(f.name for f in src.folder.iterdir() if f.suffix in PICKLE_SUFFIXES)
-    if not pickles:
-        raise UserError(f"{src.folder} has a config.json but no weights (*.safetensors); was the save interrupted?")
-    if not allow_pickle:
-        raise UserError(f"{src.folder} holds only pickle weights ({pickles[0]}), which can run code when loaded; "
-                        f"convert them to safetensors, or set model.allow_pickle=true to load with "
-                        f"torch.load(weights_only=True)")
-    return False
 
 
 def resolve_device(device: str) -> torch.device:
@@ -86,31 +31,6 @@ def resolve_device(device: str) -> torch.device:
         return torch.device(device)
     except RuntimeError:
         raise UserError(f"device={device!r} is not a torch device; use auto, cpu, cuda or cuda:N") from None
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0]
-
-
-@contextlib.contextmanager
-def _quiet_transformers(progress: bool = False):
-    """Hide transformers' own "Loading weights" bar while loading (ours cover the evaluation), and its GGUF
-    de-quantising bar unless ``progress``; restore both after."""
-    from transformers import modeling_gguf_pytorch_utils as gguf_utils
-    from transformers.utils import logging as hf_logging
-
-    was_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    bar = gguf_utils.tqdm
-    if not progress:
-        gguf_utils.tqdm = functools.partial(bar, disable=True)
-    try:
-        yield
-    finally:
-        gguf_utils.tqdm = bar
-        if was_enabled:
-            hf_logging.enable_progress_bar()
 
 
 @contextlib.contextmanager
@@ -144,28 +64,15 @@ def load_model(path: str | Path, dtype: str = "float32", device: str = "auto", a
                progress: bool = False):
     """Load a causal LM for inference (``eval()`` mode, on ``device``) -> ``PreTrainedModel``; ``progress`` shows
     transformers' GGUF conversion bar."""
-    from transformers import AutoModelForCausalLM
-
-    src = resolve_model_path(path)
-    use_safetensors = check_weights(src, allow_pickle)
+    resolve_model_path(path)  # a wrong path fails before the dtype is looked at
     if dtype not in DTYPES:
         raise UserError(f"dtype={dtype!r} is not one of {', '.join(DTYPES)}")
-    kwargs = dict(dtype=DTYPES[dtype], local_files_only=True, trust_remote_code=False, weights_only=True)
-    if src.gguf_file:
-        kwargs["gguf_file"] = src.gguf_file
-    else:
-        kwargs["use_safetensors"] = use_safetensors
-    try:
-        with _quiet_transformers(progress):
-            model = AutoModelForCausalLM.from_pretrained(src.folder, **kwargs)
-    except (OSError, ValueError, KeyError, RuntimeError, ImportError, SafetensorError, pickle.UnpicklingError) as e:
-        raise UserError(f"could not load a causal LM from {src.describe()}: {_first_line(e)}") from None
-    return model.to(resolve_device(device)).eval()
+    return load_pretrained(path, DTYPES[dtype], allow_pickle, progress).to(resolve_device(device)).eval()
 
 
 def load_tokenizer(path: str | Path):
     """Load the tokenizer stored with a model (HF folder, GGUF, run folder) -> ``PreTrainedTokenizerBase``."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # deliberately lazy: `goldfish eval --help` stays fast
 
     src = resolve_model_path(path)
     kwargs = dict(local_files_only=True, trust_remote_code=False)
@@ -174,7 +81,8 @@ def load_tokenizer(path: str | Path):
     try:
         return AutoTokenizer.from_pretrained(src.folder, **kwargs)
     except (OSError, ValueError, KeyError, TypeError, ImportError) as e:
-        raise UserError(f"could not load a tokenizer from {src.describe()}: {_first_line(e)}") from None
+        first = (str(e).strip() or type(e).__name__).splitlines()[0]
+        raise UserError(f"could not load a tokenizer from {src.describe()}: {first}") from None
 
 
 def model_vocab_size(model) -> int:

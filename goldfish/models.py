@@ -1,16 +1,31 @@
-"""Model construction from the size table (:mod:`goldfish.sizes`) and loading of local models to fine-tune.
+"""Model construction from the size table (:mod:`goldfish.sizes`) and the one loader of local models.
 
-Models are plain Hugging Face ``LlamaForCausalLM``: the engines parallelise them, the evaluation package loads the
-exported folders with ``AutoModelForCausalLM``. Nothing is downloaded and no remote code runs.
+Models are plain Hugging Face ``LlamaForCausalLM``: the engines parallelise them. :func:`load_pretrained` is the only
+place a checkpoint is read -- by the trainer (``model.path``: fine-tuning) and by the evaluation package -- with one
+safety policy, because a checkpoint is data, never code:
+
+* ``trust_remote_code=False`` always (a config asking for custom code fails with a clear error);
+* weights come from safetensors or GGUF; pickle files (``pytorch_model.bin``, ``.pt``, ...) are refused unless
+  ``allow_pickle=True``, and even then read with ``torch.load(weights_only=True)``;
+* ``local_files_only=True``: nothing is ever fetched from the Hugging Face Hub;
+* anything unreadable (a missing path, a corrupt safetensors file, a fake ``.gguf``) is one :class:`UserError` line.
+
+Accepted paths: a Hugging Face folder (``config.json`` + weights), a ``.gguf`` file (dequantised by transformers), a
+folder holding exactly one ``.gguf``, or a training run folder (``<run>/model`` is used).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import functools
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+from transformers.utils import logging as hf_logging
 
 from .errors import UserError
 from .sizes import SIZES
@@ -32,8 +47,6 @@ _OVERRIDES = {
 
 def llama_config(cfg: "ModelConfig", vocab_size: int):
     """The ``LlamaConfig`` of a named size with ``cfg``'s overrides applied."""
-    from transformers import LlamaConfig
-
     if cfg.name not in SIZES:
         raise UserError(f"model.name={cfg.name!r} is not a known size; choose one of: {', '.join(SIZES)}")
     fields = dict(SIZES[cfg.name])
@@ -59,8 +72,6 @@ def build_model(cfg: "ModelConfig", vocab_size: int, seed: int) -> nn.Module:
     """
     if cfg.path:
         return load_local_model(cfg.path, vocab_size)
-    from transformers import LlamaForCausalLM
-
     config = llama_config(cfg, vocab_size)
     config._attn_implementation = "sdpa"
     with torch.random.fork_rng(devices=[]):
@@ -69,32 +80,114 @@ def build_model(cfg: "ModelConfig", vocab_size: int, seed: int) -> nn.Module:
     return model.float()
 
 
-def load_local_model(path: str | Path, vocab_size: int) -> nn.Module:
-    """Load a local Hugging Face folder or ``.gguf`` file (no remote code) and check its vocabulary."""
-    from transformers import AutoModelForCausalLM
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
-    path = Path(path)
-    if not path.exists():
-        raise UserError(f"model.path={str(path)!r} does not exist (give a local Hugging Face folder or .gguf file)")
-    kwargs: dict[str, Any] = {"trust_remote_code": False, "dtype": torch.float32}
-    if path.is_file() and path.suffix != ".gguf":
-        raise UserError(f"model.path={str(path)!r} is a file but not a .gguf; give a folder or a .gguf file")
+
+@dataclasses.dataclass(frozen=True)
+class ModelSource:
+    """Where a model lives: the folder passed to ``from_pretrained`` and, for GGUF, the file name inside it."""
+
+    folder: Path
+    gguf_file: str | None = None
+
+    def describe(self) -> str:
+        return str(self.folder / self.gguf_file) if self.gguf_file else str(self.folder)
+
+
+def resolve_model_path(path: str | Path) -> ModelSource:
+    """Map a user path (HF folder, .gguf, run folder) to a :class:`ModelSource`, or raise one clear UserError."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise UserError(f"model path not found: {p} (give a Hugging Face model folder, a .gguf file or a training "
+                        f"run folder)")
+    if p.is_file():
+        if p.suffix == ".gguf":
+            return ModelSource(p.parent, p.name)
+        raise UserError(f"{p} is a file but not a .gguf; give the folder that holds config.json and the weights")
+    if (p / "config.json").is_file():
+        return ModelSource(p)
+    if (p / "model" / "config.json").is_file():  # a training run folder
+        return ModelSource(p / "model")
+    ggufs = sorted(p.glob("*.gguf"))
+    if len(ggufs) == 1:
+        return ModelSource(p, ggufs[0].name)
+    if len(ggufs) > 1:
+        raise UserError(f"{p} holds {len(ggufs)} .gguf files; give one of them, e.g. {ggufs[0]}")
+    raise UserError(f"{p} is not a model folder: no config.json, no .gguf and no model/ subfolder "
+                    f"(give a Hugging Face model folder, a .gguf file or a training run folder)")
+
+
+def check_weights(src: ModelSource, allow_pickle: bool) -> bool:
+    """Refuse pickle-only folders unless allowed -> whether to read safetensors (``use_safetensors``)."""
+    if src.gguf_file:
+        return False
+    if any(src.folder.glob("*.safetensors")):
+        return True
+    pickles = sorted(f.name for f in src.folder.iterdir() if f.suffix in PICKLE_SUFFIXES)
+    if not pickles:
+        raise UserError(f"{src.folder} has a config.json but no weights (*.safetensors); was the save interrupted?")
+    if not allow_pickle:
+        raise UserError(f"{src.folder} holds only pickle weights ({pickles[0]}), which can run code when loaded; "
+                        f"convert them to safetensors, or allow pickles (eval: model.allow_pickle=true) to load them with "
+                        f"torch.load(weights_only=True)")
+    return False
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0]
+
+
+@contextlib.contextmanager
+def _quiet_transformers(progress: bool = False):
+    """Hide transformers' own "Loading weights" bar while loading (callers show their own), and its GGUF
+    de-quantising bar unless ``progress``; restore both after."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    bar = gguf_utils.tqdm
+    if not progress:
+        gguf_utils.tqdm = functools.partial(bar, disable=True)
     try:
-        if path.is_file():
-            model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
-        else:
-            model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, **kwargs)
-    except Exception as e:  # damaged files raise SafetensorError, UnpicklingError, ValueError, OSError, ...
-        raise UserError(f"model.path={str(path)!r} cannot be loaded ({type(e).__name__}: "
-                        f"{(str(e).splitlines() or [''])[0][:160]}); give a Hugging Face folder with intact "
-                        f"safetensors weights, or a valid .gguf file") from None
-    if path.is_file():
-        # GGUF weights are dequantised to fp32 on load; drop the quantizer so the model trains and saves as a plain one
+        yield
+    finally:
+        gguf_utils.tqdm = bar
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+def load_pretrained(path: str | Path, dtype: torch.dtype | str = torch.float32, allow_pickle: bool = False,
+                    progress: bool = False) -> nn.Module:
+    """Load a local causal LM on CPU under the safety policy of the module docstring -> ``PreTrainedModel``.
+
+    ``dtype``: a torch dtype or ``"auto"`` (the checkpoint's); ``progress`` shows transformers' GGUF conversion bar. GGUF weights are dequantised on load and the quantizer
+    is dropped, so the model trains and saves as a plain one."""
+    src = resolve_model_path(path)
+    use_safetensors = check_weights(src, allow_pickle)
+    kwargs = dict(dtype=dtype, local_files_only=True, trust_remote_code=False, weights_only=True)
+    if src.gguf_file:
+        kwargs["gguf_file"] = src.gguf_file
+    else:
+        kwargs["use_safetensors"] = use_safetensors
+    try:
+        with _quiet_transformers(progress):
+            model = AutoModelForCausalLM.from_pretrained(src.folder, **kwargs)
+    except Exception as e:  # damaged files raise SafetensorError, UnpicklingError, struct.error, ValueError, OSError...
+        raise UserError(f"could not load a causal LM from {src.describe()}: {_first_line(e)}") from None
+    if src.gguf_file:
         model.hf_quantizer = None
         if getattr(model, "is_quantized", False):
             model.is_quantized = False
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
+    return model
+
+
+def load_local_model(path: str | Path, vocab_size: int) -> nn.Module:
+    """The model of ``model.path`` to fine-tune: :func:`load_pretrained` in fp32, checked against the data's
+    vocabulary (a model padded to a multiple of 64 for GPUs is accepted)."""
+    model = load_pretrained(path, torch.float32)
     model_vocab = model.get_input_embeddings().num_embeddings
     padded = model_vocab > vocab_size and model_vocab % 64 == 0 and model_vocab - vocab_size < 128  # GPU padding
     if model_vocab != vocab_size and not padded:

@@ -79,8 +79,18 @@ def test_local_model_loads_and_a_vocabulary_mismatch_is_one_clear_error(tmp_path
     assert load_local_model(tmp_path / "m", 96).config.vocab_size == 96
     with pytest.raises(UserError, match="vocabulary mismatch.*96 token embeddings.*64 tokens"):
         load_local_model(tmp_path / "m", 64)
-    with pytest.raises(UserError, match="does not exist"):
+    with pytest.raises(UserError, match="model path not found"):
         load_local_model(tmp_path / "missing", 64)
+    # the trainer loads through the evaluation's safety policy: pickles refused, a fake GGUF is one clear line
+    torch.save(LlamaForCausalLM(config).state_dict(), tmp_path / "pytorch_model.bin")
+    (tmp_path / "config.json").write_text((tmp_path / "m" / "config.json").read_text())
+    with pytest.raises(UserError, match="only pickle weights"):
+        load_local_model(tmp_path, 96)
+    (tmp_path / "fake").mkdir()
+    (tmp_path / "fake" / "m.gguf").write_bytes(b"GGUF\x03\x00\x00\x00garbage")
+    with pytest.raises(UserError, match="could not load a causal LM from .*m.gguf") as err:
+        load_local_model(tmp_path / "fake" / "m.gguf", 96)
+    assert "\n" not in str(err.value)
 
 
 @pytest.mark.slow
