@@ -16,7 +16,7 @@ from typing import Sequence
 
 from goldfish.errors import UserError
 
-from .windows import Document
+from .windows import EvalDocument
 
 
 def is_prepared(path: str | Path) -> bool:
@@ -41,14 +41,14 @@ def _group(value) -> str | None:
     return None if value is None or value == "" else str(value)
 
 
-def documents_from_dataset(ds, split: str, max_docs: int | None = None, group_field: str = "group") -> list[Document]:
-    """``datasets.Dataset`` rows with id/title/text/input_ids/repetitions -> :class:`Document` list."""
+def documents_from_dataset(ds, split: str, max_docs: int | None = None, group_field: str = "group") -> list[EvalDocument]:
+    """``datasets.Dataset`` rows with id/title/text/input_ids/repetitions -> :class:`EvalDocument` list."""
     if max_docs is not None:
         ds = ds.select(range(min(max_docs, len(ds))))
     cols = set(ds.column_names)
     docs = []
     for i, row in enumerate(ds):
-        docs.append(Document(
+        docs.append(EvalDocument(
             id=str(row["id"]) if "id" in cols else str(i),
             tokens=tuple(int(t) for t in row["input_ids"]),
             title=str(row.get("title") or ""),
@@ -61,7 +61,7 @@ def documents_from_dataset(ds, split: str, max_docs: int | None = None, group_fi
 
 
 def read_prepared(path: str | Path, splits: Sequence[str], max_docs: int | None = None, group_field: str = "group"):
-    """Documents of the named splits of a prepared folder -> ({split: [Document]}, prepared object)."""
+    """Documents of the named splits of a prepared folder -> ({split: [EvalDocument]}, prepared object)."""
     from goldfish.data import load_prepared
 
     prep = load_prepared(path)
@@ -73,8 +73,8 @@ def read_prepared(path: str | Path, splits: Sequence[str], max_docs: int | None 
     return out, prep
 
 
-def read_jsonl(path: str | Path, tokenizer, split: str = "members", max_docs: int | None = None,
-               group_field: str = "group") -> list[Document]:
+def tokenize_jsonl(path: str | Path, tokenizer, split: str = "members", max_docs: int | None = None,
+               group_field: str = "group") -> list[EvalDocument]:
     """One ``{"id", "text"}`` object per line -> documents tokenised with ``tokenizer`` (no special tokens); the
     value under ``group_field`` (any JSON scalar) becomes the document's group."""
     path = Path(path)
@@ -92,14 +92,14 @@ def read_jsonl(path: str | Path, tokenizer, split: str = "members", max_docs: in
     if tokenizer is None:
         raise UserError(f"{path} is raw text but the model folder has no tokenizer; save the tokenizer with the model")
     encoded = tokenizer([r["text"] for r in rows], add_special_tokens=False)["input_ids"]
-    return [Document(id=str(r.get("id", i)), tokens=tuple(ids), title=str(r.get("title") or ""),
+    return [EvalDocument(id=str(r.get("id", i)), tokens=tuple(ids), title=str(r.get("title") or ""),
                      repetitions=_optional_int(r.get("repetitions", 0 if split == "nonmembers" else None)),
                      split=split, text=r["text"], group=_group(r.get(group_field)))
             for i, (r, ids) in enumerate(zip(rows, encoded))]
 
 
-def load_documents(data: str | Path, nonmembers: str | Path | None, tokenizer, max_docs: int | None = None,
-                   group_field: str = "group") -> tuple[dict[str, list[Document]], object | None]:
+def load_eval_documents(data: str | Path, nonmembers: str | Path | None, tokenizer, max_docs: int | None = None,
+                   group_field: str = "group") -> tuple[dict[str, list[EvalDocument]], object | None]:
     """Members (and nonmembers, when available) -> ({"members": [...], "nonmembers": [...]}, prepared or None).
 
     ``nonmembers`` overrides the data folder's own nonmembers split. A prepared folder given as ``nonmembers``
@@ -110,7 +110,7 @@ def load_documents(data: str | Path, nonmembers: str | Path | None, tokenizer, m
     if is_prepared(data_path):
         splits, prep = read_prepared(data_path, ["members", "nonmembers"], max_docs, group_field)
     else:
-        splits = {"members": read_jsonl(data_path, tokenizer, "members", max_docs, group_field)}
+        splits = {"members": tokenize_jsonl(data_path, tokenizer, "members", max_docs, group_field)}
     if not splits.get("members"):
         raise UserError(f"{data_path} has no member documents to evaluate (its members split is empty)")
     if nonmembers is not None:
@@ -121,5 +121,5 @@ def load_documents(data: str | Path, nonmembers: str | Path | None, tokenizer, m
                 raise UserError(f"{nm_path} has no nonmembers split; pass a JSONL file or a prepared folder with one")
             splits["nonmembers"] = nm["nonmembers"]
         else:
-            splits["nonmembers"] = read_jsonl(nm_path, tokenizer, "nonmembers", max_docs, group_field)
+            splits["nonmembers"] = tokenize_jsonl(nm_path, tokenizer, "nonmembers", max_docs, group_field)
     return splits, prep

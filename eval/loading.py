@@ -17,7 +17,7 @@ import torch
 from goldfish.errors import UserError
 from goldfish.models import PICKLE_SUFFIXES, load_pretrained, resolve_model_path
 
-__all__ = ["DTYPES", "PICKLE_SUFFIXES", "check_vocab", "load_model", "load_tokenizer", "model_vocab_size",
+__all__ = ["DTYPES", "PICKLE_SUFFIXES", "check_vocab", "load_model", "load_model_tokenizer", "model_vocab_size",
            "num_parameters", "one_gguf_read", "pad_id_of", "resolve_device", "resolve_model_path"]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
@@ -70,7 +70,7 @@ def load_model(path: str | Path, dtype: str = "float32", device: str = "auto", a
     return load_pretrained(path, DTYPES[dtype], allow_pickle, progress).to(resolve_device(device)).eval()
 
 
-def load_tokenizer(path: str | Path):
+def load_model_tokenizer(path: str | Path):
     """Load the tokenizer stored with a model (HF folder, GGUF, run folder) -> ``PreTrainedTokenizerBase``."""
     from transformers import AutoTokenizer  # deliberately lazy: `goldfish eval --help` stays fast
 

@@ -33,8 +33,8 @@ from . import extraction, membership
 from .aggregate import summarize
 from .config import EvalConfig
 from .generate import beam_generate, generate
-from .inputs import load_documents
-from .loading import (check_vocab, load_model, load_tokenizer, model_vocab_size, num_parameters, one_gguf_read,
+from .inputs import load_eval_documents
+from .loading import (check_vocab, load_model, load_model_tokenizer, model_vocab_size, num_parameters, one_gguf_read,
                       pad_id_of, resolve_model_path)
 from .metrics import compute_metrics
 from .report import write_report
@@ -177,7 +177,7 @@ def write_csv(path: Path, windows: Sequence[dict]) -> None:
 
 def _load_tokenizer(cfg: EvalConfig):
     try:
-        return load_tokenizer(cfg.model.path)
+        return load_model_tokenizer(cfg.model.path)
     except UserError as e:
         log.info("no tokenizer with the model (%s); using the data's", e)
         return None
@@ -216,7 +216,7 @@ def run_eval(cfg: EvalConfig) -> dict:
     reference = load_model(m.reference, m.dtype, m.device, m.allow_pickle, cfg.progress) if m.reference else None
     with one_gguf_read():
         tokenizer = _load_tokenizer(cfg)
-        splits, prep = load_documents(cfg.data.path, cfg.data.nonmembers, tokenizer, cfg.data.max_docs,
+        splits, prep = load_eval_documents(cfg.data.path, cfg.data.nonmembers, tokenizer, cfg.data.max_docs,
                                       cfg.data.group_field)
         if tokenizer is None and prep is not None:
             tokenizer = prep.tokenizer

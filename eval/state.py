@@ -26,7 +26,7 @@ from goldfish.io import atomic_write_json, atomic_write_text, read_jsonl
 
 from .config import EvalConfig
 from .loading import PICKLE_SUFFIXES, resolve_model_path
-from .windows import Document
+from .windows import EvalDocument
 
 FINGERPRINT = "fingerprint.json"
 WINDOWS_PARTIAL = "windows.partial.jsonl"
@@ -48,7 +48,7 @@ def weights_stamp(path: str | None) -> list:
     return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
 
 
-def documents_sha256(splits: dict[str, Sequence[Document]]) -> str:
+def documents_sha256(splits: dict[str, Sequence[EvalDocument]]) -> str:
     """One hash of every split's documents (names, ids, groups and tokens), in order."""
     h = hashlib.sha256()
     for name in sorted(splits):
@@ -58,7 +58,7 @@ def documents_sha256(splits: dict[str, Sequence[Document]]) -> str:
     return h.hexdigest()
 
 
-def fingerprint(cfg: EvalConfig, splits: dict[str, Sequence[Document]]) -> dict:
+def fingerprint(cfg: EvalConfig, splits: dict[str, Sequence[EvalDocument]]) -> dict:
     """What must match for finished work in an out folder to be reused."""
     config = to_dict(cfg)
     for key in OPERATIONAL:

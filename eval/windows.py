@@ -33,7 +33,7 @@ ALL = -1
 
 
 @dataclasses.dataclass(frozen=True)
-class Document:
+class EvalDocument:
     """One document to evaluate: its tokens (no bos/eos) and the metadata carried into the results."""
 
     id: str
@@ -49,7 +49,7 @@ class Document:
 class Window:
     """A (document, P, placement, start) window. ``prefix_len`` is the requested P (-1 = all)."""
 
-    doc: Document
+    doc: EvalDocument
     prefix_len: int
     suffix_len: int
     placement: str
@@ -86,7 +86,7 @@ def starts(n_tokens: int, prefix_len: int, suffix_len: int, placement: str, stri
     return [o for o in offsets if o <= last], prefix_len
 
 
-def build_windows(docs: Sequence[Document], prefix_lens: Sequence[int], suffix_len: int,
+def build_windows(docs: Sequence[EvalDocument], prefix_lens: Sequence[int], suffix_len: int,
                   placements: Sequence[str] = ("start",), stride: int | None = None, offsets: Sequence[int] = (),
                   max_offset: int | None = None) -> tuple[list[Window], int]:
     """All windows of ``docs`` for every P in ``prefix_lens`` and every placement -> (windows, skipped).

@@ -9,7 +9,7 @@ import torch
 
 from goldfish.eval import extraction
 from goldfish.eval.generate import generate
-from goldfish.eval.windows import ALL, Document, build_windows, window_key, windows_sha256
+from goldfish.eval.windows import ALL, EvalDocument, build_windows, window_key, windows_sha256
 from goldfish.errors import UserError
 
 from eval_fixtures import tiny_llama
@@ -17,8 +17,8 @@ from eval_fixtures import tiny_llama
 S = 8
 
 
-def _doc(n: int, id_: str = "d") -> Document:
-    return Document(id=id_, tokens=tuple(range(100, 100 + n)))
+def _doc(n: int, id_: str = "d") -> EvalDocument:
+    return EvalDocument(id=id_, tokens=tuple(range(100, 100 + n)))
 
 
 def test_window_geometry_by_hand():

@@ -9,7 +9,7 @@ import pickle
 import pytest
 import torch
 
-from goldfish.eval.loading import check_vocab, load_model, load_tokenizer, resolve_model_path
+from goldfish.eval.loading import check_vocab, load_model, load_model_tokenizer, resolve_model_path
 from goldfish.errors import UserError
 
 from eval_fixtures import save_model_folder, tiny_llama, tiny_tokenizer
@@ -39,7 +39,7 @@ def test_loads_hf_folder_and_run_folder_identically(saved, tok):
     run_folder = path.parent  # <run>/model is found from <run>
     assert resolve_model_path(run_folder).folder == path
     assert torch.equal(_logits(load_model(run_folder, device="cpu")), _logits(original))
-    assert load_tokenizer(run_folder)("hello world")["input_ids"] == tok("hello world")["input_ids"]
+    assert load_model_tokenizer(run_folder)("hello world")["input_ids"] == tok("hello world")["input_ids"]
 
 
 def test_bfloat16_loading(saved):
