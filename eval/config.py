@@ -19,6 +19,7 @@ import dataclasses
 from typing import Literal, Union
 
 from goldfish.config import check, option, raise_problems
+from goldfish.precision import PRECISIONS, canonical_precision
 
 from .windows import ALL, PLACEMENTS
 
@@ -57,7 +58,8 @@ class ModelSection:
                                           "training run folder (its model/ is used)")
     reference: Union[str, None] = option(None, "reference model for the reference-calibrated membership attack "
                                                "(same vocabulary; loaded first, so a bad path fails at once)")
-    dtype: Literal["float32", "bfloat16", "float16", "auto"] = option("float32", "weights dtype")
+    dtype: str = option("fp32", "weights precision: fp32 | bf16 | fp16 | auto (the checkpoint's); float32/bfloat16/"
+                                "float16 are aliases (goldfish.precision)")
     device: str = option("auto", "torch device: auto (cuda if available, else cpu), cpu, cuda, cuda:1, mps")
     threads: Union[int, None] = option(None, "CPU threads for torch (torch.set_num_threads); default: torch's "
                                              "choice (all cores)")
@@ -67,6 +69,9 @@ class ModelSection:
     def __post_init__(self) -> None:
         problems: list[str] = []
         check(self.threads is None or self.threads >= 1, problems, f"threads={self.threads} must be >= 1")
+        dtype = canonical_precision(self.dtype)
+        check(dtype is not None, problems, f"dtype={self.dtype!r} must be one of {', '.join(PRECISIONS)}")
+        self.dtype = dtype or self.dtype
         raise_problems(problems)
 
 

@@ -16,12 +16,10 @@ import torch
 
 from goldfish.errors import UserError
 from goldfish.models import PICKLE_SUFFIXES, load_pretrained, resolve_model_path
+from goldfish.precision import PRECISIONS, canonical_precision, torch_dtype
 
-__all__ = ["DTYPES", "PICKLE_SUFFIXES", "check_vocab", "load_model", "load_model_tokenizer", "model_vocab_size",
+__all__ = ["PICKLE_SUFFIXES", "check_vocab", "load_model", "load_model_tokenizer", "model_vocab_size",
            "num_parameters", "one_gguf_read", "pad_id_of", "resolve_device", "resolve_model_path"]
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
-
 
 def resolve_device(device: str) -> torch.device:
     """``auto`` -> cuda when available, else cpu; anything else is passed to ``torch.device``."""
@@ -60,14 +58,15 @@ def one_gguf_read():
         gguf.GGUFReader = original
 
 
-def load_model(path: str | Path, dtype: str = "float32", device: str = "auto", allow_pickle: bool = False,
+def load_model(path: str | Path, dtype: str = "fp32", device: str = "auto", allow_pickle: bool = False,
                progress: bool = False):
-    """Load a causal LM for inference (``eval()`` mode, on ``device``) -> ``PreTrainedModel``; ``progress`` shows
-    transformers' GGUF conversion bar."""
+    """Load a causal LM for inference (``eval()`` mode, on ``device``) -> ``PreTrainedModel``; ``dtype`` is a
+    precision name (:mod:`goldfish.precision`: fp32 | bf16 | fp16 | auto, or the long torch spellings); ``progress``
+    shows transformers' GGUF conversion bar."""
     resolve_model_path(path)  # a wrong path fails before the dtype is looked at
-    if dtype not in DTYPES:
-        raise UserError(f"dtype={dtype!r} is not one of {', '.join(DTYPES)}")
-    return load_pretrained(path, DTYPES[dtype], allow_pickle, progress).to(resolve_device(device)).eval()
+    if canonical_precision(dtype) is None:
+        raise UserError(f"dtype={dtype!r} is not one of {', '.join(PRECISIONS)}")
+    return load_pretrained(path, torch_dtype(dtype), allow_pickle, progress).to(resolve_device(device)).eval()
 
 
 def load_model_tokenizer(path: str | Path):

