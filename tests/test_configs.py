@@ -179,6 +179,20 @@ def test_every_data_recipe_dry_runs_on_its_first_documents(path, tmp_path):
     assert all(len(x) > 0 for x in ids) and tokenizer.eos_token_id is not None
 
 
+def test_the_example_in_the_experiment_docstring_is_a_valid_experiment(tmp_path):
+    """The YAML example of ``goldfish.experiment.config``'s docstring plans into arms x seeds x sizes cells."""
+    import textwrap
+
+    import goldfish.experiment.config as module
+
+    doc = module.__doc__
+    example = textwrap.dedent(doc[doc.index("crossed::") + len("crossed::"):doc.index("Every cell")]).strip()
+    (tmp_path / "example.yaml").write_text(example + "\n")
+    plans = plan_cells(load_experiment(tmp_path / "example.yaml"), default_pipeline())
+    assert len(plans) == 2 * 2 * 2
+    assert {p.train_cfg.schedule.epochs for p in plans} == {60}
+
+
 # ------------------------------------------------------------------------------------------------ precision
 
 

@@ -4,7 +4,7 @@ An experiment is ``base config + arm overrides + one value per grid axis``, cros
 
     name: k_sweep
     data_recipe: data/wikipedia_demo.yaml        # a `goldfish prepare` recipe; `data:` overrides it
-    train: {model: {name: llama-demo}, epochs: 60}
+    train: {model: {name: llama-demo}, schedule: {epochs: 60}}
     eval: {prefix_lens: [32, 78]}
     arms:                                          # named override sets (dotted keys into data/train/eval)
       standard: {train.loss.type: standard}
@@ -18,7 +18,7 @@ An experiment is ``base config + arm overrides + one value per grid axis``, cros
       train.seed: [0, 1]                           # a dotted key and its values
       size:                                        # a named axis of linked settings (one label per item)
         - {label: 1M, train.model.name: llama-1M}
-        - {label: 10M, train.model.name: llama-10M, train.micro_batch_size: 8}
+        - {label: 10M, train.model.name: llama-10M, train.schedule.micro_batch_size: 4}
 
 Every cell's data/train/eval sections are built through the real config dataclasses when the experiment is
 *loaded* (:func:`plan_cells`), so a typo in cell 37 fails before cell 1 trains.
