@@ -5,7 +5,8 @@ Every module under ``goldfish/`` and ``eval/`` (installed as ``goldfish.eval``) 
 body, ``if TYPE_CHECKING:``), because a function-local import hides a dependency without removing it. Layers, bottom
 to top (see ARCHITECTURE.md):
 
-0. base: the config system, io, errors, the mask and loss library, the collator, perf, the size table
+0. base: the package root, the config system, io, errors, the mask and loss library, the collator, perf, the size
+   table, the precision names
 1. data: ``goldfish.data``
 2. models and engines: ``models``, ``train_config`` (the sections the engines receive), ``goldfish.engines``
 3. trainer: ``train``, ``checkpoint``, ``estimate``
@@ -27,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("goldfish", "goldfish.config", "goldfish.io", "goldfish.errors", "goldfish.masks", "goldfish.loss",
-              "goldfish.collator", "goldfish.perf", "goldfish.sizes")),
+              "goldfish.collator", "goldfish.perf", "goldfish.sizes", "goldfish.precision")),
     ("data", ("goldfish.data",)),
     ("models and engines", ("goldfish.models", "goldfish.train_config", "goldfish.engines")),
     ("trainer", ("goldfish.train", "goldfish.checkpoint", "goldfish.estimate")),
@@ -91,11 +92,13 @@ GRAPH = import_graph()
 
 
 def layer_of(module: str) -> int:
-    """Index in ``LAYERS`` of the longest prefix that names ``module`` or one of its packages."""
+    """Index in ``LAYERS`` of the longest entry that names ``module`` or one of its packages (the package root
+    ``goldfish`` names only itself: a new top-level module must be placed in a layer explicitly)."""
     best, length = None, -1
     for index, (_, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > length:
+            inside = module.startswith(prefix + ".") and prefix != "goldfish"
+            if (module == prefix or inside) and len(prefix) > length:
                 best, length = index, len(prefix)
     if best is None:
         raise AssertionError(f"{module} is in no layer: add it to LAYERS in tests/test_architecture.py")
@@ -138,6 +141,8 @@ def test_find_cycle_and_layer_of_on_known_inputs():
     assert find_cycle({"a": {"b": 1}, "b": {}, "c": {"a": 1, "b": 1}}) is None
     assert layer_of("goldfish.engines.native") == 2 and layer_of("goldfish.eval.run") == 4
     assert layer_of("goldfish") == 0 and layer_of("goldfish.experiment") == 5
+    with pytest.raises(AssertionError, match="in no layer"):
+        layer_of("goldfish.brand_new_module")
 
 
 def test_no_import_cycles_between_files():
