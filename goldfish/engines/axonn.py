@@ -43,6 +43,9 @@ from .base import Engine, Layout, LossFn, StepStats, split_targets, stats_vector
 
 log = logging.getLogger("goldfish.engines")
 
+# AxoNN is an optional extra (pip install -e '.[axonn]'): it is imported inside the functions that use it, so this
+# module -- and the layout check ``--dry-run`` asks it for -- imports without it.
+
 
 @dataclasses.dataclass(frozen=True)
 class AxonnLayout:

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from ..errors import UserError
 from ..train_config import ParallelConfig
@@ -234,8 +235,6 @@ class NativeEngine(Engine):
 
     def _as_param_layout(self, opt_state: dict[str, Any]) -> dict[str, Any]:
         """Re-wrap per-rank optimizer tensors as DTensors laid out like their (TP/FSDP) parameters."""
-        from torch.distributed.tensor import DTensor
-
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         state = {}
         for index, entries in opt_state["state"].items():
@@ -248,8 +247,6 @@ class NativeEngine(Engine):
         return {"state": state, "param_groups": opt_state["param_groups"]}
 
     def export_hf(self, out_dir: Path) -> None:
-        from torch.distributed.tensor import DTensor
-
         # full tensors of this stage: a collective over the tp and dp ranks that share it
         state = {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().cpu()
                  for k, v in self.model.state_dict().items()}
