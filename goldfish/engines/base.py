@@ -129,7 +129,9 @@ def current_world_size() -> int:
 class Engine(abc.ABC):
     """A distributed (or single-process) way to run forward/backward/step for a plain HF causal LM.
 
-    Subclasses set ``name`` and ``section`` (the ``TrainConfig`` field they read) and call ``super().__init__``."""
+    Every engine has ``device`` (where its tensors live: ``cuda:LOCAL_RANK`` or cpu), ``rank`` and ``world_size``
+    (global), ``loss_fn`` and ``autocast_dtype``. Subclasses set ``name`` and ``section`` (the ``TrainConfig`` field
+    they read) and call ``super().__init__``."""
 
     name: str = "base"
     section: str = ""
