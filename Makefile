@@ -27,8 +27,8 @@ demo: install
 test: install
 	$(PY) -m pytest -q
 
-# without the tests marked slow or dist (no spawned process groups, no torchrun): 1 min 42 s wall on 2 shared cores,
-# one thread, niced (265 tests; measured 2026-12-01)
+# without the tests marked slow or dist (no spawned process groups, no torchrun): 341 tests, ~70 s of CPU on one
+# thread; wall 1 min 42 s on the shared 2-core machine at moderate load, 4 min 11 s at load average 14 (2026-12-01)
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not dist"
 
