@@ -9,7 +9,7 @@ to top (see ARCHITECTURE.md):
    table, the precision names
 1. data: ``goldfish.data``
 2. models and engines: ``models``, ``train_config`` (the sections the engines receive), ``goldfish.engines``
-3. trainer: ``train``, ``checkpoint``, ``estimate``
+3. trainer: ``train``, ``checkpoint``, ``fingerprint``, ``estimate``
 4. evaluation: ``goldfish.eval``
 5. experiment runner and CLI: ``goldfish.experiment``, ``goldfish.commands``, ``cli``, ``__main__``
 
@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
               "goldfish.collator", "goldfish.perf", "goldfish.sizes", "goldfish.precision")),
     ("data", ("goldfish.data",)),
     ("models and engines", ("goldfish.models", "goldfish.train_config", "goldfish.engines")),
-    ("trainer", ("goldfish.train", "goldfish.checkpoint", "goldfish.estimate")),
+    ("trainer", ("goldfish.train", "goldfish.checkpoint", "goldfish.estimate", "goldfish.fingerprint")),
     ("evaluation", ("goldfish.eval",)),
     ("experiment and CLI", ("goldfish.experiment", "goldfish.commands", "goldfish.cli", "goldfish.__main__")),
 ]
