@@ -27,8 +27,9 @@ demo: install
 test: install
 	$(PY) -m pytest -q
 
-# without the tests marked slow or dist (no spawned process groups, no torchrun): 341 tests, ~70 s of CPU on one
-# thread; wall 1 min 42 s on the shared 2-core machine at moderate load, 4 min 11 s at load average 14 (2026-12-01)
+# without the tests marked slow or dist (no spawned process groups, no torchrun): 383 tests, ~90 s of CPU on one
+# thread (children included); wall on the shared 2-core machine: 1 min 42 s at moderate load, 8 min 27 s at load
+# average ~14 with a parity run alongside (measured 2026-12-01)
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not dist"
 

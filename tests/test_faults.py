@@ -356,7 +356,7 @@ def test_the_readme_axonn_batch_divides_and_the_message_says_what_dp_counts():
     readme = (REPO / "README.md").read_text()
     assert "engine=axonn axonn.row=2 axonn.col=2 \\\n    schedule.global_batch_size=8 schedule.micro_batch_size=2" in readme
     plan = make_plan(ScheduleConfig(global_batch_size=8, micro_batch_size=2, max_steps=1), OptimConfig(), 100, 32, 4)
-    assert (plan.grad_accum, plan.global_batch // plan.dp_size) == (1, 2)
+    assert (plan.global_batch // (plan.micro_batch * plan.dp_size), plan.global_batch // plan.dp_size) == (1, 2)
 
 
 def test_help_examples_and_defaults_name_folders_that_runs_create(monkeypatch):
@@ -371,7 +371,7 @@ def test_help_examples_and_defaults_name_folders_that_runs_create(monkeypatch):
 
     monkeypatch.chdir(REPO)
     plans = plan_cells(load_experiment("experiments/default.yaml"), default_pipeline())
-    created = {str(p.train_dir) for p in plans} | {str(p.model_dir) for p in plans}
+    created = {str(p.train_dir) for p in plans} | {str(p.train_dir / "model") for p in plans}  # train writes model/
     named = re.findall(r"--model (runs/demo\S*)", evaluate.DESCRIPTION)
     assert named and set(named) <= created, (named, sorted(created))
     assert Path(TrainConfig().data.path) == load_recipe("data/wikipedia_demo.yaml").default_out()
