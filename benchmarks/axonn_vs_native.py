@@ -56,7 +56,7 @@ def _worker(rank: int, world: int, folder: str, args: argparse.Namespace, grid: 
     dist.init_process_group("gloo", init_method=f"file://{folder}/store", rank=rank, world_size=world)
     from goldfish.engines.axonn import AxonnEngine
     from goldfish.engines.native import NativeEngine
-    from goldfish.loss import loss_from_targets
+    from goldfish.loss import EngineLoss
     from goldfish.models import build_model
     from goldfish.train_config import AxonnConfig, ModelConfig, ParallelConfig
 
@@ -64,7 +64,7 @@ def _worker(rank: int, world: int, folder: str, args: argparse.Namespace, grid: 
     engines = {}
     for name, engine_cls, section in (("native", NativeEngine, ParallelConfig()),
                                       ("axonn", AxonnEngine, AxonnConfig(row=grid[0], col=grid[1], depth=grid[2]))):
-        engine = engine_cls(section, "fp32", loss_from_targets)
+        engine = engine_cls(section, "fp32", EngineLoss())
         engine.setup(lambda: build_model(model_cfg, args.vocab, seed=0), lambda p: torch.optim.AdamW(p, lr=1e-3))
         engines[name] = engine
     times: dict[str, list[float]] = {name: [] for name in engines}

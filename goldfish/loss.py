@@ -152,5 +152,3 @@ class EngineLoss:
         return goldfish_loss(outputs, targets["labels"], drop_mask=targets["drop_mask"], shift=True, head=head,
                              chunk_tokens=self.chunk_tokens)
 
-
-loss_from_targets = EngineLoss()  # whole logits: the loss function of every run without loss.ce_chunk_tokens

@@ -17,7 +17,7 @@ from dist_utils import build_model, global_batches, kept_count, run_distributed,
 from goldfish.engines import axonn_compat
 from goldfish.engines.axonn import AxonnEngine, AxonnLayout
 from goldfish.errors import UserError
-from goldfish.loss import goldfish_loss, loss_from_targets
+from goldfish.loss import EngineLoss, goldfish_loss
 from goldfish.train_config import AxonnConfig
 
 
@@ -91,7 +91,7 @@ def test_mesh_error_names_every_factor() -> None:
 
 def test_bf16_on_cpu_is_refused_before_joining_any_group() -> None:
     with pytest.raises(UserError, match="precision=bf16 with engine=axonn needs a CUDA GPU"):
-        AxonnEngine(AxonnConfig(), "bf16", loss_from_targets)
+        AxonnEngine(AxonnConfig(), "bf16", EngineLoss())
 
 
 # ------------------------------------------------------------------------------------------------ gloo
@@ -99,7 +99,7 @@ def test_bf16_on_cpu_is_refused_before_joining_any_group() -> None:
 
 def _uneven_worker(rank: int, world: int) -> dict:
     """Row-parallel grid whose two ranks hold 3x16 and 1x11 tokens: AxoNN's all-to-alls see unequal row counts."""
-    engine = AxonnEngine(AxonnConfig(row=2), "fp32", loss_from_targets)
+    engine = AxonnEngine(AxonnConfig(row=2), "fp32", EngineLoss())
     # SGD with lr=1 and no clipping: new weights = old weights - gradient, so full weights expose full gradients
     engine.setup(lambda: build_model(tiny_config()), _sgd_matrices_first)
     names = {id(p): name for name, p in engine.model.named_parameters()}
@@ -123,7 +123,7 @@ def _uneven_worker(rank: int, world: int) -> dict:
         out["layout_error"] = str(e)
     biased = tiny_config()
     biased.attention_bias = True
-    engine2 = AxonnEngine(AxonnConfig(row=2), "fp32", loss_from_targets)
+    engine2 = AxonnEngine(AxonnConfig(row=2), "fp32", EngineLoss())
     try:
         engine2.setup(lambda: LlamaForCausalLM(biased), lambda params: torch.optim.SGD(params, lr=1.0))
         out["bias_error"] = ""

@@ -20,7 +20,7 @@ import torch
 from dist_utils import (LR, MAX_NORM, ROWS, build_model, global_batches, kept_count, reference_run, run_distributed,
                         tiny_config)
 from goldfish.engines.axonn import AxonnEngine
-from goldfish.loss import loss_from_targets
+from goldfish.loss import EngineLoss
 from goldfish.train_config import AxonnConfig
 
 pytestmark = pytest.mark.dist  # every test here runs in spawned gloo processes
@@ -32,7 +32,7 @@ MICRO_ROWS = 1  # rows per micro-batch: gradient accumulation on every layout (t
 def _engine(layout: dict, seed: int, tied: bool) -> AxonnEngine:
     section = AxonnConfig(row=layout.get("row", 1), col=layout.get("col", 1), depth=layout.get("depth", 1),
                           overlap_communication=layout.get("overlap", False))
-    engine = AxonnEngine(section, "fp32", loss_from_targets)
+    engine = AxonnEngine(section, "fp32", EngineLoss())
     engine.setup(lambda: build_model(tiny_config(tied=tied), seed=seed),
                  lambda params: torch.optim.AdamW(params, lr=LR))
     return engine

@@ -128,11 +128,11 @@ def test_engine_3d_mesh_matches_one_process():
 
 def _single_process_run(precision: str, tmp_path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     from goldfish.engines.native import NativeEngine
-    from goldfish.loss import loss_from_targets
+    from goldfish.loss import EngineLoss
     from goldfish.train_config import ParallelConfig
 
     model_cfg = tiny_config(tied=True)
-    engine = NativeEngine(ParallelConfig(), precision, loss_from_targets)
+    engine = NativeEngine(ParallelConfig(), precision, EngineLoss())
     engine.setup(lambda: build_model(model_cfg), lambda params: torch.optim.AdamW(params, lr=LR))
     assert (engine.dp_rank, engine.dp_size, engine.is_main) == (0, 1, True)
     stats, norms = zip(*(_step(engine, batch) for batch in global_batches(packed=True)))

@@ -15,7 +15,7 @@ from torch.distributed.tensor import DTensor
 from dist_utils import (LR, MAX_NORM, ROWS, assert_stats_close, build_model, global_batches, kept_count, reference_run,
                         run_distributed, tiny_config)
 from goldfish.engines import parallelize as par
-from goldfish.loss import loss_from_targets
+from goldfish.loss import EngineLoss
 
 pytestmark = pytest.mark.dist  # every test here runs in spawned gloo processes
 
@@ -42,7 +42,7 @@ def _train(world: int, layout: dict) -> dict:
     tied_group = par.tied_weight_group(mesh) if dims.pp > 1 and cfg.tie_word_embeddings else None
     opt = torch.optim.AdamW(params, lr=LR)
     dp_rank, rows = mesh["dp"].get_local_rank(), ROWS // dims.dp
-    loss_fn = par.StageLoss(loss_from_targets)
+    loss_fn = par.StageLoss(EngineLoss())
     pipe = par.build_pipeline(stage, mesh["pp"], layout.get("schedule", "gpipe"), 2, loss_fn, torch.device("cpu")) \
         if dims.pp > 1 else None
     all_stats, norms = [], []

@@ -15,10 +15,11 @@ The loss function. ``loss_fn(logits, targets) -> parts``: ``logits`` (B, T, V) o
 predicts position ``t + 1``: the causal shift is the loss function's job), ``targets`` the dict above; ``parts`` has
 ``kept_sum`` (a differentiable scalar: summed per-token loss over the targets trained on), ``kept_count``,
 ``dropped_sum`` (detached: summed loss over targets measured but not trained on) and ``dropped_count``
-(:class:`LossParts`). The trainer passes :func:`goldfish.loss.loss_from_targets`.
-A loss that never materialises the (B, T, V) logits (chunked cross-entropy) plugs in at the same place: the engine
-would run the decoder up to the final norm and call ``loss_fn(hidden (B, T, H), targets, head=lm_head)`` instead; the
-stage wrapper (:class:`goldfish.engines.parallelize.StageModule`) is where the last stage produces the hidden states.
+(:class:`LossParts`). The trainer passes :class:`goldfish.loss.EngineLoss`.
+A loss that never materialises the (B, T, V) logits (chunked cross-entropy, ``loss.ce_chunk_tokens``) says so with
+``wants_hidden = True``: the native engine then stops its last stage at the final norm and calls
+``loss_fn(hidden (B, T, H), targets, head=lm_head)`` (:class:`goldfish.engines.parallelize.StageLoss`); AxoNN refuses
+such a loss.
 
 Loss normalisation (torchtitan's ``global_valid_tokens``): the trainer computes, from the *global* batch, the number
 of kept supervised target tokens ``normalizer`` (same value on every rank) and the engine backpropagates
