@@ -165,6 +165,7 @@ def _perf(**fields):
     return {"loss": LossConfig(ce_chunk_tokens=chunk), **fields}
 
 
+@pytest.mark.dist
 def test_chunked_ce_and_activation_checkpointing_train_like_one_process():
     """loss.ce_chunk_tokens (7: ragged chunks across rows) and activation_checkpointing change memory, not math:
     one process, TP (vocab-parallel lm_head), a pipeline's last stage and FSDP2 all match the reference."""
@@ -179,6 +180,7 @@ def test_chunked_ce_and_activation_checkpointing_train_like_one_process():
     })
 
 
+@pytest.mark.dist
 def test_fsdp_mixed_precision_stays_close_to_fp32():
     """parallel.fsdp_mixed_precision: bf16 all-gathers/compute, fp32 reduce-scatter; close to fp32 like autocast."""
     _run_layouts(2, {"dp2-fsdp-bf16-params": {
@@ -186,6 +188,7 @@ def test_fsdp_mixed_precision_stays_close_to_fp32():
 
 
 @pytest.mark.slow
+@pytest.mark.dist
 def test_compile_under_torchrun_with_fsdp_ddp_and_pipeline():
     """compile=true under a process group (2 gloo ranks): compiled layers inside FSDP2 units, under DDP, and in a
     pipeline stage (with the chunked CE) train like the eager one-process reference (fused kernels reorder float
