@@ -27,8 +27,8 @@ demo: install
 test: install
 	$(PY) -m pytest -q
 
-# without the tests marked slow or dist (no spawned process groups, no torchrun): 383 tests, ~90 s of CPU on one
-# thread (children included); wall on the shared 2-core machine: 1 min 42 s at moderate load, 8 min 27 s at load
+# without the tests marked slow or dist (no spawned process groups, no torchrun): 398 tests, ~80-90 s of CPU on one
+# thread (children included); wall on the shared 2-core machine: 1 min 42 s at moderate load, 4-8 min at load
 # average ~14 with a parity run alongside (measured 2026-12-01)
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not dist"
