@@ -5,8 +5,8 @@ Every module under ``goldfish/`` and ``eval/`` (installed as ``goldfish.eval``) 
 body, ``if TYPE_CHECKING:``), because a function-local import hides a dependency without removing it. Layers, bottom
 to top (see ARCHITECTURE.md):
 
-0. base: the package root, the config system, io, errors, the mask and loss library, the collator, perf, the size
-   table, the precision names
+0. base: the package root, the config system, io, errors, the mask and loss library (with the canonical fold),
+   the collator, perf, the size table, the precision names
 1. data: ``goldfish.data``
 2. models and engines: ``models``, ``train_config`` (the sections the engines receive), ``goldfish.engines``
 3. trainer: ``train``, ``checkpoint``, ``fingerprint``, ``estimate``
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("goldfish", "goldfish.config", "goldfish.io", "goldfish.errors", "goldfish.masks", "goldfish.loss",
-              "goldfish.collator", "goldfish.perf", "goldfish.sizes", "goldfish.precision")),
+              "goldfish.collator", "goldfish.fold", "goldfish.perf", "goldfish.sizes", "goldfish.precision")),
     ("data", ("goldfish.data",)),
     ("models and engines", ("goldfish.models", "goldfish.train_config", "goldfish.engines")),
     ("trainer", ("goldfish.train", "goldfish.checkpoint", "goldfish.estimate", "goldfish.fingerprint")),
@@ -130,7 +130,8 @@ def find_cycle(graph: dict[str, dict[str, int]]) -> list[str] | None:
 
 def test_the_graph_is_real():
     """The parser sees the package as it is (guards the other tests against passing on an empty graph)."""
-    assert {"goldfish.train", "goldfish.engines.native", "goldfish.eval.run", "goldfish.experiment.runner"} <= set(GRAPH)
+    expected = {"goldfish.train", "goldfish.engines.native", "goldfish.eval.run", "goldfish.experiment.runner"}
+    assert expected <= set(GRAPH)
     assert "goldfish.engines" in GRAPH["goldfish.train"]
     assert "goldfish.eval.config" in GRAPH["goldfish.eval.run"]  # absolute and relative imports both resolved
     assert "goldfish.errors" in GRAPH["goldfish.eval.loading"]

@@ -202,8 +202,9 @@ def test_one_precision_vocabulary_for_train_and_eval():
     for bad in ("fp16", "auto", "half"):
         with pytest.raises(ConfigError, match=f"precision='{bad}' must be fp32 or bf16 for training"):
             from_dict(TrainConfig, {"precision": bad})
-    base = {"model": "m", "data": "d", "out": "o"}
-    assert [from_dict(EvalConfig, {**base, "dtype": d}).dtype for d in ("bf16", "float16", "auto", "float32")] == \
-        ["bf16", "fp16", "auto", "fp32"]
+    def eval_cfg(dtype: str) -> EvalConfig:
+        return from_dict(EvalConfig, {"model": {"path": "m", "dtype": dtype}, "data": {"path": "d"}, "out": "o"})
+
+    assert [eval_cfg(d).model.dtype for d in ("bf16", "float16", "auto", "float32")] == ["bf16", "fp16", "auto", "fp32"]
     with pytest.raises(ConfigError, match="dtype='half' must be one of fp32, bf16, fp16, auto"):
-        from_dict(EvalConfig, {**base, "dtype": "half"})
+        eval_cfg("half")

@@ -131,6 +131,11 @@ class CellPlan:
         return self.dir / "eval"
 
     @property
+    def model_dir(self) -> Path:
+        """The trained model (Hugging Face format) the trainer exports into the cell's train folder."""
+        return self.train_dir / "model"
+
+    @property
     def done(self) -> bool:
         """The cell finished: its ``DONE`` marker (written last, atomically, by the runner) exists."""
         return (self.dir / DONE).is_file()
