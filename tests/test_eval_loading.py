@@ -173,7 +173,7 @@ def test_one_gguf_read_shares_one_reader_per_file(tmp_path, monkeypatch):
 def test_progress_false_silences_the_gguf_conversion_bar():
     from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
-    from goldfish.eval.loading import _quiet_transformers
+    from goldfish.models import _quiet_transformers
 
     bar = gguf_utils.tqdm
     with _quiet_transformers(progress=False):

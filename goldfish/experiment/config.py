@@ -5,7 +5,7 @@ An experiment is ``base config + arm overrides + one value per grid axis``, cros
     name: k_sweep
     data_recipe: data/wikipedia_demo.yaml        # a `goldfish prepare` recipe; `data:` overrides it
     train: {model: {name: llama-demo}, schedule: {epochs: 60}}
-    eval: {prefix_lens: [32, 78]}
+    eval: {data: {prefix_lens: [32, 78]}}
     arms:                                          # named override sets (dotted keys into data/train/eval)
       standard: {train.loss.type: standard}
       goldfish: {train.loss.type: goldfish, train.loss.goldfish.k: 4}
