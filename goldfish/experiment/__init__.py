@@ -11,7 +11,8 @@ phase functions to exercise the runner without training.
 from __future__ import annotations
 
 from .config import Cell, ExperimentConfig, HardwareConfig, expand_cells
-from .plan import DONE, CellPlan, Pipeline, default_pipeline, plan_cells
+from .pipeline import default_pipeline
+from .plan import DONE, CellPlan, Pipeline, plan_cells
 from .runner import load_experiment, run_cell, run_experiment
 
 __all__ = [

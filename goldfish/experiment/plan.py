@@ -1,7 +1,7 @@
 """Resolve every cell into real prepare/train/eval configs -- all of them, before anything runs.
 
-The :class:`Pipeline` names the three config classes and the three functions a cell calls. The default one is the
-toolkit's own (``goldfish.data``, ``goldfish.train``, ``goldfish.eval``); tests inject fakes with the same shape.
+The :class:`Pipeline` names the three config classes and the functions a cell calls. The toolkit's own one is
+:func:`goldfish.experiment.pipeline.default_pipeline`; tests inject fakes with the same shape.
 """
 
 from __future__ import annotations
@@ -49,56 +49,6 @@ class Pipeline:
     initial_model: Callable[[Any], Path]
     baseline: Callable[["CellPlan"], Any] | None = None
     analyse: Callable[[Any, list], dict] | None = None
-
-
-def _prepare(cfg: Any, out: Path, overwrite: bool = False, progress: bool = True) -> Path:
-    from ..data import prepare
-
-    return prepare(cfg, out=out, overwrite=overwrite, progress=progress)
-
-
-def _train(cfg: Any) -> Path:
-    from ..train import train
-
-    return train(cfg)
-
-
-def _evaluate(cfg: Any) -> dict:
-    from goldfish.eval import run_eval
-
-    return run_eval(cfg)
-
-
-def _baseline(plan: "CellPlan") -> Any:
-    from .kbaseline import write_k_baseline
-
-    return write_k_baseline(plan)
-
-
-def _initial_model(cfg: Any) -> Path:
-    from .control import export_initial_model
-
-    return export_initial_model(cfg)
-
-
-def _analyse(plan: "CellPlan", plans: list["CellPlan"]) -> dict:
-    from .control import analyse_cell
-
-    return analyse_cell(plan, plans)
-
-
-def default_pipeline() -> Pipeline:
-    """The toolkit's own data, training and evaluation. Only the config classes are imported here, so planning
-    and ``--dry-run`` need no model code; each phase imports its module when it first runs."""
-    from goldfish.eval.config import EvalConfig
-
-    from ..data.config import PrepareConfig
-    from ..train_config import TrainConfig
-
-    return Pipeline(
-        PrepareConfig, TrainConfig, EvalConfig, _prepare, _train, _evaluate, _initial_model,
-        baseline=_baseline, analyse=_analyse,
-    )
 
 
 class _CellProblems(ConfigError):

@@ -31,7 +31,8 @@ from ..fingerprint import code_version, read_fingerprint
 from ..io import atomic_write_json
 from .aggregate import aggregate
 from .config import ExperimentConfig
-from .plan import ATTACKS_FILE, DONE, CellPlan, Pipeline, default_pipeline, plan_cells
+from .pipeline import default_pipeline
+from .plan import ATTACKS_FILE, DONE, CellPlan, Pipeline, plan_cells
 from .report import write_study_report
 
 

@@ -1,0 +1,64 @@
+"""The toolkit's own :class:`~goldfish.experiment.plan.Pipeline`: ``goldfish.data``, ``goldfish.train``,
+``goldfish.eval``, the control cell's initial model, the k baseline and the attacks analysis.
+
+It lives apart from :mod:`goldfish.experiment.plan` because the phases it wires (``control``, ``kbaseline``) read
+``plan``'s :class:`~goldfish.experiment.plan.CellPlan`: keeping the wiring here leaves no import cycle. Each phase's
+module is imported when the phase first runs (deliberately lazy: planning and ``--dry-run`` need no model code).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .plan import CellPlan, Pipeline
+
+
+def _prepare(cfg: Any, out: Path, overwrite: bool = False, progress: bool = True) -> Path:
+    from ..data import prepare
+
+    return prepare(cfg, out=out, overwrite=overwrite, progress=progress)
+
+
+def _train(cfg: Any) -> Path:
+    from ..train import train
+
+    return train(cfg)
+
+
+def _evaluate(cfg: Any) -> dict:
+    from goldfish.eval import run_eval
+
+    return run_eval(cfg)
+
+
+def _baseline(plan: CellPlan) -> Any:
+    from .kbaseline import write_k_baseline
+
+    return write_k_baseline(plan)
+
+
+def _initial_model(cfg: Any) -> Path:
+    from .control import export_initial_model
+
+    return export_initial_model(cfg)
+
+
+def _analyse(plan: CellPlan, plans: list[CellPlan]) -> dict:
+    from .control import analyse_cell
+
+    return analyse_cell(plan, plans)
+
+
+def default_pipeline() -> Pipeline:
+    """The toolkit's own data, training and evaluation. Only the config classes are imported here, so planning
+    and ``--dry-run`` need no model code; each phase imports its module when it first runs."""
+    from goldfish.eval.config import EvalConfig
+
+    from ..data.config import PrepareConfig
+    from ..train_config import TrainConfig
+
+    return Pipeline(
+        PrepareConfig, TrainConfig, EvalConfig, _prepare, _train, _evaluate, _initial_model,
+        baseline=_baseline, analyse=_analyse,
+    )
