@@ -27,9 +27,9 @@ demo: install
 test: install
 	$(PY) -m pytest -q
 
-# without the tests marked slow or dist (no spawned process groups, no torchrun): 466 tests, ~110 s of CPU on one
-# thread (children included); wall on the shared 2-core machine: 1 min 42 s (265 tests) to 3 min 50 s (466 tests) at
-# moderate load; 4-8 min at load average ~14 with a parity run alongside (measured 2026-12-01)
+# without the tests marked slow or dist (no spawned process groups, no torchrun): 488 tests, 2 min 30 s wall and
+# ~2.5 CPU-minutes (one thread, children included) on the shared 2-core machine at moderate load; 4-8 min at load
+# average ~14 with a parity run alongside (measured 2026-12-01)
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not dist"
 
