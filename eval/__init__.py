@@ -8,7 +8,7 @@ Modules: ``config`` (``EvalConfig`` sections), ``loading`` (safe offline model/t
 (documents), ``windows`` (prefix/suffix windows), ``generate`` (batched KV-cached greedy decoding), ``extraction``
 (one-pass measures), ``metrics`` (registered per-window metrics), ``scoring`` (per-token log-probs in bounded
 memory), ``membership`` (MIA scores and ROC), ``aggregate`` (summaries), ``report`` (Markdown and plots),
-``compare`` (several results side by side), ``state`` (fingerprint and resumable partial files), ``run``
+``state`` (fingerprint and resumable partial files), ``run``
 (orchestration). The results schema is eval/SCHEMA.md. Submodules load lazily, so ``import goldfish.eval`` stays cheap.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 from .config import EvalConfig
 
 __all__ = ["EvalConfig", "run_eval", "extraction", "membership", "metrics", "aggregate", "report", "generate",
-           "loading", "windows", "inputs", "scoring", "compare", "state"]
+           "loading", "windows", "inputs", "scoring", "state"]
 
 
 def run_eval(cfg: EvalConfig) -> dict:

@@ -1,5 +1,4 @@
-"""Human-readable views of results.json: a terminal table and ``report.md`` with PNG plots (comparisons of several
-results: :mod:`goldfish.eval.compare`).
+"""Human-readable views of results.json: a terminal table and ``report.md`` with PNG plots.
 
 Everything here reads the results dict only (see the schema in ``eval/run.py``) and copes with missing sections: no
 membership (no nonmembers), a single prefix length or repetition stratum, windows without metrics. Files are written
@@ -11,12 +10,10 @@ The plot primitives :func:`bar_chart`, :func:`line_plot` and :func:`roc_plot` ar
 from __future__ import annotations
 
 import difflib
-import json
 import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from goldfish.errors import UserError
 from goldfish.io import atomic_write_text
 
 from .aggregate import summarize
@@ -24,7 +21,7 @@ from .plots import bar_chart, histogram, line_plot, roc_plot
 
 __all__ = [
     "bar_chart", "line_plot", "roc_plot", "format_summary_table", "highlight_differences", "write_report",
-    "markdown_table", "load_results", "rewrite_report",
+    "markdown_table",
 ]
 
 N_EXAMPLES = 3  # best- and worst-memorised windows shown in report.md
@@ -360,26 +357,3 @@ def write_report(results: dict, out_dir: str | os.PathLike) -> list[Path]:
     atomic_write_text(out / "report.md", "\n".join(lines))
     return [out / "report.md", *plots]
 
-
-def load_results(path: str | os.PathLike) -> dict:
-    """Read a results.json (or the folder holding one), checking it is a goldfish-eval results file."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "results.json"
-    if not p.is_file():
-        raise UserError(f"results file not found: {p} (pass the results.json written by goldfish eval, or its folder)")
-    try:
-        results = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{p} is not valid JSON ({e}); rerun goldfish eval to rewrite it") from None
-    schema = results.get("schema") if isinstance(results, dict) else None
-    if not isinstance(schema, str) or not schema.startswith("goldfish-eval/"):
-        raise UserError(f"{p} has schema {schema!r}, not goldfish-eval/1; is it a goldfish eval results file?")
-    return results
-
-
-def rewrite_report(path: str | os.PathLike, out_dir: str | os.PathLike | None = None) -> list[Path]:
-    """Re-render report.md and the plots from an existing results.json (into its folder unless ``out_dir``)."""
-    p = Path(path)
-    results = load_results(p)
-    return write_report(results, out_dir if out_dir is not None else (p if p.is_dir() else p.parent))

@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import copy
-import json
 
 import pytest
 
 from goldfish.eval.aggregate import summarize
 from goldfish.eval.membership import membership_section
-from goldfish.errors import UserError
-from goldfish.io import atomic_write_json
 from goldfish.eval.report import (
     bar_chart,
     format_summary_table,
     highlight_differences,
     line_plot,
-    load_results,
     markdown_table,
-    rewrite_report,
     write_report,
 )
-from goldfish.eval.compare import comparison_plots, write_comparison_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -130,35 +123,6 @@ def test_markdown_table_escapes_pipes():
     assert markdown_table(["a", "b"], [["x|y", 1]]) == "| a | b |\n|---|---|\n| x\\|y | 1 |"
 
 
-def test_comparison_report(tmp_path):
-    standard = synthetic_results()
-    goldfish = copy.deepcopy(standard)
-    for w in goldfish["windows"]:
-        w["exact_match"], w["token_match"], w["rouge_l"] = False, w["token_match"] / 2, w["rouge_l"] / 2
-    goldfish["summary"] = summarize(goldfish["windows"])
-    big = copy.deepcopy(standard)  # the 10x larger standard model reproduces every window
-    for w in big["windows"]:
-        w["exact_match"], w["token_match"], w["rouge_l"] = True, 1.0, 1.0
-    big["summary"] = summarize(big["windows"])
-    arms = {"standard-1M": standard, "goldfish-1M": goldfish, "standard-10M": big, "goldfish-10M": goldfish}
-    paths = write_comparison_report(
-        arms, tmp_path, title="Goldfish vs standard", x={"standard-1M": 1e6, "goldfish-1M": 1e6,
-                                                          "standard-10M": 1e7, "goldfish-10M": 1e7},
-        x_label="parameters", groups={"standard-1M": "standard", "standard-10M": "standard",
-                                      "goldfish-1M": "goldfish", "goldfish-10M": "goldfish"})
-    names = {p.name for p in paths}
-    assert {"report.md", "exact_match_by_arm.png", "rouge_l_by_arm.png", "roc_loss_by_arm.png",
-            "exact_match_vs_repetitions_by_arm.png", "exact_match_rate_vs_x.png", "rouge_l_vs_x.png"} == names
-    md = (tmp_path / "report.md").read_text()
-    assert md.startswith("# Goldfish vs standard\n")
-    assert "| goldfish-1M | 19 | 0.0 % [" in md
-    assert "## Memorisation vs parameters" in md
-    # exact match 10/19 at 1e6 and 1 at 1e7: slope 9/19 per decade, intercept 10/19 - 6 * 9/19, exact line
-    assert "| exact-match rate | standard | 0.4737 | -2.3158 | 1.000 | 2 |" in md
-    assert "| exact-match rate | goldfish | " in md and "| ROUGE-L | standard | " in md
-    assert comparison_plots({"a": {"windows": []}}, tmp_path / "none") == []
-
-
 def test_plot_primitives(tmp_path):
     p = bar_chart({"a": 0.2, "b": 0.5}, "t", "y", tmp_path / "bar.png", errors={"a": (0.1, 0.3)})
     assert p.read_bytes()[:8] == PNG_MAGIC
@@ -174,16 +138,3 @@ def test_report_without_windows_or_membership(tmp_path, bad):
     paths = write_report({"summary": summarize([]), "membership": bad}, tmp_path)
     assert [p.name for p in paths] == ["report.md"]
 
-
-def test_rewrite_report_from_results_json(tmp_path):
-    atomic_write_json(tmp_path / "results.json", synthetic_results())  # NaN-free JSON round trip
-    paths = rewrite_report(tmp_path)
-    assert paths[0] == tmp_path / "report.md" and "## Membership inference" in paths[0].read_text()
-    with pytest.raises(UserError, match="results file not found"):
-        load_results(tmp_path / "missing")
-    (tmp_path / "other.json").write_text(json.dumps({"schema": "something-else"}))
-    with pytest.raises(UserError, match="not goldfish-eval/1"):
-        load_results(tmp_path / "other.json")
-    (tmp_path / "torn.json").write_text('{"schema": "goldfish-eval/1", ')
-    with pytest.raises(UserError, match="not valid JSON"):
-        load_results(tmp_path / "torn.json")
