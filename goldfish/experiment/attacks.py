@@ -58,15 +58,6 @@ def dropped_targets(docs: Sequence[Sequence[int]], gcfg: GoldfishConfig) -> list
     return [config_mask(torch.as_tensor([list(d)]), gcfg)[0, 1:].numpy() for d in docs]
 
 
-def mask_config(train_cfg: Any, prepared: Any) -> GoldfishConfig:
-    """A Goldfish cell's mask settings exactly as training applies them (``goldfish.train.goldfish_config``): the
-    data's special ids (EOS/BOS/pad) added and, for the ``canonical`` strategy, the data tokenizer's fold table.
-    ``prepared``: the cell's prepared data (``goldfish.data.load_prepared``)."""
-    from ..train import goldfish_config
-
-    return goldfish_config(train_cfg, prepared)
-
-
 def _auc(members: np.ndarray, nonmembers: np.ndarray, n_bootstrap: int, seed: int) -> dict:
     from goldfish.eval.membership import evaluate_attack
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ..io import atomic_directory
-from .attacks import analyse, mask_config
+from ..train import goldfish_config
+from .attacks import analyse
 from .plan import ATTACKS_FILE, CellPlan
 
 
@@ -65,7 +66,7 @@ def analyse_cell(plan: CellPlan, plans: list[CellPlan]) -> dict:
     if source is not None:
         from ..data import load_prepared
 
-        gcfg = mask_config(source.train_cfg, load_prepared(plan.data_dir))
+        gcfg = goldfish_config(source.train_cfg, load_prepared(plan.data_dir))  # the mask training applied
     else:
         gcfg = None
     return analyse(plan.eval_cfg.model.path, plan.data_dir, plan.dir, gcfg, _reference(plan, plans),
