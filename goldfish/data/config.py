@@ -80,6 +80,9 @@ class TokenizerConfig:
     name: str = option("bpe", "gpt2 (offline GPT-2 BPE, 50257 ids) | bpe (byte-level BPE trained on the corpus) | "
                               "a local Hugging Face tokenizer folder | a .gguf file")
     vocab_size: int = option(4096, "bpe only: vocabulary size of the trained tokenizer (>= 300)")
+    source: SourceConfig | None = option(None, "bpe only: the corpus the tokenizer is trained on (null = the "
+                                               "recipe's own documents and background, nonmembers included; set "
+                                               "another corpus so the tokenizer never sees a nonmember)")
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -87,6 +90,8 @@ class TokenizerConfig:
         check(self.vocab_size >= 300, problems,
               f"vocab_size={self.vocab_size} is too small: a byte-level BPE needs >= 300 (256 bytes + "
               "merges)")
+        check(self.source is None or self.name == "bpe", problems,
+              f"source is set but name={self.name!r}: only a trained tokenizer (name: bpe) has a training corpus")
         raise_problems(problems)
 
 
@@ -118,6 +123,9 @@ class PrepareConfig:
                                                          "documents not used as members or nonmembers)")
     background_chunk_tokens: int | None = option(None, "cut background documents into chunks of N tokens, each a "
                                                        "background document (null = whole documents)")
+    train_members: bool = option(True, "false: the training rows hold the background only, members and nonmembers "
+                                       "are kept for evaluation (the control of a sweep: the same model trained on "
+                                       "the same background, never on the targets)")
     near_duplicates: NearDuplicateConfig | None = option(None, "null = a member's r copies are identical; set: the "
                                                                "first copy is the member, the r-1 others are edited "
                                                                "variants (see data/README.md)")

@@ -114,7 +114,8 @@ def _versions(cfg: PrepareConfig) -> dict:
     v = {"goldfish": __version__, "python": platform.python_version(), "numpy": np.__version__,
          "datasets": datasets.__version__, "pyarrow": pyarrow.__version__, "tokenizers": tokenizers.__version__,
          "transformers": transformers.__version__}
-    if "wikipedia" in (cfg.source.name, getattr(cfg.background_source, "name", None)):
+    if "wikipedia" in (cfg.source.name, getattr(cfg.background_source, "name", None),
+                       getattr(cfg.tokenizer.source, "name", None)):
         import gensim
 
         v["gensim"] = gensim.__version__
@@ -149,7 +150,10 @@ def _build(cfg: PrepareConfig, progress: bool, stage: _Stages) -> tuple:
     if cfg.background_source is not None and cfg.num_background != 0:
         bg_docs = load_documents(cfg.background_source)
     stage("tokenizer")
-    texts = [d.text for d in docs + bg_docs] if cfg.tokenizer.name == "bpe" else None
+    texts = None
+    if cfg.tokenizer.name == "bpe":
+        texts = [d.text for d in load_documents(cfg.tokenizer.source)] if cfg.tokenizer.source is not None else \
+            [d.text for d in docs + bg_docs]
     tok = load_tokenizer(cfg.tokenizer.name, texts, cfg.tokenizer.vocab_size, cfg.seed)
     if tok.eos_token_id is None or tok.pad_token_id is None:
         raise UserError(f"tokenizer {cfg.tokenizer.name} has no EOS/pad id; set eos_token in its config")
@@ -161,10 +165,10 @@ def _build(cfg: PrepareConfig, progress: bool, stage: _Stages) -> tuple:
     plan.background = _background(cfg, plan, docs, tokens, bg_docs, bg_tokens)
     plan.stats.update(load_stats)
     stage("lay out rows")
-    reps = [it.repetitions for it in plan.members]
+    reps = [it.repetitions if cfg.train_members else 0 for it in plan.members]
     member_ids = [it.ids for it in plan.members]
     background_ids = [it.ids for it in plan.background]
-    if cfg.near_duplicates is None:
+    if cfg.near_duplicates is None or not cfg.train_members:
         order, owner, variants = training_order(reps, len(plan.background), cfg.seed), None, []
     else:
         copies = make_variants(member_ids, reps, cfg.near_duplicates, cfg.seed, _decoder(tok),
@@ -177,7 +181,7 @@ def _build(cfg: PrepareConfig, progress: bool, stage: _Stages) -> tuple:
     seen = occurrences(rows["document_ids"], rows["position_ids"], len(member_ids))  # (M,) copies in the rows
     if not np.array_equal(seen, reps):
         raise RuntimeError(f"bug: the training rows hold members {seen.tolist()} times, labelled {reps}")
-    if cfg.near_duplicates is not None:
+    if variants:
         row_stats["variants"] = len(variants)
     return tok, plan, rows, row_stats
 
@@ -205,6 +209,9 @@ def _manifest(cfg: PrepareConfig, tok, plan: SplitPlan, row_stats: dict, sha: di
         "config": to_dict(cfg), "versions": _versions(cfg),
         "stats": {**plan.stats, **row_stats, "repetition_strata": strata,
                   "background_source": _source_label(cfg.background_source or cfg.source),
+                  "tokenizer_corpus": (_source_label(cfg.tokenizer.source) if cfg.tokenizer.source
+                                       else "the recipe's documents"),
+                  "members_trained": cfg.train_members,
                   "seconds": round(time.perf_counter() - started, 2)},
     }
 

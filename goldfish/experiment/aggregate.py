@@ -26,6 +26,7 @@ from goldfish.eval.aggregate import group_rates
 from ..io import atomic_write_json, atomic_write_text, read_jsonl
 from .config import ExperimentConfig
 from .plan import ATTACKS_FILE, CellPlan
+from .scaling import size_analysis
 
 RESULTS_SCHEMA = "goldfish-experiment/1"
 STRATUM_METRICS = {"exact_match": "exact_match_rate", "token_match": "token_match", "rouge_l": "rouge_l"}
@@ -168,7 +169,40 @@ def cell_summary(plan: CellPlan) -> dict[str, Any]:
     out["strata"] = stratum_rows(results.get("windows") or [])
     baseline = plan.eval_dir / "k_baseline.json"
     out["k_baseline"] = _read_json(baseline) if baseline.is_file() else None  # Goldfish cells only
+    out["exposures"] = train.get("exposures")
+    out["target_losses"] = target_losses(attacks, plan.data_dir) if attacks else None
     return out
+
+
+def _member_repetitions(data_dir: Path) -> list[int]:
+    from ..data import load_prepared
+
+    return [int(r) for r in load_prepared(data_dir, verify=False).members["repetitions"]]
+
+
+def target_losses(attacks: dict, data_dir: Path) -> dict[str, list[float]] | None:
+    """``{repetitions: [mean NLL of each member document]}`` and ``{"0": [... of each nonmember]}`` from
+    attacks.json's per-token log-probs."""
+    logprobs = attacks.get("logprobs") or {}
+    if not logprobs.get("members"):
+        return None
+    out: dict[str, list[float]] = {}
+    pairs = list(zip(_member_repetitions(data_dir), logprobs["members"]))
+    pairs += [(0, lp) for lp in logprobs.get("nonmembers") or []]
+    for reps, lp in pairs:
+        if lp:
+            out.setdefault(str(reps), []).append(-sum(lp) / len(lp))
+    return out
+
+
+def target_share(data_dir: Path) -> dict[str, Any]:
+    """How much of the training stream the targets are: member tokens x copies / training tokens (manifest)."""
+    from ..data import load_prepared
+
+    prepared = load_prepared(data_dir, verify=False)
+    copies = sum(len(ids) * int(r) for ids, r in zip(prepared.members["input_ids"], prepared.members["repetitions"]))
+    train = int(prepared.manifest["tokens"]["train"])
+    return {"target_tokens": copies, "train_tokens": train, "target_share": copies / train if train else None}
 
 
 _ROW_CELL_KEYS = ("params", "tokens_seen", "kept_tokens", "train_time_s", "mia_auc", "mia_auc_ci_low",
@@ -229,20 +263,36 @@ def blind_numbers(plans: list[CellPlan], n_bootstrap: int, seed: int) -> dict[st
     return {"blind_auc": first["auc"], "blind_auc_ci": [first["auc_ci_low"], first["auc_ci_high"]], "blind": per_data}
 
 
-def aggregate(cfg: ExperimentConfig, plans: list[CellPlan], wall_time_s: float | None = None) -> dict:
-    """Read every finished cell, write results.csv/results.json/summary.json into the output folder."""
+def _tuning_only(cell: dict, tune: dict | None) -> bool:
+    """A tuning cell at a value that was not chosen: it informs the choice, not the comparison of the arms."""
+    if not tune or cell["arm"] != "control":
+        return False
+    for group in tune["groups"]:
+        if all(str(cell.get(a)) == str(v) for a, v in group["per"].items()):
+            return group["chosen"] is not None and str(cell.get(tune["axis"])) != str(group["chosen"])
+    return False
+
+
+def aggregate(cfg: ExperimentConfig, plans: list[CellPlan], wall_time_s: float | None = None,
+              tune: dict | None = None) -> dict:
+    """Read every finished cell, write results.csv/results.json/summary.json into the output folder. ``plans``: the
+    cells that count (with ``tune``, the tuning cells and those at a chosen value; ``tune`` is the choice made)."""
     out = cfg.out_dir
     done = [p for p in plans if p.done]
     cells = [cell_summary(p) for p in done]
     axes = list(plans[0].cell.values) if plans else []
     rows = rows_of(cells, axes)
     blind = blind_numbers(done, 1000, 0)
+    scaling = size_analysis([c for c in cells if not _tuning_only(c, tune)], axes)
+    if scaling is not None:
+        scaling["data"] = {str(d): target_share(d) for d in dict.fromkeys(p.data_dir for p in done)}
     results = {
         "schema": RESULTS_SCHEMA, "experiment": cfg.name, "description": cfg.description, "axes": axes,
         "arms": list(dict.fromkeys(p.cell.arm for p in plans)), "n_cells": len(plans), "n_done": len(done),
         "wall_time_s": wall_time_s, "headline_attack": HEADLINE_ATTACK, "cells": cells, "rows": rows,
         "missing": [p.cell.id for p in plans if not p.done],
         "start_model": next((p.start_model for p in plans if p.start_model), None), **blind,
+        "control_mode": cfg.control_mode, "tune": tune, "scaling": scaling,
     }
     atomic_write_json(out / "results.json", results)
     atomic_write_text(out / "results.csv", to_csv(rows))

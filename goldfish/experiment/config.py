@@ -69,6 +69,22 @@ class HardwareConfig:
         raise_problems(problems)
 
 
+ControlMode = Literal["untrained", "background"]
+
+
+@dataclasses.dataclass
+class TuneConfig:
+    """Choose one value of a grid axis (e.g. the learning rate) per value of other axes (e.g. the size), from the
+    control cells, before any arm trains: the Carlini-style protocol of tuning on data without the targets."""
+
+    axis: str = option("", "the grid axis to choose (its label, e.g. lr for train.optim.lr); empty = no tuning")
+    by: Literal["heldout_loss"] = option("heldout_loss", "the control cells' metric to minimise (held-out loss "
+                                                         "on the nonmembers)")
+    per: list[str] = option(factory=list, help="axes the choice depends on (e.g. [size]): one value per their "
+                                                "combination; every other axis (e.g. seed) is tuned at its first "
+                                                "value and runs only at the chosen one")
+
+
 @dataclasses.dataclass
 class ExperimentConfig:
     """A grid of prepare -> train -> eval cells and how to run and report them."""
@@ -89,7 +105,14 @@ class ExperimentConfig:
                                  "untouched; empty = train from scratch (train.model.name)")
     control: bool = option(True, "add a 'control' cell per grid point that trains nothing: the starting model (or, "
                                  "from scratch, the initial weights) evaluated like the arms")
+    control_mode: ControlMode = option("untrained", "untrained: the control trains nothing (the starting model, or "
+                                                    "from scratch the initial weights) | background: the control "
+                                                    "trains like the arms on the same rows without the members "
+                                                    "(data.train_members=false): a sweep's control, the same model "
+                                                    "that never saw the targets")
     grid: dict = option(factory=dict, help="axis -> list of values (dotted key) or of linked override mappings")
+    tune: TuneConfig = option(factory=TuneConfig, help="choose one value of a grid axis from the control cells "
+                                                       "(e.g. the learning rate per size, by held-out loss)")
     hardware: HardwareConfig = option(factory=HardwareConfig, help="the machine a cell expects (dry-run checks)")
     prepared_root: str = option("", "folder holding prepared data, one sub-folder per distinct data config; "
                                     "empty = <out>/prepared")
@@ -121,6 +144,13 @@ class ExperimentConfig:
         for axis, values in self.grid.items():
             check(isinstance(values, list) and len(values) > 0, problems,
                   f"grid.{axis} must be a non-empty list of values")
+        if self.tune.axis:
+            labels = [axis_label(axis) for axis in self.grid]
+            check(self.tune.axis in labels, problems,
+                  f"tune.axis={self.tune.axis!r} is not a grid axis; choose one of: {', '.join(labels) or '(none)'}")
+            bad = [a for a in self.tune.per if a not in labels or a == self.tune.axis]
+            check(not bad, problems, f"tune.per={bad} must name other grid axes ({', '.join(labels)})")
+            check(self.control, problems, "tune chooses from the control cells: set control: true")
         raise_problems(problems)
         self.arms = {str(k): flatten(v or {}) for k, v in self.arms.items()}
         if self.base_model:
@@ -204,6 +234,11 @@ def _axis_label(key: str) -> str:
 
 def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=-]+", "-", text).strip("-") or "x"
+
+
+def axis_label(axis: str) -> str:
+    """The label of a grid axis as cells show it: a named axis's own name, a dotted key's last specific part."""
+    return _axis_label(axis) if "." in axis else axis
 
 
 def _axis_points(axis: str, values: list) -> tuple[str, list[tuple[str, Any, dict[str, Any]]]]:

@@ -52,7 +52,7 @@ def vocab_size(cfg: ExperimentConfig, plan: CellPlan) -> int:
 def total_tokens(plan: CellPlan, seq_len: int) -> float | None:
     """Tokens the cell will train on: max_tokens, or max_steps x batch x seq_len, or epochs x prepared rows; none for
     a control cell."""
-    if plan.cell.control:
+    if not plan.trains:
         return 0.0
     s = plan.train_cfg.schedule
     budgets = []
@@ -81,7 +81,7 @@ def estimate_cell(cfg: ExperimentConfig, plan: CellPlan, world_size: int | None)
             "seq_len": seq_len, "memory_gib": mem.as_gib(), "device_gib": device_memory_gib(hw.gpu, hw.memory_gb),
             "device": hw.gpu, "tokens": tokens, "flops_per_token": flops,
             "total_flops": tokens * flops if tokens else None,
-            "time_s": 0.0 if plan.cell.control else estimate_time(tokens, flops, world, hw.gpu, hw.mfu)}
+            "time_s": 0.0 if not plan.trains else estimate_time(tokens, flops, world, hw.gpu, hw.mfu)}
 
 
 def _fmt_time(seconds: float | None) -> str:

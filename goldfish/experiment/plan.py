@@ -24,6 +24,7 @@ EVAL_WIRING = {"model": "model.path", "data": "data.path", "out": "out"}
 ATTACKS_FILE = "attacks.json"  # a cell's extra analysis (goldfish.experiment.attacks)
 MODEL_PATH_KEY = "model.path"  # in the train section: the model a fine-tune starts from
 TOKENIZER_KEY = "tokenizer.name"  # in the data section: set to the starting model, so the vocabularies agree
+BACKGROUND_ONLY = {"train_members": False}  # the data of a control trained on the background alone
 
 
 def starting_model(cfg: ExperimentConfig, train: dict) -> str:
@@ -71,6 +72,18 @@ class CellPlan:
     eval_cfg: Any
     hardware: HardwareConfig
     start_model: str | None = None  # the model a fine-tune starts from (None: from scratch)
+    train_data: tuple[Any, Path] | None = None  # (prepare config, folder) it trains on when not data_dir's rows
+
+    @property
+    def trains(self) -> bool:
+        """Whether the cell trains: every arm; a control only with ``control_mode: background``."""
+        return not self.cell.control or self.train_data is not None
+
+    @property
+    def train_data_dir(self) -> Path:
+        """The prepared folder whose rows it trains on (a background-trained control: the rows without members;
+        it is evaluated, like every cell, on ``data_dir``: the same members, nonmembers and tokenizer)."""
+        return self.train_data[1] if self.train_data is not None else self.data_dir
 
     @property
     def train_dir(self) -> Path:
@@ -131,12 +144,17 @@ def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dic
     prepare_cfg = build(pipeline.prepare_config, data, "data")
     data_dir = cfg.prepared_dir / (data_hash(prepare_cfg) if prepare_cfg is not None else "invalid")
     cell_dir = cfg.out_dir / "cells" / cell.id
+    train_data = None
+    if cell.control and cfg.control_mode == "background" and prepare_cfg is not None:
+        background_cfg = build(pipeline.prepare_config, merged(data, BACKGROUND_ONLY), "data")
+        train_data = (background_cfg, cfg.prepared_dir / data_hash(background_cfg))
     if start:
         train = merged(train, {MODEL_PATH_KEY: start})
-    train = merged(train, {TRAIN_WIRING["data"]: str(data_dir), TRAIN_WIRING["out"]: str(cell_dir / "train")})
+    train_dir = train_data[1] if train_data else data_dir
+    train = merged(train, {TRAIN_WIRING["data"]: str(train_dir), TRAIN_WIRING["out"]: str(cell_dir / "train")})
     train_cfg = build(pipeline.train_config, _quiet(train, pipeline.train_config), "train")
     ev = merged(cfg.eval, routed["eval"])
-    model = start if (cell.control and start) else str(cell_dir / "train" / "model")
+    model = start if (cell.control and start and train_data is None) else str(cell_dir / "train" / "model")
     ev = merged(ev, {EVAL_WIRING["model"]: model, EVAL_WIRING["data"]: str(data_dir),
                      EVAL_WIRING["out"]: str(cell_dir / "eval")})
     eval_cfg = build(pipeline.eval_config, _quiet(ev, pipeline.eval_config), "eval")
@@ -148,7 +166,7 @@ def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dic
         hardware = cfg.hardware
     if problems:
         raise _CellProblems(problems)
-    return CellPlan(cell, cell_dir, data_dir, prepare_cfg, train_cfg, eval_cfg, hardware, start or None)
+    return CellPlan(cell, cell_dir, data_dir, prepare_cfg, train_cfg, eval_cfg, hardware, start or None, train_data)
 
 
 def plan_cells(cfg: ExperimentConfig, pipeline: Pipeline) -> list[CellPlan]:

@@ -20,6 +20,7 @@ from goldfish.eval.report import highlight_differences, markdown_table
 from ..io import atomic_write_text, read_jsonl
 from .config import ExperimentConfig
 from .plots import bar_chart, loss_curves, metric_vs_x, roc_curves
+from .scaling import scaling_markdown
 
 METRIC_NAMES = {"exact_match_rate": "exact-match rate", "rouge_l": "ROUGE-L", "token_match": "token match"}
 
@@ -145,9 +146,14 @@ def paper_table(results: dict, markdown: bool = True) -> str | None:
 def regime(results: dict) -> str:
     """One sentence: fine-tuned from which model, or trained from scratch; and the blind baseline."""
     start = results.get("start_model")
-    text = (f"Regime: fine-tuning the pretrained model `{Path(start).name}`; the control is that model untrained "
-            f"on the target data." if start else
-            "Regime: trained from scratch; the control is the untrained initial weights.")
+    trained = results.get("control_mode") == "background"
+    if start:
+        control = "that model fine-tuned on the background alone" if trained else "that model untrained on the target data"
+        text = f"Regime: fine-tuning the pretrained model `{Path(start).name}`; the control is {control}."
+    else:
+        control = ("the same model trained on the same background without the targets" if trained
+                   else "the untrained initial weights")
+        text = f"Regime: trained from scratch; the control is {control}."
     if results.get("blind_auc") is not None:
         low, high = results.get("blind_auc_ci") or (None, None)
         text += (f" Blind baseline (zlib ratio of the text alone, no model): AUC {_fmt(results['blind_auc'])} "
@@ -293,6 +299,9 @@ def write_study_report(cfg: ExperimentConfig, results: dict, out: Path) -> Path:
     spread = spread_table(results)
     if spread:
         lines += ["## Mean +- standard deviation over each arm's cells", "", spread, ""]
+    scaling = scaling_markdown(results)
+    if scaling:
+        lines += ["## Memorisation vs model size (Carlini et al. 2022)", "", scaling, ""]
     exposure = exposure_table(results)
     if exposure:
         lines += ["## MIA AUC by exposure count", "", exposure, ""]

@@ -34,6 +34,8 @@ from .config import ExperimentConfig
 from .pipeline import default_pipeline
 from .plan import ATTACKS_FILE, DONE, CellPlan, Pipeline, plan_cells
 from .report import write_study_report
+from .tune import active, choice, is_tuning, selected
+from .tune import summary as tune_summary
 
 
 def load_experiment(path: str | Path | None, overrides: list[str] = ()) -> ExperimentConfig:
@@ -131,23 +133,25 @@ def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
              phase: Callable[[str], None] = lambda _: None, plans: list[CellPlan] = ()) -> dict:
     """Run (or resume) one cell; returns its record (also written to ``<cell>/cell.json``).
 
-    A control cell trains nothing: from scratch it saves the initial weights, fine-tuning it evaluates the starting
-    model itself; its ``train/summary.json`` records zero steps and tokens. ``plans`` (all cells) lets the analysis
+    A control cell trains nothing (``control_mode: untrained``): from scratch it saves the initial weights,
+    fine-tuning it evaluates the starting model itself; its ``train/summary.json`` records zero steps and tokens.
+    With ``control_mode: background`` it trains like an arm, on the rows without the members. ``plans`` (all cells) lets the analysis
     phase find the control cell whose model calibrates this one.
     """
     times: dict[str, float] = {}
-    if not (plan.data_dir / "manifest.json").is_file():
-        phase("prepare")
-        t0 = time.perf_counter()
-        pipeline.prepare(plan.prepare_cfg, out=plan.data_dir, overwrite=False, progress=False)
-        times["prepare_s"] = time.perf_counter() - t0
+    for prepare_cfg, data_dir in [(plan.prepare_cfg, plan.data_dir)] + ([plan.train_data] if plan.train_data else []):
+        if not (data_dir / "manifest.json").is_file():
+            phase("prepare")
+            t0 = time.perf_counter()
+            pipeline.prepare(prepare_cfg, out=data_dir, overwrite=False, progress=False)
+            times["prepare_s"] = times.get("prepare_s", 0.0) + time.perf_counter() - t0
     # before training starts: a killed cell's configs then describe exactly what its partial outputs were made with
     save_config(plan.train_cfg, plan.dir / "train_config.yaml")
     save_config(plan.eval_cfg, plan.dir / "eval_config.yaml")
     if not (plan.train_dir / "summary.json").is_file():
         phase("train")
         t0 = time.perf_counter()
-        if plan.cell.control:
+        if not plan.trains:
             if plan.start_model is None:
                 pipeline.initial_model(plan.train_cfg)
             atomic_write_json(plan.train_dir / "summary.json",
@@ -198,6 +202,9 @@ def run_experiment(cfg: ExperimentConfig, pipeline: Pipeline | None = None, *, p
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "experiment.yaml")
     todo = [p for p in plans if not p.done and (only is None or only(p.cell.id))]
+    if cfg.tune.axis:  # the tuning cells first: the others wait for their choice
+        first = {label: plans[0].cell.values[label] for label in plans[0].cell.values}
+        todo = sorted(todo, key=lambda p: not is_tuning(cfg, p, first))
     start = time.perf_counter()
     bar = tqdm(total=len(todo), unit="cell", desc=cfg.name,
                disable=not progress, dynamic_ncols=True)
@@ -206,11 +213,20 @@ def run_experiment(cfg: ExperimentConfig, pipeline: Pipeline | None = None, *, p
             def phase(name: str, _id: str = plan.cell.id) -> None:
                 bar.set_postfix_str(f"{_id}: {name}")
 
+            if cfg.tune.axis and not is_tuning(cfg, plan, first):
+                runs = selected(cfg, plan, choice(cfg, plans))
+                if not runs:
+                    if runs is None:
+                        print(f"[{plan.cell.id}] skipped: its tuning cells ({cfg.tune.axis}) are not done; run them "
+                              "first", file=sys.stderr)
+                    bar.update(1)
+                    continue
             run_cell(cfg, plan, pipeline, phase, plans)
             bar.update(1)
     finally:
         bar.close()
-    results = aggregate(cfg, plans, wall_time_s=time.perf_counter() - start)
+    results = aggregate(cfg, active(cfg, plans), wall_time_s=time.perf_counter() - start,
+                        tune=tune_summary(cfg, plans))
     write_study_report(cfg, results, out)
     return out
 

@@ -1,0 +1,214 @@
+"""Memorisation vs model size (Carlini et al. 2022), for experiments with a ``size`` grid axis.
+
+Per (arm, size), pooled over the other axes' cells (e.g. seeds):
+
+* exact match per exposure stratum as ``successes / windows`` with a Wilson 95 % interval;
+* the *loss gap* per stratum: the control's target NLL minus the arm's, per target, less the same difference on the
+  nonmembers (a difference in differences: what the arm learnt about *these* texts, not about the language in
+  general, relative to the same model trained on the background alone, ``control_mode: background``), averaged
+  over targets and cells with a bootstrap interval over targets;
+* held-out loss (mean and sd over cells), so an under-trained size is visible.
+
+The log-linear fit ``rate = a + b log10(params)`` is made per arm and stratum only over sizes whose exact match is
+*off the floor* (Wilson lower bound above the control's rate at that size), and only when there are at least
+``MIN_FIT_POINTS`` of them; it reports the slope's standard error. Otherwise the table says why there is no fit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from goldfish.eval.aggregate import wilson_interval
+from goldfish.eval.report import markdown_table
+
+MIN_FIT_POINTS = 3
+SIZE_AXIS = "size"
+
+
+def _pool(cells: list[dict]) -> dict[int, tuple[int, int]]:
+    """``{repetitions: (exact-match successes, windows)}`` summed over cells and prefix lengths."""
+    out: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for c in cells:
+        for s in c.get("strata") or []:
+            if s.get("repetitions") is None or s.get("exact_match_rate") is None:
+                continue
+            n = int(s["n_windows"])
+            out[int(s["repetitions"])][0] += int(round(s["exact_match_rate"] * n))
+            out[int(s["repetitions"])][1] += n
+    return {r: (k, n) for r, (k, n) in out.items()}
+
+
+def _bootstrap_mean(values: np.ndarray, n_bootstrap: int, seed: int) -> tuple[float, float, float]:
+    """(mean, 2.5 %, 97.5 %) of ``values`` resampled with replacement."""
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, len(values), size=(n_bootstrap, len(values)))].mean(axis=1)
+    return float(values.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def loss_gaps(pairs: list[tuple[dict, dict | None]], n_bootstrap: int = 1000,
+              seed: int = 0) -> dict[int, dict[str, float]]:
+    """``{repetitions: {gap, low, high, n}}``: per target, control NLL minus arm NLL less the mean of the same
+    difference over the nonmembers (stratum "0"), pooled over (arm cell, its control cell) pairs, with a bootstrap
+    interval over targets."""
+    diffs: dict[int, list[float]] = defaultdict(list)
+    for c, control in pairs:
+        if not control or not c.get("target_losses") or not control.get("target_losses"):
+            continue
+        mine, theirs = c["target_losses"], control["target_losses"]
+        held = [b - a for a, b in zip(mine.get("0") or [], theirs.get("0") or [])]
+        shift = float(np.mean(held)) if held else 0.0
+        for r, losses in mine.items():
+            if r != "0":
+                diffs[int(r)] += [b - a - shift for a, b in zip(losses, theirs.get(r) or [])]
+    out = {}
+    for r, values in sorted(diffs.items()):
+        mean, low, high = _bootstrap_mean(np.asarray(values, dtype=np.float64), n_bootstrap, seed)
+        out[r] = {"gap": mean, "low": low, "high": high, "n": len(values)}
+    return out
+
+
+def fit_with_se(x: list[float], y: list[float]) -> dict[str, float]:
+    """Least squares ``y = a + b log10(x)``: slope, intercept, the slope's standard error (n - 2 dof) and n."""
+    lx, ys = np.log10(np.asarray(x, dtype=np.float64)), np.asarray(y, dtype=np.float64)
+    n = len(lx)
+    sxx = float(np.sum((lx - lx.mean()) ** 2))
+    slope = float(np.sum((lx - lx.mean()) * (ys - ys.mean())) / sxx)
+    intercept = float(ys.mean() - slope * lx.mean())
+    resid = ys - (intercept + slope * lx)
+    se = math.sqrt(float(np.sum(resid**2)) / (n - 2) / sxx) if n > 2 else float("nan")
+    return {"slope": slope, "intercept": intercept, "slope_se": se, "n": n}
+
+
+def size_analysis(cells: list[dict], axes: list[str]) -> dict | None:
+    """The ``scaling`` block of results.json (None without a ``size`` axis). ``cells``: the cell summaries that
+    count (without the tuning cells at values that were not chosen); an arm cell is paired with the control cell of
+    the same grid point."""
+    if SIZE_AXIS not in axes:
+        return None
+    point = {id(c): tuple(str(c.get(a)) for a in axes) for c in cells}
+    controls = {point[id(c)]: c for c in cells if c["arm"] == "control"}
+    by: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for c in cells:
+        by[(c["arm"], str(c[SIZE_AXIS]))].append(c)
+    rows = []
+    for (arm, size), group in by.items():
+        pooled = _pool(group)
+        held = [c["heldout_loss"] for c in group if c.get("heldout_loss") is not None]
+        strata = {}
+        for r, (k, n) in sorted(pooled.items()):
+            low, high = wilson_interval(k, n)
+            strata[str(r)] = {"exact": k, "n": n, "rate": k / n if n else None, "low": low, "high": high}
+        gaps = loss_gaps([(c, controls.get(point[id(c)])) for c in group]) if arm != "control" else {}
+        for r, g in gaps.items():
+            strata.setdefault(str(r), {})["loss_gap"] = g
+        exposures = [c.get("exposures") for c in group if c.get("exposures")]
+        rows.append({"arm": arm, "size": size, "params": group[0].get("params"), "cells": len(group),
+                     "heldout_loss": float(np.mean(held)) if held else None,
+                     "heldout_loss_sd": float(np.std(held, ddof=1)) if len(held) > 1 else None,
+                     "tokens_seen": group[0].get("tokens_seen"), "strata": strata,
+                     "exposures": exposures[0] if exposures else None,
+                     "exposures_agree": all(e == exposures[0] for e in exposures) if exposures else None})
+    return {"rows": rows, "fits": _fits(rows)}
+
+
+def _fits(rows: list[dict]) -> list[dict]:
+    """Per (arm, stratum): the fit over off-floor sizes, or why there is none."""
+    control = {r["size"]: r for r in rows if r["arm"] == "control"}
+    fits = []
+    for arm in dict.fromkeys(r["arm"] for r in rows if r["arm"] != "control"):
+        arm_rows = sorted((r for r in rows if r["arm"] == arm), key=lambda r: r["params"] or 0)
+        strata = sorted({int(s) for r in arm_rows for s, v in r["strata"].items() if v.get("n")})
+        for s in strata:
+            points, floor = [], []
+            for r in arm_rows:
+                v = r["strata"].get(str(s)) or {}
+                if not v.get("n") or r["params"] is None:
+                    continue
+                base = ((control.get(r["size"]) or {}).get("strata") or {}).get(str(s)) or {}
+                floor_rate = base.get("rate") or 0.0
+                if v["low"] is not None and v["low"] > floor_rate:
+                    points.append((r["params"], v["rate"]))
+                else:
+                    floor.append(r["size"])
+            entry = {"arm": arm, "repetitions": s, "off_floor": len(points), "on_floor": floor}
+            if len(points) >= MIN_FIT_POINTS:
+                entry.update(fit_with_se([p for p, _ in points], [y for _, y in points]))
+            else:
+                entry["why_not"] = (f"{len(points)} of {len(arm_rows)} sizes off the floor (need "
+                                    f"{MIN_FIT_POINTS}): no fit")
+            fits.append(entry)
+    return fits
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}"
+
+
+def scaling_markdown(results: dict) -> str | None:
+    """The report's size-sweep section: data, tuning, per-size table, fits (None without a ``scaling`` block)."""
+    scaling = results.get("scaling")
+    if not scaling or not scaling.get("rows"):
+        return None
+    lines = []
+    for folder, d in (scaling.get("data") or {}).items():
+        lines.append(f"Targets: {d['target_tokens']:,} of {d['train_tokens']:,} training tokens "
+                     f"({_pct(d['target_share'])} %) in `{folder.rsplit('/', 1)[-1]}`.")
+    exposures = {json.dumps(r["exposures"], sort_keys=True) for r in scaling["rows"]
+                 if r["arm"] != "control" and r.get("exposures")}
+    agree = all(r.get("exposures_agree") is not False for r in scaling["rows"])
+    if exposures:
+        lines.append("Exposures read in training, {labelled copies: [fewest, most] reads}: "
+                     + "; ".join(sorted(exposures)) + (" (every cell agrees)." if agree else " (cells differ!)."))
+    control_exp = {json.dumps(r["exposures"], sort_keys=True) for r in scaling["rows"]
+                   if r["arm"] == "control" and r.get("exposures")}
+    if control_exp:
+        lines.append("The control's reads of the same targets: " + "; ".join(sorted(control_exp)) + ".")
+    tune = results.get("tune")
+    if tune:
+        values = list(dict.fromkeys(v for g in tune["groups"] for v in g["losses"]))
+        rows = [[", ".join(f"{k}={v}" for k, v in g["per"].items())]
+                + [("**" if str(g["chosen"]) == v else "") + (f"{g['losses'][v]:.3f}" if g["losses"].get(v)
+                   is not None else "-") + ("**" if str(g["chosen"]) == v else "") for v in values]
+                for g in tune["groups"]]
+        lines += ["", f"Tuning: the control's held-out loss per {tune['axis']} (bold: chosen, lowest); the arms and "
+                  "further seeds run at the chosen value only.", "",
+                  markdown_table([" ".join(tune["per"]) or "group"] + [f"{tune['axis']}={v}" for v in values], rows)]
+    strata = sorted({int(s) for r in scaling["rows"] for s in r["strata"]})
+    header = ["arm", "size", "params", "cells", "held-out loss"] + [f"x{s}: exact % [95 % CI]" for s in strata] \
+        + [f"x{s}: loss gap vs control" for s in strata]
+    rows = []
+    for r in sorted(scaling["rows"], key=lambda r: (r["arm"] != "control", r["arm"], r["params"] or 0)):
+        held = "-" if r["heldout_loss"] is None else f"{r['heldout_loss']:.3f}" + (
+            f" +- {r['heldout_loss_sd']:.3f}" if r.get("heldout_loss_sd") is not None else "")
+        cols = [r["arm"], r["size"], f"{(r['params'] or 0) / 1e6:.2f} M", str(r["cells"]), held]
+        for s in strata:
+            v = r["strata"].get(str(s)) or {}
+            cols.append(f"{_pct(v.get('rate'))} [{_pct(v.get('low'))}, {_pct(v.get('high'))}] ({v.get('exact')}/"
+                        f"{v.get('n')})" if v.get("n") else "-")
+        for s in strata:
+            g = (r["strata"].get(str(s)) or {}).get("loss_gap")
+            cols.append(f"{g['gap']:+.3f} [{g['low']:+.3f}, {g['high']:+.3f}]" if g else "-")
+        rows.append(cols)
+    lines += ["", markdown_table(header, rows), "",
+              "Exact match pooled over each row's cells (seeds), Wilson 95 % interval. Loss gap: per target, the "
+              "control's NLL minus the arm's (nats/token), less the same difference on the nonmembers, paired with "
+              "the control of the same size and seed that trained on the background alone; > 0 = the arm learnt "
+              "these texts beyond what training teaches about unseen text of the same kind (95 % bootstrap "
+              "interval over targets). Held-out loss: nonmember NLL, mean +- sd "
+              "over cells; compare across sizes to see which sizes are under-trained."]
+    fit_rows = []
+    for f in scaling["fits"]:
+        if "slope" in f:
+            fit_rows.append([f["arm"], f"x{f['repetitions']}", str(f["off_floor"]),
+                             f"{100 * f['slope']:+.1f} +- {100 * f['slope_se']:.1f} points per 10x params"])
+        else:
+            fit_rows.append([f["arm"], f"x{f['repetitions']}", str(f["off_floor"]), f["why_not"]])
+    lines += ["", f"Log-linear fits of exact match vs parameters, only over sizes off the floor (Wilson lower bound "
+              f"above the control's rate) and only with >= {MIN_FIT_POINTS} such sizes; slope +- standard error:", "",
+              markdown_table(["arm", "stratum", "sizes off floor", "fit"], fit_rows)]
+    return "\n".join(lines)

@@ -1,0 +1,83 @@
+"""Choosing a grid axis's value from the control cells before the arms train (``tune:`` in the experiment config).
+
+Carlini-style sweeps tune each model size's learning rate on data without the targets. With
+``tune: {axis: lr, per: [size]}`` and ``control_mode: background``, the *tuning cells* are the control cells at every
+value of ``lr`` and at the first value of every axis not in ``per`` (e.g. seed 0); for each ``per`` combination the
+value whose control has the lowest held-out loss is *chosen*, and every other cell runs only at the chosen value.
+The tuning cells run first; the others are skipped until their choice is known. Nothing here trains: the runner asks
+:func:`is_tuning` / :func:`choice` and aggregates :func:`active` plans.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .aggregate import cell_summary
+from .config import ExperimentConfig, axis_label
+from .plan import CellPlan
+
+
+def _first_values(cfg: ExperimentConfig, plans: list[CellPlan]) -> dict[str, Any]:
+    """Each grid axis label -> the value of its first grid entry (as cells show it)."""
+    labels = [axis_label(axis) for axis in cfg.grid]
+    return {label: plans[0].cell.values[label] for label in labels} if plans else {}
+
+
+def is_tuning(cfg: ExperimentConfig, plan: CellPlan, first: dict[str, Any]) -> bool:
+    """A control cell at the first value of every axis that is neither tuned nor in ``per``."""
+    fixed = [a for a in first if a != cfg.tune.axis and a not in cfg.tune.per]
+    return plan.cell.control and all(plan.cell.values[a] == first[a] for a in fixed)
+
+
+def _key(cfg: ExperimentConfig, plan: CellPlan) -> tuple:
+    return tuple(plan.cell.values[a] for a in cfg.tune.per)
+
+
+def sweep(cfg: ExperimentConfig, plans: list[CellPlan]) -> dict[tuple, dict[Any, float | None]]:
+    """``{per values: {axis value: held-out loss of its tuning cell (None until it is done)}}``."""
+    first = _first_values(cfg, plans)
+    out: dict[tuple, dict[Any, float | None]] = {}
+    for p in plans:
+        if is_tuning(cfg, p, first):
+            loss = cell_summary(p).get(cfg.tune.by) if p.done else None
+            out.setdefault(_key(cfg, p), {})[p.cell.values[cfg.tune.axis]] = loss
+    return out
+
+
+def choice(cfg: ExperimentConfig, plans: list[CellPlan]) -> dict[tuple, Any]:
+    """``{per values: chosen axis value}`` for the groups whose tuning cells are all done (lowest held-out loss;
+    a diverged run, NaN or infinite, never wins)."""
+    chosen = {}
+    for key, losses in sweep(cfg, plans).items():
+        if losses and all(v is not None for v in losses.values()):
+            finite = {v: loss for v, loss in losses.items() if math.isfinite(loss)}
+            if finite:
+                chosen[key] = min(finite, key=finite.get)
+    return chosen
+
+
+def selected(cfg: ExperimentConfig, plan: CellPlan, chosen: dict[tuple, Any]) -> bool | None:
+    """Whether ``plan`` runs at its group's chosen value (None: the group's tuning cells are not done yet)."""
+    key = _key(cfg, plan)
+    if key not in chosen:
+        return None
+    return plan.cell.values[cfg.tune.axis] == chosen[key]
+
+
+def active(cfg: ExperimentConfig, plans: list[CellPlan]) -> list[CellPlan]:
+    """The cells that count: all of them without tuning; else the tuning cells and the cells at a chosen value."""
+    if not cfg.tune.axis:
+        return plans
+    first, chosen = _first_values(cfg, plans), choice(cfg, plans)
+    return [p for p in plans if is_tuning(cfg, p, first) or selected(cfg, p, chosen)]
+
+
+def summary(cfg: ExperimentConfig, plans: list[CellPlan]) -> dict | None:
+    """The ``tune`` block of results.json: the axis, the metric and per group every value's loss and the choice."""
+    if not cfg.tune.axis:
+        return None
+    chosen = choice(cfg, plans)
+    groups = [{"per": dict(zip(cfg.tune.per, key)), "losses": {str(v): loss for v, loss in losses.items()},
+               "chosen": chosen.get(key)} for key, losses in sweep(cfg, plans).items()]
+    return {"axis": cfg.tune.axis, "by": cfg.tune.by, "per": cfg.tune.per, "groups": groups}
