@@ -115,7 +115,8 @@ def attack_numbers(attacks: dict | None, fine_tune: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"tf_accuracy": acc.get("accuracy"), "tf_kept_accuracy": acc.get("kept_accuracy"),
                            "tf_dropped_accuracy": acc.get("dropped_accuracy"),
                            "heldout_accuracy": attacks.get("heldout_accuracy"),
-                           "mia_by_exposure": attacks.get("by_exposure") or {}}
+                           "mia_by_exposure": attacks.get("by_exposure") or {},
+                           "mia_by_exposure_ci": attacks.get("by_exposure_ci") or {}}
     if attacks.get("heldout_loss") is not None:  # the same mean NLL as eval's LOSS scores, one pass fewer
         out.update(heldout_loss=attacks["heldout_loss"], heldout_ppl=math.exp(min(attacks["heldout_loss"], 50.0)),
                    member_loss=attacks.get("member_loss"))
@@ -208,7 +209,7 @@ def summary_of(cells: list[dict]) -> dict[str, dict]:
             "n_windows", "exact_match_rate", "rouge_l", "token_match", "mia_attack", "mia_auc", "mia_auc_ci",
             "mia_auc_ci_low", "mia_auc_ci_high", "mia_tpr_at_1pct_fpr", "mia_aucs", "mia_auc_loss",
             "mia_auc_reference", "mia_auc_reference_ci", "mia_auc_kept_loss", "mia_auc_kept_loss_ci",
-            "mia_auc_kept_reference", "mia_auc_kept_reference_ci", "mia_by_exposure", "tf_accuracy",
+            "mia_auc_kept_reference", "mia_auc_kept_reference_ci", "mia_by_exposure", "mia_by_exposure_ci", "tf_accuracy",
             "tf_kept_accuracy", "tf_dropped_accuracy", "heldout_accuracy", "final_kept_loss", "final_dropped_loss",
             "heldout_loss", "heldout_ppl", "member_loss", "by_prefix_len", "by_repetitions")
     return {(c["arm"] if one_per_arm else c["cell"]): {k: c.get(k) for k in keep} for c in cells}

@@ -5,7 +5,8 @@ experiment derives from them beyond ``goldfish eval``'s membership section.
   applied to every arm, so a standard model and the control are measured on the same positions);
 * the hash-aware attack (score only the kept targets; the hash is public), plain and reference-calibrated;
 * the reference attack calibrated by the control cell's model (the starting model of a fine-tune);
-* the LOSS and reference AUC per exposure count (members with r repetitions vs all nonmembers);
+* the LOSS and reference AUC per exposure count (members with r repetitions vs all nonmembers), each with its
+  bootstrap CI;
 * the LOSS attack and the held-out (nonmember) loss, the same quantities as ``goldfish eval``'s membership section,
   so an experiment may leave that task out (``eval.tasks: [extraction]``) and score each document once.
 
@@ -66,6 +67,17 @@ def _auc(members: np.ndarray, nonmembers: np.ndarray, n_bootstrap: int, seed: in
                                    "n_nonmembers")}
 
 
+def exposure_aucs(scores: dict[str, dict[str, np.ndarray]], reps: np.ndarray, n_bootstrap: int,
+                  seed: int) -> tuple[dict, dict]:
+    """The LOSS and reference AUC per exposure count r (members with r copies vs all nonmembers):
+    ``({r: {attack: auc}}, {r: {attack: [ci_low, ci_high]}})``, the CI bootstrapped like every other AUC."""
+    found = {str(int(r)): {name: _auc(s["members"][reps == r], s["nonmembers"], n_bootstrap, seed)
+                           for name, s in scores.items() if name in ("loss", "reference")}
+             for r in np.unique(reps)}
+    return ({r: {name: a["auc"] for name, a in by.items()} for r, by in found.items()},
+            {r: {name: [a["auc_ci_low"], a["auc_ci_high"]] for name, a in by.items()} for r, by in found.items()})
+
+
 def analyse(model_path: str, data_dir: Path, out: Path, gcfg: GoldfishConfig | None,
             reference: dict | None, n_bootstrap: int = 1000, seed: int = 0, control: bool = False) -> dict:
     """Compute and write ``out/attacks.json`` for one cell; ``reference`` is the control cell's attacks.json.
@@ -109,10 +121,7 @@ def analyse(model_path: str, data_dir: Path, out: Path, gcfg: GoldfishConfig | N
     if docs["members"] and docs["nonmembers"]:
         result["attacks"] = {name: _auc(s["members"], s["nonmembers"], n_bootstrap, seed)
                              for name, s in scores.items()}
-        result["by_exposure"] = {
-            str(int(r)): {name: _auc(s["members"][reps == r], s["nonmembers"], n_bootstrap, seed)["auc"]
-                          for name, s in scores.items() if name in ("loss", "reference")}
-            for r in np.unique(reps)}
+        result["by_exposure"], result["by_exposure_ci"] = exposure_aucs(scores, reps, n_bootstrap, seed)
     atomic_write_json(out / ATTACKS_FILE, result)
     return result
 

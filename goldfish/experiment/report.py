@@ -157,16 +157,21 @@ def regime(results: dict) -> str:
 
 
 def exposure_table(results: dict) -> str | None:
-    """MIA AUC per exposure count (members with r copies vs all nonmembers), per cell, when there are >= 2 counts."""
+    """MIA AUC per exposure count (members with r copies vs all nonmembers) with its 95 % bootstrap CI, per cell,
+    when there are >= 2 counts."""
     counts = sorted({int(r) for c in results["cells"] for r in (c.get("mia_by_exposure") or {})})
     if len(counts) < 2:
         return None
     one = len({c["arm"] for c in results["cells"]}) == len(results["cells"])
     rows = []
     for c in results["cells"]:
-        by = c.get("mia_by_exposure") or {}
+        by, ci = c.get("mia_by_exposure") or {}, c.get("mia_by_exposure_ci") or {}
         attack = c.get("mia_attack") or "loss"
-        rows.append([cell_label(c, results["axes"], one)] + [_fmt((by.get(str(r)) or {}).get(attack)) for r in counts])
+        row = [cell_label(c, results["axes"], one)]
+        for r in counts:
+            low, high = (ci.get(str(r)) or {}).get(attack) or (None, None)
+            row.append(_fmt((by.get(str(r)) or {}).get(attack)) + _ci({"low": low, "high": high}, "low", "high"))
+        rows.append(row)
     return _table(["cell"] + [f"{r}x" for r in counts], rows)
 
 
@@ -295,7 +300,9 @@ def write_study_report(cfg: ExperimentConfig, results: dict, out: Path) -> Path:
         lines += ["## Mean +- standard deviation over each arm's cells", "", spread, ""]
     exposure = exposure_table(results)
     if exposure:
-        lines += ["## MIA AUC by exposure count", "", exposure, ""]
+        lines += ["## MIA AUC by exposure count", "", exposure, "",
+                  "Members with r copies vs all nonmembers, 95 % bootstrap CI in brackets; the attack is the "
+                  "headline one of each cell.", ""]
     for by, title in (("prefix_len", "By prefix length"), ("repetitions", "By repetition count")):
         lines += [f"## {title} (exact match / ROUGE-L)", "", stratum_table(results, by), ""]
     single = repetition1_table(results)
