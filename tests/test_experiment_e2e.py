@@ -5,26 +5,17 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-from pathlib import Path
 
 import pytest
+from train_helpers import run_micro_experiment
 
 from goldfish.cli import main
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def micro(tmp_path_factory):
     out = tmp_path_factory.mktemp("micro") / "run"
-    cwd = os.getcwd()
-    os.chdir(ROOT)  # the recipe paths in the config are relative to the repository root
-    try:
-        rc = main(["experiment", "experiments/micro.yaml", f"out={out}", "--no-progress"])
-    finally:
-        os.chdir(cwd)
-    assert rc == 0
+    assert run_micro_experiment(out) == 0
     return out
 
 
@@ -96,7 +87,6 @@ def test_kept_and_dropped_positions_are_the_ones_training_dropped(micro):
     from goldfish.config import load_config
     from goldfish.data import load_prepared
     from goldfish.experiment.attacks import dropped_targets
-    from goldfish.train import goldfish_config
     from goldfish.masks import config_mask
     from goldfish.train import goldfish_config
     from goldfish.train_config import TrainConfig
@@ -119,12 +109,7 @@ def test_kept_and_dropped_positions_are_the_ones_training_dropped(micro):
 def test_rerun_skips_finished_cells(micro):
     done = {arm: (micro / "cells" / arm / "DONE").stat().st_mtime_ns for arm in ("standard", "goldfish")}
     model = (micro / "cells" / "goldfish" / "train" / "model" / "model.safetensors").stat().st_mtime_ns
-    cwd = os.getcwd()
-    os.chdir(ROOT)
-    try:
-        assert main(["experiment", "experiments/micro.yaml", f"out={micro}", "--no-progress"]) == 0
-    finally:
-        os.chdir(cwd)
+    assert run_micro_experiment(micro) == 0
     for arm, mtime in done.items():
         assert (micro / "cells" / arm / "DONE").stat().st_mtime_ns == mtime
     assert (micro / "cells" / "goldfish" / "train" / "model" / "model.safetensors").stat().st_mtime_ns == model

@@ -325,6 +325,8 @@ def test_report_has_the_expected_tables_and_plots(tmp_path):
                     "## Repetition-1 memorisation", "## Side-by-side generations"):
         assert heading in report
     assert "| goldfish model=big |" in report
+    # no beam search / samples in eval, no attacks.json: no empty adaptive or leakage table
+    assert "## Adaptive extraction attacks" not in report and "## Dropped-token leakage audit" not in report
     for png in ("exact_match_rate_by_arm.png", "rouge_l_by_arm.png", "roc_by_arm.png", "loss_curves.png",
                 "exact_match_rate_vs_size.png", "exact_match_rate_vs_repetitions.png",
                 "exact_match_rate_vs_prefix_len.png", "exact_match_rate_rep1_vs_size.png",

@@ -158,3 +158,16 @@ def load_weights(run: str | Path) -> dict:
     from safetensors.torch import load_file
 
     return load_file(str(Path(run) / "model" / "model.safetensors"))
+
+
+def run_micro_experiment(out: Path, *overrides: str) -> int:
+    """``goldfish experiment experiments/micro.yaml out=<out> <overrides> --no-progress`` from the repository root
+    (the recipe paths in the config are relative to it); returns the exit code."""
+    from goldfish.cli import main
+
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        return main(["experiment", "experiments/micro.yaml", f"out={out}", *overrides, "--no-progress"])
+    finally:
+        os.chdir(cwd)

@@ -10,6 +10,12 @@ Rows of ``results.csv`` (one per cell x prefix length x repetition stratum of th
 attacks are in ``results.json`` under each cell's ``mia_aucs``. ``heldout_loss`` is the mean per-token NLL of the
 nonmember documents (the negated LOSS-attack scores): what Goldfish costs on text the model never saw.
 ``final_kept_loss``/``final_dropped_loss`` are token-weighted over the last 5 % of training steps (one step is noisy).
+
+A cell of ``results.json`` (and an entry of ``summary.json``) also carries, when eval ran them, the adaptive
+extraction attacks over the same windows as ``exact_match_rate`` (:func:`adaptive_numbers`): ``beam_exact_match_rate``
+(+ ``_ci_low``/``_ci_high``, Wilson) with ``beam_width``; ``sample_rate`` (mean fraction of exact temperature samples,
++ normal CI), ``sample_any_rate`` (windows with at least one exact sample, + Wilson CI), ``n_samples``,
+``sample_temperature``; and ``leakage``, the dropped-token leakage audit of the cell's ``attacks.json``.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from goldfish.eval.aggregate import group_rates
+from goldfish.eval.aggregate import group_rates, wilson_interval
 
 from ..io import atomic_write_json, atomic_write_text, read_jsonl
 from .config import ExperimentConfig
@@ -31,6 +37,11 @@ from .scaling import size_analysis
 RESULTS_SCHEMA = "goldfish-experiment/1"
 STRATUM_METRICS = {"exact_match": "exact_match_rate", "token_match": "token_match", "rouge_l": "rouge_l"}
 HEADLINE_ATTACK = "loss"
+# eval's adaptive extraction attacks (decoding.beam > 1, decoding.samples > 0), carried into a cell when present
+ADAPTIVE_KEYS = ("beam_exact_match_rate", "beam_exact_match_rate_ci_low", "beam_exact_match_rate_ci_high",
+                 "sample_rate", "sample_rate_ci_low", "sample_rate_ci_high")
+ADAPTIVE_FIELDS = ADAPTIVE_KEYS + ("beam_width", "n_samples", "sample_temperature", "sample_any_rate",
+                                   "sample_any_rate_ci_low", "sample_any_rate_ci_high")
 _TAIL_FRACTION = 0.05
 
 
@@ -116,7 +127,9 @@ def attack_numbers(attacks: dict | None, fine_tune: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"tf_accuracy": acc.get("accuracy"), "tf_kept_accuracy": acc.get("kept_accuracy"),
                            "tf_dropped_accuracy": acc.get("dropped_accuracy"),
                            "heldout_accuracy": attacks.get("heldout_accuracy"),
-                           "mia_by_exposure": attacks.get("by_exposure") or {}}
+                           "mia_by_exposure": attacks.get("by_exposure") or {},
+                           "mia_by_exposure_ci": attacks.get("by_exposure_ci") or {},
+                           "leakage": attacks.get("leakage")}
     if attacks.get("heldout_loss") is not None:  # the same mean NLL as eval's LOSS scores, one pass fewer
         out.update(heldout_loss=attacks["heldout_loss"], heldout_ppl=math.exp(min(attacks["heldout_loss"], 50.0)),
                    member_loss=attacks.get("member_loss"))
@@ -136,6 +149,24 @@ def attack_numbers(attacks: dict | None, fine_tune: bool) -> dict[str, Any]:
     return out
 
 
+def adaptive_numbers(results: dict) -> dict[str, Any]:
+    """Eval's adaptive extraction attacks over the windows of ``exact_match_rate``, empty when none ran: the beam
+    exact-match rate (Wilson CI) and beam width, the mean sample rate (normal CI), and the fraction of windows with at
+    least one exact temperature sample (Wilson CI), with the number of samples and their temperature."""
+    overall = (results.get("summary") or {}).get("overall") or {}
+    decoding = (results.get("config") or {}).get("decoding") or {}
+    out: dict[str, Any] = {k: overall[k] for k in ADAPTIVE_KEYS if overall.get(k) is not None}
+    if "beam_exact_match_rate" in out:
+        out["beam_width"] = decoding.get("beam")
+    hits = [w["sample_hits"] for w in results.get("windows") or [] if w.get("sample_hits") is not None]
+    if hits:
+        n_any = sum(h > 0 for h in hits)
+        out.update(n_samples=decoding.get("samples"), sample_temperature=decoding.get("temperature"),
+                   sample_any_rate=n_any / len(hits))
+        out["sample_any_rate_ci_low"], out["sample_any_rate_ci_high"] = wilson_interval(n_any, len(hits))
+    return out
+
+
 def cell_summary(plan: CellPlan) -> dict[str, Any]:
     """Everything known about one finished cell (the unit of summary.json)."""
     results = _read_json(plan.eval_dir / "results.json")
@@ -150,8 +181,9 @@ def cell_summary(plan: CellPlan) -> dict[str, Any]:
     out["train_time_s"] = _first(train, "train_time_s", "wall_time_s", "wall_time", "time_s")
     out["steps"] = _first(train, "steps", "step", "total_steps")
     out.update(final_losses(metrics))
-    out.update({"n_windows": overall.get("n_windows"), "exact_match_rate": overall.get("exact_match_rate"),
-                "rouge_l": overall.get("rouge_l"), "token_match": overall.get("token_match")})
+    out.update({k: overall.get(k) for k in ("n_windows", "exact_match_rate", "exact_match_ci_low",
+                                            "exact_match_ci_high", "rouge_l", "token_match")})
+    out.update(adaptive_numbers(results))
     out.update(membership_numbers(results.get("membership")))
     out["mia_attack"] = HEADLINE_ATTACK
     out["mia_auc_loss"] = out["mia_auc"]
@@ -242,9 +274,10 @@ def summary_of(cells: list[dict]) -> dict[str, dict]:
             "n_windows", "exact_match_rate", "rouge_l", "token_match", "mia_attack", "mia_auc", "mia_auc_ci",
             "mia_auc_ci_low", "mia_auc_ci_high", "mia_tpr_at_1pct_fpr", "mia_aucs", "mia_auc_loss",
             "mia_auc_reference", "mia_auc_reference_ci", "mia_auc_kept_loss", "mia_auc_kept_loss_ci",
-            "mia_auc_kept_reference", "mia_auc_kept_reference_ci", "mia_by_exposure", "tf_accuracy",
+            "mia_auc_kept_reference", "mia_auc_kept_reference_ci", "mia_by_exposure", "mia_by_exposure_ci", "tf_accuracy",
             "tf_kept_accuracy", "tf_dropped_accuracy", "heldout_accuracy", "final_kept_loss", "final_dropped_loss",
-            "heldout_loss", "heldout_ppl", "member_loss", "by_prefix_len", "by_repetitions")
+            "heldout_loss", "heldout_ppl", "member_loss", "by_prefix_len", "by_repetitions", "exact_match_ci_low",
+            "exact_match_ci_high", *ADAPTIVE_FIELDS, "leakage")
     return {(c["arm"] if one_per_arm else c["cell"]): {k: c.get(k) for k in keep} for c in cells}
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from goldfish.eval.report import highlight_differences, markdown_table
 
 from ..io import atomic_write_text, read_jsonl
-from .config import ExperimentConfig
+from .config import CONTROL, ExperimentConfig
 from .plots import bar_chart, loss_curves, metric_vs_x, roc_curves
 from .scaling import scaling_markdown
 
@@ -163,17 +163,94 @@ def regime(results: dict) -> str:
 
 
 def exposure_table(results: dict) -> str | None:
-    """MIA AUC per exposure count (members with r copies vs all nonmembers), per cell, when there are >= 2 counts."""
+    """MIA AUC per exposure count (members with r copies vs all nonmembers) with its 95 % bootstrap CI, per cell,
+    when there are >= 2 counts."""
     counts = sorted({int(r) for c in results["cells"] for r in (c.get("mia_by_exposure") or {})})
     if len(counts) < 2:
         return None
     one = len({c["arm"] for c in results["cells"]}) == len(results["cells"])
     rows = []
     for c in results["cells"]:
-        by = c.get("mia_by_exposure") or {}
+        by, ci = c.get("mia_by_exposure") or {}, c.get("mia_by_exposure_ci") or {}
         attack = c.get("mia_attack") or "loss"
-        rows.append([cell_label(c, results["axes"], one)] + [_fmt((by.get(str(r)) or {}).get(attack)) for r in counts])
+        row = [cell_label(c, results["axes"], one)]
+        for r in counts:
+            low, high = (ci.get(str(r)) or {}).get(attack) or (None, None)
+            row.append(_fmt((by.get(str(r)) or {}).get(attack)) + _ci({"low": low, "high": high}, "low", "high"))
+        rows.append(row)
     return _table(["cell"] + [f"{r}x" for r in counts], rows)
+
+
+def _with_ci(value: Any, low: Any, high: Any, kind: str = "") -> str:
+    return _fmt(value, kind) + (f" [{_fmt(low, kind)}, {_fmt(high, kind)}]" if low is not None else "")
+
+
+def _rate(c: dict, key: str, low: str = "", high: str = "") -> str:
+    """A rate in percent with its 95 % interval (``<key>_ci_low``/``_ci_high`` unless named)."""
+    return _with_ci(c.get(key), c.get(low or f"{key}_ci_low"), c.get(high or f"{key}_ci_high"), "pct")
+
+
+def adaptive_table(results: dict) -> str | None:
+    """Greedy exact match beside eval's adaptive extraction attacks (beam search, temperature sampling) per cell;
+    None when no cell ran them."""
+    cells = results["cells"]
+    if not any(c.get(k) is not None for c in cells for k in ("beam_exact_match_rate", "sample_rate")):
+        return None
+    one = len({c["arm"] for c in cells}) == len(cells)
+    rows = [[cell_label(c, results["axes"], one), _fmt(c.get("n_windows"), "int"),
+             _rate(c, "exact_match_rate", "exact_match_ci_low", "exact_match_ci_high"),
+             _rate(c, "beam_exact_match_rate") + (f" (beam {c['beam_width']})" if c.get("beam_width") else ""),
+             _rate(c, "sample_rate"),
+             _rate(c, "sample_any_rate") + (f" ({c['n_samples']} samples, T={c.get('sample_temperature')})"
+                                            if c.get("n_samples") else "")] for c in cells]
+    return _table(["cell", "windows", "greedy exact match", "beam exact match", "sample rate",
+                   "any sample exact"], rows)
+
+
+def leakage_section(results: dict) -> list[str]:
+    """The dropped-token leakage audit: each cell against the control of its grid point on the member positions the
+    Goldfish mask drops / keeps (a table), and a line for each grid point without a control; empty when no cell has
+    an attacks.json."""
+    cells, axes = results["cells"], results["axes"]
+    arms = [c for c in cells if c["arm"] != CONTROL]
+    if not any("tf_accuracy" in c for c in arms):
+        return []
+
+    def point(c: dict) -> tuple:
+        return tuple(c.get(a) for a in axes)
+
+    controls = {point(c) for c in cells if c["arm"] == CONTROL}
+    one = len({c["arm"] for c in cells}) == len(cells)
+    rows, notes = [], []
+    for c in arms:
+        label = cell_label(c, axes, one)
+        if point(c) not in controls:
+            continue
+        if not c.get("leakage"):
+            notes.append(f"{label}: no Goldfish mask on its data, so no dropped positions to audit.")
+            continue
+        for positions in ("dropped", "kept"):
+            acc, loss = c["leakage"][positions].get("accuracy") or {}, c["leakage"][positions]["loss"]
+            rows.append([label, positions, _fmt(loss["n_documents"], "int"), _fmt(loss["n_positions"], "int"),
+                         f"{_fmt(acc.get('arm'), 'pct')} / {_fmt(acc.get('control'), 'pct')}",
+                         _with_ci(acc.get("diff"), acc.get("diff_ci_low"), acc.get("diff_ci_high"), "pct"),
+                         f"{_fmt(loss['arm'])} / {_fmt(loss['control'])}",
+                         _with_ci(loss["diff"], loss["diff_ci_low"], loss["diff_ci_high"])])
+    for values in dict.fromkeys(point(c) for c in arms if point(c) not in controls):
+        where = " ".join(f"{a}={v}" for a, v in zip(axes, values))
+        notes.append(f"No control cell {f'at {where}' if where else 'in this experiment'} (`control: false`): "
+                     "no leakage audit there.")
+    lines = ["## Dropped-token leakage audit", ""]
+    if rows:
+        lines += [_table(["cell", "positions", "documents", "tokens", "accuracy arm / control",
+                          "accuracy arm - control", "loss arm / control", "loss arm - control"], rows), "",
+                  "Member documents, the positions the Goldfish mask drops / keeps (the same positions in every arm); "
+                  "top-1 accuracy and loss (-log p, nats) of the cell and of the control of its grid point (a model "
+                  "that never saw the text), token-weighted; arm - control with a 95 % bootstrap CI over documents. "
+                  "On dropped positions, accuracy above the control's (loss below it) with a CI excluding 0 means "
+                  "the model predicts the tokens it was never trained on better than a model that never saw the "
+                  "text: leakage through the context (or, for a standard arm, plain memorisation).", ""]
+    return lines + [line for note in notes for line in (note, "")]
 
 
 def stratum_table(results: dict, by: str) -> str:
@@ -304,7 +381,16 @@ def write_study_report(cfg: ExperimentConfig, results: dict, out: Path) -> Path:
         lines += ["## Memorisation vs model size (Carlini et al. 2022)", "", scaling, ""]
     exposure = exposure_table(results)
     if exposure:
-        lines += ["## MIA AUC by exposure count", "", exposure, ""]
+        lines += ["## MIA AUC by exposure count", "", exposure, "",
+                  "Members with r copies vs all nonmembers, 95 % bootstrap CI in brackets; the attack is the "
+                  "headline one of each cell.", ""]
+    lines += leakage_section(results)
+    adaptive = adaptive_table(results)
+    if adaptive:
+        lines += ["## Adaptive extraction attacks (beam search, sampling)", "", adaptive, "",
+                  "Exact match of the suffix by greedy decoding, by beam search, and by temperature samples (sample "
+                  "rate: mean fraction of a window's samples that reproduce it; any sample exact: windows with at "
+                  "least one). 95 % intervals: Wilson for rates over windows, normal for the mean sample rate.", ""]
     for by, title in (("prefix_len", "By prefix length"), ("repetitions", "By repetition count")):
         lines += [f"## {title} (exact match / ROUGE-L)", "", stratum_table(results, by), ""]
     single = repetition1_table(results)

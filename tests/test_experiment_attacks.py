@@ -1,0 +1,197 @@
+"""What attacks.json and the study report add beyond ``goldfish eval``: per-exposure AUCs with their bootstrap CI,
+the dropped-token leakage audit (arm vs control), and the adaptive-decoding summaries -- on constructed numbers
+where the answer is known, then on experiments/micro.yaml with beam search and samples (~20 s of CPU)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from train_helpers import run_micro_experiment
+
+from goldfish.eval.membership import evaluate_attack
+from goldfish.experiment.attacks import exposure_aucs
+from goldfish.experiment.report import exposure_table
+
+
+def test_each_exposure_count_gets_an_auc_with_a_bootstrap_ci():
+    rng = np.random.default_rng(0)
+    reps = np.array([1] * 20 + [4] * 20)
+    nonmembers = rng.normal(0.0, 1.0, 30)
+    members = np.concatenate([rng.normal(0.0, 1.0, 20), rng.normal(3.0, 1.0, 20)])  # only x4 is separable
+    scores = {"loss": {"members": members, "nonmembers": nonmembers},
+              "kept_loss": {"members": members, "nonmembers": nonmembers}}  # not broken down by exposure
+    aucs, cis = exposure_aucs(scores, reps, n_bootstrap=200, seed=0)
+    assert set(aucs) == set(cis) == {"1", "4"} and set(aucs["4"]) == {"loss"}
+    for r in (1, 4):
+        want = evaluate_attack(members[reps == r], nonmembers, n_bootstrap=200, seed=0)
+        assert aucs[str(r)]["loss"] == want["auc"]
+        assert cis[str(r)]["loss"] == [want["auc_ci_low"], want["auc_ci_high"]]
+        low, high = cis[str(r)]["loss"]
+        assert low < aucs[str(r)]["loss"] <= high
+    assert cis["4"]["loss"][0] > 0.9 > cis["1"]["loss"][1]  # x4 separates, x1 does not
+
+
+def test_the_exposure_table_shows_each_auc_with_its_ci():
+    cell = {"cell": "goldfish", "arm": "goldfish", "mia_attack": "loss",
+            "mia_by_exposure": {"1": {"loss": 0.5}, "4": {"loss": 0.9}},
+            "mia_by_exposure_ci": {"1": {"loss": [0.4, 0.6]}, "4": {"loss": [0.8, 0.97]}}}
+    old = {"cell": "standard", "arm": "standard", "mia_by_exposure": {"1": {"loss": 0.7}, "4": {"loss": 1.0}}}
+    table = exposure_table({"cells": [cell, old], "axes": []})
+    assert "| goldfish | 0.500 [0.400, 0.600] | 0.900 [0.800, 0.970] |" in table
+    assert "| standard | 0.700 | 1.000 |" in table  # an attacks.json written before the CI was added
+
+
+def _docs(n_docs: int, length: int, every: int) -> list[np.ndarray]:
+    """(length,) bool per document, True at every ``every``-th position: the constructed "dropped" positions."""
+    return [np.arange(length) % every == every - 1 for _ in range(n_docs)]
+
+
+def test_paired_difference_on_known_per_token_arrays():
+    from goldfish.eval.attacks import paired_difference
+
+    dropped = _docs(20, 12, 4)  # 3 dropped positions per document
+    arm = [np.ones(12) for _ in dropped]  # right everywhere
+    control = [np.where(np.arange(12) % 2 == 1, 1.0, 0.0) for _ in dropped]  # right at odd positions: 3, 7 and 11
+    out = paired_difference(arm, control, dropped, n_bootstrap=200, seed=0)
+    assert out == {"arm": 1.0, "control": 1.0, "diff": 0.0, "diff_ci_low": 0.0, "diff_ci_high": 0.0,
+                   "n_documents": 20, "n_positions": 60}
+    control = [np.where(np.arange(12) == 3, 1.0, 0.0) for _ in dropped]  # right at 3 only: 1 of 3 dropped
+    assert paired_difference(arm, control, dropped, n_bootstrap=0)["diff"] == pytest.approx(2 / 3)
+    # documents differ: the control is right on all dropped positions of half the documents, none of the others
+    control = [np.full(12, float(i % 2)) for i in range(20)]
+    out = paired_difference(arm, control, dropped, n_bootstrap=500, seed=0)
+    assert out["arm"] == 1.0 and out["control"] == 0.5 and out["diff"] == 0.5
+    assert 0.0 < out["diff_ci_low"] < 0.5 < out["diff_ci_high"] <= 1.0  # resampled documents: a real interval
+    none = paired_difference(arm, control, [np.zeros(12, bool)] * 20)
+    assert none["diff"] is None and none["n_documents"] == 0
+
+
+def test_leakage_audit_compares_arm_and_control_on_dropped_and_kept_positions():
+    from goldfish.experiment.attacks import leakage_audit
+
+    dropped = _docs(10, 8, 4)
+    logp = [np.full(8, np.log(0.5)) for _ in dropped]  # the arm: p = 1/2 on every target
+    ref_logp = [np.where(d, np.log(0.25), np.log(0.5)) for d in dropped]  # the control: worse on dropped only
+    correct = [np.ones(8, np.int8) for _ in dropped]
+    ref_correct = [(~d).astype(int).tolist() for d in dropped]  # as attacks.json stores it
+    audit = leakage_audit(logp, correct, ref_logp, ref_correct, dropped, n_bootstrap=100, seed=0)
+    assert audit["dropped"]["accuracy"]["diff"] == 1.0 and audit["kept"]["accuracy"]["diff"] == 0.0
+    assert audit["dropped"]["loss"]["arm"] == pytest.approx(np.log(2))
+    assert audit["dropped"]["loss"]["control"] == pytest.approx(np.log(4))
+    assert audit["dropped"]["loss"]["diff"] == pytest.approx(-np.log(2))  # arm - control: lower loss = leakage
+    assert audit["kept"]["loss"]["diff"] == pytest.approx(0.0)
+    assert audit["dropped"]["loss"]["n_positions"] == 20 and audit["kept"]["loss"]["n_positions"] == 60
+    old = leakage_audit(logp, correct, ref_logp, None, dropped, n_bootstrap=0, seed=0)
+    assert "accuracy" not in old["dropped"] and old["dropped"]["loss"]["diff"] == pytest.approx(-np.log(2))
+
+
+def _audit(diff: float) -> dict:
+    side = {"arm": 0.9, "control": 0.9 - diff, "diff": diff, "diff_ci_low": diff - 0.1, "diff_ci_high": diff + 0.1,
+            "n_documents": 16, "n_positions": 100}
+    return {p: {"accuracy": side, "loss": {**side, "arm": 2.0, "control": 2.5}} for p in ("dropped", "kept")}
+
+
+def test_the_leakage_section_has_a_table_or_says_why_not():
+    from goldfish.experiment.report import leakage_section
+
+    control = {"cell": "control", "arm": "control", "tf_accuracy": 0.1, "leakage": None}
+    gold = {"cell": "goldfish", "arm": "goldfish", "tf_accuracy": 0.5, "leakage": _audit(0.5)}
+    text = "\n".join(leakage_section({"cells": [control, gold], "axes": []}))
+    assert "## Dropped-token leakage audit" in text
+    assert "| goldfish | dropped | 16 | 100 | 90.0 % / 40.0 % | 50.0 % [40.0 %, 60.0 %] |" in text
+    # a grid with two points, one without its control; a grid point whose data has no Goldfish mask
+    cells = [{**control, "model": "a"}, {**gold, "model": "a"}, {**gold, "cell": "goldfish__model=b", "model": "b"},
+             {"cell": "standard__model=a", "arm": "standard", "model": "a", "tf_accuracy": 0.5, "leakage": None}]
+    text = "\n".join(leakage_section({"cells": cells, "axes": ["model"]}))
+    assert "| goldfish model=a | kept |" in text and "goldfish model=b |" not in text
+    assert "No control cell at model=b (`control: false`): no leakage audit there." in text
+    assert "standard model=a: no Goldfish mask on its data" in text
+    # no control anywhere: one line, no table
+    text = "\n".join(leakage_section({"cells": [gold], "axes": []}))
+    assert "| positions |" not in text and "No control cell in this experiment" in text
+    # no attacks.json at all (pipelines without the analysis): no section
+    assert leakage_section({"cells": [{"cell": "goldfish", "arm": "goldfish"}], "axes": []}) == []
+
+
+def test_the_adaptive_table_appears_only_when_some_cell_ran_beam_or_samples():
+    from goldfish.experiment.report import adaptive_table
+
+    plain = {"cell": "standard", "arm": "standard", "n_windows": 16, "exact_match_rate": 0.5}
+    assert adaptive_table({"cells": [plain], "axes": []}) is None
+    beam = {**plain, "cell": "goldfish", "arm": "goldfish", "exact_match_ci_low": 0.3, "exact_match_ci_high": 0.7,
+            "beam_exact_match_rate": 0.75, "beam_exact_match_rate_ci_low": 0.5, "beam_exact_match_rate_ci_high": 0.9,
+            "beam_width": 2}
+    table = adaptive_table({"cells": [plain, beam], "axes": []})
+    assert "| goldfish | 16 | 50.0 % [30.0 %, 70.0 %] | 75.0 % [50.0 %, 90.0 %] (beam 2) | - | - |" in table
+    assert "| standard | 16 | 50.0 % | - | - | - |" in table
+
+
+@pytest.fixture(scope="module")
+def micro(tmp_path_factory):
+    out = tmp_path_factory.mktemp("adaptive") / "run"
+    assert run_micro_experiment(out, "eval.decoding.beam=2", "eval.decoding.samples=2") == 0
+    return out
+
+
+def _wilson(k: int, n: int) -> tuple[float, float]:
+    p, z = k / n, 1.96
+    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, (centre - half) / (1 + z * z / n)), min(1.0, (centre + half) / (1 + z * z / n))
+
+
+def test_beam_and_sampling_summaries_equal_a_recomputation_from_the_windows(micro):
+    results = json.loads((micro / "results.json").read_text())
+    summary = json.loads((micro / "summary.json").read_text())
+    report = (micro / "report.md").read_text()
+    assert "## Adaptive extraction attacks (beam search, sampling)" in report
+    for c in results["cells"]:
+        windows = json.loads((micro / "cells" / c["cell"] / "eval" / "results.json").read_text())["windows"]
+        n = len(windows)
+        assert n == c["n_windows"] == 16 and c["beam_width"] == 2 and c["n_samples"] == 2
+        beam = sum(bool(w["beam_exact_match"]) for w in windows)
+        assert c["beam_exact_match_rate"] == pytest.approx(beam / n)
+        assert [c["beam_exact_match_rate_ci_low"], c["beam_exact_match_rate_ci_high"]] == pytest.approx(
+            _wilson(beam, n))
+        assert c["sample_rate"] == pytest.approx(sum(w["sample_hits"] / 2 for w in windows) / n)
+        hit = sum(w["sample_hits"] > 0 for w in windows)
+        assert c["sample_any_rate"] == pytest.approx(hit / n)
+        assert [c["sample_any_rate_ci_low"], c["sample_any_rate_ci_high"]] == pytest.approx(_wilson(hit, n))
+        assert summary[c["arm"]]["beam_exact_match_rate"] == c["beam_exact_match_rate"]
+        assert f"| {c['cell']} | 16 | " in report and "(beam 2)" in report and "(2 samples, T=" in report
+
+
+def test_the_leakage_audit_equals_a_recomputation_from_the_stored_tokens(micro):
+    from goldfish.config import load_config
+    from goldfish.data import load_prepared
+    from goldfish.experiment.attacks import dropped_targets
+    from goldfish.train import goldfish_config
+    from goldfish.train_config import TrainConfig
+
+    train_cfg = load_config(TrainConfig, micro / "cells" / "goldfish" / "train_config.yaml", [])
+    prepared = load_prepared(train_cfg.data.path)
+    dropped = dropped_targets([list(x) for x in prepared.members["input_ids"]], goldfish_config(train_cfg, prepared))
+    control = json.loads((micro / "cells" / "control" / "attacks.json").read_text())
+    assert "leakage" not in control  # the control is the reference, not audited against itself
+    report = (micro / "report.md").read_text()
+    assert "## Dropped-token leakage audit" in report
+    for arm in ("standard", "goldfish"):
+        attacks = json.loads((micro / "cells" / arm / "attacks.json").read_text())
+        audit = attacks["leakage"]["dropped"]
+        # accuracy: the same positions and tokens as each cell's own teacher-forced dropped accuracy
+        assert audit["accuracy"]["arm"] == pytest.approx(attacks["accuracy"]["dropped_accuracy"])
+        assert audit["accuracy"]["control"] == pytest.approx(control["accuracy"]["dropped_accuracy"])
+        for who, lp in (("arm", attacks["logprobs"]["members"]), ("control", control["logprobs"]["members"])):
+            nll = np.concatenate([-np.asarray(x)[d] for x, d in zip(lp, dropped)])
+            assert audit["loss"][who] == pytest.approx(nll.mean())
+        for side in ("dropped", "kept"):
+            for measure in ("accuracy", "loss"):
+                a = attacks["leakage"][side][measure]
+                assert a["diff"] == pytest.approx(a["arm"] - a["control"])
+                assert a["diff_ci_low"] <= a["diff"] <= a["diff_ci_high"] and a["n_documents"] == 16
+        assert f"| {arm} | dropped | 16 |" in report and f"| {arm} | kept | 16 |" in report
+    # the per-exposure AUCs of the report carry their bootstrap CI (micro has repetitions 1 and 2)
+    section = report.split("## MIA AUC by exposure count")[1].split("##")[0]
+    assert section.count("[") >= 6
