@@ -33,6 +33,7 @@ class FakePrepare:
     repetitions: list[int] = option(factory=lambda: [1], help="repetition strata")
     num_members: int = option(4, "member documents")
     seed: int = option(0, "seed")
+    train_members: bool = option(True, "false: rows without the members (a background-trained control)")
 
 
 @dataclasses.dataclass
@@ -107,6 +108,7 @@ def make_pipeline(calls: Calls) -> Pipeline:
         calls.prepared.append(str(out))
         docs = [{"doc": d, "repetitions": cfg.repetitions[d % len(cfg.repetitions)]} for d in range(cfg.num_members)]
         atomic_write_json(out / "docs.json", docs)
+        atomic_write_json(out / "cfg.json", {"train_members": cfg.train_members})
         atomic_write_json(out / "manifest.json", {"format": "goldfish-prepared/1", "counts": {"train": 8},
                                                   "tokenizer": {"vocab_size": 100}})
         return out
@@ -125,7 +127,7 @@ def make_pipeline(calls: Calls) -> Pipeline:
                                      "kept_tokens": kept, "dropped_tokens": dropped}))
         (out / "metrics.jsonl").write_text("\n".join(lines) + "\n")
         (out / "model").mkdir(exist_ok=True)
-        atomic_write_json(out / "fake_config.json", {"k": k, "data": cfg.data.path})
+        atomic_write_json(out / "fake_config.json", {"k": k, "data": cfg.data.path, "steps": cfg.steps})
         atomic_write_json(out / "summary.json", {"num_parameters": SIZES[cfg.model], "tokens_seen": 100 * cfg.steps,
                                                  "wall_time_s": 1.5})
         return out
@@ -151,7 +153,7 @@ def make_pipeline(calls: Calls) -> Pipeline:
                                 "rouge_l": 1.0 if hit else 0.25, "generation": "a b c d" if hit else "a x c y",
                                 "truth": "a b c d"})
         members = [-1.0] * len(docs)
-        nonmembers = [-3.0] * len(docs)
+        nonmembers = [-(3.0 + abs(run.get("steps", 20) - 20) / 10)] * len(docs)  # held-out loss: best at 20 steps
         results = {"schema": "goldfish-eval/1", "windows": windows,
                    "summary": {"overall": {"n_windows": len(windows),
                                            "exact_match_rate": sum(w["exact_match"] for w in windows) / len(windows),

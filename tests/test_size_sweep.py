@@ -1,0 +1,200 @@
+"""The Carlini-style size sweep's parts: a tokenizer trained on another corpus (never on a nonmember), the
+background-only control data, the control trained on it, the per-size tuning and the scaling analysis -- each
+against an independent expectation (a tokenizer trained directly, the rows searched for member tokens, a fake
+pipeline whose held-out loss is known, hand-computed Wilson intervals, gaps and regression slopes)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from goldfish.config import from_dict
+from goldfish.data import PrepareConfig, load_prepared, prepare
+from goldfish.data.tokenizer import train_bpe
+from goldfish.errors import ConfigError
+from goldfish.eval.aggregate import wilson_interval
+from goldfish.experiment.config import ExperimentConfig
+from goldfish.experiment.runner import run_experiment
+from goldfish.experiment.scaling import fit_with_se, loss_gaps, size_analysis
+
+from test_experiment_runner import Calls, experiment, make_pipeline
+
+WORDS = ("river stone light north market garden winter letter silver engine harbor forest paper window "
+         "morning voice island bridge valley castle thunder mirror candle meadow planet signal").split()
+OTHER = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa quebec "
+         "romeo sierra tango uniform victor whiskey xray yankee zulu").split()
+
+
+def _corpus(path, words, n, seed):
+    rng = np.random.default_rng(seed)
+    with open(path, "w") as f:
+        for i in range(n):
+            text = " ".join(f"{w}{n}" for w, n in zip(rng.choice(words, 40), rng.integers(0, 10_000, 40)))
+            f.write(json.dumps({"id": f"d{i}", "text": text}) + "\n")  # numbered words: no sequence repeats
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep")
+    return root, _corpus(root / "main.jsonl", WORDS, 60, 1), _corpus(root / "other.jsonl", OTHER, 30, 2)
+
+
+def _recipe(corpora, **extra) -> PrepareConfig:
+    root, main, other = corpora
+    data = {"name": "s", "source": {"name": "local", "path": main},
+            "tokenizer": {"name": "bpe", "vocab_size": 300, "source": {"name": "local", "path": other}},
+            "seq_len": 48, "packing": "pack", "min_tokens": 8, "doc_tokens": 16, "num_members": 12,
+            "repetitions": [1, 3], "nonmember_mode": "random_split", "num_nonmembers": 8, "num_background": 10}
+    data.update(extra)
+    return from_dict(PrepareConfig, data)
+
+
+def test_the_tokenizer_is_trained_on_its_own_corpus_only(corpora, tmp_path):
+    root, _, other = corpora
+    prepared = load_prepared(prepare(_recipe(corpora), tmp_path / "p", progress=False))
+    texts = [json.loads(line)["text"] for line in open(other)]
+    direct = train_bpe(texts, 300, 0)  # the same trainer on the other corpus alone
+    ours = json.loads((prepared.path / "tokenizer" / "tokenizer.json").read_text())
+    assert ours["model"]["vocab"] == json.loads(direct.backend_tokenizer.to_str())["model"]["vocab"]
+    assert prepared.manifest["stats"]["tokenizer_corpus"] == f"local:{other}"
+    with pytest.raises(ConfigError, match="only a trained tokenizer"):
+        _recipe(corpora, tokenizer={"name": "gpt2", "source": {"name": "local", "path": other}})
+
+
+def test_background_only_rows_hold_no_member_and_keep_the_evaluation_splits(corpora, tmp_path):
+    full = load_prepared(prepare(_recipe(corpora), tmp_path / "full", progress=False))
+    bare = load_prepared(prepare(_recipe(corpora, train_members=False), tmp_path / "bare", progress=False))
+    for split in ("members", "nonmembers"):  # the same texts, ids and labels to evaluate on
+        assert getattr(full, split).to_pandas().equals(getattr(bare, split).to_pandas())
+    assert (full.path / "tokenizer" / "tokenizer.json").read_text() == \
+        (bare.path / "tokenizer" / "tokenizer.json").read_text()
+
+    def stream(p):
+        cols = p.train.with_format("numpy", columns=["input_ids", "attention_mask"])[:]
+        return cols["input_ids"][cols["attention_mask"] == 1].tolist()
+
+    def count(s, needle):
+        return sum(s[i:i + len(needle)] == needle for i in range(len(s) - len(needle) + 1))
+
+    full_stream, bare_stream = stream(full), stream(bare)
+    members = [list(m["input_ids"]) for m in full.members]
+    assert [count(full_stream, m) for m in members] == list(full.members["repetitions"])
+    assert [count(bare_stream, m) for m in members] == [0] * len(members)
+    assert bare.manifest["stats"]["members_trained"] is False
+    assert len(bare_stream) < len(full_stream)
+
+
+# ---------------------------------------------------------------- tuning and the background-trained control
+
+
+def test_tuning_picks_each_size_value_from_background_controls_then_runs_the_arms_there(tmp_path):
+    calls = Calls()
+    cfg = experiment(tmp_path, control=True, control_mode="background", tune={"axis": "steps", "per": ["model"]},
+                     grid={"train.model": ["tiny", "big"], "train.steps": [10, 20, 40], "train.seed": [0, 1]})
+    run_experiment(cfg, make_pipeline(calls), progress=False)
+    out = tmp_path / "exp"
+    trained = [t.split("/")[-2] for t in calls.trained]
+    tuning = [f"control__model={m}__steps={s}__seed=0" for m in ("tiny", "big") for s in (10, 20, 40)]
+    assert trained[:6] == tuning  # the tuning cells first, every one of them trained (none initialised)
+    assert calls.initialised == []
+    # the fake held-out loss is 3 + |steps - 20| / 10: 20 wins for both sizes; nothing runs at 10 or 40 after that
+    assert sorted(trained[6:]) == sorted([f"{a}__model={m}__steps=20__seed={s}" for m in ("tiny", "big")
+                                          for s in (0, 1) for a in ("standard", "goldfish")]
+                                         + [f"control__model={m}__steps=20__seed=1" for m in ("tiny", "big")])
+    assert len(trained) == 6 + 10
+    results = json.loads((out / "results.json").read_text())
+    assert [(g["per"], g["chosen"]) for g in results["tune"]["groups"]] == [({"model": "tiny"}, 20),
+                                                                            ({"model": "big"}, 20)]
+    assert results["tune"]["groups"][0]["losses"] == {"10": 4.0, "20": 3.0, "40": 5.0}
+    assert results["missing"] == [] and results["n_cells"] == 16
+    # the control trained on the background-only data, and was evaluated on the arms' data
+    control = json.loads((out / "cells" / "control__model=big__steps=20__seed=1" / "train" /
+                          "fake_config.json").read_text())
+    arm = json.loads((out / "cells" / "standard__model=big__steps=20__seed=1" / "train" / "fake_config.json").read_text())
+    assert control["data"] != arm["data"]
+    assert json.loads((out / "prepared" / control["data"].rsplit("/", 1)[-1] / "cfg.json").read_text())[
+        "train_members"] is False
+    evals = [e for e in calls.evaluated if "control__model=big__steps=20__seed=1" in e]
+    assert evals and (out / "cells" / "control__model=big__steps=20__seed=1" / "eval_config.yaml").read_text().count(
+        arm["data"]) == 1
+
+
+def test_tune_config_errors_are_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="tune.axis='lr' is not a grid axis"):
+        experiment(tmp_path, control=True, tune={"axis": "lr"})
+    with pytest.raises(ConfigError, match="set control: true"):
+        experiment(tmp_path, control=False, tune={"axis": "model"})
+    with pytest.raises(ConfigError, match=r"tune.per=\['seed'\]"):
+        experiment(tmp_path, control=True, tune={"axis": "model", "per": ["seed"]})
+
+
+def test_the_shipped_size_sweep_keeps_targets_under_five_percent_and_tunes_per_size():
+    from goldfish.config import load_config
+
+    cfg = load_config(ExperimentConfig, "experiments/size_sweep.yaml")
+    assert cfg.control_mode == "background" and cfg.tune.axis == "lr" and cfg.tune.per == ["size"]
+    recipe = load_config(PrepareConfig, "data/kjv_canaries.yaml")
+    per_stratum = recipe.num_members // len(recipe.repetitions)
+    assert per_stratum >= 50
+    targets = per_stratum * recipe.doc_tokens * sum(recipe.repetitions)
+    # a lower bound on the training stream: every background chunk but the last of a chapter is full
+    assert targets / (targets + 0.9 * recipe.num_background * recipe.background_chunk_tokens) <= 0.05
+
+
+# ---------------------------------------------------------------- the scaling analysis on constructed cells
+
+
+def _cell(arm, size, params, seed, exact, losses, nonmember_losses):
+    strata = [{"prefix_len": 16, "repetitions": r, "n_windows": n, "exact_match_rate": k / n}
+              for r, (k, n) in exact.items()]
+    return {"arm": arm, "size": size, "seed": seed, "params": params, "heldout_loss": 5.0 + seed, "strata": strata,
+            "target_losses": {**{str(r): v for r, v in losses.items()}, "0": nonmember_losses},
+            "exposures": {"1": [1, 1], "9": [9, 9]} if arm != "control" else {"1": [0, 0], "9": [0, 0]}}
+
+
+def test_loss_gap_is_a_difference_in_differences_against_the_paired_control():
+    arm = {"target_losses": {"1": [2.0, 3.0], "0": [4.0, 4.0]}}
+    control = {"target_losses": {"1": [3.0, 5.0], "0": [4.5, 4.5]}}
+    gaps = loss_gaps([(arm, control)], n_bootstrap=200)
+    # per target (3-2) - 0.5 = 0.5 and (5-3) - 0.5 = 1.5: mean 1.0
+    assert gaps[1]["gap"] == pytest.approx(1.0) and gaps[1]["n"] == 2
+    assert 0.5 <= gaps[1]["low"] <= 1.0 <= gaps[1]["high"] <= 1.5
+
+
+def test_fit_matches_scipy_linregress_with_its_standard_error():
+    x, y = [1e6, 3e6, 1e7, 4e7], [0.1, 0.22, 0.38, 0.5]
+    fit = fit_with_se(x, y)
+    ref = stats.linregress(np.log10(x), y)
+    assert fit["slope"] == pytest.approx(ref.slope) and fit["slope_se"] == pytest.approx(ref.stderr)
+
+
+def test_size_analysis_pools_seeds_with_wilson_and_fits_only_off_the_floor():
+    cells = []
+    sizes = {"1M": 1e6, "3M": 3e6, "10M": 1e7}
+    for seed in (0, 1):
+        for size, params in sizes.items():
+            cells.append(_cell("control", size, params, seed, {1: (0, 50), 9: (1, 50)}, {1: [5.0] * 3, 9: [5.0] * 3},
+                               [5.0] * 3))
+            hits = {"1M": 5, "3M": 10, "10M": 20}[size]
+            cells.append(_cell("standard", size, params, seed, {1: (0, 50), 9: (hits, 50)},
+                               {1: [4.9] * 3, 9: [3.0] * 3}, [4.8] * 3))
+    scaling = size_analysis(cells, ["size", "seed"])
+    row = next(r for r in scaling["rows"] if r["arm"] == "standard" and r["size"] == "3M")
+    assert row["cells"] == 2 and row["strata"]["9"]["exact"] == 20 and row["strata"]["9"]["n"] == 100
+    assert (row["strata"]["9"]["low"], row["strata"]["9"]["high"]) == pytest.approx(wilson_interval(20, 100))
+    assert row["strata"]["9"]["loss_gap"]["gap"] == pytest.approx((5.0 - 3.0) - (5.0 - 4.8))
+    assert row["strata"]["1"]["loss_gap"]["gap"] == pytest.approx((5.0 - 4.9) - 0.2)
+    assert row["heldout_loss"] == 5.5 and row["heldout_loss_sd"] == pytest.approx(math.sqrt(0.5))
+    assert row["exposures"] == {"1": [1, 1], "9": [9, 9]} and row["exposures_agree"]
+    fits = {(f["arm"], f["repetitions"]): f for f in scaling["fits"]}
+    x9 = fits[("standard", 9)]
+    assert x9["off_floor"] == 3
+    ref = stats.linregress(np.log10([1e6, 3e6, 1e7]), [0.1, 0.2, 0.4])
+    assert x9["slope"] == pytest.approx(ref.slope) and x9["slope_se"] == pytest.approx(ref.stderr)
+    assert "slope" not in fits[("standard", 1)] and "need 3" in fits[("standard", 1)]["why_not"]
+    assert size_analysis(cells, ["seed"]) is None  # no size axis, no section
