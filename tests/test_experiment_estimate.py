@@ -18,6 +18,7 @@ def shape(name: str, vocab: int) -> ModelShape:
 
 @pytest.mark.parametrize("name, vocab, published", [
     ("llama2-7B", 32000, 6_738_415_616),        # meta-llama/Llama-2-7b-hf
+    ("llama2-13B", 32000, 13_015_864_320),      # meta-llama/Llama-2-13b-hf
     ("llama2-70B", 32000, 68_976_648_192),      # meta-llama/Llama-2-70b-hf
     ("llama3.1-405B", 128256, 405_853_388_800),  # meta-llama/Llama-3.1-405B
     ("tinyllama-1.1B", 32000, 1_100_048_384),   # TinyLlama/TinyLlama-1.1B
