@@ -79,7 +79,29 @@ def total_tokens(plan: CellPlan, seq_len: int) -> float | None:
     if s.epochs and manifest.is_file():
         rows = json.loads(manifest.read_text(encoding="utf-8"))["counts"]["train"]
         budgets.append(s.epochs * rows * seq_len)
+    elif s.epochs and (rows := expected_rows(plan.prepare_cfg)):
+        budgets.append(s.epochs * rows * seq_len)
     return min(budgets) if budgets else None
+
+
+def expected_rows(prepare_cfg: Any) -> int | None:
+    """An estimate of one epoch's training rows before the data is prepared, when the data config fixes the lengths:
+    members cut to ``doc_tokens`` (exactly that when ``min_tokens`` equals it) times their copies, plus background
+    chunks of ``background_chunk_tokens``; packed rows hold each document + EOS back to back. Approximate: a
+    document's last background chunk may be shorter, and packing pads a row's rest before a member that does not
+    fit in it. None when a length or count is open (whole documents, ``null`` counts, min_tokens < doc_tokens)."""
+    p = prepare_cfg
+    members, background = getattr(p, "num_members", None), getattr(p, "num_background", None)
+    doc, chunk = getattr(p, "doc_tokens", None), getattr(p, "background_chunk_tokens", None)
+    if members is None or background is None or doc is None or p.min_tokens != doc:
+        return None
+    if background and chunk is None:
+        return None
+    reps = list(p.repetitions)
+    copies = sum(reps[i % len(reps)] for i in range(members))
+    if p.packing == "one_per_row":
+        return copies * -(-doc // p.seq_len) + background * -(-(chunk or 0) // p.seq_len)
+    return -(-(copies * (doc + 1) + background * ((chunk or 0) + 1)) // p.seq_len)
 
 
 def estimate_cell(cfg: ExperimentConfig, plan: CellPlan, world_size: int | None) -> dict[str, Any]:
