@@ -20,13 +20,13 @@ An experiment is ``base config + arm overrides + one value per grid axis``, cros
         - {label: 1M, train.model.name: llama-1M}
         - {label: 10M, train.model.name: llama-10M, train.schedule.micro_batch_size: 4}
 
+Every cell's data/train/eval sections are built through the real config dataclasses when the experiment is
+*loaded* (:func:`plan_cells`), so a typo in cell 37 fails before cell 1 trains.
+
 An arm or a grid item may also set ``base_model`` (no section prefix): that cell's starting model, in place of the
 experiment's (``''``: from scratch). Set per grid item, the item's control cell evaluates that model; a per-cell
 folder is checked to exist when the cell is run, not when it is planned, so ``--dry-run`` works without the weights
 (the shape then comes from ``train.model.name``).
-
-Every cell's data/train/eval sections are built through the real config dataclasses when the experiment is
-*loaded* (:func:`plan_cells`), so a typo in cell 37 fails before cell 1 trains.
 """
 
 from __future__ import annotations
