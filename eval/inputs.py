@@ -1,8 +1,8 @@
 """Reading the documents to evaluate: a prepared folder (``goldfish prepare``) or a JSONL file.
 
 * Prepared folder (has ``manifest.json``): documents come already tokenised (``input_ids``, no bos/eos) with
-  ``id``, ``title`` and ``repetitions`` (training exposures; 0 for nonmembers). ``members`` are extracted; the
-  ``nonmembers`` split, when present, feeds membership inference.
+  ``id``, ``title`` and ``repetitions`` (copies per epoch in the training data; 0 for nonmembers). ``members`` are
+  extracted; the ``nonmembers`` split, when present, feeds membership inference.
 * JSONL file: one ``{"id": ..., "text": ...}`` object per line (optional ``title``, ``repetitions`` and a group
   under ``group_field``, default ``group``), tokenised here with the model's tokenizer, without special tokens.
 

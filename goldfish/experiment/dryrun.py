@@ -7,6 +7,7 @@ A layout that does not divide or a cell that does not fit in the device memory i
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..estimate import device_memory_gib, estimate_memory, estimate_time, layout_of, shape_of
+from ..train_config import ModelConfig
 from .config import ExperimentConfig
 from .plan import CellPlan
 
@@ -49,6 +51,19 @@ def vocab_size(cfg: ExperimentConfig, plan: CellPlan) -> int:
                       f"set hardware.vocab_size=N (e.g. 32000 for Llama-2, 128256 for Llama-3)")
 
 
+def model_for_estimate(plan: CellPlan) -> tuple[ModelConfig, str]:
+    """The model config whose shape the estimate uses, and a note ('' = none). A starting model that is not on this
+    machine (checked only when a cell runs) is estimated by the cell's ``train.model.name``, which must then name
+    its shape (anything but the default size)."""
+    model = plan.train_cfg.model
+    if not model.path or Path(model.path).expanduser().exists():
+        return model, ""
+    if model.name == ModelConfig().name:
+        raise ConfigError(f"cell {plan.cell.id}: the starting model {model.path} is not here; name its shape with "
+                          f"train.model.name (e.g. llama2-7B) to dry-run without it")
+    return dataclasses.replace(model, path=None), f"{model.path} absent: shape of {model.name} assumed"
+
+
 def total_tokens(plan: CellPlan, seq_len: int) -> float | None:
     """Tokens the cell will train on: max_tokens, or max_steps x batch x seq_len, or epochs x prepared rows; none for
     a control cell."""
@@ -64,7 +79,29 @@ def total_tokens(plan: CellPlan, seq_len: int) -> float | None:
     if s.epochs and manifest.is_file():
         rows = json.loads(manifest.read_text(encoding="utf-8"))["counts"]["train"]
         budgets.append(s.epochs * rows * seq_len)
+    elif s.epochs and (rows := expected_rows(plan.prepare_cfg)):
+        budgets.append(s.epochs * rows * seq_len)
     return min(budgets) if budgets else None
+
+
+def expected_rows(prepare_cfg: Any) -> int | None:
+    """An estimate of one epoch's training rows before the data is prepared, when the data config fixes the lengths:
+    members cut to ``doc_tokens`` (exactly that when ``min_tokens`` equals it) times their copies, plus background
+    chunks of ``background_chunk_tokens``; packed rows hold each document + EOS back to back. Approximate: a
+    document's last background chunk may be shorter, and packing pads a row's rest before a member that does not
+    fit in it. None when a length or count is open (whole documents, ``null`` counts, min_tokens < doc_tokens)."""
+    p = prepare_cfg
+    members, background = getattr(p, "num_members", None), getattr(p, "num_background", None)
+    doc, chunk = getattr(p, "doc_tokens", None), getattr(p, "background_chunk_tokens", None)
+    if members is None or background is None or doc is None or p.min_tokens != doc:
+        return None
+    if background and chunk is None:
+        return None
+    reps = list(p.repetitions)
+    copies = sum(reps[i % len(reps)] for i in range(members))
+    if p.packing == "one_per_row":
+        return copies * -(-doc // p.seq_len) + background * -(-(chunk or 0) // p.seq_len)
+    return -(-(copies * (doc + 1) + background * ((chunk or 0) + 1)) // p.seq_len)
 
 
 def estimate_cell(cfg: ExperimentConfig, plan: CellPlan, world_size: int | None) -> dict[str, Any]:
@@ -72,7 +109,8 @@ def estimate_cell(cfg: ExperimentConfig, plan: CellPlan, world_size: int | None)
     hw = plan.hardware
     world = world_size or hw.gpus
     seq_len = int(getattr(plan.prepare_cfg, "seq_len", 0) or 2048)
-    shape = shape_of(plan.train_cfg.model, vocab_size(cfg, plan))
+    model, note = model_for_estimate(plan)
+    shape = shape_of(model, vocab_size(cfg, plan))
     layout = layout_of(plan.train_cfg, shape, world)  # the engine's own validation and sharding
     mem = estimate_memory(shape, layout, plan.train_cfg.schedule.micro_batch_size, seq_len, plan.train_cfg.precision)
     tokens = total_tokens(plan, seq_len)
@@ -81,7 +119,8 @@ def estimate_cell(cfg: ExperimentConfig, plan: CellPlan, world_size: int | None)
             "seq_len": seq_len, "memory_gib": mem.as_gib(), "device_gib": device_memory_gib(hw.gpu, hw.memory_gb),
             "device": hw.gpu, "tokens": tokens, "flops_per_token": flops,
             "total_flops": tokens * flops if tokens else None,
-            "time_s": 0.0 if not plan.trains else estimate_time(tokens, flops, world, hw.gpu, hw.mfu)}
+            "time_s": 0.0 if not plan.trains else estimate_time(tokens, flops, world, hw.gpu, hw.mfu),
+            "note": note}
 
 
 def _fmt_time(seconds: float | None) -> str:
@@ -108,6 +147,8 @@ def format_estimates(rows: list[dict]) -> str:
         lines.append(f"{r['cell'][:34]:<34} {r['world']:>5} {r['layout'][:34]:<34} {r['params'] / 1e9:>8.3f}B "
                      f"{state:>14.1f} GiB {m['activations']:>4.1f} GiB {m['logits']:>3.1f} GiB {m['total']:>5.1f} GiB "
                      f"{dev:>10} {tokens:>9} {_fmt_time(r['time_s']):>9}")
+    notes = sorted({r["note"] for r in rows if r.get("note")})
+    lines += [f"note: {n}" for n in notes]
     return "\n".join(lines)
 
 

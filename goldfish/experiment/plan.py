@@ -14,7 +14,7 @@ from typing import Any, Callable
 from ..config import from_dict
 from ..errors import ConfigError
 from .config import Cell, ExperimentConfig, HardwareConfig, data_hash, expand_cells, hardware_for, load_data_recipe
-from .config import merged, split_overrides
+from .config import merged, resolve_base_model, split_overrides
 
 DONE = "DONE"  # a cell's completion marker (see goldfish.experiment.runner)
 
@@ -27,10 +27,15 @@ TOKENIZER_KEY = "tokenizer.name"  # in the data section: set to the starting mod
 BACKGROUND_ONLY = {"train_members": False}  # the data of a control trained on the background alone
 
 
-def starting_model(cfg: ExperimentConfig, train: dict) -> str:
-    """The cell's starting model: its own ``train.model.path``, else the experiment's ``base_model`` ('' = none)."""
+def starting_model(cfg: ExperimentConfig, train: dict, overrides: dict[str, Any] | None = None) -> str:
+    """The cell's starting model ('' = none): its own ``train.model.path``, else its arm's or grid item's
+    ``base_model`` (a keyword is resolved; a folder is checked when the cell runs), else the experiment's."""
     own = (train.get("model") or {}).get("path") if isinstance(train.get("model"), dict) else None
-    return str(own) if own else cfg.base_model
+    if own:
+        return str(own)
+    if overrides and "base_model" in overrides:
+        return resolve_base_model(str(overrides["base_model"] or ""), must_exist=False)
+    return cfg.base_model
 
 
 @dataclasses.dataclass
@@ -137,7 +142,11 @@ def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dic
             return None
 
     train = merged(cfg.train, routed["train"])
-    start = starting_model(cfg, train)
+    try:
+        start = starting_model(cfg, train, cell.overrides)
+    except ConfigError as e:
+        problems.append(f"base_model: {e}")
+        start = ""
     data = merged(recipe, routed["data"])
     if start:  # the data follows the starting model's vocabulary
         data = merged(data, {TOKENIZER_KEY: start})

@@ -26,7 +26,7 @@ import yaml
 from tqdm.auto import tqdm
 
 from ..config import load_config, read_yaml, save_config, to_dict
-from ..errors import UserError
+from ..errors import ConfigError, UserError
 from ..fingerprint import code_version, read_fingerprint
 from ..io import atomic_write_json
 from .aggregate import aggregate
@@ -183,6 +183,20 @@ def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
     return record
 
 
+def check_start_models(plans: list[CellPlan]) -> None:
+    """Every starting model of these cells exists (a per-cell ``base_model`` or ``train.model.path`` is only checked
+    here, when cells are about to run, so --dry-run and --list work without the weights); one ConfigError if not."""
+    missing: dict[str, list[str]] = {}
+    for plan in plans:
+        if plan.start_model and not Path(plan.start_model).expanduser().exists():
+            missing.setdefault(plan.start_model, []).append(plan.cell.id)
+    if missing:
+        where = "; ".join(f"{path} (cells {', '.join(ids[:3])}{' ...' if len(ids) > 3 else ''})"
+                          for path, ids in missing.items())
+        raise ConfigError(f"starting model not found: {where}; give local Hugging Face folders (base_model or "
+                          f"train.model.path), or run the other cells with --only")
+
+
 def run_experiment(cfg: ExperimentConfig, pipeline: Pipeline | None = None, *, progress: bool = True,
                    only: Callable[[str], bool] | None = None, rerun_stale: bool = False) -> Path:
     """Run every unfinished cell, then aggregate results and write the report. Returns the output folder.
@@ -198,10 +212,11 @@ def run_experiment(cfg: ExperimentConfig, pipeline: Pipeline | None = None, *, p
                 print(f"[{plan.cell.id}] config changed ({stale[plan.cell.id]}): running it again", file=sys.stderr)
                 _remove_cell(plan)
     check_not_stale(plans)
+    todo = [p for p in plans if not p.done and (only is None or only(p.cell.id))]
+    check_start_models(todo)
     out = cfg.out_dir
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "experiment.yaml")
-    todo = [p for p in plans if not p.done and (only is None or only(p.cell.id))]
     if cfg.tune.axis:  # the tuning cells first: the others wait for their choice
         first = {label: plans[0].cell.values[label] for label in plans[0].cell.values}
         todo = sorted(todo, key=lambda p: not is_tuning(cfg, p, first))
