@@ -63,10 +63,18 @@ def window_predictions(model, docs: Sequence[Sequence[int]], prefix_len: int, su
 def baseline_rows(model, docs: Sequence[Sequence[int]], prefix_lens: Sequence[int], suffix_len: int,
                   goldfish: GoldfishConfig) -> list[dict]:
     """Per prefix length: windows, dropped positions, g, the kept-token accuracy, teacher-forced exact match and
-    the baseline (1 - g/k)^S."""
+    the baseline (1 - g/k)^S. A prefix length <= 0 (``all``) means all but the last ``suffix_len`` tokens of each
+    document, as extraction with ``prefix_lens: [all]`` uses it."""
     rows = []
     for p in prefix_lens:
-        hits, dropped = window_predictions(model, docs, p, suffix_len, goldfish)
+        if p > 0:
+            hits, dropped = window_predictions(model, docs, p, suffix_len, goldfish)
+        else:  # documents of equal length share one prefix length
+            lengths = sorted({len(d) for d in docs if len(d) > suffix_len})
+            parts = [window_predictions(model, [d for d in docs if len(d) == n], n - suffix_len, suffix_len, goldfish)
+                     for n in lengths]
+            hits = np.concatenate([h for h, _ in parts]) if parts else np.zeros((0, suffix_len), bool)
+            dropped = np.concatenate([d for _, d in parts]) if parts else np.zeros((0, suffix_len), bool)
         g = dropped_miss_rate(hits, dropped)
         kept = ~dropped
         rows.append({

@@ -69,6 +69,22 @@ def test_window_predictions_use_teacher_forcing_and_the_runs_mask():
     assert rows[0]["onepass_exact_rate"] == 0.5 and rows[0]["n_windows"] == 2
 
 
+def test_prefix_all_takes_all_but_the_suffix_of_each_document():
+    docs = [list(range(100, 140)), list(range(300, 340)), list(range(500, 530))]  # lengths 40, 40, 30
+    docs[1][35] = 900
+    cfg = GoldfishConfig(k=3, h=4)
+    model = NextIsPlusOne()
+    (row,) = baseline_rows(model, docs, [-1], 20, cfg)
+    # by hand: the two 40-token documents with prefix 20, the 30-token one with prefix 10
+    h40, d40 = window_predictions(model, docs[:2], 20, 20, cfg)
+    h30, d30 = window_predictions(model, docs[2:], 10, 20, cfg)
+    hits, dropped = np.concatenate([h40, h30]), np.concatenate([d40, d30])
+    assert row["prefix_len"] == -1 and row["n_windows"] == 3 and row["n_dropped"] == int(dropped.sum())
+    assert row["onepass_exact_rate"] == pytest.approx(hits.all(axis=1).mean())
+    missed = int((dropped & ~hits).sum())
+    assert row["g"] == pytest.approx(missed / dropped.sum()) if dropped.sum() else row["g"] is None
+
+
 def test_report_table_sits_next_to_exact_match():
     kb = {"k": 4, "h": 13, "strategy": "hash", "suffix_len": 50,
           "rows": [{"prefix_len": 32, "n_windows": 100, "n_dropped": 1250, "g": 0.9, "kept_acc": 0.99,

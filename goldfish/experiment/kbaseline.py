@@ -11,8 +11,9 @@ FILE = "k_baseline.json"
 
 
 def write_k_baseline(plan) -> Path | None:
-    """Measure g on the cell's member windows (prefix from token 0, each fixed prefix length of the eval config)
-    with the cell's own mask; None (nothing written) for a standard-loss cell."""
+    """Measure g on the cell's member windows (prefix from token 0: each prefix length of the eval config, ``all``
+    = all but the last suffix_len tokens) with the cell's own mask; None (nothing written) for a standard-loss
+    cell."""
     from goldfish.eval.baseline import baseline_rows
     from goldfish.eval.loading import load_model
 
@@ -25,8 +26,7 @@ def write_k_baseline(plan) -> Path | None:
         return None
     model = load_model(plan.model_dir)
     docs = [m["input_ids"] for m in prepared.members]
-    prefix_lens = [p for p in plan.eval_cfg.data.prefix_lens if p > 0]
-    rows = baseline_rows(model, docs, prefix_lens, plan.eval_cfg.data.suffix_len, gcfg)
+    rows = baseline_rows(model, docs, plan.eval_cfg.data.prefix_lens, plan.eval_cfg.data.suffix_len, gcfg)
     path = plan.eval_dir / FILE
     atomic_write_json(path, {"k": gcfg.k, "h": gcfg.h, "strategy": gcfg.strategy,
                              "suffix_len": plan.eval_cfg.data.suffix_len, "rows": rows})

@@ -307,7 +307,8 @@ def k_baseline_table(results: dict) -> str | None:
             continue
         exact = {str(p): v.get("exact_match_rate") for p, v in (c.get("by_prefix_len") or {}).items()}
         for r in kb["rows"]:
-            rows.append([cell_label(c, axes, one), f"{kb['strategy']} k={kb['k']}", str(r["prefix_len"]),
+            shown = str(r["prefix_len"]) if r["prefix_len"] > 0 else "all"
+            rows.append([cell_label(c, axes, one), f"{kb['strategy']} k={kb['k']}", shown,
                          _fmt(exact.get(str(r["prefix_len"])), "pct"), _fmt(r["baseline"], "pct"), _fmt(r["g"]),
                          _fmt(r["kept_acc"], "pct"), _fmt(r["n_dropped"], "int")])
     if not rows:
