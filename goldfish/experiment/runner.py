@@ -34,7 +34,7 @@ from .config import ExperimentConfig
 from .pipeline import default_pipeline
 from .plan import ATTACKS_FILE, DONE, CellPlan, Pipeline, plan_cells
 from .report import write_study_report
-from .tune import active, choice, is_tuning, selected
+from .tune import active, choice, first_values, is_tuning, selected
 from .tune import summary as tune_summary
 
 
@@ -217,8 +217,8 @@ def run_experiment(cfg: ExperimentConfig, pipeline: Pipeline | None = None, *, p
     out = cfg.out_dir
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "experiment.yaml")
+    first = first_values(plans)
     if cfg.tune.axis:  # the tuning cells first: the others wait for their choice
-        first = {label: plans[0].cell.values[label] for label in plans[0].cell.values}
         todo = sorted(todo, key=lambda p: not is_tuning(cfg, p, first))
     start = time.perf_counter()
     bar = tqdm(total=len(todo), unit="cell", desc=cfg.name,

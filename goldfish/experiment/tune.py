@@ -14,14 +14,14 @@ import math
 from typing import Any
 
 from .aggregate import cell_summary
-from .config import ExperimentConfig, axis_label
+from .config import ExperimentConfig
 from .plan import CellPlan
 
 
-def _first_values(cfg: ExperimentConfig, plans: list[CellPlan]) -> dict[str, Any]:
-    """Each grid axis label -> the value of its first grid entry (as cells show it)."""
-    labels = [axis_label(axis) for axis in cfg.grid]
-    return {label: plans[0].cell.values[label] for label in labels} if plans else {}
+def first_values(plans: list[CellPlan]) -> dict[str, Any]:
+    """Each grid axis label -> the value of its first grid entry (as cells show it): the first cell's values, since
+    cells are expanded grid-major."""
+    return dict(plans[0].cell.values) if plans else {}
 
 
 def is_tuning(cfg: ExperimentConfig, plan: CellPlan, first: dict[str, Any]) -> bool:
@@ -36,7 +36,7 @@ def _key(cfg: ExperimentConfig, plan: CellPlan) -> tuple:
 
 def sweep(cfg: ExperimentConfig, plans: list[CellPlan]) -> dict[tuple, dict[Any, float | None]]:
     """``{per values: {axis value: held-out loss of its tuning cell (None until it is done)}}``."""
-    first = _first_values(cfg, plans)
+    first = first_values(plans)
     out: dict[tuple, dict[Any, float | None]] = {}
     for p in plans:
         if is_tuning(cfg, p, first):
@@ -69,7 +69,7 @@ def active(cfg: ExperimentConfig, plans: list[CellPlan]) -> list[CellPlan]:
     """The cells that count: all of them without tuning; else the tuning cells and the cells at a chosen value."""
     if not cfg.tune.axis:
         return plans
-    first, chosen = _first_values(cfg, plans), choice(cfg, plans)
+    first, chosen = first_values(plans), choice(cfg, plans)
     return [p for p in plans if is_tuning(cfg, p, first) or selected(cfg, p, chosen)]
 
 
