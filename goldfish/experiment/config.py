@@ -321,9 +321,34 @@ def merged(base: dict, overrides: dict[str, Any]) -> dict:
     return out
 
 
+# data keys added after experiment folders were first written, at the value that reproduces the older data
+_LATER_DATA_KEYS = {("train_members",): True, ("tokenizer", "source"): None}
+
+
 def data_hash(prepare_cfg: Any) -> str:
     """12 hex digits identifying a resolved data config: cells with equal data share one prepared folder."""
-    blob = json.dumps(to_dict(prepare_cfg), sort_keys=True, default=str)
+    return _sha12(to_dict(prepare_cfg))
+
+
+def legacy_data_hash(prepare_cfg: Any) -> str | None:
+    """The folder name the same data had before the keys of ``_LATER_DATA_KEYS`` existed (None when the config
+    sets one of them to another value): an experiment folder written then keeps its prepared data and cells."""
+    data = copy.deepcopy(to_dict(prepare_cfg))
+    for path, default in _LATER_DATA_KEYS.items():
+        *parents, key = path
+        node = data
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or key not in node:
+            continue
+        if node[key] != default:
+            return None
+        del node[key]
+    return _sha12(data)
+
+
+def _sha12(data: dict) -> str:
+    blob = json.dumps(data, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
 
 

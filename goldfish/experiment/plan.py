@@ -13,7 +13,8 @@ from typing import Any, Callable
 
 from ..config import from_dict
 from ..errors import ConfigError
-from .config import Cell, ExperimentConfig, HardwareConfig, data_hash, expand_cells, hardware_for, load_data_recipe
+from .config import Cell, ExperimentConfig, HardwareConfig, data_hash, expand_cells, hardware_for, legacy_data_hash
+from .config import load_data_recipe
 from .config import merged, resolve_base_model, split_overrides
 
 DONE = "DONE"  # a cell's completion marker (see goldfish.experiment.runner)
@@ -129,6 +130,16 @@ def _quiet(section: dict, cls: type) -> dict:
     return section
 
 
+def prepared_folder(cfg: ExperimentConfig, prepare_cfg: Any) -> Path:
+    """``<prepared>/<data hash>``; or the folder the same data was prepared in before newer data keys existed, when
+    only that one exists (so an older experiment folder keeps its data and its cells stay current)."""
+    current = cfg.prepared_dir / data_hash(prepare_cfg)
+    legacy = legacy_data_hash(prepare_cfg)
+    if not current.exists() and legacy is not None and (cfg.prepared_dir / legacy).exists():
+        return cfg.prepared_dir / legacy
+    return current
+
+
 def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dict) -> CellPlan:
     """Build one cell's three configs through their dataclasses (raises ConfigError naming the section)."""
     routed = split_overrides(cell.overrides)
@@ -151,12 +162,12 @@ def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dic
     if start:  # the data follows the starting model's vocabulary
         data = merged(data, {TOKENIZER_KEY: start})
     prepare_cfg = build(pipeline.prepare_config, data, "data")
-    data_dir = cfg.prepared_dir / (data_hash(prepare_cfg) if prepare_cfg is not None else "invalid")
+    data_dir = prepared_folder(cfg, prepare_cfg) if prepare_cfg is not None else cfg.prepared_dir / "invalid"
     cell_dir = cfg.out_dir / "cells" / cell.id
     train_data = None
     if cell.control and cfg.control_mode == "background" and prepare_cfg is not None:
         background_cfg = build(pipeline.prepare_config, merged(data, BACKGROUND_ONLY), "data")
-        train_data = (background_cfg, cfg.prepared_dir / data_hash(background_cfg))
+        train_data = (background_cfg, prepared_folder(cfg, background_cfg))
     if start:
         train = merged(train, {MODEL_PATH_KEY: start})
     train_dir = train_data[1] if train_data else data_dir
