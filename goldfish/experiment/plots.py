@@ -57,20 +57,23 @@ def _stratum_mean(strata: list[dict], by: str, metric: str) -> dict[Any, float]:
 
 
 def metric_vs_x(cells: list[dict], metric: str, metric_name: str, out: Path) -> list[Path]:
-    """Memorisation vs model size (overall and of repetition-1 documents), vs repetitions and vs prefix length."""
+    """Memorisation vs model size (overall and of repetition-1 documents), vs repetitions and vs prefix length.
+
+    The size plots draw no fit line: a fit over sizes on the floor says nothing, so the log-linear fit lives in the
+    report's size table, over the sizes off the floor only (:mod:`goldfish.experiment.scaling`)."""
     paths = []
     sizes = {c.get("params") for c in cells if c.get("params")}
     if len(sizes) > 1:
         series = _series([(c["arm"], c["params"], c.get(metric)) for c in cells])
         paths.append(plots.line_plot(series, title=f"{metric_name} vs model size", xlabel="parameters",
-                                     ylabel=metric_name, path=out / f"{metric}_vs_size.png", logx=True, fit=True))
+                                     ylabel=metric_name, path=out / f"{metric}_vs_size.png", logx=True, fit=False))
         reps = {s["repetitions"] for c in cells for s in c["strata"]}
         if 1 in reps and len(reps) > 1:
             single = _series([(c["arm"], c["params"], _stratum_mean(c["strata"], "repetitions", metric).get(1))
                               for c in cells])
             paths.append(plots.line_plot(single, title=f"{metric_name} of repetition-1 documents vs model size",
                                          xlabel="parameters", ylabel=metric_name,
-                                         path=out / f"{metric}_rep1_vs_size.png", logx=True, fit=True))
+                                         path=out / f"{metric}_rep1_vs_size.png", logx=True, fit=False))
     for by, xlabel, logx in (("repetitions", "repetitions in training", True), ("prefix_len", "prefix length", False)):
         values = {s[by] for c in cells for s in c["strata"] if s[by] is not None}
         if len(values) < 2:
