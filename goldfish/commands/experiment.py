@@ -15,10 +15,10 @@ redoes only the cell it was in; a cell started with another config is refused (-
 Then <out>/results.csv, results.json, summary.json and report.md (+ plots).
 
 examples:
-  goldfish experiment experiments/default.yaml                 # the 5-minute standard vs Goldfish demo
-  goldfish experiment experiments/default.yaml out=runs/demo2 train.schedule.epochs=80
+  goldfish experiment experiments/default.yaml                 # the demo: standard vs Goldfish vs control
+  goldfish experiment experiments/default.yaml out=runs/demo2 train.schedule.epochs=6
   goldfish experiment experiments/k_sweep.yaml --list          # cells and their state
-  goldfish experiment experiments/size_sweep.yaml --only 'goldfish*'
+  goldfish experiment experiments/size_sweep.yaml --only '*size=1M*'   # one size: tuning cells first
   goldfish experiment experiments/paper/axonn_size_sweep.yaml --dry-run
   goldfish experiment experiments/paper/tinyllama_1b_pretrain.yaml --dry-run --world-size 64
 
