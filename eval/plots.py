@@ -8,6 +8,7 @@ rendered in memory and written atomically, so an interrupted run never leaves a 
 from __future__ import annotations
 
 import io
+import logging
 import os
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -21,6 +22,10 @@ from goldfish.io import atomic_write_bytes
 from .aggregate import loglinear_fit, predict
 
 Series = Mapping[str, tuple[Sequence[float], Sequence[float]]]
+
+# "findfont: Font family [...] not found. Falling back to DejaVu Sans." is matplotlib's fallback working as meant
+# on a machine without the TeX/STIX fonts; it is not something a user can act on, so keep it out of run logs
+logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
 
 
 def short_number(value: float, _pos: object = None) -> str:
