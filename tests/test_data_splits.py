@@ -39,6 +39,8 @@ def test_held_out_sizes_and_disjointness():
     assert (len(plan.members), len(plan.nonmembers)) == (25, 5)
     with pytest.raises(UserError, match="do not fit the 30 eligible documents"):
         plan_splits(cfg(num_members=20, num_nonmembers=11), docs, tokens)
+    with pytest.raises(UserError, match="num_nonmembers=30 leaves no members among the 30 eligible documents"):
+        plan_splits(cfg(num_nonmembers=30), docs, tokens)  # members null: all that the nonmembers leave
 
 
 def test_repetition_strata_are_balanced_and_seeded():

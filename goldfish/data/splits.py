@@ -120,6 +120,9 @@ def _sizes(cfg: PrepareConfig, n: int) -> tuple[int, int]:
         n_non = max(0, min(cfg.num_members, n - cfg.num_members))
     else:
         n_non = n // 2
+    if cfg.num_members is None and n_non >= n:
+        raise UserError(f"num_nonmembers={n_non} leaves no members among the {n} eligible documents; lower "
+                        "num_nonmembers (or use more documents)")
     n_mem = cfg.num_members if cfg.num_members is not None else n - n_non
     if n_mem < 1 or n_mem + n_non > n:
         raise UserError(f"num_members={n_mem} and num_nonmembers={n_non} do not fit the {n} eligible documents "
