@@ -220,6 +220,7 @@ def run_experiment(cfg: ExperimentConfig, pipeline: Pipeline | None = None, *, p
     first = first_values(plans)
     if cfg.tune.axis:  # the tuning cells first: the others wait for their choice
         todo = sorted(todo, key=lambda p: not is_tuning(cfg, p, first))
+    chosen = None
     start = time.perf_counter()
     bar = tqdm(total=len(todo), unit="cell", desc=cfg.name,
                disable=not progress, dynamic_ncols=True)
@@ -229,7 +230,9 @@ def run_experiment(cfg: ExperimentConfig, pipeline: Pipeline | None = None, *, p
                 bar.set_postfix_str(f"{_id}: {name}")
 
             if cfg.tune.axis and not is_tuning(cfg, plan, first):
-                runs = selected(cfg, plan, choice(cfg, plans))
+                if chosen is None:  # once: every tuning cell in todo ran before the first other cell
+                    chosen = choice(cfg, plans)
+                runs = selected(cfg, plan, chosen)
                 if not runs:
                     if runs is None:
                         print(f"[{plan.cell.id}] skipped: its tuning cells ({cfg.tune.axis}) are not done; run them "
