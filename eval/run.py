@@ -1,7 +1,8 @@
 """``run_eval(cfg)``: load -> read documents -> windows -> generate + one pass -> metrics -> membership -> files.
 
-Order of work, cheapest checks first: the reference model (a bad path fails at once), the tokenizer and the model
-(one read of a GGUF file for both), the documents, the windows and the model's context length; then the out
+Order of work, cheapest checks first: the out folder is locked and its ownership checked
+(:func:`goldfish.ownership.writing`), then the reference model (a bad path fails at once), the tokenizer and the
+model (one read of a GGUF file for both), the documents, the windows and the model's context length; then the out
 folder is claimed (:func:`goldfish.eval.state.claim_folder`: a folder holding a different evaluation is refused
 with one line), extraction runs, membership scores, and the final files are written together: ``results.json``
 (schema in eval/SCHEMA.md), ``results.csv``, ``eval_config.yaml`` (the config of these results), report and plots,
@@ -28,6 +29,7 @@ from tqdm.auto import tqdm
 from goldfish.config import save_config, to_dict
 from goldfish.errors import UserError
 from goldfish.io import JsonlLogger, atomic_write_text, strict_json
+from goldfish.ownership import OutputFolder, fingerprint_sha256, writing
 
 from . import extraction, membership
 from .aggregate import summarize
@@ -39,7 +41,8 @@ from .loading import (check_vocab, load_model, load_model_tokenizer, model_vocab
 from .metrics import compute_metrics
 from .report import write_report
 from .scoring import context_length
-from .state import MEMBERSHIP_PARTIAL, WINDOWS_PARTIAL, JsonlDict, claim_folder, fingerprint, read_windows
+from .state import (FINGERPRINT, MEMBERSHIP_PARTIAL, WINDOWS_PARTIAL, JsonlDict, claim_folder, fingerprint,
+                    read_windows)
 from .windows import Window, build_windows, windows_sha256
 
 log = logging.getLogger(__name__)
@@ -206,9 +209,23 @@ def _extraction_windows(cfg: EvalConfig, splits: dict) -> tuple[list[Window], in
 
 
 def run_eval(cfg: EvalConfig) -> dict:
-    """Evaluate ``cfg.model.path`` on ``cfg.data.path``; write results.json/.csv, report and plots into ``cfg.out``."""
+    """Evaluate ``cfg.model.path`` on ``cfg.data.path``; write results.json/.csv, report and plots into ``cfg.out``.
+
+    ``cfg.out`` is locked while this runs; a folder owned by anything but an evaluation is refused, and
+    ``overwrite=true`` builds the new evaluation beside the old one, which it replaces only when it has finished."""
     _require(cfg)
-    out = Path(cfg.out)
+    with writing(cfg.out, "eval", replace=cfg.overwrite, legacy=_earlier_eval, option="overwrite=true") as folder:
+        return _evaluate(cfg, folder)
+
+
+def _earlier_eval(folder: Path) -> bool:
+    """An eval folder written before ownership markers (or killed before its marker): its fingerprint or partial
+    files; :func:`claim_folder` then refuses it unless its fingerprint is this evaluation's."""
+    return any((folder / name).is_file() for name in (FINGERPRINT, WINDOWS_PARTIAL, MEMBERSHIP_PARTIAL))
+
+
+def _evaluate(cfg: EvalConfig, folder: OutputFolder) -> dict:
+    out = folder.path  # a staging folder while replacing an earlier evaluation
     torch.manual_seed(cfg.seed)
     if cfg.model.threads is not None:
         torch.set_num_threads(cfg.model.threads)
@@ -225,7 +242,9 @@ def run_eval(cfg: EvalConfig) -> dict:
     for name, docs in splits.items():
         check_vocab(model, tokenizer, [d.tokens for d in docs], what=f"the {name} documents")
     _check_context(model, windows, cfg.data.suffix_len)
-    claim_folder(out, fingerprint(cfg, splits), cfg.overwrite)
+    print_ = fingerprint(cfg, splits)
+    claim_folder(out, print_)  # refuses a different evaluation before anything is written
+    folder.mark(fingerprint_sha256(print_))
     records = evaluate_windows(model, tokenizer, windows, cfg, out) if windows else []
     results = {
         "schema": SCHEMA,

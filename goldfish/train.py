@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import shutil
 import sys
 import time
@@ -42,6 +43,7 @@ from .io import JsonlLogger, atomic_directory, atomic_write_json, atomic_write_t
 from .loss import EngineLoss
 from .masks import GoldfishConfig, config_mask
 from .models import build_model, count_parameters, flops_per_token
+from .ownership import OutputFolder, fingerprint_sha256, is_main_process, writing
 from .perf import measure_matmul_peak, mfu
 from .train_config import OptimConfig, ScheduleConfig, TrainConfig
 
@@ -247,15 +249,29 @@ class Progress:
     elapsed: float = 0.0  # training wall time over all sessions (s)
 
 
-def train(cfg: TrainConfig) -> Path:
-    """Train per ``cfg`` (resuming per ``cfg.checkpoint.resume``) and return the run folder ``cfg.out``."""
+def train(cfg: TrainConfig, replace: bool = False) -> Path:
+    """Train per ``cfg`` (resuming per ``cfg.checkpoint.resume``) and return the run folder ``cfg.out``.
+
+    The main process holds the folder's lock throughout; a folder owned by anything but a training run is refused.
+    ``replace``: the run in ``cfg.out`` (only a training run: its ownership marker) is replaced by a new one, built
+    beside it and swapped in at its first checkpoint, so a failure or a kill before then leaves the old run whole."""
+    if replace and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise UserError("--overwrite replaces the run folder in one process only; under torchrun give a new out= "
+                        "folder (or delete the old run) instead")
     prepared, rows, seq_len = load_train_data(cfg.data.path)  # fails fast, before joining any process group
-    # Goldfish reaches the engine only through the loss function
-    engine = get_engine(cfg, EngineLoss(cfg.loss.ce_chunk_tokens))
-    try:
-        return _run(cfg, engine, prepared, rows, seq_len)
-    finally:
-        engine.close()
+    with writing(cfg.out, "train", replace=replace, legacy=_legacy_run, main=is_main_process()) as folder:
+        # Goldfish reaches the engine only through the loss function
+        engine = get_engine(cfg, EngineLoss(cfg.loss.ce_chunk_tokens))
+        try:
+            return _run(cfg, engine, prepared, rows, seq_len, folder)
+        finally:
+            engine.close()
+
+
+def _legacy_run(folder: Path) -> bool:
+    """A run folder written before ownership markers: it has a fingerprint (its fingerprint.json or config.yaml),
+    which the run must then match."""
+    return saved_train_fingerprint(folder) is not None
 
 
 def _process_rank() -> tuple[int, int]:
@@ -266,8 +282,8 @@ def _process_rank() -> tuple[int, int]:
     return 0, 1
 
 
-def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int) -> Path:
-    out = Path(cfg.out)
+def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, folder: OutputFolder) -> Path:
+    out = folder.path  # a staging folder while replacing a run, until the first checkpoint
     tok = prepared.manifest["tokenizer"]
     plan = make_plan(cfg.schedule, cfg.optim, len(rows), seq_len, engine.dp_size)
     rank, world = _process_rank()
@@ -284,6 +300,7 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int) -> Path
     engine.setup(lambda: _build(cfg, tok, seq_len, shape), lambda params: build_optimizer(params, cfg.optim))
     progress = _restore(engine, resume, plan) if resume is not None else Progress()
     if engine.is_main:
+        folder.mark(fingerprint_sha256(fingerprint))
         write_fingerprint(out, fingerprint)
         save_config(cfg, out / "config.yaml")
         _truncate_metrics(out / "metrics.jsonl", progress.step)
@@ -298,8 +315,10 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int) -> Path
             _report(cfg, engine, bar, record, plan, clock)
             if progress.step == plan.total_steps or (cfg.checkpoint.every_steps
                                                      and progress.step % cfg.checkpoint.every_steps == 0):
-                _save(cfg, engine, plan, progress, rank, world, fingerprint)
-    _finish(cfg, engine, prepared, plan, progress, shape)
+                _save(cfg, out, engine, plan, progress, rank, world, fingerprint)
+                folder.publish()  # a replacement takes the old run's place once it has a checkpoint
+                out = folder.path
+    _finish(cfg, out, engine, prepared, plan, progress, shape)
     return out
 
 
@@ -437,9 +456,9 @@ def _trainer_state(plan: Plan, progress: Progress, world: int, fingerprint: dict
             "total_steps": plan.total_steps, "fingerprint": fingerprint}
 
 
-def _save(cfg: TrainConfig, engine: Engine, plan: Plan, progress: Progress, rank: int, world: int,
+def _save(cfg: TrainConfig, out: Path, engine: Engine, plan: Plan, progress: Progress, rank: int, world: int,
           fingerprint: dict[str, Any]) -> None:
-    ckpt.save_checkpoint(cfg.out, _trainer_state(plan, progress, world, fingerprint), engine.state_dict(),
+    ckpt.save_checkpoint(out, _trainer_state(plan, progress, world, fingerprint), engine.state_dict(),
                          rank=rank, is_main=engine.is_main, barrier=engine.barrier, keep_last=cfg.checkpoint.keep_last)
 
 
@@ -467,9 +486,9 @@ def _truncate_metrics(path: Path, step: int) -> None:
         atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
-def _finish(cfg: TrainConfig, engine: Engine, prepared, plan: Plan, progress: Progress, shape: dict) -> None:
+def _finish(cfg: TrainConfig, out: Path, engine: Engine, prepared, plan: Plan, progress: Progress,
+            shape: dict) -> None:
     """Export the model (+ tokenizer) in Hugging Face format and write ``summary.json``."""
-    out = Path(cfg.out)
     if engine.is_main:
         with atomic_directory(out / "model", overwrite=True) as tmp:
             engine.export_hf(tmp)  # a collective: the other ranks call it below

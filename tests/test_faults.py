@@ -143,7 +143,7 @@ def test_fresh_trains_beside_and_overwrite_replaces(data, tmp_path, capsys):
     assert read_lrs(run) == read_lrs(tmp_path / "run_2")  # a clean run: no step of the old one is left
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "mine.txt").write_text("keep me")
-    assert_one_error(*cli([*train_argv(data, tmp_path / "notes"), "--overwrite"], capsys), "not a goldfish run")
+    assert_one_error(*cli([*train_argv(data, tmp_path / "notes"), "--overwrite"], capsys), "replaces only a training run")
     assert (tmp_path / "notes" / "mine.txt").read_text() == "keep me"
 
 

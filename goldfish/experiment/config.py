@@ -135,8 +135,9 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        check(bool(re.fullmatch(r"[A-Za-z0-9._-]+", self.name)), problems,
-              f"name={self.name!r} must use only letters, digits, '.', '_' and '-' (it names a folder)")
+        check(bool(re.fullmatch(r"[A-Za-z0-9._-]*[A-Za-z0-9][A-Za-z0-9._-]*", self.name)), problems,
+              f"name={self.name!r} must use only letters, digits, '.', '_' and '-', with at least one letter or digit "
+              f"(it names a folder)")
         check(self.report_examples >= 0, problems, f"report_examples={self.report_examples} must be >= 0")
         check(self.headline_metric in ("exact_match_rate", "rouge_l", "token_match"), problems,
               f"headline_metric={self.headline_metric!r} must be exact_match_rate, rouge_l or token_match")
