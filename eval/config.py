@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal, Union
 
-from goldfish.config import check, option, raise_problems
+from goldfish.config import check, check_seed, option, raise_problems
 from goldfish.precision import PRECISIONS, canonical_precision
 
 from .windows import ALL, PLACEMENTS
@@ -203,8 +203,9 @@ class EvalConfig:
     membership: MembershipSection = option(factory=MembershipSection, help="membership-inference scoring")
     resume: bool = option(True, "reuse finished windows and membership scores of a previous run in the same out "
                                 "folder (its fingerprint must match)")
-    overwrite: bool = option(False, "start afresh in an out folder that holds a different run (its partial "
-                                    "results are replaced)")
+    overwrite: bool = option(False, "start afresh in an out folder that holds another evaluation: the new one is "
+                                    "built beside it and replaces it when finished (only a folder goldfish eval "
+                                    "made is replaced)")
     report: bool = option(True, "write report.md and plots")
     progress: bool = option(True, "show progress bars (also transformers' GGUF conversion bar)")
     seed: int = option(0, "seed for sampling and bootstrap")
@@ -212,5 +213,6 @@ class EvalConfig:
     def __post_init__(self) -> None:
         problems: list[str] = []
         check(len(self.tasks) > 0, problems, f"tasks is empty; use {list(TASKS)} or [membership]")
+        check_seed(self.seed, problems)
         self.tasks = list(dict.fromkeys(self.tasks))
         raise_problems(problems)

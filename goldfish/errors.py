@@ -38,11 +38,25 @@ def _cuda_missing(exc: BaseException) -> bool:
             and any(s in text for s in ("compiled with CUDA", "NVIDIA driver", "CUDA driver", "no CUDA GPUs")))
 
 
+MAX_LINE = 1500  # characters of an error line: the head (the problem) and the tail (the fix) of a longer one
+
+
 def one_line(exc: BaseException) -> str | None:
     """The one-line message (without ``error:``) for a failure the user can fix, or ``None`` for a bug.
 
     User errors carry their own message; missing inputs, full disks, read-only or forbidden folders and a missing
-    CUDA device are named with the file or device and the fix."""
+    CUDA device are named with the file or device and the fix. The message is one line of bounded length."""
+    message = _message(exc)
+    if message is None:
+        return None
+    message = " ".join(message.splitlines())
+    if len(message) > MAX_LINE:
+        head, tail = MAX_LINE - 400, 400
+        message = f"{message[:head]} [{len(message) - head - tail} characters cut] {message[-tail:]}"
+    return message
+
+
+def _message(exc: BaseException) -> str | None:
     if isinstance(exc, UserError):
         return str(exc)
     if isinstance(exc, FileNotFoundError):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from .config import check, option, raise_problems
+from .config import check, check_seed, option, raise_problems
 from .masks import GoldfishConfig
 from .precision import canonical_precision
 from .sizes import SIZES
@@ -220,4 +220,5 @@ class TrainConfig:
         check(precision is not None, problems, f"precision={self.precision!r} must be fp32 or bf16 for training")
         self.precision = precision or self.precision
         check(bool(self.out), problems, "out must name a run folder, e.g. out=runs/tiny")
+        check_seed(self.seed, problems)
         raise_problems(problems)

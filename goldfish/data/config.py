@@ -27,7 +27,7 @@ import dataclasses
 from pathlib import Path
 from typing import Literal
 
-from ..config import check, option, raise_problems
+from ..config import check, check_seed, option, raise_problems
 from .variants import NearDuplicateConfig
 
 SOURCE_NAMES = ("wikipedia", "kjv", "local", "hub")
@@ -155,6 +155,7 @@ class PrepareConfig:
               f"num_background={self.num_background} must be >= 0 (or null for all available)")
         check(self.background_chunk_tokens is None or self.background_chunk_tokens >= 1, problems,
               f"background_chunk_tokens={self.background_chunk_tokens} must be >= 1 (or null)")
+        check_seed(self.seed, problems)
         raise_problems(problems)
 
     def default_out(self) -> Path:

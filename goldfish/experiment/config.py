@@ -41,7 +41,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from ..config import check, from_dict, option, raise_problems, read_yaml, to_dict
+from ..config import check, from_dict, option, raise_problems, read_yaml, shown, to_dict
 from ..data.config import resolve_recipe
 from ..errors import ConfigError
 
@@ -89,6 +89,15 @@ class TuneConfig:
     per: list[str] = option(factory=list, help="axes the choice depends on (e.g. [size]): one value per their "
                                                 "combination; every other axis (e.g. seed) is tuned at its first "
                                                 "value and runs only at the chosen one")
+
+
+def _fills(word: str) -> bool:
+    """Whether a launcher word formats with the cell's ``{nnodes}`` and ``{nproc_per_node}`` and nothing else."""
+    try:
+        word.format(nnodes=1, nproc_per_node=1)
+    except (KeyError, IndexError, ValueError, AttributeError):
+        return False
+    return True
 
 
 @dataclasses.dataclass
@@ -139,6 +148,10 @@ class ExperimentConfig:
               f"name={self.name!r} must use only letters, digits, '.', '_' and '-', with at least one letter or digit "
               f"(it names a folder)")
         check(self.report_examples >= 0, problems, f"report_examples={self.report_examples} must be >= 0")
+        for key in ("launcher_prefix", "torchrun_args"):
+            bad = [word for word in getattr(self, key) if not _fills(word)]
+            check(not bad, problems, f"{key} word {shown(bad[0]) if bad else ''} has a placeholder other than "
+                                     f"{{nnodes}} and {{nproc_per_node}} (write a literal brace as {{{{ or }}}})")
         check(self.headline_metric in ("exact_match_rate", "rouge_l", "token_match"), problems,
               f"headline_metric={self.headline_metric!r} must be exact_match_rate, rouge_l or token_match")
         check(not (self.control and CONTROL in self.arms), problems,
