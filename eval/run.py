@@ -36,8 +36,8 @@ from .aggregate import summarize
 from .config import EvalConfig
 from .generate import beam_generate, generate
 from .inputs import load_eval_documents
-from .loading import (check_vocab, load_model, load_model_tokenizer, model_vocab_size, num_parameters, one_gguf_read,
-                      pad_id_of, resolve_model_path)
+from .loading import (check_same_tokenizer, check_vocab, load_model, load_model_tokenizer, model_vocab_size,
+                      num_parameters, one_gguf_read, pad_id_of, resolve_model_path)
 from .metrics import compute_metrics
 from .report import write_report
 from .scoring import context_length
@@ -178,14 +178,6 @@ def write_csv(path: Path, windows: Sequence[dict]) -> None:
     atomic_write_text(path, buf.getvalue())
 
 
-def _load_tokenizer(cfg: EvalConfig):
-    try:
-        return load_model_tokenizer(cfg.model.path)
-    except UserError as e:
-        log.info("no tokenizer with the model (%s); using the data's", e)
-        return None
-
-
 def _check_context(model, windows: Sequence[Window], suffix_len: int) -> None:
     """Refuse before decoding a window longer than the model's position range (e.g. prefix_lens=all on long
     documents)."""
@@ -195,6 +187,21 @@ def _check_context(model, windows: Sequence[Window], suffix_len: int) -> None:
         raise UserError(f"a window of {longest} tokens (prefix + suffix_len={suffix_len}) exceeds the model's "
                         f"context of {limit} tokens (max_position_embeddings); use a smaller data.prefix_lens than "
                         f"'all' or shorter documents")
+
+
+def _check_finite(model, splits: dict, cfg: EvalConfig) -> None:
+    """Refuse, before anything is written, a model whose logits are NaN or infinite on the first document (at most
+    64 tokens): every score it gave would be NaN."""
+    doc = next((d for docs in splits.values() for d in docs if len(d.tokens) >= 2), None)
+    if doc is None:
+        return
+    ids = torch.tensor([list(doc.tokens[:64])], device=next(model.parameters()).device)  # (1, T)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits  # (1, T, V)
+    if not torch.isfinite(logits).all():
+        raise UserError(f"model {cfg.model.path} computes NaN or infinite logits (on document {doc.id!r}): its weights "
+                        f"are broken (a diverged training run, a damaged conversion) or dtype={cfg.model.dtype} "
+                        f"overflows (try model.dtype=fp32); nothing was evaluated")
 
 
 def _extraction_windows(cfg: EvalConfig, splits: dict) -> tuple[list[Window], int]:
@@ -232,16 +239,19 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder) -> dict:
     m = cfg.model
     reference = load_model(m.reference, m.dtype, m.device, m.allow_pickle, cfg.progress) if m.reference else None
     with one_gguf_read():
-        tokenizer = _load_tokenizer(cfg)
+        tokenizer = load_model_tokenizer(m.path)  # None: the model folder has none (the data's is used)
         splits, prep = load_eval_documents(cfg.data.path, cfg.data.nonmembers, tokenizer, cfg.data.max_docs,
                                       cfg.data.group_field)
-        if tokenizer is None and prep is not None:
+        if prep is not None and tokenizer is not None:  # ids of prepared data decode only with their own tokenizer
+            check_same_tokenizer(m.path, prep.tokenizer, f"the prepared data {cfg.data.path}")
+        elif prep is not None:
             tokenizer = prep.tokenizer
         windows, skipped = _extraction_windows(cfg, splits)
         model = load_model(m.path, m.dtype, m.device, m.allow_pickle, cfg.progress)
     for name, docs in splits.items():
         check_vocab(model, tokenizer, [d.tokens for d in docs], what=f"the {name} documents")
     _check_context(model, windows, cfg.data.suffix_len)
+    _check_finite(model, splits, cfg)
     print_ = fingerprint(cfg, splits)
     claim_folder(out, print_)  # refuses a different evaluation before anything is written
     folder.mark(fingerprint_sha256(print_))

@@ -23,7 +23,7 @@ from typing import Any, Iterator, MutableMapping, Sequence
 
 from goldfish.config import to_dict
 from goldfish.errors import UserError
-from goldfish.io import atomic_write_json, atomic_write_text, read_jsonl
+from goldfish.io import atomic_write_json, atomic_write_text, read_jsonl, strict_json
 
 from .config import EvalConfig
 from .loading import PICKLE_SUFFIXES, resolve_model_path
@@ -110,6 +110,11 @@ def read_windows(out: Path, resume: bool = True) -> dict[str, dict]:
     return done
 
 
+def _line(key: str, value: dict) -> str:
+    """One strict JSON line: a NaN score is written as null (read back as NaN by the float columns)."""
+    return strict_json({"key": key, "value": value}, indent=None) + "\n"
+
+
 class JsonlDict(MutableMapping[str, dict]):
     """A dict whose assignments are appended (and flushed) to a JSONL file as ``{"key", "value"}`` lines; opening
     it again reloads them (unless ``resume`` is false: then it starts empty). Used as the membership score cache."""
@@ -118,7 +123,7 @@ class JsonlDict(MutableMapping[str, dict]):
         self.path = path
         rows = read_jsonl(path) if resume and path.is_file() else []
         self._data = {r["key"]: r["value"] for r in rows if "key" in r and "value" in r}
-        atomic_write_text(path, "".join(json.dumps({"key": k, "value": v}) + "\n" for k, v in self._data.items()))
+        atomic_write_text(path, "".join(_line(k, v) for k, v in self._data.items()))
         self._f = open(path, "a", encoding="utf-8")
 
     def __getitem__(self, key: str) -> dict:
@@ -126,7 +131,7 @@ class JsonlDict(MutableMapping[str, dict]):
 
     def __setitem__(self, key: str, value: dict) -> None:
         self._data[key] = value
-        self._f.write(json.dumps({"key": key, "value": value}) + "\n")
+        self._f.write(_line(key, value))
         self._f.flush()
 
     def __delitem__(self, key: str) -> None:

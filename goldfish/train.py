@@ -297,7 +297,9 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, folder:
                         "resume it with the config it was made with, or start a new run from its weights with "
                         "model.path=<its run>/model and checkpoint.resume=never")
     shape: dict[str, float] = {}
-    engine.setup(lambda: _build(cfg, tok, seq_len, shape), lambda params: build_optimizer(params, cfg.optim))
+    data_tokenizer = prepared.tokenizer if cfg.model.path else None  # a fine-tune: the model's must be the same
+    engine.setup(lambda: _build(cfg, tok, seq_len, shape, data_tokenizer),
+                 lambda params: build_optimizer(params, cfg.optim))
     progress = _restore(engine, resume, plan) if resume is not None else Progress()
     if engine.is_main:
         folder.mark(fingerprint_sha256(fingerprint))
@@ -361,9 +363,11 @@ def _record(stats: StepStats, plan: Plan, progress: Progress, lr: float, grad_no
 # ------------------------------------------------------------------------------------------------ helpers
 
 
-def _build(cfg: TrainConfig, tok: dict[str, Any], seq_len: int, shape: dict[str, float]) -> torch.nn.Module:
-    """Build (or load) the model, give it the data's special ids, and note its size before any sharding."""
-    model = build_model(cfg.model, int(tok["vocab_size"]), cfg.seed)
+def _build(cfg: TrainConfig, tok: dict[str, Any], seq_len: int, shape: dict[str, float],
+           tokenizer=None) -> torch.nn.Module:
+    """Build (or load, checked against the data's ``tokenizer``) the model, give it the data's special ids, and note
+    its size before any sharding."""
+    model = build_model(cfg.model, int(tok["vocab_size"]), cfg.seed, tokenizer)
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and seq_len > limit:
         raise UserError(f"prepared rows have {seq_len} tokens but the model's max_position_embeddings is {limit}; "
