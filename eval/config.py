@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal, Union
 
-from goldfish.config import check, check_seed, option, raise_problems
+from goldfish.config import check, check_seed, option, raise_problems, shown
 from goldfish.precision import PRECISIONS, canonical_precision
 
 from .windows import ALL, PLACEMENTS
@@ -70,7 +70,7 @@ class ModelSection:
         problems: list[str] = []
         check(self.threads is None or self.threads >= 1, problems, f"threads={self.threads} must be >= 1")
         dtype = canonical_precision(self.dtype)
-        check(dtype is not None, problems, f"dtype={self.dtype!r} must be one of {', '.join(PRECISIONS)}")
+        check(dtype is not None, problems, f"dtype={shown(self.dtype)} must be one of {', '.join(PRECISIONS)}")
         self.dtype = dtype or self.dtype
         raise_problems(problems)
 
@@ -153,7 +153,7 @@ class DecodingSection:
         problems: list[str] = []
         bs = self.batch_size
         check(bs == "auto" or (isinstance(bs, int) and bs >= 1), problems,
-              f"batch_size={bs!r} must be a positive integer or 'auto'")
+              f"batch_size={shown(bs)} must be a positive integer or 'auto'")
         check(self.beam >= 1, problems, f"beam={self.beam} must be >= 1 (1 = greedy only)")
         check(self.samples >= 0, problems, f"samples={self.samples} must be >= 0 (0 = off)")
         check(self.temperature > 0, problems, f"temperature={self.temperature} must be > 0")

@@ -179,7 +179,7 @@ def _quiet_transformers(progress: bool = False):
             hf_logging.enable_progress_bar()
 
 
-_MISMATCH = re.compile(r"^(\S+)\s*\|\s*MISMATCH\b.*?ckpt:\s*torch\.Size\((\[[^\]]*\])\)\s*vs\s*model:\s*torch\.Size\((\[[^\]]*\])\)")
+_MISMATCH = re.compile(r"^(.+?)\s*\|\s*MISMATCH\b.*?ckpt:\s*torch\.Size\((\[[^\]]*\])\)\s*vs\s*model:\s*torch\.Size\((\[[^\]]*\])\)")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 

@@ -53,9 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from ..experiment import default_pipeline, load_experiment, plan_cells, run_experiment
     from ..experiment.aggregate import aggregate
     from ..experiment.report import headline_table, paper_table, regime, write_study_report
-    from ..config import to_dict
-    from ..experiment.runner import describe_plans, experiment_folder
-    from ..ownership import fingerprint_sha256
+    from ..experiment.runner import describe_plans, experiment_folder, mark_experiment
 
     cfg = load_experiment(args.config, args.overrides)
     if args.world_size is not None and args.world_size < 1:
@@ -73,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         return _dry_run(cfg, plans, args.world_size)
     if args.report_only:
         with experiment_folder(cfg) as folder:
-            folder.mark(fingerprint_sha256(to_dict(cfg)))
+            mark_experiment(folder, cfg)
             results = aggregate(cfg, plans)
             write_study_report(cfg, results, cfg.out_dir)
     else:

@@ -35,7 +35,7 @@ from ..config import load_config, read_yaml, save_config, to_dict
 from ..errors import ConfigError, UserError
 from ..fingerprint import code_version, read_fingerprint
 from ..io import atomic_write_json
-from ..ownership import fingerprint_sha256, writing
+from ..ownership import OutputFolder, fingerprint_sha256, read_owner, writing
 from .aggregate import aggregate
 from .config import ExperimentConfig
 from .pipeline import default_pipeline
@@ -245,6 +245,13 @@ def experiment_folder(cfg: ExperimentConfig):
     return writing(cfg.out_dir, "experiment", legacy=lambda folder: (folder / "experiment.yaml").is_file())
 
 
+def mark_experiment(folder: OutputFolder, cfg: ExperimentConfig) -> None:
+    """Give a new experiment folder (or one from before markers) its ownership marker: the fingerprint of the config
+    that created it (later configs live in the cells; rewriting it would change a folder a refused run left)."""
+    if read_owner(folder.path) is None:
+        folder.mark(fingerprint_sha256(to_dict(cfg)))
+
+
 def run_experiment(cfg: ExperimentConfig, pipeline: Pipeline | None = None, *, progress: bool = True,
                    only: Callable[[str], bool] | None = None, rerun_stale: bool = False) -> Path:
     """Run every unfinished cell, then aggregate results and write the report. Returns the output folder.
@@ -262,12 +269,12 @@ def run_experiment(cfg: ExperimentConfig, pipeline: Pipeline | None = None, *, p
         check_not_stale([p for p in plans if p.cell.id not in rerun])
         todo = [p for p in wanted if not p.done or p.cell.id in rerun]
         check_start_models(todo)
-        folder.mark(fingerprint_sha256(to_dict(cfg)))  # after every refusal: a refused run writes nothing
-        save_config(cfg, cfg.out_dir / "experiment.yaml")
+        mark_experiment(folder, cfg)  # after every refusal: a refused run writes nothing
         start = time.perf_counter()
         _run_cells(cfg, plans, todo, pipeline, progress, {cid: stale[cid] for cid in rerun})
         results = aggregate(cfg, active(cfg, plans), wall_time_s=time.perf_counter() - start,
                             tune=tune_summary(cfg, plans))
+        save_config(cfg, cfg.out_dir / "experiment.yaml")  # with the report: the config of these results
         write_study_report(cfg, results, cfg.out_dir)
     return cfg.out_dir
 
