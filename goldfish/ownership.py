@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import socket
+import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -140,11 +141,15 @@ class FolderLock:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
                 os.close(fd)
-                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise UserError(f"{self.folder} is being written by another goldfish "
-                                    f"process ({self._holder()}); wait for it to finish, or choose another output "
-                                    f"folder") from None
-                raise
+                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise UserError(f"{self.folder} is being written by another goldfish process ({self._holder()}); "
+                                    f"wait for it to finish, or choose another output folder") from None
+                if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                    raise
+                # a file system without locks (some network mounts): say so, and write unguarded
+                print(f"warning: cannot lock {self.path} ({e.strerror}); a second writer of {self.folder} would not "
+                      f"be noticed", file=sys.stderr)
+                return self
             try:  # a releasing holder unlinks the file: the one we locked must still be the one at the path
                 same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
