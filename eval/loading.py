@@ -14,12 +14,12 @@ from typing import Sequence
 import torch
 
 from goldfish.errors import UserError
-from goldfish.models import (PICKLE_SUFFIXES, check_same_tokenizer, load_model_tokenizer, load_pretrained, one_gguf_read,
+from goldfish.models import (PICKLE_SUFFIXES, check_same_tokenizer, load_model_tokenizer, load_pretrained,
                              resolve_model_path)
-from goldfish.precision import PRECISIONS, canonical_precision, torch_dtype
+from goldfish.precision import PRECISIONS, canonical_precision, resolve_precision, torch_dtype
 
 __all__ = ["PICKLE_SUFFIXES", "check_same_tokenizer", "check_vocab", "load_model", "load_model_tokenizer",
-           "model_vocab_size", "num_parameters", "one_gguf_read", "pad_id_of", "resolve_device", "resolve_model_path"]
+           "model_vocab_size", "num_parameters", "pad_id_of", "resolve_device", "resolve_model_path"]
 
 def resolve_device(device: str) -> torch.device:
     """``auto`` -> cuda when available, else cpu; anything else is passed to ``torch.device``."""
@@ -31,15 +31,16 @@ def resolve_device(device: str) -> torch.device:
         raise UserError(f"device={device!r} is not a torch device; use auto, cpu, cuda or cuda:N") from None
 
 
-def load_model(path: str | Path, dtype: str = "fp32", device: str = "auto", allow_pickle: bool = False,
-               progress: bool = False):
+def load_model(path: str | Path, dtype: str = "auto", device: str = "auto", allow_pickle: bool = False):
     """Load a causal LM for inference (``eval()`` mode, on ``device``) -> ``PreTrainedModel``; ``dtype`` is a
-    precision name (:mod:`goldfish.precision`: fp32 | bf16 | fp16 | auto, or the long torch spellings); ``progress``
-    shows transformers' GGUF conversion bar."""
+    precision name (:mod:`goldfish.precision`: auto | fp32 | bf16 | fp16 | checkpoint, or the long torch spellings;
+    ``auto`` is resolved for ``device``)."""
     resolve_model_path(path)  # a wrong path fails before the dtype is looked at
     if canonical_precision(dtype) is None:
         raise UserError(f"dtype={dtype!r} is not one of {', '.join(PRECISIONS)}")
-    return load_pretrained(path, torch_dtype(dtype), allow_pickle, progress).to(resolve_device(device)).eval()
+    where = resolve_device(device)
+    precision = resolve_precision(dtype, where)
+    return load_pretrained(path, torch_dtype(precision), allow_pickle).to(where).eval()
 
 
 def model_vocab_size(model) -> int:

@@ -14,6 +14,7 @@ throughput record per chunk or scoring batch.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import logging
@@ -28,8 +29,10 @@ from tqdm.auto import tqdm
 
 from goldfish.config import save_config, to_dict
 from goldfish.errors import UserError
+from goldfish.hardware import describe
 from goldfish.io import JsonlLogger, atomic_write_text, strict_json
 from goldfish.ownership import OutputFolder, fingerprint_sha256, writing
+from goldfish.precision import resolve_precision
 
 from . import extraction, membership
 from .aggregate import summarize
@@ -37,7 +40,7 @@ from .config import EvalConfig
 from .generate import beam_generate, generate
 from .inputs import load_eval_documents
 from .loading import (check_same_tokenizer, check_vocab, load_model, load_model_tokenizer, model_vocab_size,
-                      num_parameters, one_gguf_read, pad_id_of, resolve_model_path)
+                      num_parameters, pad_id_of, resolve_device, resolve_model_path)
 from .metrics import compute_metrics
 from .report import write_report
 from .scoring import context_length
@@ -215,12 +218,20 @@ def _extraction_windows(cfg: EvalConfig, splits: dict) -> tuple[list[Window], in
     return build_windows(to_extract, d.prefix_lens, d.suffix_len, d.window, d.stride, d.offsets, d.max_offset)
 
 
+def resolved(cfg: EvalConfig) -> EvalConfig:
+    """``cfg`` with ``model.dtype: auto`` resolved for its device: what the fingerprint, results.json and
+    eval_config.yaml record (:func:`goldfish.precision.resolve_precision`)."""
+    dtype = resolve_precision(cfg.model.dtype, resolve_device(cfg.model.device))
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, dtype=dtype))
+
+
 def run_eval(cfg: EvalConfig) -> dict:
     """Evaluate ``cfg.model.path`` on ``cfg.data.path``; write results.json/.csv, report and plots into ``cfg.out``.
 
     ``cfg.out`` is locked while this runs; a folder owned by anything but an evaluation is refused, and
     ``overwrite=true`` builds the new evaluation beside the old one, which it replaces only when it has finished."""
     _require(cfg)
+    cfg = resolved(cfg)
     with writing(cfg.out, "eval", replace=cfg.overwrite, legacy=_earlier_eval, option="overwrite=true") as folder:
         return _evaluate(cfg, folder)
 
@@ -237,17 +248,16 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder) -> dict:
     if cfg.model.threads is not None:
         torch.set_num_threads(cfg.model.threads)
     m = cfg.model
-    reference = load_model(m.reference, m.dtype, m.device, m.allow_pickle, cfg.progress) if m.reference else None
-    with one_gguf_read():
-        tokenizer = load_model_tokenizer(m.path)  # None: the model folder has none (the data's is used)
-        splits, prep = load_eval_documents(cfg.data.path, cfg.data.nonmembers, tokenizer, cfg.data.max_docs,
-                                      cfg.data.group_field)
-        if prep is not None and tokenizer is not None:  # ids of prepared data decode only with their own tokenizer
-            check_same_tokenizer(m.path, prep.tokenizer, f"the prepared data {cfg.data.path}")
-        elif prep is not None:
-            tokenizer = prep.tokenizer
-        windows, skipped = _extraction_windows(cfg, splits)
-        model = load_model(m.path, m.dtype, m.device, m.allow_pickle, cfg.progress)
+    reference = load_model(m.reference, m.dtype, m.device, m.allow_pickle) if m.reference else None
+    tokenizer = load_model_tokenizer(m.path)  # None: the model folder has none (the data's is used)
+    splits, prep = load_eval_documents(cfg.data.path, cfg.data.nonmembers, tokenizer, cfg.data.max_docs,
+                                       cfg.data.group_field)
+    if prep is not None and tokenizer is not None:  # ids of prepared data decode only with their own tokenizer
+        check_same_tokenizer(tokenizer, prep.tokenizer, m.path, f"the prepared data {cfg.data.path}")
+    elif prep is not None:
+        tokenizer = prep.tokenizer
+    windows, skipped = _extraction_windows(cfg, splits)
+    model = load_model(m.path, m.dtype, m.device, m.allow_pickle)
     for name, docs in splits.items():
         check_vocab(model, tokenizer, [d.tokens for d in docs], what=f"the {name} documents")
     _check_context(model, windows, cfg.data.suffix_len)
@@ -263,7 +273,8 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder) -> dict:
         "git": _git_commit(),
         "config": to_dict(cfg),
         "model": {"path": resolve_model_path(m.path).describe(), "num_parameters": num_parameters(model),
-                  "vocab_size": model_vocab_size(model), "dtype": str(next(model.parameters()).dtype)},
+                  "vocab_size": model_vocab_size(model), "dtype": str(next(model.parameters()).dtype),
+                  "precision": m.dtype, "device": describe(next(model.parameters()).device)},
         "data": {"path": str(cfg.data.path), "members": len(splits.get("members", [])),
                  "nonmembers": len(splits.get("nonmembers", [])), "skipped_short": skipped,
                  "sha256": windows_sha256(windows)},

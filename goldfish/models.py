@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import logging
 import os
 import re
@@ -31,6 +30,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as hf_logging
 
 from .errors import UserError
+from .gguf_cache import dequantised
 from .sizes import SIZES
 
 if TYPE_CHECKING:
@@ -154,17 +154,11 @@ class _Captured(logging.Handler):
 
 
 @contextlib.contextmanager
-def _quiet_transformers(progress: bool = False):
-    """Hide transformers' own "Loading weights" bar while loading (callers show their own), its GGUF de-quantising
-    bar unless ``progress``, and its log messages unless ``TRANSFORMERS_VERBOSITY`` asks for them (they are kept:
-    yields the list); restore all after."""
-    from transformers import modeling_gguf_pytorch_utils as gguf_utils
-
+def _quiet_transformers():
+    """Hide transformers' own "Loading weights" bar while loading (callers show their own) and its log messages
+    unless ``TRANSFORMERS_VERBOSITY`` asks for them (they are kept: yields the list); restore both after."""
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
-    bar = gguf_utils.tqdm
-    if not progress:
-        gguf_utils.tqdm = functools.partial(bar, disable=True)
     root = logging.getLogger("transformers")
     handlers = root.handlers
     captured = _Captured()
@@ -174,7 +168,6 @@ def _quiet_transformers(progress: bool = False):
         yield captured.messages
     finally:
         root.handlers = handlers
-        gguf_utils.tqdm = bar
         if was_enabled:
             hf_logging.enable_progress_bar()
 
@@ -195,59 +188,24 @@ def _load_failure(e: BaseException, messages: list[str]) -> str:
             f"config{more}; the config and the weights belong to different models")
 
 
-def load_pretrained(path: str | Path, dtype: torch.dtype | str = torch.float32, allow_pickle: bool = False,
-                    progress: bool = False) -> nn.Module:
+def load_pretrained(path: str | Path, dtype: torch.dtype | str = torch.float32, allow_pickle: bool = False) -> nn.Module:
     """Load a local causal LM on CPU under the safety policy of the module docstring -> ``PreTrainedModel``.
 
-    ``dtype``: a torch dtype or ``"auto"`` (the checkpoint's); ``progress`` shows transformers' GGUF conversion bar. GGUF weights are dequantised on load and the quantizer
-    is dropped, so the model trains and saves as a plain one."""
+    ``dtype``: a torch dtype or ``"auto"`` (the checkpoint's). A GGUF is dequantised once into the cache of
+    :mod:`goldfish.gguf_cache` and loaded from there as a plain model (no quantizer: it trains and saves as any
+    other)."""
     src = resolve_model_path(path)
     use_safetensors = check_weights(src, allow_pickle)
-    kwargs = dict(dtype=dtype, local_files_only=True, trust_remote_code=False, weights_only=True)
-    if src.gguf_file:
-        kwargs["gguf_file"] = src.gguf_file
-    else:
-        kwargs["use_safetensors"] = use_safetensors
-    with _quiet_transformers(progress) as messages:
+    # a GGUF is dequantised once into a cached safetensors folder (goldfish.gguf_cache), then loaded like any other
+    folder = dequantised(src.folder / src.gguf_file) if src.gguf_file else src.folder
+    kwargs = dict(dtype=dtype, local_files_only=True, trust_remote_code=False, weights_only=True,
+                  use_safetensors=use_safetensors or bool(src.gguf_file))
+    with _quiet_transformers() as messages:
         try:
-            model = AutoModelForCausalLM.from_pretrained(src.folder, **kwargs)
+            return AutoModelForCausalLM.from_pretrained(folder, **kwargs)
         except Exception as e:  # damaged files: SafetensorError, UnpicklingError, struct.error, ValueError, OSError...
             raise UserError(f"could not load a causal LM from {src.describe()}: {_load_failure(e, messages)}") \
                 from None
-    if src.gguf_file:
-        model.hf_quantizer = None
-        if getattr(model, "is_quantized", False):
-            model.is_quantized = False
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-    return model
-
-
-@contextlib.contextmanager
-def one_gguf_read():
-    """Parse each GGUF file once inside this block.
-
-    transformers parses a GGUF file for the config, again for the tokenizer and again for the weights (a
-    ``gguf.GGUFReader`` each time, ~17 s for SmolLM2's 49 k-token vocabulary on a laptop core). Within this block
-    every reader of the same file is the first one (a read-only memory map, so sharing it is safe); loading the
-    tokenizer and then the model reads the file once.
-    """
-    import gguf
-
-    original = gguf.GGUFReader
-    readers: dict[tuple[str, str], object] = {}
-
-    def shared(path, mode: str = "r"):
-        key = (str(Path(path).resolve()), mode)
-        if key not in readers:
-            readers[key] = original(path, mode)
-        return readers[key]
-
-    gguf.GGUFReader = shared
-    try:
-        yield
-    finally:
-        gguf.GGUFReader = original
 
 
 # files any saved Hugging Face tokenizer has at least one of
@@ -261,27 +219,24 @@ def load_model_tokenizer(path: str | Path):
     from transformers import AutoTokenizer
 
     src = resolve_model_path(path)
-    if src.gguf_file is None and not any((src.folder / name).is_file() for name in TOKENIZER_FILES):
+    folder = dequantised(src.folder / src.gguf_file) if src.gguf_file else src.folder  # goldfish.gguf_cache
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         return None
-    kwargs = dict(local_files_only=True, trust_remote_code=False)
-    if src.gguf_file:
-        kwargs["gguf_file"] = src.gguf_file
     try:
         with _quiet_transformers():
-            return AutoTokenizer.from_pretrained(src.folder, **kwargs)
-    except Exception as e:  # truncated JSON, a foreign format, missing merges, a torn GGUF: various types
-        fix = ("the file is damaged or not a GGUF model; fetch it again" if src.gguf_file else
-               "restore its tokenizer files, or remove them to use the data's tokenizer")
+            return AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+    except Exception as e:  # truncated JSON, a foreign format, missing merges: various types
         raise UserError(f"the tokenizer stored with model {src.describe()} is damaged or unreadable "
-                        f"({_first_line(e)[:200]}); {fix}") from None
+                        f"({_first_line(e)[:200]}); restore its tokenizer files, or remove them to use the data's "
+                        f"tokenizer") from None
 
 
-def check_same_tokenizer(path: str | Path, tokenizer, what: str) -> None:
-    """Refuse (one line) when the tokenizer stored with model ``path`` is not ``tokenizer`` (the one that made
-    ``what``): same vocabulary and merges, not merely the same size. A model without a tokenizer passes."""
+def check_same_tokenizer(own, tokenizer, path: str | Path, what: str) -> None:
+    """Refuse (one line) when ``own``, the tokenizer stored with model ``path`` (:func:`load_model_tokenizer`), is
+    not ``tokenizer`` (the one that made ``what``): same vocabulary and merges, not merely the same size. A model
+    without a tokenizer (``own`` is None) passes."""
     from .data.tokenizer import tokenizer_sha256
 
-    own = load_model_tokenizer(path)
     if own is None:
         return
     if tokenizer_sha256(own) != tokenizer_sha256(tokenizer):
@@ -293,11 +248,10 @@ def check_same_tokenizer(path: str | Path, tokenizer, what: str) -> None:
 def load_local_model(path: str | Path, vocab_size: int, tokenizer=None) -> nn.Module:
     """The model of ``model.path`` to fine-tune: :func:`load_pretrained` in fp32, checked against the data's
     vocabulary (a model padded to a multiple of 64 for GPUs is accepted) and, given the data's ``tokenizer``,
-    against the tokenizer stored with the model (one GGUF read for both)."""
-    with one_gguf_read():
-        model = load_pretrained(path, torch.float32)
-        if tokenizer is not None:
-            check_same_tokenizer(path, tokenizer, "the prepared data")
+    against the tokenizer stored with the model."""
+    model = load_pretrained(path, torch.float32)
+    if tokenizer is not None:
+        check_same_tokenizer(load_model_tokenizer(path), tokenizer, path, "the prepared data")
     model_vocab = model.get_input_embeddings().num_embeddings
     padded = model_vocab > vocab_size and model_vocab % 64 == 0 and model_vocab - vocab_size < 128  # GPU padding
     if model_vocab != vocab_size and not padded:

@@ -1067,7 +1067,7 @@ def _hostile_case(case: str, data: Path, run: Path, tmp: Path) -> tuple[list, st
         if case.endswith("prepare"):
             return _prepare_argv(_corpus(tmp / "corpus.jsonl", docs=30), tmp / "prep", f"tokenizer.name={gguf}"), \
                 str(gguf)
-        return _eval_argv(gguf, data, tmp / "ev"), f"tokenizer stored with model {gguf} is damaged"
+        return _eval_argv(gguf, data, tmp / "ev"), f"could not load a causal LM from {gguf}"
     assert case == "weights_that_do_not_fit_config_json"
     model = shutil.copytree(run / "model", tmp / "model")
     config = json.loads((model / "config.json").read_text())
