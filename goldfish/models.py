@@ -172,7 +172,10 @@ def _quiet_transformers():
             hf_logging.enable_progress_bar()
 
 
-_MISMATCH = re.compile(r"^(.+?)\s*\|\s*MISMATCH\b.*?ckpt:\s*torch\.Size\((\[[^\]]*\])\)\s*vs\s*model:\s*torch\.Size\((\[[^\]]*\])\)")
+# a row of transformers' LOAD REPORT: "<key> | MISMATCH | Reinit due to size mismatch - ckpt: torch.Size([..]) vs
+# model:torch.Size([..])"
+_MISMATCH = re.compile(r"^(.+?)\s*\|\s*MISMATCH\b.*?ckpt:\s*torch\.Size\((\[[^\]]*\])\)"
+                       r"\s*vs\s*model:\s*torch\.Size\((\[[^\]]*\])\)")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 

