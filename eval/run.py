@@ -27,7 +27,7 @@ from typing import Sequence
 import torch
 from tqdm.auto import tqdm
 
-from goldfish.config import save_config, to_dict
+from goldfish.config import save_config, shown, to_dict
 from goldfish.errors import UserError
 from goldfish.hardware import describe
 from goldfish.io import JsonlLogger, atomic_write_text, strict_json
@@ -202,8 +202,8 @@ def _check_finite(model, splits: dict, cfg: EvalConfig) -> None:
     with torch.no_grad():
         logits = model(input_ids=ids).logits  # (1, T, V)
     if not torch.isfinite(logits).all():
-        raise UserError(f"model {cfg.model.path} computes NaN or infinite logits (on document {doc.id!r}): its weights "
-                        f"are broken (a diverged training run, a damaged conversion) or dtype={cfg.model.dtype} "
+        raise UserError(f"model {cfg.model.path} computes NaN or infinite logits (on document {shown(doc.id)}): its "
+                        f"weights are broken (a diverged training run, a damaged conversion) or dtype={cfg.model.dtype} "
                         f"overflows (try model.dtype=fp32); nothing was evaluated")
 
 
