@@ -31,7 +31,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
               "goldfish.collator", "goldfish.fold", "goldfish.perf", "goldfish.sizes", "goldfish.precision")),
     ("data", ("goldfish.data",)),
     ("models and engines", ("goldfish.models", "goldfish.train_config", "goldfish.engines")),
-    ("trainer", ("goldfish.train", "goldfish.checkpoint", "goldfish.estimate", "goldfish.fingerprint")),
+    ("trainer", ("goldfish.train", "goldfish.checkpoint", "goldfish.estimate", "goldfish.fingerprint", "goldfish.tracking",
+                 "goldfish.modelcard")),
     ("evaluation", ("goldfish.eval",)),
     ("experiment and CLI", ("goldfish.experiment", "goldfish.commands", "goldfish.cli", "goldfish.__main__")),
 ]
