@@ -8,7 +8,8 @@ grad norm, step time, tokens/s, MFU, epoch and tokens seen. Tags are ``train/<ke
   and dropped loss on one plot. ``tensorboard --logdir <experiment out>`` shows every trained cell as its own run.
   A resumed run purges the steps after its checkpoint (TensorBoard's ``purge_step``), as ``metrics.jsonl`` does.
 * W&B (``logging.wandb``): a run in ``<out>/wandb``, **offline** unless ``logging.wandb_mode=online``: offline makes
-  no network call (``mode="offline"`` overrides ``WANDB_MODE``); ``wandb sync`` uploads it later. Online needs the
+  no network call (``mode="offline"`` for the run and for W&B's process-wide settings, over ``WANDB_MODE``; no
+  usage telemetry either); ``wandb sync`` uploads it later. Online needs the
   user's API key and is refused in one line without one. The run id is kept in ``<out>/wandb/goldfish-run-id`` so a
   resumed training continues the same run; the x-axis is ``train/step``, so re-logged steps after a resume are
   plotted at their step.
@@ -123,6 +124,9 @@ def _wandb_run(cfg: TrainConfig, folder: Path):
                         "or keep the default offline mode and upload later with `wandb sync <out>/wandb/offline-run-*`")
     import wandb
 
+    # the process-wide settings too: W&B's usage telemetry reads them, not wandb.init's mode, and would post to the
+    # server from an "offline" run otherwise
+    wandb.setup(settings=wandb.Settings(mode=log.wandb_mode))
     folder.mkdir(parents=True, exist_ok=True)
     run = wandb.init(
         project=log.project, entity=log.entity or None, group=log.group or None,
