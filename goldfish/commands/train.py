@@ -15,9 +15,11 @@ DESCRIPTION = """\
 Train a Llama-architecture model on prepared data (goldfish prepare) with the standard or Goldfish loss.
 Config: a YAML file (experiments/train_*.yaml) plus key=value overrides, which win over the file. The run folder
 (out=) receives config.yaml, metrics.jsonl (one line per step), checkpoints/, model/ (Hugging Face format with the
-tokenizer), summary.json and fingerprint.json. A killed run continues exactly where its last checkpoint left off
-(checkpoint.resume=auto); a rerun into a run folder with a different data, model, loss, optimizer, schedule, precision,
-seed or code version is refused (--fresh trains in a new folder, --overwrite replaces the old run).
+tokenizer and a README.md model card), summary.json and fingerprint.json; with logging.tensorboard=true also
+tensorboard/ (event files), with logging.wandb=true wandb/ (an offline W&B run unless logging.wandb_mode=online).
+A killed run continues exactly where its last checkpoint left off (checkpoint.resume=auto); a rerun into a run
+folder with a different data, model, loss, optimizer, schedule, precision, seed or code version is refused (--fresh
+trains in a new folder, --overwrite replaces the old run).
 
 examples:
   goldfish train experiments/train_tiny.yaml
