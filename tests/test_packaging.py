@@ -10,7 +10,6 @@ import re
 import sys
 
 import pytest
-
 from train_helpers import REPO
 
 tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
