@@ -125,7 +125,8 @@ def _training_body(cfg: TrainConfig, summary: dict, manifest: dict, data_sha256:
         ("budget", f"{summary.get('steps')} steps, {summary.get('epochs', 0):.2f} epochs, {summary.get('tokens'):,} "
                    f"tokens ({summary.get('global_batch_size')} rows x {summary.get('seq_len')} tokens per step), "
                    f"AdamW lr {cfg.optim.lr:g} (warmup + cosine), precision {cfg.precision}, "
-                   f"{summary.get('world_size')} process(es)"),
+                   f"{summary.get('world_size')} process(es)" + (f" on {summary['device']}" if summary.get("device")
+                                                                  else "")),
         ("final training loss", f"kept {_num(summary.get('final_kept_loss'))}, dropped "
                                 f"{_num(summary.get('final_dropped_loss'))} (nats per token)"),
         ("code", _versions()),
