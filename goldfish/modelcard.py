@@ -64,8 +64,8 @@ def starting_model(path: str | None) -> dict[str, Any]:
     if gguf_file is not None and gguf_file.is_file():
         meta = _gguf_fields(gguf_file)
         info["license"] = meta.get("general.license")
-        info["hub_id"] = (_hub_id(meta.get("general.source.huggingface.repository"))
-                          or _hub_id(meta.get("general.base_model.0.repo_url")) or _hub_id(meta.get("general.source.url")))
+        declared = ("general.source.huggingface.repository", "general.base_model.0.repo_url", "general.source.url")
+        info["hub_id"] = next((_hub_id(meta.get(k)) for k in declared if _hub_id(meta.get(k))), None)
         stem, org, base = gguf_file.name.split(".")[0], meta.get("general.organization"), meta.get("general.basename")
         if info["hub_id"] is None and org and base and stem.lower().startswith(str(base).lower()):
             # llama.cpp names a converted file after its repository (<Basename>-<size>-<finetune>), owned by the

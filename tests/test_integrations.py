@@ -101,7 +101,8 @@ def _run_accelerate_example(folder, nproc: int, batch_size: int) -> dict:
     if nproc > 1:
         require_dist_marker()
         launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", f"--num_processes={nproc}",
-                  "--num_machines=1", "--mixed_precision=no", "--dynamo_backend=no", "--main_process_port=0", str(script)]
+                  "--num_machines=1", "--mixed_precision=no", "--dynamo_backend=no", "--main_process_port=0",
+                  str(script)]
     env = {**cli_env(), "ACCELERATE_USE_CPU": "1"}  # Accelerator's multi-CPU (gloo) mode; GPUs need nothing
     done = subprocess.run(launch, env=env, cwd=folder, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
