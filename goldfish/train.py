@@ -43,10 +43,12 @@ from .hardware import default_device, describe
 from .io import JsonlLogger, atomic_directory, atomic_write_json, atomic_write_text, read_jsonl
 from .loss import EngineLoss
 from .masks import GoldfishConfig, config_mask
+from .modelcard import write_training_card
 from .models import build_model, count_parameters, flops_per_token
 from .ownership import OutputFolder, fingerprint_sha256, is_main_process, writing
 from .perf import MfuMeter
 from .precision import resolve_precision
+from .tracking import Tracker
 from .train_config import OptimConfig, ScheduleConfig, TrainConfig
 
 BATCH_COLUMNS = ("input_ids", "labels", "document_ids", "position_ids")
@@ -321,18 +323,21 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, folder:
     gcfg = goldfish_config(cfg, prepared)
     orders = _EpochOrders(len(rows), cfg.seed, cfg.data.shuffle)
     clock = _LineClock()
-    with JsonlLogger(out / "metrics.jsonl", enabled=engine.is_main) as log, _bar(cfg, engine, plan, progress) as bar:
+    with JsonlLogger(out / "metrics.jsonl", enabled=engine.is_main) as log, _bar(cfg, engine, plan, progress) as bar, \
+            Tracker(cfg, engine.is_main, progress.step, out) as tracker:  # TensorBoard / W&B: the same records
         while progress.step < plan.total_steps:
             record = _train_step(cfg, engine, plan, rows, next_batch(plan, orders, progress), gcfg, progress, meter)
             log.log(record)
+            tracker.log(record)
             _report(cfg, engine, bar, record, plan, clock)
             if progress.step == plan.total_steps or (cfg.checkpoint.every_steps
                                                      and progress.step % cfg.checkpoint.every_steps == 0):
                 _save(cfg, out, engine, plan, progress, rank, world, fingerprint)
-                folder.publish()  # a replacement takes the old run's place once it has a checkpoint
-                out = folder.path
+                if not cfg.logging.wandb:  # W&B's own process writes its folder by path: then swap in at the end
+                    folder.publish()  # a replacement takes the old run's place once it has a checkpoint
+                    out = folder.path
     _finish(cfg, out, engine, prepared, plan, progress, shape, meter)
-    return out
+    return folder.final
 
 
 def _train_step(cfg: TrainConfig, engine: Engine, plan: Plan, rows, index: np.ndarray, gcfg: GoldfishConfig | None,
@@ -507,7 +512,7 @@ def _finish(cfg: TrainConfig, out: Path, engine: Engine, prepared, plan: Plan, p
     last = records[-1] if records else {}
     exposures = member_exposures(prepared, consumed_rows(plan, cfg.seed, cfg.data.shuffle))
     steady = records[1:] or records  # the first step pays for allocations (and compilation)
-    atomic_write_json(out / "summary.json", {
+    summary = {
         "steps": progress.step, "epochs": progress.step / plan.steps_per_epoch, "tokens": progress.tokens,
         "loss_type": cfg.loss.type, "final_loss": last.get("loss"), "final_kept_loss": last.get("kept_loss"),
         "final_dropped_loss": last.get("dropped_loss"),
@@ -517,9 +522,11 @@ def _finish(cfg: TrainConfig, out: Path, engine: Engine, prepared, plan: Plan, p
         "precision": cfg.precision, "device": describe(engine.device),
         "params": int(shape["params"]), "flops_per_token": shape["flops_per_token"],
         "global_batch_size": plan.global_batch, "seq_len": plan.seq_len, "world_size": _process_rank()[1],
-        "model": str(out / "model"), "config": str(out / "config.yaml"),
+        "model": str(Path(cfg.out) / "model"), "config": str(Path(cfg.out) / "config.yaml"),  # where they end up
         "exposures": exposures,  # {labelled r: [min, max] times read}: r x epochs when the budget is whole epochs
-    })
+    }
+    write_training_card(out / "model", cfg, summary, prepared.manifest, _data_sha256(prepared))
+    atomic_write_json(out / "summary.json", summary)  # last: a run with a summary has its model card
 
 
 def _mean(records: list[dict], key: str) -> float | None:

@@ -32,7 +32,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
               "goldfish.precision", "goldfish.hardware", "goldfish.gguf_cache")),
     ("data", ("goldfish.data",)),
     ("models and engines", ("goldfish.models", "goldfish.train_config", "goldfish.engines")),
-    ("trainer", ("goldfish.train", "goldfish.checkpoint", "goldfish.estimate", "goldfish.fingerprint")),
+    ("trainer", ("goldfish.train", "goldfish.checkpoint", "goldfish.estimate", "goldfish.fingerprint", "goldfish.tracking",
+                 "goldfish.modelcard")),
     ("evaluation", ("goldfish.eval",)),
     ("experiment and CLI", ("goldfish.experiment", "goldfish.commands", "goldfish.cli", "goldfish.__main__")),
 ]
