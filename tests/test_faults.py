@@ -775,6 +775,11 @@ def _replacement_case(case: str, data: Path, tmp: Path, capsys) -> tuple[Path, l
         assert cli(_prepare_argv(corpus, prep), capsys)[0] == 0
         return prep, [*_prepare_argv(tmp / "typo.jsonl", prep), "--overwrite"], "source.path not found"
     run = tmp / "run"
+    if case == "train_logging_to_tensorboard_failing_before_its_first_checkpoint":  # the logger writes the new folder
+        pytest.importorskip("tensorboard")
+        assert cli([*train_argv(data, run), "logging.tensorboard=true"], capsys)[0] == 0
+        return run, [*train_argv(data, run, optim__lr=1e30), "logging.tensorboard=true", "--overwrite"], \
+            "training diverged"
     assert cli(train_argv(data, run), capsys)[0] == 0
     if case == "train_with_a_mistyped_data_path":  # the run was deleted before the new one could even start
         return run, [*train_argv(tmp / "typo", run, optim__lr=0.005), "--overwrite"], "prepared data not found"
@@ -788,7 +793,9 @@ def _replacement_case(case: str, data: Path, tmp: Path, capsys) -> tuple[Path, l
 
 
 @pytest.mark.parametrize("case", ["prepare_with_a_missing_source", "train_with_a_mistyped_data_path",
-                                  "train_failing_before_its_first_checkpoint", "eval_of_a_nan_model"])
+                                  "train_failing_before_its_first_checkpoint",
+                                  "train_logging_to_tensorboard_failing_before_its_first_checkpoint",
+                                  "eval_of_a_nan_model"])
 def test_a_failed_replacement_leaves_the_old_outputs_whole(data, tmp_path, capsys, case):
     """A replacement is built beside the old outputs and swapped in only when it is done (a training run: at its
     first checkpoint); failing earlier leaves every old byte, and no temporary folder."""
