@@ -39,6 +39,16 @@ Strategies
     a word; their key is the h-1 words before them plus a fixed tag. Re-cased or re-spaced text tokenizes
     differently, but every word-final token (and every token whose folded prefix is unchanged) keeps its decision.
 
+``"hash-preceding"`` (the target outside its own window)
+    Like ``hash``, but the window is the h tokens *before* the target (positions ``t-h .. t-1`` in the same
+    document), never the target itself, and the hash is salted apart from ``hash``. Why: under ``hash`` the target
+    is in its window, so at a position an attacker believes dropped only the tokens whose window hashes to "drop"
+    can be the true one (about 1/k of the vocabulary): the mask leaks a hint of each dropped token. Here the
+    decision at ``t`` is fixed before the token is known, so it says nothing about which token it is. A document's
+    first target has an empty window and is never dropped (otherwise one seed-wide decision would drop every
+    document's first token, or none); every later target is dropped at the 1/k rate, with ``hash``'s invariances
+    (batch, padding, packing, documents, processes, devices).
+
 ``"static"``
     The paper's k-GL baseline: every k-th token of each document (positions k-1, 2k-1, ... counted from the
     document's first token) is dropped, independent of content.
@@ -54,10 +64,10 @@ import torch
 from .config import check, option, raise_problems, runtime_option
 from .errors import ConfigError
 
-STRATEGIES = ("hash", "hash-table", "canonical", "static")
+STRATEGIES = ("hash", "hash-table", "canonical", "hash-preceding", "static")
 IGNORE_INDEX = -100
 
-Strategy = Literal["hash", "hash-table", "canonical", "static"]
+Strategy = Literal["hash", "hash-table", "canonical", "hash-preceding", "static"]
 
 _TABLE_SIZE = 1_000_003
 _TABLE_SEED = 2971215073  # the 47th Fibonacci number, a prime; the published seed
@@ -94,7 +104,8 @@ class GoldfishConfig:
     k: int = option(4, "drop 1 in k target tokens (k >= 2; the paper's default is 4)")
     h: int = option(13, "context width: the number of tokens, ending at the target, whose ids decide (paper: 13)")
     strategy: Strategy = option("hash", "hash (default, document-aware) | hash-table (paper-exact) | canonical "
-                                        "(hash over a case/whitespace-folded view of the text) | static (k-GL)")
+                                        "(hash over a case/whitespace-folded view of the text) | hash-preceding "
+                                        "(hash of the h tokens before the target, not the target) | static (k-GL)")
     seed: int = option(0, "salt of the 'hash' strategy; a different seed gives an independent mask")
     special_ids: list[int] = option(factory=list, help="token ids never dropped and never hashed (e.g. BOS/EOS/pad)")
     fold: TokenFold | None = runtime_option("canonical only: the tokenizer's fold table (set by the trainer, the "
@@ -130,6 +141,7 @@ _GOLDEN = _i64(0x9E3779B97F4A7C15)
 FOLD_BASE = 0x100000001B3  # the 64-bit FNV prime: base of the folded-bytes polynomial hash of "canonical"
 _CANONICAL_TAG = 0x43414E4F4E  # salts "canonical" apart from "hash" ("CANON")
 _BLANK_TAG = _i64(0xB1A4C5EED0000001)  # the key contribution of a whitespace-only token
+_PRECEDING_TAG = 0x5052454345444500  # salts "hash-preceding" apart from "hash" ("PRECEDE")
 
 
 def _shr(x: torch.Tensor, s: int) -> torch.Tensor:
@@ -193,19 +205,46 @@ def _position_in_segment(seg: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------------------------------------------------------ strategies
 
 
-def _hash_mask(ids: torch.Tensor, k: int, h: int, seg: torch.Tensor, special: torch.Tensor, seed: int) -> torch.Tensor:
+def _initial_state(seed: int, h: int, tag: int) -> int:
+    """The hash state before the first window token: the seed, h and the strategy's tag, as one int64."""
+    return _i64((seed * _GOLDEN) % (1 << 64)) ^ h ^ tag
+
+
+def _window_hash(ids: torch.Tensor, h: int, seg: torch.Tensor, seed: int, offsets: range,
+                 tag: int = 0) -> tuple[torch.Tensor, ...]:
+    """[B, T] int64 hash of each position's window and [B, T] bool "the window is not empty".
+
+    The window of position t: tokens ``t - j`` for j in ``offsets`` (oldest first) that lie in t's segment.
+    """
     B, T = ids.shape
-    acc = mix64(torch.full((B, T), _i64((seed * _GOLDEN) % (1 << 64)) ^ h, dtype=torch.int64, device=ids.device))
+    acc = mix64(torch.full((B, T), _initial_state(seed, h, tag), dtype=torch.int64, device=ids.device))
     tokens = ids.to(torch.int64) + 1  # +1 so id 0 is not the XOR identity
-    for j in range(min(h, T) - 1, -1, -1):  # oldest -> newest: order-sensitive
+    nonempty = torch.zeros(B, T, dtype=torch.bool, device=ids.device)
+    for j in sorted((j for j in offsets if j < T), reverse=True):  # oldest -> newest: order-sensitive
         # window member at offset j for every position t: token t-j, valid if in the same segment.
         x = torch.zeros_like(tokens)
-        same = torch.zeros_like(special)
+        same = torch.zeros_like(nonempty)
         x[:, j:] = tokens[:, : T - j]
         same[:, j:] = seg[:, j:] == seg[:, : T - j]
         acc = torch.where(same, mix64(acc ^ x), acc)
-    threshold = (1 << 53) // k
-    return (_shr(acc, 11) < threshold) & ~special
+        nonempty |= same
+    return acc, nonempty
+
+
+def _drops(acc: torch.Tensor, k: int) -> torch.Tensor:
+    """The drop decision of a window hash: its top 53 bits below ``2**53 / k`` (exact integer arithmetic)."""
+    return _shr(acc, 11) < (1 << 53) // k
+
+
+def _hash_mask(ids: torch.Tensor, k: int, h: int, seg: torch.Tensor, special: torch.Tensor, seed: int) -> torch.Tensor:
+    acc, _ = _window_hash(ids, h, seg, seed, range(h))
+    return _drops(acc, k) & ~special
+
+
+def _preceding_mask(ids: torch.Tensor, k: int, h: int, seg: torch.Tensor, special: torch.Tensor,
+                    seed: int) -> torch.Tensor:
+    acc, nonempty = _window_hash(ids, h, seg, seed, range(1, h + 1), _PRECEDING_TAG)
+    return _drops(acc, k) & nonempty & ~special
 
 
 def _reference_table() -> torch.Tensor:
@@ -280,16 +319,14 @@ def _canonical_mask(ids: torch.Tensor, k: int, h: int, seg: torch.Tensor, specia
     WH = torch.zeros(B, T + 1, dtype=torch.int64, device=ids.device).scatter_(1, slot, P)
     WS = torch.full((B, T + 1), -1, dtype=seg.dtype, device=ids.device).scatter_(1, slot, seg)
     prev = widx - (~blank).long()  # (B, T): the last complete word before t's own word
-    acc = mix64(torch.full((B, T), _i64((seed * _GOLDEN) % (1 << 64)) ^ h ^ _CANONICAL_TAG, dtype=torch.int64,
-                           device=ids.device))
+    acc = mix64(torch.full((B, T), _initial_state(seed, h, _CANONICAL_TAG), dtype=torch.int64, device=ids.device))
     for j in range(h - 2, -1, -1):  # oldest -> newest, like "hash"
         w = prev - j
         at = w.clamp(min=0)
         valid = (w >= 0) & (WS.gather(1, at) == seg)
         acc = torch.where(valid, mix64(acc ^ WH.gather(1, at)), acc)
     acc = mix64(acc ^ torch.where(blank, torch.full_like(P, _BLANK_TAG), P))
-    threshold = (1 << 53) // k
-    return (_shr(acc, 11) < threshold) & ~special
+    return _drops(acc, k) & ~special
 
 
 def _static_mask(k: int, seg: torch.Tensor, special: torch.Tensor) -> torch.Tensor:
@@ -312,7 +349,7 @@ def goldfish_mask(
     """Bool tensor shaped like ``input_ids`` ([T] or [B, T]); ``True`` = this target token is dropped from the loss.
 
     ``document_ids`` / ``position_ids`` (same shape) mark document boundaries inside packed rows for the ``hash``,
-    ``canonical`` and ``static`` strategies. ``fold``: the tokenizer's :class:`TokenFold`, needed by ``canonical``.
+    ``hash-preceding``, ``canonical`` and ``static`` strategies. ``fold``: the tokenizer's :class:`TokenFold`, needed by ``canonical``.
     Computed on the tensor's own device with vectorised integer ops.
     """
     problems: list[str] = []
@@ -337,6 +374,8 @@ def goldfish_mask(
         seg = segment_ids(ids2, special, docs, pos)
         if strategy == "hash":
             mask = _hash_mask(ids2, k, h, seg, special, seed)
+        elif strategy == "hash-preceding":
+            mask = _preceding_mask(ids2, k, h, seg, special, seed)
         elif strategy == "canonical":
             mask = _canonical_mask(ids2, k, h, seg, special, seed, fold)
         else:
