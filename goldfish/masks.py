@@ -404,3 +404,72 @@ def apply_goldfish(
     labels = torch.as_tensor(labels)
     mask = config_mask(labels, config, document_ids=document_ids, position_ids=position_ids)
     return labels.masked_fill(mask, IGNORE_INDEX)
+
+
+# ------------------------------------------------------------------------------------------------ the next token
+
+
+def next_token_drops(context: torch.Tensor, config: GoldfishConfig, vocab_size: int,
+                     chunk: int = 2048) -> torch.Tensor:
+    """(B, V) bool: True where appending id ``v`` to row ``b`` of ``context`` (B, C) makes that new target dropped.
+
+    Exactly ``config_mask(cat(context[b], [v]))[-1]`` for every ``v`` (tested); negative ids in ``context`` (e.g.
+    -1 for left padding) are boundaries like any special id, and for ``hash-table`` a row starts after its last
+    negative id (its left padding). What an attacker who knows the mask settings can compute at each decoding
+    step: under ``hash``, ``hash-table`` and ``canonical`` the target is in its own window, so the decision differs
+    between candidates; under ``hash-preceding`` and ``static`` it is one decision for every non-special candidate.
+    ``hash`` and ``hash-table`` are computed from the window state in O(B·V); ``canonical`` masks ``chunk``
+    candidate rows at a time (slower).
+    """
+    ctx = torch.as_tensor(context).to(torch.int64)
+    if ctx.dim() != 2:
+        raise ValueError(f"context must have shape [B, C], got {tuple(ctx.shape)}")
+    B = ctx.shape[0]
+    candidates = torch.arange(vocab_size, device=ctx.device)  # (V,)
+    special_v = special_positions(candidates, config.special_ids)  # (V,) never dropped
+    if config.strategy == "hash-table":
+        drops = _next_hash_table(ctx, config.k, config.h, candidates)
+    elif config.strategy == "canonical":
+        return _next_by_rows(ctx, config, candidates, chunk) & ~special_v
+    else:
+        placeholder = torch.zeros(B, 1, dtype=torch.int64, device=ctx.device)
+        ext = torch.cat([ctx, placeholder], dim=1)  # (B, C + 1): the new position last, never special
+        special = special_positions(ext, config.special_ids)
+        special[:, -1] = False
+        seg = segment_ids(ext, special)
+        h, seed = config.h, config.seed
+        if config.strategy == "hash":  # the state after the h-1 tokens before the target, then the target
+            acc, _ = _window_hash(ext, h, seg, seed, range(1, h))
+            drops = _drops(mix64(acc[:, -1:] ^ (candidates[None, :] + 1)), config.k)  # (B, V)
+        elif config.strategy == "hash-preceding":
+            acc, nonempty = _window_hash(ext, h, seg, seed, range(1, h + 1), _PRECEDING_TAG)
+            drops = (_drops(acc[:, -1:], config.k) & nonempty[:, -1:]).expand(B, vocab_size)
+        else:  # static
+            drops = ((_position_in_segment(seg)[:, -1:] + 1) % config.k == 0).expand(B, vocab_size)
+    return drops & ~special_v
+
+
+def _next_hash_table(ctx: torch.Tensor, k: int, h: int, candidates: torch.Tensor) -> torch.Tensor:
+    """(B, V) hash-table decisions of a new last target: key = product of the h-1 ids before it and the candidate
+    (wrapping int64, as in :func:`_hash_table_mask`); never dropped among a row's first h-1 targets."""
+    B, C = ctx.shape
+    real = (ctx >= 0).long().flip(1).cumprod(1).sum(1)  # (B,) tokens after the row's left padding
+    drops = torch.zeros(B, len(candidates), dtype=torch.bool, device=ctx.device)
+    table = _reference_table().to(ctx.device)
+    for b in torch.nonzero(real >= h - 1).flatten().tolist():
+        tail = ctx[b, C - (h - 1):] if h > 1 else ctx[b, :0]
+        key = tail.prod() * candidates  # (V,) wrapping int64, like the row's unfold(...).prod()
+        drops[b] = table[torch.remainder(key, _TABLE_SIZE)] < 1 / k
+    return drops
+
+
+def _next_by_rows(ctx: torch.Tensor, config: GoldfishConfig, candidates: torch.Tensor, chunk: int) -> torch.Tensor:
+    """(B, V) decisions by masking the row ``context[b] + [v]`` itself, ``chunk`` candidates at a time."""
+    B, C = ctx.shape
+    out = torch.zeros(B, len(candidates), dtype=torch.bool, device=ctx.device)
+    for b in range(B):
+        for lo in range(0, len(candidates), chunk):
+            v = candidates[lo: lo + chunk]
+            rows = torch.cat([ctx[b].expand(len(v), C), v[:, None]], dim=1)  # (chunk, C + 1)
+            out[b, lo: lo + len(v)] = config_mask(rows, config)[:, -1]
+    return out
