@@ -18,6 +18,7 @@ from goldfish.eval.stats import mcnemar_exact
 from goldfish.masks import GoldfishConfig, config_mask, next_token_drops
 
 from eval_fixtures import TEXTS, save_model_folder, tiny_llama, tiny_tokenizer, write_jsonl
+from test_eval_cli import _documented
 
 
 @pytest.fixture(scope="module")
@@ -180,6 +181,10 @@ def test_goldfish_eval_with_the_mask_consistent_adversary(tmp_path, tok, capsys)
         assert w["greedy_dropped_hits"] == sum(int(d and g == t) for g, t, d in
                                                zip(w["generation_ids"], w["truth_ids"], told))
         assert 0 <= w["mc_oracle_dropped_hits"] <= w["mask_dropped"]
+    doc = _documented()  # every field emitted is documented in eval/SCHEMA.md
+    assert "adversary" in doc["top level"] and set(adv) <= doc["adversary"]
+    assert set().union(*map(set, adv["rows"])) <= doc["adversary.rows"]
+    assert set().union(*map(set, res["windows"])) <= doc["windows"]
     row = adv["rows"][0]
     ws = [w for w in res["windows"] if w["prefix_len"] == 8]
     n_dropped = sum(w["mask_dropped"] for w in ws)
