@@ -58,16 +58,17 @@ PAD = -1  # left padding in the picker's context: a negative id, a boundary for 
 
 
 def run_folder_mask(model_path: str | None) -> dict | None:
-    """``loss`` settings of a training run folder (``<run>/config.yaml``): ``{"type": ..., "goldfish": {...}}``, or
-    None when ``model_path`` is not a run folder."""
+    """``loss`` settings of the training run folder of ``model_path`` (the run folder itself or its ``model/``, as
+    an experiment cell names it): ``{"type": ..., "goldfish": {...}}`` from ``<run>/config.yaml``, or None when the
+    model does not come from a run folder."""
     if not model_path:
         return None
-    folder = Path(model_path).expanduser()
-    config = folder / "config.yaml"
-    if not (folder.is_dir() and config.is_file() and (folder / "model").is_dir()):
-        return None
-    loss = read_yaml(config).get("loss") or {}
-    return {"type": loss.get("type", "standard"), "goldfish": dict(loss.get("goldfish") or {})}
+    path = Path(model_path).expanduser()
+    for run in (path, path.parent):
+        if (run / "config.yaml").is_file() and (run / "model").is_dir() and path in (run, run / "model"):
+            loss = read_yaml(run / "config.yaml").get("loss") or {}
+            return {"type": loss.get("type", "standard"), "goldfish": dict(loss.get("goldfish") or {})}
+    return None
 
 
 def resolve_mask(mask_section: Any, model_path: str | None, tokenizer) -> GoldfishConfig:

@@ -21,6 +21,7 @@ import dataclasses
 from typing import Literal, Union
 
 from goldfish.config import check, option, raise_problems
+from goldfish.masks import Strategy
 from goldfish.precision import PRECISIONS, canonical_precision
 
 from .windows import ALL, PLACEMENTS
@@ -179,8 +180,8 @@ class MaskSection:
 
     k: Union[int, None] = option(None, "drop 1 in k target tokens (null = the run folder's)")
     h: Union[int, None] = option(None, "hashed context width (null = the run folder's)")
-    strategy: Union[str, None] = option(None, "hash | hash-table | canonical | hash-preceding | static (null = the "
-                                              "run folder's)")
+    strategy: Union[Strategy, None] = option(None, "hash | hash-table | canonical | hash-preceding | static (null = "
+                                                   "the run folder's)")
     seed: Union[int, None] = option(None, "salt of the hash (null = the run folder's, or 0)")
     special_ids: Union[list[int], None] = option(None, "ids never dropped nor hashed, besides the tokenizer's eos/"
                                                        "bos/pad (null = the run folder's)")

@@ -154,6 +154,7 @@ def test_mask_settings_from_the_run_folder_and_overrides(tmp_path, tok):
     assert (gcfg.k, gcfg.h, gcfg.seed, gcfg.strategy) == (8, 7, 2, "hash")
     assert gcfg.special_ids == sorted({5, tok.eos_token_id, tok.pad_token_id})
     assert adversary.resolve_mask(MaskSection(k=4), str(run), tok).k == 4  # a key set in the eval config wins
+    assert adversary.resolve_mask(MaskSection(), str(run / "model"), tok).k == 8  # an experiment cell's model/
     std = _run_folder(tmp_path / "std", tok, {"type": "standard"})
     from goldfish.errors import UserError
 
@@ -195,9 +196,10 @@ def test_goldfish_eval_with_the_mask_consistent_adversary(tmp_path, tok, capsys)
     assert row["mcnemar_vs_greedy"]["mc_oracle"] == mcnemar_exact([w["mc_oracle_exact_match"] for w in ws],
                                                                   [w["exact_match"] for w in ws])
     # a checkpoint without mask settings: one error line naming the keys, exit 2, nothing written
-    capsys.readouterr()
     plain = tmp_path / "ev2"
-    args2 = [a if a != str(run) else str(run / "model") for a in args]
+    hf = save_model_folder(tmp_path / "hf", tiny_llama(len(tok), seed=5), tok)  # no run folder around it
+    capsys.readouterr()
+    args2 = [a if a != str(run) else str(hf) for a in args]
     args2[args2.index(str(out))] = str(plain)
     assert main(args2 + ["decoding.adversary=mask_consistent"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
