@@ -432,6 +432,8 @@ def next_token_drops(context: torch.Tensor, config: GoldfishConfig, vocab_size: 
     elif config.strategy == "canonical":
         return _next_by_rows(ctx, config, candidates, chunk) & ~special_v
     else:
+        if config.strategy in ("hash", "hash-preceding"):
+            ctx = ctx[:, -config.h:]  # the window reaches h tokens back at most: the rest cannot change a decision
         placeholder = torch.zeros(B, 1, dtype=torch.int64, device=ctx.device)
         ext = torch.cat([ctx, placeholder], dim=1)  # (B, C + 1): the new position last, never special
         special = special_positions(ext, config.special_ids)
