@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from tolerances import llama_terms
 
 PAD, EOS, BOS = 0, 1, 2
 REPO = Path(__file__).resolve().parents[1]
@@ -95,6 +96,11 @@ def make_prepared(folder: str | Path, rows: int = 16, seq_len: int = 32, vocab: 
                 "counts": {"members": 2, "nonmembers": 2, "train": rows}}
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return folder
+
+
+# rounded terms along one token's forward path through tiny_config's model (hidden 32, MLP 64, 2 layers, 2 heads of
+# 16, rows of 32 positions, vocabulary 64); tests/tolerances.py turns counts of terms into tolerances
+TINY_FORWARD = llama_terms(hidden=32, intermediate=64, layers=2, head_dim=16, seq=32, vocab=64)
 
 
 def tiny_config(data: Path, out: Path, **overrides) -> dict:
