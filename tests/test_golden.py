@@ -10,8 +10,8 @@ How close is close enough depends on the machine's arithmetic. The one that pinn
 (one thread, the same kernels summing in the same order); step 1 sends the seeded initial weights through every
 kernel of the forward pass, the backward pass and the gradient norm, so a machine whose step-1 values equal the file's
 bit for bit rounds as the pinning one did, and there every value must be equal. Another instruction set sums in
-another order: there each value may move by what fp32 rounding allows (:func:`tolerance`). Counts and learning rates
-are integers or exact Python arithmetic: equal everywhere.
+another order: there each value may move by what fp32 rounding allows (``train_helpers.step_tolerance``). Counts
+and learning rates are integers or exact Python arithmetic: equal everywhere.
 
 Regenerate only for a deliberate change of the numerics (say why in the commit):
 ``GOLDFISH_UPDATE_GOLDEN=1 OMP_NUM_THREADS=1 pytest tests/test_golden.py``.
@@ -24,18 +24,15 @@ import os
 from pathlib import Path
 
 import pytest
-from tolerances import rounding
-from train_helpers import TINY_FORWARD, make_prepared, tiny_config
+from train_helpers import STEP_KEYS, load_weights, make_prepared, step_tolerance, tiny_config
 
 from goldfish.config import from_dict
 from goldfish.io import read_jsonl
 from goldfish.train import train
-from goldfish.models import build_model
-from goldfish.train_config import ModelConfig, TrainConfig
+from goldfish.train_config import TrainConfig
 
 GOLDEN = Path(__file__).parent / "golden" / "tiny_losses.json"
 KEYS = ("loss", "kept_loss", "dropped_loss", "grad_norm", "kept_tokens", "dropped_tokens", "lr")
-ROUNDED = ("loss", "kept_loss", "dropped_loss", "grad_norm")  # fp32 results; the other keys are exact
 TOKENS = 4 * 32  # targets per step: 2 micro-batches of 2 rows x 32 positions
 RUNS = {
     "standard": {},
@@ -50,22 +47,9 @@ def _run(data: Path, out: Path, overrides: dict) -> list[dict]:
     return [{k: r[k] for k in KEYS} for r in records]
 
 
-def tolerance(key: str, step: int, params: int) -> float:
-    """Relative difference allowed at ``step`` (from 1) between two machines that round differently.
-
-    One step's gradient carries n = 2·TINY_FORWARD + TOKENS rounded terms (each target's path forward and backward,
-    summed over the step's targets) and moves the weights that every later value is computed from, so to first
-    order a value at step t carries the rounding of t - 1 earlier gradients besides its own: a loss its targets'
-    forward paths and their sum, the gradient norm its step's gradient and a sum of squares over ``params``."""
-    earlier = (step - 1) * (2 * TINY_FORWARD + TOKENS)
-    if key == "grad_norm":
-        return rounding(earlier + 2 * TINY_FORWARD + TOKENS) + rounding(params)
-    return rounding(earlier + TINY_FORWARD + TOKENS)
-
-
 def _same_arithmetic(got: list[dict], expected: list[dict]) -> bool:
     """Step 1's rounded values equal the file's bit for bit: this machine rounds as the one that pinned it."""
-    return all(got[0][key] == expected[0][key] for key in ROUNDED)
+    return all(got[0][key] == expected[0][key] for key in STEP_KEYS)
 
 
 @pytest.fixture(scope="module")
@@ -84,14 +68,13 @@ def test_golden_losses(golden_data, tmp_path, one_thread, name):
     expected = json.loads(GOLDEN.read_text())[name]
     assert len(got) == len(expected) == 6
     exact = _same_arithmetic(got, expected)
-    params = sum(p.numel() for p in build_model(ModelConfig(**tiny_config(golden_data, tmp_path)["model"]), 64, 0)
-                 .parameters())
+    params = sum(t.numel() for t in load_weights(tmp_path / name).values())
     for step, (g, e) in enumerate(zip(got, expected), start=1):
         for key in KEYS:
-            if exact or key not in ROUNDED or e[key] is None:
+            if exact or key not in STEP_KEYS or e[key] is None:
                 assert g[key] == e[key], f"{name} step {step} {key}: {g[key]} != golden {e[key]} (exact: {exact})"
             else:
-                assert g[key] == pytest.approx(e[key], rel=tolerance(key, step, params), abs=0), \
+                assert g[key] == pytest.approx(e[key], rel=step_tolerance(key, step, TOKENS, params), abs=0), \
                     f"{name} step {step} {key}"
     if name == "goldfish":  # the golden run really exercises the mask: some targets dropped every step
         assert all(e["dropped_tokens"] > 0 and e["dropped_loss"] is not None for e in expected)

@@ -9,8 +9,8 @@ import datasets
 import pytest
 import torch
 import torch.nn.functional as F
-from tolerances import adamw_drift, rounding
-from train_helpers import EOS, TINY_FORWARD, tiny_config
+from tolerances import rounding
+from train_helpers import EOS, TINY_FORWARD, assert_same_training, tiny_config
 
 from goldfish.config import from_dict
 from goldfish.io import read_jsonl
@@ -95,34 +95,6 @@ def test_logged_losses_equal_a_hand_computation(data, tmp_path):
     assert not (dropped_labels == EOS).any()  # special tokens are never dropped
 
 
-def assert_same_training(run_a: tuple, run_b: tuple, eps: float, tokens_per_step: int) -> None:
-    """Two runs of the same 4 steps from the same weights that round differently: the same token counts, step-1 loss
-    and gradient norm (same weights: only the order of the sums differs) and final weights within what fp32 rounding
-    allows (tests/tolerances.py). ``run_*``: (run folder, metrics records); ``eps``: the runs' AdamW ε."""
-    from train_helpers import load_weights
-
-    from goldfish.train_config import OptimConfig
-
-    (out_a, ra), (out_b, rb) = run_a, run_b
-    a, b = load_weights(out_a), load_weights(out_b)
-    assert a.keys() == b.keys()
-    assert [(r["kept_tokens"], r["dropped_tokens"]) for r in ra] == [(r["kept_tokens"], r["dropped_tokens"]) for r in rb]
-    # the loss: its kept tokens' forward paths and their sum
-    assert rb[0]["loss"] == pytest.approx(ra[0]["loss"], rel=rounding(TINY_FORWARD + ra[0]["kept_tokens"]), abs=0)
-    # a gradient component: each token's path forward and backward, summed over the step's tokens; its norm adds a
-    # sum of squares over every parameter
-    n, params = 2 * TINY_FORWARD + tokens_per_step, sum(t.numel() for t in a.values())
-    norm_error = rounding(n) + rounding(params)
-    assert rb[0]["grad_norm"] == pytest.approx(ra[0]["grad_norm"], rel=norm_error, abs=0)
-    # clipped gradients have |g_i| <= ||g|| <= max_grad_norm, so a component differs by <= rounding(n)·max_grad_norm
-    # per step; AdamW turns that into at most adamw_drift(...) per weight
-    optim = OptimConfig()
-    drift = adamw_drift([r["lr"] for r in ra], rounding(n) * optim.max_grad_norm, eps, optim.betas, norm_error,
-                        weight_scale=max(t.abs().max().item() for t in a.values()))
-    worst = max((a[k] - b[k]).abs().max().item() for k in a)
-    assert worst <= drift, (worst, drift)
-
-
 def test_gradient_accumulation_matches_one_big_batch(data, tmp_path):
     """4 steps of one 4-row micro-batch vs four 1-row micro-batches: the same sums in another order.
 
@@ -130,13 +102,13 @@ def test_gradient_accumulation_matches_one_big_batch(data, tmp_path):
     one weight whose step-1 gradient was -5.57e-9 in one run and -5.60e-9 in the other (a 3e-11 rounding difference)
     ended 6e-6 apart with AVX2 kernels, so no bound from the arithmetic could be tight there. A wrong normaliser
     (each micro-batch divided by its own kept count, then averaged) moves the step-1 gradient norm by 4 % and the
-    weights by 5e-3, far outside the bounds of assert_same_training (1.3e-4 and 1.8e-4)."""
+    weights by 5e-3, far outside the bounds of train_helpers.assert_same_training (1.3e-4 and 1.8e-4)."""
     eps = 1e-2
     cfg = lambda name, micro: tiny_config(  # noqa: E731
         data, tmp_path / name, loss={"type": "goldfish", "goldfish": {"k": 4, "h": 13}},
         optim={"lr": 1e-2, "warmup_steps": 2, "eps": eps},
         schedule={"max_steps": 4, "global_batch_size": 4, "micro_batch_size": micro})
-    assert_same_training(run(cfg("a", 4)), run(cfg("b", 1)), eps, tokens_per_step=4 * 32)
+    assert_same_training(run(cfg("a", 4))[0], run(cfg("b", 1))[0], eps, tokens=4 * 32)
 
 
 def test_same_config_same_metrics(data, tmp_path):
@@ -189,4 +161,4 @@ def test_compiled_layers_train_like_eager_ones(data, tmp_path):
     optim = {"lr": 1e-2, "warmup_steps": 2, "eps": eps}
     eager = run(tiny_config(data, tmp_path / "eager", schedule=schedule, optim=optim))
     compiled = run(tiny_config(data, tmp_path / "compiled", schedule=schedule, optim=optim, compile=True))
-    assert_same_training(eager, compiled, eps, tokens_per_step=4 * 32)
+    assert_same_training(eager[0], compiled[0], eps, tokens=4 * 32)
