@@ -22,8 +22,8 @@ LAMBDA = 6.0  # probabilistic bound: exceeded with probability <= 2n·exp(-18) =
 
 
 def rounding(n: int, u: float = U32) -> float:
-    """Relative difference allowed between two evaluations of a value that accumulates ``n`` rounded terms in
-    different orders: ``2·u·min(n, λ√n)`` (the worst case for short sums, the probabilistic bound for long ones)."""
+    """Relative difference allowed between two evaluations of a value that accumulates ``n`` rounded terms in other
+    orders: ``2·u·min(n, λ√n)`` (the worst case for short sums, the probabilistic bound for long ones)."""
     return 2 * u * min(n, LAMBDA * math.sqrt(n))
 
 
