@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from tolerances import adamw_drift, llama_terms, rounding
+from tolerances import U_BF16, adamw_drift, llama_terms, rounding
 from train_helpers import require_dist_marker
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -143,9 +143,6 @@ def reference_run(cfg: LlamaConfig, micro_rows: int = 2, packed: bool = False) -
 
 
 # ------------------------------------------------------------------ how close a layout must come to the reference
-
-U_BF16 = 2.0 ** -8  # bfloat16 unit roundoff: 8 significant bits
-
 
 @dataclasses.dataclass(frozen=True)
 class Tolerance:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 U32 = 2.0 ** -24  # fp32 unit roundoff
 U64 = 2.0 ** -53  # float64 unit roundoff
+U_BF16 = 2.0 ** -8  # bfloat16 unit roundoff: 8 significant bits
 LAMBDA = 6.0  # probabilistic bound: exceeded with probability <= 2n·exp(-18) = n·3e-8 per value
 
 
@@ -25,6 +26,12 @@ def rounding(n: int, u: float = U32) -> float:
     """Relative difference allowed between two evaluations of a value that accumulates ``n`` rounded terms in other
     orders: ``2·u·min(n, λ√n)`` (the worst case for short sums, the probabilistic bound for long ones)."""
     return 2 * u * min(n, LAMBDA * math.sqrt(n))
+
+
+def scaled(expected, n: int, u: float = U32) -> float:
+    """Absolute tolerance for an array of values that each accumulate ``n`` rounded terms: :func:`rounding` relative
+    to the array's scale, its largest magnitude (an element near 0 by cancellation keeps its terms' rounding)."""
+    return rounding(n, u) * float(abs(expected).max())
 
 
 def llama_terms(hidden: int, intermediate: int, layers: int, head_dim: int, seq: int, vocab: int) -> int:
