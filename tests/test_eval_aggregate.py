@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tolerances import U64, rounding
+from tolerances import U64, line_fit, rounding
 
 from goldfish.eval.aggregate import group_rates, mean_interval, loglinear_fit, predict, summarize, wilson_interval
 from goldfish.errors import UserError
@@ -119,10 +119,7 @@ def test_loglinear_fit_matches_polyfit():
     y = [0.01, 0.03, 0.02, 0.09, 0.12]
     fit = loglinear_fit(x, y)
     slope, intercept = np.polyfit(np.log10(x), y, 1)
-    # two float64 least-squares solutions: each within cond(A)²·(rounding of its sums) of the exact fit, A the
-    # 5 x 2 design matrix [log10 x, 1]
-    design = np.stack([np.log10(x), np.ones(5)], axis=1)
-    tol = np.linalg.cond(design) ** 2 * rounding(2 * 5, U64)
+    tol = line_fit(np.log10(x))  # two float64 least-squares lines
     assert fit["slope"] == pytest.approx(slope, rel=tol, abs=0)
     assert fit["intercept"] == pytest.approx(intercept, rel=tol, abs=0)
     r = np.corrcoef(np.log10(x), y)[0, 1]
@@ -132,7 +129,7 @@ def test_loglinear_fit_matches_polyfit():
 
 def test_loglinear_fit_exact_line_and_errors():
     fit = loglinear_fit([1, 10, 100], [2.0, 2.5, 3.0])  # y = 2 + 0.5 log10 x
-    tol = np.linalg.cond([[0.0, 1.0], [1.0, 1.0], [2.0, 1.0]]) ** 2 * rounding(2 * 3, U64)  # as above
+    tol = line_fit([0.0, 1.0, 2.0])  # the float64 least-squares line through log10 x
     assert fit["slope"] == pytest.approx(0.5, rel=tol, abs=0) and fit["intercept"] == pytest.approx(2.0, rel=tol, abs=0)
     assert fit["r2"] == pytest.approx(1.0, rel=tol, abs=0)
     assert loglinear_fit([1, 10], [3.0, 3.0])["r2"] is None  # constant y: r2 undefined

@@ -34,6 +34,16 @@ def scaled(expected, n: int, u: float = U32) -> float:
     return rounding(n, u) * float(abs(expected).max())
 
 
+def line_fit(x) -> float:
+    """Relative difference allowed between two float64 least-squares lines through points at ``x`` (say ours and
+    numpy's or scipy's): each solution is within cond(A)²·rounding(2n) of the exact one, A the n x 2 design matrix
+    [x, 1] (Higham 2002, §20.1: the squared condition number enters when the residual is not zero)."""
+    import numpy as np
+
+    design = np.stack([np.asarray(x, dtype=np.float64), np.ones(len(x))], axis=1)
+    return float(np.linalg.cond(design)) ** 2 * rounding(2 * len(x), U64)
+
+
 def llama_terms(hidden: int, intermediate: int, layers: int, head_dim: int, seq: int, vocab: int) -> int:
     """Rounded terms along one token's forward path through a Llama causal LM to its log-probabilities (the backward
     pass reduces over the same dimensions, so a gradient carries twice as many).
