@@ -114,9 +114,11 @@ def kept_count(batch: dict[str, torch.Tensor]) -> int:
 
 
 def reference_run(cfg: LlamaConfig, micro_rows: int = 2, packed: bool = False) -> dict:
-    """Train the plain HF model in one process; returns per-step stats, grad norms, final weights and the scales the
-    tolerances are relative to: the largest |logit| and, per weight, the largest |clipped gradient| over the steps."""
+    """Train the plain HF model in one process; returns per-step stats, grad norms, final weights, how far each
+    weight moved, and the scales the tolerances are relative to: the largest |logit| and, per weight, the largest
+    |clipped gradient| over the steps."""
     model = build_model(cfg)
+    init = {k: v.detach().clone() for k, v in model.state_dict().items()}
     opt = adamw(model.parameters())
     losses, norms, logit_scale, grad_scale = [], [], 0.0, {}
     for batch in global_batches(packed=packed):
@@ -139,7 +141,8 @@ def reference_run(cfg: LlamaConfig, micro_rows: int = 2, packed: bool = False) -
         losses.append(stats)
     return {"stats": torch.stack(losses), "norms": torch.tensor(norms, dtype=torch.float64),
             "weights": {k: v.detach().clone() for k, v in model.state_dict().items()}, "logit_scale": logit_scale,
-            "grad_scale": grad_scale}
+            "grad_scale": grad_scale,
+            "moved": {k: float((v - init[k]).abs().max()) for k, v in model.state_dict().items()}}
 
 
 # ------------------------------------------------------------------ how close a layout must come to the reference
@@ -183,6 +186,8 @@ def parity_tolerance(ref: dict, layers: int = 2, precision: str = "fp32") -> Tol
     norm = grad + rounding(params)
     weight = {name: adamw_drift([LR] * STEPS, step_grad * ref["grad_scale"][name], EPS, BETAS, norm,
                                 weight_scale=float(w.abs().max())) for name, w in ref["weights"].items()}
+    # every weight moved further than its tolerance: a layout that skipped an update cannot pass the comparison
+    assert precision == "bf16" or all(ref["moved"][name] > weight[name] for name in weight), (ref["moved"], weight)
     return Tolerance(loss, norm, weight)
 
 

@@ -124,9 +124,8 @@ def _check(results: list[dict], layout: dict, world: int) -> None:
         torch.testing.assert_close(main["weights"][name], expected, atol=tol.weight[name], rtol=0, msg=name)
         torch.testing.assert_close(main["resumed_weights"][name], expected, atol=tol.weight[name], rtol=0, msg=name)
         torch.testing.assert_close(main["exported"][name], main["weights"][name], rtol=0, atol=0, msg=name)
-    # the weights moved: a run that silently skipped the update would not pass the checks above by accident
-    assert (main["weights"]["model.layers.0.self_attn.q_proj.weight"]
-            - build_model(tiny_config()).state_dict()["model.layers.0.self_attn.q_proj.weight"]).abs().max() > 1e-3
+    # parity_tolerance checked that every weight moved further than its tolerance: a run that silently skipped the
+    # update would not pass the checks above by accident
 
 
 LAYOUTS_2 = {"R2": {"row": 2}, "C2": {"col": 2}, "D2-tied": {"depth": 2, "tied": True},
