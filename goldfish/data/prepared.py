@@ -11,6 +11,7 @@
     <out>/nonmembers/     the same columns, repetitions = 0
     <out>/background/     (only when configured) the same columns, repetitions = 1
     <out>/train/          input_ids, labels, document_ids, position_ids, attention_mask; one row per sequence
+    <out>/.goldfish-owner.json  kind "prepared" and the sha256 of the splits' sha256 (goldfish.ownership)
 
 Arrow files are written without timestamps and with a content-derived fingerprint, so the same config and seed
 give byte-identical ``.arrow`` files (their sha256 is in the manifest).
