@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from train_helpers import REPO, tiny_config
 from goldfish.cli import main
 from goldfish.config import from_dict, load_config
 from goldfish.errors import ConfigError, UserError
+from goldfish.precision import resolve_precision
 from goldfish.train import learning_rate, make_plan, micro_batches, train
 from goldfish.train_config import OptimConfig, ScheduleConfig, TrainConfig
 
@@ -127,4 +129,6 @@ def test_resolved_config_is_saved_and_reloads(data, tmp_path):
     cfg = tiny_config(data, tmp_path / "run", schedule={"max_steps": 1, "global_batch_size": 4, "micro_batch_size": 4})
     out = train(from_dict(TrainConfig, cfg))
     again = load_config(TrainConfig, Path(out) / "config.yaml")
-    assert again == from_dict(TrainConfig, cfg)
+    # saved resolved: precision=auto (the default) as this machine resolves it, everything else as given
+    assert again.precision == resolve_precision("auto", "cpu") and from_dict(TrainConfig, cfg).precision == "auto"
+    assert again == dataclasses.replace(from_dict(TrainConfig, cfg), precision=again.precision)
