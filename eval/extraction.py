@@ -76,11 +76,6 @@ def np_extraction(p_suffix: float | np.ndarray, n: int) -> float | np.ndarray:
     return float(out) if out.ndim == 0 else out
 
 
-def disagreements(onepass_exact: Sequence[bool], exact: Sequence[bool]) -> int:
-    """Number of windows where the one-pass verdict and the generated verdict differ."""
-    return sum(bool(a) != bool(b) for a, b in zip(onepass_exact, exact))
-
-
 def sample_hits(model, prefixes: Sequence[Sequence[int]], suffixes: Sequence[Sequence[int]], n: int, *,
                 temperature: float = 1.0, seed: int = 0, pad_id: int = 0, batch_size: int | str = 32,
                 progress: bool = True) -> list[int]:

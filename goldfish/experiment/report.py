@@ -48,10 +48,6 @@ def cell_label(cell: dict, axes: list[str], one_per_arm: bool) -> str:
     return cell["arm"] + " " + " ".join(f"{a}={cell.get(a)}" for a in axes)
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    return markdown_table(header, rows)
-
-
 # Hans et al. 2024 (NeurIPS), Fig. 1: Llama-2-7B fine-tuned on 100 Wikipedia articles for 100 epochs; Goldfish k=4.
 PAPER_FIG1 = {"standard": {"exact_match_rate": 0.85, "rouge_l": 0.96},
               "goldfish": {"exact_match_rate": 0.0, "rouge_l": 0.51},
@@ -83,7 +79,7 @@ def headline_table(results: dict, markdown: bool = True) -> str:
                      _fmt(kept),
                      f"{_fmt(c.get('final_kept_loss'))} / {_fmt(c.get('final_dropped_loss'))}"])
     if markdown:
-        return _table(header, rows)
+        return markdown_table(header, rows)
     return _plain(header, rows)
 
 
@@ -124,7 +120,7 @@ def spread_table(results: dict) -> str | None:
         n = max((v[2] for v in metrics.values()), default=0)
         rows.append([arm, str(n)] + [f"{_fmt(metrics[k][0], kind)} +- {_fmt(metrics[k][1], kind)}"
                                      if k in metrics else "-" for k, _, kind in SPREAD_METRICS])
-    return _table(["arm", "cells"] + [name for _, name, _ in SPREAD_METRICS], rows)
+    return markdown_table(["arm", "cells"] + [name for _, name, _ in SPREAD_METRICS], rows)
 
 
 def paper_table(results: dict, markdown: bool = True) -> str | None:
@@ -140,7 +136,7 @@ def paper_table(results: dict, markdown: bool = True) -> str | None:
     if not rows:
         return None
     header = ["arm", "exact match (ours)", "exact match (paper)", "ROUGE-L (ours)", "ROUGE-L (paper)"]
-    return _table(header, rows) if markdown else _plain(header, rows)
+    return markdown_table(header, rows) if markdown else _plain(header, rows)
 
 
 def regime(results: dict) -> str:
@@ -178,7 +174,7 @@ def exposure_table(results: dict) -> str | None:
             low, high = (ci.get(str(r)) or {}).get(attack) or (None, None)
             row.append(_fmt((by.get(str(r)) or {}).get(attack)) + _ci({"low": low, "high": high}, "low", "high"))
         rows.append(row)
-    return _table(["cell"] + [f"{r}x" for r in counts], rows)
+    return markdown_table(["cell"] + [f"{r}x" for r in counts], rows)
 
 
 def _with_ci(value: Any, low: Any, high: Any, kind: str = "") -> str:
@@ -203,7 +199,7 @@ def adaptive_table(results: dict) -> str | None:
              _rate(c, "sample_rate"),
              _rate(c, "sample_any_rate") + (f" ({c['n_samples']} samples, T={c.get('sample_temperature')})"
                                             if c.get("n_samples") else "")] for c in cells]
-    return _table(["cell", "windows", "greedy exact match", "beam exact match", "sample rate",
+    return markdown_table(["cell", "windows", "greedy exact match", "beam exact match", "sample rate",
                    "any sample exact"], rows)
 
 
@@ -242,7 +238,7 @@ def leakage_section(results: dict) -> list[str]:
                      "no leakage audit there.")
     lines = ["## Dropped-token leakage audit", ""]
     if rows:
-        lines += [_table(["cell", "positions", "documents", "tokens", "accuracy arm / control",
+        lines += [markdown_table(["cell", "positions", "documents", "tokens", "accuracy arm / control",
                           "accuracy arm - control", "loss arm / control", "loss arm - control"], rows), "",
                   "Member documents, the positions the Goldfish mask drops / keeps (the same positions in every arm); "
                   "top-1 accuracy and loss (-log p, nats) of the cell and of the control of its grid point (a model "
@@ -265,7 +261,7 @@ def stratum_table(results: dict, by: str) -> str:
         rows.append([cell_label(c, axes, one)] + [
             f"{_fmt(agg[v]['exact_match_rate'], 'pct')} / {_fmt(agg[v]['rouge_l'])}" if v in agg else "-"
             for v in values])
-    return _table(header, rows)
+    return markdown_table(header, rows)
 
 
 def _mean_over(strata: list[dict], by: str) -> dict[Any, dict[str, float]]:
@@ -293,7 +289,7 @@ def repetition1_table(results: dict) -> str | None:
                          _fmt(agg[1]["exact_match_rate"], "pct"), _fmt(agg[1]["rouge_l"])])
     if not rows:
         return None
-    return _table(["cell", "params", "exact match (rep. 1)", "ROUGE-L (rep. 1)"], rows)
+    return markdown_table(["cell", "params", "exact match (rep. 1)", "ROUGE-L (rep. 1)"], rows)
 
 
 def k_baseline_table(results: dict) -> str | None:
@@ -313,7 +309,7 @@ def k_baseline_table(results: dict) -> str | None:
                          _fmt(r["kept_acc"], "pct"), _fmt(r["n_dropped"], "int")])
     if not rows:
         return None
-    return _table(["cell", "mask", "prefix", "exact match", "baseline (1-g/k)^S", "g (dropped missed)",
+    return markdown_table(["cell", "mask", "prefix", "exact match", "baseline (1-g/k)^S", "g (dropped missed)",
                    "kept-token acc.", "dropped positions"], rows)
 
 
