@@ -16,7 +16,6 @@ import csv
 import io
 import json
 import logging
-import subprocess
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,6 +27,7 @@ from tqdm.auto import tqdm
 from goldfish.config import save_config, to_dict
 from goldfish.errors import UserError
 from goldfish.io import JsonlLogger, atomic_write_text, strict_json
+from goldfish.provenance import code_version, git_commit, versions
 
 from . import extraction, membership
 from .aggregate import summarize
@@ -47,24 +47,7 @@ log = logging.getLogger(__name__)
 SCHEMA = "goldfish-eval/1"
 CHUNK = 256  # windows per resumable unit
 CSV_SKIP = ("generation_ids", "truth_ids")  # lists stay in results.json only
-
-
-def _versions() -> dict:
-    import transformers
-
-    import goldfish
-
-    return {"goldfish": getattr(goldfish, "__version__", None), "torch": torch.__version__,
-            "transformers": transformers.__version__}
-
-
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (out.stdout.strip() or None) if out.returncode == 0 else None
+VERSIONED = ("torch", "transformers", "numpy")  # the libraries results.json names the versions of
 
 
 def _require(cfg: EvalConfig) -> None:
@@ -230,8 +213,9 @@ def run_eval(cfg: EvalConfig) -> dict:
     results = {
         "schema": SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "versions": _versions(),
-        "git": _git_commit(),
+        "code": code_version(),
+        "versions": versions(VERSIONED),
+        "git": git_commit(),
         "config": to_dict(cfg),
         "model": {"path": resolve_model_path(m.path).describe(), "num_parameters": num_parameters(model),
                   "vocab_size": model_vocab_size(model), "dtype": str(next(model.parameters()).dtype)},

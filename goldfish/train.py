@@ -4,25 +4,27 @@ Each step (see :func:`_train_step`):
 
 1. take the global batch: rows ``order[position : position + global_batch_size]`` of a seeded permutation of the
    epoch (every rank computes the same global batch and reads its data-parallel shard); an epoch reads every row
-   once, its last batch topped up with empty rows (:func:`next_batch`, :func:`take_rows`);
+   once, its last batch topped up with empty rows (:mod:`goldfish.data.order`);
 2. compute the Goldfish drop mask of the whole global batch (all-False for the standard loss) and the normaliser:
    the number of kept supervised targets in the global batch, so the loss does not depend on how it is split;
 3. split this rank's shard into micro-batches; the engine accumulates ``kept_sum / normaliser`` over them;
 4. set the warmup + cosine learning rate and take the optimizer step (gradient clipping inside the engine);
 5. log one JSON line to ``<out>/metrics.jsonl``; checkpoint every ``checkpoint.every_steps`` steps and at the end.
 
+Goldfish reaches the engine only through the loss function (``goldfish.loss.EngineLoss``) and the ``drop_mask``
+target; the mask is resolved once (``goldfish.train_config.goldfish_config``) and recorded in ``<out>/mask.json``.
+
 Packed rows: ``position_ids`` restart at each document and are passed to the model without an attention mask,
 which Hugging Face Llama turns into block-diagonal (per-document) causal attention.
 
-Outputs in ``<out>``: ``config.yaml`` (resolved), ``metrics.jsonl``, ``checkpoints/``, ``model/`` (Hugging Face
-format with the tokenizer), ``summary.json``.
+Outputs in ``<out>``: ``config.yaml`` (resolved), ``fingerprint.json``, ``mask.json``, ``metrics.jsonl``,
+``checkpoints/``, ``model/`` (Hugging Face format with the tokenizer), ``summary.json``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -36,14 +38,15 @@ from .config import save_config
 from .engines import get_engine
 from .engines.base import Engine, StepStats
 from .errors import UserError
-from .fingerprint import refuse_mismatch, saved_train_fingerprint, train_fingerprint, write_fingerprint
-from .fold import token_fold
+from .data.order import EpochOrders, consumed_rows, member_exposures, next_batch, take_rows
 from .io import JsonlLogger, atomic_directory, atomic_write_json, atomic_write_text, read_jsonl
 from .loss import EngineLoss
 from .masks import GoldfishConfig, config_mask
-from .models import build_model, count_parameters, flops_per_token
+from .models import build_model, count_parameters, flops_per_token, set_special_ids
 from .perf import measure_matmul_peak, mfu
-from .train_config import OptimConfig, ScheduleConfig, TrainConfig
+from .provenance import refuse_mismatch, write_fingerprint
+from .train_config import (TRAIN_OPTIONAL, OptimConfig, ScheduleConfig, TrainConfig, goldfish_config,
+                           saved_train_fingerprint, train_fingerprint, write_mask_settings)
 
 BATCH_COLUMNS = ("input_ids", "labels", "document_ids", "position_ids")
 
@@ -131,71 +134,6 @@ def build_optimizer(params, optim: OptimConfig) -> torch.optim.Optimizer:
 # ------------------------------------------------------------------------------------------------ data
 
 
-def epoch_order(rows: int, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
-    """Row order of one epoch: a permutation seeded by (seed, epoch), identical on every rank and after resume."""
-    if not shuffle:
-        return np.arange(rows)
-    return np.random.default_rng([seed, epoch]).permutation(rows)
-
-
-def next_batch(plan: Plan, orders: "_EpochOrders", progress: Progress) -> np.ndarray:
-    """Row indices of the next global batch (``<= global_batch`` of them at an epoch's end); moves ``progress`` to
-    the next epoch when the current one is used up. The one place that decides which rows the trainer reads."""
-    if progress.position >= plan.steps_per_epoch * plan.global_batch:
-        progress.epoch, progress.position = progress.epoch + 1, 0  # next epoch, next permutation
-    return orders[progress.epoch][progress.position: progress.position + plan.global_batch]
-
-
-def consumed_rows(plan: Plan, seed: int, shuffle: bool) -> np.ndarray:
-    """(rows read over the whole run,) the row indices the trainer reads in ``plan.total_steps`` steps, in order."""
-    orders, progress, out = _EpochOrders(plan.rows, seed, shuffle), Progress(), []
-    for _ in range(plan.total_steps):
-        out.append(next_batch(plan, orders, progress))
-        progress.position += plan.global_batch
-    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
-
-
-def take_rows(rows, index: np.ndarray, size: int) -> dict[str, torch.Tensor]:
-    """The (size, T) batch of rows ``index``, topped up with empty rows (labels -100, document -1) when shorter."""
-    batch = rows[index.tolist()]
-    missing = size - len(index)
-    if missing:
-        fill = {"input_ids": 0, "labels": -100, "document_ids": -1, "position_ids": 0}
-        batch = {k: torch.cat([v, torch.full((missing, v.shape[1]), fill[k], dtype=v.dtype)]) for k, v in batch.items()}
-    return batch
-
-
-def member_exposures(prepared, consumed: np.ndarray, block: int = 4096) -> dict[str, list[int]]:
-    """{labelled repetitions r: [fewest, most] times a member labelled r was read}, over the rows ``consumed``.
-
-    A member starts once per copy (its ``position_ids == 0``; see ``goldfish.data.packing.occurrences``).
-    """
-    members = prepared.members
-    labels = np.asarray(members["repetitions"], dtype=np.int64)  # (M,)
-    train = prepared.train.with_format("numpy", columns=["document_ids", "position_ids"])
-    times = np.bincount(consumed, minlength=len(train))  # (R,) reads of each row
-    seen = np.zeros(len(labels), dtype=np.int64)
-    for start in range(0, len(train), block):
-        part = train[start:start + block]
-        docs = np.where(part["document_ids"] < len(labels), part["document_ids"], -1)  # members only
-        starts = (part["position_ids"] == 0) & (docs >= 0)
-        row, col = np.nonzero(starts)
-        np.add.at(seen, docs[row, col], times[start + row])
-    return {str(r): [int(seen[labels == r].min()), int(seen[labels == r].max())] for r in np.unique(labels).tolist()}
-
-
-def goldfish_config(cfg: TrainConfig, prepared) -> GoldfishConfig | None:
-    """The Goldfish mask config with the data's special ids (EOS/BOS/pad) added and, for the ``canonical``
-    strategy, the fold table of the data's tokenizer; ``None`` for the standard loss."""
-    if cfg.loss.type != "goldfish":
-        return None
-    tokenizer = prepared.manifest["tokenizer"]
-    specials = set(cfg.loss.goldfish.special_ids)
-    specials |= {int(tokenizer[k]) for k in ("eos_id", "bos_id", "pad_id") if tokenizer.get(k) is not None}
-    fold = token_fold(prepared.tokenizer) if cfg.loss.goldfish.strategy == "canonical" else None
-    return dataclasses.replace(cfg.loss.goldfish, special_ids=sorted(specials), fold=fold)
-
-
 def drop_mask(batch: dict[str, torch.Tensor], gcfg: GoldfishConfig | None) -> torch.Tensor:
     """(B, T) bool, True where Goldfish drops the target ``labels[:, t]``."""
     if gcfg is None:
@@ -249,11 +187,12 @@ class Progress:
 
 def train(cfg: TrainConfig) -> Path:
     """Train per ``cfg`` (resuming per ``cfg.checkpoint.resume``) and return the run folder ``cfg.out``."""
+    started = time.perf_counter()
     prepared, rows, seq_len = load_train_data(cfg.data.path)  # fails fast, before joining any process group
     # Goldfish reaches the engine only through the loss function
     engine = get_engine(cfg, EngineLoss(cfg.loss.ce_chunk_tokens))
     try:
-        return _run(cfg, engine, prepared, rows, seq_len)
+        return _run(cfg, engine, prepared, rows, seq_len, started)
     finally:
         engine.close()
 
@@ -266,30 +205,31 @@ def _process_rank() -> tuple[int, int]:
     return 0, 1
 
 
-def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int) -> Path:
+def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, started: float) -> Path:
     out = Path(cfg.out)
     tok = prepared.manifest["tokenizer"]
     plan = make_plan(cfg.schedule, cfg.optim, len(rows), seq_len, engine.dp_size)
     rank, world = _process_rank()
-    fingerprint = train_fingerprint(cfg, _data_sha256(prepared))
+    fingerprint = train_fingerprint(cfg, prepared.train_sha256)
     refuse_mismatch(saved_train_fingerprint(out), fingerprint, f"the run in {out}",
                     "rerun with the config it was made with (its config.yaml), or pass --fresh to start in a new "
-                    "folder, or --overwrite to replace it")
+                    "folder, or --overwrite to replace it", TRAIN_OPTIONAL)
     resume = ckpt.find_resume(out, cfg.checkpoint.resume, rank, world)  # validated before anything is built
     if resume is not None:  # also a checkpoint of another folder (checkpoint.resume=<path>)
         refuse_mismatch(resume["trainer"].get("fingerprint"), fingerprint, f"checkpoint {resume['folder']}",
                         "resume it with the config it was made with, or start a new run from its weights with "
-                        "model.path=<its run>/model and checkpoint.resume=never")
+                        "model.path=<its run>/model and checkpoint.resume=never", TRAIN_OPTIONAL)
     shape: dict[str, float] = {}
     engine.setup(lambda: _build(cfg, tok, seq_len, shape), lambda params: build_optimizer(params, cfg.optim))
     progress = _restore(engine, resume, plan) if resume is not None else Progress()
+    gcfg = goldfish_config(cfg, prepared)
     if engine.is_main:
         write_fingerprint(out, fingerprint)
         save_config(cfg, out / "config.yaml")
+        write_mask_settings(out, gcfg)
         _truncate_metrics(out / "metrics.jsonl", progress.step)
     meter = _Meter(shape["flops_per_token"], cfg.precision, engine.device, world, engine.is_main)
-    gcfg = goldfish_config(cfg, prepared)
-    orders = _EpochOrders(len(rows), cfg.seed, cfg.data.shuffle)
+    orders = EpochOrders(len(rows), cfg.seed, cfg.data.shuffle)
     clock = _LineClock()
     with JsonlLogger(out / "metrics.jsonl", enabled=engine.is_main) as log, _bar(cfg, engine, plan, progress) as bar:
         while progress.step < plan.total_steps:
@@ -299,7 +239,7 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int) -> Path
             if progress.step == plan.total_steps or (cfg.checkpoint.every_steps
                                                      and progress.step % cfg.checkpoint.every_steps == 0):
                 _save(cfg, engine, plan, progress, rank, world, fingerprint)
-    _finish(cfg, engine, prepared, plan, progress, shape)
+    _finish(cfg, engine, prepared, plan, progress, shape, started)
     return out
 
 
@@ -330,6 +270,8 @@ def _record(stats: StepStats, plan: Plan, progress: Progress, lr: float, grad_no
     supervised = stats.kept_count + stats.dropped_count
     return {
         "step": progress.step, "epoch": round(progress.step / plan.steps_per_epoch, 4), "tokens": progress.tokens,
+        # "loss" is the objective the step minimised, which is the loss on the kept targets: equal to kept_loss for
+        # both losses (the standard loss keeps every target); the loss on all targets is not what was trained
         "loss": stats.kept_loss, "kept_loss": stats.kept_loss,
         "dropped_loss": stats.dropped_loss if stats.dropped_count else None,
         "kept_tokens": stats.kept_count, "dropped_tokens": stats.dropped_count,
@@ -344,32 +286,14 @@ def _record(stats: StepStats, plan: Plan, progress: Progress, lr: float, grad_no
 
 def _build(cfg: TrainConfig, tok: dict[str, Any], seq_len: int, shape: dict[str, float]) -> torch.nn.Module:
     """Build (or load) the model, give it the data's special ids, and note its size before any sharding."""
-    model = build_model(cfg.model, int(tok["vocab_size"]), cfg.seed)
+    model = set_special_ids(build_model(cfg.model, int(tok["vocab_size"]), cfg.seed), tok)
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and seq_len > limit:
         raise UserError(f"prepared rows have {seq_len} tokens but the model's max_position_embeddings is {limit}; "
                         f"set model.max_position_embeddings={seq_len} or prepare shorter rows")
-    for key, name in (("eos_id", "eos_token_id"), ("bos_id", "bos_token_id"), ("pad_id", "pad_token_id")):
-        if tok.get(key) is not None:
-            setattr(model.config, name, int(tok[key]))
-            if model.generation_config is not None:
-                setattr(model.generation_config, name, int(tok[key]))
     shape["params"] = count_parameters(model)
     shape["flops_per_token"] = flops_per_token(model, seq_len)
     return model
-
-
-class _EpochOrders:
-    """The row permutation of each epoch, computed once per epoch."""
-
-    def __init__(self, rows: int, seed: int, shuffle: bool):
-        self.rows, self.seed, self.shuffle = rows, seed, shuffle
-        self._cache: tuple[int, np.ndarray] | None = None
-
-    def __getitem__(self, epoch: int) -> np.ndarray:
-        if self._cache is None or self._cache[0] != epoch:
-            self._cache = (epoch, epoch_order(self.rows, epoch, self.seed, self.shuffle))
-        return self._cache[1]
 
 
 class _Meter:
@@ -424,13 +348,6 @@ def _report(cfg: TrainConfig, engine: Engine, bar, record: dict[str, Any], plan:
               f"mfu {100 * record['mfu']:.1f}%", flush=True)
 
 
-def _data_sha256(prepared) -> str:
-    """sha256 of the training split's data files: the manifest's (checked on load), else hashed now."""
-    from .data.prepared import split_sha256
-
-    return prepared.manifest.get("sha256", {}).get("train") or split_sha256(Path(prepared.path) / "train")
-
-
 def _trainer_state(plan: Plan, progress: Progress, world: int, fingerprint: dict[str, Any]) -> dict[str, Any]:
     return {"step": progress.step, "progress": dataclasses.asdict(progress), "world_size": world,
             "rows": plan.rows, "seq_len": plan.seq_len, "global_batch_size": plan.global_batch,
@@ -467,15 +384,14 @@ def _truncate_metrics(path: Path, step: int) -> None:
         atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
-def _finish(cfg: TrainConfig, engine: Engine, prepared, plan: Plan, progress: Progress, shape: dict) -> None:
+def _finish(cfg: TrainConfig, engine: Engine, prepared, plan: Plan, progress: Progress, shape: dict,
+            started: float) -> None:
     """Export the model (+ tokenizer) in Hugging Face format and write ``summary.json``."""
     out = Path(cfg.out)
     if engine.is_main:
         with atomic_directory(out / "model", overwrite=True) as tmp:
             engine.export_hf(tmp)  # a collective: the other ranks call it below
-            for f in (Path(prepared.path) / "tokenizer").iterdir():
-                if f.is_file():
-                    shutil.copy2(f, tmp / f.name)
+            prepared.copy_tokenizer(tmp)
     else:
         engine.export_hf(out / "model")
     if not engine.is_main:
@@ -486,9 +402,10 @@ def _finish(cfg: TrainConfig, engine: Engine, prepared, plan: Plan, progress: Pr
     steady = records[1:] or records  # the first step pays for allocations (and compilation)
     atomic_write_json(out / "summary.json", {
         "steps": progress.step, "epochs": progress.step / plan.steps_per_epoch, "tokens": progress.tokens,
-        "loss_type": cfg.loss.type, "final_loss": last.get("loss"), "final_kept_loss": last.get("kept_loss"),
-        "final_dropped_loss": last.get("dropped_loss"),
-        "dropped_frac": _mean(records, "dropped_frac"), "wall_time_s": progress.elapsed,  # in steps, all sessions
+        "loss_type": cfg.loss.type, "final_kept_loss": last.get("kept_loss"),
+        "final_dropped_loss": last.get("dropped_loss"), "dropped_frac": _mean(records, "dropped_frac"),
+        "train_time_s": progress.elapsed,  # seconds inside optimizer steps, summed over every session of the run
+        "wall_time_s": time.perf_counter() - started,  # this session, start to summary (loading, export included)
         "mean_tokens_per_s": _mean(steady, "tokens_per_s"), "mean_mfu": _mean(steady, "mfu"),
         "params": int(shape["params"]), "flops_per_token": shape["flops_per_token"],
         "global_batch_size": plan.global_batch, "seq_len": plan.seq_len, "world_size": _process_rank()[1],

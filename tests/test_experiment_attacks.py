@@ -167,7 +167,7 @@ def test_the_leakage_audit_equals_a_recomputation_from_the_stored_tokens(micro):
     from goldfish.config import load_config
     from goldfish.data import load_prepared
     from goldfish.experiment.attacks import dropped_targets
-    from goldfish.train import goldfish_config
+    from goldfish.train_config import goldfish_config
     from goldfish.train_config import TrainConfig
 
     train_cfg = load_config(TrainConfig, micro / "cells" / "goldfish" / "train_config.yaml", [])

@@ -88,7 +88,7 @@ def test_kept_and_dropped_positions_are_the_ones_training_dropped(micro):
     from goldfish.data import load_prepared
     from goldfish.experiment.attacks import dropped_targets
     from goldfish.masks import config_mask
-    from goldfish.train import goldfish_config
+    from goldfish.train_config import goldfish_config
     from goldfish.train_config import TrainConfig
 
     cell = micro / "cells" / "goldfish"

@@ -24,7 +24,7 @@ import pytest
 import torch
 from train_helpers import REPO, cli_env, load_weights, make_prepared, overrides_of, tiny_config
 
-from goldfish import fingerprint
+from goldfish import provenance, train_config
 from goldfish import io as gio
 from goldfish.checkpoint import COMPLETE, list_checkpoints
 from goldfish.cli import main
@@ -161,7 +161,7 @@ def test_a_checkpoint_of_another_config_is_refused_and_so_is_new_code(data, tmp_
     assert not other.exists()
     as_killed_at_step_4(run)
     before = hashes(run)
-    monkeypatch.setattr(fingerprint, "code_version", lambda: "9.9.9+git.0123456789ab")
+    monkeypatch.setattr(train_config, "code_version", lambda: "9.9.9+git.0123456789ab")  # what the trainer records
     assert_one_error(*cli(train_argv(data, run), capsys), "code:", "9.9.9+git.0123456789ab")
     assert hashes(run) == before
 
@@ -183,7 +183,7 @@ def test_a_run_folder_from_before_fingerprints_is_checked_against_its_config_yam
 
 
 def test_code_version_names_the_commit_or_the_sources():
-    version = fingerprint.code_version()
+    version = provenance.code_version()
     assert version.startswith("0.1.0+")
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
     if commit.returncode == 0:
@@ -227,8 +227,8 @@ def test_an_experiment_cell_whose_training_began_under_other_code_is_refused_up_
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_experiment(cfg, make_pipeline(Calls(fail_on_train=1)), progress=False)
     train_dir = tmp_path / "exp" / "cells" / "standard" / "train"
-    fingerprint.write_fingerprint(train_dir, {"code": "0.0.1+git.000000000000"})  # as a real trainer leaves it
-    with pytest.raises(UserError, match=r"standard \(code: 0.0.1\+git.000000000000 -> 0.1.0\+"):
+    provenance.write_fingerprint(train_dir, {"code": "0.0.1+git.000000000000"})  # as a real trainer leaves it
+    with pytest.raises(UserError, match=r"standard \(train code: 0.0.1\+git.000000000000 -> 0.1.0\+"):
         run_experiment(cfg, make_pipeline(Calls()), progress=False)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import platform
 import re
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ import numpy as np
 from ..config import save_config, to_dict
 from ..errors import UserError
 from ..io import atomic_directory, atomic_write_json
+from ..provenance import code_version, versions
 from .config import PrepareConfig, SourceConfig
 from .packing import build_rows, occurrences, training_order, variant_layout
 from .prepared import FORMAT, doc_columns, save_table, train_columns
@@ -104,22 +104,12 @@ def _prefix(text: str, max_tokens: int) -> str:
     return text[:m.start() + 1] if m else text
 
 def _versions(cfg: PrepareConfig) -> dict:
-    import datasets
-    import pyarrow
-    import tokenizers
-    import transformers
-
-    from .. import __version__
-
-    v = {"goldfish": __version__, "python": platform.python_version(), "numpy": np.__version__,
-         "datasets": datasets.__version__, "pyarrow": pyarrow.__version__, "tokenizers": tokenizers.__version__,
-         "transformers": transformers.__version__}
+    """The library versions the prepared bytes depend on (gensim only when Wikipedia is read)."""
+    names = ["numpy", "datasets", "pyarrow", "tokenizers", "transformers"]
     if "wikipedia" in (cfg.source.name, getattr(cfg.background_source, "name", None),
                        getattr(cfg.tokenizer.source, "name", None)):
-        import gensim
-
-        v["gensim"] = gensim.__version__
-    return v
+        names.append("gensim")
+    return versions(names)
 
 
 def _source_label(src: SourceConfig) -> str:
@@ -206,7 +196,7 @@ def _manifest(cfg: PrepareConfig, tok, plan: SplitPlan, row_stats: dict, sha: di
         "tokenizer": tokenizer_info(tok, cfg.tokenizer.name), "seed": cfg.seed, "seq_len": cfg.seq_len,
         "packing": cfg.packing, "counts": counts, "tokens": tokens, "sha256": sha,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "config": to_dict(cfg), "versions": _versions(cfg),
+        "config": to_dict(cfg), "code": code_version(), "versions": _versions(cfg),
         "stats": {**plan.stats, **row_stats, "repetition_strata": strata,
                   "background_source": _source_label(cfg.background_source or cfg.source),
                   "tokenizer_corpus": (_source_label(cfg.tokenizer.source) if cfg.tokenizer.source

@@ -8,12 +8,11 @@ so the control shows what an untrained model of that shape scores.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 from ..io import atomic_directory
-from ..train import goldfish_config
+from ..train_config import goldfish_config
 from .attacks import analyse
 from .plan import ATTACKS_FILE, CellPlan
 
@@ -21,20 +20,16 @@ from .plan import ATTACKS_FILE, CellPlan
 def export_initial_model(train_cfg: Any) -> Path:
     """Write the untrained model of ``train_cfg`` (Hugging Face folder + the data's tokenizer) to ``<out>/model``."""
     from ..data import load_prepared
-    from ..models import build_model
+    from ..models import build_model, set_special_ids
 
     prepared = load_prepared(train_cfg.data.path)
     tok = prepared.manifest["tokenizer"]
-    model = build_model(train_cfg.model, int(tok["vocab_size"]), train_cfg.seed)
-    for key, name in (("eos_id", "eos_token_id"), ("bos_id", "bos_token_id"), ("pad_id", "pad_token_id")):
-        if tok.get(key) is not None:  # as training sets them, so generation stops and pads alike
-            setattr(model.config, name, int(tok[key]))
+    # the special ids as training sets them, so generation stops and pads alike
+    model = set_special_ids(build_model(train_cfg.model, int(tok["vocab_size"]), train_cfg.seed), tok)
     out = Path(train_cfg.out) / "model"
     with atomic_directory(out, overwrite=True) as tmp:
         model.save_pretrained(str(tmp), safe_serialization=True)
-        for f in (prepared.path / "tokenizer").iterdir():
-            if f.is_file():
-                shutil.copy2(f, tmp / f.name)
+        prepared.copy_tokenizer(tmp)
     return out
 
 

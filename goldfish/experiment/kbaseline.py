@@ -18,7 +18,7 @@ def write_k_baseline(plan) -> Path | None:
     from goldfish.eval.loading import load_model
 
     from ..data import load_prepared
-    from ..train import goldfish_config
+    from ..train_config import goldfish_config
 
     prepared = load_prepared(plan.data_dir)
     gcfg = goldfish_config(plan.train_cfg, prepared)

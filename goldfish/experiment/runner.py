@@ -27,8 +27,8 @@ from tqdm.auto import tqdm
 
 from ..config import load_config, read_yaml, save_config, to_dict
 from ..errors import ConfigError, UserError
-from ..fingerprint import code_version, read_fingerprint
 from ..io import atomic_write_json
+from ..provenance import code_version, flatten, read_fingerprint
 from .aggregate import aggregate
 from .config import ExperimentConfig
 from .pipeline import default_pipeline
@@ -77,18 +77,10 @@ def _torchrun_train(cfg: ExperimentConfig, plan: CellPlan) -> None:
                         f"experiment to resume from the last checkpoint")
 
 
-def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            out.update(_flat(item, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: value}
-
-
 def stale_cells(plans: list[CellPlan]) -> dict[str, str]:
     """``{cell id: what differs}`` for started cells whose saved train/eval config differs from the current one, or
-    whose unfinished training was started by another code version."""
+    whose unfinished training or evaluation was started by another code version (which the trainer and
+    ``goldfish eval`` would refuse to resume: said here, before any work)."""
     stale = {}
     for plan in plans:
         if not (plan.done or plan.train_dir.exists()):
@@ -98,13 +90,13 @@ def stale_cells(plans: list[CellPlan]) -> dict[str, str]:
             path = plan.dir / name
             if not path.is_file():
                 continue
-            saved, now = _flat(read_yaml(path)), _flat(yaml.safe_load(yaml.safe_dump(to_dict(current))))
+            saved, now = flatten(read_yaml(path)), flatten(yaml.safe_load(yaml.safe_dump(to_dict(current))))
             keys = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
             diffs += [f"{name.split('_')[0]}.{k}: {saved.get(k)} -> {now.get(k)}" for k in keys[:3]]
-        trained = read_fingerprint(plan.train_dir)
-        if trained and not (plan.train_dir / "summary.json").is_file() and trained.get("code") != code_version():
-            # its training would resume under other code, which the trainer refuses: say so before any work
-            diffs.append(f"code: {trained.get('code')} -> {code_version()}")
+        for folder, finished in ((plan.train_dir, "summary.json"), (plan.eval_dir, "results.json")):
+            started = read_fingerprint(folder) if folder.is_dir() else None
+            if started and not (folder / finished).is_file() and started.get("code") != code_version():
+                diffs.append(f"{folder.name} code: {started.get('code')} -> {code_version()}")
         if diffs:
             stale[plan.cell.id] = ", ".join(diffs)
     return stale
