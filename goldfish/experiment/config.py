@@ -44,6 +44,7 @@ from typing import Any, Literal
 from ..config import check, from_dict, option, raise_problems, read_yaml, to_dict
 from ..data.config import resolve_recipe
 from ..errors import ConfigError
+from ..provenance import flatten
 
 SECTIONS = ("data", "train", "eval", "hardware")
 CONTROL = "control"  # the arm name of the control cells
@@ -207,18 +208,6 @@ def resolve_base_model(spec: str, must_exist: bool = True) -> str:
         raise ConfigError(f"base_model={spec!r} does not exist; give a local Hugging Face folder, a .gguf file, or "
                           f"one of: {', '.join(BUNDLED)}")
     return str(Path(spec).expanduser())
-
-
-def flatten(mapping: dict, prefix: str = "") -> dict[str, Any]:
-    """``{train: {loss: {type: x}}, "eval.p": 1}`` -> ``{"train.loss.type": x, "eval.p": 1}``."""
-    out: dict[str, Any] = {}
-    for key, value in mapping.items():
-        full = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, full + "."))
-        else:
-            out[full] = value
-    return out
 
 
 def set_dotted(data: dict, key: str, value: Any) -> None:
