@@ -18,8 +18,9 @@ from goldfish.errors import UserError
 from goldfish.models import PICKLE_SUFFIXES, load_pretrained, resolve_model_path
 from goldfish.precision import PRECISIONS, canonical_precision, torch_dtype
 
-__all__ = ["PICKLE_SUFFIXES", "check_vocab", "load_model", "load_model_tokenizer", "model_vocab_size",
+__all__ = ["PICKLE_SUFFIXES", "SharedModel", "check_vocab", "load_model", "load_model_tokenizer", "model_vocab_size",
            "num_parameters", "one_gguf_read", "pad_id_of", "resolve_device", "resolve_model_path"]
+
 
 def resolve_device(device: str) -> torch.device:
     """``auto`` -> cuda when available, else cpu; anything else is passed to ``torch.device``."""
@@ -67,6 +68,22 @@ def load_model(path: str | Path, dtype: str = "fp32", device: str = "auto", allo
     if canonical_precision(dtype) is None:
         raise UserError(f"dtype={dtype!r} is not one of {', '.join(PRECISIONS)}")
     return load_pretrained(path, torch_dtype(dtype), allow_pickle, progress).to(resolve_device(device)).eval()
+
+
+class SharedModel:
+    """The model of an eval config's ``model`` section, loaded on the first :meth:`get` and the same object after:
+    an experiment cell hands one to its evaluation, k baseline and attacks, so the model is read once per cell
+    (``goldfish.experiment.runner.run_cell``). Nothing is loaded when no phase asks for it (a resumed cell)."""
+
+    def __init__(self, section, progress: bool = False):
+        self.section, self.progress = section, progress
+        self._model = None
+
+    def get(self):
+        if self._model is None:
+            m = self.section
+            self._model = load_model(m.path, m.dtype, m.device, m.allow_pickle, self.progress)
+        return self._model
 
 
 def load_model_tokenizer(path: str | Path):

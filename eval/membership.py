@@ -130,11 +130,11 @@ def _scored_pass(model: Any, docs: Sequence[Sequence[int]], name: str, ratios: S
     keys = [document_key(d, what) for d in docs]
     todo = [i for i, k in enumerate(keys) if k not in cache]
     stats = iter_token_statistics(model, [docs[i] for i in todo], want_pp=bool(ratios), desc=name, **loop)
-    for j, (logp, z) in stats:
-        row = {"nll": float(-logp.mean()), "nll_sum": float(-logp.sum())}
+    for j, st in stats:
+        row = {"nll": float(-st.logp.mean()), "nll_sum": float(-st.logp.sum())}
         for r in ratios:
-            row[ratio_key("min_k", r)] = lowest_k_mean(logp, r)
-            row[ratio_key("min_k_pp", r)] = lowest_k_mean(z, r)
+            row[ratio_key("min_k", r)] = lowest_k_mean(st.logp, r)
+            row[ratio_key("min_k_pp", r)] = lowest_k_mean(st.z, r)
         cache[keys[todo[j]]] = row
     return [cache[k] for k in keys]
 

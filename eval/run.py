@@ -34,8 +34,8 @@ from .aggregate import summarize
 from .config import EvalConfig
 from .generate import beam_generate, generate
 from .inputs import load_eval_documents
-from .loading import (check_vocab, load_model, load_model_tokenizer, model_vocab_size, num_parameters, one_gguf_read,
-                      pad_id_of, resolve_model_path)
+from .loading import (SharedModel, check_vocab, load_model, load_model_tokenizer, model_vocab_size, num_parameters,
+                      one_gguf_read, pad_id_of, resolve_model_path)
 from .metrics import compute_metrics
 from .report import write_report
 from .scoring import context_length
@@ -82,7 +82,7 @@ def evaluate_chunk(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig,
     kw = dict(pad_id=pad_id, batch_size=dec.batch_size, progress=cfg.progress)
     eos = _eos_id(model, tokenizer) if dec.stop_at_eos else None
     gens = generate(model, prefixes, cfg.data.suffix_len, eos_id=eos, **kw)
-    onepass = extraction.onepass(model, prefixes, suffixes, **kw)
+    onepass = extraction.onepass(model, prefixes, suffixes, batch_size=dec.batch_size, progress=cfg.progress)
     beams = beam_generate(model, prefixes, cfg.data.suffix_len, dec.beam, **kw) if dec.beam > 1 else None
     hits = (extraction.sample_hits(model, prefixes, suffixes, dec.samples, temperature=dec.temperature,
                                    seed=cfg.seed, **kw) if dec.samples else None)
@@ -188,8 +188,9 @@ def _extraction_windows(cfg: EvalConfig, splits: dict) -> tuple[list[Window], in
     return build_windows(to_extract, d.prefix_lens, d.suffix_len, d.window, d.stride, d.offsets, d.max_offset)
 
 
-def run_eval(cfg: EvalConfig) -> dict:
-    """Evaluate ``cfg.model.path`` on ``cfg.data.path``; write results.json/.csv, report and plots into ``cfg.out``."""
+def run_eval(cfg: EvalConfig, model: SharedModel | None = None) -> dict:
+    """Evaluate ``cfg.model.path`` on ``cfg.data.path``; write results.json/.csv, report and plots into ``cfg.out``.
+    ``model``: the model of ``cfg.model`` already shared with other phases (an experiment cell), else loaded here."""
     _require(cfg)
     out = Path(cfg.out)
     torch.manual_seed(cfg.seed)
@@ -204,7 +205,7 @@ def run_eval(cfg: EvalConfig) -> dict:
         if tokenizer is None and prep is not None:
             tokenizer = prep.tokenizer
         windows, skipped = _extraction_windows(cfg, splits)
-        model = load_model(m.path, m.dtype, m.device, m.allow_pickle, cfg.progress)
+        model = (model or SharedModel(m, cfg.progress)).get()
     for name, docs in splits.items():
         check_vocab(model, tokenizer, [d.tokens for d in docs], what=f"the {name} documents")
     _check_context(model, windows, cfg.data.suffix_len)

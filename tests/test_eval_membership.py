@@ -200,8 +200,9 @@ def test_chunked_scoring_equals_unchunked_per_token_losses():
     """Chunks of 7 positions through the output head, several documents per pass, equal the full-logits pass."""
     model = tiny_llama(seed=11)
     docs = random_docs(5, seed=12, lo=20, hi=60)
-    stats = token_statistics(model, docs, chunk=7, token_budget=150)
-    for doc, (logp, z) in zip(docs, stats):
+    stats = token_statistics(model, docs, chunk=7, token_budget=150, want_pp=True)
+    for doc, st in zip(docs, stats):
+        logp, z = st.logp, st.z
         full, lp = direct_token_logprobs(model, doc)
         np.testing.assert_allclose(logp, full, rtol=0, atol=1e-5)
         p = np.exp(lp)

@@ -12,7 +12,7 @@ import pytest
 from train_helpers import run_micro_experiment
 
 from goldfish.eval.membership import evaluate_attack
-from goldfish.experiment.attacks import exposure_aucs
+from goldfish.experiment.analysis import exposure_aucs
 from goldfish.experiment.report import exposure_table
 
 
@@ -70,7 +70,7 @@ def test_paired_difference_on_known_per_token_arrays():
 
 
 def test_leakage_audit_compares_arm_and_control_on_dropped_and_kept_positions():
-    from goldfish.experiment.attacks import leakage_audit
+    from goldfish.experiment.analysis import leakage_audit
 
     dropped = _docs(10, 8, 4)
     logp = [np.full(8, np.log(0.5)) for _ in dropped]  # the arm: p = 1/2 on every target
@@ -166,9 +166,8 @@ def test_beam_and_sampling_summaries_equal_a_recomputation_from_the_windows(micr
 def test_the_leakage_audit_equals_a_recomputation_from_the_stored_tokens(micro):
     from goldfish.config import load_config
     from goldfish.data import load_prepared
-    from goldfish.experiment.attacks import dropped_targets
-    from goldfish.train_config import goldfish_config
-    from goldfish.train_config import TrainConfig
+    from goldfish.experiment.analysis import dropped_targets
+    from goldfish.train_config import TrainConfig, goldfish_config
 
     train_cfg = load_config(TrainConfig, micro / "cells" / "goldfish" / "train_config.yaml", [])
     prepared = load_prepared(train_cfg.data.path)

@@ -283,7 +283,7 @@ def summary_of(cells: list[dict]) -> dict[str, dict]:
 
 def blind_numbers(plans: list[CellPlan], n_bootstrap: int, seed: int) -> dict[str, Any]:
     """The model-free baseline (zlib ratio of the text alone) per prepared folder, and the first one's AUC."""
-    from .attacks import blind_auc
+    from .analysis import blind_auc
 
     per_data = {}
     for p in plans:

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import atomic_directory
-from ..train_config import goldfish_config
-from .attacks import analyse
+from .analysis import analyse
 from .plan import ATTACKS_FILE, CellPlan
 
 
@@ -55,15 +54,18 @@ def _reference(plan: CellPlan, plans: list[CellPlan]) -> dict | None:
     return None
 
 
-def analyse_cell(plan: CellPlan, plans: list[CellPlan]) -> dict:
-    """Write the cell's ``attacks.json`` (see :mod:`goldfish.experiment.attacks`)."""
-    source = _goldfish_plan(plan, plans)
-    if source is not None:
-        from ..data import load_prepared
+def analyse_cell(plan: CellPlan, plans: list[CellPlan], model: Any) -> dict:
+    """Write the cell's ``attacks.json`` (see :mod:`goldfish.experiment.analysis`) from the cell's shared ``model``
+    handle (``goldfish.eval.loading.SharedModel``), scored as eval's membership section scores (its window, stride,
+    token budget and chunk)."""
+    from goldfish.eval.scoring import context_length
 
-        gcfg = goldfish_config(source.train_cfg, load_prepared(plan.data_dir))  # the mask training applied
-    else:
-        gcfg = None
-    return analyse(plan.eval_cfg.model.path, plan.data_dir, plan.dir, gcfg, _reference(plan, plans),
-                   n_bootstrap=plan.eval_cfg.membership.n_bootstrap, seed=plan.eval_cfg.seed,
-                   control=plan.cell.control)
+    from ..data import load_prepared
+
+    source = _goldfish_plan(plan, plans)
+    gcfg = source.mask(load_prepared(plan.data_dir)) if source is not None else None  # the mask training applied
+    m = plan.eval_cfg.membership
+    loaded = model.get()
+    return analyse(loaded, plan.data_dir, plan.dir, gcfg, _reference(plan, plans), n_bootstrap=m.n_bootstrap,
+                   seed=plan.eval_cfg.seed, control=plan.cell.control, window=m.window or context_length(loaded),
+                   stride=m.stride, token_budget=m.token_budget, chunk=m.chunk)

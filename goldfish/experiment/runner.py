@@ -153,18 +153,20 @@ def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
         else:
             pipeline.train(plan.train_cfg)
         times["train_s"] = time.perf_counter() - t0
+    # one model for every phase after training: loaded by the first phase that runs, never by a finished cell
+    model = pipeline.open_model(plan.eval_cfg) if pipeline.open_model is not None else None
     if not (plan.eval_dir / "results.json").is_file():
         phase("eval")
         t0 = time.perf_counter()
-        pipeline.evaluate(plan.eval_cfg)
+        pipeline.evaluate(plan.eval_cfg, model)
         times["eval_s"] = time.perf_counter() - t0
     if pipeline.baseline is not None and not plan.cell.control and not (plan.eval_dir / "k_baseline.json").is_file():
         phase("k baseline")  # Goldfish cells only: g and (1 - g/k)^S, next to exact match in the report
-        pipeline.baseline(plan)
+        pipeline.baseline(plan, model)
     if pipeline.analyse is not None and not (plan.dir / ATTACKS_FILE).is_file():
         phase("attacks")
         t0 = time.perf_counter()
-        pipeline.analyse(plan, list(plans))
+        pipeline.analyse(plan, list(plans), model)
         times["attacks_s"] = time.perf_counter() - t0
     record = {
         "cell": plan.cell.id, "arm": plan.cell.arm, "values": plan.cell.values, "overrides": plan.cell.overrides,
