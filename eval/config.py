@@ -172,6 +172,9 @@ class MembershipSection:
     stride: Union[int, None] = option(None, "step between those windows (default: window // 2); each token is "
                                             "scored once, with at least window - stride tokens of context")
     chunk: int = option(512, "positions per output-head chunk: at most chunk × vocabulary fp32 logits at a time")
+    lowercase_tokens: Union[int, None] = option(None, "the lowercase attack compares the first this many tokens of "
+                                                      "each document with their lowercased text (its extra pass "
+                                                      "is bounded); null: the whole document")
     min_k_ratios: list[float] = option(factory=lambda: [0.2], help="Min-K% / Min-K%++ ratios (0 < k <= 1)")
     n_bootstrap: int = option(1000, "bootstrap resamples for the AUC confidence intervals")
 
@@ -183,6 +186,8 @@ class MembershipSection:
         check(self.window is None or self.stride is None or self.stride <= self.window, problems,
               f"stride={self.stride} must be <= window={self.window} (else tokens are skipped)")
         check(self.chunk >= 1, problems, f"chunk={self.chunk} must be >= 1")
+        check(self.lowercase_tokens is None or self.lowercase_tokens >= 2, problems,
+              f"lowercase_tokens={self.lowercase_tokens} must be >= 2 (or null: whole documents)")
         check(all(0 < r <= 1 for r in self.min_k_ratios), problems,
               f"min_k_ratios={self.min_k_ratios} must lie in (0, 1]")
         check(self.n_bootstrap >= 0, problems, f"n_bootstrap={self.n_bootstrap} must be >= 0")

@@ -140,7 +140,8 @@ def run_membership(model, reference, splits: dict, cfg: EvalConfig, tokenizer, o
     m = cfg.membership
     with JsonlDict(out / MEMBERSHIP_PARTIAL, cfg.resume) as cache, JsonlLogger(out / "eval_log.jsonl") as logger:
         kw = dict(reference_model=reference, min_k_ratios=tuple(m.min_k_ratios), tokenizer=tokenizer,
-                  window=m.window, stride=m.stride, token_budget=m.token_budget, chunk=m.chunk, cache=cache,
+                  window=m.window, stride=m.stride, token_budget=m.token_budget, chunk=m.chunk,
+                  lowercase_tokens=m.lowercase_tokens, cache=cache,
                   progress=cfg.progress, logger=logger)
         scores = {name: membership.score_documents(model, [list(d.tokens) for d in splits[name]], **kw)
                   for name in ("members", "nonmembers")}
