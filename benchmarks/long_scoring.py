@@ -124,13 +124,12 @@ def main() -> int:
     ap.add_argument("--json", help="write every number here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from goldfish.eval.loading import load_model, load_model_tokenizer, one_gguf_read
+    from goldfish.eval.loading import load_model, load_model_tokenizer
     from goldfish.experiment.config import resolve_base_model
 
     gguf = resolve_base_model("smollm2")
-    with one_gguf_read():
-        tokenizer = load_model_tokenizer(gguf)
-        model = load_model(gguf, "fp32", "cpu")
+    tokenizer = load_model_tokenizer(gguf)
+    model = load_model(gguf, "fp32", "cpu")
     chosen = articles(args.docs, args.tokens, tokenizer)
     docs = [ids for _, ids in chosen]
     result = {"cpu": cpu_model(), "capability": torch.backends.cpu.get_cpu_capability(), "threads": args.threads,

@@ -75,14 +75,14 @@ class SharedModel:
     an experiment cell hands one to its evaluation, k baseline and attacks, so the model is read once per cell
     (``goldfish.experiment.runner.run_cell``). Nothing is loaded when no phase asks for it (a resumed cell)."""
 
-    def __init__(self, section, progress: bool = False):
-        self.section, self.progress = section, progress
+    def __init__(self, section):
+        self.section = section
         self._model = None
 
     def get(self):
         if self._model is None:
             m = self.section
-            self._model = load_model(m.path, m.dtype, m.device, m.allow_pickle, self.progress)
+            self._model = load_model(m.path, m.dtype, m.device, m.allow_pickle)
         return self._model
 
 

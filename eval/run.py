@@ -206,7 +206,7 @@ def run_eval(cfg: EvalConfig, model: SharedModel | None = None) -> dict:
         if tokenizer is None and prep is not None:
             tokenizer = prep.tokenizer
         windows, skipped = _extraction_windows(cfg, splits)
-        model = (model or SharedModel(m, cfg.progress)).get()
+        model = (model or SharedModel(m)).get()
     for name, docs in splits.items():
         check_vocab(model, tokenizer, [d.tokens for d in docs], what=f"the {name} documents")
     _check_context(model, windows, cfg.data.suffix_len)

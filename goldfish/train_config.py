@@ -1,4 +1,6 @@
-"""``TrainConfig``: every setting of ``goldfish train``, one typed section per component.
+"""``TrainConfig``: every setting of ``goldfish train``, one typed section per component, the step plan it implies
+(:func:`make_plan`, :func:`learning_rate`) and what a run folder records of it (the resolved Goldfish mask, the
+train fingerprint).
 
 Each component reads only its own section: the data loader ``data``, :func:`goldfish.models.build_model` ``model``,
 the loss ``loss``, the schedule ``optim``/``schedule``, the engines ``engine``/``parallel``/``axonn``, the
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -227,6 +230,71 @@ class TrainConfig:
         self.precision = precision or self.precision
         check(bool(self.out), problems, "out must name a run folder, e.g. out=runs/tiny")
         raise_problems(problems)
+
+
+# ------------------------------------------------------------------------------------ the step plan
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Sizes and lengths derived from the config, the data and the data-parallel degree."""
+
+    rows: int  # training rows
+    seq_len: int
+    global_batch: int  # rows per optimizer step
+    micro_batch: int  # rows per forward on one rank
+    dp_size: int
+    steps_per_epoch: int
+    total_steps: int
+    warmup_steps: int
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.seq_len
+
+
+def check_batch(schedule: ScheduleConfig, dp_size: int) -> None:
+    """Every data-parallel rank takes the same whole number of micro-batches per step (one error, every factor)."""
+    g, m = schedule.global_batch_size, schedule.micro_batch_size
+    if g % (m * dp_size):
+        # dp counts the processes that read distinct rows of a step: native dp, but every process under
+        # engine=axonn (its tensor-parallel grid reads separate rows too), so 4 processes with row=2 col=2 split by 4
+        fit = m * dp_size * math.ceil(g / (m * dp_size))
+        smaller = [d for d in range(m, 0, -1) if g % (d * dp_size) == 0]
+        hint = f" or micro_batch_size={smaller[0]}" if smaller else ""
+        raise UserError(f"schedule.global_batch_size={g} is not divisible by micro_batch_size({m})·dp({dp_size})="
+                        f"{m * dp_size} (dp: processes reading distinct rows; every process with engine=axonn); "
+                        f"use global_batch_size={fit}{hint}")
+
+
+def make_plan(schedule: ScheduleConfig, optim: OptimConfig, rows: int, seq_len: int, dp_size: int) -> Plan:
+    """Check batch divisibility and resolve the training length; training stops at the first budget."""
+    check_batch(schedule, dp_size)
+    g, m = schedule.global_batch_size, schedule.micro_batch_size
+    if rows < g:
+        raise UserError(f"the training split has {rows} rows, fewer than schedule.global_batch_size={g}; lower it")
+    # every row is trained on once per epoch: the last batch of an epoch is topped up with empty rows (see
+    # take_rows), so labelled repetition counts are what the model sees per epoch
+    steps_per_epoch = -(-rows // g)
+    budgets = []
+    if schedule.epochs is not None:
+        budgets.append(max(1, round(schedule.epochs * steps_per_epoch)))
+    if schedule.max_steps is not None:
+        budgets.append(schedule.max_steps)
+    if schedule.max_tokens is not None:
+        budgets.append(math.ceil(schedule.max_tokens / (g * seq_len)))
+    total = min(budgets) if budgets else steps_per_epoch
+    warmup = optim.warmup_steps if optim.warmup_steps is not None else int(optim.warmup_frac * total)
+    return Plan(rows, seq_len, g, m, dp_size, steps_per_epoch, total, min(warmup, total))
+
+
+def learning_rate(step: int, plan: Plan, optim: OptimConfig) -> float:
+    """Learning rate of 0-based ``step``: linear warmup to ``lr``, then cosine decay to ``min_lr_ratio * lr``."""
+    if step < plan.warmup_steps:
+        return optim.lr * (step + 1) / plan.warmup_steps
+    progress = (step - plan.warmup_steps) / max(1, plan.total_steps - plan.warmup_steps)
+    cosine = 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+    return optim.lr * (optim.min_lr_ratio + (1.0 - optim.min_lr_ratio) * cosine)
 
 
 # ------------------------------------------------------------------------------------ what a run folder records

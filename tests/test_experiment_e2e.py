@@ -110,8 +110,7 @@ def test_kept_and_dropped_positions_are_the_ones_training_dropped(micro):
     from goldfish.data.order import consumed_rows
     from goldfish.experiment.analysis import dropped_targets
     from goldfish.masks import GoldfishConfig, config_mask
-    from goldfish.train import make_plan
-    from goldfish.train_config import TrainConfig, read_mask_settings
+    from goldfish.train_config import TrainConfig, make_plan, read_mask_settings
 
     cell = micro / "cells" / "goldfish"
     train_cfg = load_config(TrainConfig, cell / "train_config.yaml", [])

@@ -346,7 +346,7 @@ def test_without_a_terminal_training_logs_a_line_per_interval(data, tmp_path, ca
 
 def test_the_readme_axonn_batch_divides_and_the_message_says_what_dp_counts():
     from goldfish.errors import UserError
-    from goldfish.train import make_plan
+    from goldfish.train_config import make_plan
     from goldfish.train_config import OptimConfig, ScheduleConfig
 
     # axonn row=2 col=2 on 4 processes: every process reads its own rows, so dp = 4 for the batch split

@@ -103,13 +103,11 @@ def _prefix(text: str, max_tokens: int) -> str:
     m = _WORD_END.search(text, budget - 1)
     return text[:m.start() + 1] if m else text
 
-def _versions(cfg: PrepareConfig) -> dict:
-    """The library versions the prepared bytes depend on (gensim only when Wikipedia is read)."""
-    names = ["numpy", "datasets", "pyarrow", "tokenizers", "transformers"]
-    if "wikipedia" in (cfg.source.name, getattr(cfg.background_source, "name", None),
-                       getattr(cfg.tokenizer.source, "name", None)):
-        names.append("gensim")
-    return versions(names)
+def _libraries(cfg: PrepareConfig) -> list[str]:
+    """The libraries the prepared bytes depend on, for the manifest's versions (gensim when Wikipedia is read)."""
+    wiki = "wikipedia" in (cfg.source.name, getattr(cfg.background_source, "name", None),
+                           getattr(cfg.tokenizer.source, "name", None))
+    return ["numpy", "datasets", "pyarrow", "tokenizers", "transformers"] + ["gensim"] * wiki
 
 
 def _source_label(src: SourceConfig) -> str:
@@ -196,7 +194,7 @@ def _manifest(cfg: PrepareConfig, tok, plan: SplitPlan, row_stats: dict, sha: di
         "tokenizer": tokenizer_info(tok, cfg.tokenizer.name), "seed": cfg.seed, "seq_len": cfg.seq_len,
         "packing": cfg.packing, "counts": counts, "tokens": tokens, "sha256": sha,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "config": to_dict(cfg), "code": code_version(), "versions": _versions(cfg),
+        "config": to_dict(cfg), "code": code_version(), "versions": versions(_libraries(cfg)),
         "stats": {**plan.stats, **row_stats, "repetition_strata": strata,
                   "background_source": _source_label(cfg.background_source or cfg.source),
                   "tokenizer_corpus": (_source_label(cfg.tokenizer.source) if cfg.tokenizer.source

@@ -42,7 +42,7 @@ def _baseline(plan: CellPlan, model: Any) -> Any:
 def _open_model(eval_cfg: Any) -> Any:
     from goldfish.eval.loading import SharedModel
 
-    return SharedModel(eval_cfg.model, eval_cfg.progress)
+    return SharedModel(eval_cfg.model)
 
 
 def _initial_model(cfg: Any) -> Path:
