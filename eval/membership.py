@@ -42,7 +42,7 @@ from sklearn.metrics import roc_auc_score, roc_curve
 
 from goldfish.errors import UserError
 
-from .scoring import DEFAULT_CHUNK, DEFAULT_TOKEN_BUDGET, context_length, iter_token_statistics
+from .scoring import DEFAULT_CHUNK, DEFAULT_TOKEN_BUDGET, iter_token_statistics, scoring_window
 
 log = logging.getLogger(__name__)
 
@@ -170,8 +170,9 @@ def score_documents(
     Keys: ``loss``, ``min_k_<k>``, ``min_k_pp_<k>`` (one per ratio), plus ``zlib_mimir``, ``zlib_ratio`` and
     ``lowercase`` when a ``tokenizer`` (HF-style ``encode``/``decode``) is given and ``reference`` when a
     ``reference_model`` (same vocabulary) is given. Each value is a float64 array of shape (len(docs),). Whole
-    documents are scored: one longer than ``window`` (default: the smaller context of the two models) is scored in
-    windows advancing by ``stride`` (default ``window // 2``), see :mod:`goldfish.eval.scoring`. ``token_budget``
+    documents are scored: one longer than ``window`` (default ``scoring.DEFAULT_WINDOW``; capped by the smaller
+    context of the two models) is scored in windows advancing by ``stride`` (default 3/4 of the window), see
+    :mod:`goldfish.eval.scoring`. ``token_budget``
     bounds the padded tokens per forward pass and ``chunk`` the positions per logits block. ``lowercase_tokens``
     bounds the text the lowercase attack compares (its first that many tokens; None: all). ``cache`` (dict-like)
     keeps each document's reduced scores per pass; documents found there are not scored again.
@@ -183,10 +184,8 @@ def score_documents(
         keys += ["reference"] * (reference_model is not None)
         return {k: np.zeros(0) for k in keys}
     _check_docs(docs, _vocab_size(model))
-    if window is None:
-        window = min((c for c in (context_length(m) for m in (model, reference_model) if m is not None) if c),
-                     default=None)
-    if window is not None and window < 2:
+    window = scoring_window(window, model, reference_model)
+    if window < 2:
         raise UserError(f"window={window} must be >= 2 tokens")
     loop = dict(window=window, stride=stride, token_budget=token_budget, chunk=chunk, progress=progress,
                 logger=logger)

@@ -47,6 +47,10 @@ from goldfish.errors import UserError
 
 DEFAULT_CHUNK = 512  # positions per fp32 log-softmax chunk: at most chunk × V × 4 bytes of logits at a time
 DEFAULT_TOKEN_BUDGET = 4096  # padded tokens per forward pass
+# membership's scoring window: the context a long document is scored with, whatever the model's (capped by it). Chosen
+# with benchmarks/long_scoring.py: beyond it the cost per token stays constant (linear in document length); see
+# README, "what a long-document eval costs on a CPU"
+DEFAULT_WINDOW = 2048
 
 
 
@@ -94,7 +98,7 @@ def segments(doc: int, n_tokens: int, window: int | None, stride: int | None, fi
     ``first``."""
     if window is None or n_tokens <= window:
         return [Segment(doc, 0, n_tokens, first)]
-    stride = stride or window // 2
+    stride = stride or default_stride(window)
     out, scored_to, begin = [], 1, 0
     while scored_to < n_tokens:
         end = min(begin + window, n_tokens)
@@ -102,6 +106,19 @@ def segments(doc: int, n_tokens: int, window: int | None, stride: int | None, fi
             out.append(Segment(doc, begin, end, max(scored_to, first)))
         scored_to, begin = end, begin + stride
     return out
+
+
+def default_stride(window: int) -> int:
+    """Three quarters of the window: each token keeps at least a quarter window of context, and a long document costs
+    4/3 of one pass over its tokens (half the window would cost 2)."""
+    return max(1, window - window // 4)
+
+
+def scoring_window(window: int | None, *models: Any) -> int | None:
+    """``window`` (None: :data:`DEFAULT_WINDOW`) capped by the shortest context of ``models`` (a window longer than
+    a model's positions cannot be scored)."""
+    limits = [c for c in (context_length(m) for m in models if m is not None) if c]
+    return min([window or DEFAULT_WINDOW] + limits)
 
 
 def plan_batches(segs: Sequence[Segment], token_budget: int) -> list[list[Segment]]:
@@ -262,7 +279,7 @@ def iter_token_statistics(model: Any, docs: Sequence[Sequence[int]], *, first: S
     """Yield ``(index, TokenStats)`` per document as soon as all its segments are scored (any order).
 
     ``first[i]``: the first target of document i to score (default 1: all but the first token). ``window`` defaults
-    to no windowing (pass the model's context, :func:`context_length`); ``stride`` to ``window // 2``. ``want_pp``
+    to no windowing (membership passes :func:`scoring_window`); ``stride`` to :func:`default_stride`. ``want_pp``
     adds the Min-K%++ z-scores. ``check`` refuses, before any work, a plan whose largest batch would not fit in free
     memory (``fix``: the settings that error names). ``logger`` (e.g. ``goldfish.io.JsonlLogger``) receives
     ``{"event": "scoring_batch", "pass", "docs", "tokens", "seconds"}`` per batch.

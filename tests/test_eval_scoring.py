@@ -11,7 +11,7 @@ from eval_fixtures import tiny_llama
 
 from goldfish.eval import scoring
 from goldfish.eval.extraction import onepass
-from goldfish.eval.scoring import segments, token_statistics
+from goldfish.eval.scoring import DEFAULT_WINDOW, default_stride, scoring_window, segments, token_statistics
 
 
 def full_logits(model, doc: list[int]) -> np.ndarray:
@@ -106,3 +106,13 @@ def test_onepass_records_come_from_the_suffix_scores(monkeypatch):
                         lambda m, batch, *a: seen.extend((s.first, s.end) for s in batch) or real(m, batch, *a))
     onepass(model, prefixes, suffixes, batch_size=2, progress=False)
     assert sorted(seen) == [(2, 5), (4, 7)]
+
+
+def test_the_scoring_window_is_capped_by_the_model_and_the_stride_keeps_a_quarter_window_of_context():
+    model = tiny_llama()  # max_position_embeddings = 512
+    assert scoring_window(None) == DEFAULT_WINDOW and scoring_window(None, model) == 512
+    assert scoring_window(64, model) == 64 and scoring_window(4096, model, None) == 512
+    assert default_stride(2048) == 1536 and default_stride(1) == 1
+    segs = segments(0, 5000, 2048, None)
+    assert [(s.begin, s.end, s.first) for s in segs] == [(0, 2048, 1), (1536, 3584, 2048), (3072, 5000, 3584)]
+    assert min(s.first - s.begin for s in segs[1:]) == 2048 - 1536  # every later target keeps 512 tokens of context

@@ -58,7 +58,7 @@ def analyse_cell(plan: CellPlan, plans: list[CellPlan], model: Any) -> dict:
     """Write the cell's ``attacks.json`` (see :mod:`goldfish.experiment.analysis`) from the cell's shared ``model``
     handle (``goldfish.eval.loading.SharedModel``), scored as eval's membership section scores (its window, stride,
     token budget and chunk)."""
-    from goldfish.eval.scoring import context_length
+    from goldfish.eval.scoring import scoring_window
 
     from ..data import load_prepared
 
@@ -67,5 +67,5 @@ def analyse_cell(plan: CellPlan, plans: list[CellPlan], model: Any) -> dict:
     m = plan.eval_cfg.membership
     loaded = model.get()
     return analyse(loaded, plan.data_dir, plan.dir, gcfg, _reference(plan, plans), n_bootstrap=m.n_bootstrap,
-                   seed=plan.eval_cfg.seed, control=plan.cell.control, window=m.window or context_length(loaded),
+                   seed=plan.eval_cfg.seed, control=plan.cell.control, window=scoring_window(m.window, loaded),
                    stride=m.stride, token_budget=m.token_budget, chunk=m.chunk)
