@@ -13,6 +13,7 @@ throughput record per chunk or scoring batch.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import logging
@@ -26,7 +27,9 @@ from tqdm.auto import tqdm
 
 from goldfish.config import save_config, to_dict
 from goldfish.errors import UserError
+from goldfish.hardware import describe
 from goldfish.io import JsonlLogger, atomic_write_text, strict_json
+from goldfish.precision import resolve_precision
 from goldfish.provenance import code_version, git_commit, versions
 
 from . import extraction, membership
@@ -35,7 +38,7 @@ from .config import EvalConfig
 from .generate import beam_generate, generate
 from .inputs import load_eval_documents
 from .loading import (SharedModel, check_vocab, load_model, load_model_tokenizer, model_vocab_size, num_parameters,
-                      one_gguf_read, pad_id_of, resolve_model_path)
+                      pad_id_of, resolve_device, resolve_model_path)
 from .metrics import compute_metrics
 from .report import write_report
 from .scoring import context_length
@@ -189,24 +192,31 @@ def _extraction_windows(cfg: EvalConfig, splits: dict) -> tuple[list[Window], in
     return build_windows(to_extract, d.prefix_lens, d.suffix_len, d.window, d.stride, d.offsets, d.max_offset)
 
 
+def resolved(cfg: EvalConfig) -> EvalConfig:
+    """``cfg`` with ``model.dtype: auto`` resolved for its device: what the fingerprint, results.json and
+    eval_config.yaml record (:func:`goldfish.precision.resolve_precision`)."""
+    dtype = resolve_precision(cfg.model.dtype, resolve_device(cfg.model.device))
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, dtype=dtype))
+
+
 def run_eval(cfg: EvalConfig, model: SharedModel | None = None) -> dict:
     """Evaluate ``cfg.model.path`` on ``cfg.data.path``; write results.json/.csv, report and plots into ``cfg.out``.
     ``model``: the model of ``cfg.model`` already shared with other phases (an experiment cell), else loaded here."""
     _require(cfg)
+    cfg = resolved(cfg)
     out = Path(cfg.out)
     torch.manual_seed(cfg.seed)
     if cfg.model.threads is not None:
         torch.set_num_threads(cfg.model.threads)
     m = cfg.model
-    reference = load_model(m.reference, m.dtype, m.device, m.allow_pickle, cfg.progress) if m.reference else None
-    with one_gguf_read():
-        tokenizer = _load_tokenizer(cfg)
-        splits, prep = load_eval_documents(cfg.data.path, cfg.data.nonmembers, tokenizer, cfg.data.max_docs,
-                                      cfg.data.group_field)
-        if tokenizer is None and prep is not None:
-            tokenizer = prep.tokenizer
-        windows, skipped = _extraction_windows(cfg, splits)
-        model = (model or SharedModel(m)).get()
+    reference = load_model(m.reference, m.dtype, m.device, m.allow_pickle) if m.reference else None
+    tokenizer = _load_tokenizer(cfg)
+    splits, prep = load_eval_documents(cfg.data.path, cfg.data.nonmembers, tokenizer, cfg.data.max_docs,
+                                       cfg.data.group_field)
+    if tokenizer is None and prep is not None:
+        tokenizer = prep.tokenizer
+    windows, skipped = _extraction_windows(cfg, splits)
+    model = (model or SharedModel(m)).get()
     for name, docs in splits.items():
         check_vocab(model, tokenizer, [d.tokens for d in docs], what=f"the {name} documents")
     _check_context(model, windows, cfg.data.suffix_len)
@@ -220,7 +230,8 @@ def run_eval(cfg: EvalConfig, model: SharedModel | None = None) -> dict:
         "git": git_commit(),
         "config": to_dict(cfg),
         "model": {"path": resolve_model_path(m.path).describe(), "num_parameters": num_parameters(model),
-                  "vocab_size": model_vocab_size(model), "dtype": str(next(model.parameters()).dtype)},
+                  "vocab_size": model_vocab_size(model), "dtype": str(next(model.parameters()).dtype),
+                  "precision": m.dtype, "device": describe(next(model.parameters()).device)},
         "data": {"path": str(cfg.data.path), "members": len(splits.get("members", [])),
                  "nonmembers": len(splits.get("nonmembers", [])), "skipped_short": skipped,
                  "sha256": windows_sha256(windows)},

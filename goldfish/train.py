@@ -39,11 +39,13 @@ from .engines import get_engine
 from .engines.base import Engine, StepStats
 from .errors import UserError
 from .data.order import EpochOrders, consumed_rows, member_exposures, next_batch, take_rows
+from .hardware import default_device, describe
 from .io import JsonlLogger, atomic_directory, atomic_write_json, atomic_write_text, read_jsonl
 from .loss import EngineLoss
 from .masks import GoldfishConfig, config_mask
 from .models import build_model, count_parameters, flops_per_token, set_special_ids
-from .perf import measure_matmul_peak, mfu
+from .perf import MfuMeter
+from .precision import resolve_precision
 from .provenance import refuse_mismatch, write_fingerprint
 from .train_config import (TRAIN_OPTIONAL, OptimConfig, Plan, TrainConfig, goldfish_config, learning_rate, make_plan,
                            saved_train_fingerprint, train_fingerprint, write_mask_settings)
@@ -127,12 +129,21 @@ def train(cfg: TrainConfig) -> Path:
     """Train per ``cfg`` (resuming per ``cfg.checkpoint.resume``) and return the run folder ``cfg.out``."""
     started = time.perf_counter()
     prepared, rows, seq_len = load_train_data(cfg.data.path)  # fails fast, before joining any process group
+    cfg = resolved(cfg)
     # Goldfish reaches the engine only through the loss function
     engine = get_engine(cfg, EngineLoss(cfg.loss.ce_chunk_tokens))
     try:
         return _run(cfg, engine, prepared, rows, seq_len, started)
     finally:
         engine.close()
+
+
+def resolved(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with ``precision: auto`` resolved for this machine (:func:`goldfish.precision.resolve_precision`):
+    what the run folder's config, fingerprint and summary record. AxoNN runs bf16 only on CUDA."""
+    device = default_device()
+    bf16_ok = not (cfg.engine == "axonn" and device.type != "cuda")
+    return dataclasses.replace(cfg, precision=resolve_precision(cfg.precision, device, bf16_ok=bf16_ok))
 
 
 def _process_rank() -> tuple[int, int]:
@@ -166,7 +177,7 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, started
         save_config(cfg, out / "config.yaml")
         write_mask_settings(out, gcfg)
         _truncate_metrics(out / "metrics.jsonl", progress.step)
-    meter = _Meter(shape["flops_per_token"], cfg.precision, engine.device, world, engine.is_main)
+    meter = MfuMeter(shape["flops_per_token"], cfg.precision, engine.device, world, enabled=engine.is_main)
     orders = EpochOrders(len(rows), cfg.seed, cfg.data.shuffle)
     clock = _LineClock()
     with JsonlLogger(out / "metrics.jsonl", enabled=engine.is_main) as log, _bar(cfg, engine, plan, progress) as bar:
@@ -177,12 +188,12 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, started
             if progress.step == plan.total_steps or (cfg.checkpoint.every_steps
                                                      and progress.step % cfg.checkpoint.every_steps == 0):
                 _save(cfg, engine, plan, progress, rank, world, fingerprint)
-    _finish(cfg, engine, prepared, plan, progress, shape, started)
+    _finish(cfg, engine, prepared, plan, progress, shape, meter, started)
     return out
 
 
 def _train_step(cfg: TrainConfig, engine: Engine, plan: Plan, rows, index: np.ndarray, gcfg: GoldfishConfig | None,
-                progress: Progress, meter: "_Meter") -> dict[str, Any]:
+                progress: Progress, meter: MfuMeter) -> dict[str, Any]:
     """One optimizer step on the global batch of rows ``index``; returns its metrics record."""
     start = time.perf_counter()
     batch = take_rows(rows, index, plan.global_batch)  # dict of (G, T) int64 tensors
@@ -203,7 +214,7 @@ def _train_step(cfg: TrainConfig, engine: Engine, plan: Plan, rows, index: np.nd
 
 
 def _record(stats: StepStats, plan: Plan, progress: Progress, lr: float, grad_norm: float, seconds: float,
-            meter: "_Meter") -> dict[str, Any]:
+            meter: MfuMeter) -> dict[str, Any]:
     tokens_per_s = plan.tokens_per_step / seconds
     supervised = stats.kept_count + stats.dropped_count
     return {
@@ -234,19 +245,6 @@ def _build(cfg: TrainConfig, tok: dict[str, Any], seq_len: int, shape: dict[str,
     return model
 
 
-class _Meter:
-    """MFU against the matmul peak measured once at start-up (main process only; others report 0).
-
-    On a CPU shared with other jobs the start-up peak reflects the load of that moment, so a later, quieter period
-    can log an MFU above 1; ``benchmarks/train_speed.py`` measures the peak before and after its runs instead."""
-
-    def __init__(self, flops: float, precision: str, device, world: int, is_main: bool):
-        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-        self.flops, self.world = flops, world
-        self.peak = measure_matmul_peak(dtype, device, seconds=0.3) if is_main else 0.0
-
-    def mfu(self, tokens_per_s: float) -> float:
-        return mfu(tokens_per_s, self.flops, self.peak, self.world)
 
 
 def _bar(cfg: TrainConfig, engine: Engine, plan: Plan, progress: Progress):
@@ -283,7 +281,11 @@ def _report(cfg: TrainConfig, engine: Engine, bar, record: dict[str, Any], plan:
                              or clock.due()):
         print(f"step {record['step']}/{plan.total_steps}  loss {record['loss']:.4f}  lr {record['lr']:.2e}  "
               f"grad_norm {record['grad_norm']:.3f}  tokens/s {record['tokens_per_s']:.0f}  "
-              f"mfu {100 * record['mfu']:.1f}%", flush=True)
+              f"mfu {_percent(record['mfu'])}", flush=True)
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
 def _trainer_state(plan: Plan, progress: Progress, world: int, fingerprint: dict[str, Any]) -> dict[str, Any]:
@@ -323,7 +325,7 @@ def _truncate_metrics(path: Path, step: int) -> None:
 
 
 def _finish(cfg: TrainConfig, engine: Engine, prepared, plan: Plan, progress: Progress, shape: dict,
-            started: float) -> None:
+            meter: MfuMeter, started: float) -> None:
     """Export the model (+ tokenizer) in Hugging Face format and write ``summary.json``."""
     out = Path(cfg.out)
     if engine.is_main:
@@ -345,6 +347,8 @@ def _finish(cfg: TrainConfig, engine: Engine, prepared, plan: Plan, progress: Pr
         "train_time_s": progress.elapsed,  # seconds inside optimizer steps, summed over every session of the run
         "wall_time_s": time.perf_counter() - started,  # this session, start to summary (loading, export included)
         "mean_tokens_per_s": _mean(steady, "tokens_per_s"), "mean_mfu": _mean(steady, "mfu"),
+        "mfu_peak_flops": meter.peak, "mfu_peak_source": meter.peak_source, "mfu_unavailable": meter.unavailable,
+        "precision": cfg.precision, "device": describe(engine.device),
         "params": int(shape["params"]), "flops_per_token": shape["flops_per_token"],
         "global_batch_size": plan.global_batch, "seq_len": plan.seq_len, "world_size": _process_rank()[1],
         "model": str(out / "model"), "config": str(out / "config.yaml"),

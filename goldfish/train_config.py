@@ -206,8 +206,9 @@ class TrainConfig:
     loss: LossConfig = option(factory=LossConfig, help="standard or Goldfish loss")
     optim: OptimConfig = option(factory=OptimConfig, help="optimizer and learning-rate schedule")
     schedule: ScheduleConfig = option(factory=ScheduleConfig, help="training length and batch sizes")
-    precision: str = option("fp32", "fp32 | bf16 (bf16: autocast over fp32 master weights; float32/bfloat16 are "
-                                    "aliases, see goldfish.precision)")
+    precision: str = option("auto", "auto | fp32 | bf16 (auto: bf16 where the device computes it natively and fast -- "
+                                    "CUDA with bf16, CPUs with AMX -- else fp32; bf16: autocast over fp32 master "
+                                    "weights; float32/bfloat16 are aliases; see goldfish.precision)")
     compile: bool = option(False, "torch.compile every decoder layer (the first step pays the compilation; fuses "
                                   "norms, rotary and SwiGLU kernels; under torchrun too with the native engine)")
     activation_checkpointing: bool = option(False, "native engine: recompute each decoder layer's activations in "
@@ -225,8 +226,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         problems: list[str] = []
         check(_positive(self.log_every), problems, f"log_every={self.log_every!r} must be a positive integer")
-        precision = canonical_precision(self.precision, ("fp32", "bf16"))
-        check(precision is not None, problems, f"precision={self.precision!r} must be fp32 or bf16 for training")
+        precision = canonical_precision(self.precision, ("auto", "fp32", "bf16"))
+        check(precision is not None, problems, f"precision={self.precision!r} must be auto, fp32 or bf16 for training")
         self.precision = precision or self.precision
         check(bool(self.out), problems, "out must name a run folder, e.g. out=runs/tiny")
         raise_problems(problems)

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("goldfish", "goldfish.config", "goldfish.io", "goldfish.errors", "goldfish.masks", "goldfish.loss",
               "goldfish.collator", "goldfish.fold", "goldfish.perf", "goldfish.sizes", "goldfish.precision",
-              "goldfish.provenance")),
+              "goldfish.hardware", "goldfish.gguf_cache", "goldfish.provenance")),
     ("data", ("goldfish.data",)),
     ("models and engines", ("goldfish.models", "goldfish.train_config", "goldfish.engines")),
     ("trainer", ("goldfish.train", "goldfish.checkpoint", "goldfish.estimate")),

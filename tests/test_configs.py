@@ -202,14 +202,16 @@ def test_the_example_in_the_experiment_docstring_is_a_valid_experiment(tmp_path)
 def test_one_precision_vocabulary_for_train_and_eval():
     assert from_dict(TrainConfig, {"precision": "bfloat16"}).precision == "bf16"  # long spelling: an alias
     assert from_dict(TrainConfig, {"precision": "fp32"}).precision == "fp32"
-    for bad in ("fp16", "auto", "half"):
-        with pytest.raises(ConfigError, match=f"precision='{bad}' must be fp32 or bf16 for training"):
+    assert from_dict(TrainConfig, {}).precision == "auto"  # resolved from the hardware when training starts
+    for bad in ("fp16", "checkpoint", "half"):
+        with pytest.raises(ConfigError, match=f"precision='{bad}' must be auto, fp32 or bf16 for training"):
             from_dict(TrainConfig, {"precision": bad})
     def eval_cfg(dtype: str) -> EvalConfig:
         return from_dict(EvalConfig, {"model": {"path": "m", "dtype": dtype}, "data": {"path": "d"}, "out": "o"})
 
-    assert [eval_cfg(d).model.dtype for d in ("bf16", "float16", "auto", "float32")] == ["bf16", "fp16", "auto", "fp32"]
-    with pytest.raises(ConfigError, match="dtype='half' must be one of fp32, bf16, fp16, auto"):
+    assert [eval_cfg(d).model.dtype for d in ("bf16", "float16", "auto", "float32", "checkpoint")] == \
+        ["bf16", "fp16", "auto", "fp32", "checkpoint"]
+    with pytest.raises(ConfigError, match="dtype='half' must be one of auto, fp32, bf16, fp16, checkpoint"):
         eval_cfg("half")
 
 

@@ -118,7 +118,7 @@ def test_resume_refusal_and_overwrite(setup, tmp_path, capsys):
     assert len((out / WINDOWS_PARTIAL).read_text().splitlines()) == len(TEXTS)  # torn line gone, none duplicated
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     code = main(["eval", "--model", str(model), "--data", str(docs), "--out", str(out), "data.prefix_lens=[8]",
-                 "data.suffix_len=6", "report=false", "model.dtype=bfloat16"])
+                 "data.suffix_len=6", "report=false", "model.dtype=float16"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "different evaluation" in err and "config.model.dtype" in err and "\n" not in err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing written

@@ -63,6 +63,14 @@ def test_summary_and_table_agree_with_the_cells(micro):
         assert s["mia_auc"] == results["membership"]["attacks"]["loss"]["auc"]
         assert s["tokens_seen"] == train["tokens"] and s["params"] == train["params"]
         assert 0.0 <= s["rouge_l"] <= 1.0 and s["heldout_loss"] > 0
+        # the resolved precision and the device, as the trainer and the evaluation recorded them
+        assert s["precision"] == train["precision"] == results["config"]["model"]["dtype"] == \
+            s["eval_precision"] in ("fp32", "bf16")
+        assert s["device"]["type"] == "cpu" and s["device"]["name"] == results["model"]["device"]["name"]
+    report = (micro / "report.md").read_text()
+    device = summary["standard"]["device"]
+    assert f"Computed on {device['name']}" in report and f"Training precision {summary['standard']['precision']}" \
+        in report
     # same token budget; Goldfish trains on ~3/4 of the targets and measures loss on the dropped ~1/4
     assert summary["standard"]["tokens_seen"] == summary["goldfish"]["tokens_seen"]
     assert summary["standard"]["dropped_tokens"] == 0 and summary["standard"]["final_dropped_loss"] is None

@@ -62,7 +62,9 @@ class HardwareConfig:
 
     gpus: int = option(1, "number of devices (GPUs, or CPU processes) a cell trains on; the world size")
     gpus_per_node: int = option(8, "devices per node (for the launch scripts)")
-    gpu: str = option("cpu", "device kind for the FLOP/time estimate: cpu, a100, h100, h200, gh200, mi250x-gcd, mi300x")
+    gpu: str = option("cpu", "device kind for the FLOP/time estimate: cpu or a GPU kind of goldfish.hardware.GPUS "
+                                 "(a100, a100-40gb, h100, h100-pcie, h100-nvl, h200, h200-nvl, gh200, mi250x-gcd, "
+                                 "mi300x)")
     memory_gb: float = option(0.0, "memory per device in GiB; 0 = the device kind's usual size")
     mfu: float = option(0.4, "model FLOPs utilisation assumed by the time estimate (0 < mfu <= 1)")
     vocab_size: int = option(0, "vocabulary --dry-run assumes before the data is prepared, when the recipe's "

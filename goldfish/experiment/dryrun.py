@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..estimate import device_memory_gib, estimate_memory, estimate_time, layout_of, shape_of
+from ..precision import resolve_precision
 from ..train_config import ModelConfig
 from .config import ExperimentConfig
 from .plan import CellPlan
@@ -104,6 +105,15 @@ def expected_rows(prepare_cfg: Any) -> int | None:
     return -(-(copies * (doc + 1) + background * ((chunk or 0) + 1)) // p.seq_len)
 
 
+def target_precision(plan: CellPlan) -> str:
+    """The precision a cell trains in on its target hardware: ``auto`` is bf16 on every GPU kind of the table (all
+    have native bf16) and, for ``hardware.gpu=cpu``, what this machine resolves it to."""
+    precision = plan.train_cfg.precision
+    if precision != "auto":
+        return precision
+    return "bf16" if plan.hardware.gpu != "cpu" else resolve_precision("auto", "cpu", warn=False)
+
+
 def estimate_cell(cfg: ExperimentConfig, plan: CellPlan, world_size: int | None) -> dict[str, Any]:
     """Layout, memory and time of one cell (raises ConfigError when the layout is invalid)."""
     hw = plan.hardware
@@ -112,7 +122,7 @@ def estimate_cell(cfg: ExperimentConfig, plan: CellPlan, world_size: int | None)
     model, note = model_for_estimate(plan)
     shape = shape_of(model, vocab_size(cfg, plan))
     layout = layout_of(plan.train_cfg, shape, world)  # the engine's own validation and sharding
-    mem = estimate_memory(shape, layout, plan.train_cfg.schedule.micro_batch_size, seq_len, plan.train_cfg.precision)
+    mem = estimate_memory(shape, layout, plan.train_cfg.schedule.micro_batch_size, seq_len, target_precision(plan))
     tokens = total_tokens(plan, seq_len)
     flops = shape.flops_per_token(seq_len)
     return {"cell": plan.cell.id, "world": world, "layout": layout.description, "params": shape.params,
