@@ -212,7 +212,7 @@ def cell_summary(plan: CellPlan, mia_attack: str = "auto") -> dict[str, Any]:
     out["precision"] = train.get("precision")  # resolved by the trainer; None for a control that trains nothing
     out["eval_precision"] = model.get("precision")
     out["device"] = model.get("device") or train.get("device")
-    out["versions"], out["git"] = results.get("versions"), results.get("git")
+    out["versions"], out["git"], out["code"] = results.get("versions"), results.get("git"), results.get("code")
     out["target_losses"] = target_losses(attacks, plan.data_dir) if attacks else None
     return out
 

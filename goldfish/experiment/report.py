@@ -354,10 +354,11 @@ def provenance_line(cells: list[dict]) -> str:
     bf16 = f"native bf16: {'yes' if device.get('native_bf16') else 'no'} ({device.get('bf16_reason', '?')})"
     versions = next((c["versions"] for c in cells if c.get("versions")), {}) or {}
     shown = ", ".join(f"{k} {v}" for k, v in versions.items() if v)
-    commit = next((c["git"] for c in cells if c.get("git")), None)
+    # the code version names the commit of a git checkout, else a hash of the sources (goldfish.provenance)
+    code = next((c.get("code") or c["git"][:12] for c in cells if c.get("code") or c.get("git")), None)
     return (f"Computed on {where}; {bf16}. Training precision {values('precision')}, evaluation precision "
             f"{values('eval_precision')} (precision=auto resolved on this device). {shown}"
-            + (f"; code {commit[:12]}" if commit else "") + ".")
+            + (f"; code {code}" if code else "") + ".")
 
 
 def write_study_report(cfg: ExperimentConfig, results: dict, out: Path) -> Path:
