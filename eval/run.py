@@ -32,7 +32,7 @@ from goldfish.io import JsonlLogger, atomic_write_text, strict_json
 from goldfish.precision import resolve_precision
 from goldfish.provenance import code_version, git_commit, versions
 
-from . import extraction, membership
+from . import adversary, extraction, membership
 from .aggregate import summarize
 from .config import EvalConfig
 from .generate import beam_generate, generate
@@ -77,8 +77,10 @@ def _eos_id(model, tokenizer) -> int | None:
     return None
 
 
-def evaluate_chunk(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig, pad_id: int) -> list[dict]:
-    """Greedy generation + one pass (+ beam / samples) + metrics for a list of windows -> result records."""
+def evaluate_chunk(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig, pad_id: int,
+                   mask=None) -> list[dict]:
+    """Greedy generation + one pass (+ beam / samples / the mask-consistent adversary, given the model's Goldfish
+    ``mask``) + metrics for a list of windows -> result records."""
     dec = cfg.decoding
     prefixes = [w.prefix for w in windows]
     suffixes = [w.suffix for w in windows]
@@ -89,6 +91,8 @@ def evaluate_chunk(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig,
     beams = beam_generate(model, prefixes, cfg.data.suffix_len, dec.beam, **kw) if dec.beam > 1 else None
     hits = (extraction.sample_hits(model, prefixes, suffixes, dec.samples, temperature=dec.temperature,
                                    seed=cfg.seed, **kw) if dec.samples else None)
+    threshold = dec.switch_threshold or adversary.DEFAULT_SWITCH_THRESHOLD
+    adv = adversary.window_records(model, windows, gens, mask, threshold, **kw) if mask is not None else None
     records = []
     for i, (w, gen) in enumerate(zip(windows, gens)):
         gen_text, truth_text = _decode(tokenizer, gen), _decode(tokenizer, w.suffix)
@@ -103,13 +107,15 @@ def evaluate_chunk(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig,
             rec["beam_token_match"] = compute_metrics(beams[i], w.suffix, names=["token_match"])["token_match"]
         if hits is not None:
             rec["sample_hits"], rec["sample_rate"] = hits[i], hits[i] / dec.samples
+        rec.update(adv[i] if adv is not None else {})
         rec.update({"generation": gen_text, "truth": truth_text, "generation_ids": list(gen),
                     "truth_ids": list(w.suffix), "sha256": w.key})
         records.append(rec)
     return records
 
 
-def evaluate_windows(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig, out: Path) -> list[dict]:
+def evaluate_windows(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig, out: Path,
+                     mask=None) -> list[dict]:
     """All window records in window order, computing only those not already in the partial file."""
     done = read_windows(out, cfg.resume)
     todo = [w for w in dict((w.key, w) for w in windows).values() if w.key not in done]
@@ -122,7 +128,7 @@ def evaluate_windows(model, tokenizer, windows: Sequence[Window], cfg: EvalConfi
         for lo in range(0, len(todo), CHUNK):
             chunk = todo[lo : lo + CHUNK]
             t0 = time.perf_counter()
-            records = evaluate_chunk(model, tokenizer, chunk, cfg, pad_id)
+            records = evaluate_chunk(model, tokenizer, chunk, cfg, pad_id, mask)
             seconds = time.perf_counter() - t0
             for rec in records:
                 partial.log(rec)
@@ -220,8 +226,9 @@ def run_eval(cfg: EvalConfig, model: SharedModel | None = None) -> dict:
     for name, docs in splits.items():
         check_vocab(model, tokenizer, [d.tokens for d in docs], what=f"the {name} documents")
     _check_context(model, windows, cfg.data.suffix_len)
+    mask = adversary.resolve_mask(cfg.mask, m.path, tokenizer) if cfg.decoding.adversary and windows else None
     claim_folder(out, fingerprint(cfg, splits), cfg.overwrite)
-    records = evaluate_windows(model, tokenizer, windows, cfg, out) if windows else []
+    records = evaluate_windows(model, tokenizer, windows, cfg, out, mask) if windows else []
     results = {
         "schema": SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -239,6 +246,8 @@ def run_eval(cfg: EvalConfig, model: SharedModel | None = None) -> dict:
         "membership": run_membership(model, reference, splits, cfg, tokenizer, out),
         "windows": records,
     }
+    if mask is not None:
+        results["adversary"] = adversary.section(records, mask, cfg)
     results = json.loads(strict_json(results))  # what is written: non-finite values as null, noted in json_nulls
     atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
     write_csv(out / "results.csv", records)

@@ -43,10 +43,12 @@ from .hardware import default_device, describe
 from .io import JsonlLogger, atomic_directory, atomic_write_json, atomic_write_text, read_jsonl
 from .loss import EngineLoss
 from .masks import GoldfishConfig, config_mask
+from .modelcard import write_training_card
 from .models import build_model, count_parameters, flops_per_token, set_special_ids
 from .perf import MfuMeter
 from .precision import resolve_precision
 from .provenance import refuse_mismatch, write_fingerprint
+from .tracking import Tracker
 from .train_config import (TRAIN_OPTIONAL, OptimConfig, Plan, TrainConfig, goldfish_config, learning_rate, make_plan,
                            saved_train_fingerprint, train_fingerprint, write_mask_settings)
 
@@ -180,10 +182,12 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, started
     meter = MfuMeter(shape["flops_per_token"], cfg.precision, engine.device, world, enabled=engine.is_main)
     orders = EpochOrders(len(rows), cfg.seed, cfg.data.shuffle)
     clock = _LineClock()
-    with JsonlLogger(out / "metrics.jsonl", enabled=engine.is_main) as log, _bar(cfg, engine, plan, progress) as bar:
+    with JsonlLogger(out / "metrics.jsonl", enabled=engine.is_main) as log, _bar(cfg, engine, plan, progress) as bar, \
+            Tracker(cfg, engine.is_main, progress.step) as tracker:  # TensorBoard / W&B: the same records
         while progress.step < plan.total_steps:
             record = _train_step(cfg, engine, plan, rows, next_batch(plan, orders, progress), gcfg, progress, meter)
             log.log(record)
+            tracker.log(record)
             _report(cfg, engine, bar, record, plan, clock)
             if progress.step == plan.total_steps or (cfg.checkpoint.every_steps
                                                      and progress.step % cfg.checkpoint.every_steps == 0):
@@ -340,7 +344,7 @@ def _finish(cfg: TrainConfig, engine: Engine, prepared, plan: Plan, progress: Pr
     last = records[-1] if records else {}
     exposures = member_exposures(prepared, consumed_rows(plan, cfg.seed, cfg.data.shuffle))
     steady = records[1:] or records  # the first step pays for allocations (and compilation)
-    atomic_write_json(out / "summary.json", {
+    summary = {
         "steps": progress.step, "epochs": progress.step / plan.steps_per_epoch, "tokens": progress.tokens,
         "loss_type": cfg.loss.type, "final_kept_loss": last.get("kept_loss"),
         "final_dropped_loss": last.get("dropped_loss"), "dropped_frac": _mean(records, "dropped_frac"),
@@ -353,7 +357,9 @@ def _finish(cfg: TrainConfig, engine: Engine, prepared, plan: Plan, progress: Pr
         "global_batch_size": plan.global_batch, "seq_len": plan.seq_len, "world_size": _process_rank()[1],
         "model": str(out / "model"), "config": str(out / "config.yaml"),
         "exposures": exposures,  # {labelled r: [min, max] times read}: r x epochs when the budget is whole epochs
-    })
+    }
+    write_training_card(out / "model", cfg, summary, prepared.manifest, prepared.train_sha256)
+    atomic_write_json(out / "summary.json", summary)  # last: a run with a summary has its model card
 
 
 def _mean(records: list[dict], key: str) -> float | None:

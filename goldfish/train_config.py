@@ -12,6 +12,7 @@ the world size (mesh shape, batch divisibility) happen once the engine knows it.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import math
 from pathlib import Path
@@ -198,6 +199,32 @@ class CheckpointConfig:
 
 
 @dataclasses.dataclass
+class LoggingConfig:
+    """Where each step's metrics go besides ``metrics.jsonl`` (the same scalars, written by the main process only;
+    see :mod:`goldfish.tracking`). Changes nothing a run computes: not part of its fingerprint."""
+
+    tensorboard: bool = option(False, "write TensorBoard event files to <out>/tensorboard (needs the tensorboard "
+                                      "extra: pip install 'goldfish-toolkit[tensorboard]')")
+    wandb: bool = option(False, "log a Weights & Biases run in <out>/wandb (needs the wandb extra); offline unless "
+                                "wandb_mode=online")
+    wandb_mode: Literal["offline", "online"] = option(
+        "offline", "offline: no network, upload later with `wandb sync <out>/wandb/offline-run-*` | online: upload "
+                   "while training (needs your API key: WANDB_API_KEY or `wandb login`)")
+    project: str = option("goldfish", "W&B project")
+    entity: str = option("", "W&B entity (team or user; empty: your default entity)")
+    group: str = option("", "W&B group (goldfish experiment sets the experiment's name)")
+    run_name: str = option("", "W&B run name (goldfish experiment sets the cell id; empty: the run folder's name)")
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        for flag, package in (("tensorboard", "tensorboard"), ("wandb", "wandb")):
+            check(not getattr(self, flag) or importlib.util.find_spec(package) is not None, problems,
+                  f"logging.{flag}=true needs the {package} package: pip install 'goldfish-toolkit[{package}]' "
+                  f"(or set logging.{flag}=false)")
+        raise_problems(problems)
+
+
+@dataclasses.dataclass
 class TrainConfig:
     """Everything ``goldfish train`` needs; saved as ``<out>/config.yaml`` beside the run."""
 
@@ -222,6 +249,7 @@ class TrainConfig:
     out: str = option("runs/train", "run folder (config, metrics, checkpoints, final model)")
     log_every: int = option(1, "print a log line every N steps (metrics.jsonl always gets every step)")
     progress: bool = option(True, "show a tqdm progress bar (main process, when attached to a terminal)")
+    logging: LoggingConfig = option(factory=LoggingConfig, help="TensorBoard and W&B logging of the step metrics")
 
     def __post_init__(self) -> None:
         problems: list[str] = []

@@ -9,7 +9,7 @@ to top (see ARCHITECTURE.md):
    the collator, perf, the size table, the precision names, provenance (code version, fingerprints)
 1. data: ``goldfish.data``
 2. models and engines: ``models``, ``train_config`` (the sections the engines receive), ``goldfish.engines``
-3. trainer: ``train``, ``checkpoint``, ``estimate``
+3. trainer: ``train``, ``checkpoint``, ``estimate``, ``tracking``, ``modelcard``
 4. evaluation: ``goldfish.eval``
 5. experiment runner and CLI: ``goldfish.experiment``, ``goldfish.commands``, ``cli``, ``__main__``
 
@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
               "goldfish.hardware", "goldfish.gguf_cache", "goldfish.provenance")),
     ("data", ("goldfish.data",)),
     ("models and engines", ("goldfish.models", "goldfish.train_config", "goldfish.engines")),
-    ("trainer", ("goldfish.train", "goldfish.checkpoint", "goldfish.estimate")),
+    ("trainer", ("goldfish.train", "goldfish.checkpoint", "goldfish.estimate", "goldfish.tracking", "goldfish.modelcard")),
     ("evaluation", ("goldfish.eval",)),
     ("experiment and CLI", ("goldfish.experiment", "goldfish.commands", "goldfish.cli", "goldfish.__main__")),
 ]

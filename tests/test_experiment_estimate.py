@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from tolerances import U64, rounding
 
 from goldfish.config import from_dict
 from goldfish.errors import ConfigError
@@ -43,7 +44,7 @@ def test_shape_and_flops_agree_with_a_built_model():
         model = build_model(cfg, vocab_size=300, seed=0)
         s = shape_of(cfg, 300)
         assert s.params == count_parameters(model)
-        assert s.flops_per_token(128) == pytest.approx(flops_per_token(model, 128))
+        assert s.flops_per_token(128) == flops_per_token(model, 128)  # integer arithmetic on both sides
 
 
 def train_cfg(**sections) -> TrainConfig:
@@ -63,14 +64,14 @@ def test_memory_of_llama2_7b_on_tp2_by_hand():
     # activations: per token per block 4·4096 + (2·4096 + 2·4096 + 4·11008) / 2 = 46,592 elements, bf16
     assert mem.activations == 4096 * 32 * 46_592 * 2
     assert mem.logits == 4096 * 32000 * (2 + 4)
-    assert mem.total / GIB == pytest.approx((16 * params + 4096 * 32 * 46_592 * 2 + 4096 * 32000 * 6) / 2**30)
+    assert mem.total / GIB == (16 * params + 4096 * 32 * 46_592 * 2 + 4096 * 32000 * 6) / 2**30  # integers / 2^30
 
 
 def test_fsdp_shards_state_over_data_ranks_and_pipeline_holds_fewer_layers():
     s = shape("llama2-7B", 32000)
     plain = estimate_memory(s, NativeEngine.layout_for(ParallelConfig(), 8), 1, 4096)
     fsdp = estimate_memory(s, NativeEngine.layout_for(ParallelConfig(fsdp=True), 8), 1, 4096)
-    assert fsdp.optimizer == pytest.approx(plain.optimizer / 8)
+    assert fsdp.optimizer == plain.optimizer / 8  # a division by a power of two is exact
     piped = estimate_memory(s, NativeEngine.layout_for(ParallelConfig(pp=4), 4), 1, 4096)
     # the busiest stage: 8 of 32 blocks and the larger of embedding / head (equal here)
     assert piped.weights == 4 * (8 * (202_375_168 + 8192) + 32000 * 4096 + 4096)
@@ -78,7 +79,7 @@ def test_fsdp_shards_state_over_data_ranks_and_pipeline_holds_fewer_layers():
     one_f = estimate_memory(s, NativeEngine.layout_for(ParallelConfig(pp=4, pp_microbatches=8), 4), 1, 4096)
     gpipe = estimate_memory(s, NativeEngine.layout_for(ParallelConfig(pp=4, pp_microbatches=8, pp_schedule="gpipe"),
                                                        4), 1, 4096)
-    assert one_f.activations == pytest.approx(gpipe.activations / 2)
+    assert one_f.activations == gpipe.activations / 2
 
 
 def test_axonn_shards_layer_matrices_and_head_over_the_3d_grid():
@@ -87,7 +88,7 @@ def test_axonn_shards_layer_matrices_and_head_over_the_3d_grid():
     assert layout.description == "axonn row=2 col=2 depth=2 data=8"
     mem = estimate_memory(s, layout, 1, 4096)
     params = 80 * (855_638_016 / 8 + 2 * 8192) + 32000 * 8192 + 32000 * 8192 / 8 + 8192
-    assert mem.weights == pytest.approx(4 * params)
+    assert mem.weights == pytest.approx(4 * params, rel=rounding(6, U64), abs=0)  # float64 sum of 6 products
 
 
 def test_layout_errors_print_every_factor():
@@ -110,7 +111,7 @@ def test_time_estimate_by_hand():
     # 6 N (N without the untied input embedding) + 12 L H s
     assert flops == 6 * (1_100_048_384 - 32000 * 2048) + 12 * 22 * 2048 * 2048
     seconds = estimate_time(1e9, flops, world=8, device="h100", mfu=0.5)
-    assert seconds == pytest.approx(1e9 * flops / (8 * 989e12 * 0.5))
+    assert seconds == pytest.approx(1e9 * flops / (8 * 989e12 * 0.5), rel=rounding(4, U64), abs=0)  # 4 float64 ops
     assert estimate_time(1e9, flops, world=8, device="cpu", mfu=0.5) is None
 
 
@@ -127,5 +128,68 @@ def test_expected_rows_of_one_epoch_before_preparation():
     assert expected_rows(cfg()) == -(-(1000 * 257 + 20000 * 2049) // 2048)  # 20,136: each document + EOS
     assert expected_rows(cfg(packing="one_per_row")) == 1000 + 20000  # one row per document
     assert expected_rows(cfg(repetitions=[1, 2], num_background=0, packing="one_per_row")) == 1500
-    assert expected_rows(cfg(min_tokens=32)) is None  # member lengths open: no estimate
+    assert expected_rows(cfg(min_tokens=32, nonmember_mode="held_out")) is None  # member lengths open: no estimate
+    # random_split and later_chunk only take documents with >= doc_tokens: every member is exactly doc_tokens
+    assert expected_rows(cfg(min_tokens=32, nonmember_mode="random_split")) == expected_rows(cfg())
     assert expected_rows(cfg(num_background=None)) is None
+
+
+def _budget_experiment(tmp_path, **top):
+    from goldfish.config import from_dict
+    from goldfish.experiment import ExperimentConfig
+
+    data = {"name": "bud", "tokenizer": {"name": "gpt2"}, "seq_len": 256, "packing": "pack", "min_tokens": 255,
+            "doc_tokens": 255, "num_members": 100, "repetitions": [2, 4], "nonmember_mode": "random_split",
+            "num_background": 900, "background_chunk_tokens": 255}
+    base = {"name": "bud", "out": str(tmp_path / "exp"), "data": data, "control_mode": "background",
+            "train": {"model": {"name": "llama-demo"}, "schedule": {"epochs": 3, "global_batch_size": 8,
+                                                                    "micro_batch_size": 8}},
+            "arms": {"standard": {"train.loss.type": "standard"}}}
+    return from_dict(ExperimentConfig, {**base, **top})
+
+
+def test_dry_run_prints_the_targets_share_and_reads_and_refuses_a_cycling_background(tmp_path, capsys):
+    """Hand values: 100 members of 255 tokens + EOS (= one 256-token row each), 50 with 2 copies and 50 with 4
+    (300 rows), 900 background chunks of 255 + EOS (900 rows): targets 300 / 1200 = 25 % of the tokens. Three
+    epochs read the background 3 times and the targets 6 and 12 times: refused unless allowed."""
+    from goldfish.cli import main
+    from goldfish.experiment.dryrun import dry_run, format_estimates
+    from goldfish.experiment.pipeline import default_pipeline
+    from goldfish.experiment.plan import plan_cells
+
+    cfg = _budget_experiment(tmp_path)
+    plans = plan_cells(cfg, default_pipeline())
+    rows, problems = dry_run(cfg, plans)
+    arm = next(r for r in rows if r["cell"] == "standard")["budget"]
+    assert arm.share == pytest.approx(0.25) and arm.reads == [6.0, 12.0] and arm.passes == 3.0
+    assert arm.rows == 1200
+    control = next(r for r in rows if r["cell"] == "control")["budget"]  # the background-trained control
+    assert control.share == 0.0 and control.reads == [] and control.passes == 3.0
+    table = format_estimates(rows)
+    assert "targets" in table and "25.00%" in table and "6/12" in table
+    assert len(problems) == 2 and all("reads its background 3.00 times" in p for p in problems)
+    assert "its targets 6, 12 times" in problems[1] and "allow_background_cycles: true" in problems[1]
+    # allowed on purpose
+    allowed = _budget_experiment(tmp_path, allow_background_cycles=True)
+    assert dry_run(allowed, plan_cells(allowed, default_pipeline()))[1] == []
+    # one epoch reads the background once: no problem; a token budget of half an epoch halves every read
+    once = _budget_experiment(tmp_path, train={"model": {"name": "llama-demo"},
+                                               "schedule": {"epochs": 1, "global_batch_size": 8,
+                                                            "micro_batch_size": 8}})
+    rows, problems = dry_run(once, plan_cells(once, default_pipeline()))
+    assert problems == [] and rows[1]["budget"].reads == [2.0, 4.0]
+    half = _budget_experiment(tmp_path, train={"model": {"name": "llama-demo"},
+                                               "schedule": {"max_tokens": 600 * 256, "global_batch_size": 8,
+                                                            "micro_batch_size": 8}})
+    assert dry_run(half, plan_cells(half, default_pipeline()))[0][1]["budget"].passes == pytest.approx(0.5)
+    # the command line: one error line, exit 2
+    import yaml
+
+    from goldfish.config import to_dict
+
+    path = tmp_path / "bud.yaml"
+    path.write_text(yaml.safe_dump(to_dict(cfg)))
+    capsys.readouterr()
+    assert main(["experiment", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "reads its background 3.00 times" in err[0]

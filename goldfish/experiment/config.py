@@ -122,6 +122,9 @@ class ExperimentConfig:
                                                     "trains like the arms on the same rows without the members "
                                                     "(data.train_members=false): a sweep's control, the same model "
                                                     "that never saw the targets")
+    allow_background_cycles: bool = option(False, "allow a training budget that reads the background more than "
+                                                  "once (the dry run refuses it otherwise: cycling the background "
+                                                  "multiplies the targets' reads and share)")
     grid: dict = option(factory=dict, help="axis -> list of values (dotted key) or of linked override mappings")
     tune: TuneConfig = option(factory=TuneConfig, help="choose one value of a grid axis from the control cells "
                                                        "(e.g. the learning rate per size, by held-out loss)")
@@ -328,7 +331,9 @@ def merged(base: dict, overrides: dict[str, Any]) -> dict:
 
 
 # data keys added after experiment folders were first written, at the value that reproduces the older data
-_LATER_DATA_KEYS = {("train_members",): True, ("tokenizer", "source"): None}
+_LATER_DATA_KEYS = {("train_members",): True, ("tokenizer", "source"): None, ("background_dedup",): None}
+# of those, keys that change nothing without background: left out at any value when num_background is 0
+_BACKGROUND_KEYS = {("background_dedup",)}
 
 
 def data_hash(prepare_cfg: Any) -> str:
@@ -338,7 +343,8 @@ def data_hash(prepare_cfg: Any) -> str:
 
 def legacy_data_hash(prepare_cfg: Any) -> str | None:
     """The folder name the same data had before the keys of ``_LATER_DATA_KEYS`` existed (None when the config
-    sets one of them to another value): an experiment folder written then keeps its prepared data and cells."""
+    sets one of them to another value, unless it is a background key and there is no background): an experiment
+    folder written then keeps its prepared data and cells."""
     data = copy.deepcopy(to_dict(prepare_cfg))
     for path, default in _LATER_DATA_KEYS.items():
         *parents, key = path
@@ -347,7 +353,7 @@ def legacy_data_hash(prepare_cfg: Any) -> str | None:
             node = node.get(part) if isinstance(node, dict) else None
         if not isinstance(node, dict) or key not in node:
             continue
-        if node[key] != default:
+        if node[key] != default and not (path in _BACKGROUND_KEYS and data.get("num_background") == 0):
             return None
         del node[key]
     return _sha12(data)

@@ -19,7 +19,8 @@ from .plan import ATTACKS_FILE, CellPlan
 def export_initial_model(train_cfg: Any) -> Path:
     """Write the untrained model of ``train_cfg`` (Hugging Face folder + the data's tokenizer) to ``<out>/model``."""
     from ..data import load_prepared
-    from ..models import build_model, set_special_ids
+    from ..modelcard import write_training_card
+    from ..models import build_model, count_parameters, set_special_ids
 
     prepared = load_prepared(train_cfg.data.path)
     tok = prepared.manifest["tokenizer"]
@@ -29,6 +30,9 @@ def export_initial_model(train_cfg: Any) -> Path:
     with atomic_directory(out, overwrite=True) as tmp:
         model.save_pretrained(str(tmp), safe_serialization=True)
         prepared.copy_tokenizer(tmp)
+        untrained = {"steps": 0, "epochs": 0.0, "tokens": 0, "params": count_parameters(model), "world_size": 1,
+                     "global_batch_size": train_cfg.schedule.global_batch_size, "seq_len": prepared.manifest["seq_len"]}
+        write_training_card(tmp, train_cfg, untrained, prepared.manifest, prepared.train_sha256)
     return out
 
 

@@ -77,6 +77,9 @@ def _torchrun_train(cfg: ExperimentConfig, plan: CellPlan) -> None:
                         f"experiment to resume from the last checkpoint")
 
 
+UNTRACKED = "logging."  # where step metrics are also sent (TensorBoard, W&B): changes no result, never stale
+
+
 def stale_cells(plans: list[CellPlan]) -> dict[str, str]:
     """``{cell id: what differs}`` for started cells whose saved train/eval config differs from the current one, or
     whose unfinished training or evaluation was started by another code version (which the trainer and
@@ -91,7 +94,8 @@ def stale_cells(plans: list[CellPlan]) -> dict[str, str]:
             if not path.is_file():
                 continue
             saved, now = flatten(read_yaml(path)), flatten(yaml.safe_load(yaml.safe_dump(to_dict(current))))
-            keys = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
+            keys = [k for k in sorted(set(saved) | set(now))
+                    if saved.get(k) != now.get(k) and not k.startswith(UNTRACKED)]
             diffs += [f"{name.split('_')[0]}.{k}: {saved.get(k)} -> {now.get(k)}" for k in keys[:3]]
         for folder, finished in ((plan.train_dir, "summary.json"), (plan.eval_dir, "results.json")):
             started = read_fingerprint(folder) if folder.is_dir() else None
@@ -168,6 +172,8 @@ def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
         t0 = time.perf_counter()
         pipeline.analyse(plan, list(plans), model)
         times["attacks_s"] = time.perf_counter() - t0
+    if pipeline.card is not None:
+        pipeline.card(plan)  # the same numbers replace themselves when an interrupted cell runs this again
     record = {
         "cell": plan.cell.id, "arm": plan.cell.arm, "values": plan.cell.values, "overrides": plan.cell.overrides,
         "data_dir": str(plan.data_dir), "finished": _now(), "phase_seconds_this_run": times,
