@@ -28,8 +28,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .generate import auto_batch_size, generate, sampling_pick
-from .scoring import TokenStats, token_statistics
+from .generate import generate, sampling_pick
+from .scoring import TokenStats, token_statistics, window_budget
 
 
 def onepass(model, prefixes: Sequence[Sequence[int]], suffixes: Sequence[Sequence[int]], *,
@@ -37,14 +37,12 @@ def onepass(model, prefixes: Sequence[Sequence[int]], suffixes: Sequence[Sequenc
     """Teacher-forced measures of each window (input order): one dict per window. Windows are scored in
     length-bucketed batches of at most ``batch_size`` rows of the longest window (``"auto"``: as decoding sizes
     them); only the suffix targets go through the output head."""
-    lengths = [len(p) + len(x) for p, x in zip(prefixes, suffixes)]
-    if not lengths:
-        return []
-    rows = auto_batch_size(model, max(lengths), len(lengths)) if batch_size == "auto" else int(batch_size)
     docs = [list(p) + list(x) for p, x in zip(prefixes, suffixes)]
-    fix = f"set decoding.batch_size={max(1, rows // 2)}"
-    stats = token_statistics(model, docs, first=[len(p) for p in prefixes], token_budget=rows * max(lengths),
-                             desc="one-pass", progress=progress, fix=fix)
+    if not docs:
+        return []
+    budget = window_budget(model, [len(d) for d in docs], batch_size)
+    stats = token_statistics(model, docs, first=[len(p) for p in prefixes], token_budget=budget, desc="one-pass",
+                             progress=progress, fix="set a smaller decoding.batch_size")
     return [_onepass_record(st) for st in stats]
 
 

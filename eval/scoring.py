@@ -12,7 +12,9 @@ A document of L tokens yields, for each target t = first..L-1 (``first`` = 1 by 
   is top-1 correctness: a greedy decoder given the true prefix emits ``x_t``; a beam of width b can only keep
   ``x_t`` among its candidates from that prefix when ``rank < b``;
 * ``z[t]`` (``want_pp``, for Min-K%++): the log-prob standardised by the mean and std of log p under the model's own
-  next-token distribution.
+  next-token distribution;
+* ``extra[t]`` (with an ``extra`` hook): whatever a caller computes from the (t, V) next-token logits of a chunk of
+  targets, e.g. the mask-consistent attacker's restricted argmax (``goldfish.eval.adversary``).
 
 Three things keep memory bounded whatever the document length:
 
@@ -35,9 +37,10 @@ the scores of the targets that are computed equal those of scoring the whole doc
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -61,6 +64,7 @@ class TokenStats:
     logp: np.ndarray  # float64: log p(x_t | x_<t)
     rank: np.ndarray  # int64: ids ranked before x_t (higher logit, or equal logit and lower id); 0 = top-1
     z: np.ndarray | None = None  # float64 Min-K%++ z-scores (want_pp), else None
+    extra: np.ndarray | None = None  # (L - first, m) columns of the ``extra`` hook, else None
 
     @property
     def correct(self) -> np.ndarray:
@@ -112,6 +116,16 @@ def default_stride(window: int) -> int:
     """Three quarters of the window: each token keeps at least a quarter window of context, and a long document costs
     4/3 of one pass over its tokens (half the window would cost 2)."""
     return max(1, window - window // 4)
+
+
+def window_budget(model: Any, lengths: Sequence[int], batch_size: int | str) -> int:
+    """The token budget of scoring extraction windows (``lengths``) in batches of at most ``batch_size`` rows of the
+    longest one (``"auto"``: as decoding sizes its batches, :func:`goldfish.eval.generate.auto_batch_size`)."""
+    from .generate import auto_batch_size
+
+    longest = max(lengths, default=1)
+    rows = auto_batch_size(model, longest, len(lengths)) if batch_size == "auto" else int(batch_size)
+    return max(1, rows) * longest
 
 
 def scoring_window(window: int | None, *models: Any) -> int | None:
@@ -226,24 +240,30 @@ def _ranks(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return rank
 
 
-def _chunk_stats(logits: torch.Tensor, targets: torch.Tensor, want_pp: bool) -> tuple[torch.Tensor, ...]:
-    """(t, V) logits and (t,) targets -> log p of the targets (t,), their ranks (t,) and, with ``want_pp``,
-    Min-K%++ z-scores (t,)."""
+# extra(doc index, target positions in the document (t,), fp32 logits (t, V), targets (t,)) -> (t, m) columns
+ExtraHook = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _chunk_stats(logits: torch.Tensor, targets: torch.Tensor, want_pp: bool,
+                 extra: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> tuple[torch.Tensor, ...]:
+    """(t, V) logits and (t,) targets -> log p of the targets (t,), their ranks (t,), with ``want_pp`` the
+    Min-K%++ z-scores (t,) and with ``extra`` its (t, m) columns."""
     logits = logits.float()  # (t, V) fp32: the order greedy decoding sees, and the log-softmax
     lp = logits.log_softmax(-1)  # (t, V)
     token_lp = lp.gather(-1, targets[:, None]).squeeze(-1)  # (t,)
     rank = _ranks(logits, targets)
+    more = (extra(logits, targets),) if extra is not None else ()
     if not want_pp:
-        return token_lp, rank
+        return (token_lp, rank, *more)
     p = lp.exp()
     mu = (p * lp).sum(-1)  # (t,) E_{z~p}[log p(z)]  (= minus the entropy)
     # (t,) Var_{z~p}[log p(z)], centred: E[lp^2] - mu^2 cancels catastrophically in fp32 for flat p
     var = (p * (lp - mu[:, None]).square()).sum(-1)
-    return token_lp, rank, (token_lp - mu) / var.clamp(min=1e-12).sqrt()
+    return (token_lp, rank, (token_lp - mu) / var.clamp(min=1e-12).sqrt(), *more)
 
 
 def _score_batch(model, batch: Sequence[Segment], docs: Sequence[Sequence[int]], chunk: int, want_pp: bool,
-                 device: torch.device) -> list[tuple[torch.Tensor, ...]]:
+                 device: torch.device, extra: ExtraHook | None = None) -> list[tuple[torch.Tensor, ...]]:
     """Log-probs, ranks (and z-scores) of each segment's targets ``first..end-1``, one tuple per segment."""
     width = batch[0].length
     ids = torch.zeros(len(batch), width, dtype=torch.long)
@@ -264,8 +284,13 @@ def _score_batch(model, batch: Sequence[Segment], docs: Sequence[Sequence[int]],
     for r, s in enumerate(batch):
         # position j of the segment predicts token begin + j + 1; targets first..end-1 sit at j = first-begin-1 ...
         lo, hi = s.first - s.begin - 1, s.length - 1
-        pieces = [_chunk_stats(logits_of(r, a, min(a + chunk, hi)), ids[r, a + 1 : min(a + chunk, hi) + 1], want_pp)
-                  for a in range(lo, hi, chunk)]
+        pieces = []
+        for a in range(lo, hi, chunk):
+            b = min(a + chunk, hi)
+            # the hook sees the chunk's targets by their position in the document: begin + a + 1 .. begin + b
+            hook = None if extra is None else functools.partial(
+                extra, s.doc, torch.arange(s.begin + a + 1, s.begin + b + 1, device=ids.device))
+            pieces.append(_chunk_stats(logits_of(r, a, b), ids[r, a + 1 : b + 1], want_pp, hook))
         out.append(tuple(torch.cat(col) for col in zip(*pieces)))
     return out
 
@@ -275,12 +300,13 @@ def iter_token_statistics(model: Any, docs: Sequence[Sequence[int]], *, first: S
                           window: int | None = None, stride: int | None = None,
                           token_budget: int = DEFAULT_TOKEN_BUDGET, chunk: int = DEFAULT_CHUNK, want_pp: bool = False,
                           desc: str = "token scores", progress: bool = True, logger: Any = None,
-                          check: bool = True, fix: str | None = None) -> Iterator[tuple[int, TokenStats]]:
+                          check: bool = True, fix: str | None = None,
+                          extra: ExtraHook | None = None) -> Iterator[tuple[int, TokenStats]]:
     """Yield ``(index, TokenStats)`` per document as soon as all its segments are scored (any order).
 
     ``first[i]``: the first target of document i to score (default 1: all but the first token). ``window`` defaults
     to no windowing (membership passes :func:`scoring_window`); ``stride`` to :func:`default_stride`. ``want_pp``
-    adds the Min-K%++ z-scores. ``check`` refuses, before any work, a plan whose largest batch would not fit in free
+    adds the Min-K%++ z-scores; ``extra`` (:data:`ExtraHook`) adds its columns. ``check`` refuses, before any work, a plan whose largest batch would not fit in free
     memory (``fix``: the settings that error names). ``logger`` (e.g. ``goldfish.io.JsonlLogger``) receives
     ``{"event": "scoring_batch", "pass", "docs", "tokens", "seconds"}`` per batch.
     """
@@ -303,12 +329,12 @@ def iter_token_statistics(model: Any, docs: Sequence[Sequence[int]], *, first: S
     try:
         for batch in tqdm(batches, desc=desc, disable=None if progress else True, unit="batch"):
             t0 = time.perf_counter()
-            for s, stats in zip(batch, _score_batch(model, batch, docs, chunk, want_pp, device)):
+            for s, stats in zip(batch, _score_batch(model, batch, docs, chunk, want_pp, device, extra)):
                 pieces.setdefault(s.doc, []).append((s.first, stats))
                 remaining[s.doc] -= 1
                 if remaining[s.doc] == 0:
                     ordered = [st for _, st in sorted(pieces.pop(s.doc), key=lambda p: p[0])]
-                    yield s.doc, _collect(ordered, want_pp)
+                    yield s.doc, _collect(ordered, want_pp, extra is not None)
             if logger is not None:
                 logger.log({"event": "scoring_batch", "pass": desc, "docs": len({s.doc for s in batch}),
                             "tokens": sum(s.length for s in batch), "seconds": round(time.perf_counter() - t0, 4)})
@@ -316,11 +342,11 @@ def iter_token_statistics(model: Any, docs: Sequence[Sequence[int]], *, first: S
         model.train(was_training)
 
 
-def _collect(pieces: list[tuple[torch.Tensor, ...]], want_pp: bool) -> TokenStats:
+def _collect(pieces: list[tuple[torch.Tensor, ...]], want_pp: bool, want_extra: bool) -> TokenStats:
     """A document's segment outputs, in order -> its :class:`TokenStats` on the host."""
     cols = [torch.cat(col).cpu().numpy() for col in zip(*pieces)]
     return TokenStats(cols[0].astype(np.float64), cols[1].astype(np.int64),
-                      cols[2].astype(np.float64) if want_pp else None)
+                      cols[2].astype(np.float64) if want_pp else None, cols[-1] if want_extra else None)
 
 
 def token_statistics(model: Any, docs: Sequence[Sequence[int]], **kwargs: Any) -> list[TokenStats]:

@@ -116,3 +116,23 @@ def test_the_scoring_window_is_capped_by_the_model_and_the_stride_keeps_a_quarte
     segs = segments(0, 5000, 2048, None)
     assert [(s.begin, s.end, s.first) for s in segs] == [(0, 2048, 1), (1536, 3584, 2048), (3072, 5000, 3584)]
     assert min(s.first - s.begin for s in segs[1:]) == 2048 - 1536  # every later target keeps 512 tokens of context
+
+
+def test_the_extra_hook_sees_each_target_with_its_position_and_logits():
+    model = tiny_llama(vocab_size=60, seed=6)
+    docs = [torch.randint(1, 60, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (40, 23)]
+    seen = []
+
+    def hook(doc, positions, logits, targets):  # columns: the position, the argmax, the target's logit
+        seen.append(doc)
+        return torch.stack([positions.float(), logits.argmax(-1).float(), logits.gather(-1, targets[:, None])[:, 0]],
+                           dim=1)
+
+    stats = token_statistics(model, docs, first=[30, 5], window=16, stride=12, chunk=4, extra=hook)
+    for doc, first, st in zip(docs, [30, 5], stats):
+        assert st.extra[:, 0].tolist() == list(range(first, len(doc)))  # each target once, by its document position
+        # the hook's logits are the ones the ranks come from (the segment's context): argmax == target iff rank 0
+        np.testing.assert_array_equal(st.extra[:, 1] == np.array(doc[first:]), st.correct)
+    assert set(seen) == {0, 1}
+    (whole,) = token_statistics(model, docs[1:], first=[5], extra=hook)  # one segment: the full logits
+    np.testing.assert_allclose(whole.extra[:, 2], full_logits(model, docs[1])[np.arange(4, 22), docs[1][5:]], atol=1e-5)

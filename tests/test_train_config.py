@@ -12,7 +12,7 @@ from train_helpers import REPO, tiny_config
 from goldfish.cli import main
 from goldfish.config import from_dict, load_config
 from goldfish.errors import ConfigError, UserError
-from goldfish.train import micro_batches, train
+from goldfish.train import micro_batches, resolved, train
 from goldfish.train_config import OptimConfig, ScheduleConfig, TrainConfig, learning_rate, make_plan
 
 SHIPPED = sorted((REPO / "experiments").glob("train_*.yaml"))
@@ -127,4 +127,5 @@ def test_resolved_config_is_saved_and_reloads(data, tmp_path):
     cfg = tiny_config(data, tmp_path / "run", schedule={"max_steps": 1, "global_batch_size": 4, "micro_batch_size": 4})
     out = train(from_dict(TrainConfig, cfg))
     again = load_config(TrainConfig, Path(out) / "config.yaml")
-    assert again == from_dict(TrainConfig, cfg)
+    assert again == resolved(from_dict(TrainConfig, cfg))  # precision: auto is saved as what it resolved to
+    assert again.precision in ("fp32", "bf16")
