@@ -135,7 +135,8 @@ def metric_directions() -> dict[str, dict[str, Any]]:
 def summarize(windows: list[dict]) -> dict:
     """The results.json ``summary`` (eval/SCHEMA.md): ``metrics`` (each column's aggregation and direction),
     ``overall`` (all windows pooled), ``by_window`` (one row per placement -- the headlines), ``by_prefix_len``,
-    ``by_repetitions`` (None -> ``"unknown"``), ``by_split``, ``by_group`` (empty when no document has a group) and ``documents`` (the partial-memorisation ranking)."""
+    ``by_repetitions`` (None -> ``"unknown"``), ``by_split``, ``by_group`` (empty when no document has a group) and
+    ``documents`` (the partial-memorisation ranking)."""
     return {
         "metrics": metric_directions(),
         "overall": summarize_group(windows),

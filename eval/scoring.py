@@ -306,9 +306,10 @@ def iter_token_statistics(model: Any, docs: Sequence[Sequence[int]], *, first: S
 
     ``first[i]``: the first target of document i to score (default 1: all but the first token). ``window`` defaults
     to no windowing (membership passes :func:`scoring_window`); ``stride`` to :func:`default_stride`. ``want_pp``
-    adds the Min-K%++ z-scores; ``extra`` (:data:`ExtraHook`) adds its columns. ``check`` refuses, before any work, a plan whose largest batch would not fit in free
-    memory (``fix``: the settings that error names). ``logger`` (e.g. ``goldfish.io.JsonlLogger``) receives
-    ``{"event": "scoring_batch", "pass", "docs", "tokens", "seconds"}`` per batch.
+    adds the Min-K%++ z-scores; ``extra`` (:data:`ExtraHook`) adds its columns. ``check`` refuses, before any work,
+    a plan whose largest batch would not fit in free memory (``fix``: the settings that error names). ``logger``
+    (e.g. ``goldfish.io.JsonlLogger``) receives ``{"event": "scoring_batch", "pass", "docs", "tokens", "seconds"}``
+    per batch.
     """
     if token_budget < 1 or chunk < 1:
         raise UserError(f"token_budget={token_budget} and chunk={chunk} must be >= 1")

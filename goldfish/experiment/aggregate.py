@@ -12,7 +12,8 @@ Rows of ``results.csv`` (one per cell x prefix length x repetition stratum of th
 ``mia_attack`` (the experiment's ``mia_attack`` setting resolved per cell: ``auto`` = the reference attack for a
 fine-tune, calibrated by the starting model, and the LOSS attack from scratch); its CI, TPR at 1 % FPR and ROC
 (``mia_roc``) are the same attack's. Every attack's AUC is in ``results.json`` under each cell's ``mia_aucs``.
-``heldout_loss`` is the mean per-token NLL of the nonmember documents (the negated LOSS-attack scores): what Goldfish costs on text the model never saw.
+``heldout_loss`` is the mean per-token NLL of the nonmember documents (the negated LOSS-attack scores): what Goldfish
+costs on text the model never saw.
 ``final_kept_loss``/``final_dropped_loss`` are token-weighted over the last 5 % of training steps (one step is noisy).
 
 A cell of ``results.json`` (and an entry of ``summary.json``) also carries, when eval ran them, the adaptive
