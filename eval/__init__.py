@@ -24,11 +24,12 @@ __all__ = ["EvalConfig", "run_eval", "extraction", "membership", "metrics", "agg
            "loading", "windows", "inputs", "scoring", "state", "stats", "adversary"]
 
 
-def run_eval(cfg: EvalConfig) -> dict:
-    """Run an evaluation and write its files; see :func:`goldfish.eval.run.run_eval`."""
+def run_eval(cfg: EvalConfig, model=None) -> dict:
+    """Run an evaluation and write its files; see :func:`goldfish.eval.run.run_eval` (``model``: a
+    :class:`goldfish.eval.loading.SharedModel` of ``cfg.model`` to use instead of loading it)."""
     from .run import run_eval as _run_eval
 
-    return _run_eval(cfg)
+    return _run_eval(cfg, model)
 
 
 def __getattr__(name: str) -> Any:

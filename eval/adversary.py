@@ -15,8 +15,9 @@ sampled extraction, in two variants:
 
 Both decode with the batched, KV-cached loop of :mod:`goldfish.eval.generate` (the picker sees each row's context:
 the left-padded prefix and the tokens picked so far), so they cost about one greedy decode each, plus the
-candidate decisions (:func:`goldfish.masks.next_token_drops`, O(batch x vocabulary) per step for ``hash``). One
-teacher-forced pass adds the same restriction given the true context (``tf_*``: top-1 accuracy on the dropped
+candidate decisions (:func:`goldfish.masks.next_token_drops`, O(batch x vocabulary) per step for ``hash``). The
+toolkit's one teacher-forced scoring pass (:mod:`goldfish.eval.scoring`, through its ``extra`` hook) adds the same
+restriction given the true context (``tf_*``: top-1 accuracy on the dropped
 positions, the issue's measure). Against ``hash-preceding`` (the target outside its window) or ``static`` the
 decision is the same for every candidate, so the restriction carries no information: the oracle then picks what
 greedy picks wherever the model's argmax is not a special token.
@@ -24,13 +25,14 @@ greedy picks wherever the model's argmax is not a special token.
 The attacker's context is the window's prefix and what it generated, masked as a document that starts at the
 prefix: exact for the true suffix whenever the prefix starts at the document's first token or holds at least h-1
 tokens (all of the toolkit's default windows). The mask settings come from the training run folder
-(``<run>/config.yaml``, ``loss.goldfish``), or from the eval config's ``mask`` section, which overrides it; the
+(``<run>/mask.json``, the mask training recorded), or from the eval config's ``mask`` section, which overrides it; the
 tokenizer's eos/bos/pad ids are added to the special ids, as the trainer adds the data's.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from pathlib import Path
 from typing import Any, Sequence
@@ -42,8 +44,10 @@ from goldfish.config import read_yaml, to_dict
 from goldfish.errors import ConfigError, UserError
 from goldfish.fold import token_fold
 from goldfish.masks import GoldfishConfig, config_mask, next_token_drops
+from goldfish.train_config import MASK_FILE
 
-from .generate import decode_batch, forward, left_pad, model_device, run_batched
+from .generate import decode_batch, left_pad, model_device, run_batched
+from .scoring import token_statistics, window_budget
 from .stats import cluster_bootstrap_mean, mcnemar_exact
 
 log = logging.getLogger(__name__)
@@ -59,13 +63,17 @@ PAD = -1  # left padding in the picker's context: a negative id, a boundary for 
 
 def run_folder_mask(model_path: str | None) -> dict | None:
     """``loss`` settings of the training run folder of ``model_path`` (the run folder itself or its ``model/``, as
-    an experiment cell names it): ``{"type": ..., "goldfish": {...}}`` from ``<run>/config.yaml``, or None when the
-    model does not come from a run folder."""
+    an experiment cell names it): ``{"type": ..., "goldfish": {...}}`` from the mask training recorded
+    (``<run>/mask.json``, special ids included), else from ``<run>/config.yaml`` (a run from before mask.json), or
+    None when the model does not come from a run folder."""
     if not model_path:
         return None
     path = Path(model_path).expanduser()
     for run in (path, path.parent):
         if (run / "config.yaml").is_file() and (run / "model").is_dir() and path in (run, run / "model"):
+            if (run / MASK_FILE).is_file():
+                record = json.loads((run / MASK_FILE).read_text(encoding="utf-8"))
+                return {"type": record.get("loss", "standard"), "goldfish": dict(record.get("goldfish") or {})}
             loss = read_yaml(run / "config.yaml").get("loss") or {}
             return {"type": loss.get("type", "standard"), "goldfish": dict(loss.get("goldfish") or {})}
     return None
@@ -172,54 +180,46 @@ def mask_consistent_generate(model, prefixes: Sequence[Sequence[int]], max_new_t
     return run_batched(run, [len(p) for p in prefixes], batch_size, model, False, desc, progress)
 
 
-def _context_rows(row: torch.Tensor, s: int) -> torch.Tensor:
-    """(S, L) contexts of the S suffix positions of a teacher-forced row (L,) = prefix + suffix[:-1]: row j is the
-    first L - S + 1 + j tokens (everything before suffix position j), left-padded with :data:`PAD` to L."""
-    L = row.shape[0]
-    out = torch.full((s, L), PAD, dtype=row.dtype, device=row.device)
-    for j in range(s):
-        n = L - s + 1 + j
-        out[j, L - n:] = row[:n]
-    return out
-
-
-@torch.inference_mode()
-def teacher_forced_batch(model, prefixes: Sequence[Sequence[int]], suffixes: Sequence[Sequence[int]],
-                         told: Sequence[np.ndarray], gcfg: GoldfishConfig, threshold: float,
-                         pad_id: int = 0) -> list[dict[str, int]]:
-    """Per window, the top-1 hits on the dropped suffix positions given the true context: plain argmax
-    (``tf_dropped_hits``), oracle-restricted (``tf_oracle_dropped_hits``) and switch-restricted
-    (``tf_switch_dropped_hits``), from one forward pass (windows of one suffix length S)."""
-    s = len(suffixes[0])
-    seqs = [list(p) + list(x[:-1]) for p, x in zip(prefixes, suffixes)]
-    ids, mask, positions = left_pad(seqs, pad_id, model_device(model))
-    logits, _ = forward(model, ids, mask, positions, keep=s, use_cache=False)  # (B, S, V) fp32
-    context = ids.masked_fill(mask == 0, PAD)  # (B, L) with L = max prefix + S - 1
-    out = []
-    for b, (x, d) in enumerate(zip(suffixes, told)):
-        drops = next_token_drops(_context_rows(context[b], s), gcfg, logits.shape[-1])  # (S, V)
-        truth = torch.as_tensor(list(x), device=logits.device)
-        dropped = torch.as_tensor(np.asarray(d, dtype=bool), device=logits.device)  # (S,)
-        plain = logits[b].argmax(-1) == truth
-        oracle = restrict(logits[b], drops, dropped, True) == truth
-        switch = restrict(logits[b], drops, switch_beliefs(logits[b], threshold), False) == truth
-        out.append({"tf_dropped_hits": int((plain & dropped).sum()),
-                    "tf_oracle_dropped_hits": int((oracle & dropped).sum()),
-                    "tf_switch_dropped_hits": int((switch & dropped).sum())})
+def _true_contexts(doc: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """(t, W) contexts of the targets at ``positions`` (t,) of ``doc``: row j is ``doc[:positions[j]]`` (everything
+    before the target, the true context), left-padded with :data:`PAD` to the longest, W = max position."""
+    width = int(positions.max())
+    out = torch.full((len(positions), width), PAD, dtype=torch.int64, device=doc.device)
+    for j, p in enumerate(positions.tolist()):
+        out[j, width - p:] = doc[:p]
     return out
 
 
 def teacher_forced(model, prefixes: Sequence[Sequence[int]], suffixes: Sequence[Sequence[int]],
                    told: Sequence[np.ndarray], gcfg: GoldfishConfig, threshold: float = DEFAULT_SWITCH_THRESHOLD, *,
-                   pad_id: int = 0, batch_size: int | str = 32, progress: bool = True) -> list[dict[str, int]]:
-    """:func:`teacher_forced_batch` over length buckets, input order kept."""
+                   batch_size: int | str = 32, progress: bool = True) -> list[dict[str, int]]:
+    """Per window, the top-1 hits on the dropped suffix positions given the true context: plain argmax
+    (``tf_dropped_hits``), oracle-restricted (``tf_oracle_dropped_hits``) and switch-restricted
+    (``tf_switch_dropped_hits``), from the one teacher-forced scoring pass (:mod:`goldfish.eval.scoring`, its
+    ``extra`` hook restricting the argmax of each suffix position), input order kept."""
+    docs = [list(p) + list(x) for p, x in zip(prefixes, suffixes)]
+    first = [len(p) for p in prefixes]
+    told_t = [torch.as_tensor(np.asarray(d, dtype=bool)) for d in told]
 
-    def run(idx: list[int]) -> list[dict[str, int]]:
-        return teacher_forced_batch(model, [prefixes[i] for i in idx], [suffixes[i] for i in idx],
-                                    [told[i] for i in idx], gcfg, threshold, pad_id)
+    def restricted_hits(i: int, positions: torch.Tensor, logits: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
+        drops = next_token_drops(_true_contexts(torch.as_tensor(docs[i], device=logits.device), positions), gcfg,
+                                 logits.shape[-1])  # (t, V)
+        believed = told_t[i].to(logits.device)[positions - first[i]]  # (t,) the told decisions
+        oracle = restrict(logits, drops, believed, True) == truth
+        switch = restrict(logits, drops, switch_beliefs(logits, threshold), False) == truth
+        return torch.stack([oracle, switch], dim=1)  # (t, 2)
 
-    lengths = [len(p) + len(x) for p, x in zip(prefixes, suffixes)]
-    return run_batched(run, lengths, batch_size, model, False, "mask-consistent (teacher-forced)", progress)
+    stats = token_statistics(model, docs, first=first, token_budget=window_budget(model, [len(d) for d in docs],
+                                                                                   batch_size),
+                             desc="mask-consistent (teacher-forced)", progress=progress,
+                             fix="set a smaller decoding.batch_size", extra=restricted_hits)
+    out = []
+    for st, d in zip(stats, told_t):
+        dropped = d.numpy()
+        out.append({"tf_dropped_hits": int((st.correct & dropped).sum()),
+                    "tf_oracle_dropped_hits": int((st.extra[:, 0] & dropped).sum()),
+                    "tf_switch_dropped_hits": int((st.extra[:, 1] & dropped).sum())})
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ records, summary
@@ -241,7 +241,7 @@ def window_records(model, windows: Sequence[Any], greedy: Sequence[Sequence[int]
     kw = dict(pad_id=pad_id, batch_size=batch_size, progress=progress)
     gens = {"mc_oracle": mask_consistent_generate(model, prefixes, len(suffixes[0]), gcfg, told=told, **kw),
             "mc_switch": mask_consistent_generate(model, prefixes, len(suffixes[0]), gcfg, threshold=threshold, **kw)}
-    tf = teacher_forced(model, prefixes, suffixes, told, gcfg, threshold, **kw)
+    tf = teacher_forced(model, prefixes, suffixes, told, gcfg, threshold, batch_size=batch_size, progress=progress)
     records = []
     for i, truth in enumerate(suffixes):
         rec: dict[str, Any] = {"mask_dropped": int(told[i].sum()),

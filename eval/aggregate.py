@@ -1,7 +1,9 @@
 """Aggregation of per-window extraction results: the ``summary`` section, generic grouping and log-linear fits.
 
-Windows are plain dicts following the results.json schema (see ``eval/run.py``); a metric missing from a window, or
-``None`` there, is left out of that metric's mean rather than counted as zero, so partial results still summarise.
+Windows are plain dicts following the results.json schema (see ``eval/run.py``). Every row of the summary has one
+column per registered metric (``goldfish.eval.metrics.METRICS``), reduced by the metric's aggregation with its 95 %
+interval; a metric missing from a window, or ``None`` there, is left out of that metric's value rather than counted
+as zero, so partial results still summarise.
 """
 
 from __future__ import annotations
@@ -14,28 +16,10 @@ import numpy as np
 
 from goldfish.errors import UserError
 
-# summary key -> window key, averaged (booleans become rates)
-MEAN_METRICS = {
-    "exact_match_rate": "exact_match",
-    "token_match": "token_match",
-    "rouge_l": "rouge_l",
-    "rouge_l_words": "rouge_l_words",
-    "longest_match_prefix": "longest_match_prefix",
-    "edit_distance": "edit_distance",
-    "onepass_exact_rate": "onepass_exact",
-    "onepass_token_acc": "onepass_token_acc",
-    "suffix_logprob": "suffix_logprob",
-    "np_extraction": "np_extraction",
-}
-# present only when the windows carry them (decoding.beam > 1, decoding.samples > 0)
-OPTIONAL_METRICS = {"beam_exact_match_rate": "beam_exact_match", "sample_rate": "sample_rate"}
-RATE_INTERVALS = ("exact_match_rate", "beam_exact_match_rate")  # Wilson intervals (binomial rates)
-# means with a normal interval, clipped to the range the measure can take
-MEAN_INTERVALS = {"token_match": (0.0, 1.0), "rouge_l": (0.0, 1.0), "onepass_token_acc": (0.0, 1.0),
-                  "suffix_logprob": (-math.inf, 0.0), "np_extraction": (0.0, 1.0), "sample_rate": (0.0, 1.0)}
-# the per-document measures of the "partial memorization" ranking, best first by the first
-DOCUMENT_METRICS = ("onepass_token_acc", "suffix_logprob", "np_extraction", "token_match", "rouge_l",
-                    "exact_match_rate")
+from .metrics import METRICS, Metric
+
+# the per-document measures of the "partial memorization" ranking (metric names), best first by the first two
+DOCUMENT_METRICS = ("onepass_token_acc", "suffix_logprob", "np_extraction", "token_match", "rouge_l", "exact_match")
 Z95 = 1.96
 
 
@@ -67,22 +51,32 @@ def mean_interval(values: Sequence[float], bounds: tuple[float, float] = (-math.
     return max(bounds[0], float(vals.mean()) - half), min(bounds[1], float(vals.mean()) + half)
 
 
+def aggregate_metric(metric: Metric, values: Sequence[Any]) -> tuple[float | None, float | None, float | None]:
+    """(value, 95 % low, 95 % high) of one metric over windows (None entries left out): ``rate`` -> the fraction of
+    true verdicts with a Wilson interval; ``mean`` -> the mean with a normal interval clipped to ``metric.bounds``."""
+    values = [v for v in values if v is not None]
+    if metric.aggregation == "rate":
+        return (_mean(map(bool, values)), *wilson_interval(sum(map(bool, values)), len(values)))
+    return (_mean(values), *mean_interval(values, metric.bounds))
+
+
+def ci_keys(metric: Metric) -> tuple[str, str]:
+    """The summary names of a metric's interval: ``<summary key>_ci_low/_high`` (exact match keeps its original
+    ``exact_match_ci_low/_high``)."""
+    stem = "exact_match" if metric.name == "exact_match" else metric.summary_key
+    return f"{stem}_ci_low", f"{stem}_ci_high"
+
+
 def summarize_group(windows: Sequence[dict]) -> dict[str, Any]:
-    """Means of the per-window metrics of one group of windows (one row of the summary), with 95 % intervals:
-    ``<key>_ci_low`` / ``<key>_ci_high`` (Wilson for rates, normal for means)."""
+    """One row of the summary: every registered metric (:data:`goldfish.eval.metrics.METRICS`; an ``optional`` one
+    only where some window carries it) aggregated over one group of windows, with its 95 % interval."""
     out: dict[str, Any] = {"n_windows": len(windows)}
-    metrics = dict(MEAN_METRICS)
-    metrics.update({k: f for k, f in OPTIONAL_METRICS.items() if any(w.get(f) is not None for w in windows)})
-    for key, field in metrics.items():
-        values = [w.get(field) for w in windows if w.get(field) is not None]
-        out[key] = _mean(values)
-        if key in RATE_INTERVALS:
-            out[f"{key}_ci_low"], out[f"{key}_ci_high"] = wilson_interval(sum(map(bool, values)), len(values))
-        elif key in MEAN_INTERVALS:
-            out[f"{key}_ci_low"], out[f"{key}_ci_high"] = mean_interval(values, MEAN_INTERVALS[key])
-    # the pre-existing names of the exact-match interval
-    out["exact_match_ci_low"] = out.pop("exact_match_rate_ci_low")
-    out["exact_match_ci_high"] = out.pop("exact_match_rate_ci_high")
+    for metric in METRICS.values():
+        values = [w.get(metric.name) for w in windows]
+        if metric.optional and all(v is None for v in values):
+            continue
+        low, high = ci_keys(metric)
+        out[metric.summary_key], out[low], out[high] = aggregate_metric(metric, values)
     both = [w for w in windows if w.get("onepass_exact") is not None and w.get("exact_match") is not None]
     # one-pass (teacher-forced argmax) and greedy decoding agree by construction; a disagreement flags a decoding bug
     out["onepass_disagreements"] = sum(bool(w["onepass_exact"]) != bool(w["exact_match"]) for w in both)
@@ -117,18 +111,34 @@ def rank_documents(windows: Sequence[dict]) -> list[dict]:
     for (split, doc_id), ws in docs.items():
         row = {"doc_id": doc_id, "title": ws[0].get("title"), "split": split, "group": ws[0].get("group"),
                "repetitions": ws[0].get("repetitions"), "n_windows": len(ws)}
-        for key in DOCUMENT_METRICS:
-            row[key] = _mean(w.get(MEAN_METRICS[key]) for w in ws)
+        for name in DOCUMENT_METRICS:
+            row[METRICS[name].summary_key] = _mean(w.get(name) for w in ws)
         rows.append(row)
-    rows.sort(key=lambda r: (-(r["onepass_token_acc"] or 0.0), -(r["suffix_logprob"] or -math.inf)))
+    rows.sort(key=lambda r: tuple(_best_first(METRICS[name], r[METRICS[name].summary_key])
+                                  for name in DOCUMENT_METRICS[:2]))
     return rows
 
 
+def _best_first(metric: Metric, value: float | None) -> float:
+    """Sort key putting the best value of ``metric`` (its direction) first and unknown values last."""
+    if value is None:
+        return math.inf
+    return -value if metric.higher_is_better else value
+
+
+def metric_directions() -> dict[str, dict[str, Any]]:
+    """The ``summary.metrics`` record: per summary key, the metric it aggregates, its aggregation and direction."""
+    return {m.summary_key: {"metric": m.name, "aggregation": m.aggregation, "higher_is_better": m.higher_is_better}
+            for m in METRICS.values()}
+
+
 def summarize(windows: list[dict]) -> dict:
-    """The results.json ``summary`` (eval/SCHEMA.md): ``overall`` (all windows pooled), ``by_window`` (one row per
-    placement -- the headlines), ``by_prefix_len``, ``by_repetitions`` (None -> ``"unknown"``), ``by_split``,
-    ``by_group`` (empty when no document has a group) and ``documents`` (the partial-memorisation ranking)."""
+    """The results.json ``summary`` (eval/SCHEMA.md): ``metrics`` (each column's aggregation and direction),
+    ``overall`` (all windows pooled), ``by_window`` (one row per placement -- the headlines), ``by_prefix_len``,
+    ``by_repetitions`` (None -> ``"unknown"``), ``by_split``, ``by_group`` (empty when no document has a group) and
+    ``documents`` (the partial-memorisation ranking)."""
     return {
+        "metrics": metric_directions(),
         "overall": summarize_group(windows),
         "by_window": _stratify(windows, "window"),
         "by_prefix_len": _stratify(windows, "prefix_len"),

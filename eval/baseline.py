@@ -14,12 +14,14 @@ independent across positions (or g is small). Comparing the two separates the mo
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 
 from goldfish.masks import GoldfishConfig, config_mask
+
+from .scoring import token_statistics
 
 
 def k_baseline(k: float, suffix_len: int, g: float) -> float:
@@ -39,40 +41,39 @@ def dropped_miss_rate(hits: np.ndarray, dropped: np.ndarray) -> float | None:
     return None if n == 0 else float((dropped & ~hits).sum() / n)
 
 
-@torch.inference_mode()
 def window_predictions(model, docs: Sequence[Sequence[int]], prefix_len: int, suffix_len: int,
-                       goldfish: GoldfishConfig, batch_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
+                       goldfish: GoldfishConfig, **scoring: Any) -> tuple[np.ndarray, np.ndarray]:
     """(hits, dropped), each (N, S) bool, for the window [0, P+S) of every document at least P+S tokens long.
 
-    ``dropped`` is the run's mask of the window's suffix targets, computed on the window from the document's start
-    (where every document-aware strategy gives the mask the document had in training).
+    ``hits``: the suffix targets' top-1 correctness, teacher-forced (:mod:`goldfish.eval.scoring`; ``scoring``
+    passes its options, e.g. ``token_budget``). ``dropped`` is the run's mask of the window's suffix targets, computed
+    on the window from the document's start (where every document-aware strategy gives the mask the document had in
+    training).
     """
     n = prefix_len + suffix_len
-    windows = torch.tensor([list(d[:n]) for d in docs if len(d) >= n], dtype=torch.long).reshape(-1, n)  # (N, P+S)
-    device = next(model.parameters()).device
-    hits = []
-    for start in range(0, len(windows), batch_size):
-        ids = windows[start:start + batch_size].to(device)
-        logits = model(input_ids=ids[:, :-1]).logits[:, prefix_len - 1:]  # (b, S, V): predictions of the suffix
-        hits.append((logits.argmax(dim=-1) == ids[:, prefix_len:]).cpu())
-    dropped = config_mask(windows, goldfish)[:, prefix_len:]  # (N, S)
-    hit = torch.cat(hits) if hits else torch.zeros(0, suffix_len, dtype=torch.bool)
-    return hit.numpy(), dropped.numpy()
+    windows = [list(d[:n]) for d in docs if len(d) >= n]
+    if not windows:
+        return np.zeros((0, suffix_len), bool), np.zeros((0, suffix_len), bool)
+    stats = token_statistics(model, windows, first=[prefix_len] * len(windows), desc="k baseline", progress=False,
+                             **scoring)
+    hits = np.stack([st.correct for st in stats])  # (N, S)
+    dropped = config_mask(torch.tensor(windows, dtype=torch.long), goldfish)[:, prefix_len:]  # (N, S)
+    return hits, dropped.numpy()
 
 
 def baseline_rows(model, docs: Sequence[Sequence[int]], prefix_lens: Sequence[int], suffix_len: int,
-                  goldfish: GoldfishConfig) -> list[dict]:
+                  goldfish: GoldfishConfig, **scoring: Any) -> list[dict]:
     """Per prefix length: windows, dropped positions, g, the kept-token accuracy, teacher-forced exact match and
     the baseline (1 - g/k)^S. A prefix length <= 0 (``all``) means all but the last ``suffix_len`` tokens of each
     document, as extraction with ``prefix_lens: [all]`` uses it."""
     rows = []
     for p in prefix_lens:
         if p > 0:
-            hits, dropped = window_predictions(model, docs, p, suffix_len, goldfish)
+            hits, dropped = window_predictions(model, docs, p, suffix_len, goldfish, **scoring)
         else:  # documents of equal length share one prefix length
             lengths = sorted({len(d) for d in docs if len(d) > suffix_len})
-            parts = [window_predictions(model, [d for d in docs if len(d) == n], n - suffix_len, suffix_len, goldfish)
-                     for n in lengths]
+            parts = [window_predictions(model, [d for d in docs if len(d) == n], n - suffix_len, suffix_len, goldfish,
+                                        **scoring) for n in lengths]
             hits = np.concatenate([h for h, _ in parts]) if parts else np.zeros((0, suffix_len), bool)
             dropped = np.concatenate([d for _, d in parts]) if parts else np.zeros((0, suffix_len), bool)
         g = dropped_miss_rate(hits, dropped)

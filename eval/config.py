@@ -194,11 +194,15 @@ class MembershipSection:
 
     token_budget: int = option(4096, "padded tokens per scoring forward pass (documents are length-bucketed; a "
                                      "longer document is a batch of its own)")
-    window: Union[int, None] = option(None, "documents longer than this are scored in windows of this many tokens "
-                                            "(default: the model's context, max_position_embeddings)")
-    stride: Union[int, None] = option(None, "step between those windows (default: window // 2); each token is "
-                                            "scored once, with at least window - stride tokens of context")
+    window: Union[int, None] = option(None, "documents longer than this are scored in windows of this many tokens, "
+                                            "so the cost grows linearly with length (default: 2048, capped by the "
+                                            "model's context; chosen with benchmarks/long_scoring.py)")
+    stride: Union[int, None] = option(None, "step between those windows (default: 3/4 of the window); each token "
+                                            "is scored once, with at least window - stride tokens of context")
     chunk: int = option(512, "positions per output-head chunk: at most chunk × vocabulary fp32 logits at a time")
+    lowercase_tokens: Union[int, None] = option(1024, "the lowercase attack compares the first this many tokens of "
+                                                      "each document with their lowercased text (its extra pass "
+                                                      "is bounded); null: the whole document")
     min_k_ratios: list[float] = option(factory=lambda: [0.2], help="Min-K% / Min-K%++ ratios (0 < k <= 1)")
     n_bootstrap: int = option(1000, "bootstrap resamples for the AUC confidence intervals")
 
@@ -210,6 +214,8 @@ class MembershipSection:
         check(self.window is None or self.stride is None or self.stride <= self.window, problems,
               f"stride={self.stride} must be <= window={self.window} (else tokens are skipped)")
         check(self.chunk >= 1, problems, f"chunk={self.chunk} must be >= 1")
+        check(self.lowercase_tokens is None or self.lowercase_tokens >= 2, problems,
+              f"lowercase_tokens={self.lowercase_tokens} must be >= 2 (or null: whole documents)")
         check(all(0 < r <= 1 for r in self.min_k_ratios), problems,
               f"min_k_ratios={self.min_k_ratios} must lie in (0, 1]")
         check(self.n_bootstrap >= 0, problems, f"n_bootstrap={self.n_bootstrap} must be >= 0")

@@ -1,6 +1,7 @@
 """One-pass extraction measures: everything greedy extraction can tell, from ONE teacher-forced forward pass.
 
-Feed ``prefix + suffix[:-1]`` and read the S next-token distributions that predict the true suffix. Then:
+Score ``prefix + suffix`` teacher-forced (:mod:`goldfish.eval.scoring`, the toolkit's one scoring pass) and read the
+S next-token distributions that predict the true suffix. Then:
 
 * ``onepass_exact`` -- the argmax equals the true token at every suffix position. Greedy decoding reproduces the
   suffix iff this holds: while greedy is still correct its inputs *are* the teacher-forced inputs, so the first
@@ -27,45 +28,31 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .generate import forward, generate, left_pad, model_device, run_batched, sampling_pick
+from .generate import generate, sampling_pick
+from .scoring import TokenStats, token_statistics, window_budget
 
 
-@torch.inference_mode()
-def onepass_batch(model, prefixes: Sequence[Sequence[int]], suffixes: Sequence[Sequence[int]],
-                  pad_id: int = 0) -> list[dict]:
-    """Teacher-forced measures for a batch of windows with equal suffix length S -> one dict per window."""
-    s = len(suffixes[0])
-    seqs = [list(p) + list(x[:-1]) for p, x in zip(prefixes, suffixes)]
-    ids, mask, positions = left_pad(seqs, pad_id, model_device(model))
-    logits, _ = forward(model, ids, mask, positions, keep=s, use_cache=False)  # (B, S, V) fp32, left-padded
-    truth = torch.as_tensor([list(x) for x in suffixes], device=logits.device)  # (B, S)
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, truth[..., None]).squeeze(-1)  # (B, S)
-    hit = logits.argmax(dim=-1) == truth  # (B, S)
-    run = hit.long().cumprod(dim=-1).sum(dim=-1)  # (B,) correct run from the first suffix token
-    lp = logp.double().sum(dim=-1)
-    return [
-        {
-            "onepass_exact": bool(r == s),
-            "extraction_strength": float(r) / s,
-            "onepass_token_acc": float(h.float().mean()),
-            "suffix_logprob": float(v),
-            "p_suffix": math.exp(float(v)),
-        }
-        for r, h, v in zip(run.tolist(), hit.cpu(), lp.cpu())
-    ]
-
-
-def onepass(model, prefixes: Sequence[Sequence[int]], suffixes: Sequence[Sequence[int]], *, pad_id: int = 0,
+def onepass(model, prefixes: Sequence[Sequence[int]], suffixes: Sequence[Sequence[int]], *,
             batch_size: int | str = 32, progress: bool = True) -> list[dict]:
-    """:func:`onepass_batch` over length buckets (input order kept); windows must share one suffix length."""
-    if len({len(x) for x in suffixes}) > 1:
-        raise ValueError("onepass needs windows of one suffix length; call it once per suffix length")
+    """Teacher-forced measures of each window (input order): one dict per window. Windows are scored in
+    length-bucketed batches of at most ``batch_size`` rows of the longest window (``"auto"``: as decoding sizes
+    them); only the suffix targets go through the output head."""
+    docs = [list(p) + list(x) for p, x in zip(prefixes, suffixes)]
+    if not docs:
+        return []
+    budget = window_budget(model, [len(d) for d in docs], batch_size)
+    stats = token_statistics(model, docs, first=[len(p) for p in prefixes], token_budget=budget, desc="one-pass",
+                             progress=progress, fix="set a smaller decoding.batch_size")
+    return [_onepass_record(st) for st in stats]
 
-    def run(idx: list[int]) -> list[dict]:
-        return onepass_batch(model, [prefixes[i] for i in idx], [suffixes[i] for i in idx], pad_id)
 
-    lengths = [len(p) + len(x) for p, x in zip(prefixes, suffixes)]
-    return run_batched(run, lengths, batch_size, model, False, "one-pass", progress)
+def _onepass_record(st: TokenStats) -> dict:
+    """The one-pass measures of one window from the scores of its S suffix targets."""
+    hit = st.correct  # (S,)
+    run = int(np.cumprod(hit).sum()) if len(hit) else 0  # correct run from the first suffix token
+    lp = float(st.logp.sum())
+    return {"onepass_exact": bool(hit.all()), "extraction_strength": run / len(hit),
+            "onepass_token_acc": float(hit.mean()), "suffix_logprob": lp, "p_suffix": math.exp(lp)}
 
 
 def np_extraction(p_suffix: float | np.ndarray, n: int) -> float | np.ndarray:
@@ -74,11 +61,6 @@ def np_extraction(p_suffix: float | np.ndarray, n: int) -> float | np.ndarray:
     with np.errstate(divide="ignore"):
         out = -np.expm1(n * np.log1p(-p))
     return float(out) if out.ndim == 0 else out
-
-
-def disagreements(onepass_exact: Sequence[bool], exact: Sequence[bool]) -> int:
-    """Number of windows where the one-pass verdict and the generated verdict differ."""
-    return sum(bool(a) != bool(b) for a, b in zip(onepass_exact, exact))
 
 
 def sample_hits(model, prefixes: Sequence[Sequence[int]], suffixes: Sequence[Sequence[int]], n: int, *,

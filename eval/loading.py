@@ -18,8 +18,10 @@ from goldfish.models import (PICKLE_SUFFIXES, check_same_tokenizer, load_model_t
                              resolve_model_path)
 from goldfish.precision import PRECISIONS, canonical_precision, resolve_precision, torch_dtype
 
-__all__ = ["PICKLE_SUFFIXES", "check_same_tokenizer", "check_vocab", "load_model", "load_model_tokenizer",
-           "model_vocab_size", "num_parameters", "pad_id_of", "resolve_device", "resolve_model_path"]
+__all__ = ["PICKLE_SUFFIXES", "SharedModel", "check_same_tokenizer", "check_vocab", "load_model",
+           "load_model_tokenizer", "model_vocab_size", "num_parameters", "pad_id_of", "resolve_device",
+           "resolve_model_path"]
+
 
 def resolve_device(device: str) -> torch.device:
     """``auto`` -> cuda when available, else cpu; anything else is passed to ``torch.device``."""
@@ -41,6 +43,22 @@ def load_model(path: str | Path, dtype: str = "auto", device: str = "auto", allo
     where = resolve_device(device)
     precision = resolve_precision(dtype, where)
     return load_pretrained(path, torch_dtype(precision), allow_pickle).to(where).eval()
+
+
+class SharedModel:
+    """The model of an eval config's ``model`` section, loaded on the first :meth:`get` and the same object after:
+    an experiment cell hands one to its evaluation, k baseline and attacks, so the model is read once per cell
+    (``goldfish.experiment.runner.run_cell``). Nothing is loaded when no phase asks for it (a resumed cell)."""
+
+    def __init__(self, section):
+        self.section = section
+        self._model = None
+
+    def get(self):
+        if self._model is None:
+            m = self.section
+            self._model = load_model(m.path, m.dtype, m.device, m.allow_pickle)
+        return self._model
 
 
 def model_vocab_size(model) -> int:

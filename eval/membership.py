@@ -10,7 +10,9 @@ single ROC convention serves all of them:
                      document length as much as memorisation.
 * ``zlib_ratio``  -- minus the *total* NLL in bits divided by the zlib-compressed length in bits: how many times
                      longer the model's code for the text is than zlib's. Both are totals, so it is length-normalised.
-* ``lowercase``   -- minus NLL(text) / NLL(lowercased text) (Carlini et al. 2021).
+* ``lowercase``   -- minus NLL(text) / NLL(lowercased text) (Carlini et al. 2021), over the first
+                     ``lowercase_tokens`` tokens of the document (all of it when shorter or unset): the one attack
+                     that scores a second text, so its extra pass is bounded (``benchmarks/long_scoring.py``).
 * ``reference``   -- NLL under a ``reference_model`` minus NLL under the target (calibration by a model that never
                      saw the data; Carlini et al. 2021 / 2022).
 * ``min_k_<k>``   -- mean of the lowest k % token log-probs (Shi et al. 2024).
@@ -40,7 +42,7 @@ from sklearn.metrics import roc_auc_score, roc_curve
 
 from goldfish.errors import UserError
 
-from .scoring import DEFAULT_CHUNK, DEFAULT_TOKEN_BUDGET, context_length, iter_token_statistics
+from .scoring import DEFAULT_CHUNK, DEFAULT_TOKEN_BUDGET, iter_token_statistics, scoring_window
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +104,7 @@ def zlib_length(text: str) -> int:
     return max(1, len(zlib.compress(text.encode("utf-8"))))
 
 
-def _lowercase_docs(docs: Sequence[Sequence[int]], texts: list[str], tokenizer: Any) -> list[list[int]]:
+def lowercase_docs(docs: Sequence[Sequence[int]], texts: list[str], tokenizer: Any) -> list[list[int]]:
     """Re-tokenize the lowercased text; a leading special token (BOS) of the original is kept."""
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
     lowered = []
@@ -122,19 +124,23 @@ def document_key(tokens: Sequence[int], what: str) -> str:
 
 
 def _scored_pass(model: Any, docs: Sequence[Sequence[int]], name: str, ratios: Sequence[float],
-                 cache: MutableMapping[str, dict] | None, loop: dict) -> list[dict]:
+                 cache: MutableMapping[str, dict] | None, loop: dict, head: int | None = None) -> list[dict]:
     """Per document ``{"nll": mean NLL, "nll_sum": total NLL, "min_k_<k>": ..., "min_k_pp_<k>": ...}`` (Min-K only
-    when ``ratios``), reusing and filling ``cache``."""
+    when ``ratios``; with ``head``, ``"nll_head"``: the mean NLL of the targets among the first ``head`` tokens),
+    reusing and filling ``cache``."""
     cache = {} if cache is None else cache
     what = f"{name}|{loop.get('window')}|{loop.get('stride')}|{','.join(map(str, ratios))}"
+    what += f"|{head}" if head else ""
     keys = [document_key(d, what) for d in docs]
     todo = [i for i, k in enumerate(keys) if k not in cache]
     stats = iter_token_statistics(model, [docs[i] for i in todo], want_pp=bool(ratios), desc=name, **loop)
-    for j, (logp, z) in stats:
-        row = {"nll": float(-logp.mean()), "nll_sum": float(-logp.sum())}
+    for j, st in stats:
+        row = {"nll": float(-st.logp.mean()), "nll_sum": float(-st.logp.sum())}
+        if head:
+            row["nll_head"] = float(-st.logp[:head - 1].mean())
         for r in ratios:
-            row[ratio_key("min_k", r)] = lowest_k_mean(logp, r)
-            row[ratio_key("min_k_pp", r)] = lowest_k_mean(z, r)
+            row[ratio_key("min_k", r)] = lowest_k_mean(st.logp, r)
+            row[ratio_key("min_k_pp", r)] = lowest_k_mean(st.z, r)
         cache[keys[todo[j]]] = row
     return [cache[k] for k in keys]
 
@@ -154,6 +160,7 @@ def score_documents(
     stride: int | None = None,
     token_budget: int = DEFAULT_TOKEN_BUDGET,
     chunk: int = DEFAULT_CHUNK,
+    lowercase_tokens: int | None = None,
     cache: MutableMapping[str, dict] | None = None,
     progress: bool = True,
     logger: Any = None,
@@ -163,9 +170,11 @@ def score_documents(
     Keys: ``loss``, ``min_k_<k>``, ``min_k_pp_<k>`` (one per ratio), plus ``zlib_mimir``, ``zlib_ratio`` and
     ``lowercase`` when a ``tokenizer`` (HF-style ``encode``/``decode``) is given and ``reference`` when a
     ``reference_model`` (same vocabulary) is given. Each value is a float64 array of shape (len(docs),). Whole
-    documents are scored: one longer than ``window`` (default: the smaller context of the two models) is scored in
-    windows advancing by ``stride`` (default ``window // 2``), see :mod:`goldfish.eval.scoring`. ``token_budget``
-    bounds the padded tokens per forward pass and ``chunk`` the positions per logits block. ``cache`` (dict-like)
+    documents are scored: one longer than ``window`` (default ``scoring.DEFAULT_WINDOW``; capped by the smaller
+    context of the two models) is scored in windows advancing by ``stride`` (default 3/4 of the window), see
+    :mod:`goldfish.eval.scoring`. ``token_budget``
+    bounds the padded tokens per forward pass and ``chunk`` the positions per logits block. ``lowercase_tokens``
+    bounds the text the lowercase attack compares (its first that many tokens; None: all). ``cache`` (dict-like)
     keeps each document's reduced scores per pass; documents found there are not scored again.
     """
     ratios = _check_ratios(min_k_ratios)
@@ -175,14 +184,13 @@ def score_documents(
         keys += ["reference"] * (reference_model is not None)
         return {k: np.zeros(0) for k in keys}
     _check_docs(docs, _vocab_size(model))
-    if window is None:
-        window = min((c for c in (context_length(m) for m in (model, reference_model) if m is not None) if c),
-                     default=None)
-    if window is not None and window < 2:
+    window = scoring_window(window, model, reference_model)
+    if window < 2:
         raise UserError(f"window={window} must be >= 2 tokens")
     loop = dict(window=window, stride=stride, token_budget=token_budget, chunk=chunk, progress=progress,
                 logger=logger)
-    rows = _scored_pass(model, docs, "target", ratios, cache, loop)
+    head = lowercase_tokens if tokenizer is not None else None
+    rows = _scored_pass(model, docs, "target", ratios, cache, loop, head)
     nll = _column(rows, "nll")
     scores: dict[str, np.ndarray] = {"loss": -nll}
     for r in ratios:
@@ -193,18 +201,21 @@ def score_documents(
         zbytes = np.array([zlib_length(t) for t in texts], dtype=np.float64)
         scores["zlib_mimir"] = -nll / zbytes
         scores["zlib_ratio"] = -(_column(rows, "nll_sum") / math.log(2)) / (8 * zbytes)
-        scores["lowercase"] = -nll / _lowercase_nll(model, docs, texts, tokenizer, cache, loop)
+        heads = [list(d[:head]) for d in docs] if head else docs
+        lowered = lowercase_docs(heads, [tokenizer.decode(d, skip_special_tokens=True) for d in heads] if head else
+                                  texts, tokenizer)
+        scores["lowercase"] = -_column(rows, "nll_head" if head else "nll") / _lowercase_nll(model, lowered, cache,
+                                                                                             loop)
     if reference_model is not None:
         ref = _scored_pass(reference_model, docs, "reference", (), cache, loop)
         scores["reference"] = _column(ref, "nll") - nll
     return scores
 
 
-def _lowercase_nll(model, docs, texts, tokenizer, cache, loop: dict) -> np.ndarray:
+def _lowercase_nll(model, lowered: list[list[int]], cache, loop: dict) -> np.ndarray:
     """NLL of each lowercased text; NaN where lowercasing leaves fewer than 2 tokens (evaluate_attacks drops it)."""
-    lowered = _lowercase_docs(docs, texts, tokenizer)
     ok = [i for i, d in enumerate(lowered) if len(d) >= 2]
-    nll = np.full(len(docs), np.nan)
+    nll = np.full(len(lowered), np.nan)
     rows = _scored_pass(model, [lowered[i] for i in ok], "lowercase", (), cache, loop)
     nll[ok] = _column(rows, "nll") if rows else []
     return nll

@@ -1,8 +1,13 @@
-"""Extraction metrics: small registered functions comparing a generated suffix with the true one.
+"""Extraction metrics: small registered functions comparing a generated suffix with the true one, and the registry
+that every per-window measure of ``results.json`` is summarised through.
 
-Each metric is registered (lm-eval style) with its ``name``, whether higher is better, and how per-window values
-aggregate (``mean`` for all of these; booleans become rates). Metrics take ``(gen_ids, truth_ids, gen_text,
-truth_text)`` and most use only the ids. Definitions:
+Each metric is registered (lm-eval style) with its ``name``, whether higher is better, how per-window values
+aggregate (:data:`AGGREGATIONS`: ``rate`` for verdicts -- the fraction of true windows, with a Wilson interval;
+``mean`` for the rest -- a normal interval clipped to the metric's ``bounds``) and whether it exists only when a
+decoding option is on. The summaries (``goldfish.eval.aggregate``) are built from this registry alone: register a
+metric and it is in every row of ``summary``. Metrics of the greedy generation take ``(gen_ids, truth_ids, gen_text,
+truth_text)`` and most use only the ids; measures computed by another pass (the one-pass scores, beam search,
+sampling) are registered without a function (:func:`register_measure`). Definitions:
 
 * ``exact_match``: the generation equals the truth token for token (the verbatim-extraction verdict).
 * ``token_match``: fraction of the S positions where generation and truth agree (Pythia's memorization score,
@@ -21,11 +26,16 @@ truth_text)`` and most use only the ids. Definitions:
 * ``lcs_len``: longest common *substring* (contiguous run of tokens present in both).
 * ``edit_distance``: Levenshtein distance on token sequences divided by the longer length (0 = identical, 1 =
   nothing in common), via ``rapidfuzz``.
+
+Measures of other passes (definitions in ``goldfish.eval.extraction`` and ``eval/run.py``): ``onepass_exact``,
+``extraction_strength``, ``onepass_token_acc``, ``suffix_logprob``, ``np_extraction``; ``beam_exact_match``
+(``decoding.beam > 1``) and ``sample_rate`` (``decoding.samples > 0``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Callable, Sequence
 
 from rapidfuzz.distance import LCSseq, Levenshtein
@@ -34,29 +44,57 @@ from rouge_score import rouge_scorer
 Ids = Sequence[int]
 
 
+AGGREGATIONS = ("mean", "rate")  # how a summary reduces a metric's window values (see the module docstring)
+Bounds = tuple[float, float]
+
+
 @dataclasses.dataclass(frozen=True)
 class Metric:
-    """A registered metric: ``fn(gen_ids, truth_ids, gen_text, truth_text) -> value``."""
+    """A registered per-window measure: ``fn(gen_ids, truth_ids, gen_text, truth_text) -> value`` (None: written into
+    the window by another pass), its direction, its aggregation, the range its value can take, and whether windows
+    carry it only when a decoding option is on (``optional``: then summarised only where some window has it)."""
 
     name: str
-    fn: Callable[[Ids, Ids, str, str], float | int | bool]
+    fn: Callable[[Ids, Ids, str, str], float | int | bool] | None
     higher_is_better: bool
     aggregation: str = "mean"
+    bounds: Bounds = (-math.inf, math.inf)
+    optional: bool = False
+
+    @property
+    def summary_key(self) -> str:
+        """The name of its summary column: a rate is ``<name>_rate`` (``exact_match`` -> ``exact_match_rate``)."""
+        return self.name if self.aggregation != "rate" or self.name.endswith("_rate") else f"{self.name}_rate"
 
 
 METRICS: dict[str, Metric] = {}
 
 
-def register_metric(name: str, higher_is_better: bool, aggregation: str = "mean"):
-    """Decorator adding ``fn`` to :data:`METRICS` under ``name``."""
+def _register(metric: Metric) -> None:
+    if metric.name in METRICS:
+        raise ValueError(f"metric {metric.name!r} is registered twice")
+    if metric.aggregation not in AGGREGATIONS:
+        raise ValueError(f"metric {metric.name!r}: aggregation {metric.aggregation!r} is not one of {AGGREGATIONS}")
+    METRICS[metric.name] = metric
+
+
+def register_metric(name: str, higher_is_better: bool, aggregation: str = "mean",
+                    bounds: Bounds = (-math.inf, math.inf)):
+    """Decorator adding a metric of the greedy generation, ``fn(gen_ids, truth_ids, gen_text, truth_text)``, to
+    :data:`METRICS` under ``name``: computed for every window, summarised in every row of ``summary``."""
 
     def wrap(fn):
-        if name in METRICS:
-            raise ValueError(f"metric {name!r} is registered twice")
-        METRICS[name] = Metric(name, fn, higher_is_better, aggregation)
+        _register(Metric(name, fn, higher_is_better, aggregation, bounds))
         return fn
 
     return wrap
+
+
+def register_measure(name: str, higher_is_better: bool, aggregation: str = "mean",
+                     bounds: Bounds = (-math.inf, math.inf), optional: bool = False) -> None:
+    """Register a per-window measure that another pass writes into the window records (one pass, beam, samples),
+    so the summaries aggregate it like every metric."""
+    _register(Metric(name, None, higher_is_better, aggregation, bounds, optional))
 
 
 def f1_from_lcs(lcs: int, n_pred: int, n_ref: int) -> float:
@@ -82,19 +120,19 @@ def longest_common_substring(a: Ids, b: Ids) -> int:
     return best
 
 
-@register_metric("exact_match", higher_is_better=True)
+@register_metric("exact_match", higher_is_better=True, aggregation="rate")
 def exact_match(gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = "") -> bool:
     return list(gen) == list(truth)
 
 
-@register_metric("token_match", higher_is_better=True)
+@register_metric("token_match", higher_is_better=True, bounds=(0.0, 1.0))
 def token_match(gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = "") -> float:
     if not truth:
         return 0.0
     return sum(g == t for g, t in zip(gen, truth)) / len(truth)
 
 
-@register_metric("longest_match_prefix", higher_is_better=True)
+@register_metric("longest_match_prefix", higher_is_better=True, bounds=(0.0, math.inf))
 def longest_match_prefix(gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = "") -> int:
     n = 0
     for g, t in zip(gen, truth):
@@ -104,12 +142,12 @@ def longest_match_prefix(gen: Ids, truth: Ids, gen_text: str = "", truth_text: s
     return n
 
 
-@register_metric("rouge_l", higher_is_better=True)
+@register_metric("rouge_l", higher_is_better=True, bounds=(0.0, 1.0))
 def rouge_l(gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = "") -> float:
     return f1_from_lcs(int(LCSseq.similarity(list(gen), list(truth))), len(gen), len(truth))
 
 
-@register_metric("rouge_l_words", higher_is_better=True)
+@register_metric("rouge_l_words", higher_is_better=True, bounds=(0.0, 1.0))
 def rouge_l_words(gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = "") -> float:
     g, t = gen_text.split(), truth_text.split()
     return f1_from_lcs(int(LCSseq.similarity(g, t)), len(g), len(t))
@@ -118,23 +156,34 @@ def rouge_l_words(gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = ""
 _PAPER_ROUGE = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
 
 
-@register_metric("rouge_l_paper", higher_is_better=True)
+@register_metric("rouge_l_paper", higher_is_better=True, bounds=(0.0, 1.0))
 def rouge_l_paper(gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = "") -> float:
     return float(_PAPER_ROUGE.score(truth_text, gen_text)["rougeL"].fmeasure)
 
 
-@register_metric("lcs_len", higher_is_better=True)
+@register_metric("lcs_len", higher_is_better=True, bounds=(0.0, math.inf))
 def lcs_len(gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = "") -> int:
     return longest_common_substring(list(gen), list(truth))
 
 
-@register_metric("edit_distance", higher_is_better=False)
+@register_metric("edit_distance", higher_is_better=False, bounds=(0.0, 1.0))
 def edit_distance(gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = "") -> float:
     return float(Levenshtein.normalized_distance(list(gen), list(truth)))
 
 
+# measures of the one-pass scores (goldfish.eval.extraction) and of the adaptive decoders (eval/run.py)
+register_measure("onepass_exact", True, "rate")
+register_measure("extraction_strength", True, bounds=(0.0, 1.0))
+register_measure("onepass_token_acc", True, bounds=(0.0, 1.0))
+register_measure("suffix_logprob", True, bounds=(-math.inf, 0.0))
+register_measure("np_extraction", True, bounds=(0.0, 1.0))
+register_measure("beam_exact_match", True, "rate", optional=True)
+register_measure("sample_rate", True, bounds=(0.0, 1.0), optional=True)
+
+
 def compute_metrics(gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = "",
                     names: Sequence[str] | None = None) -> dict[str, float | int | bool]:
-    """Every registered metric (or ``names``) for one window -> ``{name: value}``."""
-    chosen = METRICS if names is None else {n: METRICS[n] for n in names}
+    """Every registered metric of the generation (or ``names``) for one window -> ``{name: value}``."""
+    chosen = {n: m for n, m in METRICS.items() if m.fn is not None} if names is None else \
+        {n: METRICS[n] for n in names}
     return {name: m.fn(gen, truth, gen_text, truth_text) for name, m in chosen.items()}

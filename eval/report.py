@@ -273,7 +273,8 @@ def _unknown(v: Any) -> str:
 def _example(w: Mapping) -> list[str]:
     gen, truth = highlight_differences(w.get("generation") or "", w.get("truth") or "")
     verdict = "verbatim" if w.get("exact_match") else f"token match {fmt_num(w.get('token_match'))}"
-    return [f"**{_escape(str(w.get('title') or w.get('doc_id')))}** (prefix {w.get('prefix_len')} tokens, "
+    prefix = f"all ({w.get('prefix_tokens')})" if w.get("prefix_len") == -1 else str(w.get("prefix_len"))
+    return [f"**{_escape(str(w.get('title') or w.get('doc_id')))}** (prefix {prefix} tokens, "
             f"repetitions {_unknown(w.get('repetitions'))}, {verdict}, ROUGE-L {fmt_num(w.get('rouge_l'))})", "",
             f"- generated: {gen}", f"- truth: {truth}", ""]
 
@@ -298,13 +299,15 @@ def _examples(windows: Sequence[Mapping]) -> list[str]:
     return lines
 
 
-def _numeric_strata(strata: Mapping[str, Mapping], positive: bool) -> list[tuple[float, Mapping]]:
-    return [(float(k), r) for k, r in strata.items() if k.lstrip("-").isdigit() and (float(k) > 0 or not positive)]
+def _numeric_strata(strata: Mapping[str, Mapping]) -> list[tuple[float, Mapping]]:
+    """The strata with a positive numeric key: "unknown", prefix length -1 ("all": a placement, not a length) and
+    repetitions 0 (nonmembers) are not points of a curve."""
+    return [(float(k), r) for k, r in strata.items() if k.isdigit() and float(k) > 0]
 
 
-def strata_series(strata: Mapping[str, Mapping], positive: bool) -> dict[str, tuple[list, list]]:
-    """Numeric strata -> {"exact match": (xs, ys), "ROUGE-L": (xs, ys)} ("unknown" and, on log axes, x <= 0 out)."""
-    points = _numeric_strata(strata, positive)
+def strata_series(strata: Mapping[str, Mapping]) -> dict[str, tuple[list, list]]:
+    """Positive numeric strata -> {"exact match": (xs, ys), "ROUGE-L": (xs, ys)}."""
+    points = _numeric_strata(strata)
     out = {}
     for label, key in (("exact match", "exact_match_rate"), ("ROUGE-L", "rouge_l")):
         xy = [(x, r[key]) for x, r in points if r.get(key) is not None]
@@ -313,24 +316,23 @@ def strata_series(strata: Mapping[str, Mapping], positive: bool) -> dict[str, tu
     return out
 
 
-def exact_match_bands(strata: Mapping[str, Mapping], positive: bool) -> dict[str, tuple[list, list]]:
+def exact_match_bands(strata: Mapping[str, Mapping]) -> dict[str, tuple[list, list]]:
     """{"exact match": (Wilson lows, highs)} aligned with :func:`strata_series`' exact-match points."""
-    rows = [r for _, r in _numeric_strata(strata, positive) if r.get("exact_match_rate") is not None]
+    rows = [r for _, r in _numeric_strata(strata) if r.get("exact_match_rate") is not None]
     return {"exact match": ([r.get("exact_match_ci_low") for r in rows], [r.get("exact_match_ci_high") for r in rows])}
 
 
 def report_plots(results: Mapping, out_dir: str | os.PathLike) -> list[Path]:
     """The per-run PNGs; a plot is skipped when its data is absent or has a single point."""
     out, s, paths = Path(out_dir), summary_of(results), []
-    for key, name, label, positive in (("by_prefix_len", "prefix_len", "prefix length (tokens)", False),
-                                       ("by_repetitions", "repetitions", "repetitions in training (log)", True)):
+    for key, name, label, logx in (("by_prefix_len", "prefix_len", "prefix length (tokens)", False),
+                                   ("by_repetitions", "repetitions", "repetitions in training (log)", True)):
         strata = s.get(key) or {}
-        series = strata_series(strata, positive=positive)
+        series = strata_series(strata)
         if series:
             paths.append(line_plot(series, f"memorisation vs {name.replace('_', ' ')}", label,
                                    "rate / score (exact match: Wilson 95 % band)", out / f"memorisation_vs_{name}.png",
-                                   logx=positive, fit=positive, bands=exact_match_bands(strata, positive),
-                                   unit_interval=True))
+                                   logx=logx, fit=logx, bands=exact_match_bands(strata), unit_interval=True))
     attacks = attacks_of(results)
     if attacks:
         curves = {k: (a["roc_fpr"], a["roc_tpr"], a.get("auc")) for k, a in attacks.items() if a.get("roc_fpr")}

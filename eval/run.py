@@ -18,7 +18,6 @@ import dataclasses
 import io
 import json
 import logging
-import subprocess
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,14 +32,15 @@ from goldfish.hardware import describe
 from goldfish.io import JsonlLogger, atomic_write_text, strict_json
 from goldfish.ownership import OutputFolder, fingerprint_sha256, writing
 from goldfish.precision import resolve_precision
+from goldfish.provenance import code_version, git_commit, versions
 
 from . import adversary, extraction, membership
 from .aggregate import summarize
 from .config import EvalConfig
 from .generate import beam_generate, generate
 from .inputs import load_eval_documents
-from .loading import (check_same_tokenizer, check_vocab, load_model, load_model_tokenizer, model_vocab_size,
-                      num_parameters, pad_id_of, resolve_device, resolve_model_path)
+from .loading import (SharedModel, check_same_tokenizer, check_vocab, load_model, load_model_tokenizer,
+                      model_vocab_size, num_parameters, pad_id_of, resolve_device, resolve_model_path)
 from .metrics import compute_metrics
 from .report import write_report
 from .scoring import context_length
@@ -53,24 +53,7 @@ log = logging.getLogger(__name__)
 SCHEMA = "goldfish-eval/1"
 CHUNK = 256  # windows per resumable unit
 CSV_SKIP = ("generation_ids", "truth_ids")  # lists stay in results.json only
-
-
-def _versions() -> dict:
-    import transformers
-
-    import goldfish
-
-    return {"goldfish": getattr(goldfish, "__version__", None), "torch": torch.__version__,
-            "transformers": transformers.__version__}
-
-
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (out.stdout.strip() or None) if out.returncode == 0 else None
+VERSIONED = ("torch", "transformers", "numpy")  # the libraries results.json names the versions of
 
 
 def _require(cfg: EvalConfig) -> None:
@@ -107,7 +90,7 @@ def evaluate_chunk(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig,
     kw = dict(pad_id=pad_id, batch_size=dec.batch_size, progress=cfg.progress)
     eos = _eos_id(model, tokenizer) if dec.stop_at_eos else None
     gens = generate(model, prefixes, cfg.data.suffix_len, eos_id=eos, **kw)
-    onepass = extraction.onepass(model, prefixes, suffixes, **kw)
+    onepass = extraction.onepass(model, prefixes, suffixes, batch_size=dec.batch_size, progress=cfg.progress)
     beams = beam_generate(model, prefixes, cfg.data.suffix_len, dec.beam, **kw) if dec.beam > 1 else None
     hits = (extraction.sample_hits(model, prefixes, suffixes, dec.samples, temperature=dec.temperature,
                                    seed=cfg.seed, **kw) if dec.samples else None)
@@ -169,7 +152,8 @@ def run_membership(model, reference, splits: dict, cfg: EvalConfig, tokenizer, o
     m = cfg.membership
     with JsonlDict(out / MEMBERSHIP_PARTIAL, cfg.resume) as cache, JsonlLogger(out / "eval_log.jsonl") as logger:
         kw = dict(reference_model=reference, min_k_ratios=tuple(m.min_k_ratios), tokenizer=tokenizer,
-                  window=m.window, stride=m.stride, token_budget=m.token_budget, chunk=m.chunk, cache=cache,
+                  window=m.window, stride=m.stride, token_budget=m.token_budget, chunk=m.chunk,
+                  lowercase_tokens=m.lowercase_tokens, cache=cache,
                   progress=cfg.progress, logger=logger)
         scores = {name: membership.score_documents(model, [list(d.tokens) for d in splits[name]], **kw)
                   for name in ("members", "nonmembers")}
@@ -231,15 +215,16 @@ def resolved(cfg: EvalConfig) -> EvalConfig:
     return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, dtype=dtype))
 
 
-def run_eval(cfg: EvalConfig) -> dict:
+def run_eval(cfg: EvalConfig, model: SharedModel | None = None) -> dict:
     """Evaluate ``cfg.model.path`` on ``cfg.data.path``; write results.json/.csv, report and plots into ``cfg.out``.
+    ``model``: the model of ``cfg.model`` already shared with other phases (an experiment cell), else loaded here.
 
     ``cfg.out`` is locked while this runs; a folder owned by anything but an evaluation is refused, and
     ``overwrite=true`` builds the new evaluation beside the old one, which it replaces only when it has finished."""
     _require(cfg)
     cfg = resolved(cfg)
     with writing(cfg.out, "eval", replace=cfg.overwrite, legacy=_earlier_eval, option="overwrite=true") as folder:
-        return _evaluate(cfg, folder)
+        return _evaluate(cfg, folder, model)
 
 
 def _earlier_eval(folder: Path) -> bool:
@@ -248,7 +233,7 @@ def _earlier_eval(folder: Path) -> bool:
     return any((folder / name).is_file() for name in (FINGERPRINT, WINDOWS_PARTIAL, MEMBERSHIP_PARTIAL))
 
 
-def _evaluate(cfg: EvalConfig, folder: OutputFolder) -> dict:
+def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None) -> dict:
     out = folder.path  # a staging folder while replacing an earlier evaluation
     torch.manual_seed(cfg.seed)
     if cfg.model.threads is not None:
@@ -263,7 +248,7 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder) -> dict:
     elif prep is not None:
         tokenizer = prep.tokenizer
     windows, skipped = _extraction_windows(cfg, splits)
-    model = load_model(m.path, m.dtype, m.device, m.allow_pickle)
+    model = (model or SharedModel(m)).get()
     for name, docs in splits.items():
         check_vocab(model, tokenizer, [d.tokens for d in docs], what=f"the {name} documents")
     _check_context(model, windows, cfg.data.suffix_len)
@@ -276,8 +261,9 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder) -> dict:
     results = {
         "schema": SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "versions": _versions(),
-        "git": _git_commit(),
+        "code": code_version(),
+        "versions": versions(VERSIONED),
+        "git": git_commit(),
         "config": to_dict(cfg),
         "model": {"path": resolve_model_path(m.path).describe(), "num_parameters": num_parameters(model),
                   "vocab_size": model_vocab_size(model), "dtype": str(next(model.parameters()).dtype),

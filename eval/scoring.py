@@ -1,8 +1,22 @@
-"""Per-token log-probabilities of whole documents in bounded memory: the input of every membership attack.
+"""Teacher-forced per-token scores of token sequences in bounded memory: the one scoring pass of the toolkit.
 
-A document of L tokens yields L-1 log-probs, ``log p(x_t | x_<t)`` for t = 1..L-1, plus (for Min-K%++) each token's
-log-prob standardised by the mean and std of log p under the model's own next-token distribution. Three things keep
-memory bounded whatever the document length:
+Every measure that reads a model's next-token distributions on true text comes from here: extraction's one-pass
+verdicts (``goldfish.eval.extraction.onepass``), the k baseline (``goldfish.eval.baseline``), a cell's
+``attacks.json`` (``goldfish.experiment.analysis``) and every membership attack (``goldfish.eval.membership``).
+
+A document of L tokens yields, for each target t = first..L-1 (``first`` = 1 by default: every token but the first):
+
+* ``logp[t]``: ``log p(x_t | x_<t)`` (fp32 log-softmax, stored as float64);
+* ``rank[t]``: how many vocabulary ids come before ``x_t`` when the next-token logits are sorted in descending order,
+  ties broken by the lower id -- the order greedy decoding picks in (``argmax`` takes the first maximum). ``rank == 0``
+  is top-1 correctness: a greedy decoder given the true prefix emits ``x_t``; a beam of width b can only keep
+  ``x_t`` among its candidates from that prefix when ``rank < b``;
+* ``z[t]`` (``want_pp``, for Min-K%++): the log-prob standardised by the mean and std of log p under the model's own
+  next-token distribution;
+* ``extra[t]`` (with an ``extra`` hook): whatever a caller computes from the (t, V) next-token logits of a chunk of
+  targets, e.g. the mask-consistent attacker's restricted argmax (``goldfish.eval.adversary``).
+
+Three things keep memory bounded whatever the document length:
 
 * **Windows of the model's context.** A document longer than ``window`` tokens is cut into overlapping segments
   ``[k·stride, k·stride + window)``; each segment scores only the tokens the previous one did not, so every token
@@ -15,15 +29,18 @@ memory bounded whatever the document length:
   log-softmax then run ``chunk`` positions at a time, so at most (chunk, V) logits exist, never (B, T, V).
 
 :func:`iter_token_statistics` yields each document as soon as its last segment is done, so callers can store
-results incrementally (see :mod:`goldfish.eval.membership`, which makes scoring resumable).
+results incrementally (see :mod:`goldfish.eval.membership`, which makes scoring resumable). Segments that hold no
+target at or after ``first`` are never computed, so scoring only a document's last tokens costs only their windows;
+the scores of the targets that are computed equal those of scoring the whole document.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -33,8 +50,26 @@ from goldfish.errors import UserError
 
 DEFAULT_CHUNK = 512  # positions per fp32 log-softmax chunk: at most chunk × V × 4 bytes of logits at a time
 DEFAULT_TOKEN_BUDGET = 4096  # padded tokens per forward pass
+# membership's scoring window: the context a long document is scored with, whatever the model's (capped by it). Chosen
+# with benchmarks/long_scoring.py: beyond it the cost per token stays constant (linear in document length); see
+# README, "what a long-document eval costs on a CPU"
+DEFAULT_WINDOW = 2048
 
-TokenStats = tuple[np.ndarray, "np.ndarray | None"]  # (log p of tokens 1..L-1, Min-K%++ z-scores or None)
+
+
+@dataclasses.dataclass
+class TokenStats:
+    """One document's scores of targets t = first..L-1, each (L - first,)."""
+
+    logp: np.ndarray  # float64: log p(x_t | x_<t)
+    rank: np.ndarray  # int64: ids ranked before x_t (higher logit, or equal logit and lower id); 0 = top-1
+    z: np.ndarray | None = None  # float64 Min-K%++ z-scores (want_pp), else None
+    extra: np.ndarray | None = None  # (L - first, m) columns of the ``extra`` hook, else None
+
+    @property
+    def correct(self) -> np.ndarray:
+        """(L - first,) bool: the target is the argmax (what greedy decoding emits given the true prefix)."""
+        return self.rank == 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,17 +96,43 @@ def context_length(model: Any) -> int | None:
     return None
 
 
-def segments(doc: int, n_tokens: int, window: int | None, stride: int | None) -> list[Segment]:
-    """The segments scoring tokens 1..n_tokens-1 of one document (one segment when it fits in ``window``)."""
+def segments(doc: int, n_tokens: int, window: int | None, stride: int | None, first: int = 1) -> list[Segment]:
+    """The segments scoring tokens first..n_tokens-1 of one document (one segment when it fits in ``window``): the
+    segments of scoring all of it, less those that end before ``first``, so a token's score never depends on
+    ``first``."""
     if window is None or n_tokens <= window:
-        return [Segment(doc, 0, n_tokens, 1)]
-    stride = stride or window // 2
+        return [Segment(doc, 0, n_tokens, first)]
+    stride = stride or default_stride(window)
     out, scored_to, begin = [], 1, 0
     while scored_to < n_tokens:
         end = min(begin + window, n_tokens)
-        out.append(Segment(doc, begin, end, scored_to))
+        if end > first:
+            out.append(Segment(doc, begin, end, max(scored_to, first)))
         scored_to, begin = end, begin + stride
     return out
+
+
+def default_stride(window: int) -> int:
+    """Three quarters of the window: each token keeps at least a quarter window of context, and a long document costs
+    4/3 of one pass over its tokens (half the window would cost 2)."""
+    return max(1, window - window // 4)
+
+
+def window_budget(model: Any, lengths: Sequence[int], batch_size: int | str) -> int:
+    """The token budget of scoring extraction windows (``lengths``) in batches of at most ``batch_size`` rows of the
+    longest one (``"auto"``: as decoding sizes its batches, :func:`goldfish.eval.generate.auto_batch_size`)."""
+    from .generate import auto_batch_size
+
+    longest = max(lengths, default=1)
+    rows = auto_batch_size(model, longest, len(lengths)) if batch_size == "auto" else int(batch_size)
+    return max(1, rows) * longest
+
+
+def scoring_window(window: int | None, *models: Any) -> int | None:
+    """``window`` (None: :data:`DEFAULT_WINDOW`) capped by the shortest context of ``models`` (a window longer than
+    a model's positions cannot be scored)."""
+    limits = [c for c in (context_length(m) for m in models if m is not None) if c]
+    return min([window or DEFAULT_WINDOW] + limits)
 
 
 def plan_batches(segs: Sequence[Segment], token_budget: int) -> list[list[Segment]]:
@@ -89,7 +150,7 @@ def plan_batches(segs: Sequence[Segment], token_budget: int) -> list[list[Segmen
 
 
 def _text_config(model: Any) -> Any:
-    cfg = model.config
+    cfg = getattr(model, "config", None)
     return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
 
 
@@ -127,19 +188,20 @@ def available_bytes(device: torch.device) -> int | None:
         return None
 
 
-def check_memory(model: Any, batches: Sequence[Sequence[Segment]], chunk: int, token_budget: int) -> int:
-    """Raise one UserError naming the settings that make it fit when the largest batch would not fit in free
-    memory; returns the estimated peak transient bytes of the plan."""
+def check_memory(model: Any, batches: Sequence[Sequence[Segment]], chunk: int, token_budget: int,
+                 fix: str | None = None) -> int:
+    """Raise one UserError naming the settings that make it fit (``fix``, default: the ``membership`` section's)
+    when the largest batch would not fit in free memory; returns the estimated peak transient bytes of the plan."""
     if not batches:
         return 0
     need = max(batch_bytes(model, len(b), b[0].length, chunk) for b in batches)
     free = available_bytes(next(model.parameters()).device)
     if free is not None and need > 0.9 * free:
         window = max(64, max(b[0].length for b in batches) // 2)
-        raise UserError(f"membership scoring needs about {need / 2**30:.1f} GiB per batch but only "
-                        f"{free / 2**30:.1f} GiB are free; set membership.token_budget={max(1, token_budget // 2)} "
-                        f"and membership.window={window} (long documents in shorter windows), or "
-                        f"membership.chunk={max(1, chunk // 2)}")
+        fix = fix or (f"set membership.token_budget={max(1, token_budget // 2)} and membership.window={window} (long "
+                      f"documents in shorter windows), or membership.chunk={max(1, chunk // 2)}")
+        raise UserError(f"teacher-forced scoring needs about {need / 2**30:.1f} GiB per batch but only "
+                        f"{free / 2**30:.1f} GiB are free; {fix}")
     return need
 
 
@@ -166,22 +228,43 @@ def _head(model: Any):
     return body, head, post
 
 
-def _chunk_stats(logits: torch.Tensor, targets: torch.Tensor, want_pp: bool) -> tuple[torch.Tensor, ...]:
-    """(t, V) logits and (t,) targets -> log p of the targets (t,) and, with ``want_pp``, Min-K%++ z-scores (t,)."""
-    lp = logits.float().log_softmax(-1)  # (t, V) fp32
+def _ranks(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """(t, V) logits, (t,) targets -> (t,) ids ranked before each target: a higher logit, or an equal one at a lower
+    id (``argmax`` returns the first maximum, so ``rank == 0`` exactly when the argmax is the target)."""
+    own = logits.gather(-1, targets[:, None])  # (t, 1)
+    rank = (logits > own).sum(-1)
+    tied = (logits == own).sum(-1) > 1  # the target always equals itself; rare in fp32
+    if tied.any():
+        before = torch.arange(logits.shape[-1], device=logits.device) < targets[tied, None]  # (n_tied, V)
+        rank[tied] += ((logits[tied] == own[tied]) & before).sum(-1)
+    return rank
+
+
+# extra(doc index, target positions in the document (t,), fp32 logits (t, V), targets (t,)) -> (t, m) columns
+ExtraHook = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _chunk_stats(logits: torch.Tensor, targets: torch.Tensor, want_pp: bool,
+                 extra: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> tuple[torch.Tensor, ...]:
+    """(t, V) logits and (t,) targets -> log p of the targets (t,), their ranks (t,), with ``want_pp`` the
+    Min-K%++ z-scores (t,) and with ``extra`` its (t, m) columns."""
+    logits = logits.float()  # (t, V) fp32: the order greedy decoding sees, and the log-softmax
+    lp = logits.log_softmax(-1)  # (t, V)
     token_lp = lp.gather(-1, targets[:, None]).squeeze(-1)  # (t,)
+    rank = _ranks(logits, targets)
+    more = (extra(logits, targets),) if extra is not None else ()
     if not want_pp:
-        return (token_lp,)
+        return (token_lp, rank, *more)
     p = lp.exp()
     mu = (p * lp).sum(-1)  # (t,) E_{z~p}[log p(z)]  (= minus the entropy)
     # (t,) Var_{z~p}[log p(z)], centred: E[lp^2] - mu^2 cancels catastrophically in fp32 for flat p
     var = (p * (lp - mu[:, None]).square()).sum(-1)
-    return token_lp, (token_lp - mu) / var.clamp(min=1e-12).sqrt()
+    return (token_lp, rank, (token_lp - mu) / var.clamp(min=1e-12).sqrt(), *more)
 
 
 def _score_batch(model, batch: Sequence[Segment], docs: Sequence[Sequence[int]], chunk: int, want_pp: bool,
-                 device: torch.device) -> list[tuple[torch.Tensor, ...]]:
-    """Log-probs (and z-scores) of each segment's targets ``first..end-1``, one tuple per segment."""
+                 device: torch.device, extra: ExtraHook | None = None) -> list[tuple[torch.Tensor, ...]]:
+    """Log-probs, ranks (and z-scores) of each segment's targets ``first..end-1``, one tuple per segment."""
     width = batch[0].length
     ids = torch.zeros(len(batch), width, dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -201,35 +284,44 @@ def _score_batch(model, batch: Sequence[Segment], docs: Sequence[Sequence[int]],
     for r, s in enumerate(batch):
         # position j of the segment predicts token begin + j + 1; targets first..end-1 sit at j = first-begin-1 ...
         lo, hi = s.first - s.begin - 1, s.length - 1
-        pieces = [_chunk_stats(logits_of(r, a, min(a + chunk, hi)), ids[r, a + 1 : min(a + chunk, hi) + 1], want_pp)
-                  for a in range(lo, hi, chunk)]
+        pieces = []
+        for a in range(lo, hi, chunk):
+            b = min(a + chunk, hi)
+            # the hook sees the chunk's targets by their position in the document: begin + a + 1 .. begin + b
+            hook = None if extra is None else functools.partial(
+                extra, s.doc, torch.arange(s.begin + a + 1, s.begin + b + 1, device=ids.device))
+            pieces.append(_chunk_stats(logits_of(r, a, b), ids[r, a + 1 : b + 1], want_pp, hook))
         out.append(tuple(torch.cat(col) for col in zip(*pieces)))
     return out
 
 
 @torch.inference_mode()
-def iter_token_statistics(model: Any, docs: Sequence[Sequence[int]], *, window: int | None = None,
-                          stride: int | None = None, token_budget: int = DEFAULT_TOKEN_BUDGET,
-                          chunk: int = DEFAULT_CHUNK, want_pp: bool = True, desc: str = "membership scores",
-                          progress: bool = True, logger: Any = None,
-                          check: bool = True) -> Iterator[tuple[int, TokenStats]]:
-    """Yield ``(index, (logp, z))`` per document as soon as all its segments are scored (any order).
+def iter_token_statistics(model: Any, docs: Sequence[Sequence[int]], *, first: Sequence[int] | None = None,
+                          window: int | None = None, stride: int | None = None,
+                          token_budget: int = DEFAULT_TOKEN_BUDGET, chunk: int = DEFAULT_CHUNK, want_pp: bool = False,
+                          desc: str = "token scores", progress: bool = True, logger: Any = None,
+                          check: bool = True, fix: str | None = None,
+                          extra: ExtraHook | None = None) -> Iterator[tuple[int, TokenStats]]:
+    """Yield ``(index, TokenStats)`` per document as soon as all its segments are scored (any order).
 
-    ``window`` defaults to no windowing (pass the model's context, :func:`context_length`); ``stride`` to
-    ``window // 2``. ``check`` refuses, before any work, a plan whose largest batch would not fit in free memory.
-    ``logger`` (e.g. ``goldfish.io.JsonlLogger``) receives ``{"event": "membership_batch", "pass", "docs",
-    "tokens", "seconds"}`` per batch.
+    ``first[i]``: the first target of document i to score (default 1: all but the first token). ``window`` defaults
+    to no windowing (membership passes :func:`scoring_window`); ``stride`` to :func:`default_stride`. ``want_pp``
+    adds the Min-K%++ z-scores; ``extra`` (:data:`ExtraHook`) adds its columns. ``check`` refuses, before any work,
+    a plan whose largest batch would not fit in free memory (``fix``: the settings that error names). ``logger``
+    (e.g. ``goldfish.io.JsonlLogger``) receives ``{"event": "scoring_batch", "pass", "docs", "tokens", "seconds"}``
+    per batch.
     """
     if token_budget < 1 or chunk < 1:
         raise UserError(f"token_budget={token_budget} and chunk={chunk} must be >= 1")
-    for i, doc in enumerate(docs):
-        if len(doc) < 2:
-            raise UserError(f"document {i} has {len(doc)} token(s); membership scores need at least 2 "
-                            f"(drop empty documents)")
-    segs = [s for i, d in enumerate(docs) for s in segments(i, len(d), window, stride)]
+    first = [1] * len(docs) if first is None else [int(f) for f in first]
+    for i, (doc, f) in enumerate(zip(docs, first)):
+        if len(doc) < 2 or not 1 <= f < len(doc):
+            raise UserError(f"document {i} has {len(doc)} token(s) and its first scored target is {f}; scoring needs "
+                            f"at least one target after the first token (drop empty documents)")
+    segs = [s for i, d in enumerate(docs) for s in segments(i, len(d), window, stride, first[i])]
     batches = plan_batches(segs, token_budget)
     if check:
-        check_memory(model, batches, chunk, token_budget)
+        check_memory(model, batches, chunk, token_budget, fix)
     device = next(model.parameters()).device
     remaining = np.bincount([s.doc for s in segs], minlength=len(docs))
     pieces: dict[int, list[tuple[int, tuple[torch.Tensor, ...]]]] = {}
@@ -238,22 +330,28 @@ def iter_token_statistics(model: Any, docs: Sequence[Sequence[int]], *, window: 
     try:
         for batch in tqdm(batches, desc=desc, disable=None if progress else True, unit="batch"):
             t0 = time.perf_counter()
-            for s, stats in zip(batch, _score_batch(model, batch, docs, chunk, want_pp, device)):
+            for s, stats in zip(batch, _score_batch(model, batch, docs, chunk, want_pp, device, extra)):
                 pieces.setdefault(s.doc, []).append((s.first, stats))
                 remaining[s.doc] -= 1
                 if remaining[s.doc] == 0:
                     ordered = [st for _, st in sorted(pieces.pop(s.doc), key=lambda p: p[0])]
-                    cols = [torch.cat(col).cpu().numpy().astype(np.float64) for col in zip(*ordered)]
-                    yield s.doc, (cols[0], cols[1] if want_pp else None)
+                    yield s.doc, _collect(ordered, want_pp, extra is not None)
             if logger is not None:
-                logger.log({"event": "membership_batch", "pass": desc, "docs": len({s.doc for s in batch}),
+                logger.log({"event": "scoring_batch", "pass": desc, "docs": len({s.doc for s in batch}),
                             "tokens": sum(s.length for s in batch), "seconds": round(time.perf_counter() - t0, 4)})
     finally:
         model.train(was_training)
 
 
+def _collect(pieces: list[tuple[torch.Tensor, ...]], want_pp: bool, want_extra: bool) -> TokenStats:
+    """A document's segment outputs, in order -> its :class:`TokenStats` on the host."""
+    cols = [torch.cat(col).cpu().numpy() for col in zip(*pieces)]
+    return TokenStats(cols[0].astype(np.float64), cols[1].astype(np.int64),
+                      cols[2].astype(np.float64) if want_pp else None, cols[-1] if want_extra else None)
+
+
 def token_statistics(model: Any, docs: Sequence[Sequence[int]], **kwargs: Any) -> list[TokenStats]:
-    """:func:`iter_token_statistics` collected in input order: per document (log p of tokens 1..L-1, z or None)."""
+    """:func:`iter_token_statistics` collected in input order: one :class:`TokenStats` per document."""
     out: list[TokenStats] = [None] * len(docs)  # type: ignore[list-item]
     for i, stats in iter_token_statistics(model, docs, **kwargs):
         out[i] = stats

@@ -1,10 +1,11 @@
 """What an eval output folder remembers between runs: a fingerprint of the run and the finished work.
 
-* ``fingerprint.json`` -- what determines the results: the model (path and each weight file's name, size and mtime),
-  the reference model, the documents (sha256 of every split's ids and tokens) and the config without the settings
-  that only change speed or presentation (:data:`OPERATIONAL`). A run into a folder with a different fingerprint is
-  refused with one line before anything is written; ``overwrite=true`` starts afresh beside it and replaces the
-  folder when it has finished (``goldfish.ownership.writing``). With
+* ``fingerprint.json`` -- what determines the results, flat like every fingerprint (:mod:`goldfish.provenance`): the
+  code version, the model (path and each weight file's name, size and mtime), the reference model, the documents
+  (sha256 of every split's ids and tokens) and the config without the settings that only change speed or
+  presentation (:data:`OPERATIONAL`). A run into a folder with a different fingerprint -- also one left by other
+  code -- is refused with one line naming the differences before anything is written; ``overwrite=true`` starts
+  afresh beside it and replaces the folder when it has finished (``goldfish.ownership.writing``). With
   ``resume=false`` the finished work is ignored (recomputed) but earlier results stay until new ones replace them.
 * ``windows.partial.jsonl`` -- one finished extraction window per line, keyed by the window's sha256.
 * ``membership.partial.jsonl`` -- one document's reduced membership scores per pass per line (``{"key", "value"}``).
@@ -23,13 +24,14 @@ from typing import Any, Iterator, MutableMapping, Sequence
 
 from goldfish.config import to_dict
 from goldfish.errors import UserError
-from goldfish.io import atomic_write_json, atomic_write_text, read_jsonl, strict_json
+from goldfish.io import atomic_write_text, read_jsonl, strict_json
+from goldfish.provenance import FILE as FINGERPRINT
+from goldfish.provenance import as_stored, code_version, differences, flatten, write_fingerprint
 
 from .config import EvalConfig
 from .loading import PICKLE_SUFFIXES, resolve_model_path
 from .windows import EvalDocument
 
-FINGERPRINT = "fingerprint.json"
 WINDOWS_PARTIAL = "windows.partial.jsonl"
 MEMBERSHIP_PARTIAL = "membership.partial.jsonl"
 # config keys that change speed, resources or presentation but not one result value
@@ -58,26 +60,13 @@ def documents_sha256(splits: dict[str, Sequence[EvalDocument]]) -> str:
 
 
 def fingerprint(cfg: EvalConfig, splits: dict[str, Sequence[EvalDocument]]) -> dict:
-    """What must match for finished work in an out folder to be reused."""
-    config = to_dict(cfg)
+    """What must match for finished work in an out folder to be reused (flat ``{"dotted.key": value}``)."""
+    config = flatten(to_dict(cfg), "config.")
     for key in OPERATIONAL:
-        section, _, name = key.rpartition(".")
-        (config[section] if section else config).pop(name, None)
-    return {"model": resolve_model_path(cfg.model.path).describe(), "weights": weights_stamp(cfg.model.path),
-            "reference_weights": weights_stamp(cfg.model.reference), "data_sha256": documents_sha256(splits),
-            "config": config}
-
-
-def _differences(old: dict, new: dict, prefix: str = "") -> list[str]:
-    keys = sorted(set(old) | set(new))
-    out = []
-    for k in keys:
-        a, b = old.get(k), new.get(k)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _differences(a, b, f"{prefix}{k}.")
-        elif a != b:
-            out.append(prefix + k)
-    return out
+        config.pop(f"config.{key}", None)
+    return as_stored({"code": code_version(), "model": resolve_model_path(cfg.model.path).describe(),
+                      "weights": weights_stamp(cfg.model.path), "reference_weights": weights_stamp(cfg.model.reference),
+                      "data_sha256": documents_sha256(splits), **config})
 
 
 def claim_folder(out: Path, print_: dict) -> None:
@@ -93,11 +82,11 @@ def claim_folder(out: Path, print_: dict) -> None:
     elif (out / "results.json").is_file() or (out / WINDOWS_PARTIAL).is_file():
         old = {}  # results without a fingerprint: an older eval wrote them; treat as different
     if old is not None and old != print_:
-        diff = _differences(old, print_) or ["(no fingerprint)"]
-        raise UserError(f"{out} holds results of a different evaluation (differs in: {', '.join(diff[:6])}); use "
+        diff = differences(old, print_) if old else ["(no fingerprint)"]
+        raise UserError(f"{out} holds results of a different evaluation (differs in: {'; '.join(diff[:6])}); use "
                         f"another out folder, or overwrite=true to replace them")
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, print_)
+    write_fingerprint(out, print_)
 
 
 def read_windows(out: Path, resume: bool = True) -> dict[str, dict]:

@@ -2,7 +2,7 @@
 
 Nothing is allocated: the model shape comes from the size table (:func:`goldfish.models.llama_config`); the layout
 comes from the engine itself (:meth:`goldfish.engines.base.Engine.layout_for`: the same validation training runs,
-and the engine's sharding divisors) and the batch rule from the trainer (:func:`goldfish.train.check_batch`).
+and the engine's sharding divisors) and the batch rule from the trainer (:func:`goldfish.train_config.check_batch`).
 
 Memory per device (bytes), for the most loaded device (the pipeline stage holding the embedding or the head):
 
@@ -40,8 +40,7 @@ from .engines.base import Layout
 from .errors import ConfigError, UserError
 from .hardware import GPUS
 from .models import llama_config
-from .train import check_batch
-from .train_config import ModelConfig, TrainConfig
+from .train_config import ModelConfig, TrainConfig, check_batch
 
 GIB = 1024**3
 
@@ -114,7 +113,7 @@ def layout_of(train_cfg: TrainConfig, shape: ModelShape, world: int) -> Layout:
     """The layout ``train_cfg``'s engine would use on ``world`` devices, or one ConfigError naming every problem.
 
     The engine validates its own layout (``Engine.layout_for``) and the trainer its batch rule
-    (:func:`goldfish.train.check_batch`), so a dry run refuses exactly what training would refuse."""
+    (:func:`goldfish.train_config.check_batch`), so a dry run refuses exactly what training would refuse."""
     problems: list[str] = []
     layout = None
     try:

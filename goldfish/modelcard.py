@@ -21,6 +21,7 @@ from typing import Any
 
 from .errors import UserError
 from .io import atomic_write_text
+from .provenance import code_version, versions
 from .train_config import TrainConfig
 
 CARD = "README.md"
@@ -101,12 +102,8 @@ def _loss_line(cfg: TrainConfig, summary: dict) -> str:
 
 
 def _versions() -> str:
-    import torch
-    import transformers
-
-    from .fingerprint import code_version
-
-    return f"goldfish-toolkit {code_version()}, torch {torch.__version__}, transformers {transformers.__version__}"
+    v = versions(("torch", "transformers"))  # goldfish.provenance, as every result records them
+    return f"goldfish-toolkit {code_version()}, torch {v['torch']}, transformers {v['transformers']}"
 
 
 def _training_body(cfg: TrainConfig, summary: dict, manifest: dict, data_sha256: str | None,

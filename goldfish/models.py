@@ -84,6 +84,20 @@ def build_model(cfg: "ModelConfig", vocab_size: int, seed: int, tokenizer=None) 
     return model.float()
 
 
+SPECIAL_IDS = (("eos_id", "eos_token_id"), ("bos_id", "bos_token_id"), ("pad_id", "pad_token_id"))
+
+
+def set_special_ids(model: nn.Module, tokenizer: dict) -> nn.Module:
+    """Give ``model`` (its config and generation config) the eos/bos/pad ids of the data's tokenizer (a prepared
+    manifest's ``tokenizer`` record), so that generation stops and pads as the data was built."""
+    for key, name in SPECIAL_IDS:
+        if tokenizer.get(key) is not None:
+            setattr(model.config, name, int(tokenizer[key]))
+            if getattr(model, "generation_config", None) is not None:
+                setattr(model.generation_config, name, int(tokenizer[key]))
+    return model
+
+
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 

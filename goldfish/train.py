@@ -4,18 +4,21 @@ Each step (see :func:`_train_step`):
 
 1. take the global batch: rows ``order[position : position + global_batch_size]`` of a seeded permutation of the
    epoch (every rank computes the same global batch and reads its data-parallel shard); an epoch reads every row
-   once, its last batch topped up with empty rows (:func:`next_batch`, :func:`take_rows`);
+   once, its last batch topped up with empty rows (:mod:`goldfish.data.order`);
 2. compute the Goldfish drop mask of the whole global batch (all-False for the standard loss) and the normaliser:
    the number of kept supervised targets in the global batch, so the loss does not depend on how it is split;
 3. split this rank's shard into micro-batches; the engine accumulates ``kept_sum / normaliser`` over them;
 4. set the warmup + cosine learning rate and take the optimizer step (gradient clipping inside the engine);
 5. log one JSON line to ``<out>/metrics.jsonl``; checkpoint every ``checkpoint.every_steps`` steps and at the end.
 
+Goldfish reaches the engine only through the loss function (``goldfish.loss.EngineLoss``) and the ``drop_mask``
+target; the mask is resolved once (``goldfish.train_config.goldfish_config``) and recorded in ``<out>/mask.json``.
+
 Packed rows: ``position_ids`` restart at each document and are passed to the model without an attention mask,
 which Hugging Face Llama turns into block-diagonal (per-document) causal attention.
 
-Outputs in ``<out>``: ``config.yaml`` (resolved), ``metrics.jsonl``, ``checkpoints/``, ``model/`` (Hugging Face
-format with the tokenizer), ``summary.json``.
+Outputs in ``<out>``: ``config.yaml`` (resolved), ``fingerprint.json``, ``mask.json``, ``metrics.jsonl``,
+``checkpoints/``, ``model/`` (Hugging Face format with the tokenizer), ``summary.json``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -37,86 +39,25 @@ from .config import save_config
 from .engines import get_engine
 from .engines.base import Engine, StepStats
 from .errors import UserError
-from .fingerprint import refuse_mismatch, saved_train_fingerprint, train_fingerprint, write_fingerprint
-from .fold import token_fold
+from .data.order import EpochOrders, consumed_rows, member_exposures, next_batch, take_rows
 from .hardware import default_device, describe
 from .io import JsonlLogger, atomic_directory, atomic_write_json, atomic_write_text, read_jsonl
 from .loss import EngineLoss
 from .masks import GoldfishConfig, config_mask
 from .modelcard import write_training_card
-from .models import build_model, count_parameters, flops_per_token
+from .models import build_model, count_parameters, flops_per_token, set_special_ids
 from .ownership import OutputFolder, fingerprint_sha256, is_main_process, writing
 from .perf import MfuMeter
 from .precision import resolve_precision
+from .provenance import refuse_mismatch, write_fingerprint
 from .tracking import Tracker
-from .train_config import OptimConfig, ScheduleConfig, TrainConfig
+from .train_config import (TRAIN_OPTIONAL, OptimConfig, Plan, TrainConfig, goldfish_config, learning_rate, make_plan,
+                           saved_train_fingerprint, train_fingerprint, write_mask_settings)
 
 BATCH_COLUMNS = ("input_ids", "labels", "document_ids", "position_ids")
 
 
-# ------------------------------------------------------------------------------------------------ plan
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """Sizes and lengths derived from the config, the data and the data-parallel degree."""
-
-    rows: int  # training rows
-    seq_len: int
-    global_batch: int  # rows per optimizer step
-    micro_batch: int  # rows per forward on one rank
-    dp_size: int
-    steps_per_epoch: int
-    total_steps: int
-    warmup_steps: int
-
-    @property
-    def tokens_per_step(self) -> int:
-        return self.global_batch * self.seq_len
-
-
-def check_batch(schedule: ScheduleConfig, dp_size: int) -> None:
-    """Every data-parallel rank takes the same whole number of micro-batches per step (one error, every factor)."""
-    g, m = schedule.global_batch_size, schedule.micro_batch_size
-    if g % (m * dp_size):
-        # dp counts the processes that read distinct rows of a step: native dp, but every process under
-        # engine=axonn (its tensor-parallel grid reads separate rows too), so 4 processes with row=2 col=2 split by 4
-        fit = m * dp_size * math.ceil(g / (m * dp_size))
-        smaller = [d for d in range(m, 0, -1) if g % (d * dp_size) == 0]
-        hint = f" or micro_batch_size={smaller[0]}" if smaller else ""
-        raise UserError(f"schedule.global_batch_size={g} is not divisible by micro_batch_size({m})·dp({dp_size})="
-                        f"{m * dp_size} (dp: processes reading distinct rows; every process with engine=axonn); "
-                        f"use global_batch_size={fit}{hint}")
-
-
-def make_plan(schedule: ScheduleConfig, optim: OptimConfig, rows: int, seq_len: int, dp_size: int) -> Plan:
-    """Check batch divisibility and resolve the training length; training stops at the first budget."""
-    check_batch(schedule, dp_size)
-    g, m = schedule.global_batch_size, schedule.micro_batch_size
-    if rows < g:
-        raise UserError(f"the training split has {rows} rows, fewer than schedule.global_batch_size={g}; lower it")
-    # every row is trained on once per epoch: the last batch of an epoch is topped up with empty rows (see
-    # take_rows), so labelled repetition counts are what the model sees per epoch
-    steps_per_epoch = -(-rows // g)
-    budgets = []
-    if schedule.epochs is not None:
-        budgets.append(max(1, round(schedule.epochs * steps_per_epoch)))
-    if schedule.max_steps is not None:
-        budgets.append(schedule.max_steps)
-    if schedule.max_tokens is not None:
-        budgets.append(math.ceil(schedule.max_tokens / (g * seq_len)))
-    total = min(budgets) if budgets else steps_per_epoch
-    warmup = optim.warmup_steps if optim.warmup_steps is not None else int(optim.warmup_frac * total)
-    return Plan(rows, seq_len, g, m, dp_size, steps_per_epoch, total, min(warmup, total))
-
-
-def learning_rate(step: int, plan: Plan, optim: OptimConfig) -> float:
-    """Learning rate of 0-based ``step``: linear warmup to ``lr``, then cosine decay to ``min_lr_ratio * lr``."""
-    if step < plan.warmup_steps:
-        return optim.lr * (step + 1) / plan.warmup_steps
-    progress = (step - plan.warmup_steps) / max(1, plan.total_steps - plan.warmup_steps)
-    cosine = 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
-    return optim.lr * (optim.min_lr_ratio + (1.0 - optim.min_lr_ratio) * cosine)
+# ------------------------------------------------------------------------------------------------ optimizer
 
 
 def build_optimizer(params, optim: OptimConfig) -> torch.optim.Optimizer:
@@ -135,71 +76,6 @@ def build_optimizer(params, optim: OptimConfig) -> torch.optim.Optimizer:
 
 
 # ------------------------------------------------------------------------------------------------ data
-
-
-def epoch_order(rows: int, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
-    """Row order of one epoch: a permutation seeded by (seed, epoch), identical on every rank and after resume."""
-    if not shuffle:
-        return np.arange(rows)
-    return np.random.default_rng([seed, epoch]).permutation(rows)
-
-
-def next_batch(plan: Plan, orders: "_EpochOrders", progress: Progress) -> np.ndarray:
-    """Row indices of the next global batch (``<= global_batch`` of them at an epoch's end); moves ``progress`` to
-    the next epoch when the current one is used up. The one place that decides which rows the trainer reads."""
-    if progress.position >= plan.steps_per_epoch * plan.global_batch:
-        progress.epoch, progress.position = progress.epoch + 1, 0  # next epoch, next permutation
-    return orders[progress.epoch][progress.position: progress.position + plan.global_batch]
-
-
-def consumed_rows(plan: Plan, seed: int, shuffle: bool) -> np.ndarray:
-    """(rows read over the whole run,) the row indices the trainer reads in ``plan.total_steps`` steps, in order."""
-    orders, progress, out = _EpochOrders(plan.rows, seed, shuffle), Progress(), []
-    for _ in range(plan.total_steps):
-        out.append(next_batch(plan, orders, progress))
-        progress.position += plan.global_batch
-    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
-
-
-def take_rows(rows, index: np.ndarray, size: int) -> dict[str, torch.Tensor]:
-    """The (size, T) batch of rows ``index``, topped up with empty rows (labels -100, document -1) when shorter."""
-    batch = rows[index.tolist()]
-    missing = size - len(index)
-    if missing:
-        fill = {"input_ids": 0, "labels": -100, "document_ids": -1, "position_ids": 0}
-        batch = {k: torch.cat([v, torch.full((missing, v.shape[1]), fill[k], dtype=v.dtype)]) for k, v in batch.items()}
-    return batch
-
-
-def member_exposures(prepared, consumed: np.ndarray, block: int = 4096) -> dict[str, list[int]]:
-    """{labelled repetitions r: [fewest, most] times a member labelled r was read}, over the rows ``consumed``.
-
-    A member starts once per copy (its ``position_ids == 0``; see ``goldfish.data.packing.occurrences``).
-    """
-    members = prepared.members
-    labels = np.asarray(members["repetitions"], dtype=np.int64)  # (M,)
-    train = prepared.train.with_format("numpy", columns=["document_ids", "position_ids"])
-    times = np.bincount(consumed, minlength=len(train))  # (R,) reads of each row
-    seen = np.zeros(len(labels), dtype=np.int64)
-    for start in range(0, len(train), block):
-        part = train[start:start + block]
-        docs = np.where(part["document_ids"] < len(labels), part["document_ids"], -1)  # members only
-        starts = (part["position_ids"] == 0) & (docs >= 0)
-        row, col = np.nonzero(starts)
-        np.add.at(seen, docs[row, col], times[start + row])
-    return {str(r): [int(seen[labels == r].min()), int(seen[labels == r].max())] for r in np.unique(labels).tolist()}
-
-
-def goldfish_config(cfg: TrainConfig, prepared) -> GoldfishConfig | None:
-    """The Goldfish mask config with the data's special ids (EOS/BOS/pad) added and, for the ``canonical``
-    strategy, the fold table of the data's tokenizer; ``None`` for the standard loss."""
-    if cfg.loss.type != "goldfish":
-        return None
-    tokenizer = prepared.manifest["tokenizer"]
-    specials = set(cfg.loss.goldfish.special_ids)
-    specials |= {int(tokenizer[k]) for k in ("eos_id", "bos_id", "pad_id") if tokenizer.get(k) is not None}
-    fold = token_fold(prepared.tokenizer) if cfg.loss.goldfish.strategy == "canonical" else None
-    return dataclasses.replace(cfg.loss.goldfish, special_ids=sorted(specials), fold=fold)
 
 
 def drop_mask(batch: dict[str, torch.Tensor], gcfg: GoldfishConfig | None) -> torch.Tensor:
@@ -262,13 +138,14 @@ def train(cfg: TrainConfig, replace: bool = False) -> Path:
     if replace and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise UserError("--overwrite replaces the run folder in one process only; under torchrun give a new out= "
                         "folder (or delete the old run) instead")
+    started = time.perf_counter()
     prepared, rows, seq_len = load_train_data(cfg.data.path)  # fails fast, before joining any process group
     cfg = resolved(cfg)
     with writing(cfg.out, "train", replace=replace, legacy=_legacy_run, main=is_main_process()) as folder:
         # Goldfish reaches the engine only through the loss function
         engine = get_engine(cfg, EngineLoss(cfg.loss.ce_chunk_tokens))
         try:
-            return _run(cfg, engine, prepared, rows, seq_len, folder)
+            return _run(cfg, engine, prepared, rows, seq_len, folder, started)
         finally:
             engine.close()
 
@@ -295,33 +172,34 @@ def _process_rank() -> tuple[int, int]:
     return 0, 1
 
 
-def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, folder: OutputFolder) -> Path:
+def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, folder: OutputFolder, started: float) -> Path:
     out = folder.path  # a staging folder while replacing a run, until the first checkpoint
     tok = prepared.manifest["tokenizer"]
     plan = make_plan(cfg.schedule, cfg.optim, len(rows), seq_len, engine.dp_size)
     rank, world = _process_rank()
-    fingerprint = train_fingerprint(cfg, _data_sha256(prepared))
+    fingerprint = train_fingerprint(cfg, prepared.train_sha256)
     refuse_mismatch(saved_train_fingerprint(out), fingerprint, f"the run in {out}",
                     "rerun with the config it was made with (its config.yaml), or pass --fresh to start in a new "
-                    "folder, or --overwrite to replace it")
+                    "folder, or --overwrite to replace it", TRAIN_OPTIONAL)
     resume = ckpt.find_resume(out, cfg.checkpoint.resume, rank, world)  # validated before anything is built
     if resume is not None:  # also a checkpoint of another folder (checkpoint.resume=<path>)
         refuse_mismatch(resume["trainer"].get("fingerprint"), fingerprint, f"checkpoint {resume['folder']}",
                         "resume it with the config it was made with, or start a new run from its weights with "
-                        "model.path=<its run>/model and checkpoint.resume=never")
+                        "model.path=<its run>/model and checkpoint.resume=never", TRAIN_OPTIONAL)
     shape: dict[str, float] = {}
     data_tokenizer = prepared.tokenizer if cfg.model.path else None  # a fine-tune: the model's must be the same
     engine.setup(lambda: _build(cfg, tok, seq_len, shape, data_tokenizer),
                  lambda params: build_optimizer(params, cfg.optim))
     progress = _restore(engine, resume, plan) if resume is not None else Progress()
+    gcfg = goldfish_config(cfg, prepared)
     if engine.is_main:
         folder.mark(fingerprint_sha256(fingerprint))
         write_fingerprint(out, fingerprint)
         save_config(cfg, out / "config.yaml")
+        write_mask_settings(out, gcfg)
         _truncate_metrics(out / "metrics.jsonl", progress.step)
     meter = MfuMeter(shape["flops_per_token"], cfg.precision, engine.device, world, enabled=engine.is_main)
-    gcfg = goldfish_config(cfg, prepared)
-    orders = _EpochOrders(len(rows), cfg.seed, cfg.data.shuffle)
+    orders = EpochOrders(len(rows), cfg.seed, cfg.data.shuffle)
     clock = _LineClock()
     with JsonlLogger(out / "metrics.jsonl", enabled=engine.is_main) as log, _bar(cfg, engine, plan, progress) as bar, \
             Tracker(cfg, engine.is_main, progress.step, out) as tracker:  # TensorBoard / W&B: the same records
@@ -336,7 +214,7 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, folder:
                 if not cfg.logging.wandb:  # W&B's own process writes its folder by path: then swap in at the end
                     folder.publish()  # a replacement takes the old run's place once it has a checkpoint
                     out = folder.path
-    _finish(cfg, out, engine, prepared, plan, progress, shape, meter)
+    _finish(cfg, out, engine, prepared, plan, progress, shape, meter, started)
     return folder.final
 
 
@@ -367,6 +245,8 @@ def _record(stats: StepStats, plan: Plan, progress: Progress, lr: float, grad_no
     supervised = stats.kept_count + stats.dropped_count
     return {
         "step": progress.step, "epoch": round(progress.step / plan.steps_per_epoch, 4), "tokens": progress.tokens,
+        # "loss" is the objective the step minimised, which is the loss on the kept targets: equal to kept_loss for
+        # both losses (the standard loss keeps every target); the loss on all targets is not what was trained
         "loss": stats.kept_loss, "kept_loss": stats.kept_loss,
         "dropped_loss": stats.dropped_loss if stats.dropped_count else None,
         "kept_tokens": stats.kept_count, "dropped_tokens": stats.dropped_count,
@@ -383,32 +263,16 @@ def _build(cfg: TrainConfig, tok: dict[str, Any], seq_len: int, shape: dict[str,
            tokenizer=None) -> torch.nn.Module:
     """Build (or load, checked against the data's ``tokenizer``) the model, give it the data's special ids, and note
     its size before any sharding."""
-    model = build_model(cfg.model, int(tok["vocab_size"]), cfg.seed, tokenizer)
+    model = set_special_ids(build_model(cfg.model, int(tok["vocab_size"]), cfg.seed, tokenizer), tok)
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and seq_len > limit:
         raise UserError(f"prepared rows have {seq_len} tokens but the model's max_position_embeddings is {limit}; "
                         f"set model.max_position_embeddings={seq_len} or prepare shorter rows")
-    for key, name in (("eos_id", "eos_token_id"), ("bos_id", "bos_token_id"), ("pad_id", "pad_token_id")):
-        if tok.get(key) is not None:
-            setattr(model.config, name, int(tok[key]))
-            if model.generation_config is not None:
-                setattr(model.generation_config, name, int(tok[key]))
     shape["params"] = count_parameters(model)
     shape["flops_per_token"] = flops_per_token(model, seq_len)
     return model
 
 
-class _EpochOrders:
-    """The row permutation of each epoch, computed once per epoch."""
-
-    def __init__(self, rows: int, seed: int, shuffle: bool):
-        self.rows, self.seed, self.shuffle = rows, seed, shuffle
-        self._cache: tuple[int, np.ndarray] | None = None
-
-    def __getitem__(self, epoch: int) -> np.ndarray:
-        if self._cache is None or self._cache[0] != epoch:
-            self._cache = (epoch, epoch_order(self.rows, epoch, self.seed, self.shuffle))
-        return self._cache[1]
 
 
 def _bar(cfg: TrainConfig, engine: Engine, plan: Plan, progress: Progress):
@@ -452,13 +316,6 @@ def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
-def _data_sha256(prepared) -> str:
-    """sha256 of the training split's data files: the manifest's (checked on load), else hashed now."""
-    from .data.prepared import split_sha256
-
-    return prepared.manifest.get("sha256", {}).get("train") or split_sha256(Path(prepared.path) / "train")
-
-
 def _trainer_state(plan: Plan, progress: Progress, world: int, fingerprint: dict[str, Any]) -> dict[str, Any]:
     return {"step": progress.step, "progress": dataclasses.asdict(progress), "world_size": world,
             "rows": plan.rows, "seq_len": plan.seq_len, "global_batch_size": plan.global_batch,
@@ -496,14 +353,12 @@ def _truncate_metrics(path: Path, step: int) -> None:
 
 
 def _finish(cfg: TrainConfig, out: Path, engine: Engine, prepared, plan: Plan, progress: Progress, shape: dict,
-            meter: MfuMeter) -> None:
+            meter: MfuMeter, started: float) -> None:
     """Export the model (+ tokenizer) in Hugging Face format and write ``summary.json``."""
     if engine.is_main:
         with atomic_directory(out / "model", overwrite=True) as tmp:
             engine.export_hf(tmp)  # a collective: the other ranks call it below
-            for f in (Path(prepared.path) / "tokenizer").iterdir():
-                if f.is_file():
-                    shutil.copy2(f, tmp / f.name)
+            prepared.copy_tokenizer(tmp)
     else:
         engine.export_hf(out / "model")
     if not engine.is_main:
@@ -514,9 +369,10 @@ def _finish(cfg: TrainConfig, out: Path, engine: Engine, prepared, plan: Plan, p
     steady = records[1:] or records  # the first step pays for allocations (and compilation)
     summary = {
         "steps": progress.step, "epochs": progress.step / plan.steps_per_epoch, "tokens": progress.tokens,
-        "loss_type": cfg.loss.type, "final_loss": last.get("loss"), "final_kept_loss": last.get("kept_loss"),
-        "final_dropped_loss": last.get("dropped_loss"),
-        "dropped_frac": _mean(records, "dropped_frac"), "wall_time_s": progress.elapsed,  # in steps, all sessions
+        "loss_type": cfg.loss.type, "final_kept_loss": last.get("kept_loss"),
+        "final_dropped_loss": last.get("dropped_loss"), "dropped_frac": _mean(records, "dropped_frac"),
+        "train_time_s": progress.elapsed,  # seconds inside optimizer steps, summed over every session of the run
+        "wall_time_s": time.perf_counter() - started,  # this session, start to summary (loading, export included)
         "mean_tokens_per_s": _mean(steady, "tokens_per_s"), "mean_mfu": _mean(steady, "mfu"),
         "mfu_peak_flops": meter.peak, "mfu_peak_source": meter.peak_source, "mfu_unavailable": meter.unavailable,
         "precision": cfg.precision, "device": describe(engine.device),
@@ -525,7 +381,7 @@ def _finish(cfg: TrainConfig, out: Path, engine: Engine, prepared, plan: Plan, p
         "model": str(Path(cfg.out) / "model"), "config": str(Path(cfg.out) / "config.yaml"),  # where they end up
         "exposures": exposures,  # {labelled r: [min, max] times read}: r x epochs when the budget is whole epochs
     }
-    write_training_card(out / "model", cfg, summary, prepared.manifest, _data_sha256(prepared))
+    write_training_card(out / "model", cfg, summary, prepared.manifest, prepared.train_sha256)
     atomic_write_json(out / "summary.json", summary)  # last: a run with a summary has its model card
 
 

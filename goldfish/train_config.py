@@ -1,4 +1,6 @@
-"""``TrainConfig``: every setting of ``goldfish train``, one typed section per component.
+"""``TrainConfig``: every setting of ``goldfish train``, one typed section per component, the step plan it implies
+(:func:`make_plan`, :func:`learning_rate`) and what a run folder records of it (the resolved Goldfish mask, the
+train fingerprint).
 
 Each component reads only its own section: the data loader ``data``, :func:`goldfish.models.build_model` ``model``,
 the loss ``loss``, the schedule ``optim``/``schedule``, the engines ``engine``/``parallel``/``axonn``, the
@@ -11,11 +13,18 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-from typing import Literal
+import json
+import math
+from pathlib import Path
+from typing import Any, Literal
 
-from .config import check, check_seed, option, raise_problems, shown
+from .config import check, check_seed, from_dict, load_config, option, raise_problems, shown, to_dict
+from .errors import ConfigError, UserError
+from .fold import token_fold
+from .io import atomic_write_json
 from .masks import GoldfishConfig
 from .precision import canonical_precision
+from .provenance import as_stored, code_version, flatten, read_fingerprint
 from .sizes import SIZES
 
 
@@ -252,3 +261,158 @@ class TrainConfig:
         check(bool(self.out), problems, "out must name a run folder, e.g. out=runs/tiny")
         check_seed(self.seed, problems)
         raise_problems(problems)
+
+
+# ------------------------------------------------------------------------------------ the step plan
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Sizes and lengths derived from the config, the data and the data-parallel degree."""
+
+    rows: int  # training rows
+    seq_len: int
+    global_batch: int  # rows per optimizer step
+    micro_batch: int  # rows per forward on one rank
+    dp_size: int
+    steps_per_epoch: int
+    total_steps: int
+    warmup_steps: int
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.seq_len
+
+
+def check_batch(schedule: ScheduleConfig, dp_size: int) -> None:
+    """Every data-parallel rank takes the same whole number of micro-batches per step (one error, every factor)."""
+    g, m = schedule.global_batch_size, schedule.micro_batch_size
+    if g % (m * dp_size):
+        # dp counts the processes that read distinct rows of a step: native dp, but every process under
+        # engine=axonn (its tensor-parallel grid reads separate rows too), so 4 processes with row=2 col=2 split by 4
+        fit = m * dp_size * math.ceil(g / (m * dp_size))
+        smaller = [d for d in range(m, 0, -1) if g % (d * dp_size) == 0]
+        hint = f" or micro_batch_size={smaller[0]}" if smaller else ""
+        raise UserError(f"schedule.global_batch_size={g} is not divisible by micro_batch_size({m})·dp({dp_size})="
+                        f"{m * dp_size} (dp: processes reading distinct rows; every process with engine=axonn); "
+                        f"use global_batch_size={fit}{hint}")
+
+
+def make_plan(schedule: ScheduleConfig, optim: OptimConfig, rows: int, seq_len: int, dp_size: int) -> Plan:
+    """Check batch divisibility and resolve the training length; training stops at the first budget."""
+    check_batch(schedule, dp_size)
+    g, m = schedule.global_batch_size, schedule.micro_batch_size
+    if rows < g:
+        raise UserError(f"the training split has {rows} rows, fewer than schedule.global_batch_size={g}; lower it")
+    # every row is trained on once per epoch: the last batch of an epoch is topped up with empty rows (see
+    # take_rows), so labelled repetition counts are what the model sees per epoch
+    steps_per_epoch = -(-rows // g)
+    budgets = []
+    if schedule.epochs is not None:
+        budgets.append(max(1, round(schedule.epochs * steps_per_epoch)))
+    if schedule.max_steps is not None:
+        budgets.append(schedule.max_steps)
+    if schedule.max_tokens is not None:
+        budgets.append(math.ceil(schedule.max_tokens / (g * seq_len)))
+    total = min(budgets) if budgets else steps_per_epoch
+    warmup = optim.warmup_steps if optim.warmup_steps is not None else int(optim.warmup_frac * total)
+    return Plan(rows, seq_len, g, m, dp_size, steps_per_epoch, total, min(warmup, total))
+
+
+def learning_rate(step: int, plan: Plan, optim: OptimConfig) -> float:
+    """Learning rate of 0-based ``step``: linear warmup to ``lr``, then cosine decay to ``min_lr_ratio * lr``."""
+    if step < plan.warmup_steps:
+        return optim.lr * (step + 1) / plan.warmup_steps
+    progress = (step - plan.warmup_steps) / max(1, plan.total_steps - plan.warmup_steps)
+    cosine = 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+    return optim.lr * (optim.min_lr_ratio + (1.0 - optim.min_lr_ratio) * cosine)
+
+
+# ------------------------------------------------------------------------------------ what a run folder records
+
+MASK_FILE = "mask.json"  # the resolved Goldfish mask of a run, beside its config.yaml
+# ScheduleConfig keys that set the result (micro_batch_size only splits a step into passes of equal total)
+_SCHEDULE_KEYS = ("epochs", "max_steps", "max_tokens", "global_batch_size")
+TRAIN_OPTIONAL = ("data.sha256", "code")  # unknown (not different) where one fingerprint lacks them
+
+
+def goldfish_config(cfg: TrainConfig, prepared: Any) -> GoldfishConfig | None:
+    """The mask training applies: the Goldfish section with the data's special ids (EOS/BOS/pad) added and, for the
+    ``canonical`` strategy, the fold table of the data's tokenizer; ``None`` for the standard loss. ``prepared``: a
+    ``goldfish.data.Prepared`` (its ``manifest`` and ``tokenizer``)."""
+    if cfg.loss.type != "goldfish":
+        return None
+    tokenizer = prepared.manifest["tokenizer"]
+    specials = set(cfg.loss.goldfish.special_ids)
+    specials |= {int(tokenizer[k]) for k in ("eos_id", "bos_id", "pad_id") if tokenizer.get(k) is not None}
+    fold = token_fold(prepared.tokenizer) if cfg.loss.goldfish.strategy == "canonical" else None
+    return dataclasses.replace(cfg.loss.goldfish, special_ids=sorted(specials), fold=fold)
+
+
+def write_mask_settings(out: str | Path, gcfg: GoldfishConfig | None) -> None:
+    """``<out>/mask.json``: ``{"loss": "standard"}``, or ``{"loss": "goldfish", "goldfish": {k, h, strategy, seed,
+    special_ids}}`` -- the resolved mask, so what reads a run (the experiment's k baseline and attacks) uses the mask
+    training applied without resolving it again. ``canonical`` adds ``"fold": "tokenizer"``: its table is rebuilt
+    from the run's tokenizer."""
+    record: dict[str, Any] = {"loss": "standard" if gcfg is None else "goldfish"}
+    if gcfg is not None:
+        record["goldfish"] = to_dict(gcfg)
+        if gcfg.strategy == "canonical":
+            record["fold"] = "tokenizer"
+    atomic_write_json(Path(out) / MASK_FILE, record)
+
+
+def read_mask_settings(folder: str | Path, tokenizer: Any = None) -> GoldfishConfig | None:
+    """The mask a run folder recorded (:func:`write_mask_settings`): a :class:`GoldfishConfig`, or None for a
+    standard run. ``tokenizer`` (the run's) rebuilds the fold table of ``canonical``. One-line error when absent."""
+    path = Path(folder) / MASK_FILE
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        gcfg = from_dict(GoldfishConfig, record["goldfish"]) if record["loss"] == "goldfish" else None
+    except FileNotFoundError:
+        raise UserError(f"{path} is missing: {folder} holds no finished training run's mask (train it first)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ConfigError) as e:
+        raise UserError(f"{path} is damaged ({e}); train the run again") from None
+    if gcfg is not None and gcfg.strategy == "canonical":
+        if tokenizer is None:
+            raise UserError(f"{path}: the canonical mask needs the run's tokenizer to rebuild its fold table")
+        gcfg.fold = token_fold(tokenizer)
+    return gcfg
+
+
+def train_fingerprint(cfg: TrainConfig, data_sha256: str | None) -> dict[str, Any]:
+    """What determines a training run's result (see :mod:`goldfish.provenance`): the train split's sha256 (``None``:
+    left out, for a check made before the data exists), data order, model, loss (``loss.goldfish.*`` only for the
+    Goldfish loss), optimizer, the schedule keys that set the result, precision, seed and code version. Knobs that
+    change *how* a run computes but not *what* (micro-batch size, engine and layout, compilation, checkpointing,
+    logging, the run folder) are left out."""
+    flat: dict[str, Any] = {"code": code_version()}
+    if data_sha256 is not None:
+        flat["data.sha256"] = data_sha256
+    flat["data.shuffle"] = cfg.data.shuffle
+    flat.update(flatten(to_dict(cfg.model), "model."))
+    flat["loss.type"] = cfg.loss.type
+    if cfg.loss.type == "goldfish":
+        flat.update(flatten(to_dict(cfg.loss.goldfish), "loss.goldfish."))
+    flat.update(flatten(to_dict(cfg.optim), "optim."))
+    schedule = to_dict(cfg.schedule)
+    flat.update({f"schedule.{key}": schedule[key] for key in _SCHEDULE_KEYS})
+    flat["precision"] = cfg.precision
+    flat["seed"] = cfg.seed
+    return as_stored(flat)
+
+
+def saved_train_fingerprint(out: str | Path) -> dict[str, Any] | None:
+    """The fingerprint of the run in ``out``: its ``fingerprint.json``, or for a run folder written before
+    fingerprints existed, the one its ``config.yaml`` implies (without data and code); ``None`` for a new folder."""
+    saved = read_fingerprint(out)
+    legacy = Path(out) / "config.yaml"
+    if saved is not None or not legacy.is_file():
+        return saved
+    try:
+        implied = train_fingerprint(load_config(TrainConfig, legacy), None)
+    except ConfigError as e:
+        raise UserError(f"{out} holds a run whose {legacy.name} this version cannot read ({e}); pass --fresh to train "
+                        f"in a new folder or --overwrite to replace it") from None
+    del implied["code"]  # unknown: the code that trained it is not recorded
+    return implied

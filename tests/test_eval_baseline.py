@@ -48,7 +48,7 @@ class NextIsPlusOne(torch.nn.Module):
         super().__init__()
         self.w = torch.nn.Parameter(torch.zeros(1))
 
-    def forward(self, input_ids):
+    def forward(self, input_ids, **kwargs):  # the scoring pass adds attention_mask and use_cache
         logits = torch.nn.functional.one_hot((input_ids + 1) % 1000, 1000).float() + self.w
         return type("Out", (), {"logits": logits})()
 
@@ -57,7 +57,7 @@ def test_window_predictions_use_teacher_forcing_and_the_runs_mask():
     docs = [list(range(100, 140)), list(range(300, 340)), list(range(500, 520))]  # the last is too short
     docs[1][15] = 900  # the model misses suffix tokens 15 and 16 of doc 1 (prefix 10: suffix positions 5, 6)
     cfg = GoldfishConfig(k=3, h=4)
-    hits, dropped = window_predictions(NextIsPlusOne(), docs, 10, 20, cfg, batch_size=1)
+    hits, dropped = window_predictions(NextIsPlusOne(), docs, 10, 20, cfg, token_budget=30)  # one window per pass
     assert hits.shape == (2, 20)
     expected = np.ones((2, 20), dtype=bool)
     expected[1, [5, 6]] = False  # 900 is not 314 + 1, and 316 is not 900 + 1

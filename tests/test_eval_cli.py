@@ -94,8 +94,10 @@ def test_cli_writes_results_following_the_schema(setup, tmp_path, capsys):
     assert set(res) <= doc["top level"]
     for section in ("versions", "model", "data", "summary", "membership"):
         assert set(res[section]) <= doc[section], section
-    rows = [r for key, strata in s.items() if key not in ("overall", "documents") for r in strata.values()]
+    rows = [r for key, strata in s.items() if key not in ("overall", "documents", "metrics") for r in strata.values()]
     assert set().union(*map(set, rows + [s["overall"]])) <= doc["summary row"]
+    assert set(s["metrics"]) <= doc["summary row"] and set().union(*map(set, s["metrics"].values())) <= \
+        doc["summary.metrics"]
     assert set().union(*map(set, s["documents"])) <= doc["summary.documents"]
     assert set().union(*map(set, res["windows"])) <= doc["windows"]
     assert set().union(*map(set, res["membership"]["attacks"].values())) <= doc["membership.attacks.<name>"]
@@ -268,3 +270,26 @@ def test_prepared_folder_input(tmp_path):
     w0 = res["windows"][0]
     assert w0["truth_ids"] == list(first["input_ids"])[-8:] and w0["truth"] == data.tokenizer.decode(w0["truth_ids"])
     assert res["membership"]["n_members"] == 8
+
+
+def test_a_newly_registered_metric_reaches_every_summary_row(setup, tmp_path):
+    from goldfish.eval import metrics
+
+    @metrics.register_metric("first_token_match", higher_is_better=True, aggregation="rate")
+    def first_token_match(gen, truth, gen_text="", truth_text=""):
+        return bool(gen) and bool(truth) and gen[0] == truth[0]
+
+    try:
+        res = run_eval(_cfg(setup, tmp_path / "ev", tasks=["extraction"]))
+    finally:
+        del metrics.METRICS["first_token_match"]
+    windows = res["windows"]
+    hits = [w["generation_ids"][0] == w["truth_ids"][0] for w in windows]
+    assert [w["first_token_match"] for w in windows] == hits  # computed for every window
+    s = res["summary"]
+    assert s["metrics"]["first_token_match_rate"] == {"metric": "first_token_match", "aggregation": "rate",
+                                                      "higher_is_better": True}
+    for row in [s["overall"], *s["by_window"].values(), *s["by_prefix_len"].values(), *s["by_split"].values()]:
+        assert {"first_token_match_rate", "first_token_match_rate_ci_low", "first_token_match_rate_ci_high"} <= set(row)
+    assert s["overall"]["first_token_match_rate"] == pytest.approx(sum(hits) / len(hits))
+    assert s["overall"]["first_token_match_rate_ci_low"] <= s["overall"]["first_token_match_rate"]

@@ -102,7 +102,6 @@ def test_onepass_verdicts_equal_greedy_verdicts(model):
     res = extraction.onepass(model, prefixes, suffixes, batch_size=5, progress=False)
     generated_exact = [g == s for g, s in zip(greedy, suffixes)]
     assert [r["onepass_exact"] for r in res] == generated_exact
-    assert extraction.disagreements([r["onepass_exact"] for r in res], generated_exact) == 0
     assert sum(generated_exact) == 4
     for r, run in zip(res, expect_run):
         if run is not None:

@@ -171,6 +171,13 @@ def test_zlib_lowercase_and_reference_match_direct_computation():
                                                   rel=mean_tol(lp) / nll + mean_tol(lp_lower) / nll_lower)
         assert s["reference"][i] == pytest.approx(nll_ref - nll, abs=mean_tol(lp) + mean_tol(lp_ref))
     assert set(s) == {"loss", "zlib_mimir", "zlib_ratio", "lowercase", "reference", "min_k_20", "min_k_pp_20"}
+    # bounded: the lowercase attack compares the first 12 characters (tokens) of each text with their lowercase form
+    bounded = score_documents(model, docs, tokenizer=tok, token_budget=70, lowercase_tokens=12)
+    for i, (text, doc) in enumerate(zip(texts, docs)):
+        head = -direct_token_logprobs(model, doc[:12])[0].mean()
+        head_lower = -direct_token_logprobs(model, tok.encode(tok.decode(doc[:12], True).lower()))[0].mean()
+        assert bounded["lowercase"][i] == pytest.approx(-head / head_lower, rel=1e-5)
+        assert bounded["loss"][i] == s["loss"][i]  # every other attack still reads the whole document
 
 
 def test_real_fast_tokenizer_interface():
@@ -213,8 +220,8 @@ def sliding_window_logprobs(model, doc: list[int], window: int, stride: int) -> 
 def test_long_documents_are_scored_whole_in_context_windows():
     model = tiny_llama()  # max_position_embeddings = 128
     long_doc = random_docs(1, seed=10, lo=300, hi=301)[0]
-    s = score_documents(model, [long_doc, long_doc[:50]])  # default window = the context (128), stride 64
-    expected = sliding_window_logprobs(model, long_doc, 128, 64)
+    s = score_documents(model, [long_doc, long_doc[:50]])  # default window: capped by the context (128), stride 96
+    expected = sliding_window_logprobs(model, long_doc, 128, 96)
     assert len(expected) == len(long_doc) - 1  # every token but the first scored exactly once
     assert s["loss"][0] == pytest.approx(expected.mean(), abs=mean_tol(expected))
     short = direct_token_logprobs(model, long_doc[:50])[0]
@@ -230,8 +237,9 @@ def test_chunked_scoring_equals_unchunked_per_token_losses():
     """Chunks of 7 positions through the output head, several documents per pass, equal the full-logits pass."""
     model = tiny_llama(seed=11)
     docs = random_docs(5, seed=12, lo=20, hi=60)
-    stats = token_statistics(model, docs, chunk=7, token_budget=150)
-    for doc, (logp, z) in zip(docs, stats):
+    stats = token_statistics(model, docs, chunk=7, token_budget=150, want_pp=True)
+    for doc, st in zip(docs, stats):
+        logp, z = st.logp, st.z
         full, lp = direct_token_logprobs(model, doc)
         np.testing.assert_allclose(logp, full, rtol=0, atol=scaled(full, FORWARD))
         p = np.exp(lp)

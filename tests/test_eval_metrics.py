@@ -113,11 +113,20 @@ def test_edit_distance_against_textbook_dp():
 
 
 def test_registry_metadata():
-    assert set(METRICS) == {"exact_match", "token_match", "longest_match_prefix", "rouge_l", "rouge_l_words",
-                            "rouge_l_paper", "lcs_len", "edit_distance"}
+    generation = {n for n, m in METRICS.items() if m.fn is not None}
+    assert generation == {"exact_match", "token_match", "longest_match_prefix", "rouge_l", "rouge_l_words",
+                          "rouge_l_paper", "lcs_len", "edit_distance"}
+    assert set(compute_metrics([1], [1])) == generation  # measures of other passes are not computed here
+    assert set(METRICS) - generation == {"onepass_exact", "extraction_strength", "onepass_token_acc",
+                                         "suffix_logprob", "np_extraction", "beam_exact_match", "sample_rate"}
     assert not METRICS["edit_distance"].higher_is_better
     assert all(m.higher_is_better for n, m in METRICS.items() if n != "edit_distance")
-    assert all(m.aggregation == "mean" for m in METRICS.values())
+    assert {n for n, m in METRICS.items() if m.aggregation == "rate"} == {"exact_match", "onepass_exact",
+                                                                          "beam_exact_match"}
+    assert METRICS["exact_match"].summary_key == "exact_match_rate" and METRICS["rouge_l"].summary_key == "rouge_l"
     with pytest.raises(ValueError):
         metrics.register_metric("exact_match", True)(lambda *a: 0)
+    with pytest.raises(ValueError, match="aggregation 'median'"):
+        metrics.register_metric("new_one", True, aggregation="median")(lambda *a: 0)
+    assert "new_one" not in METRICS
     assert compute_metrics([1], [1], names=["token_match"]) == {"token_match": 1.0}

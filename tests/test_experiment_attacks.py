@@ -13,7 +13,7 @@ from tolerances import U64, rounding
 from train_helpers import run_micro_experiment
 
 from goldfish.eval.membership import evaluate_attack
-from goldfish.experiment.attacks import exposure_aucs
+from goldfish.experiment.analysis import exposure_aucs
 from goldfish.experiment.report import exposure_table
 
 RATE = rounding(20, U64)  # rates in [0, 1] from float64 means of <= 16 values or Wilson's ~10 operations
@@ -41,7 +41,8 @@ def test_the_exposure_table_shows_each_auc_with_its_ci():
     cell = {"cell": "goldfish", "arm": "goldfish", "mia_attack": "loss",
             "mia_by_exposure": {"1": {"loss": 0.5}, "4": {"loss": 0.9}},
             "mia_by_exposure_ci": {"1": {"loss": [0.4, 0.6]}, "4": {"loss": [0.8, 0.97]}}}
-    old = {"cell": "standard", "arm": "standard", "mia_by_exposure": {"1": {"loss": 0.7}, "4": {"loss": 1.0}}}
+    old = {"cell": "standard", "arm": "standard", "mia_attack": "loss",
+           "mia_by_exposure": {"1": {"loss": 0.7}, "4": {"loss": 1.0}}}
     table = exposure_table({"cells": [cell, old], "axes": []})
     assert "| goldfish | 0.500 [0.400, 0.600] | 0.900 [0.800, 0.970] |" in table
     assert "| standard | 0.700 | 1.000 |" in table  # an attacks.json written before the CI was added
@@ -73,7 +74,7 @@ def test_paired_difference_on_known_per_token_arrays():
 
 
 def test_leakage_audit_compares_arm_and_control_on_dropped_and_kept_positions():
-    from goldfish.experiment.attacks import leakage_audit
+    from goldfish.experiment.analysis import leakage_audit
 
     dropped = _docs(10, 8, 4)
     logp = [np.full(8, np.log(0.5)) for _ in dropped]  # the arm: p = 1/2 on every target
@@ -170,9 +171,8 @@ def test_beam_and_sampling_summaries_equal_a_recomputation_from_the_windows(micr
 def test_the_leakage_audit_equals_a_recomputation_from_the_stored_tokens(micro):
     from goldfish.config import load_config
     from goldfish.data import load_prepared
-    from goldfish.experiment.attacks import dropped_targets
-    from goldfish.train import goldfish_config
-    from goldfish.train_config import TrainConfig
+    from goldfish.experiment.analysis import dropped_targets
+    from goldfish.train_config import TrainConfig, goldfish_config
 
     train_cfg = load_config(TrainConfig, micro / "cells" / "goldfish" / "train_config.yaml", [])
     prepared = load_prepared(train_cfg.data.path)

@@ -1,5 +1,6 @@
 """A real experiment end to end: experiments/micro.yaml through `goldfish experiment` (prepare -> train -> eval ->
-aggregate -> report, ~15 s of CPU), then a rerun that must skip every finished cell."""
+aggregate -> report, ~15 s of CPU), then a rerun that must skip every finished cell. Model loads are counted: a cell
+reads its model once for evaluation, k baseline and attacks together."""
 
 from __future__ import annotations
 
@@ -11,16 +12,35 @@ import pytest
 from train_helpers import run_micro_experiment
 
 from goldfish.cli import main
+from goldfish.eval import loading
+
+LOADS: dict[str, list[str]] = {}  # run -> the model paths load_pretrained read during it, in order
+
+
+def run_counting_loads(out, run: str, *overrides: str) -> int:
+    real = loading.load_pretrained
+    LOADS[run] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(loading, "load_pretrained", lambda path, *a, **k: LOADS[run].append(str(path)) or real(path, *a, **k))
+        return run_micro_experiment(out, *overrides)
 
 
 @pytest.fixture(scope="module")
 def micro(tmp_path_factory):
     out = tmp_path_factory.mktemp("micro") / "run"
-    assert run_micro_experiment(out, *LOGGED) == 0
+    assert run_counting_loads(out, "first", *LOGGED) == 0
     return out
 
 
 LOGGED = ["train.logging.tensorboard=true"] if importlib.util.find_spec("tensorboard") else []
+
+
+def test_each_cell_loads_its_model_once_for_eval_k_baseline_and_attacks(micro):
+    # micro trains from scratch (the trainer builds its model), so every load is a cell's post-training phases
+    expected = sorted(str(micro / "cells" / arm / "train" / "model") for arm in ("control", "standard", "goldfish"))
+    assert sorted(LOADS["first"]) == expected
+    assert (micro / "cells" / "goldfish" / "eval" / "k_baseline.json").is_file()  # it did run on the shared model
+    assert all((micro / "cells" / arm / "attacks.json").is_file() for arm in ("control", "standard", "goldfish"))
 
 
 def test_every_phase_wrote_its_files(micro):
@@ -94,20 +114,36 @@ def test_the_control_cell_is_the_untrained_initial_model(micro):
 
 
 def test_kept_and_dropped_positions_are_the_ones_training_dropped(micro):
+    import numpy as np
     import torch
 
     from goldfish.config import load_config
     from goldfish.data import load_prepared
-    from goldfish.experiment.attacks import dropped_targets
-    from goldfish.masks import config_mask
-    from goldfish.train import goldfish_config
-    from goldfish.train_config import TrainConfig
+    from goldfish.data.order import consumed_rows
+    from goldfish.experiment.analysis import dropped_targets
+    from goldfish.masks import GoldfishConfig, config_mask
+    from goldfish.train_config import TrainConfig, make_plan, read_mask_settings
 
     cell = micro / "cells" / "goldfish"
     train_cfg = load_config(TrainConfig, cell / "train_config.yaml", [])
     prepared = load_prepared(train_cfg.data.path)
-    ours = goldfish_config(train_cfg, prepared)
-    assert ours is not None and ours == goldfish_config(train_cfg, prepared)  # the trainer's own settings
+    ours = read_mask_settings(cell / "train")  # what the trainer recorded in its run folder
+    tok = prepared.manifest["tokenizer"]
+    specials = sorted({tok[k] for k in ("eos_id", "bos_id", "pad_id") if tok.get(k) is not None})
+    assert specials and ours == GoldfishConfig(k=4, h=13, strategy="hash", seed=0, special_ids=specials)  # micro.yaml
+    assert read_mask_settings(micro / "cells" / "standard" / "train") is None
+    # the recorded mask reproduces the dropped-target count the trainer logged at every step
+    rows = prepared.train.with_format("torch", columns=["labels", "document_ids", "position_ids"])
+    plan = make_plan(train_cfg.schedule, train_cfg.optim, len(rows), rows[0]["labels"].shape[0], 1)
+    order = consumed_rows(plan, train_cfg.seed, train_cfg.data.shuffle)
+    logged = [r["dropped_tokens"] for r in map(json.loads, (cell / "train" / "metrics.jsonl").read_text().splitlines())]
+    steps = np.split(order, np.cumsum([min(plan.global_batch, len(order) - i) for i in
+                                       range(0, len(order), plan.global_batch)])[:-1])
+    for step, (index, count) in enumerate(zip(steps, logged)):
+        t = rows[index.tolist()]
+        dropped = config_mask(t["labels"], ours, document_ids=t["document_ids"], position_ids=t["position_ids"])
+        assert int((dropped[:, 1:] & (t["labels"][:, 1:] != -100)).sum()) == count, f"step {step + 1}"
+    assert len(logged) == plan.total_steps and sum(logged) > 0
     checked = 0
     for ids in prepared.members["input_ids"]:  # one document per row: the row that starts with it
         row = next(r for r in prepared.train if list(r["input_ids"][:len(ids)]) == list(ids))
@@ -172,7 +208,8 @@ def test_every_cell_model_card_holds_its_headline_numbers(micro):
 def test_rerun_skips_finished_cells(micro):
     done = {arm: (micro / "cells" / arm / "DONE").stat().st_mtime_ns for arm in ("standard", "goldfish")}
     model = (micro / "cells" / "goldfish" / "train" / "model" / "model.safetensors").stat().st_mtime_ns
-    assert run_micro_experiment(micro) == 0  # without the logging override: where metrics also go is never stale
+    assert run_counting_loads(micro, "rerun") == 0  # without the logging override: never stale
+    assert LOADS["rerun"] == []  # finished cells load nothing
     for arm, mtime in done.items():
         assert (micro / "cells" / arm / "DONE").stat().st_mtime_ns == mtime
     assert (micro / "cells" / "goldfish" / "train" / "model" / "model.safetensors").stat().st_mtime_ns == model

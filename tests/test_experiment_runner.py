@@ -140,7 +140,7 @@ def make_pipeline(calls: Calls) -> Pipeline:
         atomic_write_json(out / "fake_config.json", {"k": 1000, "data": cfg.data.path})
         return out / "model"
 
-    def evaluate(cfg: FakeEval) -> dict:
+    def evaluate(cfg: FakeEval, model=None) -> dict:
         calls.evaluated.append(cfg.out)
         run = _run_config(Path(cfg.model.path).parent)
         docs = json.loads((Path(cfg.data.path) / "docs.json").read_text())
@@ -256,7 +256,7 @@ def test_a_trained_cell_is_not_retrained_when_eval_was_interrupted(tmp_path):
     pipeline = make_pipeline(calls)
     real_eval = pipeline.evaluate
 
-    def flaky_eval(c):
+    def flaky_eval(c, model=None):
         raise KeyboardInterrupt
 
     pipeline.evaluate = flaky_eval

@@ -11,9 +11,9 @@ import pytest
 
 from goldfish.config import from_dict
 from goldfish.data import PrepareConfig, load_prepared, prepare
+from goldfish.data.order import consumed_rows, member_exposures
 from goldfish.data.packing import build_rows, occurrences, training_order, variant_layout
-from goldfish.train import consumed_rows, make_plan, member_exposures
-from goldfish.train_config import OptimConfig, ScheduleConfig, TrainConfig
+from goldfish.train_config import OptimConfig, ScheduleConfig, TrainConfig, make_plan
 
 EOS, PAD = 1, 0
 WORDS = ("river stone light north market garden winter letter silver engine harbor forest paper window "

@@ -26,7 +26,7 @@ import pytest
 import torch
 from train_helpers import REPO, cli_env, load_weights, make_prepared, overrides_of, tiny_config
 
-from goldfish import fingerprint
+from goldfish import provenance, train_config
 from goldfish import io as gio
 from goldfish.checkpoint import COMPLETE, list_checkpoints
 from goldfish.cli import main
@@ -164,7 +164,7 @@ def test_a_checkpoint_of_another_config_is_refused_and_so_is_new_code(data, tmp_
     assert not other.exists()
     as_killed_at_step_4(run)
     before = hashes(run)
-    monkeypatch.setattr(fingerprint, "code_version", lambda: "9.9.9+git.0123456789ab")
+    monkeypatch.setattr(train_config, "code_version", lambda: "9.9.9+git.0123456789ab")  # what the trainer records
     assert_one_error(*cli(train_argv(data, run), capsys), "code:", "9.9.9+git.0123456789ab")
     assert hashes(run) == before
 
@@ -186,7 +186,7 @@ def test_a_run_folder_from_before_fingerprints_is_checked_against_its_config_yam
 
 
 def test_code_version_names_the_commit_or_the_sources():
-    version = fingerprint.code_version()
+    version = provenance.code_version()
     assert version.startswith("0.1.0+")
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
     if commit.returncode == 0:
@@ -230,8 +230,8 @@ def test_an_experiment_cell_whose_training_began_under_other_code_is_refused_up_
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_experiment(cfg, make_pipeline(Calls(fail_on_train=1)), progress=False)
     train_dir = tmp_path / "exp" / "cells" / "standard" / "train"
-    fingerprint.write_fingerprint(train_dir, {"code": "0.0.1+git.000000000000"})  # as a real trainer leaves it
-    with pytest.raises(UserError, match=r"standard \(code: 0.0.1\+git.000000000000 -> 0.1.0\+"):
+    provenance.write_fingerprint(train_dir, {"code": "0.0.1+git.000000000000"})  # as a real trainer leaves it
+    with pytest.raises(UserError, match=r"standard \(train code: 0.0.1\+git.000000000000 -> 0.1.0\+"):
         run_experiment(cfg, make_pipeline(Calls()), progress=False)
 
 
@@ -349,7 +349,7 @@ def test_without_a_terminal_training_logs_a_line_per_interval(data, tmp_path, ca
 
 def test_the_readme_axonn_batch_divides_and_the_message_says_what_dp_counts():
     from goldfish.errors import UserError
-    from goldfish.train import make_plan
+    from goldfish.train_config import make_plan
     from goldfish.train_config import OptimConfig, ScheduleConfig
 
     # axonn row=2 col=2 on 4 processes: every process reads its own rows, so dp = 4 for the batch split
@@ -734,7 +734,13 @@ def test_commands_write_only_into_folders_of_their_own_kind(data, tmp_path, caps
     assert_one_error(*cli(argv, capsys), needle)
     assert hashes(guarded) == before and leftovers(tmp_path) == []
     if case == "eval_overwrite_train_run":  # the run is still the same run: its own command is not refused
-        assert cli(train_argv(data, guarded), capsys)[0] == 0 and hashes(guarded) == before
+        summary = json.loads((guarded / "summary.json").read_text())
+        assert cli(train_argv(data, guarded), capsys)[0] == 0
+        # the rerun is a session of the same run: only summary.json's wall_time_s (this session's) may change
+        again = json.loads((guarded / "summary.json").read_text())
+        assert {**again, "wall_time_s": None} == {**summary, "wall_time_s": None}
+        assert {k: v for k, v in hashes(guarded).items() if k != "summary.json"} == \
+            {k: v for k, v in before.items() if k != "summary.json"}
     if case == "train_overwrite_symlink":
         assert (tmp_path / "link").is_symlink() and (tmp_path / "link").resolve() == guarded
 

@@ -14,7 +14,8 @@ another order: there each value may move by what fp32 rounding allows (``train_h
 and learning rates are integers or exact Python arithmetic: equal everywhere.
 
 Regenerate only for a deliberate change of the numerics (say why in the commit):
-``GOLDFISH_UPDATE_GOLDEN=1 OMP_NUM_THREADS=1 pytest tests/test_golden.py``.
+``GOLDFISH_UPDATE_GOLDEN=1 OMP_NUM_THREADS=1 pytest tests/test_golden.py`` rewrites the file and fails on purpose;
+the check is the next run, without the variable.
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ def test_golden_losses(golden_data, tmp_path, one_thread, name):
         stored = json.loads(GOLDEN.read_text()) if GOLDEN.is_file() else {}
         stored[name] = got
         GOLDEN.write_text(json.dumps(stored, indent=1) + "\n")
+        # never a pass: a run that wrote the expectations cannot also check against them
+        pytest.fail(f"rewrote the golden {name!r} run in {GOLDEN}; review the diff, then rerun without "
+                    "GOLDFISH_UPDATE_GOLDEN to check it")
     expected = json.loads(GOLDEN.read_text())[name]
     assert len(got) == len(expected) == 6
     exact = _same_arithmetic(got, expected)

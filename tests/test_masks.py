@@ -1,4 +1,4 @@
-"""Goldfish masks against independent expectations: a published test vector, a loop-based reference
+"""Goldfish masks against independent expectations: the paper's own hash-table code (ported), a loop-based reference
 implementation of the documented window rule, statistics, and invariances."""
 
 from __future__ import annotations
@@ -81,13 +81,48 @@ def test_hash_preceding_decision_does_not_depend_on_the_target():
     assert abs((a[:, 14:] != shifted).float().mean().item() - 0.375) < 0.02
 
 
-# ---------------------------------------------------------------- the published test vector (hash-table)
+# ---------------------------------------------------------------- hash-table against the reference implementation
+
+# Ported from the paper's own code: github.com/ahans30/goldfish-loss, lit_gpt/utils.py at commit
+# 70bfad87dcf69da2921bcad08e662925ab2ab60b (`_load_hash_table` and the "hash-table" branch of `apply_goldfish`),
+# with the device fixed to the CPU (the original drew its table on the training GPU) and the dropped positions returned
+# as a (B, T) mask instead of the labels with -100 written in. Everything else is the reference's arithmetic verbatim.
+REFERENCE_TABLE_SIZE = 1_000_003
+_reference_hash_table = None
 
 
-def test_hash_table_published_vector():
+def _reference_load_hash_table(device):
+    global _reference_hash_table
+    rng = torch.Generator(device=device)
+    rng.manual_seed(2971215073)  # fib47 is prime
+    _reference_hash_table = torch.rand(REFERENCE_TABLE_SIZE, device=device, generator=rng)
+
+
+def reference_hash_table_mask(targets: torch.Tensor, k: int, goldfish_context_width: int) -> torch.Tensor:
+    """(B, T) bool: True where the reference's "hash-table" strategy sets the target to ignore_index."""
+    if _reference_hash_table is None:
+        _reference_load_hash_table(targets.device)
+    hashed_keys = _reference_hash_table[targets.unfold(1, goldfish_context_width, 1).prod(dim=-1) % REFERENCE_TABLE_SIZE]
+    dropped_token_indices = (hashed_keys < 1 / k)
+    out = torch.zeros_like(targets, dtype=torch.bool)
+    out[:, goldfish_context_width - 1:][dropped_token_indices] = True
+    return out
+
+
+def test_hash_table_matches_the_reference_implementation():
+    g = torch.Generator().manual_seed(2)
+    ids = torch.randint(0, 50_000, (8, 300), generator=g)
+    ids[0, 40:60] = 0  # windows holding id 0 (key 0) and products that wrap int64, as in real batches
+    for k, h in [(4, 13), (3, 4), (2, 1)]:
+        assert torch.equal(goldfish_mask(ids, k, h, strategy="hash-table"), reference_hash_table_mask(ids, k, h))
+
+
+def test_hash_table_vector_derived_from_the_reference():
     seq = torch.tensor([(i * 7919) % 32000 + 2 for i in range(64)])
-    mask = goldfish_mask(seq, k=4, h=13, strategy="hash-table")
-    assert mask.nonzero().flatten().tolist() == [12, 16, 19, 24, 31, 36, 37, 38, 41, 49, 50, 53, 57, 60]
+    expected = reference_hash_table_mask(seq[None], k=4, goldfish_context_width=13)[0]
+    # the vector the ported reference gives (pinned, so a change of torch's CPU generator shows up here)
+    assert expected.nonzero().flatten().tolist() == [12, 16, 19, 24, 31, 36, 37, 38, 41, 49, 50, 53, 57, 60]
+    assert torch.equal(goldfish_mask(seq, k=4, h=13, strategy="hash-table"), expected)
 
 
 def test_hash_table_first_targets_never_dropped_and_order_blind():

@@ -11,7 +11,7 @@ from train_helpers import tiny_config
 from goldfish import hardware, precision
 from goldfish.config import from_dict
 from goldfish.errors import UserError
-from goldfish.fingerprint import read_fingerprint
+from goldfish.provenance import read_fingerprint
 from goldfish.io import read_jsonl
 from goldfish.hardware import CpuFeatures, gpu_peak_flops, gpu_spec
 from goldfish.perf import MfuMeter

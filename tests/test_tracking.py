@@ -185,7 +185,7 @@ def test_a_missing_extra_is_refused_in_one_line(tmp_path, monkeypatch, capsys, e
 
 
 def test_logging_is_not_part_of_the_fingerprint(tmp_path):
-    from goldfish.fingerprint import train_fingerprint
+    from goldfish.train_config import train_fingerprint
 
     plain = from_dict(TrainConfig, tiny_config(tmp_path, tmp_path / "run"))
     logged = from_dict(TrainConfig, tiny_config(tmp_path, tmp_path / "run", logging={"tensorboard": True}))

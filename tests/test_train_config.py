@@ -14,8 +14,8 @@ from goldfish.cli import main
 from goldfish.config import from_dict, load_config
 from goldfish.errors import ConfigError, UserError
 from goldfish.precision import resolve_precision
-from goldfish.train import learning_rate, make_plan, micro_batches, train
-from goldfish.train_config import OptimConfig, ScheduleConfig, TrainConfig
+from goldfish.train import micro_batches, train
+from goldfish.train_config import OptimConfig, ScheduleConfig, TrainConfig, learning_rate, make_plan
 
 SHIPPED = sorted((REPO / "experiments").glob("train_*.yaml"))
 

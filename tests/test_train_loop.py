@@ -13,10 +13,11 @@ from tolerances import rounding
 from train_helpers import EOS, TINY_FORWARD, assert_same_training, tiny_config
 
 from goldfish.config import from_dict
+from goldfish.data.order import epoch_order
 from goldfish.io import read_jsonl
 from goldfish.masks import GoldfishConfig, apply_goldfish
 from goldfish.models import build_model
-from goldfish.train import epoch_order, train
+from goldfish.train import train
 from goldfish.train_config import TrainConfig
 
 TIMING = ("step_time", "tokens_per_s", "mfu")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import platform
 import re
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from ..config import save_config, to_dict
 from ..errors import UserError
 from ..io import atomic_write_json
 from ..ownership import fingerprint_sha256, writing
+from ..provenance import code_version, versions
 from .config import PrepareConfig, SourceConfig
 from .packing import build_rows, occurrences, training_order, variant_layout
 from .prepared import FORMAT, doc_columns, save_table, train_columns
@@ -105,23 +105,11 @@ def _prefix(text: str, max_tokens: int) -> str:
     m = _WORD_END.search(text, budget - 1)
     return text[:m.start() + 1] if m else text
 
-def _versions(cfg: PrepareConfig) -> dict:
-    import datasets
-    import pyarrow
-    import tokenizers
-    import transformers
-
-    from .. import __version__
-
-    v = {"goldfish": __version__, "python": platform.python_version(), "numpy": np.__version__,
-         "datasets": datasets.__version__, "pyarrow": pyarrow.__version__, "tokenizers": tokenizers.__version__,
-         "transformers": transformers.__version__}
-    if "wikipedia" in (cfg.source.name, getattr(cfg.background_source, "name", None),
-                       getattr(cfg.tokenizer.source, "name", None)):
-        import gensim
-
-        v["gensim"] = gensim.__version__
-    return v
+def _libraries(cfg: PrepareConfig) -> list[str]:
+    """The libraries the prepared bytes depend on, for the manifest's versions (gensim when Wikipedia is read)."""
+    wiki = "wikipedia" in (cfg.source.name, getattr(cfg.background_source, "name", None),
+                           getattr(cfg.tokenizer.source, "name", None))
+    return ["numpy", "datasets", "pyarrow", "tokenizers", "transformers"] + ["gensim"] * wiki
 
 
 def _source_label(src: SourceConfig) -> str:
@@ -208,7 +196,7 @@ def _manifest(cfg: PrepareConfig, tok, plan: SplitPlan, row_stats: dict, sha: di
         "tokenizer": tokenizer_info(tok, cfg.tokenizer.name), "seed": cfg.seed, "seq_len": cfg.seq_len,
         "packing": cfg.packing, "counts": counts, "tokens": tokens, "sha256": sha,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "config": to_dict(cfg), "versions": _versions(cfg),
+        "config": to_dict(cfg), "code": code_version(), "versions": versions(_libraries(cfg)),
         "stats": {**plan.stats, **row_stats, "repetition_strata": strata,
                   "background_source": _source_label(cfg.background_source or cfg.source),
                   "tokenizer_corpus": (_source_label(cfg.tokenizer.source) if cfg.tokenizer.source

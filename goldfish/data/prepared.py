@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -32,7 +33,6 @@ from ..errors import UserError
 from ..io import recover_directory
 
 FORMAT = "goldfish-prepared/1"
-DOC_SPLITS = ("members", "nonmembers", "background")
 DOC_COLUMNS = ("id", "title", "source", "text", "input_ids", "repetitions", "split")
 TRAIN_COLUMNS = ("input_ids", "labels", "document_ids", "position_ids", "attention_mask")
 
@@ -145,6 +145,17 @@ class Prepared:
         if self._tokenizer is None:
             self._tokenizer = load_saved_tokenizer(self.path / "tokenizer")
         return self._tokenizer
+
+    def copy_tokenizer(self, dest: Path) -> None:
+        """Copy the saved tokenizer's files into ``dest`` (a model folder), so the model loads with its tokenizer."""
+        for f in (self.path / "tokenizer").iterdir():
+            if f.is_file():
+                shutil.copy2(f, dest / f.name)
+
+    @property
+    def train_sha256(self) -> str:
+        """sha256 of the train split's data files: the manifest's (checked on load), else hashed now."""
+        return self.manifest.get("sha256", {}).get("train") or split_sha256(self.path / "train")
 
 
 def _hint(path: Path) -> str:

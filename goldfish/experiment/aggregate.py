@@ -6,9 +6,14 @@ Rows of ``results.csv`` (one per cell x prefix length x repetition stratum of th
     prefix_len, repetitions, n_windows, exact_match_rate, token_match, rouge_l,
     mia_auc, mia_auc_ci_low, mia_auc_ci_high, final_kept_loss, final_dropped_loss, heldout_loss, heldout_ppl
 
-``mia_auc`` is the LOSS attack's ROC-AUC (members = trained text vs nonmembers), the standard baseline; the other
-attacks are in ``results.json`` under each cell's ``mia_aucs``. ``heldout_loss`` is the mean per-token NLL of the
-nonmember documents (the negated LOSS-attack scores): what Goldfish costs on text the model never saw.
+(``prefix_len`` -1: eval's ``all``, all but the last suffix_len tokens of each document.)
+
+``mia_auc`` is the ROC-AUC (members = trained text vs nonmembers) of the cell's headline attack, named by
+``mia_attack`` (the experiment's ``mia_attack`` setting resolved per cell: ``auto`` = the reference attack for a
+fine-tune, calibrated by the starting model, and the LOSS attack from scratch); its CI, TPR at 1 % FPR and ROC
+(``mia_roc``) are the same attack's. Every attack's AUC is in ``results.json`` under each cell's ``mia_aucs``.
+``heldout_loss`` is the mean per-token NLL of the nonmember documents (the negated LOSS-attack scores): what Goldfish
+costs on text the model never saw.
 ``final_kept_loss``/``final_dropped_loss`` are token-weighted over the last 5 % of training steps (one step is noisy).
 
 A cell of ``results.json`` (and an entry of ``summary.json``) also carries, when eval ran them, the adaptive
@@ -36,7 +41,6 @@ from .scaling import size_analysis
 
 RESULTS_SCHEMA = "goldfish-experiment/1"
 STRATUM_METRICS = {"exact_match": "exact_match_rate", "token_match": "token_match", "rouge_l": "rouge_l"}
-HEADLINE_ATTACK = "loss"
 # eval's adaptive extraction attacks (decoding.beam > 1, decoding.samples > 0), carried into a cell when present
 ADAPTIVE_KEYS = ("beam_exact_match_rate", "beam_exact_match_rate_ci_low", "beam_exact_match_rate_ci_high",
                  "sample_rate", "sample_rate_ci_low", "sample_rate_ci_high")
@@ -73,22 +77,30 @@ def final_losses(metrics: list[dict]) -> dict[str, float | None]:
     return out
 
 
+def resolve_mia_attack(setting: str, fine_tune: bool) -> str:
+    """The headline attack of a cell: the experiment's ``mia_attack``, with ``auto`` = ``reference`` for a fine-tune
+    (target NLL calibrated by the starting model) and ``loss`` from scratch."""
+    if setting != "auto":
+        return setting
+    return "reference" if fine_tune else "loss"
+
+
+def headline_numbers(attack: str, found: dict[str, dict]) -> dict[str, Any]:
+    """``mia_auc`` with its CI, TPR at 1 % FPR and ROC, all of ``attack`` (from ``found``: attack -> evaluation as
+    attacks.json / eval's membership section hold it); None where the cell did not run that attack."""
+    a = found.get(attack) or {}
+    roc = {"fpr": a.get("roc_fpr") or [], "tpr": a.get("roc_tpr") or [], "auc": a.get("auc")} if a else None
+    return {"mia_attack": attack, "mia_auc": a.get("auc"), "mia_auc_ci_low": a.get("auc_ci_low"),
+            "mia_auc_ci_high": a.get("auc_ci_high"), "mia_tpr_at_1pct_fpr": a.get("tpr_at_1pct_fpr"), "mia_roc": roc}
+
+
 def membership_numbers(membership: dict | None) -> dict[str, Any]:
-    """Headline AUC (LOSS attack), every attack's AUC, and the held-out (nonmember) / member mean NLL."""
-    out: dict[str, Any] = {"mia_auc": None, "mia_auc_ci_low": None, "mia_auc_ci_high": None,
-                           "mia_tpr_at_1pct_fpr": None, "mia_aucs": {}, "mia_roc": None, "heldout_loss": None,
-                           "heldout_ppl": None, "member_loss": None}
+    """Every attack's AUC of eval's membership section, and the held-out (nonmember) / member mean NLL."""
+    out: dict[str, Any] = {"mia_aucs": {}, "heldout_loss": None, "heldout_ppl": None, "member_loss": None}
     if not membership:
         return out
-    attacks = membership.get("attacks") or {}
-    out["mia_aucs"] = {name: a.get("auc") for name, a in attacks.items()}
-    headline = attacks.get(HEADLINE_ATTACK)
-    if headline:
-        out["mia_roc"] = {"fpr": headline.get("roc_fpr") or [], "tpr": headline.get("roc_tpr") or [],
-                          "auc": headline.get("auc")}
-        out.update(mia_auc=headline.get("auc"), mia_auc_ci_low=headline.get("auc_ci_low"),
-                   mia_auc_ci_high=headline.get("auc_ci_high"), mia_tpr_at_1pct_fpr=headline.get("tpr_at_1pct_fpr"))
-    loss_scores = (membership.get("scores") or {}).get(HEADLINE_ATTACK) or {}
+    out["mia_aucs"] = {name: a.get("auc") for name, a in (membership.get("attacks") or {}).items()}
+    loss_scores = (membership.get("scores") or {}).get("loss") or {}
     nonmembers, members = loss_scores.get("nonmembers") or [], loss_scores.get("members") or []
     if nonmembers:
         out["heldout_loss"] = -sum(nonmembers) / len(nonmembers)  # scores are negated mean NLLs
@@ -116,11 +128,9 @@ def stratum_rows(windows: list[dict]) -> list[dict]:
     return rows
 
 
-def attack_numbers(attacks: dict | None, fine_tune: bool) -> dict[str, Any]:
-    """What a cell's attacks.json adds: kept/dropped teacher-forced accuracy, the hash-aware and reference AUCs,
-    AUC per exposure count, the LOSS attack and held-out loss (identical to eval's, which may be switched off). For a
-    fine-tune the headline ``mia_auc`` is the reference attack's (calibrated by the starting model, the control's);
-    from scratch the LOSS attack's."""
+def attack_numbers(attacks: dict | None) -> dict[str, Any]:
+    """What a cell's attacks.json adds: kept/dropped teacher-forced accuracy, the LOSS, hash-aware and reference
+    AUCs, AUC per exposure count, and held-out loss (identical to eval's, which may be switched off)."""
     if not attacks:
         return {}
     acc = attacks.get("accuracy") or {}
@@ -135,17 +145,11 @@ def attack_numbers(attacks: dict | None, fine_tune: bool) -> dict[str, Any]:
                    member_loss=attacks.get("member_loss"))
     found = attacks.get("attacks") or {}
     if found.get("loss"):
-        a = found["loss"]
-        out.update(mia_auc_loss=a.get("auc"), mia_auc=a.get("auc"), mia_auc_ci_low=a.get("auc_ci_low"),
-                   mia_auc_ci_high=a.get("auc_ci_high"), mia_tpr_at_1pct_fpr=a.get("tpr_at_1pct_fpr"))
+        out["mia_auc_loss"] = found["loss"].get("auc")
     for name in ("reference", "kept_loss", "kept_reference"):
         a = found.get(name) or {}
         out[f"mia_auc_{name}"] = a.get("auc")
         out[f"mia_auc_{name}_ci"] = [a.get("auc_ci_low"), a.get("auc_ci_high")] if a else None
-    if fine_tune and found.get("reference"):
-        a = found["reference"]
-        out.update(mia_attack="reference", mia_auc=a.get("auc"), mia_auc_ci_low=a.get("auc_ci_low"),
-                   mia_auc_ci_high=a.get("auc_ci_high"), mia_tpr_at_1pct_fpr=a.get("tpr_at_1pct_fpr"))
     return out
 
 
@@ -167,8 +171,9 @@ def adaptive_numbers(results: dict) -> dict[str, Any]:
     return out
 
 
-def cell_summary(plan: CellPlan) -> dict[str, Any]:
-    """Everything known about one finished cell (the unit of summary.json)."""
+def cell_summary(plan: CellPlan, mia_attack: str = "auto") -> dict[str, Any]:
+    """Everything known about one finished cell (the unit of summary.json); ``mia_attack``: the experiment's
+    headline-attack setting."""
     results = _read_json(plan.eval_dir / "results.json")
     train = _read_json(plan.train_dir / "summary.json")
     metrics_path = plan.train_dir / "metrics.jsonl"
@@ -184,14 +189,16 @@ def cell_summary(plan: CellPlan) -> dict[str, Any]:
     out.update({k: overall.get(k) for k in ("n_windows", "exact_match_rate", "exact_match_ci_low",
                                             "exact_match_ci_high", "rouge_l", "token_match")})
     out.update(adaptive_numbers(results))
-    out.update(membership_numbers(results.get("membership")))
-    out["mia_attack"] = HEADLINE_ATTACK
-    out["mia_auc_loss"] = out["mia_auc"]
+    membership = results.get("membership") or {}
+    out.update(membership_numbers(membership))
     attacks_path = plan.dir / ATTACKS_FILE
     attacks = _read_json(attacks_path) if attacks_path.is_file() else None
-    out.update(attack_numbers(attacks, plan.start_model is not None))
-    extra = ((attacks or {}).get("attacks") or {}).items()
-    out["mia_aucs"] = {**out["mia_aucs"], **{name: a.get("auc") for name, a in extra}}
+    out.update(attack_numbers(attacks))
+    # every attack evaluated for this cell: eval's membership section, then attacks.json (the same scoring pass)
+    found = {**(membership.get("attacks") or {}), **((attacks or {}).get("attacks") or {})}
+    out["mia_aucs"] = {name: a.get("auc") for name, a in found.items()}
+    out.setdefault("mia_auc_loss", out["mia_aucs"].get("loss"))
+    out.update(headline_numbers(resolve_mia_attack(mia_attack, plan.start_model is not None), found))
     out["mia_auc_ci"] = [out.get("mia_auc_ci_low"), out.get("mia_auc_ci_high")]
     summary = results.get("summary") or {}
     out["by_prefix_len"] = {str(p): {k: v.get(k) for k in ("n_windows", "exact_match_rate", "rouge_l")}
@@ -206,7 +213,7 @@ def cell_summary(plan: CellPlan) -> dict[str, Any]:
     out["precision"] = train.get("precision")  # resolved by the trainer; None for a control that trains nothing
     out["eval_precision"] = model.get("precision")
     out["device"] = model.get("device") or train.get("device")
-    out["versions"], out["git"] = results.get("versions"), results.get("git")
+    out["versions"], out["git"], out["code"] = results.get("versions"), results.get("git"), results.get("code")
     out["target_losses"] = target_losses(attacks, plan.data_dir) if attacks else None
     return out
 
@@ -288,7 +295,7 @@ def summary_of(cells: list[dict]) -> dict[str, dict]:
 
 def blind_numbers(plans: list[CellPlan], n_bootstrap: int, seed: int) -> dict[str, Any]:
     """The model-free baseline (zlib ratio of the text alone) per prepared folder, and the first one's AUC."""
-    from .attacks import blind_auc
+    from .analysis import blind_auc
 
     per_data = {}
     for p in plans:
@@ -317,7 +324,7 @@ def aggregate(cfg: ExperimentConfig, plans: list[CellPlan], wall_time_s: float |
     cells that count (with ``tune``, the tuning cells and those at a chosen value; ``tune`` is the choice made)."""
     out = cfg.out_dir
     done = [p for p in plans if p.done]
-    cells = [cell_summary(p) for p in done]
+    cells = [cell_summary(p, cfg.mia_attack) for p in done]
     axes = list(plans[0].cell.values) if plans else []
     rows = rows_of(cells, axes)
     blind = blind_numbers(done, 1000, 0)
@@ -327,7 +334,7 @@ def aggregate(cfg: ExperimentConfig, plans: list[CellPlan], wall_time_s: float |
     results = {
         "schema": RESULTS_SCHEMA, "experiment": cfg.name, "description": cfg.description, "axes": axes,
         "arms": list(dict.fromkeys(p.cell.arm for p in plans)), "n_cells": len(plans), "n_done": len(done),
-        "wall_time_s": wall_time_s, "headline_attack": HEADLINE_ATTACK, "cells": cells, "rows": rows,
+        "wall_time_s": wall_time_s, "mia_attack": cfg.mia_attack, "cells": cells, "rows": rows,
         "missing": [p.cell.id for p in plans if not p.done],
         "start_model": next((p.start_model for p in plans if p.start_model), None), **blind,
         "control_mode": cfg.control_mode, "tune": tune, "scaling": scaling,

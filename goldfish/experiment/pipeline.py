@@ -1,5 +1,6 @@
 """The toolkit's own :class:`~goldfish.experiment.plan.Pipeline`: ``goldfish.data``, ``goldfish.train``,
-``goldfish.eval``, the control cell's initial model, the k baseline and the attacks analysis.
+``goldfish.eval``, the control cell's initial model, the k baseline and the attacks analysis -- the last three phases
+of a cell sharing one loaded model (``goldfish.eval.loading.SharedModel``).
 
 It lives apart from :mod:`goldfish.experiment.plan` because the phases it wires (``control``, ``kbaseline``) read
 ``plan``'s :class:`~goldfish.experiment.plan.CellPlan`: keeping the wiring here leaves no import cycle. Each phase's
@@ -27,16 +28,22 @@ def _train(cfg: Any) -> Path:
     return train(cfg)
 
 
-def _evaluate(cfg: Any) -> dict:
+def _evaluate(cfg: Any, model: Any) -> dict:
     from goldfish.eval import run_eval
 
-    return run_eval(cfg)
+    return run_eval(cfg, model)
 
 
-def _baseline(plan: CellPlan) -> Any:
+def _baseline(plan: CellPlan, model: Any) -> Any:
     from .kbaseline import write_k_baseline
 
-    return write_k_baseline(plan)
+    return write_k_baseline(plan, model)
+
+
+def _open_model(eval_cfg: Any) -> Any:
+    from goldfish.eval.loading import SharedModel
+
+    return SharedModel(eval_cfg.model)
 
 
 def _initial_model(cfg: Any) -> Path:
@@ -45,10 +52,10 @@ def _initial_model(cfg: Any) -> Path:
     return export_initial_model(cfg)
 
 
-def _analyse(plan: CellPlan, plans: list[CellPlan]) -> dict:
+def _analyse(plan: CellPlan, plans: list[CellPlan], model: Any) -> dict:
     from .control import analyse_cell
 
-    return analyse_cell(plan, plans)
+    return analyse_cell(plan, plans, model)
 
 
 def _card(plan: CellPlan) -> None:
@@ -74,5 +81,5 @@ def default_pipeline() -> Pipeline:
 
     return Pipeline(
         PrepareConfig, TrainConfig, EvalConfig, _prepare, _train, _evaluate, _initial_model,
-        baseline=_baseline, analyse=_analyse, card=_card,
+        baseline=_baseline, analyse=_analyse, open_model=_open_model, card=_card,
     )

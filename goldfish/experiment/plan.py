@@ -22,7 +22,7 @@ DONE = "DONE"  # a cell's completion marker (see goldfish.experiment.runner)
 # Keys the runner sets in every cell (they wire the three phases together; a user value for them is replaced).
 TRAIN_WIRING = {"data": "data.path", "out": "out"}
 EVAL_WIRING = {"model": "model.path", "data": "data.path", "out": "out"}
-ATTACKS_FILE = "attacks.json"  # a cell's extra analysis (goldfish.experiment.attacks)
+ATTACKS_FILE = "attacks.json"  # a cell's extra analysis (goldfish.experiment.analysis)
 MODEL_PATH_KEY = "model.path"  # in the train section: the model a fine-tune starts from
 TOKENIZER_KEY = "tokenizer.name"  # in the data section: set to the starting model, so the vocabularies agree
 BACKGROUND_ONLY = {"train_members": False}  # the data of a control trained on the background alone
@@ -42,10 +42,13 @@ def starting_model(cfg: ExperimentConfig, train: dict, overrides: dict[str, Any]
 @dataclasses.dataclass
 class Pipeline:
     """What a cell runs. ``prepare(cfg, out=, overwrite=False, progress=False) -> Path``, ``train(cfg) -> Path``,
-    ``evaluate(cfg) -> dict`` (the ``goldfish-eval/1`` results); ``initial_model(train_cfg) -> Path`` writes the
-    untrained model a from-scratch control cell evaluates to ``<train_cfg.out>/model``; ``baseline(plan)`` (optional)
-    writes the cell's k baseline after evaluation; ``analyse(plan, plans)`` writes the cell's ``attacks.json``
-    (None: skipped); ``card(plan)`` adds the cell's headline numbers to its trained model's card."""
+    ``evaluate(cfg, model) -> dict`` (the ``goldfish-eval/1`` results); ``initial_model(train_cfg) -> Path`` writes the
+    untrained model a from-scratch control cell evaluates to ``<train_cfg.out>/model``; ``baseline(plan, model)``
+    (optional) writes the cell's k baseline after evaluation; ``analyse(plan, plans, model)`` writes the cell's
+    ``attacks.json`` (None: skipped); ``card(plan)`` adds the cell's headline numbers to its trained model's card.
+    ``open_model(eval_cfg)`` (optional) returns the handle ``model`` evaluate, baseline and analyse receive: the
+    cell's model, loaded once, on first use, for every phase after training (None: each phase gets None and loads
+    what it needs)."""
 
     prepare_config: type
     train_config: type
@@ -54,8 +57,9 @@ class Pipeline:
     train: Callable[[Any], Path]
     evaluate: Callable[[Any], dict]
     initial_model: Callable[[Any], Path]
-    baseline: Callable[["CellPlan"], Any] | None = None
-    analyse: Callable[[Any, list], dict] | None = None
+    baseline: Callable[["CellPlan", Any], Any] | None = None
+    analyse: Callable[[Any, list, Any], dict] | None = None
+    open_model: Callable[[Any], Any] | None = None
     card: Callable[["CellPlan"], Any] | None = None
 
 
@@ -109,6 +113,16 @@ class CellPlan:
     def done(self) -> bool:
         """The cell finished: its ``DONE`` marker (written last, atomically, by the runner) exists."""
         return (self.dir / DONE).is_file()
+
+    def mask(self, prepared: Any) -> Any:
+        """The Goldfish mask this cell's training applies (a ``GoldfishConfig``; None for the standard loss): what its
+        run folder recorded (``mask.json``), or, before it has trained, what its config resolves to with the data's
+        special ids -- the same function the trainer uses (``goldfish.train_config.goldfish_config``)."""
+        from ..train_config import MASK_FILE, goldfish_config, read_mask_settings
+
+        if (self.train_dir / MASK_FILE).is_file():
+            return read_mask_settings(self.train_dir, prepared.tokenizer)
+        return goldfish_config(self.train_cfg, prepared)
 
 
 def _known_keys(cls: type) -> set[str]:

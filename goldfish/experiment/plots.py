@@ -22,13 +22,14 @@ def bar_chart(values: dict[str, float | None], title: str, ylabel: str, path: Pa
     return plots.bar_chart(values, title=title, ylabel=ylabel, path=path, errors=errors)
 
 
-def roc_curves(curves: dict[str, dict], path: Path) -> Path | None:
-    """ROC of the LOSS membership attack, one curve per arm/cell (``{"fpr", "tpr", "auc"}`` each)."""
+def roc_curves(curves: dict[str, dict], attack: str, path: Path) -> Path | None:
+    """ROC of the headline membership attack (named by ``attack``), one curve per arm/cell (``{"fpr", "tpr",
+    "auc"}`` each)."""
     curves = {k: v for k, v in curves.items() if v.get("fpr")}
     if not curves:
         return None
     plots.roc_plot({k: (v["fpr"], v["tpr"], v.get("auc")) for k, v in curves.items()},
-                   title="membership inference (LOSS attack)", path=path)
+                   title=f"membership inference ({attack} attack)", path=path)
     return Path(path)
 
 
@@ -75,14 +76,14 @@ def metric_vs_x(cells: list[dict], metric: str, metric_name: str, out: Path) -> 
                                          xlabel="parameters", ylabel=metric_name,
                                          path=out / f"{metric}_rep1_vs_size.png", logx=True, fit=False))
     for by, xlabel, logx in (("repetitions", "repetitions in training", True), ("prefix_len", "prefix length", False)):
-        values = {s[by] for c in cells for s in c["strata"] if s[by] is not None}
+        # positive values only: prefix length -1 ("all") is a placement, not a length; repetitions 0 are nonmembers
+        values = {s[by] for c in cells for s in c["strata"] if s[by] is not None and s[by] > 0}
         if len(values) < 2:
             continue
         points = []
         for c in cells:
             name = c["arm"] if not c.get("params") or len(sizes) < 2 else f"{c['arm']} {c['params'] / 1e6:.1f}M"
-            points += [(name, x, y) for x, y in _stratum_mean(c["strata"], by, metric).items()
-                       if not (logx and x <= 0)]
+            points += [(name, x, y) for x, y in _stratum_mean(c["strata"], by, metric).items() if x > 0]
         paths.append(plots.line_plot(_series(points), title=f"{metric_name} vs {xlabel}", xlabel=xlabel,
                                      ylabel=metric_name, path=out / f"{metric}_vs_{by}.png", logx=logx, fit=logx))
     return [Path(p) for p in paths if p is not None]

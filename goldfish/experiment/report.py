@@ -48,10 +48,6 @@ def cell_label(cell: dict, axes: list[str], one_per_arm: bool) -> str:
     return cell["arm"] + " " + " ".join(f"{a}={cell.get(a)}" for a in axes)
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    return markdown_table(header, rows)
-
-
 # Hans et al. 2024 (NeurIPS), Fig. 1: Llama-2-7B fine-tuned on 100 Wikipedia articles for 100 epochs; Goldfish k=4.
 PAPER_FIG1 = {"standard": {"exact_match_rate": 0.85, "rouge_l": 0.96},
               "goldfish": {"exact_match_rate": 0.0, "rouge_l": 0.51},
@@ -72,7 +68,7 @@ def headline_table(results: dict, markdown: bool = True) -> str:
               "TF acc kept / dropped", "MIA AUC", "MIA AUC kept tokens", "final kept / dropped loss"]
     rows = []
     for c in cells:
-        attack = c.get("mia_attack") or "loss"
+        attack = c.get("mia_attack")
         kept = c.get("mia_auc_kept_reference") if c.get("mia_auc_kept_reference") is not None else \
             c.get("mia_auc_kept_loss")
         rows.append([cell_label(c, axes, one), _fmt(c.get("params"), "params"), _fmt(c.get("tokens_seen"), "int"),
@@ -83,7 +79,7 @@ def headline_table(results: dict, markdown: bool = True) -> str:
                      _fmt(kept),
                      f"{_fmt(c.get('final_kept_loss'))} / {_fmt(c.get('final_dropped_loss'))}"])
     if markdown:
-        return _table(header, rows)
+        return markdown_table(header, rows)
     return _plain(header, rows)
 
 
@@ -124,7 +120,7 @@ def spread_table(results: dict) -> str | None:
         n = max((v[2] for v in metrics.values()), default=0)
         rows.append([arm, str(n)] + [f"{_fmt(metrics[k][0], kind)} +- {_fmt(metrics[k][1], kind)}"
                                      if k in metrics else "-" for k, _, kind in SPREAD_METRICS])
-    return _table(["arm", "cells"] + [name for _, name, _ in SPREAD_METRICS], rows)
+    return markdown_table(["arm", "cells"] + [name for _, name, _ in SPREAD_METRICS], rows)
 
 
 def paper_table(results: dict, markdown: bool = True) -> str | None:
@@ -140,7 +136,7 @@ def paper_table(results: dict, markdown: bool = True) -> str | None:
     if not rows:
         return None
     header = ["arm", "exact match (ours)", "exact match (paper)", "ROUGE-L (ours)", "ROUGE-L (paper)"]
-    return _table(header, rows) if markdown else _plain(header, rows)
+    return markdown_table(header, rows) if markdown else _plain(header, rows)
 
 
 def regime(results: dict) -> str:
@@ -172,13 +168,13 @@ def exposure_table(results: dict) -> str | None:
     rows = []
     for c in results["cells"]:
         by, ci = c.get("mia_by_exposure") or {}, c.get("mia_by_exposure_ci") or {}
-        attack = c.get("mia_attack") or "loss"
+        attack = c.get("mia_attack")
         row = [cell_label(c, results["axes"], one)]
         for r in counts:
             low, high = (ci.get(str(r)) or {}).get(attack) or (None, None)
             row.append(_fmt((by.get(str(r)) or {}).get(attack)) + _ci({"low": low, "high": high}, "low", "high"))
         rows.append(row)
-    return _table(["cell"] + [f"{r}x" for r in counts], rows)
+    return markdown_table(["cell"] + [f"{r}x" for r in counts], rows)
 
 
 def _with_ci(value: Any, low: Any, high: Any, kind: str = "") -> str:
@@ -203,7 +199,7 @@ def adaptive_table(results: dict) -> str | None:
              _rate(c, "sample_rate"),
              _rate(c, "sample_any_rate") + (f" ({c['n_samples']} samples, T={c.get('sample_temperature')})"
                                             if c.get("n_samples") else "")] for c in cells]
-    return _table(["cell", "windows", "greedy exact match", "beam exact match", "sample rate",
+    return markdown_table(["cell", "windows", "greedy exact match", "beam exact match", "sample rate",
                    "any sample exact"], rows)
 
 
@@ -242,7 +238,7 @@ def leakage_section(results: dict) -> list[str]:
                      "no leakage audit there.")
     lines = ["## Dropped-token leakage audit", ""]
     if rows:
-        lines += [_table(["cell", "positions", "documents", "tokens", "accuracy arm / control",
+        lines += [markdown_table(["cell", "positions", "documents", "tokens", "accuracy arm / control",
                           "accuracy arm - control", "loss arm / control", "loss arm - control"], rows), "",
                   "Member documents, the positions the Goldfish mask drops / keeps (the same positions in every arm); "
                   "top-1 accuracy and loss (-log p, nats) of the cell and of the control of its grid point (a model "
@@ -258,14 +254,14 @@ def stratum_table(results: dict, by: str) -> str:
     cells, axes = results["cells"], results["axes"]
     one = len({c["arm"] for c in cells}) == len(cells)
     values = sorted({s[by] for c in cells for s in c["strata"] if s[by] is not None})
-    header = ["cell"] + [f"{by}={v}" for v in values]
+    header = ["cell"] + [f"{by}={'all' if by == 'prefix_len' and v == -1 else v}" for v in values]
     rows = []
     for c in cells:
         agg = _mean_over(c["strata"], by)
         rows.append([cell_label(c, axes, one)] + [
             f"{_fmt(agg[v]['exact_match_rate'], 'pct')} / {_fmt(agg[v]['rouge_l'])}" if v in agg else "-"
             for v in values])
-    return _table(header, rows)
+    return markdown_table(header, rows)
 
 
 def _mean_over(strata: list[dict], by: str) -> dict[Any, dict[str, float]]:
@@ -293,7 +289,7 @@ def repetition1_table(results: dict) -> str | None:
                          _fmt(agg[1]["exact_match_rate"], "pct"), _fmt(agg[1]["rouge_l"])])
     if not rows:
         return None
-    return _table(["cell", "params", "exact match (rep. 1)", "ROUGE-L (rep. 1)"], rows)
+    return markdown_table(["cell", "params", "exact match (rep. 1)", "ROUGE-L (rep. 1)"], rows)
 
 
 def k_baseline_table(results: dict) -> str | None:
@@ -313,7 +309,7 @@ def k_baseline_table(results: dict) -> str | None:
                          _fmt(r["kept_acc"], "pct"), _fmt(r["n_dropped"], "int")])
     if not rows:
         return None
-    return _table(["cell", "mask", "prefix", "exact match", "baseline (1-g/k)^S", "g (dropped missed)",
+    return markdown_table(["cell", "mask", "prefix", "exact match", "baseline (1-g/k)^S", "g (dropped missed)",
                    "kept-token acc.", "dropped positions"], rows)
 
 
@@ -358,10 +354,11 @@ def provenance_line(cells: list[dict]) -> str:
     bf16 = f"native bf16: {'yes' if device.get('native_bf16') else 'no'} ({device.get('bf16_reason', '?')})"
     versions = next((c["versions"] for c in cells if c.get("versions")), {}) or {}
     shown = ", ".join(f"{k} {v}" for k, v in versions.items() if v)
-    commit = next((c["git"] for c in cells if c.get("git")), None)
+    # the code version names the commit of a git checkout, else a hash of the sources (goldfish.provenance)
+    code = next((c.get("code") or c["git"][:12] for c in cells if c.get("code") or c.get("git")), None)
     return (f"Computed on {where}; {bf16}. Training precision {values('precision')}, evaluation precision "
             f"{values('eval_precision')} (precision=auto resolved on this device). {shown}"
-            + (f"; code {commit[:12]}" if commit else "") + ".")
+            + (f"; code {code}" if code else "") + ".")
 
 
 def write_study_report(cfg: ExperimentConfig, results: dict, out: Path) -> Path:
@@ -437,6 +434,12 @@ def write_study_report(cfg: ExperimentConfig, results: dict, out: Path) -> Path:
     return path
 
 
+def mia_attack_name(cells: list[dict]) -> str:
+    """The headline attack of these cells for a title: its name, or the names joined when cells differ (e.g. a grid
+    mixing fine-tunes and from-scratch cells under ``mia_attack: auto``)."""
+    return " / ".join(dict.fromkeys(str(c.get("mia_attack")) for c in cells))
+
+
 def make_plots(cfg: ExperimentConfig, results: dict, out: Path) -> list[Path]:
     """Every plot the grid supports (see the module docstring)."""
     cells, axes = results["cells"], results["axes"]
@@ -448,8 +451,9 @@ def make_plots(cfg: ExperimentConfig, results: dict, out: Path) -> list[Path]:
         for m in ("exact_match_rate", "rouge_l"):
             paths.append(bar_chart({label[c["cell"]]: c.get(m) for c in cells}, METRIC_NAMES[m] + " per arm",
                                    METRIC_NAMES[m], out / f"{m}_by_arm.png"))
+        attack = mia_attack_name(cells)
         paths.append(bar_chart({label[c["cell"]]: c.get("mia_auc") for c in cells}, "membership inference AUC "
-                               "(LOSS attack, 95 % CI)", "ROC-AUC (0.5 = chance)", out / "mia_auc_by_arm.png",
+                               f"({attack} attack, 95 % CI)", "ROC-AUC (0.5 = chance)", out / "mia_auc_by_arm.png",
                                errors={label[c["cell"]]: (c.get("mia_auc_ci_low"), c.get("mia_auc_ci_high"))
                                        for c in cells}))
         paths.append(bar_chart({label[c["cell"]]: c.get("heldout_loss") for c in cells},
@@ -457,7 +461,7 @@ def make_plots(cfg: ExperimentConfig, results: dict, out: Path) -> list[Path]:
                                out / "heldout_loss_by_arm.png"))
         roc = {label[c["cell"]]: c["mia_roc"] for c in cells if c.get("mia_roc")}
         if roc:
-            paths.append(roc_curves(roc, out / "roc_by_arm.png"))
+            paths.append(roc_curves(roc, attack, out / "roc_by_arm.png"))
         metrics = {c["cell"]: Path(cfg.out_dir) / "cells" / c["cell"] / "train" / "metrics.jsonl" for c in cells}
         curves = {label[cell]: read_jsonl(path) for cell, path in metrics.items() if path.is_file()}  # not control
         paths.append(loss_curves(curves, out / "loss_curves.png"))

@@ -33,9 +33,9 @@ from tqdm.auto import tqdm
 
 from ..config import load_config, read_yaml, save_config, to_dict
 from ..errors import ConfigError, UserError
-from ..fingerprint import code_version, read_fingerprint
 from ..io import atomic_write_json
 from ..ownership import OutputFolder, fingerprint_sha256, read_owner, writing
+from ..provenance import code_version, flatten, read_fingerprint
 from .aggregate import aggregate
 from .config import ExperimentConfig
 from .pipeline import default_pipeline
@@ -84,21 +84,13 @@ def _torchrun_train(cfg: ExperimentConfig, plan: CellPlan) -> None:
                         f"experiment to resume from the last checkpoint")
 
 
-def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            out.update(_flat(item, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: value}
-
-
 UNTRACKED = "logging."  # where step metrics are also sent (TensorBoard, W&B): changes no result, never stale
 
 
 def stale_cells(plans: list[CellPlan]) -> dict[str, str]:
     """``{cell id: what differs}`` for started cells whose saved train/eval config differs from the current one, or
-    whose unfinished training was started by another code version."""
+    whose unfinished training or evaluation was started by another code version (which the trainer and
+    ``goldfish eval`` would refuse to resume: said here, before any work)."""
     stale = {}
     for plan in plans:
         if not (plan.done or plan.train_dir.exists()):
@@ -108,14 +100,14 @@ def stale_cells(plans: list[CellPlan]) -> dict[str, str]:
             path = plan.dir / name
             if not path.is_file():
                 continue
-            saved, now = _flat(read_yaml(path)), _flat(yaml.safe_load(yaml.safe_dump(to_dict(current))))
+            saved, now = flatten(read_yaml(path)), flatten(yaml.safe_load(yaml.safe_dump(to_dict(current))))
             keys = [k for k in sorted(set(saved) | set(now))
                     if saved.get(k) != now.get(k) and not k.startswith(UNTRACKED)]
             diffs += [f"{name.split('_')[0]}.{k}: {saved.get(k)} -> {now.get(k)}" for k in keys[:3]]
-        trained = read_fingerprint(plan.train_dir)
-        if trained and not (plan.train_dir / "summary.json").is_file() and trained.get("code") != code_version():
-            # its training would resume under other code, which the trainer refuses: say so before any work
-            diffs.append(f"code: {trained.get('code')} -> {code_version()}")
+        for folder, finished in ((plan.train_dir, "summary.json"), (plan.eval_dir, "results.json")):
+            started = read_fingerprint(folder) if folder.is_dir() else None
+            if started and not (folder / finished).is_file() and started.get("code") != code_version():
+                diffs.append(f"{folder.name} code: {started.get('code')} -> {code_version()}")
         if diffs:
             stale[plan.cell.id] = ", ".join(diffs)
     return stale
@@ -207,18 +199,20 @@ def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
         else:
             pipeline.train(plan.train_cfg)
         times["train_s"] = time.perf_counter() - t0
+    # one model for every phase after training: loaded by the first phase that runs, never by a finished cell
+    model = pipeline.open_model(plan.eval_cfg) if pipeline.open_model is not None else None
     if not (plan.eval_dir / "results.json").is_file():
         phase("eval")
         t0 = time.perf_counter()
-        pipeline.evaluate(plan.eval_cfg)
+        pipeline.evaluate(plan.eval_cfg, model)
         times["eval_s"] = time.perf_counter() - t0
     if pipeline.baseline is not None and not plan.cell.control and not (plan.eval_dir / "k_baseline.json").is_file():
         phase("k baseline")  # Goldfish cells only: g and (1 - g/k)^S, next to exact match in the report
-        pipeline.baseline(plan)
+        pipeline.baseline(plan, model)
     if pipeline.analyse is not None and not (plan.dir / ATTACKS_FILE).is_file():
         phase("attacks")
         t0 = time.perf_counter()
-        pipeline.analyse(plan, list(plans))
+        pipeline.analyse(plan, list(plans), model)
         times["attacks_s"] = time.perf_counter() - t0
     if pipeline.card is not None:
         pipeline.card(plan)  # the same numbers replace themselves when an interrupted cell runs this again

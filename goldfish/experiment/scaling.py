@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from typing import Any
 
 import numpy as np
 

@@ -1,5 +1,7 @@
-"""A cell's ``attacks.json``: per-token statistics of its model on the member and nonmember documents, and what the
-experiment derives from them beyond ``goldfish eval``'s membership section.
+"""A cell's analysis, ``attacks.json``: per-token scores of its model on the member and nonmember documents (one pass
+of :mod:`goldfish.eval.scoring`), and what the experiment derives from them beyond ``goldfish eval``'s membership
+section. (The attacks themselves, functions of per-token values with no model inside, are
+:mod:`goldfish.eval.attacks`.)
 
 * teacher-forced top-1 accuracy on the positions the Goldfish mask keeps vs drops (the experiment's Goldfish mask is
   applied to every arm, so a standard model and the control are measured on the same positions);
@@ -23,8 +25,9 @@ Fields (the schema of ``attacks.json``; targets t = 1..L-1 of each document, doc
 * ``heldout_loss``, ``member_loss``: mean per-document NLL of the nonmembers / members;
 * ``accuracy``: teacher-forced top-1 accuracy of the members, ``accuracy``, ``kept_accuracy``, ``dropped_accuracy``,
   ``n_kept``, ``n_dropped``; ``heldout_accuracy``: the nonmembers' ``accuracy``;
-* ``attacks``: ``{attack: {auc, auc_ci_low, auc_ci_high, tpr_at_1pct_fpr, n_members, n_nonmembers}}`` for ``loss``,
-  ``reference``, ``kept_loss``, ``kept_reference`` (those that apply);
+* ``attacks``: ``{attack: {auc, auc_ci_low, auc_ci_high, tpr_at_1pct_fpr, roc_fpr, roc_tpr, n_members,
+  n_nonmembers}}`` for ``loss``, ``reference``, ``kept_loss``, ``kept_reference`` (those that apply; the ROC
+  down-sampled as in ``goldfish eval``);
 * ``by_exposure``: ``{r: {"loss" | "reference": auc}}``; ``by_exposure_ci``: ``{r: {attack: [ci_low, ci_high]}}``;
 * ``leakage`` (cells with a control on their grid point and a Goldfish mask on their data, not the control itself):
   ``{"dropped" | "kept": {"accuracy" | "loss": {arm, control, diff, diff_ci_low, diff_ci_high, n_documents,
@@ -44,31 +47,9 @@ import torch
 from ..io import atomic_write_json
 from ..masks import GoldfishConfig, config_mask
 from .plan import ATTACKS_FILE
-BATCH = 8  # documents per forward pass: (8, T, V) fp32 logits, 8 * 128 * 49152 * 4 B = 200 MB for SmolLM2
 
-
-@torch.inference_mode()
-def token_stats(model: Any, docs: Sequence[Sequence[int]]) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Per document (log p of target t, top-1 correct at t) for t = 1..L-1, each (L-1,); right padding + mask."""
-    device = next(model.parameters()).device
-    logps: list[np.ndarray] = [np.zeros(0)] * len(docs)
-    correct: list[np.ndarray] = [np.zeros(0, bool)] * len(docs)
-    for b0 in range(0, len(docs), BATCH):
-        batch = [list(d) for d in docs[b0:b0 + BATCH]]
-        width = max(len(d) for d in batch)
-        ids = torch.zeros(len(batch), width, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for r, d in enumerate(batch):
-            ids[r, :len(d)] = torch.as_tensor(d)
-            mask[r, :len(d)] = 1
-        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()  # (B, T, V)
-        for r, d in enumerate(batch):
-            n = len(d)
-            lp = logits[r, :n - 1].log_softmax(-1)  # (n-1, V): position t-1 predicts token t
-            target = ids[r, 1:n].to(device)
-            logps[b0 + r] = lp.gather(-1, target[:, None]).squeeze(-1).cpu().numpy().astype(np.float64)
-            correct[b0 + r] = (lp.argmax(-1) == target).cpu().numpy()
-    return logps, correct
+AUC_FIELDS = ("auc", "auc_ci_low", "auc_ci_high", "tpr_at_1pct_fpr", "roc_fpr", "roc_tpr", "n_members",
+              "n_nonmembers")
 
 
 def dropped_targets(docs: Sequence[Sequence[int]], gcfg: GoldfishConfig) -> list[np.ndarray]:
@@ -81,8 +62,7 @@ def _auc(members: np.ndarray, nonmembers: np.ndarray, n_bootstrap: int, seed: in
     from goldfish.eval.membership import evaluate_attack
 
     result = evaluate_attack(members, nonmembers, n_bootstrap=n_bootstrap, seed=seed)
-    return {k: result[k] for k in ("auc", "auc_ci_low", "auc_ci_high", "tpr_at_1pct_fpr", "n_members",
-                                   "n_nonmembers")}
+    return {k: result[k] for k in AUC_FIELDS}
 
 
 def exposure_aucs(scores: dict[str, dict[str, np.ndarray]], reps: np.ndarray, n_bootstrap: int,
@@ -115,15 +95,17 @@ def leakage_audit(logp: Sequence[np.ndarray], correct: Sequence[np.ndarray], ref
     return out
 
 
-def analyse(model_path: str, data_dir: Path, out: Path, gcfg: GoldfishConfig | None,
-            reference: dict | None, n_bootstrap: int = 1000, seed: int = 0, control: bool = False) -> dict:
-    """Compute and write ``out/attacks.json`` for one cell; ``reference`` is the control cell's attacks.json.
+def analyse(model: Any, data_dir: Path, out: Path, gcfg: GoldfishConfig | None, reference: dict | None,
+            n_bootstrap: int = 1000, seed: int = 0, control: bool = False, **scoring: Any) -> dict:
+    """Compute and write ``out/attacks.json`` for one cell from its loaded ``model``; ``reference`` is the control
+    cell's attacks.json; ``scoring``: options of :func:`goldfish.eval.scoring.token_statistics` (window, stride,
+    token_budget, chunk).
 
     The control cell is its own reference (``control=True``): every calibrated score is 0, AUC exactly 0.5 -- the
     starting model carries no membership signal relative to itself.
     """
     from goldfish.eval import attacks
-    from goldfish.eval.loading import load_model
+    from goldfish.eval.scoring import token_statistics
 
     from ..data import load_prepared
 
@@ -131,10 +113,10 @@ def analyse(model_path: str, data_dir: Path, out: Path, gcfg: GoldfishConfig | N
     docs = {"members": [list(x) for x in prepared.members["input_ids"]],
             "nonmembers": [list(x) for x in prepared.nonmembers["input_ids"]]}
     reps = np.asarray(prepared.members["repetitions"])
-    model = load_model(model_path, "float32", "auto")
-    stats = {name: token_stats(model, d) for name, d in docs.items()}
-    del model
-    logp, correct = {name: s[0] for name, s in stats.items()}, {name: s[1] for name, s in stats.items()}
+    stats = {name: token_statistics(model, d, desc=f"attacks: {name}", progress=False, **scoring) if d else []
+             for name, d in docs.items()}
+    logp = {name: [st.logp for st in s] for name, s in stats.items()}
+    correct = {name: [st.correct for st in s] for name, s in stats.items()}
     result: dict[str, Any] = {"logprobs": {k: [v.tolist() for v in vs] for k, vs in logp.items()},
                               "correct": {"members": [c.astype(np.int8).tolist() for c in correct["members"]]}}
     loss = {name: np.array([lp.mean() for lp in lps]) for name, lps in logp.items()}  # minus mean NLL per doc
