@@ -7,7 +7,10 @@ converts the GGUF into ``<cache>/gguf/<sha256 of the file>/`` (fp32 safetensors,
 ``source.json`` naming what it came from); every later call, in any process, returns that folder, which loads like
 any Hugging Face checkpoint under the toolkit's safety policy (safetensors only).
 
-* The key is the sha256 of the file's bytes, so a changed file is a new entry and a renamed or copied file is not.
+* The key is the sha256 of the file's bytes, so a changed file is a new entry and a renamed or copied file is not,
+  and the transformers version that wrote the folder (``<sha256>.transformers-<version>/``): a folder saved by one
+  version can name classes another cannot read (5.x tokenizers say ``TokenizersBackend``), so two environments
+  sharing the cache never read each other's entry.
 * Concurrent runs are safe: each builds in a private temporary folder and renames it into place (atomic on one file
   system); the loser of a race discards its copy and uses the winner's. A half-built folder is never visible.
 * Where: ``$GOLDFISH_CACHE``, else ``$XDG_CACHE_HOME/goldfish``, else ``~/.cache/goldfish``. A cache that cannot be
@@ -112,17 +115,24 @@ def convert(gguf_path: Path, folder: Path) -> None:
             hf_logging.enable_progress_bar()
 
 
+def entry_name(digest: str, transformers_version: str) -> str:
+    """The cache entry of a GGUF's sha256 as written by one transformers version (see the module docstring)."""
+    return f"{digest}.transformers-{transformers_version}"
+
+
 def dequantised(gguf_path: str | Path) -> Path:
     """The cached Hugging Face folder of ``gguf_path``, converting it on first use (see the module docstring)."""
     gguf_path = Path(gguf_path).resolve()
     digest = file_sha256(gguf_path)
+    import transformers
+
     root = cache_root() / "gguf"
-    final = root / digest
+    final = root / entry_name(digest, transformers.__version__)
     if (final / SOURCE_FILE).is_file():
         return final
     try:
         root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{digest[:16]}.", dir=root))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
     except OSError as e:
         print(f"warning: cannot cache the dequantised {gguf_path.name} in {root} ({e.strerror or e}); loading it "
               f"directly, which is slower: set GOLDFISH_CACHE to a writable folder", file=sys.stderr, flush=True)
@@ -134,7 +144,8 @@ def dequantised(gguf_path: str | Path) -> Path:
             raise UserError(f"cannot write the dequantised {gguf_path.name} into {root}: {e.strerror or e}; free disk "
                             f"space there or set GOLDFISH_CACHE to another folder") from None
         (tmp / SOURCE_FILE).write_text(json.dumps({"gguf": str(gguf_path), "sha256": digest,
-                                                   "size": gguf_path.stat().st_size}, indent=1) + "\n")
+                                                   "size": gguf_path.stat().st_size,
+                                                   "transformers": transformers.__version__}, indent=1) + "\n")
         if final.exists():  # a folder left without source.json, or a winner that appeared meanwhile
             if (final / SOURCE_FILE).is_file():
                 return final

@@ -193,13 +193,45 @@ _MISMATCH = re.compile(r"^(.+?)\s*\|\s*MISMATCH\b.*?ckpt:\s*torch\.Size\((\[[^\]
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def _load_failure(e: BaseException, messages: list[str]) -> str:
+def _shape_mismatches(folder: Path) -> list[tuple[str, str, str]]:
+    """[(tensor name, checkpoint shape, config's shape)] of ``folder``'s safetensors against its ``config.json``, from
+    the file headers and a model built on the meta device (no weights read); layers differing only in their index
+    are one row, ``model.layers.{0, 1}.mlp.down_proj.weight``. Empty when it cannot tell."""
+    from safetensors import safe_open
+    from transformers import AutoConfig
+
+    try:
+        with torch.device("meta"):
+            config = AutoConfig.from_pretrained(folder, trust_remote_code=False, local_files_only=True)
+            expected = {k: list(v.shape) for k, v in AutoModelForCausalLM.from_config(config).state_dict().items()}
+        stored: dict[str, list[int]] = {}
+        for file in sorted(Path(folder).glob("*.safetensors")):
+            with safe_open(str(file), "pt") as f:
+                stored.update({k: list(f.get_slice(k).get_shape()) for k in f.keys()})
+    except Exception:  # noqa: BLE001 - only a better message is at stake; the caller falls back to the exception
+        return []
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for key in sorted(set(stored) & set(expected)):
+        if stored[key] != expected[key]:
+            index = re.search(r"\.(\d+)\.", key)
+            pattern = key[:index.start(1)] + "{}" + key[index.end(1):] if index else key
+            ids = groups.setdefault((pattern, str(stored[key]), str(expected[key])), [])
+            ids.append(index.group(1) if index else "")
+    return [(pattern.replace("{}", "{" + ", ".join(ids) + "}" if len(ids) > 1 else ids[0]), ckpt, config)
+            for (pattern, ckpt, config), ids in groups.items()]
+
+
+def _load_failure(e: BaseException, messages: list[str], folder: Path | None = None) -> str:
     """What went wrong loading a model, in one line: a tensor shape mismatch named from transformers' report (which
-    is not printed), else the first line of the exception."""
-    rows = [m for text in messages for line in _ANSI.sub("", text).splitlines() if (m := _MISMATCH.match(line))]
+    is not printed) or, where transformers names no tensor, from the file headers; else the exception's first
+    line."""
+    rows = [m.groups() for text in messages for line in _ANSI.sub("", text).splitlines()
+            if (m := _MISMATCH.match(line))]
+    if not rows and folder is not None and "size mismatch" in str(e):
+        rows = _shape_mismatches(folder)  # transformers 4.x names no tensor: "...state_dict for Linear: size mismatch"
     if not rows:
         return _first_line(e)
-    key, ckpt, config = rows[0].groups()
+    key, ckpt, config = rows[0]
     more = f" (and {len(rows) - 1} more tensors)" if len(rows) > 1 else ""
     return (f"its weights do not fit its config.json: {key} is {ckpt} in the checkpoint but {config} by the "
             f"config{more}; the config and the weights belong to different models")
@@ -221,8 +253,8 @@ def load_pretrained(path: str | Path, dtype: torch.dtype | str = torch.float32, 
         try:
             return AutoModelForCausalLM.from_pretrained(folder, **kwargs)
         except Exception as e:  # damaged files: SafetensorError, UnpicklingError, struct.error, ValueError, OSError...
-            raise UserError(f"could not load a causal LM from {src.describe()}: {_load_failure(e, messages)}") \
-                from None
+            why = _load_failure(e, messages, folder)
+            raise UserError(f"could not load a causal LM from {src.describe()}: {why}") from None
 
 
 # files any saved Hugging Face tokenizer has at least one of
