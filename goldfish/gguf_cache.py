@@ -115,6 +115,13 @@ def convert(gguf_path: Path, folder: Path) -> None:
             hf_logging.enable_progress_bar()
 
 
+def transformers_version() -> str:
+    """The installed transformers' version (what writes, and must read, a cached folder)."""
+    import transformers
+
+    return transformers.__version__
+
+
 def entry_name(digest: str, transformers_version: str) -> str:
     """The cache entry of a GGUF's sha256 as written by one transformers version (see the module docstring)."""
     return f"{digest}.transformers-{transformers_version}"
@@ -124,10 +131,9 @@ def dequantised(gguf_path: str | Path) -> Path:
     """The cached Hugging Face folder of ``gguf_path``, converting it on first use (see the module docstring)."""
     gguf_path = Path(gguf_path).resolve()
     digest = file_sha256(gguf_path)
-    import transformers
-
+    version = transformers_version()
     root = cache_root() / "gguf"
-    final = root / entry_name(digest, transformers.__version__)
+    final = root / entry_name(digest, version)
     if (final / SOURCE_FILE).is_file():
         return final
     try:
@@ -145,7 +151,7 @@ def dequantised(gguf_path: str | Path) -> Path:
                             f"space there or set GOLDFISH_CACHE to another folder") from None
         (tmp / SOURCE_FILE).write_text(json.dumps({"gguf": str(gguf_path), "sha256": digest,
                                                    "size": gguf_path.stat().st_size,
-                                                   "transformers": transformers.__version__}, indent=1) + "\n")
+                                                   "transformers": version}, indent=1) + "\n")
         if final.exists():  # a folder left without source.json, or a winner that appeared meanwhile
             if (final / SOURCE_FILE).is_file():
                 return final

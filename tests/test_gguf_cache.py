@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import transformers
 
 from goldfish import gguf_cache
 from goldfish.errors import UserError
@@ -38,7 +37,7 @@ def test_converted_once_per_content(tmp_path, cache, monkeypatch):
     a = tmp_path / "a.gguf"
     a.write_bytes(b"A" * 100)
     first = gguf_cache.dequantised(a)
-    entry = gguf_cache.entry_name(gguf_cache.file_sha256(a), transformers.__version__)
+    entry = gguf_cache.entry_name(gguf_cache.file_sha256(a), gguf_cache.transformers_version())
     assert first == cache / "gguf" / entry and (first / gguf_cache.SOURCE_FILE).is_file()
     assert gguf_cache.dequantised(a) == first and len(calls) == 1  # the second call reuses it
     copy = tmp_path / "elsewhere" / "renamed.gguf"
@@ -47,11 +46,11 @@ def test_converted_once_per_content(tmp_path, cache, monkeypatch):
     assert gguf_cache.dequantised(copy) == first and len(calls) == 1  # same bytes, same entry
     a.write_bytes(b"B" * 100)  # changed content: a new entry
     assert gguf_cache.dequantised(a) != first and len(calls) == 2
-    assert sorted(p.name for p in (cache / "gguf").iterdir()) == sorted(
-        [first.name, gguf_cache.entry_name(gguf_cache.file_sha256(a), transformers.__version__)])  # no temp folders
+    second = gguf_cache.entry_name(gguf_cache.file_sha256(a), gguf_cache.transformers_version())
+    assert sorted(p.name for p in (cache / "gguf").iterdir()) == sorted([first.name, second])  # no temp folders
     # another transformers version (a second venv sharing the cache, e.g. CI's floor job) never reads this entry:
     # a 5.x tokenizer folder names classes 4.x cannot load (a version no install has)
-    monkeypatch.setattr(transformers, "__version__", "0.0.0-other")
+    monkeypatch.setattr(gguf_cache, "transformers_version", lambda: "0.0.0-other")
     other = gguf_cache.dequantised(a)
     assert other.name == gguf_cache.entry_name(gguf_cache.file_sha256(a), "0.0.0-other") and len(calls) == 3
     assert json.loads((other / gguf_cache.SOURCE_FILE).read_text())["transformers"] == "0.0.0-other"
