@@ -31,6 +31,8 @@ from goldfish.io import JsonlLogger, atomic_write_text, strict_json
 
 from . import extraction, membership
 from .aggregate import summarize
+from .canaries import canaries_section
+from .canaries import check_task as check_canary_task
 from .config import EvalConfig
 from .generate import beam_generate, generate
 from .inputs import load_eval_documents
@@ -222,6 +224,7 @@ def run_eval(cfg: EvalConfig) -> dict:
             tokenizer = prep.tokenizer
         windows, skipped = _extraction_windows(cfg, splits)
         model = load_model(m.path, m.dtype, m.device, m.allow_pickle, cfg.progress)
+    check_canary_task(cfg.tasks, splits)
     for name, docs in splits.items():
         check_vocab(model, tokenizer, [d.tokens for d in docs], what=f"the {name} documents")
     _check_context(model, windows, cfg.data.suffix_len)
@@ -240,6 +243,7 @@ def run_eval(cfg: EvalConfig) -> dict:
                  "sha256": windows_sha256(windows)},
         "summary": summarize(records) if "extraction" in cfg.tasks else None,
         "membership": run_membership(model, reference, splits, cfg, tokenizer, out),
+        "canaries": canaries_section(model, splits, cfg, prep),
         "windows": records,
     }
     results = json.loads(strict_json(results))  # what is written: non-finite values as null, noted in json_nulls
