@@ -33,6 +33,7 @@ from ..io import atomic_write_json, atomic_write_text, read_jsonl
 from .config import ExperimentConfig
 from .plan import ATTACKS_FILE, CellPlan
 from .scaling import size_analysis
+from .sections import cell_extras
 
 RESULTS_SCHEMA = "goldfish-experiment/1"
 STRATUM_METRICS = {"exact_match": "exact_match_rate", "token_match": "token_match", "rouge_l": "rouge_l"}
@@ -203,6 +204,7 @@ def cell_summary(plan: CellPlan) -> dict[str, Any]:
     out["k_baseline"] = _read_json(baseline) if baseline.is_file() else None  # Goldfish cells only
     out["exposures"] = train.get("exposures")
     out["target_losses"] = target_losses(attacks, plan.data_dir) if attacks else None
+    out.update(cell_extras(plan, results))  # stream, reads, strata, canaries (goldfish.experiment.sections)
     return out
 
 

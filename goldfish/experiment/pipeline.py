@@ -1,5 +1,5 @@
 """The toolkit's own :class:`~goldfish.experiment.plan.Pipeline`: ``goldfish.data``, ``goldfish.train``,
-``goldfish.eval``, the control cell's initial model, the k baseline and the attacks analysis.
+``goldfish.eval``, the control cell's initial model, the k baseline, the attacks analysis and the exposure counts.
 
 It lives apart from :mod:`goldfish.experiment.plan` because the phases it wires (``control``, ``kbaseline``) read
 ``plan``'s :class:`~goldfish.experiment.plan.CellPlan`: keeping the wiring here leaves no import cycle. Each phase's
@@ -50,6 +50,12 @@ def _analyse(plan: CellPlan, plans: list[CellPlan]) -> dict:
     return analyse_cell(plan, plans)
 
 
+def _exposure(plan: CellPlan) -> dict:
+    from .exposure import write_exposure
+
+    return write_exposure(plan)
+
+
 def default_pipeline() -> Pipeline:
     """The toolkit's own data, training and evaluation. Only the config classes are imported here, so planning
     and ``--dry-run`` need no model code; each phase imports its module when it first runs."""
@@ -60,5 +66,5 @@ def default_pipeline() -> Pipeline:
 
     return Pipeline(
         PrepareConfig, TrainConfig, EvalConfig, _prepare, _train, _evaluate, _initial_model,
-        baseline=_baseline, analyse=_analyse,
+        baseline=_baseline, analyse=_analyse, exposure=_exposure,
     )

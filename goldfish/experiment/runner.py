@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import yaml
 from tqdm.auto import tqdm
@@ -32,7 +32,7 @@ from ..io import atomic_write_json
 from .aggregate import aggregate
 from .config import ExperimentConfig
 from .pipeline import default_pipeline
-from .plan import ATTACKS_FILE, DONE, CellPlan, Pipeline, plan_cells
+from .plan import ATTACKS_FILE, DONE, EXPOSURE_FILE, CellPlan, Pipeline, plan_cells
 from .report import write_study_report
 from .tune import active, choice, first_values, is_tuning, selected
 from .tune import summary as tune_summary
@@ -86,6 +86,14 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: value}
 
 
+def _defaults(current: object) -> dict[str, Any]:
+    """Every key of ``current``'s config class at its default (empty when the class needs arguments)."""
+    try:
+        return _flat(yaml.safe_load(yaml.safe_dump(to_dict(type(current)()))))
+    except (TypeError, ConfigError):
+        return {}
+
+
 def stale_cells(plans: list[CellPlan]) -> dict[str, str]:
     """``{cell id: what differs}`` for started cells whose saved train/eval config differs from the current one, or
     whose unfinished training was started by another code version."""
@@ -99,7 +107,9 @@ def stale_cells(plans: list[CellPlan]) -> dict[str, str]:
             if not path.is_file():
                 continue
             saved, now = _flat(read_yaml(path)), _flat(yaml.safe_load(yaml.safe_dump(to_dict(current))))
-            keys = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
+            added = _defaults(current)
+            keys = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)
+                    and not (k not in saved and now.get(k) == added.get(k))]  # a key added since, at its default
             diffs += [f"{name.split('_')[0]}.{k}: {saved.get(k)} -> {now.get(k)}" for k in keys[:3]]
         trained = read_fingerprint(plan.train_dir)
         if trained and not (plan.train_dir / "summary.json").is_file() and trained.get("code") != code_version():
@@ -169,6 +179,9 @@ def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
     if pipeline.baseline is not None and not plan.cell.control and not (plan.eval_dir / "k_baseline.json").is_file():
         phase("k baseline")  # Goldfish cells only: g and (1 - g/k)^S, next to exact match in the report
         pipeline.baseline(plan)
+    if pipeline.exposure is not None and not (plan.dir / EXPOSURE_FILE).is_file():
+        phase("exposure")  # what the model read (from the rows training consumed), validation loss
+        pipeline.exposure(plan)
     if pipeline.analyse is not None and not (plan.dir / ATTACKS_FILE).is_file():
         phase("attacks")
         t0 = time.perf_counter()
