@@ -32,14 +32,12 @@ from .scaling import threshold_markdown
 N_BOOTSTRAP = 1000
 
 
-def _members(results: dict, data_dir: Path) -> tuple[np.ndarray, int]:
-    """(labelled repetitions of the evaluated members in their order, number of nonmembers)."""
+def _member_repetitions(results: dict, data_dir: Path) -> np.ndarray:
+    """Labelled repetitions of the evaluated members, in the order eval scored them (the prepared order)."""
     from ..data import load_prepared
 
-    prepared = load_prepared(data_dir, verify=False)
-    reps = np.asarray(prepared.members["repetitions"], dtype=np.int64)
-    members = int((results.get("data") or {}).get("members") or len(reps))
-    return reps[:members], int((results.get("data") or {}).get("nonmembers") or 0)
+    reps = np.asarray(load_prepared(data_dir, verify=False).members["repetitions"], dtype=np.int64)
+    return reps[:int((results.get("data") or {}).get("members") or len(reps))]
 
 
 def stratum_extraction(windows: list[dict]) -> dict[str, dict[str, Any]]:
@@ -88,11 +86,13 @@ def cell_extras(plan: CellPlan, results: dict) -> dict[str, Any]:
     if canaries:
         canaries = {k: canaries.get(k) for k in ("method", "space_bits", "n_candidates", "resolution_bits",
                                                  "canaries")}
-    reps, nonmembers = _members(results, plan.data_dir)
+    membership = results.get("membership") or {}
+    by_stratum = stratum_membership(membership, _member_repetitions(results, plan.data_dir), plan.eval_cfg.seed) \
+        if membership.get("scores") and (Path(plan.data_dir) / "members").is_dir() else {}  # a real prepared folder
     return {"stream": found.get("stream"), "reads": found.get("reads"),
             "validation_loss": found.get("validation_loss"), "canaries": canaries, "start_model": plan.start_model,
-            "nonmembers": nonmembers, "stratum_extraction": stratum_extraction(results.get("windows") or []),
-            "stratum_membership": stratum_membership(results.get("membership"), reps, plan.eval_cfg.seed)}
+            "nonmembers": (results.get("data") or {}).get("nonmembers"),
+            "stratum_extraction": stratum_extraction(results.get("windows") or []), "stratum_membership": by_stratum}
 
 
 def _pct(v: float | None) -> str:
