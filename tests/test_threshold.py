@@ -82,3 +82,39 @@ def test_the_floor_and_the_ceiling_are_censored_not_extrapolated():
     partial = e50([2, 8, 32, 128], [0, 0, 1, 3], [8, 8, 8, 8], n_bootstrap=200)
     assert partial["status"] == "above"  # 3/8 at the top: half is not reached within the tested exposures
     assert partial["low_status"] in ("interior", "above")
+
+
+# ---------------------------------------------------------------- E50 vs size in the sweep's scaling block
+
+
+def _cell(arm, size, params, x50, seed, n=200, pretrained=False):
+    """A cell summary whose strata hold the expected exact-match counts of a logistic with threshold 2^x50."""
+    strata = []
+    for r in (2, 8, 32, 128):
+        p = 1 / (1 + math.exp(-2.0 * (math.log2(r) - x50)))
+        strata.append({"prefix_len": 16, "repetitions": r, "n_windows": n, "exact_match_rate": round(n * p) / n})
+    return {"arm": arm, "size": size, "seed": seed, "params": params, "heldout_loss": 5.0, "strata": strata,
+            "exposures": {str(r): [r, r] for r in (2, 8, 32, 128)},
+            "start_model": "smollm2.gguf" if pretrained else None}
+
+
+def test_e50_falls_with_size_along_a_known_power_law_and_the_fit_recovers_it():
+    from goldfish.experiment.scaling import size_analysis
+
+    # log10 E50 = 3.0 - 0.3 log10 params: E50 ~ 32 at 1e5, ~16 at 1e6, ~8 at 1e7 parameters
+    sizes = {"a": 1e5, "b": 1e6, "c": 1e7}
+    cells = [_cell("standard", s, p, math.log2(10 ** (3.0 - 0.3 * math.log10(p))), seed)
+             for s, p in sizes.items() for seed in (0, 1)]
+    cells += [_cell("standard", "pre", 1.35e8, 0.5, 0, pretrained=True)]  # never fitted
+    cells += [_cell("goldfish", s, p, 20.0, 0) for s, p in sizes.items()]  # never reaches half: censored
+    found = size_analysis(cells, ["size", "seed"])
+    rows = {(r["arm"], r["size"]): r for r in found["rows"]}
+    for s, p in sizes.items():
+        e = rows[("standard", s)]["e50"]
+        assert e["status"] == "interior" and e["n_targets"] == 2 * 4 * 200  # two seeds pooled
+        assert math.log10(e["e50"]) == pytest.approx(3.0 - 0.3 * math.log10(p), abs=0.02)
+    fits = {f["arm"]: f for f in found["e50_fits"]}
+    assert fits["standard"]["n"] == 3 and fits["standard"]["slope"] == pytest.approx(-0.3, abs=0.02)
+    assert fits["standard"]["slope_se"] < 0.02
+    assert rows[("goldfish", "a")]["e50"]["status"] == "above" and "why_not" in fits["goldfish"]
+    assert fits["goldfish"]["censored"] == ["a", "b", "c"]
