@@ -9,11 +9,11 @@ tail it should recover, and the scores of a real model against a second, direct 
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 import pytest
+from train_helpers import word_corpus
 import torch
 
 from goldfish.config import from_dict
@@ -22,10 +22,6 @@ from goldfish.data.canaries import canary_alphabet
 from goldfish.data.packing import occurrences
 from goldfish.errors import ConfigError
 from goldfish.eval.canaries import candidate_secrets, canary_exposures, rank_exposure, space_bits
-
-WORDS = ("river stone light north market garden winter letter silver engine harbor forest paper window "
-         "morning voice island bridge valley castle thunder mirror candle meadow planet signal").split()
-
 
 def _recipe(root, **extra) -> dict:
     return {"name": "can", "source": {"name": "local", "path": str(root / "docs.jsonl")},
@@ -37,10 +33,7 @@ def _recipe(root, **extra) -> dict:
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("can")
-    rng = np.random.default_rng(2)
-    with open(root / "docs.jsonl", "w") as f:
-        for i in range(60):
-            f.write(json.dumps({"id": f"d{i}", "text": " ".join(rng.choice(WORDS, 60))}) + "\n")
+    word_corpus(root / "docs.jsonl", 60, 60, seed=2)
     return root
 
 

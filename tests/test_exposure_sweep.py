@@ -16,16 +16,13 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
+from train_helpers import word_corpus
 
 from goldfish.config import from_dict
 from goldfish.data import load_prepared
 from goldfish.experiment import default_pipeline, plan_cells
 from goldfish.experiment.config import ExperimentConfig
 from goldfish.experiment.runner import run_experiment
-
-WORDS = ("river stone light north market garden winter letter silver engine harbor forest paper window "
-         "morning voice island bridge valley castle thunder mirror candle meadow planet signal").split()
-
 
 def _config(root) -> ExperimentConfig:
     tiny = {"train.model.name": "llama-demo", "train.model.num_layers": 1, "train.model.num_heads": 2,
@@ -56,10 +53,7 @@ def sweep(tmp_path_factory):
     import goldfish.train as T
 
     root = tmp_path_factory.mktemp("sweep")
-    rng = np.random.default_rng(5)
-    with open(root / "docs.jsonl", "w") as f:
-        for i in range(70):
-            f.write(json.dumps({"id": f"d{i}", "text": " ".join(rng.choice(WORDS, 40))}) + "\n")
+    word_corpus(root / "docs.jsonl", 70, 40, seed=5)
     cfg = _config(root)
     read: dict[str, list[np.ndarray]] = defaultdict(list)
     real_step = T._train_step

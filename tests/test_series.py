@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from train_helpers import word_corpus
 
 from goldfish.config import from_dict
 from goldfish.data import PrepareConfig, load_prepared, prepare
@@ -22,10 +23,6 @@ from goldfish.errors import ConfigError, UserError
 from goldfish.eval.config import EvalConfig
 from goldfish.eval.series_analysis import analyse
 from goldfish.train_config import TrainConfig
-
-WORDS = ("river stone light north market garden winter letter silver engine harbor forest paper window "
-         "morning voice island bridge valley castle thunder mirror candle meadow planet signal").split()
-
 
 def _window(key, doc, reps, tm):
     return {"sha256": key, "doc_id": doc, "repetitions": reps, "split": "members", "prefix_len": 4,
@@ -71,10 +68,7 @@ def run(tmp_path_factory):
     import goldfish.train as T
 
     root = tmp_path_factory.mktemp("series")
-    rng = np.random.default_rng(3)
-    with open(root / "docs.jsonl", "w") as f:
-        for i in range(40):
-            f.write(json.dumps({"id": f"d{i}", "text": " ".join(rng.choice(WORDS, 40))}) + "\n")
+    word_corpus(root / "docs.jsonl", 40, 40, seed=3)
     data = prepare(from_dict(PrepareConfig, {
         "name": "s", "source": {"name": "local", "path": str(root / "docs.jsonl")},
         "tokenizer": {"name": "bpe", "vocab_size": 300}, "seq_len": 32, "packing": "pack", "min_tokens": 8,
