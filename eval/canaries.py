@@ -15,11 +15,13 @@ The rank is estimated as the paper does (Section 4.3):
 
 * ``full`` (when |R| <= ``max_full``): every candidate of R is scored; the rank is exact.
 * ``sampled`` (otherwise): n candidates drawn uniformly from R; the rank is estimated as
-  ``1 + (|R| - 1) * f`` with ``f`` the fraction of the sample below the canary (ties count half). The estimate
-  resolves exposures up to about log2 n bits: a canary with no sampled candidate below it is ``saturated`` (its
-  exposure is at least that, and the estimate is the maximum log2|R|). Beyond the sample, ``extrapolated`` fits a
-  skew-normal distribution to the sampled log-perplexities (the paper's "distribution modeling") and gives
-  ``-log2 CDF(Px(s))``, capped at log2|R|.
+  ``1 + (|R| - 1) * f`` with ``f`` the fraction of the sample below the canary (ties count half), which resolves
+  exposures up to about log2 n bits. A canary no sampled candidate beats is ``saturated``: the sample only says its
+  exposure is at least ~log2 n. Beyond the sample, the paper's "distribution modeling": a skew-normal fitted to the
+  sampled log-perplexities gives ``extrapolated = -log2 CDF(Px(s))`` (capped at log2|R|). The reported
+  ``exposure`` combines the two as the paper does: the sampled rank while it resolves the canary, the extrapolation
+  (at least log2 n) once it is saturated; ``sampled_exposure`` keeps the rank estimate alone (log2|R| when
+  saturated).
 """
 
 from __future__ import annotations
@@ -44,20 +46,23 @@ def rank_exposure(canary: float, candidates: Sequence[float], bits: float, full:
     """The exposure of one canary from its log-perplexity ``canary`` and its candidates' (any monotone unit).
 
     ``full``: ``candidates`` are every *other* secret of R (|R| - 1 values), the rank is exact; else a uniform
-    sample of R, the rank is estimated (module docstring). -> {exposure, rank, saturated, extrapolated}."""
+    sample of R, the rank is estimated (module docstring).
+    -> {exposure, rank, sampled_exposure, saturated, extrapolated}."""
     values = np.asarray(candidates, dtype=np.float64)
     if values.size == 0:
         raise UserError("rank exposure needs at least one candidate secret")
     below = float(np.sum(values < canary) + 0.5 * np.sum(values == canary))
     size = 2.0 ** bits
+    rank = 1.0 + below if full else 1.0 + (size - 1.0) * below / values.size
+    ranked = bits - math.log2(rank)
     if full:
-        rank = 1.0 + below
-    else:
-        rank = 1.0 + (size - 1.0) * below / values.size
-    exposure = bits - math.log2(rank)
-    out = {"exposure": exposure, "rank": rank, "saturated": (not full) and below == 0}
-    out["extrapolated"] = exposure if full else skewnorm_exposure(canary, values, bits)
-    return out
+        return {"exposure": ranked, "rank": rank, "sampled_exposure": ranked, "saturated": False,
+                "extrapolated": ranked}
+    saturated = below == 0
+    extrapolated = skewnorm_exposure(canary, values, bits)
+    exposure = max(extrapolated, math.log2(values.size)) if saturated else ranked
+    return {"exposure": exposure, "rank": rank, "sampled_exposure": ranked, "saturated": saturated,
+            "extrapolated": extrapolated}
 
 
 def skewnorm_exposure(canary: float, candidates: np.ndarray, bits: float) -> float:
@@ -91,7 +96,8 @@ def canary_exposures(model: Any, canaries: Sequence[Sequence[int]], repetitions:
                      secret_tokens: int, alphabet: np.ndarray, n_candidates: int, seed: int = 0,
                      max_full: int = MAX_FULL, **scoring: Any) -> dict[str, Any]:
     """Exposure of every canary (the last ``secret_tokens`` ids of each are its secret) -> the ``canaries``
-    section of results.json: per canary ``{index, repetitions, exposure, rank, saturated, extrapolated}`` and per
+    section of results.json: per canary ``{index, repetitions, exposure, rank, sampled_exposure, saturated,
+    extrapolated}`` and per
     repetition count the mean exposure; ``method`` says whether the space was enumerated or sampled."""
     bits = space_bits(len(alphabet), secret_tokens)
     rng = np.random.default_rng([seed, 4])

@@ -114,8 +114,11 @@ def test_sampled_rank_scales_the_fraction_below_to_the_whole_space():
     assert found["rank"] == pytest.approx(1 + (2**40 - 1) * 10 / 1000)
     assert found["exposure"] == pytest.approx(40 - math.log2(1 + (2**40 - 1) * 0.01))  # ~ -log2(0.01) = 6.64
     assert found["exposure"] == pytest.approx(-math.log2(0.01), abs=1e-6) and not found["saturated"]
-    none_below = rank_exposure(-1.0, sample, bits, full=False)
-    assert none_below["saturated"] and none_below["exposure"] == pytest.approx(40.0)
+    none_below = rank_exposure(-1.0, sample, bits, full=False)  # beats the whole sample: saturated
+    assert none_below["saturated"] and none_below["sampled_exposure"] == pytest.approx(40.0)
+    # then the skew-normal extrapolation, never below what the sample resolves (log2 1000 = 9.97 bits)
+    assert none_below["exposure"] == pytest.approx(max(none_below["extrapolated"], math.log2(1000)))
+    assert math.log2(1000) <= none_below["exposure"] <= 40.0
 
 
 def test_skew_normal_extrapolation_recovers_a_normal_tail():

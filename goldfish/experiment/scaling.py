@@ -300,8 +300,9 @@ def canary_markdown(rows: list[dict]) -> list[str]:
     return ["", f"Canaries (Carlini et al. 2019): mean exposure log2|R| - log2 rank in bits per stratum (95 % "
             f"bootstrap interval over canaries); |R| = 2^{space:.1f} secrets, rank estimated from "
             f"{method.get('n_candidates')} candidates ({method.get('method')}: resolves ~"
-            f"{method.get('resolution_bits') or 0:.1f} bits; 'sat.' = canaries no sampled candidate beats, "
-            "'extrap.' = the skew-normal extrapolation of the paper). A model that never saw a canary scores "
+            f"{method.get('resolution_bits') or 0:.1f} bits; 'sat.' = canaries no sampled candidate beats, whose "
+            "exposure is the paper's skew-normal extrapolation instead, at least what the sample resolves; "
+            "'extrap.' = that extrapolation's mean over all canaries). A model that never saw a canary scores "
             "1/ln 2 = 1.44 bits on average.", "",
             markdown_table(["arm", "size"] + [f"x{s}" for s in strata], table)]
 
