@@ -1,6 +1,6 @@
 """bf16 training throughput (tokens/s) and MFU of a ~1.1 B Llama (TinyLlama shape) on ONE CUDA GPU: native vs axonn.
 
-    python benchmarks/gpu_throughput.py [--seq 2048] [--micro-rows 4] [--accum 2] [--steps 8] [--peak-tflops 989]
+    python benchmarks/gpu_throughput.py [--seq 2048] [--micro-rows 4] [--accum 2] [--steps 8] [--peak-tflops T]
                                         [--json out.json]
 
 Both engines train the same model (``goldfish.models`` size ``tinyllama-1.1B``: hidden 2048, 22 layers, 32 heads,
@@ -8,8 +8,9 @@ Both engines train the same model (``goldfish.models`` size ``tinyllama-1.1B``: 
 with the Goldfish loss, AdamW and clipping, through the ``Engine`` seam the trainer uses. On one GPU AxoNN's grid is
 1×1×1, so its number is the overhead of its Linear layers and collectives over plain PyTorch, not a speed-up.
 
-MFU = tokens/s × FLOPs per token (``goldfish.models.flops_per_token``: 6·N + 12·L·H·T) / peak; the default peak is
-the H200's dense bf16 rate (989 TFLOP/s). Fails at once, with a one-line message, when CUDA is absent.
+MFU = tokens/s × FLOPs per token (``goldfish.models.flops_per_token``: 6·N + 12·L·H·T) / peak; the peak is the
+device's vendor dense peak in the run's precision, looked up by its name (``goldfish.hardware.GPUS``; an unknown GPU
+gets no MFU) unless ``--peak-tflops`` gives one. Fails at once, with a one-line message, when CUDA is absent.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def run_engine(name: str, args: argparse.Namespace, options: dict | None = None,
     from goldfish.engines import get_engine
     from goldfish.loss import EngineLoss
     from goldfish.models import build_model, flops_per_token
+    from goldfish.perf import MfuMeter
     from goldfish.train import build_optimizer
     from goldfish.train_config import ModelConfig, OptimConfig, TrainConfig
 
@@ -76,8 +78,13 @@ def run_engine(name: str, args: argparse.Namespace, options: dict | None = None,
         if step >= args.warmup:
             times.append(time.perf_counter() - start)
     step_s = statistics.median(times)
+    if args.peak_tflops:  # a peak given by hand
+        mfu, peak_source = tokens / step_s * flops / (args.peak_tflops * 1e12), f"--peak-tflops {args.peak_tflops}"
+    else:  # the vendor peak of the device by name (CPU: measured), never above 100 % (goldfish.perf)
+        meter = MfuMeter(flops, args.precision, device)
+        mfu, peak_source = meter.mfu(tokens / step_s), meter.unavailable or meter.peak_source
     result = {"engine": label or name, "step_s": step_s, "tokens_per_s": tokens / step_s,
-              "mfu": tokens / step_s * flops / (args.peak_tflops * 1e12), "flops_per_token": flops,
+              "mfu": mfu, "mfu_peak": peak_source, "flops_per_token": flops,
               "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None,
               "last_kept_loss": stats.kept_loss, "all_step_s": times, "options": {k: str(v) for k, v in
                                                                                   (options or {}).items()}}
@@ -98,7 +105,8 @@ def main() -> int:
     p.add_argument("--accum", type=int, default=2, help="micro-batches per optimizer step")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per engine")
     p.add_argument("--steps", type=int, default=8, help="timed steps per engine")
-    p.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's dense bf16 peak (H200/H100 SXM: 989)")
+    p.add_argument("--peak-tflops", type=float, default=None,
+                   help="divide MFU by this peak instead of the device's vendor peak (goldfish.hardware.GPUS)")
     p.add_argument("--precision", default="bf16", choices=["bf16", "fp32"], help="bf16 autocast or plain fp32")
     p.add_argument("--engines", nargs="*", default=["native", "axonn"])
     p.add_argument("--json", type=Path, help="also write the results here")
@@ -118,8 +126,9 @@ def main() -> int:
     for name in args.engines:
         r = run_engine(name, args)
         results.append(r)
-        print(f"{name:<8} {r['step_s'] * 1e3:>9.1f} {r['tokens_per_s']:>10.0f} {r['mfu']:>6.1%} "
-              f"{r['peak_memory_gib']:>9.1f}", flush=True)
+        mfu = f"{r['mfu']:>6.1%}" if r["mfu"] is not None else f"{'n/a':>6}"
+        print(f"{name:<8} {r['step_s'] * 1e3:>9.1f} {r['tokens_per_s']:>10.0f} {mfu} "
+              f"{r['peak_memory_gib']:>9.1f}   ({r['mfu_peak']})", flush=True)
     if len(results) == 2:
         print(f"axonn / native tokens/s: {results[1]['tokens_per_s'] / results[0]['tokens_per_s']:.3f}")
     if args.json:

@@ -3,7 +3,10 @@
 1. ``goldfish train`` vs a plain Hugging Face ``Trainer``: same model, rows, batch, dtype, optimizer settings and
    model inputs (``input_ids``, ``labels``, ``position_ids``); tokens/s over the steady-state steps.   target >= 1.1x
 2. Goldfish vs standard loss in ``goldfish train``: step time.                                           target <= 1.01x
-3. MFU of a ~40 M-parameter Llama in bf16 against the measured bf16 matmul peak (``goldfish.perf``).       target >= 60 %
+3. MFU of a ~40 M-parameter Llama in the precision ``auto`` resolves to here, against the measured matmul peak
+   of that precision (``goldfish.perf``).                                                             target >= 60 %
+4. bf16 ÷ fp32 step time of a ~12 M-parameter Llama on this machine, beside the precision ``auto`` chose and why
+   (``goldfish.hardware``: decided from the CPU's reported features, never from this timing).            report
 
 Runs are interleaved (A, B, C, A, B, C ...) and summarised by medians, so a load spike from other processes on the
 machine hits every arm alike. Usage::
@@ -28,7 +31,9 @@ import torch
 from goldfish.config import from_dict
 from goldfish.io import read_jsonl
 from goldfish.models import build_model, flops_per_token
+from goldfish.hardware import cpu_model, native_bf16
 from goldfish.perf import measure_matmul_peak, mfu
+from goldfish.precision import resolve_precision
 from goldfish.train import train
 from goldfish.train_config import TrainConfig
 
@@ -140,14 +145,34 @@ def mask_overhead(args, step_seconds: float) -> dict:
     return {"mask_seconds": mask_s, "step_seconds": step_seconds, "fraction_of_step": mask_s / step_seconds}
 
 
+def compare_precisions(args, work: Path) -> dict:
+    """Interleaved fp32 and bf16 runs of the same model and batch: the median bf16 ÷ fp32 step time."""
+    times: dict[str, list[float]] = {"fp32": [], "bf16": []}
+    for round_ in range(args.rounds):
+        for precision in times:
+            run = ours(args.data, work / f"precision_{precision}_{round_}", args.precision_steps, args.batch, precision,
+                       "standard", model=args.precision_model)
+            times[precision] += run["times"]
+            print(f"  round {round_ + 1}: {precision} {statistics.median(run['times']):.3f} s/step", flush=True)
+    native, why = native_bf16("cpu")
+    return {"model": args.precision_model, "fp32_step_s": statistics.median(times["fp32"]),
+            "bf16_step_s": statistics.median(times["bf16"]),
+            "bf16_over_fp32": statistics.median(times["bf16"]) / statistics.median(times["fp32"]),
+            "auto": resolve_precision("auto", "cpu"), "native_bf16": native, "reason": why, "cpu": cpu_model(),
+            "aten_capability": torch.backends.cpu.get_cpu_capability()}
+
+
 def measure_mfu(args, work: Path) -> dict:
-    peak = measure_matmul_peak(torch.bfloat16, seconds=2.0)
-    run = ours(args.data, work / "mfu", args.mfu_steps, args.mfu_batch, "bf16", "standard", model=args.mfu_model,
+    precision = resolve_precision("auto", "cpu")
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    peak = measure_matmul_peak(dtype, seconds=2.0)
+    run = ours(args.data, work / "mfu", args.mfu_steps, args.mfu_batch, precision, "standard", model=args.mfu_model,
                compile=args.mfu_compile)
     tokens_per_s = run["tokens_per_step"] / statistics.median(run["times"])
     best = best_tokens_per_s([run])
-    peak_after = measure_matmul_peak(torch.bfloat16, size=1024 + 1, seconds=2.0)  # a fresh measurement (not cached)
-    return {"model": args.mfu_model, "tokens_per_s": tokens_per_s, "flops_per_token": run["flops_per_token"],
+    peak_after = measure_matmul_peak(dtype, size=1024 + 1, seconds=2.0)  # a fresh measurement (not cached)
+    return {"model": args.mfu_model, "precision": precision, "tokens_per_s": tokens_per_s,
+            "flops_per_token": run["flops_per_token"],
             "peak_flops_before": peak, "peak_flops_after": peak_after,
             "mfu": mfu(tokens_per_s, run["flops_per_token"], max(peak, peak_after)),
             "mfu_fastest_step": mfu(best, run["flops_per_token"], max(peak, peak_after))}
@@ -159,30 +184,41 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8, help="steps per run of the trainer comparison")
     parser.add_argument("--rounds", type=int, default=4, help="interleaved repetitions of every arm")
     parser.add_argument("--batch", type=int, default=10, help="rows per step (the demo's global batch)")
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"],
+                        help="precision of the trainer comparison (auto: what this machine resolves it to)")
+    parser.add_argument("--precision-model", default="llama-10M", help="model of the bf16 ÷ fp32 comparison")
+    parser.add_argument("--precision-steps", type=int, default=4)
     parser.add_argument("--mfu-model", default="llama-40M")
     parser.add_argument("--mfu-steps", type=int, default=6)
     parser.add_argument("--mfu-batch", type=int, default=32)
     parser.add_argument("--mfu-compile", action="store_true", help="compile=true for the MFU run")
     parser.add_argument("--out", default=None, help="write the results JSON here")
     args = parser.parse_args()
+    args.precision = resolve_precision(args.precision, "cpu")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        print(f"{cpu_model()}, {torch.get_num_threads()} threads, ATen {torch.backends.cpu.get_cpu_capability()}")
         print(f"trainer comparison: llama-demo, {args.precision}, batch {args.batch}, {args.steps} steps x "
-              f"{args.rounds} rounds, {torch.get_num_threads()} threads")
+              f"{args.rounds} rounds")
         results = {"trainers": compare_trainers(args, work)}
-        print(f"MFU: {args.mfu_model}, bf16, batch {args.mfu_batch}, {args.mfu_steps} steps")
+        print(f"MFU: {args.mfu_model}, {resolve_precision('auto', 'cpu')}, batch {args.mfu_batch}, "
+              f"{args.mfu_steps} steps")
         results["mfu"] = measure_mfu(args, work)
-    t, m = results["trainers"], results["mfu"]
+        print(f"bf16 vs fp32: {args.precision_model}, batch {args.batch}, {args.precision_steps} steps x "
+              f"{args.rounds} rounds")
+        results["precision"] = compare_precisions(args, work)
+    t, m, p = results["trainers"], results["mfu"], results["precision"]
     show = lambda r: (f"{r['median']:.2f}x (rounds {r['min']:.2f}-{r['max']:.2f}; fastest steps "  # noqa: E731
                       f"{r['best_step']:.2f}x)")
     print(f"goldfish train vs HF Trainer (tokens/s)   eager {show(t['ours_vs_hf_trainer'])}, compile=true "
           f"{show(t['ours_compiled_vs_hf_trainer'])}   target >= 1.1x")
     print(f"goldfish vs standard (step time)          {show(t['goldfish_vs_standard_step_time'])}   target <= 1.01x; "
           f"the mask alone is {100 * t['goldfish_mask']['fraction_of_step']:.2f} % of a step")
-    print(f"MFU {m['model']} bf16                      {100 * m['mfu']:.1f} % of a "
+    print(f"MFU {m['model']} {m['precision']}                      {100 * m['mfu']:.1f} % of a "
           f"{max(m['peak_flops_before'], m['peak_flops_after']) / 1e9:.0f} GFLOP/s matmul peak (fastest step "
           f"{100 * m['mfu_fastest_step']:.1f} %)   target >= 60 %")
+    print(f"bf16 / fp32 step time ({p['model']})      {p['bf16_over_fp32']:.2f}x ({p['bf16_step_s']:.3f} s vs "
+          f"{p['fp32_step_s']:.3f} s); precision=auto chose {p['auto']}: {p['reason']}")
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / "train_speed.json").write_text(json.dumps(results, indent=2))

@@ -7,7 +7,8 @@
 Modules: ``config`` (``EvalConfig`` sections), ``loading`` (safe offline model/tokenizer loading), ``inputs``
 (documents), ``windows`` (prefix/suffix windows), ``generate`` (batched KV-cached greedy decoding), ``extraction``
 (one-pass measures), ``metrics`` (registered per-window metrics), ``scoring`` (per-token log-probs in bounded
-memory), ``membership`` (MIA scores and ROC), ``aggregate`` (summaries), ``report`` (Markdown and plots),
+memory), ``membership`` (MIA scores and ROC), ``stats`` (exact and paired statistics), ``adversary`` (the
+mask-consistent extraction attack), ``aggregate`` (summaries), ``report`` (Markdown and plots),
 ``state`` (fingerprint and resumable partial files), ``run``
 (orchestration). The results schema is eval/SCHEMA.md. Submodules load lazily, so ``import goldfish.eval`` stays cheap.
 """
@@ -20,7 +21,7 @@ from typing import Any
 from .config import EvalConfig
 
 __all__ = ["EvalConfig", "run_eval", "extraction", "membership", "metrics", "aggregate", "report", "generate",
-           "loading", "windows", "inputs", "scoring", "state"]
+           "loading", "windows", "inputs", "scoring", "state", "stats", "adversary"]
 
 
 def run_eval(cfg: EvalConfig) -> dict:

@@ -5,8 +5,10 @@ and a few shorthand flags, :data:`SHORTHANDS`, that name one key each). Sections
 
 * ``model``      -- what to load and how (path, reference model, dtype, device, threads, pickle opt-in);
 * ``data``       -- documents and extraction windows (path, nonmembers, groups, prefix/suffix lengths, placements);
-* ``decoding``   -- generation for extraction (batch size, stop at eos, beam search, sampling, (n, p) n);
+* ``decoding``   -- generation for extraction (batch size, stop at eos, beam search, sampling, (n, p) n, the
+  mask-consistent adversary);
 * ``membership`` -- membership-inference scoring (token budget, context windows, Min-K ratios, bootstrap);
+* ``mask``       -- the model's Goldfish mask settings for ``decoding.adversary`` (default: the run folder's);
 * ``canaries``   -- Secret-Sharer exposure of a prepared folder's canaries (candidates per canary);
 * ``series``     -- a list of models or a run's checkpoints evaluated into one folder (:mod:`goldfish.eval.series`);
 * top level      -- ``out``, ``tasks``, resume/overwrite, report, progress, seed.
@@ -21,6 +23,7 @@ import dataclasses
 from typing import Literal, Union
 
 from goldfish.config import check, option, raise_problems
+from goldfish.masks import Strategy
 from goldfish.precision import PRECISIONS, canonical_precision
 
 from .windows import ALL, PLACEMENTS
@@ -61,8 +64,9 @@ class ModelSection:
                                           "training run folder (its model/ is used)")
     reference: Union[str, None] = option(None, "reference model for the reference-calibrated membership attack "
                                                "(same vocabulary; loaded first, so a bad path fails at once)")
-    dtype: str = option("fp32", "weights precision: fp32 | bf16 | fp16 | auto (the checkpoint's); float32/bfloat16/"
-                                "float16 are aliases (goldfish.precision)")
+    dtype: str = option("auto", "weights precision: auto (bf16 where the device computes it natively and fast -- "
+                                "CUDA with bf16, CPUs with AMX -- else fp32) | fp32 | bf16 | fp16 | checkpoint (the "
+                                "checkpoint's own); float32/bfloat16/float16 are aliases (goldfish.precision)")
     device: str = option("auto", "torch device: auto (cuda if available, else cpu), cpu, cuda, cuda:1, mps")
     threads: Union[int, None] = option(None, "CPU threads for torch (torch.set_num_threads); default: torch's "
                                              "choice (all cores)")
@@ -151,6 +155,12 @@ class DecodingSection:
                              "reproductions (sample_rate; 0 = off)")
     temperature: float = option(1.0, "sampling temperature for `samples`")
     n_samples_adversary: int = option(100, "n of the (n, p)-extraction chance 1-(1-p_suffix)^n")
+    adversary: Union[Literal["mask_consistent"], None] = option(
+        None, "mask_consistent: also decode with the Goldfish mask's public hash (at a position believed dropped, "
+              "only the tokens whose window hashes to 'drop'): told the dropped positions (mc_oracle) and by "
+              "confidence (mc_switch); needs the mask settings (the run folder's, or the mask section)")
+    switch_threshold: Union[float, None] = option(None, "mc_switch believes a position dropped where the top-1 "
+                                                        "probability is below this (null = 0.9)")
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -161,7 +171,24 @@ class DecodingSection:
         check(self.samples >= 0, problems, f"samples={self.samples} must be >= 0 (0 = off)")
         check(self.temperature > 0, problems, f"temperature={self.temperature} must be > 0")
         check(self.n_samples_adversary >= 1, problems, f"n_samples_adversary={self.n_samples_adversary} must be >= 1")
+        check(self.switch_threshold is None or 0 < self.switch_threshold <= 1, problems,
+              f"switch_threshold={self.switch_threshold} must be in (0, 1]")
         raise_problems(problems)
+
+
+@dataclasses.dataclass
+class MaskSection:
+    """The Goldfish mask the model was trained with, for ``decoding.adversary=mask_consistent``. Unset keys come from
+    the training run folder (its config.yaml); a key set here overrides it (e.g. to attack a GGUF or HF checkpoint,
+    or to test a wrong guess)."""
+
+    k: Union[int, None] = option(None, "drop 1 in k target tokens (null = the run folder's)")
+    h: Union[int, None] = option(None, "hashed context width (null = the run folder's)")
+    strategy: Union[Strategy, None] = option(None, "hash | hash-table | canonical | hash-preceding | static (null = "
+                                                   "the run folder's)")
+    seed: Union[int, None] = option(None, "salt of the hash (null = the run folder's, or 0)")
+    special_ids: Union[list[int], None] = option(None, "ids never dropped nor hashed, besides the tokenizer's eos/"
+                                                       "bos/pad (null = the run folder's)")
 
 
 @dataclasses.dataclass
@@ -253,6 +280,7 @@ class EvalConfig:
     data: DataSection = option(factory=DataSection, help="documents and extraction windows")
     decoding: DecodingSection = option(factory=DecodingSection, help="generation settings of extraction")
     membership: MembershipSection = option(factory=MembershipSection, help="membership-inference scoring")
+    mask: MaskSection = option(factory=MaskSection, help="the model's Goldfish mask, for decoding.adversary")
     canaries: CanarySection = option(factory=CanarySection, help="canary exposure (task canaries)")
     series: SeriesSection = option(factory=SeriesSection, help="evaluate a series of models (a size family or a "
                                                                "run's checkpoints) instead of model.path")

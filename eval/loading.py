@@ -8,18 +8,18 @@ allowed (then ``torch.load(weights_only=True)``), nothing fetched from the Hub.
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
 from goldfish.errors import UserError
+from goldfish.gguf_cache import dequantised
 from goldfish.models import PICKLE_SUFFIXES, load_pretrained, resolve_model_path
-from goldfish.precision import PRECISIONS, canonical_precision, torch_dtype
+from goldfish.precision import PRECISIONS, canonical_precision, resolve_precision, torch_dtype
 
 __all__ = ["PICKLE_SUFFIXES", "check_vocab", "load_model", "load_model_tokenizer", "model_vocab_size",
-           "num_parameters", "one_gguf_read", "pad_id_of", "resolve_device", "resolve_model_path"]
+           "num_parameters", "pad_id_of", "resolve_device", "resolve_model_path"]
 
 def resolve_device(device: str) -> torch.device:
     """``auto`` -> cuda when available, else cpu; anything else is passed to ``torch.device``."""
@@ -31,42 +31,16 @@ def resolve_device(device: str) -> torch.device:
         raise UserError(f"device={device!r} is not a torch device; use auto, cpu, cuda or cuda:N") from None
 
 
-@contextlib.contextmanager
-def one_gguf_read():
-    """Parse each GGUF file once inside this block.
-
-    transformers parses a GGUF file for the config, again for the tokenizer and again for the weights (a
-    ``gguf.GGUFReader`` each time, ~17 s for SmolLM2's 49 k-token vocabulary on a laptop core). Within this block
-    every reader of the same file is the first one (a read-only memory map, so sharing it is safe); loading the
-    tokenizer and then the model reads the file once.
-    """
-    import gguf
-
-    original = gguf.GGUFReader
-    readers: dict[tuple[str, str], object] = {}
-
-    def shared(path, mode: str = "r"):
-        key = (str(Path(path).resolve()), mode)
-        if key not in readers:
-            readers[key] = original(path, mode)
-        return readers[key]
-
-    gguf.GGUFReader = shared
-    try:
-        yield
-    finally:
-        gguf.GGUFReader = original
-
-
-def load_model(path: str | Path, dtype: str = "fp32", device: str = "auto", allow_pickle: bool = False,
-               progress: bool = False):
+def load_model(path: str | Path, dtype: str = "auto", device: str = "auto", allow_pickle: bool = False):
     """Load a causal LM for inference (``eval()`` mode, on ``device``) -> ``PreTrainedModel``; ``dtype`` is a
-    precision name (:mod:`goldfish.precision`: fp32 | bf16 | fp16 | auto, or the long torch spellings); ``progress``
-    shows transformers' GGUF conversion bar."""
+    precision name (:mod:`goldfish.precision`: auto | fp32 | bf16 | fp16 | checkpoint, or the long torch spellings;
+    ``auto`` is resolved for ``device``)."""
     resolve_model_path(path)  # a wrong path fails before the dtype is looked at
     if canonical_precision(dtype) is None:
         raise UserError(f"dtype={dtype!r} is not one of {', '.join(PRECISIONS)}")
-    return load_pretrained(path, torch_dtype(dtype), allow_pickle, progress).to(resolve_device(device)).eval()
+    where = resolve_device(device)
+    precision = resolve_precision(dtype, where)
+    return load_pretrained(path, torch_dtype(precision), allow_pickle).to(where).eval()
 
 
 def load_model_tokenizer(path: str | Path):
@@ -74,11 +48,9 @@ def load_model_tokenizer(path: str | Path):
     from transformers import AutoTokenizer  # deliberately lazy: `goldfish eval --help` stays fast
 
     src = resolve_model_path(path)
-    kwargs = dict(local_files_only=True, trust_remote_code=False)
-    if src.gguf_file:
-        kwargs["gguf_file"] = src.gguf_file
+    folder = dequantised(src.folder / src.gguf_file) if src.gguf_file else src.folder  # goldfish.gguf_cache
     try:
-        return AutoTokenizer.from_pretrained(src.folder, **kwargs)
+        return AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     except (OSError, ValueError, KeyError, TypeError, ImportError) as e:
         first = (str(e).strip() or type(e).__name__).splitlines()[0]
         raise UserError(f"could not load a tokenizer from {src.describe()}: {first}") from None

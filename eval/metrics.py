@@ -11,6 +11,13 @@ truth_text)`` and most use only the ids. Definitions:
 * ``rouge_l``: ROUGE-L F1 on token ids = F1 of the longest common *subsequence* (same as ``rouge-score``'s
   ``rougeL`` given the ids as tokens); ``rouge_l_words``: the same on whitespace-separated words of the decoded
   texts (case kept; no stemming).
+* ``rouge_l_paper``: ROUGE-L F1 as the Goldfish paper's evaluation computes it: the ``rouge-score`` package's
+  ``rougeL`` with its default tokenizer (lower-cased, runs of ``[a-z0-9]`` as words) and *no* stemming. The paper's
+  ``eval/data_extraction.py`` (github.com/ahans30/goldfish-loss, commit 70bfad8) calls ``evaluate.load("rouge")
+  .compute(predictions=[gen], references=[truth])`` per document and averages; that is ``RougeScorer(rouge_types,
+  use_stemmer=False).score(truth, gen)["rougeL"].fmeasure`` (``evaluate``'s default is ``use_stemmer=False``).
+  The paper decoded with ``skip_special_tokens=True``; here the texts keep special tokens, which changes the value
+  only where one is generated or in the truth.
 * ``lcs_len``: longest common *substring* (contiguous run of tokens present in both).
 * ``edit_distance``: Levenshtein distance on token sequences divided by the longer length (0 = identical, 1 =
   nothing in common), via ``rapidfuzz``.
@@ -22,6 +29,7 @@ import dataclasses
 from typing import Callable, Sequence
 
 from rapidfuzz.distance import LCSseq, Levenshtein
+from rouge_score import rouge_scorer
 
 Ids = Sequence[int]
 
@@ -105,6 +113,14 @@ def rouge_l(gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = "") -> f
 def rouge_l_words(gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = "") -> float:
     g, t = gen_text.split(), truth_text.split()
     return f1_from_lcs(int(LCSseq.similarity(g, t)), len(g), len(t))
+
+
+_PAPER_ROUGE = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
+
+
+@register_metric("rouge_l_paper", higher_is_better=True)
+def rouge_l_paper(gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = "") -> float:
+    return float(_PAPER_ROUGE.score(truth_text, gen_text)["rougeL"].fmeasure)
 
 
 @register_metric("lcs_len", higher_is_better=True)

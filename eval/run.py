@@ -13,6 +13,7 @@ throughput record per chunk or scoring batch.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import logging
@@ -27,17 +28,19 @@ from tqdm.auto import tqdm
 
 from goldfish.config import save_config, to_dict
 from goldfish.errors import UserError
+from goldfish.hardware import describe
 from goldfish.io import JsonlLogger, atomic_write_text, strict_json
+from goldfish.precision import resolve_precision
 
-from . import extraction, membership
+from . import adversary, extraction, membership
 from .aggregate import summarize
 from .canaries import canaries_section
 from .canaries import check_task as check_canary_task
 from .config import EvalConfig
 from .generate import beam_generate, generate
 from .inputs import load_eval_documents
-from .loading import (check_vocab, load_model, load_model_tokenizer, model_vocab_size, num_parameters, one_gguf_read,
-                      pad_id_of, resolve_model_path)
+from .loading import (check_vocab, load_model, load_model_tokenizer, model_vocab_size, num_parameters,
+                      pad_id_of, resolve_device, resolve_model_path)
 from .metrics import compute_metrics
 from .report import write_report
 from .scoring import context_length
@@ -93,8 +96,10 @@ def _eos_id(model, tokenizer) -> int | None:
     return None
 
 
-def evaluate_chunk(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig, pad_id: int) -> list[dict]:
-    """Greedy generation + one pass (+ beam / samples) + metrics for a list of windows -> result records."""
+def evaluate_chunk(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig, pad_id: int,
+                   mask=None) -> list[dict]:
+    """Greedy generation + one pass (+ beam / samples / the mask-consistent adversary, given the model's Goldfish
+    ``mask``) + metrics for a list of windows -> result records."""
     dec = cfg.decoding
     prefixes = [w.prefix for w in windows]
     suffixes = [w.suffix for w in windows]
@@ -105,6 +110,8 @@ def evaluate_chunk(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig,
     beams = beam_generate(model, prefixes, cfg.data.suffix_len, dec.beam, **kw) if dec.beam > 1 else None
     hits = (extraction.sample_hits(model, prefixes, suffixes, dec.samples, temperature=dec.temperature,
                                    seed=cfg.seed, **kw) if dec.samples else None)
+    threshold = dec.switch_threshold or adversary.DEFAULT_SWITCH_THRESHOLD
+    adv = adversary.window_records(model, windows, gens, mask, threshold, **kw) if mask is not None else None
     records = []
     for i, (w, gen) in enumerate(zip(windows, gens)):
         gen_text, truth_text = _decode(tokenizer, gen), _decode(tokenizer, w.suffix)
@@ -119,13 +126,15 @@ def evaluate_chunk(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig,
             rec["beam_token_match"] = compute_metrics(beams[i], w.suffix, names=["token_match"])["token_match"]
         if hits is not None:
             rec["sample_hits"], rec["sample_rate"] = hits[i], hits[i] / dec.samples
+        rec.update(adv[i] if adv is not None else {})
         rec.update({"generation": gen_text, "truth": truth_text, "generation_ids": list(gen),
                     "truth_ids": list(w.suffix), "sha256": w.key})
         records.append(rec)
     return records
 
 
-def evaluate_windows(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig, out: Path) -> list[dict]:
+def evaluate_windows(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig, out: Path,
+                     mask=None) -> list[dict]:
     """All window records in window order, computing only those not already in the partial file."""
     done = read_windows(out, cfg.resume)
     todo = [w for w in dict((w.key, w) for w in windows).values() if w.key not in done]
@@ -138,7 +147,7 @@ def evaluate_windows(model, tokenizer, windows: Sequence[Window], cfg: EvalConfi
         for lo in range(0, len(todo), CHUNK):
             chunk = todo[lo : lo + CHUNK]
             t0 = time.perf_counter()
-            records = evaluate_chunk(model, tokenizer, chunk, cfg, pad_id)
+            records = evaluate_chunk(model, tokenizer, chunk, cfg, pad_id, mask)
             seconds = time.perf_counter() - t0
             for rec in records:
                 partial.log(rec)
@@ -207,29 +216,37 @@ def _extraction_windows(cfg: EvalConfig, splits: dict) -> tuple[list[Window], in
     return build_windows(to_extract, d.prefix_lens, d.suffix_len, d.window, d.stride, d.offsets, d.max_offset)
 
 
+def resolved(cfg: EvalConfig) -> EvalConfig:
+    """``cfg`` with ``model.dtype: auto`` resolved for its device: what the fingerprint, results.json and
+    eval_config.yaml record (:func:`goldfish.precision.resolve_precision`)."""
+    dtype = resolve_precision(cfg.model.dtype, resolve_device(cfg.model.device))
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, dtype=dtype))
+
+
 def run_eval(cfg: EvalConfig) -> dict:
     """Evaluate ``cfg.model.path`` on ``cfg.data.path``; write results.json/.csv, report and plots into ``cfg.out``."""
     _require(cfg)
+    cfg = resolved(cfg)
     out = Path(cfg.out)
     torch.manual_seed(cfg.seed)
     if cfg.model.threads is not None:
         torch.set_num_threads(cfg.model.threads)
     m = cfg.model
-    reference = load_model(m.reference, m.dtype, m.device, m.allow_pickle, cfg.progress) if m.reference else None
-    with one_gguf_read():
-        tokenizer = _load_tokenizer(cfg)
-        splits, prep = load_eval_documents(cfg.data.path, cfg.data.nonmembers, tokenizer, cfg.data.max_docs,
-                                      cfg.data.group_field)
-        if tokenizer is None and prep is not None:
-            tokenizer = prep.tokenizer
-        windows, skipped = _extraction_windows(cfg, splits)
-        model = load_model(m.path, m.dtype, m.device, m.allow_pickle, cfg.progress)
+    reference = load_model(m.reference, m.dtype, m.device, m.allow_pickle) if m.reference else None
+    tokenizer = _load_tokenizer(cfg)
+    splits, prep = load_eval_documents(cfg.data.path, cfg.data.nonmembers, tokenizer, cfg.data.max_docs,
+                                       cfg.data.group_field)
+    if tokenizer is None and prep is not None:
+        tokenizer = prep.tokenizer
+    windows, skipped = _extraction_windows(cfg, splits)
+    model = load_model(m.path, m.dtype, m.device, m.allow_pickle)
     check_canary_task(cfg.tasks, splits)
     for name, docs in splits.items():
         check_vocab(model, tokenizer, [d.tokens for d in docs], what=f"the {name} documents")
     _check_context(model, windows, cfg.data.suffix_len)
+    mask = adversary.resolve_mask(cfg.mask, m.path, tokenizer) if cfg.decoding.adversary and windows else None
     claim_folder(out, fingerprint(cfg, splits), cfg.overwrite)
-    records = evaluate_windows(model, tokenizer, windows, cfg, out) if windows else []
+    records = evaluate_windows(model, tokenizer, windows, cfg, out, mask) if windows else []
     results = {
         "schema": SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -237,7 +254,8 @@ def run_eval(cfg: EvalConfig) -> dict:
         "git": _git_commit(),
         "config": to_dict(cfg),
         "model": {"path": resolve_model_path(m.path).describe(), "num_parameters": num_parameters(model),
-                  "vocab_size": model_vocab_size(model), "dtype": str(next(model.parameters()).dtype)},
+                  "vocab_size": model_vocab_size(model), "dtype": str(next(model.parameters()).dtype),
+                  "precision": m.dtype, "device": describe(next(model.parameters()).device)},
         "data": {"path": str(cfg.data.path), "members": len(splits.get("members", [])),
                  "nonmembers": len(splits.get("nonmembers", [])), "skipped_short": skipped,
                  "sha256": windows_sha256(windows)},
@@ -246,6 +264,8 @@ def run_eval(cfg: EvalConfig) -> dict:
         "canaries": canaries_section(model, splits, cfg, prep),
         "windows": records,
     }
+    if mask is not None:
+        results["adversary"] = adversary.section(records, mask, cfg)
     results = json.loads(strict_json(results))  # what is written: non-finite values as null, noted in json_nulls
     atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
     write_csv(out / "results.csv", records)

@@ -38,23 +38,15 @@ from transformers import AutoConfig
 from .engines import engine_layout
 from .engines.base import Layout
 from .errors import ConfigError, UserError
+from .hardware import GPUS
 from .models import llama_config
 from .train import check_batch
 from .train_config import ModelConfig, TrainConfig
 
 GIB = 1024**3
 
-# device kind -> (dense bf16 peak TFLOP/s, memory GiB): vendor datasheets (dense, no sparsity)
-DEVICES: dict[str, tuple[float | None, float]] = {
-    "cpu": (None, 0.0),
-    "a100": (312.0, 80.0),
-    "a100-40gb": (312.0, 40.0),
-    "h100": (989.0, 80.0),
-    "h200": (989.0, 141.0),
-    "gh200": (989.0, 96.0),
-    "mi250x-gcd": (191.5, 64.0),
-    "mi300x": (1307.0, 192.0),
-}
+# device kind (hardware.gpu) -> (dense bf16 peak TFLOP/s, memory GiB), from the one table of goldfish.hardware
+DEVICES: dict[str, tuple[float | None, float]] = {"cpu": (None, 0.0), **{g.kind: (g.bf16, g.memory_gib) for g in GPUS}}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,6 +39,16 @@ Strategies
     a word; their key is the h-1 words before them plus a fixed tag. Re-cased or re-spaced text tokenizes
     differently, but every word-final token (and every token whose folded prefix is unchanged) keeps its decision.
 
+``"hash-preceding"`` (the target outside its own window)
+    Like ``hash``, but the window is the h tokens *before* the target (positions ``t-h .. t-1`` in the same
+    document), never the target itself, and the hash is salted apart from ``hash``. Why: under ``hash`` the target
+    is in its window, so at a position an attacker believes dropped only the tokens whose window hashes to "drop"
+    can be the true one (about 1/k of the vocabulary): the mask leaks a hint of each dropped token. Here the
+    decision at ``t`` is fixed before the token is known, so it says nothing about which token it is. A document's
+    first target has an empty window and is never dropped (otherwise one seed-wide decision would drop every
+    document's first token, or none); every later target is dropped at the 1/k rate, with ``hash``'s invariances
+    (batch, padding, packing, documents, processes, devices).
+
 ``"static"``
     The paper's k-GL baseline: every k-th token of each document (positions k-1, 2k-1, ... counted from the
     document's first token) is dropped, independent of content.
@@ -54,10 +64,10 @@ import torch
 from .config import check, option, raise_problems, runtime_option
 from .errors import ConfigError
 
-STRATEGIES = ("hash", "hash-table", "canonical", "static")
+STRATEGIES = ("hash", "hash-table", "canonical", "hash-preceding", "static")
 IGNORE_INDEX = -100
 
-Strategy = Literal["hash", "hash-table", "canonical", "static"]
+Strategy = Literal["hash", "hash-table", "canonical", "hash-preceding", "static"]
 
 _TABLE_SIZE = 1_000_003
 _TABLE_SEED = 2971215073  # the 47th Fibonacci number, a prime; the published seed
@@ -94,7 +104,8 @@ class GoldfishConfig:
     k: int = option(4, "drop 1 in k target tokens (k >= 2; the paper's default is 4)")
     h: int = option(13, "context width: the number of tokens, ending at the target, whose ids decide (paper: 13)")
     strategy: Strategy = option("hash", "hash (default, document-aware) | hash-table (paper-exact) | canonical "
-                                        "(hash over a case/whitespace-folded view of the text) | static (k-GL)")
+                                        "(hash over a case/whitespace-folded view of the text) | hash-preceding "
+                                        "(hash of the h tokens before the target, not the target) | static (k-GL)")
     seed: int = option(0, "salt of the 'hash' strategy; a different seed gives an independent mask")
     special_ids: list[int] = option(factory=list, help="token ids never dropped and never hashed (e.g. BOS/EOS/pad)")
     fold: TokenFold | None = runtime_option("canonical only: the tokenizer's fold table (set by the trainer, the "
@@ -130,6 +141,7 @@ _GOLDEN = _i64(0x9E3779B97F4A7C15)
 FOLD_BASE = 0x100000001B3  # the 64-bit FNV prime: base of the folded-bytes polynomial hash of "canonical"
 _CANONICAL_TAG = 0x43414E4F4E  # salts "canonical" apart from "hash" ("CANON")
 _BLANK_TAG = _i64(0xB1A4C5EED0000001)  # the key contribution of a whitespace-only token
+_PRECEDING_TAG = 0x5052454345444500  # salts "hash-preceding" apart from "hash" ("PRECEDE")
 
 
 def _shr(x: torch.Tensor, s: int) -> torch.Tensor:
@@ -193,19 +205,46 @@ def _position_in_segment(seg: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------------------------------------------------------ strategies
 
 
-def _hash_mask(ids: torch.Tensor, k: int, h: int, seg: torch.Tensor, special: torch.Tensor, seed: int) -> torch.Tensor:
+def _initial_state(seed: int, h: int, tag: int) -> int:
+    """The hash state before the first window token: the seed, h and the strategy's tag, as one int64."""
+    return _i64((seed * _GOLDEN) % (1 << 64)) ^ h ^ tag
+
+
+def _window_hash(ids: torch.Tensor, h: int, seg: torch.Tensor, seed: int, offsets: range,
+                 tag: int = 0) -> tuple[torch.Tensor, ...]:
+    """[B, T] int64 hash of each position's window and [B, T] bool "the window is not empty".
+
+    The window of position t: tokens ``t - j`` for j in ``offsets`` (oldest first) that lie in t's segment.
+    """
     B, T = ids.shape
-    acc = mix64(torch.full((B, T), _i64((seed * _GOLDEN) % (1 << 64)) ^ h, dtype=torch.int64, device=ids.device))
+    acc = mix64(torch.full((B, T), _initial_state(seed, h, tag), dtype=torch.int64, device=ids.device))
     tokens = ids.to(torch.int64) + 1  # +1 so id 0 is not the XOR identity
-    for j in range(min(h, T) - 1, -1, -1):  # oldest -> newest: order-sensitive
+    nonempty = torch.zeros(B, T, dtype=torch.bool, device=ids.device)
+    for j in sorted((j for j in offsets if j < T), reverse=True):  # oldest -> newest: order-sensitive
         # window member at offset j for every position t: token t-j, valid if in the same segment.
         x = torch.zeros_like(tokens)
-        same = torch.zeros_like(special)
+        same = torch.zeros_like(nonempty)
         x[:, j:] = tokens[:, : T - j]
         same[:, j:] = seg[:, j:] == seg[:, : T - j]
         acc = torch.where(same, mix64(acc ^ x), acc)
-    threshold = (1 << 53) // k
-    return (_shr(acc, 11) < threshold) & ~special
+        nonempty |= same
+    return acc, nonempty
+
+
+def _drops(acc: torch.Tensor, k: int) -> torch.Tensor:
+    """The drop decision of a window hash: its top 53 bits below ``2**53 / k`` (exact integer arithmetic)."""
+    return _shr(acc, 11) < (1 << 53) // k
+
+
+def _hash_mask(ids: torch.Tensor, k: int, h: int, seg: torch.Tensor, special: torch.Tensor, seed: int) -> torch.Tensor:
+    acc, _ = _window_hash(ids, h, seg, seed, range(h))
+    return _drops(acc, k) & ~special
+
+
+def _preceding_mask(ids: torch.Tensor, k: int, h: int, seg: torch.Tensor, special: torch.Tensor,
+                    seed: int) -> torch.Tensor:
+    acc, nonempty = _window_hash(ids, h, seg, seed, range(1, h + 1), _PRECEDING_TAG)
+    return _drops(acc, k) & nonempty & ~special
 
 
 def _reference_table() -> torch.Tensor:
@@ -280,16 +319,14 @@ def _canonical_mask(ids: torch.Tensor, k: int, h: int, seg: torch.Tensor, specia
     WH = torch.zeros(B, T + 1, dtype=torch.int64, device=ids.device).scatter_(1, slot, P)
     WS = torch.full((B, T + 1), -1, dtype=seg.dtype, device=ids.device).scatter_(1, slot, seg)
     prev = widx - (~blank).long()  # (B, T): the last complete word before t's own word
-    acc = mix64(torch.full((B, T), _i64((seed * _GOLDEN) % (1 << 64)) ^ h ^ _CANONICAL_TAG, dtype=torch.int64,
-                           device=ids.device))
+    acc = mix64(torch.full((B, T), _initial_state(seed, h, _CANONICAL_TAG), dtype=torch.int64, device=ids.device))
     for j in range(h - 2, -1, -1):  # oldest -> newest, like "hash"
         w = prev - j
         at = w.clamp(min=0)
         valid = (w >= 0) & (WS.gather(1, at) == seg)
         acc = torch.where(valid, mix64(acc ^ WH.gather(1, at)), acc)
     acc = mix64(acc ^ torch.where(blank, torch.full_like(P, _BLANK_TAG), P))
-    threshold = (1 << 53) // k
-    return (_shr(acc, 11) < threshold) & ~special
+    return _drops(acc, k) & ~special
 
 
 def _static_mask(k: int, seg: torch.Tensor, special: torch.Tensor) -> torch.Tensor:
@@ -312,7 +349,7 @@ def goldfish_mask(
     """Bool tensor shaped like ``input_ids`` ([T] or [B, T]); ``True`` = this target token is dropped from the loss.
 
     ``document_ids`` / ``position_ids`` (same shape) mark document boundaries inside packed rows for the ``hash``,
-    ``canonical`` and ``static`` strategies. ``fold``: the tokenizer's :class:`TokenFold`, needed by ``canonical``.
+    ``hash-preceding``, ``canonical`` and ``static`` strategies. ``fold``: the tokenizer's :class:`TokenFold`, needed by ``canonical``.
     Computed on the tensor's own device with vectorised integer ops.
     """
     problems: list[str] = []
@@ -337,6 +374,8 @@ def goldfish_mask(
         seg = segment_ids(ids2, special, docs, pos)
         if strategy == "hash":
             mask = _hash_mask(ids2, k, h, seg, special, seed)
+        elif strategy == "hash-preceding":
+            mask = _preceding_mask(ids2, k, h, seg, special, seed)
         elif strategy == "canonical":
             mask = _canonical_mask(ids2, k, h, seg, special, seed, fold)
         else:
@@ -365,3 +404,74 @@ def apply_goldfish(
     labels = torch.as_tensor(labels)
     mask = config_mask(labels, config, document_ids=document_ids, position_ids=position_ids)
     return labels.masked_fill(mask, IGNORE_INDEX)
+
+
+# ------------------------------------------------------------------------------------------------ the next token
+
+
+def next_token_drops(context: torch.Tensor, config: GoldfishConfig, vocab_size: int,
+                     chunk: int = 2048) -> torch.Tensor:
+    """(B, V) bool: True where appending id ``v`` to row ``b`` of ``context`` (B, C) makes that new target dropped.
+
+    Exactly ``config_mask(cat(context[b], [v]))[-1]`` for every ``v`` (tested); negative ids in ``context`` (e.g.
+    -1 for left padding) are boundaries like any special id, and for ``hash-table`` a row starts after its last
+    negative id (its left padding). What an attacker who knows the mask settings can compute at each decoding
+    step: under ``hash``, ``hash-table`` and ``canonical`` the target is in its own window, so the decision differs
+    between candidates; under ``hash-preceding`` and ``static`` it is one decision for every non-special candidate.
+    ``hash`` and ``hash-table`` are computed from the window state in O(B·V); ``canonical`` masks ``chunk``
+    candidate rows at a time (slower).
+    """
+    ctx = torch.as_tensor(context).to(torch.int64)
+    if ctx.dim() != 2:
+        raise ValueError(f"context must have shape [B, C], got {tuple(ctx.shape)}")
+    B = ctx.shape[0]
+    candidates = torch.arange(vocab_size, device=ctx.device)  # (V,)
+    special_v = special_positions(candidates, config.special_ids)  # (V,) never dropped
+    if config.strategy == "hash-table":
+        drops = _next_hash_table(ctx, config.k, config.h, candidates)
+    elif config.strategy == "canonical":
+        return _next_by_rows(ctx, config, candidates, chunk) & ~special_v
+    else:
+        if config.strategy in ("hash", "hash-preceding"):
+            ctx = ctx[:, -config.h:]  # the window reaches h tokens back at most: the rest cannot change a decision
+        placeholder = torch.zeros(B, 1, dtype=torch.int64, device=ctx.device)
+        ext = torch.cat([ctx, placeholder], dim=1)  # (B, C + 1): the new position last, never special
+        special = special_positions(ext, config.special_ids)
+        special[:, -1] = False
+        seg = segment_ids(ext, special)
+        h, seed = config.h, config.seed
+        if config.strategy == "hash":  # the state after the h-1 tokens before the target, then the target
+            acc, _ = _window_hash(ext, h, seg, seed, range(1, h))
+            drops = _drops(mix64(acc[:, -1:] ^ (candidates[None, :] + 1)), config.k)  # (B, V)
+        elif config.strategy == "hash-preceding":
+            acc, nonempty = _window_hash(ext, h, seg, seed, range(1, h + 1), _PRECEDING_TAG)
+            drops = (_drops(acc[:, -1:], config.k) & nonempty[:, -1:]).expand(B, vocab_size)
+        else:  # static
+            drops = ((_position_in_segment(seg)[:, -1:] + 1) % config.k == 0).expand(B, vocab_size)
+    return drops & ~special_v
+
+
+def _next_hash_table(ctx: torch.Tensor, k: int, h: int, candidates: torch.Tensor) -> torch.Tensor:
+    """(B, V) hash-table decisions of a new last target: key = product of the h-1 ids before it and the candidate
+    (wrapping int64, as in :func:`_hash_table_mask`); never dropped among a row's first h-1 targets."""
+    B, C = ctx.shape
+    real = (ctx >= 0).long().flip(1).cumprod(1).sum(1)  # (B,) tokens after the row's left padding
+    drops = torch.zeros(B, len(candidates), dtype=torch.bool, device=ctx.device)
+    table = _reference_table().to(ctx.device)
+    for b in torch.nonzero(real >= h - 1).flatten().tolist():
+        tail = ctx[b, C - (h - 1):] if h > 1 else ctx[b, :0]
+        key = tail.prod() * candidates  # (V,) wrapping int64, like the row's unfold(...).prod()
+        drops[b] = table[torch.remainder(key, _TABLE_SIZE)] < 1 / k
+    return drops
+
+
+def _next_by_rows(ctx: torch.Tensor, config: GoldfishConfig, candidates: torch.Tensor, chunk: int) -> torch.Tensor:
+    """(B, V) decisions by masking the row ``context[b] + [v]`` itself, ``chunk`` candidates at a time."""
+    B, C = ctx.shape
+    out = torch.zeros(B, len(candidates), dtype=torch.bool, device=ctx.device)
+    for b in range(B):
+        for lo in range(0, len(candidates), chunk):
+            v = candidates[lo: lo + chunk]
+            rows = torch.cat([ctx[b].expand(len(v), C), v[:, None]], dim=1)  # (chunk, C + 1)
+            out[b, lo: lo + len(v)] = config_mask(rows, config)[:, -1]
+    return out

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +27,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as hf_logging
 
 from .errors import UserError
+from .gguf_cache import dequantised
 from .sizes import SIZES
 
 if TYPE_CHECKING:
@@ -139,49 +139,34 @@ def _first_line(e: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def _quiet_transformers(progress: bool = False):
-    """Hide transformers' own "Loading weights" bar while loading (callers show their own), and its GGUF
-    de-quantising bar unless ``progress``; restore both after."""
-    from transformers import modeling_gguf_pytorch_utils as gguf_utils
-
+def _quiet_transformers():
+    """Hide transformers' own "Loading weights" bar while loading (callers show their own); restore it after."""
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
-    bar = gguf_utils.tqdm
-    if not progress:
-        gguf_utils.tqdm = functools.partial(bar, disable=True)
     try:
         yield
     finally:
-        gguf_utils.tqdm = bar
         if was_enabled:
             hf_logging.enable_progress_bar()
 
 
-def load_pretrained(path: str | Path, dtype: torch.dtype | str = torch.float32, allow_pickle: bool = False,
-                    progress: bool = False) -> nn.Module:
+def load_pretrained(path: str | Path, dtype: torch.dtype | str = torch.float32, allow_pickle: bool = False) -> nn.Module:
     """Load a local causal LM on CPU under the safety policy of the module docstring -> ``PreTrainedModel``.
 
-    ``dtype``: a torch dtype or ``"auto"`` (the checkpoint's); ``progress`` shows transformers' GGUF conversion bar. GGUF weights are dequantised on load and the quantizer
-    is dropped, so the model trains and saves as a plain one."""
+    ``dtype``: a torch dtype or ``"auto"`` (the checkpoint's). A GGUF is dequantised once into the cache of
+    :mod:`goldfish.gguf_cache` and loaded from there as a plain model (no quantizer: it trains and saves as any
+    other)."""
     src = resolve_model_path(path)
     use_safetensors = check_weights(src, allow_pickle)
-    kwargs = dict(dtype=dtype, local_files_only=True, trust_remote_code=False, weights_only=True)
-    if src.gguf_file:
-        kwargs["gguf_file"] = src.gguf_file
-    else:
-        kwargs["use_safetensors"] = use_safetensors
+    # a GGUF is dequantised once into a cached safetensors folder (goldfish.gguf_cache), then loaded like any other
+    folder = dequantised(src.folder / src.gguf_file) if src.gguf_file else src.folder
+    kwargs = dict(dtype=dtype, local_files_only=True, trust_remote_code=False, weights_only=True,
+                  use_safetensors=use_safetensors or bool(src.gguf_file))
     try:
-        with _quiet_transformers(progress):
-            model = AutoModelForCausalLM.from_pretrained(src.folder, **kwargs)
+        with _quiet_transformers():
+            return AutoModelForCausalLM.from_pretrained(folder, **kwargs)
     except Exception as e:  # damaged files raise SafetensorError, UnpicklingError, struct.error, ValueError, OSError...
         raise UserError(f"could not load a causal LM from {src.describe()}: {_first_line(e)}") from None
-    if src.gguf_file:
-        model.hf_quantizer = None
-        if getattr(model, "is_quantized", False):
-            model.is_quantized = False
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-    return model
 
 
 def load_local_model(path: str | Path, vocab_size: int) -> nn.Module:

@@ -1,18 +1,28 @@
-"""One precision vocabulary for training and evaluation: ``fp32 | bf16 | fp16 | auto``.
+"""One precision vocabulary for training and evaluation: ``auto | fp32 | bf16 | fp16 | checkpoint``.
 
-``TrainConfig.precision`` accepts ``fp32`` and ``bf16`` (bf16 autocast over fp32 master weights; fp16 training would
-need loss scaling and ``auto`` has no meaning for fresh weights); the evaluation's weights precision (``dtype``)
-accepts all four (``auto``: the checkpoint's own dtype). The long torch spellings ``float32``, ``bfloat16`` and
-``float16`` are accepted everywhere as aliases and stored in the short form.
+``auto`` (the default everywhere) is resolved from the hardware by :func:`resolve_precision`: bf16 where the device
+computes it natively and fast (see :mod:`goldfish.hardware`), otherwise fp32. What a run records -- its config,
+fingerprint, summary and report -- is always the *resolved* name, so a run resumed on a machine whose ``auto``
+resolves differently is a different run.
+
+``TrainConfig.precision`` accepts ``auto``, ``fp32`` and ``bf16`` (bf16 autocast over fp32 master weights; fp16
+training would need loss scaling); the evaluation's weights precision (``model.dtype``) also accepts ``fp16`` and
+``checkpoint`` (the checkpoint's own dtype). The long torch spellings ``float32``, ``bfloat16`` and ``float16`` are
+accepted everywhere as aliases and stored in the short form.
 """
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
-PRECISIONS: dict[str, torch.dtype | str] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
-                                            "auto": "auto"}
+from .hardware import default_device, native_bf16
+
+PRECISIONS: dict[str, torch.dtype | str] = {"auto": "auto", "fp32": torch.float32, "bf16": torch.bfloat16,
+                                            "fp16": torch.float16, "checkpoint": "checkpoint"}
 ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+_WARNED: set[str] = set()
 
 
 def canonical_precision(value: object, allowed: tuple[str, ...] = tuple(PRECISIONS)) -> str | None:
@@ -21,6 +31,32 @@ def canonical_precision(value: object, allowed: tuple[str, ...] = tuple(PRECISIO
     return name if name in allowed else None
 
 
+def resolve_precision(precision: str, device: torch.device | str | None = None, *, bf16_ok: bool = True,
+                      warn: bool = True) -> str:
+    """The precision a run on ``device`` (default: :func:`goldfish.hardware.default_device`) computes in.
+
+    ``auto`` -> ``bf16`` when the device has native, fast bf16 and ``bf16_ok`` (a caller that cannot use bf16 here,
+    e.g. AxoNN on a CPU, passes False), else ``fp32``. An explicit ``bf16`` on a device without native bf16 is kept
+    and, with ``warn``, announced once per process on stderr: it runs, slowly. Other names pass through.
+    """
+    precision = ALIASES.get(precision, precision)
+    device = torch.device(device) if device is not None else default_device()
+    if precision not in ("auto", "bf16"):
+        return precision
+    native, why = native_bf16(device)
+    if precision == "auto":
+        return "bf16" if native and bf16_ok else "fp32"
+    if not native and warn and why not in _WARNED:
+        _WARNED.add(why)
+        print(f"warning: precision=bf16 where bf16 is not native and fast ({why}): expect it to be slower than fp32 "
+              f"(up to ~30x where bf16 is emulated, e.g. AVX2); use precision=auto (or fp32) unless bf16 itself is "
+              f"under study", file=sys.stderr, flush=True)
+    return precision
+
+
 def torch_dtype(precision: str) -> torch.dtype | str:
-    """The torch dtype of a precision name (``"auto"`` stays ``"auto"``, for ``from_pretrained``)."""
-    return PRECISIONS[ALIASES.get(precision, precision)]
+    """The torch dtype of a resolved precision name (``"checkpoint"`` -> ``"auto"``, for ``from_pretrained``)."""
+    name = ALIASES.get(precision, precision)
+    if name == "auto":
+        raise ValueError("resolve precision 'auto' (resolve_precision) before asking for its torch dtype")
+    return "auto" if name == "checkpoint" else PRECISIONS[name]

@@ -38,11 +38,15 @@ from .engines.base import Engine, StepStats
 from .errors import UserError
 from .fingerprint import refuse_mismatch, saved_train_fingerprint, train_fingerprint, write_fingerprint
 from .fold import token_fold
+from .hardware import default_device, describe
 from .io import JsonlLogger, atomic_directory, atomic_write_json, atomic_write_text, read_jsonl
 from .loss import EngineLoss
 from .masks import GoldfishConfig, config_mask
+from .modelcard import write_training_card
 from .models import build_model, count_parameters, flops_per_token
-from .perf import measure_matmul_peak, mfu
+from .perf import MfuMeter
+from .precision import resolve_precision
+from .tracking import Tracker
 from .train_config import OptimConfig, ScheduleConfig, TrainConfig
 
 BATCH_COLUMNS = ("input_ids", "labels", "document_ids", "position_ids")
@@ -250,12 +254,21 @@ class Progress:
 def train(cfg: TrainConfig) -> Path:
     """Train per ``cfg`` (resuming per ``cfg.checkpoint.resume``) and return the run folder ``cfg.out``."""
     prepared, rows, seq_len = load_train_data(cfg.data.path)  # fails fast, before joining any process group
+    cfg = resolved(cfg)
     # Goldfish reaches the engine only through the loss function
     engine = get_engine(cfg, EngineLoss(cfg.loss.ce_chunk_tokens))
     try:
         return _run(cfg, engine, prepared, rows, seq_len)
     finally:
         engine.close()
+
+
+def resolved(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with ``precision: auto`` resolved for this machine (:func:`goldfish.precision.resolve_precision`):
+    what the run folder's config, fingerprint and summary record. AxoNN runs bf16 only on CUDA."""
+    device = default_device()
+    bf16_ok = not (cfg.engine == "axonn" and device.type != "cuda")
+    return dataclasses.replace(cfg, precision=resolve_precision(cfg.precision, device, bf16_ok=bf16_ok))
 
 
 def _process_rank() -> tuple[int, int]:
@@ -287,24 +300,26 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int) -> Path
         write_fingerprint(out, fingerprint)
         save_config(cfg, out / "config.yaml")
         _truncate_metrics(out / "metrics.jsonl", progress.step)
-    meter = _Meter(shape["flops_per_token"], cfg.precision, engine.device, world, engine.is_main)
+    meter = MfuMeter(shape["flops_per_token"], cfg.precision, engine.device, world, enabled=engine.is_main)
     gcfg = goldfish_config(cfg, prepared)
     orders = _EpochOrders(len(rows), cfg.seed, cfg.data.shuffle)
     clock = _LineClock()
-    with JsonlLogger(out / "metrics.jsonl", enabled=engine.is_main) as log, _bar(cfg, engine, plan, progress) as bar:
+    with JsonlLogger(out / "metrics.jsonl", enabled=engine.is_main) as log, _bar(cfg, engine, plan, progress) as bar, \
+            Tracker(cfg, engine.is_main, progress.step) as tracker:  # TensorBoard / W&B: the same records
         while progress.step < plan.total_steps:
             record = _train_step(cfg, engine, plan, rows, next_batch(plan, orders, progress), gcfg, progress, meter)
             log.log(record)
+            tracker.log(record)
             _report(cfg, engine, bar, record, plan, clock)
             if progress.step == plan.total_steps or (cfg.checkpoint.every_steps
                                                      and progress.step % cfg.checkpoint.every_steps == 0):
                 _save(cfg, engine, plan, progress, rank, world, fingerprint)
-    _finish(cfg, engine, prepared, plan, progress, shape)
+    _finish(cfg, engine, prepared, plan, progress, shape, meter)
     return out
 
 
 def _train_step(cfg: TrainConfig, engine: Engine, plan: Plan, rows, index: np.ndarray, gcfg: GoldfishConfig | None,
-                progress: Progress, meter: "_Meter") -> dict[str, Any]:
+                progress: Progress, meter: MfuMeter) -> dict[str, Any]:
     """One optimizer step on the global batch of rows ``index``; returns its metrics record."""
     start = time.perf_counter()
     batch = take_rows(rows, index, plan.global_batch)  # dict of (G, T) int64 tensors
@@ -325,7 +340,7 @@ def _train_step(cfg: TrainConfig, engine: Engine, plan: Plan, rows, index: np.nd
 
 
 def _record(stats: StepStats, plan: Plan, progress: Progress, lr: float, grad_norm: float, seconds: float,
-            meter: "_Meter") -> dict[str, Any]:
+            meter: MfuMeter) -> dict[str, Any]:
     tokens_per_s = plan.tokens_per_step / seconds
     supervised = stats.kept_count + stats.dropped_count
     return {
@@ -372,21 +387,6 @@ class _EpochOrders:
         return self._cache[1]
 
 
-class _Meter:
-    """MFU against the matmul peak measured once at start-up (main process only; others report 0).
-
-    On a CPU shared with other jobs the start-up peak reflects the load of that moment, so a later, quieter period
-    can log an MFU above 1; ``benchmarks/train_speed.py`` measures the peak before and after its runs instead."""
-
-    def __init__(self, flops: float, precision: str, device, world: int, is_main: bool):
-        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-        self.flops, self.world = flops, world
-        self.peak = measure_matmul_peak(dtype, device, seconds=0.3) if is_main else 0.0
-
-    def mfu(self, tokens_per_s: float) -> float:
-        return mfu(tokens_per_s, self.flops, self.peak, self.world)
-
-
 def _bar(cfg: TrainConfig, engine: Engine, plan: Plan, progress: Progress):
     from tqdm.auto import tqdm
 
@@ -421,7 +421,11 @@ def _report(cfg: TrainConfig, engine: Engine, bar, record: dict[str, Any], plan:
                              or clock.due()):
         print(f"step {record['step']}/{plan.total_steps}  loss {record['loss']:.4f}  lr {record['lr']:.2e}  "
               f"grad_norm {record['grad_norm']:.3f}  tokens/s {record['tokens_per_s']:.0f}  "
-              f"mfu {100 * record['mfu']:.1f}%", flush=True)
+              f"mfu {_percent(record['mfu'])}", flush=True)
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
 def _data_sha256(prepared) -> str:
@@ -467,7 +471,8 @@ def _truncate_metrics(path: Path, step: int) -> None:
         atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
-def _finish(cfg: TrainConfig, engine: Engine, prepared, plan: Plan, progress: Progress, shape: dict) -> None:
+def _finish(cfg: TrainConfig, engine: Engine, prepared, plan: Plan, progress: Progress, shape: dict,
+            meter: MfuMeter) -> None:
     """Export the model (+ tokenizer) in Hugging Face format and write ``summary.json``."""
     out = Path(cfg.out)
     if engine.is_main:
@@ -484,17 +489,21 @@ def _finish(cfg: TrainConfig, engine: Engine, prepared, plan: Plan, progress: Pr
     last = records[-1] if records else {}
     exposures = member_exposures(prepared, consumed_rows(plan, cfg.seed, cfg.data.shuffle))
     steady = records[1:] or records  # the first step pays for allocations (and compilation)
-    atomic_write_json(out / "summary.json", {
+    summary = {
         "steps": progress.step, "epochs": progress.step / plan.steps_per_epoch, "tokens": progress.tokens,
         "loss_type": cfg.loss.type, "final_loss": last.get("loss"), "final_kept_loss": last.get("kept_loss"),
         "final_dropped_loss": last.get("dropped_loss"),
         "dropped_frac": _mean(records, "dropped_frac"), "wall_time_s": progress.elapsed,  # in steps, all sessions
         "mean_tokens_per_s": _mean(steady, "tokens_per_s"), "mean_mfu": _mean(steady, "mfu"),
+        "mfu_peak_flops": meter.peak, "mfu_peak_source": meter.peak_source, "mfu_unavailable": meter.unavailable,
+        "precision": cfg.precision, "device": describe(engine.device),
         "params": int(shape["params"]), "flops_per_token": shape["flops_per_token"],
         "global_batch_size": plan.global_batch, "seq_len": plan.seq_len, "world_size": _process_rank()[1],
         "model": str(out / "model"), "config": str(out / "config.yaml"),
         "exposures": exposures,  # {labelled r: [min, max] times read}: r x epochs when the budget is whole epochs
-    })
+    }
+    write_training_card(out / "model", cfg, summary, prepared.manifest, _data_sha256(prepared))
+    atomic_write_json(out / "summary.json", summary)  # last: a run with a summary has its model card
 
 
 def _mean(records: list[dict], key: str) -> float | None:

@@ -10,6 +10,7 @@ the world size (mesh shape, batch divisibility) happen once the engine knows it.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from typing import Literal
 
 from .config import check, option, raise_problems
@@ -189,6 +190,32 @@ class CheckpointConfig:
 
 
 @dataclasses.dataclass
+class LoggingConfig:
+    """Where each step's metrics go besides ``metrics.jsonl`` (the same scalars, written by the main process only;
+    see :mod:`goldfish.tracking`). Changes nothing a run computes: not part of its fingerprint."""
+
+    tensorboard: bool = option(False, "write TensorBoard event files to <out>/tensorboard (needs the tensorboard "
+                                      "extra: pip install 'goldfish-toolkit[tensorboard]')")
+    wandb: bool = option(False, "log a Weights & Biases run in <out>/wandb (needs the wandb extra); offline unless "
+                                "wandb_mode=online")
+    wandb_mode: Literal["offline", "online"] = option(
+        "offline", "offline: no network, upload later with `wandb sync <out>/wandb/offline-run-*` | online: upload "
+                   "while training (needs your API key: WANDB_API_KEY or `wandb login`)")
+    project: str = option("goldfish", "W&B project")
+    entity: str = option("", "W&B entity (team or user; empty: your default entity)")
+    group: str = option("", "W&B group (goldfish experiment sets the experiment's name)")
+    run_name: str = option("", "W&B run name (goldfish experiment sets the cell id; empty: the run folder's name)")
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        for flag, package in (("tensorboard", "tensorboard"), ("wandb", "wandb")):
+            check(not getattr(self, flag) or importlib.util.find_spec(package) is not None, problems,
+                  f"logging.{flag}=true needs the {package} package: pip install 'goldfish-toolkit[{package}]' "
+                  f"(or set logging.{flag}=false)")
+        raise_problems(problems)
+
+
+@dataclasses.dataclass
 class TrainConfig:
     """Everything ``goldfish train`` needs; saved as ``<out>/config.yaml`` beside the run."""
 
@@ -197,8 +224,9 @@ class TrainConfig:
     loss: LossConfig = option(factory=LossConfig, help="standard or Goldfish loss")
     optim: OptimConfig = option(factory=OptimConfig, help="optimizer and learning-rate schedule")
     schedule: ScheduleConfig = option(factory=ScheduleConfig, help="training length and batch sizes")
-    precision: str = option("fp32", "fp32 | bf16 (bf16: autocast over fp32 master weights; float32/bfloat16 are "
-                                    "aliases, see goldfish.precision)")
+    precision: str = option("auto", "auto | fp32 | bf16 (auto: bf16 where the device computes it natively and fast -- "
+                                    "CUDA with bf16, CPUs with AMX -- else fp32; bf16: autocast over fp32 master "
+                                    "weights; float32/bfloat16 are aliases; see goldfish.precision)")
     compile: bool = option(False, "torch.compile every decoder layer (the first step pays the compilation; fuses "
                                   "norms, rotary and SwiGLU kernels; under torchrun too with the native engine)")
     activation_checkpointing: bool = option(False, "native engine: recompute each decoder layer's activations in "
@@ -212,12 +240,13 @@ class TrainConfig:
     out: str = option("runs/train", "run folder (config, metrics, checkpoints, final model)")
     log_every: int = option(1, "print a log line every N steps (metrics.jsonl always gets every step)")
     progress: bool = option(True, "show a tqdm progress bar (main process, when attached to a terminal)")
+    logging: LoggingConfig = option(factory=LoggingConfig, help="TensorBoard and W&B logging of the step metrics")
 
     def __post_init__(self) -> None:
         problems: list[str] = []
         check(_positive(self.log_every), problems, f"log_every={self.log_every!r} must be a positive integer")
-        precision = canonical_precision(self.precision, ("fp32", "bf16"))
-        check(precision is not None, problems, f"precision={self.precision!r} must be fp32 or bf16 for training")
+        precision = canonical_precision(self.precision, ("auto", "fp32", "bf16"))
+        check(precision is not None, problems, f"precision={self.precision!r} must be auto, fp32 or bf16 for training")
         self.precision = precision or self.precision
         check(bool(self.out), problems, "out must name a run folder, e.g. out=runs/tiny")
         raise_problems(problems)

@@ -28,10 +28,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("goldfish", "goldfish.config", "goldfish.io", "goldfish.errors", "goldfish.masks", "goldfish.loss",
-              "goldfish.collator", "goldfish.fold", "goldfish.perf", "goldfish.sizes", "goldfish.precision")),
+              "goldfish.collator", "goldfish.fold", "goldfish.perf", "goldfish.sizes", "goldfish.precision",
+              "goldfish.hardware", "goldfish.gguf_cache")),
     ("data", ("goldfish.data",)),
     ("models and engines", ("goldfish.models", "goldfish.train_config", "goldfish.engines")),
-    ("trainer", ("goldfish.train", "goldfish.checkpoint", "goldfish.estimate", "goldfish.fingerprint")),
+    ("trainer", ("goldfish.train", "goldfish.checkpoint", "goldfish.estimate", "goldfish.fingerprint", "goldfish.tracking",
+                 "goldfish.modelcard")),
     ("evaluation", ("goldfish.eval",)),
     ("experiment and CLI", ("goldfish.experiment", "goldfish.commands", "goldfish.cli", "goldfish.__main__")),
 ]

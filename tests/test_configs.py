@@ -202,14 +202,16 @@ def test_the_example_in_the_experiment_docstring_is_a_valid_experiment(tmp_path)
 def test_one_precision_vocabulary_for_train_and_eval():
     assert from_dict(TrainConfig, {"precision": "bfloat16"}).precision == "bf16"  # long spelling: an alias
     assert from_dict(TrainConfig, {"precision": "fp32"}).precision == "fp32"
-    for bad in ("fp16", "auto", "half"):
-        with pytest.raises(ConfigError, match=f"precision='{bad}' must be fp32 or bf16 for training"):
+    assert from_dict(TrainConfig, {}).precision == "auto"  # resolved from the hardware when training starts
+    for bad in ("fp16", "checkpoint", "half"):
+        with pytest.raises(ConfigError, match=f"precision='{bad}' must be auto, fp32 or bf16 for training"):
             from_dict(TrainConfig, {"precision": bad})
     def eval_cfg(dtype: str) -> EvalConfig:
         return from_dict(EvalConfig, {"model": {"path": "m", "dtype": dtype}, "data": {"path": "d"}, "out": "o"})
 
-    assert [eval_cfg(d).model.dtype for d in ("bf16", "float16", "auto", "float32")] == ["bf16", "fp16", "auto", "fp32"]
-    with pytest.raises(ConfigError, match="dtype='half' must be one of fp32, bf16, fp16, auto"):
+    assert [eval_cfg(d).model.dtype for d in ("bf16", "float16", "auto", "float32", "checkpoint")] == \
+        ["bf16", "fp16", "auto", "fp32", "checkpoint"]
+    with pytest.raises(ConfigError, match="dtype='half' must be one of auto, fp32, bf16, fp16, checkpoint"):
         eval_cfg("half")
 
 
@@ -257,3 +259,33 @@ def test_k_sweep_pretrained_is_the_demo_setting_with_k_varied():
     ev = sweep["goldfish-k4"].eval_cfg.data
     assert (ev.prefix_lens, ev.suffix_len, ev.window) == ([46], 50, ["start"])  # = the demo's 96-token window
     assert demo["standard"].prepare_cfg.doc_tokens == 46 + 50
+
+
+@pytest.mark.parametrize("name, reads, share", [
+    # the paper's standard setting (ahans30/goldfish-loss tinyllama-1b.yaml): 2,000 x 50 x 2,048 = 204.8 M of 20 B
+    ("tinyllama_1b_pretrain.yaml", [50.0], 204.8e6 / 20e9),
+    ("llama2_7b_extreme.yaml", [100.0], 1.0),  # Fig. 1: 100 articles x 100 epochs, nothing else trained
+    ("axonn_size_sweep.yaml", [100.0], 1.0),
+    ("single_pass_finetune.yaml", [1.0], 1000 * 257 / (1000 * 257 + 20000 * 2049)),  # read once, ~0.6 %
+])
+def test_paper_configs_read_each_target_as_the_paper_and_never_cycle_the_background(name, reads, share):
+    from goldfish.experiment.dryrun import data_budget
+
+    cfg = load_experiment(ROOT / "experiments" / "paper" / name)
+    assert not cfg.allow_background_cycles
+    for plan in plan_cells(cfg, default_pipeline()):
+        budget = data_budget(plan)
+        if plan.cell.control and not plan.trains:
+            assert budget is None
+            continue
+        if budget.background_tokens:  # the background read exactly once
+            assert budget.passes == 1.0
+        if plan.cell.control:  # a background-trained control: the arms' background, no target
+            assert budget.reads == [] and budget.passes == 1.0
+            continue
+        assert budget.reads == reads and budget.share == pytest.approx(share, rel=1e-9)
+        assert plan.prepare_cfg.nonmember_mode == "random_split"
+    if name != "tinyllama_1b_pretrain.yaml":  # fine-tuning: each cell starts from its pretrained folder
+        assert all(p.start_model for p in plan_cells(cfg, default_pipeline()))
+    else:
+        assert cfg.control_mode == "background"

@@ -22,8 +22,8 @@ from goldfish.eval.state import MEMBERSHIP_PARTIAL, WINDOWS_PARTIAL
 from eval_fixtures import TEXTS, save_model_folder, tiny_llama, tiny_tokenizer, write_jsonl
 
 WINDOW_KEYS = {"doc_id", "title", "repetitions", "split", "group", "prefix_len", "suffix_len", "window", "start",
-               "exact_match", "token_match", "longest_match_prefix", "rouge_l", "rouge_l_words", "lcs_len",
-               "edit_distance", "onepass_exact", "extraction_strength", "onepass_token_acc", "suffix_logprob",
+               "exact_match", "token_match", "longest_match_prefix", "rouge_l", "rouge_l_words", "rouge_l_paper",
+               "lcs_len", "edit_distance", "onepass_exact", "extraction_strength", "onepass_token_acc", "suffix_logprob",
                "p_suffix", "np_extraction", "generation", "truth", "generation_ids", "truth_ids", "sha256"}
 
 
@@ -116,7 +116,7 @@ def test_resume_refusal_and_overwrite(setup, tmp_path, capsys):
     assert len((out / WINDOWS_PARTIAL).read_text().splitlines()) == len(TEXTS)  # torn line gone, none duplicated
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     code = main(["eval", "--model", str(model), "--data", str(docs), "--out", str(out), "data.prefix_lens=[8]",
-                 "data.suffix_len=6", "report=false", "model.dtype=bfloat16"])
+                 "data.suffix_len=6", "report=false", "model.dtype=float16"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "different evaluation" in err and "config.model.dtype" in err and "\n" not in err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing written

@@ -145,39 +145,3 @@ def test_vocabulary_checks(saved, tok):
     with pytest.raises(UserError, match="token id 64"):
         check_vocab(small, None, [[1, 2], [64, 3]])
 
-
-def test_one_gguf_read_shares_one_reader_per_file(tmp_path, monkeypatch):
-    """transformers builds a gguf.GGUFReader for the config, the tokenizer and the weights; inside one_gguf_read
-    each file is parsed once (the end-to-end count on a real GGUF is in test_eval_real_model.py)."""
-    import gguf
-
-    from goldfish.eval.loading import one_gguf_read
-
-    parses = []
-
-    class CountingReader:
-        def __init__(self, path, mode="r"):
-            parses.append((str(path), mode))
-
-    monkeypatch.setattr(gguf, "GGUFReader", CountingReader)
-    a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
-    with one_gguf_read():
-        first = [gguf.GGUFReader(a), gguf.GGUFReader(str(a)), gguf.GGUFReader(tmp_path / "." / "a.gguf")]
-        gguf.GGUFReader(b)
-    assert len({id(r) for r in first}) == 1 and len(parses) == 2  # a once, b once
-    gguf.GGUFReader(a)  # outside the block: transformers' behaviour is untouched
-    assert len(parses) == 3 and gguf.GGUFReader is CountingReader
-
-
-
-def test_progress_false_silences_the_gguf_conversion_bar():
-    from transformers import modeling_gguf_pytorch_utils as gguf_utils
-
-    from goldfish.models import _quiet_transformers
-
-    bar = gguf_utils.tqdm
-    with _quiet_transformers(progress=False):
-        assert gguf_utils.tqdm(range(3)).disable  # what transformers' GGUF loop would build
-    with _quiet_transformers(progress=True):
-        assert gguf_utils.tqdm is bar
-    assert gguf_utils.tqdm is bar  # restored

@@ -63,6 +63,25 @@ def test_rouge_l_words_matches_rouge_score_on_text():
     assert metrics.rouge_l_words([], [], gens[0], truth) > 0.8
 
 
+def test_rouge_l_paper_is_rouge_score_without_stemming():
+    truth, gen = "The cats were running quickly.", "the cat was running quick"
+    # by hand: words [the cats were running quickly] vs [the cat was running quick] (lower-cased, punctuation
+    # dropped, no stemming): LCS [the, running] = 2 of 5 on both sides -> F1 = 0.4; with stemming (cats -> cat,
+    # running -> run) it would be 3 of 5 -> 0.6
+    assert metrics.rouge_l_paper([], [], gen, truth) == pytest.approx(0.4, abs=1e-12)
+    stemmed = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True).score(truth, gen)["rougeL"].fmeasure
+    assert stemmed == pytest.approx(0.6, abs=1e-12)
+    # the paper's call: evaluate's rouge with its defaults = every rouge type, use_stemmer=False
+    paper = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"], use_stemmer=False)
+    sample = ["We hold these truths to be self-evident, that all men are created equal", "", "Équipe 42 — won"]
+    for t in sample:
+        for g in sample:
+            assert metrics.rouge_l_paper([], [], g, t) == pytest.approx(paper.score(t, g)["rougeL"].fmeasure)
+    # case and punctuation do not count, unlike rouge_l_words
+    assert metrics.rouge_l_paper([], [], "WE HOLD, these", "we hold these") == 1.0
+    assert metrics.rouge_l_words([], [], "WE HOLD, these", "we hold these") < 0.5
+
+
 def test_longest_common_substring_matches_difflib():
     rng = random.Random(1)
     for _ in range(200):
@@ -90,7 +109,7 @@ def test_edit_distance_against_textbook_dp():
 
 def test_registry_metadata():
     assert set(METRICS) == {"exact_match", "token_match", "longest_match_prefix", "rouge_l", "rouge_l_words",
-                            "lcs_len", "edit_distance"}
+                            "rouge_l_paper", "lcs_len", "edit_distance"}
     assert not METRICS["edit_distance"].higher_is_better
     assert all(m.higher_is_better for n, m in METRICS.items() if n != "edit_distance")
     assert all(m.aggregation == "mean" for m in METRICS.values())

@@ -17,6 +17,7 @@ import pytest
 
 from goldfish.config import from_dict
 from goldfish.eval import EvalConfig, run_eval
+from goldfish.eval.loading import load_model
 
 pytestmark = pytest.mark.slow
 
@@ -92,8 +93,11 @@ def test_smollm2_regurgitates_famous_openings(tmp_path, capsys, monkeypatch):
     reads = []
     real_reader = gguf_package.GGUFReader
     monkeypatch.setattr(gguf_package, "GGUFReader", lambda *a, **k: reads.append(a[0]) or real_reader(*a, **k))
+    monkeypatch.setenv("GOLDFISH_CACHE", str(tmp_path / "cache"))  # an empty dequantisation cache
     res = run_eval(cfg)
-    assert len(reads) == 1  # tokenizer, config and weights from one parse of the file
+    assert len(reads) == 1  # tokenizer, config and weights from one parse of the file, into the cache
+    load_model(gguf, device="cpu")
+    assert len(reads) == 1  # later loads read the cached safetensors folder, not the GGUF
     famous = [w for w in res["windows"] if w["split"] == "members"]
     random_ = [w for w in res["windows"] if w["split"] == "nonmembers"]
     with capsys.disabled():

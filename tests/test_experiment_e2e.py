@@ -4,6 +4,7 @@ aggregate -> report, ~15 s of CPU), then a rerun that must skip every finished c
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 
 import pytest
@@ -15,8 +16,11 @@ from goldfish.cli import main
 @pytest.fixture(scope="module")
 def micro(tmp_path_factory):
     out = tmp_path_factory.mktemp("micro") / "run"
-    assert run_micro_experiment(out) == 0
+    assert run_micro_experiment(out, *LOGGED) == 0
     return out
+
+
+LOGGED = ["train.logging.tensorboard=true"] if importlib.util.find_spec("tensorboard") else []
 
 
 def test_every_phase_wrote_its_files(micro):
@@ -43,6 +47,14 @@ def test_summary_and_table_agree_with_the_cells(micro):
         assert s["mia_auc"] == results["membership"]["attacks"]["loss"]["auc"]
         assert s["tokens_seen"] == train["tokens"] and s["params"] == train["params"]
         assert 0.0 <= s["rouge_l"] <= 1.0 and s["heldout_loss"] > 0
+        # the resolved precision and the device, as the trainer and the evaluation recorded them
+        assert s["precision"] == train["precision"] == results["config"]["model"]["dtype"] == \
+            s["eval_precision"] in ("fp32", "bf16")
+        assert s["device"]["type"] == "cpu" and s["device"]["name"] == results["model"]["device"]["name"]
+    report = (micro / "report.md").read_text()
+    device = summary["standard"]["device"]
+    assert f"Computed on {device['name']}" in report and f"Training precision {summary['standard']['precision']}" \
+        in report
     # same token budget; Goldfish trains on ~3/4 of the targets and measures loss on the dropped ~1/4
     assert summary["standard"]["tokens_seen"] == summary["goldfish"]["tokens_seen"]
     assert summary["standard"]["dropped_tokens"] == 0 and summary["standard"]["final_dropped_loss"] is None
@@ -106,10 +118,61 @@ def test_kept_and_dropped_positions_are_the_ones_training_dropped(micro):
     assert checked == 16
 
 
+def test_every_trained_cell_is_a_tensorboard_run_of_the_experiment(micro):
+    """`tensorboard --logdir <experiment>` (TensorBoard's own multiplexer) finds one run per trained cell, with the
+    kept loss of both arms and the dropped loss of the Goldfish arm, step for step as in metrics.jsonl."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
+    from tensorboard.util import tensor_util
+
+    from goldfish.config import load_config
+    from goldfish.io import read_jsonl
+    from goldfish.train_config import TrainConfig
+
+    mux = EventMultiplexer(tensor_size_guidance={"scalars": 0})  # scalars are tensor events to the plugins
+    mux.AddRunsFromDirectory(str(micro))
+    mux.Reload()
+    assert sorted(mux.Runs()) == ["cells/goldfish/train/tensorboard", "cells/standard/train/tensorboard"]
+    for arm in ("standard", "goldfish"):
+        run = f"cells/{arm}/train/tensorboard"
+        records = read_jsonl(micro / "cells" / arm / "train" / "metrics.jsonl")
+        tags = mux.Runs()[run]["tensors"]
+        keys = ["kept_loss", "dropped_loss"] if arm == "goldfish" else ["kept_loss"]
+        assert ("train/dropped_loss" in tags) == (arm == "goldfish")  # nothing is dropped in the standard arm
+        for key in keys:
+            events = mux.Tensors(run, f"train/{key}")
+            logged = [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in events]
+            assert logged == [(r["step"], pytest.approx(r[key], rel=1e-6)) for r in records]
+        logging = load_config(TrainConfig, micro / "cells" / arm / "train_config.yaml", []).logging
+        assert (logging.group, logging.run_name) == ("micro", arm)  # W&B: one run per cell, grouped by experiment
+
+
+def test_every_cell_model_card_holds_its_headline_numbers(micro):
+    from huggingface_hub import ModelCard
+
+    for arm in ("standard", "goldfish", "control"):
+        cell = micro / "cells" / arm
+        card = ModelCard.load(cell / "train" / "model" / "README.md")
+        results = json.loads((cell / "eval" / "results.json").read_text())
+        attacks = json.loads((cell / "attacks.json").read_text())
+        got = {(r.task_name, r.metric_name): r.metric_value for r in card.data.eval_results}
+        row = results["summary"]["by_window"]["start"]
+        assert got[("verbatim extraction", "exact match rate")] == pytest.approx(row["exact_match_rate"], abs=1e-6)
+        assert got[("verbatim extraction", "ROUGE-L (tokens)")] == pytest.approx(row["rouge_l"], abs=1e-6)
+        for attack in ("loss", "reference"):
+            assert got[("membership inference", f"{attack} attack ROC-AUC")] == pytest.approx(
+                attacks["attacks"][attack]["auc"], abs=1e-6)
+        assert got[("held-out loss", "held-out loss (nats per token)")] == pytest.approx(attacks["heldout_loss"],
+                                                                                         abs=1e-6)
+        steps = json.loads((cell / "train" / "summary.json").read_text())["steps"]
+        assert f"| budget | {steps} steps," in card.text
+    assert "goldfish-k4" in ModelCard.load(micro / "cells" / "goldfish" / "train" / "model" / "README.md").data.tags
+
+
 def test_rerun_skips_finished_cells(micro):
     done = {arm: (micro / "cells" / arm / "DONE").stat().st_mtime_ns for arm in ("standard", "goldfish")}
     model = (micro / "cells" / "goldfish" / "train" / "model" / "model.safetensors").stat().st_mtime_ns
-    assert run_micro_experiment(micro) == 0
+    assert run_micro_experiment(micro) == 0  # without the logging override: where metrics also go is never stale
     for arm, mtime in done.items():
         assert (micro / "cells" / arm / "DONE").stat().st_mtime_ns == mtime
     assert (micro / "cells" / "goldfish" / "train" / "model" / "model.safetensors").stat().st_mtime_ns == model

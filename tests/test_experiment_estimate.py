@@ -127,5 +127,68 @@ def test_expected_rows_of_one_epoch_before_preparation():
     assert expected_rows(cfg()) == -(-(1000 * 257 + 20000 * 2049) // 2048)  # 20,136: each document + EOS
     assert expected_rows(cfg(packing="one_per_row")) == 1000 + 20000  # one row per document
     assert expected_rows(cfg(repetitions=[1, 2], num_background=0, packing="one_per_row")) == 1500
-    assert expected_rows(cfg(min_tokens=32)) is None  # member lengths open: no estimate
+    assert expected_rows(cfg(min_tokens=32, nonmember_mode="held_out")) is None  # member lengths open: no estimate
+    # random_split and later_chunk only take documents with >= doc_tokens: every member is exactly doc_tokens
+    assert expected_rows(cfg(min_tokens=32, nonmember_mode="random_split")) == expected_rows(cfg())
     assert expected_rows(cfg(num_background=None)) is None
+
+
+def _budget_experiment(tmp_path, **top):
+    from goldfish.config import from_dict
+    from goldfish.experiment import ExperimentConfig
+
+    data = {"name": "bud", "tokenizer": {"name": "gpt2"}, "seq_len": 256, "packing": "pack", "min_tokens": 255,
+            "doc_tokens": 255, "num_members": 100, "repetitions": [2, 4], "nonmember_mode": "random_split",
+            "num_background": 900, "background_chunk_tokens": 255}
+    base = {"name": "bud", "out": str(tmp_path / "exp"), "data": data, "control_mode": "background",
+            "train": {"model": {"name": "llama-demo"}, "schedule": {"epochs": 3, "global_batch_size": 8,
+                                                                    "micro_batch_size": 8}},
+            "arms": {"standard": {"train.loss.type": "standard"}}}
+    return from_dict(ExperimentConfig, {**base, **top})
+
+
+def test_dry_run_prints_the_targets_share_and_reads_and_refuses_a_cycling_background(tmp_path, capsys):
+    """Hand values: 100 members of 255 tokens + EOS (= one 256-token row each), 50 with 2 copies and 50 with 4
+    (300 rows), 900 background chunks of 255 + EOS (900 rows): targets 300 / 1200 = 25 % of the tokens. Three
+    epochs read the background 3 times and the targets 6 and 12 times: refused unless allowed."""
+    from goldfish.cli import main
+    from goldfish.experiment.dryrun import dry_run, format_estimates
+    from goldfish.experiment.pipeline import default_pipeline
+    from goldfish.experiment.plan import plan_cells
+
+    cfg = _budget_experiment(tmp_path)
+    plans = plan_cells(cfg, default_pipeline())
+    rows, problems = dry_run(cfg, plans)
+    arm = next(r for r in rows if r["cell"] == "standard")["budget"]
+    assert arm.share == pytest.approx(0.25) and arm.reads == [6.0, 12.0] and arm.passes == 3.0
+    assert arm.rows == 1200
+    control = next(r for r in rows if r["cell"] == "control")["budget"]  # the background-trained control
+    assert control.share == 0.0 and control.reads == [] and control.passes == 3.0
+    table = format_estimates(rows)
+    assert "targets" in table and "25.00%" in table and "6/12" in table
+    assert len(problems) == 2 and all("reads its background 3.00 times" in p for p in problems)
+    assert "its targets 6, 12 times" in problems[1] and "allow_background_cycles: true" in problems[1]
+    # allowed on purpose
+    allowed = _budget_experiment(tmp_path, allow_background_cycles=True)
+    assert dry_run(allowed, plan_cells(allowed, default_pipeline()))[1] == []
+    # one epoch reads the background once: no problem; a token budget of half an epoch halves every read
+    once = _budget_experiment(tmp_path, train={"model": {"name": "llama-demo"},
+                                               "schedule": {"epochs": 1, "global_batch_size": 8,
+                                                            "micro_batch_size": 8}})
+    rows, problems = dry_run(once, plan_cells(once, default_pipeline()))
+    assert problems == [] and rows[1]["budget"].reads == [2.0, 4.0]
+    half = _budget_experiment(tmp_path, train={"model": {"name": "llama-demo"},
+                                               "schedule": {"max_tokens": 600 * 256, "global_batch_size": 8,
+                                                            "micro_batch_size": 8}})
+    assert dry_run(half, plan_cells(half, default_pipeline()))[0][1]["budget"].passes == pytest.approx(0.5)
+    # the command line: one error line, exit 2
+    import yaml
+
+    from goldfish.config import to_dict
+
+    path = tmp_path / "bud.yaml"
+    path.write_text(yaml.safe_dump(to_dict(cfg)))
+    capsys.readouterr()
+    assert main(["experiment", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "reads its background 3.00 times" in err[0]

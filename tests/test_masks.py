@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from goldfish import GoldfishConfig, goldfish_mask
+from goldfish import goldfish_mask as _goldfish_mask
 from goldfish.errors import ConfigError
 
 MASK64 = (1 << 64) - 1
@@ -26,36 +27,58 @@ def _mix_py(x: int) -> int:
     return x ^ (x >> 31)
 
 
+PRECEDING_TAG = 0x5052454345444500  # "PRECEDE": hash-preceding's salt, from its documentation
+
+
 def reference_hash_mask(row: list[int], k: int, h: int, specials: set[int], docs: list[int] | None = None,
-                        seed: int = 0) -> list[bool]:
-    """The documented rule, token by token: the window of t is t-h+1..t, cut at the document start; documents
-    start at the row start, at/after special tokens, and where docs change."""
+                        seed: int = 0, preceding: bool = False) -> list[bool]:
+    """The documented rule, token by token: the window of t is t-h+1..t (``preceding``: t-h..t-1, an empty window
+    never dropped), cut at the document start; documents start at the row start, at/after special tokens, and
+    where docs change."""
+    lag, tag = (1, PRECEDING_TAG) if preceding else (0, 0)
     out = []
     for t, tok in enumerate(row):
         if tok in specials or tok < 0:
             out.append(False)
             continue
-        start = t
-        while (start - 1 >= 0 and t - (start - 1) < h and row[start - 1] not in specials and row[start - 1] >= 0
-               and (docs is None or docs[start - 1] == docs[t])):
+        start = t  # the document's first position in reach of t's window
+        while (start - 1 >= 0 and t - (start - 1) < h + lag and row[start - 1] not in specials
+               and row[start - 1] >= 0 and (docs is None or docs[start - 1] == docs[t])):
             start -= 1
-        acc = _mix_py(((seed * 0x9E3779B97F4A7C15) & MASK64) ^ h)
-        for j in range(start, t + 1):
-            acc = _mix_py(acc ^ (row[j] + 1))
-        out.append((acc >> 11) < (1 << 53) // k)
+        window = row[start: t + 1 - lag]
+        acc = _mix_py(((seed * 0x9E3779B97F4A7C15) & MASK64) ^ h ^ tag)
+        for x in window:
+            acc = _mix_py(acc ^ (x + 1))
+        out.append(bool(window) and (acc >> 11) < (1 << 53) // k)
     return out
 
 
-def test_hash_matches_loop_reference_with_documents_and_specials():
+@pytest.mark.parametrize("strategy", ["hash", "hash-preceding"])
+def test_hash_matches_loop_reference_with_documents_and_specials(strategy):
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, 50, (4, 70), generator=g)
     ids[ids < 3] = 0  # id 0 is special here (e.g. EOS), appearing at random places
     docs = torch.cumsum(torch.rand(4, 70, generator=g) < 0.05, dim=1)
     for k, h in [(4, 13), (3, 5), (2, 1)]:
-        mask = goldfish_mask(ids, k, h, special_ids=[0], document_ids=docs, seed=7)
+        mask = goldfish_mask(ids, k, h, strategy, special_ids=[0], document_ids=docs, seed=7)
         for b in range(4):
-            ref = reference_hash_mask(ids[b].tolist(), k, h, {0}, docs[b].tolist(), seed=7)
+            ref = reference_hash_mask(ids[b].tolist(), k, h, {0}, docs[b].tolist(), seed=7,
+                                      preceding=strategy == "hash-preceding")
             assert mask[b].tolist() == ref
+
+
+def test_hash_preceding_decision_does_not_depend_on_the_target():
+    g = torch.Generator().manual_seed(13)
+    ids = torch.randint(0, 50_000, (2000, 30), generator=g)
+    other = ids.clone()
+    other[:, -1] = torch.randint(0, 50_000, (2000,), generator=g)  # a different target after the same context
+    a, b = goldfish_mask(ids, 4, 13, "hash-preceding"), goldfish_mask(other, 4, 13, "hash-preceding")
+    assert torch.equal(a[:, -1], b[:, -1])
+    # under "hash" the target is in its window: independent decisions disagree 2·(1/4)·(3/4) = 37.5 % of the time
+    assert abs((goldfish_mask(ids, 4, 13)[:, -1] != goldfish_mask(other, 4, 13)[:, -1]).float().mean() - 0.375) < 0.04
+    # salted apart from "hash": not hash's mask shifted by one position (same window t-h..t-1)
+    shifted = goldfish_mask(ids, 4, 13)[:, 13:-1]
+    assert abs((a[:, 14:] != shifted).float().mean().item() - 0.375) < 0.02
 
 
 # ---------------------------------------------------------------- the published test vector (hash-table)
@@ -80,11 +103,12 @@ def test_hash_table_first_targets_never_dropped_and_order_blind():
 # ---------------------------------------------------------------- statistics
 
 
+@pytest.mark.parametrize("strategy", ["hash", "hash-preceding"])
 @pytest.mark.parametrize("k", [2, 3, 4, 8, 32])
-def test_drop_fraction_is_one_in_k(k):
+def test_drop_fraction_is_one_in_k(k, strategy):
     g = torch.Generator().manual_seed(k)
     ids = torch.randint(0, 50_257, (500, 2048), generator=g)  # 1.02e6 tokens
-    frac = goldfish_mask(ids, k, 13).float().mean().item()
+    frac = goldfish_mask(ids, k, 13, strategy)[:, 1:].float().mean().item()  # hash-preceding never drops t = 0
     assert abs(frac - 1 / k) < 0.005
 
 
@@ -113,9 +137,12 @@ def test_order_sensitive():
 
 def test_first_tokens_of_a_document_are_dropped_at_the_same_rate():
     g = torch.Generator().manual_seed(5)
-    ids = torch.randint(0, 50_000, (40_000, 12), generator=g)
-    frac = goldfish_mask(ids, 4, 13).float().mean(0)  # every position has a window shorter than h
+    ids = torch.randint(0, 50_000, (40_000, 14), generator=g)
+    frac = goldfish_mask(ids, 4, 13).float().mean(0)  # every position up to 12 has a window shorter than h
     assert torch.all((frac - 0.25).abs() < 0.015)
+    # hash-preceding: the first target has an empty window and is never dropped; from the second on, 1/k
+    pre = goldfish_mask(ids, 4, 13, "hash-preceding").float().mean(0)
+    assert pre[0] == 0 and torch.all((pre[1:] - 0.25).abs() < 0.015)
 
 
 def test_static_strategy_drops_every_kth_token_of_each_document():
@@ -135,8 +162,13 @@ PAD, EOS, BOS = 0, 1, 2
 SPECIALS = [PAD, EOS, BOS]
 
 
-def test_document_mask_invariant_to_batch_padding_and_packing():
+@pytest.mark.parametrize("strategy", ["hash", "hash-preceding"])
+def test_document_mask_invariant_to_batch_padding_and_packing(strategy):
     doc = _doc(40, 10)
+
+    def goldfish_mask(*args, **kwargs):  # this strategy in every call below
+        return _goldfish_mask(*args, strategy=strategy, **kwargs)
+
     alone = goldfish_mask(doc, 4, 13, special_ids=SPECIALS)
     assert alone.any() and not alone.all()
     # batch position and batch size, right and left padding
@@ -159,36 +191,40 @@ def test_document_mask_invariant_to_batch_padding_and_packing():
     assert torch.equal(goldfish_mask(glued, 4, 13, position_ids=pos)[50:], alone)
 
 
-def test_special_tokens_never_dropped_and_split_windows():
+@pytest.mark.parametrize("strategy", ["hash", "hash-preceding"])
+def test_special_tokens_never_dropped_and_split_windows(strategy):
     g = torch.Generator().manual_seed(6)
     ids = torch.randint(0, 8, (64, 256), generator=g)  # ids 0..2 special, very frequent
-    mask = goldfish_mask(ids, 2, 13, special_ids=SPECIALS)
+    mask = goldfish_mask(ids, 2, 13, strategy, special_ids=SPECIALS)
     assert not mask[ids < 3].any()
     # a special token never enters a hash: the tokens after it are masked as a fresh document
     row = torch.cat([_doc(30, 1), torch.tensor([EOS]), _doc(20, 2)])
-    assert torch.equal(goldfish_mask(row, 4, 13, special_ids=[EOS])[31:], goldfish_mask(_doc(20, 2), 4, 13))
+    assert torch.equal(goldfish_mask(row, 4, 13, strategy, special_ids=[EOS])[31:],
+                       goldfish_mask(_doc(20, 2), 4, 13, strategy))
 
 
-def test_seed_changes_mask():
+@pytest.mark.parametrize("strategy", ["hash", "hash-preceding"])
+def test_seed_changes_mask(strategy):
     ids = _doc(4000, 12)
-    a, b = goldfish_mask(ids, 4, 13, seed=0), goldfish_mask(ids, 4, 13, seed=1)
+    a, b = goldfish_mask(ids, 4, 13, strategy, seed=0), goldfish_mask(ids, 4, 13, strategy, seed=1)
     assert 0.3 < (a != b).float().mean().item() < 0.45
 
 
-def test_mask_identical_in_another_process():
+@pytest.mark.parametrize("strategy", ["hash", "hash-preceding"])
+def test_mask_identical_in_another_process(strategy):
     code = ("import torch; from goldfish import goldfish_mask; "
             "ids = torch.randint(0, 50000, (8, 300), generator=torch.Generator().manual_seed(9)); "
-            "print(''.join('1' if x else '0' for x in goldfish_mask(ids, 4, 13).flatten().tolist()))")
+            f"print(''.join('1' if x else '0' for x in goldfish_mask(ids, 4, 13, {strategy!r}).flatten().tolist()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     ids = torch.randint(0, 50000, (8, 300), generator=torch.Generator().manual_seed(9))
-    assert out == "".join("1" if x else "0" for x in goldfish_mask(ids, 4, 13).flatten().tolist())
+    assert out == "".join("1" if x else "0" for x in goldfish_mask(ids, 4, 13, strategy).flatten().tolist())
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cpu_and_gpu_masks_bit_identical():
     ids = torch.randint(0, 50_000, (16, 1024), generator=torch.Generator().manual_seed(0))
-    for strategy in ("hash", "static"):
+    for strategy in ("hash", "hash-preceding", "static"):
         assert torch.equal(goldfish_mask(ids, 4, 13, strategy).cpu(), goldfish_mask(ids.cuda(), 4, 13, strategy).cpu())
 
 
@@ -203,7 +239,7 @@ def test_bad_parameters_raise_value_error_naming_them(kwargs, needle):
     with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace(".", r"\.")) as e:
         goldfish_mask(torch.tensor([1, 2, 3]), **args)
     if "strategy" in kwargs:
-        assert "hash, hash-table, canonical, static" in str(e.value)
+        assert "hash, hash-table, canonical, hash-preceding, static" in str(e.value)
     with pytest.raises(ConfigError):
         GoldfishConfig(**{k: v for k, v in args.items()})
 

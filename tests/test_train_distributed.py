@@ -1,4 +1,5 @@
-"""``goldfish train`` under torchrun (2 CPU processes, gloo): the data-parallel run matches one process.
+"""``goldfish train`` under torchrun and ``accelerate launch`` (2 CPU processes, gloo): the data-parallel run matches
+one process.
 
 The trainer shards every global batch over data-parallel ranks and normalises by the global kept-token count, so
 two ranks with micro-batch 2 must give the single-process run's losses and weights (up to float summation order).
@@ -6,10 +7,11 @@ two ranks with micro-batch 2 must give the single-process run's losses and weigh
 
 from __future__ import annotations
 
+import json
 
 import pytest
 import torch
-from train_helpers import load_weights, tiny_config, torchrun_train
+from train_helpers import accelerate_train, load_weights, tiny_config, torchrun_train
 
 from goldfish.config import from_dict
 from goldfish.io import read_jsonl
@@ -45,3 +47,15 @@ def test_two_data_parallel_ranks_match_one_process(data, tmp_path, fsdp):
     ckpt = tmp_path / "multi" / "checkpoints" / "step_000004"
     assert sorted(p.name for p in ckpt.glob("model_rank*")) == ["model_rank00000.safetensors",
                                                                 "model_rank00001.safetensors"]
+
+
+def test_accelerate_launch_matches_one_process(data, tmp_path):
+    """HF users start multi-GPU jobs with `accelerate launch`: it runs the same trainer (torchrun underneath)."""
+    schedule = {"max_steps": 4, "global_batch_size": 8, "micro_batch_size": 2}
+    loss = {"type": "goldfish", "goldfish": {"k": 4, "h": 13}}
+    done = accelerate_train(tiny_config(data, tmp_path / "multi", schedule=schedule, loss=loss))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((tmp_path / "multi" / "summary.json").read_text())["world_size"] == 2
+    torch.set_num_threads(1)
+    single = train(from_dict(TrainConfig, tiny_config(data, tmp_path / "single", schedule=schedule, loss=loss)))
+    _compare(single, tmp_path / "multi")

@@ -23,6 +23,7 @@ examples (after `make demo`: one prepared folder in runs/demo/prepared/, models 
   goldfish eval --model SmolLM2-135M-Instruct.Q4_1.gguf --data docs.jsonl --nonmembers heldout.jsonl --out /tmp/ev3
   goldfish eval eval.yaml --model model.gguf --data docs.jsonl --out /tmp/ev4 tasks=[membership] --threads 2
   goldfish eval --model model.gguf --data docs.jsonl --out /tmp/ev5 --offsets 0,100,200 decoding.beam=4
+  goldfish eval --model runs/demo/cells/goldfish/train/model --data runs/demo/prepared/* --out /tmp/ev6 --update-card
   goldfish eval series.checkpoints=runs/x/cells/standard/train --data runs/x/prepared/<hash> --out /tmp/series
   goldfish eval series.models=[runs/a/model,runs/b/model] series.labels=[1M,10M] --data prep --out /tmp/sizes
 """
@@ -35,6 +36,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="optional YAML config, then key=value overrides of any config key")
     for flag, key in SHORTHANDS.items():
         p.add_argument(flag, dest=key, default=None, metavar="VALUE", help=f"= {key}=VALUE")
+    p.add_argument("--update-card", action="store_true",
+                   help="append the headline numbers (extraction per window placement, membership AUCs) to the model "
+                        "folder's README.md model card, in model-index form (a Hugging Face folder or a training run "
+                        "folder; the card is created if absent)")
     p.epilog = "config keys:\n" + "\n".join(describe(EvalConfig))
 
 
@@ -65,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
     from goldfish.eval import run_eval
     from goldfish.eval.report import format_summary_table
 
+    from ..modelcard import add_eval_results, eval_results
+
     cfg = build_config(args)
     if cfg.series.active:  # a size family or a run's checkpoints, into one folder
         from goldfish.eval.series import run_series
@@ -74,7 +81,24 @@ def run(args: argparse.Namespace) -> int:
         print(f"\nresults: {cfg.out}/series.json, {cfg.out}/series.csv, {cfg.out}/trajectories.csv"
               + (f", {cfg.out}/report.md" if cfg.report else ""))
         return 0
+    folder = card_folder(cfg.model.path) if args.update_card else None  # a wrong target fails before the work
     results = run_eval(cfg)
     print(format_summary_table(results))
     print(f"\nresults: {cfg.out}/results.json, {cfg.out}/results.csv" + (f", {cfg.out}/report.md" if cfg.report else ""))
+    if folder is not None:
+        print(f"model card: {add_eval_results(folder, eval_results(results))}")
     return 0
+
+
+def card_folder(model_path: str | None) -> Path:
+    """The model folder whose card ``--update-card`` writes: the Hugging Face folder ``--model`` names (a training
+    run folder: its ``model/``); a GGUF file or folder is refused in one line."""
+    from ..models import resolve_model_path
+
+    if not model_path:
+        raise ConfigError("--update-card needs --model (the model folder whose card gets the results)")
+    src = resolve_model_path(model_path)
+    if src.gguf_file:
+        raise ConfigError(f"--update-card writes a Hugging Face model folder's README.md; {src.describe()} is a GGUF "
+                          f"file (export it to a folder first, or leave --update-card out)")
+    return Path(src.folder)

@@ -15,9 +15,11 @@ DESCRIPTION = """\
 Train a Llama-architecture model on prepared data (goldfish prepare) with the standard or Goldfish loss.
 Config: a YAML file (experiments/train_*.yaml) plus key=value overrides, which win over the file. The run folder
 (out=) receives config.yaml, metrics.jsonl (one line per step), checkpoints/, model/ (Hugging Face format with the
-tokenizer), summary.json and fingerprint.json. A killed run continues exactly where its last checkpoint left off
-(checkpoint.resume=auto); a rerun into a run folder with a different data, model, loss, optimizer, schedule, precision,
-seed or code version is refused (--fresh trains in a new folder, --overwrite replaces the old run).
+tokenizer and a README.md model card), summary.json and fingerprint.json; with logging.tensorboard=true also
+tensorboard/ (event files), with logging.wandb=true wandb/ (an offline W&B run unless logging.wandb_mode=online).
+A killed run continues exactly where its last checkpoint left off (checkpoint.resume=auto); a rerun into a run
+folder with a different data, model, loss, optimizer, schedule, precision, seed or code version is refused (--fresh
+trains in a new folder, --overwrite replaces the old run).
 
 examples:
   goldfish train experiments/train_tiny.yaml
@@ -26,6 +28,7 @@ examples:
   goldfish train experiments/train_tiny.yaml model.name=llama-10M precision=bf16 schedule.max_steps=200
   goldfish train data.path=data/prepared/wikipedia_demo model.path=/models/smollm2 optim.lr=1e-4
   torchrun --nproc_per_node 2 -m goldfish train experiments/train_tiny.yaml parallel.fsdp=true
+  accelerate launch --num_processes 2 -m goldfish train experiments/train_tiny.yaml    # GPUs (CPUs: add --multi_gpu)
 """
 
 
@@ -57,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
     path, overrides = split_arguments(args.config, args.overrides)
     cfg = load_config(TrainConfig, path, overrides)
+    check_accelerate_launch(cfg.precision)
     if args.fresh or args.overwrite:
         cfg.out = str(start_over(Path(cfg.out), overwrite=args.overwrite))
     out = train(cfg)
@@ -64,6 +68,25 @@ def run(args: argparse.Namespace) -> int:
     if summary.is_file():
         print(f"trained: {out / 'model'}  (summary: {summary})")
     return 0
+
+
+def check_accelerate_launch(precision: str) -> None:
+    """Under ``accelerate launch`` (it sets ``ACCELERATE_MIXED_PRECISION``), refuse what it was asked for but would
+    not happen: several processes from its one-process launcher (``--num_processes 2`` on a machine without GPUs and
+    without ``--multi_gpu``: it sets ``MASTER_ADDR`` but starts one process), or a ``--mixed_precision`` other than
+    the config's ``precision`` (the config decides the precision, as under torchrun)."""
+    mixed = os.environ.get("ACCELERATE_MIXED_PRECISION")
+    if mixed is None:
+        return
+    if "MASTER_ADDR" in os.environ and "WORLD_SIZE" not in os.environ:
+        raise UserError("accelerate launch started one process although --num_processes asked for several (its "
+                        "one-process launcher, chosen on machines without GPUs); add --multi_gpu, which starts them "
+                        "with torchrun (gloo on CPUs): accelerate launch --multi_gpu --num_processes 2 -m goldfish "
+                        "train ...")
+    if mixed not in ("no", precision):
+        raise UserError(f"accelerate launch --mixed_precision {mixed} does not set goldfish train's precision "
+                        f"(now {precision}); set precision=bf16 or precision=fp32 in the config or as an override, "
+                        f"and leave --mixed_precision out")
 
 
 # files only a training run writes (config.yaml or model/ alone could be anyone's)

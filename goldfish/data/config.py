@@ -29,6 +29,7 @@ from typing import Literal
 
 from ..config import check, option, raise_problems
 from .canaries import CanaryConfig
+from .dedup import DedupConfig
 from .variants import NearDuplicateConfig
 
 SOURCE_NAMES = ("wikipedia", "kjv", "local", "hub")
@@ -128,6 +129,10 @@ class PrepareConfig:
                                                          "documents not used as members or nonmembers)")
     background_chunk_tokens: int | None = option(None, "cut background documents into chunks of N tokens, each a "
                                                        "background document (null = whole documents)")
+    background_dedup: DedupConfig | None = option(factory=DedupConfig, help="near-duplicate removal: a background "
+                                                  "document holding >= overlap of the distinct n-grams of a member or "
+                                                  "nonmember is left out (goldfish.data.dedup); null = exact id and "
+                                                  "text matches only")
     train_members: bool = option(True, "false: the training rows hold the background only, members and nonmembers "
                                        "are kept for evaluation (the control of a sweep: the same model trained on "
                                        "the same background, never on the targets)")

@@ -15,7 +15,9 @@ config and seed always give the same split.
   ``[doc_tokens, 2*doc_tokens)`` of member *i* (the part of the article the model never sees).
 * Member *i* (in permutation order) is repeated ``repetitions[i % len(repetitions)]`` times: strata of equal size.
 * Background (when ``num_background`` != 0): the main source's remaining documents, or ``background_source``'s,
-  optionally cut into ``background_chunk_tokens`` chunks; documents sharing an id with a member/nonmember are skipped.
+  optionally cut into ``background_chunk_tokens`` chunks; documents sharing an id or a text with a member/nonmember
+  are skipped, and so (``background_dedup``) are documents holding a near-copy of one (n-gram containment,
+  :mod:`goldfish.data.dedup`), counted in ``stats["background_near_duplicates"]``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 
 from ..errors import UserError
 from .config import PrepareConfig
+from .dedup import ShingleIndex
 from .sources import Document
 
 
@@ -169,19 +172,25 @@ def plan_splits(cfg: PrepareConfig, docs: list[Document], tokens: list[np.ndarra
 
 
 def background_items(cfg: PrepareConfig, plan: SplitPlan, docs: list[Document], tokens: list[np.ndarray]) -> list[Item]:
-    """Background documents (or chunks) from ``docs`` in the given order, skipping member/nonmember ids and texts.
+    """Background documents (or chunks) from ``docs`` in the given order, skipping member/nonmember ids and texts
+    and (``background_dedup``) documents holding a near-copy of a member or nonmember.
 
     Stops after ``num_background`` items (null = all). Chunks shorter than ``min_tokens`` are dropped.
     """
     if cfg.num_background == 0:
         return []
-    evaluated = plan.members + plan.nonmembers + plan.validation
-    taken = {it.doc.id for it in evaluated}
-    taken_text = {it.doc.text for it in evaluated}
+    targets = plan.members + plan.nonmembers + plan.validation  # evaluated text never trained on as background
+    taken = {it.doc.id for it in targets}
+    taken_text = {it.doc.text for it in targets}
+    index = ShingleIndex([it.ids for it in targets], cfg.background_dedup) if cfg.background_dedup else None
+    plan.stats["background_near_duplicates"] = 0
     size = cfg.background_chunk_tokens
     items: list[Item] = []
     for doc, ids in zip(docs, tokens):
         if doc.id in taken or doc.text in taken_text or len(ids) < cfg.min_tokens:
+            continue
+        if index is not None and index.near_duplicate(ids):
+            plan.stats["background_near_duplicates"] += 1
             continue
         pieces = [(ids, "")] if size is None else [(ids[s:s + size], f"#chunk{s // size}")
                                                    for s in range(0, len(ids), size)]

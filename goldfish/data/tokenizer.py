@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import UserError
+from ..gguf_cache import dequantised
 
 EOT = "<|endoftext|>"
 # Cap on the text a BPE is trained on: ~50 MB keeps training within a minute on one core for big corpora.
@@ -93,7 +94,8 @@ def _from_path(spec: str):
         if path.is_file():
             if path.suffix != ".gguf":
                 raise UserError(f"tokenizer file {path} is not a .gguf file; give a tokenizer folder or a .gguf")
-            tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
+            # the tokenizer of the GGUF's cached dequantised folder (goldfish.gguf_cache): parsed once per file
+            tok = AutoTokenizer.from_pretrained(dequantised(path), local_files_only=True, trust_remote_code=False)
         else:
             tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
     except UserError:

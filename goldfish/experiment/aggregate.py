@@ -203,6 +203,11 @@ def cell_summary(plan: CellPlan) -> dict[str, Any]:
     baseline = plan.eval_dir / "k_baseline.json"
     out["k_baseline"] = _read_json(baseline) if baseline.is_file() else None  # Goldfish cells only
     out["exposures"] = train.get("exposures")
+    model = results.get("model") or {}
+    out["precision"] = train.get("precision")  # resolved by the trainer; None for a control that trains nothing
+    out["eval_precision"] = model.get("precision")
+    out["device"] = model.get("device") or train.get("device")
+    out["versions"], out["git"] = results.get("versions"), results.get("git")
     out["target_losses"] = target_losses(attacks, plan.data_dir) if attacks else None
     out.update(cell_extras(plan, results))  # stream, reads, strata, canaries (goldfish.experiment.sections)
     return out
@@ -279,7 +284,7 @@ def summary_of(cells: list[dict]) -> dict[str, dict]:
             "mia_auc_kept_reference", "mia_auc_kept_reference_ci", "mia_by_exposure", "mia_by_exposure_ci", "tf_accuracy",
             "tf_kept_accuracy", "tf_dropped_accuracy", "heldout_accuracy", "final_kept_loss", "final_dropped_loss",
             "heldout_loss", "heldout_ppl", "member_loss", "by_prefix_len", "by_repetitions", "exact_match_ci_low",
-            "exact_match_ci_high", *ADAPTIVE_FIELDS, "leakage")
+            "exact_match_ci_high", *ADAPTIVE_FIELDS, "leakage", "precision", "eval_precision", "device")
     return {(c["arm"] if one_per_arm else c["cell"]): {k: c.get(k) for k in keep} for c in cells}
 
 

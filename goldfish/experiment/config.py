@@ -58,7 +58,9 @@ class HardwareConfig:
 
     gpus: int = option(1, "number of devices (GPUs, or CPU processes) a cell trains on; the world size")
     gpus_per_node: int = option(8, "devices per node (for the launch scripts)")
-    gpu: str = option("cpu", "device kind for the FLOP/time estimate: cpu, a100, h100, h200, gh200, mi250x-gcd, mi300x")
+    gpu: str = option("cpu", "device kind for the FLOP/time estimate: cpu or a GPU kind of goldfish.hardware.GPUS "
+                                 "(a100, a100-40gb, h100, h100-pcie, h100-nvl, h200, h200-nvl, gh200, mi250x-gcd, "
+                                 "mi300x)")
     memory_gb: float = option(0.0, "memory per device in GiB; 0 = the device kind's usual size")
     mfu: float = option(0.4, "model FLOPs utilisation assumed by the time estimate (0 < mfu <= 1)")
     vocab_size: int = option(0, "vocabulary --dry-run assumes before the data is prepared, when the recipe's "
@@ -118,6 +120,9 @@ class ExperimentConfig:
                                                     "trains like the arms on the same rows without the members "
                                                     "(data.train_members=false): a sweep's control, the same model "
                                                     "that never saw the targets")
+    allow_background_cycles: bool = option(False, "allow a training budget that reads the background more than "
+                                                  "once (the dry run refuses it otherwise: cycling the background "
+                                                  "multiplies the targets' reads and share)")
     grid: dict = option(factory=dict, help="axis -> list of values (dotted key) or of linked override mappings")
     tune: TuneConfig = option(factory=TuneConfig, help="choose one value of a grid axis from the control cells "
                                                        "(e.g. the learning rate per size, by held-out loss)")
@@ -326,7 +331,10 @@ def merged(base: dict, overrides: dict[str, Any]) -> dict:
 # data keys added after experiment folders were first written, at the value that reproduces the older data; one
 # mapping per generation of keys, oldest first
 _LATER_DATA_KEYS = ({("train_members",): True, ("tokenizer", "source"): None},
+                    {("background_dedup",): None},
                     {("num_validation",): 0, ("canaries",): None})
+# of those, keys that change nothing without background: left out at any value when num_background is 0
+_BACKGROUND_KEYS = {("background_dedup",)}
 
 
 def data_hash(prepare_cfg: Any) -> str:
@@ -336,8 +344,9 @@ def data_hash(prepare_cfg: Any) -> str:
 
 def legacy_data_hashes(prepare_cfg: Any) -> list[str]:
     """The folder names the same data had before each generation of ``_LATER_DATA_KEYS`` existed, newest first
-    (none for a generation when the config sets one of its keys, or a later one's, to another value): an experiment
-    folder written then keeps its prepared data and cells."""
+    (none for a generation when the config sets one of its keys, or a later one's, to another value -- unless it is
+    a background key and there is no background): an experiment folder written then keeps its prepared data and
+    cells."""
     data = copy.deepcopy(to_dict(prepare_cfg))
     names = []
     for generation in reversed(_LATER_DATA_KEYS):
@@ -348,7 +357,7 @@ def legacy_data_hashes(prepare_cfg: Any) -> list[str]:
                 node = node.get(part) if isinstance(node, dict) else None
             if not isinstance(node, dict) or key not in node:
                 continue
-            if node[key] != default:
+            if node[key] != default and not (path in _BACKGROUND_KEYS and data.get("num_background") == 0):
                 return names
             del node[key]
         names.append(_sha12(data))
@@ -357,7 +366,7 @@ def legacy_data_hashes(prepare_cfg: Any) -> list[str]:
 
 def legacy_data_hash(prepare_cfg: Any) -> str | None:
     """The folder name the same data had before any of ``_LATER_DATA_KEYS`` existed (None when the config sets one
-    of them to another value)."""
+    of them to another value, unless it is a background key and there is no background)."""
     names = legacy_data_hashes(prepare_cfg)
     return names[-1] if len(names) == len(_LATER_DATA_KEYS) else None
 

@@ -21,7 +21,8 @@ from .plan import ATTACKS_FILE, CellPlan
 def export_initial_model(train_cfg: Any) -> Path:
     """Write the untrained model of ``train_cfg`` (Hugging Face folder + the data's tokenizer) to ``<out>/model``."""
     from ..data import load_prepared
-    from ..models import build_model
+    from ..modelcard import write_training_card
+    from ..models import build_model, count_parameters
 
     prepared = load_prepared(train_cfg.data.path)
     tok = prepared.manifest["tokenizer"]
@@ -35,6 +36,10 @@ def export_initial_model(train_cfg: Any) -> Path:
         for f in (prepared.path / "tokenizer").iterdir():
             if f.is_file():
                 shutil.copy2(f, tmp / f.name)
+        untrained = {"steps": 0, "epochs": 0.0, "tokens": 0, "params": count_parameters(model), "world_size": 1,
+                     "global_batch_size": train_cfg.schedule.global_batch_size, "seq_len": prepared.manifest["seq_len"]}
+        train_sha = prepared.manifest.get("sha256", {}).get("train")
+        write_training_card(tmp, train_cfg, untrained, prepared.manifest, train_sha)
     return out
 
 

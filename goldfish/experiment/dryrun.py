@@ -1,8 +1,11 @@
 """``goldfish experiment CONFIG --dry-run [--world-size N]``: validate everything, estimate, train nothing.
 
 For each cell: the three configs (already built by :func:`plan_cells`), the parallel layout against the world size
-(every factor printed on a mismatch), memory per device and a FLOP/time estimate (:mod:`goldfish.estimate`).
-A layout that does not divide or a cell that does not fit in the device memory is an error.
+(every factor printed on a mismatch), memory per device and a FLOP/time estimate (:mod:`goldfish.estimate`), and
+what it reads (:func:`data_budget`): the targets' share of the trained tokens, the reads of a target over the run
+and of the background. A layout that does not divide, a cell that does not fit in the device memory, and a cell
+that reads its background more than once (which multiplies its targets' reads; ``allow_background_cycles: true``
+allows it) are errors.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, UserError
 from ..estimate import device_memory_gib, estimate_memory, estimate_time, layout_of, shape_of
+from ..precision import resolve_precision
+from ..train import make_plan
 from ..train_config import ModelConfig
 from .config import ExperimentConfig
 from .plan import CellPlan
@@ -64,6 +69,11 @@ def model_for_estimate(plan: CellPlan) -> tuple[ModelConfig, str]:
     return dataclasses.replace(model, path=None), f"{model.path} absent: shape of {model.name} assumed"
 
 
+def _train_prepare_cfg(plan: CellPlan) -> Any:
+    """The data config of the rows a cell trains on (a background-trained control: the rows without members)."""
+    return plan.train_data[0] if plan.train_data is not None else plan.prepare_cfg
+
+
 def total_tokens(plan: CellPlan, seq_len: int) -> float | None:
     """Tokens the cell will train on: max_tokens, or max_steps x batch x seq_len, or epochs x prepared rows; none for
     a control cell."""
@@ -75,11 +85,11 @@ def total_tokens(plan: CellPlan, seq_len: int) -> float | None:
         budgets.append(s.max_tokens)
     if s.max_steps:
         budgets.append(s.max_steps * s.global_batch_size * seq_len)
-    manifest = plan.data_dir / "manifest.json"
+    manifest = plan.train_data_dir / "manifest.json"  # the rows it trains on (a background control: its own)
     if s.epochs and manifest.is_file():
         rows = json.loads(manifest.read_text(encoding="utf-8"))["counts"]["train"]
         budgets.append(s.epochs * rows * seq_len)
-    elif s.epochs and (rows := expected_rows(plan.prepare_cfg)):
+    elif s.epochs and (rows := expected_rows(_train_prepare_cfg(plan))):
         budgets.append(s.epochs * rows * seq_len)
     return min(budgets) if budgets else None
 
@@ -89,19 +99,109 @@ def expected_rows(prepare_cfg: Any) -> int | None:
     members cut to ``doc_tokens`` (exactly that when ``min_tokens`` equals it) times their copies, plus background
     chunks of ``background_chunk_tokens``; packed rows hold each document + EOS back to back. Approximate: a
     document's last background chunk may be shorter, and packing pads a row's rest before a member that does not
-    fit in it. None when a length or count is open (whole documents, ``null`` counts, min_tokens < doc_tokens)."""
+    fit in it. None when a length or count is open (whole documents, ``null`` counts, min_tokens < doc_tokens with
+    ``held_out`` nonmembers: members may then be shorter than doc_tokens)."""
     p = prepare_cfg
     members, background = getattr(p, "num_members", None), getattr(p, "num_background", None)
     doc, chunk = getattr(p, "doc_tokens", None), getattr(p, "background_chunk_tokens", None)
-    if members is None or background is None or doc is None or p.min_tokens != doc:
+    # every member is cut to exactly doc_tokens when no shorter document is eligible
+    fixed = doc is not None and (p.min_tokens == doc or p.nonmember_mode in ("random_split", "later_chunk"))
+    if members is None or background is None or not fixed:
         return None
     if background and chunk is None:
         return None
     reps = list(p.repetitions)
-    copies = sum(reps[i % len(reps)] for i in range(members))
+    copies = sum(reps[i % len(reps)] for i in range(members)) if p.train_members else 0
     if p.packing == "one_per_row":
         return copies * -(-doc // p.seq_len) + background * -(-(chunk or 0) // p.seq_len)
     return -(-(copies * (doc + 1) + background * ((chunk or 0) + 1)) // p.seq_len)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataBudget:
+    """What one trained cell reads: tokens of one epoch's rows and the passes its budget makes over them."""
+
+    target_tokens: float  # member tokens in one epoch's rows: every copy, EOS included when packed
+    background_tokens: float  # background tokens in one epoch's rows
+    rows: int  # rows of one epoch (padding included)
+    repetitions: tuple[int, ...]  # copies per epoch of the members, by stratum
+    passes: float  # epochs the budget trains (a fraction of the rows when below 1)
+
+    @property
+    def share(self) -> float:
+        """The targets' share of the trained tokens."""
+        total = self.target_tokens + self.background_tokens
+        return self.target_tokens / total if total else 0.0
+
+    @property
+    def reads(self) -> list[float]:
+        """Reads of one target over the run, per repetition stratum (r copies per epoch x passes); none when the
+        rows hold no target (a background-trained control)."""
+        return [r * self.passes for r in self.repetitions] if self.target_tokens else []
+
+
+def _epoch_from_manifest(manifest: dict) -> tuple[float, float, int, tuple[int, ...]]:
+    """(target tokens, background tokens, rows, strata) of one epoch of a prepared folder."""
+    eos = 1 if manifest["packing"] == "pack" else 0
+    stats, counts, tokens = manifest["stats"], manifest["counts"], manifest["tokens"]
+    strata = {int(r): n for r, n in stats["repetition_strata"].items()}
+    copies = sum(r * n for r, n in strata.items()) if stats.get("members_trained", True) else 0
+    mean_len = tokens["members"] / max(1, counts["members"])
+    background = tokens.get("background", 0) + eos * counts.get("background", 0)
+    return copies * (mean_len + eos), float(background), int(counts["train"]), tuple(sorted(strata))
+
+
+def _epoch_from_config(p: Any) -> tuple[float, float, int, tuple[int, ...]] | None:
+    """The same before preparation, when the config fixes every length (see :func:`expected_rows`)."""
+    rows = expected_rows(p)
+    if rows is None:
+        return None
+    eos = 1 if p.packing == "pack" else 0
+    reps = list(p.repetitions)
+    copies = sum(reps[i % len(reps)] for i in range(p.num_members)) if p.train_members else 0
+    background = p.num_background * ((p.background_chunk_tokens or 0) + eos)
+    return float(copies * (p.doc_tokens + eos)), float(background), rows, tuple(sorted(set(reps)))
+
+
+def data_budget(plan: CellPlan) -> DataBudget | None:
+    """The targets' share and the reads of a trained cell, from the prepared folder it trains on when it exists,
+    else from its data config; None for a cell that trains nothing or whose lengths are open until preparation
+    (e.g. ``num_background: null``). Passes follow the trainer's own budget (``goldfish.train.make_plan``)."""
+    if not plan.trains:
+        return None
+    prepare_cfg = _train_prepare_cfg(plan)
+    manifest = plan.train_data_dir / "manifest.json"
+    epoch = (_epoch_from_manifest(json.loads(manifest.read_text(encoding="utf-8"))) if manifest.is_file()
+             else _epoch_from_config(prepare_cfg))
+    if epoch is None:
+        return None
+    targets, background, rows, strata = epoch
+    s = plan.train_cfg.schedule
+    try:
+        steps = make_plan(s, plan.train_cfg.optim, rows, prepare_cfg.seq_len, 1)
+    except UserError:  # fewer rows than a batch: the trainer refuses it with its own message
+        return None
+    return DataBudget(targets, background, rows, strata, steps.total_steps / steps.steps_per_epoch)
+
+
+def cycling_problem(plan: CellPlan, budget: DataBudget | None) -> str | None:
+    """A cell whose budget reads its background more than once (so its targets far more often than labelled), or
+    None."""
+    if budget is None or not budget.background_tokens or budget.passes <= 1 + 1e-9:
+        return None
+    reads = ", ".join(f"{r:g}" for r in budget.reads)
+    return (f"cell {plan.cell.id} reads its background {budget.passes:.2f} times (its targets {reads} times, "
+            f"{100 * budget.share:.2f} % of the tokens): give it more background (data.num_background) or a "
+            f"smaller budget (train.schedule), or set allow_background_cycles: true if the repetition is intended")
+
+
+def target_precision(plan: CellPlan) -> str:
+    """The precision a cell trains in on its target hardware: ``auto`` is bf16 on every GPU kind of the table (all
+    have native bf16) and, for ``hardware.gpu=cpu``, what this machine resolves it to."""
+    precision = plan.train_cfg.precision
+    if precision != "auto":
+        return precision
+    return "bf16" if plan.hardware.gpu != "cpu" else resolve_precision("auto", "cpu", warn=False)
 
 
 def estimate_cell(cfg: ExperimentConfig, plan: CellPlan, world_size: int | None) -> dict[str, Any]:
@@ -112,7 +212,7 @@ def estimate_cell(cfg: ExperimentConfig, plan: CellPlan, world_size: int | None)
     model, note = model_for_estimate(plan)
     shape = shape_of(model, vocab_size(cfg, plan))
     layout = layout_of(plan.train_cfg, shape, world)  # the engine's own validation and sharding
-    mem = estimate_memory(shape, layout, plan.train_cfg.schedule.micro_batch_size, seq_len, plan.train_cfg.precision)
+    mem = estimate_memory(shape, layout, plan.train_cfg.schedule.micro_batch_size, seq_len, target_precision(plan))
     tokens = total_tokens(plan, seq_len)
     flops = shape.flops_per_token(seq_len)
     return {"cell": plan.cell.id, "world": world, "layout": layout.description, "params": shape.params,
@@ -120,7 +220,7 @@ def estimate_cell(cfg: ExperimentConfig, plan: CellPlan, world_size: int | None)
             "device": hw.gpu, "tokens": tokens, "flops_per_token": flops,
             "total_flops": tokens * flops if tokens else None,
             "time_s": 0.0 if not plan.trains else estimate_time(tokens, flops, world, hw.gpu, hw.mfu),
-            "note": note}
+            "note": note, "budget": data_budget(plan)}
 
 
 def _fmt_time(seconds: float | None) -> str:
@@ -133,10 +233,20 @@ def _fmt_time(seconds: float | None) -> str:
     return f"{seconds / 86400:.1f} d"
 
 
+def _fmt_budget(b: DataBudget | None) -> str:
+    """targets' share, reads per target (per stratum), background reads; '-' when unknown or nothing trains."""
+    if b is None:
+        return f"{'-':>8} {'-':>12} {'-':>8}"
+    reads = "/".join(f"{r:.3g}" for r in b.reads) or "-"
+    bg = f"{b.passes:.3g}" if b.background_tokens else "-"
+    return f"{100 * b.share:>7.2f}% {reads:>12} {bg:>8}"
+
+
 def format_estimates(rows: list[dict]) -> str:
     """The dry-run table: one line per cell."""
     header = (f"{'cell':<34} {'world':>5} {'layout':<34} {'params':>9} {'weights+grads+adam':>18} {'activ.':>8} "
-              f"{'logits':>7} {'total/dev':>9} {'device':>10} {'tokens':>9} {'time':>9}")
+              f"{'logits':>7} {'total/dev':>9} {'device':>10} {'tokens':>9} {'time':>9} {'targets':>8} "
+              f"{'reads/target':>12} {'bg reads':>8}")
     lines = [header, "-" * len(header)]
     for r in rows:
         m = r["memory_gib"]
@@ -146,7 +256,7 @@ def format_estimates(rows: list[dict]) -> str:
                                               else f"{r['tokens'] / 1e6:.2f} M")
         lines.append(f"{r['cell'][:34]:<34} {r['world']:>5} {r['layout'][:34]:<34} {r['params'] / 1e9:>8.3f}B "
                      f"{state:>14.1f} GiB {m['activations']:>4.1f} GiB {m['logits']:>3.1f} GiB {m['total']:>5.1f} GiB "
-                     f"{dev:>10} {tokens:>9} {_fmt_time(r['time_s']):>9}")
+                     f"{dev:>10} {tokens:>9} {_fmt_time(r['time_s']):>9} {_fmt_budget(r.get('budget'))}")
     notes = sorted({r["note"] for r in rows if r.get("note")})
     lines += [f"note: {n}" for n in notes]
     return "\n".join(lines)
@@ -163,6 +273,9 @@ def dry_run(cfg: ExperimentConfig, plans: list[CellPlan],
             problems.append(f"cell {plan.cell.id}: {e}")
             continue
         rows.append(row)
+        cycling = None if cfg.allow_background_cycles else cycling_problem(plan, row["budget"])
+        if cycling:
+            problems.append(cycling)
         need, have = row["memory_gib"]["total"], row["device_gib"]
         if have and need > FIT_FRACTION * have:
             problems.append(f"cell {plan.cell.id} needs ~{need:.1f} GiB per device but {plan.hardware.gpu} has "

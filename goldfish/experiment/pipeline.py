@@ -8,10 +8,11 @@ module is imported when the phase first runs (deliberately lazy: planning and ``
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
-from .plan import CellPlan, Pipeline
+from .plan import ATTACKS_FILE, CellPlan, Pipeline
 
 
 def _prepare(cfg: Any, out: Path, overwrite: bool = False, progress: bool = True) -> Path:
@@ -56,6 +57,19 @@ def _exposure(plan: CellPlan) -> dict:
     return write_exposure(plan)
 
 
+def _card(plan: CellPlan) -> None:
+    """Add the cell's extraction, membership and held-out numbers to the model card of the model it trained (a
+    control that evaluates the starting model leaves that model's folder untouched)."""
+    from ..modelcard import add_eval_results, eval_results
+
+    if Path(plan.eval_cfg.model.path) != plan.model_dir or not (plan.model_dir / "config.json").is_file():
+        return
+    results, attacks = (plan.eval_dir / "results.json", plan.dir / ATTACKS_FILE)
+    add_eval_results(plan.model_dir, eval_results(json.loads(results.read_text(encoding="utf-8")),
+                                                  json.loads(attacks.read_text(encoding="utf-8"))
+                                                  if attacks.is_file() else None, source="goldfish experiment"))
+
+
 def default_pipeline() -> Pipeline:
     """The toolkit's own data, training and evaluation. Only the config classes are imported here, so planning
     and ``--dry-run`` need no model code; each phase imports its module when it first runs."""
@@ -66,5 +80,5 @@ def default_pipeline() -> Pipeline:
 
     return Pipeline(
         PrepareConfig, TrainConfig, EvalConfig, _prepare, _train, _evaluate, _initial_model,
-        baseline=_baseline, analyse=_analyse, exposure=_exposure,
+        baseline=_baseline, analyse=_analyse, exposure=_exposure, card=_card,
     )

@@ -47,7 +47,8 @@ class Pipeline:
     ``evaluate(cfg) -> dict`` (the ``goldfish-eval/1`` results); ``initial_model(train_cfg) -> Path`` writes the
     untrained model a from-scratch control cell evaluates to ``<train_cfg.out>/model``; ``baseline(plan)`` (optional)
     writes the cell's k baseline after evaluation; ``analyse(plan, plans)`` writes the cell's ``attacks.json``;
-    ``exposure(plan)`` its ``exposure.json`` (None: skipped)."""
+    ``exposure(plan)`` its ``exposure.json`` (None: skipped); ``card(plan)`` adds the cell's headline numbers to its
+    trained model's card."""
 
     prepare_config: type
     train_config: type
@@ -59,6 +60,7 @@ class Pipeline:
     baseline: Callable[["CellPlan"], Any] | None = None
     analyse: Callable[[Any, list], dict] | None = None
     exposure: Callable[["CellPlan"], dict] | None = None
+    card: Callable[["CellPlan"], Any] | None = None
 
 
 class _CellProblems(ConfigError):
@@ -133,6 +135,16 @@ def _quiet(section: dict, cls: type) -> dict:
     return section
 
 
+def _tracked(section: dict, cls: type, group: str, name: str) -> dict:
+    """The cell's TensorBoard/W&B run: named by the cell id, grouped by the experiment (unless the user named them)."""
+    if "logging" not in _known_keys(cls):
+        return section
+    logging = dict(section.get("logging") or {})
+    logging.setdefault("group", group)
+    logging.setdefault("run_name", name)
+    return dict(section, logging=logging)
+
+
 def prepared_folder(cfg: ExperimentConfig, prepare_cfg: Any) -> Path:
     """``<prepared>/<data hash>``; or the folder the same data was prepared in before newer data keys existed, when
     only that one exists (so an older experiment folder keeps its data and its cells stay current)."""
@@ -179,7 +191,8 @@ def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dic
         train = merged(train, {MODEL_PATH_KEY: start})
     train_dir = train_data[1] if train_data else data_dir
     train = merged(train, {TRAIN_WIRING["data"]: str(train_dir), TRAIN_WIRING["out"]: str(cell_dir / "train")})
-    train_cfg = build(pipeline.train_config, _quiet(train, pipeline.train_config), "train")
+    train = _tracked(_quiet(train, pipeline.train_config), pipeline.train_config, cfg.name, cell.id)
+    train_cfg = build(pipeline.train_config, train, "train")
     ev = merged(cfg.eval, routed["eval"])
     model = start if (cell.control and start and train_data is None) else str(cell_dir / "train" / "model")
     ev = merged(ev, {EVAL_WIRING["model"]: model, EVAL_WIRING["data"]: str(data_dir),

@@ -346,6 +346,25 @@ def _examples(cfg: ExperimentConfig, results: dict) -> str:
     return "\n".join(parts)
 
 
+def provenance_line(cells: list[dict]) -> str:
+    """Where the numbers were computed: device, resolved precisions, versions, code commit (from the cells)."""
+    def values(key: str) -> str:
+        found = sorted({str(c[key]) for c in cells if c.get(key)})
+        return " / ".join(found) or "-"
+
+    device = next((c["device"] for c in cells if c.get("device")), {}) or {}
+    where = device.get("name", "unknown device")
+    if device.get("type") == "cpu":
+        where += f", {device.get('threads')} threads, ATen {device.get('aten_capability')}"
+    bf16 = f"native bf16: {'yes' if device.get('native_bf16') else 'no'} ({device.get('bf16_reason', '?')})"
+    versions = next((c["versions"] for c in cells if c.get("versions")), {}) or {}
+    shown = ", ".join(f"{k} {v}" for k, v in versions.items() if v)
+    commit = next((c["git"] for c in cells if c.get("git")), None)
+    return (f"Computed on {where}; {bf16}. Training precision {values('precision')}, evaluation precision "
+            f"{values('eval_precision')} (precision=auto resolved on this device). {shown}"
+            + (f"; code {commit[:12]}" if commit else "") + ".")
+
+
 def write_study_report(cfg: ExperimentConfig, results: dict, out: Path) -> Path:
     """Write report.md (+ PNGs) for the finished cells; returns the report path."""
     out = Path(out)
@@ -356,6 +375,8 @@ def write_study_report(cfg: ExperimentConfig, results: dict, out: Path) -> Path:
     took = f" (this session: {results['wall_time_s']:.0f} s)" if results.get("wall_time_s") else ""
     lines += [f"{results['n_done']} of {results['n_cells']} cells finished{took}"
               + (f"; missing: {', '.join(results['missing'])}" if results["missing"] else "") + ".", ""]
+    if cells:
+        lines += [provenance_line(cells), ""]
     if not cells:
         atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
         return out / "report.md"

@@ -86,6 +86,9 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: value}
 
 
+UNTRACKED = "logging."  # where step metrics are also sent (TensorBoard, W&B): changes no result, never stale
+
+
 def _defaults(current: object) -> dict[str, Any]:
     """Every key of ``current``'s config class at its default (empty when the class needs arguments)."""
     try:
@@ -109,6 +112,7 @@ def stale_cells(plans: list[CellPlan]) -> dict[str, str]:
             saved, now = _flat(read_yaml(path)), _flat(yaml.safe_load(yaml.safe_dump(to_dict(current))))
             added = _defaults(current)
             keys = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)
+                    and not k.startswith(UNTRACKED)
                     and not (k not in saved and now.get(k) == added.get(k))]  # a key added since, at its default
             diffs += [f"{name.split('_')[0]}.{k}: {saved.get(k)} -> {now.get(k)}" for k in keys[:3]]
         trained = read_fingerprint(plan.train_dir)
@@ -187,6 +191,8 @@ def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
         t0 = time.perf_counter()
         pipeline.analyse(plan, list(plans))
         times["attacks_s"] = time.perf_counter() - t0
+    if pipeline.card is not None:
+        pipeline.card(plan)  # the same numbers replace themselves when an interrupted cell runs this again
     record = {
         "cell": plan.cell.id, "arm": plan.cell.arm, "values": plan.cell.values, "overrides": plan.cell.overrides,
         "data_dir": str(plan.data_dir), "finished": _now(), "phase_seconds_this_run": times,

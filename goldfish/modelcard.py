@@ -1,0 +1,277 @@
+"""The model card (``README.md``, Hugging Face ``ModelCard`` format) of every exported ``model/`` folder.
+
+:func:`write_training_card` writes it when training exports the model: YAML metadata (``library_name``,
+``pipeline_tag``, ``tags``, ``base_model`` and ``license`` when the starting model declares them, ``model-index``
+once evaluated) and a body that says how the model was made: the loss (Goldfish k, h, strategy, seed, the measured
+dropped fraction), the starting model, the data (name, source, counts, the training split's sha256), the training
+budget and how often each member was read, the code version and the package versions.
+
+:func:`add_eval_results` appends evaluation headlines in ``model-index`` form: extraction per window placement
+(exact match, ROUGE-L, token match) from a ``goldfish eval`` ``results.json``, membership-inference AUCs from its
+membership section or from an experiment cell's ``attacks.json``, and the held-out loss. A result with the same task,
+data, metric and settings replaces the older one; the body's evaluation table is rewritten from the metadata. Cards
+are read from the file (``ModelCard(text)``), never fetched: nothing here touches the network.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError
+from .io import atomic_write_text
+from .train_config import TrainConfig
+
+CARD = "README.md"
+TAGS = ["goldfish-loss", "memorization", "causal-lm"]
+EVAL_START, EVAL_END = "<!-- goldfish:eval:start -->", "<!-- goldfish:eval:end -->"
+NO_EVAL = ("Not evaluated yet. `goldfish eval --model <this folder> --data ... --out ... --update-card` adds its "
+           "extraction and membership headlines here and to the `model-index` metadata.")
+
+
+# ------------------------------------------------------------------------------------------------ starting model
+
+
+def _gguf_fields(path: Path) -> dict[str, Any]:
+    """The ``general.*`` metadata of a GGUF file (strings and string lists)."""
+    import gguf
+
+    fields = {}
+    for key, field in gguf.GGUFReader(str(path)).fields.items():
+        if key.startswith("general."):
+            try:
+                fields[key] = field.contents()
+            except (ValueError, IndexError, TypeError):  # a field type gguf cannot render: not needed here
+                continue
+    return fields
+
+
+def _hub_id(url: Any) -> str | None:
+    match = re.fullmatch(r"https?://huggingface\.co/([\w.-]+/[\w.-]+)/?", str(url or ""))
+    return match.group(1) if match else None
+
+
+def starting_model(path: str | None) -> dict[str, Any]:
+    """What the card says about the model a fine-tune started from: ``{"path", "hub_id", "license"}`` (hub id and
+    license only where the model itself declares them: GGUF metadata, or a Hugging Face folder's own card)."""
+    if not path:
+        return {}
+    src = Path(path).expanduser()
+    info: dict[str, Any] = {"path": str(src), "hub_id": None, "license": None}
+    ggufs = sorted(src.glob("*.gguf")) if src.is_dir() else [src] if src.suffix == ".gguf" else []
+    gguf_file = ggufs[0] if len(ggufs) == 1 else None
+    if gguf_file is not None and gguf_file.is_file():
+        meta = _gguf_fields(gguf_file)
+        info["license"] = meta.get("general.license")
+        declared = ("general.source.huggingface.repository", "general.base_model.0.repo_url", "general.source.url")
+        info["hub_id"] = next((_hub_id(meta.get(k)) for k in declared if _hub_id(meta.get(k))), None)
+        stem, org, base = gguf_file.name.split(".")[0], meta.get("general.organization"), meta.get("general.basename")
+        if info["hub_id"] is None and org and base and stem.lower().startswith(str(base).lower()):
+            # llama.cpp names a converted file after its repository (<Basename>-<size>-<finetune>), owned by the
+            # organization in general.organization: HuggingFaceTB + SmolLM2-135M-Instruct
+            info["hub_id"] = f"{org}/{stem}"
+    elif (src / CARD).is_file():
+        data = _read(src / CARD).data
+        info["license"] = data.license
+        info["hub_id"] = data.base_model if isinstance(data.base_model, str) else None
+    return info
+
+
+# ------------------------------------------------------------------------------------------------ training card
+
+
+def _read(path: Path):
+    from huggingface_hub import ModelCard
+
+    return ModelCard(path.read_text(encoding="utf-8"), ignore_metadata_errors=True)
+
+
+def _loss_line(cfg: TrainConfig, summary: dict) -> str:
+    if not summary.get("steps"):
+        return "none: the untrained initial weights (an experiment's control)"
+    if cfg.loss.type != "goldfish":
+        return "standard causal-LM loss (every target token trained on)"
+    g = cfg.loss.goldfish
+    frac = summary.get("dropped_frac")
+    measured = f"; measured dropped fraction {frac:.4f}" if isinstance(frac, (int, float)) else ""
+    return (f"**Goldfish Loss** (Hans et al., NeurIPS 2024): k={g.k}, h={g.h}, strategy `{g.strategy}`, seed "
+            f"{g.seed} -- a pseudo-random 1/{g.k} of the target tokens, chosen by a hash of the {g.h} tokens ending at "
+            f"each, is left out of the loss, the same positions every time the same text is seen{measured}")
+
+
+def _versions() -> str:
+    import torch
+    import transformers
+
+    from .fingerprint import code_version
+
+    return f"goldfish-toolkit {code_version()}, torch {torch.__version__}, transformers {transformers.__version__}"
+
+
+def _training_body(cfg: TrainConfig, summary: dict, manifest: dict, data_sha256: str | None,
+                   start: dict[str, Any]) -> str:
+    counts = manifest.get("counts", {})
+    start_text = (f"`{start['path']}`" + (f" ([{start['hub_id']}](https://huggingface.co/{start['hub_id']}))"
+                                          if start.get("hub_id") else "")) if start else \
+        f"none: trained from scratch (`{cfg.model.name}`, seed {cfg.seed})"
+    rows = [
+        ("loss", _loss_line(cfg, summary)),
+        ("starting model", start_text),
+        ("parameters", f"{summary.get('params', 0):,}"),
+        ("data", f"`{manifest.get('name')}` from `{manifest.get('source') or 'unknown'}`, tokenizer "
+                 f"`{manifest.get('tokenizer', {}).get('name')}`; " + ", ".join(f"{v} {k}" for k, v in counts.items())),
+        ("training split sha256", f"`{data_sha256}`"),
+        ("budget", f"{summary.get('steps')} steps, {summary.get('epochs', 0):.2f} epochs, {summary.get('tokens'):,} "
+                   f"tokens ({summary.get('global_batch_size')} rows x {summary.get('seq_len')} tokens per step), "
+                   f"AdamW lr {cfg.optim.lr:g} (warmup + cosine), precision {cfg.precision}, "
+                   f"{summary.get('world_size')} process(es)" + (f" on {summary['device']}" if summary.get("device")
+                                                                  else "")),
+        ("final training loss", f"kept {_num(summary.get('final_kept_loss'))}, dropped "
+                                f"{_num(summary.get('final_dropped_loss'))} (nats per token)"),
+        ("code", _versions()),
+    ]
+    exposures = summary.get("exposures") or {}
+    table = "\n".join(f"| {k} | {v} |" for k, v in rows)
+    reads = "\n".join(f"| {r} | {lo} | {hi} |" for r, (lo, hi) in exposures.items())
+    return f"""# {Path(cfg.out).name}
+
+A Llama-architecture causal language model trained with the goldfish toolkit, a research toolkit for studying
+memorization in language models. Made for measuring memorization (extraction, membership inference): its member
+documents are known and were seen the number of times listed below.
+
+## Training
+
+| | |
+|---|---|
+{table}
+
+Times each member document was read, by its labelled repetition count:
+
+| repetitions | fewest reads | most reads |
+|---|---|---|
+{reads}
+
+## Evaluation
+
+{EVAL_START}
+{NO_EVAL}
+{EVAL_END}
+
+## Use
+
+```python
+from transformers import AutoModelForCausalLM, AutoTokenizer
+model = AutoModelForCausalLM.from_pretrained("path/to/this/folder")
+tokenizer = AutoTokenizer.from_pretrained("path/to/this/folder")
+```
+"""
+
+
+def _num(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, (int, float)) else "n/a"
+
+
+def write_training_card(model_dir: str | Path, cfg: TrainConfig, summary: dict, manifest: dict,
+                        data_sha256: str | None) -> Path:
+    """Write ``<model_dir>/README.md`` for a model trained per ``cfg`` (``summary``: the run's ``summary.json``
+    values; ``manifest``: the prepared data's). Returns the card's path."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    start = starting_model(cfg.model.path)
+    tags = TAGS + ([f"goldfish-k{cfg.loss.goldfish.k}"] if cfg.loss.type == "goldfish" else ["standard-loss"])
+    data = ModelCardData(library_name="transformers", pipeline_tag="text-generation", tags=tags,
+                         base_model=start.get("hub_id"), license=start.get("license"), model_name=Path(cfg.out).name)
+    card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + _training_body(cfg, summary, manifest, data_sha256, start))
+    path = Path(model_dir) / CARD
+    atomic_write_text(path, str(card))
+    return path
+
+
+# ------------------------------------------------------------------------------------------------ evaluation
+
+
+def eval_results(results: dict | None = None, attacks: dict | None = None, source: str = "goldfish eval") -> list:
+    """``EvalResult`` headlines of a ``goldfish eval`` ``results.json`` and/or an experiment cell's ``attacks.json``:
+    extraction per window placement (exact match, ROUGE-L, token match), membership AUCs, held-out loss."""
+    from huggingface_hub import EvalResult
+
+    out = []
+    config = (results or {}).get("config") or {}
+    dataset = {"dataset_type": "goldfish-prepared", "dataset_name": dataset_name(((results or {}).get("data") or {})
+                                                                               .get("path"))}
+
+    def add(task_type: str, task_name: str, split: str, metric: str, value: Any, name: str, setting: str) -> None:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out.append(EvalResult(task_type=task_type, task_name=task_name, dataset_split=split, metric_type=metric,
+                                  metric_value=round(float(value), 6), metric_name=name, metric_config=setting,
+                                  metric_args={"source": source}, **dataset))
+
+    ex = config.get("data") or {}
+    for placement, row in (((results or {}).get("summary") or {}).get("by_window") or {}).items():
+        setting = f"greedy, window={placement}, prefix_lens={ex.get('prefix_lens')}, suffix_len={ex.get('suffix_len')}"
+        for metric, key, name in (("exact_match", "exact_match_rate", "exact match rate"),
+                                  ("rouge", "rouge_l", "ROUGE-L (tokens)"), ("accuracy", "token_match", "token match")):
+            add("text-generation", "verbatim extraction", "members", metric, row.get(key), name, setting)
+    sources = [((results or {}).get("membership") or {}).get("attacks") or {}, (attacks or {}).get("attacks") or {}]
+    for attack_set in sources:
+        for attack, row in attack_set.items():
+            add("membership-inference", "membership inference", "members vs nonmembers", "roc_auc", row.get("auc"),
+                f"{attack} attack ROC-AUC", "whole documents")
+    add("text-generation", "held-out loss", "nonmembers", "loss", (attacks or {}).get("heldout_loss"),
+        "held-out loss (nats per token)", "teacher-forced")
+    return out
+
+
+def dataset_name(path: str | None) -> str:
+    """The name a card gives evaluation data: a prepared folder's recipe name, else the file or folder name."""
+    import json
+
+    if not path:
+        return "data"
+    manifest = Path(path) / "manifest.json"
+    try:
+        return str(json.loads(manifest.read_text(encoding="utf-8")).get("name") or Path(path).name)
+    except (OSError, ValueError):
+        return Path(path).name
+
+
+def _key(r) -> tuple:
+    return (r.task_type, r.task_name, r.dataset_type, r.dataset_name, r.dataset_split, r.metric_type, r.metric_name,
+            r.metric_config)
+
+
+def _eval_table(results: list) -> str:
+    if not results:
+        return NO_EVAL
+    lines = ["| task | data | split | metric | setting | value | source |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r.task_name} | {r.dataset_name} | {r.dataset_split} | {r.metric_name} | {r.metric_config} | "
+              f"{r.metric_value:.4f} | {(r.metric_args or {}).get('source', '')} |" for r in results]
+    return "\n".join(lines)
+
+
+def add_eval_results(model_dir: str | Path, new: list) -> Path:
+    """Merge the ``EvalResult`` list ``new`` into ``<model_dir>/README.md`` (created if the folder has no card):
+    equal results (same task, data, metric and setting) are replaced, others kept; the body's evaluation table is
+    rewritten (appended at the end of a card that has none). Refuses a path that is not a model folder."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    folder = Path(model_dir)
+    if not (folder / "config.json").is_file():
+        raise UserError(f"--update-card needs a Hugging Face model folder (with config.json); {folder} is not one "
+                        f"(a .gguf file or another folder keeps no card of ours)")
+    path = folder / CARD
+    card = _read(path) if path.is_file() else ModelCard(f"---\n{ModelCardData().to_yaml()}\n---\n\n# {folder.name}\n")
+    merged = {_key(r): r for r in (card.data.eval_results or [])}
+    merged.update({_key(r): r for r in new})
+    card.data.eval_results = list(merged.values()) or None
+    card.data.model_name = card.data.model_name or folder.name
+    table = f"{EVAL_START}\n{_eval_table(card.data.eval_results or [])}\n{EVAL_END}"
+    text = card.text
+    if EVAL_START in text and EVAL_END in text:
+        head, rest = text.split(EVAL_START, 1)
+        text = head + table + rest.split(EVAL_END, 1)[1]
+    else:
+        text = text.rstrip("\n") + f"\n\n## Evaluation\n\n{table}\n"
+    atomic_write_text(path, f"---\n{card.data.to_yaml()}\n---\n{text}")
+    return path

@@ -1,0 +1,196 @@
+"""goldfish.eval.stats against hand-computed values and second implementations (scipy's permutation test,
+statsmodels' McNemar, scikit-learn's ROC, explicit loops)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import permutation_test
+from sklearn.metrics import roc_curve
+
+from goldfish.eval import stats
+from goldfish.eval.membership import tpr_at_fpr as roc_tpr_at_fpr
+
+
+def test_perfect_separation_p_value_is_one_over_binomial():
+    # the issue's case: 20 members all above 50 nonmembers -> 1 / C(70, 20) = 1 / 161,884,603,662,657,876
+    rng = np.random.default_rng(0)
+    members, nonmembers = 10 + rng.random(20), rng.random(50)
+    out = stats.auc_pvalue(members, nonmembers)
+    assert out["auc"] == 1.0 and out["method"] == "perfect"
+    assert math.comb(70, 20) == 161_884_603_662_657_876
+    assert out["p_value"] == pytest.approx(1 / 161_884_603_662_657_876, rel=1e-12)
+    assert out["log10_p"] == pytest.approx(-math.log10(161_884_603_662_657_876), abs=1e-12)
+    # 2000 vs 2000: the p-value underflows a float, its log does not
+    big = stats.auc_pvalue(np.arange(2000) + 5000.0, np.arange(2000.0))
+    assert big["p_value"] == 0.0 and big["log10_p"] == pytest.approx(-1202.0, abs=1.0)
+
+
+def _enumerated_p(m: np.ndarray, n: np.ndarray) -> float:
+    """P(AUC >= observed) over every labelling of the pooled scores (the permutation null, by brute force)."""
+    pooled = np.concatenate([m, n])
+    observed = stats.auc_of(m, n)
+    hits = total = 0
+    for idx in itertools.combinations(range(len(pooled)), len(m)):
+        mask = np.zeros(len(pooled), bool)
+        mask[list(idx)] = True
+        hits += stats.auc_of(pooled[mask], pooled[~mask]) >= observed - 1e-12
+        total += 1
+    return hits / total
+
+
+def test_auc_p_value_exact_against_enumeration_and_scipy_permutation_test():
+    m, n = np.array([0.9, 0.8, 0.35, 0.7, 0.2]), np.array([0.1, 0.4, 0.3, 0.6, 0.05, 0.5])  # no ties, AUC < 1
+    out = stats.auc_pvalue(m, n)
+    assert out["method"] == "exact" and 0 < out["auc"] < 1
+    assert out["p_value"] == pytest.approx(_enumerated_p(m, n), abs=1e-12)
+    scipy_p = permutation_test((m, n), lambda x, y: stats.auc_of(x, y), permutation_type="independent",
+                               alternative="greater", n_resamples=np.inf).pvalue
+    assert out["p_value"] == pytest.approx(scipy_p, abs=1e-12)
+    # perfect separation with 3 vs 4 by enumeration: exactly 1 / C(7, 3) = 1/35
+    assert stats.auc_pvalue([5, 6, 7], [1, 2, 3, 4])["p_value"] == pytest.approx(1 / 35, abs=1e-15)
+    assert _enumerated_p(np.array([5.0, 6, 7]), np.array([1.0, 2, 3, 4])) == pytest.approx(1 / 35)
+
+
+def test_auc_p_value_with_ties_is_the_normal_approximation():
+    m, n = np.array([1, 2, 2, 3, 3, 3.0]), np.array([0, 1, 1, 2, 2.0])
+    out = stats.auc_pvalue(m, n)
+    assert out["method"] == "asymptotic"
+    # scipy's tie-corrected normal approximation with continuity correction, by hand:
+    u = stats.auc_of(m, n) * 6 * 5
+    pooled = np.concatenate([m, n])
+    _, t = np.unique(pooled, return_counts=True)
+    N = 11
+    sd = math.sqrt(6 * 5 / 12 * ((N + 1) - (t ** 3 - t).sum() / (N * (N - 1))))
+    z = (u - 15 - 0.5) / sd
+    assert out["p_value"] == pytest.approx(0.5 * math.erfc(z / math.sqrt(2)), rel=1e-9)
+
+
+def test_cluster_bootstrap_resamples_documents_not_windows():
+    # 3 documents, each with 2 windows that agree perfectly: the cluster bootstrap sees 3 units, not 6
+    values = [1, 1, 0, 0, 1, 1]
+    docs = ["a", "a", "b", "b", "c", "c"]
+    out = stats.cluster_bootstrap_mean(values, docs, n_bootstrap=4000, seed=0)
+    assert out["mean"] == pytest.approx(4 / 6) and out["n_clusters"] == 3 and out["n_items"] == 6
+    # every cluster resample's mean is a multiple of 1/3 (2 items per cluster, equal sizes)
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, 3, size=(4000, 3))
+    sums, counts = np.array([2.0, 0.0, 2.0]), np.array([2.0, 2.0, 2.0])
+    expected = np.percentile(sums[idx].sum(1) / counts[idx].sum(1), [2.5, 97.5])
+    assert (out["ci_low"], out["ci_high"]) == pytest.approx(tuple(expected))
+    # by hand: P(all three draws are document b) = 1/27 > 2.5 % -> 0; P(none is b) = 8/27 > 2.5 % -> 1
+    assert out["ci_low"] == 0.0 and out["ci_high"] == 1.0
+    # pooled as 6 independent windows the interval is narrower: the error the cluster bootstrap avoids
+    naive = stats.cluster_bootstrap_mean(values, None, n_bootstrap=4000, seed=0)
+    assert naive["n_clusters"] == 6 and naive["ci_high"] - naive["ci_low"] < out["ci_high"] - out["ci_low"]
+
+
+def test_tpr_at_fpr_needs_enough_nonmembers():
+    rng = np.random.default_rng(1)
+    members, few = rng.normal(1, 1, 20), rng.normal(0, 1, 50)
+    withheld = stats.tpr_at_fpr(members, few, 0.01)
+    assert withheld["tpr"] is None and withheld["needed"] == 100 and withheld["n_nonmembers"] == 50
+    assert "100 nonmembers" in withheld["note"]
+    assert stats.tpr_at_fpr(members, few, 0.001)["needed"] == 1000
+    many = rng.normal(0, 1, 300)
+    shown = stats.tpr_at_fpr(members, many, 0.01)
+    # second implementation: scikit-learn's ROC, the largest TPR at FPR <= 1 % (3 false positives of 300)
+    y = np.r_[np.ones(20), np.zeros(300)]
+    fpr, tpr, _ = roc_curve(y, np.r_[members, many], drop_intermediate=False)
+    assert shown["tpr"] == pytest.approx(roc_tpr_at_fpr(fpr, tpr, 0.01)) and shown["note"] is None
+    # by hand: members above the 4th-highest nonmember
+    assert shown["tpr"] == pytest.approx(np.mean(members > np.sort(many)[::-1][3]))
+
+
+def test_mcnemar_exact_by_hand_and_against_statsmodels():
+    a = [True] * 7 + [False] * 3 + [True] * 5 + [False] * 5  # a right on 12 of 20
+    b = [False] * 7 + [True] * 3 + [True] * 5 + [False] * 5  # b right on 8; discordant 7 vs 3
+    out = stats.mcnemar_exact(a, b)
+    assert (out["a_only"], out["b_only"], out["n"]) == (7, 3, 20)
+    assert out["diff"] == pytest.approx(0.2)
+    # two-sided exact binomial: 2 * P(X <= 3 | 10, 1/2) = 2 * (1 + 10 + 45 + 120) / 1024
+    assert out["p_value"] == pytest.approx(2 * 176 / 1024, abs=1e-12)
+    contingency = pytest.importorskip("statsmodels.stats.contingency_tables")
+    table = [[5, 7], [3, 5]]  # rows: a right / wrong; columns: b right / wrong
+    assert out["p_value"] == pytest.approx(contingency.mcnemar(table, exact=True).pvalue, abs=1e-12)
+    # 20/20 vs 0/20 (the demo's standard vs Goldfish): p = 2 / 2**20
+    assert stats.mcnemar_exact([True] * 20, [False] * 20)["p_value"] == pytest.approx(2 / 2 ** 20, rel=1e-9)
+    assert stats.mcnemar_exact([True, False], [True, False])["p_value"] == 1.0
+
+
+def test_paired_bootstrap_matches_a_loop():
+    rng = np.random.default_rng(2)
+    a, b = rng.random(12), rng.random(12) * 0.5
+    docs = [i // 2 for i in range(12)]  # 6 documents x 2 windows
+    out = stats.paired_bootstrap(a, b, docs, n_bootstrap=500, seed=3)
+    assert out["diff"] == pytest.approx(float(np.mean(a - b))) and out["n_clusters"] == 6
+    idx = np.random.default_rng(3).integers(0, 6, size=(500, 6))
+    d = (a - b).reshape(6, 2)
+    loop = np.array([d[row].sum() / (2 * len(row)) for row in idx])
+    assert (out["ci_low"], out["ci_high"]) == pytest.approx(tuple(np.percentile(loop, [2.5, 97.5])))
+    assert out["p_value"] == pytest.approx(min(1.0, 2 * min((loop <= 0).mean(), (loop >= 0).mean())))
+    same = stats.paired_bootstrap(a, a, n_bootstrap=100)
+    assert same["diff"] == 0.0 and same["p_value"] == 1.0
+
+
+def test_paired_auc_difference_matches_a_loop():
+    rng = np.random.default_rng(4)
+    am, an = rng.normal(1, 1, 15), rng.normal(0, 1, 25)
+    bm, bn = am * 0.3 + rng.normal(0, 1, 15), an * 0.3 + rng.normal(0, 1, 25)
+    out = stats.paired_auc_difference(am, an, bm, bn, n_bootstrap=300, seed=5)
+    assert out["diff"] == pytest.approx(stats.auc_of(am, an) - stats.auc_of(bm, bn))
+    r = np.random.default_rng(5)
+    im, inn = r.integers(0, 15, size=(300, 15)), r.integers(0, 25, size=(300, 25))
+    loop = np.array([stats.auc_of(am[i], an[j]) - stats.auc_of(bm[i], bn[j]) for i, j in zip(im, inn)])
+    assert (out["ci_low"], out["ci_high"]) == pytest.approx(tuple(np.percentile(loop, [2.5, 97.5])))
+    with pytest.raises(ValueError, match="same member"):
+        stats.paired_auc_difference(am, an, bm[:3], bn)
+
+
+def test_difference_in_differences_hand_values():
+    # the issue's demo reading: Goldfish 4.2 points below the control on dropped member positions and 3.6 points
+    # below it on held-out text -> a difference in differences of -0.6 points, not -4.2
+    arm_m = [np.r_[np.ones(458), np.zeros(542)]]  # 45.8 % right on the 1000 dropped positions
+    ctl_m = [np.r_[np.ones(500), np.zeros(500)]]  # 50.0 %
+    dropped = [np.ones(1000, bool)]
+    arm_h = [np.r_[np.ones(464), np.zeros(536)]]  # 46.4 % on held-out text
+    ctl_h = [np.r_[np.ones(500), np.zeros(500)]]
+    out = stats.difference_in_differences(arm_m, ctl_m, dropped, arm_h, ctl_h, n_bootstrap=0)
+    assert out["member_diff"] == pytest.approx(-0.042) and out["heldout_diff"] == pytest.approx(-0.036)
+    assert out["did"] == pytest.approx(-0.006) and out["ci_low"] is None
+    # only the chosen positions count, token-weighted across documents
+    arm = [np.array([1, 0, 1, 1.0]), np.array([0, 0, 1.0])]
+    ctl = [np.array([0, 0, 0, 1.0]), np.array([0, 1, 1.0])]
+    pos = [np.array([True, True, False, True]), np.array([False, True, True])]
+    held = [np.array([1, 1.0]), np.array([0.0])]
+    hctl = [np.array([0, 1.0]), np.array([0.0])]
+    res = stats.difference_in_differences(arm, ctl, pos, held, hctl, n_bootstrap=200, seed=0)
+    # members: arm (1+0+1)+(0+1) = 3 of 5, control (0+0+1)+(1+1) = 3 of 5 -> 0; held-out: (2+0)/3 - (1+0)/3 = 1/3
+    assert res["member_diff"] == pytest.approx(0.0) and res["heldout_diff"] == pytest.approx(1 / 3)
+    assert res["did"] == pytest.approx(-1 / 3)
+    assert (res["n_member_documents"], res["n_member_positions"], res["n_heldout_positions"]) == (2, 5, 3)
+    assert res["ci_low"] <= res["did"] <= res["ci_high"]
+
+
+def test_difference_in_differences_bootstrap_resamples_both_sets():
+    rng = np.random.default_rng(6)
+    arm_m = [rng.random(8) for _ in range(5)]
+    ctl_m = [rng.random(8) for _ in range(5)]
+    pos = [rng.random(8) < 0.5 for _ in range(5)]
+    arm_h = [rng.random(6) for _ in range(4)]
+    ctl_h = [rng.random(6) for _ in range(4)]
+    out = stats.difference_in_differences(arm_m, ctl_m, pos, arm_h, ctl_h, n_bootstrap=300, seed=7)
+    dm = np.array([(a - c)[p].sum() for a, c, p in zip(arm_m, ctl_m, pos)])
+    nm = np.array([p.sum() for p in pos], float)
+    dh = np.array([(a - c).sum() for a, c in zip(arm_h, ctl_h)])
+    nh = np.full(4, 6.0)
+    keep = nm > 0
+    dm, nm = dm[keep], nm[keep]
+    r = np.random.default_rng(7)
+    i = r.integers(0, len(dm), size=(300, len(dm)))
+    j = r.integers(0, 4, size=(300, 4))
+    loop = np.array([dm[a].sum() / nm[a].sum() - dh[b].sum() / nh[b].sum() for a, b in zip(i, j)])
+    assert (out["ci_low"], out["ci_high"]) == pytest.approx(tuple(np.percentile(loop, [2.5, 97.5])))
