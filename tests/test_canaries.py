@@ -166,3 +166,12 @@ def test_exposure_of_a_real_model_matches_a_direct_ranking_of_the_whole_space():
             assert row["rank"] == pytest.approx(rank)
             assert row["exposure"] == pytest.approx(math.log2(100) - math.log2(rank))
     assert found["by_repetitions"]["4"]["n"] == 1
+
+
+def test_the_dry_run_counts_the_canaries_copies_in_the_stream(corpus, with_canaries):
+    from goldfish.experiment.dryrun import canary_copies_of
+
+    cfg = from_dict(PrepareConfig, _recipe(corpus, canaries={"count": 6, "tokens": 12, "secret_tokens": 4}))
+    assert canary_copies_of(cfg) == (sum(with_canaries.canaries["repetitions"]), 12)  # 2 x (1 + 2 + 3)
+    assert canary_copies_of(from_dict(PrepareConfig, {**_recipe(corpus), "train_members": False,
+                                                      "canaries": {"count": 6}})) == (0, 0)
