@@ -33,7 +33,7 @@ def test_the_standard_setting_is_the_papers_design_at_cpu_scale():
     plans = {p.cell.arm: p for p in plan_cells(cfg, default_pipeline())}
     assert set(plans) == {"control", "standard", "goldfish_k3", "goldfish_k4"}
     assert [plans[a].train_cfg.loss.goldfish.k for a in ("goldfish_k3", "goldfish_k4")] == [3, 4]
-    assert all(p.train_cfg.schedule.epochs == 1 and p.train_cfg.precision == "fp32" for p in plans.values())
+    assert all(p.train_cfg.schedule.epochs == 1 and p.train_cfg.precision == "auto" for p in plans.values())
     assert plans["control"].trains and plans["control"].prepare_cfg == plans["standard"].prepare_cfg
     recipe = plans["standard"].prepare_cfg
     assert recipe.nonmember_mode == "random_split" and recipe.num_nonmembers >= 500
