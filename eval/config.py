@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal, Union
 
-from goldfish.config import check, option, raise_problems
+from goldfish.config import check, check_seed, option, raise_problems, shown
 from goldfish.masks import Strategy
 from goldfish.precision import PRECISIONS, canonical_precision
 
@@ -77,7 +77,7 @@ class ModelSection:
         problems: list[str] = []
         check(self.threads is None or self.threads >= 1, problems, f"threads={self.threads} must be >= 1")
         dtype = canonical_precision(self.dtype)
-        check(dtype is not None, problems, f"dtype={self.dtype!r} must be one of {', '.join(PRECISIONS)}")
+        check(dtype is not None, problems, f"dtype={shown(self.dtype)} must be one of {', '.join(PRECISIONS)}")
         self.dtype = dtype or self.dtype
         raise_problems(problems)
 
@@ -166,7 +166,7 @@ class DecodingSection:
         problems: list[str] = []
         bs = self.batch_size
         check(bs == "auto" or (isinstance(bs, int) and bs >= 1), problems,
-              f"batch_size={bs!r} must be a positive integer or 'auto'")
+              f"batch_size={shown(bs)} must be a positive integer or 'auto'")
         check(self.beam >= 1, problems, f"beam={self.beam} must be >= 1 (1 = greedy only)")
         check(self.samples >= 0, problems, f"samples={self.samples} must be >= 0 (0 = off)")
         check(self.temperature > 0, problems, f"temperature={self.temperature} must be > 0")
@@ -286,8 +286,9 @@ class EvalConfig:
                                                                "run's checkpoints) instead of model.path")
     resume: bool = option(True, "reuse finished windows and membership scores of a previous run in the same out "
                                 "folder (its fingerprint must match)")
-    overwrite: bool = option(False, "start afresh in an out folder that holds a different run (its partial "
-                                    "results are replaced)")
+    overwrite: bool = option(False, "start afresh in an out folder that holds another evaluation: the new one is "
+                                    "built beside it and replaces it when finished (only a folder goldfish eval "
+                                    "made is replaced)")
     report: bool = option(True, "write report.md and plots")
     progress: bool = option(True, "show progress bars (also transformers' GGUF conversion bar)")
     seed: int = option(0, "seed for sampling and bootstrap")
@@ -295,5 +296,6 @@ class EvalConfig:
     def __post_init__(self) -> None:
         problems: list[str] = []
         check(len(self.tasks) > 0, problems, f"tasks is empty; use {list(TASKS)}, [membership] or [canaries]")
+        check_seed(self.seed, problems)
         self.tasks = list(dict.fromkeys(self.tasks))
         raise_problems(problems)

@@ -14,12 +14,12 @@ from typing import Sequence
 import torch
 
 from goldfish.errors import UserError
-from goldfish.gguf_cache import dequantised
-from goldfish.models import PICKLE_SUFFIXES, load_pretrained, resolve_model_path
+from goldfish.models import (PICKLE_SUFFIXES, check_same_tokenizer, load_model_tokenizer, load_pretrained,
+                             resolve_model_path)
 from goldfish.precision import PRECISIONS, canonical_precision, resolve_precision, torch_dtype
 
-__all__ = ["PICKLE_SUFFIXES", "check_vocab", "load_model", "load_model_tokenizer", "model_vocab_size",
-           "num_parameters", "pad_id_of", "resolve_device", "resolve_model_path"]
+__all__ = ["PICKLE_SUFFIXES", "check_same_tokenizer", "check_vocab", "load_model", "load_model_tokenizer",
+           "model_vocab_size", "num_parameters", "pad_id_of", "resolve_device", "resolve_model_path"]
 
 def resolve_device(device: str) -> torch.device:
     """``auto`` -> cuda when available, else cpu; anything else is passed to ``torch.device``."""
@@ -41,19 +41,6 @@ def load_model(path: str | Path, dtype: str = "auto", device: str = "auto", allo
     where = resolve_device(device)
     precision = resolve_precision(dtype, where)
     return load_pretrained(path, torch_dtype(precision), allow_pickle).to(where).eval()
-
-
-def load_model_tokenizer(path: str | Path):
-    """Load the tokenizer stored with a model (HF folder, GGUF, run folder) -> ``PreTrainedTokenizerBase``."""
-    from transformers import AutoTokenizer  # deliberately lazy: `goldfish eval --help` stays fast
-
-    src = resolve_model_path(path)
-    folder = dequantised(src.folder / src.gguf_file) if src.gguf_file else src.folder  # goldfish.gguf_cache
-    try:
-        return AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
-    except (OSError, ValueError, KeyError, TypeError, ImportError) as e:
-        first = (str(e).strip() or type(e).__name__).splitlines()[0]
-        raise UserError(f"could not load a tokenizer from {src.describe()}: {first}") from None
 
 
 def model_vocab_size(model) -> int:

@@ -263,9 +263,10 @@ def evaluate_attack(members: Any, nonmembers: Any, *, n_bootstrap: int = 1000, s
     """ROC-AUC (+ bootstrap 95 % CI), TPR at 1 % / 0.1 % FPR and a down-sampled ROC curve for one attack."""
     m, n = _finite(name, members, "member"), _finite(name, nonmembers, "nonmember")
     if len(m) == 0 or len(n) == 0:
-        raise UserError(
-            f"attack {name!r} has {len(m)} member and {len(n)} nonmember scores; an ROC needs both (add nonmembers)"
-        )
+        given = np.size(members), np.size(nonmembers)
+        fix = "add nonmembers" if 0 in given else "the model's log-probabilities are NaN or infinite: check its weights"
+        raise UserError(f"attack {name!r} has {len(m)} finite member scores (of {given[0]}) and {len(n)} finite "
+                        f"nonmember scores (of {given[1]}); an ROC needs both ({fix})")
     y = np.concatenate([np.ones(len(m)), np.zeros(len(n))])
     s = np.concatenate([m, n])
     fpr, tpr, _ = roc_curve(y, s, drop_intermediate=False)

@@ -1,7 +1,8 @@
 """``run_eval(cfg)``: load -> read documents -> windows -> generate + one pass -> metrics -> membership -> files.
 
-Order of work, cheapest checks first: the reference model (a bad path fails at once), the tokenizer and the model
-(one read of a GGUF file for both), the documents, the windows and the model's context length; then the out
+Order of work, cheapest checks first: the out folder is locked and its ownership checked
+(:func:`goldfish.ownership.writing`), then the reference model (a bad path fails at once), the tokenizer and the
+model (one read of a GGUF file for both), the documents, the windows and the model's context length; then the out
 folder is claimed (:func:`goldfish.eval.state.claim_folder`: a folder holding a different evaluation is refused
 with one line), extraction runs, membership scores, and the final files are written together: ``results.json``
 (schema in eval/SCHEMA.md), ``results.csv``, ``eval_config.yaml`` (the config of these results), report and plots,
@@ -26,10 +27,11 @@ from typing import Sequence
 import torch
 from tqdm.auto import tqdm
 
-from goldfish.config import save_config, to_dict
+from goldfish.config import save_config, shown, to_dict
 from goldfish.errors import UserError
 from goldfish.hardware import describe
 from goldfish.io import JsonlLogger, atomic_write_text, strict_json
+from goldfish.ownership import OutputFolder, fingerprint_sha256, writing
 from goldfish.precision import resolve_precision
 
 from . import adversary, extraction, membership
@@ -39,12 +41,13 @@ from .canaries import check_task as check_canary_task
 from .config import EvalConfig
 from .generate import beam_generate, generate
 from .inputs import load_eval_documents
-from .loading import (check_vocab, load_model, load_model_tokenizer, model_vocab_size, num_parameters,
-                      pad_id_of, resolve_device, resolve_model_path)
+from .loading import (check_same_tokenizer, check_vocab, load_model, load_model_tokenizer, model_vocab_size,
+                      num_parameters, pad_id_of, resolve_device, resolve_model_path)
 from .metrics import compute_metrics
 from .report import write_report
 from .scoring import context_length
-from .state import MEMBERSHIP_PARTIAL, WINDOWS_PARTIAL, JsonlDict, claim_folder, fingerprint, read_windows
+from .state import (FINGERPRINT, MEMBERSHIP_PARTIAL, WINDOWS_PARTIAL, JsonlDict, claim_folder, fingerprint,
+                    read_windows)
 from .windows import Window, build_windows, windows_sha256
 
 log = logging.getLogger(__name__)
@@ -186,14 +189,6 @@ def write_csv(path: Path, windows: Sequence[dict]) -> None:
     atomic_write_text(path, buf.getvalue())
 
 
-def _load_tokenizer(cfg: EvalConfig):
-    try:
-        return load_model_tokenizer(cfg.model.path)
-    except UserError as e:
-        log.info("no tokenizer with the model (%s); using the data's", e)
-        return None
-
-
 def _check_context(model, windows: Sequence[Window], suffix_len: int) -> None:
     """Refuse before decoding a window longer than the model's position range (e.g. prefix_lens=all on long
     documents)."""
@@ -203,6 +198,21 @@ def _check_context(model, windows: Sequence[Window], suffix_len: int) -> None:
         raise UserError(f"a window of {longest} tokens (prefix + suffix_len={suffix_len}) exceeds the model's "
                         f"context of {limit} tokens (max_position_embeddings); use a smaller data.prefix_lens than "
                         f"'all' or shorter documents")
+
+
+def _check_finite(model, splits: dict, cfg: EvalConfig) -> None:
+    """Refuse, before anything is written, a model whose logits are NaN or infinite on the first document (at most
+    64 tokens): every score it gave would be NaN."""
+    doc = next((d for docs in splits.values() for d in docs if len(d.tokens) >= 2), None)
+    if doc is None:
+        return
+    ids = torch.tensor([list(doc.tokens[:64])], device=next(model.parameters()).device)  # (1, T)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits  # (1, T, V)
+    if not torch.isfinite(logits).all():
+        raise UserError(f"model {cfg.model.path} computes NaN or infinite logits (on document {shown(doc.id)}): its "
+                        f"weights are broken (a diverged training run, a damaged conversion) or dtype={cfg.model.dtype} "
+                        f"overflows (try model.dtype=fp32); nothing was evaluated")
 
 
 def _extraction_windows(cfg: EvalConfig, splits: dict) -> tuple[list[Window], int]:
@@ -224,19 +234,35 @@ def resolved(cfg: EvalConfig) -> EvalConfig:
 
 
 def run_eval(cfg: EvalConfig) -> dict:
-    """Evaluate ``cfg.model.path`` on ``cfg.data.path``; write results.json/.csv, report and plots into ``cfg.out``."""
+    """Evaluate ``cfg.model.path`` on ``cfg.data.path``; write results.json/.csv, report and plots into ``cfg.out``.
+
+    ``cfg.out`` is locked while this runs; a folder owned by anything but an evaluation is refused, and
+    ``overwrite=true`` builds the new evaluation beside the old one, which it replaces only when it has finished."""
     _require(cfg)
     cfg = resolved(cfg)
-    out = Path(cfg.out)
+    with writing(cfg.out, "eval", replace=cfg.overwrite, legacy=_earlier_eval, option="overwrite=true") as folder:
+        return _evaluate(cfg, folder)
+
+
+def _earlier_eval(folder: Path) -> bool:
+    """An eval folder written before ownership markers (or killed before its marker): its fingerprint or partial
+    files; :func:`claim_folder` then refuses it unless its fingerprint is this evaluation's."""
+    return any((folder / name).is_file() for name in (FINGERPRINT, WINDOWS_PARTIAL, MEMBERSHIP_PARTIAL))
+
+
+def _evaluate(cfg: EvalConfig, folder: OutputFolder) -> dict:
+    out = folder.path  # a staging folder while replacing an earlier evaluation
     torch.manual_seed(cfg.seed)
     if cfg.model.threads is not None:
         torch.set_num_threads(cfg.model.threads)
     m = cfg.model
     reference = load_model(m.reference, m.dtype, m.device, m.allow_pickle) if m.reference else None
-    tokenizer = _load_tokenizer(cfg)
+    tokenizer = load_model_tokenizer(m.path)  # None: the model folder has none (the data's is used)
     splits, prep = load_eval_documents(cfg.data.path, cfg.data.nonmembers, tokenizer, cfg.data.max_docs,
                                        cfg.data.group_field)
-    if tokenizer is None and prep is not None:
+    if prep is not None and tokenizer is not None:  # ids of prepared data decode only with their own tokenizer
+        check_same_tokenizer(tokenizer, prep.tokenizer, m.path, f"the prepared data {cfg.data.path}")
+    elif prep is not None:
         tokenizer = prep.tokenizer
     windows, skipped = _extraction_windows(cfg, splits)
     model = load_model(m.path, m.dtype, m.device, m.allow_pickle)
@@ -244,8 +270,11 @@ def run_eval(cfg: EvalConfig) -> dict:
     for name, docs in splits.items():
         check_vocab(model, tokenizer, [d.tokens for d in docs], what=f"the {name} documents")
     _check_context(model, windows, cfg.data.suffix_len)
+    _check_finite(model, splits, cfg)
     mask = adversary.resolve_mask(cfg.mask, m.path, tokenizer) if cfg.decoding.adversary and windows else None
-    claim_folder(out, fingerprint(cfg, splits), cfg.overwrite)
+    print_ = fingerprint(cfg, splits)
+    claim_folder(out, print_)  # refuses a different evaluation before anything is written
+    folder.mark(fingerprint_sha256(print_))
     records = evaluate_windows(model, tokenizer, windows, cfg, out, mask) if windows else []
     results = {
         "schema": SCHEMA,

@@ -8,7 +8,8 @@ the architecture of the run's final ``model/``, never unpickled), removed again 
 unless ``series.keep_exports``. ``<out>/models/<label>/source.json`` records what was evaluated (path, step, tokens,
 weight files' name/size/mtime); a model whose source and results are already there is not evaluated again, so a
 rerun after a run wrote more checkpoints evaluates only the new ones. The series folder's own fingerprint covers the
-evaluation settings, so one folder never mixes two.
+evaluation settings, so one folder never mixes two; ``overwrite=true`` evaluates the whole series afresh beside
+the old folder and replaces it when finished (``goldfish.ownership``).
 
 For a run's checkpoints the labels are ``step_<N>`` (the final ``model/`` is the last, ``final: true``) and the reads
 of every target up to each step are counted from the rows the trainer consumed (``goldfish.train.consumed_rows`` of
@@ -28,6 +29,7 @@ from typing import Any
 from goldfish.config import to_dict
 from goldfish.errors import UserError
 from goldfish.io import atomic_write_json
+from goldfish.ownership import fingerprint_sha256, writing
 
 from .config import EvalConfig, SeriesSection
 from .state import FINGERPRINT, OPERATIONAL, claim_folder, weights_stamp
@@ -121,10 +123,8 @@ def _evaluate(cfg: EvalConfig, entry: Entry, folder: Path) -> dict:
     source = {**dataclasses.asdict(entry), "weights": entry.stamp()}
     saved = _read(folder / SOURCE)
     if saved and saved != source:
-        if not cfg.overwrite:
-            raise UserError(f"{folder} holds the evaluation of another model ({saved.get('path')}); use another "
-                            "out folder, or overwrite=true to evaluate again")
-        shutil.rmtree(folder)
+        raise UserError(f"{folder} holds the evaluation of another model ({saved.get('path')}, or these weights "
+                        "before they changed); use another out folder, or overwrite=true to evaluate the series again")
     results = folder / "eval" / "results.json"
     if saved == source and results.is_file():
         return _read(results)
@@ -151,18 +151,20 @@ def run_series(cfg: EvalConfig) -> dict:
         raise UserError("a series needs --data and --out, e.g. goldfish eval series.checkpoints=runs/x/cells/"
                         "standard/train --data runs/x/prepared/<hash> --out runs/x/series_standard")
     entries = series_entries(cfg.series)
-    out = Path(cfg.out)
-    fingerprint, old = series_fingerprint(cfg), _read(out / FINGERPRINT)
-    claim_folder(out, fingerprint, cfg.overwrite)  # refuses other settings unless overwrite
-    if old and old != fingerprint:  # replaced on purpose: no model's results of the old settings are reused
-        shutil.rmtree(out / MODELS, ignore_errors=True)
-    results = [_evaluate(cfg, e, out / MODELS / e.label) for e in entries]
-    reads = checkpoint_reads(entries, results)
-    analysis = analyse(entries, results, cfg.series.memorized, reads)
-    analysis["config"] = to_dict(cfg)
-    write_series(analysis, out, cfg.report)
-    if not cfg.series.keep_exports:
-        for e in entries:
-            if e.checkpoint:
-                shutil.rmtree(out / MODELS / e.label / "model", ignore_errors=True)
+    fingerprint = series_fingerprint(cfg)
+    # overwrite=true: the series is evaluated afresh beside the old folder, which it replaces when finished
+    with writing(cfg.out, "eval", replace=cfg.overwrite, legacy=lambda f: (f / FINGERPRINT).is_file(),
+                 option="overwrite=true") as folder:
+        out = folder.path
+        claim_folder(out, fingerprint)  # refuses other evaluation settings before anything is written
+        folder.mark(fingerprint_sha256(fingerprint))
+        results = [_evaluate(cfg, e, out / MODELS / e.label) for e in entries]
+        reads = checkpoint_reads(entries, results)
+        analysis = analyse(entries, results, cfg.series.memorized, reads)
+        analysis["config"] = to_dict(cfg)
+        write_series(analysis, out, cfg.report)
+        if not cfg.series.keep_exports:
+            for e in entries:
+                if e.checkpoint:
+                    shutil.rmtree(out / MODELS / e.label / "model", ignore_errors=True)
     return analysis

@@ -3,7 +3,8 @@
 * ``fingerprint.json`` -- what determines the results: the model (path and each weight file's name, size and mtime),
   the reference model, the documents (sha256 of every split's ids and tokens) and the config without the settings
   that only change speed or presentation (:data:`OPERATIONAL`). A run into a folder with a different fingerprint is
-  refused with one line before anything is written; ``overwrite=true`` starts afresh there on purpose. With
+  refused with one line before anything is written; ``overwrite=true`` starts afresh beside it and replaces the
+  folder when it has finished (``goldfish.ownership.writing``). With
   ``resume=false`` the finished work is ignored (recomputed) but earlier results stay until new ones replace them.
 * ``windows.partial.jsonl`` -- one finished extraction window per line, keyed by the window's sha256.
 * ``membership.partial.jsonl`` -- one document's reduced membership scores per pass per line (``{"key", "value"}``).
@@ -22,7 +23,7 @@ from typing import Any, Iterator, MutableMapping, Sequence
 
 from goldfish.config import to_dict
 from goldfish.errors import UserError
-from goldfish.io import atomic_write_json, atomic_write_text, read_jsonl
+from goldfish.io import atomic_write_json, atomic_write_text, read_jsonl, strict_json
 
 from .config import EvalConfig
 from .loading import PICKLE_SUFFIXES, resolve_model_path
@@ -34,8 +35,6 @@ MEMBERSHIP_PARTIAL = "membership.partial.jsonl"
 # config keys that change speed, resources or presentation but not one result value
 OPERATIONAL = ("out", "resume", "overwrite", "report", "progress", "model.threads", "model.device",
                "decoding.batch_size", "membership.token_budget", "membership.chunk")
-OUTPUTS = (FINGERPRINT, WINDOWS_PARTIAL, MEMBERSHIP_PARTIAL, "results.json", "results.csv", "report.md",
-           "eval_config.yaml", "eval_log.jsonl")
 
 
 def weights_stamp(path: str | None) -> list:
@@ -81,10 +80,9 @@ def _differences(old: dict, new: dict, prefix: str = "") -> list[str]:
     return out
 
 
-def claim_folder(out: Path, print_: dict, overwrite: bool) -> None:
-    """Refuse (one line, nothing written) a folder holding a different evaluation unless ``overwrite``; then record
-    ``print_`` (the first write, atomic: a full disk fails here with the folder unchanged) and, when replacing a
-    different evaluation on purpose, remove its outputs."""
+def claim_folder(out: Path, print_: dict) -> None:
+    """Refuse (one line, nothing written) a folder holding a different evaluation; then record ``print_`` (the first
+    write, atomic: a full disk fails here with the folder unchanged)."""
     path = out / FINGERPRINT
     old = None
     if path.is_file():
@@ -94,15 +92,12 @@ def claim_folder(out: Path, print_: dict, overwrite: bool) -> None:
             old = {}
     elif (out / "results.json").is_file() or (out / WINDOWS_PARTIAL).is_file():
         old = {}  # results without a fingerprint: an older eval wrote them; treat as different
-    if old is not None and old != print_ and not overwrite:
+    if old is not None and old != print_:
         diff = _differences(old, print_) or ["(no fingerprint)"]
         raise UserError(f"{out} holds results of a different evaluation (differs in: {', '.join(diff[:6])}); use "
                         f"another out folder, or overwrite=true to replace them")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, print_)
-    if old is not None and old != print_:
-        for name in OUTPUTS[1:]:
-            (out / name).unlink(missing_ok=True)
 
 
 def read_windows(out: Path, resume: bool = True) -> dict[str, dict]:
@@ -115,6 +110,11 @@ def read_windows(out: Path, resume: bool = True) -> dict[str, dict]:
     return done
 
 
+def _line(key: str, value: dict) -> str:
+    """One strict JSON line: a NaN score is written as null (read back as NaN by the float columns)."""
+    return strict_json({"key": key, "value": value}, indent=None) + "\n"
+
+
 class JsonlDict(MutableMapping[str, dict]):
     """A dict whose assignments are appended (and flushed) to a JSONL file as ``{"key", "value"}`` lines; opening
     it again reloads them (unless ``resume`` is false: then it starts empty). Used as the membership score cache."""
@@ -123,7 +123,7 @@ class JsonlDict(MutableMapping[str, dict]):
         self.path = path
         rows = read_jsonl(path) if resume and path.is_file() else []
         self._data = {r["key"]: r["value"] for r in rows if "key" in r and "value" in r}
-        atomic_write_text(path, "".join(json.dumps({"key": k, "value": v}) + "\n" for k, v in self._data.items()))
+        atomic_write_text(path, "".join(_line(k, v) for k, v in self._data.items()))
         self._f = open(path, "a", encoding="utf-8")
 
     def __getitem__(self, key: str) -> dict:
@@ -131,7 +131,7 @@ class JsonlDict(MutableMapping[str, dict]):
 
     def __setitem__(self, key: str, value: dict) -> None:
         self._data[key] = value
-        self._f.write(json.dumps({"key": key, "value": value}) + "\n")
+        self._f.write(_line(key, value))
         self._f.flush()
 
     def __delitem__(self, key: str) -> None:

@@ -16,6 +16,7 @@ No ``exec``, no environment variables, no cluster paths in defaults.
 from __future__ import annotations
 
 import dataclasses
+import reprlib
 import types
 import typing
 from pathlib import Path
@@ -27,6 +28,19 @@ from .errors import ConfigError
 from .io import atomic_write_text
 
 T = TypeVar("T")
+
+INT_LIMIT = 2**63  # every integer setting lies in (-2**63, 2**63): what torch's and NumPy's int64 can hold
+SEED_MAX = 2**32 - 1  # seeds: 0 ... 2**32 - 1 (NumPy's and most tools' range)
+YAML_MAX_VALUES = 1_000_000  # a config expanding to more values (YAML aliases: "billion laughs") is refused
+SHOWN_CHARS = 200  # a user's value quoted in an error message is cut to this many characters
+_REPR = reprlib.Repr()
+_REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict, _REPR.maxlevel = 80, 80, 8, 8, 3
+
+
+def shown(value: Any) -> str:
+    """A short ``repr`` of a user's value for an error message: bounded work and length, whatever the value."""
+    text = _REPR.repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
 
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = dataclasses.MISSING) -> Any:
@@ -78,14 +92,14 @@ def _coerce(value: Any, tp: Any, key: str, problems: list[str]) -> Any:
         if isinstance(value, tp):
             return value
         if not isinstance(value, dict):
-            problems.append(f"{key}: expected a mapping (section), got {value!r}")
+            problems.append(f"{key}: expected a mapping (section), got {shown(value)}")
             return None
         return _build(tp, value, key + ".", problems)
     if origin is Literal:
         allowed = typing.get_args(tp)
         if value in allowed:
             return value
-        problems.append(f"{key}={value!r} is not one of {', '.join(repr(a) for a in allowed)}")
+        problems.append(f"{key}={shown(value)} is not one of {', '.join(repr(a) for a in allowed)}")
         return None
     if origin in (Union, types.UnionType):
         args = typing.get_args(tp)
@@ -103,7 +117,7 @@ def _coerce(value: Any, tp: Any, key: str, problems: list[str]) -> Any:
             if not trial:
                 return out
             errors.extend(trial)
-        problems.append(f"{key}={value!r} is not a valid {_type_name(tp)}")
+        problems.append(f"{key}={shown(value)} is not a valid {_type_name(tp)}")
         return None
     if origin in (list, tuple):
         (inner,) = typing.get_args(tp)[:1] or (Any,)
@@ -113,19 +127,22 @@ def _coerce(value: Any, tp: Any, key: str, problems: list[str]) -> Any:
         return tuple(out) if origin is tuple else out
     if origin is dict or tp is dict:
         if not isinstance(value, dict):
-            problems.append(f"{key}: expected a mapping, got {value!r}")
+            problems.append(f"{key}: expected a mapping, got {shown(value)}")
             return None
         return dict(value)
     if tp is bool:
         if isinstance(value, bool):
             return value
-        problems.append(f"{key}={value!r} is not a boolean (use true or false)")
+        problems.append(f"{key}={shown(value)} is not a boolean (use true or false)")
         return None
     if tp is int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            problems.append(f"{key}={value!r} is not an integer")
+            problems.append(f"{key}={shown(value)} is not an integer")
+            return None
+        if not -INT_LIMIT < value < INT_LIMIT:
+            problems.append(f"{key}={shown(value)} is out of range: integer settings lie between -2**63 and 2**63")
             return None
         return value
     if tp is float:
@@ -135,12 +152,12 @@ def _coerce(value: Any, tp: Any, key: str, problems: list[str]) -> Any:
                     return float(value)  # YAML reads "1e-3" as a string
                 except ValueError:
                     pass
-            problems.append(f"{key}={value!r} is not a number")
+            problems.append(f"{key}={shown(value)} is not a number")
             return None
         return float(value)
     if tp is str:
         if isinstance(value, (dict, list)):
-            problems.append(f"{key}={value!r} is not a string")
+            problems.append(f"{key}={shown(value)} is not a string")
             return None
         return str(value)
     return value
@@ -199,10 +216,42 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not key:
         raise ConfigError(f"override '{text}' has an empty key")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml(raw, f"override '{key}'") if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     return key.split("."), value
+
+
+def _expanded_values(node: yaml.Node, memo: dict[int, int]) -> int:
+    """How many values ``node`` stands for once every alias is expanded (memoised per node: linear work)."""
+    if id(node) not in memo:
+        memo[id(node)] = 0  # a node that contains itself counts once (PyYAML refuses to build it anyway)
+        children: list = []
+        if isinstance(node, yaml.MappingNode):
+            children = [item for pair in node.value for item in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = node.value
+        memo[id(node)] = 1 + sum(_expanded_values(child, memo) for child in children)
+    return memo[id(node)]
+
+
+def load_yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load`` with bounded work: a document whose aliases would expand to more than
+    :data:`YAML_MAX_VALUES` values, or that nests deeper than Python can follow, is one :class:`ConfigError`."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        size = _expanded_values(node, {})
+        if size > YAML_MAX_VALUES:
+            raise ConfigError(f"{where} expands to {size:.3g} values through YAML aliases (&anchor / *alias), more "
+                              f"than the {YAML_MAX_VALUES:,} a config may hold; write the values out")
+        return loader.construct_document(node)
+    except RecursionError:
+        raise ConfigError(f"{where} nests too deeply to read; flatten it") from None
+    finally:
+        loader.dispose()
 
 
 def merge_override(data: dict, path: list[str], value: Any) -> None:
@@ -223,7 +272,7 @@ def read_yaml(path: str | Path) -> dict:
     if not path.is_file():
         raise ConfigError(f"config file not found: {path} (check the path, or run without a file to use the defaults)")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"), f"config file {path}")
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -274,6 +323,12 @@ def check(condition: bool, problems: list[str], message: str) -> None:
     """Collect a validation problem (use in ``__post_init__``, then :func:`raise_problems`)."""
     if not condition:
         problems.append(message)
+
+
+def check_seed(seed: object, problems: list[str], key: str = "seed") -> None:
+    """Collect a problem unless ``seed`` is an integer in 0 ... :data:`SEED_MAX`."""
+    check(isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed <= SEED_MAX, problems,
+          f"{key}={shown(seed)} must be an integer between 0 and {SEED_MAX} (2**32 - 1)")
 
 
 def raise_problems(problems: list[str]) -> None:

@@ -29,6 +29,10 @@ _OS_FIXES = {
 }
 
 
+# what torch's CPU and CUDA allocators say when a tensor does not fit
+_NO_MEMORY = ("can't allocate memory", "not enough memory", "out of memory")
+
+
 def _cuda_missing(exc: BaseException) -> bool:
     """A torch failure from asking for CUDA on a machine that has none (torch raises AssertionError or
     RuntimeError with its own wording)."""
@@ -38,11 +42,26 @@ def _cuda_missing(exc: BaseException) -> bool:
             and any(s in text for s in ("compiled with CUDA", "NVIDIA driver", "CUDA driver", "no CUDA GPUs")))
 
 
+MAX_LINE = 1500  # characters of an error line: the head (the problem) and the tail (the fix) of a longer one
+
+
 def one_line(exc: BaseException) -> str | None:
     """The one-line message (without ``error:``) for a failure the user can fix, or ``None`` for a bug.
 
-    User errors carry their own message; missing inputs, full disks, read-only or forbidden folders and a missing
-    CUDA device are named with the file or device and the fix."""
+    User errors carry their own message; missing inputs, full disks, read-only or forbidden folders, exhausted
+    memory and a missing CUDA device are named with the file or device and the fix. The message is one line of bounded
+    length."""
+    message = _message(exc)
+    if message is None:
+        return None
+    message = " ".join(message.splitlines())
+    if len(message) > MAX_LINE:
+        head, tail = MAX_LINE - 400, 400
+        message = f"{message[:head]} [{len(message) - head - tail} characters cut] {message[-tail:]}"
+    return message
+
+
+def _message(exc: BaseException) -> str | None:
     if isinstance(exc, UserError):
         return str(exc)
     if isinstance(exc, FileNotFoundError):
@@ -54,6 +73,9 @@ def one_line(exc: BaseException) -> str | None:
     if isinstance(exc, RuntimeError) and any(s in str(exc) for s in ("inline_container", "file write failed")):
         return (f"writing a file failed ({str(exc).splitlines()[0][:100]}); check the free disk space of the output "
                 f"folder; earlier results are untouched")
+    if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and any(s in str(exc) for s in _NO_MEMORY)):
+        return (f"out of memory ({(str(exc).splitlines() or [type(exc).__name__])[0][:150]}); use a smaller model, "
+                f"batch (schedule.micro_batch_size, decoding.batch_size, membership.token_budget) or sequence length")
     if isinstance(exc, (AssertionError, RuntimeError)) and _cuda_missing(exc):
         return (f"CUDA was requested but this machine has no usable CUDA device ({str(exc).splitlines()[0][:100]}); "
                 f"use model.device=cpu (or model.device=auto)")

@@ -44,7 +44,7 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def _naming(e: OSError, path: Path, tmp: Path | None = None) -> OSError:
+def naming(e: OSError, path: Path, tmp: Path | None = None) -> OSError:
     """``e`` naming the file the user knows: ``path`` when the OS named none (a failed fsync or write), and
     ``path/x`` rather than ``tmp/x`` for a file of the temporary folder being built (deleted by now)."""
     if e.errno is None:
@@ -74,7 +74,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         if isinstance(e, OSError):
-            raise _naming(e, path) from e
+            raise naming(e, path) from e
         raise
     fsync_dir(path.parent)
 
@@ -187,21 +187,31 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = False) -> Iterat
     recover_directory(path)
     if path.exists() and not overwrite:
         raise FileExistsError(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
+    tmp = new_temp_dir(path)
     try:
         yield tmp
-        _commit(tmp, path)
+        commit_directory(tmp, path)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(e, OSError):
-            raise _naming(e, path, tmp) from e
+            raise naming(e, path, tmp) from e
         raise
 
 
-def _commit(tmp: Path, path: Path) -> None:
-    """Move the finished folder ``tmp`` to ``path``, replacing what is there."""
+def new_temp_dir(path: str | os.PathLike) -> Path:
+    """A new empty folder ``.<name>.<random>.tmp`` beside ``path`` (where a replacement of ``path`` is built; the
+    next :func:`recover_directory` of a writer deletes it if it is left behind)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
+    return tmp
+
+
+def commit_directory(tmp: str | os.PathLike, path: str | os.PathLike) -> None:
+    """Move the finished folder ``tmp`` to ``path``, replacing what is there (one atomic exchange where the OS has
+    it; else two renames that :func:`recover_directory` repairs if killed between them)."""
+    tmp, path = Path(tmp), Path(path)
     if not path.exists():
         os.replace(tmp, path)
     elif exchange(tmp, path):  # one atomic step; tmp now holds the old folder
@@ -232,7 +242,7 @@ class JsonlLogger:
                 self._f.write(strict_json(record, indent=None) + "\n")
                 self._f.flush()
             except OSError as e:  # a full disk: name the log (a torn last line is skipped by read_jsonl)
-                raise _naming(e, self.path) from e
+                raise naming(e, self.path) from e
 
     def close(self) -> None:
         if self._f is not None:

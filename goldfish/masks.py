@@ -61,7 +61,7 @@ from typing import Iterable, Literal, Sequence
 
 import torch
 
-from .config import check, option, raise_problems, runtime_option
+from .config import check, check_seed, option, raise_problems, runtime_option, shown
 from .errors import ConfigError
 
 STRATEGIES = ("hash", "hash-table", "canonical", "hash-preceding", "static")
@@ -114,17 +114,24 @@ class GoldfishConfig:
     def __post_init__(self) -> None:
         problems: list[str] = []
         _validate(self.k, self.h, self.strategy, problems)
+        check_seed(self.seed, problems)
         raise_problems(problems)
         self.special_ids = [int(i) for i in self.special_ids]
 
 
+MAX_K = 2**32  # drop 1 in 4 billion: beyond that no target of any corpus is dropped
+MAX_H = 2**20  # a context of a million tokens: longer than any training row
+
+
 def _validate(k: object, h: object, strategy: object, problems: list[str]) -> None:
-    check(isinstance(k, int) and not isinstance(k, bool) and k >= 2, problems,
-          f"k={k!r} is invalid: k must be an integer >= 2 (1 in k target tokens is dropped; the paper uses 4)")
-    check(isinstance(h, int) and not isinstance(h, bool) and h >= 1, problems,
-          f"h={h!r} is invalid: h must be an integer >= 1 (the hashed context width; the paper uses 13)")
+    check(isinstance(k, int) and not isinstance(k, bool) and 2 <= k <= MAX_K, problems,
+          f"k={shown(k)} is invalid: k must be an integer >= 2 and <= 2**32 (1 in k target tokens is dropped; the "
+          f"paper uses 4)")
+    check(isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= MAX_H, problems,
+          f"h={shown(h)} is invalid: h must be an integer >= 1 and <= 2**20 (the hashed context width; the paper "
+          f"uses 13)")
     check(strategy in STRATEGIES, problems,
-          f"strategy={strategy!r} is unknown; accepted values: {', '.join(STRATEGIES)}")
+          f"strategy={shown(strategy)} is unknown; accepted values: {', '.join(STRATEGIES)}")
 
 
 # ------------------------------------------------------------------------------------------------ 64-bit mixing
@@ -320,7 +327,7 @@ def _canonical_mask(ids: torch.Tensor, k: int, h: int, seg: torch.Tensor, specia
     WS = torch.full((B, T + 1), -1, dtype=seg.dtype, device=ids.device).scatter_(1, slot, seg)
     prev = widx - (~blank).long()  # (B, T): the last complete word before t's own word
     acc = mix64(torch.full((B, T), _initial_state(seed, h, _CANONICAL_TAG), dtype=torch.int64, device=ids.device))
-    for j in range(h - 2, -1, -1):  # oldest -> newest, like "hash"
+    for j in range(min(h - 1, T) - 1, -1, -1):  # oldest -> newest, like "hash"; a row has < T earlier words
         w = prev - j
         at = w.clamp(min=0)
         valid = (w >= 0) & (WS.gather(1, at) == seg)

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
+import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -64,14 +67,15 @@ def llama_config(cfg: "ModelConfig", vocab_size: int):
                        "rope_theta": rope_theta}, bos_token_id=None, eos_token_id=None, **fields)
 
 
-def build_model(cfg: "ModelConfig", vocab_size: int, seed: int) -> nn.Module:
-    """A freshly initialised ``LlamaForCausalLM`` (fp32, on CPU), or the local model of ``cfg.path``.
+def build_model(cfg: "ModelConfig", vocab_size: int, seed: int, tokenizer=None) -> nn.Module:
+    """A freshly initialised ``LlamaForCausalLM`` (fp32, on CPU), or the local model of ``cfg.path`` (checked against
+    the data's ``tokenizer`` when given).
 
     Initialisation uses a private RNG stream seeded with ``seed``, so every rank of every world size builds the same
     weights and the global RNG state of the caller is untouched.
     """
     if cfg.path:
-        return load_local_model(cfg.path, vocab_size)
+        return load_local_model(cfg.path, vocab_size, tokenizer)
     config = llama_config(cfg, vocab_size)
     config._attn_implementation = "sdpa"
     with torch.random.fork_rng(devices=[]):
@@ -138,16 +142,53 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0]
 
 
+class _Captured(logging.Handler):
+    """Keeps transformers' log messages (e.g. its multi-line LOAD REPORT) instead of printing them."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 @contextlib.contextmanager
 def _quiet_transformers():
-    """Hide transformers' own "Loading weights" bar while loading (callers show their own); restore it after."""
+    """Hide transformers' own "Loading weights" bar while loading (callers show their own) and its log messages
+    unless ``TRANSFORMERS_VERBOSITY`` asks for them (they are kept: yields the list); restore both after."""
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
+    root = logging.getLogger("transformers")
+    handlers = root.handlers
+    captured = _Captured()
+    if "TRANSFORMERS_VERBOSITY" not in os.environ:
+        root.handlers = [captured]
     try:
-        yield
+        yield captured.messages
     finally:
+        root.handlers = handlers
         if was_enabled:
             hf_logging.enable_progress_bar()
+
+
+# a row of transformers' LOAD REPORT: "<key> | MISMATCH | Reinit due to size mismatch - ckpt: torch.Size([..]) vs
+# model:torch.Size([..])"
+_MISMATCH = re.compile(r"^(.+?)\s*\|\s*MISMATCH\b.*?ckpt:\s*torch\.Size\((\[[^\]]*\])\)"
+                       r"\s*vs\s*model:\s*torch\.Size\((\[[^\]]*\])\)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _load_failure(e: BaseException, messages: list[str]) -> str:
+    """What went wrong loading a model, in one line: a tensor shape mismatch named from transformers' report (which
+    is not printed), else the first line of the exception."""
+    rows = [m for text in messages for line in _ANSI.sub("", text).splitlines() if (m := _MISMATCH.match(line))]
+    if not rows:
+        return _first_line(e)
+    key, ckpt, config = rows[0].groups()
+    more = f" (and {len(rows) - 1} more tensors)" if len(rows) > 1 else ""
+    return (f"its weights do not fit its config.json: {key} is {ckpt} in the checkpoint but {config} by the "
+            f"config{more}; the config and the weights belong to different models")
 
 
 def load_pretrained(path: str | Path, dtype: torch.dtype | str = torch.float32, allow_pickle: bool = False) -> nn.Module:
@@ -162,17 +203,58 @@ def load_pretrained(path: str | Path, dtype: torch.dtype | str = torch.float32, 
     folder = dequantised(src.folder / src.gguf_file) if src.gguf_file else src.folder
     kwargs = dict(dtype=dtype, local_files_only=True, trust_remote_code=False, weights_only=True,
                   use_safetensors=use_safetensors or bool(src.gguf_file))
+    with _quiet_transformers() as messages:
+        try:
+            return AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+        except Exception as e:  # damaged files: SafetensorError, UnpicklingError, struct.error, ValueError, OSError...
+            raise UserError(f"could not load a causal LM from {src.describe()}: {_load_failure(e, messages)}") \
+                from None
+
+
+# files any saved Hugging Face tokenizer has at least one of
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "tokenizer.model")
+
+
+def load_model_tokenizer(path: str | Path):
+    """The tokenizer stored with a model (HF folder, GGUF, run folder) -> ``PreTrainedTokenizerBase``, or ``None``
+    for a folder without tokenizer files. Tokenizer files that do not load (truncated, damaged) are an error, never
+    silently replaced by another tokenizer."""
+    from transformers import AutoTokenizer
+
+    src = resolve_model_path(path)
+    folder = dequantised(src.folder / src.gguf_file) if src.gguf_file else src.folder  # goldfish.gguf_cache
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        return None
     try:
         with _quiet_transformers():
-            return AutoModelForCausalLM.from_pretrained(folder, **kwargs)
-    except Exception as e:  # damaged files raise SafetensorError, UnpicklingError, struct.error, ValueError, OSError...
-        raise UserError(f"could not load a causal LM from {src.describe()}: {_first_line(e)}") from None
+            return AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+    except Exception as e:  # truncated JSON, a foreign format, missing merges: various types
+        raise UserError(f"the tokenizer stored with model {src.describe()} is damaged or unreadable "
+                        f"({_first_line(e)[:200]}); restore its tokenizer files, or remove them to use the data's "
+                        f"tokenizer") from None
 
 
-def load_local_model(path: str | Path, vocab_size: int) -> nn.Module:
+def check_same_tokenizer(own, tokenizer, path: str | Path, what: str) -> None:
+    """Refuse (one line) when ``own``, the tokenizer stored with model ``path`` (:func:`load_model_tokenizer`), is
+    not ``tokenizer`` (the one that made ``what``): same vocabulary and merges, not merely the same size. A model
+    without a tokenizer (``own`` is None) passes."""
+    from .data.tokenizer import tokenizer_sha256
+
+    if own is None:
+        return
+    if tokenizer_sha256(own) != tokenizer_sha256(tokenizer):
+        raise UserError(f"the tokenizer of model {path} ({len(own)} tokens) is not the tokenizer of {what} "
+                        f"({len(tokenizer)} tokens): their vocabularies or merges differ, so token ids would mean "
+                        f"other text; prepare the data with the model's tokenizer (tokenizer.name={path})")
+
+
+def load_local_model(path: str | Path, vocab_size: int, tokenizer=None) -> nn.Module:
     """The model of ``model.path`` to fine-tune: :func:`load_pretrained` in fp32, checked against the data's
-    vocabulary (a model padded to a multiple of 64 for GPUs is accepted)."""
+    vocabulary (a model padded to a multiple of 64 for GPUs is accepted) and, given the data's ``tokenizer``,
+    against the tokenizer stored with the model."""
     model = load_pretrained(path, torch.float32)
+    if tokenizer is not None:
+        check_same_tokenizer(load_model_tokenizer(path), tokenizer, path, "the prepared data")
     model_vocab = model.get_input_embeddings().num_embeddings
     padded = model_vocab > vocab_size and model_vocab % 64 == 0 and model_vocab - vocab_size < 128  # GPU padding
     if model_vocab != vocab_size and not padded:

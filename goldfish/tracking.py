@@ -47,13 +47,14 @@ class Tracker:
     """The enabled trackers of a run; ``log(record)`` after each step, ``close()`` (or ``with``) at the end.
 
     ``enabled`` is false on every process but the main one (nothing is written or imported there); ``start_step``
-    is the step training resumes after (0 for a new run)."""
+    is the step training resumes after (0 for a new run); ``out``: the folder being written (the staging folder of a
+    replacement, :mod:`goldfish.ownership`), ``cfg.out`` by default."""
 
-    def __init__(self, cfg: TrainConfig, enabled: bool = True, start_step: int = 0):
+    def __init__(self, cfg: TrainConfig, enabled: bool = True, start_step: int = 0, out: Path | None = None):
         self._tb = self._wandb = None
         if not enabled:
             return
-        log, out = cfg.logging, Path(cfg.out)
+        log, out = cfg.logging, Path(cfg.out) if out is None else out
         if log.tensorboard:
             self._tb = _tensorboard(out / TENSORBOARD_DIR, start_step)
         if log.wandb:

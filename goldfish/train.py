@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import shutil
 import sys
 import time
@@ -44,6 +45,7 @@ from .loss import EngineLoss
 from .masks import GoldfishConfig, config_mask
 from .modelcard import write_training_card
 from .models import build_model, count_parameters, flops_per_token
+from .ownership import OutputFolder, fingerprint_sha256, is_main_process, writing
 from .perf import MfuMeter
 from .precision import resolve_precision
 from .tracking import Tracker
@@ -251,16 +253,30 @@ class Progress:
     elapsed: float = 0.0  # training wall time over all sessions (s)
 
 
-def train(cfg: TrainConfig) -> Path:
-    """Train per ``cfg`` (resuming per ``cfg.checkpoint.resume``) and return the run folder ``cfg.out``."""
+def train(cfg: TrainConfig, replace: bool = False) -> Path:
+    """Train per ``cfg`` (resuming per ``cfg.checkpoint.resume``) and return the run folder ``cfg.out``.
+
+    The main process holds the folder's lock throughout; a folder owned by anything but a training run is refused.
+    ``replace``: the run in ``cfg.out`` (only a training run: its ownership marker) is replaced by a new one, built
+    beside it and swapped in at its first checkpoint, so a failure or a kill before then leaves the old run whole."""
+    if replace and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise UserError("--overwrite replaces the run folder in one process only; under torchrun give a new out= "
+                        "folder (or delete the old run) instead")
     prepared, rows, seq_len = load_train_data(cfg.data.path)  # fails fast, before joining any process group
     cfg = resolved(cfg)
-    # Goldfish reaches the engine only through the loss function
-    engine = get_engine(cfg, EngineLoss(cfg.loss.ce_chunk_tokens))
-    try:
-        return _run(cfg, engine, prepared, rows, seq_len)
-    finally:
-        engine.close()
+    with writing(cfg.out, "train", replace=replace, legacy=_legacy_run, main=is_main_process()) as folder:
+        # Goldfish reaches the engine only through the loss function
+        engine = get_engine(cfg, EngineLoss(cfg.loss.ce_chunk_tokens))
+        try:
+            return _run(cfg, engine, prepared, rows, seq_len, folder)
+        finally:
+            engine.close()
+
+
+def _legacy_run(folder: Path) -> bool:
+    """A run folder written before ownership markers: it has a fingerprint (its fingerprint.json or config.yaml),
+    which the run must then match."""
+    return saved_train_fingerprint(folder) is not None
 
 
 def resolved(cfg: TrainConfig) -> TrainConfig:
@@ -279,8 +295,8 @@ def _process_rank() -> tuple[int, int]:
     return 0, 1
 
 
-def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int) -> Path:
-    out = Path(cfg.out)
+def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, folder: OutputFolder) -> Path:
+    out = folder.path  # a staging folder while replacing a run, until the first checkpoint
     tok = prepared.manifest["tokenizer"]
     plan = make_plan(cfg.schedule, cfg.optim, len(rows), seq_len, engine.dp_size)
     rank, world = _process_rank()
@@ -294,9 +310,12 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int) -> Path
                         "resume it with the config it was made with, or start a new run from its weights with "
                         "model.path=<its run>/model and checkpoint.resume=never")
     shape: dict[str, float] = {}
-    engine.setup(lambda: _build(cfg, tok, seq_len, shape), lambda params: build_optimizer(params, cfg.optim))
+    data_tokenizer = prepared.tokenizer if cfg.model.path else None  # a fine-tune: the model's must be the same
+    engine.setup(lambda: _build(cfg, tok, seq_len, shape, data_tokenizer),
+                 lambda params: build_optimizer(params, cfg.optim))
     progress = _restore(engine, resume, plan) if resume is not None else Progress()
     if engine.is_main:
+        folder.mark(fingerprint_sha256(fingerprint))
         write_fingerprint(out, fingerprint)
         save_config(cfg, out / "config.yaml")
         _truncate_metrics(out / "metrics.jsonl", progress.step)
@@ -305,7 +324,7 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int) -> Path
     orders = _EpochOrders(len(rows), cfg.seed, cfg.data.shuffle)
     clock = _LineClock()
     with JsonlLogger(out / "metrics.jsonl", enabled=engine.is_main) as log, _bar(cfg, engine, plan, progress) as bar, \
-            Tracker(cfg, engine.is_main, progress.step) as tracker:  # TensorBoard / W&B: the same records
+            Tracker(cfg, engine.is_main, progress.step, out) as tracker:  # TensorBoard / W&B: the same records
         while progress.step < plan.total_steps:
             record = _train_step(cfg, engine, plan, rows, next_batch(plan, orders, progress), gcfg, progress, meter)
             log.log(record)
@@ -313,9 +332,12 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int) -> Path
             _report(cfg, engine, bar, record, plan, clock)
             if progress.step == plan.total_steps or (cfg.checkpoint.every_steps
                                                      and progress.step % cfg.checkpoint.every_steps == 0):
-                _save(cfg, engine, plan, progress, rank, world, fingerprint)
-    _finish(cfg, engine, prepared, plan, progress, shape, meter)
-    return out
+                _save(cfg, out, engine, plan, progress, rank, world, fingerprint)
+                if not cfg.logging.wandb:  # W&B's own process writes its folder by path: then swap in at the end
+                    folder.publish()  # a replacement takes the old run's place once it has a checkpoint
+                    out = folder.path
+    _finish(cfg, out, engine, prepared, plan, progress, shape, meter)
+    return folder.final
 
 
 def _train_step(cfg: TrainConfig, engine: Engine, plan: Plan, rows, index: np.ndarray, gcfg: GoldfishConfig | None,
@@ -357,9 +379,11 @@ def _record(stats: StepStats, plan: Plan, progress: Progress, lr: float, grad_no
 # ------------------------------------------------------------------------------------------------ helpers
 
 
-def _build(cfg: TrainConfig, tok: dict[str, Any], seq_len: int, shape: dict[str, float]) -> torch.nn.Module:
-    """Build (or load) the model, give it the data's special ids, and note its size before any sharding."""
-    model = build_model(cfg.model, int(tok["vocab_size"]), cfg.seed)
+def _build(cfg: TrainConfig, tok: dict[str, Any], seq_len: int, shape: dict[str, float],
+           tokenizer=None) -> torch.nn.Module:
+    """Build (or load, checked against the data's ``tokenizer``) the model, give it the data's special ids, and note
+    its size before any sharding."""
+    model = build_model(cfg.model, int(tok["vocab_size"]), cfg.seed, tokenizer)
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and seq_len > limit:
         raise UserError(f"prepared rows have {seq_len} tokens but the model's max_position_embeddings is {limit}; "
@@ -441,9 +465,9 @@ def _trainer_state(plan: Plan, progress: Progress, world: int, fingerprint: dict
             "total_steps": plan.total_steps, "fingerprint": fingerprint}
 
 
-def _save(cfg: TrainConfig, engine: Engine, plan: Plan, progress: Progress, rank: int, world: int,
+def _save(cfg: TrainConfig, out: Path, engine: Engine, plan: Plan, progress: Progress, rank: int, world: int,
           fingerprint: dict[str, Any]) -> None:
-    ckpt.save_checkpoint(cfg.out, _trainer_state(plan, progress, world, fingerprint), engine.state_dict(),
+    ckpt.save_checkpoint(out, _trainer_state(plan, progress, world, fingerprint), engine.state_dict(),
                          rank=rank, is_main=engine.is_main, barrier=engine.barrier, keep_last=cfg.checkpoint.keep_last)
 
 
@@ -471,10 +495,9 @@ def _truncate_metrics(path: Path, step: int) -> None:
         atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
-def _finish(cfg: TrainConfig, engine: Engine, prepared, plan: Plan, progress: Progress, shape: dict,
+def _finish(cfg: TrainConfig, out: Path, engine: Engine, prepared, plan: Plan, progress: Progress, shape: dict,
             meter: MfuMeter) -> None:
     """Export the model (+ tokenizer) in Hugging Face format and write ``summary.json``."""
-    out = Path(cfg.out)
     if engine.is_main:
         with atomic_directory(out / "model", overwrite=True) as tmp:
             engine.export_hf(tmp)  # a collective: the other ranks call it below
@@ -499,7 +522,7 @@ def _finish(cfg: TrainConfig, engine: Engine, prepared, plan: Plan, progress: Pr
         "precision": cfg.precision, "device": describe(engine.device),
         "params": int(shape["params"]), "flops_per_token": shape["flops_per_token"],
         "global_batch_size": plan.global_batch, "seq_len": plan.seq_len, "world_size": _process_rank()[1],
-        "model": str(out / "model"), "config": str(out / "config.yaml"),
+        "model": str(Path(cfg.out) / "model"), "config": str(Path(cfg.out) / "config.yaml"),  # where they end up
         "exposures": exposures,  # {labelled r: [min, max] times read}: r x epochs when the budget is whole epochs
     }
     write_training_card(out / "model", cfg, summary, prepared.manifest, _data_sha256(prepared))

@@ -13,7 +13,7 @@ import dataclasses
 import importlib.util
 from typing import Literal
 
-from .config import check, option, raise_problems
+from .config import check, check_seed, option, raise_problems, shown
 from .masks import GoldfishConfig
 from .precision import canonical_precision
 from .sizes import SIZES
@@ -52,10 +52,10 @@ class ModelConfig:
         for key in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
                     "max_position_embeddings"):
             value = getattr(self, key)
-            check(value is None or _positive(value), problems, f"{key}={value!r} must be a positive integer")
+            check(value is None or _positive(value), problems, f"{key}={shown(value)} must be a positive integer")
         if self.name is not None and self.path is None:
             check(self.name in SIZES, problems,
-                  f"name={self.name!r} is not a known size; choose one of: {', '.join(SIZES)}")
+                  f"name={shown(self.name)} is not a known size; choose one of: {', '.join(SIZES)}")
         raise_problems(problems)
 
 
@@ -73,7 +73,7 @@ class LossConfig:
         problems: list[str] = []
         check(isinstance(self.ce_chunk_tokens, int) and not isinstance(self.ce_chunk_tokens, bool)
               and self.ce_chunk_tokens >= 0, problems,
-              f"ce_chunk_tokens={self.ce_chunk_tokens!r} must be an integer >= 0 (0: whole logits)")
+              f"ce_chunk_tokens={shown(self.ce_chunk_tokens)} must be an integer >= 0 (0: whole logits)")
         raise_problems(problems)
 
 
@@ -122,10 +122,10 @@ class ScheduleConfig:
         check(self.epochs is None or self.epochs > 0, problems, f"epochs={self.epochs} must be > 0")
         for key in ("max_steps", "max_tokens"):
             value = getattr(self, key)
-            check(value is None or _positive(value), problems, f"{key}={value!r} must be a positive integer")
+            check(value is None or _positive(value), problems, f"{key}={shown(value)} must be a positive integer")
         for key in ("global_batch_size", "micro_batch_size"):
             value = getattr(self, key)
-            check(_positive(value), problems, f"{key}={value!r} must be a positive integer")
+            check(_positive(value), problems, f"{key}={shown(value)} must be a positive integer")
         raise_problems(problems)
 
 
@@ -145,12 +145,12 @@ class ParallelConfig:
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        check(_positive(self.tp), problems, f"tp={self.tp!r} must be a positive integer")
-        check(_positive(self.pp), problems, f"pp={self.pp!r} must be a positive integer")
+        check(_positive(self.tp), problems, f"tp={shown(self.tp)} must be a positive integer")
+        check(_positive(self.pp), problems, f"pp={shown(self.pp)} must be a positive integer")
         check(isinstance(self.dp, int) and self.dp >= 0, problems,
-              f"dp={self.dp!r} must be an integer >= 0 (0: derived from the world size)")
+              f"dp={shown(self.dp)} must be an integer >= 0 (0: derived from the world size)")
         check(isinstance(self.pp_microbatches, int) and self.pp_microbatches >= 0, problems,
-              f"pp_microbatches={self.pp_microbatches!r} must be an integer >= 0")
+              f"pp_microbatches={shown(self.pp_microbatches)} must be an integer >= 0")
         raise_problems(problems)
 
 
@@ -167,7 +167,7 @@ class AxonnConfig:
         problems: list[str] = []
         for key in ("row", "col", "depth"):
             value = getattr(self, key)
-            check(_positive(value), problems, f"{key}={value!r} must be a positive integer")
+            check(_positive(value), problems, f"{key}={shown(value)} must be a positive integer")
         raise_problems(problems)
 
 
@@ -182,9 +182,9 @@ class CheckpointConfig:
     def __post_init__(self) -> None:
         problems: list[str] = []
         check(isinstance(self.every_steps, int) and self.every_steps >= 0, problems,
-              f"every_steps={self.every_steps!r} must be an integer >= 0")
+              f"every_steps={shown(self.every_steps)} must be an integer >= 0")
         check(isinstance(self.keep_last, int) and self.keep_last >= 0, problems,
-              f"keep_last={self.keep_last!r} must be an integer >= 0")
+              f"keep_last={shown(self.keep_last)} must be an integer >= 0")
         check(bool(self.resume), problems, "resume must be auto, never or a checkpoint path")
         raise_problems(problems)
 
@@ -244,9 +244,11 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        check(_positive(self.log_every), problems, f"log_every={self.log_every!r} must be a positive integer")
+        check(_positive(self.log_every), problems, f"log_every={shown(self.log_every)} must be a positive integer")
         precision = canonical_precision(self.precision, ("auto", "fp32", "bf16"))
-        check(precision is not None, problems, f"precision={self.precision!r} must be auto, fp32 or bf16 for training")
+        check(precision is not None, problems,
+              f"precision={shown(self.precision)} must be auto, fp32 or bf16 for training")
         self.precision = precision or self.precision
         check(bool(self.out), problems, "out must name a run folder, e.g. out=runs/tiny")
+        check_seed(self.seed, problems)
         raise_problems(problems)

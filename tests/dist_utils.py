@@ -13,6 +13,7 @@ distributed layout is compared with.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 import traceback
@@ -22,6 +23,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from tolerances import U_BF16, adamw_drift, llama_terms, rounding
 from train_helpers import require_dist_marker
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -63,6 +65,15 @@ def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any) -> list
 # ------------------------------------------------------------------------ tiny model, data, one-process reference
 
 VOCAB, SEQ, ROWS, STEPS, LR, MAX_NORM = 128, 16, 8, 3, 1e-3, 0.5
+# AdamW of every run here, reference and layouts alike. ε = 1e-2 bounds how far a gradient's rounding difference can
+# move a weight ((1 + C)/ε per step, tolerances.adamw_drift); at the default 1e-8 a weight whose gradient is near ε
+# can move by a good part of lr.
+EPS, BETAS = 1e-2, (0.9, 0.999)
+
+
+def adamw(params) -> torch.optim.Optimizer:
+    """The optimizer of every run here."""
+    return torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS)
 
 
 def tiny_config(layers: int = 2, tied: bool = False) -> LlamaConfig:
@@ -103,10 +114,13 @@ def kept_count(batch: dict[str, torch.Tensor]) -> int:
 
 
 def reference_run(cfg: LlamaConfig, micro_rows: int = 2, packed: bool = False) -> dict:
-    """Train the plain HF model in one process; returns per-step stats, grad norms and final weights."""
+    """Train the plain HF model in one process; returns per-step stats, grad norms, final weights, how far each
+    weight moved, and the scales the tolerances are relative to: the largest |logit| and, per weight, the largest
+    |clipped gradient| over the steps."""
     model = build_model(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=LR)
-    losses, norms = [], []
+    init = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    opt = adamw(model.parameters())
+    losses, norms, logit_scale, grad_scale = [], [], 0.0, {}
     for batch in global_batches(packed=packed):
         normalizer = kept_count(batch)
         stats = torch.zeros(4, dtype=torch.float64)
@@ -114,20 +128,71 @@ def reference_run(cfg: LlamaConfig, micro_rows: int = 2, packed: bool = False) -
             mb = {k: v[start:start + micro_rows] for k, v in batch.items()}
             # use_cache=False as in training: HF then masks attention across packed documents (position_ids restart)
             logits = model(input_ids=mb["input_ids"], position_ids=mb.get("position_ids"), use_cache=False).logits
+            logit_scale = max(logit_scale, float(logits.detach().abs().max()))
             out = goldfish_loss(logits, mb["labels"], drop_mask=mb["drop_mask"])
             (out.kept_sum / normalizer).backward()
             stats += torch.stack([out.kept_sum.detach().double(), out.kept_count.double(),
                                   out.dropped_sum.double(), out.dropped_count.double()])
         norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)))
+        for name, p in model.state_dict(keep_vars=True).items():  # tied weights: both names, one gradient
+            grad_scale[name] = max(grad_scale.get(name, 0.0), float(p.grad.abs().max()))
         opt.step()
         opt.zero_grad()
         losses.append(stats)
     return {"stats": torch.stack(losses), "norms": torch.tensor(norms, dtype=torch.float64),
-            "weights": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+            "weights": {k: v.detach().clone() for k, v in model.state_dict().items()}, "logit_scale": logit_scale,
+            "grad_scale": grad_scale,
+            "moved": {k: float((v - init[k]).abs().max()) for k, v in model.state_dict().items()}}
 
 
-def assert_stats_close(got: torch.Tensor, want: torch.Tensor, tol: float = 1e-5) -> None:
-    """(steps, 4) stats: counts exactly; the kept (trained) and dropped (measured) mean losses within ``tol``."""
+# ------------------------------------------------------------------ how close a layout must come to the reference
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    """What rounding allows between a layout and the one-process reference (tests/tolerances.py)."""
+
+    loss: float  # absolute, per-step mean kept / dropped loss
+    norm: float  # relative, per-step gradient norm before clipping
+    weight: dict[str, float]  # absolute, final weights, by name
+
+
+def parity_tolerance(ref: dict, layers: int = 2, precision: str = "fp32") -> Tolerance:
+    """A layout sums what the reference sums, split across ranks, stages or chunks: the same values rounded in
+    another order.
+
+    fp32: one step's gradient carries n = 2·forward + ROWS·SEQ rounded terms (each target's path through the model,
+    forward and backward, summed over the step's targets); to first order a value after STEPS steps carries the
+    rounding of every earlier step's gradient besides its own (tolerances.rounding assumes each rounding moves the
+    result by at most its own size relative to the result's scale: the well-conditioned case AdamW's ε = 1e-2
+    secures for the weights). A gradient component's rounding is relative to its terms' scale, taken per weight as
+    the reference's largest |clipped gradient| of that weight.
+
+    bf16 (autocast or bf16 parameters): each of the 9 matmuls per layer and the head rounds its two operands to 8
+    bits, relative 2^-8 on its products, while fp32 accumulation adds nothing comparable; a logit carries those
+    roundings relative to the logits' scale, and a cross-entropy moves by at most twice its logits' error. Those
+    bounds (tens of percent on a gradient) exceed AdamW's largest move over STEPS steps, so bf16 weights are not
+    compared at all."""
+    forward = llama_terms(hidden=32, intermediate=64, layers=layers, head_dim=8, seq=SEQ, vocab=VOCAB)
+    step_terms = 2 * forward + ROWS * SEQ
+    params = sum(w.numel() for w in ref["weights"].values())
+    top_loss = float((ref["stats"][:, 0] / ref["stats"][:, 1]).max())
+    loss = rounding((STEPS - 1) * step_terms + forward + ROWS * SEQ) * top_loss
+    step_grad, grad = rounding(step_terms), rounding(STEPS * step_terms)  # relative, one step's and all steps'
+    if precision == "bf16":
+        operands = 2 * (9 * layers + 1)  # bf16 roundings along one token's forward path
+        loss += 2 * rounding(operands, U_BF16) * ref["logit_scale"]
+        step_grad += rounding(2 * operands, U_BF16)
+        grad += rounding(2 * operands, U_BF16)
+    norm = grad + rounding(params)
+    weight = {name: adamw_drift([LR] * STEPS, step_grad * ref["grad_scale"][name], EPS, BETAS, norm,
+                                weight_scale=float(w.abs().max())) for name, w in ref["weights"].items()}
+    # every weight moved further than its tolerance: a layout that skipped an update cannot pass the comparison
+    assert precision == "bf16" or all(ref["moved"][name] > weight[name] for name in weight), (ref["moved"], weight)
+    return Tolerance(loss, norm, weight)
+
+
+def assert_stats_close(got: torch.Tensor, want: torch.Tensor, tol: Tolerance) -> None:
+    """(steps, 4) stats: counts exactly; the kept (trained) and dropped (measured) mean losses within ``tol.loss``."""
     torch.testing.assert_close(got[:, [1, 3]], want[:, [1, 3]], atol=0, rtol=0)
     means = lambda s: torch.stack([s[:, 0] / s[:, 1], s[:, 2] / s[:, 3]], dim=1)  # noqa: E731
-    torch.testing.assert_close(means(got), means(want), atol=tol, rtol=0)
+    torch.testing.assert_close(means(got), means(want), atol=tol.loss, rtol=0)

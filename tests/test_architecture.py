@@ -5,8 +5,8 @@ Every module under ``goldfish/`` and ``eval/`` (installed as ``goldfish.eval``) 
 body, ``if TYPE_CHECKING:``), because a function-local import hides a dependency without removing it. Layers, bottom
 to top (see ARCHITECTURE.md):
 
-0. base: the package root, the config system, io, errors, the mask and loss library (with the canonical fold),
-   the collator, perf, the size table, the precision names
+0. base: the package root, the config system, io, output-folder ownership and locks, errors, the mask and loss
+   library (with the canonical fold), the collator, perf, the size table, the precision names
 1. data: ``goldfish.data``
 2. models and engines: ``models``, ``train_config`` (the sections the engines receive), ``goldfish.engines``
 3. trainer: ``train``, ``checkpoint``, ``fingerprint``, ``estimate``
@@ -27,9 +27,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("goldfish", "goldfish.config", "goldfish.io", "goldfish.errors", "goldfish.masks", "goldfish.loss",
-              "goldfish.collator", "goldfish.fold", "goldfish.perf", "goldfish.sizes", "goldfish.precision",
-              "goldfish.hardware", "goldfish.gguf_cache")),
+    ("base", ("goldfish", "goldfish.config", "goldfish.io", "goldfish.ownership", "goldfish.errors", "goldfish.masks",
+              "goldfish.loss", "goldfish.collator", "goldfish.fold", "goldfish.perf", "goldfish.sizes",
+              "goldfish.precision", "goldfish.hardware", "goldfish.gguf_cache")),
     ("data", ("goldfish.data",)),
     ("models and engines", ("goldfish.models", "goldfish.train_config", "goldfish.engines")),
     ("trainer", ("goldfish.train", "goldfish.checkpoint", "goldfish.estimate", "goldfish.fingerprint", "goldfish.tracking",

@@ -1,8 +1,8 @@
 """``goldfish train engine=axonn`` under torchrun (2 CPU processes, gloo) through the real trainer.
 
 The row-parallel AxoNN run must reproduce the native engine in one process: same global batches and Goldfish masks
-(kept-token counts), losses within 1e-5 and exported weights within 1e-4 (a few Adam steps amplify float summation
-differences); this also covers the trainer's weight-decay grouping (by shape) and packed rows with per-document
+(kept-token counts), every step's losses and gradient norms and the exported weights up to the order of float sums
+(``train_helpers.assert_same_training``, with AdamW's ε at 1e-2 so that the weights' bound is tight); this also covers the trainer's weight-decay grouping (by shape) and packed rows with per-document
 ``position_ids``. Resuming the AxoNN run from its step-2 checkpoint must give bit-identical final weights.
 """
 
@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 import torch
-from train_helpers import load_weights, tiny_config, torchrun_train
+from train_helpers import assert_same_training, load_weights, tiny_config, torchrun_train
 
 from goldfish.config import from_dict
 from goldfish.io import read_jsonl
@@ -23,6 +23,8 @@ pytestmark = pytest.mark.dist  # every test here launches torchrun
 
 SCHEDULE = {"max_steps": 4, "global_batch_size": 8, "micro_batch_size": 2}
 LOSS = {"type": "goldfish", "goldfish": {"k": 4, "h": 13}}
+EPS = 1e-2  # AdamW ε of both runs (tolerances.adamw_drift)
+OPTIM = {"lr": 1e-2, "warmup_steps": 2, "eps": EPS}
 
 
 def _torchrun(cfg: dict, nproc: int = 2):
@@ -33,7 +35,7 @@ def _torchrun(cfg: dict, nproc: int = 2):
 def axonn_run(data, tmp_path_factory):
     """(config, run folder) of a 4-step row(2) AxoNN run with checkpoints at steps 2 and 4."""
     out = tmp_path_factory.mktemp("axonn") / "run"
-    cfg = tiny_config(data, out, schedule=SCHEDULE, loss=LOSS, engine="axonn", axonn={"row": 2},
+    cfg = tiny_config(data, out, schedule=SCHEDULE, loss=LOSS, optim=OPTIM, engine="axonn", axonn={"row": 2},
                       checkpoint={"every_steps": 2, "keep_last": 0})
     done = _torchrun(cfg)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -43,15 +45,10 @@ def axonn_run(data, tmp_path_factory):
 def test_row_parallel_axonn_run_matches_native_one_process(data, axonn_run, tmp_path):
     _, out = axonn_run
     torch.set_num_threads(1)
-    single = train(from_dict(TrainConfig, tiny_config(data, tmp_path / "single", schedule=SCHEDULE, loss=LOSS)))
-    a, b = read_jsonl(single / "metrics.jsonl"), read_jsonl(out / "metrics.jsonl")
-    assert len(b) == SCHEDULE["max_steps"]
-    assert [r["kept_tokens"] for r in a] == [r["kept_tokens"] for r in b]  # same global batches, same masks
-    assert [r["loss"] for r in b] == pytest.approx([r["loss"] for r in a], abs=1e-5)
-    assert [r["grad_norm"] for r in b] == pytest.approx([r["grad_norm"] for r in a], rel=1e-5)
-    wa, wb = load_weights(single), load_weights(out)
-    assert set(wa) == set(wb)
-    assert max((wa[k] - wb[k]).abs().max().item() for k in wa) < 1e-4
+    single = train(from_dict(TrainConfig, tiny_config(data, tmp_path / "single", schedule=SCHEDULE, loss=LOSS,
+                                                      optim=OPTIM)))
+    assert len(read_jsonl(out / "metrics.jsonl")) == SCHEDULE["max_steps"]
+    assert_same_training(single, out, EPS, tokens=SCHEDULE["global_batch_size"] * 32)
     ckpt = out / "checkpoints" / "step_000004"
     assert sorted(p.name for p in ckpt.glob("*_rank00001.*")) == [
         "axonn_layout_rank00001.pt", "model_rank00001.safetensors", "optimizer_rank00001.pt",

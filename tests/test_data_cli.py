@@ -54,9 +54,15 @@ def test_existing_folder_is_left_untouched(tmp_path, capsys):
     (out / "precious.txt").write_text("keep me")
     one_error_line(capsys, ["prepare", str(recipe(tmp_path)), "--out", str(out)], "already exists; pass --overwrite")
     assert [p.name for p in out.iterdir()] == ["precious.txt"] and (out / "precious.txt").read_text() == "keep me"
-    assert main(["prepare", str(recipe(tmp_path)), "--out", str(out), "--overwrite", "--quiet"]) == 0
-    assert (out / "manifest.json").is_file() and not (out / "precious.txt").exists()
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp folders left behind
+    # --overwrite replaces only a folder `goldfish prepare` made (its ownership marker), never the user's own
+    one_error_line(capsys, ["prepare", str(recipe(tmp_path)), "--out", str(out), "--overwrite"],
+                   "--overwrite replaces only prepared data")
+    assert [p.name for p in out.iterdir()] == ["precious.txt"] and (out / "precious.txt").read_text() == "keep me"
+    (out / "precious.txt").unlink()
+    assert main(["prepare", str(recipe(tmp_path)), "--out", str(out), "--overwrite", "--quiet"]) == 0  # empty: fine
+    assert main(["prepare", str(recipe(tmp_path)), "--out", str(out), "--overwrite", "--quiet", "seed=1"]) == 0
+    assert json.loads((out / "manifest.json").read_text())["seed"] == 1
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp folders, no lock left
 
 
 def test_empty_corpus(tmp_path, capsys):

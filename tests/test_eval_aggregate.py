@@ -5,8 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tolerances import U64, line_fit, rounding
+
 from goldfish.eval.aggregate import group_rates, mean_interval, loglinear_fit, predict, summarize, wilson_interval
 from goldfish.errors import UserError
+
+F64 = rounding(10, U64)  # float64 means, standard deviations and intervals of <= 5 values: <= 10 roundings each
 
 
 def window(p, r, exact, tm, rouge, onepass=None, **extra):
@@ -33,17 +37,17 @@ def test_summary_matches_hand_computation():
             "np_extraction", "onepass_disagreements"} <= set(o)
     assert "beam_exact_match_rate" not in o and "sample_rate" not in o  # only with beams / samples
     assert o["n_windows"] == 5
-    assert o["exact_match_rate"] == pytest.approx(2 / 5)
-    assert o["token_match"] == pytest.approx((0.2 + 1 + 1 + 0 + 0.5) / 5)
-    assert o["rouge_l"] == pytest.approx((0.3 + 1 + 1 + 0.1 + 0.5) / 5)
-    assert o["longest_match_prefix"] == pytest.approx((2 + 10 + 10 + 0 + 5) / 5)
-    assert o["edit_distance"] == pytest.approx(1 - 2.7 / 5)
-    assert o["onepass_exact_rate"] == pytest.approx(1 / 5)
+    assert o["exact_match_rate"] == 2 / 5  # counts over a count and integer sums: exact
+    assert o["token_match"] == pytest.approx((0.2 + 1 + 1 + 0 + 0.5) / 5, rel=F64, abs=0)
+    assert o["rouge_l"] == pytest.approx((0.3 + 1 + 1 + 0.1 + 0.5) / 5, rel=F64, abs=0)
+    assert o["longest_match_prefix"] == (2 + 10 + 10 + 0 + 5) / 5
+    assert o["edit_distance"] == pytest.approx(1 - 2.7 / 5, rel=F64, abs=0)
+    assert o["onepass_exact_rate"] == 1 / 5
     assert o["onepass_disagreements"] == 1
     assert list(s["by_prefix_len"]) == ["32", "64"]
-    assert s["by_prefix_len"]["32"]["exact_match_rate"] == pytest.approx(0.5)
+    assert s["by_prefix_len"]["32"]["exact_match_rate"] == 0.5
     assert s["by_prefix_len"]["64"]["n_windows"] == 3
-    assert s["by_prefix_len"]["64"]["token_match"] == pytest.approx(0.5)
+    assert s["by_prefix_len"]["64"]["token_match"] == 0.5  # (1 + 0 + 0.5) / 3: exact in binary
     assert list(s["by_repetitions"]) == ["0", "1", "4", "unknown"]
     assert s["by_repetitions"]["4"]["exact_match_rate"] == 1.0
     assert s["by_repetitions"]["4"]["onepass_disagreements"] == 1
@@ -62,15 +66,17 @@ def test_one_pass_measures_by_split_group_and_window_with_intervals():
     assert list(s["by_window"]) == ["end", "start"] and s["by_window"]["start"]["n_windows"] == 2
     assert list(s["by_split"]) == ["members", "nonmembers"]
     members = s["by_split"]["members"]
-    assert members["onepass_token_acc"] == pytest.approx(0.8) and members["suffix_logprob"] == pytest.approx(-3.0)
-    # mean ± 1.96·s/sqrt(n): values 0.9, 0.7 -> s = 0.1414, half-width 1.96 · 0.1414 / sqrt(2) = 0.196
-    assert members["onepass_token_acc_ci_low"] == pytest.approx(0.8 - 0.196, abs=1e-4)
-    assert members["onepass_token_acc_ci_high"] == pytest.approx(min(1.0, 0.8 + 0.196), abs=1e-4)
-    assert members["suffix_logprob_ci_high"] == pytest.approx(-3.0 + 1.96 * np.std([-2, -4], ddof=1) / np.sqrt(2))
-    assert members["beam_exact_match_rate"] == 0.5 and members["sample_rate"] == pytest.approx(0.25)
+    assert members["onepass_token_acc"] == pytest.approx(0.8, rel=F64, abs=0) and members["suffix_logprob"] == -3.0
+    # mean ± 1.96·s/sqrt(n): values 0.9, 0.7 -> s = sqrt(0.02), half-width 1.96 · sqrt(0.02 / 2) = 0.196 exactly
+    assert members["onepass_token_acc_ci_low"] == pytest.approx(0.8 - 0.196, rel=F64, abs=0)
+    assert members["onepass_token_acc_ci_high"] == pytest.approx(min(1.0, 0.8 + 0.196), rel=F64, abs=0)
+    assert members["suffix_logprob_ci_high"] == pytest.approx(-3.0 + 1.96 * np.std([-2, -4], ddof=1) / np.sqrt(2),
+                                                              rel=F64, abs=0)
+    assert members["beam_exact_match_rate"] == 0.5 and members["sample_rate"] == 0.25  # (0.5 + 0) / 2: exact
     assert list(s["by_group"]) == ["famous", "unknown"] and s["by_group"]["famous"]["np_extraction"] == 0.3
     assert [d["doc_id"] for d in s["documents"]] == ["a", "z"]  # ranked by one-pass top-1 accuracy
-    assert s["documents"][0]["onepass_token_acc"] == pytest.approx(0.8) and s["documents"][0]["n_windows"] == 2
+    assert s["documents"][0]["onepass_token_acc"] == pytest.approx(0.8, rel=F64, abs=0)
+    assert s["documents"][0]["n_windows"] == 2
     assert summarize(WINDOWS)["by_group"] == {}  # no document has a group
     assert mean_interval([0.0, 0.0]) == (0.0, 0.0) and mean_interval([1.0]) == (None, None)
     assert mean_interval([0.0, 0.1], (0.0, 1.0))[0] == 0.0  # clipped to the measure's range
@@ -89,16 +95,16 @@ def test_summary_copes_with_missing_metrics_and_no_windows():
 def test_wilson_interval_hand_values():
     # 0/50: upper = z^2/n / (1 + z^2/n) = 3.8416/53.8416
     low, high = wilson_interval(0, 50)
-    assert low == 0.0 and high == pytest.approx(3.8416 / 53.8416, rel=1e-6)
+    assert low == 0.0 and high == pytest.approx(3.8416 / 53.8416, rel=F64, abs=0)
     # 5/10: symmetric around 0.5, half-width z*sqrt(0.025 + z^2/400)/(1 + z^2/10)
     low, high = wilson_interval(5, 10)
     half = 1.96 * np.sqrt(0.025 + 1.96**2 / 400) / (1 + 1.96**2 / 10)
-    assert (low, high) == (pytest.approx(0.5 - half), pytest.approx(0.5 + half))
+    assert (low, high) == (pytest.approx(0.5 - half, rel=F64, abs=0), pytest.approx(0.5 + half, rel=F64, abs=0))
     assert wilson_interval(0, 0) == (None, None)
 
 
 def test_group_rates_single_and_multiple_fields():
-    assert group_rates(WINDOWS, "prefix_len", "exact_match") == {32: 0.5, 64: pytest.approx(1 / 3)}
+    assert group_rates(WINDOWS, "prefix_len", "exact_match") == {32: 0.5, 64: 1 / 3}  # counts over counts
     rates = group_rates(WINDOWS, ("prefix_len", "repetitions"), "token_match")
     assert list(rates) == [(32, 1), (32, 4), (64, 0), (64, 4), (64, None)]
     assert rates[(64, None)] == 0.5
@@ -113,16 +119,19 @@ def test_loglinear_fit_matches_polyfit():
     y = [0.01, 0.03, 0.02, 0.09, 0.12]
     fit = loglinear_fit(x, y)
     slope, intercept = np.polyfit(np.log10(x), y, 1)
-    assert fit["slope"] == pytest.approx(slope) and fit["intercept"] == pytest.approx(intercept)
+    tol = line_fit(np.log10(x))  # two float64 least-squares lines
+    assert fit["slope"] == pytest.approx(slope, rel=tol, abs=0)
+    assert fit["intercept"] == pytest.approx(intercept, rel=tol, abs=0)
     r = np.corrcoef(np.log10(x), y)[0, 1]
-    assert fit["r2"] == pytest.approx(r**2) and fit["n"] == 5
-    np.testing.assert_allclose(predict(fit, [1e8]), [intercept + 8 * slope])
+    assert fit["r2"] == pytest.approx(r**2, rel=tol, abs=0) and fit["n"] == 5
+    np.testing.assert_allclose(predict(fit, [1e8]), [intercept + 8 * slope], rtol=tol, atol=0)
 
 
 def test_loglinear_fit_exact_line_and_errors():
     fit = loglinear_fit([1, 10, 100], [2.0, 2.5, 3.0])  # y = 2 + 0.5 log10 x
-    assert fit["slope"] == pytest.approx(0.5) and fit["intercept"] == pytest.approx(2.0)
-    assert fit["r2"] == pytest.approx(1.0)
+    tol = line_fit([0.0, 1.0, 2.0])  # the float64 least-squares line through log10 x
+    assert fit["slope"] == pytest.approx(0.5, rel=tol, abs=0) and fit["intercept"] == pytest.approx(2.0, rel=tol, abs=0)
+    assert fit["r2"] == pytest.approx(1.0, rel=tol, abs=0)
     assert loglinear_fit([1, 10], [3.0, 3.0])["r2"] is None  # constant y: r2 undefined
     with pytest.raises(UserError, match="2 distinct x"):
         loglinear_fit([5, 5], [1.0, 2.0])

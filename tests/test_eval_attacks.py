@@ -7,6 +7,7 @@ import zlib
 
 import numpy as np
 import pytest
+from tolerances import U64, rounding
 
 from goldfish.eval.attacks import blind_scores, calibrated, kept_scores, teacher_forced_accuracy
 from goldfish.eval.membership import evaluate_attack
@@ -15,7 +16,7 @@ from goldfish.eval.membership import evaluate_attack
 def test_blind_scores_are_the_negated_zlib_ratio():
     texts = ["abababababababababab", "the quick brown fox jumps"]
     expected = [-len(zlib.compress(t.encode())) / len(t.encode()) for t in texts]
-    assert blind_scores(texts).tolist() == pytest.approx(expected)
+    assert blind_scores(texts).tolist() == expected  # the same one division
 
 
 def test_blind_baseline_sees_a_shift_but_not_a_random_split():
@@ -29,7 +30,7 @@ def test_blind_baseline_sees_a_shift_but_not_a_random_split():
     pool = prose(200)
     same = evaluate_attack(blind_scores(pool[:100]), blind_scores(pool[100:]), n_bootstrap=0)["auc"]
     shifted = evaluate_attack(blind_scores(repetitive), blind_scores(pool[:30]), n_bootstrap=0)["auc"]
-    assert abs(same - 0.5) < 0.1
+    assert abs(same - 0.5) < 0.1  # 2.4 standard deviations of the AUC of 100 vs 100 alike documents (0.041)
     assert shifted == 1.0
 
 
@@ -42,7 +43,9 @@ def test_reference_attack_removes_document_difficulty_that_fools_the_loss_attack
     target = [r + (0.2 if i < n else 0.0) for i, r in enumerate(ref)]
     loss_auc = evaluate_attack([t.mean() for t in target[:n]], [t.mean() for t in target[n:]], n_bootstrap=0)["auc"]
     scores = calibrated(target, ref)
-    assert scores[:n] == pytest.approx(np.full(n, 0.2)) and scores[n:] == pytest.approx(np.zeros(n))
+    # float64 (r + 0.2) - r and a mean of 30: rounding relative to the terms' scale (|r| <= 6.2)
+    tol = rounding(length + 2, U64) * 6.2
+    assert scores[:n] == pytest.approx(np.full(n, 0.2), abs=tol) and scores[n:] == pytest.approx(np.zeros(n), abs=tol)
     assert evaluate_attack(scores[:n], scores[n:], n_bootstrap=0)["auc"] == 1.0
     assert loss_auc < 0.75  # difficulty dominates the raw loss
 
@@ -51,15 +54,15 @@ def test_hash_aware_scores_use_only_kept_targets():
     logp = [np.array([-1.0, -5.0, -2.0, -7.0]), np.array([-3.0, -3.0])]
     kept = [np.array([True, False, True, False]), np.array([False, False])]
     scores = kept_scores(logp, kept)
-    assert scores[0] == pytest.approx(-1.5) and np.isnan(scores[1])
+    assert scores[0] == -1.5 and np.isnan(scores[1])  # (-1 - 2) / 2: exact in binary
     ref = [np.array([-2.0, -2.0, -2.0, -2.0]), np.array([-1.0, -1.0])]
-    assert calibrated(logp, ref, kept)[0] == pytest.approx(0.5)  # mean of (1, 0) over the kept targets
+    assert calibrated(logp, ref, kept)[0] == 0.5  # mean of (1, 0) over the kept targets: exact
 
 
 def test_teacher_forced_accuracy_on_kept_and_dropped_positions():
     correct = [np.array([1, 1, 0, 1], bool), np.array([0, 1], bool)]
     dropped = [np.array([0, 1, 1, 0], bool), np.array([0, 1], bool)]
     acc = teacher_forced_accuracy(correct, dropped)
-    assert acc["accuracy"] == pytest.approx(4 / 6)
-    assert acc["kept_accuracy"] == pytest.approx(2 / 3) and acc["dropped_accuracy"] == pytest.approx(2 / 3)
+    assert acc["accuracy"] == 4 / 6  # counts over counts: one rounded division each, as written here
+    assert acc["kept_accuracy"] == 2 / 3 and acc["dropped_accuracy"] == 2 / 3
     assert (acc["n_kept"], acc["n_dropped"]) == (3, 3)

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tolerances import U64, rounding
 
 from goldfish.config import check, option, raise_problems
 from goldfish.config import from_dict
@@ -291,16 +292,18 @@ def test_aggregation_matches_a_hand_computation(tmp_path):
                 std = by[(f"standard__model={model}", p, str(reps))]
                 gf = by[(f"goldfish__model={model}", p, str(reps))]
                 assert float(std["exact_match_rate"]) == 1.0
-                assert float(gf["exact_match_rate"]) == pytest.approx(_hand_rate(2, reps))
-                assert float(gf["rouge_l"]) == pytest.approx(0.25 + 0.75 * _hand_rate(2, reps))
+                assert float(gf["exact_match_rate"]) == _hand_rate(2, reps)  # a count over a count
+                # a float64 mean of 2 windows' 1.0 or 0.25 against 0.25 + 0.75·rate: <= 4 roundings
+                assert float(gf["rouge_l"]) == pytest.approx(0.25 + 0.75 * _hand_rate(2, reps), rel=rounding(4, U64))
                 assert int(gf["n_windows"]) == 2
                 assert gf["model"] == model
     r = by[("goldfish__model=big", "4", "1")]
     assert int(r["params"]) == 10_000_000 and int(r["tokens_seen"]) == 2000 and int(r["kept_tokens"]) == 50 * 20
-    assert float(r["heldout_loss"]) == pytest.approx(3.0)  # the negated LOSS-attack scores of the nonmembers
-    assert float(r["mia_auc"]) == pytest.approx(0.6)
-    assert float(r["final_kept_loss"]) == pytest.approx(10.0 / 20)  # last 5 % of 20 steps = the last step
-    assert float(r["final_dropped_loss"]) == pytest.approx(5.0)
+    # small integers and halves, and their means: exact in binary (results.csv writes repr, which round-trips)
+    assert float(r["heldout_loss"]) == 3.0  # the negated LOSS-attack scores of the nonmembers
+    assert float(r["mia_auc"]) == 6 / 10  # a count of ordered pairs over m·n
+    assert float(r["final_kept_loss"]) == 10.0 / 20  # last 5 % of 20 steps = the last step
+    assert float(r["final_dropped_loss"]) == 5.0
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary) == {"standard__model=tiny", "goldfish__model=tiny", "standard__model=big",
                             "goldfish__model=big"}
@@ -313,7 +316,7 @@ def test_summary_is_keyed_by_arm_when_each_arm_has_one_cell(tmp_path):
     summary = json.loads((tmp_path / "exp" / "summary.json").read_text())
     assert set(summary) == {"standard", "goldfish"}
     hand = sum((d + (1, 2)[d % 2]) % 2 == 0 for d in range(4)) / 4
-    assert summary["goldfish"]["exact_match_rate"] == pytest.approx(hand)
+    assert summary["goldfish"]["exact_match_rate"] == hand  # a count over a count
     assert summary["standard"]["exact_match_rate"] == 1.0
     assert summary["standard"]["mia_auc"] == 0.9 and summary["goldfish"]["tokens_seen"] == 2000
 

@@ -174,5 +174,6 @@ def test_a_fine_tune_prepares_with_the_model_tokenizer_and_calibrates_by_the_con
     def score(split: str) -> list[float]:
         return [sum(t) / len(t) - sum(c) / len(c) for t, c in zip(std["logprobs"][split], ctrl[split])]
 
-    assert evaluate_attack(score("members"), score("nonmembers"), n_bootstrap=0)["auc"] == pytest.approx(
-        std["attacks"]["reference"]["auc"])
+    # an AUC is a count of ordered pairs over m·n: rounding can only change it by flipping a pair, so it is exact
+    assert evaluate_attack(score("members"), score("nonmembers"), n_bootstrap=0)["auc"] == \
+        std["attacks"]["reference"]["auc"]

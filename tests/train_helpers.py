@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from pytest import approx
+from tolerances import adamw_drift, llama_terms, rounding
 
 PAD, EOS, BOS = 0, 1, 2
 REPO = Path(__file__).resolve().parents[1]
@@ -108,6 +110,58 @@ def make_prepared(folder: str | Path, rows: int = 16, seq_len: int = 32, vocab: 
                 "counts": {"members": 2, "nonmembers": 2, "train": rows}}
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return folder
+
+
+# rounded terms along one token's forward path through tiny_config's model (hidden 32, MLP 64, 2 layers, 2 heads of
+# 16, rows of 32 positions, vocabulary 64); tests/tolerances.py turns counts of terms into tolerances
+TINY_FORWARD = llama_terms(hidden=32, intermediate=64, layers=2, head_dim=16, seq=32, vocab=64)
+
+
+STEP_KEYS = ("loss", "kept_loss", "dropped_loss", "grad_norm")  # the rounded values a metrics.jsonl record logs
+
+
+def step_tolerance(key: str, step: int, tokens: int, params: int) -> float:
+    """Relative difference allowed in a logged value of tiny_config's model at ``step`` (from 1) between two runs
+    that round differently (another split of the batch, another kernel or instruction set).
+
+    One step's gradient carries n = 2·TINY_FORWARD + ``tokens`` rounded terms (each target's path forward and
+    backward, summed over the step's targets) and moves the weights every later value is computed from, so to first
+    order a value at step t carries the rounding of t - 1 earlier gradients besides its own: a loss its targets'
+    forward paths and their sum, the gradient norm its step's gradient and a sum of squares over ``params``."""
+    step_terms = 2 * TINY_FORWARD + tokens
+    earlier = (step - 1) * step_terms
+    if key == "grad_norm":
+        return rounding(earlier + step_terms) + rounding(params)
+    return rounding(earlier + TINY_FORWARD + tokens)
+
+
+def assert_same_training(run_a: Path, run_b: Path, eps: float, tokens: int) -> None:
+    """Two runs of tiny_config's model from the same weights on the same batches that round differently: the same
+    token counts, every step's logged values within :func:`step_tolerance` and final weights within
+    :func:`tolerances.adamw_drift` (``eps``: the runs' AdamW ε; ``tokens``: targets per step)."""
+    from goldfish.io import read_jsonl
+    from goldfish.train_config import OptimConfig
+
+    ra, rb = read_jsonl(Path(run_a) / "metrics.jsonl"), read_jsonl(Path(run_b) / "metrics.jsonl")
+    assert [(r["kept_tokens"], r["dropped_tokens"], r["lr"]) for r in ra] == \
+        [(r["kept_tokens"], r["dropped_tokens"], r["lr"]) for r in rb]
+    a, b = load_weights(run_a), load_weights(run_b)
+    assert a.keys() == b.keys()
+    params = sum(t.numel() for t in a.values())
+    for step, (x, y) in enumerate(zip(ra, rb), start=1):
+        for key in STEP_KEYS:
+            if x[key] is None:  # no dropped targets: the standard loss
+                assert y[key] is None, (step, key)
+            else:
+                assert y[key] == approx(x[key], rel=step_tolerance(key, step, tokens, params), abs=0), (step, key)
+    # a clipped gradient has |g_i| <= ||g|| <= max_grad_norm, so a component differs by at most rounding(n) times
+    # that per step; AdamW turns it into at most adamw_drift(...) per weight
+    optim, n = OptimConfig(), 2 * TINY_FORWARD + tokens
+    drift = adamw_drift([r["lr"] for r in ra], rounding(n) * optim.max_grad_norm, eps, optim.betas,
+                        norm_error=rounding(n) + rounding(params),
+                        weight_scale=max(t.abs().max().item() for t in a.values()))
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst <= drift, (worst, drift)
 
 
 def tiny_config(data: Path, out: Path, **overrides) -> dict:

@@ -11,7 +11,8 @@ import time
 DESCRIPTION = """\
 Run an experiment: every cell (arm x grid point) prepares its data (shared between cells with the same data
 config), trains, evaluates, and writes <out>/cells/<cell>/DONE. Rerunning skips finished cells, so a killed run
-redoes only the cell it was in; a cell started with another config is refused (--rerun-stale reruns it).
+redoes only the cell it was in; a cell started with another config is refused (--rerun-stale reruns it and
+replaces the old cell when the new one is done).
 Then <out>/results.csv, results.json, summary.json and report.md (+ plots).
 
 examples:
@@ -43,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="aggregate the finished cells and rewrite the report without running anything")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--rerun-stale", action="store_true",
-                        help="delete and rerun cells started with a different config (default: refuse to run)")
+                        help="rerun cells started with a different config from scratch, each replacing its old "
+                             "cell only when done (default: refuse to run)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from ..experiment import default_pipeline, load_experiment, plan_cells, run_experiment
     from ..experiment.aggregate import aggregate
     from ..experiment.report import headline_table, paper_table, regime, write_study_report
-    from ..experiment.runner import describe_plans
+    from ..experiment.runner import describe_plans, experiment_folder, mark_experiment, recover_replaced
 
     cfg = load_experiment(args.config, args.overrides)
     if args.world_size is not None and args.world_size < 1:
@@ -68,8 +70,11 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(cfg, plans, args.world_size)
     if args.report_only:
-        results = aggregate(cfg, plans)
-        write_study_report(cfg, results, cfg.out_dir)
+        with experiment_folder(cfg) as folder:
+            recover_replaced(plans)  # a cell a killed --rerun-stale set aside is put back first
+            mark_experiment(folder, cfg)
+            results = aggregate(cfg, plans)
+            write_study_report(cfg, results, cfg.out_dir)
     else:
         start = time.perf_counter()
         only = (lambda cid: fnmatch.fnmatch(cid, args.only)) if args.only else None

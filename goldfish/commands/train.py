@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -42,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fresh.add_argument("--fresh", action="store_true",
                        help="if out= already holds a run, train in a new folder beside it (out_2, out_3, ...)")
     fresh.add_argument("--overwrite", action="store_true",
-                       help="if out= already holds a run, delete it and train from scratch")
+                       help="if out= already holds a training run, replace it by a new one (built beside it and "
+                            "swapped in at its first checkpoint; any other folder is refused)")
     parser.epilog = "config keys:\n" + "\n".join(describe(TrainConfig))
 
 
@@ -61,9 +61,9 @@ def run(args: argparse.Namespace) -> int:
     path, overrides = split_arguments(args.config, args.overrides)
     cfg = load_config(TrainConfig, path, overrides)
     check_accelerate_launch(cfg.precision)
-    if args.fresh or args.overwrite:
-        cfg.out = str(start_over(Path(cfg.out), overwrite=args.overwrite))
-    out = train(cfg)
+    if args.fresh:
+        cfg.out = str(fresh_folder(Path(cfg.out)))
+    out = train(cfg, replace=args.overwrite)
     summary = out / "summary.json"
     if summary.is_file():
         print(f"trained: {out / 'model'}  (summary: {summary})")
@@ -89,32 +89,20 @@ def check_accelerate_launch(precision: str) -> None:
                         f"and leave --mixed_precision out")
 
 
-# files only a training run writes (config.yaml or model/ alone could be anyone's)
-RUN_MARKERS = ("fingerprint.json", "metrics.jsonl", "checkpoints", "summary.json")
+def fresh_folder(out: Path) -> Path:
+    """The folder a ``--fresh`` run trains in: ``out`` itself when it holds nothing, else the first free ``out_2``,
+    ``out_3``, ..."""
+    from ..ownership import check_target
 
-
-def start_over(out: Path, overwrite: bool) -> Path:
-    """The folder a ``--fresh``/``--overwrite`` run trains in: ``out`` itself when it holds nothing; else the first
-    free ``out_2``, ``out_3``, ... (fresh) or ``out`` after deleting the run in it (overwrite)."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise UserError("--fresh/--overwrite choose the run folder in one process only; under torchrun give a new "
-                        "out= folder (or delete the old one) instead")
-    if out.exists() and not out.is_dir():
-        raise UserError(f"out={out} is a file, not a run folder; choose another out=")
+        raise UserError("--fresh chooses the run folder in one process only; under torchrun give a new out= folder "
+                        "instead")
+    out = check_target(out)
     if not out.exists() or not any(out.iterdir()):
         return out
-    if not overwrite:
-        n = 2
-        while out.with_name(f"{out.name}_{n}").exists():
-            n += 1
-        fresh = out.with_name(f"{out.name}_{n}")
-        print(f"{out} holds a run; training in {fresh}", file=sys.stderr)
-        return fresh
-    if not any((out / name).exists() for name in RUN_MARKERS):  # never delete a folder that is not a run
-        raise UserError(f"--overwrite: {out} is not a goldfish run folder (no fingerprint.json, checkpoints/ ...); "
-                        f"choose out= for the run folder itself")
-    doomed = out.with_name(f".{out.name}.deleting")
-    shutil.rmtree(doomed, ignore_errors=True)
-    os.replace(out, doomed)  # one rename: a kill mid-delete never leaves a half-deleted run that looks resumable
-    shutil.rmtree(doomed)
-    return out
+    n = 2
+    while out.with_name(f"{out.name}_{n}").exists():
+        n += 1
+    fresh = out.with_name(f"{out.name}_{n}")
+    print(f"{out} holds a run; training in {fresh}", file=sys.stderr)
+    return fresh

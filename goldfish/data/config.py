@@ -27,7 +27,7 @@ import dataclasses
 from pathlib import Path
 from typing import Literal
 
-from ..config import check, option, raise_problems
+from ..config import check, check_seed, option, raise_problems, shown
 from .canaries import CanaryConfig
 from .dedup import DedupConfig
 from .variants import NearDuplicateConfig
@@ -58,9 +58,9 @@ class SourceConfig:
     def __post_init__(self) -> None:
         problems: list[str] = []
         check(self.name in SOURCE_NAMES, problems,
-              f"name={self.name!r} is unknown; choose one of: {', '.join(SOURCE_NAMES)}")
+              f"name={shown(self.name)} is unknown; choose one of: {', '.join(SOURCE_NAMES)}")
         check(self.name not in ("local", "hub") or bool(self.path), problems,
-              f"name={self.name!r} needs path (a file/folder for local, a dataset name for hub)")
+              f"name={shown(self.name)} needs path (a file/folder for local, a dataset name for hub)")
         check(self.min_words is None or self.min_words >= 0, problems,
               f"min_words={self.min_words} must be >= 0 (or null for the source's default)")
         check(self.max_documents is None or self.max_documents >= 1, problems,
@@ -93,7 +93,7 @@ class TokenizerConfig:
               f"vocab_size={self.vocab_size} is too small: a byte-level BPE needs >= 300 (256 bytes + "
               "merges)")
         check(self.source is None or self.name == "bpe", problems,
-              f"source is set but name={self.name!r}: only a trained tokenizer (name: bpe) has a training corpus")
+              f"source is set but name={shown(self.name)}: only a trained tokenizer (name: bpe) has a training corpus")
         raise_problems(problems)
 
 
@@ -146,7 +146,7 @@ class PrepareConfig:
     def __post_init__(self) -> None:
         problems: list[str] = []
         check(bool(self.name) and "/" not in self.name and self.name not in (".", ".."), problems,
-              f"name={self.name!r} must be a plain folder name (no '/')")
+              f"name={shown(self.name)} must be a plain folder name (no '/')")
         check(self.seq_len >= 2, problems, f"seq_len={self.seq_len} must be >= 2")
         check(self.min_tokens >= 1, problems, f"min_tokens={self.min_tokens} must be >= 1")
         check(self.doc_tokens is None or self.doc_tokens >= 1, problems,
@@ -175,6 +175,7 @@ class PrepareConfig:
         check(not (self.canaries and self.canaries.count and self.near_duplicates), problems,
               "canaries and near_duplicates cannot be combined (variants and canaries both add documents after the "
               "members); prepare them as two datasets")
+        check_seed(self.seed, problems)
         raise_problems(problems)
 
     def default_out(self) -> Path:

@@ -1,7 +1,8 @@
 """``prepare(cfg, out)``: corpus -> tokenizer -> members / nonmembers / background -> training rows -> folder.
 
-The folder is built in a temporary sibling and renamed into place at the end (``goldfish.io.atomic_directory``),
-so an interrupted run leaves nothing half-written, and an existing folder is refused unless ``overwrite``.
+The folder is built in a temporary sibling under the folder's lock and swapped into place at the end
+(``goldfish.ownership.writing``), so an interrupted run leaves nothing half-written; an existing folder is refused
+unless ``overwrite``, and ``overwrite`` replaces only a folder ``goldfish prepare`` made (its ownership marker).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import numpy as np
 
 from ..config import save_config, to_dict
 from ..errors import UserError
-from ..io import atomic_directory, atomic_write_json
+from ..io import atomic_write_json
+from ..ownership import fingerprint_sha256, writing
 from .canaries import canary_alphabet, make_canaries
 from .config import PrepareConfig, SourceConfig
 from .packing import build_rows, occurrences, training_order, variant_layout
@@ -248,40 +250,41 @@ def prepare(cfg: PrepareConfig, out: str | Path | None = None, overwrite: bool =
     """
     started = time.perf_counter()
     out = Path(out).expanduser() if out is not None else cfg.default_out()
-    if out.exists() and not overwrite:
-        raise UserError(f"output folder {out} already exists; pass --overwrite to replace it, or --out to choose "
-                        "another folder")
-    stage = _Stages(progress)
-    try:
-        tok, plan, rows, row_stats = _build(cfg, progress, stage)
-        stage("write")
-        _write(cfg, out, tok, plan, rows, row_stats, started)
-    finally:
-        stage.close()
+    with writing(out, "prepared", replace=overwrite, stage=True, exist_ok=overwrite) as folder:
+        stage = _Stages(progress)
+        try:
+            tok, plan, rows, row_stats = _build(cfg, progress, stage)
+            stage("write")
+            sha = _write(cfg, folder.path, tok, plan, rows, row_stats, started)
+            folder.mark(fingerprint_sha256(sha))
+        finally:
+            stage.close()
     return out
 
 
-def _write(cfg: PrepareConfig, out: Path, tok, plan: SplitPlan, rows: dict, row_stats: dict, started: float) -> None:
-    """Tokenizer, splits, resolved config and manifest, into a temporary sibling renamed to ``out`` at the end."""
+def _write(cfg: PrepareConfig, tmp: Path, tok, plan: SplitPlan, rows: dict, row_stats: dict,
+           started: float) -> dict:
+    """Tokenizer, splits, resolved config and manifest, into the staging folder ``tmp``; returns the splits'
+    sha256."""
 
     text_of = _decoder(tok)
 
     def decode(ids: np.ndarray) -> str:  # the text a row actually holds (the cut chunk, not the whole article)
         return text_of(ids.tolist())
 
-    with atomic_directory(out, overwrite=True) as tmp:
-        tok.save_pretrained(str(tmp / "tokenizer"))
-        sha = {"members": save_table(doc_columns(plan.members, "members", decode), tmp / "members"),
-               "nonmembers": save_table(doc_columns(plan.nonmembers, "nonmembers", decode), tmp / "nonmembers")}
-        if cfg.num_background != 0:
-            sha["background"] = save_table(doc_columns(plan.background, "background", decode), tmp / "background")
-        for name, items in (("validation", plan.validation), ("canaries", plan.canaries)):
-            if items:
-                sha[name] = save_table(doc_columns(items, name, decode), tmp / name)
-        sha["train"] = save_table(train_columns(rows), tmp / "train")
-        save_config(cfg, tmp / "config.yaml")
-        atomic_write_json(tmp / "manifest.json", _manifest(cfg, tok, plan, row_stats, sha, started))
-        _default_permissions(tmp)
+    tok.save_pretrained(str(tmp / "tokenizer"))
+    sha = {"members": save_table(doc_columns(plan.members, "members", decode), tmp / "members"),
+           "nonmembers": save_table(doc_columns(plan.nonmembers, "nonmembers", decode), tmp / "nonmembers")}
+    if cfg.num_background != 0:
+        sha["background"] = save_table(doc_columns(plan.background, "background", decode), tmp / "background")
+    for name, items in (("validation", plan.validation), ("canaries", plan.canaries)):
+        if items:
+            sha[name] = save_table(doc_columns(items, name, decode), tmp / name)
+    sha["train"] = save_table(train_columns(rows), tmp / "train")
+    save_config(cfg, tmp / "config.yaml")
+    atomic_write_json(tmp / "manifest.json", _manifest(cfg, tok, plan, row_stats, sha, started))
+    _default_permissions(tmp)
+    return sha
 
 
 def _default_permissions(folder: Path) -> None:

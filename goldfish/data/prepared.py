@@ -13,6 +13,7 @@
     <out>/validation/     (only with num_validation) the same columns, repetitions = 0: held out for tuning
     <out>/canaries/       (only with canaries) the same columns, repetitions = copies in the rows (goldfish.data.canaries)
     <out>/train/          input_ids, labels, document_ids, position_ids, attention_mask; one row per sequence
+    <out>/.goldfish-owner.json  kind "prepared" and the sha256 of the splits' sha256 (goldfish.ownership)
 
 Arrow files are written without timestamps and with a content-derived fingerprint, so the same config and seed
 give byte-identical ``.arrow`` files (their sha256 is in the manifest).

@@ -116,16 +116,25 @@ def _read_utf8(path: Path) -> str:
 
 
 def jsonl_objects(path: Path) -> Iterator[tuple[int, dict]]:
-    """``(line number, object)`` for each non-empty line of a UTF-8 JSONL file; one-line errors for bad lines."""
+    """``(line number, object)`` for each non-empty line of a UTF-8 JSONL file; one-line errors for bad lines.
+
+    Lines end at ``\n`` only, as JSON Lines defines them (a raw U+2028 or form feed inside a string is text)."""
     text = _read_utf8(path)
-    for lineno, line in enumerate(text.splitlines(), 1):
+    for lineno, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
+            json.dumps(row, ensure_ascii=False).encode("utf-8")  # a "\ud800" escape: a lone surrogate, not text
         except json.JSONDecodeError as e:
             raise UserError(f"{path}:{lineno} is not valid JSON ({e.msg}); the file needs one JSON object per "
                             "line") from None
+        except RecursionError:
+            raise UserError(f"{path}:{lineno} nests JSON arrays or objects too deeply to read; the file needs one "
+                            "flat JSON object per line") from None
+        except UnicodeEncodeError as e:
+            raise UserError(f"{path}:{lineno} holds a lone UTF-16 surrogate ({e.object[e.start]!a}), which is not "
+                            "Unicode text; fix the escape in that line") from None
         if not isinstance(row, dict):
             raise UserError(f"{path}:{lineno} is a JSON {type(row).__name__}, not an object with a text field")
         yield lineno, row

@@ -125,6 +125,18 @@ def load_tokenizer(spec: str, texts: Sequence[str] | None = None, vocab_size: in
     return _from_path(spec)
 
 
+def tokenizer_sha256(tok) -> str:
+    """The identity of a tokenizer: sha256 of its vocabulary (every token with its id, added tokens included) and,
+    for BPE, its merges in order. Two tokenizers with the same identity turn every text into the same ids."""
+    import hashlib
+    import json
+
+    model = json.loads(tok.backend_tokenizer.to_str())["model"] if getattr(tok, "is_fast", False) else {}
+    merges = [m.split(" ", 1) if isinstance(m, str) else list(m) for m in model.get("merges") or []]
+    vocab = sorted(tok.get_vocab().items(), key=lambda item: (item[1], item[0]))
+    return hashlib.sha256(json.dumps([vocab, merges], ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
 def tokenizer_info(tok, name: str) -> dict:
     """The manifest's ``tokenizer`` block: name, vocabulary size (``len(tok)``, incl. added tokens) and special ids."""
     return {"name": name, "vocab_size": len(tok), "eos_id": tok.eos_token_id, "bos_id": tok.bos_token_id,

