@@ -29,7 +29,6 @@ from goldfish.precision import PRECISIONS, canonical_precision
 from .windows import ALL, PLACEMENTS
 
 TASKS = ("extraction", "membership")  # the default tasks; "canaries" is asked for by name
-ALL_TASKS = TASKS + ("canaries",)
 # shorthand flag -> config key (README: "goldfish eval"); every other setting is a key=value override
 SHORTHANDS = {"--model": "model.path", "--data": "data.path", "--nonmembers": "data.nonmembers", "--out": "out",
               "--offsets": "data.offsets", "--max-offset": "data.max_offset", "--threads": "model.threads"}
