@@ -9,6 +9,8 @@ and a few shorthand flags, :data:`SHORTHANDS`, that name one key each). Sections
   mask-consistent adversary);
 * ``membership`` -- membership-inference scoring (token budget, context windows, Min-K ratios, bootstrap);
 * ``mask``       -- the model's Goldfish mask settings for ``decoding.adversary`` (default: the run folder's);
+* ``canaries``   -- Secret-Sharer exposure of a prepared folder's canaries (candidates per canary);
+* ``series``     -- a list of models or a run's checkpoints evaluated into one folder (:mod:`goldfish.eval.series`);
 * top level      -- ``out``, ``tasks``, resume/overwrite, report, progress, seed.
 
 ``model.path``, ``data.path`` and ``out`` may stay unset in a YAML file (an experiment fills them per cell);
@@ -26,7 +28,7 @@ from goldfish.precision import PRECISIONS, canonical_precision
 
 from .windows import ALL, PLACEMENTS
 
-TASKS = ("extraction", "membership")
+TASKS = ("extraction", "membership")  # the default tasks; "canaries" is asked for by name
 # shorthand flag -> config key (README: "goldfish eval"); every other setting is a key=value override
 SHORTHANDS = {"--model": "model.path", "--data": "data.path", "--nonmembers": "data.nonmembers", "--out": "out",
               "--offsets": "data.offsets", "--max-offset": "data.max_offset", "--threads": "model.threads"}
@@ -223,18 +225,70 @@ class MembershipSection:
 
 
 @dataclasses.dataclass
+class CanarySection:
+    """Secret-Sharer exposure of the data's canaries (goldfish.eval.canaries; task ``canaries``)."""
+
+    n_candidates: int = option(1000, "candidate secrets sampled uniformly from the randomness space per canary "
+                                     "(the rank estimate resolves exposures up to ~log2 of this)")
+    max_full: int = option(4096, "enumerate the whole randomness space instead when it has at most this many "
+                                 "secrets (exact rank)")
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        check(self.n_candidates >= 1, problems, f"n_candidates={self.n_candidates} must be >= 1")
+        check(self.max_full >= 0, problems, f"max_full={self.max_full} must be >= 0")
+        raise_problems(problems)
+
+
+@dataclasses.dataclass
+class SeriesSection:
+    """A series of models evaluated on the same data into one folder (goldfish.eval.series): a size family, or the
+    checkpoints of one training run."""
+
+    models: list[str] = option(factory=list, help="models evaluated one after another (Hugging Face folders, .gguf "
+                                                  "files, training run folders), e.g. a size family, in the order "
+                                                  "given (the last is the one the others' memorised sets predict)")
+    labels: list[str] = option(factory=list, help="a label per entry of models (default: the folder or file name)")
+    checkpoints: Union[str, None] = option(None, "a training run folder: every complete checkpoint of "
+                                                 "<run>/checkpoints/ (exported to Hugging Face format) and the run's "
+                                                 "final model/, in step order")
+    memorized: float = option(1.0, "a window counts as memorised when its token match (the memorization score of "
+                                   "Biderman et al. 2023) is >= this; 1.0 = exact match")
+    keep_exports: bool = option(False, "keep the Hugging Face folders exported from checkpoints once every model "
+                                       "of the series is evaluated (they are needed only to resume)")
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        check(not (self.models and self.checkpoints), problems,
+              "series.models and series.checkpoints are both set; give one of them")
+        check(not self.labels or len(self.labels) == len(self.models), problems,
+              f"series.labels has {len(self.labels)} entries but series.models {len(self.models)}")
+        check(len(set(self.labels)) == len(self.labels), problems, f"series.labels {self.labels} repeat a label")
+        check(0 < self.memorized <= 1, problems, f"series.memorized={self.memorized} must lie in (0, 1]")
+        raise_problems(problems)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.models or self.checkpoints)
+
+
+@dataclasses.dataclass
 class EvalConfig:
     """What to evaluate, how to cut extraction windows, and how to run the model."""
 
     out: Union[str, None] = option(None, "output folder for results.json, results.csv, report.md and plots")
-    tasks: list[Literal["extraction", "membership"]] = option(
-        factory=lambda: list(TASKS), help="what to run: extraction (windows, generation) and/or membership "
-                                          "(needs nonmembers; skipped without them); [membership] = scores only")
+    tasks: list[Literal["extraction", "membership", "canaries"]] = option(
+        factory=lambda: list(TASKS), help="what to run: extraction (windows, generation), membership (needs "
+                                          "nonmembers; skipped without them), canaries (the Secret-Sharer "
+                                          "exposure of a prepared folder's canaries); [membership] = scores only")
     model: ModelSection = option(factory=ModelSection, help="the model and how to load it")
     data: DataSection = option(factory=DataSection, help="documents and extraction windows")
     decoding: DecodingSection = option(factory=DecodingSection, help="generation settings of extraction")
     membership: MembershipSection = option(factory=MembershipSection, help="membership-inference scoring")
     mask: MaskSection = option(factory=MaskSection, help="the model's Goldfish mask, for decoding.adversary")
+    canaries: CanarySection = option(factory=CanarySection, help="canary exposure (task canaries)")
+    series: SeriesSection = option(factory=SeriesSection, help="evaluate a series of models (a size family or a "
+                                                               "run's checkpoints) instead of model.path")
     resume: bool = option(True, "reuse finished windows and membership scores of a previous run in the same out "
                                 "folder (its fingerprint must match)")
     overwrite: bool = option(False, "start afresh in an out folder that holds another evaluation: the new one is "
@@ -246,7 +300,7 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        check(len(self.tasks) > 0, problems, f"tasks is empty; use {list(TASKS)} or [membership]")
+        check(len(self.tasks) > 0, problems, f"tasks is empty; use {list(TASKS)}, [membership] or [canaries]")
         check_seed(self.seed, problems)
         self.tasks = list(dict.fromkeys(self.tasks))
         raise_problems(problems)

@@ -100,7 +100,8 @@ def tokenize_jsonl(path: str | Path, tokenizer, split: str = "members", max_docs
 
 def load_eval_documents(data: str | Path, nonmembers: str | Path | None, tokenizer, max_docs: int | None = None,
                    group_field: str = "group") -> tuple[dict[str, list[EvalDocument]], object | None]:
-    """Members (and nonmembers, when available) -> ({"members": [...], "nonmembers": [...]}, prepared or None).
+    """Members (and nonmembers, when available) -> ({"members": [...], "nonmembers": [...]}, prepared or None);
+    a prepared folder's canaries too (``"canaries"``: scored by the canaries task, never extracted unless asked).
 
     ``nonmembers`` overrides the data folder's own nonmembers split. A prepared folder given as ``nonmembers``
     contributes its ``nonmembers`` split.
@@ -108,7 +109,7 @@ def load_eval_documents(data: str | Path, nonmembers: str | Path | None, tokeniz
     data_path = _check_path(data, "--data")
     prep = None
     if is_prepared(data_path):
-        splits, prep = read_prepared(data_path, ["members", "nonmembers"], max_docs, group_field)
+        splits, prep = read_prepared(data_path, ["members", "nonmembers", "canaries"], max_docs, group_field)
     else:
         splits = {"members": tokenize_jsonl(data_path, tokenizer, "members", max_docs, group_field)}
     if not splits.get("members"):

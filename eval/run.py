@@ -36,6 +36,8 @@ from goldfish.provenance import code_version, git_commit, versions
 
 from . import adversary, extraction, membership
 from .aggregate import summarize
+from .canaries import canaries_section
+from .canaries import check_task as check_canary_task
 from .config import EvalConfig
 from .generate import beam_generate, generate
 from .inputs import load_eval_documents
@@ -249,6 +251,7 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None) 
         tokenizer = prep.tokenizer
     windows, skipped = _extraction_windows(cfg, splits)
     model = (model or SharedModel(m)).get()
+    check_canary_task(cfg.tasks, splits)
     for name, docs in splits.items():
         check_vocab(model, tokenizer, [d.tokens for d in docs], what=f"the {name} documents")
     _check_context(model, windows, cfg.data.suffix_len)
@@ -273,6 +276,7 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None) 
                  "sha256": windows_sha256(windows)},
         "summary": summarize(records) if "extraction" in cfg.tasks else None,
         "membership": run_membership(model, reference, splits, cfg, tokenizer, out),
+        "canaries": canaries_section(model, splits, cfg, prep),
         "windows": records,
     }
     if mask is not None:

@@ -291,3 +291,66 @@ def find_resume(out: str | Path, resume: str, rank: int, world_size: int) -> dic
 def restore_rng(checkpoint: dict[str, Any]) -> None:
     """Put back the generator states saved with the checkpoint."""
     set_rng_state(checkpoint["rng_tensors"], checkpoint["rng_plain"])
+
+
+# ------------------------------------------------------------------------------------------------ export
+
+# module-path pieces that wrappers insert into state-dict keys (torch.compile, activation checkpointing, FSDP)
+_WRAPPER_PARTS = ("_orig_mod.", "_checkpoint_wrapped_module.", "_fsdp_wrapped_module.")
+
+
+def checkpoint_weights(folder: str | Path) -> dict[str, torch.Tensor]:
+    """The model tensors of a complete one-process checkpoint (``model_rank00000.safetensors``), with wrapper
+    prefixes removed from their names; a sharded or incomplete checkpoint is one :class:`UserError`."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    if not (folder / COMPLETE).is_file():
+        raise BrokenCheckpoint(f"checkpoint {folder} is incomplete (no {COMPLETE} marker); use a complete one")
+    world = _read_json(folder / STATE_FILE).get("world_size")
+    if world != 1:
+        raise UserError(f"checkpoint {folder} holds {world} processes' shards; exporting it needs a one-process "
+                        "checkpoint (or evaluate the run's final model/)")
+    try:
+        tensors = load_file(str(folder / "model_rank00000.safetensors"))
+    except Exception as e:  # missing, truncated or garbled: safetensors raises various types
+        raise BrokenCheckpoint(f"checkpoint model file in {folder} is unreadable ({type(e).__name__})") from None
+    out = {}
+    for name, tensor in tensors.items():
+        for part in _WRAPPER_PARTS:
+            name = name.replace(part, "")
+        out[name] = tensor
+    return out
+
+
+def export_checkpoint(folder: str | Path, model_dir: str | Path, out: str | Path) -> Path:
+    """Write the weights of checkpoint ``folder`` as a Hugging Face folder ``out`` (safetensors), with the config,
+    generation config and tokenizer of ``model_dir`` (the run's exported ``model/``, same shape). Tensors are
+    loaded by name into the architecture that config names (strict: every tensor must match), never unpickled."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from .io import atomic_directory
+
+    model_dir, out = Path(model_dir), Path(out)
+    if not (model_dir / "config.json").is_file():
+        raise UserError(f"{model_dir} has no config.json: a checkpoint is exported with the shape of its run's final "
+                        "model/, which an unfinished run does not have yet")
+    config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True, trust_remote_code=False)
+    with torch.random.fork_rng(devices=[]):  # the skeleton's random init is overwritten; keep the caller's RNG
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+    state = checkpoint_weights(folder)
+    missing = sorted(set(model.state_dict()) - set(state))
+    if missing:
+        raise UserError(f"checkpoint {folder} does not match the model of {model_dir}: {len(missing)} tensors "
+                        f"missing, e.g. {missing[0]}")
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        raise UserError(f"checkpoint {folder} does not match the model of {model_dir}: "
+                        f"{str(e).splitlines()[0][:200]}") from None
+    with atomic_directory(out, overwrite=True) as tmp:
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        for f in model_dir.iterdir():  # tokenizer files (and the generation config the run saved)
+            if f.is_file() and f.suffix != ".safetensors" and f.name not in ("config.json", "model.safetensors.index.json"):
+                shutil.copy2(f, tmp / f.name)
+    return out

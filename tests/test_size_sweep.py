@@ -134,17 +134,31 @@ def test_tune_config_errors_are_one_line(tmp_path):
         experiment(tmp_path, control=True, tune={"axis": "model", "per": ["seed"]})
 
 
-def test_the_shipped_size_sweep_keeps_targets_under_five_percent_and_tunes_per_size():
+def test_the_shipped_size_sweep_measures_the_exposure_threshold_over_a_decade_and_a_half():
+    import math
+
     from goldfish.config import load_config
+    from goldfish.models import llama_config
+    from goldfish.train_config import ModelConfig
 
     cfg = load_config(ExperimentConfig, "experiments/size_sweep.yaml")
     assert cfg.control_mode == "background" and cfg.tune.axis == "lr" and cfg.tune.per == ["size"]
-    recipe = load_config(PrepareConfig, "data/kjv_canaries.yaml")
-    per_stratum = recipe.num_members // len(recipe.repetitions)
-    assert per_stratum >= 50
-    targets = per_stratum * recipe.doc_tokens * sum(recipe.repetitions)
-    # a lower bound on the training stream: every background chunk but the last of a chapter is full
-    assert targets / (targets + 0.9 * recipe.num_background * recipe.background_chunk_tokens) <= 0.05
+    assert cfg.tune.by == "validation_loss"  # never the nonmembers the membership test reports on
+    assert len(cfg.grid["seed"]) >= 2 and cfg.train["schedule"]["epochs"] == 1
+    recipe = load_config(PrepareConfig, cfg.data_recipe)
+    assert recipe.num_validation >= 50 and recipe.canaries.count >= len(recipe.repetitions) * 4
+    ratios = [b / a for a, b in zip(recipe.repetitions, recipe.repetitions[1:])]
+    assert len(set(ratios)) == 1 and ratios[0] >= 2  # strata on a log scale
+    assert recipe.num_members // len(recipe.repetitions) >= 8
+    names = [item["train.model.name"] for item in cfg.grid["size"]]
+
+    def params(name: str) -> int:
+        c = llama_config(ModelConfig(name=name), recipe.tokenizer.vocab_size)
+        layer = 4 * c.hidden_size**2 + 3 * c.hidden_size * c.intermediate_size + 2 * c.hidden_size
+        heads = 1 if c.tie_word_embeddings else 2
+        return c.num_hidden_layers * layer + heads * c.vocab_size * c.hidden_size + c.hidden_size
+
+    assert math.log10(params(names[-1]) / params(names[0])) >= 1.5  # 0.92 M -> 44.9 M: 1.69 decades
 
 
 # ---------------------------------------------------------------- the scaling analysis on constructed cells

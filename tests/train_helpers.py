@@ -69,6 +69,19 @@ def _pack(docs: list[np.ndarray], seq_len: int) -> dict[str, np.ndarray]:
     return out
 
 
+WORDS = ("river stone light north market garden winter letter silver engine harbor forest paper window "
+         "morning voice island bridge valley castle thunder mirror candle meadow planet signal").split()
+
+
+def word_corpus(path: str | Path, documents: int, words: int, seed: int) -> Path:
+    """A JSONL corpus of ``documents`` texts of ``words`` random words each (ids d0, d1, ...): a `local` source."""
+    rng = np.random.default_rng(seed)
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(documents):
+            f.write(json.dumps({"id": f"d{i}", "text": " ".join(rng.choice(WORDS, words))}) + "\n")
+    return Path(path)
+
+
 def make_prepared(folder: str | Path, rows: int = 16, seq_len: int = 32, vocab: int = 64, seed: int = 0) -> Path:
     """Write a prepared folder with at least ``rows`` packed training rows; returns its path."""
     import pyarrow as pa

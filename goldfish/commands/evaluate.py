@@ -24,6 +24,8 @@ examples (after `make demo`: one prepared folder in runs/demo/prepared/, models 
   goldfish eval eval.yaml --model model.gguf --data docs.jsonl --out /tmp/ev4 tasks=[membership] --threads 2
   goldfish eval --model model.gguf --data docs.jsonl --out /tmp/ev5 --offsets 0,100,200 decoding.beam=4
   goldfish eval --model runs/demo/cells/goldfish/train/model --data runs/demo/prepared/* --out /tmp/ev6 --update-card
+  goldfish eval series.checkpoints=runs/x/cells/standard/train --data runs/x/prepared/<hash> --out /tmp/series
+  goldfish eval series.models=[runs/a/model,runs/b/model] series.labels=[1M,10M] --data prep --out /tmp/sizes
 """
 
 
@@ -71,6 +73,14 @@ def run(args: argparse.Namespace) -> int:
     from ..modelcard import add_eval_results, eval_results
 
     cfg = build_config(args)
+    if cfg.series.active:  # a size family or a run's checkpoints, into one folder
+        from goldfish.eval.series import run_series
+        from goldfish.eval.series_report import model_table
+
+        print(model_table(run_series(cfg)))
+        print(f"\nresults: {cfg.out}/series.json, {cfg.out}/series.csv, {cfg.out}/trajectories.csv"
+              + (f", {cfg.out}/report.md" if cfg.report else ""))
+        return 0
     folder = card_folder(cfg.model.path) if args.update_card else None  # a wrong target fails before the work
     results = run_eval(cfg)
     print(format_summary_table(results))

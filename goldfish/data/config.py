@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..config import check, check_seed, option, raise_problems, shown
+from .canaries import CanaryConfig
 from .dedup import DedupConfig
 from .variants import NearDuplicateConfig
 
@@ -118,6 +119,10 @@ class PrepareConfig:
                                            "later_chunk: tokens [doc_tokens, 2*doc_tokens) of each member document "
                                            "(openings vs bodies: a distribution-shift example)")
     num_nonmembers: int | None = option(None, "how many nonmembers (null = as many as members, or all available)")
+    num_validation: int = option(0, "held-out validation documents from the same pool (random_split / held_out), "
+                                    "never trained on and never reported as nonmembers: what a learning rate is "
+                                    "tuned on (tune.by: validation_loss), so the choice does not peek at the "
+                                    "membership test's nonmembers")
     num_background: int | None = option(0, "filler documents mixed into training, one copy each per epoch (0 = "
                                            "none, null = all available)")
     background_source: SourceConfig | None = option(None, "where background comes from (null = the main source's "
@@ -134,6 +139,9 @@ class PrepareConfig:
     near_duplicates: NearDuplicateConfig | None = option(None, "null = a member's r copies are identical; set: the "
                                                                "first copy is the member, the r-1 others are edited "
                                                                "variants (see data/README.md)")
+    canaries: CanaryConfig | None = option(None, "null = none; set: random token sequences inserted into the "
+                                                 "training rows like members, in the members' strata (the "
+                                                 "Secret Sharer's canaries; see data/README.md)")
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -160,6 +168,13 @@ class PrepareConfig:
               f"num_background={self.num_background} must be >= 0 (or null for all available)")
         check(self.background_chunk_tokens is None or self.background_chunk_tokens >= 1, problems,
               f"background_chunk_tokens={self.background_chunk_tokens} must be >= 1 (or null)")
+        check(self.num_validation >= 0, problems, f"num_validation={self.num_validation} must be >= 0")
+        check(self.num_validation == 0 or self.nonmember_mode != "later_chunk", problems,
+              "num_validation needs nonmember_mode random_split or held_out (a later chunk has no document of its "
+              "own to hold out)")
+        check(not (self.canaries and self.canaries.count and self.near_duplicates), problems,
+              "canaries and near_duplicates cannot be combined (variants and canaries both add documents after the "
+              "members); prepare them as two datasets")
         check_seed(self.seed, problems)
         raise_problems(problems)
 

@@ -44,12 +44,14 @@ def _row_starts(lengths: np.ndarray, seq_len: int) -> np.ndarray:
 
 
 def build_rows(docs: list[np.ndarray], order: np.ndarray, seq_len: int, packing: str, eos_id: int, pad_id: int,
-               whole: int | None = None, owner: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], dict]:
+               whole: int | np.ndarray | None = None,
+               owner: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], dict]:
     """Lay out ``order`` (document ids) into training rows; returns (columns, stats). See the module docstring.
 
-    ``whole``: documents ``0 .. whole-1`` (the members) are never cut by a row boundary when they fit in a row
-    (``pack`` only; None = every document). ``owner`` (D,): the ``document_ids`` value written for each document
-    (a near-duplicate variant carries its member's id; None = the document's own index).
+    ``whole``: documents ``0 .. whole-1`` (the members), or those where a (D,) bool array is True (members and
+    canaries), are never cut by a row boundary when they fit in a row (``pack`` only; None = every document).
+    ``owner`` (D,): the ``document_ids`` value written for each document (a near-duplicate variant carries its
+    member's id; None = the document's own index).
     """
     order = np.asarray(order, dtype=np.int64)
     doc_len = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))  # (D,)
@@ -59,7 +61,10 @@ def build_rows(docs: list[np.ndarray], order: np.ndarray, seq_len: int, packing:
     unit = doc_len + int(with_eos)  # (D,) tokens one occurrence contributes
     src_start = np.concatenate([[0], np.cumsum(unit)[:-1]]).astype(np.int64)  # (D,)
     lengths = unit[order]  # (O,)
-    keep_whole = order < (len(docs) if whole is None else whole)  # (O,)
+    if isinstance(whole, np.ndarray):
+        keep_whole = whole[order]  # (O,)
+    else:
+        keep_whole = order < (len(docs) if whole is None else whole)  # (O,)
     starts = _pack_starts(lengths, keep_whole, seq_len) if with_eos else _row_starts(lengths, seq_len)  # (O,)
     occ = np.repeat(np.arange(len(order)), lengths)  # (N,) occurrence of each stream token
     first_token = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)  # (O,)
@@ -86,11 +91,15 @@ def build_rows(docs: list[np.ndarray], order: np.ndarray, seq_len: int, packing:
     return cols, stats
 
 
-def training_order(repetitions: list[int], num_background: int, seed: int) -> np.ndarray:
-    """Document ids to train on: member k repeated ``repetitions[k]`` times, background M+k once, shuffled by seed."""
+def training_order(repetitions: list[int], num_background: int, seed: int,
+                   extra: list[int] | tuple[int, ...] = ()) -> np.ndarray:
+    """Document ids to train on: member k repeated ``repetitions[k]`` times, background M+k once, then document
+    M+B+c (a canary) repeated ``extra[c]`` times, shuffled by seed (without ``extra``, the order of older data)."""
     m = len(repetitions)
     ids = np.concatenate([np.repeat(np.arange(m, dtype=np.int64), np.asarray(repetitions, dtype=np.int64)),
-                          np.arange(m, m + num_background, dtype=np.int64)])
+                          np.arange(m, m + num_background, dtype=np.int64),
+                          np.repeat(np.arange(m + num_background, m + num_background + len(extra), dtype=np.int64),
+                                    np.asarray(extra, dtype=np.int64))])
     # A separate stream from the split's permutation, so changing num_background does not reshuffle members.
     return np.random.default_rng([seed, 1]).permutation(ids)
 
@@ -114,3 +123,23 @@ def occurrences(document_ids: np.ndarray, position_ids: np.ndarray, num_document
     ids = np.asarray(document_ids)
     starts = ids[(np.asarray(position_ids) == 0) & (ids >= 0)]
     return np.bincount(starts, minlength=num_documents)[:num_documents]
+
+
+def document_reads(train, consumed: np.ndarray, num_documents: int,
+                   block: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+    """(copies read (D,), tokens read (D,)) of each document id over the row indices ``consumed`` (in training
+    order; a row read twice counts twice) of ``train``, a prepared train split (a ``datasets.Dataset``). A copy
+    is read when its first token is (``position_ids == 0``); EOS counts with the document it ends."""
+    rows = train.with_format("numpy", columns=["document_ids", "position_ids"])
+    times = np.bincount(np.asarray(consumed, dtype=np.int64), minlength=len(rows))  # (R,) reads of each row
+    starts = np.zeros(num_documents, dtype=np.int64)
+    tokens = np.zeros(num_documents, dtype=np.int64)
+    for lo in range(0, len(rows), block):
+        part = rows[lo:lo + block]
+        docs = part["document_ids"]  # (b, T)
+        weight = np.broadcast_to(times[lo:lo + len(docs)][:, None], docs.shape)  # (b, T) reads of each token
+        real = (docs >= 0) & (docs < num_documents)
+        np.add.at(tokens, docs[real], weight[real])
+        first = real & (part["position_ids"] == 0)
+        np.add.at(starts, docs[first], weight[first])
+    return starts, tokens

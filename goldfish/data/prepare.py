@@ -20,6 +20,7 @@ from ..errors import UserError
 from ..io import atomic_write_json
 from ..ownership import fingerprint_sha256, writing
 from ..provenance import code_version, versions
+from .canaries import canary_alphabet, make_canaries
 from .config import PrepareConfig, SourceConfig
 from .packing import build_rows, occurrences, training_order, variant_layout
 from .prepared import FORMAT, doc_columns, save_table, train_columns
@@ -154,26 +155,47 @@ def _build(cfg: PrepareConfig, progress: bool, stage: _Stages) -> tuple:
     plan = plan_splits(cfg, docs, tokens)
     plan.background = _background(cfg, plan, docs, tokens, bg_docs, bg_tokens)
     plan.stats.update(load_stats)
+    plan.canaries = _canaries(cfg, tok)
     stage("lay out rows")
     reps = [it.repetitions if cfg.train_members else 0 for it in plan.members]
+    canary_reps = [it.repetitions if cfg.train_members else 0 for it in plan.canaries]
     member_ids = [it.ids for it in plan.members]
     background_ids = [it.ids for it in plan.background]
     if cfg.near_duplicates is None or not cfg.train_members:
-        order, owner, variants = training_order(reps, len(plan.background), cfg.seed), None, []
+        order, owner, variants = training_order(reps, len(plan.background), cfg.seed, canary_reps), None, []
     else:
         copies = make_variants(member_ids, reps, cfg.near_duplicates, cfg.seed, _decoder(tok),
                                lambda text: _encode(tok, [text])[0])
         variants = [v for vs in copies for v in vs]
         order, owner = variant_layout(reps, len(plan.background), cfg.seed)
-    rows, row_stats = build_rows(member_ids + variants + background_ids, order, cfg.seq_len, cfg.packing,
-                                 tok.eos_token_id, tok.pad_token_id, whole=len(member_ids) + len(variants),
-                                 owner=owner)
-    seen = occurrences(rows["document_ids"], rows["position_ids"], len(member_ids))  # (M,) copies in the rows
-    if not np.array_equal(seen, reps):
-        raise RuntimeError(f"bug: the training rows hold members {seen.tolist()} times, labelled {reps}")
+    docs_in_rows = member_ids + variants + background_ids + [it.ids for it in plan.canaries]
+    whole = np.zeros(len(docs_in_rows), dtype=bool)  # (D,) members, their variants and canaries are never cut
+    whole[:len(member_ids) + len(variants)] = True
+    whole[len(docs_in_rows) - len(plan.canaries):] = True
+    rows, row_stats = build_rows(docs_in_rows, order, cfg.seq_len, cfg.packing, tok.eos_token_id,
+                                 tok.pad_token_id, whole=whole, owner=owner)
+    seen = occurrences(rows["document_ids"], rows["position_ids"], len(docs_in_rows))  # (D,) copies in the rows
+    first_canary = len(docs_in_rows) - len(plan.canaries)
+    for name, got, want in (("members", seen[:len(member_ids)], reps), ("canaries", seen[first_canary:], canary_reps)):
+        if not np.array_equal(got, want):
+            raise RuntimeError(f"bug: the training rows hold {name} {got.tolist()} times, labelled {want}")
     if variants:
         row_stats["variants"] = len(variants)
     return tok, plan, rows, row_stats
+
+
+def _canaries(cfg: PrepareConfig, tok) -> list[Item]:
+    """The recipe's canaries as split items (``canary:<c>``, text = their decoded ids); none without them. They are
+    kept whole in a row, so one longer than a packed row is refused."""
+    if cfg.canaries is None or cfg.canaries.count == 0:
+        return []
+    if cfg.packing == "pack" and cfg.canaries.tokens + 1 > cfg.seq_len:
+        raise UserError(f"canaries.tokens={cfg.canaries.tokens} + EOS does not fit in seq_len={cfg.seq_len}; "
+                        "shorten the canaries or lengthen the rows")
+    ids, reps = make_canaries(cfg.canaries, canary_alphabet(tok), cfg.repetitions, cfg.seed)
+    text = _decoder(tok)
+    return [Item(Document(f"canary:{c}", f"canary {c}", text(ids[c].tolist()), "canary"), ids[c], reps[c])
+            for c in range(len(ids))]
 
 
 def _decoder(tok):
@@ -185,6 +207,8 @@ def _manifest(cfg: PrepareConfig, tok, plan: SplitPlan, row_stats: dict, sha: di
     splits = {"members": plan.members, "nonmembers": plan.nonmembers}
     if cfg.num_background != 0:
         splits["background"] = plan.background
+    splits.update({name: items for name, items in (("validation", plan.validation), ("canaries", plan.canaries))
+                   if items})
     counts = {name: len(items) for name, items in splits.items()}
     tokens = {name: int(sum(len(it.ids) for it in items)) for name, items in splits.items()}
     counts["train"], tokens["train"] = row_stats["rows"], row_stats["tokens"]
@@ -202,6 +226,7 @@ def _manifest(cfg: PrepareConfig, tok, plan: SplitPlan, row_stats: dict, sha: di
                   "tokenizer_corpus": (_source_label(cfg.tokenizer.source) if cfg.tokenizer.source
                                        else "the recipe's documents"),
                   "members_trained": cfg.train_members,
+                  **({"canary_alphabet": len(canary_alphabet(tok))} if plan.canaries else {}),
                   "seconds": round(time.perf_counter() - started, 2)},
     }
 
@@ -240,6 +265,9 @@ def _write(cfg: PrepareConfig, tmp: Path, tok, plan: SplitPlan, rows: dict, row_
            "nonmembers": save_table(doc_columns(plan.nonmembers, "nonmembers", decode), tmp / "nonmembers")}
     if cfg.num_background != 0:
         sha["background"] = save_table(doc_columns(plan.background, "background", decode), tmp / "background")
+    for name, items in (("validation", plan.validation), ("canaries", plan.canaries)):
+        if items:
+            sha[name] = save_table(doc_columns(items, name, decode), tmp / name)
     sha["train"] = save_table(train_columns(rows), tmp / "train")
     save_config(cfg, tmp / "config.yaml")
     atomic_write_json(tmp / "manifest.json", _manifest(cfg, tok, plan, row_stats, sha, started))
@@ -276,6 +304,13 @@ def summary(path: str | Path) -> str:
     if "background" in m["counts"]:
         lines.append(f"  background  {m['counts']['background']} docs, {m['tokens']['background']} tokens "
                      f"from {s['background_source']}")
+    if "validation" in m["counts"]:
+        lines.append(f"  validation  {m['counts']['validation']} docs, {m['tokens']['validation']} tokens (never "
+                     "trained on: for tuning)")
+    if "canaries" in m["counts"]:
+        c = m["config"]["canaries"]
+        lines.append(f"  canaries    {m['counts']['canaries']} x {c['tokens']} random tokens (secret: the last "
+                     f"{c['secret_tokens']}, from {s['canary_alphabet']} ids)")
     lines.append(f"  train       {m['counts']['train']} rows x {m['seq_len']} ({m['packing']}): {m['tokens']['train']} "
                  f"tokens, {s['padding']} padding, {s['split_occurrences']} documents split across rows")
     if "variants" in s:

@@ -10,6 +10,8 @@
     <out>/members/        datasets save_to_disk: id, title, source, text, input_ids, repetitions (>= 1), split
     <out>/nonmembers/     the same columns, repetitions = 0
     <out>/background/     (only when configured) the same columns, repetitions = 1
+    <out>/validation/     (only with num_validation) the same columns, repetitions = 0: held out for tuning
+    <out>/canaries/       (only with canaries) the same columns, repetitions = copies in the rows (goldfish.data.canaries)
     <out>/train/          input_ids, labels, document_ids, position_ids, attention_mask; one row per sequence
     <out>/.goldfish-owner.json  kind "prepared" and the sha256 of the splits' sha256 (goldfish.ownership)
 
@@ -33,6 +35,7 @@ from ..errors import UserError
 from ..io import recover_directory
 
 FORMAT = "goldfish-prepared/1"
+OPTIONAL_SPLITS = ("background", "validation", "canaries")  # present when the manifest counts them
 DOC_COLUMNS = ("id", "title", "source", "text", "input_ids", "repetitions", "split")
 TRAIN_COLUMNS = ("input_ids", "labels", "document_ids", "position_ids", "attention_mask")
 
@@ -137,6 +140,8 @@ class Prepared:
     nonmembers: Any
     train: Any
     background: Any = None
+    validation: Any = None
+    canaries: Any = None
     _tokenizer: Any = dataclasses.field(default=None, init=False, repr=False)
 
     @property
@@ -221,9 +226,8 @@ def load_prepared(path: str | Path, verify: bool = True) -> Prepared:
     manifest = _read_manifest(path)
     splits = {name: _load_split(path, name, DOC_COLUMNS, manifest, verify) for name in ("members", "nonmembers")}
     train = _load_split(path, "train", TRAIN_COLUMNS, manifest, verify)
-    background = None
-    if "background" in manifest.get("counts", {}):
-        background = _load_split(path, "background", DOC_COLUMNS, manifest, verify)
+    optional = {name: _load_split(path, name, DOC_COLUMNS, manifest, verify)
+                for name in OPTIONAL_SPLITS if name in manifest.get("counts", {})}
     if not (path / "tokenizer").is_dir():
         raise UserError(f"prepared data {path} is missing its tokenizer/ folder; {_hint(path)}")
-    return Prepared(path, manifest, splits["members"], splits["nonmembers"], train, background)
+    return Prepared(path, manifest, splits["members"], splits["nonmembers"], train, **optional)

@@ -10,7 +10,8 @@ config and seed always give the same split.
   nonmembers are the same stretch (tokens ``[0, doc_tokens)``) of documents drawn at random from one pool: the two
   sets are exchangeable, and a membership attack can only win by memorisation.
 * ``held_out``: nonmembers are the first ``num_nonmembers`` documents of the permutation, members the next
-  ``num_members``. ``later_chunk``: members are the first ``num_members``; nonmember *i* is tokens
+  ``num_members`` (and, with ``num_validation``, the next ones are the validation documents: the same stretch as
+  the nonmembers, never trained on, for tuning). ``later_chunk``: members are the first ``num_members``; nonmember *i* is tokens
   ``[doc_tokens, 2*doc_tokens)`` of member *i* (the part of the article the model never sees).
 * Member *i* (in permutation order) is repeated ``repetitions[i % len(repetitions)]`` times: strata of equal size.
 * Background (when ``num_background`` != 0): the main source's remaining documents, or ``background_source``'s,
@@ -52,6 +53,8 @@ class SplitPlan:
     background: list[Item]
     stats: dict
     pool: list[int]  # indices of unused documents (>= min_tokens), in permutation order: the background pool
+    validation: list[Item] = dataclasses.field(default_factory=list)  # held out for tuning, never reported
+    canaries: list[Item] = dataclasses.field(default_factory=list)  # random sequences (goldfish.data.canaries)
 
 
 def _chunks(ids: np.ndarray, cfg: PrepareConfig) -> tuple[np.ndarray, np.ndarray | None]:
@@ -106,7 +109,13 @@ def _eligible(cfg: PrepareConfig, tokens: list[np.ndarray], order: np.ndarray, s
 
 
 def _sizes(cfg: PrepareConfig, n: int) -> tuple[int, int]:
-    """(num_members, num_nonmembers) resolved against ``n`` eligible documents; one clear error when too few."""
+    """(num_members, num_nonmembers) resolved against ``n`` eligible documents (less the ``num_validation`` ones
+    held out after them); one clear error when too few."""
+    if cfg.num_validation:
+        if cfg.num_validation >= n:
+            raise UserError(f"num_validation={cfg.num_validation} leaves no members among the {n} eligible "
+                            "documents; lower num_validation")
+        n -= cfg.num_validation
     if cfg.nonmember_mode == "later_chunk":
         n_mem = cfg.num_members if cfg.num_members is not None else n
         n_non = n_mem if cfg.num_nonmembers is None else cfg.num_nonmembers
@@ -155,9 +164,11 @@ def plan_splits(cfg: PrepareConfig, docs: list[Document], tokens: list[np.ndarra
             nonmembers.append(Item(docs[i], _chunks(tokens[i], cfg)[0], 0))
         chosen = keep[n_non:n_non + n_mem]
         members = [Item(docs[i], _chunks(tokens[i], cfg)[0], reps[j % len(reps)]) for j, i in enumerate(chosen)]
-    used = set(chosen) | set(keep[:n_non]) | duplicates
+    held = keep[n_non + n_mem:n_non + n_mem + cfg.num_validation]
+    validation = [Item(docs[i], _chunks(tokens[i], cfg)[0], 0) for i in held]
+    used = set(chosen) | set(keep[:n_non]) | set(held) | duplicates
     pool = [int(i) for i in order if int(i) not in used and len(tokens[i]) >= cfg.min_tokens]
-    return SplitPlan(members, nonmembers, [], stats, pool)
+    return SplitPlan(members, nonmembers, [], stats, pool, validation)
 
 
 def background_items(cfg: PrepareConfig, plan: SplitPlan, docs: list[Document], tokens: list[np.ndarray]) -> list[Item]:
@@ -168,7 +179,7 @@ def background_items(cfg: PrepareConfig, plan: SplitPlan, docs: list[Document], 
     """
     if cfg.num_background == 0:
         return []
-    targets = plan.members + plan.nonmembers
+    targets = plan.members + plan.nonmembers + plan.validation  # evaluated text never trained on as background
     taken = {it.doc.id for it in targets}
     taken_text = {it.doc.text for it in targets}
     index = ShingleIndex([it.ids for it in targets], cfg.background_dedup) if cfg.background_dedup else None

@@ -38,6 +38,7 @@ from ..io import atomic_write_json, atomic_write_text, read_jsonl
 from .config import ExperimentConfig
 from .plan import ATTACKS_FILE, CellPlan
 from .scaling import size_analysis
+from .sections import cell_extras
 
 RESULTS_SCHEMA = "goldfish-experiment/1"
 STRATUM_METRICS = {"exact_match": "exact_match_rate", "token_match": "token_match", "rouge_l": "rouge_l"}
@@ -215,6 +216,7 @@ def cell_summary(plan: CellPlan, mia_attack: str = "auto") -> dict[str, Any]:
     out["device"] = model.get("device") or train.get("device")
     out["versions"], out["git"], out["code"] = results.get("versions"), results.get("git"), results.get("code")
     out["target_losses"] = target_losses(attacks, plan.data_dir) if attacks else None
+    out.update(cell_extras(plan, results))  # stream, reads, strata, canaries (goldfish.experiment.sections)
     return out
 
 

@@ -90,8 +90,10 @@ class TuneConfig:
     control cells, before any arm trains: the Carlini-style protocol of tuning on data without the targets."""
 
     axis: str = option("", "the grid axis to choose (its label, e.g. lr for train.optim.lr); empty = no tuning")
-    by: Literal["heldout_loss"] = option("heldout_loss", "the control cells' metric to minimise (held-out loss "
-                                                         "on the nonmembers)")
+    by: Literal["heldout_loss", "validation_loss"] = option(
+        "heldout_loss", "the control cells' metric to minimise: validation_loss (the validation documents, "
+                        "data.num_validation: never trained on and never reported) or heldout_loss (the nonmembers, "
+                        "which the membership test then reports on: the choice peeks at them)")
     per: list[str] = option(factory=list, help="axes the choice depends on (e.g. [size]): one value per their "
                                                 "combination; every other axis (e.g. seed) is tuned at its first "
                                                 "value and runs only at the chosen one")
@@ -345,8 +347,11 @@ def merged(base: dict, overrides: dict[str, Any]) -> dict:
     return out
 
 
-# data keys added after experiment folders were first written, at the value that reproduces the older data
-_LATER_DATA_KEYS = {("train_members",): True, ("tokenizer", "source"): None, ("background_dedup",): None}
+# data keys added after experiment folders were first written, at the value that reproduces the older data; one
+# mapping per generation of keys, oldest first
+_LATER_DATA_KEYS = ({("train_members",): True, ("tokenizer", "source"): None},
+                    {("background_dedup",): None},
+                    {("num_validation",): 0, ("canaries",): None})
 # of those, keys that change nothing without background: left out at any value when num_background is 0
 _BACKGROUND_KEYS = {("background_dedup",)}
 
@@ -356,22 +361,33 @@ def data_hash(prepare_cfg: Any) -> str:
     return _sha12(to_dict(prepare_cfg))
 
 
-def legacy_data_hash(prepare_cfg: Any) -> str | None:
-    """The folder name the same data had before the keys of ``_LATER_DATA_KEYS`` existed (None when the config
-    sets one of them to another value, unless it is a background key and there is no background): an experiment
-    folder written then keeps its prepared data and cells."""
+def legacy_data_hashes(prepare_cfg: Any) -> list[str]:
+    """The folder names the same data had before each generation of ``_LATER_DATA_KEYS`` existed, newest first
+    (none for a generation when the config sets one of its keys, or a later one's, to another value -- unless it is
+    a background key and there is no background): an experiment folder written then keeps its prepared data and
+    cells."""
     data = copy.deepcopy(to_dict(prepare_cfg))
-    for path, default in _LATER_DATA_KEYS.items():
-        *parents, key = path
-        node = data
-        for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
-        if not isinstance(node, dict) or key not in node:
-            continue
-        if node[key] != default and not (path in _BACKGROUND_KEYS and data.get("num_background") == 0):
-            return None
-        del node[key]
-    return _sha12(data)
+    names = []
+    for generation in reversed(_LATER_DATA_KEYS):
+        for path, default in generation.items():
+            *parents, key = path
+            node = data
+            for part in parents:
+                node = node.get(part) if isinstance(node, dict) else None
+            if not isinstance(node, dict) or key not in node:
+                continue
+            if node[key] != default and not (path in _BACKGROUND_KEYS and data.get("num_background") == 0):
+                return names
+            del node[key]
+        names.append(_sha12(data))
+    return names
+
+
+def legacy_data_hash(prepare_cfg: Any) -> str | None:
+    """The folder name the same data had before any of ``_LATER_DATA_KEYS`` existed (None when the config sets one
+    of them to another value, unless it is a background key and there is no background)."""
+    names = legacy_data_hashes(prepare_cfg)
+    return names[-1] if len(names) == len(_LATER_DATA_KEYS) else None
 
 
 def _sha12(data: dict) -> str:

@@ -112,9 +112,20 @@ def expected_rows(prepare_cfg: Any) -> int | None:
         return None
     reps = list(p.repetitions)
     copies = sum(reps[i % len(reps)] for i in range(members)) if p.train_members else 0
+    canary_copies, canary_len = canary_copies_of(p)
     if p.packing == "one_per_row":
-        return copies * -(-doc // p.seq_len) + background * -(-(chunk or 0) // p.seq_len)
-    return -(-(copies * (doc + 1) + background * ((chunk or 0) + 1)) // p.seq_len)
+        return (copies * -(-doc // p.seq_len) + background * -(-(chunk or 0) // p.seq_len)
+                + canary_copies * -(-canary_len // p.seq_len))
+    return -(-(copies * (doc + 1) + background * ((chunk or 0) + 1) + canary_copies * (canary_len + 1)) // p.seq_len)
+
+
+def canary_copies_of(p: Any) -> tuple[int, int]:
+    """(canary copies in one epoch's rows, tokens per canary) of a data config (``goldfish.data.canaries``)."""
+    canaries = getattr(p, "canaries", None)
+    if not canaries or not canaries.count or not p.train_members:
+        return 0, 0
+    reps = list(canaries.repetitions or p.repetitions)
+    return sum(reps[c % len(reps)] for c in range(canaries.count)), canaries.tokens
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,11 +137,12 @@ class DataBudget:
     rows: int  # rows of one epoch (padding included)
     repetitions: tuple[int, ...]  # copies per epoch of the members, by stratum
     passes: float  # epochs the budget trains (a fraction of the rows when below 1)
+    canary_tokens: float = 0.0  # canary tokens in one epoch's rows (every copy, EOS included when packed)
 
     @property
     def share(self) -> float:
         """The targets' share of the trained tokens."""
-        total = self.target_tokens + self.background_tokens
+        total = self.target_tokens + self.background_tokens + self.canary_tokens
         return self.target_tokens / total if total else 0.0
 
     @property
@@ -181,7 +193,10 @@ def data_budget(plan: CellPlan) -> DataBudget | None:
         steps = make_plan(s, plan.train_cfg.optim, rows, prepare_cfg.seq_len, 1)
     except UserError:  # fewer rows than a batch: the trainer refuses it with its own message
         return None
-    return DataBudget(targets, background, rows, strata, steps.total_steps / steps.steps_per_epoch)
+    copies, length = canary_copies_of(prepare_cfg)
+    eos = 1 if prepare_cfg.packing == "pack" else 0
+    return DataBudget(targets, background, rows, strata, steps.total_steps / steps.steps_per_epoch,
+                      float(copies * (length + eos)))
 
 
 def cycling_problem(plan: CellPlan, budget: DataBudget | None) -> str | None:

@@ -1,6 +1,6 @@
 """The toolkit's own :class:`~goldfish.experiment.plan.Pipeline`: ``goldfish.data``, ``goldfish.train``,
-``goldfish.eval``, the control cell's initial model, the k baseline and the attacks analysis -- the last three phases
-of a cell sharing one loaded model (``goldfish.eval.loading.SharedModel``).
+``goldfish.eval``, the control cell's initial model, the k baseline, the attacks analysis and the exposure counts --
+the k baseline, the attacks analysis and the validation loss sharing the evaluation's loaded model (``goldfish.eval.loading.SharedModel``).
 
 It lives apart from :mod:`goldfish.experiment.plan` because the phases it wires (``control``, ``kbaseline``) read
 ``plan``'s :class:`~goldfish.experiment.plan.CellPlan`: keeping the wiring here leaves no import cycle. Each phase's
@@ -58,6 +58,12 @@ def _analyse(plan: CellPlan, plans: list[CellPlan], model: Any) -> dict:
     return analyse_cell(plan, plans, model)
 
 
+def _exposure(plan: CellPlan, model: Any) -> dict:
+    from .exposure import write_exposure
+
+    return write_exposure(plan, model)
+
+
 def _card(plan: CellPlan) -> None:
     """Add the cell's extraction, membership and held-out numbers to the model card of the model it trained (a
     control that evaluates the starting model leaves that model's folder untouched)."""
@@ -81,5 +87,5 @@ def default_pipeline() -> Pipeline:
 
     return Pipeline(
         PrepareConfig, TrainConfig, EvalConfig, _prepare, _train, _evaluate, _initial_model,
-        baseline=_baseline, analyse=_analyse, open_model=_open_model, card=_card,
+        baseline=_baseline, analyse=_analyse, open_model=_open_model, exposure=_exposure, card=_card,
     )

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from ..config import from_dict
 from ..errors import ConfigError
-from .config import Cell, ExperimentConfig, HardwareConfig, data_hash, expand_cells, hardware_for, legacy_data_hash
+from .config import Cell, ExperimentConfig, HardwareConfig, data_hash, expand_cells, hardware_for, legacy_data_hashes
 from .config import load_data_recipe
 from .config import merged, resolve_base_model, split_overrides
 
@@ -23,8 +23,10 @@ DONE = "DONE"  # a cell's completion marker (see goldfish.experiment.runner)
 TRAIN_WIRING = {"data": "data.path", "out": "out"}
 EVAL_WIRING = {"model": "model.path", "data": "data.path", "out": "out"}
 ATTACKS_FILE = "attacks.json"  # a cell's extra analysis (goldfish.experiment.analysis)
+EXPOSURE_FILE = "exposure.json"  # what a cell's model read, and its validation loss (goldfish.experiment.exposure)
 MODEL_PATH_KEY = "model.path"  # in the train section: the model a fine-tune starts from
 TOKENIZER_KEY = "tokenizer.name"  # in the data section: set to the starting model, so the vocabularies agree
+TOKENIZER_SOURCE_KEY = "tokenizer.source"  # a trained BPE's corpus: cleared when the model brings its tokenizer
 BACKGROUND_ONLY = {"train_members": False}  # the data of a control trained on the background alone
 
 
@@ -45,10 +47,10 @@ class Pipeline:
     ``evaluate(cfg, model) -> dict`` (the ``goldfish-eval/1`` results); ``initial_model(train_cfg) -> Path`` writes the
     untrained model a from-scratch control cell evaluates to ``<train_cfg.out>/model``; ``baseline(plan, model)``
     (optional) writes the cell's k baseline after evaluation; ``analyse(plan, plans, model)`` writes the cell's
-    ``attacks.json`` (None: skipped); ``card(plan)`` adds the cell's headline numbers to its trained model's card.
-    ``open_model(eval_cfg)`` (optional) returns the handle ``model`` evaluate, baseline and analyse receive: the
-    cell's model, loaded once, on first use, for every phase after training (None: each phase gets None and loads
-    what it needs)."""
+    ``attacks.json`` (None: skipped); ``exposure(plan, model)`` its ``exposure.json`` (None: skipped); ``card(plan)`` adds
+    the cell's headline numbers to its trained model's card. ``open_model(eval_cfg)`` (optional) returns the handle
+    ``model`` evaluate, baseline, exposure and analyse receive: the cell's model, loaded once, on first use, for every phase
+    after training (None: each phase gets None and loads what it needs)."""
 
     prepare_config: type
     train_config: type
@@ -60,6 +62,7 @@ class Pipeline:
     baseline: Callable[["CellPlan", Any], Any] | None = None
     analyse: Callable[[Any, list, Any], dict] | None = None
     open_model: Callable[[Any], Any] | None = None
+    exposure: Callable[["CellPlan", Any], dict] | None = None
     card: Callable[["CellPlan"], Any] | None = None
 
 
@@ -159,9 +162,10 @@ def prepared_folder(cfg: ExperimentConfig, prepare_cfg: Any) -> Path:
     """``<prepared>/<data hash>``; or the folder the same data was prepared in before newer data keys existed, when
     only that one exists (so an older experiment folder keeps its data and its cells stay current)."""
     current = cfg.prepared_dir / data_hash(prepare_cfg)
-    legacy = legacy_data_hash(prepare_cfg)
-    if not current.exists() and legacy is not None and (cfg.prepared_dir / legacy).exists():
-        return cfg.prepared_dir / legacy
+    if not current.exists():
+        for legacy in legacy_data_hashes(prepare_cfg):
+            if (cfg.prepared_dir / legacy).exists():
+                return cfg.prepared_dir / legacy
     return current
 
 
@@ -184,9 +188,12 @@ def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dic
         problems.append(f"base_model: {e}")
         start = ""
     data = merged(recipe, routed["data"])
-    if start:  # the data follows the starting model's vocabulary
-        data = merged(data, {TOKENIZER_KEY: start})
+    if start:  # the data follows the starting model's vocabulary (a recipe's BPE training corpus no longer applies)
+        data = merged(data, {TOKENIZER_KEY: start, TOKENIZER_SOURCE_KEY: None})
     prepare_cfg = build(pipeline.prepare_config, data, "data")
+    if cfg.tune.axis and cfg.tune.by == "validation_loss" and not getattr(prepare_cfg, "num_validation", 1):
+        problems.append("data: tune.by=validation_loss needs validation documents: set data.num_validation "
+                        "(e.g. 100)")
     data_dir = prepared_folder(cfg, prepare_cfg) if prepare_cfg is not None else cfg.prepared_dir / "invalid"
     cell_dir = cfg.out_dir / "cells" / cell.id
     train_data = None

@@ -6,6 +6,7 @@ Nothing is drawn here: every figure (bars, ROC, metric-vs-x with its log-linear 
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -87,3 +88,41 @@ def metric_vs_x(cells: list[dict], metric: str, metric_name: str, out: Path) -> 
         paths.append(plots.line_plot(_series(points), title=f"{metric_name} vs {xlabel}", xlabel=xlabel,
                                      ylabel=metric_name, path=out / f"{metric}_vs_{by}.png", logx=logx, fit=logx))
     return [Path(p) for p in paths if p is not None]
+
+
+def _log2(value: float | None) -> float | None:
+    return None if value is None or value <= 0 else math.log2(value)
+
+
+def threshold_plots(results: dict, out: Path) -> list[Path]:
+    """E50 vs parameters (log2 E50 per arm, interior estimates, CI band) and canary exposure vs repetitions (one
+    line per arm and size), from the ``scaling`` block (``goldfish.experiment.scaling``); empty without them."""
+    rows = (results.get("scaling") or {}).get("rows") or []
+    paths = []
+    e50 = [r for r in rows if (r.get("e50") or {}).get("status") == "interior" and r.get("params")]
+    if e50:
+        series: dict[str, tuple[list[float], list[float]]] = {}
+        bands: dict[str, tuple[list, list]] = {}
+        for r in sorted(e50, key=lambda r: r["params"]):
+            name = r["arm"] + (" (pretrained)" if r.get("pretrained") else "")
+            xs, ys = series.setdefault(name, ([], []))
+            lows, highs = bands.setdefault(name, ([], []))
+            xs.append(r["params"])
+            ys.append(_log2(r["e50"]["e50"]))
+            lows.append(_log2(r["e50"]["low"]))
+            highs.append(_log2(r["e50"]["high"]))
+        paths.append(plots.line_plot(series, title="exposure threshold E50 vs model size", xlabel="parameters",
+                                     ylabel="log2 E50 (exposures to extract half)", path=out / "e50_vs_size.png",
+                                     logx=True, fit=False, bands=bands))
+    canary_rows = [r for r in rows if r.get("canaries")]
+    if canary_rows:
+        series, bands = {}, {}
+        for r in canary_rows:
+            strata = sorted(r["canaries"]["strata"].items(), key=lambda kv: int(kv[0]))
+            name = f"{r['arm']} {r['size']}"
+            series[name] = ([int(k) for k, _ in strata], [v["mean"] for _, v in strata])
+            bands[name] = ([v["low"] for _, v in strata], [v["high"] for _, v in strata])
+        paths.append(plots.line_plot(series, title="canary exposure vs repetitions", xlabel="repetitions in "
+                                     "training", ylabel="exposure (bits)", path=out / "canary_exposure.png",
+                                     logx=True, fit=False, bands=bands))
+    return [Path(p) for p in paths]

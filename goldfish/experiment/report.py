@@ -19,8 +19,9 @@ from goldfish.eval.report import highlight_differences, markdown_table
 
 from ..io import atomic_write_text, read_jsonl
 from .config import CONTROL, ExperimentConfig
-from .plots import bar_chart, loss_curves, metric_vs_x, roc_curves
+from .plots import bar_chart, loss_curves, metric_vs_x, roc_curves, threshold_plots
 from .scaling import scaling_markdown
+from .sections import study_sections
 
 METRIC_NAMES = {"exact_match_rate": "exact-match rate", "rouge_l": "ROUGE-L", "token_match": "token match"}
 
@@ -398,6 +399,7 @@ def write_study_report(cfg: ExperimentConfig, results: dict, out: Path) -> Path:
     scaling = scaling_markdown(results)
     if scaling:
         lines += ["## Memorisation vs model size (Carlini et al. 2022)", "", scaling, ""]
+    lines += study_sections(results)  # E50, canaries, per-stratum membership (goldfish.experiment.sections)
     exposure = exposure_table(results)
     if exposure:
         lines += ["## MIA AUC by exposure count", "", exposure, "",
@@ -467,4 +469,5 @@ def make_plots(cfg: ExperimentConfig, results: dict, out: Path) -> list[Path]:
         paths.append(loss_curves(curves, out / "loss_curves.png"))
     for m in dict.fromkeys((metric, "rouge_l")):  # exact match is all-or-nothing; ROUGE-L shows partial recall
         paths += metric_vs_x(cells, m, METRIC_NAMES[m], out)
+    paths += threshold_plots(results, out)
     return [p for p in paths if p is not None]

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import yaml
 from tqdm.auto import tqdm
@@ -39,7 +39,7 @@ from ..provenance import code_version, flatten, read_fingerprint
 from .aggregate import aggregate
 from .config import ExperimentConfig
 from .pipeline import default_pipeline
-from .plan import ATTACKS_FILE, DONE, CellPlan, Pipeline, plan_cells
+from .plan import ATTACKS_FILE, DONE, EXPOSURE_FILE, CellPlan, Pipeline, plan_cells
 from .report import write_study_report
 from .tune import active, choice, first_values, is_tuning, selected
 from .tune import summary as tune_summary
@@ -87,6 +87,14 @@ def _torchrun_train(cfg: ExperimentConfig, plan: CellPlan) -> None:
 UNTRACKED = "logging."  # where step metrics are also sent (TensorBoard, W&B): changes no result, never stale
 
 
+def _defaults(current: object) -> dict[str, Any]:
+    """Every key of ``current``'s config class at its default (empty when the class needs arguments)."""
+    try:
+        return flatten(yaml.safe_load(yaml.safe_dump(to_dict(type(current)()))))
+    except (TypeError, ConfigError):
+        return {}
+
+
 def stale_cells(plans: list[CellPlan]) -> dict[str, str]:
     """``{cell id: what differs}`` for started cells whose saved train/eval config differs from the current one, or
     whose unfinished training or evaluation was started by another code version (which the trainer and
@@ -101,8 +109,10 @@ def stale_cells(plans: list[CellPlan]) -> dict[str, str]:
             if not path.is_file():
                 continue
             saved, now = flatten(read_yaml(path)), flatten(yaml.safe_load(yaml.safe_dump(to_dict(current))))
-            keys = [k for k in sorted(set(saved) | set(now))
-                    if saved.get(k) != now.get(k) and not k.startswith(UNTRACKED)]
+            added = _defaults(current)
+            keys = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)
+                    and not k.startswith(UNTRACKED)
+                    and not (k not in saved and now.get(k) == added.get(k))]  # a key added since, at its default
             diffs += [f"{name.split('_')[0]}.{k}: {saved.get(k)} -> {now.get(k)}" for k in keys[:3]]
         for folder, finished in ((plan.train_dir, "summary.json"), (plan.eval_dir, "results.json")):
             started = read_fingerprint(folder) if folder.is_dir() else None
@@ -209,6 +219,9 @@ def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
     if pipeline.baseline is not None and not plan.cell.control and not (plan.eval_dir / "k_baseline.json").is_file():
         phase("k baseline")  # Goldfish cells only: g and (1 - g/k)^S, next to exact match in the report
         pipeline.baseline(plan, model)
+    if pipeline.exposure is not None and not (plan.dir / EXPOSURE_FILE).is_file():
+        phase("exposure")  # what the model read (from the rows training consumed), validation loss
+        pipeline.exposure(plan, model)
     if pipeline.analyse is not None and not (plan.dir / ATTACKS_FILE).is_file():
         phase("attacks")
         t0 = time.perf_counter()

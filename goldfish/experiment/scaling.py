@@ -12,6 +12,15 @@ Per (arm, size), pooled over the other axes' cells (e.g. seeds):
 The log-linear fit ``rate = a + b log10(params)`` is made per arm and stratum only over sizes whose exact match is
 *off the floor* (Wilson lower bound above the control's rate at that size), and only when there are at least
 ``MIN_FIT_POINTS`` of them; it reports the slope's standard error. Otherwise the table says why there is no fit.
+
+The exposure threshold (a fixed exposure count floors; the count at which targets become extractable does not):
+
+* ``e50`` per (arm, size): the exposures at which half of the targets are extracted, from a logistic fit of exact
+  match on log2 of the exposures actually read (``goldfish.eval.threshold``), with a bootstrap CI over targets;
+* ``e50_fits`` per arm: ``log10 E50 = a + b log10(params)`` over the from-scratch sizes whose E50 lies inside the
+  tested exposures (a pretrained model, ``base_model``, is shown but never fitted), with the slope's standard error;
+* ``canaries`` per (arm, size): the Secret-Sharer exposure of the canaries per stratum (``goldfish.eval.canaries``),
+  a continuous measure that never floors, with a bootstrap CI over canaries.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from typing import Any
 
 import numpy as np
 
@@ -111,16 +121,20 @@ def size_analysis(cells: list[dict], axes: list[str]) -> dict | None:
                      "heldout_loss_sd": float(np.std(held, ddof=1)) if len(held) > 1 else None,
                      "tokens_seen": group[0].get("tokens_seen"), "strata": strata,
                      "exposures": exposures[0] if exposures else None,
-                     "exposures_agree": all(e == exposures[0] for e in exposures) if exposures else None})
-    return {"rows": rows, "fits": _fits(rows)}
+                     "exposures_agree": all(e == exposures[0] for e in exposures) if exposures else None,
+                     "pretrained": any(c.get("start_model") for c in group),
+                     "e50": group_e50(group) if arm != "control" else None,
+                     "canaries": canary_strata(group)})
+    return {"rows": rows, "fits": _fits(rows), "e50_fits": e50_fits(rows)}
 
 
 def _fits(rows: list[dict]) -> list[dict]:
-    """Per (arm, stratum): the fit over off-floor sizes, or why there is none."""
+    """Per (arm, stratum): the fit over off-floor sizes trained from scratch, or why there is none."""
     control = {r["size"]: r for r in rows if r["arm"] == "control"}
     fits = []
     for arm in dict.fromkeys(r["arm"] for r in rows if r["arm"] != "control"):
-        arm_rows = sorted((r for r in rows if r["arm"] == arm), key=lambda r: r["params"] or 0)
+        arm_rows = sorted((r for r in rows if r["arm"] == arm and not r.get("pretrained")),
+                          key=lambda r: r["params"] or 0)
         strata = sorted({int(s) for r in arm_rows for s, v in r["strata"].items() if v.get("n")})
         for s in strata:
             points, floor = [], []
@@ -142,6 +156,155 @@ def _fits(rows: list[dict]) -> list[dict]:
                                     f"{MIN_FIT_POINTS}): no fit")
             fits.append(entry)
     return fits
+
+
+# ------------------------------------------------------------------ the exposure threshold E50 and canaries
+
+
+def _reads(cell: dict, label: str) -> float | None:
+    """Copies of a target labelled ``label`` the cell's training read: the trainer's [fewest, most] (their mean when
+    they differ, e.g. under a token budget of part of an epoch)."""
+    lo_hi = (cell.get("exposures") or {}).get(label)
+    return None if not lo_hi else (lo_hi[0] + lo_hi[1]) / 2
+
+
+def group_e50(cells: list[dict], n_bootstrap: int = 1000, seed: int = 0) -> dict | None:
+    """E50 of an (arm, size) group (``goldfish.eval.threshold.e50``) on the exact-match counts of its cells'
+    windows at their first prefix length, pooled by the exposures actually read (not the labels); None without
+    two exposure values read."""
+    from goldfish.eval.threshold import e50
+
+    pooled: dict[float, list[int]] = defaultdict(lambda: [0, 0])
+    prefix = min((s["prefix_len"] for c in cells for s in c.get("strata") or [] if s.get("prefix_len") is not None),
+                 default=None)
+    for c in cells:
+        for s in c.get("strata") or []:
+            reads = _reads(c, str(s.get("repetitions")))
+            if s.get("prefix_len") != prefix or s.get("exact_match_rate") is None or not reads:
+                continue
+            n = int(s["n_windows"])
+            pooled[reads][0] += int(round(s["exact_match_rate"] * n))
+            pooled[reads][1] += n
+    if len(pooled) < 2:
+        return None
+    xs = sorted(pooled)
+    found = e50(xs, [pooled[x][0] for x in xs], [pooled[x][1] for x in xs], n_bootstrap, seed)
+    return {**found, "prefix_len": prefix,
+            "exact_reads": all(len({*(c.get("exposures") or {}).get(k, [0])}) == 1 for c in cells
+                               for k in (c.get("exposures") or {}))}
+
+
+def canary_strata(cells: list[dict], n_bootstrap: int = 1000, seed: int = 0) -> dict | None:
+    """Secret-Sharer exposure pooled over an (arm, size) group's canaries, per labelled repetitions: ``{r: {mean,
+    low, high, n, saturated, extrapolated}}`` (bootstrap interval over canaries) plus ``method`` and
+    ``resolution_bits``; None without canaries."""
+    by: dict[int, list[dict]] = defaultdict(list)
+    method = None
+    for c in cells:
+        found = c.get("canaries") or {}
+        method = method or {k: found.get(k) for k in ("method", "space_bits", "resolution_bits", "n_candidates")}
+        for row in found.get("canaries") or []:
+            by[int(row["repetitions"])].append(row)
+    if not by:
+        return None
+    out: dict[str, Any] = {"method": method, "strata": {}}
+    for r, rows in sorted(by.items()):
+        mean, low, high = _bootstrap_mean(np.asarray([x["exposure"] for x in rows]), n_bootstrap, seed)
+        out["strata"][str(r)] = {"mean": mean, "low": low, "high": high, "n": len(rows),
+                                 "saturated": sum(bool(x.get("saturated")) for x in rows),
+                                 "extrapolated": float(np.mean([x["extrapolated"] for x in rows]))}
+    return out
+
+
+def e50_fits(rows: list[dict]) -> list[dict]:
+    """Per arm: ``log10 E50 = a + b log10 params`` over the from-scratch sizes whose E50 lies inside the tested
+    exposures (>= ``MIN_FIT_POINTS`` of them), with the slope's standard error; otherwise why not."""
+    fits = []
+    for arm in dict.fromkeys(r["arm"] for r in rows if r["arm"] != "control"):
+        scratch = [r for r in rows if r["arm"] == arm and not r.get("pretrained") and r.get("params")]
+        inside = sorted((r["params"], r["e50"]["e50"]) for r in scratch
+                        if (r.get("e50") or {}).get("status") == "interior")
+        entry = {"arm": arm, "sizes": len(scratch), "interior": len(inside),
+                 "censored": [r["size"] for r in scratch if (r.get("e50") or {}).get("status") != "interior"]}
+        if len(inside) >= MIN_FIT_POINTS:
+            entry.update(fit_with_se([p for p, _ in inside], [math.log10(e) for _, e in inside]))
+        else:
+            entry["why_not"] = (f"{len(inside)} of {len(scratch)} sizes have E50 inside the tested exposures (need "
+                                f"{MIN_FIT_POINTS}): no fit")
+        fits.append(entry)
+    return fits
+
+
+def _e50_text(e: dict | None) -> str:
+    """``12.3 [8.1, 20.5]``, with censored values as ``> 128`` / ``< 2``."""
+    if not e:
+        return "-"
+    top = max(s["exposures"] for s in e["strata"])
+    bottom = min(s["exposures"] for s in e["strata"])
+
+    def one(value: float | None, status: str) -> str:
+        if status == "above":
+            return f"> {top:g}"
+        if status == "below":
+            return f"< {bottom:g}"
+        return "-" if value is None else f"{value:.3g}"
+
+    return f"{one(e['e50'], e['status'])} [{one(e['low'], e['low_status'])}, {one(e['high'], e['high_status'])}]"
+
+
+def threshold_markdown(results: dict) -> str | None:
+    """The report's section on the exposure threshold E50 (per size and arm, the log-log fit over sizes) and the
+    canaries' Secret-Sharer exposure; None when no row has either."""
+    rows = (results.get("scaling") or {}).get("rows") or []
+    if not any(r.get("e50") or r.get("canaries") for r in rows):
+        return None
+    ordered = sorted(rows, key=lambda r: (r["arm"] != "control", r["arm"], r.get("pretrained", False),
+                                          r["params"] or 0))
+    lines = ["E50: the exposures at which half of the targets are extracted (exact match), from a logistic fit of "
+             "exact match on log2 exposures read (Firth-penalised; 95 % percentile bootstrap over targets within "
+             "strata); censored as > max / < min where the fitted rate stays below / above one half over the "
+             "tested exposures.", ""]
+    table = [[r["arm"], r["size"] + (" (pretrained)" if r.get("pretrained") else ""),
+              f"{(r['params'] or 0) / 1e6:.2f} M", _e50_text(r.get("e50")),
+              "-" if not r.get("e50") else f"{r['e50']['slope']:.2f} +- {r['e50']['slope_se']:.2f}",
+              "-" if not r.get("e50") else str(r["e50"]["n_targets"])]
+             for r in ordered if r["arm"] != "control"]
+    lines += [markdown_table(["arm", "size", "params", "E50 [95 % CI]", "logistic slope per doubling",
+                              "targets"], table), ""]
+    fits = (results.get("scaling") or {}).get("e50_fits") or []
+    fit_rows = [[f["arm"], str(f["interior"]), f"{f['slope']:+.2f} +- {f['slope_se']:.2f} (10^{f['intercept']:.2f} "
+                 "at 1 parameter)" if "slope" in f else f["why_not"]] for f in fits]
+    lines += ["Log-log fit of E50 vs parameters (from-scratch sizes with E50 inside the tested exposures; a "
+              "pretrained model is shown, never fitted); slope +- standard error (< 0: larger models need fewer "
+              "exposures):", "", markdown_table(["arm", "sizes fitted", "d log10 E50 / d log10 params"], fit_rows)]
+    lines += canary_markdown(ordered)
+    return "\n".join(lines)
+
+
+def canary_markdown(rows: list[dict]) -> list[str]:
+    """The canary table: mean Secret-Sharer exposure per stratum and row, with its interval."""
+    found = [r for r in rows if r.get("canaries")]
+    if not found:
+        return []
+    method = found[0]["canaries"]["method"] or {}
+    strata = sorted({int(k) for r in found for k in r["canaries"]["strata"]})
+    table = []
+    for r in found:
+        cols = [r["arm"], r["size"] + (" (pretrained)" if r.get("pretrained") else "")]
+        for s in strata:
+            v = r["canaries"]["strata"].get(str(s))
+            cols.append("-" if not v else f"{v['mean']:.1f} [{v['low']:.1f}, {v['high']:.1f}] "
+                        f"({v['saturated']}/{v['n']} sat., extrap. {v['extrapolated']:.1f})")
+        table.append(cols)
+    space = method.get("space_bits")
+    return ["", f"Canaries (Carlini et al. 2019): mean exposure log2|R| - log2 rank in bits per stratum (95 % "
+            f"bootstrap interval over canaries); |R| = 2^{space:.1f} secrets, rank estimated from "
+            f"{method.get('n_candidates')} candidates ({method.get('method')}: resolves ~"
+            f"{method.get('resolution_bits') or 0:.1f} bits; 'sat.' = canaries no sampled candidate beats, whose "
+            "exposure is the paper's skew-normal extrapolation instead, at least what the sample resolves; "
+            "'extrap.' = that extrapolation's mean over all canaries). A model that never saw a canary scores "
+            "1/ln 2 = 1.44 bits on average.", "",
+            markdown_table(["arm", "size"] + [f"x{s}" for s in strata], table)]
 
 
 def _pct(v: float | None) -> str:
@@ -174,7 +337,9 @@ def scaling_markdown(results: dict) -> str | None:
                 + [("**" if str(g["chosen"]) == v else "") + (f"{g['losses'][v]:.3f}" if g["losses"].get(v)
                    is not None else "-") + ("**" if str(g["chosen"]) == v else "") for v in values]
                 for g in tune["groups"]]
-        lines += ["", f"Tuning: the control's held-out loss per {tune['axis']} (bold: chosen, lowest); the arms and "
+        metric = "validation loss (documents never trained on and never reported)" \
+            if tune.get("by") == "validation_loss" else "held-out loss (the nonmembers)"
+        lines += ["", f"Tuning: the control's {metric} per {tune['axis']} (bold: chosen, lowest); the arms and "
                   "further seeds run at the chosen value only.", "",
                   markdown_table([" ".join(tune["per"]) or "group"] + [f"{tune['axis']}={v}" for v in values], rows)]
     strata = sorted({int(s) for r in scaling["rows"] for s in r["strata"]})

@@ -1,0 +1,170 @@
+"""``goldfish eval`` over a series of models on the same data: a size family (``series.models``) or the checkpoints
+of one training run (``series.checkpoints``), into one results folder.
+
+Each model is evaluated by :func:`goldfish.eval.run.run_eval` with the same settings into ``<out>/models/<label>/eval``
+(resumable window by window, fingerprinted like any evaluation); a checkpoint is first exported to a Hugging Face
+folder ``<out>/models/<label>/model`` (:func:`goldfish.checkpoint.export_checkpoint`: safetensors read by name into
+the architecture of the run's final ``model/``, never unpickled), removed again once the whole series is evaluated
+unless ``series.keep_exports``. ``<out>/models/<label>/source.json`` records what was evaluated (path, step, tokens,
+weight files' name/size/mtime); a model whose source and results are already there is not evaluated again, so a
+rerun after a run wrote more checkpoints evaluates only the new ones. The series folder's own fingerprint covers the
+evaluation settings, so one folder never mixes two; ``overwrite=true`` evaluates the whole series afresh beside
+the old folder and replaces it when finished (``goldfish.ownership``).
+
+For a run's checkpoints the labels are ``step_<N>`` (the final ``model/`` is the last, ``final: true``) and the reads
+of every target up to each step are counted from the rows the trainer consumed (``goldfish.data.order.consumed_rows`` of
+the run's ``config.yaml``). Outputs, written together at the end (analysis: :mod:`goldfish.eval.series_analysis`):
+``series.json`` (schema ``goldfish-series/1``), ``series.csv`` (one row per model), ``trajectories.csv`` (one row per
+window), ``report.md`` and plots.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from goldfish.config import to_dict
+from goldfish.errors import UserError
+from goldfish.io import atomic_write_json
+from goldfish.ownership import fingerprint_sha256, writing
+
+from .config import EvalConfig, SeriesSection
+from .state import FINGERPRINT, OPERATIONAL, claim_folder, weights_stamp
+
+SOURCE = "source.json"
+MODELS = "models"
+SERIES_KEYS = ("series.models", "series.labels", "series.checkpoints", "series.keep_exports", "series.memorized",
+               "model.path")  # the list itself lives in each model's source.json; memorized only re-analyses
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One model of a series: a model path, or a checkpoint folder of ``run`` (exported before evaluation)."""
+
+    label: str
+    path: str
+    checkpoint: bool = False
+    step: int | None = None
+    tokens: int | None = None
+    run: str | None = None
+    final: bool = False
+
+    def stamp(self) -> list:
+        """(name, bytes, mtime) of the weight files: what the source.json of the model records."""
+        if self.checkpoint:
+            f = Path(self.path) / "model_rank00000.safetensors"
+            return [[f.name, f.stat().st_size, f.stat().st_mtime_ns]] if f.is_file() else []
+        return weights_stamp(self.path)
+
+
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def run_entries(run: str | Path) -> list[Entry]:
+    """The complete checkpoints of a training run folder, oldest first, then its final ``model/``."""
+    from goldfish.checkpoint import COMPLETE, STATE_FILE, list_checkpoints
+
+    run = Path(run).expanduser()
+    if not run.is_dir():
+        raise UserError(f"series.checkpoints={run} is not a folder; give a training run folder (with checkpoints/)")
+    summary = _read(run / "summary.json")
+    final_step = summary.get("steps")
+    out = []
+    for folder in list_checkpoints(run):
+        if not (folder / COMPLETE).is_file():
+            continue
+        progress = _read(folder / STATE_FILE).get("progress") or {}
+        step = int(progress.get("step", 0))
+        if step != final_step:  # the last checkpoint holds the final model/'s weights: evaluate that once
+            out.append(Entry(f"step_{step:06d}", str(folder), True, step, progress.get("tokens"), str(run)))
+    if (run / "model" / "config.json").is_file():
+        out.append(Entry(f"step_{final_step:06d}" if final_step is not None else "final", str(run / "model"),
+                         False, final_step, summary.get("tokens"), str(run), final=True))
+    if not out:
+        raise UserError(f"{run} holds no complete checkpoint and no model/; train with checkpoint.every_steps=N "
+                        "checkpoint.keep_last=0 to keep a series of checkpoints")
+    return out
+
+
+def series_entries(series: SeriesSection) -> list[Entry]:
+    """The models of ``series``, in order (labels unique)."""
+    if series.checkpoints:
+        return run_entries(series.checkpoints)
+    labels = series.labels or [Path(p).name if Path(p).name not in ("model", "train") else
+                               f"{Path(p).parent.name}-{Path(p).name}" for p in series.models]
+    if len(set(labels)) != len(labels):
+        raise UserError(f"series.models give repeated labels {labels}; set series.labels")
+    out = []
+    for label, path in zip(labels, series.models):
+        summary = _read(Path(path) / "summary.json")  # a training run folder says how long it trained
+        out.append(Entry(label, path, step=summary.get("steps"), tokens=summary.get("tokens")))
+    return out
+
+
+def series_fingerprint(cfg: EvalConfig) -> dict[str, Any]:
+    """What one series folder must hold for all its models: the evaluation settings (not the list of models)."""
+    config = to_dict(cfg)
+    for key in OPERATIONAL + SERIES_KEYS:
+        section, _, name = key.rpartition(".")
+        (config[section] if section else config).pop(name, None)
+    return {"series": True, "config": config}
+
+
+def _evaluate(cfg: EvalConfig, entry: Entry, folder: Path) -> dict:
+    """The results of one model of the series, evaluated now unless its source and results are there already."""
+    from goldfish.checkpoint import export_checkpoint
+
+    from .run import run_eval
+
+    source = {**dataclasses.asdict(entry), "weights": entry.stamp()}
+    saved = _read(folder / SOURCE)
+    if saved and saved != source:
+        raise UserError(f"{folder} holds the evaluation of another model ({saved.get('path')}, or these weights "
+                        "before they changed); use another out folder, or overwrite=true to evaluate the series again")
+    results = folder / "eval" / "results.json"
+    if saved == source and results.is_file():
+        return _read(results)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(folder / SOURCE, source)
+    model = entry.path
+    if entry.checkpoint:
+        model = str(folder / "model")
+        if not (folder / "model" / "config.json").is_file():
+            export_checkpoint(entry.path, Path(entry.run) / "model", model)
+    one = dataclasses.replace(cfg, out=str(folder / "eval"), report=False, series=SeriesSection(),
+                              model=dataclasses.replace(cfg.model, path=model))
+    return run_eval(one)
+
+
+def run_series(cfg: EvalConfig) -> dict:
+    """Evaluate every model of ``cfg.series`` on ``cfg.data`` into ``cfg.out`` and write the series analysis."""
+    from .series_analysis import analyse, checkpoint_reads, write_series
+
+    if cfg.model.path:
+        raise UserError("model.path (--model) and series.* are both set; a series evaluates series.models or "
+                        "series.checkpoints instead of one model")
+    if not cfg.data.path or not cfg.out:
+        raise UserError("a series needs --data and --out, e.g. goldfish eval series.checkpoints=runs/x/cells/"
+                        "standard/train --data runs/x/prepared/<hash> --out runs/x/series_standard")
+    entries = series_entries(cfg.series)
+    fingerprint = series_fingerprint(cfg)
+    # overwrite=true: the series is evaluated afresh beside the old folder, which it replaces when finished
+    with writing(cfg.out, "eval", replace=cfg.overwrite, legacy=lambda f: (f / FINGERPRINT).is_file(),
+                 option="overwrite=true") as folder:
+        out = folder.path
+        claim_folder(out, fingerprint)  # refuses other evaluation settings before anything is written
+        folder.mark(fingerprint_sha256(fingerprint))
+        results = [_evaluate(cfg, e, out / MODELS / e.label) for e in entries]
+        reads = checkpoint_reads(entries, results)
+        analysis = analyse(entries, results, cfg.series.memorized, reads)
+        analysis["config"] = to_dict(cfg)
+        write_series(analysis, out, cfg.report)
+        if not cfg.series.keep_exports:
+            for e in entries:
+                if e.checkpoint:
+                    shutil.rmtree(out / MODELS / e.label / "model", ignore_errors=True)
+    return analysis

@@ -1,0 +1,96 @@
+"""A cell's ``exposure.json``: what its model read in training, counted from the rows the trainer consumed, and its
+loss on the validation documents (what a learning rate is tuned on).
+
+The trainer reads the rows :func:`goldfish.data.order.consumed_rows` lists (the same function its own summary's
+``exposures`` come from); over those rows this phase counts, per document of the training data, how many times it
+started (a copy read) and how many of its tokens were read, and sums them by kind:
+
+* ``stream``: ``{tokens, members, canaries, background}`` tokens read (EOS included with the document it ends) and
+  ``member_share`` / ``canary_share``: the targets' (canaries') share of the training tokens actually read;
+* ``reads``: ``{"members" | "canaries": {labelled repetitions: [fewest, most] copies read}}`` -- with one epoch a
+  target labelled x r is read exactly r times (a control trained on the background alone reads 0);
+* ``validation_loss``: mean over the validation documents (``data.num_validation``) of their mean per-token NLL
+  under the cell's model (the cell's shared model, scored as eval's membership section scores: its window, stride,
+  token budget and chunk), and ``validation_documents``; absent without a validation split.
+
+Document ids in the rows: member k -> k, background b -> M + b, canary c -> M + B + c (``goldfish.data.prepare``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..data.order import consumed_rows
+from ..data.packing import document_reads
+from ..io import atomic_write_json
+from ..train_config import make_plan
+from .plan import EXPOSURE_FILE, CellPlan
+
+
+def _by_label(reads: np.ndarray, labels: np.ndarray) -> dict[str, list[int]]:
+    return {str(int(r)): [int(reads[labels == r].min()), int(reads[labels == r].max())] for r in np.unique(labels)}
+
+
+def stream_numbers(prepared, consumed: np.ndarray, labels: dict[str, np.ndarray]) -> dict[str, Any]:
+    """``stream`` and ``reads`` (module docstring) of the rows ``consumed`` of ``prepared``'s train split;
+    ``labels``: the members' and canaries' labelled repetitions (the evaluation data's, which a background-only
+    training folder shares)."""
+    m, c = len(labels["members"]), len(labels["canaries"])
+    b = int(prepared.manifest["counts"].get("background", 0))
+    starts, tokens = document_reads(prepared.train, consumed, m + b + c)
+    parts = {"members": tokens[:m].sum(), "background": tokens[m:m + b].sum(), "canaries": tokens[m + b:].sum()}
+    total = int(tokens.sum())
+    out: dict[str, Any] = {"stream": {"tokens": total, **{k: int(v) for k, v in parts.items()},
+                                      "member_share": parts["members"] / total if total else None,
+                                      "canary_share": parts["canaries"] / total if total else None},
+                           "reads": {"members": _by_label(starts[:m], labels["members"])}}
+    if c:
+        out["reads"]["canaries"] = _by_label(starts[m + b:], labels["canaries"])
+    return out
+
+
+def _consumed(plan: CellPlan, prepared) -> np.ndarray:
+    """The row indices the cell's training read, in order (what the trainer itself counts in its summary)."""
+    cfg = plan.train_cfg
+    seq_len = len(prepared.train[0]["input_ids"])
+    steps = make_plan(cfg.schedule, cfg.optim, len(prepared.train), seq_len, 1)  # dp only splits a step's rows
+    return consumed_rows(steps, cfg.seed, cfg.data.shuffle)
+
+
+def validation_loss(model: Any, prepared, membership: Any) -> dict[str, Any]:
+    """Mean per-document NLL (nats/token) of the validation split under ``model`` (a handle with ``get()``:
+    ``goldfish.eval.loading.SharedModel``), scored with eval's ``membership`` section's window, stride, token budget
+    and chunk; {} without a validation split (nothing loaded)."""
+    if prepared.validation is None or len(prepared.validation) == 0:
+        return {}
+    from goldfish.eval.scoring import scoring_window, token_statistics
+
+    loaded = model.get()
+    stats = token_statistics(loaded, [list(x) for x in prepared.validation["input_ids"]], progress=False,
+                             window=scoring_window(membership.window, loaded), stride=membership.stride,
+                             token_budget=membership.token_budget, chunk=membership.chunk, desc="validation loss")
+    nll = [-float(np.mean(st.logp)) for st in stats]
+    return {"validation_loss": float(np.mean(nll)), "validation_documents": len(nll)}
+
+
+def write_exposure(plan: CellPlan, model: Any) -> dict[str, Any]:
+    """Compute and write ``<cell>/exposure.json`` (module docstring); ``model``: the cell's shared model handle."""
+    from ..data import load_prepared
+
+    evaluated = load_prepared(plan.data_dir, verify=False)
+    labels = {"members": np.asarray(evaluated.members["repetitions"]),
+              "canaries": np.asarray(evaluated.canaries["repetitions"]) if evaluated.canaries is not None
+              else np.zeros(0, dtype=np.int64)}
+    if plan.trains:
+        trained = load_prepared(plan.train_data_dir, verify=False)
+        result = stream_numbers(trained, _consumed(plan, trained), labels)
+    else:  # nothing trained: nothing read
+        result = {"stream": {"tokens": 0}, "reads": {k: {str(int(r)): [0, 0] for r in np.unique(v)}
+                                                     for k, v in labels.items() if len(v)}}
+    result.update(validation_loss(model, evaluated, plan.eval_cfg.membership))
+    atomic_write_json(Path(plan.dir) / EXPOSURE_FILE, result)
+    return result
+
