@@ -28,11 +28,14 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from .errors import UserError
 
 # written last into a cached folder; a folder without it (a copy interrupted by hand) is rebuilt
 SOURCE_FILE = "source.json"
+# the GGUF's ``general.*`` metadata (name, license, source repository), kept so a model card never parses the file
+GENERAL_FILE = "gguf_general.json"
 
 
 def cache_root() -> Path:
@@ -82,6 +85,29 @@ def one_gguf_read():
         gguf.GGUFReader = original
 
 
+def read_general(gguf_path: Path) -> dict[str, Any]:
+    """The ``general.*`` metadata of a GGUF file (strings and string lists), parsed from the file."""
+    import gguf
+
+    fields = {}
+    for key, field in gguf.GGUFReader(str(gguf_path)).fields.items():
+        if key.startswith("general."):
+            try:
+                fields[key] = field.contents()
+            except (ValueError, IndexError, TypeError):  # a field type gguf cannot render: not needed here
+                continue
+    return fields
+
+
+def general_metadata(gguf_path: str | Path) -> dict[str, Any]:
+    """The ``general.*`` metadata of a GGUF: from its cache entry (recorded at conversion, so the file's 49 k-token
+    vocabulary is not parsed again: seconds on a CPU), else parsed from the file."""
+    cached = dequantised(gguf_path) / GENERAL_FILE
+    if cached.is_file():
+        return json.loads(cached.read_text())
+    return read_general(Path(gguf_path))
+
+
 def convert(gguf_path: Path, folder: Path) -> None:
     """Dequantise ``gguf_path`` into the Hugging Face folder ``folder`` (fp32 safetensors + config + tokenizer)."""
     import torch
@@ -98,6 +124,7 @@ def convert(gguf_path: Path, folder: Path) -> None:
             with one_gguf_read():
                 tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
                 model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32, **kwargs)
+                general = read_general(gguf_path)  # the reader the loads above parsed
         except Exception as e:  # a fake or damaged .gguf raises ValueError, KeyError, struct.error, OSError ...
             first = (str(e).strip() or type(e).__name__).splitlines()[0][:300]
             raise UserError(f"could not load a causal LM from {gguf_path}: {first}") from None
@@ -109,6 +136,7 @@ def convert(gguf_path: Path, folder: Path) -> None:
             del model.config.quantization_config
         model.save_pretrained(folder, safe_serialization=True)
         tokenizer.save_pretrained(folder)
+        (folder / GENERAL_FILE).write_text(json.dumps(general, indent=1) + "\n")
     finally:
         gguf_utils.tqdm = bar
         if progress:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError
+from .gguf_cache import general_metadata
 from .io import atomic_write_text
 from .provenance import code_version, versions
 from .train_config import TrainConfig
@@ -32,20 +33,6 @@ NO_EVAL = ("Not evaluated yet. `goldfish eval --model <this folder> --data ... -
 
 
 # ------------------------------------------------------------------------------------------------ starting model
-
-
-def _gguf_fields(path: Path) -> dict[str, Any]:
-    """The ``general.*`` metadata of a GGUF file (strings and string lists)."""
-    import gguf
-
-    fields = {}
-    for key, field in gguf.GGUFReader(str(path)).fields.items():
-        if key.startswith("general."):
-            try:
-                fields[key] = field.contents()
-            except (ValueError, IndexError, TypeError):  # a field type gguf cannot render: not needed here
-                continue
-    return fields
 
 
 def _hub_id(url: Any) -> str | None:
@@ -63,7 +50,7 @@ def starting_model(path: str | None) -> dict[str, Any]:
     ggufs = sorted(src.glob("*.gguf")) if src.is_dir() else [src] if src.suffix == ".gguf" else []
     gguf_file = ggufs[0] if len(ggufs) == 1 else None
     if gguf_file is not None and gguf_file.is_file():
-        meta = _gguf_fields(gguf_file)
+        meta = general_metadata(gguf_file)  # recorded in the GGUF cache: the file is not parsed again
         info["license"] = meta.get("general.license")
         declared = ("general.source.huggingface.repository", "general.base_model.0.repo_url", "general.source.url")
         info["hub_id"] = next((_hub_id(meta.get(k)) for k in declared if _hub_id(meta.get(k))), None)

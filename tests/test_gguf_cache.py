@@ -162,3 +162,10 @@ def test_cached_smollm2_equals_transformers_own_gguf_load(cache):
     text = "In the beginning God created the heaven and the earth. Ünïcode 漢字 🐟  spaced\n\ttabs"
     direct_tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     assert load_tokenizer(str(path))(text)["input_ids"] == direct_tok(text)["input_ids"]
+    # the general.* metadata a model card reads comes from the cache entry, equal to gguf's own parse of the file
+    import gguf
+
+    recorded = gguf_cache.general_metadata(path)
+    assert (gguf_cache.dequantised(path) / gguf_cache.GENERAL_FILE).is_file()
+    parsed = gguf.GGUFReader(str(path)).fields
+    assert recorded["general.license"] == parsed["general.license"].contents() and "general.name" in recorded
