@@ -9,6 +9,15 @@ import os
 # inherited by every subprocess (CLI, torchrun). A developer's own cap (e.g. ONEDNN_MAX_CPU_ISA=AVX2 to test the slow
 # path) is kept. tests/test_precision.py injects the CPU features to test both resolutions.
 os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16")
+# torch.compile's kernel cache is keyed by the CPU it detects, not by ATEN_CPU_CAPABILITY: under an emulated cap
+# (ATEN_CPU_CAPABILITY=avx2 on an AVX-512 machine) kernels cached by an uncapped run are reused and crash (SIGSEGV,
+# seen with torch 2.13), so a capped run compiles into a cache of its own
+if os.environ.get("ATEN_CPU_CAPABILITY") and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    import getpass  # noqa: E402
+    import tempfile  # noqa: E402
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(
+        tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}_{os.environ['ATEN_CPU_CAPABILITY'].lower()}")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
