@@ -210,7 +210,7 @@ def cell_summary(plan: CellPlan, mia_attack: str = "auto") -> dict[str, Any]:
     out["mia_auc_ci"] = [out.get("mia_auc_ci_low"), out.get("mia_auc_ci_high")]
     # the exact p-value and the guarded TPR of the headline attack, document-level extraction intervals
     scores = {**(membership.get("scores") or {}), **((attacks or {}).get("scores") or {})}
-    out.update(cell_statistics(scores.get(out["mia_attack"]), results.get("windows") or [], plan.eval_cfg.seed))
+    out.update(cell_statistics(scores.get(out["mia_attack"]), results.get("windows") or []))
     summary = results.get("summary") or {}
     out["by_prefix_len"] = {str(p): {k: v.get(k) for k in ("n_windows", "exact_match_rate", *ROUGE_KEYS)}
                             for p, v in (summary.get("by_prefix_len") or {}).items()}

@@ -554,7 +554,7 @@ def make_plots(cfg: ExperimentConfig, results: dict, out: Path) -> list[Path]:
         metrics = {c["cell"]: Path(cfg.out_dir) / "cells" / c["cell"] / "train" / "metrics.jsonl" for c in cells}
         curves = {label[cell]: read_jsonl(path) for cell, path in metrics.items() if path.is_file()}  # not control
         paths.append(loss_curves(curves, out / "loss_curves.png"))
-    for m in dict.fromkeys((metric, "rouge_l_paper")):  # exact match is all-or-nothing; ROUGE-L shows partial recall
+    for m in dict.fromkeys((metric, *ROUGE)):  # exact match is all-or-nothing; ROUGE-L shows partial recall
         paths += metric_vs_x(cells, m, METRIC_NAMES[m], out)
     paths += threshold_plots(results, out)
     return [p for p in paths if p is not None]
