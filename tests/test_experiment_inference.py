@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 import pytest
+from tolerances import U64, rounding
 
 from goldfish.experiment.inference import arm_pairs, cell_statistics, compare, paired_markdown, paired_tests
 from goldfish.experiment.report import auc_text, headline_table, paper_table, regime, tpr_text
@@ -44,19 +45,36 @@ def test_cell_statistics_give_the_exact_p_value_and_withhold_tpr_below_100_nonme
     out = cell_statistics(scores, windows)
     p = out["mia_auc_p"]
     assert p["method"] == "perfect" and p["auc"] == 1.0
-    assert p["p_value"] == pytest.approx(1 / math.comb(7, 3), rel=1e-12)  # 10 ** log10: a few ulps
-    assert p["p_value"] == pytest.approx(_permutation_p(scores["members"], scores["nonmembers"]), rel=1e-12)
+    # 10 ** (-log10 35): log10 rounds once (u), and exp10 turns its absolute error into a relative one times ln 10,
+    # plus its own rounding: under 4 u (1 / 35 in the brute force: one division)
+    power = rounding(2, U64) * (1 + math.log(10) * math.log10(35))
+    assert p["p_value"] == pytest.approx(1 / math.comb(7, 3), rel=power)
+    assert p["p_value"] == pytest.approx(_permutation_p(scores["members"], scores["nonmembers"]), rel=power)
     assert out["mia_tpr_at_1pct_fpr"] is None and "needs >= 100 nonmembers (has 4)" in out["mia_tpr_at_1pct_fpr_note"]
     # the member windows only; two windows of document a form one cluster
     em = out["extraction_ci"]["exact_match"]
     assert em["mean"] == 2 / 3 and em["n_items"] == 3 and em["n_clusters"] == 2
     # resampling the 2 documents: a bootstrap sample is {a, a} (rate 1), {b, b} (rate 0) or {a, b} (rate 2/3)
     assert em["ci_low"] == 0.0 and em["ci_high"] == 1.0
+    assert em["method"] == "cluster bootstrap"
     assert out["extraction_ci"]["rouge_l_paper"]["mean"] == pytest.approx(2.5 / 3, abs=4 * 2.0 ** -53)
+    # a rate of 0 resamples to 0 every time: Wilson's interval instead, over the windows with one per document and
+    # over the documents when they are pooled; for 0 of n its upper end is z^2 / (n + z^2) in closed form
+    z2 = 1.96 ** 2
+    none = [_window(f"d{i}", str(i), False, 0.2, 0.2) for i in range(20)]
+    em = cell_statistics(None, none)["extraction_ci"]["exact_match"]
+    assert (em["method"], em["ci_low"]) == ("wilson", 0.0)
+    assert em["ci_high"] == pytest.approx(z2 / (20 + z2), rel=rounding(8, U64))  # Wilson's ~8 float64 operations
+    pooled = [_window(f"d{i % 5}", str(i), False, 0.2, 0.2) for i in range(10)]  # 2 windows of each of 5 documents
+    em = cell_statistics(None, pooled)["extraction_ci"]["exact_match"]
+    assert (em["method"], em["ci_low"]) == ("wilson over documents", 0.0)
+    assert em["ci_high"] == pytest.approx(z2 / (5 + z2), rel=rounding(8, U64))
     # a tie-free overlap: the exact Mann-Whitney p-value equals brute force
     scores = {"members": [2.5, 6.0, 7.0], "nonmembers": [1.0, 2.0, 3.0, 4.0]}
     p = cell_statistics(scores, [])["mia_auc_p"]
-    assert p["method"] == "exact" and p["p_value"] == pytest.approx(_permutation_p(*scores.values()), rel=1e-9)
+    # scipy sums the exact null probabilities of U (<= 35 labellings' worth of terms), the brute force counts them
+    assert p["method"] == "exact"
+    assert p["p_value"] == pytest.approx(_permutation_p(*scores.values()), rel=rounding(35, U64))
     # with 100 nonmembers the TPR is shown: one false positive allowed, members above the 2nd-highest nonmember
     nonmembers = list(np.arange(100.0))
     out = cell_statistics({"members": [98.5, 99.5, 50.0, 200.0], "nonmembers": nonmembers}, [])

@@ -8,7 +8,8 @@ Per cell (:func:`cell_statistics`, into the cell summary):
   ``mia_tpr_at_1pct_fpr_note`` says how many it needs;
 * ``extraction_ci``: exact match and both ROUGE-Ls over the member windows with a 95 % interval that resamples
   *documents* (``cluster_bootstrap_mean``): several windows of one document (two prefix lengths, say) are not
-  independent.
+  independent. Exact match keeps Wilson's interval with one window per document, and takes Wilson's over the
+  documents where a rate of 0 or 1 would make the bootstrap degenerate (``method`` names which).
 
 Between arms (:func:`paired_tests`, into ``results.json`` and ``summary.json`` as ``paired``): in each grid point
 (cells with the same axis values and data), every later non-control arm against every earlier one (e.g. Goldfish vs
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from goldfish.eval import stats
+from goldfish.eval.aggregate import wilson_interval
 from goldfish.eval.report import markdown_table
 
 from .config import CONTROL
@@ -53,9 +55,27 @@ def cell_statistics(scores: dict | None, windows: Sequence[dict], seed: int = 0)
     for name in EXTRACTION:
         kept = [w for w in ws if w.get(name) is not None]
         if kept:
-            out["extraction_ci"][name] = stats.cluster_bootstrap_mean(
-                [float(w[name]) for w in kept], [w.get("doc_id") for w in kept], N_BOOTSTRAP, seed)
+            found = stats.cluster_bootstrap_mean([float(w[name]) for w in kept], [w.get("doc_id") for w in kept],
+                                                 N_BOOTSTRAP, seed)
+            found["method"] = "cluster bootstrap"
+            if name == "exact_match":
+                found.update(_rate_interval(found))
+            out["extraction_ci"][name] = found
     return out
+
+
+def _rate_interval(found: dict) -> dict[str, Any]:
+    """The exact-match interval where a bootstrap says too little: with one window per document, Wilson's over the
+    windows (as eval reports it); a rate of 0 or 1 over several windows per document resamples to itself every
+    time, so then Wilson's over the documents (each document's windows all verbatim or all not)."""
+    n_items, n_docs, mean = found["n_items"], found["n_clusters"], found["mean"]
+    if n_items == n_docs:
+        low, high = wilson_interval(round(mean * n_items), n_items)
+        return {"ci_low": low, "ci_high": high, "method": "wilson"}
+    if mean in (0.0, 1.0):
+        low, high = wilson_interval(round(mean * n_docs), n_docs)
+        return {"ci_low": low, "ci_high": high, "method": "wilson over documents"}
+    return {}
 
 
 def _read(path: Path) -> dict:
