@@ -1,13 +1,23 @@
 """The mask-arithmetic baseline of a Goldfish run: how much exact match the drop rate alone allows.
 
-Greedy extraction of an S-token suffix is exact iff every suffix token is the argmax given the true prefix. Under
-Goldfish each target is dropped with probability 1/k; suppose the model predicts every kept token and misses a
-dropped one with probability g. Then
+Greedy extraction of an S-token suffix is exact iff every suffix token is the argmax given the true prefix. Suppose
+the model predicts every kept token and misses a dropped one with probability g, independently. A window w whose
+suffix holds d_w dropped targets (counted with the run's own mask) is then exact with probability (1 - g) ** d_w, so
+the baseline of a set of windows is
 
-    P(exact) = (1 - g/k) ** S
+    mean over windows of (1 - g) ** d_w                (``baseline_windows``: the actual counts)
 
-``g`` is measured, teacher-forced, on the evaluated member windows: the fraction of suffix positions that the
-run's own mask dropped where the argmax is wrong. Exact match well below the baseline means the model misses kept
+The nominal form treats every suffix target as dropped with probability 1/k:
+
+    (1 - g/k) ** S                                      (``baseline_nominal``)
+
+The nominal value is the expectation of the per-window one when every target is dropped independently with
+probability 1/k (d_w ~ Binomial(S, 1/k): E[(1 - g) ** d_w] = (1 - g/k) ** S); on the evaluated windows the mask's
+actual counts decide, and on a few windows they can be far from S/k (with S = 50 and k = 32 many suffixes hold no
+dropped target at all and are exact whenever the kept tokens are).
+
+``g`` is measured, teacher-forced, on the evaluated member windows: the fraction of suffix positions that the run's
+own mask dropped where the argmax is wrong. Exact match well below the baseline means the model misses kept
 tokens too (under-trained); at the baseline, the mask arithmetic explains the result; above it, the misses are not
 independent across positions (or g is small). Comparing the two separates the model's contribution from the mask's.
 """
@@ -30,6 +40,15 @@ def k_baseline(k: float, suffix_len: int, g: float) -> float:
         raise ValueError(f"k_baseline needs k >= 1, suffix_len >= 0 and 0 <= g <= 1 (got k={k}, S={suffix_len}, "
                          f"g={g})")
     return (1.0 - g / k) ** suffix_len
+
+
+def window_baseline(g: float, dropped_counts: Sequence[int]) -> float | None:
+    """mean over windows of (1 - g) ** d_w: the exact-match rate of a model that misses each of window w's d_w
+    dropped targets with probability g and nothing else; None without windows."""
+    if not 0.0 <= g <= 1.0:
+        raise ValueError(f"window_baseline needs 0 <= g <= 1 (got g={g})")
+    d = np.asarray(dropped_counts, dtype=np.float64).reshape(-1)
+    return float(np.mean((1.0 - g) ** d)) if len(d) else None
 
 
 def dropped_miss_rate(hits: np.ndarray, dropped: np.ndarray) -> float | None:
@@ -63,8 +82,9 @@ def window_predictions(model, docs: Sequence[Sequence[int]], prefix_len: int, su
 
 def baseline_rows(model, docs: Sequence[Sequence[int]], prefix_lens: Sequence[int], suffix_len: int,
                   goldfish: GoldfishConfig, **scoring: Any) -> list[dict]:
-    """Per prefix length: windows, dropped positions, g, the kept-token accuracy, teacher-forced exact match and
-    the baseline (1 - g/k)^S. A prefix length <= 0 (``all``) means all but the last ``suffix_len`` tokens of each
+    """Per prefix length: windows, dropped positions, windows without a dropped suffix target, g, the kept-token
+    accuracy, teacher-forced exact match, the baseline from each window's own dropped count (``baseline_windows``)
+    and the nominal (1 - g/k)^S (``baseline_nominal``). A prefix length <= 0 (``all``) means all but the last ``suffix_len`` tokens of each
     document, as extraction with ``prefix_lens: [all]`` uses it."""
     rows = []
     for p in prefix_lens:
@@ -79,9 +99,11 @@ def baseline_rows(model, docs: Sequence[Sequence[int]], prefix_lens: Sequence[in
         g = dropped_miss_rate(hits, dropped)
         kept = ~dropped
         rows.append({
-            "prefix_len": p, "n_windows": int(len(hits)), "n_dropped": int(dropped.sum()), "g": g,
+            "prefix_len": p, "n_windows": int(len(hits)), "n_dropped": int(dropped.sum()),
+            "n_windows_no_drop": int((dropped.sum(axis=1) == 0).sum()), "g": g,
             "kept_acc": float(hits[kept].mean()) if kept.any() else None,
             "onepass_exact_rate": float(hits.all(axis=1).mean()) if len(hits) else None,
-            "baseline": None if g is None else k_baseline(goldfish.k, suffix_len, g),
+            "baseline_windows": None if g is None else window_baseline(g, dropped.sum(axis=1)),
+            "baseline_nominal": None if g is None else k_baseline(goldfish.k, suffix_len, g),
         })
     return rows

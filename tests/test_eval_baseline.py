@@ -1,13 +1,16 @@
-"""The k baseline (1 - g/k)^S on constructed inputs: hand-computed values, a Monte-Carlo check of the formula,
-g from constructed hits, teacher-forced hits of a model with a known rule, and the report table."""
+"""The k baseline on constructed inputs: the per-window mean of (1 - g)^d_w and the nominal (1 - g/k)^S by hand, the
+nominal one as the binomial expectation of the per-window one, a Monte-Carlo check of the formula, g from constructed
+hits, teacher-forced hits of a model with a known rule, and the report table."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
+from scipy.stats import binom
+from tolerances import U64, rounding
 
-from goldfish.eval.baseline import baseline_rows, dropped_miss_rate, k_baseline, window_predictions
+from goldfish.eval.baseline import baseline_rows, dropped_miss_rate, k_baseline, window_baseline, window_predictions
 from goldfish.experiment.report import k_baseline_table
 from goldfish.masks import GoldfishConfig, goldfish_mask
 
@@ -20,6 +23,27 @@ def test_k_baseline_by_hand():
     assert k_baseline(128, 50, 0.8) == (1 - 0.8 / 128) ** 50
     with pytest.raises(ValueError, match="g=1.5"):
         k_baseline(4, 50, 1.5)
+
+
+def test_window_baseline_uses_each_windows_own_dropped_count():
+    # by hand: g = 1/2 and windows holding 0, 1 and 2 dropped targets: (1 + 1/2 + 1/4) / 3 = 7/12
+    assert window_baseline(0.5, [0, 1, 2]) == pytest.approx(7 / 12, abs=4 * 2.0 ** -53)
+    # the demo's case in the issue: at k = 32 many 50-token suffixes hold no dropped target; those are exact whenever
+    # the kept tokens are, whatever g, so the per-window baseline is at least their share
+    assert window_baseline(1.0, [0] * 8 + [2] * 12) == 8 / 20
+    assert window_baseline(0.3, []) is None
+    with pytest.raises(ValueError, match="g=1.5"):
+        window_baseline(1.5, [1])
+
+
+def test_nominal_baseline_is_the_binomial_expectation_of_the_per_window_one():
+    """A second implementation: E[(1 - g)^d] over d ~ Binomial(S, 1/k) by scipy's pmf equals (1 - g/k)^S."""
+    for k, s, g in ((4, 50, 0.63), (8, 50, 0.567), (32, 50, 0.435), (3, 20, 1.0)):
+        d = np.arange(s + 1)
+        expected = float(np.sum(binom.pmf(d, s, 1 / k) * (1 - g) ** d))
+        # scipy's pmf goes through log-gamma and exp: its relative error grows with the exponent's size (|log pmf|
+        # <= ~200 here, so ~200 u per term), summed over 51 terms
+        assert k_baseline(k, s, g) == pytest.approx(expected, rel=200 * rounding(51, U64))
 
 
 def test_dropped_miss_rate_counts_only_dropped_positions():
@@ -66,7 +90,10 @@ def test_window_predictions_use_teacher_forcing_and_the_runs_mask():
     rows = baseline_rows(NextIsPlusOne(), docs, [10], 20, cfg)
     missed = int((dropped & ~hits).sum())
     assert rows[0]["g"] == missed / dropped.sum()  # a count over a count
-    assert rows[0]["baseline"] == (1 - rows[0]["g"] / 3) ** 20  # the formula's operations in the same order
+    assert rows[0]["baseline_nominal"] == (1 - rows[0]["g"] / 3) ** 20  # the formula's operations in the same order
+    per_window = [(1 - rows[0]["g"]) ** int(n) for n in dropped.sum(axis=1)]  # each window's own dropped count
+    assert rows[0]["baseline_windows"] == pytest.approx(sum(per_window) / 2, abs=4 * 2.0 ** -53)
+    assert rows[0]["n_windows_no_drop"] == int((dropped.sum(axis=1) == 0).sum())
     assert rows[0]["onepass_exact_rate"] == 0.5 and rows[0]["n_windows"] == 2
 
 
@@ -89,10 +116,13 @@ def test_prefix_all_takes_all_but_the_suffix_of_each_document():
 def test_report_table_sits_next_to_exact_match():
     kb = {"k": 4, "h": 13, "strategy": "hash", "suffix_len": 50,
           "rows": [{"prefix_len": 32, "n_windows": 100, "n_dropped": 1250, "g": 0.9, "kept_acc": 0.99,
-                    "onepass_exact_rate": 0.0, "baseline": k_baseline(4, 50, 0.9)}]}
+                    "n_windows_no_drop": 3, "onepass_exact_rate": 0.0, "baseline_windows": 0.031,
+                    "baseline_nominal": k_baseline(4, 50, 0.9)}]}
     results = {"axes": [], "cells": [
         {"cell": "goldfish-k4", "arm": "goldfish-k4", "k_baseline": kb, "by_prefix_len": {"32": {"exact_match_rate": 0.0}}},
         {"cell": "standard", "arm": "standard", "k_baseline": None, "by_prefix_len": {}}]}
     table = k_baseline_table(results)
     assert "goldfish-k4" in table and "standard" not in table
-    assert "| 32 | 0.0 % | 0.0 % | 0.900 | 99.0 % | 1,250 |" in table
+    # exact match, the per-window baseline, the nominal one beside it, g, kept accuracy, drops, windows without one
+    assert "| 32 | 0.0 % | 3.1 % | 0.0 % | 0.900 | 99.0 % | 1,250 | 3 / 100 |" in table
+    assert "baseline mean (1-g)^d_w (actual counts)" in table and "nominal (1-g/k)^S" in table

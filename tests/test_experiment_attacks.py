@@ -1,5 +1,5 @@
 """What attacks.json and the study report add beyond ``goldfish eval``: per-exposure AUCs with their bootstrap CI,
-the dropped-token leakage audit (arm vs control), and the adaptive-decoding summaries -- on constructed numbers
+the dropped-token leakage audit (arm vs control, a difference in differences against held-out text), and the adaptive-decoding summaries -- on constructed numbers
 where the answer is known, then on experiments/micro.yaml with beam search and samples (~20 s of CPU)."""
 
 from __future__ import annotations
@@ -73,30 +73,58 @@ def test_paired_difference_on_known_per_token_arrays():
     assert none["diff"] is None and none["n_documents"] == 0
 
 
-def test_leakage_audit_compares_arm_and_control_on_dropped_and_kept_positions():
+def test_leakage_audit_is_a_difference_in_differences_against_held_out_text():
     from goldfish.experiment.analysis import leakage_audit
 
-    dropped = _docs(10, 8, 4)
-    logp = [np.full(8, np.log(0.5)) for _ in dropped]  # the arm: p = 1/2 on every target
-    ref_logp = [np.where(d, np.log(0.25), np.log(0.5)) for d in dropped]  # the control: worse on dropped only
-    correct = [np.ones(8, np.int8) for _ in dropped]
-    ref_correct = [(~d).astype(int).tolist() for d in dropped]  # as attacks.json stores it
-    audit = leakage_audit(logp, correct, ref_logp, ref_correct, dropped, n_bootstrap=100, seed=0)
-    assert audit["dropped"]["accuracy"]["diff"] == 1.0 and audit["kept"]["accuracy"]["diff"] == 0.0
+    dropped = _docs(10, 8, 4)  # members: targets 3 and 7 dropped, 20 dropped and 60 kept positions
+    held = [np.arange(6) % 2 == 0 for _ in range(5)]  # the control is right on half of every held-out target
+    arm = {"logp": {"members": [np.full(8, np.log(0.5)) for _ in dropped],  # the arm: p = 1/2 on every target
+                    "nonmembers": [np.full(6, np.log(0.5)) for _ in held]},
+           "correct": {"members": [np.ones(8, np.int8) for _ in dropped], "nonmembers": [np.ones(6, np.int8)] * 5}}
+    control = {"logp": {"members": [np.where(d, np.log(0.25), np.log(0.5)) for d in dropped],
+                        "nonmembers": [np.full(6, np.log(0.25)) for _ in held]},  # worse on held-out text everywhere
+               "correct": {"members": [(~d).astype(int).tolist() for d in dropped],  # as attacks.json stores it
+                           "nonmembers": [h.astype(int).tolist() for h in held]}}
+    audit = leakage_audit(arm, control, dropped, n_bootstrap=100, seed=0)
     loss = rounding(60, U64) * np.log(4)  # float64 means of <= 60 log-probs, relative to their scale
+    # the old members-only reading, kept beside: arm - control on the member positions
+    assert audit["dropped"]["accuracy"]["diff"] == 1.0 and audit["kept"]["accuracy"]["diff"] == 0.0
     assert audit["dropped"]["loss"]["arm"] == pytest.approx(np.log(2), abs=loss)
     assert audit["dropped"]["loss"]["control"] == pytest.approx(np.log(4), abs=loss)
-    assert audit["dropped"]["loss"]["diff"] == pytest.approx(-np.log(2), abs=loss)  # arm - control: lower = leakage
+    assert audit["dropped"]["loss"]["diff"] == pytest.approx(-np.log(2), abs=loss)
     assert audit["kept"]["loss"]["diff"] == 0.0  # the same values in the same order on both sides
     assert audit["dropped"]["loss"]["n_positions"] == 20 and audit["kept"]["loss"]["n_positions"] == 60
-    old = leakage_audit(logp, correct, ref_logp, None, dropped, n_bootstrap=0, seed=0)
-    assert "accuracy" not in old["dropped"] and old["dropped"]["loss"]["diff"] == pytest.approx(-np.log(2), abs=loss)
+    # by hand: held-out arm - control is +1/2 in accuracy and -log 2 in loss, so on the dropped positions the gain of
+    # +1 in accuracy is +1/2 beyond the held-out shift and the loss gain of -log 2 is none at all; on the kept ones
+    # (no member difference) the DiD is minus the held-out shift
+    did = audit["did"]
+    assert did["dropped"]["accuracy"]["heldout_diff"] == 0.5 and did["dropped"]["accuracy"]["did"] == 0.5
+    assert did["kept"]["accuracy"]["did"] == -0.5
+    assert did["dropped"]["loss"]["heldout_diff"] == pytest.approx(-np.log(2), abs=loss)
+    assert did["dropped"]["loss"]["did"] == pytest.approx(0.0, abs=loss)
+    assert did["kept"]["loss"]["did"] == pytest.approx(np.log(2), abs=loss)
+    assert did["dropped"]["loss"]["n_heldout_documents"] == 5 and did["dropped"]["loss"]["n_heldout_positions"] == 30
+    for side in did.values():
+        for d in side.values():
+            assert d["ci_low"] <= d["did"] <= d["ci_high"]
+    # a control file written before the nonmembers' top-1 correctness was kept: no accuracy DiD; before any: none
+    older = {**control, "correct": {"members": control["correct"]["members"], "nonmembers": None}}
+    audit = leakage_audit(arm, older, dropped, n_bootstrap=0, seed=0)
+    assert "accuracy" in audit["dropped"] and "accuracy" not in audit["did"]["dropped"]
+    oldest = {**control, "correct": {"members": None, "nonmembers": None}}
+    audit = leakage_audit(arm, oldest, dropped, n_bootstrap=0, seed=0)
+    assert "accuracy" not in audit["dropped"]
+    assert audit["dropped"]["loss"]["diff"] == pytest.approx(-np.log(2), abs=loss)
 
 
 def _audit(diff: float) -> dict:
     side = {"arm": 0.9, "control": 0.9 - diff, "diff": diff, "diff_ci_low": diff - 0.1, "diff_ci_high": diff + 0.1,
             "n_documents": 16, "n_positions": 100}
-    return {p: {"accuracy": side, "loss": {**side, "arm": 2.0, "control": 2.5}} for p in ("dropped", "kept")}
+    did = {"member_diff": diff, "heldout_diff": 0.25, "did": diff - 0.25, "ci_low": diff - 0.35,
+           "ci_high": diff - 0.15, "p_value": 0.002, "n_member_documents": 16, "n_member_positions": 100,
+           "n_heldout_documents": 40, "n_heldout_positions": 900}
+    out = {p: {"accuracy": side, "loss": {**side, "arm": 2.0, "control": 2.5}} for p in ("dropped", "kept")}
+    return {**out, "did": {p: {"accuracy": did, "loss": did} for p in ("dropped", "kept")}}
 
 
 def test_the_leakage_section_has_a_table_or_says_why_not():
@@ -106,7 +134,10 @@ def test_the_leakage_section_has_a_table_or_says_why_not():
     gold = {"cell": "goldfish", "arm": "goldfish", "tf_accuracy": 0.5, "leakage": _audit(0.5)}
     text = "\n".join(leakage_section({"cells": [control, gold], "axes": []}))
     assert "## Dropped-token leakage audit" in text
-    assert "| goldfish | dropped | 16 | 100 | 90.0 % / 40.0 % | 50.0 % [40.0 %, 60.0 %] |" in text
+    assert "## Dropped-token leakage audit (difference in differences)" in text
+    # members-only arm - control (the old reading), the held-out difference, and their difference with its CI and p
+    assert ("| goldfish | dropped | 16 / 40 | 90.0 % / 40.0 % | 50.0 % [40.0 %, 60.0 %] | 25.0 % | "
+            "25.0 % [15.0 %, 35.0 %] (p 0.002) |") in text
     # a grid with two points, one without its control; a grid point whose data has no Goldfish mask
     cells = [{**control, "model": "a"}, {**gold, "model": "a"}, {**gold, "cell": "goldfish__model=b", "model": "b"},
              {"cell": "standard__model=a", "arm": "standard", "model": "a", "tf_accuracy": 0.5, "leakage": None}]
@@ -197,7 +228,68 @@ def test_the_leakage_audit_equals_a_recomputation_from_the_stored_tokens(micro):
                 scale = max(abs(a["arm"]), abs(a["control"]))
                 assert a["diff"] == pytest.approx(a["arm"] - a["control"], abs=rounding(a["n_positions"], U64) * scale)
                 assert a["diff_ci_low"] <= a["diff"] <= a["diff_ci_high"] and a["n_documents"] == 16
-        assert f"| {arm} | dropped | 16 |" in report and f"| {arm} | kept | 16 |" in report
+        assert f"| {arm} | dropped | 16 / " in report and f"| {arm} | kept | 16 / " in report
+        _check_did(attacks, control, dropped)
     # the per-exposure AUCs of the report carry their bootstrap CI (micro has repetitions 1 and 2)
     section = report.split("## MIA AUC by exposure count")[1].split("##")[0]
     assert section.count("[") >= 6
+
+
+def _check_did(attacks: dict, control: dict, dropped: list) -> None:
+    """The difference in differences recomputed from the stored per-token values, by plain pooled means."""
+    for side, keep in (("dropped", dropped), ("kept", [~d for d in dropped])):
+        for measure, field, sign in (("accuracy", "correct", 1.0), ("loss", "logprobs", -1.0)):
+            def pooled(found: dict, split: str, positions) -> float:
+                docs = [sign * np.asarray(x, float) for x in found[field][split]]
+                if positions is not None:
+                    docs = [x[p] for x, p in zip(docs, positions)]
+                return float(np.concatenate(docs).mean())
+
+            member = pooled(attacks, "members", keep) - pooled(control, "members", keep)
+            held = pooled(attacks, "nonmembers", None) - pooled(control, "nonmembers", None)
+            d = attacks["leakage"]["did"][side][measure]
+            scale = 1.0 if measure == "accuracy" else 50.0  # per-token NLLs of the micro model stay below 50 nats
+            tol = rounding(10_000, U64) * scale  # float64 sums of <= 10 k per-token values in another order
+            assert d["member_diff"] == pytest.approx(member, abs=tol)
+            assert d["heldout_diff"] == pytest.approx(held, abs=tol)
+            assert d["did"] == pytest.approx(member - held, abs=2 * tol)
+            assert d["ci_low"] <= d["did"] <= d["ci_high"]
+
+
+def test_paired_tests_equal_a_recomputation_from_the_cells_files(micro):
+    from sklearn.metrics import roc_auc_score
+
+    results = json.loads((micro / "results.json").read_text())
+    summary = json.loads((micro / "summary.json").read_text())
+    assert summary["paired"] == results["paired"]
+    assert [(t["a"], t["b"]) for t in results["paired"]] == [("goldfish", "standard"), ("standard", "control"),
+                                                             ("goldfish", "control")]
+
+    def cell(name: str) -> tuple[dict, dict]:
+        windows = json.loads((micro / "cells" / name / "eval" / "results.json").read_text())["windows"]
+        return {w["sha256"]: w for w in windows}, json.loads((micro / "cells" / name / "attacks.json").read_text())
+
+    for t in results["paired"]:
+        (wa, aa), (wb, ab) = cell(t["cell_a"]), cell(t["cell_b"])
+        keys = sorted(set(wa) & set(wb))
+        assert t["n_windows"] == len(keys) == 16
+        a_only = sum(bool(wa[k]["exact_match"]) and not wb[k]["exact_match"] for k in keys)
+        b_only = sum(bool(wb[k]["exact_match"]) and not wa[k]["exact_match"] for k in keys)
+        assert (t["exact_match"]["a_only"], t["exact_match"]["b_only"]) == (a_only, b_only)
+        for name in ("rouge_l_paper", "rouge_l"):
+            diff = np.mean([wa[k][name] - wb[k][name] for k in keys])
+            assert t[name]["diff"] == pytest.approx(diff, abs=rounding(16, U64))
+        # the AUC difference by scikit-learn on the same documents (both cells scored them in the prepared order)
+        assert aa["doc_ids"] == ab["doc_ids"]
+        attack = t["auc"]["attack"]
+
+        def auc(found: dict) -> float:
+            s = found["scores"][attack]
+            return roc_auc_score([1] * len(s["members"]) + [0] * len(s["nonmembers"]), s["members"] + s["nonmembers"])
+
+        assert t["auc"]["diff"] == pytest.approx(auc(aa) - auc(ab), abs=rounding(100, U64))
+    for c in results["cells"]:  # the headline AUC's exact p-value is computed on the same scores as the AUC
+        assert c["mia_auc_p"]["auc"] == pytest.approx(c["mia_auc"], abs=rounding(100, U64))
+        assert c["mia_tpr_at_1pct_fpr"] is None and "needs >= 100 nonmembers" in c["mia_tpr_at_1pct_fpr_note"]
+    report = (micro / "report.md").read_text()
+    assert "## Paired tests between arms" in report and "| goldfish vs standard | 16 (16) |" in report

@@ -3,7 +3,7 @@
 Rows of ``results.csv`` (one per cell x prefix length x repetition stratum of the member windows)::
 
     cell, arm, <one column per grid axis>, params, tokens_seen, kept_tokens, train_time_s,
-    prefix_len, repetitions, n_windows, exact_match_rate, token_match, rouge_l,
+    prefix_len, repetitions, n_windows, exact_match_rate, token_match, rouge_l, rouge_l_paper,
     mia_auc, mia_auc_ci_low, mia_auc_ci_high, final_kept_loss, final_dropped_loss, heldout_loss, heldout_ppl
 
 (``prefix_len`` -1: eval's ``all``, all but the last suffix_len tokens of each document.)
@@ -20,7 +20,11 @@ A cell of ``results.json`` (and an entry of ``summary.json``) also carries, when
 extraction attacks over the same windows as ``exact_match_rate`` (:func:`adaptive_numbers`): ``beam_exact_match_rate``
 (+ ``_ci_low``/``_ci_high``, Wilson) with ``beam_width``; ``sample_rate`` (mean fraction of exact temperature samples,
 + normal CI), ``sample_any_rate`` (windows with at least one exact sample, + Wilson CI), ``n_samples``,
-``sample_temperature``; and ``leakage``, the dropped-token leakage audit of the cell's ``attacks.json``.
+``sample_temperature``; and ``leakage``, the dropped-token leakage audit of the cell's ``attacks.json`` (its ``did``:
+the difference in differences against held-out text). ``rouge_l_paper`` (the paper's ROUGE-L, rouge-score on words)
+is the headline ROUGE-L, ``rouge_l`` (token ids) beside it; ``mia_auc_p``, the guarded ``mia_tpr_at_1pct_fpr`` and
+``extraction_ci`` (intervals over documents) come from :mod:`goldfish.experiment.inference`, and so does
+``paired`` (top level of ``results.json`` and ``summary.json``): the paired tests between the arms of each grid point.
 """
 
 from __future__ import annotations
@@ -36,12 +40,15 @@ from goldfish.eval.aggregate import group_rates, wilson_interval
 
 from ..io import atomic_write_json, atomic_write_text, read_jsonl
 from .config import ExperimentConfig
+from .inference import cell_statistics, paired_tests
 from .plan import ATTACKS_FILE, CellPlan
 from .scaling import size_analysis
 from .sections import cell_extras
 
 RESULTS_SCHEMA = "goldfish-experiment/1"
-STRATUM_METRICS = {"exact_match": "exact_match_rate", "token_match": "token_match", "rouge_l": "rouge_l"}
+STRATUM_METRICS = {"exact_match": "exact_match_rate", "token_match": "token_match", "rouge_l": "rouge_l",
+                   "rouge_l_paper": "rouge_l_paper"}
+ROUGE_KEYS = ("rouge_l_paper", "rouge_l")  # the paper's word ROUGE-L (rouge-score) is the headline; token ids beside
 # eval's adaptive extraction attacks (decoding.beam > 1, decoding.samples > 0), carried into a cell when present
 ADAPTIVE_KEYS = ("beam_exact_match_rate", "beam_exact_match_rate_ci_low", "beam_exact_match_rate_ci_high",
                  "sample_rate", "sample_rate_ci_low", "sample_rate_ci_high")
@@ -188,7 +195,7 @@ def cell_summary(plan: CellPlan, mia_attack: str = "auto") -> dict[str, Any]:
     out["steps"] = _first(train, "steps", "step", "total_steps")
     out.update(final_losses(metrics))
     out.update({k: overall.get(k) for k in ("n_windows", "exact_match_rate", "exact_match_ci_low",
-                                            "exact_match_ci_high", "rouge_l", "token_match")})
+                                            "exact_match_ci_high", *ROUGE_KEYS, "token_match")})
     out.update(adaptive_numbers(results))
     membership = results.get("membership") or {}
     out.update(membership_numbers(membership))
@@ -201,10 +208,13 @@ def cell_summary(plan: CellPlan, mia_attack: str = "auto") -> dict[str, Any]:
     out.setdefault("mia_auc_loss", out["mia_aucs"].get("loss"))
     out.update(headline_numbers(resolve_mia_attack(mia_attack, plan.start_model is not None), found))
     out["mia_auc_ci"] = [out.get("mia_auc_ci_low"), out.get("mia_auc_ci_high")]
+    # the exact p-value and the guarded TPR of the headline attack, document-level extraction intervals
+    scores = {**(membership.get("scores") or {}), **((attacks or {}).get("scores") or {})}
+    out.update(cell_statistics(scores.get(out["mia_attack"]), results.get("windows") or []))
     summary = results.get("summary") or {}
-    out["by_prefix_len"] = {str(p): {k: v.get(k) for k in ("n_windows", "exact_match_rate", "rouge_l")}
+    out["by_prefix_len"] = {str(p): {k: v.get(k) for k in ("n_windows", "exact_match_rate", *ROUGE_KEYS)}
                             for p, v in (summary.get("by_prefix_len") or {}).items()}
-    out["by_repetitions"] = {str(r): {k: v.get(k) for k in ("n_windows", "exact_match_rate", "rouge_l")}
+    out["by_repetitions"] = {str(r): {k: v.get(k) for k in ("n_windows", "exact_match_rate", *ROUGE_KEYS)}
                              for r, v in (summary.get("by_repetitions") or {}).items()}
     out["strata"] = stratum_rows(results.get("windows") or [])
     baseline = plan.eval_dir / "k_baseline.json"
@@ -285,13 +295,15 @@ def summary_of(cells: list[dict]) -> dict[str, dict]:
     arms = [c["arm"] for c in cells]
     one_per_arm = len(set(arms)) == len(arms)
     keep = ("cell", "params", "tokens_seen", "kept_tokens", "dropped_tokens", "train_time_s", "steps",
-            "n_windows", "exact_match_rate", "rouge_l", "token_match", "mia_attack", "mia_auc", "mia_auc_ci",
-            "mia_auc_ci_low", "mia_auc_ci_high", "mia_tpr_at_1pct_fpr", "mia_aucs", "mia_auc_loss",
+            "n_windows", "exact_match_rate", *ROUGE_KEYS, "token_match", "mia_attack", "mia_auc", "mia_auc_ci",
+            "mia_auc_ci_low", "mia_auc_ci_high", "mia_auc_p", "mia_tpr_at_1pct_fpr", "mia_tpr_at_1pct_fpr_note",
+            "mia_aucs", "mia_auc_loss",
             "mia_auc_reference", "mia_auc_reference_ci", "mia_auc_kept_loss", "mia_auc_kept_loss_ci",
             "mia_auc_kept_reference", "mia_auc_kept_reference_ci", "mia_by_exposure", "mia_by_exposure_ci", "tf_accuracy",
             "tf_kept_accuracy", "tf_dropped_accuracy", "heldout_accuracy", "final_kept_loss", "final_dropped_loss",
             "heldout_loss", "heldout_ppl", "member_loss", "by_prefix_len", "by_repetitions", "exact_match_ci_low",
-            "exact_match_ci_high", *ADAPTIVE_FIELDS, "leakage", "precision", "eval_precision", "device")
+            "exact_match_ci_high", "extraction_ci", *ADAPTIVE_FIELDS, "leakage", "k_baseline", "precision",
+            "eval_precision", "device")
     return {(c["arm"] if one_per_arm else c["cell"]): {k: c.get(k) for k in keep} for c in cells}
 
 
@@ -340,11 +352,13 @@ def aggregate(cfg: ExperimentConfig, plans: list[CellPlan], wall_time_s: float |
         "missing": [p.cell.id for p in plans if not p.done],
         "start_model": next((p.start_model for p in plans if p.start_model), None), **blind,
         "control_mode": cfg.control_mode, "tune": tune, "scaling": scaling,
+        "paired": paired_tests(done, cells, axes),
     }
     atomic_write_json(out / "results.json", results)
     atomic_write_text(out / "results.csv", to_csv(rows))
     summary = summary_of(cells)
     if blind:
         summary.update(blind_auc=blind["blind_auc"], blind_auc_ci=blind["blind_auc_ci"])
+    summary["paired"] = results["paired"]
     atomic_write_json(out / "summary.json", summary)
     return results

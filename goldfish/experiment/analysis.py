@@ -11,8 +11,8 @@ section. (The attacks themselves, functions of per-token values with no model in
   bootstrap CI;
 * the LOSS attack and the held-out (nonmember) loss, the same quantities as ``goldfish eval``'s membership section,
   so an experiment may leave that task out (``eval.tasks: [extraction]``) and score each document once;
-* the dropped-token leakage audit: the cell against the control of its grid point on the member positions the
-  Goldfish mask drops (and keeps).
+* the dropped-token leakage audit as a difference in differences: (cell - control of its grid point) on the member
+  positions the Goldfish mask drops (and keeps) minus (cell - control) on the held-out documents.
 
 The control cell of a grid point runs first and stores its per-token log-probs and top-1 correctness, which the other
 cells of the same data use as the reference. Everything is a function of the saved model and the prepared data, so
@@ -21,19 +21,28 @@ rerunning the phase gives the same file.
 Fields (the schema of ``attacks.json``; targets t = 1..L-1 of each document, documents in the prepared folder's order):
 
 * ``logprobs``: ``{"members" | "nonmembers": [[log p(t) ...] per document]}``;
-* ``correct``: ``{"members": [[1 if the argmax at t is the token, else 0 ...] per document]}``;
+* ``correct``: ``{"members" | "nonmembers": [[1 if the argmax at t is the token, else 0 ...] per document]}``;
+* ``doc_ids``: ``{"members" | "nonmembers": [document id ...]}`` (the prepared folder's ``id``), which pairs two
+  cells' documents by identity;
 * ``heldout_loss``, ``member_loss``: mean per-document NLL of the nonmembers / members;
 * ``accuracy``: teacher-forced top-1 accuracy of the members, ``accuracy``, ``kept_accuracy``, ``dropped_accuracy``,
   ``n_kept``, ``n_dropped``; ``heldout_accuracy``: the nonmembers' ``accuracy``;
 * ``attacks``: ``{attack: {auc, auc_ci_low, auc_ci_high, tpr_at_1pct_fpr, roc_fpr, roc_tpr, n_members,
   n_nonmembers}}`` for ``loss``, ``reference``, ``kept_loss``, ``kept_reference`` (those that apply; the ROC
   down-sampled as in ``goldfish eval``);
+* ``scores``: ``{attack: {"members" | "nonmembers": [score per document]}}`` for the attacks above (higher =
+  member; null where a document has no position to score);
 * ``by_exposure``: ``{r: {"loss" | "reference": auc}}``; ``by_exposure_ci``: ``{r: {attack: [ci_low, ci_high]}}``;
 * ``leakage`` (cells with a control on their grid point and a Goldfish mask on their data, not the control itself):
+  ``did``: ``{"dropped" | "kept": {"accuracy" | "loss": {member_diff, heldout_diff, did, ci_low, ci_high, p_value,
+  n_member_documents, n_member_positions, n_heldout_documents, n_heldout_positions}}}`` -- the headline: top-1
+  accuracy and loss (-log p) of this cell minus the control's on the member positions the mask drops / keeps
+  (``member_diff``, token-weighted) minus the same difference on every held-out target (``heldout_diff``), with a
+  95 % bootstrap CI and two-sided p-value resampling member and held-out documents
+  (:func:`goldfish.eval.stats.difference_in_differences`); and, beside it, the members-only difference
   ``{"dropped" | "kept": {"accuracy" | "loss": {arm, control, diff, diff_ci_low, diff_ci_high, n_documents,
-  n_positions}}}`` -- top-1 accuracy and loss (-log p) of this cell and of the control on the member positions the
-  mask drops / keeps (token-weighted), ``diff`` = arm - control with a 95 % bootstrap CI that resamples documents.
-  ``accuracy`` is absent when the control's file predates ``correct``.
+  n_positions}}}`` (confounded: training moves the model on unseen text too). ``accuracy`` is absent where the
+  control's file predates ``correct`` of that split.
 """
 
 from __future__ import annotations
@@ -76,22 +85,34 @@ def exposure_aucs(scores: dict[str, dict[str, np.ndarray]], reps: np.ndarray, n_
             {r: {name: [a["auc_ci_low"], a["auc_ci_high"]] for name, a in by.items()} for r, by in found.items()})
 
 
-def leakage_audit(logp: Sequence[np.ndarray], correct: Sequence[np.ndarray], ref_logp: Sequence[np.ndarray],
-                  ref_correct: Sequence[Sequence[int]] | None, dropped: Sequence[np.ndarray], n_bootstrap: int,
-                  seed: int) -> dict[str, dict[str, dict]]:
-    """The dropped-token leakage audit on the member documents: ``{"dropped" | "kept": {"accuracy" | "loss":
-    paired_difference(...)}}`` -- top-1 accuracy and loss (-log p) of the arm and of the control on the positions
-    the Goldfish mask drops / keeps, and arm - control with a bootstrap CI over documents. A Goldfish model that
-    predicts dropped tokens better than a model that never saw the text leaks them. ``ref_correct`` None (a
-    control attacks.json written before it stored top-1 correctness) leaves the accuracy out."""
-    from goldfish.eval.attacks import paired_difference
+def leakage_audit(arm: dict[str, dict[str, list]], control: dict[str, dict[str, list]],
+                  dropped: Sequence[np.ndarray], n_bootstrap: int, seed: int) -> dict[str, dict]:
+    """The dropped-token leakage audit. ``arm`` / ``control``: ``{"logp" | "correct": {"members" | "nonmembers":
+    [(L-1,) per document]}}`` of the cell and of its grid point's control (``control["correct"]`` may lack a split
+    its file predates); ``dropped``: the members' (L-1,) Goldfish drop masks.
 
-    out: dict[str, dict[str, dict]] = {}
+    ``did``: ``{"dropped" | "kept": {"accuracy" | "loss": difference_in_differences(...)}}`` -- (arm - control) on
+    those member positions minus (arm - control) on every held-out target, with a bootstrap CI resampling member
+    and held-out documents: fine-tuning moves a model on text it never saw too, so only the excess over the
+    held-out shift is leakage. ``dropped`` / ``kept``: ``{"accuracy" | "loss": paired_difference(...)}``, the
+    members-only arm - control (confounded by that shift; kept beside it, labelled). An accuracy is left out where
+    the control's file lacks the split's top-1 correctness."""
+    from goldfish.eval.attacks import paired_difference
+    from goldfish.eval.stats import difference_in_differences
+
+    measures = {"loss": ({k: [-np.asarray(x) for x in v] for k, v in arm["logp"].items()},
+                         {k: [-np.asarray(x) for x in v] for k, v in control["logp"].items()})}
+    if control["correct"].get("members") is not None:
+        measures["accuracy"] = (arm["correct"], control["correct"])
+    out: dict[str, dict] = {"did": {}}
     for name, positions in (("dropped", list(dropped)), ("kept", [~np.asarray(d, bool) for d in dropped])):
-        out[name] = {"loss": paired_difference([-np.asarray(x) for x in logp], [-np.asarray(x) for x in ref_logp],
-                                               positions, n_bootstrap, seed)}
-        if ref_correct is not None:
-            out[name]["accuracy"] = paired_difference(correct, ref_correct, positions, n_bootstrap, seed)
+        out[name], out["did"][name] = {}, {}
+        for measure, (a, c) in measures.items():
+            out[name][measure] = paired_difference(a["members"], c["members"], positions, n_bootstrap, seed)
+            if c.get("nonmembers") is not None and len(a["nonmembers"]):
+                out["did"][name][measure] = difference_in_differences(
+                    a["members"], c["members"], positions, a["nonmembers"], c["nonmembers"], None, n_bootstrap,
+                    seed)
     return out
 
 
@@ -118,7 +139,9 @@ def analyse(model: Any, data_dir: Path, out: Path, gcfg: GoldfishConfig | None, 
     logp = {name: [st.logp for st in s] for name, s in stats.items()}
     correct = {name: [st.correct for st in s] for name, s in stats.items()}
     result: dict[str, Any] = {"logprobs": {k: [v.tolist() for v in vs] for k, vs in logp.items()},
-                              "correct": {"members": [c.astype(np.int8).tolist() for c in correct["members"]]}}
+                              "correct": {k: [c.astype(np.int8).tolist() for c in cs] for k, cs in correct.items()},
+                              "doc_ids": {"members": list(prepared.members["id"]),
+                                          "nonmembers": list(prepared.nonmembers["id"])}}
     loss = {name: np.array([lp.mean() for lp in lps]) for name, lps in logp.items()}  # minus mean NLL per doc
     result["heldout_loss"] = float(-loss["nonmembers"].mean()) if len(loss["nonmembers"]) else None
     result["member_loss"] = float(-loss["members"].mean()) if len(loss["members"]) else None
@@ -139,12 +162,14 @@ def analyse(model: Any, data_dir: Path, out: Path, gcfg: GoldfishConfig | None, 
         if ref is not None:
             scores["kept_reference"] = {k: attacks.calibrated(logp[k], ref[k], kept[k]) for k in docs}
     if reference is not None and gcfg is not None and ref is not None:
-        result["leakage"] = leakage_audit(logp["members"], correct["members"], ref["members"],
-                                          (reference.get("correct") or {}).get("members"), dropped["members"],
-                                          n_bootstrap, seed)
+        ref_correct = reference.get("correct") or {}
+        result["leakage"] = leakage_audit({"logp": logp, "correct": correct},
+                                          {"logp": ref, "correct": {k: ref_correct.get(k) for k in docs}},
+                                          dropped["members"], n_bootstrap, seed)
     if docs["members"] and docs["nonmembers"]:
         result["attacks"] = {name: _auc(s["members"], s["nonmembers"], n_bootstrap, seed)
                              for name, s in scores.items()}
+        result["scores"] = {name: {k: [float(x) for x in v] for k, v in s.items()} for name, s in scores.items()}
         result["by_exposure"], result["by_exposure_ci"] = exposure_aucs(scores, reps, n_bootstrap, seed)
     atomic_write_json(out / ATTACKS_FILE, result)
     return result

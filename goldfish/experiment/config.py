@@ -48,6 +48,7 @@ from ..provenance import flatten
 
 SECTIONS = ("data", "train", "eval", "hardware")
 CONTROL = "control"  # the arm name of the control cells
+HEADLINE_METRICS = ("exact_match_rate", "rouge_l_paper", "rouge_l", "token_match")
 # headline attacks: auto, then those every cell's attacks.json scores, then (a pattern) eval's membership attacks
 MIA_ATTACKS = ("auto", "loss", "reference", "kept_loss", "kept_reference")
 EVAL_MIA_ATTACKS = r"zlib_ratio|zlib_mimir|lowercase|min_k(_pp)?_\d+"
@@ -150,8 +151,8 @@ class ExperimentConfig:
     paper_numbers: bool = option(False, "print Hans et al. 2024 Fig. 1 (Llama-2-7B, 100 articles x 100 epochs) "
                                         "beside the arms named standard, goldfish and control")
     report_examples: int = option(3, "side-by-side generations per arm in the report")
-    headline_metric: str = option("exact_match_rate", "metric of the headline plots (exact_match_rate, rouge_l, "
-                                                      "token_match)")
+    headline_metric: str = option("exact_match_rate", "metric of the headline plots (exact_match_rate, "
+                                                      "rouge_l_paper, rouge_l, token_match)")
     mia_attack: str = option("auto", "the headline membership attack behind mia_auc, its CI, the ROC plot and the "
                                      "plot titles: auto (reference for a fine-tune, loss from scratch) | loss | "
                                      "reference | kept_loss | kept_reference (attacks.json, every cell) | an attack "
@@ -168,8 +169,8 @@ class ExperimentConfig:
             bad = [word for word in getattr(self, key) if not _fills(word)]
             check(not bad, problems, f"{key} word {shown(bad[0]) if bad else ''} has a placeholder other than "
                                      f"{{nnodes}} and {{nproc_per_node}} (write a literal brace as {{{{ or }}}})")
-        check(self.headline_metric in ("exact_match_rate", "rouge_l", "token_match"), problems,
-              f"headline_metric={shown(self.headline_metric)} must be exact_match_rate, rouge_l or token_match")
+        check(self.headline_metric in HEADLINE_METRICS, problems,
+              f"headline_metric={shown(self.headline_metric)} must be one of {', '.join(HEADLINE_METRICS)}")
         check(self.mia_attack in MIA_ATTACKS or bool(re.fullmatch(EVAL_MIA_ATTACKS, self.mia_attack)), problems,
               f"mia_attack={shown(self.mia_attack)} is not an attack; choose auto, {', '.join(MIA_ATTACKS[1:])} or one of "
               f"eval's membership attacks (zlib_ratio, zlib_mimir, lowercase, min_k_<percent>, min_k_pp_<percent>)")

@@ -1,4 +1,5 @@
-"""Each Goldfish cell's mask-arithmetic baseline ``(1 - g/k)^S`` (see ``goldfish.eval.baseline``), written to
+"""Each Goldfish cell's mask-arithmetic baseline (see ``goldfish.eval.baseline``): the mean over windows of
+``(1 - g)^d_w`` from each window's own dropped count, and the nominal ``(1 - g/k)^S`` beside it, written to
 ``<cell>/eval/k_baseline.json`` after evaluation and shown next to exact match in the study report."""
 
 from __future__ import annotations

@@ -19,11 +19,14 @@ from goldfish.eval.report import highlight_differences, markdown_table
 
 from ..io import atomic_write_text, read_jsonl
 from .config import CONTROL, ExperimentConfig
+from .inference import p_text, paired_markdown
 from .plots import bar_chart, loss_curves, metric_vs_x, roc_curves, threshold_plots
 from .scaling import scaling_markdown
 from .sections import study_sections
 
-METRIC_NAMES = {"exact_match_rate": "exact-match rate", "rouge_l": "ROUGE-L", "token_match": "token match"}
+METRIC_NAMES = {"exact_match_rate": "exact-match rate", "rouge_l_paper": "ROUGE-L (rouge-score, the paper's)",
+                "rouge_l": "ROUGE-L (token ids)", "token_match": "token match"}
+ROUGE = ("rouge_l_paper", "rouge_l")  # the paper's word ROUGE-L first (the headline), token ROUGE-L beside it
 
 
 def _fmt(value: Any, kind: str = "") -> str:
@@ -50,9 +53,9 @@ def cell_label(cell: dict, axes: list[str], one_per_arm: bool) -> str:
 
 
 # Hans et al. 2024 (NeurIPS), Fig. 1: Llama-2-7B fine-tuned on 100 Wikipedia articles for 100 epochs; Goldfish k=4.
-PAPER_FIG1 = {"standard": {"exact_match_rate": 0.85, "rouge_l": 0.96},
-              "goldfish": {"exact_match_rate": 0.0, "rouge_l": 0.51},
-              "control": {"exact_match_rate": 0.0, "rouge_l": 0.26}}
+PAPER_FIG1 = {"standard": {"exact_match_rate": 0.85, "rouge_l_paper": 0.96},
+              "goldfish": {"exact_match_rate": 0.0, "rouge_l_paper": 0.51},
+              "control": {"exact_match_rate": 0.0, "rouge_l_paper": 0.26}}
 PAPER_SETTING = "Hans et al. 2024, Fig. 1: Llama-2-7B, 100 Wikipedia articles x 100 epochs, Goldfish k=4"
 
 
@@ -60,24 +63,54 @@ def _ci(c: dict, low: str, high: str) -> str:
     return f" [{_fmt(c.get(low))}, {_fmt(c.get(high))}]" if c.get(low) is not None else ""
 
 
+def _extraction(c: dict, name: str, kind: str = "") -> str:
+    """A member-window mean with its 95 % interval over documents (``extraction_ci``), else the plain value."""
+    d = (c.get("extraction_ci") or {}).get(name)
+    if not d:
+        return _fmt(c.get(METRIC_KEYS.get(name, name)), kind)
+    return _with_ci(d["mean"], d.get("ci_low"), d.get("ci_high"), kind)
+
+
+METRIC_KEYS = {"exact_match": "exact_match_rate"}  # per-window metric -> its summary key where they differ
+
+
+def auc_text(c: dict) -> str:
+    """The headline AUC with its exact p-value; a bootstrap interval only where it is not degenerate (a perfect
+    separation resamples to AUC 1 every time, so its exact probability under the null stands in its place)."""
+    p = c.get("mia_auc_p") or {}
+    attack = c.get("mia_attack")
+    if p.get("method") == "perfect":
+        return (f"{_fmt(c.get('mia_auc'))} (perfect separation of {p['n_members']} vs {p['n_nonmembers']}: "
+                f"p = 10^{p['log10_p']:.1f}, exact) ({attack})")
+    shown = f" (p {p['p_value']:.2g}, {p['method']})" if p.get("p_value") is not None else ""
+    return f"{_fmt(c.get('mia_auc'))}{_ci(c, 'mia_auc_ci_low', 'mia_auc_ci_high')}{shown} ({attack})"
+
+
+def tpr_text(c: dict) -> str:
+    """TPR at 1 % FPR, or why it is withheld (fewer than 100 nonmembers)."""
+    if c.get("mia_tpr_at_1pct_fpr") is not None:
+        return _fmt(c["mia_tpr_at_1pct_fpr"], "pct")
+    return c.get("mia_tpr_at_1pct_fpr_note") or "-"
+
+
 def headline_table(results: dict, markdown: bool = True) -> str:
-    """Per cell: exact match, ROUGE-L, held-out loss, teacher-forced accuracy on kept / dropped positions, MIA AUC
-    (the headline attack, 95 % CI) and the hash-aware AUC, token budget, train time."""
+    """Per cell: exact match and ROUGE-L (rouge-score, the headline; token ids beside) with intervals over
+    documents, held-out loss, teacher-forced accuracy on kept / dropped positions, MIA AUC (the headline attack,
+    with its permutation p-value), TPR at 1 % FPR where measurable, the hash-aware AUC, token budget, train time."""
     cells, axes = results["cells"], results["axes"]
     one = len({c["arm"] for c in cells}) == len(cells)
-    header = ["cell", "params", "tokens", "train time", "exact match", "ROUGE-L", "held-out loss",
-              "TF acc kept / dropped", "MIA AUC", "MIA AUC kept tokens", "final kept / dropped loss"]
+    header = ["cell", "params", "tokens", "train time", "exact match", "ROUGE-L (rouge-score)", "ROUGE-L (tokens)",
+              "held-out loss", "TF acc kept / dropped", "MIA AUC", "TPR at 1 % FPR", "MIA AUC kept tokens",
+              "final kept / dropped loss"]
     rows = []
     for c in cells:
-        attack = c.get("mia_attack")
         kept = c.get("mia_auc_kept_reference") if c.get("mia_auc_kept_reference") is not None else \
             c.get("mia_auc_kept_loss")
         rows.append([cell_label(c, axes, one), _fmt(c.get("params"), "params"), _fmt(c.get("tokens_seen"), "int"),
-                     _fmt(c.get("train_time_s"), "s"), _fmt(c.get("exact_match_rate"), "pct"),
-                     _fmt(c.get("rouge_l")), _fmt(c.get("heldout_loss")),
+                     _fmt(c.get("train_time_s"), "s"), _extraction(c, "exact_match", "pct"),
+                     _extraction(c, "rouge_l_paper"), _extraction(c, "rouge_l"), _fmt(c.get("heldout_loss")),
                      f"{_fmt(c.get('tf_kept_accuracy'), 'pct')} / {_fmt(c.get('tf_dropped_accuracy'), 'pct')}",
-                     f"{_fmt(c.get('mia_auc'))}{_ci(c, 'mia_auc_ci_low', 'mia_auc_ci_high')} ({attack})",
-                     _fmt(kept),
+                     auc_text(c), tpr_text(c), _fmt(kept),
                      f"{_fmt(c.get('final_kept_loss'))} / {_fmt(c.get('final_dropped_loss'))}"])
     if markdown:
         return markdown_table(header, rows)
@@ -90,7 +123,8 @@ def _plain(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join([fmt.format(*header)] + [fmt.format(*r) for r in rows])
 
 
-SPREAD_METRICS = (("exact_match_rate", "exact match", "pct"), ("rouge_l", "ROUGE-L", ""),
+SPREAD_METRICS = (("exact_match_rate", "exact match", "pct"), ("rouge_l_paper", "ROUGE-L rouge-score", ""),
+                  ("rouge_l", "ROUGE-L tokens", ""),
                   ("heldout_loss", "held-out loss", ""), ("tf_kept_accuracy", "TF acc kept", "pct"),
                   ("tf_dropped_accuracy", "TF acc dropped", "pct"), ("mia_auc", "MIA AUC", ""),
                   ("mia_auc_kept_reference", "MIA AUC kept tokens", ""))
@@ -131,12 +165,13 @@ def paper_table(results: dict, markdown: bool = True) -> str | None:
         paper = PAPER_FIG1.get(arm)
         if paper is None:
             continue
-        em, rl = metrics.get("exact_match_rate"), metrics.get("rouge_l")
+        em, rl, tok = (metrics.get(k) for k in ("exact_match_rate", *ROUGE))
         rows.append([arm, _fmt(em[0] if em else None, "pct"), _fmt(paper["exact_match_rate"], "pct"),
-                     _fmt(rl[0] if rl else None), _fmt(paper["rouge_l"])])
+                     _fmt(rl[0] if rl else None), _fmt(paper["rouge_l_paper"]), _fmt(tok[0] if tok else None)])
     if not rows:
         return None
-    header = ["arm", "exact match (ours)", "exact match (paper)", "ROUGE-L (ours)", "ROUGE-L (paper)"]
+    header = ["arm", "exact match (ours)", "exact match (paper)", "ROUGE-L rouge-score (ours)", "ROUGE-L (paper)",
+              "ROUGE-L token ids (ours)"]
     return markdown_table(header, rows) if markdown else _plain(header, rows)
 
 
@@ -145,7 +180,8 @@ def regime(results: dict) -> str:
     start = results.get("start_model")
     trained = results.get("control_mode") == "background"
     if start:
-        control = "that model fine-tuned on the background alone" if trained else "that model untrained on the target data"
+        control = ("that model fine-tuned on the background alone" if trained else
+                   "that model, not fine-tuned on the target data (its pretraining may have included them)")
         text = f"Regime: fine-tuning the pretrained model `{Path(start).name}`; the control is {control}."
     else:
         control = ("the same model trained on the same background without the targets" if trained
@@ -204,10 +240,36 @@ def adaptive_table(results: dict) -> str | None:
                    "any sample exact"], rows)
 
 
+def _did(d: dict | None, kind: str = "") -> str:
+    """A difference in differences with its 95 % interval and bootstrap p-value."""
+    if not d or d.get("did") is None:
+        return "-"
+    p = f" (p {p_text(d['p_value'])})" if d.get("p_value") is not None else ""
+    return _with_ci(d["did"], d.get("ci_low"), d.get("ci_high"), kind) + p
+
+
+def _leakage_rows(label: str, leakage: dict) -> list[list[str]]:
+    """Per position set (dropped, kept): the members-only arm - control beside the held-out one and their
+    difference in differences, for top-1 accuracy and loss."""
+    rows = []
+    for positions in ("dropped", "kept"):
+        plain, did = leakage[positions], (leakage.get("did") or {}).get(positions) or {}
+        acc, loss = plain.get("accuracy") or {}, plain["loss"]
+        dacc, dloss = did.get("accuracy") or {}, did.get("loss") or {}
+        held = f"{_fmt(dloss.get('n_heldout_documents'), 'int')}" if dloss else "-"
+        rows.append([label, positions, f"{_fmt(loss['n_documents'], 'int')} / {held}",
+                     f"{_fmt(acc.get('arm'), 'pct')} / {_fmt(acc.get('control'), 'pct')}",
+                     _with_ci(acc.get("diff"), acc.get("diff_ci_low"), acc.get("diff_ci_high"), "pct"),
+                     _fmt(dacc.get("heldout_diff"), "pct"), _did(dacc, "pct"),
+                     _with_ci(loss["diff"], loss["diff_ci_low"], loss["diff_ci_high"]),
+                     _fmt(dloss.get("heldout_diff")), _did(dloss)])
+    return rows
+
+
 def leakage_section(results: dict) -> list[str]:
-    """The dropped-token leakage audit: each cell against the control of its grid point on the member positions the
-    Goldfish mask drops / keeps (a table), and a line for each grid point without a control; empty when no cell has
-    an attacks.json."""
+    """The dropped-token leakage audit: each cell against the control of its grid point, on the member positions
+    the Goldfish mask drops / keeps and on held-out text, as a difference in differences (a table), and a line for
+    each grid point without a control; empty when no cell has an attacks.json."""
     cells, axes = results["cells"], results["axes"]
     arms = [c for c in cells if c["arm"] != CONTROL]
     if not any("tf_accuracy" in c for c in arms):
@@ -226,27 +288,27 @@ def leakage_section(results: dict) -> list[str]:
         if not c.get("leakage"):
             notes.append(f"{label}: no Goldfish mask on its data, so no dropped positions to audit.")
             continue
-        for positions in ("dropped", "kept"):
-            acc, loss = c["leakage"][positions].get("accuracy") or {}, c["leakage"][positions]["loss"]
-            rows.append([label, positions, _fmt(loss["n_documents"], "int"), _fmt(loss["n_positions"], "int"),
-                         f"{_fmt(acc.get('arm'), 'pct')} / {_fmt(acc.get('control'), 'pct')}",
-                         _with_ci(acc.get("diff"), acc.get("diff_ci_low"), acc.get("diff_ci_high"), "pct"),
-                         f"{_fmt(loss['arm'])} / {_fmt(loss['control'])}",
-                         _with_ci(loss["diff"], loss["diff_ci_low"], loss["diff_ci_high"])])
+        rows += _leakage_rows(label, c["leakage"])
     for values in dict.fromkeys(point(c) for c in arms if point(c) not in controls):
         where = " ".join(f"{a}={v}" for a, v in zip(axes, values))
         notes.append(f"No control cell {f'at {where}' if where else 'in this experiment'} (`control: false`): "
                      "no leakage audit there.")
-    lines = ["## Dropped-token leakage audit", ""]
+    lines = ["## Dropped-token leakage audit (difference in differences)", ""]
     if rows:
-        lines += [markdown_table(["cell", "positions", "documents", "tokens", "accuracy arm / control",
-                          "accuracy arm - control", "loss arm / control", "loss arm - control"], rows), "",
-                  "Member documents, the positions the Goldfish mask drops / keeps (the same positions in every arm); "
-                  "top-1 accuracy and loss (-log p, nats) of the cell and of the control of its grid point (a model "
-                  "that never saw the text), token-weighted; arm - control with a 95 % bootstrap CI over documents. "
-                  "On dropped positions, accuracy above the control's (loss below it) with a CI excluding 0 means "
-                  "the model predicts the tokens it was never trained on better than a model that never saw the "
-                  "text: leakage through the context (or, for a standard arm, plain memorisation).", ""]
+        lines += [markdown_table(["cell", "positions", "documents members / held-out", "accuracy arm / control",
+                                  "accuracy arm - control, members (old reading)", "accuracy arm - control, held-out",
+                                  "accuracy DiD", "loss arm - control, members (old reading)",
+                                  "loss arm - control, held-out", "loss DiD"], rows), "",
+                  "Top-1 accuracy and loss (-log p, nats) of the cell and of the control of its grid point (a model "
+                  "that never saw the text), token-weighted, on the member positions the Goldfish mask drops / "
+                  "keeps (the same positions in every arm) and on every held-out (nonmember) target. Training moves "
+                  "a model on text it never saw as well, so arm - control on the members alone (the old reading, "
+                  "kept for comparison) mixes leakage with that shift. The audit is the difference in differences: "
+                  "(arm - control on the member positions) - (arm - control on held-out text), with a 95 % "
+                  "bootstrap CI and two-sided p-value resampling member and held-out documents. On dropped "
+                  "positions a DiD in accuracy above 0 (in loss below 0) with a CI excluding 0 means the model "
+                  "predicts the tokens it was never trained on better than its general shift explains: leakage "
+                  "through the context (or, for a standard arm, plain memorisation).", ""]
     return lines + [line for note in notes for line in (note, "")]
 
 
@@ -260,7 +322,8 @@ def stratum_table(results: dict, by: str) -> str:
     for c in cells:
         agg = _mean_over(c["strata"], by)
         rows.append([cell_label(c, axes, one)] + [
-            f"{_fmt(agg[v]['exact_match_rate'], 'pct')} / {_fmt(agg[v]['rouge_l'])}" if v in agg else "-"
+            f"{_fmt(agg[v]['exact_match_rate'], 'pct')} / {_fmt(agg[v]['rouge_l_paper'])} / "
+            f"{_fmt(agg[v]['rouge_l'])}" if v in agg else "-"
             for v in values])
     return markdown_table(header, rows)
 
@@ -271,11 +334,14 @@ def _mean_over(strata: list[dict], by: str) -> dict[Any, dict[str, float]]:
     for s in strata:
         n = s["n_windows"]
         acc[s[by]]["n"] += n
-        for m in ("exact_match_rate", "rouge_l", "token_match"):
+        for m in MEANED:
             if s.get(m) is not None:
                 acc[s[by]][m] += n * s[m]
-    return {k: {m: (v[m] / v["n"] if v["n"] else None) for m in ("exact_match_rate", "rouge_l", "token_match")}
-            for k, v in acc.items()}
+                acc[s[by]][f"n_{m}"] += n
+    return {k: {m: (v[m] / v[f"n_{m}"] if v[f"n_{m}"] else None) for m in MEANED} for k, v in acc.items()}
+
+
+MEANED = ("exact_match_rate", *ROUGE, "token_match")  # the stratum metrics the tables pool
 
 
 def repetition1_table(results: dict) -> str | None:
@@ -287,14 +353,17 @@ def repetition1_table(results: dict) -> str | None:
         agg = _mean_over(c["strata"], "repetitions")
         if 1 in agg:
             rows.append([cell_label(c, axes, False), _fmt(c.get("params"), "params"),
-                         _fmt(agg[1]["exact_match_rate"], "pct"), _fmt(agg[1]["rouge_l"])])
+                         _fmt(agg[1]["exact_match_rate"], "pct"), _fmt(agg[1]["rouge_l_paper"]),
+                         _fmt(agg[1]["rouge_l"])])
     if not rows:
         return None
-    return markdown_table(["cell", "params", "exact match (rep. 1)", "ROUGE-L (rep. 1)"], rows)
+    return markdown_table(["cell", "params", "exact match (rep. 1)", "ROUGE-L rouge-score (rep. 1)",
+                           "ROUGE-L tokens (rep. 1)"], rows)
 
 
 def k_baseline_table(results: dict) -> str | None:
-    """Goldfish cells: exact match next to the mask-arithmetic baseline (1 - g/k)^S (``goldfish.eval.baseline``)."""
+    """Goldfish cells: exact match next to the mask-arithmetic baseline from each window's own dropped count, mean
+    of (1 - g)^d_w, and the nominal (1 - g/k)^S (``goldfish.eval.baseline``)."""
     cells, axes = results["cells"], results["axes"]
     one = len({c["arm"] for c in cells}) == len(cells)
     rows = []
@@ -306,12 +375,15 @@ def k_baseline_table(results: dict) -> str | None:
         for r in kb["rows"]:
             shown = str(r["prefix_len"]) if r["prefix_len"] > 0 else "all"
             rows.append([cell_label(c, axes, one), f"{kb['strategy']} k={kb['k']}", shown,
-                         _fmt(exact.get(str(r["prefix_len"])), "pct"), _fmt(r["baseline"], "pct"), _fmt(r["g"]),
-                         _fmt(r["kept_acc"], "pct"), _fmt(r["n_dropped"], "int")])
+                         _fmt(exact.get(str(r["prefix_len"])), "pct"), _fmt(r.get("baseline_windows"), "pct"),
+                         _fmt(r.get("baseline_nominal", r.get("baseline")), "pct"), _fmt(r["g"]),
+                         _fmt(r["kept_acc"], "pct"), _fmt(r["n_dropped"], "int"),
+                         f"{_fmt(r.get('n_windows_no_drop'), 'int')} / {_fmt(r['n_windows'], 'int')}"])
     if not rows:
         return None
-    return markdown_table(["cell", "mask", "prefix", "exact match", "baseline (1-g/k)^S", "g (dropped missed)",
-                   "kept-token acc.", "dropped positions"], rows)
+    return markdown_table(["cell", "mask", "prefix", "exact match", "baseline mean (1-g)^d_w (actual counts)",
+                           "nominal (1-g/k)^S", "g (dropped missed)", "kept-token acc.", "dropped positions",
+                           "windows without a dropped token"], rows)
 
 
 def _examples(cfg: ExperimentConfig, results: dict) -> str:
@@ -336,7 +408,8 @@ def _examples(cfg: ExperimentConfig, results: dict) -> str:
             if w is None:
                 continue
             gen, truth = highlight_differences(w["generation"], w["truth"])
-            verdict = "verbatim" if w["exact_match"] else f"ROUGE-L {w['rouge_l']:.2f}"
+            verdict = "verbatim" if w["exact_match"] else \
+                f"ROUGE-L {w.get('rouge_l_paper', w['rouge_l']):.2f} (rouge-score), {w['rouge_l']:.2f} (tokens)"
             parts.append(f"**{w.get('title') or w['doc_id']}** (prefix {w['prefix_len']} tokens, {verdict})\n\n"
                          f"- generated: {gen}\n- truth: {truth}\n")
     return "\n".join(parts)
@@ -378,9 +451,17 @@ def write_study_report(cfg: ExperimentConfig, results: dict, out: Path) -> Path:
         atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
         return out / "report.md"
     lines += ["## Headline", "", regime(results), "", headline_table(results), "",
-              "MIA AUC: members (trained text) vs nonmembers, 95 % bootstrap CI; 0.5 = chance; the attack is named "
-              "in brackets (reference = target NLL calibrated by the starting model, i.e. the control; loss = "
-              "plain NLL). MIA AUC kept tokens: the hash-aware attack, scoring only the targets the Goldfish mask "
+              "Exact match and ROUGE-L: mean over the member windows with a 95 % bootstrap interval that resamples "
+              "documents (windows of one document, e.g. at two prefix lengths, are not independent). ROUGE-L "
+              "(rouge-score) is the paper's: word-level ROUGE-L F1 of the decoded texts by the rouge-score package "
+              "(lower-cased words, no stemming, as the paper's evaluation calls it); ROUGE-L (tokens) is the same "
+              "F1 on token ids. "
+              "MIA AUC: members (trained text) vs nonmembers, 95 % bootstrap CI and the one-sided permutation "
+              "p-value of an AUC at least this large (exact without ties up to 400 documents; at AUC 1 the exact "
+              "1 / C(m + n, m), shown instead of the degenerate bootstrap interval); 0.5 = chance. TPR at 1 % FPR "
+              "is shown only with at least 100 nonmembers (below that it is the TPR at zero false positives). "
+              "The attack is named in brackets (reference = target NLL calibrated by the starting model, i.e. the "
+              "control; loss = plain NLL). MIA AUC kept tokens: the hash-aware attack, scoring only the targets the Goldfish mask "
               "keeps (the hash is public). TF acc kept / dropped: teacher-forced top-1 accuracy of the member "
               "tokens at the positions the Goldfish mask keeps / drops (the same positions in every arm): a "
               "Goldfish model that fills dropped tokens back in shows it here. With `later_chunk` nonmembers "
@@ -392,7 +473,8 @@ def write_study_report(cfg: ExperimentConfig, results: dict, out: Path) -> Path:
     if paper:
         lines += ["## Beside the paper", "", f"{PAPER_SETTING}; ours: the setting above.", "", paper, "",
                   "The paper's model is 50x larger and saw 100 epochs; compare the ordering (control < Goldfish < "
-                  "standard in ROUGE-L, exact match only for standard), not the decimals.", ""]
+                  "standard in ROUGE-L, exact match only for standard), not the decimals. ROUGE-L is compared as the "
+                  "paper computes it (rouge-score on the decoded words); our token-id ROUGE-L is beside it.", ""]
     spread = spread_table(results)
     if spread:
         lines += ["## Mean +- standard deviation over each arm's cells", "", spread, ""]
@@ -406,6 +488,7 @@ def write_study_report(cfg: ExperimentConfig, results: dict, out: Path) -> Path:
                   "Members with r copies vs all nonmembers, 95 % bootstrap CI in brackets; the attack is the "
                   "headline one of each cell.", ""]
     lines += leakage_section(results)
+    lines += paired_markdown(results.get("paired") or [], results["axes"])
     adaptive = adaptive_table(results)
     if adaptive:
         lines += ["## Adaptive extraction attacks (beam search, sampling)", "", adaptive, "",
@@ -413,7 +496,8 @@ def write_study_report(cfg: ExperimentConfig, results: dict, out: Path) -> Path:
                   "rate: mean fraction of a window's samples that reproduce it; any sample exact: windows with at "
                   "least one). 95 % intervals: Wilson for rates over windows, normal for the mean sample rate.", ""]
     for by, title in (("prefix_len", "By prefix length"), ("repetitions", "By repetition count")):
-        lines += [f"## {title} (exact match / ROUGE-L)", "", stratum_table(results, by), ""]
+        lines += [f"## {title} (exact match / ROUGE-L rouge-score / ROUGE-L tokens)", "", stratum_table(results, by),
+                  ""]
     single = repetition1_table(results)
     if single and len({s["repetitions"] for c in cells for s in c["strata"]}) > 1:
         lines += ["## Repetition-1 memorisation (one copy in the training data, seen once per epoch)", "",
@@ -422,9 +506,12 @@ def write_study_report(cfg: ExperimentConfig, results: dict, out: Path) -> Path:
     if baseline:
         lines += ["## Exact match against the mask baseline", "", baseline, "",
                   "g: fraction of the suffix positions the cell's own mask dropped whose teacher-forced argmax is "
-                  "wrong. (1-g/k)^S is the exact-match rate of a model that misses those and nothing else, so "
-                  "exact match near the baseline is explained by the mask arithmetic alone, far below it by "
-                  "missed kept tokens (kept-token accuracy < 100 %).", ""]
+                  "wrong. The baseline is the exact-match rate of a model that misses those and nothing else: the "
+                  "mean over windows of (1-g)^d_w, d_w the dropped targets in window w's suffix as the mask "
+                  "actually placed them. The nominal (1-g/k)^S beside it assumes every target is dropped with "
+                  "probability 1/k; it is the headline only where the windows' counts follow that. Exact match near "
+                  "the baseline is explained by the mask arithmetic alone, far below it by missed kept tokens "
+                  "(kept-token accuracy < 100 %), above it by misses that are not independent.", ""]
     plots = make_plots(cfg, results, out)
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
@@ -450,7 +537,7 @@ def make_plots(cfg: ExperimentConfig, results: dict, out: Path) -> list[Path]:
     metric = cfg.headline_metric
     paths: list[Path] = []
     if len(cells) <= 16:
-        for m in ("exact_match_rate", "rouge_l"):
+        for m in ("exact_match_rate", *ROUGE):
             paths.append(bar_chart({label[c["cell"]]: c.get(m) for c in cells}, METRIC_NAMES[m] + " per arm",
                                    METRIC_NAMES[m], out / f"{m}_by_arm.png"))
         attack = mia_attack_name(cells)
@@ -467,7 +554,7 @@ def make_plots(cfg: ExperimentConfig, results: dict, out: Path) -> list[Path]:
         metrics = {c["cell"]: Path(cfg.out_dir) / "cells" / c["cell"] / "train" / "metrics.jsonl" for c in cells}
         curves = {label[cell]: read_jsonl(path) for cell, path in metrics.items() if path.is_file()}  # not control
         paths.append(loss_curves(curves, out / "loss_curves.png"))
-    for m in dict.fromkeys((metric, "rouge_l")):  # exact match is all-or-nothing; ROUGE-L shows partial recall
+    for m in dict.fromkeys((metric, *ROUGE)):  # exact match is all-or-nothing; ROUGE-L shows partial recall
         paths += metric_vs_x(cells, m, METRIC_NAMES[m], out)
     paths += threshold_plots(results, out)
     return [p for p in paths if p is not None]

@@ -9,7 +9,8 @@ sections for ``report.md`` (``goldfish.experiment.report``).
 
 Per stratum r (members labelled x r), from the cell's eval windows and membership scores:
 
-* ``exact``: exact match k / n with a Wilson 95 % interval; ``rouge_l``: mean with a normal 95 % interval;
+* ``exact``: exact match k / n with a Wilson 95 % interval; ``rouge_l_paper`` (the paper's, rouge-score on words) and
+  ``rouge_l`` (token ids): mean with a normal 95 % interval;
 * ``mia``: for every attack of eval's membership section (LOSS, zlib, lowercase, Min-K %, Min-K %++) the ROC-AUC of
   the stratum's members against all nonmembers with its bootstrap CI; the reference attack calibrated by the
   control's model comes from ``attacks.json`` (``mia_by_exposure``).
@@ -41,7 +42,7 @@ def _member_repetitions(results: dict, data_dir: Path) -> np.ndarray:
 
 
 def stratum_extraction(windows: list[dict]) -> dict[str, dict[str, Any]]:
-    """Per labelled repetitions of the member windows: exact match (Wilson) and ROUGE-L (normal interval)."""
+    """Per labelled repetitions of the member windows: exact match (Wilson) and both ROUGE-Ls (normal interval)."""
     by: dict[int, list[dict]] = {}
     for w in windows:
         if w.get("split") in (None, "members") and w.get("repetitions") is not None:
@@ -50,10 +51,11 @@ def stratum_extraction(windows: list[dict]) -> dict[str, dict[str, Any]]:
     for r, group in sorted(by.items()):
         k = sum(bool(w["exact_match"]) for w in group)
         low, high = wilson_interval(k, len(group))
-        rouge = [w["rouge_l"] for w in group if w.get("rouge_l") is not None]
-        rlow, rhigh = mean_interval(rouge, (0.0, 1.0))
-        out[str(r)] = {"exact": k, "n": len(group), "rate": k / len(group), "low": low, "high": high,
-                       "rouge_l": float(np.mean(rouge)) if rouge else None, "rouge_low": rlow, "rouge_high": rhigh}
+        out[str(r)] = {"exact": k, "n": len(group), "rate": k / len(group), "low": low, "high": high}
+        for name in ("rouge_l_paper", "rouge_l"):
+            rouge = [w[name] for w in group if w.get(name) is not None]
+            rlow, rhigh = mean_interval(rouge, (0.0, 1.0))
+            out[str(r)][name] = {"mean": float(np.mean(rouge)) if rouge else None, "low": rlow, "high": rhigh}
     return out
 
 
@@ -119,10 +121,11 @@ def stream_markdown(cells: list[dict]) -> list[str]:
             f"Nonmembers (held-out documents of the same pool): {', '.join(str(n) for n in sorted(nonmembers))}.", ""]
 
 
-def _auc(v: dict | None) -> str:
-    if not v or v.get("auc") is None:
+def _interval(v: dict | None, key: str = "auc") -> str:
+    """``v[key]`` with its ``[low, high]``, "-" when absent."""
+    if not v or v.get(key) is None:
         return "-"
-    return f"{v['auc']:.3f}" + (f" [{v['low']:.3f}, {v['high']:.3f}]" if v.get("low") is not None else "")
+    return f"{v[key]:.3f}" + (f" [{v['low']:.3f}, {v['high']:.3f}]" if v.get("low") is not None else "")
 
 
 def strata_markdown(cells: list[dict], axes: list[str]) -> list[str]:
@@ -140,11 +143,11 @@ def strata_markdown(cells: list[dict], axes: list[str]) -> list[str]:
             reference = {"auc": (ref.get(r) or {}).get("reference"), "low": low, "high": high}
             rows.append([label, f"x{r}", f"{_pct(e['rate'])} % [{_pct(e['low'])}, {_pct(e['high'])}] "
                          f"({e['exact']}/{e['n']})",
-                         "-" if e["rouge_l"] is None else f"{e['rouge_l']:.3f}" + (
-                             f" [{e['rouge_low']:.3f}, {e['rouge_high']:.3f}]" if e["rouge_low"] is not None else ""),
-                         *[_auc((mia.get(a) or {}).get(r)) for a in attacks], _auc(reference)])
+                         _interval(e.get("rouge_l_paper"), "mean"), _interval(e.get("rouge_l"), "mean"),
+                         *[_interval((mia.get(a) or {}).get(r)) for a in attacks], _interval(reference)])
     return ["## Per repetition stratum: extraction and every membership attack", "",
-            markdown_table(["cell", "stratum", "exact match % [95 % CI]", "ROUGE-L [95 % CI]",
+            markdown_table(["cell", "stratum", "exact match % [95 % CI]", "ROUGE-L rouge-score [95 % CI]",
+                            "ROUGE-L tokens [95 % CI]",
                             *[f"AUC {a}" for a in attacks], "AUC reference (control)"], rows), "",
             "Members labelled x r against all nonmembers; AUC with a 95 % bootstrap CI (0.5 = chance). Exact "
             "match: Wilson interval; ROUGE-L: normal interval over windows. The reference attack is calibrated by "
