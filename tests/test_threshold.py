@@ -47,7 +47,8 @@ def test_the_plain_fit_matches_scikit_learn_on_one_row_per_target():
     # sqrt(2·ftol/lambda) of it, lambda the smallest eigenvalue of H, the mean Fisher information per row (our
     # Newton fit, NEWTON, is far inside that)
     a, b = mine["intercept"], mine["slope"]
-    w = np.asarray(n) * 1 / (1 + np.exp(-(a + b * np.asarray(x)))) * (1 - 1 / (1 + np.exp(-(a + b * np.asarray(x)))))
+    fitted = 1 / (1 + np.exp(-(a + b * np.asarray(x))))
+    w = np.asarray(n) * fitted * (1 - fitted)  # (4,) Fisher weights
     design = np.stack([np.ones(4), x], axis=1)
     lam = np.linalg.eigvalsh(design.T @ (w[:, None] * design) / sum(n)).min()
     lbfgs = math.sqrt(2 * 64 * 2.0 ** -52 / lam) + NEWTON
