@@ -90,3 +90,10 @@ def proportion_se(p: float, n: int) -> float:
     √(p(1 - p)/n). A statistical band in a test is a stated number of these (3 leaves a two-sided chance of
     0.27 % by the normal approximation, 4 of 6e-5), computed from the n the test draws, never guessed."""
     return math.sqrt(p * (1 - p) / n)
+
+
+def decimals(value: float, places: int) -> float:
+    """Absolute difference allowed between ``value`` and ``round(value, places)`` as written and read back (a model
+    card's numbers): half a unit of the last decimal kept, plus the float64 rounding of that decimal and of the
+    half unit itself."""
+    return 0.5 * 10.0 ** -places * (1 + 2 * U64) + U64 * abs(value)
