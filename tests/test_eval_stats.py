@@ -193,7 +193,8 @@ def test_difference_in_differences_hand_values():
     out = stats.difference_in_differences(arm_m, ctl_m, dropped, arm_h, ctl_h, n_bootstrap=0)
     # (458 - 500)/1000 and (464 - 500)/1000: exact sums, one correctly rounded division, like the literals
     assert out["member_diff"] == -0.042 and out["heldout_diff"] == -0.036
-    # their difference: one more rounding of values <= 0.042, and the literal's
+    # their difference is exact (Sterbenz: within a factor 2 of each other), but each operand and the literal -0.006
+    # carry their own rounding: <= 2u of 0.042 together
     assert out["did"] == pytest.approx(-0.006, abs=rounding(2, U64) * 0.042) and out["ci_low"] is None
     # only the chosen positions count, token-weighted across documents
     arm = [np.array([1, 0, 1, 1.0]), np.array([0, 0, 1.0])]
