@@ -42,10 +42,10 @@ def test_the_plain_fit_matches_scikit_learn_on_one_row_per_target():
     y = np.concatenate([[1] * ki + [0] * (ni - ki) for ki, ni in zip(k, n)])
     ref = LogisticRegression(C=1e12, tol=1e-10, max_iter=10000).fit(rows, y)  # an L2 weight of 1e-12: none
     mine = logistic_fit(x, k, n, firth=False)
-    # scikit-learn's L-BFGS stops once its mean log-loss (< 1 here) falls by less than ftol = 64·eps in a step; near
-    # the minimum the loss exceeds its least value by d'Hd/2, so the coefficients are within
-    # sqrt(2·ftol/lambda) of it, lambda the smallest eigenvalue of H, the mean Fisher information per row (our
-    # Newton fit, NEWTON, is far inside that)
+    # scikit-learn's L-BFGS stops once its mean log-loss (< 1 here) falls by less than ftol = 64·eps in a step, which
+    # near the minimum (where the loss exceeds its least value by d'Hd/2 for a coefficient error d) leaves the
+    # coefficients within about sqrt(2·ftol/lambda), lambda the smallest eigenvalue of H, the mean Fisher
+    # information per row (its gradient stop, tol = 1e-10, is far inside that, as is our Newton fit, NEWTON)
     a, b = mine["intercept"], mine["slope"]
     fitted = 1 / (1 + np.exp(-(a + b * np.asarray(x))))
     w = np.asarray(n) * fitted * (1 - fitted)  # (4,) Fisher weights
