@@ -13,6 +13,8 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
+from tolerances import U32, U64, llama_terms, rounding, scaled
 from train_helpers import word_corpus
 import torch
 
@@ -98,26 +100,34 @@ def test_full_space_rank_and_exposure_by_hand():
     bits = space_bits(4, 2)  # 16 secrets: 4 bits
     others = np.arange(15, dtype=float)  # the 15 other secrets' log-perplexities 0..14
     top = rank_exposure(-1.0, others, bits, full=True)  # below every other: rank 1
-    assert top["rank"] == 1 and top["exposure"] == pytest.approx(4.0)
+    # exact: log2 of a power of two is exact, 4 - 0, 4 - 3 and 4 - 4 too, and 4 - log2(4.5) is the same two
+    # float64 operations on the same operands as the code's
+    assert top["rank"] == 1 and top["exposure"] == 4.0
     mid = rank_exposure(6.5, others, bits, full=True)  # 7 others below (0..6): rank 8
-    assert mid["rank"] == 8 and mid["exposure"] == pytest.approx(4 - 3)
+    assert mid["rank"] == 8 and mid["exposure"] == 4 - 3
     last = rank_exposure(99.0, others, bits, full=True)
-    assert last["rank"] == 16 and last["exposure"] == pytest.approx(0.0)
+    assert last["rank"] == 16 and last["exposure"] == 0.0
     tie = rank_exposure(3.0, others, bits, full=True)  # 3 below, one tie counted half: rank 4.5
-    assert tie["rank"] == 4.5 and tie["exposure"] == pytest.approx(4 - math.log2(4.5))
+    assert tie["rank"] == 4.5 and tie["exposure"] == 4 - math.log2(4.5)
 
 
 def test_sampled_rank_scales_the_fraction_below_to_the_whole_space():
     bits = 40.0
     sample = np.linspace(0, 1, 1000, endpoint=False)  # 1000 candidates 0.000 .. 0.999; 10 below 0.0095
     found = rank_exposure(0.0095, sample, bits, full=False)
-    assert found["rank"] == pytest.approx(1 + (2**40 - 1) * 10 / 1000)
-    assert found["exposure"] == pytest.approx(40 - math.log2(1 + (2**40 - 1) * 0.01))  # ~ -log2(0.01) = 6.64
-    assert found["exposure"] == pytest.approx(-math.log2(0.01), abs=1e-6) and not found["saturated"]
+    # exact: (2^40 - 1)·10 < 2^53 is an exact product, then one correctly rounded division by 1000 and one addition,
+    # in the same order as the code's; the exposure is the same log2 and subtraction of that rank
+    assert found["rank"] == 1 + (2**40 - 1) * 10 / 1000
+    assert found["exposure"] == 40 - math.log2(1 + (2**40 - 1) * 10 / 1000)  # ~ -log2(0.01) = 6.64
+    # the exact difference from log2(100) is log2(1 + 99 / 2^40) = 1.3e-10 (the rank counts 1 + (2^40 - 1)/100,
+    # not 2^40/100), plus the rounding of log2(1.1e10) = 33.4 and of 40 - 33.4 (two float64 values of scale 40)
+    gap = math.log2(1 + 99 / 2**40) + rounding(2, U64) * 40
+    assert found["exposure"] == pytest.approx(-math.log2(0.01), abs=gap) and not found["saturated"]
     none_below = rank_exposure(-1.0, sample, bits, full=False)  # beats the whole sample: saturated
-    assert none_below["saturated"] and none_below["sampled_exposure"] == pytest.approx(40.0)
-    # then the skew-normal extrapolation, never below what the sample resolves (log2 1000 = 9.97 bits)
-    assert none_below["exposure"] == pytest.approx(max(none_below["extrapolated"], math.log2(1000)))
+    assert none_below["saturated"] and none_below["sampled_exposure"] == 40.0  # 40 - log2(1): exact
+    # then the skew-normal extrapolation, never below what the sample resolves (log2 1000 = 9.97 bits); the code
+    # takes the same max of the same two values, exactly
+    assert none_below["exposure"] == max(none_below["extrapolated"], math.log2(1000))
     assert math.log2(1000) <= none_below["exposure"] <= 40.0
 
 
@@ -126,8 +136,14 @@ def test_skew_normal_extrapolation_recovers_a_normal_tail():
     sample = rng.normal(50.0, 5.0, size=20000)  # log-perplexities of random candidates
     canary = 50.0 - 3 * 5.0  # three standard deviations below: P = Phi(-3) = 0.00135 -> 9.53 bits
     got = rank_exposure(canary, sample, 64.0, full=False)["extrapolated"]
-    # a skew-normal fit of 20,000 normal draws recovers a tail probability within ~15 % (0.2 bits)
-    assert got == pytest.approx(-math.log2(0.0013499), abs=0.25)
+    # sampling error of the fitted tail (the draws are seeded, so this guards a change of fit, not chance): a normal
+    # fit of n = 20,000 draws puts the canary at z = -3 with standard error sqrt((1 + z²/2) / n) = 0.0166 (delta
+    # method on the mean and sd), and d ln Phi(z)/dz = phi(3)/Phi(-3) = 3.28, so ln P has standard error 0.054
+    # nats = 0.079 bits; the band is 3 of those (0.24 bits). The skew-normal's extra shape parameter (its Fisher information
+    # is singular at shape 0, a normal) widens this by an amount not derived here.
+    z, n = -3.0, sample.size
+    se_bits = stats.norm.pdf(z) / stats.norm.cdf(z) * math.sqrt((1 + z * z / 2) / n) / math.log(2)
+    assert got == pytest.approx(-math.log2(stats.norm.cdf(z)), abs=3 * se_bits)
 
 
 def test_candidate_secrets_enumerate_a_small_space_and_sample_a_large_one():
@@ -155,16 +171,23 @@ def test_exposure_of_a_real_model_matches_a_direct_ranking_of_the_whole_space():
     alphabet = np.arange(2, 12)  # 10 ids, secrets of 2 tokens: |R| = 100, enumerated
     canaries = [[3, 9, 4, 5, 7], [11, 2, 2, 8, 6]]
     found = canary_exposures(model, canaries, [1, 4], 2, alphabet, n_candidates=10, max_full=100)
-    assert found["method"] == "full" and found["space_bits"] == pytest.approx(math.log2(100))
+    # 2·log2(10) against log2(100): each one libm log2 (glibc: within 1 ulp, <= 2u relative), the doubling exact
+    assert found["method"] == "full" and found["space_bits"] == pytest.approx(math.log2(100), rel=rounding(2, U64),
+                                                                              abs=0)
     with torch.no_grad():
         for row, canary in zip(found["canaries"], canaries):
             prefix, secret = canary[:3], canary[3:]
             mine = _direct_log2_prob(model, prefix, secret)
             others = [_direct_log2_prob(model, prefix, (a, b)) for a in alphabet for b in alphabet
                       if [a, b] != secret]
-            rank = 1 + sum(o > mine + 1e-9 for o in others) + 0.5 * sum(abs(o - mine) <= 1e-9 for o in others)
-            assert row["rank"] == pytest.approx(rank)
-            assert row["exposure"] == pytest.approx(math.log2(100) - math.log2(rank))
+            # the two computations (a batched teacher-forced pass, a plain forward) are fp32 chains of
+            # llama_terms + 2 (two tokens summed) rounded terms each, at the scale of the log-probabilities: a
+            # candidate closer than that to the canary has no defined order, so none may be (then no ties either)
+            tie = scaled(np.array(others + [mine]), llama_terms(32, 64, 1, 16, 5, 16) + 2, U32)
+            assert not any(abs(o - mine) <= tie for o in others)
+            rank = 1 + sum(o > mine for o in others)
+            assert row["rank"] == rank  # counts: exact
+            assert row["exposure"] == found["space_bits"] - math.log2(rank)  # the same float64 operations
     assert found["by_repetitions"]["4"]["n"] == 1
 
 

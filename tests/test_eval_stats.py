@@ -10,9 +10,16 @@ import numpy as np
 import pytest
 from scipy.stats import permutation_test
 from sklearn.metrics import roc_curve
+from tolerances import U64, rounding
 
 from goldfish.eval import stats
 from goldfish.eval.membership import tpr_at_fpr as roc_tpr_at_fpr
+
+
+def _pow10_rel(x: float) -> float:
+    """Relative error of 10 ** x for x = -log10(C): x carries the rounding of C to a float and of log10 (<= 2u
+    relative each), 10 ** x turns x's absolute error into ln(10) times that relative error, plus pow's own 2u."""
+    return rounding(2, U64) * (1 + math.log(10) * abs(x))
 
 
 def test_perfect_separation_p_value_is_one_over_binomial():
@@ -22,11 +29,14 @@ def test_perfect_separation_p_value_is_one_over_binomial():
     out = stats.auc_pvalue(members, nonmembers)
     assert out["auc"] == 1.0 and out["method"] == "perfect"
     assert math.comb(70, 20) == 161_884_603_662_657_876
-    assert out["p_value"] == pytest.approx(1 / 161_884_603_662_657_876, rel=1e-12)
-    assert out["log10_p"] == pytest.approx(-math.log10(161_884_603_662_657_876), abs=1e-12)
-    # 2000 vs 2000: the p-value underflows a float, its log does not
+    log10_p = -math.log10(161_884_603_662_657_876)  # the same float64 operation as the code's: exact
+    assert out["log10_p"] == log10_p
+    # 10 ** log10_p against a correctly rounded 1 / C (one more rounding, inside pow's 2u)
+    assert out["p_value"] == pytest.approx(1 / 161_884_603_662_657_876, rel=_pow10_rel(log10_p), abs=0)
+    # 2000 vs 2000: the p-value underflows a float, its log does not: log10 C(4000, 2000) = 1202.22
     big = stats.auc_pvalue(np.arange(2000) + 5000.0, np.arange(2000.0))
-    assert big["p_value"] == 0.0 and big["log10_p"] == pytest.approx(-1202.0, abs=1.0)
+    assert big["p_value"] == 0.0 and big["log10_p"] == -math.log10(math.comb(4000, 2000))
+    assert round(big["log10_p"]) == -1202
 
 
 def _enumerated_p(m: np.ndarray, n: np.ndarray) -> float:
@@ -37,7 +47,8 @@ def _enumerated_p(m: np.ndarray, n: np.ndarray) -> float:
     for idx in itertools.combinations(range(len(pooled)), len(m)):
         mask = np.zeros(len(pooled), bool)
         mask[list(idx)] = True
-        hits += stats.auc_of(pooled[mask], pooled[~mask]) >= observed - 1e-12
+        # an AUC is a count over m·n (half-integer rank sums, exact), so equal AUCs are equal floats
+        hits += stats.auc_of(pooled[mask], pooled[~mask]) >= observed
         total += 1
     return hits / total
 
@@ -46,13 +57,18 @@ def test_auc_p_value_exact_against_enumeration_and_scipy_permutation_test():
     m, n = np.array([0.9, 0.8, 0.35, 0.7, 0.2]), np.array([0.1, 0.4, 0.3, 0.6, 0.05, 0.5])  # no ties, AUC < 1
     out = stats.auc_pvalue(m, n)
     assert out["method"] == "exact" and 0 < out["auc"] < 1
-    assert out["p_value"] == pytest.approx(_enumerated_p(m, n), abs=1e-12)
+    # scipy's exact null counts U-configurations in integers, divides each by C(11, 5) = 462, sums at most
+    # m·n/2 + 1 = 16 of those and takes 1 - cdf + pmf: <= 34 roundings of values <= 1; the enumeration and the
+    # permutation test divide one count by 462 (exact up to one rounding)
+    mwu = rounding(34, U64)
+    assert out["p_value"] == pytest.approx(_enumerated_p(m, n), abs=mwu)
     scipy_p = permutation_test((m, n), lambda x, y: stats.auc_of(x, y), permutation_type="independent",
                                alternative="greater", n_resamples=np.inf).pvalue
-    assert out["p_value"] == pytest.approx(scipy_p, abs=1e-12)
+    assert out["p_value"] == pytest.approx(scipy_p, abs=mwu)
     # perfect separation with 3 vs 4 by enumeration: exactly 1 / C(7, 3) = 1/35
-    assert stats.auc_pvalue([5, 6, 7], [1, 2, 3, 4])["p_value"] == pytest.approx(1 / 35, abs=1e-15)
-    assert _enumerated_p(np.array([5.0, 6, 7]), np.array([1.0, 2, 3, 4])) == pytest.approx(1 / 35)
+    assert stats.auc_pvalue([5, 6, 7], [1, 2, 3, 4])["p_value"] == pytest.approx(1 / 35, rel=_pow10_rel(
+        math.log10(35)), abs=0)
+    assert _enumerated_p(np.array([5.0, 6, 7]), np.array([1.0, 2, 3, 4])) == 1 / 35  # 1 of 35 labellings
 
 
 def test_auc_p_value_with_ties_is_the_normal_approximation():
@@ -66,7 +82,10 @@ def test_auc_p_value_with_ties_is_the_normal_approximation():
     N = 11
     sd = math.sqrt(6 * 5 / 12 * ((N + 1) - (t ** 3 - t).sum() / (N * (N - 1))))
     z = (u - 15 - 0.5) / sd
-    assert out["p_value"] == pytest.approx(0.5 * math.erfc(z / math.sqrt(2)), rel=1e-9)
+    # z carries <= 12 roundings on each side (U, the tie term, sd, z), relative; p = Phi(-z) moves relatively by
+    # phi(z)/Phi(-z)·|z|·that <= (z² + 1)·that (the Mills-ratio bound), plus erfc's and scipy's ndtr's few ulp
+    rel = rounding(12, U64) * (z * z + 1) + rounding(4, U64)
+    assert out["p_value"] == pytest.approx(0.5 * math.erfc(z / math.sqrt(2)), rel=rel, abs=0)
 
 
 def test_cluster_bootstrap_resamples_documents_not_windows():
@@ -74,13 +93,14 @@ def test_cluster_bootstrap_resamples_documents_not_windows():
     values = [1, 1, 0, 0, 1, 1]
     docs = ["a", "a", "b", "b", "c", "c"]
     out = stats.cluster_bootstrap_mean(values, docs, n_bootstrap=4000, seed=0)
-    assert out["mean"] == pytest.approx(4 / 6) and out["n_clusters"] == 3 and out["n_items"] == 6
+    # 0/1 values: an exact sum, one correctly rounded division
+    assert out["mean"] == 4 / 6 and out["n_clusters"] == 3 and out["n_items"] == 6
     # every cluster resample's mean is a multiple of 1/3 (2 items per cluster, equal sizes)
     rng = np.random.default_rng(0)
     idx = rng.integers(0, 3, size=(4000, 3))
     sums, counts = np.array([2.0, 0.0, 2.0]), np.array([2.0, 2.0, 2.0])
     expected = np.percentile(sums[idx].sum(1) / counts[idx].sum(1), [2.5, 97.5])
-    assert (out["ci_low"], out["ci_high"]) == pytest.approx(tuple(expected))
+    assert (out["ci_low"], out["ci_high"]) == tuple(expected)  # the same draws and float64 operations: exact
     # by hand: P(all three draws are document b) = 1/27 > 2.5 % -> 0; P(none is b) = 8/27 > 2.5 % -> 1
     assert out["ci_low"] == 0.0 and out["ci_high"] == 1.0
     # pooled as 6 independent windows the interval is narrower: the error the cluster bootstrap avoids
@@ -100,9 +120,10 @@ def test_tpr_at_fpr_needs_enough_nonmembers():
     # second implementation: scikit-learn's ROC, the largest TPR at FPR <= 1 % (3 false positives of 300)
     y = np.r_[np.ones(20), np.zeros(300)]
     fpr, tpr, _ = roc_curve(y, np.r_[members, many], drop_intermediate=False)
-    assert shown["tpr"] == pytest.approx(roc_tpr_at_fpr(fpr, tpr, 0.01)) and shown["note"] is None
+    # a count over 20 on every side (scikit-learn's tps / tps[-1], our mean of booleans): one rounding, exact
+    assert shown["tpr"] == roc_tpr_at_fpr(fpr, tpr, 0.01) and shown["note"] is None
     # by hand: members above the 4th-highest nonmember
-    assert shown["tpr"] == pytest.approx(np.mean(members > np.sort(many)[::-1][3]))
+    assert shown["tpr"] == np.mean(members > np.sort(many)[::-1][3])
 
 
 def test_mcnemar_exact_by_hand_and_against_statsmodels():
@@ -110,14 +131,20 @@ def test_mcnemar_exact_by_hand_and_against_statsmodels():
     b = [False] * 7 + [True] * 3 + [True] * 5 + [False] * 5  # b right on 8; discordant 7 vs 3
     out = stats.mcnemar_exact(a, b)
     assert (out["a_only"], out["b_only"], out["n"]) == (7, 3, 20)
-    assert out["diff"] == pytest.approx(0.2)
+    assert out["diff"] == pytest.approx(0.2, abs=rounding(3, U64) * 12 / 20)  # 12/20 - 8/20: 3 roundings of <= 0.6
     # two-sided exact binomial: 2 * P(X <= 3 | 10, 1/2) = 2 * (1 + 10 + 45 + 120) / 1024
-    assert out["p_value"] == pytest.approx(2 * 176 / 1024, abs=1e-12)
+    # scipy's binomtest and statsmodels' mcnemar take binomial tails from Boost's regularised incomplete beta, a
+    # special function (continued fractions and series, not a countable sum): 1e-12 allows ~4,500 ulp of 0.34,
+    # its documented accuracy with ample margin, not a count of roundings (the hand value 352/1024 is exact)
+    boost = 1e-12
+    assert out["p_value"] == pytest.approx(2 * 176 / 1024, abs=boost)
     contingency = pytest.importorskip("statsmodels.stats.contingency_tables")
     table = [[5, 7], [3, 5]]  # rows: a right / wrong; columns: b right / wrong
-    assert out["p_value"] == pytest.approx(contingency.mcnemar(table, exact=True).pvalue, abs=1e-12)
-    # 20/20 vs 0/20 (the demo's standard vs Goldfish): p = 2 / 2**20
-    assert stats.mcnemar_exact([True] * 20, [False] * 20)["p_value"] == pytest.approx(2 / 2 ** 20, rel=1e-9)
+    assert out["p_value"] == pytest.approx(contingency.mcnemar(table, exact=True).pvalue, abs=boost)
+    # 20/20 vs 0/20 (the demo's standard vs Goldfish): p = 2 / 2**20, exact in binary; the two tails as above
+    # (relative, since the value is 1.9e-6)
+    assert stats.mcnemar_exact([True] * 20, [False] * 20)["p_value"] == pytest.approx(2 / 2 ** 20, rel=boost,
+                                                                                      abs=0)
     assert stats.mcnemar_exact([True, False], [True, False])["p_value"] == 1.0
 
 
@@ -126,12 +153,16 @@ def test_paired_bootstrap_matches_a_loop():
     a, b = rng.random(12), rng.random(12) * 0.5
     docs = [i // 2 for i in range(12)]  # 6 documents x 2 windows
     out = stats.paired_bootstrap(a, b, docs, n_bootstrap=500, seed=3)
-    assert out["diff"] == pytest.approx(float(np.mean(a - b))) and out["n_clusters"] == 6
+    assert out["diff"] == float(np.mean(a - b)) and out["n_clusters"] == 6  # the same numpy mean: exact
     idx = np.random.default_rng(3).integers(0, 6, size=(500, 6))
     d = (a - b).reshape(6, 2)
     loop = np.array([d[row].sum() / (2 * len(row)) for row in idx])
-    assert (out["ci_low"], out["ci_high"]) == pytest.approx(tuple(np.percentile(loop, [2.5, 97.5])))
-    assert out["p_value"] == pytest.approx(min(1.0, 2 * min((loop <= 0).mean(), (loop >= 0).mean())))
+    # each resample mean sums 12 differences in another order (per document first) and divides: the mean of 12
+    # terms carries rounding(12) of their largest magnitude, the percentile's interpolation 2 more roundings
+    tol = rounding(14, U64) * float(np.abs(d).max())
+    assert (out["ci_low"], out["ci_high"]) == pytest.approx(tuple(np.percentile(loop, [2.5, 97.5])), abs=tol)
+    assert np.abs(loop).min() > tol  # no resample within rounding of 0: the signs, and so the p-value, are exact
+    assert out["p_value"] == min(1.0, 2 * min((loop <= 0).mean(), (loop >= 0).mean()))
     same = stats.paired_bootstrap(a, a, n_bootstrap=100)
     assert same["diff"] == 0.0 and same["p_value"] == 1.0
 
@@ -141,11 +172,12 @@ def test_paired_auc_difference_matches_a_loop():
     am, an = rng.normal(1, 1, 15), rng.normal(0, 1, 25)
     bm, bn = am * 0.3 + rng.normal(0, 1, 15), an * 0.3 + rng.normal(0, 1, 25)
     out = stats.paired_auc_difference(am, an, bm, bn, n_bootstrap=300, seed=5)
-    assert out["diff"] == pytest.approx(stats.auc_of(am, an) - stats.auc_of(bm, bn))
+    assert out["diff"] == stats.auc_of(am, an) - stats.auc_of(bm, bn)  # the same operations: exact
     r = np.random.default_rng(5)
     im, inn = r.integers(0, 15, size=(300, 15)), r.integers(0, 25, size=(300, 25))
     loop = np.array([stats.auc_of(am[i], an[j]) - stats.auc_of(bm[i], bn[j]) for i, j in zip(im, inn)])
-    assert (out["ci_low"], out["ci_high"]) == pytest.approx(tuple(np.percentile(loop, [2.5, 97.5])))
+    # AUCs are exact counts over m·n (half-integer rank sums) row by row or batched, then the same subtraction
+    assert (out["ci_low"], out["ci_high"]) == tuple(np.percentile(loop, [2.5, 97.5]))
     with pytest.raises(ValueError, match="same member"):
         stats.paired_auc_difference(am, an, bm[:3], bn)
 
@@ -159,8 +191,11 @@ def test_difference_in_differences_hand_values():
     arm_h = [np.r_[np.ones(464), np.zeros(536)]]  # 46.4 % on held-out text
     ctl_h = [np.r_[np.ones(500), np.zeros(500)]]
     out = stats.difference_in_differences(arm_m, ctl_m, dropped, arm_h, ctl_h, n_bootstrap=0)
-    assert out["member_diff"] == pytest.approx(-0.042) and out["heldout_diff"] == pytest.approx(-0.036)
-    assert out["did"] == pytest.approx(-0.006) and out["ci_low"] is None
+    # (458 - 500)/1000 and (464 - 500)/1000: exact sums, one correctly rounded division, like the literals
+    assert out["member_diff"] == -0.042 and out["heldout_diff"] == -0.036
+    # their difference is exact (Sterbenz: within a factor 2 of each other), but each operand and the literal -0.006
+    # carry their own rounding: <= 2u of 0.042 together
+    assert out["did"] == pytest.approx(-0.006, abs=rounding(2, U64) * 0.042) and out["ci_low"] is None
     # only the chosen positions count, token-weighted across documents
     arm = [np.array([1, 0, 1, 1.0]), np.array([0, 0, 1.0])]
     ctl = [np.array([0, 0, 0, 1.0]), np.array([0, 1, 1.0])]
@@ -169,8 +204,9 @@ def test_difference_in_differences_hand_values():
     hctl = [np.array([0, 1.0]), np.array([0.0])]
     res = stats.difference_in_differences(arm, ctl, pos, held, hctl, n_bootstrap=200, seed=0)
     # members: arm (1+0+1)+(0+1) = 3 of 5, control (0+0+1)+(1+1) = 3 of 5 -> 0; held-out: (2+0)/3 - (1+0)/3 = 1/3
-    assert res["member_diff"] == pytest.approx(0.0) and res["heldout_diff"] == pytest.approx(1 / 3)
-    assert res["did"] == pytest.approx(-1 / 3)
+    # 0/5, 1/3 and 0 - 1/3: integer sums, one correctly rounded division each, an exact subtraction
+    assert res["member_diff"] == 0.0 and res["heldout_diff"] == 1 / 3
+    assert res["did"] == -1 / 3
     assert (res["n_member_documents"], res["n_member_positions"], res["n_heldout_positions"]) == (2, 5, 3)
     assert res["ci_low"] <= res["did"] <= res["ci_high"]
 
@@ -193,4 +229,8 @@ def test_difference_in_differences_bootstrap_resamples_both_sets():
     i = r.integers(0, len(dm), size=(300, len(dm)))
     j = r.integers(0, 4, size=(300, 4))
     loop = np.array([dm[a].sum() / nm[a].sum() - dh[b].sum() / nh[b].sum() for a, b in zip(i, j)])
-    assert (out["ci_low"], out["ci_high"]) == pytest.approx(tuple(np.percentile(loop, [2.5, 97.5])))
+    # the code sums arm and control per document before subtracting, here after: each ratio accumulates <= 2·40 + 2
+    # roundings of per-position values in [-1, 1] over as many positions (so relative to 1), the DiD subtracts two
+    # and the percentile interpolates (2 more)
+    tol = rounding(2 * (2 * 40 + 2) + 3, U64)
+    assert (out["ci_low"], out["ci_high"]) == pytest.approx(tuple(np.percentile(loop, [2.5, 97.5])), abs=tol)

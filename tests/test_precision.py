@@ -105,7 +105,8 @@ def test_mfu_against_a_fake_gpu(monkeypatch):
     monkeypatch.setattr("goldfish.perf.device_name", lambda device: "NVIDIA H100 80GB HBM3")
     meter = MfuMeter(flops_per_token=1e9, precision="bf16", device="cuda:0")
     assert meter.peak == 989e12 and "H100" in meter.peak_source
-    assert meter.mfu(494.5e3) == pytest.approx(0.5, rel=1e-12)  # 494.5e3 tok/s x 1e9 FLOP = half of 989e12
+    # 494.5e3 tok/s x 1e9 FLOP = half of 989e12: integers below 2^53, an exact product and an exact quotient
+    assert meter.mfu(494.5e3) == 0.5
     monkeypatch.setattr("goldfish.perf.device_name", lambda device: "Mystery GPU 9000")
     unknown = MfuMeter(flops_per_token=1e9, precision="bf16", device="cuda:0")
     assert unknown.mfu(1e3) is None and "unknown device 'Mystery GPU 9000'" in unknown.unavailable
@@ -123,7 +124,8 @@ def test_mfu_never_exceeds_one_on_a_cpu():
         return measure
 
     meter = MfuMeter(1e6, "fp32", "cpu", measure=fake_peak(1e9, 1e12))
-    assert meter.mfu(2e3) == pytest.approx(2e9 / 1e12, rel=1e-12)  # 2e3 tok/s x 1e6 = 2e9 > 1e9: re-measured
+    # 2e3 tok/s x 1e6 = 2e9 > 1e9: re-measured; an exact product (integers below 2^53) and the same one division
+    assert meter.mfu(2e3) == 2e9 / 1e12
     assert calls == [None, 2048]
     stuck = MfuMeter(1e6, "fp32", "cpu", measure=fake_peak(1e9, 1e9))
     assert stuck.mfu(2e3) is None and "too low to divide by" in stuck.unavailable

@@ -12,17 +12,25 @@ import math
 
 import numpy as np
 import pytest
+from tolerances import U64, rounding
 
 from goldfish.eval.threshold import e50, logistic_fit
+
+# Newton's method stops after a step below 1e-10 (eval/threshold.py); convergence is quadratic, so the coefficients
+# are then within that step of the root, plus the float64 rounding of the score and the 2 x 2 solve (a few dozen
+# operations on values of the coefficients' scale, <= 4 here)
+NEWTON = 1e-10 + rounding(32, U64) * 4
 
 
 def test_two_symmetric_strata_put_e50_exactly_between_them():
     # 1/4 extracted at 4 exposures, 3/4 at 16: logits -ln 3 at x=2 and +ln 3 at x=4 -> x50 = 3 -> E50 = 2^3 = 8
     plain = logistic_fit([2, 4], [1, 3], [4, 4], firth=False)
-    assert plain["slope"] == pytest.approx(math.log(3), abs=1e-6)
-    assert plain["intercept"] == pytest.approx(-3 * math.log(3), abs=1e-6)
+    assert plain["slope"] == pytest.approx(math.log(3), rel=0, abs=NEWTON)
+    assert plain["intercept"] == pytest.approx(-3 * math.log(3), rel=0, abs=NEWTON)
     found = e50([4, 16], [1, 3], [4, 4], n_bootstrap=50)
-    assert found["status"] == "interior" and found["e50"] == pytest.approx(8.0, abs=1e-6)
+    # x50 = -a/b: a and b each within NEWTON moves x50 = 3 by <= NEWTON·(1 + 3)/b, and E50 = 2^x50 by 8·ln 2 times that
+    e50_tol = 8 * math.log(2) * NEWTON * (1 + 3) / found["slope"]
+    assert found["status"] == "interior" and found["e50"] == pytest.approx(8.0, rel=0, abs=e50_tol)
     assert found["slope"] < plain["slope"]  # Firth's penalty shrinks the slope, not the symmetric midpoint
 
 
@@ -34,8 +42,18 @@ def test_the_plain_fit_matches_scikit_learn_on_one_row_per_target():
     y = np.concatenate([[1] * ki + [0] * (ni - ki) for ki, ni in zip(k, n)])
     ref = LogisticRegression(C=1e12, tol=1e-10, max_iter=10000).fit(rows, y)  # an L2 weight of 1e-12: none
     mine = logistic_fit(x, k, n, firth=False)
-    assert mine["slope"] == pytest.approx(ref.coef_[0, 0], rel=1e-5)
-    assert mine["intercept"] == pytest.approx(ref.intercept_[0], rel=1e-5)
+    # scikit-learn's L-BFGS stops once its mean log-loss (< 1 here) falls by less than ftol = 64·eps in a step, which
+    # near the minimum (where the loss exceeds its least value by d'Hd/2 for a coefficient error d) leaves the
+    # coefficients within about sqrt(2·ftol/lambda), lambda the smallest eigenvalue of H, the mean Fisher
+    # information per row (its gradient stop, tol = 1e-10, is far inside that, as is our Newton fit, NEWTON)
+    a, b = mine["intercept"], mine["slope"]
+    fitted = 1 / (1 + np.exp(-(a + b * np.asarray(x))))
+    w = np.asarray(n) * fitted * (1 - fitted)  # (4,) Fisher weights
+    design = np.stack([np.ones(4), x], axis=1)
+    lam = np.linalg.eigvalsh(design.T @ (w[:, None] * design) / sum(n)).min()
+    lbfgs = math.sqrt(2 * 64 * 2.0 ** -52 / lam) + NEWTON
+    assert mine["slope"] == pytest.approx(ref.coef_[0, 0], rel=0, abs=lbfgs)
+    assert mine["intercept"] == pytest.approx(ref.intercept_[0], rel=0, abs=lbfgs)
 
 
 def _delta_se(x, n, fit) -> float:
@@ -59,11 +77,16 @@ def test_e50_recovers_a_known_threshold_with_an_interval_of_the_right_width():
     found = e50(exposures, k, n, n_bootstrap=300, seed=1)
     assert found["status"] == "interior"
     se = _delta_se(np.log2(exposures), n, found)  # ~0.05 at 1,600 targets
+    # 4 delta-method standard errors (a two-sided chance of 6e-5 under the normal approximation; the draws are seeded)
     assert found["log2_e50"] == pytest.approx(true_x50, abs=4 * se)
     assert found["low"] < found["e50"] < found["high"]
     half = (math.log2(found["high"]) - math.log2(found["low"])) / 2
-    assert 0.6 * 1.96 * se < half < 1.6 * 1.96 * se  # the bootstrap agrees with the delta method's scale
-    assert found["slope"] == pytest.approx(slope, abs=0.25)
+    # the bootstrap agrees with the delta method's scale: each 2.5 % / 97.5 % percentile of B = 300 draws has a
+    # relative sampling error of about sqrt(0.025·0.975/B) / (phi(1.96)·1.96) = 8 %; the rest of the band allows for
+    # the skew of the ratio -a/b, which the delta method's symmetric interval ignores
+    assert 0.6 * 1.96 * se < half < 1.6 * 1.96 * se
+    # 3 of the fit's own standard errors of the slope (0.072 at 1,600 targets; was 0.25 = 3.5 of them)
+    assert found["slope"] == pytest.approx(slope, abs=3 * found["slope_se"])
 
 
 def test_separated_strata_give_a_finite_threshold_between_them():
@@ -112,8 +135,13 @@ def test_e50_falls_with_size_along_a_known_power_law_and_the_fit_recovers_it():
     for s, p in sizes.items():
         e = rows[("standard", s)]["e50"]
         assert e["status"] == "interior" and e["n_targets"] == 2 * 4 * 200  # two seeds pooled
+        # not chance but the cells' counts rounded to integers (round(200 p) per seed, off by <= 1 of the 400
+        # pooled): to first order that moves log10 E50 by at most log10(2)·sum_s |d x50 / d k_s| = 0.005 to 0.007
+        # at these three sizes (grad(-a/b)·I^-1·[1, x_s], I the Fisher information); 0.02 leaves room for Firth's
+        # O(1/n) bias and second-order terms
         assert math.log10(e["e50"]) == pytest.approx(3.0 - 0.3 * math.log10(p), abs=0.02)
     fits = {f["arm"]: f for f in found["e50_fits"]}
+    # the slope of three equally spaced points is (y_7 - y_5) / 2: at most the mean of two such count effects
     assert fits["standard"]["n"] == 3 and fits["standard"]["slope"] == pytest.approx(-0.3, abs=0.02)
     assert fits["standard"]["slope_se"] < 0.02
     assert rows[("goldfish", "a")]["e50"]["status"] == "above" and "why_not" in fits["goldfish"]

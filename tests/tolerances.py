@@ -83,3 +83,17 @@ def adamw_drift(lrs: Sequence[float], grad_error: float, eps: float, betas: Sequ
         c = math.sqrt(sum(x * x / y for x, y in zip(a, b)))
         drift += lr * ((1 + c) * grad_error / eps + 2 * c * norm_error) + 2 * U32 * weight_scale
     return drift
+
+
+def proportion_se(p: float, n: int) -> float:
+    """Standard error of a proportion estimated from ``n`` independent trials of probability ``p``:
+    √(p(1 - p)/n). A statistical band in a test is a stated number of these (3 leaves a two-sided chance of
+    0.27 % by the normal approximation, 4 of 6e-5), computed from the n the test draws, never guessed."""
+    return math.sqrt(p * (1 - p) / n)
+
+
+def decimals(value: float, places: int) -> float:
+    """Absolute difference allowed between ``value`` and ``round(value, places)`` as written and read back (a model
+    card's numbers): half a unit of the last decimal kept, plus the float64 rounding of that decimal and of the
+    half unit itself."""
+    return 0.5 * 10.0 ** -places * (1 + 2 * U64) + U64 * abs(value)
