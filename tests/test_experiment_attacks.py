@@ -230,6 +230,12 @@ def test_the_leakage_audit_equals_a_recomputation_from_the_stored_tokens(micro):
                 assert a["diff_ci_low"] <= a["diff"] <= a["diff_ci_high"] and a["n_documents"] == 16
         assert f"| {arm} | dropped | 16 / " in report and f"| {arm} | kept | 16 / " in report
         _check_did(attacks, control, dropped)
+        split = attacks["member_nll_by_split"]  # what the size sweep's split loss gap reads
+        for lp, d, kept, drop in zip(attacks["logprobs"]["members"], dropped, split["kept"], split["dropped"]):
+            x = -np.asarray(lp)
+            tol = rounding(len(x), U64) * x.max()  # a float64 mean of <= len(x) values, relative to their scale
+            assert kept == pytest.approx(x[~d].mean(), abs=tol)
+            assert drop == (pytest.approx(x[d].mean(), abs=tol) if d.any() else None)
     # the per-exposure AUCs of the report carry their bootstrap CI (micro has repetitions 1 and 2)
     section = report.split("## MIA AUC by exposure count")[1].split("##")[0]
     assert section.count("[") >= 6

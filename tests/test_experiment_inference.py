@@ -57,6 +57,7 @@ def test_cell_statistics_give_the_exact_p_value_and_withhold_tpr_below_100_nonme
     # resampling the 2 documents: a bootstrap sample is {a, a} (rate 1), {b, b} (rate 0) or {a, b} (rate 2/3)
     assert em["ci_low"] == 0.0 and em["ci_high"] == 1.0
     assert em["method"] == "cluster bootstrap"
+    # a mean of 3 values below 1: two additions and a division, each within half an ulp of a number below 3
     assert out["extraction_ci"]["rouge_l_paper"]["mean"] == pytest.approx(2.5 / 3, abs=4 * 2.0 ** -53)
     # a rate of 0 resamples to 0 every time: Wilson's interval instead, over the windows with one per document and
     # over the documents when they are pooled; for 0 of n its upper end is z^2 / (n + z^2) in closed form
@@ -144,6 +145,8 @@ def test_compare_pairs_windows_by_sha256_and_documents_by_id_not_by_position():
     # no ties); b: members d1..d4 = 3.0, 0.5, 2.5, 1.5 vs n1..n3 = 2.0, 4.0, 1.0 -> 5 of 12
     auc = out["auc"]
     assert auc["attack"] == "loss"
+    # an AUC is an integer count over 12 pairs: one division, half an ulp of a value below 1; the difference of
+    # two such quotients adds one more rounding, so 2^-52 bounds each
     assert auc["a"] == pytest.approx(11 / 12, abs=2.0 ** -52) and auc["b"] == pytest.approx(5 / 12, abs=2.0 ** -52)
     assert auc["diff"] == pytest.approx(6 / 12, abs=2.0 ** -52)
     assert auc["ci_low"] <= auc["diff"] <= auc["ci_high"]

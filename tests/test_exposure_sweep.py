@@ -129,3 +129,45 @@ def test_the_report_has_the_stream_strata_and_threshold_sections(sweep):
     assert arms and all(r["e50"]["status"] in ("interior", "above", "below") for r in arms)
     assert all(set(r["canaries"]["strata"]) == {"1", "2", "4"} for r in rows)
     assert (cfg.out_dir / "canary_exposure.png").is_file()
+
+
+def test_the_loss_gap_split_by_the_mask_equals_a_recount_from_the_cells_files(sweep):
+    """Per arm and size, the kept / dropped loss gap recomputed by hand from each cell's stored per-token log-probs:
+    per member, (control - arm) mean NLL over the positions the Goldfish mask keeps / drops, less the mean of
+    (control - arm) mean NLL over the nonmembers' every target."""
+    from goldfish.config import load_config
+    from goldfish.experiment.analysis import dropped_targets
+    from goldfish.train_config import TrainConfig, goldfish_config
+
+    cfg, plans, _ = sweep
+    results = json.loads((cfg.out_dir / "results.json").read_text())
+    chosen = {g["per"]["size"]: str(g["chosen"]) for g in results["tune"]["groups"]}
+    cell = {(p.cell.arm, p.cell.values["size"]): p for p in plans.values()
+            if str(p.cell.values["lr"]) == chosen[p.cell.values["size"]]}
+    checked = 0
+    for row in (r for r in results["scaling"]["rows"] if r["arm"] != "control"):
+        gold = cell[("goldfish", row["size"])]
+        prepared = load_prepared(gold.data_dir, verify=False)
+        gcfg = goldfish_config(load_config(TrainConfig, gold.dir / "train_config.yaml", []), prepared)
+        dropped = dropped_targets([list(x) for x in prepared.members["input_ids"]], gcfg)
+        reps = np.asarray(prepared.members["repetitions"])
+        arm, control = (json.loads((cell[(who, row["size"])].dir / "attacks.json").read_text())
+                        for who in (row["arm"], "control"))
+
+        def nll(found, split, positions=None):
+            docs = [-np.asarray(x, float) for x in found["logprobs"][split]]
+            return [x[p].mean() if p is not None else x.mean() for x, p in
+                    zip(docs, positions if positions is not None else [None] * len(docs))]
+
+        shift = np.mean(np.subtract(nll(control, "nonmembers"), nll(arm, "nonmembers")))
+        for side, keep in (("kept", [~d for d in dropped]), ("dropped", dropped)):
+            for r in np.unique(reps):
+                gaps = [c - a - shift for c, a, k, rr in zip(nll(control, "members", keep), nll(arm, "members", keep),
+                                                              keep, reps) if rr == r and k.any()]
+                found = row["strata"][str(r)][f"loss_gap_{side}"]
+                # float64 means of <= 16 per-token NLLs below 50 nats, in another order, and their differences
+                assert found["gap"] == pytest.approx(np.mean(gaps), abs=64 * 2.0 ** -52 * 50)
+                assert found["n"] == len(gaps) and found["low"] <= found["gap"] <= found["high"]
+                checked += 1
+    assert checked == 2 * 2 * 2 * 3  # standard and goldfish, two sizes, kept and dropped, three strata
+    assert "x4: kept / dropped" in (cfg.out_dir / "report.md").read_text()

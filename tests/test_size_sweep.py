@@ -181,6 +181,20 @@ def test_loss_gap_is_a_difference_in_differences_against_the_paired_control():
     assert 0.5 <= gaps[1]["low"] <= 1.0 <= gaps[1]["high"] <= 1.5
 
 
+def test_loss_gap_split_by_the_mask_leaves_out_targets_without_such_positions():
+    from goldfish.experiment.analysis import member_nll_by_split
+
+    # two members: log-probs by hand, the first drops its 2nd target, the second drops none
+    split = member_nll_by_split([np.array([-1.0, -3.0, -2.0]), np.array([-0.5, -1.5])],
+                               [np.array([False, True, False]), np.array([False, False])])
+    assert split == {"kept": [1.5, 1.0], "dropped": [3.0, None]}  # means of halves and integers: exact in binary
+    arm = {"target_losses_by_split": {"dropped": {"1": [3.0, None], "0": [4.0]}}}
+    control = {"target_losses_by_split": {"dropped": {"1": [4.5, 2.0], "0": [4.25]}}}
+    gaps = loss_gaps([(arm, control)], n_bootstrap=50, split="dropped")
+    assert gaps == {1: {"gap": 1.25, "low": 1.25, "high": 1.25, "n": 1}}  # (4.5 - 3) - (4.25 - 4); one target
+    assert loss_gaps([(arm, control)], split="kept") == {}  # no kept losses recorded: no gap, not a zero
+
+
 def test_fit_matches_scipy_linregress_with_its_standard_error():
     x, y = [1e6, 3e6, 1e7, 4e7], [0.1, 0.22, 0.38, 0.5]
     fit = fit_with_se(x, y)

@@ -226,6 +226,9 @@ def cell_summary(plan: CellPlan, mia_attack: str = "auto") -> dict[str, Any]:
     out["device"] = model.get("device") or train.get("device")
     out["versions"], out["git"], out["code"] = results.get("versions"), results.get("git"), results.get("code")
     out["target_losses"] = target_losses(attacks, plan.data_dir) if attacks else None
+    out["target_losses_by_split"] = {split: target_losses(attacks, plan.data_dir, split)
+                                     for split in ("kept", "dropped")} \
+        if attacks and attacks.get("member_nll_by_split") else None
     out.update(cell_extras(plan, results))  # stream, reads, strata, canaries (goldfish.experiment.sections)
     return out
 
@@ -236,18 +239,22 @@ def _member_repetitions(data_dir: Path) -> list[int]:
     return [int(r) for r in load_prepared(data_dir, verify=False).members["repetitions"]]
 
 
-def target_losses(attacks: dict, data_dir: Path) -> dict[str, list[float]] | None:
+def target_losses(attacks: dict, data_dir: Path, split: str | None = None) -> dict[str, list[float | None]] | None:
     """``{repetitions: [mean NLL of each member document]}`` and ``{"0": [... of each nonmember]}`` from
-    attacks.json's per-token log-probs."""
+    attacks.json's per-token log-probs. ``split`` ("kept" | "dropped"): the members' NLL over only the positions
+    the Goldfish mask keeps / drops (``member_nll_by_split``; None for a document without such positions), the
+    nonmembers' over every target, as the leakage audit's held-out side."""
     logprobs = attacks.get("logprobs") or {}
     if not logprobs.get("members"):
         return None
-    out: dict[str, list[float]] = {}
-    pairs = list(zip(_member_repetitions(data_dir), logprobs["members"]))
-    pairs += [(0, lp) for lp in logprobs.get("nonmembers") or []]
-    for reps, lp in pairs:
+    out: dict[str, list[float | None]] = {}
+    members = [(-sum(lp) / len(lp)) if lp else None for lp in logprobs["members"]] if split is None \
+        else attacks["member_nll_by_split"][split]
+    pairs = list(zip(_member_repetitions(data_dir), members, logprobs["members"]))
+    pairs += [(0, -sum(lp) / len(lp) if lp else None, lp) for lp in logprobs.get("nonmembers") or []]
+    for reps, nll, lp in pairs:
         if lp:
-            out.setdefault(str(reps), []).append(-sum(lp) / len(lp))
+            out.setdefault(str(reps), []).append(nll)
     return out
 
 

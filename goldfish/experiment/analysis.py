@@ -25,6 +25,9 @@ Fields (the schema of ``attacks.json``; targets t = 1..L-1 of each document, doc
 * ``doc_ids``: ``{"members" | "nonmembers": [document id ...]}`` (the prepared folder's ``id``), which pairs two
   cells' documents by identity;
 * ``heldout_loss``, ``member_loss``: mean per-document NLL of the nonmembers / members;
+* ``member_nll_by_split`` (cells with a Goldfish mask on their data): ``{"kept" | "dropped": [mean NLL of each
+  member document over the positions the mask keeps / drops, null where it has none]}`` -- what the size sweep's
+  loss gap splits by (:mod:`goldfish.experiment.scaling`);
 * ``accuracy``: teacher-forced top-1 accuracy of the members, ``accuracy``, ``kept_accuracy``, ``dropped_accuracy``,
   ``n_kept``, ``n_dropped``; ``heldout_accuracy``: the nonmembers' ``accuracy``;
 * ``attacks``: ``{attack: {auc, auc_ci_low, auc_ci_high, tpr_at_1pct_fpr, roc_fpr, roc_tpr, n_members,
@@ -65,6 +68,16 @@ def dropped_targets(docs: Sequence[Sequence[int]], gcfg: GoldfishConfig) -> list
     """Per document, (L-1,) bool: True where Goldfish drops target t = 1..L-1 (the document alone in a row, as in
     ``one_per_row`` training, where the row starts at the document's first token)."""
     return [config_mask(torch.as_tensor([list(d)]), gcfg)[0, 1:].numpy() for d in docs]
+
+
+def member_nll_by_split(logp: Sequence[np.ndarray], dropped: Sequence[np.ndarray]) -> dict[str, list]:
+    """``{"kept" | "dropped": [mean -log p over each document's kept / dropped targets, or None where it has
+    none]}``."""
+    def mean_nll(lp: np.ndarray, where: np.ndarray) -> float | None:
+        return float(-np.asarray(lp)[where].mean()) if where.any() else None
+
+    return {"kept": [mean_nll(lp, ~np.asarray(d, bool)) for lp, d in zip(logp, dropped)],
+            "dropped": [mean_nll(lp, np.asarray(d, bool)) for lp, d in zip(logp, dropped)]}
 
 
 def _auc(members: np.ndarray, nonmembers: np.ndarray, n_bootstrap: int, seed: int) -> dict:
@@ -148,6 +161,8 @@ def analyse(model: Any, data_dir: Path, out: Path, gcfg: GoldfishConfig | None, 
     dropped = {k: dropped_targets(d, gcfg) if gcfg else [np.zeros(len(c), bool) for c in correct[k]]
                for k, d in docs.items()}
     result["accuracy"] = attacks.teacher_forced_accuracy(correct["members"], dropped["members"])
+    if gcfg is not None:
+        result["member_nll_by_split"] = member_nll_by_split(logp["members"], dropped["members"])
     result["heldout_accuracy"] = attacks.teacher_forced_accuracy(correct["nonmembers"],
                                                                  dropped["nonmembers"])["accuracy"]
     scores: dict[str, dict[str, np.ndarray]] = {"loss": loss}

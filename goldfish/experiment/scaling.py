@@ -6,7 +6,9 @@ Per (arm, size), pooled over the other axes' cells (e.g. seeds):
 * the *loss gap* per stratum: the control's target NLL minus the arm's, per target, less the same difference on the
   nonmembers (a difference in differences: what the arm learnt about *these* texts, not about the language in
   general, relative to the same model trained on the background alone, ``control_mode: background``), averaged
-  over targets and cells with a bootstrap interval over targets;
+  over targets and cells with a bootstrap interval over targets; and the same gap split by the positions the
+  experiment's Goldfish mask keeps / drops (``loss_gap_kept`` / ``loss_gap_dropped``: every arm on the same
+  positions, as the leakage audit), so a Goldfish arm's gap on the tokens it never trained on is visible;
 * held-out loss (mean and sd over cells), so an under-trained size is visible.
 
 The log-linear fit ``rate = a + b log10(params)`` is made per arm and stratum only over sizes whose exact match is
@@ -59,21 +61,30 @@ def _bootstrap_mean(values: np.ndarray, n_bootstrap: int, seed: int) -> tuple[fl
     return float(values.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
-def loss_gaps(pairs: list[tuple[dict, dict | None]], n_bootstrap: int = 1000,
-              seed: int = 0) -> dict[int, dict[str, float]]:
+def _target_losses(cell: dict | None, split: str | None) -> dict | None:
+    if not cell:
+        return None
+    return cell.get("target_losses") if split is None else (cell.get("target_losses_by_split") or {}).get(split)
+
+
+def loss_gaps(pairs: list[tuple[dict, dict | None]], n_bootstrap: int = 1000, seed: int = 0,
+              split: str | None = None) -> dict[int, dict[str, float]]:
     """``{repetitions: {gap, low, high, n}}``: per target, control NLL minus arm NLL less the mean of the same
     difference over the nonmembers (stratum "0"), pooled over (arm cell, its control cell) pairs, with a bootstrap
-    interval over targets."""
+    interval over targets. ``split`` ("kept" | "dropped"): the targets' NLL over only the positions the Goldfish
+    mask keeps / drops (``target_losses_by_split``; the held-out side stays every nonmember target, as in the
+    leakage audit); a target without such positions is left out."""
     diffs: dict[int, list[float]] = defaultdict(list)
     for c, control in pairs:
-        if not control or not c.get("target_losses") or not control.get("target_losses"):
+        mine, theirs = _target_losses(c, split), _target_losses(control, split)
+        if not mine or not theirs:
             continue
-        mine, theirs = c["target_losses"], control["target_losses"]
         held = [b - a for a, b in zip(mine.get("0") or [], theirs.get("0") or [])]
         shift = float(np.mean(held)) if held else 0.0
         for r, losses in mine.items():
             if r != "0":
-                diffs[int(r)] += [b - a - shift for a, b in zip(losses, theirs.get(r) or [])]
+                diffs[int(r)] += [b - a - shift for a, b in zip(losses, theirs.get(r) or [])
+                                  if a is not None and b is not None]
     out = {}
     for r, values in sorted(diffs.items()):
         mean, low, high = _bootstrap_mean(np.asarray(values, dtype=np.float64), n_bootstrap, seed)
@@ -112,9 +123,11 @@ def size_analysis(cells: list[dict], axes: list[str]) -> dict | None:
         for r, (k, n) in sorted(pooled.items()):
             low, high = wilson_interval(k, n)
             strata[str(r)] = {"exact": k, "n": n, "rate": k / n if n else None, "low": low, "high": high}
-        gaps = loss_gaps([(c, controls.get(point[id(c)])) for c in group]) if arm != "control" else {}
-        for r, g in gaps.items():
-            strata.setdefault(str(r), {})["loss_gap"] = g
+        for split in (None, "kept", "dropped"):
+            gaps = loss_gaps([(c, controls.get(point[id(c)])) for c in group], split=split) \
+                if arm != "control" else {}
+            for r, g in gaps.items():
+                strata.setdefault(str(r), {})["loss_gap" if split is None else f"loss_gap_{split}"] = g
         exposures = [c.get("exposures") for c in group if c.get("exposures")]
         rows.append({"arm": arm, "size": size, "params": group[0].get("params"), "cells": len(group),
                      "heldout_loss": float(np.mean(held)) if held else None,
@@ -126,6 +139,28 @@ def size_analysis(cells: list[dict], axes: list[str]) -> dict | None:
                      "e50": group_e50(group) if arm != "control" else None,
                      "canaries": canary_strata(group)})
     return {"rows": rows, "fits": _fits(rows), "e50_fits": e50_fits(rows)}
+
+
+def _split_gap_table(rows: list[dict], strata: list[int]) -> list[str]:
+    """The loss gap on the positions the Goldfish mask keeps vs drops, per arm, size and stratum (report lines; none
+    without a Goldfish mask on the data)."""
+    def gap(v: dict, key: str) -> str:
+        g = v.get(key)
+        return f"{g['gap']:+.3f} [{g['low']:+.3f}, {g['high']:+.3f}]" if g else "-"
+
+    table = []
+    for r in sorted(rows, key=lambda r: (r["arm"], r["params"] or 0)):
+        cells = [r["strata"].get(str(s)) or {} for s in strata]
+        if r["arm"] != "control" and any(v.get("loss_gap_kept") for v in cells):
+            table.append([r["arm"], r["size"], *(f"{gap(v, 'loss_gap_kept')} / {gap(v, 'loss_gap_dropped')}"
+                                                 for v in cells)])
+    if not table:
+        return []
+    return ["", "Loss gap split by the positions the experiment's Goldfish mask keeps / drops (every arm on the same "
+            "positions; the nonmember side over every target, as in the leakage audit). A Goldfish arm never "
+            "trains on its dropped positions: a dropped gap near 0 with a positive kept gap is the mask working; "
+            "a dropped gap above 0 is what it learnt of those tokens from their context.", "",
+            markdown_table(["arm", "size"] + [f"x{s}: kept / dropped" for s in strata], table)]
 
 
 def _fits(rows: list[dict]) -> list[dict]:
@@ -365,6 +400,7 @@ def scaling_markdown(results: dict) -> str | None:
               "these texts beyond what training teaches about unseen text of the same kind (95 % bootstrap "
               "interval over targets). Held-out loss: nonmember NLL, mean +- sd "
               "over cells; compare across sizes to see which sizes are under-trained."]
+    lines += _split_gap_table(scaling["rows"], strata)
     fit_rows = []
     for f in scaling["fits"]:
         if "slope" in f:
