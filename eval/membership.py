@@ -285,8 +285,13 @@ def evaluate_attack(members: Any, nonmembers: Any, *, n_bootstrap: int = 1000, s
     if n_bootstrap > 0:
         low, high = np.percentile(bootstrap_auc(m, n, n_bootstrap, seed), [2.5, 97.5])
         result.update(auc_ci_low=float(low), auc_ci_high=float(high))
+    from .stats import auc_pvalue, tpr_at_fpr as guarded_tpr  # stats imports this module: at call time
+
+    p = auc_pvalue(m, n)  # exact where the separation is perfect (the bootstrap interval is then degenerate)
+    result.update(auc_p_value=p["p_value"], auc_log10_p=p["log10_p"], auc_p_method=p["method"])
     for key, target in FPR_TARGETS.items():
         result[key] = tpr_at_fpr(fpr, tpr, target)
+        result[f"{key}_note"] = guarded_tpr(m, n, target)["note"]  # too few nonmembers to measure that FPR
     result["roc_fpr"], result["roc_tpr"] = downsample_roc(fpr, tpr)
     result["n_members"], result["n_nonmembers"] = len(m), len(n)
     return result

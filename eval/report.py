@@ -42,9 +42,20 @@ def fmt_num(v: Any, digits: int = 3) -> str:
 
 
 def fmt_auc(a: Mapping) -> str:
+    if a.get("auc_p_method") == "perfect":  # every resample separates too: the exact p, not a [1, 1] interval
+        return (f"{a['auc']:.3f} (perfect separation of {a.get('n_members')} vs {a.get('n_nonmembers')}: "
+                f"p = 10^{a['auc_log10_p']:.1f}, exact)")
     if a.get("auc_ci_low") is None:
         return fmt_num(a.get("auc"))
     return f"{a['auc']:.3f} [{a['auc_ci_low']:.3f}, {a['auc_ci_high']:.3f}]"
+
+
+def fmt_tpr(a: Mapping, key: str, pct: bool = False) -> str:
+    """A TPR at a target FPR, or the note that there are too few nonmembers to measure that FPR."""
+    note = a.get(f"{key}_note")
+    if note:
+        return f"- ({note.split(':')[0]})"
+    return fmt_pct(a.get(key)) if pct else fmt_num(a.get(key))
 
 
 def fmt_exact(row: Mapping) -> str:
@@ -140,7 +151,7 @@ def format_summary_table(results: Mapping) -> str:
     if attacks:
         width = max(len(k) for k in attacks)
         lines.append("")
-        lines += [f"MIA {name.ljust(width)}  AUC {fmt_auc(a)}  TPR@1%FPR {fmt_num(a.get('tpr_at_1pct_fpr'))}"
+        lines += [f"MIA {name.ljust(width)}  AUC {fmt_auc(a)}  TPR@1%FPR {fmt_tpr(a, 'tpr_at_1pct_fpr')}"
                   for name, a in attacks.items()]
     return "\n".join(lines).strip("\n")
 
@@ -254,13 +265,14 @@ def _membership(results: Mapping) -> list[str]:
                "no nonmember documents" if not n_non else "no scores")
         return ["## Membership inference", "", f"Not run ({why}).", ""]
     m = results["membership"]
-    rows = [[name, fmt_auc(a), fmt_pct(a.get("tpr_at_1pct_fpr")), fmt_pct(a.get("tpr_at_0.1pct_fpr"))]
+    rows = [[name, fmt_auc(a), fmt_tpr(a, "tpr_at_1pct_fpr", pct=True), fmt_tpr(a, "tpr_at_0.1pct_fpr", pct=True)]
             for name, a in attacks.items()]
     return ["## Membership inference", "",
             f"{m.get('n_members')} members vs {m.get('n_nonmembers')} nonmembers; every score is oriented so that "
             "members score higher (AUC 0.5 = chance). AUC with a stratified bootstrap 95 % CI; TPR at a target FPR "
-            "is the largest TPR on the ROC with FPR <= target (no interpolation), so with n nonmembers FPRs below "
-            "1/n read as TPR at zero false positives. zlib_mimir divides the mean loss by the zlib length (MIMIR's "
+            "is the largest TPR on the ROC with FPR <= target (no interpolation), shown only with at least 1/FPR "
+            "nonmembers (below that it would be the TPR at zero false positives); a perfect separation shows its "
+            "exact permutation p-value instead of a degenerate interval. zlib_mimir divides the mean loss by the zlib length (MIMIR's "
             "form, which tracks document length); zlib_ratio divides total loss bits by zlib bits "
             "(length-normalised).", "",
             markdown_table(["attack", "AUC [95 % CI]", "TPR @ 1 % FPR", "TPR @ 0.1 % FPR"], rows), ""]

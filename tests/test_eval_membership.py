@@ -358,3 +358,31 @@ def test_non_finite_scores_are_dropped_and_section_follows_schema():
     assert set(attack) >= {"auc", "auc_ci_low", "auc_ci_high", "tpr_at_1pct_fpr", "tpr_at_0.1pct_fpr", "roc_fpr",
                            "roc_tpr"}
     assert section["scores"]["loss"]["nonmembers"] == [1.0, 2.0]
+
+
+def test_a_perfect_separation_reports_its_exact_p_and_too_few_nonmembers_withhold_the_tpr():
+    import math
+
+    from scipy.stats import mannwhitneyu
+
+    from goldfish.eval.report import fmt_auc, fmt_tpr
+
+    r = evaluate_attack([5.0, 6.0, 7.0], [1.0, 2.0, 3.0, 4.0], n_bootstrap=50)
+    # 1 of the C(7, 3) = 35 ways to label 7 scores with 3 members puts every member on top
+    assert (r["auc"], r["auc_p_method"]) == (1.0, "perfect")
+    # 10 ** (-log10 35): log10 rounds once, exp10 turns its absolute error into a relative one times ln 10, plus
+    # its own rounding
+    assert r["auc_p_value"] == pytest.approx(1 / 35, rel=rounding(2, U64) * (1 + math.log(10) * math.log10(35)))
+    assert (r["auc_ci_low"], r["auc_ci_high"]) == (1.0, 1.0)  # the degenerate interval the reports no longer show
+    assert fmt_auc(r) == f"1.000 (perfect separation of 3 vs 4: p = 10^{-math.log10(35):.1f}, exact)"
+    assert r["tpr_at_1pct_fpr"] == 1.0  # kept in the JSON: the TPR at zero false positives ...
+    assert r["tpr_at_1pct_fpr_note"].startswith("needs >= 100 nonmembers (has 4)")  # ... but not shown
+    assert fmt_tpr(r, "tpr_at_1pct_fpr") == "- (needs >= 100 nonmembers (has 4))"
+    # an overlap with 120 nonmembers: Mann-Whitney's one-sided p, and the 1 % TPR shown (the 0.1 % one is not)
+    rng = np.random.default_rng(0)
+    m, n = rng.normal(0.5, 1.0, 30), rng.normal(0.0, 1.0, 120)
+    r = evaluate_attack(m, n, n_bootstrap=0)
+    expected = mannwhitneyu(m, n, alternative="greater", method=r["auc_p_method"]).pvalue
+    assert r["auc_p_method"] in ("exact", "asymptotic") and r["auc_p_value"] == expected  # the same call
+    assert r["tpr_at_1pct_fpr_note"] is None and fmt_tpr(r, "tpr_at_1pct_fpr") == f"{r['tpr_at_1pct_fpr']:.3f}"
+    assert r["tpr_at_0.1pct_fpr_note"].startswith("needs >= 1000 nonmembers (has 120)")
