@@ -37,12 +37,13 @@ import zlib
 from typing import Any, MutableMapping, Sequence
 
 import numpy as np
-from scipy.stats import rankdata
 from sklearn.metrics import roc_auc_score, roc_curve
 
 from goldfish.errors import UserError
 
 from .scoring import DEFAULT_CHUNK, DEFAULT_TOKEN_BUDGET, iter_token_statistics, scoring_window
+from .stats import auc_pvalue, rank_auc
+from .stats import tpr_at_fpr as guarded_tpr
 
 log = logging.getLogger(__name__)
 
@@ -239,14 +240,6 @@ def bootstrap_auc(members: np.ndarray, nonmembers: np.ndarray, n_bootstrap: int,
     return aucs
 
 
-def rank_auc(members: np.ndarray, nonmembers: np.ndarray) -> np.ndarray:
-    """Row-wise ROC-AUC of (b, n_m) member vs (b, n_n) nonmember scores via the Mann-Whitney U statistic
-    (average ranks, so a tie counts 1/2 -- the same value as scikit-learn's ``roc_auc_score``)."""
-    n_m, n_n = members.shape[1], nonmembers.shape[1]
-    ranks = rankdata(np.concatenate([members, nonmembers], axis=1), axis=1)  # (b, n_m + n_n)
-    return (ranks[:, :n_m].sum(1) - n_m * (n_m + 1) / 2) / (n_m * n_n)
-
-
 def tpr_at_fpr(fpr: np.ndarray, tpr: np.ndarray, target: float) -> float:
     """Largest TPR among ROC points with FPR <= ``target`` (conservative, no interpolation; as in Carlini et al.
     2022). With n nonmembers the FPR resolution is 1/n, so below that this is the TPR at zero false positives."""
@@ -285,8 +278,6 @@ def evaluate_attack(members: Any, nonmembers: Any, *, n_bootstrap: int = 1000, s
     if n_bootstrap > 0:
         low, high = np.percentile(bootstrap_auc(m, n, n_bootstrap, seed), [2.5, 97.5])
         result.update(auc_ci_low=float(low), auc_ci_high=float(high))
-    from .stats import auc_pvalue, tpr_at_fpr as guarded_tpr  # stats imports this module: at call time
-
     p = auc_pvalue(m, n)  # exact where the separation is perfect (the bootstrap interval is then degenerate)
     result.update(auc_p_value=p["p_value"], auc_log10_p=p["log10_p"], auc_p_method=p["method"])
     for key, target in FPR_TARGETS.items():

@@ -33,12 +33,19 @@ import math
 from typing import Any, Sequence
 
 import numpy as np
-from scipy.stats import binomtest, mannwhitneyu
+from scipy.stats import binomtest, mannwhitneyu, rankdata
 
-from .membership import rank_auc
 
 EXACT_MAX_ITEMS = 400  # scipy's exact Mann-Whitney null distribution up to this many pooled scores (no ties)
 CI = (2.5, 97.5)
+
+
+def rank_auc(members: np.ndarray, nonmembers: np.ndarray) -> np.ndarray:
+    """Row-wise ROC-AUC of (b, n_m) member vs (b, n_n) nonmember scores via the Mann-Whitney U statistic
+    (average ranks, so a tie counts 1/2 -- the same value as scikit-learn's ``roc_auc_score``)."""
+    n_m, n_n = members.shape[1], nonmembers.shape[1]
+    ranks = rankdata(np.concatenate([members, nonmembers], axis=1), axis=1)  # (b, n_m + n_n)
+    return (ranks[:, :n_m].sum(1) - n_m * (n_m + 1) / 2) / (n_m * n_n)
 
 
 def _finite(values: Any) -> np.ndarray:
