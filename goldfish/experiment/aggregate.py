@@ -225,9 +225,9 @@ def cell_summary(plan: CellPlan, mia_attack: str = "auto") -> dict[str, Any]:
     out["eval_precision"] = model.get("precision")
     out["device"] = model.get("device") or train.get("device")
     out["versions"], out["git"], out["code"] = results.get("versions"), results.get("git"), results.get("code")
-    out["target_losses"] = target_losses(attacks, plan.data_dir) if attacks else None
-    out["target_losses_by_split"] = {split: target_losses(attacks, plan.data_dir, split)
-                                     for split in ("kept", "dropped")} \
+    reps = _member_repetitions(plan.data_dir) if attacks and (attacks.get("logprobs") or {}).get("members") else []
+    out["target_losses"] = target_losses(attacks, reps) if attacks else None
+    out["target_losses_by_split"] = {split: target_losses(attacks, reps, split) for split in ("kept", "dropped")} \
         if attacks and attacks.get("member_nll_by_split") else None
     out.update(cell_extras(plan, results))  # stream, reads, strata, canaries (goldfish.experiment.sections)
     return out
@@ -239,9 +239,10 @@ def _member_repetitions(data_dir: Path) -> list[int]:
     return [int(r) for r in load_prepared(data_dir, verify=False).members["repetitions"]]
 
 
-def target_losses(attacks: dict, data_dir: Path, split: str | None = None) -> dict[str, list[float | None]] | None:
+def target_losses(attacks: dict, reps: list[int], split: str | None = None) -> dict[str, list[float | None]] | None:
     """``{repetitions: [mean NLL of each member document]}`` and ``{"0": [... of each nonmember]}`` from
-    attacks.json's per-token log-probs. ``split`` ("kept" | "dropped"): the members' NLL over only the positions
+    attacks.json's per-token log-probs; ``reps``: the members' repetition counts (the prepared folder's order).
+    ``split`` ("kept" | "dropped"): the members' NLL over only the positions
     the Goldfish mask keeps / drops (``member_nll_by_split``; None for a document without such positions), the
     nonmembers' over every target, as the leakage audit's held-out side."""
     logprobs = attacks.get("logprobs") or {}
@@ -250,11 +251,11 @@ def target_losses(attacks: dict, data_dir: Path, split: str | None = None) -> di
     out: dict[str, list[float | None]] = {}
     members = [(-sum(lp) / len(lp)) if lp else None for lp in logprobs["members"]] if split is None \
         else attacks["member_nll_by_split"][split]
-    pairs = list(zip(_member_repetitions(data_dir), members, logprobs["members"]))
+    pairs = list(zip(reps, members, logprobs["members"]))
     pairs += [(0, -sum(lp) / len(lp) if lp else None, lp) for lp in logprobs.get("nonmembers") or []]
-    for reps, nll, lp in pairs:
+    for r, nll, lp in pairs:
         if lp:
-            out.setdefault(str(reps), []).append(nll)
+            out.setdefault(str(r), []).append(nll)
     return out
 
 
