@@ -9,7 +9,9 @@
   repository, a symbolic link and a file are refused as output folders, in one line.
 * **Locks.** ``.<name>.lock`` beside the folder holds an exclusive advisory lock (``flock``) and the holder's PID
   while a command writes: a second writer gets one line naming that PID. The kernel releases the lock of a killed
-  process, so a stale lock file is simply taken over.
+  process, so a stale lock file is simply taken over. Experiment runs hold their folder's lock *shared*: shards of
+  one experiment (``--only``) run side by side, each cell under its own exclusive lock, while any other writer of
+  the folder is refused.
 * **Replacement.** A replacing writer builds the new folder beside the old one (``.<name>.<random>.tmp``) and
   publishes it by one atomic exchange (:func:`goldfish.io.commit_directory`) when it is complete, so a failure or a
   kill at any moment leaves the old folder whole; the next writer deletes the debris.
@@ -125,31 +127,45 @@ def lock_path(folder: Path) -> Path:
 
 
 class FolderLock:
-    """An exclusive advisory lock on writing ``folder``; the lock file holds ``<pid> <host>`` and is removed on
-    release. A lock file whose holder died holds no lock (the kernel drops it) and is taken over."""
+    """An advisory lock on writing ``folder``; the lock file holds ``<pid> <host>`` of its holder(s) and is removed on
+    release by the last one. A lock file whose holder died holds no lock (the kernel drops it) and is taken over.
 
-    def __init__(self, folder: Path):
+    ``shared``: several holders at once (the shards of one experiment), every exclusive writer refused meanwhile.
+    ``wait``: a held lock is waited for instead of refused; ``on_wait(holder)`` is called once before waiting."""
+
+    def __init__(self, folder: Path, *, shared: bool = False, wait: bool = False,
+                 on_wait: Callable[[str], None] | None = None):
         self.folder = Path(folder)
         self.path = lock_path(self.folder)
+        self.shared, self.wait, self.on_wait = shared, wait, on_wait
         self._fd: int | None = None
 
     def __enter__(self) -> "FolderLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        mode = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
+        waited = False
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
             except OSError as e:
-                os.close(fd)
-                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise UserError(f"{self.folder} is being written by another goldfish process ({self._holder()}); "
-                                    f"wait for it to finish, or choose another output folder") from None
-                if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
-                    raise
-                # a file system without locks (some network mounts): say so, and write unguarded
-                print(f"warning: cannot lock {self.path} ({e.strerror}); a second writer of {self.folder} would not "
-                      f"be noticed", file=sys.stderr)
-                return self
+                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN) and self.wait:
+                    if not waited and self.on_wait is not None:
+                        self.on_wait(self._holder())
+                    waited = True
+                    fcntl.flock(fd, mode)  # blocks until the holder releases (or dies)
+                else:
+                    os.close(fd)
+                    if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                        raise UserError(f"{self.folder} is being written by another goldfish process "
+                                        f"({self._holder()}); wait for it to finish, or choose another output "
+                                        f"folder") from None
+                    if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                        raise
+                    # a file system without locks (some network mounts): say so, and write unguarded
+                    print(f"warning: cannot lock {self.path} ({e.strerror}); a second writer of {self.folder} would "
+                          f"not be noticed", file=sys.stderr)
+                    return self
             try:  # a releasing holder unlinks the file: the one we locked must still be the one at the path
                 same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
@@ -157,8 +173,12 @@ class FolderLock:
             if same:
                 break
             os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+        me = f"{os.getpid()} {socket.gethostname()}\n".encode()
+        if self.shared:  # the other holders' lines stay: a refused writer is told one of them
+            os.lseek(fd, 0, os.SEEK_END)
+        else:
+            os.ftruncate(fd, 0)
+        os.write(fd, me)
         self._fd = fd
         return self
 
@@ -170,11 +190,19 @@ class FolderLock:
         return f"pid {pid} on {host}"
 
     def __exit__(self, *exc: Any) -> None:
-        if self._fd is not None:
+        if self._fd is None:
+            return
+        last = True
+        if self.shared:  # the last holder removes the file: exclusive now, or another holder still has it
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                last = False
+        if last:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)  # while still locked: a waiting writer then re-opens a fresh file
-            os.close(self._fd)
-            self._fd = None
+        os.close(self._fd)
+        self._fd = None
 
 
 # ------------------------------------------------------------------------------------------------ writing
@@ -220,7 +248,7 @@ class OutputFolder:
 @contextlib.contextmanager
 def writing(path: str | Path, kind: str, *, replace: bool = False, stage: bool = False, exist_ok: bool = True,
             legacy: Callable[[Path], bool] | None = None, option: str = "--overwrite",
-            main: bool = True) -> Iterator[OutputFolder]:
+            main: bool = True, shared: bool = False) -> Iterator[OutputFolder]:
     """Lock ``path``, check that a ``kind`` writer may write it, and yield the :class:`OutputFolder` to write.
 
     ``replace``: the old folder (if it holds anything) must carry this kind's marker, and the new one is built beside
@@ -228,14 +256,18 @@ def writing(path: str | Path, kind: str, *, replace: bool = False, stage: bool =
     new folder), so that nothing half-written ever appears at ``path``. ``exist_ok=False``: without ``replace``, an
     existing ``path`` is refused (checked under the lock, so two writers cannot both find it absent). Failure or
     interruption deletes the staging folder; the old folder stays whole. ``main=False`` (the other ranks of a
-    distributed run): no checks, no lock, write in place (the main rank holds the lock).
+    distributed run): no checks, no lock, write in place (the main rank holds the lock). ``shared``: the lock is shared
+    with other ``shared`` writers of the folder, which coordinate among themselves (the shards of an experiment); such
+    a folder is written in place and its debris is left to an exclusive writer.
     """
+    if shared and (replace or stage):
+        raise ValueError("a shared writer writes in place: replace and stage need the exclusive lock")
     final = check_target(path) if main else Path(path)
     if not main:
         yield OutputFolder(final, kind, final)
         return
-    with FolderLock(final):
-        recover_directory(final)  # debris of writers killed while replacing; only a lock holder may delete it
+    with FolderLock(final, shared=shared):
+        recover_directory(final, clean=not shared)  # debris of killed replacing writers; only a sole holder deletes it
         if replace and _has_content(final):
             require_owned(final, kind, option)
             stage = True

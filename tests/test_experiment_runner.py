@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -380,6 +381,106 @@ def test_only_runs_matching_cells_but_reports_every_finished_one(tmp_path):
     assert [Path(p).parent.name for p in calls.trained] == ["standard__model=big"]
     results = json.loads((tmp_path / "exp" / "results.json").read_text())
     assert results["n_done"] == 3 and results["missing"] == ["goldfish__model=big"]
+
+
+def _shard(cfg, pipeline, only, errors: list) -> threading.Thread:
+    """One ``--only`` run of ``cfg`` in a thread (a process of its own would hold its own locks the same way: flock
+    locks belong to open files, not to processes); an exception is kept in ``errors``."""
+    def run() -> None:
+        try:
+            run_experiment(cfg, pipeline, progress=False, only=only)
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+
+    return threading.Thread(target=run, daemon=True)
+
+
+def test_two_shards_run_side_by_side_into_one_folder(tmp_path):
+    """The documented two-shard run (`--only A & --only B`): both train at the same time (each waits in training
+    until the other is training too; one locked out of the folder would never get there), the data both cells share
+    is prepared once, and the results hold both cells."""
+    cfg = experiment(tmp_path, grid={})
+    calls, both_training, errors = Calls(), threading.Barrier(2, timeout=60), []
+
+    def pipeline() -> Pipeline:
+        base = make_pipeline(calls)
+
+        def train(c):
+            both_training.wait()
+            return base.train(c)
+
+        return dataclasses.replace(base, train=train)
+
+    shards = [_shard(cfg, pipeline(), lambda cid, arm=arm: cid == arm, errors) for arm in ("standard", "goldfish")]
+    for t in shards:
+        t.start()
+    for t in shards:
+        t.join(120)
+    assert errors == [] and not any(t.is_alive() for t in shards)
+    assert sorted(Path(p).parent.name for p in calls.trained) == ["goldfish", "standard"]
+    assert len(calls.prepared) == 1  # the second shard waited for the first's preparation, then reused it
+    results = json.loads((tmp_path / "exp" / "results.json").read_text())
+    assert results["n_done"] == 2 and results["missing"] == []
+    leftover = sorted(p.name for p in (tmp_path / "exp").rglob(".*.lock")) + \
+        sorted(p.name for p in tmp_path.glob(".*.lock"))
+    assert leftover == []  # every lock released and removed by its last holder
+
+
+def test_a_cell_two_runs_both_want_runs_once(tmp_path, monkeypatch):
+    """Overlapping shards: the second run reaches the cell the first is training, waits for it (one line naming the
+    holder) and then skips it, finished; nothing is trained twice."""
+    from goldfish.experiment import runner
+
+    cfg = experiment(tmp_path, grid={})
+    calls, errors = Calls(), []
+    first_training, second_waiting = threading.Event(), threading.Event()
+    real_lock = runner.cell_lock
+
+    def spying_lock(plan, wait=True):
+        lock = real_lock(plan, wait)
+        said = lock.on_wait
+
+        def on_wait(holder: str) -> None:
+            said(holder)
+            second_waiting.set()
+
+        lock.on_wait = on_wait
+        return lock
+
+    monkeypatch.setattr(runner, "cell_lock", spying_lock)
+    base = make_pipeline(calls)
+
+    def train(c):
+        if Path(c.out).parent.name == "standard" and not first_training.is_set():
+            first_training.set()
+            assert second_waiting.wait(60), "the second run never waited for the cell"
+        return base.train(c)
+
+    first = _shard(cfg, dataclasses.replace(base, train=train), lambda cid: cid == "standard", errors)
+    first.start()
+    assert first_training.wait(60)
+    second = _shard(cfg, dataclasses.replace(base, train=train), None, errors)  # every cell, standard included
+    second.start()
+    for t in (first, second):
+        t.join(120)
+    assert errors == [] and not first.is_alive() and not second.is_alive()
+    assert sorted(Path(p).parent.name for p in calls.trained) == ["goldfish", "standard"]
+    assert json.loads((tmp_path / "exp" / "results.json").read_text())["n_done"] == 2
+
+
+def test_another_writer_is_refused_while_shards_hold_the_folder(tmp_path):
+    """Shards share the folder's lock with each other only: an exclusive writer (a `goldfish train out=` into it) is
+    one line naming a holder, and the last shard to leave removes the lock file."""
+    from goldfish.ownership import FolderLock
+
+    out = tmp_path / "exp"
+    with FolderLock(out, shared=True), FolderLock(out, shared=True):
+        with pytest.raises(UserError, match=rf"{out} is being written by another goldfish process \(pid \d+ on "):
+            FolderLock(out).__enter__()
+    assert not (tmp_path / ".exp.lock").exists()
+    with FolderLock(out):  # free again
+        with pytest.raises(UserError, match="is being written by another goldfish process"):
+            FolderLock(out, shared=True).__enter__()
 
 
 def test_the_control_cell_trains_nothing_and_is_evaluated_like_the_arms(tmp_path):

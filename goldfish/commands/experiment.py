@@ -12,7 +12,8 @@ DESCRIPTION = """\
 Run an experiment: every cell (arm x grid point) prepares its data (shared between cells with the same data
 config), trains, evaluates, and writes <out>/cells/<cell>/DONE. Rerunning skips finished cells, so a killed run
 redoes only the cell it was in; a cell started with another config is refused (--rerun-stale reruns it and
-replaces the old cell when the new one is done).
+replaces the old cell when the new one is done). Shards (--only) of one experiment may run at once into one
+folder: each cell runs in one of them, the others wait for it.
 Then <out>/results.csv, results.json, summary.json and report.md (+ plots).
 
 examples:
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from ..experiment import default_pipeline, load_experiment, plan_cells, run_experiment
     from ..experiment.aggregate import aggregate
     from ..experiment.report import headline_table, paper_table, regime, write_study_report
-    from ..experiment.runner import describe_plans, experiment_folder, mark_experiment, recover_replaced
+    from ..experiment.runner import describe_plans, experiment_folder, mark_experiment, one_at_a_time, recover_replaced
 
     cfg = load_experiment(args.config, args.overrides)
     if args.world_size is not None and args.world_size < 1:
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(cfg, plans, args.world_size)
     if args.report_only:
-        with experiment_folder(cfg) as folder:
+        with one_at_a_time(cfg), experiment_folder(cfg) as folder:
             recover_replaced(plans)  # a cell a killed --rerun-stale set aside is put back first
             mark_experiment(folder, cfg)
             results = aggregate(cfg, plans)

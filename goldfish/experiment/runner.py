@@ -12,7 +12,10 @@ old cell is set aside as ``cells/.<id>.replaced`` and deleted only when the new 
 and so does the next start after a kill).
 
 The experiment folder is locked while a run writes it (``goldfish.ownership.writing``) and carries the experiment's
-ownership marker; a non-empty folder that is not an experiment's is refused.
+ownership marker; a non-empty folder that is not an experiment's is refused. Runs of one experiment share that lock,
+so shards (``--only``) run side by side: each cell runs under its own exclusive lock (``cells/.<id>.lock``; a cell
+another run holds is waited for, then skipped if that run finished it), prepared data shared by cells of two shards is
+prepared once (the other waits), and the results and report are written by one run at a time.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from tqdm.auto import tqdm
 from ..config import load_config, read_yaml, save_config, to_dict
 from ..errors import ConfigError, UserError
 from ..io import atomic_write_json
-from ..ownership import OutputFolder, fingerprint_sha256, read_owner, writing
+from ..ownership import FolderLock, OutputFolder, check_target, fingerprint_sha256, read_owner, writing
 from ..provenance import code_version, flatten, read_fingerprint
 from .aggregate import aggregate
 from .config import ExperimentConfig
@@ -146,19 +149,34 @@ def _set_aside(plan: CellPlan) -> Path:
     return plan.dir.with_name(f".{plan.dir.name}.replaced")
 
 
+def cell_lock(plan: CellPlan, wait: bool = True) -> FolderLock:
+    """The exclusive lock on running one cell (``cells/.<id>.lock``): another run of the experiment holding it is
+    waited for (one line says which), or with ``wait=False`` refused (UserError)."""
+    def waiting(holder: str) -> None:
+        print(f"[{plan.cell.id}] being run by another goldfish process ({holder}): waiting for it", file=sys.stderr)
+
+    return FolderLock(plan.dir, wait=wait, on_wait=waiting)
+
+
 def recover_replaced(plans: list[CellPlan]) -> None:
     """After a kill during ``--rerun-stale``: drop the old cell if the new one finished, else put the old one back
-    (the unfinished new one is deleted; ``--rerun-stale`` starts it again)."""
+    (the unfinished new one is deleted; ``--rerun-stale`` starts it again). A cell another run holds is its own."""
     for plan in plans:
-        old = _set_aside(plan)
-        if not old.is_dir():
-            continue
-        if plan.done:
-            _remove(old)
-            continue
-        if plan.dir.exists():
-            _remove(plan.dir)
-        os.replace(old, plan.dir)
+        if _set_aside(plan).is_dir():
+            with contextlib.suppress(UserError), cell_lock(plan, wait=False):
+                _recover(plan)
+
+
+def _recover(plan: CellPlan) -> None:
+    old = _set_aside(plan)
+    if not old.is_dir():
+        return
+    if plan.done:
+        _remove(old)
+        return
+    if plan.dir.exists():
+        _remove(plan.dir)
+    os.replace(old, plan.dir)
 
 
 @contextlib.contextmanager
@@ -188,11 +206,15 @@ def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
     """
     times: dict[str, float] = {}
     for prepare_cfg, data_dir in [(plan.prepare_cfg, plan.data_dir)] + ([plan.train_data] if plan.train_data else []):
-        if not (data_dir / "manifest.json").is_file():
-            phase("prepare")
-            t0 = time.perf_counter()
-            pipeline.prepare(prepare_cfg, out=data_dir, overwrite=False, progress=False)
-            times["prepare_s"] = times.get("prepare_s", 0.0) + time.perf_counter() - t0
+        if (data_dir / "manifest.json").is_file():
+            continue
+        # cells of two shards may share prepared data: the second waits for the first, then finds it ready
+        with FolderLock(data_dir.with_name(f"{data_dir.name}.prepare"), wait=True):
+            if not (data_dir / "manifest.json").is_file():
+                phase("prepare")
+                t0 = time.perf_counter()
+                pipeline.prepare(prepare_cfg, out=data_dir, overwrite=False, progress=False)
+                times["prepare_s"] = times.get("prepare_s", 0.0) + time.perf_counter() - t0
     # before training starts: a killed cell's configs then describe exactly what its partial outputs were made with
     save_config(plan.train_cfg, plan.dir / "train_config.yaml")
     save_config(plan.eval_cfg, plan.dir / "eval_config.yaml")
@@ -255,7 +277,16 @@ def check_start_models(plans: list[CellPlan]) -> None:
 def experiment_folder(cfg: ExperimentConfig):
     """Lock the experiment's folder and refuse one that holds anything but an experiment (one written before
     ownership markers is known by its ``experiment.yaml``); yields :class:`goldfish.ownership.OutputFolder`."""
-    return writing(cfg.out_dir, "experiment", legacy=lambda folder: (folder / "experiment.yaml").is_file())
+    return writing(cfg.out_dir, "experiment", legacy=lambda folder: (folder / "experiment.yaml").is_file(),
+                   shared=True)
+
+
+def one_at_a_time(cfg: ExperimentConfig) -> FolderLock:
+    """Held (``.<name>.steps.lock`` beside the folder) while a run of the experiment claims, checks and marks its
+    folder, and while it (or ``--report-only``) aggregates the finished cells into results and report: the steps
+    that runs sharing the folder must not interleave. Another run waits for it."""
+    out = check_target(cfg.out_dir)  # first: `.`, `..`, a file ... are one line, before anything is created
+    return FolderLock(out.with_name(f"{out.name}.steps"), wait=True)
 
 
 def mark_experiment(folder: OutputFolder, cfg: ExperimentConfig) -> None:
@@ -274,21 +305,24 @@ def run_experiment(cfg: ExperimentConfig, pipeline: Pipeline | None = None, *, p
     (starting models) are checked before any cell is touched."""
     pipeline = pipeline or default_pipeline()
     plans = plan_cells(cfg, pipeline)  # fail fast: every cell's config is valid before any work
-    with experiment_folder(cfg) as folder:
-        recover_replaced(plans)
-        stale = stale_cells(plans)
-        wanted = [p for p in plans if only is None or only(p.cell.id)]
-        rerun = {p.cell.id for p in wanted if p.cell.id in stale} if rerun_stale else set()
-        check_not_stale([p for p in plans if p.cell.id not in rerun])
-        todo = [p for p in wanted if not p.done or p.cell.id in rerun]
-        check_start_models(todo)
-        mark_experiment(folder, cfg)  # after every refusal: a refused run writes nothing
+    with contextlib.ExitStack() as held:
+        with one_at_a_time(cfg):
+            folder = held.enter_context(experiment_folder(cfg))  # shared with the experiment's other runs
+            recover_replaced(plans)
+            stale = stale_cells(plans)
+            wanted = [p for p in plans if only is None or only(p.cell.id)]
+            rerun = {p.cell.id for p in wanted if p.cell.id in stale} if rerun_stale else set()
+            check_not_stale([p for p in plans if p.cell.id not in rerun])
+            todo = [p for p in wanted if not p.done or p.cell.id in rerun]
+            check_start_models(todo)
+            mark_experiment(folder, cfg)  # after every refusal: a refused run writes nothing
         start = time.perf_counter()
         _run_cells(cfg, plans, todo, pipeline, progress, {cid: stale[cid] for cid in rerun})
-        results = aggregate(cfg, active(cfg, plans), wall_time_s=time.perf_counter() - start,
-                            tune=tune_summary(cfg, plans))
-        save_config(cfg, cfg.out_dir / "experiment.yaml")  # with the report: the config of these results
-        write_study_report(cfg, results, cfg.out_dir)
+        with one_at_a_time(cfg):
+            results = aggregate(cfg, active(cfg, plans), wall_time_s=time.perf_counter() - start,
+                                tune=tune_summary(cfg, plans))
+            save_config(cfg, cfg.out_dir / "experiment.yaml")  # with the report: the config of these results
+            write_study_report(cfg, results, cfg.out_dir)
     return cfg.out_dir
 
 
@@ -316,12 +350,14 @@ def _run_cells(cfg: ExperimentConfig, plans: list[CellPlan], todo: list[CellPlan
                               "first", file=sys.stderr)
                     bar.update(1)
                     continue
-            if plan.cell.id in rerun:
-                print(f"[{plan.cell.id}] config changed ({rerun[plan.cell.id]}): running it again", file=sys.stderr)
-                with _replacing(plan):
+            with cell_lock(plan):
+                if plan.cell.id in rerun and plan.cell.id in stale_cells([plan]):
+                    print(f"[{plan.cell.id}] config changed ({rerun[plan.cell.id]}): running it again",
+                          file=sys.stderr)
+                    with _replacing(plan):
+                        run_cell(cfg, plan, pipeline, phase, plans)
+                elif not plan.done:  # another run may have finished it while this one waited
                     run_cell(cfg, plan, pipeline, phase, plans)
-            else:
-                run_cell(cfg, plan, pipeline, phase, plans)
             bar.update(1)
     finally:
         bar.close()
