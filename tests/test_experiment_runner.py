@@ -342,6 +342,47 @@ def test_report_has_the_expected_tables_and_plots(tmp_path):
         assert f"]({png})" in report
 
 
+def test_the_mask_consistent_attack_of_each_goldfish_cell_is_a_report_table(tmp_path):
+    """A cell whose eval ran `decoding.adversary` carries its rows (eval's own summary of the windows) into
+    results.json, and the report shows them beside greedy: rates counted here by hand, the McNemar p of one
+    discordant window (1.0) and of four (2 x 1/2^4 = 0.125)."""
+    from goldfish.eval.adversary import summarize
+
+    hits = {"greedy_dropped_hits": [1, 0, 0, 1], "mc_oracle_dropped_hits": [2, 2, 1, 1],
+            "mc_switch_dropped_hits": [2, 1, 1, 1], "tf_dropped_hits": [1, 1, 0, 1],
+            "tf_oracle_dropped_hits": [2, 2, 2, 1], "tf_switch_dropped_hits": [2, 1, 1, 1]}
+    windows = [{"doc_id": f"d{i}", "window": "start", "prefix_len": 4, "mask_dropped": 2, "exact_match": False,
+                "mc_oracle_exact_match": i < 4, "mc_switch_exact_match": i == 0,
+                **{key: values[i] for key, values in hits.items()}} for i in range(4)]
+    section = {"name": "mask_consistent", "mask": {"k": 2, "h": 13, "strategy": "hash", "seed": 0, "special_ids": []},
+               "switch_threshold": 0.9, "rows": summarize(windows, n_bootstrap=200)}
+    base = make_pipeline(Calls())
+
+    def evaluate(c, model=None):
+        results = base.evaluate(c, model)
+        if "goldfish" in c.out:
+            results["adversary"] = section
+            atomic_write_json(Path(c.out) / "results.json", results)
+        return results
+
+    run_experiment(experiment(tmp_path, grid={}), dataclasses.replace(base, evaluate=evaluate), progress=False)
+    out = tmp_path / "exp"
+    cells = {c["arm"]: c for c in json.loads((out / "results.json").read_text())["cells"]}
+    assert "adversary" not in cells["standard"]
+    row = cells["goldfish"]["adversary"]["rows"][0]
+    assert cells["goldfish"]["adversary"]["mask"] == {"k": 2, "h": 13, "strategy": "hash"}
+    assert (row["n_windows"], row["n_dropped"]) == (4, 8)
+    assert row["exact_match"]["mc_oracle"]["mean"] == 1.0 and row["exact_match"]["mc_switch"]["mean"] == 0.25
+    report = (out / "report.md").read_text()
+    assert "## Mask-consistent extraction" in report
+    line = next(ln for ln in report.splitlines() if ln.startswith("| goldfish | k=2 h=13 hash |"))
+    cols = [x.strip() for x in line.strip("|").split("|")]
+    assert cols[2:6] == ["start prefix 4", "4", "8", "0.0 % [0.0 %, 0.0 %]"]
+    assert cols[6].startswith("100.0 %") and cols[6].endswith("(p 0.125)")
+    assert cols[7].startswith("25.0 %") and cols[7].endswith("(p 1)")
+    assert [c.split(" [")[0] for c in cols[8:13]] == ["25.0 %", "75.0 %", "62.5 %", "37.5 %", "87.5 %"]
+
+
 def test_torchrun_command_fills_nodes_and_processes_per_cell(tmp_path):
     import sys
 

@@ -20,7 +20,9 @@ A cell of ``results.json`` (and an entry of ``summary.json``) also carries, when
 extraction attacks over the same windows as ``exact_match_rate`` (:func:`adaptive_numbers`): ``beam_exact_match_rate``
 (+ ``_ci_low``/``_ci_high``, Wilson) with ``beam_width``; ``sample_rate`` (mean fraction of exact temperature samples,
 + normal CI), ``sample_any_rate`` (windows with at least one exact sample, + Wilson CI), ``n_samples``,
-``sample_temperature``; and ``leakage``, the dropped-token leakage audit of the cell's ``attacks.json`` (its ``did``:
+``sample_temperature``; ``adversary``, eval's mask-consistent extraction attack when it ran
+(``decoding.adversary``; :func:`adversary_numbers`: the mask assumed and one row per placement and prefix length, as
+in eval's results.json); and ``leakage``, the dropped-token leakage audit of the cell's ``attacks.json`` (its ``did``:
 the difference in differences against held-out text). ``rouge_l_paper`` (the paper's ROUGE-L, rouge-score on words)
 is the headline ROUGE-L, ``rouge_l`` (token ids) beside it; ``mia_auc_p``, the guarded ``mia_tpr_at_1pct_fpr`` and
 ``extraction_ci`` (intervals over documents) come from :mod:`goldfish.experiment.inference`, and so does
@@ -179,6 +181,18 @@ def adaptive_numbers(results: dict) -> dict[str, Any]:
     return out
 
 
+def adversary_numbers(results: dict) -> dict[str, Any]:
+    """Eval's mask-consistent extraction attack (results.json ``adversary``), empty when it did not run: the mask
+    assumed (k, h, strategy), the switch threshold and the rows (exact match of greedy and both variants with their
+    McNemar tests against greedy, accuracy on the dropped suffix positions)."""
+    section = results.get("adversary")
+    if not section:
+        return {}
+    mask = {k: (section.get("mask") or {}).get(k) for k in ("k", "h", "strategy")}
+    return {"adversary": {"mask": mask, "switch_threshold": section.get("switch_threshold"),
+                          "rows": section.get("rows") or []}}
+
+
 def cell_summary(plan: CellPlan, mia_attack: str = "auto") -> dict[str, Any]:
     """Everything known about one finished cell (the unit of summary.json); ``mia_attack``: the experiment's
     headline-attack setting."""
@@ -197,6 +211,7 @@ def cell_summary(plan: CellPlan, mia_attack: str = "auto") -> dict[str, Any]:
     out.update({k: overall.get(k) for k in ("n_windows", "exact_match_rate", "exact_match_ci_low",
                                             "exact_match_ci_high", *ROUGE_KEYS, "token_match")})
     out.update(adaptive_numbers(results))
+    out.update(adversary_numbers(results))
     membership = results.get("membership") or {}
     out.update(membership_numbers(membership))
     attacks_path = plan.dir / ATTACKS_FILE
@@ -310,7 +325,7 @@ def summary_of(cells: list[dict]) -> dict[str, dict]:
             "mia_auc_kept_reference", "mia_auc_kept_reference_ci", "mia_by_exposure", "mia_by_exposure_ci", "tf_accuracy",
             "tf_kept_accuracy", "tf_dropped_accuracy", "heldout_accuracy", "final_kept_loss", "final_dropped_loss",
             "heldout_loss", "heldout_ppl", "member_loss", "by_prefix_len", "by_repetitions", "exact_match_ci_low",
-            "exact_match_ci_high", "extraction_ci", *ADAPTIVE_FIELDS, "leakage", "k_baseline", "precision",
+            "exact_match_ci_high", "extraction_ci", *ADAPTIVE_FIELDS, "adversary", "leakage", "k_baseline", "precision",
             "eval_precision", "device")
     return {(c["arm"] if one_per_arm else c["cell"]): {k: c.get(k) for k in keep} for c in cells}
 

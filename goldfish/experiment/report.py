@@ -240,6 +240,42 @@ def adaptive_table(results: dict) -> str | None:
                    "any sample exact"], rows)
 
 
+def _boot(r: dict | None) -> str:
+    """A rate over windows or positions with its interval over documents (``cluster_bootstrap_mean``'s dict)."""
+    r = r or {}
+    return _with_ci(r.get("mean"), r.get("ci_low"), r.get("ci_high"), "pct")
+
+
+def adversary_table(results: dict) -> str | None:
+    """Eval's mask-consistent extraction attack per cell (and placement, prefix length) beside greedy decoding: exact
+    match of each with the McNemar p against greedy, accuracy on the dropped suffix positions decoded and teacher-
+    forced; None when no cell ran it."""
+    cells = [c for c in results["cells"] if (c.get("adversary") or {}).get("rows")]
+    if not cells:
+        return None
+    one = len({c["arm"] for c in results["cells"]}) == len(results["cells"])
+    rows = []
+    for c in cells:
+        adv = c["adversary"]
+        mask = adv.get("mask") or {}
+        for r in adv["rows"]:
+            em, acc, test = r.get("exact_match") or {}, r.get("dropped_accuracy") or {}, r.get("mcnemar_vs_greedy") or {}
+            rows.append([cell_label(c, results["axes"], one),
+                         f"k={mask.get('k')} h={mask.get('h')} {mask.get('strategy')}",
+                         f"{r.get('window')} {_prefix(r.get('prefix_len'))}", _fmt(r.get("n_windows"), "int"),
+                         _fmt(r.get("n_dropped"), "int"), _boot(em.get("greedy")),
+                         *(f"{_boot(em.get(v))} (p {p_text((test.get(v) or {}).get('p_value'))})"
+                           for v in ("mc_oracle", "mc_switch")),
+                         *(_boot(acc.get(v)) for v in ("greedy", "mc_oracle", "mc_switch", "tf", "tf_oracle"))])
+    return markdown_table(["cell", "mask assumed", "window", "windows", "dropped positions", "exact match greedy",
+                           "mask-consistent, told (p vs greedy)", "mask-consistent, switch (p vs greedy)",
+                           "dropped acc. greedy", "told", "switch", "teacher-forced", "teacher-forced told"], rows)
+
+
+def _prefix(p: Any) -> str:
+    return "all" if p == -1 else f"prefix {p}"
+
+
 def _did(d: dict | None, kind: str = "") -> str:
     """A difference in differences with its 95 % interval and bootstrap p-value."""
     if not d or d.get("did") is None:
@@ -495,6 +531,16 @@ def write_study_report(cfg: ExperimentConfig, results: dict, out: Path) -> Path:
                   "Exact match of the suffix by greedy decoding, by beam search, and by temperature samples (sample "
                   "rate: mean fraction of a window's samples that reproduce it; any sample exact: windows with at "
                   "least one). 95 % intervals: Wilson for rates over windows, normal for the mean sample rate.", ""]
+    mask_consistent = adversary_table(results)
+    if mask_consistent:
+        lines += ["## Mask-consistent extraction (the Goldfish hash as the attacker's side information)", "",
+                  mask_consistent, "",
+                  "At a suffix position believed dropped, the continuation keeps only the candidates whose hash "
+                  "window (the h tokens ending at the candidate) the mask drops. Told: the attacker knows which "
+                  "positions are dropped (an upper bound); switch: it believes a position dropped where the model's "
+                  "top-1 probability is below the switch threshold. p: exact McNemar test against greedy on the same "
+                  "windows. Dropped acc.: accuracy on the dropped suffix positions (decoded continuations, then "
+                  "teacher-forced on the true prefix). 95 % intervals resample documents.", ""]
     for by, title in (("prefix_len", "By prefix length"), ("repetitions", "By repetition count")):
         lines += [f"## {title} (exact match / ROUGE-L rouge-score / ROUGE-L tokens)", "", stratum_table(results, by),
                   ""]
