@@ -383,6 +383,55 @@ def test_the_mask_consistent_attack_of_each_goldfish_cell_is_a_report_table(tmp_
     assert [c.split(" [")[0] for c in cols[8:13]] == ["25.0 %", "75.0 %", "62.5 %", "37.5 %", "87.5 %"]
 
 
+def test_each_value_of_an_axis_is_tested_against_the_reference_per_stratum_pooling_seeds(tmp_path):
+    """compare: {axis: model, reference: tiny, pool: [seed]}: a Goldfish cell at model=big is paired with the Goldfish
+    cell at model=tiny of the same seed; both seeds' matched windows are pooled. Only big's goldfish windows of d0
+    (repetition 1, prefixes 4 and 8, 2 seeds) are verbatim beyond tiny's: 4 discordant windows, McNemar
+    p = 2 x (1/2)^4 = 0.125 in stratum 1 and over all; none in stratum 2 or for standard (verbatim everywhere)."""
+    cfg = experiment(tmp_path, grid={"train.model": ["tiny", "big"], "train.seed": [0, 1]},
+                     compare={"axis": "model", "reference": "tiny", "pool": ["seed"]})
+    base = make_pipeline(Calls())
+
+    def evaluate(c, model=None):
+        results = base.evaluate(c, model)
+        cell = Path(c.out).parent.name
+        for w in results["windows"]:
+            w["sha256"] = f"{w['doc_id']}/{w['prefix_len']}"
+            if cell.startswith("goldfish__model=big") and w["doc_id"] == "d0":
+                w["exact_match"] = True
+        atomic_write_json(Path(c.out) / "results.json", results)
+        return results
+
+    run_experiment(cfg, dataclasses.replace(base, evaluate=evaluate), progress=False)
+    tests = json.loads((tmp_path / "exp" / "results.json").read_text())["paired_axis"]
+    found = {(t["arm"], t["value"], t["repetitions"]): t for t in tests}
+    assert set(found) == {(arm, "big", r) for arm in ("goldfish", "standard") for r in (1, 2, "all")}
+    assert len(tests) == 6
+    g1 = found[("goldfish", "big", 1)]
+    assert (g1["n_windows"], g1["n_documents"]) == (8, 2)  # d0, d2 x 2 prefixes x 2 seeds
+    assert (g1["exact_match"]["a_only"], g1["exact_match"]["b_only"]) == (4, 0)
+    assert g1["exact_match"]["p_value"] == pytest.approx(0.125, abs=U64)
+    assert sorted(g1["cells"]) == [["goldfish__model=big__seed=0", "goldfish__model=tiny__seed=0"],
+                                   ["goldfish__model=big__seed=1", "goldfish__model=tiny__seed=1"]]
+    assert found[("goldfish", "big", "all")]["exact_match"]["a_only"] == 4
+    assert found[("goldfish", "big", 2)]["exact_match"]["p_value"] == 1.0
+    assert found[("standard", "big", "all")]["exact_match"]["a_rate"] == 1.0
+    report = (tmp_path / "exp" / "report.md").read_text()
+    assert "## Paired against model=tiny (same arm, pooled over seed" in report
+    assert "| goldfish | big | 1 | 8 (2) | 50.0 % / 0.0 %; 4 vs 0 (p 0.125) |" in report
+
+
+@pytest.mark.parametrize("compare, message", [
+    ({"axis": "size"}, r"compare.axis='size' is not a grid axis; choose one of: model"),
+    ({"axis": "model", "reference": "huge"}, r"compare.reference='huge' is not a value of grid axis model; choose "
+                                             r"one of: tiny, big"),
+    ({"axis": "model", "reference": "tiny", "pool": ["model"]}, r"compare.pool=\['model'\] must name other grid"),
+])
+def test_a_compare_section_names_a_grid_axis_and_one_of_its_values(tmp_path, compare, message):
+    with pytest.raises(ConfigError, match=message):
+        experiment(tmp_path, grid={"train.model": ["tiny", "big"]}, compare=compare)
+
+
 def test_torchrun_command_fills_nodes_and_processes_per_cell(tmp_path):
     import sys
 

@@ -26,7 +26,8 @@ in eval's results.json); and ``leakage``, the dropped-token leakage audit of the
 the difference in differences against held-out text). ``rouge_l_paper`` (the paper's ROUGE-L, rouge-score on words)
 is the headline ROUGE-L, ``rouge_l`` (token ids) beside it; ``mia_auc_p``, the guarded ``mia_tpr_at_1pct_fpr`` and
 ``extraction_ci`` (intervals over documents) come from :mod:`goldfish.experiment.inference`, and so does
-``paired`` (top level of ``results.json`` and ``summary.json``): the paired tests between the arms of each grid point.
+``paired`` (top level of ``results.json`` and ``summary.json``): the paired tests between the arms of each grid point;
+and ``paired_axis`` (``results.json``, with a ``compare`` section): each value of one grid axis against a reference.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from goldfish.eval.aggregate import group_rates, wilson_interval
 
 from ..io import atomic_write_json, atomic_write_text, read_jsonl
 from .config import ExperimentConfig
-from .inference import cell_statistics, paired_tests
+from .inference import axis_tests, cell_statistics, paired_tests
 from .plan import ATTACKS_FILE, CellPlan
 from .scaling import size_analysis
 from .sections import cell_extras
@@ -376,6 +377,8 @@ def aggregate(cfg: ExperimentConfig, plans: list[CellPlan], wall_time_s: float |
         "start_model": next((p.start_model for p in plans if p.start_model), None), **blind,
         "control_mode": cfg.control_mode, "tune": tune, "scaling": scaling,
         "paired": paired_tests(done, cells, axes),
+        "paired_axis": axis_tests(done, cells, axes, cfg.compare.axis, cfg.compare.reference, cfg.compare.pool)
+        if cfg.compare.axis else [],
     }
     atomic_write_json(out / "results.json", results)
     atomic_write_text(out / "results.csv", to_csv(rows))

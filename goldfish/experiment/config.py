@@ -100,6 +100,17 @@ class TuneConfig:
                                                 "value and runs only at the chosen one")
 
 
+@dataclasses.dataclass
+class CompareConfig:
+    """Paired tests across one grid axis: each of its values against a reference value, for the same arm and the same
+    other axis values (e.g. every edit of near_duplicates.yaml against m exact copies), per repetition stratum."""
+
+    axis: str = option("", "the grid axis whose values are tested (its label, e.g. edit); empty = none")
+    reference: str = option("", "the value (its label) every other value of the axis is tested against, e.g. exact")
+    pool: list[str] = option(factory=list, help="axes whose cells are pooled before testing (their matched windows "
+                                                "concatenated), e.g. [seed]")
+
+
 def _fills(word: str) -> bool:
     """Whether a launcher word formats with the cell's ``{nnodes}`` and ``{nproc_per_node}`` and nothing else."""
     try:
@@ -140,6 +151,8 @@ class ExperimentConfig:
     grid: dict = option(factory=dict, help="axis -> list of values (dotted key) or of linked override mappings")
     tune: TuneConfig = option(factory=TuneConfig, help="choose one value of a grid axis from the control cells "
                                                        "(e.g. the learning rate per size, by held-out loss)")
+    compare: CompareConfig = option(factory=CompareConfig, help="paired tests of one grid axis's values against a "
+                                                                  "reference value (e.g. edit: exact)")
     hardware: HardwareConfig = option(factory=HardwareConfig, help="the machine a cell expects (dry-run checks)")
     prepared_root: str = option("", "folder holding prepared data, one sub-folder per distinct data config; "
                                     "empty = <out>/prepared")
@@ -196,6 +209,17 @@ class ExperimentConfig:
             bad = [a for a in self.tune.per if a not in labels or a == self.tune.axis]
             check(not bad, problems, f"tune.per={bad} must name other grid axes ({', '.join(labels)})")
             check(self.control, problems, "tune chooses from the control cells: set control: true")
+        if self.compare.axis:
+            labels = {axis_label(axis): axis for axis in self.grid}
+            check(self.compare.axis in labels, problems,
+                  f"compare.axis={shown(self.compare.axis)} is not a grid axis; choose one of: "
+                  f"{', '.join(labels) or '(none)'}")
+            values = _shown_values(labels.get(self.compare.axis, ""), self.grid.get(labels.get(self.compare.axis, "")))
+            check(self.compare.axis not in labels or self.compare.reference in values, problems,
+                  f"compare.reference={shown(self.compare.reference)} is not a value of grid axis "
+                  f"{self.compare.axis}; choose one of: {', '.join(values)}")
+            bad = [a for a in self.compare.pool if a not in labels or a == self.compare.axis]
+            check(not bad, problems, f"compare.pool={bad} must name other grid axes ({', '.join(labels)})")
         raise_problems(problems)
         self.arms = {str(k): flatten(v or {}) for k, v in self.arms.items()}
         if self.base_model:
@@ -275,6 +299,14 @@ def _safe(text: str) -> str:
 def axis_label(axis: str) -> str:
     """The label of a grid axis as cells show it: a named axis's own name, a dotted key's last specific part."""
     return _axis_label(axis) if "." in axis else axis
+
+
+def _shown_values(axis: str, values: Any) -> list[str]:
+    """The values of a grid axis as cells show them (labels of a named axis), as text; [] for an invalid axis."""
+    try:
+        return [str(shown) for _, shown, _ in _axis_points(axis, list(values or []))[1]]
+    except ConfigError:
+        return []
 
 
 def _axis_points(axis: str, values: list) -> tuple[str, list[tuple[str, Any, dict[str, Any]]]]:

@@ -11,6 +11,10 @@ Per cell (:func:`cell_statistics`, into the cell summary):
   independent. Exact match keeps Wilson's interval with one window per document, and takes Wilson's over the
   documents where a rate of 0 or 1 would make the bootstrap degenerate (``method`` names which).
 
+Across a grid axis (:func:`axis_tests`, the experiment's ``compare`` section, into ``results.json`` as
+``paired_axis``): each value of the axis against a reference value for the same arm, per repetition stratum, with
+cells that differ only in ``compare.pool`` axes (e.g. seeds) pooled.
+
 Between arms (:func:`paired_tests`, into ``results.json`` and ``summary.json`` as ``paired``): in each grid point
 (cells with the same axis values and data), every later non-control arm against every earlier one (e.g. Goldfish vs
 standard), then every arm against the control; windows matched by their sha256 and documents by their id, never by
@@ -109,11 +113,10 @@ def _nan(values: list) -> list[float]:
     return [float("nan") if v is None else float(v) for v in values]
 
 
-def compare(a: dict, b: dict, attack: str, seed: int = 0) -> dict[str, Any]:
-    """Paired tests of cell ``a`` against cell ``b``, each ``{"windows": [...], "attacks": attacks.json}``:
-    ``n_windows`` matched, ``exact_match`` (McNemar exact), ``rouge_l_paper`` / ``rouge_l`` (paired bootstrap over
-    documents) and ``auc`` (``attack``'s paired AUC difference; None without per-document scores)."""
-    wa, wb = _pair_windows(a["windows"], b["windows"])
+def window_tests(wa: Sequence[dict], wb: Sequence[dict], seed: int = 0) -> dict[str, Any]:
+    """Paired tests of matched windows (``wa[i]`` and ``wb[i]``: one window of one document): ``n_windows``,
+    ``n_documents``, ``exact_match`` (McNemar exact), ``rouge_l_paper`` / ``rouge_l`` (paired bootstrap resampling
+    documents)."""
     docs = [w.get("doc_id") for w in wa]
     out: dict[str, Any] = {"n_windows": len(wa), "n_documents": len(set(docs)),
                            "exact_match": stats.mcnemar_exact([bool(w.get("exact_match")) for w in wa],
@@ -123,6 +126,14 @@ def compare(a: dict, b: dict, attack: str, seed: int = 0) -> dict[str, Any]:
                  if x.get(name) is not None and y.get(name) is not None]
         out[name] = stats.paired_bootstrap([p[0] for p in pairs], [p[1] for p in pairs], [p[2] for p in pairs],
                                            N_BOOTSTRAP, seed) if pairs else None
+    return out
+
+
+def compare(a: dict, b: dict, attack: str, seed: int = 0) -> dict[str, Any]:
+    """Paired tests of cell ``a`` against cell ``b``, each ``{"windows": [...], "attacks": attacks.json}``: those of
+    :func:`window_tests` on the windows both evaluated, and ``auc`` (``attack``'s paired AUC difference; None without
+    per-document scores)."""
+    out = window_tests(*_pair_windows(a["windows"], b["windows"]), seed)
     scores = _pair_scores(a["attacks"], b["attacks"], attack)
     out["auc"] = None if scores is None else {"attack": attack, **stats.paired_auc_difference(
         _nan(scores["members"][0]), _nan(scores["nonmembers"][0]), _nan(scores["members"][1]),
@@ -164,6 +175,66 @@ def paired_tests(plans: Sequence[CellPlan], cells: Sequence[dict], axes: Sequenc
                         **{x: ca.get(x) for x in axes}, "attack": attack,
                         **compare(load(pa), load(pb), attack, seed)})
     return out
+
+
+def axis_tests(plans: Sequence[CellPlan], cells: Sequence[dict], axes: Sequence[str], axis: str, reference: str,
+               pool: Sequence[str] = (), seed: int = 0) -> list[dict]:
+    """Each value of grid ``axis`` against its ``reference`` value: a cell is paired with the finished cell of the same
+    arm and the same other axis values at the reference, their member windows matched by sha256; the cells that differ
+    only in ``pool`` axes are pooled (matched windows concatenated). One record per (arm, value, the other axes) and
+    repetition stratum (``repetitions``: the stratum, or ``"all"``): ``{arm, axis, value, reference, <other axes>,
+    repetitions, cells, ...}`` with :func:`window_tests`'s fields."""
+    key_of = {(c["arm"], tuple(str(c.get(a)) for a in axes)): p for p, c in zip(plans, cells)}
+    at = list(axes).index(axis)
+    kept = [a for a in axes if a != axis and a not in pool]
+    groups: dict[tuple, list[tuple[CellPlan, CellPlan]]] = {}
+    for plan, cell in zip(plans, cells):
+        values = tuple(str(cell.get(a)) for a in axes)
+        if values[at] == str(reference) or cell["arm"] == CONTROL:
+            continue
+        ref = key_of.get((cell["arm"], values[:at] + (str(reference),) + values[at + 1:]))
+        if ref is not None:
+            groups.setdefault((cell["arm"], values[at], tuple(str(cell.get(a)) for a in kept)), []).append((plan, ref))
+    out = []
+    for (arm, value, rest), pairs in groups.items():
+        wa, wb = [], []
+        for plan, ref in pairs:
+            a, b = _pair_windows(_read(plan.eval_dir / "results.json").get("windows") or [],
+                                 _read(ref.eval_dir / "results.json").get("windows") or [])
+            wa, wb = wa + a, wb + b
+        strata = sorted({w.get("repetitions") for w in wa if w.get("repetitions") is not None})
+        for stratum in strata + ["all"]:
+            both = [(x, y) for x, y in zip(wa, wb) if stratum == "all" or x.get("repetitions") == stratum]
+            out.append({"arm": arm, "axis": axis, "value": value, "reference": str(reference),
+                        **dict(zip(kept, rest)), "repetitions": stratum,
+                        "cells": [[p.cell.id, r.cell.id] for p, r in pairs],
+                        **window_tests([x for x, _ in both], [y for _, y in both], seed)})
+    return out
+
+
+def axis_markdown(tests: Sequence[dict], pool: Sequence[str]) -> list[str]:
+    """The report section of :func:`axis_tests` (empty without tests)."""
+    if not tests:
+        return []
+    t0 = tests[0]
+    others = [k for k in t0 if k not in ("arm", "axis", "value", "reference", "repetitions", "cells", "n_windows",
+                                         "n_documents", *EXTRACTION)]
+    rows = []
+    for t in tests:
+        em = t["exact_match"]
+        rows.append([t["arm"], str(t["value"]), *(str(t.get(k)) for k in others), str(t["repetitions"]),
+                     f"{t['n_windows']} ({t['n_documents']})",
+                     f"{_num(em['a_rate'], True)} / {_num(em['b_rate'], True)}; {em['a_only']} vs {em['b_only']} "
+                     f"(p {p_text(em['p_value'])})", _bootstrap(t.get("rouge_l_paper"))])
+    pooled = f", pooled over {', '.join(pool)}" if pool else ""
+    return [f"## Paired against {t0['axis']}={t0['reference']} (same arm{pooled}, the same target windows)", "",
+            markdown_table(["arm", t0["axis"], *others, "repetitions", "windows (documents)",
+                            f"exact match value / {t0['reference']}; discordant, McNemar exact",
+                            f"ROUGE-L rouge-score value / {t0['reference']}, difference [95 % CI] (p)"], rows), "",
+            f"Each cell against the cell of the same arm and other settings at {t0['axis']}={t0['reference']}, "
+            "windows matched by their sha256 (the same targets, evaluated unedited), per repetition stratum and over "
+            "all. Exact match: McNemar's exact test; ROUGE-L: paired bootstrap resampling documents (a document "
+            "that is a target in several pooled cells is one cluster).", ""]
 
 
 def _num(v: float | None, pct: bool = False) -> str:

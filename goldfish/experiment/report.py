@@ -19,7 +19,7 @@ from goldfish.eval.report import highlight_differences, markdown_table
 
 from ..io import atomic_write_text, read_jsonl
 from .config import CONTROL, ExperimentConfig
-from .inference import p_text, paired_markdown
+from .inference import axis_markdown, p_text, paired_markdown
 from .plots import bar_chart, loss_curves, metric_vs_x, roc_curves, threshold_plots
 from .scaling import scaling_markdown
 from .sections import study_sections
@@ -525,6 +525,7 @@ def write_study_report(cfg: ExperimentConfig, results: dict, out: Path) -> Path:
                   "headline one of each cell.", ""]
     lines += leakage_section(results)
     lines += paired_markdown(results.get("paired") or [], results["axes"])
+    lines += axis_markdown(results.get("paired_axis") or [], cfg.compare.pool)
     adaptive = adaptive_table(results)
     if adaptive:
         lines += ["## Adaptive extraction attacks (beam search, sampling)", "", adaptive, "",
