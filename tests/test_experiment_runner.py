@@ -558,6 +558,31 @@ def test_a_cell_two_runs_both_want_runs_once(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "exp" / "results.json").read_text())["n_done"] == 2
 
 
+def test_a_shard_without_the_control_leaves_its_arms_attacks_until_the_control_is_done(tmp_path, capsys):
+    """An arm's attacks phase reads its control's scores (the reference attack, the leakage audit): a shard that runs
+    the arm before (or without) the control trains and evaluates it, says so in one line, and leaves it unfinished;
+    the next run does the control first, then only the arm's attacks, now with the control's scores."""
+    cfg = experiment(tmp_path, grid={}, control=True)
+    calls, analysed = Calls(), []
+
+    def analyse(plan, plans, model):
+        control = next(p for p in plans if p.cell.control)
+        analysed.append((plan.cell.id, (control.dir / "attacks.json").is_file()))
+        atomic_write_json(plan.dir / "attacks.json", {"attacks": {}})
+        return {}
+
+    pipeline = dataclasses.replace(make_pipeline(calls), analyse=analyse)
+    run_experiment(cfg, pipeline, progress=False, only=lambda cid: cid == "goldfish")
+    assert "[goldfish] trained and evaluated; its attacks wait for control, which is not done" in \
+        capsys.readouterr().err
+    assert analysed == [] and not (tmp_path / "exp" / "cells" / "goldfish" / DONE).exists()
+    trained = len(calls.trained)
+    run_experiment(cfg, pipeline, progress=False)
+    assert analysed == [("control", False), ("standard", True), ("goldfish", True)]
+    assert len(calls.trained) == trained + 1  # standard only: goldfish's training and eval were kept
+    assert all((tmp_path / "exp" / "cells" / c / DONE).is_file() for c in ("control", "standard", "goldfish"))
+
+
 def test_another_writer_is_refused_while_shards_hold_the_folder(tmp_path):
     """Shards share the folder's lock with each other only: an exclusive writer (a `goldfish train out=` into it) is
     one line naming a holder, and the last shard to leave removes the lock file."""

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..io import atomic_directory
 from .analysis import analyse
-from .plan import ATTACKS_FILE, CellPlan
+from .plan import ATTACKS_FILE, CellPlan, control_of
 
 
 def export_initial_model(train_cfg: Any) -> Path:
@@ -49,13 +49,9 @@ def _goldfish_plan(plan: CellPlan, plans: list[CellPlan]) -> CellPlan | None:
 
 def _reference(plan: CellPlan, plans: list[CellPlan]) -> dict | None:
     """The control cell's attacks.json for this grid point (its per-token log-probs calibrate the attacks)."""
-    if plan.cell.control:
-        return None
-    for p in plans:
-        if p.cell.control and p.cell.values == plan.cell.values and p.data_dir == plan.data_dir:
-            path = p.dir / ATTACKS_FILE
-            return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-    return None
+    control = control_of(plan, plans)
+    path = control.dir / ATTACKS_FILE if control is not None else None
+    return json.loads(path.read_text(encoding="utf-8")) if path is not None and path.is_file() else None
 
 
 def analyse_cell(plan: CellPlan, plans: list[CellPlan], model: Any) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..config import from_dict
 from ..errors import ConfigError
@@ -241,3 +241,12 @@ def plan_cells(cfg: ExperimentConfig, pipeline: Pipeline) -> list[CellPlan]:
             parts.append(f"{message} [{where}]")
         raise ConfigError(f"experiment '{cfg.name}' has invalid cells: " + "; ".join(parts))
     return plans
+
+
+def control_of(plan: CellPlan, plans: Sequence[CellPlan]) -> CellPlan | None:
+    """The control cell of ``plan``'s grid point, evaluated on the same data (None for a control itself, or
+    without one): its scores calibrate the cell's reference attack and leakage audit."""
+    if plan.cell.control:
+        return None
+    return next((p for p in plans if p.cell.control and p.cell.values == plan.cell.values
+                 and p.data_dir == plan.data_dir), None)

@@ -42,7 +42,7 @@ from ..provenance import code_version, flatten, read_fingerprint
 from .aggregate import aggregate
 from .config import ExperimentConfig
 from .pipeline import default_pipeline
-from .plan import ATTACKS_FILE, DONE, EXPOSURE_FILE, CellPlan, Pipeline, plan_cells
+from .plan import ATTACKS_FILE, DONE, EXPOSURE_FILE, CellPlan, Pipeline, control_of, plan_cells
 from .report import write_study_report
 from .tune import active, choice, first_values, is_tuning, selected
 from .tune import summary as tune_summary
@@ -197,7 +197,8 @@ def _replacing(plan: CellPlan):
 
 def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
              phase: Callable[[str], None] = lambda _: None, plans: list[CellPlan] = ()) -> dict:
-    """Run (or resume) one cell; returns its record (also written to ``<cell>/cell.json``).
+    """Run (or resume) one cell; returns its record (also written to ``<cell>/cell.json``), or {} when the cell
+    stops before its attacks phase because its grid point's control is not done (a later run finishes it).
 
     A control cell trains nothing (``control_mode: untrained``): from scratch it saves the initial weights,
     fine-tuning it evaluates the starting model itself; its ``train/summary.json`` records zero steps and tokens.
@@ -245,6 +246,15 @@ def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
         phase("exposure")  # what the model read (from the rows training consumed), validation loss
         pipeline.exposure(plan, model)
     if pipeline.analyse is not None and not (plan.dir / ATTACKS_FILE).is_file():
+        control = control_of(plan, plans)
+        if control is not None and not control.done:
+            with cell_lock(control):  # another run may be running it: wait for that
+                pass
+            if not control.done:  # its reference attack and leakage audit need the control's scores
+                print(f"[{plan.cell.id}] trained and evaluated; its attacks wait for {control.cell.id}, which is not "
+                      f"done: run that cell (its shard, or the experiment without --only) and this one again",
+                      file=sys.stderr)
+                return {}
         phase("attacks")
         t0 = time.perf_counter()
         pipeline.analyse(plan, list(plans), model)
