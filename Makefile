@@ -27,8 +27,8 @@ demo: install
 test: install
 	$(PY) -m pytest -q
 
-# without the tests marked slow or dist (no spawned process groups, no torchrun): 737 tests, 4-6 min wall on 2
-# idle cores (measured 2026-12-02; the whole suite: 776 tests, 10 min 46 s in CI from a fresh clone)
+# without the tests marked slow or dist (no spawned process groups, no torchrun): 746 tests, 4-6 min wall on 2
+# idle cores (measured 2026-12-02; the whole suite: 785 tests, 10 min 39 s in CI from a fresh clone)
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not dist"
 
