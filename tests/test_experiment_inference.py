@@ -180,3 +180,37 @@ def test_paired_tests_stay_inside_a_grid_point_and_render(tmp_path):
     text = "\n".join(paired_markdown(paired, ["seed"]))
     assert "## Paired tests between arms" in text
     assert "| goldfish vs standard (seed=0) | 3 (3) | 0.0 % / 100.0 %; 0 vs 3 discordant (p 0.25) |" in text
+
+
+def test_an_axis_tuned_per_the_compared_axis_pairs_each_size_with_the_reference_at_its_own_chosen_value(tmp_path):
+    """size_sweep.yaml tunes lr per size and compares sizes: size=big ran its arms at lr=a, size=small at lr=b.
+    With lr free, each big cell is paired with the small cell of the same arm and seed (lr ignored); the controls,
+    including small's tuning cell at lr=a, never take part. By hand: 5 windows of 5 documents in stratum 16, big
+    verbatim on d0-d3 and small on d3 only: discordant 3 vs 0, McNemar p = 2 x (1/2)^3 = 0.25. Without ``free``
+    (lr matched) no pair exists."""
+    from types import SimpleNamespace
+
+    from goldfish.experiment.inference import axis_tests
+
+    def cell(arm, size, lr, exact_docs):
+        folder = tmp_path / f"{arm}_{size}_{lr}"
+        folder.mkdir()
+        windows = [{**_window(f"d{i}", f"s{i}", f"d{i}" in exact_docs, 1.0 if f"d{i}" in exact_docs else 0.5, 0.5),
+                    "repetitions": 16} for i in range(5)]
+        (folder / "results.json").write_text(json.dumps({"windows": windows}))
+        plan = SimpleNamespace(cell=SimpleNamespace(id=folder.name), eval_dir=folder)
+        return plan, {"arm": arm, "size": size, "lr": lr, "seed": "0"}
+
+    made = [cell("standard", "big", "a", {"d0", "d1", "d2", "d3"}), cell("standard", "small", "b", {"d3"}),
+            cell("control", "small", "a", {"d0", "d1", "d2", "d3", "d4"}), cell("control", "big", "a", set()),
+            cell("control", "small", "b", set())]
+    plans, cells = [p for p, _ in made], [c for _, c in made]
+    tests = axis_tests(plans, cells, ["size", "lr", "seed"], "size", "small", pool=["seed"], free=["lr"])
+    assert [(t["arm"], t["value"], t["repetitions"]) for t in tests] == [("standard", "big", 16),
+                                                                         ("standard", "big", "all")]
+    t = tests[0]
+    assert t["cells"] == [["standard_big_a", "standard_small_b"]] and (t["n_windows"], t["n_documents"]) == (5, 5)
+    assert (t["exact_match"]["a_only"], t["exact_match"]["b_only"]) == (3, 0)
+    assert t["exact_match"]["p_value"] == pytest.approx(0.25, abs=U64)
+    assert "lr" not in t  # the free axis is not a column of the record
+    assert axis_tests(plans, cells, ["size", "lr", "seed"], "size", "small", pool=["seed"]) == []

@@ -30,6 +30,7 @@ def _config(root) -> ExperimentConfig:
     return from_dict(ExperimentConfig, {
         "name": "sweep", "out": str(root / "exp"), "control_mode": "background",
         "tune": {"axis": "lr", "by": "validation_loss", "per": ["size"]},
+        "compare": {"axis": "size", "reference": "s16"},
         "data": {"name": "sweep", "source": {"name": "local", "path": str(root / "docs.jsonl")},
                  "tokenizer": {"name": "bpe", "vocab_size": 300}, "seq_len": 48, "packing": "pack",
                  "min_tokens": 8, "doc_tokens": 16, "num_members": 12, "repetitions": [1, 2, 4],
@@ -171,3 +172,28 @@ def test_the_loss_gap_split_by_the_mask_equals_a_recount_from_the_cells_files(sw
                 checked += 1
     assert checked == 2 * 2 * 2 * 3  # standard and goldfish, two sizes, kept and dropped, three strata
     assert "x4: kept / dropped" in (cfg.out_dir / "report.md").read_text()
+
+
+def test_sizes_are_compared_on_the_same_targets_each_at_its_own_chosen_learning_rate(sweep):
+    """compare: {axis: size, reference: s16} with lr tuned per size (one seed): every s32 arm cell is paired with the s16 cell
+    of the same arm at s16's chosen lr (which may differ from s32's); the discordant counts equal a recount from the
+    two cells' windows matched by sha256."""
+    cfg, plans, _ = sweep
+    results = json.loads((cfg.out_dir / "results.json").read_text())
+    chosen = {g["per"]["size"]: str(g["chosen"]) for g in results["tune"]["groups"]}
+    at = {(p.cell.arm, p.cell.values["size"]): p for p in plans.values()
+          if not p.cell.control and str(p.cell.values["lr"]) == chosen[p.cell.values["size"]]}
+    tests = {(t["arm"], t["repetitions"]): t for t in results["paired_axis"]}
+    assert set(tests) == {(arm, r) for arm in ("standard", "goldfish") for r in (1, 2, 4, "all")}
+    for arm in ("standard", "goldfish"):
+        big, small = at[(arm, "s32")], at[(arm, "s16")]
+        assert tests[(arm, "all")]["cells"] == [[big.cell.id, small.cell.id]]
+        wa, wb = (json.loads((p.eval_dir / "results.json").read_text())["windows"] for p in (big, small))
+        by_sha = {w["sha256"]: w for w in wb if w["split"] == "members"}
+        pairs = [(w, by_sha[w["sha256"]]) for w in wa if w["split"] == "members"]
+        assert tests[(arm, "all")]["n_windows"] == len(pairs) > 0
+        assert tests[(arm, "all")]["exact_match"]["a_only"] == sum(x["exact_match"] and not y["exact_match"]
+                                                                   for x, y in pairs)
+        assert tests[(arm, "all")]["exact_match"]["b_only"] == sum(y["exact_match"] and not x["exact_match"]
+                                                                   for x, y in pairs)
+    assert "## Paired against size=s16" in (cfg.out_dir / "report.md").read_text()

@@ -377,7 +377,8 @@ def aggregate(cfg: ExperimentConfig, plans: list[CellPlan], wall_time_s: float |
         "start_model": next((p.start_model for p in plans if p.start_model), None), **blind,
         "control_mode": cfg.control_mode, "tune": tune, "scaling": scaling,
         "paired": paired_tests(done, cells, axes),
-        "paired_axis": axis_tests(done, cells, axes, cfg.compare.axis, cfg.compare.reference, cfg.compare.pool)
+        "paired_axis": axis_tests(done, cells, axes, cfg.compare.axis, cfg.compare.reference, cfg.compare.pool,
+                                  free=[cfg.tune.axis] if cfg.tune.axis and cfg.compare.axis in cfg.tune.per else [])
         if cfg.compare.axis else [],
     }
     atomic_write_json(out / "results.json", results)

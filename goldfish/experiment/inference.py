@@ -178,18 +178,22 @@ def paired_tests(plans: Sequence[CellPlan], cells: Sequence[dict], axes: Sequenc
 
 
 def axis_tests(plans: Sequence[CellPlan], cells: Sequence[dict], axes: Sequence[str], axis: str, reference: str,
-               pool: Sequence[str] = (), seed: int = 0) -> list[dict]:
+               pool: Sequence[str] = (), seed: int = 0, free: Sequence[str] = ()) -> list[dict]:
     """Each value of grid ``axis`` against its ``reference`` value: a cell is paired with the finished cell of the same
     arm and the same other axis values at the reference, their member windows matched by sha256; the cells that differ
-    only in ``pool`` axes are pooled (matched windows concatenated). One record per (arm, value, the other axes) and
-    repetition stratum (``repetitions``: the stratum, or ``"all"``): ``{arm, axis, value, reference, <other axes>,
-    repetitions, cells, ...}`` with :func:`window_tests`'s fields."""
-    key_of = {(c["arm"], tuple(str(c.get(a)) for a in axes)): p for p, c in zip(plans, cells)}
-    at = list(axes).index(axis)
-    kept = [a for a in axes if a != axis and a not in pool]
+    only in ``pool`` axes are pooled (matched windows concatenated). ``free`` axes are not matched: an axis tuned per
+    value of ``axis`` (e.g. the learning rate chosen per size), whose arm cells exist at one chosen value each, so the
+    reference is its cell at its own chosen value. One record per (arm, value, the other axes) and repetition stratum
+    (``repetitions``: the stratum, or ``"all"``): ``{arm, axis, value, reference, <other axes>, repetitions, cells,
+    ...}`` with :func:`window_tests`'s fields."""
+    matched = [a for a in axes if a not in free]
+    key_of = {(c["arm"], tuple(str(c.get(a)) for a in matched)): p for p, c in zip(plans, cells)
+              if c["arm"] != CONTROL}
+    at = matched.index(axis)
+    kept = [a for a in matched if a != axis and a not in pool]
     groups: dict[tuple, list[tuple[CellPlan, CellPlan]]] = {}
     for plan, cell in zip(plans, cells):
-        values = tuple(str(cell.get(a)) for a in axes)
+        values = tuple(str(cell.get(a)) for a in matched)
         if values[at] == str(reference) or cell["arm"] == CONTROL:
             continue
         ref = key_of.get((cell["arm"], values[:at] + (str(reference),) + values[at + 1:]))
