@@ -27,8 +27,9 @@ demo: install
 test: install
 	$(PY) -m pytest -q
 
-# without the tests marked slow or dist (no spawned process groups, no torchrun): 746 tests, 4-6 min wall on 2
-# idle cores (measured 2026-12-02; the whole suite: 785 tests, 10 min 39 s in CI from a fresh clone)
+# without the tests marked slow or dist (no spawned process groups, no torchrun): 748 tests, 4-6 min wall on 2
+# idle cores (measured 2026-12-02; the whole suite: 787 tests, 10 min 39 s in CI from a fresh clone on idle cores,
+# 17 min beside two one-thread experiment processes)
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not dist"
 
