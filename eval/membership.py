@@ -42,8 +42,7 @@ from sklearn.metrics import roc_auc_score, roc_curve
 from goldfish.errors import UserError
 
 from .scoring import DEFAULT_CHUNK, DEFAULT_TOKEN_BUDGET, iter_token_statistics, scoring_window
-from .stats import auc_pvalue, rank_auc
-from .stats import tpr_at_fpr as guarded_tpr
+from .stats import auc_pvalue, bootstrap_auc, tpr_at_fpr
 
 log = logging.getLogger(__name__)
 
@@ -225,28 +224,6 @@ def _lowercase_nll(model, lowered: list[list[int]], cache, loop: dict) -> np.nda
 # ---------------------------------------------------------------------------------------------- ROC evaluation
 
 
-def bootstrap_auc(members: np.ndarray, nonmembers: np.ndarray, n_bootstrap: int, seed: int) -> np.ndarray:
-    """AUCs of ``n_bootstrap`` stratified resamples (members and nonmembers resampled separately, so both classes
-    are always present), vectorised over resamples with :func:`rank_auc`."""
-    rng = np.random.default_rng(seed)
-    n_m, n_n = len(members), len(nonmembers)
-    aucs = np.empty(n_bootstrap)
-    chunk = max(1, 2_000_000 // (n_m + n_n))  # resamples per vectorised chunk (bounded memory)
-    for b0 in range(0, n_bootstrap, chunk):
-        b = min(chunk, n_bootstrap - b0)
-        m = members[rng.integers(0, n_m, size=(b, n_m))]  # (b, n_m)
-        n = nonmembers[rng.integers(0, n_n, size=(b, n_n))]  # (b, n_n)
-        aucs[b0 : b0 + b] = rank_auc(m, n)
-    return aucs
-
-
-def tpr_at_fpr(fpr: np.ndarray, tpr: np.ndarray, target: float) -> float:
-    """Largest TPR among ROC points with FPR <= ``target`` (conservative, no interpolation; as in Carlini et al.
-    2022). With n nonmembers the FPR resolution is 1/n, so below that this is the TPR at zero false positives."""
-    ok = fpr <= target + 1e-12
-    return float(tpr[ok].max()) if ok.any() else 0.0
-
-
 def downsample_roc(fpr: np.ndarray, tpr: np.ndarray, max_points: int = MAX_ROC_POINTS) -> tuple[list, list]:
     """At most ``max_points`` ROC points, evenly spaced along the curve's vertices, endpoints kept."""
     if len(fpr) > max_points:
@@ -281,8 +258,8 @@ def evaluate_attack(members: Any, nonmembers: Any, *, n_bootstrap: int = 1000, s
     p = auc_pvalue(m, n)  # exact where the separation is perfect (the bootstrap interval is then degenerate)
     result.update(auc_p_value=p["p_value"], auc_log10_p=p["log10_p"], auc_p_method=p["method"])
     for key, target in FPR_TARGETS.items():
-        result[key] = tpr_at_fpr(fpr, tpr, target)
-        result[f"{key}_note"] = guarded_tpr(m, n, target)["note"]  # too few nonmembers to measure that FPR
+        found = tpr_at_fpr(m, n, target)  # below 1 / n nonmembers: the TPR at zero false positives, noted
+        result[key], result[f"{key}_note"] = found["roc_tpr"], found["note"]
     result["roc_fpr"], result["roc_tpr"] = downsample_roc(fpr, tpr)
     result["n_members"], result["n_nonmembers"] = len(m), len(n)
     return result

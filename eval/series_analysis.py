@@ -27,7 +27,7 @@ import numpy as np
 
 from goldfish.io import atomic_write_json, atomic_write_text
 
-from .aggregate import wilson_interval
+from .stats import wilson_interval
 
 SERIES_SCHEMA = "goldfish-series/1"
 

@@ -22,11 +22,11 @@ import struct
 from pathlib import Path
 from typing import Any, Iterator, MutableMapping, Sequence
 
-from goldfish.config import to_dict
+from goldfish.config import flatten, to_dict
 from goldfish.errors import UserError
 from goldfish.io import atomic_write_text, read_jsonl, strict_json
 from goldfish.provenance import FILE as FINGERPRINT
-from goldfish.provenance import as_stored, code_version, differences, flatten, write_fingerprint
+from goldfish.provenance import as_stored, code_version, differences, write_fingerprint
 
 from .config import EvalConfig
 from .loading import PICKLE_SUFFIXES, resolve_model_path

@@ -5,7 +5,7 @@
   contains a site-packages folder), else ``<package version>+src.<sha256 of the package's sources>``.
 * **Library versions** (:func:`versions`): the package versions a result depends on, read from the installed
   distributions (nothing is imported).
-* **Fingerprints**: a flat ``{"dotted.key": value}`` dict (:func:`flatten`) of everything that determines a result --
+* **Fingerprints**: a flat ``{"dotted.key": value}`` dict (``goldfish.config.flatten``) of everything that determines a result --
   data hashes, the settings that change a value, the code version -- stored as ``<folder>/fingerprint.json``
   (:func:`write_fingerprint`). A later run into the same folder compares its own fingerprint key by key
   (:func:`differences`) and is refused in one line naming every difference (:func:`refuse_mismatch`) before it
@@ -73,19 +73,6 @@ def versions(packages: Iterable[str] = ()) -> dict[str, str | None]:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             out[name] = None
-    return out
-
-
-def flatten(mapping: dict, prefix: str = "") -> dict[str, Any]:
-    """``{"train": {"loss": {"type": x}}, "eval.p": 1}`` -> ``{"train.loss.type": x, "eval.p": 1}``; an empty dict
-    stays a value (``{"a": {}}`` -> ``{"a": {}}``), so flattening loses nothing."""
-    out: dict[str, Any] = {}
-    for key, value in mapping.items():
-        full = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, full + "."))
-        else:
-            out[full] = value
     return out
 
 

@@ -12,19 +12,17 @@ from tolerances import U64, llama_terms, rounding, scaled
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from goldfish.eval.membership import (
-    bootstrap_auc,
     downsample_roc,
     evaluate_attack,
     evaluate_attacks,
     lowest_k_mean,
     membership_section,
-    rank_auc,
     score_documents,
-    tpr_at_fpr,
 )
 from goldfish.errors import UserError
 from goldfish.eval import scoring
 from goldfish.eval.scoring import token_statistics
+from goldfish.eval.stats import bootstrap_auc, rank_auc
 from goldfish.io import JsonlLogger, read_jsonl
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ .,"
@@ -338,7 +336,6 @@ def test_tpr_at_fpr_on_hand_example():
     assert r["tpr_at_0.1pct_fpr"] == 3 / 5  # a count over 5: one rounded division, as 3 / 5 is
     assert r["tpr_at_1pct_fpr"] == 4 / 5
     assert r["auc_ci_low"] is None
-    assert tpr_at_fpr(np.array([0.0, 0.5, 1.0]), np.array([0.0, 0.7, 1.0]), 0.01) == 0.0
 
 
 def test_roc_is_downsampled_and_keeps_endpoints():

@@ -53,26 +53,6 @@ def _docs(n_docs: int, length: int, every: int) -> list[np.ndarray]:
     return [np.arange(length) % every == every - 1 for _ in range(n_docs)]
 
 
-def test_paired_difference_on_known_per_token_arrays():
-    from goldfish.eval.attacks import paired_difference
-
-    dropped = _docs(20, 12, 4)  # 3 dropped positions per document
-    arm = [np.ones(12) for _ in dropped]  # right everywhere
-    control = [np.where(np.arange(12) % 2 == 1, 1.0, 0.0) for _ in dropped]  # right at odd positions: 3, 7 and 11
-    out = paired_difference(arm, control, dropped, n_bootstrap=200, seed=0)
-    assert out == {"arm": 1.0, "control": 1.0, "diff": 0.0, "diff_ci_low": 0.0, "diff_ci_high": 0.0,
-                   "n_documents": 20, "n_positions": 60}
-    control = [np.where(np.arange(12) == 3, 1.0, 0.0) for _ in dropped]  # right at 3 only: 1 of 3 dropped
-    assert paired_difference(arm, control, dropped, n_bootstrap=0)["diff"] == pytest.approx(2 / 3, abs=RATE)
-    # documents differ: the control is right on all dropped positions of half the documents, none of the others
-    control = [np.full(12, float(i % 2)) for i in range(20)]
-    out = paired_difference(arm, control, dropped, n_bootstrap=500, seed=0)
-    assert out["arm"] == 1.0 and out["control"] == 0.5 and out["diff"] == 0.5
-    assert 0.0 < out["diff_ci_low"] < 0.5 < out["diff_ci_high"] <= 1.0  # resampled documents: a real interval
-    none = paired_difference(arm, control, [np.zeros(12, bool)] * 20)
-    assert none["diff"] is None and none["n_documents"] == 0
-
-
 def test_leakage_audit_is_a_difference_in_differences_against_held_out_text():
     from goldfish.experiment.analysis import leakage_audit
 

@@ -17,10 +17,10 @@ from goldfish.config import from_dict
 from goldfish.data import PrepareConfig, load_prepared, prepare
 from goldfish.data.tokenizer import train_bpe
 from goldfish.errors import ConfigError
-from goldfish.eval.aggregate import wilson_interval
+from goldfish.eval.stats import wilson_interval
 from goldfish.experiment.config import ExperimentConfig
 from goldfish.experiment.runner import run_experiment
-from goldfish.experiment.scaling import fit_with_se, loss_gaps, size_analysis
+from goldfish.experiment.scaling import loss_gaps, size_analysis
 
 from test_experiment_runner import Calls, experiment, make_pipeline
 
@@ -193,15 +193,6 @@ def test_loss_gap_split_by_the_mask_leaves_out_targets_without_such_positions():
     gaps = loss_gaps([(arm, control)], n_bootstrap=50, split="dropped")
     assert gaps == {1: {"gap": 1.25, "low": 1.25, "high": 1.25, "n": 1}}  # (4.5 - 3) - (4.25 - 4); one target
     assert loss_gaps([(arm, control)], split="kept") == {}  # no kept losses recorded: no gap, not a zero
-
-
-def test_fit_matches_scipy_linregress_with_its_standard_error():
-    x, y = [1e6, 3e6, 1e7, 4e7], [0.1, 0.22, 0.38, 0.5]
-    fit = fit_with_se(x, y)
-    ref = stats.linregress(np.log10(x), y)
-    tol = line_fit(np.log10(x))  # two float64 least-squares lines
-    assert fit["slope"] == pytest.approx(ref.slope, rel=tol, abs=0)
-    assert fit["slope_se"] == pytest.approx(ref.stderr, rel=tol, abs=0)
 
 
 def test_size_analysis_pools_seeds_with_wilson_and_fits_only_off_the_floor():

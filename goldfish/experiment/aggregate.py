@@ -39,7 +39,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from goldfish.eval.aggregate import group_rates, wilson_interval
+from goldfish.eval.aggregate import group_rates
+from goldfish.eval.stats import wilson_interval
 
 from ..io import atomic_write_json, atomic_write_text, read_jsonl
 from .config import ExperimentConfig

@@ -110,8 +110,7 @@ def leakage_audit(arm: dict[str, dict[str, list]], control: dict[str, dict[str, 
     held-out shift is leakage. ``dropped`` / ``kept``: ``{"accuracy" | "loss": paired_difference(...)}``, the
     members-only arm - control (confounded by that shift; kept beside it, labelled). An accuracy is left out where
     the control's file lacks the split's top-1 correctness."""
-    from goldfish.eval.attacks import paired_difference
-    from goldfish.eval.stats import difference_in_differences
+    from goldfish.eval.stats import difference_in_differences, paired_difference
 
     measures = {"loss": ({k: [-np.asarray(x) for x in v] for k, v in arm["logp"].items()},
                          {k: [-np.asarray(x) for x in v] for k, v in control["logp"].items()})}

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from goldfish.eval import stats
-from goldfish.eval.aggregate import wilson_interval
 from goldfish.eval.report import markdown_table
 
 from .config import CONTROL
@@ -74,10 +73,10 @@ def _rate_interval(found: dict) -> dict[str, Any]:
     time, so then Wilson's over the documents (each document's windows all verbatim or all not)."""
     n_items, n_docs, mean = found["n_items"], found["n_clusters"], found["mean"]
     if n_items == n_docs:
-        low, high = wilson_interval(round(mean * n_items), n_items)
+        low, high = stats.wilson_interval(round(mean * n_items), n_items)
         return {"ci_low": low, "ci_high": high, "method": "wilson"}
     if mean in (0.0, 1.0):
-        low, high = wilson_interval(round(mean * n_docs), n_docs)
+        low, high = stats.wilson_interval(round(mean * n_docs), n_docs)
         return {"ci_low": low, "ci_high": high, "method": "wilson over documents"}
     return {}
 

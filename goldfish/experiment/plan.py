@@ -11,11 +11,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..config import from_dict
+from ..config import from_dict, merged
 from ..errors import ConfigError
 from .config import Cell, ExperimentConfig, HardwareConfig, data_hash, expand_cells, hardware_for, legacy_data_hashes
-from .config import load_data_recipe
-from .config import merged, resolve_base_model, split_overrides
+from .config import load_data_recipe, resolve_base_model, split_overrides
 
 DONE = "DONE"  # a cell's completion marker (see goldfish.experiment.runner)
 

@@ -24,7 +24,6 @@ import contextlib
 import datetime as _dt
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -34,11 +33,11 @@ from typing import Any, Callable
 import yaml
 from tqdm.auto import tqdm
 
-from ..config import load_config, read_yaml, save_config, to_dict
+from ..config import flatten, load_config, read_yaml, save_config, to_dict
 from ..errors import ConfigError, UserError
-from ..io import atomic_write_json
+from ..io import atomic_write_json, remove_tree
 from ..ownership import FolderLock, OutputFolder, check_target, fingerprint_sha256, read_owner, writing
-from ..provenance import code_version, flatten, read_fingerprint
+from ..provenance import code_version, read_fingerprint
 from .aggregate import aggregate
 from .config import ExperimentConfig
 from .pipeline import default_pipeline
@@ -137,14 +136,6 @@ def check_not_stale(plans: list[CellPlan]) -> None:
                         f"pass --rerun-stale to run those cells again (each replaced when its new run is done)")
 
 
-def _remove(folder: Path) -> None:
-    """Delete a cell folder (renamed away first, so a kill never leaves a half-deleted cell behind)."""
-    doomed = folder.with_name(f".{folder.name}.deleting")
-    shutil.rmtree(doomed, ignore_errors=True)
-    os.replace(folder, doomed)
-    shutil.rmtree(doomed)
-
-
 def _set_aside(plan: CellPlan) -> Path:
     return plan.dir.with_name(f".{plan.dir.name}.replaced")
 
@@ -172,10 +163,10 @@ def _recover(plan: CellPlan) -> None:
     if not old.is_dir():
         return
     if plan.done:
-        _remove(old)
+        remove_tree(old)
         return
     if plan.dir.exists():
-        _remove(plan.dir)
+        remove_tree(plan.dir)
     os.replace(old, plan.dir)
 
 
@@ -189,10 +180,10 @@ def _replacing(plan: CellPlan):
         yield
     except BaseException:
         if plan.dir.exists():
-            _remove(plan.dir)
+            remove_tree(plan.dir)
         os.replace(old, plan.dir)
         raise
-    _remove(old)
+    remove_tree(old)
 
 
 def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from goldfish.eval.aggregate import wilson_interval
+from goldfish.eval.stats import cluster_bootstrap_mean, loglinear_fit, wilson_interval
 from goldfish.eval.report import markdown_table
 
 MIN_FIT_POINTS = 3
@@ -52,13 +52,6 @@ def _pool(cells: list[dict]) -> dict[int, tuple[int, int]]:
             out[int(s["repetitions"])][0] += int(round(s["exact_match_rate"] * n))
             out[int(s["repetitions"])][1] += n
     return {r: (k, n) for r, (k, n) in out.items()}
-
-
-def _bootstrap_mean(values: np.ndarray, n_bootstrap: int, seed: int) -> tuple[float, float, float]:
-    """(mean, 2.5 %, 97.5 %) of ``values`` resampled with replacement."""
-    rng = np.random.default_rng(seed)
-    means = values[rng.integers(0, len(values), size=(n_bootstrap, len(values)))].mean(axis=1)
-    return float(values.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
 def _target_losses(cell: dict | None, split: str | None) -> dict | None:
@@ -87,21 +80,9 @@ def loss_gaps(pairs: list[tuple[dict, dict | None]], n_bootstrap: int = 1000, se
                                   if a is not None and b is not None]
     out = {}
     for r, values in sorted(diffs.items()):
-        mean, low, high = _bootstrap_mean(np.asarray(values, dtype=np.float64), n_bootstrap, seed)
-        out[r] = {"gap": mean, "low": low, "high": high, "n": len(values)}
+        found = cluster_bootstrap_mean(values, None, n_bootstrap, seed)
+        out[r] = {"gap": found["mean"], "low": found["ci_low"], "high": found["ci_high"], "n": len(values)}
     return out
-
-
-def fit_with_se(x: list[float], y: list[float]) -> dict[str, float]:
-    """Least squares ``y = a + b log10(x)``: slope, intercept, the slope's standard error (n - 2 dof) and n."""
-    lx, ys = np.log10(np.asarray(x, dtype=np.float64)), np.asarray(y, dtype=np.float64)
-    n = len(lx)
-    sxx = float(np.sum((lx - lx.mean()) ** 2))
-    slope = float(np.sum((lx - lx.mean()) * (ys - ys.mean())) / sxx)
-    intercept = float(ys.mean() - slope * lx.mean())
-    resid = ys - (intercept + slope * lx)
-    se = math.sqrt(float(np.sum(resid**2)) / (n - 2) / sxx) if n > 2 else float("nan")
-    return {"slope": slope, "intercept": intercept, "slope_se": se, "n": n}
 
 
 def size_analysis(cells: list[dict], axes: list[str]) -> dict | None:
@@ -185,7 +166,7 @@ def _fits(rows: list[dict]) -> list[dict]:
                     floor.append(r["size"])
             entry = {"arm": arm, "repetitions": s, "off_floor": len(points), "on_floor": floor}
             if len(points) >= MIN_FIT_POINTS:
-                entry.update(fit_with_se([p for p, _ in points], [y for _, y in points]))
+                entry.update(loglinear_fit([p for p, _ in points], [y for _, y in points]))
             else:
                 entry["why_not"] = (f"{len(points)} of {len(arm_rows)} sizes off the floor (need "
                                     f"{MIN_FIT_POINTS}): no fit")
@@ -244,8 +225,8 @@ def canary_strata(cells: list[dict], n_bootstrap: int = 1000, seed: int = 0) -> 
         return None
     out: dict[str, Any] = {"method": method, "strata": {}}
     for r, rows in sorted(by.items()):
-        mean, low, high = _bootstrap_mean(np.asarray([x["exposure"] for x in rows]), n_bootstrap, seed)
-        out["strata"][str(r)] = {"mean": mean, "low": low, "high": high, "n": len(rows),
+        found = cluster_bootstrap_mean([x["exposure"] for x in rows], None, n_bootstrap, seed)
+        out["strata"][str(r)] = {"mean": found["mean"], "low": found["ci_low"], "high": found["ci_high"], "n": len(rows),
                                  "saturated": sum(bool(x.get("saturated")) for x in rows),
                                  "extrapolated": float(np.mean([x["extrapolated"] for x in rows]))}
     return out
@@ -262,7 +243,7 @@ def e50_fits(rows: list[dict]) -> list[dict]:
         entry = {"arm": arm, "sizes": len(scratch), "interior": len(inside),
                  "censored": [r["size"] for r in scratch if (r.get("e50") or {}).get("status") != "interior"]}
         if len(inside) >= MIN_FIT_POINTS:
-            entry.update(fit_with_se([p for p, _ in inside], [math.log10(e) for _, e in inside]))
+            entry.update(loglinear_fit([p for p, _ in inside], [math.log10(e) for _, e in inside]))
         else:
             entry["why_not"] = (f"{len(inside)} of {len(scratch)} sizes have E50 inside the tested exposures (need "
                                 f"{MIN_FIT_POINTS}): no fit")

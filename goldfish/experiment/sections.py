@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from goldfish.eval.aggregate import mean_interval, wilson_interval
+from goldfish.eval.stats import mean_interval, wilson_interval
 from goldfish.eval.report import markdown_table
 
 from .plan import EXPOSURE_FILE, CellPlan
