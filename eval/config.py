@@ -207,6 +207,9 @@ class MembershipSection:
                                                       "is bounded); null: the whole document")
     min_k_ratios: list[float] = option(factory=lambda: [0.2], help="Min-K% / Min-K%++ ratios (0 < k <= 1)")
     n_bootstrap: int = option(1000, "bootstrap resamples for the AUC confidence intervals")
+    keep_tokens: bool = option(False, "also keep each document's per-token log-probabilities and top-1 correctness "
+                                      "in membership.partial.jsonl (an experiment sets it: its attacks analysis "
+                                      "reads them instead of scoring the documents again); changes no result")
 
     def __post_init__(self) -> None:
         problems: list[str] = []

@@ -36,7 +36,7 @@ WINDOWS_PARTIAL = "windows.partial.jsonl"
 MEMBERSHIP_PARTIAL = "membership.partial.jsonl"
 # config keys that change speed, resources or presentation but not one result value
 OPERATIONAL = ("out", "resume", "overwrite", "report", "progress", "model.threads", "model.device",
-               "decoding.batch_size", "membership.token_budget", "membership.chunk")
+               "decoding.batch_size", "membership.token_budget", "membership.chunk", "membership.keep_tokens")
 
 
 def weights_stamp(path: str | None) -> list:

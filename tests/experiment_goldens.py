@@ -71,15 +71,10 @@ def outputs(folder: Path) -> dict[str, str]:
     """The study outputs the current code computes from an unpacked sweep (written into it): ``{file: text}``."""
     from goldfish.config import load_config
     from goldfish.experiment import ExperimentConfig, default_pipeline, plan_cells
-    from goldfish.experiment.aggregate import aggregate
-    from goldfish.experiment.report import write_study_report
-    from goldfish.experiment.tune import active
-    from goldfish.experiment.tune import summary as tune_summary
+    from goldfish.experiment.finish import finish
 
     cfg = load_config(ExperimentConfig, folder / "experiment.yaml", [f"out={folder}"])
-    plans = plan_cells(cfg, default_pipeline())
-    results = aggregate(cfg, active(cfg, plans), wall_time_s=None, tune=tune_summary(cfg, plans))
-    write_study_report(cfg, results, folder)
+    finish(cfg, plan_cells(cfg, default_pipeline()))
     return {name: (folder / name).read_text(encoding="utf-8") for name in OUTPUTS}
 
 

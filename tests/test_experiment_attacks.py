@@ -14,7 +14,7 @@ from train_helpers import run_micro_experiment
 
 from goldfish.eval.membership import evaluate_attack
 from goldfish.experiment.analysis import exposure_aucs
-from goldfish.experiment.report import exposure_table
+from goldfish.experiment.sections.mia_by_exposure import exposure_table
 
 RATE = rounding(20, U64)  # rates in [0, 1] from float64 means of <= 16 values or Wilson's ~10 operations
 
@@ -108,7 +108,7 @@ def _audit(diff: float) -> dict:
 
 
 def test_the_leakage_section_has_a_table_or_says_why_not():
-    from goldfish.experiment.report import leakage_section
+    from goldfish.experiment.sections.leakage import leakage_lines as leakage_section
 
     control = {"cell": "control", "arm": "control", "tf_accuracy": 0.1, "leakage": None}
     gold = {"cell": "goldfish", "arm": "goldfish", "tf_accuracy": 0.5, "leakage": _audit(0.5)}
@@ -133,7 +133,7 @@ def test_the_leakage_section_has_a_table_or_says_why_not():
 
 
 def test_the_adaptive_table_appears_only_when_some_cell_ran_beam_or_samples():
-    from goldfish.experiment.report import adaptive_table
+    from goldfish.experiment.sections.adaptive import adaptive_table
 
     plain = {"cell": "standard", "arm": "standard", "n_windows": 16, "exact_match_rate": 0.5}
     assert adaptive_table({"cells": [plain], "axes": []}) is None

@@ -134,12 +134,11 @@ def make_pipeline(calls: Calls) -> Pipeline:
                                                  "wall_time_s": 1.5})
         return out
 
-    def initial_model(cfg: FakeTrain) -> Path:  # the untrained model: memorises (almost) nothing
+    def initial_model(cfg: FakeTrain, out: Path) -> Path:  # the untrained model: memorises (almost) nothing
         calls.initialised.append(cfg.out)
-        out = Path(cfg.out)
-        (out / "model").mkdir(parents=True, exist_ok=True)
-        atomic_write_json(out / "fake_config.json", {"k": 1000, "data": cfg.data.path})
-        return out / "model"
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(Path(cfg.out) / "fake_config.json", {"k": 1000, "data": cfg.data.path})
+        return out
 
     def evaluate(cfg: FakeEval, model=None) -> dict:
         calls.evaluated.append(cfg.out)
@@ -368,7 +367,7 @@ def test_the_mask_consistent_attack_of_each_goldfish_cell_is_a_report_table(tmp_
     run_experiment(experiment(tmp_path, grid={}), dataclasses.replace(base, evaluate=evaluate), progress=False)
     out = tmp_path / "exp"
     cells = {c["arm"]: c for c in json.loads((out / "results.json").read_text())["cells"]}
-    assert "adversary" not in cells["standard"]
+    assert cells["standard"]["adversary"] is None
     row = cells["goldfish"]["adversary"]["rows"][0]
     assert cells["goldfish"]["adversary"]["mask"] == {"k": 2, "h": 13, "strategy": "hash"}
     assert (row["n_windows"], row["n_dropped"]) == (4, 8)
@@ -435,7 +434,7 @@ def test_a_compare_section_names_a_grid_axis_and_one_of_its_values(tmp_path, com
 def test_torchrun_command_fills_nodes_and_processes_per_cell(tmp_path):
     import sys
 
-    from goldfish.experiment.runner import torchrun_command
+    from goldfish.experiment.phases import torchrun_command
 
     cfg = experiment(tmp_path, grid={"size": [{"label": "small", "hardware.gpus": 4},
                                                {"label": "big", "hardware.gpus": 16},
@@ -519,12 +518,12 @@ def test_two_shards_run_side_by_side_into_one_folder(tmp_path):
 def test_a_cell_two_runs_both_want_runs_once(tmp_path, monkeypatch):
     """Overlapping shards: the second run reaches the cell the first is training, waits for it (one line naming the
     holder) and then skips it, finished; nothing is trained twice."""
-    from goldfish.experiment import runner
+    from goldfish.experiment.plan import CellPlan
 
     cfg = experiment(tmp_path, grid={})
     calls, errors = Calls(), []
     first_training, second_waiting = threading.Event(), threading.Event()
-    real_lock = runner.cell_lock
+    real_lock = CellPlan.lock
 
     def spying_lock(plan, wait=True):
         lock = real_lock(plan, wait)
@@ -537,7 +536,7 @@ def test_a_cell_two_runs_both_want_runs_once(tmp_path, monkeypatch):
         lock.on_wait = on_wait
         return lock
 
-    monkeypatch.setattr(runner, "cell_lock", spying_lock)
+    monkeypatch.setattr(CellPlan, "lock", spying_lock)
     base = make_pipeline(calls)
 
     def train(c):

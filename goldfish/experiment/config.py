@@ -40,13 +40,15 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
+from goldfish.eval.metrics import HEADLINE, METRICS
+
 from ..config import check, flatten, from_dict, merged, option, pop_dotted, raise_problems, read_yaml, shown, to_dict
 from ..data.config import resolve_recipe
 from ..errors import ConfigError
 
 SECTIONS = ("data", "train", "eval", "hardware")
 CONTROL = "control"  # the arm name of the control cells
-HEADLINE_METRICS = ("exact_match_rate", "rouge_l_paper", "rouge_l", "token_match")
+HEADLINE_METRICS = tuple(METRICS[m].summary_key for m in HEADLINE)  # what headline_metric may name
 # headline attacks: auto, then those every cell's attacks.json scores, then (a pattern) eval's membership attacks
 MIA_ATTACKS = ("auto", "loss", "reference", "kept_loss", "kept_reference")
 EVAL_MIA_ATTACKS = r"zlib_ratio|zlib_mimir|lowercase|min_k(_pp)?_\d+"

@@ -18,7 +18,6 @@ Document ids in the rows: member k -> k, background b -> M + b, canary c -> M + 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,7 +26,7 @@ from ..data.order import consumed_rows
 from ..data.packing import document_reads
 from ..io import atomic_write_json
 from ..train_config import make_plan
-from .plan import EXPOSURE_FILE, CellPlan
+from .plan import CellPlan
 
 
 def _by_label(reads: np.ndarray, labels: np.ndarray) -> dict[str, list[int]]:
@@ -77,7 +76,8 @@ def validation_loss(model: Any, prepared, membership: Any) -> dict[str, Any]:
 
 
 def write_exposure(plan: CellPlan, model: Any) -> dict[str, Any]:
-    """Compute and write ``<cell>/exposure.json`` (module docstring); ``model``: the cell's shared model handle."""
+    """Compute and write the cell's ``exposure.json`` (module docstring); ``model``: the cell's shared model
+    handle."""
     from ..data import load_prepared
 
     evaluated = load_prepared(plan.data_dir, verify=False)
@@ -91,6 +91,6 @@ def write_exposure(plan: CellPlan, model: Any) -> dict[str, Any]:
         result = {"stream": {"tokens": 0}, "reads": {k: {str(int(r)): [0, 0] for r in np.unique(v)}
                                                      for k, v in labels.items() if len(v)}}
     result.update(validation_loss(model, evaluated, plan.eval_cfg.membership))
-    atomic_write_json(Path(plan.dir) / EXPOSURE_FILE, result)
+    atomic_write_json(plan.exposure_file, result)
     return result
 
