@@ -59,11 +59,18 @@ def documents_sha256(splits: dict[str, Sequence[EvalDocument]]) -> str:
     return h.hexdigest()
 
 
-def fingerprint(cfg: EvalConfig, splits: dict[str, Sequence[EvalDocument]]) -> dict:
-    """What must match for finished work in an out folder to be reused (flat ``{"dotted.key": value}``)."""
-    config = flatten(to_dict(cfg), "config.")
+def config_fingerprint(cfg: EvalConfig) -> dict:
+    """The settings that determine an evaluation's results: the config without :data:`OPERATIONAL` keys (flat)."""
+    config = flatten(to_dict(cfg))
     for key in OPERATIONAL:
-        config.pop(f"config.{key}", None)
+        config.pop(key, None)
+    return as_stored(config)
+
+
+def fingerprint(cfg: EvalConfig, splits: dict[str, Sequence[EvalDocument]]) -> dict:
+    """What must match for finished work in an out folder to be reused (flat ``{"dotted.key": value}``): the code,
+    the model and its weights, the documents and :func:`config_fingerprint` (keys ``config.*``)."""
+    config = {f"config.{key}": value for key, value in config_fingerprint(cfg).items()}
     return as_stored({"code": code_version(), "model": resolve_model_path(cfg.model.path).describe(),
                       "weights": weights_stamp(cfg.model.path), "reference_weights": weights_stamp(cfg.model.reference),
                       "data_sha256": documents_sha256(splits), **config})

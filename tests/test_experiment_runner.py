@@ -18,11 +18,13 @@ from pathlib import Path
 
 import pytest
 from tolerances import U64, rounding
+from train_helpers import REPO
 
-from goldfish.config import check, option, raise_problems
-from goldfish.config import from_dict
+from goldfish.config import check, from_dict, option, raise_problems, save_config
 from goldfish.errors import ConfigError, UserError
-from goldfish.experiment import DONE, ExperimentConfig, Pipeline, expand_cells, plan_cells, run_experiment
+from goldfish.experiment import (DONE, ExperimentConfig, Pipeline, default_pipeline, expand_cells, load_experiment,
+                                 plan_cells, run_experiment)
+from goldfish.experiment.runner import stale_cells
 from goldfish.io import atomic_write_json
 
 SIZES = {"tiny": 1_000_000, "small": 3_000_000, "big": 10_000_000}
@@ -620,3 +622,26 @@ def test_the_control_cell_trains_nothing_and_is_evaluated_like_the_arms(tmp_path
 def test_control_is_a_reserved_arm_name(tmp_path):
     with pytest.raises(ConfigError, match="arm name 'control' is reserved"):
         experiment(tmp_path, control=True, arms={"control": {"train.loss.type": "standard"}})
+
+
+def test_a_cell_is_stale_by_the_commands_own_fingerprints(tmp_path, monkeypatch):
+    """The real pipeline: a started cell is stale when its saved configs determine other results by
+    ``goldfish train``'s fingerprint (optimizer, loss ...) or ``goldfish eval``'s settings (prefix lengths ...), and
+    not for what those commands would resume through (logging, checkpointing, progress, eval's token budget)."""
+    monkeypatch.chdir(REPO)
+    pipeline = default_pipeline()
+
+    def plans(*overrides: str) -> list:
+        return plan_cells(load_experiment("experiments/micro.yaml", [f"out={tmp_path}", *overrides]), pipeline)
+
+    for plan in plans():  # every cell started: its configs saved, its run folder begun
+        save_config(plan.train_cfg, plan.train_config_file)
+        save_config(plan.eval_cfg, plan.eval_config_file)
+        plan.train_dir.mkdir(parents=True)
+    assert stale_cells(plans(), pipeline) == {}
+    same = ["train.logging.tensorboard=true", "train.checkpoint.every_steps=5", "train.progress=true",
+            "eval.membership.token_budget=512", "eval.progress=true", "eval.report=true"]
+    assert stale_cells(plans(*same), pipeline) == {}
+    found = stale_cells(plans("train.optim.lr=0.02", "eval.data.prefix_lens=[8]"), pipeline)
+    assert set(found) == {"control", "standard", "goldfish"}
+    assert found["standard"] == "train.optim.lr: 0.01 -> 0.02, eval.data.prefix_lens: [16] -> [8]"

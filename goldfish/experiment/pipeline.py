@@ -11,13 +11,14 @@ from pathlib import Path
 from goldfish.eval import run_eval
 from goldfish.eval.config import EvalConfig
 from goldfish.eval.loading import SharedModel
+from goldfish.eval.state import config_fingerprint
 
 from ..data import prepare
 from ..data.config import PrepareConfig
 from ..io import read_json
 from ..modelcard import add_eval_results, eval_results
 from ..train import train
-from ..train_config import TrainConfig
+from ..train_config import TrainConfig, train_fingerprint
 from .analysis import analyse_cell
 from .control import export_initial_model
 from .exposure import write_exposure
@@ -41,4 +42,5 @@ def default_pipeline() -> Pipeline:
         PrepareConfig, TrainConfig, EvalConfig, prepare, train, run_eval, export_initial_model,
         baseline=write_k_baseline, analyse=analyse_cell, open_model=lambda eval_cfg: SharedModel(eval_cfg.model),
         exposure=write_exposure, card=add_to_card,
+        train_fingerprint=lambda train_cfg: train_fingerprint(train_cfg, None), eval_fingerprint=config_fingerprint,
     )

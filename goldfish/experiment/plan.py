@@ -56,7 +56,10 @@ class Pipeline:
     ``attacks.json`` (None: skipped); ``exposure(plan, model)`` its ``exposure.json`` (None: skipped); ``card(plan)`` adds
     the cell's headline numbers to its trained model's card. ``open_model(eval_cfg)`` (optional) returns the handle
     ``model`` evaluate, baseline, exposure and analyse receive: the cell's model, loaded once, on first use, for every phase
-    after training (None: each phase gets None and loads what it needs)."""
+    after training (None: each phase gets None and loads what it needs). ``train_fingerprint(train_cfg)`` and
+    ``eval_fingerprint(eval_cfg)`` (optional): the flat settings that determine the results, by the commands' own
+    rules (``goldfish train``'s and ``goldfish eval``'s fingerprints): a started cell whose saved config gives other
+    ones is stale (None: every setting counts)."""
 
     prepare_config: type
     train_config: type
@@ -70,6 +73,8 @@ class Pipeline:
     open_model: Callable[[Any], Any] | None = None
     exposure: Callable[["CellPlan", Any], dict] | None = None
     card: Callable[["CellPlan"], Any] | None = None
+    train_fingerprint: Callable[[Any], dict] | None = None
+    eval_fingerprint: Callable[[Any], dict] | None = None
 
 
 class _CellProblems(ConfigError):

@@ -3,8 +3,9 @@
 skips exactly the finished cells and redoes only the one that was interrupted.
 
 A cell's resolved ``train_config.yaml`` and ``eval_config.yaml`` are written before its training starts, and every
-later run compares them with the current ones for every started cell (one with a ``train/`` folder) -- finished or
-not -- so one cell never mixes two configurations (``rerun_stale`` runs such cells again from scratch instead: the
+later run compares what they determine -- by ``goldfish train``'s and ``goldfish eval``'s own fingerprints -- with the
+current ones for every started cell (one with a ``train/`` folder), finished or not, so one cell never mixes two
+configurations (``rerun_stale`` runs such cells again from scratch instead: the
 old cell is set aside as ``cells/.<id>.replaced`` and deleted only when the new one is done; a failure puts it back,
 and so does the next start after a kill).
 
@@ -23,14 +24,13 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
 from tqdm.auto import tqdm
 
-from ..config import flatten, load_config, read_yaml, to_dict
+from ..config import flatten, load_config, to_dict
 from ..errors import ConfigError, UserError
 from ..io import remove_tree
 from ..ownership import FolderLock, OutputFolder, check_target, fingerprint_sha256, read_owner, writing
-from ..provenance import code_version, read_fingerprint
+from ..provenance import code_version, differences, read_fingerprint
 from .config import ExperimentConfig
 from .finish import finish
 from .phases import run_cell
@@ -44,35 +44,35 @@ def load_experiment(path: str | Path | None, overrides: list[str] = ()) -> Exper
     return load_config(ExperimentConfig, path, list(overrides))
 
 
-UNTRACKED = "logging."  # where step metrics are also sent (TensorBoard, W&B): changes no result, never stale
+def _every_setting(cfg: Any) -> dict[str, Any]:
+    """A pipeline without its own fingerprint: every setting of the config counts."""
+    return flatten(to_dict(cfg))
 
 
-def _defaults(current: object) -> dict[str, Any]:
-    """Every key of ``current``'s config class at its default (empty when the class needs arguments)."""
-    try:
-        return flatten(yaml.safe_load(yaml.safe_dump(to_dict(type(current)()))))
-    except (TypeError, ConfigError):
-        return {}
-
-
-def stale_cells(plans: list[CellPlan]) -> dict[str, str]:
-    """``{cell id: what differs}`` for started cells whose saved train/eval config differs from the current one, or
-    whose unfinished training or evaluation was started by another code version (which the trainer and
-    ``goldfish eval`` would refuse to resume: said here, before any work)."""
+def stale_cells(plans: list[CellPlan], pipeline: Pipeline) -> dict[str, str]:
+    """``{cell id: what differs}`` for started cells whose saved train/eval config determines other results than the
+    current one -- by the commands' own fingerprints (``Pipeline.train_fingerprint``: ``goldfish train``'s, so a
+    change ``goldfish train`` would resume through, such as logging, never makes a cell stale;
+    ``Pipeline.eval_fingerprint``: ``goldfish eval``'s settings) -- or whose unfinished training or evaluation was
+    started by another code version (which the trainer and ``goldfish eval`` would refuse to resume: said here,
+    before any work)."""
     stale = {}
     for plan in plans:
         if not (plan.done or plan.train_dir.exists()):
             continue  # nothing trained yet (e.g. a config error stopped it): a changed config is simply used
         diffs = []
-        for path, current in ((plan.train_config_file, plan.train_cfg), (plan.eval_config_file, plan.eval_cfg)):
+        for name, path, cls, current, settings in (
+                ("train", plan.train_config_file, pipeline.train_config, plan.train_cfg, pipeline.train_fingerprint),
+                ("eval", plan.eval_config_file, pipeline.eval_config, plan.eval_cfg, pipeline.eval_fingerprint)):
             if not path.is_file():
                 continue
-            saved, now = flatten(read_yaml(path)), flatten(yaml.safe_load(yaml.safe_dump(to_dict(current))))
-            added = _defaults(current)
-            keys = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)
-                    and not k.startswith(UNTRACKED)
-                    and not (k not in saved and now.get(k) == added.get(k))]  # a key added since, at its default
-            diffs += [f"{path.name.split('_')[0]}.{k}: {saved.get(k)} -> {now.get(k)}" for k in keys[:3]]
+            settings = settings or _every_setting
+            try:
+                saved = settings(load_config(cls, path))
+            except ConfigError as e:
+                diffs.append(f"{name}: its saved config no longer loads ({e})")
+                continue
+            diffs += [f"{name}.{d}" for d in differences(saved, settings(current))[:3]]
         for folder, finished in ((plan.train_dir, plan.train_summary), (plan.eval_dir, plan.results_file)):
             started = read_fingerprint(folder) if folder.is_dir() else None
             if started and not finished.is_file() and started.get("code") != code_version():
@@ -82,10 +82,11 @@ def stale_cells(plans: list[CellPlan]) -> dict[str, str]:
     return stale
 
 
-def check_not_stale(plans: list[CellPlan]) -> None:
+def check_not_stale(plans: list[CellPlan], pipeline: Pipeline) -> None:
     """Refuse to reuse started cells (finished or interrupted) whose saved train/eval configs differ from the
-    current ones: their results would silently mix two experiments in one table, or two configs in one run."""
-    stale = stale_cells(plans)
+    current ones in what determines their results: they would silently mix two experiments in one table, or two
+    configs in one run."""
+    stale = stale_cells(plans, pipeline)
     if stale:
         shown = "; ".join(f"{cid} ({what})" for cid, what in list(stale.items())[:4])
         more = f"; and {len(stale) - 4} more cells" if len(stale) > 4 else ""
@@ -179,10 +180,10 @@ def run_experiment(cfg: ExperimentConfig, pipeline: Pipeline | None = None, *, p
         with one_at_a_time(cfg):
             folder = held.enter_context(experiment_folder(cfg))  # shared with the experiment's other runs
             recover_replaced(plans)
-            stale = stale_cells(plans)
+            stale = stale_cells(plans, pipeline)
             wanted = [p for p in plans if only is None or only(p.cell.id)]
             rerun = {p.cell.id for p in wanted if p.cell.id in stale} if rerun_stale else set()
-            check_not_stale([p for p in plans if p.cell.id not in rerun])
+            check_not_stale([p for p in plans if p.cell.id not in rerun], pipeline)
             todo = [p for p in wanted if not p.done or p.cell.id in rerun]
             check_start_models(todo)
             mark_experiment(folder, cfg)  # after every refusal: a refused run writes nothing
@@ -226,7 +227,7 @@ def _run_cells(cfg: ExperimentConfig, plans: list[CellPlan], todo: list[CellPlan
                     bar.update(1)
                     continue
             with plan.lock():
-                if plan.cell.id in rerun and plan.cell.id in stale_cells([plan]):
+                if plan.cell.id in rerun and plan.cell.id in stale_cells([plan], pipeline):
                     print(f"[{plan.cell.id}] config changed ({rerun[plan.cell.id]}): running it again",
                           file=sys.stderr)
                     with _replacing(plan):
