@@ -14,7 +14,7 @@ and a few shorthand flags, :data:`SHORTHANDS`, that name one key each). Sections
 * top level      -- ``out``, ``tasks``, resume/overwrite, report, progress, seed.
 
 ``model.path``, ``data.path`` and ``out`` may stay unset in a YAML file (an experiment fills them per cell);
-:func:`goldfish.eval.run_eval` checks them before doing any work.
+:func:`goldfish.eval.run.run_eval` checks them before doing any work.
 """
 
 from __future__ import annotations

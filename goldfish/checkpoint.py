@@ -32,7 +32,7 @@ import torch
 from safetensors import SafetensorError
 
 from .errors import UserError
-from .io import atomic_write_json, atomic_write_text, fsync_dir, remove_tree
+from .io import atomic_directory, atomic_write_json, atomic_write_text, fsync_dir, remove_tree
 
 # what a full disk or a failing device raises while writing: the OS, torch.save's zip writer
 # ("[enforce fail at inline_container.cc] ... file write failed"), safetensors (its own error type)
@@ -320,8 +320,6 @@ def export_checkpoint(folder: str | Path, model_dir: str | Path, out: str | Path
     generation config and tokenizer of ``model_dir`` (the run's exported ``model/``, same shape). Tensors are
     loaded by name into the architecture that config names (strict: every tensor must match), never unpickled."""
     from transformers import AutoConfig, AutoModelForCausalLM
-
-    from .io import atomic_directory
 
     model_dir, out = Path(model_dir), Path(out)
     if not (model_dir / "config.json").is_file():

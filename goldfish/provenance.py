@@ -25,6 +25,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Iterable
 
+from . import __version__
 from .errors import UserError
 from .io import atomic_write_json
 
@@ -57,16 +58,12 @@ def _source_sha256() -> str:
 @functools.cache
 def code_version() -> str:
     """``<version>+git.<commit>`` for a git checkout, else ``<version>+src.<sha256 of the sources>`` (12 digits)."""
-    from . import __version__
-
     commit = git_commit()
     return f"{__version__}+git.{commit[:12]}" if commit else f"{__version__}+src.{_source_sha256()[:12]}"
 
 
 def versions(packages: Iterable[str] = ()) -> dict[str, str | None]:
     """``{"goldfish", "python", <each package>: version}``; a package that is not installed maps to None."""
-    from . import __version__
-
     out: dict[str, str | None] = {"goldfish": __version__, "python": platform.python_version()}
     for name in packages:
         try:

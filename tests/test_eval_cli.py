@@ -16,7 +16,8 @@ from goldfish.cli import main
 from goldfish.commands import evaluate
 from goldfish.config import from_dict
 from goldfish.errors import UserError
-from goldfish.eval import EvalConfig, run_eval, scoring
+from goldfish.eval import EvalConfig, scoring
+from goldfish.eval.run import run_eval
 from goldfish.eval.state import MEMBERSHIP_PARTIAL, WINDOWS_PARTIAL
 
 from eval_fixtures import TEXTS, save_model_folder, tiny_llama, tiny_tokenizer, write_jsonl

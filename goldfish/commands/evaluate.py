@@ -60,7 +60,7 @@ def build_config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from goldfish.eval import run_eval
+    from goldfish.eval.run import run_eval
     from goldfish.eval.report import format_summary_table
 
     from ..modelcard import add_eval_results, eval_results

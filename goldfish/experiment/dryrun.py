@@ -16,11 +16,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..data.tokenizer import load_tokenizer
 from ..errors import ConfigError, UserError
 from ..estimate import device_memory_gib, estimate_memory, estimate_time, layout_of, shape_of
 from ..precision import resolve_precision
-from ..train_config import make_plan
-from ..train_config import ModelConfig
+from ..train_config import ModelConfig, make_plan
 from .config import ExperimentConfig
 from .plan import CellPlan, manifest_of
 
@@ -31,8 +31,6 @@ FIT_FRACTION = 0.9
 @functools.lru_cache(maxsize=8)
 def _local_vocab(name: str) -> int:
     """Token count of a local tokenizer (loaded once per name: a GGUF's takes seconds)."""
-    from ..data.tokenizer import load_tokenizer
-
     return len(load_tokenizer(name))
 
 

@@ -22,12 +22,14 @@ from typing import Any
 
 import numpy as np
 
+from goldfish.eval.scoring import scoring_window, token_statistics
+
+from ..data import load_prepared
 from ..data.order import consumed_rows
 from ..data.packing import document_reads
 from ..io import atomic_write_json
 from ..train_config import make_plan
 from .plan import CellPlan
-
 
 def _by_label(reads: np.ndarray, labels: np.ndarray) -> dict[str, list[int]]:
     return {str(int(r)): [int(reads[labels == r].min()), int(reads[labels == r].max())] for r in np.unique(labels)}
@@ -65,7 +67,6 @@ def validation_loss(model: Any, prepared, membership: Any) -> dict[str, Any]:
     and chunk; {} without a validation split (nothing loaded)."""
     if prepared.validation is None or len(prepared.validation) == 0:
         return {}
-    from goldfish.eval.scoring import scoring_window, token_statistics
 
     loaded = model.get()
     stats = token_statistics(loaded, [list(x) for x in prepared.validation["input_ids"]], progress=False,
@@ -78,8 +79,6 @@ def validation_loss(model: Any, prepared, membership: Any) -> dict[str, Any]:
 def write_exposure(plan: CellPlan, model: Any) -> dict[str, Any]:
     """Compute and write the cell's ``exposure.json`` (module docstring); ``model``: the cell's shared model
     handle."""
-    from ..data import load_prepared
-
     evaluated = load_prepared(plan.data_dir, verify=False)
     labels = {"members": np.asarray(evaluated.members["repetitions"]),
               "canaries": np.asarray(evaluated.canaries["repetitions"]) if evaluated.canaries is not None

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from goldfish.eval import run_eval
 from goldfish.eval.config import EvalConfig
 from goldfish.eval.loading import SharedModel
+from goldfish.eval.run import run_eval
 from goldfish.eval.state import config_fingerprint
 
 from ..data import prepare
