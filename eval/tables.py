@@ -24,6 +24,11 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     return "\n".join(lines)
 
 
+def markdown_section(title: str, *blocks: str) -> str:
+    """A report section: ``## title`` and each block (a table, a paragraph), a blank line after each."""
+    return "\n".join(line for block in (f"## {title}", *blocks) for line in (block, ""))
+
+
 def plain_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """A fixed-width table for the terminal: left-aligned columns two spaces apart."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]

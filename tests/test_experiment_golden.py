@@ -16,10 +16,10 @@ import dataclasses
 import io
 import json
 import math
-import re
 from pathlib import Path
 
 import pytest
+from eval_fixtures import schema_fields
 from experiment_goldens import GOLDEN, SWEEPS, normalised, outputs, unpack
 from tolerances import U64, rounding
 
@@ -94,12 +94,7 @@ def test_the_report_renders_from_results_json_alone(recomputed):
 
 def _documented() -> dict[str, set[str]]:
     """goldfish/experiment/SCHEMA.md: section title -> field names listed in its table."""
-    text = (Path(goldfish.experiment.__file__).parent / "SCHEMA.md").read_text(encoding="utf-8")
-    out: dict[str, set[str]] = {}
-    for block in re.split(r"^## ", text, flags=re.M)[1:]:
-        title, _, body = block.partition("\n")
-        out[title.strip()] = set(re.findall(r"^\| `([^`]+)` \|", body, flags=re.M))
-    return out
+    return schema_fields(Path(goldfish.experiment.__file__).parent / "SCHEMA.md")
 
 
 def test_results_follow_the_schema(recomputed):

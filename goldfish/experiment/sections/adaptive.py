@@ -3,7 +3,7 @@ some cell ran them (``decoding.beam > 1``, ``decoding.samples > 0``)."""
 
 from __future__ import annotations
 
-from goldfish.eval.tables import fmt, markdown_table, with_ci
+from goldfish.eval.tables import markdown_section, fmt, markdown_table, with_ci
 
 from ..summary import CellSummary, Study, cells_of, one_per_arm
 
@@ -37,8 +37,8 @@ def render(results: dict) -> str:
     table = adaptive_table(results)
     if not table:
         return ""
-    return "\n".join([
-        "## Adaptive extraction attacks (beam search, sampling)", "", table, "",
+    return markdown_section(
+        "Adaptive extraction attacks (beam search, sampling)", table,
         "Exact match of the suffix by greedy decoding, by beam search, and by temperature samples (sample "
         "rate: mean fraction of a window's samples that reproduce it; any sample exact: windows with at "
-        "least one). 95 % intervals: Wilson for rates over windows, normal for the mean sample rate.", ""])
+        "least one). 95 % intervals: Wilson for rates over windows, normal for the mean sample rate.")

@@ -4,7 +4,7 @@ accuracy on the dropped suffix positions decoded and teacher-forced."""
 
 from __future__ import annotations
 
-from goldfish.eval.tables import boot, fmt, markdown_table, p_text, prefix_text
+from goldfish.eval.tables import markdown_section, boot, fmt, markdown_table, p_text, prefix_text
 
 from ..summary import Study, cells_of, one_per_arm
 
@@ -41,11 +41,11 @@ def render(results: dict) -> str:
     table = adversary_table(results)
     if not table:
         return ""
-    return "\n".join([
-        "## Mask-consistent extraction (the Goldfish hash as the attacker's side information)", "", table, "",
+    return markdown_section(
+        "Mask-consistent extraction (the Goldfish hash as the attacker's side information)", table,
         "At a suffix position believed dropped, the continuation keeps only the candidates whose hash "
         "window (the h tokens ending at the candidate) the mask drops. Told: the attacker knows which "
         "positions are dropped (an upper bound); switch: it believes a position dropped where the model's "
         "top-1 probability is below the switch threshold. p: exact McNemar test against greedy on the same "
         "windows. Dropped acc.: accuracy on the dropped suffix positions (decoded continuations, then "
-        "teacher-forced on the true prefix). 95 % intervals resample documents.", ""])
+        "teacher-forced on the true prefix). 95 % intervals resample documents.")

@@ -7,7 +7,7 @@ from collections import defaultdict
 from typing import Any
 
 from goldfish.eval.metrics import HEADLINE, METRICS, ROUGE
-from goldfish.eval.tables import fmt, markdown_table
+from goldfish.eval.tables import fmt, markdown_section, markdown_table
 
 from ..summary import Study, cells_of, one_per_arm
 
@@ -49,7 +49,5 @@ def stratum_table(results: dict, by: str) -> str:
 
 
 def render(results: dict) -> str:
-    lines: list[str] = []
-    for by, title in (("prefix_len", "By prefix length"), ("repetitions", "By repetition count")):
-        lines += [f"## {title} ({TITLE})", "", stratum_table(results, by), ""]
-    return "\n".join(lines)
+    return "\n".join(markdown_section(f"{title} ({TITLE})", stratum_table(results, by))
+                     for by, title in (("prefix_len", "By prefix length"), ("repetitions", "By repetition count")))

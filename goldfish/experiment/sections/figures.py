@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from goldfish.eval.metrics import METRICS, ROUGE
+from goldfish.eval.tables import markdown_section
 
 from ...io import read_jsonl
 from ..plots import bar_chart, loss_curves, metric_vs_x, roc_curves, threshold_plots
@@ -59,4 +60,4 @@ def render(results: dict) -> str:
     plots = results.get("plots") or []
     if not plots:
         return ""
-    return "\n".join(["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""])
+    return markdown_section("Plots", "\n".join(f"![{Path(p).stem}]({p})" for p in plots))

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from goldfish.eval.metrics import METRICS
-from goldfish.eval.tables import ci_suffix, fmt, markdown_table, plain_table, with_ci
+from goldfish.eval.tables import ci_suffix, fmt, markdown_section, markdown_table, plain_table, with_ci
 
 from ..analysis import blind_auc
 from ..summary import CellSummary, Study, cells_of, one_per_arm
@@ -97,8 +97,8 @@ def headline_table(results: dict, markdown: bool = True) -> str:
 
 
 def render(results: dict) -> str:
-    return "\n".join([
-        "## Headline", "", regime(results), "", headline_table(results), "",
+    return markdown_section(
+        "Headline", regime(results), headline_table(results),
         "Exact match and ROUGE-L: mean over the member windows with a 95 % bootstrap interval that resamples "
         "documents (windows of one document, e.g. at two prefix lengths, are not independent). ROUGE-L "
         "(rouge-score) is the paper's: word-level ROUGE-L F1 of the decoded texts by the rouge-score package "
@@ -116,4 +116,4 @@ def render(results: dict) -> str:
         "(openings vs bodies of the same articles) a shift in kind separates the sets without any "
         "memorisation: compare arms rather than reading the absolute AUC. "
         "Held-out loss: mean per-token NLL of the nonmember text (lower = better language model; compare "
-        "with the control's).", ""])
+        "with the control's).")

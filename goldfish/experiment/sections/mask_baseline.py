@@ -4,7 +4,7 @@ nominal (1 - g/k)^S."""
 
 from __future__ import annotations
 
-from goldfish.eval.tables import fmt, markdown_table
+from goldfish.eval.tables import markdown_section, fmt, markdown_table
 
 from ..summary import Study, cells_of, one_per_arm
 
@@ -41,12 +41,12 @@ def render(results: dict) -> str:
     table = k_baseline_table(results)
     if not table:
         return ""
-    return "\n".join([
-        "## Exact match against the mask baseline", "", table, "",
+    return markdown_section(
+        "Exact match against the mask baseline", table,
         "g: fraction of the suffix positions the cell's own mask dropped whose teacher-forced argmax is "
         "wrong. The baseline is the exact-match rate of a model that misses those and nothing else: the "
         "mean over windows of (1-g)^d_w, d_w the dropped targets in window w's suffix as the mask "
         "actually placed them. The nominal (1-g/k)^S beside it assumes every target is dropped with "
         "probability 1/k; it is the headline only where the windows' counts follow that. Exact match near "
         "the baseline is explained by the mask arithmetic alone, far below it by missed kept tokens "
-        "(kept-token accuracy < 100 %), above it by misses that are not independent.", ""])
+        "(kept-token accuracy < 100 %), above it by misses that are not independent.")

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from goldfish.eval.tables import ci_suffix, fmt, markdown_table
+from goldfish.eval.tables import ci_suffix, fmt, markdown_section, markdown_table
 
 from ..summary import Study, cells_of, one_per_arm
 
@@ -34,6 +34,6 @@ def render(results: dict) -> str:
     table = exposure_table(results)
     if not table:
         return ""
-    return "\n".join(["## MIA AUC by exposure count", "", table, "",
-                      "Members with r copies vs all nonmembers, 95 % bootstrap CI in brackets; the attack is the "
-                      "headline one of each cell.", ""])
+    return markdown_section("MIA AUC by exposure count", table,
+                            "Members with r copies vs all nonmembers, 95 % bootstrap CI in brackets; the attack is "
+                            "the headline one of each cell.")

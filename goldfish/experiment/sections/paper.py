@@ -4,7 +4,7 @@ control. ``goldfish experiment`` prints it on the terminal too."""
 from __future__ import annotations
 
 from goldfish.eval.metrics import ROUGE
-from goldfish.eval.tables import fmt, markdown_table, plain_table
+from goldfish.eval.tables import fmt, markdown_section, markdown_table, plain_table
 
 from ..summary import Study
 from .spread import arm_means
@@ -41,8 +41,8 @@ def render(results: dict) -> str:
     paper = paper_table(results) if (results.get("config") or {}).get("paper_numbers") else None
     if not paper:
         return ""
-    return "\n".join([
-        "## Beside the paper", "", f"{PAPER_SETTING}; ours: the setting above.", "", paper, "",
+    return markdown_section(
+        "Beside the paper", f"{PAPER_SETTING}; ours: the setting above.", paper,
         "The paper's model is 50x larger and saw 100 epochs; compare the ordering (control < Goldfish < "
         "standard in ROUGE-L, exact match only for standard), not the decimals. ROUGE-L is compared as the "
-        "paper computes it (rouge-score on the decoded words); our token-id ROUGE-L is beside it.", ""])
+        "paper computes it (rouge-score on the decoded words); our token-id ROUGE-L is beside it.")

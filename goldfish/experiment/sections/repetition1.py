@@ -5,7 +5,7 @@ one-epoch budget."""
 from __future__ import annotations
 
 from goldfish.eval.metrics import METRICS, ROUGE
-from goldfish.eval.tables import fmt, markdown_table
+from goldfish.eval.tables import fmt, markdown_section, markdown_table
 
 from ..summary import Study, cells_of
 from .by_stratum import mean_over
@@ -33,5 +33,4 @@ def render(results: dict) -> str:
     single = repetition1_table(results)
     if not single or len({s["repetitions"] for c in cells_of(results) for s in c.strata}) <= 1:
         return ""
-    return "\n".join(["## Repetition-1 memorisation (one copy in the training data, seen once per epoch)", "",
-                      single, ""])
+    return markdown_section("Repetition-1 memorisation (one copy in the training data, seen once per epoch)", single)

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from goldfish.eval.tables import markdown_table, pct
+from goldfish.eval.tables import markdown_section, markdown_table, pct
 
 from ...data import load_prepared
 from ..scaling import MIN_FIT_POINTS, size_analysis
@@ -137,4 +137,4 @@ def scaling_markdown(results: dict) -> str | None:
 
 def render(results: dict) -> str:
     scaling = scaling_markdown(results)
-    return "\n".join(["## Memorisation vs model size (Carlini et al. 2022)", "", scaling, ""]) if scaling else ""
+    return markdown_section("Memorisation vs model size (Carlini et al. 2022)", scaling) if scaling else ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from goldfish.eval.metrics import METRICS, ROUGE
-from goldfish.eval.tables import fmt, markdown_table
+from goldfish.eval.tables import fmt, markdown_section, markdown_table
 
 from ..summary import Study, cells_of, one_per_arm
 
@@ -51,4 +51,4 @@ def spread_table(results: dict) -> str | None:
 
 def render(results: dict) -> str:
     table = spread_table(results)
-    return "\n".join(["## Mean +- standard deviation over each arm's cells", "", table, ""]) if table else ""
+    return markdown_section("Mean +- standard deviation over each arm's cells", table) if table else ""

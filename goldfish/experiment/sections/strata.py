@@ -5,7 +5,7 @@ with its 95 % interval."""
 from __future__ import annotations
 
 from goldfish.eval.metrics import METRICS, ROUGE
-from goldfish.eval.tables import interval, markdown_table, pct
+from goldfish.eval.tables import interval, markdown_section, markdown_table, pct
 
 from ..summary import Study, cells_of
 
@@ -30,11 +30,11 @@ def render(results: dict) -> str:
             rows.append([label, f"x{r}", f"{pct(e['rate'])} % [{pct(e['low'])}, {pct(e['high'])}] "
                          f"({e['exact']}/{e['n']})", *[interval(e.get(name), "mean") for name in ROUGE],
                          *[interval((mia.get(a) or {}).get(r)) for a in attacks], interval(reference)])
-    return "\n".join([
-        "## Per repetition stratum: extraction and every membership attack", "",
+    return markdown_section(
+        "Per repetition stratum: extraction and every membership attack",
         markdown_table(["cell", "stratum", "exact match % [95 % CI]",
                         *[f"{METRICS[name].short} [95 % CI]" for name in ROUGE],
-                        *[f"AUC {a}" for a in attacks], "AUC reference (control)"], rows), "",
+                        *[f"AUC {a}" for a in attacks], "AUC reference (control)"], rows),
         "Members labelled x r against all nonmembers; AUC with a 95 % bootstrap CI (0.5 = chance). Exact "
         "match: Wilson interval; ROUGE-L: normal interval over windows. The reference attack is calibrated by "
-        "the control's model (attacks.json).", ""])
+        "the control's model (attacks.json).")

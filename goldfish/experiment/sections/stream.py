@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from goldfish.eval.tables import pct
+from goldfish.eval.tables import markdown_section, pct
 
 from ..summary import Study, cells_of
 
@@ -28,6 +28,6 @@ def render(results: dict) -> str:
     if not lines:
         return ""
     nonmembers = {c.nonmembers for c in cells if c.nonmembers}
-    return "\n".join(["## Training stream (counted from the rows training read)", "", *lines, "",
-                      f"Nonmembers (held-out documents of the same pool): "
-                      f"{', '.join(str(n) for n in sorted(nonmembers))}.", ""])
+    return markdown_section("Training stream (counted from the rows training read)", "\n".join(lines),
+                            "Nonmembers (held-out documents of the same pool): "
+                            f"{', '.join(str(n) for n in sorted(nonmembers))}.")

@@ -5,7 +5,7 @@ Secret-Sharer exposure per stratum (computed into the ``scaling`` block by :mod:
 
 from __future__ import annotations
 
-from goldfish.eval.tables import markdown_table
+from goldfish.eval.tables import markdown_section, markdown_table
 
 from ..summary import Study
 
@@ -88,4 +88,4 @@ def canary_markdown(rows: list[dict]) -> list[str]:
 
 def render(results: dict) -> str:
     threshold = threshold_markdown(results)
-    return "\n".join(["## Exposure threshold (E50) and canaries", "", threshold, ""]) if threshold else ""
+    return markdown_section("Exposure threshold (E50) and canaries", threshold) if threshold else ""
