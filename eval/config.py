@@ -14,7 +14,7 @@ and a few shorthand flags, :data:`SHORTHANDS`, that name one key each). Sections
 * top level      -- ``out``, ``tasks``, resume/overwrite, report, progress, seed.
 
 ``model.path``, ``data.path`` and ``out`` may stay unset in a YAML file (an experiment fills them per cell);
-:func:`goldfish.eval.run_eval` checks them before doing any work.
+:func:`goldfish.eval.run.run_eval` checks them before doing any work.
 """
 
 from __future__ import annotations
@@ -207,6 +207,9 @@ class MembershipSection:
                                                       "is bounded); null: the whole document")
     min_k_ratios: list[float] = option(factory=lambda: [0.2], help="Min-K% / Min-K%++ ratios (0 < k <= 1)")
     n_bootstrap: int = option(1000, "bootstrap resamples for the AUC confidence intervals")
+    keep_tokens: bool = option(False, "also keep each document's per-token log-probabilities and top-1 correctness "
+                                      "in membership.partial.jsonl (an experiment sets it: its attacks analysis "
+                                      "reads them instead of scoring the documents again); changes no result")
 
     def __post_init__(self) -> None:
         problems: list[str] = []

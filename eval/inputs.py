@@ -14,6 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from goldfish.data import load_prepared
+from goldfish.data.sources import jsonl_objects
 from goldfish.errors import UserError
 
 from .windows import EvalDocument
@@ -62,8 +64,6 @@ def documents_from_dataset(ds, split: str, max_docs: int | None = None, group_fi
 
 def read_prepared(path: str | Path, splits: Sequence[str], max_docs: int | None = None, group_field: str = "group"):
     """Documents of the named splits of a prepared folder -> ({split: [EvalDocument]}, prepared object)."""
-    from goldfish.data import load_prepared
-
     prep = load_prepared(path)
     out = {}
     for split in splits:
@@ -78,7 +78,6 @@ def tokenize_jsonl(path: str | Path, tokenizer, split: str = "members", max_docs
     """One ``{"id", "text"}`` object per line -> documents tokenised with ``tokenizer`` (no special tokens); the
     value under ``group_field`` (any JSON scalar) becomes the document's group."""
     path = Path(path)
-    from goldfish.data.sources import jsonl_objects
 
     rows = []
     for n, row in jsonl_objects(path):

@@ -155,7 +155,7 @@ def run_membership(model, reference, splits: dict, cfg: EvalConfig, tokenizer, o
     with JsonlDict(out / MEMBERSHIP_PARTIAL, cfg.resume) as cache, JsonlLogger(out / "eval_log.jsonl") as logger:
         kw = dict(reference_model=reference, min_k_ratios=tuple(m.min_k_ratios), tokenizer=tokenizer,
                   window=m.window, stride=m.stride, token_budget=m.token_budget, chunk=m.chunk,
-                  lowercase_tokens=m.lowercase_tokens, cache=cache,
+                  lowercase_tokens=m.lowercase_tokens, cache=cache, keep_tokens=m.keep_tokens,
                   progress=cfg.progress, logger=logger)
         scores = {name: membership.score_documents(model, [list(d.tokens) for d in splits[name]], **kw)
                   for name in ("members", "nonmembers")}

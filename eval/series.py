@@ -26,12 +26,15 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from goldfish.checkpoint import COMPLETE, STATE_FILE, export_checkpoint, list_checkpoints
 from goldfish.config import to_dict
 from goldfish.errors import UserError
 from goldfish.io import atomic_write_json
 from goldfish.ownership import fingerprint_sha256, writing
 
 from .config import EvalConfig, SeriesSection
+from .run import run_eval
+from .series_analysis import analyse, checkpoint_reads, write_series
 from .state import FINGERPRINT, OPERATIONAL, claim_folder, weights_stamp
 
 SOURCE = "source.json"
@@ -66,8 +69,6 @@ def _read(path: Path) -> dict:
 
 def run_entries(run: str | Path) -> list[Entry]:
     """The complete checkpoints of a training run folder, oldest first, then its final ``model/``."""
-    from goldfish.checkpoint import COMPLETE, STATE_FILE, list_checkpoints
-
     run = Path(run).expanduser()
     if not run.is_dir():
         raise UserError(f"series.checkpoints={run} is not a folder; give a training run folder (with checkpoints/)")
@@ -116,10 +117,6 @@ def series_fingerprint(cfg: EvalConfig) -> dict[str, Any]:
 
 def _evaluate(cfg: EvalConfig, entry: Entry, folder: Path) -> dict:
     """The results of one model of the series, evaluated now unless its source and results are there already."""
-    from goldfish.checkpoint import export_checkpoint
-
-    from .run import run_eval
-
     source = {**dataclasses.asdict(entry), "weights": entry.stamp()}
     saved = _read(folder / SOURCE)
     if saved and saved != source:
@@ -142,8 +139,6 @@ def _evaluate(cfg: EvalConfig, entry: Entry, folder: Path) -> dict:
 
 def run_series(cfg: EvalConfig) -> dict:
     """Evaluate every model of ``cfg.series`` on ``cfg.data`` into ``cfg.out`` and write the series analysis."""
-    from .series_analysis import analyse, checkpoint_reads, write_series
-
     if cfg.model.path:
         raise UserError("model.path (--model) and series.* are both set; a series evaluates series.models or "
                         "series.checkpoints instead of one model")

@@ -22,11 +22,11 @@ import struct
 from pathlib import Path
 from typing import Any, Iterator, MutableMapping, Sequence
 
-from goldfish.config import to_dict
+from goldfish.config import flatten, to_dict
 from goldfish.errors import UserError
 from goldfish.io import atomic_write_text, read_jsonl, strict_json
 from goldfish.provenance import FILE as FINGERPRINT
-from goldfish.provenance import as_stored, code_version, differences, flatten, write_fingerprint
+from goldfish.provenance import as_stored, code_version, differences, write_fingerprint
 
 from .config import EvalConfig
 from .loading import PICKLE_SUFFIXES, resolve_model_path
@@ -36,7 +36,7 @@ WINDOWS_PARTIAL = "windows.partial.jsonl"
 MEMBERSHIP_PARTIAL = "membership.partial.jsonl"
 # config keys that change speed, resources or presentation but not one result value
 OPERATIONAL = ("out", "resume", "overwrite", "report", "progress", "model.threads", "model.device",
-               "decoding.batch_size", "membership.token_budget", "membership.chunk")
+               "decoding.batch_size", "membership.token_budget", "membership.chunk", "membership.keep_tokens")
 
 
 def weights_stamp(path: str | None) -> list:
@@ -59,11 +59,18 @@ def documents_sha256(splits: dict[str, Sequence[EvalDocument]]) -> str:
     return h.hexdigest()
 
 
-def fingerprint(cfg: EvalConfig, splits: dict[str, Sequence[EvalDocument]]) -> dict:
-    """What must match for finished work in an out folder to be reused (flat ``{"dotted.key": value}``)."""
-    config = flatten(to_dict(cfg), "config.")
+def config_fingerprint(cfg: EvalConfig) -> dict:
+    """The settings that determine an evaluation's results: the config without :data:`OPERATIONAL` keys (flat)."""
+    config = flatten(to_dict(cfg))
     for key in OPERATIONAL:
-        config.pop(f"config.{key}", None)
+        config.pop(key, None)
+    return as_stored(config)
+
+
+def fingerprint(cfg: EvalConfig, splits: dict[str, Sequence[EvalDocument]]) -> dict:
+    """What must match for finished work in an out folder to be reused (flat ``{"dotted.key": value}``): the code,
+    the model and its weights, the documents and :func:`config_fingerprint` (keys ``config.*``)."""
+    config = {f"config.{key}": value for key, value in config_fingerprint(cfg).items()}
     return as_stored({"code": code_version(), "model": resolve_model_path(cfg.model.path).describe(),
                       "weights": weights_stamp(cfg.model.path), "reference_weights": weights_stamp(cfg.model.reference),
                       "data_sha256": documents_sha256(splits), **config})

@@ -32,7 +32,7 @@ import torch
 from safetensors import SafetensorError
 
 from .errors import UserError
-from .io import atomic_write_json, atomic_write_text, fsync_dir
+from .io import atomic_directory, atomic_write_json, atomic_write_text, fsync_dir, remove_tree
 
 # what a full disk or a failing device raises while writing: the OS, torch.save's zip writer
 # ("[enforce fail at inline_container.cc] ... file write failed"), safetensors (its own error type)
@@ -150,7 +150,7 @@ def save_checkpoint(out: str | Path, trainer_state: dict[str, Any], engine_state
                         f"out=) and rerun to resume: the earlier checkpoints are intact") from None
     if is_main:
         if final.exists():  # same step written again (a run restarted with resume=never): swap, then delete
-            _remove(final)
+            remove_tree(final)
         os.replace(tmp, final)
         fsync_dir(final.parent)  # the rename is what publishes the checkpoint: make it durable
         prune(out, keep_last)
@@ -165,21 +165,13 @@ def _reason(e: BaseException) -> str:
     return str(e).splitlines()[0][:120] if str(e) else type(e).__name__
 
 
-def _remove(folder: Path) -> None:
-    """Delete a checkpoint so that a kill half-way never leaves a folder that looks like a checkpoint."""
-    doomed = folder.with_name(f".{folder.name}.deleting")
-    shutil.rmtree(doomed, ignore_errors=True)
-    os.replace(folder, doomed)
-    shutil.rmtree(doomed, ignore_errors=True)
-
-
 def prune(out: str | Path, keep_last: int) -> None:
     """Keep the newest ``keep_last`` complete checkpoints (0: keep all); incomplete folders are left for inspection."""
     if keep_last <= 0:
         return
     complete = [p for p in list_checkpoints(out) if (p / COMPLETE).is_file()]
     for folder in complete[:-keep_last]:
-        _remove(folder)
+        remove_tree(folder)
 
 
 # ------------------------------------------------------------------------------------------------ load
@@ -328,8 +320,6 @@ def export_checkpoint(folder: str | Path, model_dir: str | Path, out: str | Path
     generation config and tokenizer of ``model_dir`` (the run's exported ``model/``, same shape). Tensors are
     loaded by name into the architecture that config names (strict: every tensor must match), never unpickled."""
     from transformers import AutoConfig, AutoModelForCausalLM
-
-    from .io import atomic_directory
 
     model_dir, out = Path(model_dir), Path(out)
     if not (model_dir / "config.json").is_file():

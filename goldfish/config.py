@@ -15,12 +15,13 @@ No ``exec``, no environment variables, no cluster paths in defaults.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import reprlib
 import types
 import typing
 from pathlib import Path
-from typing import Any, Iterable, Literal, TypeVar, Union
+from typing import Any, Iterable, Literal, Sequence, TypeVar, Union
 
 import yaml
 
@@ -204,7 +205,83 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
+# --------------------------------------------------------------------------------------------- dotted keys
+# One implementation of ``a.b.c`` keys into nested mappings, behind every command: overrides, an experiment's arm and
+# grid settings, fingerprints (flat dicts) and their comparisons.
+
+def _parts(key: str | Sequence[str]) -> list[str]:
+    return key.split(".") if isinstance(key, str) else list(key)
+
+
+def flatten(mapping: dict, prefix: str = "") -> dict[str, Any]:
+    """``{"train": {"loss": {"type": x}}, "eval.p": 1}`` -> ``{"train.loss.type": x, "eval.p": 1}``; an empty dict
+    stays a value (``{"a": {}}`` -> ``{"a": {}}``), so flattening loses nothing."""
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        full = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, full + "."))
+        else:
+            out[full] = value
+    return out
+
+
+def set_dotted(data: dict, key: str | Sequence[str], value: Any) -> None:
+    """``data["a"]["b"] = value`` for ``key="a.b"`` (or ``["a", "b"]``), creating sections (a copy of the value is
+    stored, so ``data`` never shares a mutable value with its source)."""
+    *parents, last = _parts(key)
+    node = data
+    for part in parents:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[last] = copy.deepcopy(value)
+
+
+def get_dotted(data: dict, key: str | Sequence[str], default: Any = None) -> Any:
+    """``data["a"]["b"]`` for ``key="a.b"``, or ``default`` where a section or the key is absent."""
+    node: Any = data
+    for part in _parts(key):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def pop_dotted(data: dict, key: str | Sequence[str], default: Any = None) -> Any:
+    """Remove ``key="a.b"`` from ``data`` and return its value (``default`` where absent)."""
+    *parents, last = _parts(key)
+    node = get_dotted(data, parents, None) if parents else data
+    return node.pop(last, default) if isinstance(node, dict) else default
+
+
+def merged(base: dict, overrides: dict[str, Any]) -> dict:
+    """A deep copy of ``base`` with dotted ``overrides`` applied in order."""
+    out = copy.deepcopy(base)
+    for key, value in overrides.items():
+        set_dotted(out, key, value)
+    return out
+
+
 # --------------------------------------------------------------------------------------------- overrides
+
+
+def split_arguments(positional: Sequence[str]) -> tuple[str | None, list[str]]:
+    """A command's positional arguments -> (config file or None, ``key=value`` overrides): the first one is the file
+    unless it reads as ``key=value`` and names no file (a run configured on the command line alone)."""
+    args = list(positional)
+    if args and ("=" not in args[0] or Path(args[0]).is_file()):
+        return args[0], args[1:]
+    return None, args
+
+
+def parse_overrides(texts: Iterable[str]) -> dict[str, Any]:
+    """``["optim.lr=3e-4", "seed=1"]`` -> ``{"optim.lr": 3e-4, "seed": 1}`` (a later one wins)."""
+    out: dict[str, Any] = {}
+    for text in texts:
+        keys, value = parse_override(text)
+        out[".".join(keys)] = value
+    return out
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -254,18 +331,6 @@ def load_yaml(text: str, where: str) -> Any:
         loader.dispose()
 
 
-def merge_override(data: dict, path: list[str], value: Any) -> None:
-    """Set ``data[path[0]][path[1]]... = value``, creating sections as needed."""
-    node = data
-    for part in path[:-1]:
-        nxt = node.get(part)
-        if not isinstance(nxt, dict):
-            nxt = {}
-            node[part] = nxt
-        node = nxt
-    node[path[-1]] = value
-
-
 def read_yaml(path: str | Path) -> dict:
     """Read a YAML mapping, with one-line errors for a missing or malformed file."""
     path = Path(path)
@@ -288,11 +353,7 @@ def read_yaml(path: str | Path) -> dict:
 
 def load_config(cls: type[T], path: str | Path | None = None, overrides: Iterable[str] = ()) -> T:
     """Defaults < YAML file < ``key=value`` overrides -> validated config object of type ``cls``."""
-    data = read_yaml(path) if path else {}
-    for text in overrides:
-        keys, value = parse_override(text)
-        merge_override(data, keys, value)
-    return from_dict(cls, data)
+    return from_dict(cls, merged(read_yaml(path) if path else {}, parse_overrides(overrides)))
 
 
 def save_config(obj: Any, path: str | Path) -> None:

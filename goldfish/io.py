@@ -21,6 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+from .errors import UserError
+
 NULL_NOTES = "json_nulls"  # key added to a written JSON object: {"a.b": "nan"} for each non-finite value nulled
 
 
@@ -118,6 +120,17 @@ def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2)
     atomic_write_text(path, strict_json(obj, indent) + "\n")
 
 
+def read_json(path: str | os.PathLike) -> Any:
+    """The JSON value in ``path`` (UTF-8); a damaged file is one :class:`~goldfish.errors.UserError` naming it (a
+    missing one stays ``FileNotFoundError``, which the CLI reports in one line too)."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path} is damaged (not JSON: {e}); delete it to have it written again, or restore it") \
+            from None
+
+
 # ------------------------------------------------------------------------------------------------ folders
 
 _RENAME_EXCHANGE = 2  # linux/fs.h
@@ -196,6 +209,17 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = False) -> Iterat
         if isinstance(e, OSError):
             raise naming(e, path, tmp) from e
         raise
+
+
+def remove_tree(path: str | os.PathLike) -> None:
+    """Delete the folder ``path`` so that a kill half-way never leaves a half-deleted folder under its name: it is
+    renamed to ``.<name>.deleting`` first (one atomic step), then deleted; a leftover of an earlier kill goes too."""
+    path = Path(path)
+    doomed = path.with_name(f".{path.name}.deleting")
+    shutil.rmtree(doomed, ignore_errors=True)
+    os.replace(path, doomed)
+    fsync_dir(path.parent)
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def new_temp_dir(path: str | os.PathLike) -> Path:

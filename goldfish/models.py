@@ -29,6 +29,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as hf_logging
 
+from .data.tokenizer import tokenizer_sha256
 from .errors import UserError
 from .gguf_cache import dequantised
 from .sizes import SIZES
@@ -284,8 +285,6 @@ def check_same_tokenizer(own, tokenizer, path: str | Path, what: str) -> None:
     """Refuse (one line) when ``own``, the tokenizer stored with model ``path`` (:func:`load_model_tokenizer`), is
     not ``tokenizer`` (the one that made ``what``): same vocabulary and merges, not merely the same size. A model
     without a tokenizer (``own`` is None) passes."""
-    from .data.tokenizer import tokenizer_sha256
-
     if own is None:
         return
     if tokenizer_sha256(own) != tokenizer_sha256(tokenizer):

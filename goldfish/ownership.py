@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from . import __version__
 from .errors import UserError
 from .io import atomic_write_json, commit_directory, naming, new_temp_dir, recover_directory
 
@@ -222,8 +223,6 @@ class OutputFolder:
     def mark(self, fingerprint: str) -> None:
         """Write the ownership marker (kind and fingerprint) into the folder being written, unless it says so
         already."""
-        from . import __version__
-
         try:
             owner = read_owner(self.path)
         except UserError:

@@ -39,6 +39,7 @@ from .config import save_config
 from .engines import get_engine
 from .engines.base import Engine, StepStats
 from .errors import UserError
+from .data import load_prepared
 from .data.order import EpochOrders, consumed_rows, member_exposures, next_batch, take_rows
 from .hardware import default_device, describe
 from .io import JsonlLogger, atomic_directory, atomic_write_json, atomic_write_text, read_jsonl
@@ -106,8 +107,6 @@ def micro_batches(batch: dict[str, torch.Tensor], dropped: torch.Tensor, plan: P
 
 def load_train_data(path: str):
     """The prepared folder (``goldfish.data.load_prepared``), its train split as torch tensors, and the seq_len."""
-    from .data import load_prepared
-
     prepared = load_prepared(path)
     train = prepared.train.with_format("torch", columns=list(BATCH_COLUMNS))
     if len(train) == 0:

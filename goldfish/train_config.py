@@ -18,13 +18,13 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-from .config import check, check_seed, from_dict, load_config, option, raise_problems, shown, to_dict
+from .config import check, check_seed, flatten, from_dict, load_config, option, raise_problems, shown, to_dict
 from .errors import ConfigError, UserError
 from .fold import token_fold
 from .io import atomic_write_json
 from .masks import GoldfishConfig
 from .precision import canonical_precision
-from .provenance import as_stored, code_version, flatten, read_fingerprint
+from .provenance import as_stored, code_version, read_fingerprint
 from .sizes import SIZES
 
 

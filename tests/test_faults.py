@@ -563,6 +563,49 @@ def _kill_after(proc: subprocess.Popen, seconds: float) -> bool:
     return True
 
 
+KILL_TRIES = 5
+
+
+def _killed(start: Callable[[], subprocess.Popen], seconds: float, reset: Callable[[], None] = lambda: None) -> float:
+    """Start a process and SIGKILL it after ``seconds``; when it finished first (a fast machine, a short job), put
+    back what it changed (``reset``) and try again with half the delay. Returns the delay that killed it; fails the
+    test when every try finished first: then the kill, the path under test, never happened."""
+    for _ in range(KILL_TRIES):
+        if _kill_after(start(), seconds):
+            return seconds
+        reset()
+        seconds /= 2
+    pytest.fail(f"the process finished before each of {KILL_TRIES} kills (the last after {seconds * 2:.2f} s): "
+                "nothing was killed, so nothing was tested")
+
+
+def test_a_kill_that_comes_too_late_is_retried_and_never_passes_silently():
+    """The kill tests' guard: a process that finishes before its kill is started again with half the delay (what it
+    changed put back first), and a test whose every try finished first fails instead of passing untested."""
+    class Process:  # a process that exits ``seconds`` after it starts (what _kill_after asks of a Popen)
+        def __init__(self, seconds: float):
+            self.ends, self.killed = time.monotonic() + seconds, False
+
+        def poll(self):
+            return 0 if time.monotonic() >= self.ends else None
+
+        def send_signal(self, sig: int) -> None:
+            self.killed = sig == signal.SIGKILL
+
+        def wait(self) -> int:
+            return -9
+
+    def sleeper(seconds: float) -> Callable[[], Process]:
+        return lambda: Process(seconds)
+
+    resets = []
+    # sleeps 0.8 s: a kill after 1.6 s comes too late, after 0.8 s it races the exit, after 0.4 s it comes in time
+    assert _killed(sleeper(0.8), 1.6, reset=lambda: resets.append(1)) <= 0.8
+    assert 1 <= len(resets) <= 2
+    with pytest.raises(pytest.fail.Exception, match="nothing was killed"):
+        _killed(sleeper(0.0), 0.5)
+
+
 def _corpus(path: Path, docs: int, seed: int = 1) -> Path:
     rng = random.Random(seed)
     words = ["the", "of", "river", "city", "king", "war", "north", "people", "was", "built"]
@@ -582,9 +625,9 @@ def test_prepare_killed_at_random_moments_gives_the_same_bytes(tmp_path, capsys,
     assert cli([*argv, "--out", reference], capsys)[0] == 0
     shutil.copytree(reference, out)
     seed = int(time.time())
-    for attempt in range(2):
-        proc = _spawn([*argv, "--out", out, "--overwrite", f"seed={attempt + 1}"])
-        _kill_after(proc, random.Random(seed + attempt).uniform(0.5, 6.0))
+    for attempt in range(2):  # a finished run leaves a complete new folder: the next try replaces that one
+        _killed(lambda: _spawn([*argv, "--out", out, "--overwrite", f"seed={attempt + 1}"]),
+                random.Random(seed + attempt).uniform(0.5, 6.0))
         load_prepared(out)  # complete and matching its own checksums, old or new (a reader restores an .old)
     assert cli([*argv, "--out", out, "--overwrite"], capsys)[0] == 0
     assert hashes(out / "train") == hashes(reference / "train"), seed
@@ -599,8 +642,8 @@ def test_eval_killed_at_a_random_moment_resumes_to_the_same_results(data, tmp_pa
             "report=false", "progress=false", "decoding.batch_size=1"]
     assert cli([*argv, "--out", tmp_path / "reference"], capsys)[0] == 0
     seed = int(time.time())
-    proc = _spawn([*argv, "--out", tmp_path / "killed"])
-    _kill_after(proc, random.Random(seed).uniform(1.0, 8.0))
+    _killed(lambda: _spawn([*argv, "--out", tmp_path / "killed"]), random.Random(seed).uniform(1.0, 8.0),
+            reset=lambda: shutil.rmtree(tmp_path / "killed"))
     rc, err = cli([*argv, "--out", tmp_path / "killed"], capsys)
     assert rc == 0, (seed, err)
     assert _results(tmp_path / "killed", tmp_path / "killed") == _results(tmp_path / "reference",
@@ -647,7 +690,8 @@ def test_experiment_killed_at_a_random_moment_resumes_bit_identically(tmp_path, 
     argv = ["experiment", config, "--no-progress"]
     assert cli([*argv, f"out={tmp_path / 'reference'}"], capsys)[0] == 0
     seed = int(time.time())
-    _kill_after(_spawn([*argv, f"out={tmp_path / 'killed'}"]), random.Random(seed).uniform(3.0, 15.0))
+    _killed(lambda: _spawn([*argv, f"out={tmp_path / 'killed'}"]), random.Random(seed).uniform(3.0, 15.0),
+            reset=lambda: shutil.rmtree(tmp_path / "killed"))
     rc, err = cli([*argv, f"out={tmp_path / 'killed'}"], capsys)
     assert rc == 0, (seed, err)
     for arm in ("standard", "goldfish"):
@@ -886,7 +930,14 @@ def test_a_replacement_killed_at_a_random_moment_leaves_old_or_new_whole(data, t
     folder, argv, is_new = _killed_replacement(case, data, tmp_path, capsys)
     before = hashes(folder)
     seed = int(time.time())
-    _kill_after(_spawn(argv), random.Random(seed).uniform(3.0, 20.0))
+    kept = shutil.copytree(folder, tmp_path / "kept" / folder.name)
+
+    def put_back() -> None:  # the replacement finished before the kill: the old folder again, for the next try
+        shutil.rmtree(folder)
+        shutil.copytree(kept, folder)
+
+    _killed(lambda: _spawn(argv), random.Random(seed).uniform(3.0, 20.0), reset=put_back)
+    shutil.rmtree(kept.parent)
     after = hashes(folder)
     assert after == before or is_new(folder), seed
     rc, err = cli(argv if after == before else [a for a in argv if a not in ("--overwrite", "overwrite=true")], capsys)

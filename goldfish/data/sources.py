@@ -19,6 +19,8 @@ from typing import Any, Iterable, Iterator
 
 from ..errors import UserError
 from .config import SourceConfig
+from .kjv import iter_chapters
+from .wikipedia import iter_articles
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,13 +68,9 @@ def load_documents(source_cfg: SourceConfig, stats: dict | None = None) -> list[
 
 def _iter_raw(cfg: SourceConfig) -> Iterator[Document]:
     if cfg.name == "wikipedia":
-        from .wikipedia import iter_articles
-
         for page_id, title, text in iter_articles(cfg.path):
             yield Document(f"enwiki:{page_id}", title, text, "wikipedia")
     elif cfg.name == "kjv":
-        from .kjv import iter_chapters
-
         for chapter_id, title, text in iter_chapters(cfg.path):
             yield Document(f"kjv:{chapter_id}", title, text, "kjv")
     elif cfg.name == "local":
