@@ -29,10 +29,10 @@ from typing import Any
 from goldfish.config import to_dict
 from goldfish.errors import UserError
 from goldfish.io import atomic_write_json
-from goldfish.ownership import fingerprint_sha256, writing
+from goldfish.ownership import writing
 
 from .config import EvalConfig, SeriesSection
-from .state import FINGERPRINT, OPERATIONAL, claim_folder, weights_stamp
+from .state import OPERATIONAL, claim_folder, weights_stamp
 
 SOURCE = "source.json"
 MODELS = "models"
@@ -153,11 +153,9 @@ def run_series(cfg: EvalConfig) -> dict:
     entries = series_entries(cfg.series)
     fingerprint = series_fingerprint(cfg)
     # overwrite=true: the series is evaluated afresh beside the old folder, which it replaces when finished
-    with writing(cfg.out, "eval", replace=cfg.overwrite, legacy=lambda f: (f / FINGERPRINT).is_file(),
-                 option="overwrite=true") as folder:
+    with writing(cfg.out, "eval", replace=cfg.overwrite, option="overwrite=true") as folder:
         out = folder.path
-        claim_folder(out, fingerprint)  # refuses other evaluation settings before anything is written
-        folder.mark(fingerprint_sha256(fingerprint))
+        claim_folder(folder, fingerprint)  # refuses other evaluation settings before anything is written, marks it
         results = [_evaluate(cfg, e, out / MODELS / e.label) for e in entries]
         reads = checkpoint_reads(entries, results)
         analysis = analyse(entries, results, cfg.series.memorized, reads)

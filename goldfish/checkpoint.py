@@ -245,7 +245,7 @@ def read_checkpoint(folder: str | Path, rank: int, world_size: int) -> dict[str,
             "folder": folder}
 
 
-def _agree(ok: bool) -> bool:
+def all_ranks(ok: bool) -> bool:
     """True only if ``ok`` holds on every rank (so all ranks fall back to the same checkpoint)."""
     import torch.distributed as dist
 
@@ -278,7 +278,7 @@ def find_resume(out: str | Path, resume: str, rank: int, world_size: int) -> dic
             found, problem = read_checkpoint(folder, rank, world_size), None
         except BrokenCheckpoint as e:
             found, problem = None, str(e)
-        if _agree(found is not None):
+        if all_ranks(found is not None):
             return found
         if rank == 0:
             print(f"warning: skipping checkpoint {folder}: {problem or 'unreadable on another rank'}", file=sys.stderr)

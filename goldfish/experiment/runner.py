@@ -285,10 +285,9 @@ def check_start_models(plans: list[CellPlan]) -> None:
 
 
 def experiment_folder(cfg: ExperimentConfig):
-    """Lock the experiment's folder and refuse one that holds anything but an experiment (one written before
-    ownership markers is known by its ``experiment.yaml``); yields :class:`goldfish.ownership.OutputFolder`."""
-    return writing(cfg.out_dir, "experiment", legacy=lambda folder: (folder / "experiment.yaml").is_file(),
-                   shared=True)
+    """Lock the experiment's folder and refuse one that holds anything but an experiment (its ownership marker: a
+    folder without one is never adopted); yields :class:`goldfish.ownership.OutputFolder`."""
+    return writing(cfg.out_dir, "experiment", shared=True)
 
 
 def one_at_a_time(cfg: ExperimentConfig) -> FolderLock:
