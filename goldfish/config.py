@@ -199,7 +199,8 @@ def _string(value: Any, key: str, problems: list[str]) -> str | None:
         return value.text
     if isinstance(value, (dict, list, bool)) or value is None:
         kind = "null" if value is None else "a boolean" if isinstance(value, bool) else "not text"
-        example = "" if isinstance(value, (dict, list)) else f" ({key}='{'null' if value is None else str(value).lower()}')"
+        text = "null" if value is None else str(value).lower()
+        example = "" if isinstance(value, (dict, list)) else f" ({key}='{text}')"
         problems.append(f"{key}={shown(value)} is {kind}, not a string; quote it if you mean the text{example}")
         return None
     text = str(value)
@@ -371,8 +372,9 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         try:
             return key.split("."), load_yaml(value, where)
         except yaml.YAMLError as e:
-            raise ConfigError(f"{where}: {shown(value)} is not a valid YAML {'list' if value[0] == '[' else 'mapping' if value[0] == '{' else 'quoted string'} "
-                              f"({getattr(e, 'problem', None) or e}); check its brackets and quotes") from None
+            what = {"[": "list", "{": "mapping"}.get(value[0], "quoted string")
+            raise ConfigError(f"{where}: {shown(value)} is not a valid YAML {what} ({getattr(e, 'problem', None) or e}); "
+                              f"check its brackets and quotes") from None
     return key.split("."), scalar(value, where)
 
 

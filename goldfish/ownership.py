@@ -11,9 +11,9 @@
 * **Locks.** ``.<name>.lock`` beside the folder holds an exclusive advisory lock (``flock``) and the holder's PID
   while a command writes: a second writer gets one line naming that PID. The kernel releases the lock of a killed
   process, so a stale lock file is simply taken over -- only one goldfish wrote (its header line); a symbolic link,
-  folder or file of someone else's at that path is refused and left untouched. Experiment runs hold their folder's lock *shared*: shards of
-  one experiment (``--only``) run side by side, each cell under its own exclusive lock, while any other writer of
-  the folder is refused.
+  folder or file of someone else's at that path is refused and left untouched. Experiment runs hold their folder's
+  lock *shared*: shards of one experiment (``--only``) run side by side, each cell under its own exclusive lock,
+  while any other writer of the folder is refused.
 * **Replacement.** A replacing writer builds the new folder beside the old one (``.<name>.<random>.tmp``) and
   publishes it by one atomic exchange (:func:`goldfish.io.commit_directory`) when it is complete, so a failure or a
   kill at any moment leaves the old folder whole; the next writer deletes the debris -- only folders whose staging
