@@ -41,8 +41,9 @@ from .canaries import check_task as check_canary_task
 from .config import EvalConfig
 from .generate import beam_generate, generate
 from .inputs import load_eval_documents
-from .loading import (SharedModel, check_same_tokenizer, check_vocab, load_model, load_model_tokenizer,
-                      model_vocab_size, num_parameters, pad_id_of, resolve_device, resolve_model_path)
+from .loading import (SharedModel, check_reference, check_same_tokenizer, check_vocab, load_model,
+                      load_model_tokenizer, model_vocab_size, num_parameters, pad_id_of, resolve_device,
+                      resolve_model_path)
 from .metrics import compute_metrics
 from .report import write_report
 from .scoring import context_length
@@ -247,6 +248,8 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None) 
     check_canary_task(cfg.tasks, splits)
     for name, docs in splits.items():
         check_vocab(model, tokenizer, [d.tokens for d in docs], what=f"the {name} documents")
+    if reference is not None:  # scored on the same ids: it must read them as the same text
+        check_reference(reference, m.reference, tokenizer, [d.tokens for docs in splits.values() for d in docs])
     _check_context(model, windows, cfg.data.suffix_len)
     _check_finite(model, splits, cfg)
     mask = adversary.resolve_mask(cfg.mask, m.path, tokenizer) if cfg.decoding.adversary and windows else None

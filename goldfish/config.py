@@ -207,6 +207,11 @@ def _string(value: Any, key: str, problems: list[str]) -> str | None:
     if "\0" in text:
         problems.append(f"{key}={shown(value)} contains a NUL character")
         return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: bytes of another encoding on the command line
+        problems.append(f"{key}={shown(value)} is not UTF-8 text (a name in another encoding?); rename it")
+        return None
     return text
 
 
@@ -373,8 +378,9 @@ def parse_override(text: str) -> tuple[list[str], Any]:
             return key.split("."), load_yaml(value, where)
         except yaml.YAMLError as e:
             what = {"[": "list", "{": "mapping"}.get(value[0], "quoted string")
-            raise ConfigError(f"{where}: {shown(value)} is not a valid YAML {what} ({getattr(e, 'problem', None) or e}); "
-                              f"check its brackets and quotes") from None
+            why = getattr(e, "problem", None) or e
+            raise ConfigError(f"{where}: {shown(value)} is not a valid YAML {what} ({why}); check its brackets and "
+                              f"quotes") from None
     return key.split("."), scalar(value, where)
 
 
@@ -480,6 +486,13 @@ def check(condition: bool, problems: list[str], message: str) -> None:
     """Collect a validation problem (use in ``__post_init__``, then :func:`raise_problems`)."""
     if not condition:
         problems.append(message)
+
+
+def check_at_most(value: object, high: int, problems: list[str], key: str, why: str) -> None:
+    """Collect a problem when the integer ``value`` exceeds ``high``: a count that sizes work or memory is refused
+    where the config is read, not after the work it would have cost (``why``: what grows with it)."""
+    check(not isinstance(value, int) or value <= high, problems,
+          f"{key}={shown(value)} is beyond {high:,}, the most this setting takes ({why})")
 
 
 def check_seed(seed: object, problems: list[str], key: str = "seed") -> None:

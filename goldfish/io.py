@@ -224,6 +224,7 @@ def recover_directory(path: str | os.PathLike, clean: bool = True, keep: Path | 
         if len(olds) == 1:
             os.replace(olds[0][0], path)
             fsync_dir(path.parent)
+            _unstamp(path)  # the folder is back as it was
             debris.remove(olds[0])
     if not clean:
         return

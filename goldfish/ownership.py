@@ -80,6 +80,21 @@ def _protected(p: Path) -> str | None:
     return None
 
 
+def component_problem(name: object) -> str | None:
+    """Why ``name`` cannot be one folder name inside an output folder (a series label, an experiment's arm), or
+    ``None``: it must be non-empty text naming one entry of that folder -- not ``.`` or ``..``, without ``/``, NUL or
+    a line break, and at most 255 bytes -- so that what is written under it stays inside the output folder."""
+    if not isinstance(name, str) or not name.strip():
+        return "is empty"
+    if name in (".", ".."):
+        return "would name the folder itself or the one above it"
+    if any(c in name for c in "/\0\n\r"):
+        return "holds '/', a NUL character or a line break (it must be one folder name, not a path)"
+    if len(os.fsencode(name)) > 255:
+        return f"is {len(os.fsencode(name))} bytes long, more than a folder name may be (255)"
+    return None
+
+
 def check_target(path: str | Path, option: str = "out") -> Path:
     """``path`` as an output folder, or one :class:`UserError` naming why it cannot be one."""
     if not str(path).strip():
@@ -88,7 +103,14 @@ def check_target(path: str | Path, option: str = "out") -> Path:
     if p.is_symlink():
         raise UserError(f"{option}={path} is a symbolic link (to {os.readlink(p)}); give the folder itself, not a "
                         f"link to it")
-    resolved = p.resolve()
+    try:
+        resolved = p.resolve()
+    except (RuntimeError, OSError):  # Python 3.11 raises RuntimeError for a loop of links
+        raise UserError(f"{option}={path} runs into a loop of symbolic links; give a real folder") from None
+    above = next((a for a in p.absolute().parents if a.exists() or a.is_symlink()), None)
+    if above is not None and not above.is_dir():
+        raise UserError(f"{option}={path} lies under {above}, which is a file, not a folder; choose another "
+                        f"{option}")
     problem = _protected(resolved)
     if problem:
         raise UserError(f"{option}={path} is {problem}; give a folder of its own, e.g. {option}=runs/x")
