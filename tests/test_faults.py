@@ -1082,7 +1082,7 @@ def _hostile_case(case: str, data: Path, run: Path, tmp: Path) -> tuple[list, st
         return _prepare_argv(corpus, tmp / "prep"), "nests JSON" if "deep" in case else "lone UTF-16 surrogate"
     if case == "launcher_placeholder":
         return ["experiment", REPO / "experiments" / "micro.yaml", f"out={tmp / 'exp'}", "launcher=torchrun",
-                "launcher_prefix=[srun, --nodes={nodes}]"], "placeholder other than {nnodes}"
+                "launcher_prefix=[srun, '--nodes={nodes}']"], "placeholder other than {nnodes}"
     if case.startswith("gguf_with_a_huge_metadata_array"):
         gguf = _gguf_claiming_a_huge_array(tmp / "huge.gguf")
         if case.endswith("prepare"):
