@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     from ..experiment import default_pipeline, load_experiment, plan_cells, run_experiment
     from ..experiment.aggregate import aggregate
     from ..experiment.report import headline_table, paper_table, regime, write_study_report
-    from ..experiment.runner import describe_plans, experiment_folder, mark_experiment, one_at_a_time, recover_replaced
+    from ..experiment.runner import (check_not_stale, describe_plans, experiment_folder, mark_experiment,
+                                     one_at_a_time, recover_replaced)
 
     cfg = load_experiment(args.config, args.overrides)
     if args.world_size is not None and args.world_size < 1:
@@ -73,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if args.report_only:
         with one_at_a_time(cfg), experiment_folder(cfg) as folder:
             recover_replaced(plans)  # a cell a killed --rerun-stale set aside is put back first
+            check_not_stale(plans)  # cells made with another config are not this config's results
             mark_experiment(folder, cfg)
             results = aggregate(cfg, plans)
             write_study_report(cfg, results, cfg.out_dir)

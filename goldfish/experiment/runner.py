@@ -14,8 +14,9 @@ and so does the next start after a kill).
 The experiment folder is locked while a run writes it (``goldfish.ownership.writing``) and carries the experiment's
 ownership marker; a non-empty folder that is not an experiment's is refused. Runs of one experiment share that lock,
 so shards (``--only``) run side by side: each cell runs under its own exclusive lock (``cells/.<id>.lock``; a cell
-another run holds is waited for, then skipped if that run finished it), prepared data shared by cells of two shards is
-prepared once (the other waits), and the results and report are written by one run at a time.
+another run holds is waited for, then skipped if that run finished it -- and refused if it ran it with another config,
+its saved configs being re-read under the lock), prepared data shared by cells of two shards is prepared once (the
+other waits), and the results and report are written by one run at a time.
 """
 
 from __future__ import annotations
@@ -360,11 +361,17 @@ def _run_cells(cfg: ExperimentConfig, plans: list[CellPlan], todo: list[CellPlan
                     bar.update(1)
                     continue
             with cell_lock(plan):
-                if plan.cell.id in rerun and plan.cell.id in stale_cells([plan]):
-                    print(f"[{plan.cell.id}] config changed ({rerun[plan.cell.id]}): running it again",
-                          file=sys.stderr)
+                # checked again under the cell's lock: another run may have started or finished it meanwhile, with
+                # another config (its saved train/eval configs are the cell's fingerprint)
+                changed = stale_cells([plan]).get(plan.cell.id)
+                if changed and plan.cell.id in rerun:
+                    print(f"[{plan.cell.id}] config changed ({changed}): running it again", file=sys.stderr)
                     with _replacing(plan):
                         run_cell(cfg, plan, pipeline, phase, plans)
+                elif changed:
+                    raise UserError(f"cell {plan.cell.id} was run meanwhile by another goldfish process with a "
+                                    f"different config ({changed}); it is not this run's: use another out= folder, "
+                                    f"or pass --rerun-stale to replace it")
                 elif not plan.done:  # another run may have finished it while this one waited
                     run_cell(cfg, plan, pipeline, phase, plans)
             bar.update(1)
