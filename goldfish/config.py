@@ -259,32 +259,24 @@ def to_dict(obj: Any) -> Any:
 # --------------------------------------------------------------------------------------------- overrides
 
 
-class _Int(int):
-    """An integer read from a plain scalar, remembering its text (``0123``) for a ``str`` setting."""
-
-    text: str
-
-    def __new__(cls, value: int, text: str) -> "_Int":
-        number = super().__new__(cls, value)
+def _remembering(base: type) -> type:
+    """``base`` (int or float) whose values remember the text of the plain scalar they were read from (``0123``,
+    ``1.10``): what a ``str`` setting gets. They compare, hash, print and serialise as plain numbers."""
+    def __new__(cls, value, text: str):
+        number = base.__new__(cls, value)
         number.text = text
         return number
 
-    def __getnewargs__(self) -> tuple[int, str]:  # copy and pickle
-        return int(self), self.text
+    def __getnewargs__(self) -> tuple:  # copy and pickle
+        return base(self), self.text
+
+    name = f"_{base.__name__.title()}"
+    return type(name, (base,), {"__new__": __new__, "__getnewargs__": __getnewargs__, "__module__": __name__,
+                                "__qualname__": name, "__doc__": _remembering.__doc__})
 
 
-class _Float(float):
-    """A float read from a plain scalar, remembering its text (``1.10``) for a ``str`` setting."""
-
-    text: str
-
-    def __new__(cls, value: float, text: str) -> "_Float":
-        number = super().__new__(cls, value)
-        number.text = text
-        return number
-
-    def __getnewargs__(self) -> tuple[float, str]:  # copy and pickle
-        return float(self), self.text
+_Int = _remembering(int)
+_Float = _remembering(float)
 
 
 # YAML 1.2 core schema: the only plain scalars that are not text

@@ -516,6 +516,7 @@ def test_an_interrupted_two_rename_replacement_is_recovered(tmp_path, monkeypatc
         (tmp_path / mine / "notes.txt").write_text("keep me")
     gio.recover_directory(target, clean=False)  # what a reader (load_prepared) does: restore, delete nothing
     assert (target / "a.txt").read_text() == "old" and len(list(tmp_path.glob(".prep.*.tmp"))) == 2
+    assert sorted(p.name for p in target.iterdir()) == ["a.txt"]  # exactly the old folder: its record removed
     with gio.atomic_directory(target, overwrite=True) as tmp:  # a writer cleans up first
         (tmp / "a.txt").write_text("new")
     assert (target / "a.txt").read_text() == "new"

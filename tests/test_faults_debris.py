@@ -127,33 +127,6 @@ def test_goldfish_removes_its_own_debris_and_nothing_else(tmp_path):
     assert not built.exists() and not retired.exists() and live.is_dir() and mine.is_dir() and target.is_dir()
 
 
-def test_a_reader_restores_only_goldfishs_own_old_folder(tmp_path, monkeypatch):
-    """Killed between the two renames of the fallback: a reader puts the old folder back (it carries the record);
-    a user's ``.prep.old`` beside it is never the one put back."""
-    target = tmp_path / "prep"
-    with gio.atomic_directory(target) as tmp:
-        (tmp / "a.txt").write_text("old")
-    (tmp_path / ".prep.old").mkdir()
-    (tmp_path / ".prep.old" / "a.txt").write_text("the user's")
-    monkeypatch.setattr(gio, "exchange", lambda a, b: False)
-    real_replace = os.replace
-
-    def killed_at_second_rename(src, dst):
-        if Path(src).name.endswith(".tmp") and Path(src).is_dir():
-            raise SystemExit("killed")
-        real_replace(src, dst)
-
-    monkeypatch.setattr(os, "replace", killed_at_second_rename)
-    with pytest.raises(SystemExit):
-        with gio.atomic_directory(target, overwrite=True) as tmp:
-            (tmp / "a.txt").write_text("new")
-    monkeypatch.setattr(os, "replace", real_replace)
-    assert not target.exists()
-    gio.recover_directory(target, clean=False)
-    assert (target / "a.txt").read_text() == "old" and (tmp_path / ".prep.old" / "a.txt").read_text() == "the user's"
-    assert sorted(p.name for p in target.iterdir()) == ["a.txt"]  # exactly the old folder, its record gone
-
-
 def test_a_published_folder_carries_no_staging_record(data, tmp_path, capsys):
     """The record lives only while a folder is staged: a finished run, its model and a replaced run hold none."""
     run = tmp_path / "run"
