@@ -4,7 +4,9 @@ Results are never half-written: every file is written to a temporary sibling, fs
 parent folder fsynced, so the rename itself survives a power cut); an interrupted run leaves either the old file or
 the new one, never a torn one. Folders are replaced by an atomic exchange where the OS has one (Linux
 ``renameat2(RENAME_EXCHANGE)``); elsewhere by two renames whose interrupted state is repaired on the next start
-(:func:`recover_directory`). JSON is strict: NaN and infinities become ``null`` and the file says which ones.
+(:func:`recover_directory`). Every folder built or retired beside its target carries a staging record
+(:data:`STAGING`): only such folders are ever deleted or put back, so a user's ``.<name>.old`` is never touched.
+JSON is strict: NaN and infinities become ``null`` and the file says which ones.
 """
 
 from __future__ import annotations
