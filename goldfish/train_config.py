@@ -298,6 +298,9 @@ def check_batch(schedule: ScheduleConfig, dp_size: int) -> None:
                         f"use global_batch_size={fit}{hint}")
 
 
+MAX_STEPS = 10**12  # optimizer steps of one run: far beyond any run (at 1 ms a step, 30 years)
+
+
 def make_plan(schedule: ScheduleConfig, optim: OptimConfig, rows: int, seq_len: int, dp_size: int) -> Plan:
     """Check batch divisibility and resolve the training length; training stops at the first budget."""
     check_batch(schedule, dp_size)
@@ -315,6 +318,10 @@ def make_plan(schedule: ScheduleConfig, optim: OptimConfig, rows: int, seq_len: 
     if schedule.max_tokens is not None:
         budgets.append(math.ceil(schedule.max_tokens / (g * seq_len)))
     total = min(budgets) if budgets else steps_per_epoch
+    if total > MAX_STEPS:
+        raise UserError(f"the schedule asks for {total:.3g} optimizer steps (schedule.epochs={schedule.epochs}, "
+                        f"max_steps={schedule.max_steps}, max_tokens={schedule.max_tokens}), beyond {MAX_STEPS:.0e}: "
+                        f"no run lasts that long; give a budget in steps, tokens or epochs that you mean")
     warmup = optim.warmup_steps if optim.warmup_steps is not None else int(optim.warmup_frac * total)
     return Plan(rows, seq_len, g, m, dp_size, steps_per_epoch, total, min(warmup, total))
 

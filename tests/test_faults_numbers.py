@@ -150,3 +150,12 @@ def test_the_lower_bound_holds_for_other_architectures(family):
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)
     assert 0 < parameters_at_least(config) <= count_parameters(model)
+
+
+@pytest.mark.parametrize("override", ["schedule.epochs=1e300", "schedule.max_steps=4611686018427387904",
+                                      "schedule.max_tokens=4611686018427387904"])
+def test_a_finite_but_endless_schedule_is_one_line_before_training(data, tmp_path, capsys, override):
+    """1e300 epochs is a number, not a budget: refused before a step (it used to train until killed)."""
+    argv = [*train_argv(data, tmp_path / "run", schedule={"global_batch_size": 4, "micro_batch_size": 2}), override]
+    assert_one_error(*cli(argv, capsys), "optimizer steps", "beyond 1e+12")
+    assert not (tmp_path / "run").exists()

@@ -714,3 +714,11 @@ def a_finished_run_is_left_alone_by_a_rerun(p: Probe) -> None:
     after = {k: v for k, v in tree(run).items() if not k.endswith("summary.json")}
     if after != before:
         fail(f"changed: {sorted(set(before.items()) ^ set(after.items()))[:3]}")
+
+
+@case("9")
+def a_finite_but_endless_schedule_is_one_line(p: Probe) -> None:
+    for key, value in (("schedule.epochs", "1e300"), ("schedule.max_tokens", str(2**62))):
+        one_error(goldfish(*train_argv(p.prepared, p.work / "run", schedule__max_steps="null"), f"{key}={value}"),
+                  "optimizer steps")
+    exists(p.work / "run", False)
