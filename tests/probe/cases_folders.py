@@ -366,7 +366,7 @@ def an_empty_folder_is_used(p: Probe) -> None:
     ok(goldfish(*train_argv(p.prepared, p.work / "empty", schedule__max_steps=2)))
 
 
-# ------------------------------------------------------------------------------------------------ 4 replace after success
+# ------------------------------------------------------------------------------------------------ 4 replace
 
 
 @case("4", fast=True)
