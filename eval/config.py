@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal, Union
 
-from goldfish.config import check, check_seed, option, raise_problems, shown
+from goldfish.config import check, check_at_most, check_seed, option, raise_problems, shown
 from goldfish.masks import Strategy
 from goldfish.precision import PRECISIONS, canonical_precision
 
@@ -167,7 +167,9 @@ class DecodingSection:
         check(bs == "auto" or (isinstance(bs, int) and bs >= 1), problems,
               f"batch_size={shown(bs)} must be a positive integer or 'auto'")
         check(self.beam >= 1, problems, f"beam={self.beam} must be >= 1 (1 = greedy only)")
+        check_at_most(self.beam, 1024, problems, "beam", "every beam is a row of the generation batch")
         check(self.samples >= 0, problems, f"samples={self.samples} must be >= 0 (0 = off)")
+        check_at_most(self.samples, 10**6, problems, "samples", "every sample is one generation per window")
         check(self.temperature > 0, problems, f"temperature={self.temperature} must be > 0")
         check(self.n_samples_adversary >= 1, problems, f"n_samples_adversary={self.n_samples_adversary} must be >= 1")
         check(self.switch_threshold is None or 0 < self.switch_threshold <= 1, problems,
@@ -224,6 +226,7 @@ class MembershipSection:
         check(all(0 < r <= 1 for r in self.min_k_ratios), problems,
               f"min_k_ratios={self.min_k_ratios} must lie in (0, 1]")
         check(self.n_bootstrap >= 0, problems, f"n_bootstrap={self.n_bootstrap} must be >= 0")
+        check_at_most(self.n_bootstrap, 10**6, problems, "n_bootstrap", "each resample is an AUC over every score")
         raise_problems(problems)
 
 
@@ -240,6 +243,8 @@ class CanarySection:
         problems: list[str] = []
         check(self.n_candidates >= 1, problems, f"n_candidates={self.n_candidates} must be >= 1")
         check(self.max_full >= 0, problems, f"max_full={self.max_full} must be >= 0")
+        for key in ("n_candidates", "max_full"):
+            check_at_most(getattr(self, key), 10**7, problems, key, "every candidate secret is held and scored")
         raise_problems(problems)
 
 

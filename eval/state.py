@@ -25,6 +25,7 @@ from typing import Any, Iterator, MutableMapping, Sequence
 from goldfish.config import flatten, to_dict
 from goldfish.errors import UserError
 from goldfish.io import atomic_write_text, read_jsonl, strict_json
+from goldfish.ownership import OutputFolder, fingerprint_sha256
 from goldfish.provenance import FILE as FINGERPRINT
 from goldfish.provenance import as_stored, code_version, differences, write_fingerprint
 
@@ -76,9 +77,11 @@ def fingerprint(cfg: EvalConfig, splits: dict[str, Sequence[EvalDocument]]) -> d
                       "data_sha256": documents_sha256(splits), **config})
 
 
-def claim_folder(out: Path, print_: dict) -> None:
-    """Refuse (one line, nothing written) a folder holding a different evaluation; then record ``print_`` (the first
-    write, atomic: a full disk fails here with the folder unchanged)."""
+def claim_folder(folder: OutputFolder, print_: dict) -> None:
+    """Refuse (one line, nothing written) a folder holding a different evaluation; then give it its ownership marker
+    (the first write: a folder goldfish writes into is never without one) and record ``print_`` (atomic: a full
+    disk fails with the folder unchanged)."""
+    out = folder.path
     path = out / FINGERPRINT
     old = None
     if path.is_file():
@@ -92,7 +95,7 @@ def claim_folder(out: Path, print_: dict) -> None:
         diff = differences(old, print_) if old else ["(no fingerprint)"]
         raise UserError(f"{out} holds results of a different evaluation (differs in: {'; '.join(diff[:6])}); use "
                         f"another out folder, or overwrite=true to replace them")
-    out.mkdir(parents=True, exist_ok=True)
+    folder.mark(fingerprint_sha256(print_))
     write_fingerprint(out, print_)
 
 

@@ -490,8 +490,9 @@ def test_a_broken_or_hostile_model_to_fine_tune_is_one_line_and_runs_nothing(dat
 
 
 def test_an_interrupted_two_rename_replacement_is_recovered(tmp_path, monkeypatch):
-    """Where the OS has no atomic exchange: killed between ``path -> .old`` and ``tmp -> path``, the next start puts
-    the old folder back and removes the debris."""
+    """Where the OS has no atomic exchange: killed between ``path -> .<name>.<random>.old`` and ``tmp -> path``, the
+    next start puts the old folder back and removes the debris it made -- and only that (a user's folders named like
+    debris stay)."""
     target = tmp_path / "prep"
     with gio.atomic_directory(target) as tmp:
         (tmp / "a.txt").write_text("old")
@@ -499,7 +500,7 @@ def test_an_interrupted_two_rename_replacement_is_recovered(tmp_path, monkeypatc
     real_replace = os.replace
 
     def killed_at_second_rename(src, dst):
-        if Path(src).name.endswith(".tmp"):
+        if Path(src).name.endswith(".tmp") and Path(src).is_dir():
             raise SystemExit("killed")  # BaseException, like the end of the process
         real_replace(src, dst)
 
@@ -508,13 +509,19 @@ def test_an_interrupted_two_rename_replacement_is_recovered(tmp_path, monkeypatc
         with gio.atomic_directory(target, overwrite=True) as tmp:
             (tmp / "a.txt").write_text("new")
     monkeypatch.setattr(os, "replace", real_replace)
-    assert not target.exists() and (tmp_path / ".prep.old").is_dir()  # the state a kill leaves
-    (tmp_path / ".prep.abc123.tmp").mkdir()  # a temp folder of another killed run
+    assert not target.exists() and len(list(tmp_path.glob(".prep.*.old"))) == 1  # the state a kill leaves
+    gio.new_temp_dir(target)  # a temp folder of another killed run
+    for mine in (".prep.abc123.tmp", ".prep.old"):  # the user's own, named like debris
+        (tmp_path / mine).mkdir()
+        (tmp_path / mine / "notes.txt").write_text("keep me")
     gio.recover_directory(target, clean=False)  # what a reader (load_prepared) does: restore, delete nothing
-    assert (target / "a.txt").read_text() == "old" and (tmp_path / ".prep.abc123.tmp").exists()
+    assert (target / "a.txt").read_text() == "old" and len(list(tmp_path.glob(".prep.*.tmp"))) == 2
+    assert sorted(p.name for p in target.iterdir()) == ["a.txt"]  # exactly the old folder: its record removed
     with gio.atomic_directory(target, overwrite=True) as tmp:  # a writer cleans up first
         (tmp / "a.txt").write_text("new")
-    assert (target / "a.txt").read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["prep"]
+    assert (target / "a.txt").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".prep.abc123.tmp", ".prep.old", "prep"]
+    assert sorted(p.name for p in target.iterdir()) == ["a.txt"]  # no staging record left in the published folder
 
 
 def test_replacement_is_one_atomic_exchange_where_the_os_has_it(tmp_path, monkeypatch):
@@ -525,10 +532,10 @@ def test_replacement_is_one_atomic_exchange_where_the_os_has_it(tmp_path, monkey
         pytest.skip("no renameat2(RENAME_EXCHANGE) on this OS / file system")
     renames = []
     real_replace = os.replace
-    monkeypatch.setattr(os, "replace", lambda a, b: (renames.append((a, b)), real_replace(a, b)))
+    monkeypatch.setattr(os, "replace", lambda a, b: (Path(a).is_dir() and renames.append((a, b)), real_replace(a, b)))
     with gio.atomic_directory(target, overwrite=True) as tmp:
         (tmp / "w").write_text("2")
-    assert renames == [] and (target / "w").read_text() == "2"  # no moment without a complete folder
+    assert renames == [] and (target / "w").read_text() == "2"  # no folder renamed: no moment without a complete one
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
 
@@ -1000,7 +1007,7 @@ def test_a_lock_left_by_a_killed_process_is_taken_over(data, tmp_path, capsys):
     holder.kill()
     holder.wait()
     lock = tmp_path / ".run.lock"
-    assert lock.read_text().split()[0] == str(holder.pid)  # the dead holder's file is still there
+    assert lock.read_text().splitlines()[1].split()[0] == str(holder.pid)  # the dead holder's file is still there
     assert cli(train_argv(data, run), capsys)[0] == 0 and not lock.exists()
 
 
@@ -1127,7 +1134,7 @@ def _hostile_case(case: str, data: Path, run: Path, tmp: Path) -> tuple[list, st
         return _prepare_argv(corpus, tmp / "prep"), "nests JSON" if "deep" in case else "lone UTF-16 surrogate"
     if case == "launcher_placeholder":
         return ["experiment", REPO / "experiments" / "micro.yaml", f"out={tmp / 'exp'}", "launcher=torchrun",
-                "launcher_prefix=[srun, --nodes={nodes}]"], "placeholder other than {nnodes}"
+                "launcher_prefix=[srun, '--nodes={nodes}']"], "placeholder other than {nnodes}"
     if case.startswith("gguf_with_a_huge_metadata_array"):
         gguf = _gguf_claiming_a_huge_array(tmp / "huge.gguf")
         if case.endswith("prepare"):

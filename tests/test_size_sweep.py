@@ -120,7 +120,8 @@ def test_tuning_picks_each_size_value_from_background_controls_then_runs_the_arm
     written = {name: (out / name).read_bytes() for name in study}
     for name in study:
         (out / name).unlink()
-    report_only(cfg, plan_cells(cfg, make_pipeline(Calls())))
+    pipeline = make_pipeline(Calls())
+    report_only(cfg, plan_cells(cfg, pipeline), pipeline)
     assert {name: (out / name).read_bytes() for name in study} == written
     # the control trained on the background-only data, and was evaluated on the arms' data
     control = json.loads((out / "cells" / "control__model=big__steps=20__seed=1" / "train" /

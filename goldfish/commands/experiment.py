@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         return _dry_run(cfg, plans, args.world_size)
     files = StudyFiles(cfg.out_dir)
     if args.report_only:  # what a full run writes at its end, from the cells finished so far (--only runs nothing)
-        results = report_only(cfg, every)
+        results = report_only(cfg, every, pipeline)
     else:
         start = time.perf_counter()
         only = (lambda cid: fnmatch.fnmatch(cid, args.only)) if args.only else None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -93,7 +94,13 @@ def _iter_local(cfg: SourceConfig) -> Iterator[Document]:
     elif path.is_dir():
         files = sorted(p for p in path.rglob("*.txt") if p.is_file())
         for f in files:
-            yield Document(f.relative_to(path).as_posix(), f.stem, _read_utf8(f).strip(), "local")
+            name = f.relative_to(path).as_posix()
+            try:  # the name becomes the document's id and title: text, not the bytes of another encoding
+                name.encode("utf-8")
+            except UnicodeEncodeError:
+                raise UserError(f"{os.fsencode(f)!r}: the file name is not UTF-8; rename it (e.g. convmv -f latin1 "
+                                f"-t utf-8)") from None
+            yield Document(name, f.stem, _read_utf8(f).strip(), "local")
     elif path.suffix == ".txt":
         yield Document(path.name, path.stem, _read_utf8(path).strip(), "local")
     elif path.suffix in (".jsonl", ".json"):
@@ -106,6 +113,8 @@ def _iter_local(cfg: SourceConfig) -> Iterator[Document]:
 
 
 def _read_utf8(path: Path) -> str:
+    if not path.is_file():  # a FIFO or device would block or never end
+        raise UserError(f"{path} is not a regular file; give a file of text (or a folder of .txt files)")
     try:
         return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as e:
@@ -133,6 +142,9 @@ def jsonl_objects(path: Path) -> Iterator[tuple[int, dict]]:
         except UnicodeEncodeError as e:
             raise UserError(f"{path}:{lineno} holds a lone UTF-16 surrogate ({e.object[e.start]!a}), which is not "
                             "Unicode text; fix the escape in that line") from None
+        except ValueError as e:  # a number beyond what Python converts (an integer of more than 4300 digits)
+            raise UserError(f"{path}:{lineno} holds a value that cannot be read ({str(e)[:80]}); fix that "
+                            "line") from None
         if not isinstance(row, dict):
             raise UserError(f"{path}:{lineno} is a JSON {type(row).__name__}, not an object with a text field")
         yield lineno, row

@@ -48,6 +48,7 @@ from ..errors import ConfigError
 
 SECTIONS = ("data", "train", "eval", "hardware")
 CONTROL = "control"  # the arm name of the control cells
+PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]*[A-Za-z0-9][A-Za-z0-9._-]*")  # an experiment's or arm's name: one folder
 HEADLINE_METRICS = tuple(METRICS[m].summary_key for m in HEADLINE)  # what headline_metric may name
 # headline attacks: auto, then those every cell's attacks.json scores, then (a pattern) eval's membership attacks
 MIA_ATTACKS = ("auto", "loss", "reference", "kept_loss", "kept_reference")
@@ -174,7 +175,7 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        check(bool(re.fullmatch(r"[A-Za-z0-9._-]*[A-Za-z0-9][A-Za-z0-9._-]*", self.name)), problems,
+        check(bool(PLAIN_NAME.fullmatch(self.name)), problems,
               f"name={shown(self.name)} must use only letters, digits, '.', '_' and '-', with at least one letter or "
               f"digit (it names a folder)")
         check(self.report_examples >= 0, problems, f"report_examples={self.report_examples} must be >= 0")
@@ -196,8 +197,9 @@ class ExperimentConfig:
         for arm, overrides in self.arms.items():
             check(isinstance(overrides, dict) or overrides is None, problems,
                   f"arms.{arm} must be a mapping of dotted keys to values, e.g. {{train.loss.type: goldfish}}")
-            check(bool(re.fullmatch(r"[A-Za-z0-9._-]+", str(arm))), problems,
-                  f"arm name {shown(arm)} must use only letters, digits, '.', '_' and '-'")
+            check(bool(PLAIN_NAME.fullmatch(str(arm))), problems,
+                  f"arm name {shown(arm)} must use only letters, digits, '.', '_' and '-', with at least one letter "
+                  f"or digit (it names the cell's folder: '..' would be the experiment's own)")
         for axis, values in self.grid.items():
             check(isinstance(values, list) and len(values) > 0, problems,
                   f"grid.{axis} must be a non-empty list of values")

@@ -12,8 +12,9 @@ and so does the next start after a kill).
 The experiment folder is locked while a run writes it (``goldfish.ownership.writing``) and carries the experiment's
 ownership marker; a non-empty folder that is not an experiment's is refused. Runs of one experiment share that lock,
 so shards (``--only``) run side by side: each cell runs under its own exclusive lock (``cells/.<id>.lock``; a cell
-another run holds is waited for, then skipped if that run finished it), prepared data shared by cells of two shards is
-prepared once (the other waits), and the results and report are written by one run at a time.
+another run holds is waited for, then skipped if that run finished it -- and refused if it ran it with another config,
+its saved configs being re-read under the lock), prepared data shared by cells of two shards is prepared once (the
+other waits), and the results and report are written by one run at a time.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from .config import ExperimentConfig
 from .finish import finish
 from .phases import run_cell
 from .pipeline import default_pipeline
-from .plan import CellPlan, Pipeline, StudyFiles, plan_cells
+from .plan import CellPlan, Pipeline, plan_cells
 from .tune import choice, first_values, is_tuning, selected
 
 
@@ -146,10 +147,9 @@ def check_start_models(plans: list[CellPlan]) -> None:
 
 
 def experiment_folder(cfg: ExperimentConfig):
-    """Lock the experiment's folder and refuse one that holds anything but an experiment (one written before
-    ownership markers is known by its ``experiment.yaml``); yields :class:`goldfish.ownership.OutputFolder`."""
-    return writing(cfg.out_dir, "experiment", legacy=lambda folder: StudyFiles(folder).config.is_file(),
-                   shared=True)
+    """Lock the experiment's folder and refuse one that holds anything but an experiment (its ownership marker: a
+    folder without one is never adopted); yields :class:`goldfish.ownership.OutputFolder`."""
+    return writing(cfg.out_dir, "experiment", shared=True)
 
 
 def one_at_a_time(cfg: ExperimentConfig) -> FolderLock:
@@ -193,11 +193,13 @@ def run_experiment(cfg: ExperimentConfig, pipeline: Pipeline | None = None, *, p
     return cfg.out_dir
 
 
-def report_only(cfg: ExperimentConfig, plans: list[CellPlan]) -> dict:
-    """``--report-only``: put back a cell a killed ``--rerun-stale`` set aside, then write what a full run writes at
-    its end (:func:`goldfish.experiment.finish.finish`) from the cells finished so far; runs no cell."""
+def report_only(cfg: ExperimentConfig, plans: list[CellPlan], pipeline: Pipeline) -> dict:
+    """``--report-only``: put back a cell a killed ``--rerun-stale`` set aside, refuse cells made with another config
+    (they are not this config's results), then write what a full run writes at its end
+    (:func:`goldfish.experiment.finish.finish`) from the cells finished so far; runs no cell."""
     with one_at_a_time(cfg), experiment_folder(cfg) as folder:
         recover_replaced(plans)
+        check_not_stale(plans, pipeline)
         mark_experiment(folder, cfg)
         return finish(cfg, plans)
 
@@ -227,11 +229,17 @@ def _run_cells(cfg: ExperimentConfig, plans: list[CellPlan], todo: list[CellPlan
                     bar.update(1)
                     continue
             with plan.lock():
-                if plan.cell.id in rerun and plan.cell.id in stale_cells([plan], pipeline):
-                    print(f"[{plan.cell.id}] config changed ({rerun[plan.cell.id]}): running it again",
-                          file=sys.stderr)
+                # checked again under the cell's lock: another run may have started or finished it meanwhile, with
+                # another config (its saved train/eval configs are the cell's fingerprint)
+                changed = stale_cells([plan], pipeline).get(plan.cell.id)
+                if changed and plan.cell.id in rerun:
+                    print(f"[{plan.cell.id}] config changed ({changed}): running it again", file=sys.stderr)
                     with _replacing(plan):
                         run_cell(cfg, plan, pipeline, phase, plans)
+                elif changed:
+                    raise UserError(f"cell {plan.cell.id} was run meanwhile by another goldfish process with a "
+                                    f"different config ({changed}); it is not this run's: use another out= folder, "
+                                    f"or pass --rerun-stale to replace it")
                 elif not plan.done:  # another run may have finished it while this one waited
                     run_cell(cfg, plan, pipeline, phase, plans)
             bar.update(1)
