@@ -21,6 +21,22 @@ Every statistic of the toolkit lives here (the experiment's and eval's modules c
   positives, so it is withheld and the number of nonmembers it needs is reported instead.
 * :func:`mcnemar_exact` -- two arms' exact-match verdicts on the same windows: the exact two-sided binomial test on
   the discordant pairs (McNemar 1947; statsmodels' ``mcnemar(exact=True)``).
+* :func:`document_mcnemar` -- the same comparison where a document contributes several windows (placements, prefix
+  lengths): windows of one document are not independent, so the test counts *documents* -- the exact two-sided sign
+  test of each document's difference in verbatim windows (McNemar's exact test when each document has one window).
+* :func:`poisson_binomial` -- the exact distribution of a count of independent events with unequal probabilities
+  (a baseline's per-window exact-match chances), and the two-sided p-value of an observed count under it.
+* :func:`logistic_batch` / :func:`clustered_logistic` -- logistic regression by Newton's method (Firth's
+  bias-reduced version, finite under separation), vectorised over bootstrap draws, and its cluster bootstrap:
+  clusters (targets) resampled within strata (seed x repetition stratum, a designed experiment), each draw a
+  frequency weight per row.
+* :func:`minimum_detectable_effect` -- the smallest true difference a two-sided test at 5 % detects with 80 %
+  power, from the standard error an interval implies: (z_0.975 + z_0.8) x SE.
+* :func:`pooled_paired_auc_difference` -- two arms' AUCs on the same documents in several independent groups (seeds,
+  each its own split): the mean per-group difference, resampled within groups, with the 90 % interval of a TOST
+  equivalence test against a margin stated in advance.
+* :func:`set_prediction` -- precision and recall of a predicted set (e.g. the targets a smaller model memorised) for
+  the actual one (the larger model's), with Wilson intervals (Biderman et al. 2023).
 * :func:`paired_bootstrap` -- two arms' per-item values (e.g. ROUGE-L) on the same items: the mean difference with
   a bootstrap interval that resamples items (or their clusters) with the same indices for both arms.
 * :func:`paired_auc_difference` -- two arms' attack scores on the same member and nonmember documents: AUC_a -
@@ -43,7 +59,7 @@ import math
 from typing import Any, Sequence
 
 import numpy as np
-from scipy.stats import binomtest, mannwhitneyu, rankdata
+from scipy.stats import binomtest, mannwhitneyu, norm, rankdata
 
 from goldfish.errors import UserError
 
@@ -391,3 +407,205 @@ def difference_in_differences(arm_members: Sequence[Any], control_members: Seque
         out["ci_low"], out["ci_high"] = _percentiles(samples)
         out["p_value"] = bootstrap_p(samples)
     return out
+
+
+def document_mcnemar(a: Sequence[bool], b: Sequence[bool], clusters: Sequence[Any] | None = None) -> dict[str, Any]:
+    """Two arms' paired binary outcomes (exact match on the same windows) tested at the level of documents.
+
+    Windows of one document (several placements or prefix lengths) are not independent, so counting discordant
+    *windows* overstates the evidence (4 discordant documents with 2 windows each are not 8 independent pairs). Per
+    document c, ``d_c`` = a's verbatim windows minus b's; under the null that the arms are exchangeable within a
+    document, ``d_c`` is symmetric about 0, and the exact two-sided sign test of the documents with ``d_c != 0``
+    (binomial at 1/2) is the test. With one window per document it is McNemar's exact test (:func:`mcnemar_exact`).
+    ``clusters[i]``: the document of window i (None: one window per document).
+
+    Returns :func:`mcnemar_exact`'s fields (``a_only`` / ``b_only`` count *windows*), ``n_documents``,
+    ``a_only_documents`` / ``b_only_documents`` (documents whose difference is > 0 / < 0), ``p_value`` (of the
+    documents) and ``test`` (``McNemar exact`` | ``document sign test``)."""
+    x, y = np.asarray(a, dtype=bool).reshape(-1), np.asarray(b, dtype=bool).reshape(-1)
+    windows = mcnemar_exact(x, y)
+    index = _cluster_index(clusters, len(x))
+    n_docs = int(index.max()) + 1 if len(index) else 0
+    d = np.bincount(index, x.astype(np.float64) - y.astype(np.float64), minlength=n_docs)  # (D,) per document
+    a_docs, b_docs = int((d > 0).sum()), int((d < 0).sum())
+    p = float(binomtest(a_docs, a_docs + b_docs, 0.5).pvalue) if a_docs + b_docs else 1.0
+    return {**windows, "n_documents": n_docs, "a_only_documents": a_docs, "b_only_documents": b_docs,
+            "p_value": p, "test": "McNemar exact" if n_docs == len(x) else "document sign test"}
+
+
+def poisson_binomial(probs: Sequence[float], observed: int | None = None) -> dict[str, Any]:
+    """The count of independent events with probabilities ``probs`` (a Poisson-binomial variable, e.g. how many
+    windows a baseline expects verbatim, each with its own chance): ``n``, ``expected``, ``sd`` and, given an
+    ``observed`` count, ``p_at_most`` = P(X <= observed), ``p_at_least`` = P(X >= observed) and the two-sided
+    ``p_value`` = min(1, 2 min of the two), from the exact distribution (a convolution of the events)."""
+    p = np.clip(np.asarray(probs, dtype=np.float64).reshape(-1), 0.0, 1.0)
+    pmf = np.ones(1)
+    for q in p:  # (n + 1,) after every event: P(X = j)
+        pmf = np.convolve(pmf, [1.0 - q, q])
+    out: dict[str, Any] = {"n": int(len(p)), "expected": float(p.sum()),
+                           "sd": float(math.sqrt(float((p * (1 - p)).sum()))), "observed": observed,
+                           "p_at_most": None, "p_at_least": None, "p_value": None}
+    if observed is not None:
+        at_most, at_least = float(pmf[: observed + 1].sum()), float(pmf[observed:].sum())
+        out.update(p_at_most=min(1.0, at_most), p_at_least=min(1.0, at_least),
+                   p_value=min(1.0, 2.0 * min(at_most, at_least)))
+    return out
+
+
+LOGIT_MAX_ITER = 100
+LOGIT_MAX_STEP = 5.0  # cap on a Newton step (logit units), as R's logistf does, so a separated start cannot overshoot
+
+
+def logistic_batch(design: np.ndarray, successes: np.ndarray, trials: np.ndarray, firth: bool = True) -> np.ndarray:
+    """(B, P) coefficients of ``logit P(success) = design @ beta`` for B sets of grouped counts at once.
+
+    ``design`` (S, P): one row per group of identical covariates; ``successes`` (B, S); ``trials`` (S,) or (B, S)
+    (a row's frequency weight: a bootstrap draw's multiplicity, 0 = left out). Newton-Raphson on the score, with
+    ``firth`` on Firth's modified score ``sum_s (k_s + h_s / 2 - (n_s + h_s) p_s) x_s`` (h: the leverages of the
+    weighted hat matrix), whose root maximises the likelihood penalised by Jeffreys' prior (Firth 1993): finite
+    under separation, where plain maximum likelihood diverges (then stopped after ``LOGIT_MAX_ITER`` steps)."""
+    design = np.asarray(design, dtype=np.float64)
+    k = np.asarray(successes, dtype=np.float64)
+    n = np.broadcast_to(np.asarray(trials, dtype=np.float64), k.shape)
+    beta = np.zeros((k.shape[0], design.shape[1]))
+    for _ in range(LOGIT_MAX_ITER):
+        p = 1.0 / (1.0 + np.exp(-(beta @ design.T)))  # (B, S)
+        w = n * p * (1.0 - p)  # (B, S) Fisher weights
+        inv = np.linalg.pinv(np.einsum("si,bs,sj->bij", design, w, design))  # (B, P, P) inverse information
+        kk, nn = k, n
+        if firth:
+            hat = w * np.einsum("si,bij,sj->bs", design, inv, design)  # (B, S) leverages
+            kk, nn = k + hat / 2.0, n + hat
+        step = np.einsum("bij,bj->bi", inv, (kk - nn * p) @ design)  # (B, P)
+        step *= np.minimum(1.0, LOGIT_MAX_STEP / np.maximum(np.abs(step).max(axis=1, keepdims=True), 1e-300))
+        beta = beta + step
+        if np.abs(step).max() < 1e-10:
+            break
+    return beta
+
+
+def clustered_logistic(design: Any, outcomes: Any, clusters: Sequence[Any], strata: Sequence[Any] | None = None,
+                       names: Sequence[str] | None = None, derived: dict[str, Any] | None = None,
+                       n_bootstrap: int = 1000, seed: int = 0, firth: bool = True) -> dict[str, Any]:
+    """One logistic regression of binary ``outcomes`` (n,) on ``design`` (n, P) (include a column of ones for the
+    intercept), with a 95 % interval per coefficient from a cluster bootstrap: the rows of one cluster (a target,
+    measured at several sizes) are resampled together, clusters drawn with replacement within their stratum
+    (``strata[i]`` of row i, e.g. seed x repetition stratum: a designed experiment keeps its design), every draw a
+    frequency weight per row, fitted with the same Firth-penalised Newton (:func:`logistic_batch`).
+
+    ``derived``: name -> function of a (B, P) coefficient array returning (B,) values (e.g. ``-c / b``), reported
+    with the same percentile interval. Returns ``coef``, ``ci_low``, ``ci_high``, ``se`` (bootstrap sd) per name,
+    ``derived`` (``{name: {value, ci_low, ci_high}}``), ``n_rows``, ``n_events``, ``n_clusters``, ``n_bootstrap``,
+    ``method``."""
+    x = np.asarray(design, dtype=np.float64)
+    y = np.asarray(outcomes, dtype=np.float64).reshape(-1)
+    if x.ndim != 2 or x.shape[0] != len(y) or len(clusters) != len(y):
+        raise ValueError(f"design {x.shape}, {len(y)} outcomes and {len(clusters)} cluster labels must agree")
+    names = list(names or [f"b{i}" for i in range(x.shape[1])])
+    point = logistic_batch(x, y[None, :], np.ones(len(y)), firth)  # (1, P)
+    index = _cluster_index(clusters, len(y))  # (n,) cluster of each row
+    n_clusters = int(index.max()) + 1 if len(index) else 0
+    stratum_of = np.zeros(n_clusters, dtype=np.int64)  # (C,) each cluster's stratum (its first row's)
+    if strata is not None:
+        codes = _cluster_index(strata, len(y))
+        ids, first = np.unique(index, return_index=True)
+        stratum_of[ids] = codes[first]
+    rng = np.random.default_rng(seed)
+    counts = np.zeros((n_bootstrap, n_clusters))  # (B, C) multiplicity of each cluster in each draw
+    for s in np.unique(stratum_of):
+        members = np.flatnonzero(stratum_of == s)
+        draws = rng.integers(0, len(members), size=(n_bootstrap, len(members)))
+        np.add.at(counts, (np.arange(n_bootstrap)[:, None], members[draws]), 1.0)
+    weights = counts[:, index]  # (B, n)
+    boot = logistic_batch(x, weights * y[None, :], weights, firth) if n_bootstrap > 0 else np.zeros((0, x.shape[1]))
+    out: dict[str, Any] = {"coef": {}, "ci_low": {}, "ci_high": {}, "se": {}, "derived": {}, "n_rows": int(len(y)),
+                           "n_events": int(y.sum()), "n_clusters": n_clusters, "n_bootstrap": int(n_bootstrap),
+                           "method": ("Firth-penalised" if firth else "maximum-likelihood") + " logistic regression; "
+                           f"95 % percentile cluster bootstrap ({n_bootstrap} draws, clusters resampled within "
+                           "strata)"}
+    for j, name in enumerate(names):
+        out["coef"][name] = float(point[0, j])
+        if n_bootstrap > 0:
+            out["ci_low"][name], out["ci_high"][name] = _percentiles(boot[:, j])
+            out["se"][name] = float(boot[:, j].std(ddof=1))
+    for name, fn in (derived or {}).items():
+        value = float(np.asarray(fn(point)).reshape(-1)[0])
+        entry: dict[str, Any] = {"value": value, "ci_low": None, "ci_high": None}
+        if n_bootstrap > 0:
+            samples = np.asarray(fn(boot), dtype=np.float64).reshape(-1)
+            samples = samples[np.isfinite(samples)]
+            if samples.size:
+                entry["ci_low"], entry["ci_high"] = _percentiles(samples)
+        out["derived"][name] = entry
+    return out
+
+
+def se_from_interval(low: float | None, high: float | None, z: float = Z95) -> float | None:
+    """The standard error a symmetric 95 % interval implies: (high - low) / (2 z); None without both ends."""
+    if low is None or high is None:
+        return None
+    return (float(high) - float(low)) / (2.0 * z)
+
+
+def minimum_detectable_effect(se: float | None, alpha: float = 0.05, power: float = 0.8) -> float | None:
+    """The smallest true difference a two-sided test at level ``alpha`` detects with probability ``power``, for an
+    estimate with standard error ``se``: (z_{1-alpha/2} + z_power) x se (2.80 se at 5 % and 80 %); None without
+    ``se``."""
+    if se is None:
+        return None
+    return float((norm.ppf(1.0 - alpha / 2.0) + norm.ppf(power)) * se)
+
+
+def pooled_paired_auc_difference(groups: Sequence[tuple[Any, Any, Any, Any]], n_bootstrap: int = 1000,
+                                 seed: int = 0, margin: float | None = None) -> dict[str, Any]:
+    """AUC_a - AUC_b over independent groups (seeds: each its own members, nonmembers and models), each group
+    ``(a_members, a_nonmembers, b_members, b_nonmembers)`` scored on the same documents by both arms.
+
+    The estimate is the mean of the groups' differences (each group one replicate, equal weight); the bootstrap
+    resamples members and nonmembers within each group with the same draws for both arms (as
+    :func:`paired_auc_difference`). Returns ``diff``, the 95 % ``ci_low`` / ``ci_high`` and two-sided ``p_value``,
+    the 90 % ``ci90_low`` / ``ci90_high``, ``groups`` (each group's :func:`paired_auc_difference`) and, with a
+    ``margin`` stated before the run, the two one-sided tests of equivalence (TOST, Schuirmann 1987): ``equivalent``
+    when the 90 % interval lies inside (-margin, +margin), ``tost_p`` = the larger bootstrap tail beyond a margin."""
+    per_group, samples = [], []
+    for g, (am, an, bm, bn) in enumerate(groups):
+        per_group.append(paired_auc_difference(am, an, bm, bn, 0))
+        am_, an_ = np.asarray(am, np.float64), np.asarray(an, np.float64)
+        bm_, bn_ = np.asarray(bm, np.float64), np.asarray(bn, np.float64)
+        ok_m, ok_n = np.isfinite(am_) & np.isfinite(bm_), np.isfinite(an_) & np.isfinite(bn_)
+        am_, bm_, an_, bn_ = am_[ok_m], bm_[ok_m], an_[ok_n], bn_[ok_n]
+        if n_bootstrap > 0 and len(am_) and len(an_):
+            rng = np.random.default_rng([seed, g])
+            im = rng.integers(0, len(am_), size=(n_bootstrap, len(am_)))  # (B, m)
+            inn = rng.integers(0, len(an_), size=(n_bootstrap, len(an_)))  # (B, n)
+            samples.append(rank_auc(am_[im], an_[inn]) - rank_auc(bm_[im], bn_[inn]))
+    diffs = [g["diff"] for g in per_group if g["diff"] is not None]
+    out: dict[str, Any] = {"diff": float(np.mean(diffs)) if diffs else None, "ci_low": None, "ci_high": None,
+                           "p_value": None, "ci90_low": None, "ci90_high": None, "margin": margin,
+                           "equivalent": None, "tost_p": None, "n_groups": len(diffs), "groups": per_group}
+    if samples and len(samples) == len(diffs):
+        pooled = np.mean(np.stack(samples), axis=0)  # (B,)
+        out["ci_low"], out["ci_high"] = _percentiles(pooled)
+        out["ci90_low"], out["ci90_high"] = (float(v) for v in np.percentile(pooled, (5.0, 95.0)))
+        out["p_value"] = bootstrap_p(pooled)
+        if margin is not None:
+            out["equivalent"] = bool(-margin < out["ci90_low"] and out["ci90_high"] < margin)
+            out["tost_p"] = float(max(np.mean(pooled <= -margin), np.mean(pooled >= margin)))
+    return out
+
+
+def set_prediction(predicted: Sequence[bool], actual: Sequence[bool]) -> dict[str, Any]:
+    """How well one set predicts another over the same items (Biderman et al. 2023): ``predicted`` / ``actual``
+    (n,) bool. Returns ``n``, ``predicted``, ``actual``, ``both`` (counts) and ``precision`` = both / predicted,
+    ``recall`` = both / actual, each ``{k, n, rate, low, high}`` with Wilson's 95 % interval."""
+    p, a = np.asarray(predicted, dtype=bool).reshape(-1), np.asarray(actual, dtype=bool).reshape(-1)
+    if p.shape != a.shape:
+        raise ValueError(f"predicted and actual sets over different items: {len(p)} and {len(a)}")
+    both = int((p & a).sum())
+
+    def rate(k: int, n: int) -> dict[str, Any]:
+        low, high = wilson_interval(k, n)
+        return {"k": k, "n": n, "rate": k / n if n else None, "low": low, "high": high}
+
+    return {"n": int(len(p)), "predicted": int(p.sum()), "actual": int(a.sum()), "both": both,
+            "precision": rate(both, int(p.sum())), "recall": rate(both, int(a.sum()))}

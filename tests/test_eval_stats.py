@@ -317,3 +317,161 @@ def test_paired_difference_on_known_per_token_arrays():
     assert 0.0 < out["diff_ci_low"] < 0.5 < out["diff_ci_high"] <= 1.0  # resampled documents: a real interval
     none = stats.paired_difference(arm, control, [np.zeros(12, bool)] * 20)
     assert none["diff"] is None and none["n_documents"] == 0
+
+
+# ------------------------------------------------------------------ issue 32: tests over documents, baselines, models
+
+
+def test_document_mcnemar_counts_documents_not_windows():
+    # the issue's case: 4 documents, 2 placements each, a verbatim on both and b on neither -> 8 discordant windows
+    # (window-level p = 2 / 2^8 = 0.0078) but 4 discordant documents: p = 2 / 2^4 = 0.125, exact in binary
+    a, b = [True] * 8 + [False] * 4, [False] * 8 + [False] * 4
+    docs = [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+    out = stats.document_mcnemar(a, b, docs)
+    boost = 1e-12  # scipy's binomial tails: see test_mcnemar_exact_by_hand_and_against_statsmodels
+    assert (out["a_only"], out["b_only"]) == (8, 0) and (out["a_only_documents"], out["b_only_documents"]) == (4, 0)
+    assert out["p_value"] == pytest.approx(0.125, abs=boost) and out["test"] == "document sign test"
+    assert stats.mcnemar_exact(a, b)["p_value"] == pytest.approx(2 / 2 ** 8, abs=boost)  # what it was
+    assert out["n_documents"] == 6
+    # a document where each arm wins one window has difference 0: it is not discordant
+    mixed = stats.document_mcnemar([True, False, True, True], [False, True, False, False], [0, 0, 1, 1])
+    assert (mixed["a_only_documents"], mixed["b_only_documents"]) == (1, 0) and mixed["p_value"] == 1.0
+    # one window per document: McNemar's exact test itself (and statsmodels')
+    x = [True] * 7 + [False] * 3 + [True] * 5 + [False] * 5
+    y = [False] * 7 + [True] * 3 + [True] * 5 + [False] * 5
+    one = stats.document_mcnemar(x, y)
+    assert one["test"] == "McNemar exact" and one["p_value"] == stats.mcnemar_exact(x, y)["p_value"]
+    contingency = pytest.importorskip("statsmodels.stats.contingency_tables")
+    assert one["p_value"] == pytest.approx(contingency.mcnemar([[5, 7], [3, 5]], exact=True).pvalue, abs=boost)
+
+
+def test_poisson_binomial_against_enumeration_and_the_binomial():
+    from scipy.stats import binom
+
+    probs = np.array([0.1, 0.5, 0.25, 0.9, 0.6])
+    exact = np.zeros(6)
+    for outcome in itertools.product([0, 1], repeat=5):  # all 32 outcomes by brute force
+        exact[sum(outcome)] += np.prod(np.where(np.array(outcome) == 1, probs, 1 - probs))
+    out = stats.poisson_binomial(probs, observed=1)
+    # each value is a sum of <= 10 products of 5 factors: <= 15 roundings of numbers <= 1
+    tol = rounding(15, U64)
+    assert out["p_at_most"] == pytest.approx(exact[:2].sum(), abs=tol)
+    assert out["p_at_least"] == pytest.approx(exact[1:].sum(), abs=tol)
+    assert out["p_value"] == pytest.approx(2 * exact[:2].sum(), abs=2 * tol)
+    assert out["expected"] == pytest.approx(2.35, abs=tol) and out["n"] == 5
+    # equal probabilities: the binomial (scipy's Boost tails, see the McNemar test's tolerance)
+    equal = stats.poisson_binomial([0.127] * 32, observed=3)
+    assert equal["p_at_most"] == pytest.approx(binom.cdf(3, 32, 0.127), abs=1e-12)
+    # the issue's reading: 3 of 32 windows verbatim against a 12.7 % baseline is not "below" it (P(X <= 3) = 0.41)
+    assert round(equal["p_at_most"], 2) == 0.41 and equal["p_value"] > 0.5
+
+
+def _logistic_data(n_clusters: int, seed: int):
+    """Targets (clusters) measured at 3 sizes each: exposures and size raise the chance, a per-target effect
+    correlates a target's outcomes."""
+    rng = np.random.default_rng(seed)
+    exposures = rng.choice([1.0, 2.0, 3.0, 4.0], size=n_clusters)
+    effect = rng.normal(0, 1.0, n_clusters)
+    rows, y, clusters, strata = [], [], [], []
+    for c in range(n_clusters):
+        for size in (0.0, 0.5, 1.0):
+            p = 1 / (1 + math.exp(-(-3.0 + 1.0 * exposures[c] + 1.5 * size + effect[c])))
+            rows.append([1.0, exposures[c], size])
+            y.append(float(rng.random() < p))
+            clusters.append(c)
+            strata.append(exposures[c])
+    return np.array(rows), np.array(y), clusters, strata
+
+
+def test_logistic_regression_matches_statsmodels_and_firth_maximises_the_penalised_likelihood():
+    sm = pytest.importorskip("statsmodels.api")
+    from scipy.optimize import minimize
+
+    x, y, clusters, _ = _logistic_data(200, 1)
+    plain = stats.logistic_batch(x, y[None, :], np.ones(len(y)), firth=False)[0]
+    ref = sm.Logit(y, x).fit(disp=0, tol=1e-12, maxiter=200)
+    # both are Newton's method to a gradient of ~1e-10 on a well-conditioned problem (600 rows, coefficients ~1):
+    # the coefficients agree to about that gradient times the inverse information (<= 1 here), far inside 1e-8
+    assert plain == pytest.approx(ref.params, abs=1e-8)
+    firth = stats.logistic_batch(x, y[None, :], np.ones(len(y)), firth=True)[0]
+
+    def penalised(beta):  # -(log-likelihood + 1/2 log det I): Firth's objective, a second implementation
+        z = x @ beta
+        p = 1 / (1 + np.exp(-z))
+        info = x.T @ ((p * (1 - p))[:, None] * x)
+        return -(np.sum(y * z - np.logaddexp(0, z)) + 0.5 * np.linalg.slogdet(info)[1])
+
+    best = minimize(penalised, plain, method="BFGS", options={"gtol": 1e-10}).x
+    # BFGS stops at a gradient of 1e-10; the penalised information is ~ that of the data (eigenvalues >= 10 here)
+    assert firth == pytest.approx(best, abs=1e-6)
+    assert np.all(np.abs(firth[1:]) < np.abs(plain[1:]))  # Firth shrinks towards 0 (bias reduction)
+
+
+def test_clustered_logistic_bootstrap_agrees_with_the_cluster_robust_standard_error():
+    sm = pytest.importorskip("statsmodels.api")
+    x, y, clusters, strata = _logistic_data(400, 2)
+    found = stats.clustered_logistic(x, y, clusters, None, ["a", "b", "c"], n_bootstrap=1000, seed=3, firth=False)
+    robust = sm.GLM(y, x, family=sm.families.Binomial()).fit(cov_type="cluster",
+                                                              cov_kwds={"groups": np.array(clusters)})
+    # two estimates of one standard error: the bootstrap's (B = 1000: a relative sampling error of 1/sqrt(2B) =
+    # 2.2 %) and the sandwich (its own finite-sample error with 400 clusters, ~1/sqrt(400) = 5 %): 4 of the two
+    # combined errors is 22 %
+    for j, name in enumerate(["a", "b", "c"]):
+        assert found["se"][name] == pytest.approx(robust.bse[j], rel=0.22)
+        assert found["ci_low"][name] < found["coef"][name] < found["ci_high"][name]
+    # ignoring the clusters misstates the errors: it understates that of a target's exposures (the same for all its
+    # rows, whose outcomes are correlated) and overstates that of the size, which varies within a target (a paired
+    # comparison), as the sandwich does too
+    naive = stats.clustered_logistic(x, y, list(range(len(y))), None, ["a", "b", "c"], n_bootstrap=1000, seed=3,
+                                     firth=False)
+    assert naive["se"]["b"] < found["se"]["b"] and naive["se"]["c"] > found["se"]["c"]
+    # derived quantities get the same percentile interval; stratified resampling keeps each stratum's size
+    ratio = stats.clustered_logistic(x, y, clusters, strata, ["a", "b", "c"], {"c/b": lambda b: b[:, 2] / b[:, 1]},
+                                     n_bootstrap=200, seed=4)
+    d = ratio["derived"]["c/b"]
+    assert d["value"] == pytest.approx(ratio["coef"]["c"] / ratio["coef"]["b"], rel=rounding(2, U64))
+    assert d["ci_low"] < d["value"] < d["ci_high"]
+
+
+def test_clustered_logistic_is_finite_under_separation():
+    # every target at exposure 3 and 4 extracted, none at 1 and 2: plain maximum likelihood diverges, Firth's not
+    x = np.array([[1.0, e, s] for e in (1, 2, 3, 4) for s in (0.0, 1.0) for _ in range(4)])
+    y = (x[:, 1] >= 3).astype(float)
+    out = stats.clustered_logistic(x, y, list(range(len(y))), None, ["a", "b", "c"], n_bootstrap=50, seed=0)
+    assert all(math.isfinite(v) for v in out["coef"].values()) and out["coef"]["b"] > 0
+    assert out["n_events"] == 16 and out["n_rows"] == 32
+
+
+def test_minimum_detectable_effect_and_the_standard_error_of_an_interval():
+    # (1.959964 + 0.841621) x SE, the textbook 2.80 for a two-sided 5 % test at 80 % power
+    assert stats.minimum_detectable_effect(1.0) == pytest.approx(2.801585, abs=1e-6)
+    assert stats.minimum_detectable_effect(0.5, power=0.5) == pytest.approx(0.5 * 1.959964, abs=1e-6)
+    assert stats.se_from_interval(-1.96, 1.96) == 1.0 and stats.minimum_detectable_effect(None) is None
+
+
+def test_pooled_paired_auc_difference_averages_groups_and_tests_equivalence():
+    rng = np.random.default_rng(6)
+    groups = []
+    for _ in range(3):
+        am, an = rng.normal(1, 1, 40), rng.normal(0, 1, 60)
+        groups.append((am, an, am + rng.normal(0, 0.3, 40), an + rng.normal(0, 0.3, 60)))
+    out = stats.pooled_paired_auc_difference(groups, n_bootstrap=400, seed=1, margin=0.05)
+    single = [stats.paired_auc_difference(*g, n_bootstrap=0)["diff"] for g in groups]
+    assert out["diff"] == pytest.approx(float(np.mean(single)), abs=rounding(3, U64))
+    assert out["n_groups"] == 3 and out["ci90_low"] >= out["ci_low"] and out["ci90_high"] <= out["ci_high"]
+    assert out["equivalent"] == (-0.05 < out["ci90_low"] and out["ci90_high"] < 0.05)
+    # identical arms: every resample's difference is 0 -> equivalent at any margin, TOST p 0
+    same = stats.pooled_paired_auc_difference([(g[0], g[1], g[0], g[1]) for g in groups], 100, 0, margin=0.01)
+    assert same["diff"] == 0.0 and same["equivalent"] and same["tost_p"] == 0.0
+    # a large difference is not equivalent, and its 95 % interval excludes 0
+    far = stats.pooled_paired_auc_difference([(g[0] + 3, g[1], g[0], g[1]) for g in groups], 200, 0, margin=0.05)
+    assert not far["equivalent"] and far["ci_low"] > 0.05
+
+
+def test_set_prediction_by_hand():
+    predicted = [True, True, True, False, False, False]
+    actual = [True, True, False, True, False, False]
+    out = stats.set_prediction(predicted, actual)
+    assert (out["predicted"], out["actual"], out["both"]) == (3, 3, 2)
+    assert out["precision"]["rate"] == 2 / 3 and out["recall"]["rate"] == 2 / 3
+    assert (out["precision"]["low"], out["precision"]["high"]) == stats.wilson_interval(2, 3)
