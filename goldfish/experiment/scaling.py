@@ -18,9 +18,16 @@ The log-linear fit ``rate = a + b log10(params)`` is made per arm and stratum on
 The exposure threshold (a fixed exposure count floors; the count at which targets become extractable does not):
 
 * ``e50`` per (arm, size): the exposures at which half of the targets are extracted, from a logistic fit of exact
-  match on log2 of the exposures actually read (``goldfish.eval.threshold``), with a bootstrap CI over targets;
-* ``e50_fits`` per arm: ``log10 E50 = a + b log10(params)`` over the from-scratch sizes whose E50 lies inside the
-  tested exposures (a pretrained model, ``base_model``, is shown but never fitted), with the slope's standard error;
+  match on log2 of the exposures actually read (``goldfish.eval.threshold``), with its profile-likelihood interval
+  (or, where the strata separate, the identified range between them, flagged);
+* ``size_model`` per arm (:func:`size_model`): ONE logistic regression of every target's exact match on log2
+  exposures read and log10 parameters over the from-scratch sizes (a pretrained model, ``base_model``, is shown
+  but never fitted), targets as clusters (a target is measured at every size of its seed), intervals from a cluster
+  bootstrap within seed x stratum (``goldfish.eval.stats.clustered_logistic``): its size coefficient, the E50
+  elasticity d log10 E50 / d log10 params = -log10(2) c / b it implies and the model's E50 per size, each with a
+  95 % interval, and the size coefficient of each seed alone -- in place of a line through per-size E50 points
+  (which ignores their intervals and moves with each point's place inside its identified range);
+* ``by_cell`` per (arm, size): each cell's (seed's) exact-match counts per stratum, beside the pooled ones;
 * ``canaries`` per (arm, size): the Secret-Sharer exposure of the canaries per stratum (``goldfish.eval.canaries``),
   a continuous measure that never floors, with a bootstrap CI over canaries.
 """
@@ -33,9 +40,11 @@ from typing import Any
 
 import numpy as np
 
-from goldfish.eval.stats import cluster_bootstrap_mean, loglinear_fit, wilson_interval
+from goldfish.eval.stats import cluster_bootstrap_mean, clustered_logistic, loglinear_fit, wilson_interval
 from goldfish.eval.threshold import e50
 
+from ..io import read_json
+from .plan import CellPlan
 from .summary import CellSummary
 
 MIN_FIT_POINTS = 3
@@ -111,7 +120,9 @@ def size_analysis(cells: list[CellSummary], axes: list[str]) -> dict | None:
             for r, g in gaps.items():
                 strata.setdefault(str(r), {})["loss_gap" if split is None else f"loss_gap_{split}"] = g
         exposures = [c.exposures for c in group if c.exposures]
-        rows.append({"arm": arm, "size": size, "params": group[0].params, "cells": len(group),
+        by_cell = [{"cell": c.cell, "values": {a: c.values.get(a) for a in axes if a != SIZE_AXIS},
+                    "strata": {str(r): list(kn) for r, kn in sorted(_pool([c]).items())}} for c in group]
+        rows.append({"arm": arm, "size": size, "params": group[0].params, "cells": len(group), "by_cell": by_cell,
                      "heldout_loss": float(np.mean(held)) if held else None,
                      "heldout_loss_sd": float(np.std(held, ddof=1)) if len(held) > 1 else None,
                      "tokens_seen": group[0].tokens_seen, "strata": strata,
@@ -120,7 +131,7 @@ def size_analysis(cells: list[CellSummary], axes: list[str]) -> dict | None:
                      "pretrained": any(c.start_model for c in group),
                      "e50": group_e50(group) if arm != "control" else None,
                      "canaries": canary_strata(group)})
-    return {"rows": rows, "fits": _fits(rows), "e50_fits": e50_fits(rows)}
+    return {"rows": rows, "fits": _fits(rows)}
 
 
 def _fits(rows: list[dict]) -> list[dict]:
@@ -163,7 +174,7 @@ def _reads(cell: CellSummary, label: str) -> float | None:
     return None if not lo_hi else (lo_hi[0] + lo_hi[1]) / 2
 
 
-def group_e50(cells: list[CellSummary], n_bootstrap: int = 1000, seed: int = 0) -> dict | None:
+def group_e50(cells: list[CellSummary]) -> dict | None:
     """E50 of an (arm, size) group (``goldfish.eval.threshold.e50``) on the exact-match counts of its cells'
     windows at their first prefix length, pooled by the exposures actually read (not the labels); None without
     two exposure values read."""
@@ -181,7 +192,7 @@ def group_e50(cells: list[CellSummary], n_bootstrap: int = 1000, seed: int = 0) 
     if len(pooled) < 2:
         return None
     xs = sorted(pooled)
-    found = e50(xs, [pooled[x][0] for x in xs], [pooled[x][1] for x in xs], n_bootstrap, seed)
+    found = e50(xs, [pooled[x][0] for x in xs], [pooled[x][1] for x in xs])
     return {**found, "prefix_len": prefix,
             "exact_reads": all(len({*(c.exposures or {}).get(k, [0])}) == 1 for c in cells
                                for k in (c.exposures or {}))}
@@ -209,20 +220,73 @@ def canary_strata(cells: list[CellSummary], n_bootstrap: int = 1000, seed: int =
     return out
 
 
-def e50_fits(rows: list[dict]) -> list[dict]:
-    """Per arm: ``log10 E50 = a + b log10 params`` over the from-scratch sizes whose E50 lies inside the tested
-    exposures (>= ``MIN_FIT_POINTS`` of them), with the slope's standard error; otherwise why not."""
-    fits = []
-    for arm in dict.fromkeys(r["arm"] for r in rows if r["arm"] != "control"):
-        scratch = [r for r in rows if r["arm"] == arm and not r.get("pretrained") and r.get("params")]
-        inside = sorted((r["params"], r["e50"]["e50"]) for r in scratch
-                        if (r.get("e50") or {}).get("status") == "interior")
-        entry = {"arm": arm, "sizes": len(scratch), "interior": len(inside),
-                 "censored": [r["size"] for r in scratch if (r.get("e50") or {}).get("status") != "interior"]}
-        if len(inside) >= MIN_FIT_POINTS:
-            entry.update(loglinear_fit([p for p, _ in inside], [math.log10(e) for _, e in inside]))
-        else:
-            entry["why_not"] = (f"{len(inside)} of {len(scratch)} sizes have E50 inside the tested exposures (need "
-                                f"{MIN_FIT_POINTS}): no fit")
-        fits.append(entry)
-    return fits
+def _windows(plan: CellPlan) -> list[dict]:
+    """The member windows of a cell's eval results at the first prefix length it evaluated."""
+    results = read_json(plan.results_file) if plan.results_file.is_file() else {}
+    members = [w for w in results.get("windows") or [] if w.get("split") in (None, "members")]
+    first = min((w["prefix_len"] for w in members if w.get("prefix_len") is not None), default=None)
+    return [w for w in members if w.get("prefix_len") == first]
+
+
+def _elasticity(beta: np.ndarray) -> np.ndarray:
+    """d log10 E50 / d log10 params = -log10(2) c / b of (B, 3) coefficients [a, b (log2 exposures), c (log10
+    params)]: log2 E50 = -(a + c log10 N) / b; NaN where b <= 0 (no threshold)."""
+    b = np.where(beta[:, 1] > 0, beta[:, 1], np.nan)
+    return -math.log10(2.0) * beta[:, 2] / b
+
+
+def _e50_at(params: float):
+    """(B, 3) coefficients -> (B,) E50 the model implies at ``params`` parameters."""
+    def fn(beta: np.ndarray) -> np.ndarray:
+        b = np.where(beta[:, 1] > 0, beta[:, 1], np.nan)
+        return 2.0 ** (-(beta[:, 0] + beta[:, 2] * math.log10(params)) / b)
+    return fn
+
+
+def size_model(plans: list[CellPlan], cells: list[CellSummary], n_bootstrap: int = 1000,
+               seed: int = 0) -> list[dict]:
+    """Per arm (not the control): ``logit P(exact) = a + b log2(exposures read) + c log10(params)`` over every member
+    window (first prefix length) of its from-scratch cells (``plans`` and their summaries ``cells``, aligned), one
+    row per target and size; a target is a cluster (the prepared folder -- its seed's split -- and its document id),
+    resampled with all its sizes, within its seed and stratum (``goldfish.eval.stats.clustered_logistic``).
+
+    Returns per arm ``{arm, sizes, cells, n_rows, n_events, n_clusters, coef, ci_low, ci_high, se, derived
+    (elasticity and e50 per size: {value, ci_low, ci_high}), by_split: [{split, cells, coef, ci_low, ci_high}],
+    method}``, or ``{arm, why_not}`` where the model is not identified (no extraction, every target extracted, or
+    one size)."""
+    out = []
+    for arm in dict.fromkeys(c.arm for c in cells if c.arm != "control"):
+        design, y, clusters, strata, splits, sizes = [], [], [], [], [], {}
+        for plan, cell in zip(plans, cells):
+            if cell.arm != arm or cell.start_model or not cell.params:
+                continue
+            sizes[str(cell.values.get(SIZE_AXIS))] = cell.params
+            for w in _windows(plan):
+                reads = _reads(cell, str(w.get("repetitions")))
+                if not reads:
+                    continue
+                design.append([1.0, math.log2(reads), math.log10(cell.params)])
+                y.append(float(bool(w.get("exact_match"))))
+                clusters.append((str(plan.data_dir), w.get("doc_id")))
+                strata.append((str(plan.data_dir), w.get("repetitions")))
+                splits.append(str(plan.data_dir))
+        entry: dict[str, Any] = {"arm": arm, "sizes": sizes, "n_rows": len(y), "n_events": int(sum(y))}
+        if len(sizes) < 2 or not y or 0 < sum(y) == len(y) or not sum(y):
+            entry["why_not"] = (f"{len(sizes)} from-scratch size(s)" if len(sizes) < 2 else
+                                f"{int(sum(y))} of {len(y)} target windows extracted: the model is not identified")
+            out.append(entry)
+            continue
+        names = ["intercept", "log2_exposures", "log10_params"]
+        derived = {"e50_elasticity": _elasticity, **{f"e50_{s}": _e50_at(p) for s, p in sizes.items()}}
+        x, yy = np.asarray(design), np.asarray(y)
+        entry.update(clustered_logistic(x, yy, clusters, strata, names, derived, n_bootstrap, seed))
+        entry["by_split"] = []
+        for split in dict.fromkeys(splits):
+            rows = [i for i, s in enumerate(splits) if s == split]
+            if 0 < yy[rows].sum() < len(rows):
+                found = clustered_logistic(x[rows], yy[rows], [clusters[i] for i in rows], [strata[i] for i in rows],
+                                           names, None, n_bootstrap, seed)
+                entry["by_split"].append({"split": split.rsplit("/", 1)[-1], **{k: found[k][names[2]] for k in
+                                                                               ("coef", "ci_low", "ci_high")}})
+        out.append(entry)
+    return out

@@ -13,7 +13,7 @@ from typing import Any
 from goldfish.eval.tables import markdown_section, markdown_table, pct
 
 from ...data import load_prepared
-from ..scaling import MIN_FIT_POINTS, size_analysis
+from ..scaling import MIN_FIT_POINTS, size_analysis, size_model
 from ..summary import CellSummary, Study
 
 
@@ -37,11 +37,13 @@ def target_share(data_dir: Path) -> dict[str, Any]:
 
 def compute(study: Study) -> dict:
     """``scaling``: :func:`goldfish.experiment.scaling.size_analysis` of the cells that count (without the tuning
-    cells at values that were not chosen) and the targets' share of each prepared folder; None without a size
-    axis."""
-    scaling = size_analysis([c for c in study.cells if not _tuning_only(c, study.tune)], study.axes)
+    cells at values that were not chosen), the targets' share of each prepared folder and the joint model of the
+    size effect (:func:`goldfish.experiment.scaling.size_model`); None without a size axis."""
+    counted = [(p, c) for p, c in zip(study.done, study.cells) if not _tuning_only(c, study.tune)]
+    scaling = size_analysis([c for _, c in counted], study.axes)
     if scaling is not None:
         scaling["data"] = {str(d): target_share(d) for d in dict.fromkeys(p.data_dir for p in study.done)}
+        scaling["size_model"] = size_model([p for p, _ in counted], [c for _, c in counted])
     return {"scaling": scaling}
 
 
@@ -65,6 +67,12 @@ def _split_gap_table(rows: list[dict], strata: list[int]) -> list[str]:
             "trains on its dropped positions: a dropped gap near 0 with a positive kept gap is the mask working; "
             "a dropped gap above 0 is what it learnt of those tokens from their context.", "",
             markdown_table(["arm", "size"] + [f"x{s}: kept / dropped" for s in strata], table)]
+
+
+def per_cell(row: dict, stratum: int) -> str:
+    """``: 3+5`` -- each cell's (seed's) extracted targets in a stratum, where the row pools several cells."""
+    counts = [(c["strata"].get(str(stratum)) or [None])[0] for c in row.get("by_cell") or []]
+    return f": {'+'.join('-' if k is None else str(k) for k in counts)}" if len(counts) > 1 else ""
 
 
 def scaling_markdown(results: dict) -> str | None:
@@ -109,13 +117,14 @@ def scaling_markdown(results: dict) -> str | None:
         for s in strata:
             v = r["strata"].get(str(s)) or {}
             cols.append(f"{pct(v.get('rate'))} [{pct(v.get('low'))}, {pct(v.get('high'))}] ({v.get('exact')}/"
-                        f"{v.get('n')})" if v.get("n") else "-")
+                        f"{v.get('n')}{per_cell(r, s)})" if v.get("n") else "-")
         for s in strata:
             g = (r["strata"].get(str(s)) or {}).get("loss_gap")
             cols.append(f"{g['gap']:+.3f} [{g['low']:+.3f}, {g['high']:+.3f}]" if g else "-")
         rows.append(cols)
     lines += ["", markdown_table(header, rows), "",
-              "Exact match pooled over each row's cells (seeds), Wilson 95 % interval. Loss gap: per target, the "
+              "Exact match pooled over each row's cells (seeds), Wilson 95 % interval, with each cell's count after "
+              "the colon in grid order (k/n: a+b = the first cell + the second, e.g. seed 0 + seed 1). Loss gap: per target, the "
               "control's NLL minus the arm's (nats/token), less the same difference on the nonmembers, paired with "
               "the control of the same size and seed that trained on the background alone; > 0 = the arm learnt "
               "these texts beyond what training teaches about unseen text of the same kind (95 % bootstrap "

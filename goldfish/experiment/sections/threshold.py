@@ -1,9 +1,13 @@
 """The exposure threshold of a size sweep: E50 per size and arm (a logistic fit of exact match on log2 exposures
-read, :func:`goldfish.experiment.scaling.group_e50`), the log-log fit of E50 over parameters, and the canaries'
-Secret-Sharer exposure per stratum (computed into the ``scaling`` block by :mod:`goldfish.experiment.sections.size`).
+read with its profile-likelihood interval, or the identified range where the strata separate,
+:func:`goldfish.experiment.scaling.group_e50`), the joint model of the size effect (one logistic regression on log2
+exposures and log10 parameters, :func:`goldfish.experiment.scaling.size_model`), and the canaries' Secret-Sharer
+exposure per stratum (computed into the ``scaling`` block by :mod:`goldfish.experiment.sections.size`).
 """
 
 from __future__ import annotations
+
+import math
 
 from goldfish.eval.tables import markdown_section, markdown_table
 
@@ -15,7 +19,7 @@ def compute(study: Study) -> dict:
 
 
 def _e50_text(e: dict | None) -> str:
-    """``12.3 [8.1, 20.5]``, with censored values as ``> 128`` / ``< 2``."""
+    """``12.3 [8.1, 20.5]``; censored values as ``> 128`` / ``< 2``; a separation as ``16-64 (identified) [16, 64]``."""
     if not e:
         return "-"
     top = max(s["exposures"] for s in e["strata"])
@@ -28,34 +32,82 @@ def _e50_text(e: dict | None) -> str:
             return f"< {bottom:g}"
         return "-" if value is None else f"{value:.3g}"
 
-    return f"{one(e['e50'], e['status'])} [{one(e['low'], e['low_status'])}, {one(e['high'], e['high_status'])}]"
+    if e["status"] == "separated":
+        point = f"{e['identified'][0]:g}-{e['identified'][1]:g} (identified)"
+    else:
+        point = one(e["e50"], e["status"]) + (" (quasi-separated)" if e.get("separation") == "quasi" else "")
+    return f"{point} [{one(e['low'], e['low_status'])}, {one(e['high'], e['high_status'])}]"
+
+
+def _ci(entry: dict, name: str, digits: str = ".2f", sign: bool = False) -> str:
+    value, low, high = entry["coef"][name], entry["ci_low"].get(name), entry["ci_high"].get(name)
+    f = ("+" if sign else "") + digits
+    return f"{value:{f}} [{low:{f}}, {high:{f}}]" if low is not None else f"{value:{f}}"
+
+
+def _derived(d: dict | None, digits: str = ".3g", sign: bool = False) -> str:
+    if not d or d.get("value") is None or not math.isfinite(d["value"]):
+        return "-"
+    f = ("+" if sign else "") + digits
+    ends = "" if d.get("ci_low") is None else f" [{d['ci_low']:{f}}, {d['ci_high']:{f}}]"
+    return f"{d['value']:{f}}{ends}"
+
+
+def size_model_markdown(models: list[dict]) -> list[str]:
+    """The joint model's table: per arm its coefficients with cluster-bootstrap intervals, the E50 elasticity and
+    the size coefficient per seed; and the model's E50 per size."""
+    if not models:
+        return []
+    rows, e50_rows = [], []
+    for m in models:
+        if "why_not" in m:
+            rows.append([m["arm"], f"{m['n_events']}/{m['n_rows']}", m["why_not"], "-", "-", "-"])
+            continue
+        splits = ", ".join(f"{s['coef']:+.2f} [{s['ci_low']:+.2f}, {s['ci_high']:+.2f}]" for s in m["by_split"])
+        rows.append([m["arm"], f"{m['n_events']}/{m['n_rows']} ({m['n_clusters']} targets)",
+                     _ci(m, "log10_params", sign=True), _ci(m, "log2_exposures"),
+                     _derived(m["derived"].get("e50_elasticity"), ".2f", sign=True), splits or "-"])
+        e50_rows.append([m["arm"]] + [_derived(m["derived"].get(f"e50_{s}")) for s in m["sizes"]])
+    sizes = list(dict.fromkeys(s for m in models if "why_not" not in m for s in m["sizes"]))
+    lines = ["", "The size effect in ONE model: logit P(exact) = a + b log2(exposures read) + c log10(params), fitted "
+             "to every target window of the from-scratch sizes (Firth-penalised), with 95 % intervals from a cluster "
+             "bootstrap that resamples targets (each with all its sizes) within seed x stratum. c > 0: a larger "
+             "model extracts more at the same exposures. The E50 elasticity -log10(2) c / b is d log10 E50 / d "
+             "log10 params (< 0: larger models need fewer exposures). Per seed: c fitted to that seed's targets "
+             "alone. The intervals resample targets: they hold the targets' variation, and the training runs' "
+             "only through the seeds' agreement.", "",
+             markdown_table(["arm", "extracted / target windows", "c: size (logit per 10x params)",
+                             "b: exposures (logit per doubling)", "E50 elasticity", "c per seed"], rows)]
+    if e50_rows:
+        lines += ["", "E50 the joint model implies per size [95 % cluster-bootstrap interval]:", "",
+                  markdown_table(["arm"] + sizes, e50_rows)]
+    return lines
 
 
 def threshold_markdown(results: dict) -> str | None:
-    """The report's section on the exposure threshold E50 (per size and arm, the log-log fit over sizes) and the
-    canaries' Secret-Sharer exposure; None when no row has either."""
-    rows = (results.get("scaling") or {}).get("rows") or []
+    """The report's section on the exposure threshold E50 (per size and arm, the joint model of the size effect)
+    and the canaries' Secret-Sharer exposure; None when no row has either."""
+    scaling = results.get("scaling") or {}
+    rows = scaling.get("rows") or []
     if not any(r.get("e50") or r.get("canaries") for r in rows):
         return None
     ordered = sorted(rows, key=lambda r: (r["arm"] != "control", r["arm"], r.get("pretrained", False),
                                           r["params"] or 0))
     lines = ["E50: the exposures at which half of the targets are extracted (exact match), from a logistic fit of "
-             "exact match on log2 exposures read (Firth-penalised; 95 % percentile bootstrap over targets within "
-             "strata); censored as > max / < min where the fitted rate stays below / above one half over the "
-             "tested exposures.", ""]
+             "exact match on log2 exposures read, with its 95 % profile-likelihood interval (the slope profiled "
+             "out, separation included). Where the strata separate (none extracted up to one stratum, all from the "
+             "next) the data identify E50 only as the range between them: shown as `a-b (identified)`, never as a "
+             "point; `quasi-separated`: one mixed stratum between separated ones, whose exposure is then the "
+             "estimate. Censored as > max / < min where the rate stays below / above one half over the tested "
+             "exposures.", ""]
     table = [[r["arm"], r["size"] + (" (pretrained)" if r.get("pretrained") else ""),
               f"{(r['params'] or 0) / 1e6:.2f} M", _e50_text(r.get("e50")),
-              "-" if not r.get("e50") else f"{r['e50']['slope']:.2f} +- {r['e50']['slope_se']:.2f}",
+              "-" if not r.get("e50") else " / ".join(f"{s['extracted']}" for s in r["e50"]["strata"]),
               "-" if not r.get("e50") else str(r["e50"]["n_targets"])]
              for r in ordered if r["arm"] != "control"]
-    lines += [markdown_table(["arm", "size", "params", "E50 [95 % CI]", "logistic slope per doubling",
-                              "targets"], table), ""]
-    fits = (results.get("scaling") or {}).get("e50_fits") or []
-    fit_rows = [[f["arm"], str(f["interior"]), f"{f['slope']:+.2f} +- {f['slope_se']:.2f} (10^{f['intercept']:.2f} "
-                 "at 1 parameter)" if "slope" in f else f["why_not"]] for f in fits]
-    lines += ["Log-log fit of E50 vs parameters (from-scratch sizes with E50 inside the tested exposures; a "
-              "pretrained model is shown, never fitted); slope +- standard error (< 0: larger models need fewer "
-              "exposures):", "", markdown_table(["arm", "sizes fitted", "d log10 E50 / d log10 params"], fit_rows)]
+    lines.append(markdown_table(["arm", "size", "params", "E50 [95 % CI]", "extracted per stratum", "targets"],
+                                table))
+    lines += size_model_markdown(scaling.get("size_model") or [])
     lines += canary_markdown(ordered)
     return "\n".join(lines)
 
