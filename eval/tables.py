@@ -195,3 +195,13 @@ def did_text(d: Mapping | None, kind: str = "") -> str:
 def prefix_text(p: Any) -> str:
     """A prefix length as a table shows it: ``prefix 32``, or ``all`` (-1: all but the suffix)."""
     return "all" if p == -1 else f"prefix {p}"
+
+
+def mcnemar_text(em: Mapping) -> str:
+    """``4 vs 0 discordant documents (8 vs 0 windows; p 0.125)`` of a document-level McNemar result
+    (``goldfish.eval.stats.document_mcnemar``); ``4 vs 0 discordant (p 0.125)`` with one window per document (and
+    for an older result without the document counts)."""
+    if em.get("test") == "document sign test":
+        return (f"{em['a_only_documents']} vs {em['b_only_documents']} discordant documents ({em['a_only']} vs "
+                f"{em['b_only']} windows; p {p_text(em['p_value'])})")
+    return f"{em['a_only']} vs {em['b_only']} discordant (p {p_text(em['p_value'])})"

@@ -222,3 +222,18 @@ def test_an_axis_tuned_per_the_compared_axis_pairs_each_size_with_the_reference_
     assert t["exact_match"]["p_value"] == pytest.approx(0.25, abs=U64)
     assert "lr" not in t  # the free axis is not a column of the record
     assert axis_tests(plans, ["size", "lr", "seed"], "size", "small", pool=["seed"]) == []
+
+
+def test_windows_of_one_document_are_tested_as_one_document():
+    # the case: 4 documents with two placements each, a verbatim on all 8 windows and b on none; McNemar
+    # over windows said p = 2 / 2^8 = 0.0078, over documents it is 2 / 2^4 = 0.125 (binomial tails from Boost:
+    # see tests/test_eval_stats.py)
+    a = {"windows": [_window(f"d{i // 2}", f"s{i}", True, 1.0, 1.0) for i in range(8)], "attacks": {}}
+    b = {"windows": [_window(f"d{i // 2}", f"s{i}", False, 0.5, 0.5) for i in range(8)], "attacks": {}}
+    found = compare(a, b, "loss")
+    em = found["exact_match"]
+    assert (found["n_windows"], found["n_documents"]) == (8, 4)
+    assert (em["a_only"], em["a_only_documents"], em["b_only_documents"]) == (8, 4, 0)
+    assert em["p_value"] == pytest.approx(0.125, abs=1e-12) and em["test"] == "document sign test"
+    text = "\n".join(paired_markdown([{"a": "standard", "b": "goldfish", **found}], []))
+    assert "4 vs 0 discordant documents (8 vs 0 windows; p 0.125)" in text

@@ -18,7 +18,8 @@ cells that differ only in ``compare.pool`` axes (e.g. seeds) pooled.
 Between arms (:func:`paired_tests`, into ``results.json`` and ``summary.json`` as ``paired``): in each grid point
 (cells with the same axis values and data), every later non-control arm against every earlier one (e.g. Goldfish vs
 standard), then every arm against the control; windows matched by their sha256 and documents by their id, never by
-position: exact match by McNemar's exact test, ROUGE-L (rouge-score and token ids) by a paired bootstrap over
+position: exact match by McNemar's test over documents (the exact sign test of each document's difference in verbatim
+windows; McNemar's exact test with one window per document), ROUGE-L (rouge-score and token ids) by a paired bootstrap over
 documents, and the AUC difference of the headline attack by a paired bootstrap of member and nonmember documents.
 """
 
@@ -113,12 +114,13 @@ def _nan(values: list) -> list[float]:
 
 def window_tests(wa: Sequence[dict], wb: Sequence[dict], seed: int = 0) -> dict[str, Any]:
     """Paired tests of matched windows (``wa[i]`` and ``wb[i]``: one window of one document): ``n_windows``,
-    ``n_documents``, ``exact_match`` (McNemar exact), ``rouge_l_paper`` / ``rouge_l`` (paired bootstrap resampling
-    documents)."""
+    ``n_documents``, ``exact_match`` (McNemar's test over documents, :func:`goldfish.eval.stats.document_mcnemar`:
+    windows of one document -- placements, prefix lengths, the same text a target in several pooled cells -- are
+    one cluster), ``rouge_l_paper`` / ``rouge_l`` (paired bootstrap resampling documents)."""
     docs = [w.get("doc_id") for w in wa]
     out: dict[str, Any] = {"n_windows": len(wa), "n_documents": len(set(docs)),
-                           "exact_match": stats.mcnemar_exact([bool(w.get("exact_match")) for w in wa],
-                                                              [bool(w.get("exact_match")) for w in wb])}
+                           "exact_match": stats.document_mcnemar([bool(w.get("exact_match")) for w in wa],
+                                                                 [bool(w.get("exact_match")) for w in wb], docs)}
     for name in EXTRACTION[1:]:
         pairs = [(x[name], y[name], d) for x, y, d in zip(wa, wb, docs)
                  if x.get(name) is not None and y.get(name) is not None]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from goldfish.eval.tables import bootstrap_text, markdown_table, num, p_text
+from goldfish.eval.tables import bootstrap_text, markdown_table, mcnemar_text, num
 
 from ..inference import EXTRACTION, axis_tests
 from ..summary import Study
@@ -35,16 +35,17 @@ def axis_markdown(tests: Sequence[dict], pool: Sequence[str]) -> list[str]:
         em = t["exact_match"]
         rows.append([t["arm"], str(t["value"]), *(str(t.get(k)) for k in others), str(t["repetitions"]),
                      f"{t['n_windows']} ({t['n_documents']})",
-                     f"{num(em['a_rate'], True)} / {num(em['b_rate'], True)}; {em['a_only']} vs {em['b_only']} "
-                     f"(p {p_text(em['p_value'])})", bootstrap_text(t.get("rouge_l_paper"))])
+                     f"{num(em['a_rate'], True)} / {num(em['b_rate'], True)}; {mcnemar_text(em)}",
+                     bootstrap_text(t.get("rouge_l_paper"))])
     pooled = f", pooled over {', '.join(pool)}" if pool else ""
     return [f"## Paired against {t0['axis']}={t0['reference']} (same arm{pooled}, the same target windows)", "",
             markdown_table(["arm", t0["axis"], *others, "repetitions", "windows (documents)",
-                            f"exact match value / {t0['reference']}; discordant, McNemar exact",
+                            f"exact match value / {t0['reference']}; discordant, McNemar over documents",
                             f"ROUGE-L rouge-score value / {t0['reference']}, difference [95 % CI] (p)"], rows), "",
             f"Each cell against the cell of the same arm and other settings at {t0['axis']}={t0['reference']}, "
             "windows matched by their sha256 (the same targets, evaluated unedited), per repetition stratum and over "
-            "all. Exact match: McNemar's exact test; ROUGE-L: paired bootstrap resampling documents (a document "
+            "all. Exact match: McNemar's exact test over documents (a sign test of each document's difference where it "
+            "has several windows); ROUGE-L: paired bootstrap resampling documents (a document "
             "that is a target in several pooled cells is one cluster).", ""]
 
 
