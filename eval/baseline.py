@@ -20,6 +20,17 @@ dropped target at all and are exact whenever the kept tokens are).
 own mask dropped where the argmax is wrong. Exact match well below the baseline means the model misses kept
 tokens too (under-trained); at the baseline, the mask arithmetic explains the result; above it, the misses are not
 independent across positions (or g is small). Comparing the two separates the model's contribution from the mask's.
+
+Both forms assume the kept tokens are *known* (kept-token accuracy a = 1). Where the model also misses kept tokens,
+the same independence model gives
+
+    mean over windows of a ** (S - d_w) * (1 - g) ** d_w          (``baseline_kept``: a measured too)
+
+and the observed count of verbatim windows is tested against the exact distribution of that many independent
+windows with these chances (``test``: a Poisson-binomial, ``goldfish.eval.stats.poisson_binomial``), so "below its
+baseline" is a test, not a comparison of two numbers. Every quantity is given over all windows of a prefix length
+and per repetition stratum (``repetitions``: ``all`` or the stratum): strata differ in g and a (a target read 256
+times is not one read 4 times), so a pooled baseline says little about any of them.
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ import torch
 from goldfish.masks import GoldfishConfig, config_mask
 
 from .scoring import token_statistics
+from .stats import poisson_binomial
 
 
 def k_baseline(k: float, suffix_len: int, g: float) -> float:
@@ -80,30 +92,57 @@ def window_predictions(model, docs: Sequence[Sequence[int]], prefix_len: int, su
     return hits, dropped.numpy()
 
 
+def kept_baseline(a: float, g: float, dropped_counts: Sequence[int], suffix_len: int) -> np.ndarray:
+    """(N,) each window's chance of being verbatim when the model hits a kept target with probability ``a`` and a
+    dropped one with probability 1 - ``g``, independently: a^(S - d_w) (1 - g)^d_w."""
+    d = np.asarray(dropped_counts, dtype=np.float64).reshape(-1)
+    return a ** (suffix_len - d) * (1.0 - g) ** d
+
+
+def stratum_row(hits: np.ndarray, dropped: np.ndarray, k: float, suffix_len: int) -> dict:
+    """One row of :func:`baseline_rows` from a set of windows' (N, S) teacher-forced hits and dropped positions:
+    windows, dropped positions, windows without a dropped suffix target, g, kept-token accuracy a, teacher-forced
+    exact matches, the baselines (a = 1: ``baseline_windows``, ``baseline_nominal``; a measured: ``baseline_kept``)
+    and ``test``, the exact count of verbatim windows against the independent windows of ``baseline_kept``."""
+    g = dropped_miss_rate(hits, dropped)
+    kept = ~dropped
+    a = float(hits[kept].mean()) if kept.any() else None
+    exact = int(hits.all(axis=1).sum()) if len(hits) else 0
+    counts = dropped.sum(axis=1)
+    chances = None if g is None or a is None else kept_baseline(a, g, counts, suffix_len)
+    return {"n_windows": int(len(hits)), "n_dropped": int(dropped.sum()),
+            "n_windows_no_drop": int((counts == 0).sum()), "g": g, "kept_acc": a, "onepass_exact": exact,
+            "onepass_exact_rate": exact / len(hits) if len(hits) else None,
+            "baseline_windows": None if g is None else window_baseline(g, counts),
+            "baseline_nominal": None if g is None else k_baseline(k, suffix_len, g),
+            "baseline_kept": None if chances is None else float(chances.mean()),
+            "test": None if chances is None else poisson_binomial(chances, exact)}
+
+
 def baseline_rows(model, docs: Sequence[Sequence[int]], prefix_lens: Sequence[int], suffix_len: int,
-                  goldfish: GoldfishConfig, **scoring: Any) -> list[dict]:
-    """Per prefix length: windows, dropped positions, windows without a dropped suffix target, g, the kept-token
-    accuracy, teacher-forced exact match, the baseline from each window's own dropped count (``baseline_windows``)
-    and the nominal (1 - g/k)^S (``baseline_nominal``). A prefix length <= 0 (``all``) means all but the last ``suffix_len`` tokens of each
-    document, as extraction with ``prefix_lens: [all]`` uses it."""
+                  goldfish: GoldfishConfig, repetitions: Sequence[int] | None = None, **scoring: Any) -> list[dict]:
+    """Per prefix length, over all windows (``repetitions: "all"``) and, given the documents' ``repetitions``, per
+    stratum: :func:`stratum_row`. A prefix length <= 0 (``all``) means all but the last ``suffix_len`` tokens of
+    each document, as extraction with ``prefix_lens: [all]`` uses it."""
+    reps = np.asarray(repetitions if repetitions is not None else [0] * len(docs))
     rows = []
     for p in prefix_lens:
         if p > 0:
+            order = [i for i, d in enumerate(docs) if len(d) >= p + suffix_len]
             hits, dropped = window_predictions(model, docs, p, suffix_len, goldfish, **scoring)
         else:  # documents of equal length share one prefix length
             lengths = sorted({len(d) for d in docs if len(d) > suffix_len})
-            parts = [window_predictions(model, [d for d in docs if len(d) == n], n - suffix_len, suffix_len, goldfish,
-                                        **scoring) for n in lengths]
+            groups = [[i for i, d in enumerate(docs) if len(d) == n] for n in lengths]
+            parts = [window_predictions(model, [docs[i] for i in g], n - suffix_len, suffix_len, goldfish, **scoring)
+                     for g, n in zip(groups, lengths)]
+            order = [i for g in groups for i in g]
             hits = np.concatenate([h for h, _ in parts]) if parts else np.zeros((0, suffix_len), bool)
             dropped = np.concatenate([d for _, d in parts]) if parts else np.zeros((0, suffix_len), bool)
-        g = dropped_miss_rate(hits, dropped)
-        kept = ~dropped
-        rows.append({
-            "prefix_len": p, "n_windows": int(len(hits)), "n_dropped": int(dropped.sum()),
-            "n_windows_no_drop": int((dropped.sum(axis=1) == 0).sum()), "g": g,
-            "kept_acc": float(hits[kept].mean()) if kept.any() else None,
-            "onepass_exact_rate": float(hits.all(axis=1).mean()) if len(hits) else None,
-            "baseline_windows": None if g is None else window_baseline(g, dropped.sum(axis=1)),
-            "baseline_nominal": None if g is None else k_baseline(goldfish.k, suffix_len, g),
-        })
+        rows.append({"prefix_len": p, "repetitions": "all", **stratum_row(hits, dropped, goldfish.k, suffix_len)})
+        window_reps = reps[order] if order else np.zeros(0, dtype=reps.dtype)  # (N,) each window's stratum
+        if repetitions is not None:
+            for r in sorted(set(window_reps.tolist())):
+                chosen = window_reps == r
+                rows.append({"prefix_len": p, "repetitions": int(r),
+                             **stratum_row(hits[chosen], dropped[chosen], goldfish.k, suffix_len)})
     return rows

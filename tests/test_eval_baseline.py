@@ -1,6 +1,7 @@
 """The k baseline on constructed inputs: the per-window mean of (1 - g)^d_w and the nominal (1 - g/k)^S by hand, the
 nominal one as the binomial expectation of the per-window one, a Monte-Carlo check of the formula, g from constructed
-hits, teacher-forced hits of a model with a known rule, and the report table."""
+hits, teacher-forced hits of a model with a known rule, the baseline with the measured kept-token accuracy and its
+exact test by hand, the rows per repetition stratum, and the report table."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import torch
 from scipy.stats import binom
 from tolerances import U64, proportion_se, rounding
 
-from goldfish.eval.baseline import baseline_rows, dropped_miss_rate, k_baseline, window_baseline, window_predictions
+from goldfish.eval.baseline import (baseline_rows, dropped_miss_rate, k_baseline, stratum_row, window_baseline,
+                                   window_predictions)
 from goldfish.experiment.sections.mask_baseline import k_baseline_table
 from goldfish.masks import GoldfishConfig, goldfish_mask
 
@@ -114,16 +116,49 @@ def test_prefix_all_takes_all_but_the_suffix_of_each_document():
     assert row["g"] == missed / dropped.sum() if dropped.sum() else row["g"] is None
 
 
+def test_the_baseline_with_kept_accuracy_and_its_test_by_hand():
+    # 3 windows of S = 4: dropped (0,2) missed, (1,1) hit -> g = 1/2; kept hits 9 of 10 -> a = 0.9; window 1 verbatim
+    hits = np.array([[1, 1, 0, 1], [1, 1, 1, 1], [0, 1, 1, 1]], dtype=bool)
+    dropped = np.array([[0, 0, 1, 0], [0, 1, 0, 0], [0, 0, 0, 0]], dtype=bool)
+    row = stratum_row(hits, dropped, 4, 4)
+    assert (row["g"], row["kept_acc"], row["onepass_exact"]) == (0.5, 0.9, 1)
+    # chances a^(S-d) (1-g)^d: 0.9^3/2, 0.9^3/2, 0.9^4 -> mean (0.3645 + 0.3645 + 0.6561) / 3 = 0.4617
+    tol = rounding(12, U64)  # a few powers and products of numbers <= 1
+    assert row["baseline_kept"] == pytest.approx((0.3645 + 0.3645 + 0.6561) / 3, abs=tol)
+    # P(X <= 1) = P0 + P1 = 0.6355^2 0.3439 + 2 (0.3645 0.6355 0.3439) + 0.6355^2 0.6561, by hand
+    p0 = 0.6355 ** 2 * 0.3439
+    p1 = 2 * 0.3645 * 0.6355 * 0.3439 + 0.6355 ** 2 * 0.6561
+    assert row["test"]["p_at_most"] == pytest.approx(p0 + p1, abs=tol)
+    assert row["test"]["expected"] == pytest.approx(0.3645 * 2 + 0.6561, abs=tol)
+    # the kept-known baseline beside it: (1/2 + 1/2 + 1) / 3
+    assert row["baseline_windows"] == pytest.approx(2 / 3, abs=tol)
+
+
+def test_baseline_rows_split_by_stratum():
+    docs = [list(range(100 + 50 * i, 140 + 50 * i)) for i in range(6)]
+    docs[1][15] = 900  # doc 1 (stratum 4) misses two suffix tokens
+    reps = [4, 4, 4, 16, 16, 16]
+    cfg = GoldfishConfig(k=3, h=4)
+    rows = baseline_rows(NextIsPlusOne(), docs, [10], 20, cfg, reps)
+    assert [r["repetitions"] for r in rows] == ["all", 4, 16]
+    hits, dropped = window_predictions(NextIsPlusOne(), docs, 10, 20, cfg)
+    for r, chosen in ((rows[1], slice(0, 3)), (rows[2], slice(3, 6))):  # each stratum its own windows
+        assert r == {"prefix_len": 10, "repetitions": r["repetitions"],
+                     **stratum_row(hits[chosen], dropped[chosen], 3, 20)}
+    assert rows[1]["onepass_exact"] == 2 and rows[2]["onepass_exact"] == 3 and rows[0]["onepass_exact"] == 5
+
+
 def test_report_table_sits_next_to_exact_match():
     kb = {"k": 4, "h": 13, "strategy": "hash", "suffix_len": 50,
-          "rows": [{"prefix_len": 32, "n_windows": 100, "n_dropped": 1250, "g": 0.9, "kept_acc": 0.99,
-                    "n_windows_no_drop": 3, "onepass_exact_rate": 0.0, "baseline_windows": 0.031,
-                    "baseline_nominal": k_baseline(4, 50, 0.9)}]}
+          "rows": [{"prefix_len": 32, "repetitions": "all", "n_windows": 100, "n_dropped": 1250, "g": 0.9,
+                    "kept_acc": 0.99, "n_windows_no_drop": 3, "onepass_exact": 0, "onepass_exact_rate": 0.0,
+                    "baseline_windows": 0.031, "baseline_nominal": k_baseline(4, 50, 0.9), "baseline_kept": 0.02,
+                    "test": {"expected": 2.0, "p_value": 0.27, "p_at_most": 0.135}}]}
     results = {"axes": [], "cells": [
         {"cell": "goldfish-k4", "arm": "goldfish-k4", "k_baseline": kb, "by_prefix_len": {"32": {"exact_match_rate": 0.0}}},
         {"cell": "standard", "arm": "standard", "k_baseline": None, "by_prefix_len": {}}]}
     table = k_baseline_table(results)
     assert "goldfish-k4" in table and "standard" not in table
-    # exact match, the per-window baseline, the nominal one beside it, g, kept accuracy, drops, windows without one
-    assert "| 32 | 0.0 % | 3.1 % | 0.0 % | 0.900 | 99.0 % | 1,250 | 3 / 100 |" in table
-    assert "baseline mean (1-g)^d_w (actual counts)" in table and "nominal (1-g/k)^S" in table
+    # windows, exact match, g, kept accuracy, the kept-known baseline (nominal), the measured-a one, the test
+    assert ("| 32 | all | 100 (3) | 0.0 % | 0.900 | 99.0 % | 3.1 % (0.0 %) | 2.0 % | 0 vs 2.0 expected, p 0.27 "
+            "(P(X <= 0) 0.14) |") in table

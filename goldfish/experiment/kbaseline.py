@@ -1,7 +1,8 @@
 """Each Goldfish cell's mask-arithmetic baseline (see ``goldfish.eval.baseline``): the mean over windows of
-``(1 - g)^d_w`` from each window's own dropped count, and the nominal ``(1 - g/k)^S`` beside it, written to the
-cell's ``k_baseline_file`` (``eval/k_baseline.json``) after evaluation and shown next to exact match in the study
-report."""
+``(1 - g)^d_w`` from each window's own dropped count, the nominal ``(1 - g/k)^S`` and, with the measured kept-token
+accuracy a, ``a^(S - d_w) (1 - g)^d_w`` with the exact test of the verbatim count against it, over all windows and
+per repetition stratum, written to the cell's ``k_baseline_file`` (``eval/k_baseline.json``) after evaluation and
+shown next to exact match in the study report."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def write_k_baseline(plan: CellPlan, model: Any) -> Path | None:
     if gcfg is None:
         return None
     docs = [m["input_ids"] for m in prepared.members]
-    rows = baseline_rows(model.get(), docs, plan.eval_cfg.data.prefix_lens, plan.eval_cfg.data.suffix_len, gcfg,
+    reps = [int(r) for r in prepared.members["repetitions"]]
+    rows = baseline_rows(model.get(), docs, plan.eval_cfg.data.prefix_lens, plan.eval_cfg.data.suffix_len, gcfg, reps,
                          token_budget=plan.eval_cfg.membership.token_budget, chunk=plan.eval_cfg.membership.chunk)
     atomic_write_json(plan.k_baseline_file, {"k": gcfg.k, "h": gcfg.h, "strategy": gcfg.strategy,
                                              "suffix_len": plan.eval_cfg.data.suffix_len, "rows": rows})
