@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -97,6 +98,68 @@ def test_leakage_audit_is_a_difference_in_differences_against_held_out_text():
     assert audit["dropped"]["loss"]["diff"] == pytest.approx(-np.log(2), abs=loss)
 
 
+def _planted(leak: float, confound: float, seed: int, n_docs: int = 60, length: int = 40) -> tuple:
+    """Constructed arm and control per-token values: the arm gains a general +0.1 in top-1 probability on every
+    target (members and nonmembers), ``leak`` more on the member positions the mask drops, and ``confound`` more on
+    the positions the mask would drop in ANY document (members and nonmembers alike: a selection effect of the
+    mask, not leakage). Returns (arm, control, member masks, nonmember masks)."""
+    rng = np.random.default_rng(seed)
+    member_drop = [rng.random(length) < 0.25 for _ in range(n_docs)]
+    held_drop = [rng.random(length) < 0.25 for _ in range(n_docs)]
+
+    def draw(p: np.ndarray) -> np.ndarray:
+        return (rng.random(len(p)) < p).astype(np.int8)
+
+    base = 0.3
+    control = {"correct": {"members": [draw(np.full(length, base)) for _ in member_drop],
+                           "nonmembers": [draw(np.full(length, base)) for _ in held_drop]}}
+    arm = {"correct": {"members": [draw(base + 0.1 + (leak + confound) * d) for d in member_drop],
+                       "nonmembers": [draw(base + 0.1 + confound * d) for d in held_drop]}}
+    for who in (arm, control):  # the loss side: -log of a constant, unused by these checks
+        who["logp"] = {k: [np.full(length, -1.0) for _ in v] for k, v in who["correct"].items()}
+    return arm, control, member_drop, held_drop
+
+
+def test_the_placebo_is_zero_without_a_confound_and_a_planted_leak_is_detected():
+    from goldfish.experiment.analysis import leakage_audit
+
+    # no leak, no confound: the DiD and the placebo are ~0 (their intervals cover it), the reading "none detected",
+    # with the minimum detectable leak reported (2.80 standard errors of the DiD)
+    arm, control, md, hd = _planted(0.0, 0.0, seed=1)
+    audit = leakage_audit(arm, control, md, 500, 0, hd)
+    placebo, did = audit["placebo"]["accuracy"], audit["did"]["dropped"]["accuracy"]
+    assert placebo["ci_low"] <= 0 <= placebo["ci_high"] and did["ci_low"] <= 0 <= did["ci_high"]
+    assert audit["reading"]["accuracy"] == "none detected"
+    mde = audit["mde"]["accuracy"]
+    assert mde == pytest.approx(2.801585 * (did["ci_high"] - did["ci_low"]) / (2 * 1.96), rel=1e-6)
+    assert 0.02 < mde < 0.15  # 60 documents x ~10 dropped positions: a proportion's SE ~0.02 on each side
+    # a planted leak of twice the minimum detectable one is detected, and only on the dropped positions
+    arm, control, md, hd = _planted(2 * mde, 0.0, seed=2)
+    audit = leakage_audit(arm, control, md, 500, 0, hd)
+    assert audit["reading"]["accuracy"] == "leak" and audit["did"]["dropped"]["accuracy"]["ci_low"] > 0
+    kept = audit["did"]["kept"]["accuracy"]
+    assert kept["ci_low"] <= 0 <= kept["ci_high"]
+    # a mask that selects positions training moves more anyway (in nonmembers too) fakes a leak: the placebo sees
+    # it, and the reading is inconclusive instead of "leak"
+    arm, control, md, hd = _planted(0.0, 0.3, seed=3)
+    audit = leakage_audit(arm, control, md, 500, 0, hd)
+    assert audit["did"]["dropped"]["accuracy"]["ci_low"] > 0  # the naive audit would report leakage
+    assert audit["placebo"]["accuracy"]["ci_low"] > 0 and audit["reading"]["accuracy"] == "inconclusive"
+
+
+def test_the_supervised_fraction_of_the_audited_positions():
+    from goldfish.experiment.analysis import leakage_audit
+
+    arm, control, md, hd = _planted(0.0, 0.0, seed=4, n_docs=10)
+    everything = [np.ones(len(d), bool) for d in md]
+    assert leakage_audit(arm, control, md, 0, 0, hd, everything)["supervised_fraction"] == 1.0  # standard loss
+    own = [~d for d in md]  # the Goldfish arm on its own mask: never trained on a dropped position
+    assert leakage_audit(arm, control, md, 0, 0, hd, own)["supervised_fraction"] == 0.0
+    half = [np.arange(len(d)) % 2 == 0 for d in md]  # by hand: the even positions among the dropped ones
+    want = sum(int((d & h).sum()) for d, h in zip(md, half)) / sum(int(d.sum()) for d in md)
+    assert leakage_audit(arm, control, md, 0, 0, hd, half)["supervised_fraction"] == want
+
+
 def _audit(diff: float) -> dict:
     side = {"arm": 0.9, "control": 0.9 - diff, "diff": diff, "diff_ci_low": diff - 0.1, "diff_ci_high": diff + 0.1,
             "n_documents": 16, "n_positions": 100}
@@ -115,14 +178,27 @@ def test_the_leakage_section_has_a_table_or_says_why_not():
     text = "\n".join(leakage_section({"cells": [control, gold], "axes": []}))
     assert "## Dropped-token leakage audit" in text
     assert "## Dropped-token leakage audit (difference in differences)" in text
-    # members-only arm - control (the old reading), the held-out difference, and their difference with its CI and p
-    assert ("| goldfish | dropped | 16 / 40 | 90.0 % / 40.0 % | 50.0 % [40.0 %, 60.0 %] | 25.0 % | "
-            "25.0 % [15.0 %, 35.0 %] (p 0.002) |") in text
+    # the difference in differences with its CI and p, on the dropped and the kept positions
+    assert ("| goldfish | Goldfish | dropped | 16 / 40 | 25.0 % [15.0 %, 35.0 %] (p 0.002) | - | 0.250 [0.150, 0.350] "
+            "(p 0.002) | - | - | - |") in text
+    assert "| goldfish |  | kept | 16 / 40 | 25.0 % [15.0 %, 35.0 %] (p 0.002) |" in text
+    # with its validity: the placebo, the minimum detectable DiD, the reading, the share trained on; and a positive
+    # control on another arm's mask (one row: its dropped positions)
+    placebo = {"did": 0.01, "ci_low": -0.03, "ci_high": 0.05, "p_value": 0.6}
+    valid = {**_audit(0.5), "placebo": {"accuracy": placebo, "loss": placebo}, "mde": {"accuracy": 0.08, "loss": 0.2},
+             "reading": {"accuracy": "leak", "loss": "none detected"}, "supervised_fraction": 0.0}
+    other = {**valid, "supervised_fraction": 0.75, "reading": {"accuracy": "leak", "loss": "leak"}}
+    gold2 = {**gold, "k_baseline": {"rows": []}, "leakage": valid, "leakage_by_mask": {"goldfish_seed1": other}}
+    text = "\n".join(leakage_section({"cells": [control, gold2], "axes": []}))
+    assert ("| goldfish | goldfish (trained on 0.0 %) | dropped | 16 / 40 | 25.0 % [15.0 %, 35.0 %] (p 0.002) | "
+            "1.0 % [-3.0 %, 5.0 %] (p 0.6) |") in text
+    assert "| 8.0 % / 0.200 | leak / none detected |" in text
+    assert "| goldfish | goldfish_seed1 (trained on 75.0 %) | dropped |" in text and "| leak / leak |" in text
     # a grid with two points, one without its control; a grid point whose data has no Goldfish mask
     cells = [{**control, "model": "a"}, {**gold, "model": "a"}, {**gold, "cell": "goldfish__model=b", "model": "b"},
              {"cell": "standard__model=a", "arm": "standard", "model": "a", "tf_accuracy": 0.5, "leakage": None}]
     text = "\n".join(leakage_section({"cells": cells, "axes": ["model"]}))
-    assert "| goldfish model=a | kept |" in text and "goldfish model=b |" not in text
+    assert "| goldfish model=a |  | kept |" in text and "goldfish model=b |" not in text
     assert "No control cell at model=b (`control: false`): no leakage audit there." in text
     assert "standard model=a: no Goldfish mask on its data" in text
     # no control anywhere: one line, no table
@@ -208,7 +284,10 @@ def test_the_leakage_audit_equals_a_recomputation_from_the_stored_tokens(micro):
                 scale = max(abs(a["arm"]), abs(a["control"]))
                 assert a["diff"] == pytest.approx(a["arm"] - a["control"], abs=rounding(a["n_positions"], U64) * scale)
                 assert a["diff_ci_low"] <= a["diff"] <= a["diff_ci_high"] and a["n_documents"] == 16
-        assert f"| {arm} | dropped | 16 / " in report and f"| {arm} | kept | 16 / " in report
+        assert re.search(rf"\| {arm} \| [^|]+ \| dropped \| 16 / ", report) and f"| {arm} |  | kept | 16 / " in report
+        # the audit's validity: the placebo on the nonmembers, the minimum detectable DiD, what the cell trained on
+        assert set(attacks["leakage"]["placebo"]) == set(attacks["leakage"]["mde"]) == {"accuracy", "loss"}
+        assert attacks["leakage"]["supervised_fraction"] == (1.0 if arm == "standard" else 0.0)
         _check_did(attacks, control, dropped)
         split = attacks["member_nll_by_split"]  # what the size sweep's split loss gap reads
         for lp, d, kept, drop in zip(attacks["logprobs"]["members"], dropped, split["kept"], split["dropped"]):

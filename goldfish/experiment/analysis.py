@@ -45,7 +45,18 @@ Fields (the schema of ``attacks.json``; targets t = 1..L-1 of each document, doc
   (:func:`goldfish.eval.stats.difference_in_differences`); and, beside it, the members-only difference
   ``{"dropped" | "kept": {"accuracy" | "loss": {arm, control, diff, diff_ci_low, diff_ci_high, n_documents,
   n_positions}}}`` (confounded: training moves the model on unseen text too). ``accuracy`` is absent where the
-  control's file predates ``correct`` of that split.
+  control's file predates ``correct`` of that split. The audit's validity (:func:`leakage_audit`):
+  ``placebo``: ``{"accuracy" | "loss": difference_in_differences}`` -- the same audit with the mask applied to
+  nonmembers (half of them, on the positions it would drop, against the other half): no document there was
+  trained on, so it must be ~0; where it is not, the held-out text is no valid reference for these positions and the
+  reading is inconclusive; ``mde``: ``{"accuracy" | "loss": the minimum detectable DiD at this design's size}``
+  (2.80 standard errors: a two-sided 5 % test with 80 % power); ``supervised_fraction``: the share of the audited
+  positions the cell's own loss trained on (0 for the Goldfish arm on its own mask, 1 for a standard arm: the known
+  leak of a positive control); ``reading``: ``{"accuracy" | "loss": "leak" | "none detected" | "negative" |
+  "inconclusive"}``;
+* ``leakage_by_mask`` (same cells): ``{arm: leakage as above}`` for the mask of every other Goldfish arm of the grid
+  point (another seed, another k): positive controls with a known supervised fraction, e.g. a Goldfish arm with
+  another mask seed audited on this mask's positions trains on ~(1 - 1/k) of them.
 """
 
 from __future__ import annotations
@@ -58,7 +69,8 @@ import torch
 
 from goldfish.eval import attacks
 from goldfish.eval.membership import evaluate_attack, target_pass
-from goldfish.eval.stats import difference_in_differences, paired_difference
+from goldfish.eval.stats import (difference_in_differences, minimum_detectable_effect, paired_difference,
+                                 se_from_interval)
 
 from ..data import load_prepared
 from ..io import atomic_write_json, read_json, read_jsonl
@@ -101,23 +113,44 @@ def exposure_aucs(scores: dict[str, dict[str, np.ndarray]], reps: np.ndarray, n_
             {r: {name: [a["auc_ci_low"], a["auc_ci_high"]] for name, a in by.items()} for r, by in found.items()})
 
 
+def _reading(measure: str, did: dict, placebo: dict | None) -> str:
+    """What an audit shows for one measure: ``inconclusive`` where the placebo's interval excludes 0 (the reference is
+    not valid for these positions), else ``leak`` / ``negative`` where the DiD's interval excludes 0 (accuracy above
+    0 or loss below 0 = the dropped tokens better predicted than the shift explains), else ``none detected``."""
+    if placebo and placebo.get("ci_low") is not None and (placebo["ci_low"] > 0 or placebo["ci_high"] < 0):
+        return "inconclusive"
+    if did.get("ci_low") is None or did["ci_low"] <= 0 <= did["ci_high"]:
+        return "none detected"
+    better = did["ci_low"] > 0 if measure == "accuracy" else did["ci_high"] < 0
+    return "leak" if better else "negative"
+
+
 def leakage_audit(arm: dict[str, dict[str, list]], control: dict[str, dict[str, list]],
-                  dropped: Sequence[np.ndarray], n_bootstrap: int, seed: int) -> dict[str, dict]:
+                  dropped: Sequence[np.ndarray], n_bootstrap: int, seed: int,
+                  nonmember_dropped: Sequence[np.ndarray] | None = None,
+                  supervised: Sequence[np.ndarray] | None = None) -> dict[str, Any]:
     """The dropped-token leakage audit. ``arm`` / ``control``: ``{"logp" | "correct": {"members" | "nonmembers":
     [(L-1,) per document]}}`` of the cell and of its grid point's control (``control["correct"]`` may lack a split
-    its file predates); ``dropped``: the members' (L-1,) Goldfish drop masks.
+    its file predates); ``dropped``: the members' (L-1,) drop masks of the audited mask.
 
     ``did``: ``{"dropped" | "kept": {"accuracy" | "loss": difference_in_differences(...)}}`` -- (arm - control) on
     those member positions minus (arm - control) on every held-out target, with a bootstrap CI resampling member
     and held-out documents: fine-tuning moves a model on text it never saw too, so only the excess over the
     held-out shift is leakage. ``dropped`` / ``kept``: ``{"accuracy" | "loss": paired_difference(...)}``, the
     members-only arm - control (confounded by that shift; kept beside it, labelled). An accuracy is left out where
-    the control's file lacks the split's top-1 correctness."""
+    the control's file lacks the split's top-1 correctness.
+
+    Its validity: ``placebo`` (given ``nonmember_dropped``, the audited mask on the nonmembers): the same DiD with
+    the even-indexed nonmembers' dropped positions as the "members" and the odd-indexed ones as held-out text -- no
+    trained document on either side, so ~0 unless the mask's positions move differently from text in general;
+    ``mde``: 2.80 x the DiD's standard error (from its interval); ``supervised_fraction`` (given ``supervised``,
+    the members' (L-1,) positions the cell's own loss trained on): the share of the audited positions trained on;
+    ``reading`` per measure (:func:`_reading`)."""
     measures = {"loss": ({k: [-np.asarray(x) for x in v] for k, v in arm["logp"].items()},
                          {k: [-np.asarray(x) for x in v] for k, v in control["logp"].items()})}
     if control["correct"].get("members") is not None:
         measures["accuracy"] = (arm["correct"], control["correct"])
-    out: dict[str, dict] = {"did": {}}
+    out: dict[str, Any] = {"did": {}}
     for name, positions in (("dropped", list(dropped)), ("kept", [~np.asarray(d, bool) for d in dropped])):
         out[name], out["did"][name] = {}, {}
         for measure, (a, c) in measures.items():
@@ -126,6 +159,22 @@ def leakage_audit(arm: dict[str, dict[str, list]], control: dict[str, dict[str, 
                 out["did"][name][measure] = difference_in_differences(
                     a["members"], c["members"], positions, a["nonmembers"], c["nonmembers"], None, n_bootstrap,
                     seed)
+    out["placebo"], out["mde"], out["reading"] = {}, {}, {}
+    for measure, (a, c) in measures.items():
+        did = out["did"]["dropped"].get(measure)
+        if did is None:
+            continue
+        if nonmember_dropped is not None and c.get("nonmembers") is not None and len(a["nonmembers"]) >= 2:
+            half = slice(0, None, 2), slice(1, None, 2)  # even-indexed nonmembers stand in for members
+            out["placebo"][measure] = difference_in_differences(
+                a["nonmembers"][half[0]], c["nonmembers"][half[0]], list(nonmember_dropped)[half[0]],
+                a["nonmembers"][half[1]], c["nonmembers"][half[1]], None, n_bootstrap, seed)
+        out["mde"][measure] = minimum_detectable_effect(se_from_interval(did.get("ci_low"), did.get("ci_high")))
+        out["reading"][measure] = _reading(measure, did, out["placebo"].get(measure))
+    if supervised is not None:
+        audited = sum(int(np.asarray(d, bool).sum()) for d in dropped)
+        trained = sum(int((np.asarray(d, bool) & np.asarray(s, bool)).sum()) for d, s in zip(dropped, supervised))
+        out["supervised_fraction"] = trained / audited if audited else None
     return out
 
 
@@ -136,11 +185,14 @@ def documents(prepared: Any) -> dict[str, list[list[int]]]:
 
 
 def analyse(tokens: dict[str, list[dict]], prepared: Any, out: Path, gcfg: GoldfishConfig | None,
-            reference: dict | None, n_bootstrap: int = 1000, seed: int = 0, control: bool = False) -> dict:
+            reference: dict | None, n_bootstrap: int = 1000, seed: int = 0, control: bool = False,
+            own: GoldfishConfig | None = None, audits: dict[str, GoldfishConfig] | None = None) -> dict:
     """Compute and write the attacks file ``out`` for one cell from its per-token scores ``tokens`` (``{"members" |
     "nonmembers": [{"logp", "correct"} per document]}`` in :func:`documents`' order: the rows of
     :func:`goldfish.eval.membership.target_pass` with ``keep_tokens``); ``reference`` is the control cell's
-    attacks.json.
+    attacks.json. ``gcfg``: the mask whose kept / dropped positions are measured (the cell's own or, for a standard
+    cell, the experiment's); ``own``: the mask the cell trained with (None: the standard loss, every target
+    trained); ``audits``: the other Goldfish arms' masks, audited too (``leakage_by_mask``: positive controls).
 
     The control cell is its own reference (``control=True``): every calibrated score is 0, AUC exactly 0.5 -- the
     starting model carries no membership signal relative to itself.
@@ -176,9 +228,15 @@ def analyse(tokens: dict[str, list[dict]], prepared: Any, out: Path, gcfg: Goldf
             scores["kept_reference"] = {k: attacks.calibrated(logp[k], ref[k], kept[k]) for k in docs}
     if reference is not None and gcfg is not None and ref is not None:
         ref_correct = reference.get("correct") or {}
-        result["leakage"] = leakage_audit({"logp": logp, "correct": correct},
-                                          {"logp": ref, "correct": {k: ref_correct.get(k) for k in docs}},
-                                          dropped["members"], n_bootstrap, seed)
+        mine, theirs = {"logp": logp, "correct": correct}, {"logp": ref, "correct": {k: ref_correct.get(k) for k in docs}}
+        trained = ([~m for m in dropped_targets(docs["members"], own)] if own is not None
+                   else [np.ones(len(c), bool) for c in correct["members"]])  # what the cell's own loss supervised
+        result["leakage"] = leakage_audit(mine, theirs, dropped["members"], n_bootstrap, seed, dropped["nonmembers"],
+                                          trained)
+        result["leakage_by_mask"] = {
+            arm: leakage_audit(mine, theirs, dropped_targets(docs["members"], mask), n_bootstrap, seed,
+                               dropped_targets(docs["nonmembers"], mask), trained)
+            for arm, mask in (audits or {}).items()}
     if docs["members"] and docs["nonmembers"]:
         result["attacks"] = {name: _auc(s["members"], s["nonmembers"], n_bootstrap, seed)
                              for name, s in scores.items()}
@@ -195,15 +253,31 @@ def blind_auc(data_dir: Path, n_bootstrap: int = 1000, seed: int = 0) -> dict:
     return _auc(attacks.blind_scores(members), attacks.blind_scores(nonmembers), n_bootstrap, seed)
 
 
+def _is_goldfish(p: CellPlan) -> bool:
+    return getattr(getattr(p.train_cfg, "loss", None), "type", None) == "goldfish"
+
+
 def _goldfish_plan(plan: CellPlan, plans: Sequence[CellPlan]) -> CellPlan | None:
     """The cell whose Goldfish mask defines kept/dropped positions: the cell itself if Goldfish, else the first
     Goldfish cell on the same data (so standard and control are measured on the same positions)."""
-    def is_goldfish(p: CellPlan) -> bool:
-        return getattr(getattr(p.train_cfg, "loss", None), "type", None) == "goldfish"
-
-    if is_goldfish(plan):
+    if _is_goldfish(plan):
         return plan
-    return next((p for p in plans if is_goldfish(p) and p.data_dir == plan.data_dir), None)
+    return next((p for p in plans if _is_goldfish(p) and p.data_dir == plan.data_dir), None)
+
+
+def _other_masks(measured: GoldfishConfig | None, plan: CellPlan, plans: Sequence[CellPlan],
+                 prepared: Any) -> dict[str, GoldfishConfig]:
+    """The distinct Goldfish masks of the other arms on the cell's data (by arm, first cell of each mask), without
+    the one the cell is measured on: what the leakage audit also reads as positive controls."""
+    found: dict[str, GoldfishConfig] = {}
+    seen = [measured] if measured is not None else []
+    for p in plans:
+        if _is_goldfish(p) and p.data_dir == plan.data_dir and p.cell.arm not in found:
+            mask = p.mask(prepared)
+            if all(mask != m for m in seen):
+                found[p.cell.arm] = mask
+                seen.append(mask)
+    return found
 
 
 def _reference(plan: CellPlan, plans: Sequence[CellPlan]) -> dict | None:
@@ -235,6 +309,7 @@ def analyse_cell(plan: CellPlan, plans: Sequence[CellPlan], model: Any) -> dict:
     prepared = load_prepared(plan.data_dir)
     source = _goldfish_plan(plan, plans)
     gcfg = source.mask(prepared) if source is not None else None  # the mask training applied
+    own = gcfg if source is plan else None
     return analyse(token_scores(plan, prepared, model), prepared, plan.attacks_file, gcfg, _reference(plan, plans),
                    n_bootstrap=plan.eval_cfg.membership.n_bootstrap, seed=plan.eval_cfg.seed,
-                   control=plan.cell.control)
+                   control=plan.cell.control, own=own, audits=_other_masks(gcfg, plan, plans, prepared))

@@ -98,7 +98,8 @@ def attack_numbers(attacks: dict | None) -> dict[str, Any]:
                            "tf_dropped_accuracy": acc.get("dropped_accuracy"),
                            "heldout_accuracy": attacks.get("heldout_accuracy"),
                            "mia_by_exposure": attacks.get("by_exposure") or {},
-                           "mia_by_exposure_ci": attacks.get("by_exposure_ci") or {}, "leakage": attacks.get("leakage")}
+                           "mia_by_exposure_ci": attacks.get("by_exposure_ci") or {}, "leakage": attacks.get("leakage"),
+                           "leakage_by_mask": attacks.get("leakage_by_mask") or None}
     for name in CALIBRATED:
         a = (attacks.get("attacks") or {}).get(name) or {}
         out[f"mia_auc_{name}"] = a.get("auc")

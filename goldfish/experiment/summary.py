@@ -67,6 +67,7 @@ class CellSummary:
     mia_by_exposure: dict | None = None
     mia_by_exposure_ci: dict | None = None
     leakage: dict | None = None
+    leakage_by_mask: dict | None = None
     mia_auc_loss: float | None = None
     mia_auc_reference: float | None = None
     mia_auc_reference_ci: list | None = None
