@@ -358,3 +358,31 @@ def test_paired_tests_equal_a_recomputation_from_the_cells_files(micro):
         assert c["mia_tpr_at_1pct_fpr"] is None and "needs >= 100 nonmembers" in c["mia_tpr_at_1pct_fpr_note"]
     report = (micro / "report.md").read_text()
     assert "## Paired tests between arms" in report and "| goldfish vs standard | 16 (16) |" in report
+
+
+def test_the_membership_comparison_equals_a_recomputation_from_the_attacks_files(tmp_path):
+    from goldfish.data import load_prepared
+    from goldfish.eval.stats import paired_auc_difference
+    from goldfish.experiment.sections.membership import comparison_table
+
+    out = tmp_path / "run"
+    assert run_micro_experiment(out, "equivalence.margin=0.1") == 0
+    (entry,) = json.loads((out / "results.json").read_text())["membership_comparison"]
+    assert (entry["a"], entry["b"], entry["margin"], entry["replicates"]) == ("goldfish", "standard", 0.1, [{}])
+    a, b = (json.loads((out / "cells" / arm / "attacks.json").read_text()) for arm in ("goldfish", "standard"))
+    attack = entry["attack"]
+    prepared = load_prepared(next((out / "prepared").iterdir()))
+    reps = np.asarray(prepared.members["repetitions"])
+    assert a["doc_ids"] == b["doc_ids"]  # the same documents in the same order: plain indexing below
+    for stratum, found in entry["strata"].items():
+        chosen = np.ones(len(reps), bool) if stratum == "all" else reps == int(stratum)
+        sa, sb = a["scores"][attack], b["scores"][attack]
+        want = paired_auc_difference(np.asarray(sa["members"])[chosen], sa["nonmembers"],
+                                     np.asarray(sb["members"])[chosen], sb["nonmembers"], n_bootstrap=0)
+        assert found["diff"] == want["diff"] and found["groups"][0]["a"] == want["a"]  # the same rank counts
+        assert found["n_members"] == [int(chosen.sum())] and found["tpr_a"] == [None]  # 16 nonmembers: withheld
+        assert found["ci90_low"] >= found["ci_low"] and found["equivalent"] == (
+            -0.1 < found["ci90_low"] and found["ci90_high"] < 0.1)
+    assert set(entry["strata"]) == {"all", "1", "2"}
+    assert "## Membership inference between arms" in (out / "report.md").read_text()
+    assert "| goldfish vs standard | all | 16 vs 16 |" in comparison_table([entry])

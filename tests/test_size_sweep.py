@@ -135,6 +135,20 @@ def test_tuning_picks_each_size_value_from_background_controls_then_runs_the_arm
         arm["data"]) == 1
 
 
+def test_control_data_gives_the_background_control_its_own_data_keys(tmp_path):
+    # e.g. more background, so the control reads as many tokens as the arms (which also read the targets)
+    # (the fake pipeline's data config has seq_len and num_members: a longer stream stands in for more background)
+    cfg = experiment(tmp_path, control=True, control_mode="background", control_data={"num_members": 7},
+                     grid={"train.model": ["tiny"]})
+    plans = {p.cell.arm: p for p in plan_cells(cfg, make_pipeline(Calls()))}
+    control_data, _ = plans["control"].train_data
+    assert (control_data.train_members, control_data.num_members) == (False, 7)
+    assert plans["standard"].prepare_cfg.num_members != 7 and plans["standard"].train_data is None
+    assert plans["control"].prepare_cfg == plans["standard"].prepare_cfg  # evaluated on the arms' data
+    with pytest.raises(ConfigError, match="control_data sets the data of a control trained on the background"):
+        experiment(tmp_path, control=True, control_data={"num_members": 7})
+
+
 def test_tune_config_errors_are_one_line(tmp_path):
     with pytest.raises(ConfigError, match="tune.axis='lr' is not a grid axis"):
         experiment(tmp_path, control=True, tune={"axis": "lr"})

@@ -112,6 +112,19 @@ class CompareConfig:
                                                 "concatenated), e.g. [seed]")
 
 
+@dataclasses.dataclass
+class EquivalenceConfig:
+    """The membership comparison of the arms, stated before the run: each later arm's headline attack AUC against
+    each earlier one's (Goldfish vs standard) on the same documents, pooled over independent replicates (seeds),
+    with a two one-sided tests equivalence decision at a margin fixed in advance."""
+
+    margin: float = option(0.0, "equivalence margin of the AUC difference, e.g. 0.05: the arms count as equivalent "
+                                "when the difference's 90 % interval lies inside (-margin, +margin); 0 = no "
+                                "membership comparison")
+    pool: list[str] = option(factory=list, help="grid axes whose cells are independent replicates, pooled (each "
+                                                "one's paired difference averaged), e.g. [seed]")
+
+
 def _fills(word: str) -> bool:
     """Whether a launcher word formats with the cell's ``{nnodes}`` and ``{nproc_per_node}`` and nothing else."""
     try:
@@ -146,6 +159,11 @@ class ExperimentConfig:
                                                     "trains like the arms on the same rows without the members "
                                                     "(data.train_members=false): a sweep's control, the same model "
                                                     "that never saw the targets")
+    control_data: dict = option(factory=dict, help="PrepareConfig keys for the data of a control trained on the "
+                                                    "background alone (control_mode: background), on top of every "
+                                                    "cell's data: e.g. {num_background: 660}, so the control reads "
+                                                    "as many tokens as the arms (the report's stream table shows "
+                                                    "both)")
     allow_background_cycles: bool = option(False, "allow a training budget that reads the background more than "
                                                   "once (the dry run refuses it otherwise: cycling the background "
                                                   "multiplies the targets' reads and share)")
@@ -154,6 +172,9 @@ class ExperimentConfig:
                                                        "(e.g. the learning rate per size, by held-out loss)")
     compare: CompareConfig = option(factory=CompareConfig, help="paired tests of one grid axis's values against a "
                                                                   "reference value (e.g. edit: exact)")
+    equivalence: EquivalenceConfig = option(factory=EquivalenceConfig, help="the membership comparison of the "
+                                                                            "arms with an equivalence margin stated "
+                                                                            "before the run")
     hardware: HardwareConfig = option(factory=HardwareConfig, help="the machine a cell expects (dry-run checks)")
     prepared_root: str = option("", "folder holding prepared data, one sub-folder per distinct data config; "
                                     "empty = <out>/prepared")
@@ -222,6 +243,14 @@ class ExperimentConfig:
                   f"{self.compare.axis}; choose one of: {', '.join(values)}")
             bad = [a for a in self.compare.pool if a not in labels or a == self.compare.axis]
             check(not bad, problems, f"compare.pool={bad} must name other grid axes ({', '.join(labels)})")
+        check(not self.control_data or self.control_mode == "background", problems,
+              "control_data sets the data of a control trained on the background; set control_mode: background "
+              "(or remove control_data)")
+        check(0 <= self.equivalence.margin < 1, problems,
+              f"equivalence.margin={self.equivalence.margin} must be in [0, 1) (an AUC difference; 0 = none)")
+        labels = [axis_label(axis) for axis in self.grid]
+        bad = [a for a in self.equivalence.pool if a not in labels]
+        check(not bad, problems, f"equivalence.pool={bad} must name grid axes ({', '.join(labels) or 'none'})")
         raise_problems(problems)
         self.arms = {str(k): flatten(v or {}) for k, v in self.arms.items()}
         if self.base_model:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 from goldfish.eval.state import MEMBERSHIP_PARTIAL
 
-from ..config import from_dict, merged
+from ..config import flatten, from_dict, merged
 from ..errors import ConfigError
 from ..ownership import FolderLock
 from ..train_config import MASK_FILE, goldfish_config, read_mask_settings
@@ -347,7 +347,8 @@ def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dic
     folder = CellFolder(StudyFiles(cfg.out_dir).cells / cell.id)
     train_data = None
     if cell.control and cfg.control_mode == "background" and prepare_cfg is not None:
-        background_cfg = build(pipeline.prepare_config, merged(data, BACKGROUND_ONLY), "data")
+        background_cfg = build(pipeline.prepare_config, merged(data, {**BACKGROUND_ONLY, **flatten(cfg.control_data)}),
+                               "data")
         train_data = (background_cfg, prepared_folder(cfg, background_cfg))
     if start:
         train = merged(train, {MODEL_PATH_KEY: start})
