@@ -9,6 +9,7 @@ tail it should recover, and the scores of a real model against a second, direct 
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -23,7 +24,8 @@ from goldfish.data import PrepareConfig, load_prepared, prepare
 from goldfish.data.canaries import canary_alphabet
 from goldfish.data.packing import occurrences
 from goldfish.errors import ConfigError
-from goldfish.eval.canaries import candidate_secrets, canary_exposures, rank_exposure, space_bits
+from goldfish.eval.canaries import (canary_exposures, enumerated_perplexities, rank_exposure, sampled_secrets,
+                                    space_bits)
 
 def _recipe(root, **extra) -> dict:
     return {"name": "can", "source": {"name": "local", "path": str(root / "docs.jsonl")},
@@ -146,12 +148,9 @@ def test_skew_normal_extrapolation_recovers_a_normal_tail():
     assert got == pytest.approx(-math.log2(stats.norm.cdf(z)), abs=3 * se_bits)
 
 
-def test_candidate_secrets_enumerate_a_small_space_and_sample_a_large_one():
-    alphabet = np.array([3, 5, 7])
-    full, is_full = candidate_secrets(alphabet, 2, 10, np.random.default_rng(0))
-    assert is_full and sorted(map(tuple, full.tolist())) == [(a, b) for a in (3, 5, 7) for b in (3, 5, 7)]
-    sample, is_full = candidate_secrets(alphabet, 9, 50, np.random.default_rng(0), max_full=100)
-    assert not is_full and sample.shape == (50, 9) and set(sample.reshape(-1).tolist()) <= {3, 5, 7}
+def test_sampled_secrets_draw_from_the_alphabet():
+    sample = sampled_secrets(np.array([3, 5, 7]), 9, 50, np.random.default_rng(0))
+    assert sample.shape == (50, 9) and set(sample.reshape(-1).tolist()) <= {3, 5, 7}
 
 
 def _direct_log2_prob(model, prefix, secret) -> float:
@@ -189,6 +188,26 @@ def test_exposure_of_a_real_model_matches_a_direct_ranking_of_the_whole_space():
             assert row["rank"] == rank  # counts: exact
             assert row["exposure"] == found["space_bits"] - math.log2(rank)  # the same float64 operations
     assert found["by_repetitions"]["4"]["n"] == 1
+
+
+def test_the_chain_rule_enumeration_equals_scoring_every_secret_directly():
+    """Every secret of R = alphabet^m, 1 to 3 tokens, by the enumeration (the prefix's cache reused, one next-token
+    distribution per partial secret) against a plain forward pass of prefix + secret per candidate (brute force)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(1)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=24, hidden_size=32, num_hidden_layers=2,
+                                         num_attention_heads=2, intermediate_size=64)).eval()
+    prefix = [5, 17, 3, 9]
+    for alphabet, m in ((np.arange(1, 24), 1), (np.arange(2, 14), 2), (np.array([1, 4, 6, 8, 20]), 3)):
+        found = enumerated_perplexities(model, prefix, alphabet, m, rows=7)  # rows=7: several chunks per level
+        with torch.no_grad():
+            direct = np.array([-_direct_log2_prob(model, prefix, secret)
+                               for secret in itertools.product(alphabet.tolist(), repeat=m)])  # row-major order
+        # two fp32 chains (a cached forward and a plain one) of llama_terms + m rounded terms each, at the scale of
+        # the log-probabilities, plus float64 sums of m terms
+        tol = scaled(direct, llama_terms(32, 64, 2, 16, len(prefix) + m, 24) + m, U32)
+        assert found.shape == (len(alphabet) ** m,) and np.abs(found - direct).max() <= tol
 
 
 def test_the_dry_run_counts_the_canaries_copies_in_the_stream(corpus, with_canaries):

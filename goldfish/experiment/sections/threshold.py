@@ -118,24 +118,28 @@ def canary_markdown(rows: list[dict]) -> list[str]:
     if not found:
         return []
     method = found[0]["canaries"]["method"] or {}
+    full = method.get("method") == "full"
     strata = sorted({int(k) for r in found for k in r["canaries"]["strata"]})
     table = []
     for r in found:
         cols = [r["arm"], r["size"] + (" (pretrained)" if r.get("pretrained") else "")]
         for s in strata:
             v = r["canaries"]["strata"].get(str(s))
-            cols.append("-" if not v else f"{v['mean']:.1f} [{v['low']:.1f}, {v['high']:.1f}] "
-                        f"({v['saturated']}/{v['n']} sat., extrap. {v['extrapolated']:.1f})")
+            cols.append("-" if not v else f"{v['mean']:.1f} [{v['low']:.1f}, {v['high']:.1f}]" + (
+                f" (n {v['n']})" if full else f" ({v['saturated']}/{v['n']} sat., extrap. {v['extrapolated']:.1f})"))
         table.append(cols)
     space = method.get("space_bits")
-    return ["", f"Canaries (Carlini et al. 2019): mean exposure log2|R| - log2 rank in bits per stratum (95 % "
-            f"bootstrap interval over canaries); |R| = 2^{space:.1f} secrets, rank estimated from "
-            f"{method.get('n_candidates')} candidates ({method.get('method')}: resolves ~"
-            f"{method.get('resolution_bits') or 0:.1f} bits; 'sat.' = canaries no sampled candidate beats, whose "
-            "exposure is the paper's skew-normal extrapolation instead, at least what the sample resolves; "
-            "'extrap.' = that extrapolation's mean over all canaries). A model that never saw a canary scores "
-            "1/ln 2 = 1.44 bits on average.", "",
-            markdown_table(["arm", "size"] + [f"x{s}" for s in strata], table)]
+    if full:
+        how = (f"|R| = 2^{space:.1f} secrets, every one of them scored (the chain rule over partial secrets): the "
+               "rank is exact, the largest exposure log2|R| (rank 1).")
+    else:
+        how = (f"|R| = 2^{space:.1f} secrets, rank estimated from {method.get('n_candidates')} sampled candidates "
+               f"(resolves ~{method.get('resolution_bits') or 0:.1f} bits; 'sat.' = canaries no sampled candidate "
+               "beats, whose exposure is the paper's skew-normal extrapolation instead, at least what the sample "
+               "resolves; 'extrap.' = that extrapolation's mean over all canaries: model-based, not a rank).")
+    return ["", "Canaries (Carlini et al. 2019): mean exposure log2|R| - log2 rank in bits per stratum (95 % "
+            f"bootstrap interval over canaries); {how} A model that never saw a canary scores 1/ln 2 = 1.44 bits on "
+            "average.", "", markdown_table(["arm", "size"] + [f"x{s}" for s in strata], table)]
 
 
 def render(results: dict) -> str:
