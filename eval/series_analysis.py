@@ -13,13 +13,17 @@ their positions, Biderman et al. (2023)'s memorization score -- is at least ``me
   later one does too, and (checkpoints of a run) how many times the target had been read by then;
 * ``prediction`` (Biderman et al. 2023, "Emergent and Predictable Memorization"): for every model m before the last
   model L, with M_m and M_L the memorised sets, precision = |M_m n M_L| / |M_m| (how many of m's memorised windows
-  L memorises too) and recall = |M_m n M_L| / |M_L| (how many of L's m already had), each with a Wilson interval.
+  L memorises too) and recall = |M_m n M_L| / |M_L| (how many of L's m already had), each with a Wilson interval;
+  beside it (``rule``) the trivial predictor a referee asks for: "memorised iff the target has >= t copies", t fitted
+  on M_m (``goldfish.eval.stats.threshold_rule``: what model m alone says), with its precision and recall for M_L --
+  a model's memorised set predicts the last one's beyond the repetition count only where it beats that rule.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import math
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -33,7 +37,7 @@ from goldfish.io import atomic_write_json, atomic_write_text
 from goldfish.train_config import TrainConfig, make_plan
 
 from .series_report import write_series_report
-from .stats import wilson_interval
+from .stats import set_prediction, threshold_rule, wilson_interval
 
 SERIES_SCHEMA = "goldfish-series/1"
 
@@ -121,14 +125,22 @@ def trajectories(entries: Sequence[Any], results: Sequence[dict], memorized: flo
 
 
 def prediction(entries: Sequence[Any], results: Sequence[dict], memorized: float) -> list[dict]:
-    """Precision and recall of each earlier model's memorised set for the last model's (module docstring)."""
+    """Precision and recall of each earlier model's memorised set for the last model's, and of the repetition rule
+    fitted on it (module docstring)."""
+    windows = {w["sha256"]: w for w in _members(results[-1])}  # the last model's windows: what is predicted
+    keys = list(windows)
+    reps = [float(windows[k].get("repetitions") or 0) for k in keys]
     sets = [{w["sha256"] for w in _members(r) if w["token_match"] >= memorized} for r in results]
-    final = sets[-1]
+    final = [k in sets[-1] for k in keys]
     out = []
     for e, mine in zip(entries[:-1], sets[:-1]):
-        both = len(mine & final)
-        out.append({"label": e.label, "step": e.step, "memorized": len(mine), "final_memorized": len(final),
-                    "both": both, "precision": _rate(both, len(mine)), "recall": _rate(both, len(final))})
+        found = set_prediction([k in mine for k in keys], final)
+        t = threshold_rule(reps, [k in mine for k in keys])
+        rule = set_prediction([r >= t for r in reps], final)
+        out.append({"label": e.label, "step": e.step, "memorized": len(mine), "final_memorized": found["actual"],
+                    "both": found["both"], "precision": found["precision"], "recall": found["recall"],
+                    "rule": {"min_repetitions": None if math.isinf(t) else t, "predicted": rule["predicted"],
+                             "precision": rule["precision"], "recall": rule["recall"]}})
     return out
 
 

@@ -36,7 +36,8 @@ Every statistic of the toolkit lives here (the experiment's and eval's modules c
   each its own split): the mean per-group difference, resampled within groups, with the 90 % interval of a TOST
   equivalence test against a margin stated in advance.
 * :func:`set_prediction` -- precision and recall of a predicted set (e.g. the targets a smaller model memorised) for
-  the actual one (the larger model's), with Wilson intervals (Biderman et al. 2023).
+  the actual one (the larger model's), with Wilson intervals (Biderman et al. 2023); :func:`threshold_rule` -- the
+  trivial predictor beside it: "memorised iff read >= t times", t fitted on the predicting model's set.
 * :func:`paired_bootstrap` -- two arms' per-item values (e.g. ROUGE-L) on the same items: the mean difference with
   a bootstrap interval that resamples items (or their clusters) with the same indices for both arms.
 * :func:`paired_auc_difference` -- two arms' attack scores on the same member and nonmember documents: AUC_a -
@@ -609,3 +610,19 @@ def set_prediction(predicted: Sequence[bool], actual: Sequence[bool]) -> dict[st
 
     return {"n": int(len(p)), "predicted": int(p.sum()), "actual": int(a.sum()), "both": both,
             "precision": rate(both, int(p.sum())), "recall": rate(both, int(a.sum()))}
+
+
+def threshold_rule(counts: Sequence[float], labels: Sequence[bool]) -> float:
+    """The threshold t of the rule "label iff count >= t" that best reproduces ``labels`` (most items right; ties:
+    the smallest t), over t in the counts' values and +inf (the rule that predicts nothing): e.g. "memorised iff read
+    >= 16 times", fitted on one model's memorised set to predict another's -- the baseline a predictor of
+    memorisation must beat."""
+    c, y = np.asarray(counts, dtype=np.float64).reshape(-1), np.asarray(labels, dtype=bool).reshape(-1)
+    if c.shape != y.shape:
+        raise ValueError(f"{len(c)} counts for {len(y)} labels")
+    best, best_right = math.inf, int((~y).sum())  # t = inf: nothing predicted
+    for t in np.unique(c):
+        right = int(((c >= t) == y).sum())
+        if right > best_right:
+            best, best_right = float(t), right
+    return best

@@ -475,3 +475,14 @@ def test_set_prediction_by_hand():
     assert (out["predicted"], out["actual"], out["both"]) == (3, 3, 2)
     assert out["precision"]["rate"] == 2 / 3 and out["recall"]["rate"] == 2 / 3
     assert (out["precision"]["low"], out["precision"]["high"]) == stats.wilson_interval(2, 3)
+
+
+def test_threshold_rule_by_hand():
+    counts = [1, 1, 4, 4, 16, 16, 32, 32]
+    # memorised: both x16, both x32 and one x4 -> t = 4 gets 7 of 8 right (one x4 wrongly predicted), t = 16 gets 7
+    # too (one x4 missed), t = 1 and t = 32 fewer: a tie, and the smaller t is kept
+    labels = [False, False, True, False, True, True, True, True]
+    assert stats.threshold_rule(counts, labels) == 4.0
+    assert stats.threshold_rule(counts, [False, False, False, False, True, True, True, True]) == 16.0
+    assert stats.threshold_rule(counts, [False] * 8) == math.inf  # nothing memorised: predict nothing
+    assert stats.threshold_rule(counts, [True] * 8) == 1.0

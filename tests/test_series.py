@@ -54,6 +54,16 @@ def test_the_analysis_of_constructed_results_by_hand():
     m0, m1 = found["prediction"]
     assert (m0["precision"]["k"], m0["precision"]["n"], m0["recall"]["k"], m0["recall"]["n"]) == (1, 2, 1, 3)
     assert (m1["precision"]["rate"], m1["recall"]["rate"]) == (1.0, 2 / 3)  # counts over counts: exact
+    # the repetition rule fitted on each earlier model: m0 {b, d} is best reproduced by "x1 or more" (2 right of 5)
+    # or nothing (3 right): nothing; m1 {a, d}: "x4 or more" gets c, e wrong and a missed (2 right), "x1 or more"
+    # 2 right, nothing 3 right -> nothing as well; so the rule predicts no window: precision undefined, recall 0/3
+    assert m0["rule"]["min_repetitions"] is None and m0["rule"]["predicted"] == 0
+    assert (m0["rule"]["recall"]["k"], m0["rule"]["recall"]["n"], m0["rule"]["precision"]["rate"]) == (0, 3, None)
+    # a model memorising exactly the x4 windows: the rule is "x4 or more", for the last model {a, c, d}: 2 of 3
+    # predicted right (precision 2/3), 2 of 3 found (recall 2/3)
+    x4 = [{**results[0], "windows": [_window(k, k, reps[k], float(reps[k] == 4)) for k in table]}] + results[1:]
+    rule = analyse(entries, x4, memorized=1.0)["prediction"][0]["rule"]
+    assert rule["min_repetitions"] == 4.0 and (rule["precision"]["rate"], rule["recall"]["rate"]) == (2 / 3, 2 / 3)
     loose = analyse(entries, results, memorized=0.9)  # e counts from m1 on at token match 0.9
     assert {t["doc_id"]: t["first"] for t in loose["trajectories"]}["e"] == "m1"
 
