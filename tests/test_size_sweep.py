@@ -264,3 +264,33 @@ def test_an_experiment_prepared_before_the_new_data_keys_keeps_its_folder(tmp_pa
     (cfg.prepared_dir / old_name).mkdir(parents=True)
     assert prepared_folder(cfg, data).name == old_name  # an older experiment folder: its data is reused
     assert legacy_data_hash(from_dict(PrepareConfig, {"train_members": False})) is None  # no older equivalent
+
+
+def test_smaller_to_larger_prediction_beside_the_repetition_rule_by_hand(tmp_path):
+    from types import SimpleNamespace
+
+    from goldfish.experiment.sections.prediction import compute, render
+
+    # one seed, targets a..f with copies 1, 1, 4, 4, 16, 16; the small model memorises {d, e, f}, the large {c, d, e, f}
+    reps = dict(zip("abcdef", (1, 1, 4, 4, 16, 16)))
+    memorised = {"small": set("def"), "large": set("cdef")}
+    plans, cells = [], []
+    for size, params in (("small", 1e6), ("large", 1e7)):
+        path = tmp_path / f"{size}.json"
+        path.write_text(json.dumps({"windows": [
+            {"doc_id": d, "split": "members", "prefix_len": 16, "repetitions": r, "exact_match": d in memorised[size]}
+            for d, r in reps.items()]}))
+        plans.append(SimpleNamespace(results_file=path, data_dir=tmp_path / "data0"))
+        cells.append(CellSummary(f"standard__size={size}", "standard", {"size": size}, params=int(params)))
+    study = SimpleNamespace(axes=["size"], done=plans, cells=cells, tune=None)
+    (entry,) = compute(study)["size_prediction"]
+    assert (entry["size"], entry["largest"], entry["splits"]) == ("small", "large", 1)
+    # the small model's set {d, e, f}: all three memorised by the large one (precision 3/3), 3 of its 4 (recall 3/4)
+    assert (entry["model"]["precision"]["k"], entry["model"]["precision"]["n"]) == (3, 3)
+    assert (entry["model"]["recall"]["k"], entry["model"]["recall"]["n"]) == (3, 4)
+    # the rule fitted on the small model: ">= x4" gets 5 of 6 right (c wrong), ">= x16" 5 too (d missed): the smaller
+    # t, so it predicts {c, d, e, f}: precision 4/4, recall 4/4 -- the trivial rule beats the smaller model here
+    assert entry["rule"]["min_repetitions"] == [4.0]
+    assert entry["rule"]["precision"]["rate"] == 1.0 and entry["rule"]["recall"]["rate"] == 1.0
+    assert "| standard | small -> large | 3 / 4 | 100 % [44, 100] (3/3) | 75 % [30, 95] (3/4) | >= x4 |" in render(
+        compute(study))

@@ -220,7 +220,7 @@ def canary_strata(cells: list[CellSummary], n_bootstrap: int = 1000, seed: int =
     return out
 
 
-def _windows(plan: CellPlan) -> list[dict]:
+def first_prefix_windows(plan: CellPlan) -> list[dict]:
     """The member windows of a cell's eval results at the first prefix length it evaluated."""
     results = read_json(plan.results_file) if plan.results_file.is_file() else {}
     members = [w for w in results.get("windows") or [] if w.get("split") in (None, "members")]
@@ -261,7 +261,7 @@ def size_model(plans: list[CellPlan], cells: list[CellSummary], n_bootstrap: int
             if cell.arm != arm or cell.start_model or not cell.params:
                 continue
             sizes[str(cell.values.get(SIZE_AXIS))] = cell.params
-            for w in _windows(plan):
+            for w in first_prefix_windows(plan):
                 reads = _reads(cell, str(w.get("repetitions")))
                 if not reads:
                     continue

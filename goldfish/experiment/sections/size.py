@@ -17,7 +17,7 @@ from ..scaling import MIN_FIT_POINTS, size_analysis, size_model
 from ..summary import CellSummary, Study
 
 
-def _tuning_only(cell: CellSummary, tune: dict | None) -> bool:
+def tuning_only(cell: CellSummary, tune: dict | None) -> bool:
     """A tuning cell at a value that was not chosen: it informs the choice, not the comparison of the arms."""
     if not tune or cell.arm != "control":
         return False
@@ -39,7 +39,7 @@ def compute(study: Study) -> dict:
     """``scaling``: :func:`goldfish.experiment.scaling.size_analysis` of the cells that count (without the tuning
     cells at values that were not chosen), the targets' share of each prepared folder and the joint model of the
     size effect (:func:`goldfish.experiment.scaling.size_model`); None without a size axis."""
-    counted = [(p, c) for p, c in zip(study.done, study.cells) if not _tuning_only(c, study.tune)]
+    counted = [(p, c) for p, c in zip(study.done, study.cells) if not tuning_only(c, study.tune)]
     scaling = size_analysis([c for _, c in counted], study.axes)
     if scaling is not None:
         scaling["data"] = {str(d): target_share(d) for d in dict.fromkeys(p.data_dir for p in study.done)}
