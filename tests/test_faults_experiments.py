@@ -15,22 +15,23 @@ from test_experiment_runner import Calls, experiment, make_pipeline
 from test_faults import assert_one_error, cli, hashes
 
 from goldfish.errors import ConfigError, UserError
-from goldfish.experiment import run_experiment, runner
+from goldfish.experiment import run_experiment
+from goldfish.experiment.plan import CellPlan
 
 
 def _meanwhile(monkeypatch, other) -> None:
     """Run ``other()`` -- a second run of the experiment -- the moment this run first asks for a cell's lock: after
     it checked the cells, before it holds the cell (the window the two runs of issue 33 raced through)."""
-    real = runner.cell_lock
+    real = CellPlan.lock
     fired = []
 
-    def cell_lock(plan, wait=True):
+    def lock(plan, wait=True):
         if not fired:
             fired.append(plan.cell.id)
             other()
         return real(plan, wait)
 
-    monkeypatch.setattr(runner, "cell_lock", cell_lock)
+    monkeypatch.setattr(CellPlan, "lock", lock)
 
 
 def test_a_cell_finished_meanwhile_with_another_config_is_refused(tmp_path, monkeypatch):
