@@ -169,11 +169,18 @@ def test_the_shipped_size_sweep_measures_the_exposure_threshold_over_a_decade_an
     assert cfg.control_mode == "background" and cfg.tune.axis == "lr" and cfg.tune.per == ["size"]
     assert cfg.tune.by == "validation_loss"  # never the nonmembers the membership test reports on
     assert len(cfg.grid["seed"]) >= 2 and cfg.train["schedule"]["epochs"] == 1
-    recipe = load_config(PrepareConfig, cfg.data_recipe)
-    assert recipe.num_validation >= 50 and recipe.canaries.count >= len(recipe.repetitions) * 4
-    ratios = [b / a for a, b in zip(recipe.repetitions, recipe.repetitions[1:])]
-    assert len(set(ratios)) == 1 and ratios[0] >= 2  # strata on a log scale
-    assert recipe.num_members // len(recipe.repetitions) >= 8
+    from goldfish.config import from_dict
+    from goldfish.experiment.config import load_data_recipe
+
+    recipe = from_dict(PrepareConfig, load_data_recipe(cfg))  # the recipe with the experiment's data section
+    assert recipe.num_validation >= 50 and recipe.num_members // len(recipe.repetitions) >= 8
+    # strata between x16 and x64 (the first run's E50s lay there, between two separated strata) and on both sides
+    reps = recipe.repetitions
+    assert len([r for r in reps if 16 < r < 64]) >= 2 and min(reps) <= 4 and max(reps) >= 128
+    # canaries below the targets' strata (a dose-response where targets floor), ranked exactly: |R| enumerable
+    canaries = recipe.canaries
+    assert sorted(set(canaries.repetitions)) == [1, 2, 4, 8] and canaries.count >= 8 * len(canaries.repetitions)
+    assert (recipe.tokenizer.vocab_size - 1) ** canaries.secret_tokens <= cfg.eval["canaries"]["max_full"]
     names = [item["train.model.name"] for item in cfg.grid["size"]]
 
     def params(name: str) -> int:
