@@ -129,15 +129,19 @@ def line_plot(series: Series, title: str, xlabel: str, ylabel: str, path: str | 
 def roc_plot(curves: Mapping[str, tuple[Sequence[float], Sequence[float], float | None]], title: str,
              path: str | os.PathLike) -> Path:
     """ROC curves (``name -> (fpr, tpr, auc)``) on linear axes and on log-log axes, where the low-FPR regime that
-    matters for membership inference (Carlini et al. 2022) is visible."""
+    matters for membership inference (Carlini et al. 2022) is visible. Curves that coincide (two arms both at AUC 1)
+    stay visible: each later curve is drawn thinner and in its own dash pattern over the earlier, wider ones."""
     fig = Figure(figsize=(10, 4.4))
     lin, logax = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     floor = 1.0
+    styles = ("-", "--", "-.", ":")
     for i, (name, (fpr, tpr, auc)) in enumerate(curves.items()):
         label = name if auc is None else f"{name} (AUC {auc:.3f})"
         fpr, tpr = np.asarray(fpr, dtype=np.float64), np.asarray(tpr, dtype=np.float64)
-        lin.plot(fpr, tpr, color=f"C{i % 10}", label=label)
-        logax.plot(fpr, tpr, color=f"C{i % 10}", label=label)
+        width = max(1.0, 3.5 - 0.6 * i)  # (later curves on top, thinner: an identical earlier one shows around it)
+        for ax in (lin, logax):
+            ax.plot(fpr, tpr, color=f"C{i % 10}", linestyle=styles[i % len(styles)], linewidth=width, label=label,
+                    alpha=0.9)
         positive = np.concatenate([fpr[fpr > 0], tpr[tpr > 0]])
         if positive.size:
             floor = min(floor, positive.min())

@@ -13,7 +13,7 @@ import pytest
 from tolerances import U64, rounding
 
 from goldfish.experiment.inference import arm_pairs, cell_statistics, compare, paired_tests
-from goldfish.experiment.sections.headline import auc_text, headline_table, regime, tpr_text
+from goldfish.experiment.sections.headline import auc_text, details_table, headline_table, regime, tpr_text
 from goldfish.experiment.sections.paired import paired_markdown
 from goldfish.experiment.sections.paper import paper_table
 from goldfish.experiment.summary import CellSummary
@@ -96,14 +96,22 @@ def test_the_headline_shows_p_instead_of_a_degenerate_interval_and_the_papers_ro
                               "rouge_l": {"mean": 0.488, "ci_low": 0.43, "ci_high": 0.55}}}
     text = auc_text(CellSummary.from_json(cell, []))
     # log10 C(70, 20) = 17.2...: the exact probability, and no "[1.000, 1.000]"
-    assert "perfect separation of 20 vs 50: p = 10^-17.2, exact" in text and "[1.000" not in text
+    assert text == "1.000 (p = 10^-17.2, perfect)"
     assert tpr_text(CellSummary.from_json(cell, [])) == "needs >= 100 nonmembers (has 50)"
-    table = headline_table({"cells": [cell], "axes": []})
-    assert table.index("ROUGE-L (rouge-score)") < table.index("ROUGE-L (tokens)")
-    assert "| 0.459 [0.400, 0.520] | 0.488 [0.430, 0.550] |" in table
+    other = {**cell, "cell": "standard", "arm": "standard"}
+    table = headline_table({"cells": [cell, other], "axes": []})
+    header = table.splitlines()[0]
+    # at most 8 columns; the attack in the header; the withheld TPR's reason once below, not in every row
+    assert header.count("|") - 1 <= 8 and "MIA AUC (reference)" in header and "ROUGE-L (rouge-score)" in header
+    assert "| goldfish | 0.0 % | 0.459 [0.400, 0.520] |" in table and table.count("needs >= 100") == 1
+    assert "| (a) |" in table and "(a) TPR at 1 % FPR withheld: needs >= 100 nonmembers (has 50)" in table
+    assert "| 0.488 [0.430, 0.550] |" in details_table({"cells": [cell], "axes": []})  # token ROUGE-L: details
     overlap = {**cell, "mia_auc": 0.7, "mia_auc_ci_low": 0.55, "mia_auc_ci_high": 0.84,
                "mia_auc_p": {"p_value": 0.0042, "method": "exact"}}
-    assert auc_text(CellSummary.from_json(overlap, [])) == "0.700 [0.550, 0.840] (p 0.0042, exact) (reference)"
+    assert auc_text(CellSummary.from_json(overlap, [])) == "0.700 [0.550, 0.840] (p 0.0042)"
+    mixed = headline_table({"cells": [cell, {**overlap, "cell": "x", "arm": "x", "mia_attack": "loss"}],
+                            "axes": []})
+    assert "MIA AUC (attack)" in mixed and "(p 0.0042) (loss)" in mixed  # attacks differ: named per row
     # beside the paper: the paper's ROUGE-L against our rouge-score value, token ROUGE-L in its own column
     paper = paper_table({"cells": [cell], "axes": []})
     assert "| goldfish | 0.0 % | 0.0 % | 0.459 | 0.510 | 0.488 |" in paper

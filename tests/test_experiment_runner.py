@@ -387,8 +387,9 @@ def test_the_mask_consistent_attack_of_each_goldfish_cell_is_a_report_table(tmp_
 def test_each_value_of_an_axis_is_tested_against_the_reference_per_stratum_pooling_seeds(tmp_path):
     """compare: {axis: model, reference: tiny, pool: [seed]}: a Goldfish cell at model=big is paired with the Goldfish
     cell at model=tiny of the same seed; both seeds' matched windows are pooled. Only big's goldfish windows of d0
-    (repetition 1, prefixes 4 and 8, 2 seeds) are verbatim beyond tiny's: 4 discordant windows, McNemar
-    p = 2 x (1/2)^4 = 0.125 in stratum 1 and over all; none in stratum 2 or for standard (verbatim everywhere)."""
+    (repetition 1, prefixes 4 and 8, 2 seeds) are verbatim beyond tiny's: 4 discordant windows of 2 documents (d0
+    in each seed's pair of cells: independent models), McNemar over documents p = 2 x (1/2)^2 = 0.5 in stratum 1 and
+    over all -- not the 0.125 of the 4 windows; none in stratum 2 or for standard (verbatim everywhere)."""
     cfg = experiment(tmp_path, grid={"train.model": ["tiny", "big"], "train.seed": [0, 1]},
                      compare={"axis": "model", "reference": "tiny", "pool": ["seed"]})
     base = make_pipeline(Calls())
@@ -409,9 +410,10 @@ def test_each_value_of_an_axis_is_tested_against_the_reference_per_stratum_pooli
     assert set(found) == {(arm, "big", r) for arm in ("goldfish", "standard") for r in (1, 2, "all")}
     assert len(tests) == 6
     g1 = found[("goldfish", "big", 1)]
-    assert (g1["n_windows"], g1["n_documents"]) == (8, 2)  # d0, d2 x 2 prefixes x 2 seeds
+    assert (g1["n_windows"], g1["n_documents"]) == (8, 4)  # d0, d2 x 2 prefixes x 2 seeds: 4 documents of 2 pairs
     assert (g1["exact_match"]["a_only"], g1["exact_match"]["b_only"]) == (4, 0)
-    assert g1["exact_match"]["p_value"] == pytest.approx(0.125, abs=U64)
+    assert (g1["exact_match"]["a_only_documents"], g1["exact_match"]["b_only_documents"]) == (2, 0)
+    assert g1["exact_match"]["p_value"] == pytest.approx(0.5, abs=U64)
     assert sorted(g1["cells"]) == [["goldfish__model=big__seed=0", "goldfish__model=tiny__seed=0"],
                                    ["goldfish__model=big__seed=1", "goldfish__model=tiny__seed=1"]]
     assert found[("goldfish", "big", "all")]["exact_match"]["a_only"] == 4
@@ -419,7 +421,8 @@ def test_each_value_of_an_axis_is_tested_against_the_reference_per_stratum_pooli
     assert found[("standard", "big", "all")]["exact_match"]["a_rate"] == 1.0
     report = (tmp_path / "exp" / "report.md").read_text()
     assert "## Paired against model=tiny (same arm, pooled over seed" in report
-    assert "| goldfish | big | 1 | 8 (2) | 50.0 % / 0.0 %; 4 vs 0 (p 0.125) |" in report
+    assert ("| goldfish | big | 1 | 8 (4) | 50.0 % / 0.0 %; 2 vs 0 discordant documents (4 vs 0 windows; p 0.5) |"
+            in report)
 
 
 @pytest.mark.parametrize("compare, message", [

@@ -301,3 +301,21 @@ def test_smaller_to_larger_prediction_beside_the_repetition_rule_by_hand(tmp_pat
     assert entry["rule"]["precision"]["rate"] == 1.0 and entry["rule"]["recall"]["rate"] == 1.0
     assert "| standard | small -> large | 3 / 4 | 100 % [44, 100] (3/3) | 75 % [30, 95] (3/4) | >= x4 |" in render(
         compute(study))
+
+
+def test_prefix_collisions_by_hand_and_none_in_a_prepared_folder_of_unique_texts(corpora, tmp_path):
+    from goldfish.experiment.sections.collisions import collisions_of, prefix_collisions
+
+    members = {"a": [1, 2, 3, 4, 5], "b": [1, 2, 3, 9, 9], "c": [7, 8, 9, 1, 1], "d": [5, 5]}  # d: shorter than p
+    nonmembers = {"x": [7, 8, 9, 0, 0], "y": [4, 4, 4, 4, 4]}
+    background = [[0, 0, 2, 3, 4, 6], [4, 4, 4]]  # holds 2 3 4 (no member opens with it) and 4 4 4 (y's opening)
+    found = collisions_of(members, nonmembers, background, 3)
+    assert found["member_member"] == ["a", "b"] and found["member_nonmember"] == ["c"]
+    assert found["member_background"] == [] and found["nonmember_background"] == ["y"]
+    assert found["nonmember_member"] == ["x"] and found["background_tokens"] == 9
+    assert collisions_of(members, nonmembers, background + [[9, 1, 2, 3]], 3)["member_background"] == ["a", "b"]
+    # numbered words never repeat: no prefix collides in a real prepared folder
+    real = prefix_collisions(prepare(_recipe(corpora), tmp_path / "p", progress=False), 8)
+    assert real["members"] == 12 and real["background_tokens"] > 0
+    assert all(real[k] == [] for k in ("member_member", "member_nonmember", "member_background",
+                                       "nonmember_background", "nonmember_member"))

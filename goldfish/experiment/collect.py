@@ -28,7 +28,7 @@ import numpy as np
 from goldfish.eval.aggregate import ci_keys, group_rates
 from goldfish.eval.membership import evaluate_attack
 from goldfish.eval.metrics import HEADLINE, METRICS, ROUGE
-from goldfish.eval.stats import mean_interval, wilson_interval
+from goldfish.eval.stats import cluster_bootstrap_mean, mean_interval, wilson_interval
 
 from ..data import load_prepared
 from ..io import read_json, read_jsonl
@@ -77,11 +77,15 @@ def resolve_mia_attack(setting: str, fine_tune: bool) -> str:
 
 
 def loss_numbers(scores: dict[str, dict]) -> dict[str, float | None]:
-    """The held-out (nonmember) and member mean NLL: the LOSS scores (negated mean NLLs) of the one scoring pass."""
+    """The held-out (nonmember) and member mean NLL: the LOSS scores (negated mean NLLs) of the one scoring pass; the
+    held-out one with a 95 % bootstrap interval resampling documents."""
     loss = scores.get("loss") or {}
-    out: dict[str, float | None] = {"heldout_loss": None, "heldout_ppl": None, "member_loss": None}
+    out: dict[str, Any] = {"heldout_loss": None, "heldout_loss_ci": None, "heldout_ppl": None, "member_loss": None}
     if loss.get("nonmembers"):
-        out["heldout_loss"] = float(-np.mean(np.asarray(loss["nonmembers"], dtype=np.float64)))
+        nll = -np.asarray(loss["nonmembers"], dtype=np.float64)  # (N,) mean NLL per nonmember document
+        out["heldout_loss"] = float(nll.mean())
+        found = cluster_bootstrap_mean(nll, None, N_BOOTSTRAP, 0)  # resampling documents
+        out["heldout_loss_ci"] = [found["ci_low"], found["ci_high"]] if len(nll) > 1 else None
         out["heldout_ppl"] = math.exp(min(out["heldout_loss"], 50.0))
     if loss.get("members"):
         out["member_loss"] = float(-np.mean(np.asarray(loss["members"], dtype=np.float64)))

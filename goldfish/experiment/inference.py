@@ -62,12 +62,12 @@ def cell_statistics(scores: dict | None, windows: Sequence[dict], seed: int = 0)
                                                  N_BOOTSTRAP, seed)
             found["method"] = "cluster bootstrap"
             if name == "exact_match":
-                found.update(_rate_interval(found))
+                found.update(rate_interval(found))
             out["extraction_ci"][name] = found
     return out
 
 
-def _rate_interval(found: dict) -> dict[str, Any]:
+def rate_interval(found: dict) -> dict[str, Any]:
     """The exact-match interval where a bootstrap says too little: with one window per document, Wilson's over the
     windows (as eval reports it); a rate of 0 or 1 over several windows per document resamples to itself every
     time, so then Wilson's over the documents (each document's windows all verbatim or all not)."""
@@ -112,12 +112,15 @@ def _nan(values: list) -> list[float]:
     return [float("nan") if v is None else float(v) for v in values]
 
 
-def window_tests(wa: Sequence[dict], wb: Sequence[dict], seed: int = 0) -> dict[str, Any]:
+def window_tests(wa: Sequence[dict], wb: Sequence[dict], seed: int = 0,
+                 clusters: Sequence[Any] | None = None) -> dict[str, Any]:
     """Paired tests of matched windows (``wa[i]`` and ``wb[i]``: one window of one document): ``n_windows``,
     ``n_documents``, ``exact_match`` (McNemar's test over documents, :func:`goldfish.eval.stats.document_mcnemar`:
-    windows of one document -- placements, prefix lengths, the same text a target in several pooled cells -- are
-    one cluster), ``rouge_l_paper`` / ``rouge_l`` (paired bootstrap resampling documents)."""
-    docs = [w.get("doc_id") for w in wa]
+    the windows of one document -- placements, prefix lengths -- are one cluster), ``rouge_l_paper`` / ``rouge_l``
+    (paired bootstrap resampling documents). ``clusters[i]``: window i's document where the id alone does not say
+    it (pooled pairs of cells: a text that is a target in two seeds' cells is two documents, scored by independent
+    models); default the windows' ``doc_id``."""
+    docs = list(clusters) if clusters is not None else [w.get("doc_id") for w in wa]
     out: dict[str, Any] = {"n_windows": len(wa), "n_documents": len(set(docs)),
                            "exact_match": stats.document_mcnemar([bool(w.get("exact_match")) for w in wa],
                                                                  [bool(w.get("exact_match")) for w in wb], docs)}
@@ -204,16 +207,17 @@ def axis_tests(plans: Sequence[CellPlan], axes: Sequence[str], axis: str, refere
             groups.setdefault((arm, values[at], shown(plan, kept)), []).append((plan, ref))
     out = []
     for (arm, value, rest), pairs in groups.items():
-        wa, wb = [], []
-        for plan, ref in pairs:
+        wa, wb, docs = [], [], []
+        for i, (plan, ref) in enumerate(pairs):
             a, b = _pair_windows(_read(plan.results_file).get("windows") or [],
                                  _read(ref.results_file).get("windows") or [])
-            wa, wb = wa + a, wb + b
+            wa, wb, docs = wa + a, wb + b, docs + [f"{i}/{w.get('doc_id')}" for w in a]  # a document of one pair
         strata = sorted({w.get("repetitions") for w in wa if w.get("repetitions") is not None})
         for stratum in strata + ["all"]:
-            both = [(x, y) for x, y in zip(wa, wb) if stratum == "all" or x.get("repetitions") == stratum]
+            both = [(x, y, d) for x, y, d in zip(wa, wb, docs) if stratum == "all" or x.get("repetitions") == stratum]
             out.append({"arm": arm, "axis": axis, "value": value, "reference": str(reference),
                         **dict(zip(kept, rest)), "repetitions": stratum,
                         "cells": [[p.cell.id, r.cell.id] for p, r in pairs],
-                        **window_tests([x for x, _ in both], [y for _, y in both], seed)})
+                        **window_tests([x for x, _, _ in both], [y for _, y, _ in both], seed,
+                                       [d for _, _, d in both])})
     return out

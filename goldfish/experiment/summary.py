@@ -58,6 +58,7 @@ class CellSummary:
     # membership: every attack's AUC, held-out loss, the attacks analysis (attacks.json)
     mia_aucs: dict[str, float | None] = dataclasses.field(default_factory=dict)
     heldout_loss: float | None = None
+    heldout_loss_ci: list | None = None
     heldout_ppl: float | None = None
     member_loss: float | None = None
     tf_accuracy: float | None = None

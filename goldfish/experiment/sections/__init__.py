@@ -13,10 +13,11 @@ Adding a section is one new module here and its place in :data:`SECTIONS` (ARCHI
 
 from __future__ import annotations
 
-from . import (adaptive, adversary, by_stratum, examples, figures, headline, leakage, mask_baseline, membership,
-               mia_by_exposure, overview, paired, paired_axis, paper, prediction, repetition1, size, spread, strata,
-               stream, threshold)
+from . import (adaptive, adversary, by_stratum, collisions, examples, figures, headline, leakage, mask_baseline,
+               membership, mia_by_exposure, overview, paired, paired_axis, paper, prediction, repetition1, size, spread,
+               strata, stream, threshold)
 
 # report order; ``overview`` (the header) renders always, the others once a cell has finished
-SECTIONS = (overview, headline, paper, spread, size, stream, strata, threshold, prediction, mia_by_exposure, membership,
-            leakage, paired, paired_axis, adaptive, adversary, by_stratum, repetition1, mask_baseline, figures, examples)
+SECTIONS = (overview, headline, paper, spread, size, stream, collisions, strata, threshold, prediction, mia_by_exposure,
+            membership, leakage, paired, paired_axis, adaptive, adversary, by_stratum, repetition1, mask_baseline, figures,
+            examples)

@@ -41,7 +41,8 @@ def render(results: dict) -> str:
             gen, truth = highlight_differences(w["generation"], w["truth"])
             verdict = "verbatim" if w["exact_match"] else \
                 f"ROUGE-L {w.get('rouge_l_paper', w['rouge_l']):.2f} (rouge-score), {w['rouge_l']:.2f} (tokens)"
-            parts.append(f"**{w.get('title') or w['doc_id']}** (prefix {w['prefix_len']} tokens, {verdict})\n\n"
+            placement = "prefix all" if w["prefix_len"] == -1 else f"prefix {w['prefix_len']} tokens"
+            parts.append(f"**{w.get('title') or w['doc_id']}** ({placement}, {verdict})\n\n"
                          f"- generated: {gen}\n- truth: {truth}\n")
     if not parts:
         return ""

@@ -1,7 +1,7 @@
 """The study's plots, drawn when the results are computed (``goldfish.experiment.plots`` adapts the cells to
-``goldfish.eval.plots``' primitives) and listed in the report: bars per cell, ROC per cell, the training loss on kept
-vs dropped tokens, memorisation vs model size / repetitions / prefix length where the grid varies them, E50 and
-canary exposure of a size sweep. Their file names go into ``results.json`` (``plots``), so the report lists them
+``goldfish.eval.plots``' primitives) and listed in the report: bars per cell with their 95 % intervals, ROC per cell,
+the training loss on kept vs dropped tokens, memorisation vs model size / repetitions / prefix length where the grid
+varies them (intervals over documents), E50 (the joint model's, with its band) and canary exposure of a size sweep. Their file names go into ``results.json`` (``plots``), so the report lists them
 from the results alone."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 from goldfish.eval.metrics import METRICS, ROUGE
 from goldfish.eval.tables import markdown_section
 
-from ...io import read_jsonl
+from ...io import read_json, read_jsonl
 from ..plots import bar_chart, loss_curves, metric_vs_x, roc_curves, threshold_plots
 from ..summary import CellSummary, Study, one_per_arm
 
@@ -31,23 +31,29 @@ def draw(study: Study, out: Path) -> list[Path]:
     label = {c.cell: c.label(axes, one) for c in cells}
     paths: list[Path | None] = []
     if len(cells) <= 16:
-        for m in (METRICS["exact_match"].summary_key, *ROUGE):
-            paths.append(bar_chart({label[c.cell]: getattr(c, m) for c in cells}, LABEL[m] + " per arm", LABEL[m],
-                                   out / f"{m}_by_arm.png"))
+        for name in ("exact_match", *(k for k in METRICS if METRICS[k].summary_key in ROUGE)):
+            m = METRICS[name].summary_key
+            ci = {label[c.cell]: ((c.extraction_ci or {}).get(name) or {}) for c in cells}
+            paths.append(bar_chart({label[c.cell]: getattr(c, m) for c in cells}, LABEL[m] + " per arm (95 % CI)",
+                                   LABEL[m], out / f"{m}_by_arm.png",
+                                   errors={k: (v.get("ci_low"), v.get("ci_high")) for k, v in ci.items()}))
         attack = mia_attack_name(cells)
         paths.append(bar_chart({label[c.cell]: c.mia_auc for c in cells}, "membership inference AUC "
                                f"({attack} attack, 95 % CI)", "ROC-AUC (0.5 = chance)", out / "mia_auc_by_arm.png",
                                errors={label[c.cell]: (c.mia_auc_ci_low, c.mia_auc_ci_high) for c in cells}))
-        paths.append(bar_chart({label[c.cell]: c.heldout_loss for c in cells}, "held-out (nonmember) loss per arm",
-                               "mean NLL (nats/token)", out / "heldout_loss_by_arm.png"))
+        paths.append(bar_chart({label[c.cell]: c.heldout_loss for c in cells}, "held-out (nonmember) loss per arm "
+                               "(95 % CI)", "mean NLL (nats/token)", out / "heldout_loss_by_arm.png",
+                               errors={label[c.cell]: tuple(c.heldout_loss_ci or (None, None)) for c in cells}))
         roc = {label[c.cell]: c.mia_roc for c in cells if c.mia_roc}
         if roc:
             paths.append(roc_curves(roc, attack, out / "roc_by_arm.png"))
         curves = {label[c.cell]: read_jsonl(p.metrics_file) for p, c in zip(study.done, cells)
                   if p.metrics_file.is_file()}  # not an untrained control
         paths.append(loss_curves(curves, out / "loss_curves.png"))
+    windows = [[w for w in read_json(p.results_file).get("windows") or [] if w.get("split") in (None, "members")]
+               if p.results_file.is_file() else [] for p in study.done]
     for m in dict.fromkeys((study.cfg.headline_metric, *ROUGE)):  # exact match is all-or-nothing; ROUGE-L: partial
-        paths += metric_vs_x(cells, m, LABEL[m], out)
+        paths += metric_vs_x(cells, windows, m, LABEL[m], out)
     paths += threshold_plots(study.results, out)
     return [p for p in paths if p is not None]
 

@@ -1,7 +1,9 @@
 """The headline: the regime (from scratch or fine-tuned, what the control is, the model-free blind baseline) and one
-row per cell -- extraction with intervals over documents, held-out loss, teacher-forced accuracy on kept / dropped
-positions, the headline membership attack with its exact p-value, TPR at 1 % FPR where measurable, the hash-aware
-AUC, the token budget and the training time. ``goldfish experiment`` prints it on the terminal too."""
+row per cell in 8 columns -- extraction with intervals over documents, held-out loss, teacher-forced accuracy on
+kept / dropped positions, the headline membership attack with its exact p-value, TPR at 1 % FPR where measurable,
+the token budget and training time -- with a note needed in several rows once below the table; then the details
+(parameters, ROUGE-L on tokens, the hash-aware AUC, the final training losses). ``goldfish experiment`` prints the
+headline on the terminal too."""
 
 from __future__ import annotations
 
@@ -63,10 +65,9 @@ def auc_text(c: CellSummary) -> str:
     separation resamples to AUC 1 every time, so its exact probability under the null stands in its place)."""
     p = c.mia_auc_p or {}
     if p.get("method") == "perfect":
-        return (f"{fmt(c.mia_auc)} (perfect separation of {p['n_members']} vs {p['n_nonmembers']}: "
-                f"p = 10^{p['log10_p']:.1f}, exact) ({c.mia_attack})")
-    shown = f" (p {p['p_value']:.2g}, {p['method']})" if p.get("p_value") is not None else ""
-    return f"{fmt(c.mia_auc)}{ci_suffix(c.mia_auc_ci_low, c.mia_auc_ci_high)}{shown} ({c.mia_attack})"
+        return f"{fmt(c.mia_auc)} (p = 10^{p['log10_p']:.1f}, perfect)"
+    shown = f" (p {p['p_value']:.2g})" if p.get("p_value") is not None else ""
+    return f"{fmt(c.mia_auc)}{ci_suffix(c.mia_auc_ci_low, c.mia_auc_ci_high)}{shown}"
 
 
 def tpr_text(c: CellSummary) -> str:
@@ -76,24 +77,52 @@ def tpr_text(c: CellSummary) -> str:
     return c.mia_tpr_at_1pct_fpr_note or "-"
 
 
+def _noted(text: str, notes: dict[str, str]) -> str:
+    """A table entry too long to repeat per row: a letter, its text once below the table (``notes``: text ->
+    letter, filled in order)."""
+    letter = notes.setdefault(text, "abcdefghijklmnopqrstuvwxyz"[len(notes) % 26])
+    return f"({letter})"
+
+
 def headline_table(results: dict, markdown: bool = True) -> str:
-    """Per cell: exact match and ROUGE-L (rouge-score, the headline; token ids beside) with intervals over
-    documents, held-out loss, teacher-forced accuracy on kept / dropped positions, MIA AUC (the headline attack,
-    with its permutation p-value), TPR at 1 % FPR where measurable, the hash-aware AUC, token budget, train time."""
+    """Per cell, 8 columns: exact match and ROUGE-L (rouge-score) with intervals over documents, held-out loss,
+    teacher-forced accuracy on kept / dropped positions, MIA AUC of the headline attack (interval and permutation
+    p-value), TPR at 1 % FPR where measurable, tokens and training time; what is the same in every row (the attack)
+    goes in the header, a note needed in several rows once below the table (:func:`headline_notes`); the rest in
+    :func:`details_table`."""
     cells, axes = cells_of(results), results["axes"]
     one = one_per_arm(cells)
-    header = ["cell", "params", "tokens", "train time", "exact match", "ROUGE-L (rouge-score)", "ROUGE-L (tokens)",
-              "held-out loss", "TF acc kept / dropped", "MIA AUC", "TPR at 1 % FPR", "MIA AUC kept tokens",
-              "final kept / dropped loss"]
+    attacks = list(dict.fromkeys(str(c.mia_attack) for c in cells))
+    notes: dict[str, str] = {}
+    header = ["cell", "exact match", "ROUGE-L (rouge-score)", "held-out loss", "TF acc kept / dropped",
+              f"MIA AUC ({attacks[0]})" if len(attacks) == 1 else "MIA AUC (attack)", "TPR at 1 % FPR",
+              "tokens, train time"]
     rows: list[list[Any]] = []
     for c in cells:
+        auc = auc_text(c) + ("" if len(attacks) == 1 else f" ({c.mia_attack})")
+        tpr = fmt(c.mia_tpr_at_1pct_fpr, "pct") if c.mia_tpr_at_1pct_fpr is not None else \
+            _noted(c.mia_tpr_at_1pct_fpr_note or "not measured", notes) if c.mia_auc is not None else "-"
+        rows.append([c.label(axes, one), extraction_text(c, "exact_match", "pct"),
+                     extraction_text(c, "rouge_l_paper"), fmt(c.heldout_loss),
+                     f"{fmt(c.tf_kept_accuracy, 'pct')} / {fmt(c.tf_dropped_accuracy, 'pct')}", auc, tpr,
+                     f"{fmt(c.tokens_seen, 'int')}, {fmt(c.train_time_s, 's')}"])
+    table = markdown_table(header, rows) if markdown else plain_table(header, rows)
+    below = [f"({letter}) TPR at 1 % FPR withheld: {text}" for text, letter in notes.items()]
+    return "\n\n".join([table, *below]) if markdown else "\n".join([table, *below])
+
+
+def details_table(results: dict) -> str:
+    """Per cell, what the headline leaves out: parameters, ROUGE-L on token ids, the hash-aware AUC, the final
+    training loss on kept / dropped tokens."""
+    cells, axes = cells_of(results), results["axes"]
+    one = one_per_arm(cells)
+    rows = []
+    for c in cells:
         kept = c.mia_auc_kept_reference if c.mia_auc_kept_reference is not None else c.mia_auc_kept_loss
-        rows.append([c.label(axes, one), fmt(c.params, "params"), fmt(c.tokens_seen, "int"),
-                     fmt(c.train_time_s, "s"), extraction_text(c, "exact_match", "pct"),
-                     extraction_text(c, "rouge_l_paper"), extraction_text(c, "rouge_l"), fmt(c.heldout_loss),
-                     f"{fmt(c.tf_kept_accuracy, 'pct')} / {fmt(c.tf_dropped_accuracy, 'pct')}",
-                     auc_text(c), tpr_text(c), fmt(kept), f"{fmt(c.final_kept_loss)} / {fmt(c.final_dropped_loss)}"])
-    return markdown_table(header, rows) if markdown else plain_table(header, rows)
+        rows.append([c.label(axes, one), fmt(c.params, "params"), extraction_text(c, "rouge_l"), fmt(kept),
+                     f"{fmt(c.final_kept_loss)} / {fmt(c.final_dropped_loss)}"])
+    return markdown_table(["cell", "params", "ROUGE-L (tokens)", "MIA AUC kept tokens", "final kept / dropped loss"],
+                          rows)
 
 
 def render(results: dict) -> str:
@@ -102,18 +131,18 @@ def render(results: dict) -> str:
         "Exact match and ROUGE-L: mean over the member windows with a 95 % bootstrap interval that resamples "
         "documents (windows of one document, e.g. at two prefix lengths, are not independent). ROUGE-L "
         "(rouge-score) is the paper's: word-level ROUGE-L F1 of the decoded texts by the rouge-score package "
-        "(lower-cased words, no stemming, as the paper's evaluation calls it); ROUGE-L (tokens) is the same "
-        "F1 on token ids. "
+        "(lower-cased words, no stemming, as the paper's evaluation calls it). "
         "MIA AUC: members (trained text) vs nonmembers, 95 % bootstrap CI and the one-sided permutation "
         "p-value of an AUC at least this large (exact without ties up to 400 documents; at AUC 1 the exact "
-        "1 / C(m + n, m), shown instead of the degenerate bootstrap interval); 0.5 = chance. TPR at 1 % FPR "
-        "is shown only with at least 100 nonmembers (below that it is the TPR at zero false positives). "
-        "The attack is named in brackets (reference = target NLL calibrated by the starting model, i.e. the "
-        "control; loss = plain NLL). MIA AUC kept tokens: the hash-aware attack, scoring only the targets the Goldfish mask "
-        "keeps (the hash is public). TF acc kept / dropped: teacher-forced top-1 accuracy of the member "
-        "tokens at the positions the Goldfish mask keeps / drops (the same positions in every arm): a "
-        "Goldfish model that fills dropped tokens back in shows it here. With `later_chunk` nonmembers "
-        "(openings vs bodies of the same articles) a shift in kind separates the sets without any "
-        "memorisation: compare arms rather than reading the absolute AUC. "
-        "Held-out loss: mean per-token NLL of the nonmember text (lower = better language model; compare "
-        "with the control's).")
+        "1 / C(m + n, m), shown instead of the degenerate bootstrap interval); 0.5 = chance. The attack is named in "
+        "the column (reference = target NLL calibrated by the control's model; loss = plain NLL). TPR at 1 % FPR "
+        "is shown only with at least 100 nonmembers (below that it is the TPR at zero false positives). TF acc "
+        "kept / dropped: teacher-forced top-1 accuracy of the member tokens at the positions the Goldfish mask "
+        "keeps / drops (the same positions in every arm): a Goldfish model that fills dropped tokens back in shows "
+        "it here. With `later_chunk` nonmembers (openings vs bodies of the same articles) a shift in kind separates "
+        "the sets without any memorisation: compare arms rather than reading the absolute AUC. Held-out loss: mean "
+        "per-token NLL of the nonmember text (lower = better language model; compare with the control's).",
+        details_table(results),
+        "Details: ROUGE-L (tokens) is the same F1 on token ids; MIA AUC kept tokens is the hash-aware attack, "
+        "scoring only the targets the Goldfish mask keeps (the hash is public); final kept / dropped loss: the "
+        "training loss on kept / dropped targets over the last 5 % of steps.")

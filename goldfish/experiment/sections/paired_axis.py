@@ -45,8 +45,9 @@ def axis_markdown(tests: Sequence[dict], pool: Sequence[str]) -> list[str]:
             f"Each cell against the cell of the same arm and other settings at {t0['axis']}={t0['reference']}, "
             "windows matched by their sha256 (the same targets, evaluated unedited), per repetition stratum and over "
             "all. Exact match: McNemar's exact test over documents (a sign test of each document's difference where it "
-            "has several windows); ROUGE-L: paired bootstrap resampling documents (a document "
-            "that is a target in several pooled cells is one cluster).", ""]
+            "has several windows); ROUGE-L: paired bootstrap resampling documents. A text that is a target in "
+            "several pooled pairs of cells (two seeds' splits) counts once per pair: independent models scored it.",
+            ""]
 
 
 def render(results: dict) -> str:
