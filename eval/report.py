@@ -233,21 +233,29 @@ def _numeric_strata(strata: Mapping[str, Mapping]) -> list[tuple[float, Mapping]
     return [(float(k), r) for k, r in strata.items() if k.isdigit() and float(k) > 0]
 
 
+# a curve of the per-run plots: (label, summary key, the stem of its interval's keys)
+STRATA_CURVES = (("exact match", "exact_match_rate", "exact_match"), ("ROUGE-L", "rouge_l", "rouge_l"))
+
+
 def strata_series(strata: Mapping[str, Mapping]) -> dict[str, tuple[list, list]]:
     """Positive numeric strata -> {"exact match": (xs, ys), "ROUGE-L": (xs, ys)}."""
     points = _numeric_strata(strata)
     out = {}
-    for label, key in (("exact match", "exact_match_rate"), ("ROUGE-L", "rouge_l")):
+    for label, key, _ in STRATA_CURVES:
         xy = [(x, r[key]) for x, r in points if r.get(key) is not None]
         if len(xy) >= 2:
             out[label] = ([x for x, _ in xy], [y for _, y in xy])
     return out
 
 
-def exact_match_bands(strata: Mapping[str, Mapping]) -> dict[str, tuple[list, list]]:
-    """{"exact match": (Wilson lows, highs)} aligned with :func:`strata_series`' exact-match points."""
-    rows = [r for _, r in _numeric_strata(strata) if r.get("exact_match_rate") is not None]
-    return {"exact match": ([r.get("exact_match_ci_low") for r in rows], [r.get("exact_match_ci_high") for r in rows])}
+def strata_bands(strata: Mapping[str, Mapping]) -> dict[str, tuple[list, list]]:
+    """Each curve's 95 % interval (lows, highs) aligned with :func:`strata_series`' points: Wilson's for exact match,
+    the mean's normal interval for ROUGE-L (the summary's ``_ci_low`` / ``_ci_high``)."""
+    out = {}
+    for label, key, stem in STRATA_CURVES:
+        rows = [r for _, r in _numeric_strata(strata) if r.get(key) is not None]
+        out[label] = ([r.get(f"{stem}_ci_low") for r in rows], [r.get(f"{stem}_ci_high") for r in rows])
+    return out
 
 
 def report_plots(results: Mapping, out_dir: str | os.PathLike) -> list[Path]:
@@ -259,8 +267,8 @@ def report_plots(results: Mapping, out_dir: str | os.PathLike) -> list[Path]:
         series = strata_series(strata)
         if series:
             paths.append(line_plot(series, f"memorisation vs {name.replace('_', ' ')}", label,
-                                   "rate / score (exact match: Wilson 95 % band)", out / f"memorisation_vs_{name}.png",
-                                   logx=logx, fit=logx, bands=exact_match_bands(strata), unit_interval=True))
+                                   "rate / score (95 % bands)", out / f"memorisation_vs_{name}.png",
+                                   logx=logx, fit=logx, bands=strata_bands(strata), unit_interval=True))
     attacks = attacks_of(results)
     if attacks:
         curves = {k: (a["roc_fpr"], a["roc_tpr"], a.get("auc")) for k, a in attacks.items() if a.get("roc_fpr")}

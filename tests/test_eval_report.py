@@ -133,3 +133,31 @@ def test_report_without_windows_or_membership(tmp_path, bad):
     paths = write_report({"summary": summarize([]), "membership": bad}, tmp_path)
     assert [p.name for p in paths] == ["report.md"]
 
+
+
+def test_every_curve_of_the_per_run_plots_has_its_interval():
+    from goldfish.eval.report import strata_bands, strata_series
+
+    strata = {"1": {"exact_match_rate": 0.0, "exact_match_ci_low": 0.0, "exact_match_ci_high": 0.2,
+                    "rouge_l": 0.3, "rouge_l_ci_low": 0.25, "rouge_l_ci_high": 0.35},
+              "4": {"exact_match_rate": 0.5, "exact_match_ci_low": 0.3, "exact_match_ci_high": 0.7,
+                    "rouge_l": 0.6, "rouge_l_ci_low": 0.5, "rouge_l_ci_high": 0.7},
+              "0": {"exact_match_rate": 0.0, "rouge_l": 0.1}, "unknown": {"exact_match_rate": 0.0}}  # no curve points
+    series, bands = strata_series(strata), strata_bands(strata)
+    assert set(series) == set(bands) == {"exact match", "ROUGE-L"}
+    assert series["ROUGE-L"] == ([1.0, 4.0], [0.3, 0.6]) and bands["ROUGE-L"] == ([0.25, 0.5], [0.35, 0.7])
+    assert bands["exact match"] == ([0.0, 0.3], [0.2, 0.7])
+
+
+def test_the_study_curves_pool_windows_with_intervals_over_documents():
+    from goldfish.eval.stats import wilson_interval
+    from goldfish.experiment.plots import _series
+
+    # exact match of 4 documents at x = 1 (one verbatim) and of 2 at x = 4 (none: the bootstrap degenerates, so
+    # Wilson's over the documents); ROUGE-L as a mean with its bootstrap interval
+    points = [("a", 1, v, ("c", d)) for d, v in enumerate([1.0, 0.0, 0.0, 0.0])]
+    points += [("a", 4, 0.0, ("c", d)) for d in range(2)]
+    series, bands = _series(points, rate=True)
+    assert series == {"a": ([1, 4], [0.25, 0.0])}
+    assert bands["a"][0][1] == 0.0 and bands["a"][1][1] == wilson_interval(0, 2)[1]
+    assert bands["a"][0][0] <= 0.25 <= bands["a"][1][0]
