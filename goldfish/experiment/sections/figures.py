@@ -31,7 +31,8 @@ def draw(study: Study, out: Path) -> list[Path]:
     label = {c.cell: c.label(axes, one) for c in cells}
     paths: list[Path | None] = []
     if len(cells) <= 16:
-        for name in ("exact_match", *(k for k in METRICS if METRICS[k].summary_key in ROUGE)):
+        names = {m.summary_key: m.name for m in METRICS.values()}
+        for name in ("exact_match", *(names[key] for key in ROUGE)):  # the paper's ROUGE-L first
             m = METRICS[name].summary_key
             ci = {label[c.cell]: ((c.extraction_ci or {}).get(name) or {}) for c in cells}
             paths.append(bar_chart({label[c.cell]: getattr(c, m) for c in cells}, LABEL[m] + " per arm (95 % CI)",
