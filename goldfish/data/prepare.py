@@ -211,6 +211,8 @@ class _Job:
     def run(self, folder: Path, started: float, shards: tuple[int, int] | None = None,
             merge_only: bool = False) -> None:
         with _exclusive(folder):
+            if (folder / "manifest.json").is_file():  # another process of the same recipe finished it meanwhile
+                return
             state = self.state(folder)
         if streamed(self.cfg):
             cap = self._stream(folder, state, shards, merge_only)
@@ -396,8 +398,9 @@ def _merge(cfg: PrepareConfig, folder: Path, state: dict, used: list[int], entri
     stores = [{"path": "train/targets", "documents": len(targets)}]
     lengths = [np.asarray(targets.lengths)]
     background = []
+    shard_entries = entries or state["background_shards"]
     for i, n in enumerate(used):
-        shard = TokenShard(folder / BACKGROUND, stem(i), dtype)
+        shard = _checked_shard(folder, shard_entries[i], dtype)
         if n:
             stores.append({"path": f"{BACKGROUND}/{stem(i)}", "documents": n})
             lengths.append(np.asarray(shard.lengths[:n]))
@@ -430,6 +433,18 @@ def _merge(cfg: PrepareConfig, folder: Path, state: dict, used: list[int], entri
                                                           int(lengths[m + v:m + v + b].sum()), started))
     (folder / STATE).unlink()
     _default_permissions(folder)
+
+
+def _checked_shard(folder: Path, entry: dict, dtype: np.dtype) -> TokenShard:
+    """Background shard ``entry["shard"]``, its files checked against the sha256 its entry recorded."""
+    name = stem(entry["shard"])
+    for f, sha in entry["sha256"].items():
+        path = folder / BACKGROUND / f
+        if not path.is_file() or file_sha256(path) != sha:
+            raise UserError(f"background shard {name} is damaged ({f} is missing or differs from its entry); delete "
+                            f"{folder / BACKGROUND}/{name}.* and run the same goldfish prepare command again to "
+                            f"write it anew")
+    return TokenShard(folder / BACKGROUND, name, dtype)
 
 
 def _check_copies(order: np.ndarray, state: dict, owners: np.ndarray | None, m: int, v: int, b: int) -> None:

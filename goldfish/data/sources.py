@@ -185,7 +185,7 @@ def _open_binary(path: Path):
 
 
 def jsonl_lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """``(line number, raw line)`` of each non-blank line of a JSONL file (``.gz`` too), read lazily. Lines end at
+    r"""``(line number, raw line)`` of each non-blank line of a JSONL file (``.gz`` too), read lazily. Lines end at
     ``\n`` only, as JSON Lines defines them (a raw U+2028 or form feed inside a string is text)."""
     try:
         with _open_binary(path) as fh:
@@ -243,7 +243,7 @@ def _parquet_rows(path: Path, cfg: SourceConfig, skip: int) -> Iterator[tuple[in
     groups = []
     for g in range(pf.num_row_groups):
         n = pf.metadata.row_group(g).num_rows
-        if first + n > skip:
+        if groups or first + n > skip:  # from the first group holding row `skip` on
             groups.append(g)
         else:
             first += n
