@@ -1,6 +1,6 @@
 """Write a large local corpus of English-like text as JSONL or parquet shards, offline and seeded: the background of
 the data-path benchmark (benchmarks/prepare_scale.py) and of the scaled-down paper setting
-(experiments/paper/tinyllama_scaled.yaml). No download: a word-bigram model is fitted on the real text the toolkit
+(experiments/tinyllama_scaled.yaml). No download: a word-bigram model is fitted on the real text the toolkit
 ships (the 106 Wikipedia articles of the gensim wheel and, when Debian's bible-kjv is installed, the King James
 Bible) and sampled, many documents at a time, with document lengths drawn from a log-normal (median ~600 words, as
 web pages). The text is not meaningful, but it has English's word and bigram frequencies, so tokenizer speed,
@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     while written < target_words:
         lengths = np.clip(rng.lognormal(np.log(args.median_words), 0.8, args.shard_documents), 20, 20_000)
         lengths = lengths.astype(np.int64)
+        lengths = lengths[:int(np.searchsorted(np.cumsum(lengths), target_words - written)) + 1]  # stop at the target
         docs = []
         for lo in range(0, len(lengths), 2_000):
             for text in model.sample(lengths[lo:lo + 2_000], rng):

@@ -29,6 +29,7 @@ from ..config import check, option, raise_problems
 
 _BASE = np.uint64(0x100000001B3)  # the 64-bit FNV prime as the polynomial base
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+FILTER_BITS = 22
 
 
 @dataclasses.dataclass
@@ -111,6 +112,9 @@ class ShingleIndex:
         hashes = np.concatenate(per_target) if per_target else np.zeros(0, dtype=np.uint64)
         order = np.argsort(hashes, kind="stable")
         self.hashes, self.owners = hashes[order], owners[order]  # (S,) sorted, (S,) target of each
+        # a 4 MiB filter on the top 22 bits: a document's n-grams are looked up only where some target has one
+        self.filter = np.zeros(1 << FILTER_BITS, dtype=bool)
+        self.filter[self.hashes >> np.uint64(64 - FILTER_BITS)] = True
 
     def contained(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
         """(T,) fraction of each target's shingles that occur in ``ids``."""
@@ -132,6 +136,9 @@ class ShingleIndex:
         if not len(self.hashes):
             return False
         keys = window_keys(ids, self.config.ngram)
+        keys = keys[self.filter[keys >> np.uint64(64 - FILTER_BITS)]]
+        if not len(keys):
+            return False
         at = np.minimum(np.searchsorted(self.hashes, keys), len(self.hashes) - 1)
         return bool((self.hashes[at] == keys).any())
 

@@ -141,6 +141,42 @@ def recipe_fingerprint(cfg: PrepareConfig) -> str:
     return fingerprint_sha256({"recipe": to_dict(cfg), "code": code_version()})
 
 
+# What a prepare holds in memory and writes, per unit (measured on the merge of a 200 M-token background: see
+# benchmarks/prepare_scale.py): the merge's layout arrays per background chunk or occurrence, the process itself
+# (Python, torch, the tokenizer) and one block of the layout loop; the document splits' Arrow columns per token
+# (int64 ids + UTF-8 text).
+MERGE_BYTES_PER_OCCURRENCE = 64
+PROCESS_BYTES = 600 * 2**20
+SPLIT_BYTES_PER_TOKEN = 13
+INDEX_BYTES_PER_CHUNK = 16  # a background chunk's offset and source position
+LAYOUT_BYTES_PER_OCCURRENCE = 16  # its document and first slot
+
+
+def estimate_needs(cfg: PrepareConfig, vocab_size: int) -> dict | None:
+    """Disk and memory a prepare of ``cfg`` needs, when its lengths are fixed (``doc_tokens``, a numeric
+    ``num_background`` and ``background_chunk_tokens``; None otherwise): every background chunk full, the token
+    shards at ``token_dtype``'s width for ``vocab_size``, the layout, the document splits; memory at the merge (the
+    peak: the targets phase holds the main source, bounded by ``source.max_documents``)."""
+    if cfg.doc_tokens is None or cfg.num_background is None or (cfg.num_background and
+                                                               cfg.background_chunk_tokens is None):
+        return None
+    itemsize = token_dtype(vocab_size, cfg.token_dtype).itemsize
+    reps = list(cfg.repetitions)
+    members = cfg.num_members or 0
+    copies = sum(reps[i % len(reps)] for i in range(members)) if cfg.train_members else 0
+    nonmembers = cfg.num_nonmembers if cfg.num_nonmembers is not None else members
+    chunks = cfg.num_background
+    background_tokens = chunks * (cfg.background_chunk_tokens or 0)
+    target_tokens = members * cfg.doc_tokens
+    occurrences = copies + chunks
+    disk = ((background_tokens + target_tokens) * itemsize + chunks * INDEX_BYTES_PER_CHUNK
+            + occurrences * LAYOUT_BYTES_PER_OCCURRENCE
+            + (members + nonmembers + cfg.num_validation) * cfg.doc_tokens * SPLIT_BYTES_PER_TOKEN)
+    return {"disk_bytes": disk, "memory_bytes": PROCESS_BYTES + occurrences * MERGE_BYTES_PER_OCCURRENCE,
+            "tokens": background_tokens + copies * cfg.doc_tokens, "chunks": chunks, "occurrences": occurrences,
+            "dtype": f"uint{8 * itemsize}"}
+
+
 # ------------------------------------------------------------------------------------------------ entry point
 
 
@@ -330,6 +366,7 @@ def _targets(cfg: PrepareConfig, folder: Path, progress: bool) -> dict:
         variants = [v for vs in copies for v in vs]
         owners = np.concatenate([np.arange(len(reps)), np.repeat(np.arange(len(reps)), [len(vs) for vs in copies])])
 
+    save_config(cfg, folder / "config.yaml")  # an unfinished folder says what it is: shard jobs can use it as recipe
     tok.save_pretrained(str(folder / "tokenizer"))
     text_of = _decoder(tok)
     decode = lambda ids: text_of(ids.tolist())  # noqa: E731 - the text a row holds (the cut chunk)
@@ -424,11 +461,10 @@ def _merge(cfg: PrepareConfig, folder: Path, state: dict, used: list[int], entri
               else row_starts(units, cfg.seq_len))
     row_stats = layout_stats(starts, units, cfg.seq_len)
     _check_copies(order, state, targets.tags, m, v, b)
-    layout = {"train/order.npy": write_file(folder / "train" / "order.npy", order.astype(np.int64)),
+    layout = {"train/order.npy": write_file(folder / "train" / "order.npy", np.asarray(order, dtype=np.int64)),
               "train/starts.npy": write_file(folder / "train" / "starts.npy", starts)}
     _remove_unused(folder, len(used))
     files = {**_data_files(folder), **layout}
-    save_config(cfg, folder / "config.yaml")
     atomic_write_json(folder / "manifest.json", _manifest(cfg, state, stores, row_stats, files, entries, b,
                                                           int(lengths[m + v:m + v + b].sum()), started))
     (folder / STATE).unlink()

@@ -36,17 +36,20 @@ COLUMNS = ("input_ids", "labels", "document_ids", "position_ids", "attention_mas
 # ------------------------------------------------------------------------------------------------ layout
 
 
-def pack_starts(units: np.ndarray, keep_whole: np.ndarray, seq_len: int) -> np.ndarray:
+def pack_starts(units: np.ndarray, keep_whole: np.ndarray, seq_len: int, block: int = 1 << 20) -> np.ndarray:
     """(O,) first slot of each occurrence under ``pack``: back to back, except that an occurrence to keep whole which
-    fits in a row but not in the current row's rest starts the next row (the rest is padding)."""
+    fits in a row but not in the current row's rest starts the next row (the rest is padding). One step per
+    occurrence, a block of occurrences at a time (memory: the output plus one block)."""
     starts = np.empty(len(units), dtype=np.int64)
     slot = 0
-    for i, (n, whole) in enumerate(zip(units.tolist(), keep_whole.tolist())):
-        used = slot % seq_len
-        if whole and n <= seq_len and used + n > seq_len:
-            slot += seq_len - used
-        starts[i] = slot
-        slot += n
+    for lo in range(0, len(units), block):
+        part = starts[lo:lo + block]
+        for i, (n, whole) in enumerate(zip(units[lo:lo + block].tolist(), keep_whole[lo:lo + block].tolist())):
+            used = slot % seq_len
+            if whole and n <= seq_len and used + n > seq_len:
+                slot += seq_len - used
+            part[i] = slot
+            slot += n
     return starts
 
 

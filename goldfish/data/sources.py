@@ -209,7 +209,8 @@ def jsonl_objects(path: Path, skip: int = 0) -> Iterator[tuple[int, dict]]:
                             f"the file as UTF-8, e.g. iconv -f latin1 -t utf-8") from None
         try:
             row = json.loads(line)
-            json.dumps(row, ensure_ascii=False).encode("utf-8")  # a "\ud800" escape: a lone surrogate, not text
+            if b"\\u" in raw:  # an escape may spell a lone surrogate ("\ud800"), which is not text
+                json.dumps(row, ensure_ascii=False).encode("utf-8")
         except json.JSONDecodeError as e:
             raise UserError(f"{path}:{lineno} is not valid JSON ({e.msg}); the file needs one JSON object per "
                             "line") from None

@@ -175,7 +175,7 @@ def make_shard(spec: ShardSpec, i: int) -> dict:
             if not batch:
                 break
             stats["read"] += len(batch)
-            kept = [(pos, d) for pos, d in batch if len(d.text.split()) >= floor]
+            kept = [(pos, d) for pos, d in batch if (d.text if floor <= 1 else len(d.text.split()) >= floor)]
             stats["below_min_words"] += len(batch) - len(kept)
             for (pos, doc), ids in zip(kept, encoder([d.text for _, d in kept])):
                 ids = np.asarray(ids, dtype=np.int64)
