@@ -8,7 +8,8 @@ against one.
 
 The corpora are written by benchmarks/make_corpus.py (English-like text, offline) into ``--work`` and kept there
 for reuse. Each prepare runs as its own process (``python -m goldfish prepare``); its peak resident memory is the
-largest of its own and its workers' (``getrusage``), each reported. The recipe is the paper's standard setting in
+largest of its own and its workers' (``getrusage``), each reported; ``first_batch_s`` is a fresh process's
+``load_prepared`` (integrity checks included) and its first 16-row batch. The recipe is the paper's standard setting in
 miniature: 48 Wikipedia articles (first 512 tokens) as targets x 4 and 32 as nonmembers, background chunks of 2,047
 tokens + EOS in rows of 2,048, de-duplicated against the targets (13-grams, 20 %).
 
@@ -33,6 +34,11 @@ HERE = Path(__file__).resolve().parent
 WRAPPER = ("import json, resource, sys; from goldfish.cli import main; rc = main(sys.argv[1:]); "
            "print('RUSAGE ' + json.dumps({'self_kb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
            "'workers_kb': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}), file=sys.stderr); sys.exit(rc)")
+
+
+# a fresh process opening the folder (verified, from the record prepare left) and building a 16-row global batch
+FIRST_BATCH = ("import sys, time; import numpy as np; from goldfish.data import load_prepared; t = time.perf_counter(); "
+               "p = load_prepared(sys.argv[1]); b = p.train.batch(np.arange(16)); print(time.perf_counter() - t)")
 
 
 def recipe(background: Path) -> dict:
@@ -66,6 +72,7 @@ def run_prepare(work: Path, background: Path, num_proc: int) -> dict:
     if proc.returncode:
         raise SystemExit(f"prepare failed: {proc.stderr[-2000:]}")
     usage = json.loads(next(line for line in proc.stderr.splitlines() if line.startswith("RUSAGE "))[7:])
+    first = subprocess.run([sys.executable, "-c", FIRST_BATCH, str(out)], capture_output=True, text=True, check=True)
     manifest = json.loads((out / "manifest.json").read_text())
     tokens = manifest["tokens"]["train"]
     rows = sum((out / rel).stat().st_size for rel in manifest["files"] if not rel.startswith("tokenizer/"))
@@ -74,7 +81,7 @@ def run_prepare(work: Path, background: Path, num_proc: int) -> dict:
     return {"train_tokens": tokens, "wall_s": round(wall, 1), "peak_rss_mb": round(max(usage.values()) / 1024, 1),
             "main_rss_mb": round(usage["self_kb"] / 1024, 1), "worker_rss_mb": round(usage["workers_kb"] / 1024, 1),
             "rows_bytes_per_token": round(rows / tokens, 3), "folder_bytes_per_token": round(folder / tokens, 3),
-            "tokens_per_s": round(tokens / wall)}
+            "tokens_per_s": round(tokens / wall), "first_batch_s": round(float(first.stdout.split()[-1]), 3)}
 
 
 def tokenize_ratios(work: Path, background: Path, shards: int) -> dict:
@@ -82,8 +89,6 @@ def tokenize_ratios(work: Path, background: Path, shards: int) -> dict:
     background phase on 2 workers vs 1, on the same shards."""
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     import itertools
-
-    import numpy as np
 
     from goldfish.config import from_dict
     from goldfish.data import PrepareConfig, prepare

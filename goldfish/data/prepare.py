@@ -45,10 +45,10 @@ from ..provenance import code_version, versions
 from .canaries import canary_alphabet, make_canaries
 from .config import PrepareConfig, SourceConfig
 from .packing import training_order, variant_layout
-from .prepared import FORMAT, doc_columns, save_table, split_sha256
+from .prepared import FORMAT, doc_columns, record_verified, save_table
 from .rows import layout_stats, pack_starts, row_starts
 from .sources import Document, load_documents
-from .splits import Item, SplitPlan, background_items, plan_splits
+from .splits import Item, background_items, plan_splits
 from .stream import (BACKGROUND, STATE, Progress, ShardSpec, entry_path, read_entry, run_shards, stem, text_sha256)
 from .tokenizer import load_tokenizer, tokenizer_info
 from .tokens import TokenShard, file_sha256, token_dtype, write_file, write_shard
@@ -200,7 +200,8 @@ def prepare(cfg: PrepareConfig, out: str | Path | None = None, overwrite: bool =
             raise UserError("--overwrite rebuilds the whole folder in one process; without --shards/--merge")
         with writing(out, "prepared", replace=True, stage=True, exist_ok=True) as folder:
             folder.mark(job.fingerprint)
-            job.run(folder.path, started)
+            files = job.run(folder.path, started)
+        record_verified(out, files)  # every file was just hashed: the first load need not read them again
         return out
     with writing(out, "prepared", shared=True):  # shard jobs of one folder run side by side
         if (out / "manifest.json").is_file():
@@ -208,7 +209,9 @@ def prepare(cfg: PrepareConfig, out: str | Path | None = None, overwrite: bool =
                             f"or choose another output folder")
         if not (out / STATE).is_file():
             _targets_beside(job, out)
-        job.run(out, started, shards, merge_only)
+        files = job.run(out, started, shards, merge_only)
+    if files is not None:
+        record_verified(out, files)
     return out
 
 
@@ -245,21 +248,24 @@ class _Job:
         self.fingerprint = recipe_fingerprint(cfg)
 
     def run(self, folder: Path, started: float, shards: tuple[int, int] | None = None,
-            merge_only: bool = False) -> None:
+            merge_only: bool = False) -> dict[str, str] | None:
+        """The phases this call owns; returns the finished folder's files (None: a shard job, or another process
+        finished the folder meanwhile)."""
         with _exclusive(folder):
             if (folder / "manifest.json").is_file():  # another process of the same recipe finished it meanwhile
-                return
+                return None
             state = self.state(folder)
         if streamed(self.cfg):
             cap = self._stream(folder, state, shards, merge_only)
             if cap is None:  # a shard job: its shards are written, the merge is another call's
-                return
+                return None
             used, entries = cap.used, cap.entries
         else:
             used, entries = [entry["documents"] for entry in state["background_shards"]], []
         with _exclusive(folder):
             if not (folder / "manifest.json").is_file():
-                _merge(self.cfg, folder, state, used, entries, started)
+                return _merge(self.cfg, folder, state, used, entries, started)
+        return None
 
     # -------------------------------------------------------------------------------------------- phase 1
 
@@ -428,8 +434,9 @@ def _decoder(tok):
 
 
 def _merge(cfg: PrepareConfig, folder: Path, state: dict, used: list[int], entries: list[dict],
-           started: float) -> None:
-    """The training layout over the targets and the used background chunks, then the manifest (written last)."""
+           started: float) -> dict[str, str]:
+    """The training layout over the targets and the used background chunks, then the manifest (written last);
+    returns the manifest's ``files`` (every file's sha256)."""
     dtype = np.dtype(state["dtype"])
     targets = TokenShard(folder / "train", "targets", dtype)
     stores = [{"path": "train/targets", "documents": len(targets)}]
@@ -464,11 +471,12 @@ def _merge(cfg: PrepareConfig, folder: Path, state: dict, used: list[int], entri
     layout = {"train/order.npy": write_file(folder / "train" / "order.npy", np.asarray(order, dtype=np.int64)),
               "train/starts.npy": write_file(folder / "train" / "starts.npy", starts)}
     _remove_unused(folder, len(used))
-    files = {**_data_files(folder), **layout}
+    files = {**_data_files(folder, shard_entries[:len(used)]), **layout}
     atomic_write_json(folder / "manifest.json", _manifest(cfg, state, stores, row_stats, files, entries, b,
                                                           int(lengths[m + v:m + v + b].sum()), started))
     (folder / STATE).unlink()
     _default_permissions(folder)
+    return files
 
 
 def _checked_shard(folder: Path, entry: dict, dtype: np.dtype) -> TokenShard:
@@ -508,15 +516,19 @@ def _remove_unused(folder: Path, shards: int) -> None:
         path.unlink()
 
 
-def _data_files(folder: Path) -> dict[str, str]:
-    """sha256 of every data file of the token store and of the tokenizer (what training reads and ships)."""
+def _data_files(folder: Path, shards: list[dict]) -> dict[str, str]:
+    """sha256 of every file of the tokenizer, the target shards and the background shards (what training reads and
+    ships); a background shard's come from its entry, checked against its files by :func:`_checked_shard`."""
     out = {}
-    for sub in ("tokenizer", "train", BACKGROUND):
-        for path in sorted((folder / sub).iterdir()) if (folder / sub).is_dir() else []:
-            rel = f"{sub}/{path.name}"
+    for sub in ("tokenizer", "train"):
+        for path in sorted((folder / sub).iterdir()):
             if path.is_file():
-                out[rel] = file_sha256(path)
-    return out
+                out[f"{sub}/{path.name}"] = file_sha256(path)
+    for entry in shards:
+        out.update({f"{BACKGROUND}/{f}": sha for f, sha in entry["sha256"].items()})
+        if entry_path(folder, entry["shard"]).is_file():  # a streamed shard's entry (the main source's have none)
+            out[f"{BACKGROUND}/{stem(entry['shard'])}.json"] = file_sha256(entry_path(folder, entry["shard"]))
+    return dict(sorted(out.items()))
 
 
 def train_sha256(files: dict[str, str], stores: list[dict]) -> str:

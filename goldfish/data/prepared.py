@@ -36,6 +36,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import os
 import stat
 from pathlib import Path
 from typing import Any, Iterator
@@ -279,12 +280,19 @@ def _load_split(path: Path, name: str, columns: tuple[str, ...], manifest: dict,
     return ds
 
 
+def _record_path(path: Path) -> Path:
+    return cache_root() / "verified" / f"{hashlib.sha256(str(path.resolve()).encode()).hexdigest()}.json"
+
+
+def _stat_key(st: os.stat_result, sha: str) -> list:
+    return [st.st_size, st.st_mtime_ns, st.st_ino, sha]
+
+
 def verify_files(path: Path, files: dict[str, str]) -> None:
     """Check every listed file against its sha256, hashing only files not verified before with the same path, size,
     inode and mtime (the record lives in ``$GOLDFISH_CACHE/verified/``); one line naming the first bad file."""
-    record_path = cache_root() / "verified" / f"{hashlib.sha256(str(path.resolve()).encode()).hexdigest()}.json"
     try:
-        record = json.loads(record_path.read_text(encoding="utf-8"))
+        record = json.loads(_record_path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         record = {}
     fresh = {}
@@ -296,14 +304,22 @@ def verify_files(path: Path, files: dict[str, str]) -> None:
             raise UserError(f"prepared data {path} is missing {rel}; {_hint(path)}") from None
         if not stat.S_ISREG(st.st_mode):
             raise UserError(f"{f} is not a regular file (a link or a folder); {_hint(path)}")
-        key = [st.st_size, st.st_mtime_ns, st.st_ino, sha]
-        if record.get(rel) != key:
-            if file_sha256(f) != sha:
-                raise UserError(f"{f} does not match the sha256 in its manifest (modified or damaged); {_hint(path)}")
+        key = _stat_key(st, sha)
+        if record.get(rel) != key and file_sha256(f) != sha:
+            raise UserError(f"{f} does not match the sha256 in its manifest (modified or damaged); {_hint(path)}")
         fresh[rel] = key
     if fresh != record:
-        with contextlib.suppress(OSError):  # a read-only cache only costs the next load a re-hash
-            atomic_write_json(record_path, fresh, indent=None)
+        _write_record(path, fresh)
+
+
+def record_verified(path: Path, files: dict[str, str]) -> None:
+    """Record ``files`` (``{relative path: sha256}``, just hashed by the writer) as verified in their current state."""
+    _write_record(path, {rel: _stat_key((path / rel).lstat(), sha) for rel, sha in files.items()})
+
+
+def _write_record(path: Path, record: dict) -> None:
+    with contextlib.suppress(OSError):  # a read-only cache only costs the next load a re-hash
+        atomic_write_json(_record_path(path), record, indent=None)
 
 
 def load_prepared(path: str | Path, verify: bool = True) -> Prepared:
