@@ -5,6 +5,7 @@ against one.
 
     python benchmarks/prepare_scale.py --json prepare_scale.json            # ~10 min on 2 cores
     python benchmarks/prepare_scale.py --big --json prepare_scale.json      # + the ~200 M-token corpus (~40 min)
+    python benchmarks/prepare_scale.py --big --big-corpus data/corpus/bg200m   # ... an existing one
 
 The corpora are written by benchmarks/make_corpus.py (English-like text, offline) into ``--work`` and kept there
 for reuse. Each prepare runs as its own process (``python -m goldfish prepare``); its peak resident memory is the
@@ -144,6 +145,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "goldfish_prepare_scale")
     ap.add_argument("--big", action="store_true", help="also the ~200 M-token corpus")
+    ap.add_argument("--big-corpus", type=Path, default=None,
+                    help="an existing ~200 M-token corpus folder for --big (e.g. data/corpus/bg200m)")
     ap.add_argument("--num-proc", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
@@ -151,7 +154,7 @@ def main() -> int:
     sizes = [2e6, 20e6] + ([200e6] if args.big else [])
     result = {"prepare": {}, "machine": {"cpu": _cpu(), "python": sys.version.split()[0]}}
     for size in sizes:
-        bg = corpus(args.work, size)
+        bg = args.big_corpus if size == 200e6 and args.big_corpus else corpus(args.work, size)
         result["prepare"][f"{size / 1e6:g}M"] = run_prepare(args.work, bg, args.num_proc)
         print(f"{size / 1e6:g} M: {result['prepare'][f'{size / 1e6:g}M']}", flush=True)
     result["tokenize"] = tokenize_ratios(args.work, corpus(args.work, 20e6), shards=2)
