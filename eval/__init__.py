@@ -1,38 +1,22 @@
 """Evaluation of memorization on any Hugging Face causal LM: extraction and membership inference.
 
-    from goldfish.eval import EvalConfig, run_eval
     from goldfish.config import load_config
+    from goldfish.eval import EvalConfig
+    from goldfish.eval.run import run_eval
     results = run_eval(load_config(EvalConfig, None, ["model.path=runs/x/model", "data.path=prep/x", "out=ev"]))
 
 Modules: ``config`` (``EvalConfig`` sections), ``loading`` (safe offline model/tokenizer loading), ``inputs``
 (documents), ``windows`` (prefix/suffix windows), ``generate`` (batched KV-cached greedy decoding), ``extraction``
 (one-pass measures), ``metrics`` (registered per-window metrics), ``scoring`` (per-token log-probs in bounded
-memory), ``membership`` (MIA scores and ROC), ``stats`` (exact and paired statistics), ``adversary`` (the
-mask-consistent extraction attack), ``aggregate`` (summaries), ``report`` (Markdown and plots),
-``state`` (fingerprint and resumable partial files), ``run``
-(orchestration). The results schema is eval/SCHEMA.md. Submodules load lazily, so ``import goldfish.eval`` stays cheap.
+memory), ``membership`` (MIA scores and ROC), ``stats`` (every statistic: intervals, exact and paired tests),
+``adversary`` (the mask-consistent extraction attack), ``aggregate`` (summaries), ``tables`` (how every table is
+written), ``report`` (Markdown and plots), ``state`` (fingerprint and resumable partial files), ``run``
+(orchestration: ``run_eval``). The results schema is eval/SCHEMA.md. The package itself imports only its config, so
+``goldfish eval --help`` reads no model code; import the module you use (``from goldfish.eval import scoring``).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from .config import EvalConfig
 
-__all__ = ["EvalConfig", "run_eval", "extraction", "membership", "metrics", "aggregate", "report", "generate",
-           "loading", "windows", "inputs", "scoring", "state", "stats", "adversary"]
-
-
-def run_eval(cfg: EvalConfig, model=None) -> dict:
-    """Run an evaluation and write its files; see :func:`goldfish.eval.run.run_eval` (``model``: a
-    :class:`goldfish.eval.loading.SharedModel` of ``cfg.model`` to use instead of loading it)."""
-    from .run import run_eval as _run_eval
-
-    return _run_eval(cfg, model)
-
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        return importlib.import_module(f".{name}", __name__)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["EvalConfig"]

@@ -1,4 +1,5 @@
-"""Aggregation of per-window extraction results: the ``summary`` section, generic grouping and log-linear fits.
+"""Aggregation of per-window extraction results: the ``summary`` section and generic grouping (the intervals are
+:mod:`goldfish.eval.stats`'s).
 
 Windows are plain dicts following the results.json schema (see ``eval/run.py``). Every row of the summary has one
 column per registered metric (``goldfish.eval.metrics.METRICS``), reduced by the metric's aggregation with its 95 %
@@ -12,43 +13,18 @@ import math
 from collections import defaultdict
 from typing import Any, Iterable, Sequence
 
-import numpy as np
-
 from goldfish.errors import UserError
 
 from .metrics import METRICS, Metric
+from .stats import mean_interval, wilson_interval
 
 # the per-document measures of the "partial memorization" ranking (metric names), best first by the first two
 DOCUMENT_METRICS = ("onepass_token_acc", "suffix_logprob", "np_extraction", "token_match", "rouge_l", "exact_match")
-Z95 = 1.96
 
 
 def _mean(values: Iterable[Any]) -> float | None:
     vals = [float(v) for v in values if v is not None]
     return sum(vals) / len(vals) if vals else None
-
-
-def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float | None, float | None]:
-    """Wilson score interval of a binomial rate (well-behaved at 0 and 1, unlike the normal approximation; an
-    exact-match rate of 0/50 still gets an upper bound of ~7 %)."""
-    if n <= 0:
-        return None, None
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def mean_interval(values: Sequence[float], bounds: tuple[float, float] = (-math.inf, math.inf),
-                  z: float = Z95) -> tuple[float | None, float | None]:
-    """Normal-approximation 95 % interval of a mean, mean ± z·s/sqrt(n) (s: sample std), clipped to ``bounds``;
-    None below 2 values. Windows of one document are not independent: read it as a lower bound on the uncertainty."""
-    vals = np.asarray([float(v) for v in values if v is not None], dtype=np.float64)
-    if len(vals) < 2:
-        return None, None
-    half = z * float(vals.std(ddof=1)) / math.sqrt(len(vals))
-    return max(bounds[0], float(vals.mean()) - half), min(bounds[1], float(vals.mean()) + half)
 
 
 def aggregate_metric(metric: Metric, values: Sequence[Any]) -> tuple[float | None, float | None, float | None]:
@@ -168,33 +144,3 @@ def group_rates(rows: list[dict], by: str | tuple[str, ...], metric: str) -> dic
         groups[key if len(fields) > 1 else key[0]].append(float(value))
     order = sorted(groups, key=lambda k: tuple(_sort_key(v) for v in (k if len(fields) > 1 else (k,))))
     return {k: sum(groups[k]) / len(groups[k]) for k in order}
-
-
-def loglinear_fit(x: Sequence[float], y: Sequence[float]) -> dict[str, float | int | None]:
-    """Least-squares fit ``y = intercept + slope * log10(x)``, the form Carlini et al. (2022) use for extraction
-    rate vs model size or repetitions. Returns slope (change of y per 10x of x), intercept, r2 (None when y is
-    constant) and n."""
-    xs, ys = np.asarray(x, dtype=np.float64).reshape(-1), np.asarray(y, dtype=np.float64).reshape(-1)
-    problems = []
-    if xs.shape != ys.shape:
-        problems.append(f"x has {xs.size} values but y has {ys.size}")
-    elif len(np.unique(xs)) < 2:
-        problems.append(f"a log-linear fit needs at least 2 distinct x values, got {np.unique(xs).tolist()}")
-    if np.any(~np.isfinite(xs)) or np.any(xs <= 0):
-        problems.append(f"log-linear fit needs finite x > 0, got {xs.tolist()}")
-    if np.any(~np.isfinite(ys)):
-        problems.append(f"log-linear fit needs finite y, got {ys.tolist()}")
-    if problems:
-        raise UserError("; ".join(problems))
-    lx = np.log10(xs)
-    design = np.stack([np.ones_like(lx), lx], axis=1)  # (n, 2)
-    (intercept, slope), *_ = np.linalg.lstsq(design, ys, rcond=None)
-    residual = ys - (intercept + slope * lx)
-    ss_tot = float(np.sum((ys - ys.mean()) ** 2))
-    r2 = 1.0 - float(np.sum(residual**2)) / ss_tot if ss_tot > 0 else None
-    return {"slope": float(slope), "intercept": float(intercept), "r2": r2, "n": int(xs.size)}
-
-
-def predict(fit: dict, x: float | Sequence[float]) -> np.ndarray:
-    """Evaluate a :func:`loglinear_fit` at ``x`` (> 0)."""
-    return fit["intercept"] + fit["slope"] * np.log10(np.asarray(x, dtype=np.float64))

@@ -12,8 +12,8 @@ Scores follow :mod:`goldfish.eval.membership`'s convention: **members score high
   model of a fine-tune), averaged over the chosen positions.
 * :func:`teacher_forced_accuracy` -- top-1 accuracy of the next token given the true prefix, on kept vs dropped
   positions: does a Goldfish model fill the dropped tokens back in?
-* :func:`paired_difference` -- a per-token measure of two models on the same positions (e.g. a Goldfish model vs
-  a model that never saw the text), arm minus control with a bootstrap CI over documents.
+
+The statistics over such scores (intervals, paired differences of two models) are :mod:`goldfish.eval.stats`'s.
 """
 
 from __future__ import annotations
@@ -71,31 +71,3 @@ def teacher_forced_accuracy(correct: Sequence[np.ndarray], dropped: Sequence[np.
             "kept_accuracy": float(c[~d].mean()) if (~d).any() else float("nan"),
             "dropped_accuracy": float(c[d].mean()) if d.any() else float("nan"),
             "n_kept": int((~d).sum()), "n_dropped": int(d.sum())}
-
-
-def paired_difference(arm: Sequence[np.ndarray], control: Sequence[np.ndarray], positions: Sequence[np.ndarray],
-                      n_bootstrap: int = 1000, seed: int = 0) -> dict[str, float | int | None]:
-    """Token-weighted mean of a per-token measure of two models over the same ``positions`` of the same documents,
-    and arm - control with a 95 % bootstrap CI that resamples documents (a document's tokens stay together).
-
-    ``arm[i]`` / ``control[i]`` / ``positions[i]``: (L_i - 1,) per target t = 1..L_i-1 (e.g. top-1 correct, or
-    -log p); documents without a chosen position are left out. Returns ``arm``, ``control``, ``diff``,
-    ``diff_ci_low``, ``diff_ci_high`` (None without positions or with ``n_bootstrap=0``), ``n_documents`` and
-    ``n_positions``.
-    """
-    pos = [np.asarray(p, dtype=bool) for p in positions]
-    a = np.array([np.asarray(x, dtype=np.float64)[p].sum() for x, p in zip(arm, pos)])  # (n,) per-document sums
-    c = np.array([np.asarray(x, dtype=np.float64)[p].sum() for x, p in zip(control, pos)])
-    n = np.array([p.sum() for p in pos], dtype=np.float64)
-    some = n > 0
-    a, c, n = a[some], c[some], n[some]
-    out: dict[str, float | int | None] = {"arm": None, "control": None, "diff": None, "diff_ci_low": None,
-                                          "diff_ci_high": None, "n_documents": int(len(n)), "n_positions": int(n.sum())}
-    if not len(n):
-        return out
-    out.update(arm=float(a.sum() / n.sum()), control=float(c.sum() / n.sum()), diff=float((a - c).sum() / n.sum()))
-    if n_bootstrap > 0:
-        idx = np.random.default_rng(seed).integers(0, len(n), size=(n_bootstrap, len(n)))  # (B, n) documents
-        low, high = np.percentile((a - c)[idx].sum(1) / n[idx].sum(1), [2.5, 97.5])
-        out.update(diff_ci_low=float(low), diff_ci_high=float(high))
-    return out

@@ -32,7 +32,10 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import stats
 
+from goldfish.data.canaries import canary_alphabet
 from goldfish.errors import UserError
+
+from .scoring import token_statistics
 
 MAX_FULL = 4096  # score the whole randomness space when it has at most this many secrets
 
@@ -84,8 +87,6 @@ def candidate_secrets(alphabet: np.ndarray, secret_tokens: int, n: int, rng: np.
 
 def secret_perplexities(model: Any, prefix: Sequence[int], secrets: np.ndarray, **scoring: Any) -> np.ndarray:
     """(N,) ``-log2 P(secret | prefix)`` of each secret row (N, m) after the same prefix (teacher-forced)."""
-    from .scoring import token_statistics
-
     m = secrets.shape[1]
     docs = [list(prefix) + row.tolist() for row in secrets]
     stats_ = token_statistics(model, docs, want_pp=False, progress=False, **scoring)
@@ -132,7 +133,6 @@ def canaries_section(model: Any, splits: dict, cfg: Any, prep: Any) -> dict[str,
     prepared folder's canaries scored against candidates from the alphabet their tokens were drawn from."""
     if "canaries" not in cfg.tasks:
         return None
-    from goldfish.data.canaries import canary_alphabet
 
     alphabet = canary_alphabet(prep.tokenizer)
     recorded = prep.manifest["stats"].get("canary_alphabet")

@@ -14,7 +14,7 @@ and a few shorthand flags, :data:`SHORTHANDS`, that name one key each). Sections
 * top level      -- ``out``, ``tasks``, resume/overwrite, report, progress, seed.
 
 ``model.path``, ``data.path`` and ``out`` may stay unset in a YAML file (an experiment fills them per cell);
-:func:`goldfish.eval.run_eval` checks them before doing any work.
+:func:`goldfish.eval.run.run_eval` checks them before doing any work.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal, Union
 
-from goldfish.config import check, check_seed, option, raise_problems, shown
+from goldfish.config import check, check_at_most, check_seed, option, raise_problems, shown
 from goldfish.masks import Strategy
 from goldfish.precision import PRECISIONS, canonical_precision
 
@@ -167,7 +167,9 @@ class DecodingSection:
         check(bs == "auto" or (isinstance(bs, int) and bs >= 1), problems,
               f"batch_size={shown(bs)} must be a positive integer or 'auto'")
         check(self.beam >= 1, problems, f"beam={self.beam} must be >= 1 (1 = greedy only)")
+        check_at_most(self.beam, 1024, problems, "beam", "every beam is a row of the generation batch")
         check(self.samples >= 0, problems, f"samples={self.samples} must be >= 0 (0 = off)")
+        check_at_most(self.samples, 10**6, problems, "samples", "every sample is one generation per window")
         check(self.temperature > 0, problems, f"temperature={self.temperature} must be > 0")
         check(self.n_samples_adversary >= 1, problems, f"n_samples_adversary={self.n_samples_adversary} must be >= 1")
         check(self.switch_threshold is None or 0 < self.switch_threshold <= 1, problems,
@@ -207,6 +209,9 @@ class MembershipSection:
                                                       "is bounded); null: the whole document")
     min_k_ratios: list[float] = option(factory=lambda: [0.2], help="Min-K% / Min-K%++ ratios (0 < k <= 1)")
     n_bootstrap: int = option(1000, "bootstrap resamples for the AUC confidence intervals")
+    keep_tokens: bool = option(False, "also keep each document's per-token log-probabilities and top-1 correctness "
+                                      "in membership.partial.jsonl (an experiment sets it: its attacks analysis "
+                                      "reads them instead of scoring the documents again); changes no result")
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -221,6 +226,7 @@ class MembershipSection:
         check(all(0 < r <= 1 for r in self.min_k_ratios), problems,
               f"min_k_ratios={self.min_k_ratios} must lie in (0, 1]")
         check(self.n_bootstrap >= 0, problems, f"n_bootstrap={self.n_bootstrap} must be >= 0")
+        check_at_most(self.n_bootstrap, 10**6, problems, "n_bootstrap", "each resample is an AUC over every score")
         raise_problems(problems)
 
 
@@ -237,6 +243,8 @@ class CanarySection:
         problems: list[str] = []
         check(self.n_candidates >= 1, problems, f"n_candidates={self.n_candidates} must be >= 1")
         check(self.max_full >= 0, problems, f"max_full={self.max_full} must be >= 0")
+        for key in ("n_candidates", "max_full"):
+            check_at_most(getattr(self, key), 10**7, problems, key, "every candidate secret is held and scored")
         raise_problems(problems)
 
 

@@ -3,17 +3,22 @@
 * Prepared folder (has ``manifest.json``): documents come already tokenised (``input_ids``, no bos/eos) with
   ``id``, ``title`` and ``repetitions`` (copies per epoch in the training data; 0 for nonmembers). ``members`` are
   extracted; the ``nonmembers`` split, when present, feeds membership inference.
-* JSONL file: one ``{"id": ..., "text": ...}`` object per line (optional ``title``, ``repetitions`` and a group
-  under ``group_field``, default ``group``), tokenised here with the model's tokenizer, without special tokens.
+* JSONL file: one ``{"id": ..., "text": ...}`` object per line (optional ``title``, ``repetitions`` -- a whole
+  number >= 0 -- and a group under ``group_field``, default ``group``), tokenised here with the model's tokenizer
+  as ``goldfish prepare`` tokenises: no special tokens added, and text that spells one (``<|endoftext|>``) stays
+  text.
 
 This is the only place ``eval`` touches the training package (``goldfish.data.load_prepared``).
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Sequence
 
+from goldfish.data import load_prepared
+from goldfish.data.sources import jsonl_objects
 from goldfish.errors import UserError
 
 from .windows import EvalDocument
@@ -62,8 +67,6 @@ def documents_from_dataset(ds, split: str, max_docs: int | None = None, group_fi
 
 def read_prepared(path: str | Path, splits: Sequence[str], max_docs: int | None = None, group_field: str = "group"):
     """Documents of the named splits of a prepared folder -> ({split: [EvalDocument]}, prepared object)."""
-    from goldfish.data import load_prepared
-
     prep = load_prepared(path)
     out = {}
     for split in splits:
@@ -78,12 +81,17 @@ def tokenize_jsonl(path: str | Path, tokenizer, split: str = "members", max_docs
     """One ``{"id", "text"}`` object per line -> documents tokenised with ``tokenizer`` (no special tokens); the
     value under ``group_field`` (any JSON scalar) becomes the document's group."""
     path = Path(path)
-    from goldfish.data.sources import jsonl_objects
 
     rows = []
     for n, row in jsonl_objects(path):
         if not isinstance(row.get("text"), str):
             raise UserError(f"{path} line {n} has no \"text\" string; expected one {{\"id\", \"text\"}} object per line")
+        count = row.get("repetitions")
+        if isinstance(count, float) and math.isfinite(count) and count.is_integer():  # 2.0 from a float column
+            count = row["repetitions"] = int(count)
+        if count is not None and not (isinstance(count, int) and not isinstance(count, bool) and 0 <= count < 2**63):
+            raise UserError(f"{path} line {n}: repetitions={str(count)[:40]} is not a whole number >= 0 (copies of the "
+                            f"document in the training data); fix or remove it")
         rows.append(row)
         if max_docs is not None and len(rows) >= max_docs:
             break
@@ -91,7 +99,8 @@ def tokenize_jsonl(path: str | Path, tokenizer, split: str = "members", max_docs
         raise UserError(f"{path} holds no documents; expected one {{\"id\", \"text\"}} object per line")
     if tokenizer is None:
         raise UserError(f"{path} is raw text but the model folder has no tokenizer; save the tokenizer with the model")
-    encoded = tokenizer([r["text"] for r in rows], add_special_tokens=False)["input_ids"]
+    # as prepare tokenises (goldfish.data.prepare): text spelling a special token is that text, not its id
+    encoded = tokenizer([r["text"] for r in rows], add_special_tokens=False, split_special_tokens=True)["input_ids"]
     return [EvalDocument(id=str(r.get("id", i)), tokens=tuple(ids), title=str(r.get("title") or ""),
                      repetitions=_optional_int(r.get("repetitions", 0 if split == "nonmembers" else None)),
                      split=split, text=r["text"], group=_group(r.get(group_field)))

@@ -8,6 +8,7 @@ allowed (then ``torch.load(weights_only=True)``), nothing fetched from the Hub.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -18,7 +19,7 @@ from goldfish.models import (PICKLE_SUFFIXES, check_same_tokenizer, load_model_t
                              resolve_model_path)
 from goldfish.precision import PRECISIONS, canonical_precision, resolve_precision, torch_dtype
 
-__all__ = ["PICKLE_SUFFIXES", "SharedModel", "check_same_tokenizer", "check_vocab", "load_model",
+__all__ = ["PICKLE_SUFFIXES", "SharedModel", "check_reference", "check_same_tokenizer", "check_vocab", "load_model",
            "load_model_tokenizer", "model_vocab_size", "num_parameters", "pad_id_of", "resolve_device",
            "resolve_model_path"]
 
@@ -79,6 +80,23 @@ def check_vocab(model, tokenizer=None, docs: Sequence[Sequence[int]] = (), what:
     if top >= vocab:
         raise UserError(f"{what} contain token id {top} but the model's vocabulary has only {vocab} ids: the data was "
                         f"tokenised with a different tokenizer than the model's (re-prepare it with the model's)")
+
+
+def check_reference(reference, path: str | Path, tokenizer, docs: Sequence[Sequence[int]]) -> None:
+    """Refuse (one line) a reference model that cannot score ``docs`` as the evaluated model does: one whose stored
+    tokenizer is not ``tokenizer`` (the ids would mean other text: a same-size foreign vocabulary gives an AUC near
+    0.5 that looks like a result), or whose vocabulary is smaller than the documents' ids. A reference folder
+    without a tokenizer is checked by its vocabulary alone (with a warning)."""
+    own = load_model_tokenizer(path)
+    if own is None:
+        print(f"warning: reference model {path} stores no tokenizer; it is assumed to use the evaluated model's "
+              f"({len(tokenizer) if tokenizer is not None else 'unknown'} tokens)", file=sys.stderr)
+    elif tokenizer is not None:
+        check_same_tokenizer(own, tokenizer, path, "the evaluated model and its data")
+    try:
+        check_vocab(reference, tokenizer, docs, what="the documents")
+    except UserError as e:
+        raise UserError(f"reference model {path}: {e}") from None
 
 
 def pad_id_of(tokenizer) -> int:

@@ -21,10 +21,12 @@ single ROC convention serves all of them:
                      distribution at that position, then the mean of the lowest k %.
 
 Per-token log-probs come from :mod:`goldfish.eval.scoring` (bounded memory for any document length: windows of the
-model's context with a stride, token-budget batches, chunked logits). New attacks that need per-token values call
-:func:`goldfish.eval.scoring.token_statistics` themselves. :func:`score_documents` reduces each document to its scores
-right after its pass and, given a ``cache`` (a dict-like; :class:`goldfish.eval.run` passes one backed by a JSONL
-file), stores them there and skips documents already in it, so a killed run resumes without rescoring.
+model's context with a stride, token-budget batches, chunked logits). :func:`score_documents` reduces each document to
+its scores right after its pass (:func:`target_pass`) and, given a ``cache`` (a dict-like; :class:`goldfish.eval.run`
+passes one backed by a JSONL file), stores them there and skips documents already in it, so a killed run resumes
+without rescoring. With ``keep_tokens`` the pass also keeps each target's log-prob and top-1 correctness in the cache:
+an experiment's attacks analysis (``goldfish.experiment.analysis``) reads them there instead of scoring the documents
+again, so eval's membership task and the experiment's ``attacks.json`` are one pipeline, one pass per document.
 """
 
 from __future__ import annotations
@@ -42,8 +44,7 @@ from sklearn.metrics import roc_auc_score, roc_curve
 from goldfish.errors import UserError
 
 from .scoring import DEFAULT_CHUNK, DEFAULT_TOKEN_BUDGET, iter_token_statistics, scoring_window
-from .stats import auc_pvalue, rank_auc
-from .stats import tpr_at_fpr as guarded_tpr
+from .stats import auc_pvalue, bootstrap_auc, tpr_at_fpr
 
 log = logging.getLogger(__name__)
 
@@ -125,13 +126,16 @@ def document_key(tokens: Sequence[int], what: str) -> str:
 
 
 def _scored_pass(model: Any, docs: Sequence[Sequence[int]], name: str, ratios: Sequence[float],
-                 cache: MutableMapping[str, dict] | None, loop: dict, head: int | None = None) -> list[dict]:
+                 cache: MutableMapping[str, dict] | None, loop: dict, head: int | None = None,
+                 keep_tokens: bool = False) -> list[dict]:
     """Per document ``{"nll": mean NLL, "nll_sum": total NLL, "min_k_<k>": ..., "min_k_pp_<k>": ...}`` (Min-K only
-    when ``ratios``; with ``head``, ``"nll_head"``: the mean NLL of the targets among the first ``head`` tokens),
+    when ``ratios``; with ``head``, ``"nll_head"``: the mean NLL of the targets among the first ``head`` tokens; with
+    ``keep_tokens``, ``"logp"`` and ``"correct"``: each target's log-probability and top-1 correctness, 0 or 1),
     reusing and filling ``cache``."""
     cache = {} if cache is None else cache
     what = f"{name}|{loop.get('window')}|{loop.get('stride')}|{','.join(map(str, ratios))}"
     what += f"|{head}" if head else ""
+    what += "|tokens" if keep_tokens else ""
     keys = [document_key(d, what) for d in docs]
     todo = [i for i, k in enumerate(keys) if k not in cache]
     stats = iter_token_statistics(model, [docs[i] for i in todo], want_pp=bool(ratios), desc=name, **loop)
@@ -142,8 +146,29 @@ def _scored_pass(model: Any, docs: Sequence[Sequence[int]], name: str, ratios: S
         for r in ratios:
             row[ratio_key("min_k", r)] = lowest_k_mean(st.logp, r)
             row[ratio_key("min_k_pp", r)] = lowest_k_mean(st.z, r)
+        if keep_tokens:
+            row["logp"], row["correct"] = st.logp.tolist(), st.correct.astype(np.int8).tolist()
         cache[keys[todo[j]]] = row
     return [cache[k] for k in keys]
+
+
+def target_pass(model: Any, docs: Sequence[Sequence[int]], *, min_k_ratios: Sequence[float] = (0.2,),
+                head: int | None = None, window: int | None = None, stride: int | None = None,
+                token_budget: int = DEFAULT_TOKEN_BUDGET, chunk: int = DEFAULT_CHUNK,
+                cache: MutableMapping[str, dict] | None = None, keep_tokens: bool = False,
+                reference_model: Any = None, progress: bool = True, logger: Any = None) -> list[dict]:
+    """The one teacher-forced pass of the target model over whole documents that every membership score is reduced
+    from (:func:`score_documents`; an experiment's attacks analysis reads its per-token values, ``keep_tokens``):
+    per document ``{"nll", "nll_sum", "min_k_<k>", "min_k_pp_<k>"}``, ``"nll_head"`` (the first ``head`` tokens,
+    for the lowercase attack) and with ``keep_tokens`` ``"logp"`` and ``"correct"`` per target. ``window`` is
+    capped by the models' context (:func:`goldfish.eval.scoring.scoring_window`); ``cache``: rows already scored
+    with the same settings are reused, new ones added."""
+    window = scoring_window(window, model, reference_model)
+    if window < 2:
+        raise UserError(f"window={window} must be >= 2 tokens")
+    loop = dict(window=window, stride=stride, token_budget=token_budget, chunk=chunk, progress=progress,
+                logger=logger)
+    return _scored_pass(model, docs, "target", _check_ratios(min_k_ratios), cache, loop, head, keep_tokens)
 
 
 def _column(rows: list[dict], key: str) -> np.ndarray:
@@ -163,6 +188,7 @@ def score_documents(
     chunk: int = DEFAULT_CHUNK,
     lowercase_tokens: int | None = None,
     cache: MutableMapping[str, dict] | None = None,
+    keep_tokens: bool = False,
     progress: bool = True,
     logger: Any = None,
 ) -> dict[str, np.ndarray]:
@@ -176,7 +202,9 @@ def score_documents(
     :mod:`goldfish.eval.scoring`. ``token_budget``
     bounds the padded tokens per forward pass and ``chunk`` the positions per logits block. ``lowercase_tokens``
     bounds the text the lowercase attack compares (its first that many tokens; None: all). ``cache`` (dict-like)
-    keeps each document's reduced scores per pass; documents found there are not scored again.
+    keeps each document's reduced scores per pass; documents found there are not scored again; with
+    ``keep_tokens`` the target pass also keeps each target's log-probability and top-1 correctness there
+    (:func:`target_pass`).
     """
     ratios = _check_ratios(min_k_ratios)
     if not docs:
@@ -185,13 +213,12 @@ def score_documents(
         keys += ["reference"] * (reference_model is not None)
         return {k: np.zeros(0) for k in keys}
     _check_docs(docs, _vocab_size(model))
-    window = scoring_window(window, model, reference_model)
-    if window < 2:
-        raise UserError(f"window={window} must be >= 2 tokens")
-    loop = dict(window=window, stride=stride, token_budget=token_budget, chunk=chunk, progress=progress,
-                logger=logger)
     head = lowercase_tokens if tokenizer is not None else None
-    rows = _scored_pass(model, docs, "target", ratios, cache, loop, head)
+    rows = target_pass(model, docs, min_k_ratios=ratios, head=head, window=window, stride=stride,
+                       token_budget=token_budget, chunk=chunk, cache=cache, keep_tokens=keep_tokens,
+                       reference_model=reference_model, progress=progress, logger=logger)
+    loop = dict(window=scoring_window(window, model, reference_model), stride=stride, token_budget=token_budget,
+                chunk=chunk, progress=progress, logger=logger)
     nll = _column(rows, "nll")
     scores: dict[str, np.ndarray] = {"loss": -nll}
     for r in ratios:
@@ -223,28 +250,6 @@ def _lowercase_nll(model, lowered: list[list[int]], cache, loop: dict) -> np.nda
 
 
 # ---------------------------------------------------------------------------------------------- ROC evaluation
-
-
-def bootstrap_auc(members: np.ndarray, nonmembers: np.ndarray, n_bootstrap: int, seed: int) -> np.ndarray:
-    """AUCs of ``n_bootstrap`` stratified resamples (members and nonmembers resampled separately, so both classes
-    are always present), vectorised over resamples with :func:`rank_auc`."""
-    rng = np.random.default_rng(seed)
-    n_m, n_n = len(members), len(nonmembers)
-    aucs = np.empty(n_bootstrap)
-    chunk = max(1, 2_000_000 // (n_m + n_n))  # resamples per vectorised chunk (bounded memory)
-    for b0 in range(0, n_bootstrap, chunk):
-        b = min(chunk, n_bootstrap - b0)
-        m = members[rng.integers(0, n_m, size=(b, n_m))]  # (b, n_m)
-        n = nonmembers[rng.integers(0, n_n, size=(b, n_n))]  # (b, n_n)
-        aucs[b0 : b0 + b] = rank_auc(m, n)
-    return aucs
-
-
-def tpr_at_fpr(fpr: np.ndarray, tpr: np.ndarray, target: float) -> float:
-    """Largest TPR among ROC points with FPR <= ``target`` (conservative, no interpolation; as in Carlini et al.
-    2022). With n nonmembers the FPR resolution is 1/n, so below that this is the TPR at zero false positives."""
-    ok = fpr <= target + 1e-12
-    return float(tpr[ok].max()) if ok.any() else 0.0
 
 
 def downsample_roc(fpr: np.ndarray, tpr: np.ndarray, max_points: int = MAX_ROC_POINTS) -> tuple[list, list]:
@@ -281,8 +286,8 @@ def evaluate_attack(members: Any, nonmembers: Any, *, n_bootstrap: int = 1000, s
     p = auc_pvalue(m, n)  # exact where the separation is perfect (the bootstrap interval is then degenerate)
     result.update(auc_p_value=p["p_value"], auc_log10_p=p["log10_p"], auc_p_method=p["method"])
     for key, target in FPR_TARGETS.items():
-        result[key] = tpr_at_fpr(fpr, tpr, target)
-        result[f"{key}_note"] = guarded_tpr(m, n, target)["note"]  # too few nonmembers to measure that FPR
+        found = tpr_at_fpr(m, n, target)  # below 1 / n nonmembers: the TPR at zero false positives, noted
+        result[key], result[f"{key}_note"] = found["roc_tpr"], found["note"]
     result["roc_fpr"], result["roc_tpr"] = downsample_roc(fpr, tpr)
     result["n_members"], result["n_nonmembers"] = len(m), len(n)
     return result

@@ -30,6 +30,10 @@ sampling) are registered without a function (:func:`register_measure`). Definiti
 Measures of other passes (definitions in ``goldfish.eval.extraction`` and ``eval/run.py``): ``onepass_exact``,
 ``extraction_strength``, ``onepass_token_acc``, ``suffix_logprob``, ``np_extraction``; ``beam_exact_match``
 (``decoding.beam > 1``) and ``sample_rate`` (``decoding.samples > 0``).
+
+Every metric carries the words a report shows for it: ``label`` (a plot's axis and title) and ``short`` (a table
+column). :data:`HEADLINE` names the metrics an experiment reports per cell and may make its headline
+(``headline_metric``), in the order its tables show them; :data:`ROUGE` the two ROUGE-Ls shown side by side.
 """
 
 from __future__ import annotations
@@ -60,6 +64,12 @@ class Metric:
     aggregation: str = "mean"
     bounds: Bounds = (-math.inf, math.inf)
     optional: bool = False
+    label: str = ""  # a plot's words for it (default: the name with spaces)
+    short: str = ""  # a table column's words for it (default: the label)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "label", self.label or self.name.replace("_", " "))
+        object.__setattr__(self, "short", self.short or self.label)
 
     @property
     def summary_key(self) -> str:
@@ -79,22 +89,24 @@ def _register(metric: Metric) -> None:
 
 
 def register_metric(name: str, higher_is_better: bool, aggregation: str = "mean",
-                    bounds: Bounds = (-math.inf, math.inf)):
+                    bounds: Bounds = (-math.inf, math.inf), label: str = "", short: str = ""):
     """Decorator adding a metric of the greedy generation, ``fn(gen_ids, truth_ids, gen_text, truth_text)``, to
-    :data:`METRICS` under ``name``: computed for every window, summarised in every row of ``summary``."""
+    :data:`METRICS` under ``name``: computed for every window, summarised in every row of ``summary``; ``label`` and
+    ``short``: its words in plots and table columns."""
 
     def wrap(fn):
-        _register(Metric(name, fn, higher_is_better, aggregation, bounds))
+        _register(Metric(name, fn, higher_is_better, aggregation, bounds, label=label, short=short))
         return fn
 
     return wrap
 
 
 def register_measure(name: str, higher_is_better: bool, aggregation: str = "mean",
-                     bounds: Bounds = (-math.inf, math.inf), optional: bool = False) -> None:
+                     bounds: Bounds = (-math.inf, math.inf), optional: bool = False, label: str = "",
+                     short: str = "") -> None:
     """Register a per-window measure that another pass writes into the window records (one pass, beam, samples),
     so the summaries aggregate it like every metric."""
-    _register(Metric(name, None, higher_is_better, aggregation, bounds, optional))
+    _register(Metric(name, None, higher_is_better, aggregation, bounds, optional, label, short))
 
 
 def f1_from_lcs(lcs: int, n_pred: int, n_ref: int) -> float:
@@ -120,7 +132,8 @@ def longest_common_substring(a: Ids, b: Ids) -> int:
     return best
 
 
-@register_metric("exact_match", higher_is_better=True, aggregation="rate")
+@register_metric("exact_match", higher_is_better=True, aggregation="rate", label="exact-match rate",
+                 short="exact match")
 def exact_match(gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = "") -> bool:
     return list(gen) == list(truth)
 
@@ -142,7 +155,8 @@ def longest_match_prefix(gen: Ids, truth: Ids, gen_text: str = "", truth_text: s
     return n
 
 
-@register_metric("rouge_l", higher_is_better=True, bounds=(0.0, 1.0))
+@register_metric("rouge_l", higher_is_better=True, bounds=(0.0, 1.0), label="ROUGE-L (token ids)",
+                 short="ROUGE-L tokens")
 def rouge_l(gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = "") -> float:
     return f1_from_lcs(int(LCSseq.similarity(list(gen), list(truth))), len(gen), len(truth))
 
@@ -156,7 +170,8 @@ def rouge_l_words(gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = ""
 _PAPER_ROUGE = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
 
 
-@register_metric("rouge_l_paper", higher_is_better=True, bounds=(0.0, 1.0))
+@register_metric("rouge_l_paper", higher_is_better=True, bounds=(0.0, 1.0),
+                 label="ROUGE-L (rouge-score, the paper's)", short="ROUGE-L rouge-score")
 def rouge_l_paper(gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = "") -> float:
     return float(_PAPER_ROUGE.score(truth_text, gen_text)["rougeL"].fmeasure)
 
@@ -179,6 +194,12 @@ register_measure("suffix_logprob", True, bounds=(-math.inf, 0.0))
 register_measure("np_extraction", True, bounds=(0.0, 1.0))
 register_measure("beam_exact_match", True, "rate", optional=True)
 register_measure("sample_rate", True, bounds=(0.0, 1.0), optional=True)
+
+
+# the metrics an experiment reports per cell (and may headline), in the order its tables show them: verbatim
+# extraction, the paper's ROUGE-L (rouge-score on words), ROUGE-L on token ids, token match
+HEADLINE = ("exact_match", "rouge_l_paper", "rouge_l", "token_match")
+ROUGE = ("rouge_l_paper", "rouge_l")  # the ROUGE-Ls shown side by side: the paper's first, token ids beside it
 
 
 def compute_metrics(gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = "",

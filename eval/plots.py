@@ -19,7 +19,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from goldfish.io import atomic_write_bytes
 
-from .aggregate import loglinear_fit, predict
+from .stats import loglinear_fit, predict
 
 Series = Mapping[str, tuple[Sequence[float], Sequence[float]]]
 

@@ -4,12 +4,11 @@ Everything here reads the results dict only (see the schema in ``eval/run.py``) 
 membership (no nonmembers), a single prefix length or repetition stratum, windows without metrics. Files are written
 atomically (``goldfish.io.atomic_write_text``; PNGs via :func:`goldfish.eval.plots.save_figure`).
 
-The plot primitives :func:`bar_chart`, :func:`line_plot` and :func:`roc_plot` are re-exported here for study code.
+How a value is written in a table is :mod:`goldfish.eval.tables`'s (one formatting module for every table).
 """
 
 from __future__ import annotations
 
-import difflib
 import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -17,62 +16,16 @@ from typing import Any, Mapping, Sequence
 from goldfish.io import atomic_write_text
 
 from .aggregate import summarize
-from .plots import bar_chart, histogram, line_plot, roc_plot
+from .plots import histogram, line_plot, roc_plot
+from .tables import (escape_markdown, fmt_auc, fmt_ci, fmt_exact, fmt_num, fmt_pct, fmt_tpr, highlight_differences,
+                     markdown_table)
 
-__all__ = [
-    "bar_chart", "line_plot", "roc_plot", "format_summary_table", "highlight_differences", "write_report",
-    "markdown_table",
-]
+__all__ = ["format_summary_table", "write_report"]
 
 N_EXAMPLES = 3  # best- and worst-memorised windows shown in report.md
-_MD_SPECIAL = set("\\`*_[]<>|~#")
 
 
-# ------------------------------------------------------------------------------------------------ formatting
-
-
-def fmt_pct(v: Any) -> str:
-    return "–" if v is None else f"{100 * v:.1f} %"
-
-
-def fmt_num(v: Any, digits: int = 3) -> str:
-    if v is None:
-        return "–"
-    return str(v) if isinstance(v, int) else f"{v:.{digits}f}"
-
-
-def fmt_auc(a: Mapping) -> str:
-    if a.get("auc_p_method") == "perfect":  # every resample separates too: the exact p, not a [1, 1] interval
-        return (f"{a['auc']:.3f} (perfect separation of {a.get('n_members')} vs {a.get('n_nonmembers')}: "
-                f"p = 10^{a['auc_log10_p']:.1f}, exact)")
-    if a.get("auc_ci_low") is None:
-        return fmt_num(a.get("auc"))
-    return f"{a['auc']:.3f} [{a['auc_ci_low']:.3f}, {a['auc_ci_high']:.3f}]"
-
-
-def fmt_tpr(a: Mapping, key: str, pct: bool = False) -> str:
-    """A TPR at a target FPR, or the note that there are too few nonmembers to measure that FPR."""
-    note = a.get(f"{key}_note")
-    if note:
-        return f"- ({note.split(':')[0]})"
-    return fmt_pct(a.get(key)) if pct else fmt_num(a.get(key))
-
-
-def fmt_exact(row: Mapping) -> str:
-    if row.get("exact_match_ci_low") is None:
-        return fmt_pct(row.get("exact_match_rate"))
-    return f"{fmt_pct(row.get('exact_match_rate'))} [{100 * row['exact_match_ci_low']:.1f}, " \
-           f"{100 * row['exact_match_ci_high']:.1f}]"
-
-
-def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A GitHub-flavoured Markdown table (cells are str()-ed, pipes escaped)."""
-    def cell(v: Any) -> str:
-        return str(v).replace("|", "\\|")
-
-    lines = ["| " + " | ".join(map(cell, headers)) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(map(cell, r)) + " |" for r in rows]
-    return "\n".join(lines)
+# ------------------------------------------------------------------------------------------------ tables
 
 
 def summary_of(results: Mapping) -> dict:
@@ -85,14 +38,6 @@ def summary_of(results: Mapping) -> dict:
 
 def attacks_of(results: Mapping) -> dict:
     return ((results.get("membership") or {}).get("attacks")) or {}
-
-
-def fmt_ci(row: Mapping, key: str, digits: int = 3) -> str:
-    """``value [low, high]`` of a summary row's ``key`` and its ``key_ci_low``/``_ci_high``."""
-    low, high = row.get(f"{key}_ci_low"), row.get(f"{key}_ci_high")
-    if row.get(key) is None or low is None or high is None:
-        return fmt_num(row.get(key), digits)
-    return f"{row[key]:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
 def _columns(rows: Sequence[Mapping]) -> list[tuple[str, Any]]:
@@ -156,35 +101,6 @@ def format_summary_table(results: Mapping) -> str:
     return "\n".join(lines).strip("\n")
 
 
-def _escape(word: str) -> str:
-    return "".join("\\" + c if c in _MD_SPECIAL else c for c in word)
-
-
-def highlight_differences(generation: str, truth: str) -> tuple[str, str]:
-    """Markdown versions of ``generation`` and ``truth`` with the words that differ in **bold**.
-
-    Words are whitespace-separated and aligned with a longest-matching-block diff (``difflib``, no junk
-    heuristic), so one wrong word does not mark the rest of the line; runs of differing words share one bold span.
-    Whitespace is collapsed to single spaces and Markdown characters are escaped.
-    """
-    gen, ref = generation.split(), truth.split()
-    out_gen: list[str] = []
-    out_ref: list[str] = []
-    matcher = difflib.SequenceMatcher(None, gen, ref, autojunk=False)
-    for op, g0, g1, r0, r1 in matcher.get_opcodes():
-        g = " ".join(_escape(w) for w in gen[g0:g1])
-        r = " ".join(_escape(w) for w in ref[r0:r1])
-        if op == "equal":
-            out_gen.append(g)
-            out_ref.append(r)
-            continue
-        if g:
-            out_gen.append(f"**{g}**")
-        if r:
-            out_ref.append(f"**{r}**")
-    return " ".join(out_gen), " ".join(out_ref)
-
-
 # --------------------------------------------------------------------------------------------------- report.md
 
 
@@ -244,7 +160,7 @@ def _partial(s: Mapping) -> list[str]:
     docs = s.get("documents") or []
     if not docs:
         return []
-    rows = [[i + 1, _escape(str(d.get("title") or d.get("doc_id"))), d.get("split"), _unknown(d.get("group")),
+    rows = [[i + 1, escape_markdown(str(d.get("title") or d.get("doc_id"))), d.get("split"), _unknown(d.get("group")),
              d.get("n_windows"), fmt_num(d.get("onepass_token_acc")), fmt_num(d.get("suffix_logprob"), 1),
              fmt_num(d.get("np_extraction")), fmt_num(d.get("token_match")), fmt_pct(d.get("exact_match_rate"))]
             for i, d in enumerate(docs[:N_RANKED])]
@@ -286,7 +202,7 @@ def _example(w: Mapping) -> list[str]:
     gen, truth = highlight_differences(w.get("generation") or "", w.get("truth") or "")
     verdict = "verbatim" if w.get("exact_match") else f"token match {fmt_num(w.get('token_match'))}"
     prefix = f"all ({w.get('prefix_tokens')})" if w.get("prefix_len") == -1 else str(w.get("prefix_len"))
-    return [f"**{_escape(str(w.get('title') or w.get('doc_id')))}** (prefix {prefix} tokens, "
+    return [f"**{escape_markdown(str(w.get('title') or w.get('doc_id')))}** (prefix {prefix} tokens, "
             f"repetitions {_unknown(w.get('repetitions'))}, {verdict}, ROUGE-L {fmt_num(w.get('rouge_l'))})", "",
             f"- generated: {gen}", f"- truth: {truth}", ""]
 

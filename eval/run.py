@@ -30,7 +30,7 @@ from goldfish.config import save_config, shown, to_dict
 from goldfish.errors import UserError
 from goldfish.hardware import describe
 from goldfish.io import JsonlLogger, atomic_write_text, strict_json
-from goldfish.ownership import OutputFolder, fingerprint_sha256, writing
+from goldfish.ownership import OutputFolder, writing
 from goldfish.precision import resolve_precision
 from goldfish.provenance import code_version, git_commit, versions
 
@@ -41,13 +41,13 @@ from .canaries import check_task as check_canary_task
 from .config import EvalConfig
 from .generate import beam_generate, generate
 from .inputs import load_eval_documents
-from .loading import (SharedModel, check_same_tokenizer, check_vocab, load_model, load_model_tokenizer,
-                      model_vocab_size, num_parameters, pad_id_of, resolve_device, resolve_model_path)
+from .loading import (SharedModel, check_reference, check_same_tokenizer, check_vocab, load_model,
+                      load_model_tokenizer, model_vocab_size, num_parameters, pad_id_of, resolve_device,
+                      resolve_model_path)
 from .metrics import compute_metrics
 from .report import write_report
 from .scoring import context_length
-from .state import (FINGERPRINT, MEMBERSHIP_PARTIAL, WINDOWS_PARTIAL, JsonlDict, claim_folder, fingerprint,
-                    read_windows)
+from .state import MEMBERSHIP_PARTIAL, WINDOWS_PARTIAL, JsonlDict, claim_folder, fingerprint, read_windows
 from .windows import Window, build_windows, windows_sha256
 
 log = logging.getLogger(__name__)
@@ -155,7 +155,7 @@ def run_membership(model, reference, splits: dict, cfg: EvalConfig, tokenizer, o
     with JsonlDict(out / MEMBERSHIP_PARTIAL, cfg.resume) as cache, JsonlLogger(out / "eval_log.jsonl") as logger:
         kw = dict(reference_model=reference, min_k_ratios=tuple(m.min_k_ratios), tokenizer=tokenizer,
                   window=m.window, stride=m.stride, token_budget=m.token_budget, chunk=m.chunk,
-                  lowercase_tokens=m.lowercase_tokens, cache=cache,
+                  lowercase_tokens=m.lowercase_tokens, cache=cache, keep_tokens=m.keep_tokens,
                   progress=cfg.progress, logger=logger)
         scores = {name: membership.score_documents(model, [list(d.tokens) for d in splits[name]], **kw)
                   for name in ("members", "nonmembers")}
@@ -225,14 +225,8 @@ def run_eval(cfg: EvalConfig, model: SharedModel | None = None) -> dict:
     ``overwrite=true`` builds the new evaluation beside the old one, which it replaces only when it has finished."""
     _require(cfg)
     cfg = resolved(cfg)
-    with writing(cfg.out, "eval", replace=cfg.overwrite, legacy=_earlier_eval, option="overwrite=true") as folder:
+    with writing(cfg.out, "eval", replace=cfg.overwrite, option="overwrite=true") as folder:
         return _evaluate(cfg, folder, model)
-
-
-def _earlier_eval(folder: Path) -> bool:
-    """An eval folder written before ownership markers (or killed before its marker): its fingerprint or partial
-    files; :func:`claim_folder` then refuses it unless its fingerprint is this evaluation's."""
-    return any((folder / name).is_file() for name in (FINGERPRINT, WINDOWS_PARTIAL, MEMBERSHIP_PARTIAL))
 
 
 def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None) -> dict:
@@ -254,12 +248,13 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None) 
     check_canary_task(cfg.tasks, splits)
     for name, docs in splits.items():
         check_vocab(model, tokenizer, [d.tokens for d in docs], what=f"the {name} documents")
+    if reference is not None:  # scored on the same ids: it must read them as the same text
+        check_reference(reference, m.reference, tokenizer, [d.tokens for docs in splits.values() for d in docs])
     _check_context(model, windows, cfg.data.suffix_len)
     _check_finite(model, splits, cfg)
     mask = adversary.resolve_mask(cfg.mask, m.path, tokenizer) if cfg.decoding.adversary and windows else None
     print_ = fingerprint(cfg, splits)
-    claim_folder(out, print_)  # refuses a different evaluation before anything is written
-    folder.mark(fingerprint_sha256(print_))
+    claim_folder(folder, print_)  # refuses a different evaluation before anything is written, then marks it
     records = evaluate_windows(model, tokenizer, windows, cfg, out, mask) if windows else []
     results = {
         "schema": SCHEMA,

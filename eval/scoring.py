@@ -48,6 +48,7 @@ from tqdm.auto import tqdm
 
 from goldfish.errors import UserError
 
+from .generate import auto_batch_size
 from .shard import current
 
 DEFAULT_CHUNK = 512  # positions per fp32 log-softmax chunk: at most chunk × V × 4 bytes of logits at a time
@@ -123,8 +124,6 @@ def default_stride(window: int) -> int:
 def window_budget(model: Any, lengths: Sequence[int], batch_size: int | str) -> int:
     """The token budget of scoring extraction windows (``lengths``) in batches of at most ``batch_size`` rows of the
     longest one (``"auto"``: as decoding sizes its batches, :func:`goldfish.eval.generate.auto_batch_size`)."""
-    from .generate import auto_batch_size
-
     longest = max(lengths, default=1)
     rows = auto_batch_size(model, longest, len(lengths)) if batch_size == "auto" else int(batch_size)
     return max(1, rows) * longest

@@ -26,13 +26,18 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from goldfish.config import to_dict
+from goldfish.checkpoint import COMPLETE, STATE_FILE, export_checkpoint, list_checkpoints
+from goldfish.config import shown, to_dict
 from goldfish.errors import UserError
 from goldfish.io import atomic_write_json
-from goldfish.ownership import fingerprint_sha256, writing
+from goldfish.ownership import component_problem, writing
+from goldfish.provenance import refuse_mismatch
+from goldfish.train_config import TRAIN_OPTIONAL, saved_train_fingerprint
 
 from .config import EvalConfig, SeriesSection
-from .state import FINGERPRINT, OPERATIONAL, claim_folder, weights_stamp
+from .run import run_eval
+from .series_analysis import analyse, checkpoint_reads, write_series
+from .state import OPERATIONAL, claim_folder, weights_stamp
 
 SOURCE = "source.json"
 MODELS = "models"
@@ -61,24 +66,50 @@ class Entry:
 
 
 def _read(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    """A JSON object file (``{}`` when there is none); a damaged one is one line naming it."""
+    if not path.is_file():
+        return {}
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UserError(f"{path} is damaged ({type(e).__name__}: {str(e)[:80]}); restore it, or train the run "
+                        f"again") from None
+    if not isinstance(value, dict):
+        raise UserError(f"{path} is damaged (not a JSON object); restore it, or train the run again")
+    return value
+
+
+def _step_of(folder: Path, state: dict) -> int:
+    """The step a checkpoint's trainer_state.json records; a damaged record is one line naming the checkpoint."""
+    step = (state.get("progress") if isinstance(state.get("progress"), dict) else {}).get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise UserError(f"checkpoint {folder} is damaged (its trainer_state.json records no step); delete it or "
+                        f"restore it, then rerun the series")
+    return step
 
 
 def run_entries(run: str | Path) -> list[Entry]:
-    """The complete checkpoints of a training run folder, oldest first, then its final ``model/``."""
-    from goldfish.checkpoint import COMPLETE, STATE_FILE, list_checkpoints
-
+    """The complete checkpoints of a training run folder, oldest first, then its final ``model/``. A checkpoint
+    that another run (another fingerprint) wrote is refused, as the trainer refuses to resume from it."""
     run = Path(run).expanduser()
     if not run.is_dir():
         raise UserError(f"series.checkpoints={run} is not a folder; give a training run folder (with checkpoints/)")
     summary = _read(run / "summary.json")
     final_step = summary.get("steps")
+    fingerprint = saved_train_fingerprint(run)
     out = []
     for folder in list_checkpoints(run):
         if not (folder / COMPLETE).is_file():
             continue
-        progress = _read(folder / STATE_FILE).get("progress") or {}
-        step = int(progress.get("step", 0))
+        if fingerprint is None:
+            raise UserError(f"{run} has checkpoints but no fingerprint.json or config.yaml, so which run wrote them "
+                            "cannot be told; give the folder of the training run itself")
+        state = _read(folder / STATE_FILE)
+        refuse_mismatch(state.get("fingerprint"), fingerprint, f"checkpoint {folder}",
+                        f"it was not written by the run in {run}: move it out of {run / 'checkpoints'}",
+                        TRAIN_OPTIONAL)
+        progress = state.get("progress")
+        step = _step_of(folder, state)
         if step != final_step:  # the last checkpoint holds the final model/'s weights: evaluate that once
             out.append(Entry(f"step_{step:06d}", str(folder), True, step, progress.get("tokens"), str(run)))
     if (run / "model" / "config.json").is_file():
@@ -96,6 +127,11 @@ def series_entries(series: SeriesSection) -> list[Entry]:
         return run_entries(series.checkpoints)
     labels = series.labels or [Path(p).name if Path(p).name not in ("model", "train") else
                                f"{Path(p).parent.name}-{Path(p).name}" for p in series.models]
+    for label, path in zip(labels, series.models):  # each names a folder <out>/models/<label>: it must stay inside
+        problem = component_problem(label)
+        if problem:
+            given = "series.labels" if series.labels else f"the label taken from {path}"
+            raise UserError(f"{given}: {shown(label)} {problem}; give series.labels, one plain name per model")
     if len(set(labels)) != len(labels):
         raise UserError(f"series.models give repeated labels {labels}; set series.labels")
     out = []
@@ -116,10 +152,6 @@ def series_fingerprint(cfg: EvalConfig) -> dict[str, Any]:
 
 def _evaluate(cfg: EvalConfig, entry: Entry, folder: Path) -> dict:
     """The results of one model of the series, evaluated now unless its source and results are there already."""
-    from goldfish.checkpoint import export_checkpoint
-
-    from .run import run_eval
-
     source = {**dataclasses.asdict(entry), "weights": entry.stamp()}
     saved = _read(folder / SOURCE)
     if saved and saved != source:
@@ -142,8 +174,6 @@ def _evaluate(cfg: EvalConfig, entry: Entry, folder: Path) -> dict:
 
 def run_series(cfg: EvalConfig) -> dict:
     """Evaluate every model of ``cfg.series`` on ``cfg.data`` into ``cfg.out`` and write the series analysis."""
-    from .series_analysis import analyse, checkpoint_reads, write_series
-
     if cfg.model.path:
         raise UserError("model.path (--model) and series.* are both set; a series evaluates series.models or "
                         "series.checkpoints instead of one model")
@@ -153,11 +183,9 @@ def run_series(cfg: EvalConfig) -> dict:
     entries = series_entries(cfg.series)
     fingerprint = series_fingerprint(cfg)
     # overwrite=true: the series is evaluated afresh beside the old folder, which it replaces when finished
-    with writing(cfg.out, "eval", replace=cfg.overwrite, legacy=lambda f: (f / FINGERPRINT).is_file(),
-                 option="overwrite=true") as folder:
+    with writing(cfg.out, "eval", replace=cfg.overwrite, option="overwrite=true") as folder:
         out = folder.path
-        claim_folder(out, fingerprint)  # refuses other evaluation settings before anything is written
-        folder.mark(fingerprint_sha256(fingerprint))
+        claim_folder(folder, fingerprint)  # refuses other evaluation settings before anything is written, marks it
         results = [_evaluate(cfg, e, out / MODELS / e.label) for e in entries]
         reads = checkpoint_reads(entries, results)
         analysis = analyse(entries, results, cfg.series.memorized, reads)

@@ -25,9 +25,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from goldfish.config import load_config
+from goldfish.data import load_prepared
+from goldfish.data.packing import document_reads
+from goldfish.data.order import consumed_rows
 from goldfish.io import atomic_write_json, atomic_write_text
+from goldfish.train_config import TrainConfig, make_plan
 
-from .aggregate import wilson_interval
+from .series_report import write_series_report
+from .stats import wilson_interval
 
 SERIES_SCHEMA = "goldfish-series/1"
 
@@ -134,11 +140,6 @@ def checkpoint_reads(entries: Sequence[Any], results: Sequence[dict]) -> list[di
         return None
     import dataclasses
 
-    from goldfish.config import load_config
-    from goldfish.data import load_prepared
-    from goldfish.data.order import consumed_rows
-    from goldfish.train_config import TrainConfig, make_plan
-
     run = Path(next(iter(runs)))
     if not (run / "config.yaml").is_file():
         return None
@@ -193,8 +194,6 @@ def _flat_row(r: dict) -> dict:
 
 def write_series(analysis: dict, out: Path, report: bool = True) -> None:
     """series.json, series.csv, trajectories.csv and (``report``) report.md with plots."""
-    from .series_report import write_series_report
-
     atomic_write_json(out / "series.json", analysis)
     atomic_write_text(out / "series.csv", _csv([_flat_row(r) for r in analysis["rows"]]))
     atomic_write_text(out / "trajectories.csv", _csv([{**{k: v for k, v in t.items() if k != "memorized"},

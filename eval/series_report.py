@@ -9,7 +9,7 @@ from pathlib import Path
 from goldfish.io import atomic_write_text
 
 from . import plots
-from .report import markdown_table
+from .tables import markdown_table
 
 
 def _pct(v: dict) -> str:

@@ -22,11 +22,12 @@ import struct
 from pathlib import Path
 from typing import Any, Iterator, MutableMapping, Sequence
 
-from goldfish.config import to_dict
+from goldfish.config import flatten, to_dict
 from goldfish.errors import UserError
 from goldfish.io import atomic_write_text, read_jsonl, strict_json
+from goldfish.ownership import OutputFolder, fingerprint_sha256
 from goldfish.provenance import FILE as FINGERPRINT
-from goldfish.provenance import as_stored, code_version, differences, flatten, write_fingerprint
+from goldfish.provenance import as_stored, code_version, differences, write_fingerprint
 
 from .config import EvalConfig
 from .loading import PICKLE_SUFFIXES, resolve_model_path
@@ -36,7 +37,7 @@ WINDOWS_PARTIAL = "windows.partial.jsonl"
 MEMBERSHIP_PARTIAL = "membership.partial.jsonl"
 # config keys that change speed, resources or presentation but not one result value
 OPERATIONAL = ("out", "resume", "overwrite", "report", "progress", "model.threads", "model.device",
-               "decoding.batch_size", "membership.token_budget", "membership.chunk")
+               "decoding.batch_size", "membership.token_budget", "membership.chunk", "membership.keep_tokens")
 
 
 def weights_stamp(path: str | None) -> list:
@@ -59,19 +60,28 @@ def documents_sha256(splits: dict[str, Sequence[EvalDocument]]) -> str:
     return h.hexdigest()
 
 
-def fingerprint(cfg: EvalConfig, splits: dict[str, Sequence[EvalDocument]]) -> dict:
-    """What must match for finished work in an out folder to be reused (flat ``{"dotted.key": value}``)."""
-    config = flatten(to_dict(cfg), "config.")
+def config_fingerprint(cfg: EvalConfig) -> dict:
+    """The settings that determine an evaluation's results: the config without :data:`OPERATIONAL` keys (flat)."""
+    config = flatten(to_dict(cfg))
     for key in OPERATIONAL:
-        config.pop(f"config.{key}", None)
+        config.pop(key, None)
+    return as_stored(config)
+
+
+def fingerprint(cfg: EvalConfig, splits: dict[str, Sequence[EvalDocument]]) -> dict:
+    """What must match for finished work in an out folder to be reused (flat ``{"dotted.key": value}``): the code,
+    the model and its weights, the documents and :func:`config_fingerprint` (keys ``config.*``)."""
+    config = {f"config.{key}": value for key, value in config_fingerprint(cfg).items()}
     return as_stored({"code": code_version(), "model": resolve_model_path(cfg.model.path).describe(),
                       "weights": weights_stamp(cfg.model.path), "reference_weights": weights_stamp(cfg.model.reference),
                       "data_sha256": documents_sha256(splits), **config})
 
 
-def claim_folder(out: Path, print_: dict) -> None:
-    """Refuse (one line, nothing written) a folder holding a different evaluation; then record ``print_`` (the first
-    write, atomic: a full disk fails here with the folder unchanged)."""
+def claim_folder(folder: OutputFolder, print_: dict) -> None:
+    """Refuse (one line, nothing written) a folder holding a different evaluation; then give it its ownership marker
+    (the first write: a folder goldfish writes into is never without one) and record ``print_`` (atomic: a full
+    disk fails with the folder unchanged)."""
+    out = folder.path
     path = out / FINGERPRINT
     old = None
     if path.is_file():
@@ -85,7 +95,7 @@ def claim_folder(out: Path, print_: dict) -> None:
         diff = differences(old, print_) if old else ["(no fingerprint)"]
         raise UserError(f"{out} holds results of a different evaluation (differs in: {'; '.join(diff[:6])}); use "
                         f"another out folder, or overwrite=true to replace them")
-    out.mkdir(parents=True, exist_ok=True)
+    folder.mark(fingerprint_sha256(print_))
     write_fingerprint(out, print_)
 
 

@@ -1,5 +1,13 @@
 """Exact and paired statistics for memorisation readings: what a referee asks for beside a point estimate.
 
+Every statistic of the toolkit lives here (the experiment's and eval's modules call these; none is defined twice).
+
+* :func:`wilson_interval` -- a binomial rate's 95 % score interval (well-behaved at 0 and 1); :func:`mean_interval`
+  -- the normal-approximation interval of a mean, clipped to the measure's range.
+* :func:`loglinear_fit` -- ``y = a + b log10(x)`` by least squares with the slope's standard error and r² (Carlini et
+  al. 2022's form for extraction vs model size or repetitions); :func:`predict` evaluates it.
+* :func:`bootstrap_auc` -- ROC-AUCs of stratified resamples (members and nonmembers resampled separately), for an
+  attack's 95 % interval.
 * :func:`auc_pvalue` -- the probability, under the null that members and nonmembers are exchangeable, of an AUC at
   least as large as the observed one. A perfect separation of m members from n nonmembers has probability exactly
   ``1 / C(m + n, m)`` (one labelling of the pooled scores out of C(m + n, m) puts every member on top), which a
@@ -8,15 +16,17 @@
 * :func:`cluster_bootstrap_mean` -- a mean over pooled items (e.g. the windows of several prefix lengths of one
   document) with a 95 % interval that resamples *clusters* (documents), not items: windows of one document are not
   independent.
-* :func:`tpr_at_fpr` -- TPR at a false-positive rate only when there are at least ``ceil(1 / fpr)`` nonmembers;
-  with fewer, "TPR at 1 % FPR" is the TPR at zero false positives, so the value is withheld and the number of
-  nonmembers it needs is reported instead.
+* :func:`tpr_at_fpr` -- TPR at a false-positive rate (the largest TPR of the ROC at that FPR, no interpolation), shown
+  only when there are at least ``ceil(1 / fpr)`` nonmembers; with fewer, "TPR at 1 % FPR" is the TPR at zero false
+  positives, so it is withheld and the number of nonmembers it needs is reported instead.
 * :func:`mcnemar_exact` -- two arms' exact-match verdicts on the same windows: the exact two-sided binomial test on
   the discordant pairs (McNemar 1947; statsmodels' ``mcnemar(exact=True)``).
 * :func:`paired_bootstrap` -- two arms' per-item values (e.g. ROUGE-L) on the same items: the mean difference with
   a bootstrap interval that resamples items (or their clusters) with the same indices for both arms.
 * :func:`paired_auc_difference` -- two arms' attack scores on the same member and nonmember documents: AUC_a -
   AUC_b, members and nonmembers resampled separately with the same indices for both arms.
+* :func:`paired_difference` -- two models' per-token measure (e.g. top-1 correct, -log p) on the same positions of
+  the same documents: token-weighted means and their difference with an interval resampling documents.
 * :func:`difference_in_differences` -- the leakage audit: (arm - control) on the dropped member positions minus
   (arm - control) on held-out text, token-weighted, with an interval that resamples member and held-out documents.
   Training on anything also moves a model on text it never saw; only the excess on the dropped positions is
@@ -35,9 +45,67 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.stats import binomtest, mannwhitneyu, rankdata
 
+from goldfish.errors import UserError
 
 EXACT_MAX_ITEMS = 400  # scipy's exact Mann-Whitney null distribution up to this many pooled scores (no ties)
 CI = (2.5, 97.5)
+Z95 = 1.96
+
+
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float | None, float | None]:
+    """Wilson score interval of a binomial rate (well-behaved at 0 and 1, unlike the normal approximation; an
+    exact-match rate of 0/50 still gets an upper bound of ~7 %)."""
+    if n <= 0:
+        return None, None
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def mean_interval(values: Sequence[float], bounds: tuple[float, float] = (-math.inf, math.inf),
+                  z: float = Z95) -> tuple[float | None, float | None]:
+    """Normal-approximation 95 % interval of a mean, mean ± z·s/sqrt(n) (s: sample std), clipped to ``bounds``;
+    None below 2 values. Windows of one document are not independent: read it as a lower bound on the uncertainty."""
+    vals = np.asarray([float(v) for v in values if v is not None], dtype=np.float64)
+    if len(vals) < 2:
+        return None, None
+    half = z * float(vals.std(ddof=1)) / math.sqrt(len(vals))
+    return max(bounds[0], float(vals.mean()) - half), min(bounds[1], float(vals.mean()) + half)
+
+
+def loglinear_fit(x: Sequence[float], y: Sequence[float]) -> dict[str, float | int | None]:
+    """Least-squares fit ``y = intercept + slope * log10(x)``, the form Carlini et al. (2022) use for extraction
+    rate vs model size or repetitions. Returns ``slope`` (change of y per 10x of x), ``intercept``, ``slope_se``
+    (the slope's standard error on n - 2 degrees of freedom; NaN for 2 points), ``r2`` (None when y is constant)
+    and ``n``; one :class:`~goldfish.errors.UserError` for inputs it cannot fit."""
+    xs, ys = np.asarray(x, dtype=np.float64).reshape(-1), np.asarray(y, dtype=np.float64).reshape(-1)
+    problems = []
+    if xs.shape != ys.shape:
+        problems.append(f"x has {xs.size} values but y has {ys.size}")
+    elif len(np.unique(xs)) < 2:
+        problems.append(f"a log-linear fit needs at least 2 distinct x values, got {np.unique(xs).tolist()}")
+    if np.any(~np.isfinite(xs)) or np.any(xs <= 0):
+        problems.append(f"log-linear fit needs finite x > 0, got {xs.tolist()}")
+    if np.any(~np.isfinite(ys)):
+        problems.append(f"log-linear fit needs finite y, got {ys.tolist()}")
+    if problems:
+        raise UserError("; ".join(problems))
+    lx, n = np.log10(xs), len(xs)
+    sxx = float(np.sum((lx - lx.mean()) ** 2))
+    slope = float(np.sum((lx - lx.mean()) * (ys - ys.mean())) / sxx)
+    intercept = float(ys.mean() - slope * lx.mean())
+    resid = ys - (intercept + slope * lx)
+    ss_res, ss_tot = float(np.sum(resid**2)), float(np.sum((ys - ys.mean()) ** 2))
+    se = math.sqrt(ss_res / (n - 2) / sxx) if n > 2 else float("nan")
+    return {"slope": slope, "intercept": intercept, "slope_se": se,
+            "r2": 1.0 - ss_res / ss_tot if ss_tot > 0 else None, "n": n}
+
+
+def predict(fit: dict, x: float | Sequence[float]) -> np.ndarray:
+    """Evaluate a :func:`loglinear_fit` at ``x`` (> 0)."""
+    return fit["intercept"] + fit["slope"] * np.log10(np.asarray(x, dtype=np.float64))
 
 
 def rank_auc(members: np.ndarray, nonmembers: np.ndarray) -> np.ndarray:
@@ -56,6 +124,21 @@ def _finite(values: Any) -> np.ndarray:
 def auc_of(members: np.ndarray, nonmembers: np.ndarray) -> float:
     """ROC-AUC via the Mann-Whitney U statistic (average ranks: a tie counts 1/2, as in scikit-learn)."""
     return float(rank_auc(members[None, :], nonmembers[None, :])[0])
+
+
+def bootstrap_auc(members: np.ndarray, nonmembers: np.ndarray, n_bootstrap: int, seed: int) -> np.ndarray:
+    """AUCs of ``n_bootstrap`` stratified resamples (members and nonmembers resampled separately, so both classes
+    are always present), vectorised over resamples with :func:`rank_auc`."""
+    rng = np.random.default_rng(seed)
+    n_m, n_n = len(members), len(nonmembers)
+    aucs = np.empty(n_bootstrap)
+    chunk = max(1, 2_000_000 // (n_m + n_n))  # resamples per vectorised chunk (bounded memory)
+    for b0 in range(0, n_bootstrap, chunk):
+        b = min(chunk, n_bootstrap - b0)
+        m = members[rng.integers(0, n_m, size=(b, n_m))]  # (b, n_m)
+        n = nonmembers[rng.integers(0, n_n, size=(b, n_n))]  # (b, n_n)
+        aucs[b0 : b0 + b] = rank_auc(m, n)
+    return aucs
 
 
 def auc_pvalue(members: Any, nonmembers: Any) -> dict[str, Any]:
@@ -137,26 +220,31 @@ def cluster_bootstrap_mean(values: Any, clusters: Sequence[Any] | None = None, n
 
 
 def tpr_at_fpr(members: Any, nonmembers: Any, fpr: float) -> dict[str, Any]:
-    """TPR at ``fpr`` (the largest TPR over thresholds whose FPR <= ``fpr``, no interpolation), shown only with
-    enough nonmembers to measure that FPR at all: ``needed = ceil(1 / fpr)``.
+    """TPR at ``fpr``: the largest TPR over thresholds whose FPR <= ``fpr`` (the ROC read at that FPR, no
+    interpolation; Carlini et al. 2022), shown only with enough nonmembers to measure that FPR at all:
+    ``needed = ceil(1 / fpr)``.
 
-    Returns ``fpr``, ``tpr`` (None when withheld), ``n_nonmembers``, ``needed`` and ``note`` (why it is withheld).
+    Returns ``fpr``, ``roc_tpr`` (that largest TPR whatever the number of nonmembers: below ``needed`` it is the TPR
+    at zero false positives; None without members), ``tpr`` (``roc_tpr``, or None when withheld), ``n_nonmembers``,
+    ``needed`` and ``note`` (why it is withheld). Non-finite scores are left out.
     """
     m, n = _finite(members), _finite(nonmembers)
     needed = math.ceil(1 / fpr - 1e-9)
-    out: dict[str, Any] = {"fpr": fpr, "tpr": None, "n_nonmembers": int(len(n)), "needed": needed, "note": None}
+    out: dict[str, Any] = {"fpr": fpr, "roc_tpr": None, "tpr": None, "n_nonmembers": int(len(n)), "needed": needed,
+                           "note": None}
+    if len(m):
+        allowed = math.floor(fpr * len(n) + 1e-9)  # false positives allowed
+        # threshold t: members with score > t count; the (allowed+1)-th highest nonmember score is the lowest t
+        # that keeps at most `allowed` nonmembers strictly above it
+        top = np.sort(n)[::-1]
+        threshold = top[allowed] if allowed < len(top) else -np.inf
+        out["roc_tpr"] = float(np.mean(m > threshold))
     if len(n) < needed:
         out["note"] = f"needs >= {needed} nonmembers (has {len(n)}): below that it is the TPR at zero false positives"
-        return out
-    if not len(m):
+    elif not len(m):
         out["note"] = "no members"
-        return out
-    allowed = math.floor(fpr * len(n) + 1e-9)  # false positives allowed
-    # threshold t: members with score > t count; the (allowed+1)-th highest nonmember score is the lowest t
-    # that keeps at most `allowed` nonmembers strictly above it
-    top = np.sort(n)[::-1]
-    threshold = top[allowed] if allowed < len(top) else -np.inf
-    out["tpr"] = float(np.mean(m > threshold))
+    else:
+        out["tpr"] = out["roc_tpr"]
     return out
 
 
@@ -227,6 +315,31 @@ def paired_auc_difference(a_members: Any, a_nonmembers: Any, b_members: Any, b_n
         samples = rank_auc(am[im], an[inn]) - rank_auc(bm[im], bn[inn])
         out["ci_low"], out["ci_high"] = _percentiles(samples)
         out["p_value"] = bootstrap_p(samples)
+    return out
+
+
+def paired_difference(arm: Sequence[Any], control: Sequence[Any], positions: Sequence[Any], n_bootstrap: int = 1000,
+                      seed: int = 0) -> dict[str, float | int | None]:
+    """Token-weighted mean of a per-token measure of two models over the same ``positions`` of the same documents,
+    and arm - control with a 95 % bootstrap CI that resamples documents (a document's tokens stay together).
+
+    ``arm[i]`` / ``control[i]`` / ``positions[i]``: (L_i - 1,) per target t = 1..L_i-1 (e.g. top-1 correct, or
+    -log p); documents without a chosen position are left out. Returns ``arm``, ``control``, ``diff``,
+    ``diff_ci_low``, ``diff_ci_high`` (None without positions or with ``n_bootstrap=0``), ``n_documents`` and
+    ``n_positions``.
+    """
+    a, n = document_sums(arm, positions)  # (D,) per-document sums and position counts
+    c, _ = document_sums(control, positions)
+    some = n > 0
+    a, c, n = a[some], c[some], n[some]
+    out: dict[str, float | int | None] = {"arm": None, "control": None, "diff": None, "diff_ci_low": None,
+                                          "diff_ci_high": None, "n_documents": int(len(n)), "n_positions": int(n.sum())}
+    if not len(n):
+        return out
+    out.update(arm=float(a.sum() / n.sum()), control=float(c.sum() / n.sum()), diff=float((a - c).sum() / n.sum()))
+    if n_bootstrap > 0:
+        samples = _resampled_ratio(a - c, n, n_bootstrap, np.random.default_rng(seed))
+        out["diff_ci_low"], out["diff_ci_high"] = _percentiles(samples)
     return out
 
 

@@ -32,7 +32,8 @@ import torch
 from safetensors import SafetensorError
 
 from .errors import UserError
-from .io import atomic_write_json, atomic_write_text, fsync_dir
+from .io import atomic_directory, atomic_write_json, atomic_write_text, fsync_dir, remove_tree
+from .models import check_claimed_size
 
 # what a full disk or a failing device raises while writing: the OS, torch.save's zip writer
 # ("[enforce fail at inline_container.cc] ... file write failed"), safetensors (its own error type)
@@ -150,7 +151,7 @@ def save_checkpoint(out: str | Path, trainer_state: dict[str, Any], engine_state
                         f"out=) and rerun to resume: the earlier checkpoints are intact") from None
     if is_main:
         if final.exists():  # same step written again (a run restarted with resume=never): swap, then delete
-            _remove(final)
+            remove_tree(final)
         os.replace(tmp, final)
         fsync_dir(final.parent)  # the rename is what publishes the checkpoint: make it durable
         prune(out, keep_last)
@@ -165,21 +166,13 @@ def _reason(e: BaseException) -> str:
     return str(e).splitlines()[0][:120] if str(e) else type(e).__name__
 
 
-def _remove(folder: Path) -> None:
-    """Delete a checkpoint so that a kill half-way never leaves a folder that looks like a checkpoint."""
-    doomed = folder.with_name(f".{folder.name}.deleting")
-    shutil.rmtree(doomed, ignore_errors=True)
-    os.replace(folder, doomed)
-    shutil.rmtree(doomed, ignore_errors=True)
-
-
 def prune(out: str | Path, keep_last: int) -> None:
     """Keep the newest ``keep_last`` complete checkpoints (0: keep all); incomplete folders are left for inspection."""
     if keep_last <= 0:
         return
     complete = [p for p in list_checkpoints(out) if (p / COMPLETE).is_file()]
     for folder in complete[:-keep_last]:
-        _remove(folder)
+        remove_tree(folder)
 
 
 # ------------------------------------------------------------------------------------------------ load
@@ -211,16 +204,46 @@ def _read_rank_files(folder: Path, rank: int) -> tuple[dict[str, Any], dict[str,
         else:
             engine_state[key] = value
     rng_plain = _read_json(folder / f"rng{suffix}.json")
+    _check_rng(folder / f"rng{suffix}.json", rng_tensors, rng_plain)
     return engine_state, rng_tensors, rng_plain
+
+
+def _check_rng(path: Path, tensors: dict[str, torch.Tensor], plain: dict[str, Any]) -> None:
+    """Refuse generator states that would fail only when restored (after the model was loaded): each is set on a
+    scratch generator here."""
+    try:
+        version, internal, gauss = plain["python"]
+        random.Random().setstate((version, tuple(internal), gauss))
+        name, keys, pos, has_gauss, cached = plain["numpy"]
+        np.random.RandomState().set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+        torch.Generator().set_state(tensors["torch_cpu"])
+    except Exception as e:  # wrong shapes, types or lengths: KeyError, TypeError, ValueError, RuntimeError...
+        raise BrokenCheckpoint(f"checkpoint file {path} is damaged (its generator states do not load: "
+                               f"{type(e).__name__})") from None
 
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise BrokenCheckpoint(f"checkpoint file {path} is missing; the checkpoint is incomplete") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError):
         raise BrokenCheckpoint(f"checkpoint file {path} is corrupt (not JSON)") from None
+    if not isinstance(value, dict):
+        raise BrokenCheckpoint(f"checkpoint file {path} is corrupt (not a JSON object)")
+    return value
+
+
+def _check_trainer_state(folder: Path, state: dict[str, Any]) -> None:
+    """Refuse a trainer state whose step or progress is not what a checkpoint of that step records."""
+    progress = state.get("progress")
+    numbers = isinstance(progress, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                 for v in progress.values())
+    step = state.get("step")
+    if not numbers or not isinstance(step, int) or progress.get("step") != step or \
+            _STEP_DIR.match(folder.name) and int(_STEP_DIR.match(folder.name).group(1)) != step:
+        raise BrokenCheckpoint(f"checkpoint file {folder / STATE_FILE} is damaged (its step and progress are not a "
+                               f"checkpoint's of {folder.name})")
 
 
 def read_checkpoint(folder: str | Path, rank: int, world_size: int) -> dict[str, Any]:
@@ -237,6 +260,7 @@ def read_checkpoint(folder: str | Path, rank: int, world_size: int) -> dict[str,
     if not (folder / COMPLETE).is_file():
         raise BrokenCheckpoint(f"checkpoint {folder} is incomplete (no {COMPLETE} marker); resume from an earlier one")
     trainer = _read_json(folder / STATE_FILE)
+    _check_trainer_state(folder, trainer)
     if trainer.get("world_size") != world_size:
         raise UserError(f"checkpoint {folder} was written by {trainer.get('world_size')} processes but this run has "
                         f"{world_size}; resume with the same number of processes")
@@ -245,7 +269,7 @@ def read_checkpoint(folder: str | Path, rank: int, world_size: int) -> dict[str,
             "folder": folder}
 
 
-def _agree(ok: bool) -> bool:
+def all_ranks(ok: bool) -> bool:
     """True only if ``ok`` holds on every rank (so all ranks fall back to the same checkpoint)."""
     import torch.distributed as dist
 
@@ -278,13 +302,14 @@ def find_resume(out: str | Path, resume: str, rank: int, world_size: int) -> dic
             found, problem = read_checkpoint(folder, rank, world_size), None
         except BrokenCheckpoint as e:
             found, problem = None, str(e)
-        if _agree(found is not None):
+        if all_ranks(found is not None):
             return found
         if rank == 0:
             print(f"warning: skipping checkpoint {folder}: {problem or 'unreadable on another rank'}", file=sys.stderr)
     if existing:
-        raise UserError(f"no readable checkpoint in {checkpoints_root(out)}; delete the broken ones to start over, "
-                        f"or choose a new out= folder")
+        raise UserError(f"no readable checkpoint in {checkpoints_root(out)}; pass --overwrite to train the run again "
+                        f"from the start (the old folder stays until the new run has finished), or delete the broken "
+                        f"checkpoints, or choose a new out= folder")
     return None
 
 
@@ -329,16 +354,15 @@ def export_checkpoint(folder: str | Path, model_dir: str | Path, out: str | Path
     loaded by name into the architecture that config names (strict: every tensor must match), never unpickled."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from .io import atomic_directory
-
     model_dir, out = Path(model_dir), Path(out)
     if not (model_dir / "config.json").is_file():
         raise UserError(f"{model_dir} has no config.json: a checkpoint is exported with the shape of its run's final "
                         "model/, which an unfinished run does not have yet")
     config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True, trust_remote_code=False)
+    state = checkpoint_weights(folder)
+    check_claimed_size(config, sum(t.numel() for t in state.values()), f"{model_dir} (with checkpoint {folder})")
     with torch.random.fork_rng(devices=[]):  # the skeleton's random init is overwritten; keep the caller's RNG
         model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
-    state = checkpoint_weights(folder)
     missing = sorted(set(model.state_dict()) - set(state))
     if missing:
         raise UserError(f"checkpoint {folder} does not match the model of {model_dir}: {len(missing)} tensors "

@@ -27,6 +27,13 @@ _OS_FIXES = {
     errno.EACCES: "permission denied",
     errno.EPERM: "operation not permitted",
 }
+# a path the user gave that cannot be one: what is wrong with it
+_PATH_FIXES = {
+    errno.ENOTDIR: "a part of the path is a file, not a folder",
+    errno.EISDIR: "it is a folder, where a file is needed",
+    errno.ELOOP: "it runs into a loop of symbolic links",
+    errno.ENAMETOOLONG: "the path or one of its names is too long for the file system",
+}
 
 
 # what torch's CPU and CUDA allocators say when a tensor does not fit
@@ -66,6 +73,8 @@ def _message(exc: BaseException) -> str | None:
         return str(exc)
     if isinstance(exc, FileNotFoundError):
         return f"file not found: {exc.filename or exc} (check the path)"
+    if isinstance(exc, OSError) and exc.errno in _PATH_FIXES:
+        return f"{exc.filename or 'a path'}: {_PATH_FIXES[exc.errno]}; check the path"
     if isinstance(exc, OSError) and exc.errno in _OS_FIXES:
         where = f" ({exc.filename})" if exc.filename else ""
         return (f"{_OS_FIXES[exc.errno]}{where}; free disk space, or use a folder you can write to (out=/--out); "

@@ -4,7 +4,9 @@ Results are never half-written: every file is written to a temporary sibling, fs
 parent folder fsynced, so the rename itself survives a power cut); an interrupted run leaves either the old file or
 the new one, never a torn one. Folders are replaced by an atomic exchange where the OS has one (Linux
 ``renameat2(RENAME_EXCHANGE)``); elsewhere by two renames whose interrupted state is repaired on the next start
-(:func:`recover_directory`). JSON is strict: NaN and infinities become ``null`` and the file says which ones.
+(:func:`recover_directory`). Every folder built or retired beside its target carries a staging record
+(:data:`STAGING`): only such folders are ever deleted or put back, so a user's ``.<name>.old`` is never touched.
+JSON is strict: NaN and infinities become ``null`` and the file says which ones.
 """
 
 from __future__ import annotations
@@ -12,14 +14,18 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import glob
 import json
 import math
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
+
+from .errors import UserError
 
 NULL_NOTES = "json_nulls"  # key added to a written JSON object: {"a.b": "nan"} for each non-finite value nulled
 
@@ -118,6 +124,17 @@ def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2)
     atomic_write_text(path, strict_json(obj, indent) + "\n")
 
 
+def read_json(path: str | os.PathLike) -> Any:
+    """The JSON value in ``path`` (UTF-8); a damaged file is one :class:`~goldfish.errors.UserError` naming it (a
+    missing one stays ``FileNotFoundError``, which the CLI reports in one line too)."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path} is damaged (not JSON: {e}); delete it to have it written again, or restore it") \
+            from None
+
+
 # ------------------------------------------------------------------------------------------------ folders
 
 _RENAME_EXCHANGE = 2  # linux/fs.h
@@ -152,26 +169,84 @@ def exchange(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
-def _old(path: Path) -> Path:
-    return path.with_name(f".{path.name}.old")
+STAGING = ".goldfish-staging.json"  # inside a folder goldfish builds or retires beside ``<name>``: whose it is
 
 
-def recover_directory(path: str | os.PathLike, clean: bool = True) -> None:
-    """Repair what an interrupted :func:`atomic_directory` left: put ``.<name>.old`` back when ``path`` is missing
-    (killed between the two renames of the fallback); with ``clean``, also delete stale ``.<name>.*.tmp`` and
-    ``.<name>.old`` folders (only a writer of ``path`` may clean: a reader could delete a build in progress)."""
+def _stamp(folder: Path, target: Path, role: str) -> None:
+    """Record inside ``folder`` that goldfish made it beside ``target`` (``role``: ``new``, a replacement being
+    built; ``old``, the folder being replaced), and which process: what lets a later run recognise its debris."""
+    atomic_write_json(folder / STAGING, {"target": target.name, "role": role, "pid": os.getpid(),
+                                         "host": socket.gethostname(), "written_by": "goldfish"})
+
+
+def _unstamp(folder: Path) -> None:
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        os.unlink(folder / STAGING)
+
+
+def staged_for(folder: Path, target: Path) -> dict | None:
+    """The staging record inside ``folder`` when goldfish made it beside ``target`` (a real folder, not a link,
+    whose record names ``target``), else ``None``: a folder goldfish did not make, whatever its name."""
+    if folder.is_symlink() or not folder.is_dir():
+        return None
+    try:
+        record = json.loads((folder / STAGING).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("target") != target.name or record.get("role") not in ("new", "old"):
+        return None
+    return record
+
+
+def _live_elsewhere(record: dict) -> bool:
+    """Whether the process that wrote a staging record is another process still running on this machine."""
+    pid = record.get("pid")
+    if record.get("host") != socket.gethostname() or not isinstance(pid, int) or pid == os.getpid() or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists, owned by someone else
+        return True
+    return True
+
+
+def staging_folders(path: Path) -> list[tuple[Path, dict]]:
+    """``.<name>.*.tmp`` and ``.<name>.*.old`` folders beside ``path`` that goldfish made for it (their record)."""
+    if not path.parent.is_dir():
+        return []
+    found = []
+    for pattern in (f".{glob.escape(path.name)}.*.tmp", f".{glob.escape(path.name)}.*.old"):
+        for candidate in path.parent.glob(pattern):
+            record = staged_for(candidate, path)
+            if record is not None:
+                found.append((candidate, record))
+    return found
+
+
+def recover_directory(path: str | os.PathLike, clean: bool = True, keep: Path | None = None) -> None:
+    """Repair what an interrupted replacement of ``path`` left, touching only folders goldfish made for it (their
+    staging record inside, :func:`staged_for`): put the old folder (``.<name>.*.old``) back when ``path`` is missing
+    (killed between the two renames of the fallback); with ``clean`` (a writer, holding the lock), also delete the
+    other debris and a stale staging record inside ``path``. A reader (``clean=False``) deletes nothing and leaves a
+    replacement another live process is making alone, and so is ``keep`` (a replacement about to be continued). A
+    folder without the record is never touched, whatever its name."""
     path = Path(path)
-    old = _old(path)
-    if old.is_dir() and not path.exists():
-        os.replace(old, path)
-        fsync_dir(path.parent)
+    debris = [(f, r) for f, r in staging_folders(path) if not _live_elsewhere(r) and f != keep]
+    if not path.exists() and not path.is_symlink():
+        olds = [(f, r) for f, r in debris if r["role"] == "old" and f.name.endswith(".old")]
+        if len(olds) == 1:
+            os.replace(olds[0][0], path)
+            fsync_dir(path.parent)
+            _unstamp(path)  # the folder is back as it was
+            debris.remove(olds[0])
     if not clean:
         return
-    if path.parent.is_dir():
-        for stale in path.parent.glob(f".{path.name}.*.tmp"):
-            if stale.is_dir():
-                shutil.rmtree(stale, ignore_errors=True)
-    shutil.rmtree(old, ignore_errors=True)
+    if staged_for(path, path) is not None:  # killed just before or after a swap: the record is stale
+        _unstamp(path)
+    for folder, _ in debris:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -180,8 +255,8 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = False) -> Iterat
 
     Without ``overwrite`` an existing ``path`` is refused (``FileExistsError``) before any work is done; with it, the
     old folder is replaced only after the new one is complete: by one atomic exchange where the OS has it, else by
-    ``path -> .<name>.old``, ``tmp -> path`` (a kill between the two is repaired by :func:`recover_directory`, which
-    runs first here). The temporary folder is deleted when the block fails.
+    ``path -> .<name>.<random>.old``, ``tmp -> path`` (a kill between the two is repaired by
+    :func:`recover_directory`, which runs first here). The temporary folder is deleted when the block fails.
     """
     path = Path(path)
     recover_directory(path)
@@ -198,32 +273,79 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = False) -> Iterat
         raise
 
 
+def remove_tree(path: str | os.PathLike) -> None:
+    """Delete the folder ``path`` so that a kill half-way never leaves a half-deleted folder under its name: it is
+    renamed to ``.<name>.deleting`` first (one atomic step), then deleted; a leftover of an earlier kill goes too."""
+    path = Path(path)
+    doomed = path.with_name(f".{path.name}.deleting")
+    shutil.rmtree(doomed, ignore_errors=True)
+    os.replace(path, doomed)
+    fsync_dir(path.parent)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
 def new_temp_dir(path: str | os.PathLike) -> Path:
-    """A new empty folder ``.<name>.<random>.tmp`` beside ``path`` (where a replacement of ``path`` is built; the
-    next :func:`recover_directory` of a writer deletes it if it is left behind)."""
+    """A new empty folder ``.<name>.<random>.tmp`` beside ``path`` (where a replacement of ``path`` is built), with
+    a staging record naming ``path`` (the next :func:`recover_directory` of a writer deletes it if it is left
+    behind; it is removed when the folder is published)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
+    try:
+        _stamp(tmp, path, "new")
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError):  # name the folder the user knows
+            raise naming(e, path, tmp) from e
+        raise
     return tmp
 
 
 def commit_directory(tmp: str | os.PathLike, path: str | os.PathLike) -> None:
     """Move the finished folder ``tmp`` to ``path``, replacing what is there (one atomic exchange where the OS has
-    it; else two renames that :func:`recover_directory` repairs if killed between them)."""
+    it; else two renames that :func:`recover_directory` repairs if killed between them). The folder replaced is
+    first given a staging record (role ``old``), so that whatever moment a kill comes, every folder beside ``path``
+    says whose it is."""
     tmp, path = Path(tmp), Path(path)
     if not path.exists():
         os.replace(tmp, path)
-    elif exchange(tmp, path):  # one atomic step; tmp now holds the old folder
-        fsync_dir(path.parent)
-        shutil.rmtree(tmp, ignore_errors=True)
     else:
-        old = _old(path)
-        os.replace(path, old)
-        fsync_dir(path.parent)
-        os.replace(tmp, path)  # a kill before this line: recover_directory puts .old back
-        shutil.rmtree(old, ignore_errors=True)
+        _stamp(path, path, "old")
+        try:
+            swapped = exchange(tmp, path)  # one atomic step; tmp then holds the old folder
+        except BaseException:
+            _unstamp(path)
+            raise
+        if swapped:
+            fsync_dir(path.parent)
+            _unstamp(path)
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            _two_renames(tmp, path)
+    _unstamp(path)
     fsync_dir(path.parent)
+
+
+def _two_renames(tmp: Path, path: Path) -> None:
+    """Where there is no atomic exchange: ``path -> .<name>.<random>.old``, ``tmp -> path``; a failure of the second
+    rename puts the old folder back (a kill between them is repaired by :func:`recover_directory`)."""
+    old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+    try:
+        os.replace(path, old)  # onto the empty folder just made: a name nobody else holds
+    except BaseException:
+        os.rmdir(old)
+        _unstamp(path)
+        raise
+    fsync_dir(path.parent)
+    try:
+        os.replace(tmp, path)
+    except Exception:
+        os.replace(old, path)
+        _unstamp(path)
+        raise
+    _unstamp(path)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 class JsonlLogger:

@@ -16,8 +16,11 @@ are read from the file (``ModelCard(text)``), never fetched: nothing here touche
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from .errors import UserError
 from .gguf_cache import general_metadata
@@ -60,7 +63,11 @@ def starting_model(path: str | None) -> dict[str, Any]:
             # organization in general.organization: HuggingFaceTB + SmolLM2-135M-Instruct
             info["hub_id"] = f"{org}/{stem}"
     elif (src / CARD).is_file():
-        data = _read(src / CARD).data
+        try:
+            data = _read(src / CARD).data
+        except UserError as e:  # someone else's card: what it declares is unknown, the fine-tune is not at stake
+            print(f"warning: {e}; the new card names no license or base model of it", file=sys.stderr)
+            return info
         info["license"] = data.license
         info["hub_id"] = data.base_model if isinstance(data.base_model, str) else None
     return info
@@ -70,9 +77,18 @@ def starting_model(path: str | None) -> dict[str, Any]:
 
 
 def _read(path: Path):
+    """The model card at ``path``; one line when it is not UTF-8 or its metadata is not plain YAML (a
+    ``!!python/object`` tag is never constructed: safe YAML refuses it)."""
     from huggingface_hub import ModelCard
 
-    return ModelCard(path.read_text(encoding="utf-8"), ignore_metadata_errors=True)
+    try:
+        return ModelCard(path.read_text(encoding="utf-8"), ignore_metadata_errors=True)
+    except UnicodeDecodeError as e:
+        raise UserError(f"model card {path} is not UTF-8 text (invalid byte at offset {e.start}); re-encode it as "
+                        f"UTF-8 or remove it") from None
+    except (yaml.YAMLError, ValueError) as e:
+        raise UserError(f"model card {path} has metadata that is not plain YAML ({str(e).splitlines()[0][:100]}); "
+                        f"fix its --- header or remove the card") from None
 
 
 def _loss_line(cfg: TrainConfig, summary: dict) -> str:

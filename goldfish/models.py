@@ -8,7 +8,10 @@ safety policy, because a checkpoint is data, never code:
 * weights come from safetensors or GGUF; pickle files (``pytorch_model.bin``, ``.pt``, ...) are refused unless
   ``allow_pickle=True``, and even then read with ``torch.load(weights_only=True)``;
 * ``local_files_only=True``: nothing is ever fetched from the Hugging Face Hub;
-* anything unreadable (a missing path, a corrupt safetensors file, a fake ``.gguf``) is one :class:`UserError` line.
+* anything unreadable (a missing path, a corrupt safetensors file, a fake ``.gguf``) is one :class:`UserError` line;
+* a ``config.json`` describing more parameters than the weight files hold (200,000 layers) is refused from the
+  files' headers before anything is built (:func:`check_claimed_size`): a model is built from its config before its
+  weights are read, so such a config would otherwise cost minutes and gigabytes before it failed.
 
 Accepted paths: a Hugging Face folder (``config.json`` + weights), a ``.gguf`` file (dequantised by transformers), a
 folder holding exactly one ``.gguf``, or a training run folder (``<run>/model`` is used).
@@ -19,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import re
 from pathlib import Path
@@ -26,9 +30,10 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as hf_logging
 
+from .data.tokenizer import tokenizer_sha256
 from .errors import UserError
 from .gguf_cache import dequantised
 from .sizes import SIZES
@@ -67,6 +72,46 @@ def llama_config(cfg: "ModelConfig", vocab_size: int):
                        "rope_theta": rope_theta}, bos_token_id=None, eos_token_id=None, **fields)
 
 
+MAX_PARAMETERS = 10**13  # a model to build: beyond this (10 T) no machine trains it; refused before building
+
+
+def parameters_at_least(config) -> int:
+    """A lower bound on the parameters of a decoder-only transformer with Hugging Face ``config``: the embedding
+    (vocabulary x width, counted once for tied heads) and per layer a quarter of a width x width attention projection
+    plus the MLP's up projection (width x intermediate). Exact Python integers: no overflow, whatever the config."""
+    def value(name: str) -> int:
+        v = getattr(config, name, None)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
+
+    width, layers = value("hidden_size"), value("num_hidden_layers")
+    return value("vocab_size") * width // 2 + layers * (width * width // 4 + width * value("intermediate_size"))
+
+
+def _stored_elements(folder: Path, safetensors: bool) -> int:
+    """Elements in a model folder's weight files, from the safetensors headers (no tensor read); for pickle
+    weights, their bytes (every element takes at least one)."""
+    from safetensors import safe_open
+
+    if not safetensors:
+        return sum(f.stat().st_size for f in folder.iterdir() if f.suffix in PICKLE_SUFFIXES)
+    total = 0
+    for file in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(file), "pt") as f:
+            for key in f.keys():
+                total += math.prod(f.get_slice(key).get_shape())
+    return total
+
+
+def check_claimed_size(config, stored: int, where: str) -> None:
+    """Refuse (one line) a config that describes more parameters than ``stored`` weight elements hold."""
+    claimed = parameters_at_least(config)
+    if claimed > stored * 1.01 + 4096:
+        raise UserError(f"{where}: its config.json describes at least {claimed:.3g} parameters "
+                        f"({getattr(config, 'num_hidden_layers', '?')} layers of width "
+                        f"{getattr(config, 'hidden_size', '?')}) but its weights hold {stored:.3g}; the config and the "
+                        f"weights belong to different models (or the config was altered)")
+
+
 def build_model(cfg: "ModelConfig", vocab_size: int, seed: int, tokenizer=None) -> nn.Module:
     """A freshly initialised ``LlamaForCausalLM`` (fp32, on CPU), or the local model of ``cfg.path`` (checked against
     the data's ``tokenizer`` when given).
@@ -77,6 +122,10 @@ def build_model(cfg: "ModelConfig", vocab_size: int, seed: int, tokenizer=None) 
     if cfg.path:
         return load_local_model(cfg.path, vocab_size, tokenizer)
     config = llama_config(cfg, vocab_size)
+    if parameters_at_least(config) > MAX_PARAMETERS:
+        raise UserError(f"model: {config.num_hidden_layers} layers of width {config.hidden_size} (MLP "
+                        f"{config.intermediate_size}) make at least {parameters_at_least(config):.3g} parameters, "
+                        f"beyond any machine ({MAX_PARAMETERS:.0e}); choose a smaller model.name or override")
     config._attn_implementation = "sdpa"
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -198,7 +247,6 @@ def _shape_mismatches(folder: Path) -> list[tuple[str, str, str]]:
     the file headers and a model built on the meta device (no weights read); layers differing only in their index
     are one row, ``model.layers.{0, 1}.mlp.down_proj.weight``. Empty when it cannot tell."""
     from safetensors import safe_open
-    from transformers import AutoConfig
 
     try:
         with torch.device("meta"):
@@ -247,11 +295,17 @@ def load_pretrained(path: str | Path, dtype: torch.dtype | str = torch.float32, 
     use_safetensors = check_weights(src, allow_pickle)
     # a GGUF is dequantised once into a cached safetensors folder (goldfish.gguf_cache), then loaded like any other
     folder = dequantised(src.folder / src.gguf_file) if src.gguf_file else src.folder
+    safetensors = use_safetensors or bool(src.gguf_file)
     kwargs = dict(dtype=dtype, local_files_only=True, trust_remote_code=False, weights_only=True,
-                  use_safetensors=use_safetensors or bool(src.gguf_file))
+                  use_safetensors=safetensors)
     with _quiet_transformers() as messages:
         try:
-            return AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+            config = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+            check_claimed_size(config, _stored_elements(Path(folder), safetensors),
+                               f"could not load a causal LM from {src.describe()}")
+            return AutoModelForCausalLM.from_pretrained(folder, config=config, **kwargs)
+        except UserError:
+            raise
         except Exception as e:  # damaged files: SafetensorError, UnpicklingError, struct.error, ValueError, OSError...
             why = _load_failure(e, messages, folder)
             raise UserError(f"could not load a causal LM from {src.describe()}: {why}") from None
@@ -284,8 +338,6 @@ def check_same_tokenizer(own, tokenizer, path: str | Path, what: str) -> None:
     """Refuse (one line) when ``own``, the tokenizer stored with model ``path`` (:func:`load_model_tokenizer`), is
     not ``tokenizer`` (the one that made ``what``): same vocabulary and merges, not merely the same size. A model
     without a tokenizer (``own`` is None) passes."""
-    from .data.tokenizer import tokenizer_sha256
-
     if own is None:
         return
     if tokenizer_sha256(own) != tokenizer_sha256(tokenizer):

@@ -5,7 +5,7 @@
   contains a site-packages folder), else ``<package version>+src.<sha256 of the package's sources>``.
 * **Library versions** (:func:`versions`): the package versions a result depends on, read from the installed
   distributions (nothing is imported).
-* **Fingerprints**: a flat ``{"dotted.key": value}`` dict (:func:`flatten`) of everything that determines a result --
+* **Fingerprints**: a flat ``{"dotted.key": value}`` dict (``goldfish.config.flatten``) of everything that determines a result --
   data hashes, the settings that change a value, the code version -- stored as ``<folder>/fingerprint.json``
   (:func:`write_fingerprint`). A later run into the same folder compares its own fingerprint key by key
   (:func:`differences`) and is refused in one line naming every difference (:func:`refuse_mismatch`) before it
@@ -25,6 +25,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Iterable
 
+from . import __version__
 from .errors import UserError
 from .io import atomic_write_json
 
@@ -57,35 +58,18 @@ def _source_sha256() -> str:
 @functools.cache
 def code_version() -> str:
     """``<version>+git.<commit>`` for a git checkout, else ``<version>+src.<sha256 of the sources>`` (12 digits)."""
-    from . import __version__
-
     commit = git_commit()
     return f"{__version__}+git.{commit[:12]}" if commit else f"{__version__}+src.{_source_sha256()[:12]}"
 
 
 def versions(packages: Iterable[str] = ()) -> dict[str, str | None]:
     """``{"goldfish", "python", <each package>: version}``; a package that is not installed maps to None."""
-    from . import __version__
-
     out: dict[str, str | None] = {"goldfish": __version__, "python": platform.python_version()}
     for name in packages:
         try:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             out[name] = None
-    return out
-
-
-def flatten(mapping: dict, prefix: str = "") -> dict[str, Any]:
-    """``{"train": {"loss": {"type": x}}, "eval.p": 1}`` -> ``{"train.loss.type": x, "eval.p": 1}``; an empty dict
-    stays a value (``{"a": {}}`` -> ``{"a": {}}``), so flattening loses nothing."""
-    out: dict[str, Any] = {}
-    for key, value in mapping.items():
-        full = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, full + "."))
-        else:
-            out[full] = value
     return out
 
 

@@ -39,6 +39,7 @@ from .config import save_config
 from .engines import get_engine
 from .engines.base import Engine, StepStats
 from .errors import UserError
+from .data import load_prepared
 from .data.order import EpochOrders, consumed_rows, member_exposures, next_batch, take_rows
 from .hardware import default_device, describe
 from .io import JsonlLogger, atomic_directory, atomic_write_json, atomic_write_text, read_jsonl
@@ -105,8 +106,6 @@ def micro_batches(batch: dict[str, torch.Tensor], dropped: torch.Tensor, plan: P
 def load_train_data(path: str):
     """The prepared folder (``goldfish.data.load_prepared``), its training rows (memory-mapped,
     :class:`goldfish.data.rows.TrainRows`) and the seq_len."""
-    from .data import load_prepared
-
     prepared = load_prepared(path)
     prepared.tokenizer_files()  # read and checked now: the tokenizer the model ships, whatever the folder becomes
     if len(prepared.train) == 0:
@@ -133,26 +132,23 @@ def train(cfg: TrainConfig, replace: bool = False) -> Path:
 
     The main process holds the folder's lock throughout; a folder owned by anything but a training run is refused.
     ``replace``: the run in ``cfg.out`` (only a training run: its ownership marker) is replaced by a new one, built
-    beside it and swapped in at its first checkpoint, so a failure or a kill before then leaves the old run whole."""
+    beside it and swapped in only when it has finished (model exported, summary written), so a failure or a kill at
+    any moment leaves the old run whole; the same command after a kill continues the new run from its last
+    checkpoint."""
     if replace and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise UserError("--overwrite replaces the run folder in one process only; under torchrun give a new out= "
                         "folder (or delete the old run) instead")
     started = time.perf_counter()
     prepared, rows, seq_len = load_train_data(cfg.data.path)  # fails fast, before joining any process group
     cfg = resolved(cfg)
-    with writing(cfg.out, "train", replace=replace, legacy=_legacy_run, main=is_main_process()) as folder:
+    staged = fingerprint_sha256(train_fingerprint(cfg, prepared.train_sha256))  # a killed replacement continues
+    with writing(cfg.out, "train", replace=replace, main=is_main_process(), resume=staged) as folder:
         # Goldfish reaches the engine only through the loss function
         engine = get_engine(cfg, EngineLoss(cfg.loss.ce_chunk_tokens))
         try:
             return _run(cfg, engine, prepared, rows, seq_len, folder, started)
         finally:
             engine.close()
-
-
-def _legacy_run(folder: Path) -> bool:
-    """A run folder written before ownership markers: it has a fingerprint (its fingerprint.json or config.yaml),
-    which the run must then match."""
-    return saved_train_fingerprint(folder) is not None
 
 
 def resolved(cfg: TrainConfig) -> TrainConfig:
@@ -172,7 +168,7 @@ def _process_rank() -> tuple[int, int]:
 
 
 def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, folder: OutputFolder, started: float) -> Path:
-    out = folder.path  # a staging folder while replacing a run, until the first checkpoint
+    out = folder.path  # a staging folder while replacing a run, until it has finished
     tok = prepared.manifest["tokenizer"]
     plan = make_plan(cfg.schedule, cfg.optim, len(rows), seq_len, engine.dp_size)
     rank, world = _process_rank()
@@ -210,11 +206,8 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, folder:
             if progress.step == plan.total_steps or (cfg.checkpoint.every_steps
                                                      and progress.step % cfg.checkpoint.every_steps == 0):
                 _save(cfg, out, engine, plan, progress, rank, world, fingerprint)
-                if not cfg.logging.wandb:  # W&B's own process writes its folder by path: then swap in at the end
-                    folder.publish()  # a replacement takes the old run's place once it has a checkpoint
-                    out = folder.path
     _finish(cfg, out, engine, prepared, plan, progress, shape, meter, started)
-    return folder.final
+    return folder.final  # a replacement takes the old run's place when `writing` ends: after success only
 
 
 def _train_step(cfg: TrainConfig, engine: Engine, plan: Plan, rows, index: np.ndarray, gcfg: GoldfishConfig | None,
@@ -323,7 +316,15 @@ def _trainer_state(plan: Plan, progress: Progress, world: int, fingerprint: dict
 
 def _save(cfg: TrainConfig, out: Path, engine: Engine, plan: Plan, progress: Progress, rank: int, world: int,
           fingerprint: dict[str, Any]) -> None:
-    ckpt.save_checkpoint(out, _trainer_state(plan, progress, world, fingerprint), engine.state_dict(),
+    """Checkpoint the step just taken, unless its weights are no longer finite: a step can turn them NaN or
+    infinite with a finite loss (a learning rate far too large), and such weights are never saved, resumed from or
+    exported."""
+    state = engine.state_dict()
+    if not ckpt.all_ranks(all(bool(torch.isfinite(t).all()) for t in state["model"].values()
+                              if isinstance(t, torch.Tensor) and t.is_floating_point())):
+        raise UserError(f"training diverged at step {progress.step}: the weights are no longer finite (NaN or "
+                        f"infinite) although the loss was; lower optim.lr or set optim.max_grad_norm")
+    ckpt.save_checkpoint(out, _trainer_state(plan, progress, world, fingerprint), state,
                          rank=rank, is_main=engine.is_main, barrier=engine.barrier, keep_last=cfg.checkpoint.keep_last)
 
 

@@ -18,13 +18,13 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-from .config import check, check_seed, from_dict, load_config, option, raise_problems, shown, to_dict
+from .config import check, check_seed, flatten, from_dict, load_config, option, raise_problems, shown, to_dict
 from .errors import ConfigError, UserError
 from .fold import token_fold
 from .io import atomic_write_json
 from .masks import GoldfishConfig
 from .precision import canonical_precision
-from .provenance import as_stored, code_version, flatten, read_fingerprint
+from .provenance import as_stored, code_version, read_fingerprint
 from .sizes import SIZES
 
 
@@ -298,6 +298,9 @@ def check_batch(schedule: ScheduleConfig, dp_size: int) -> None:
                         f"use global_batch_size={fit}{hint}")
 
 
+MAX_STEPS = 10**12  # optimizer steps of one run: far beyond any run (at 1 ms a step, 30 years)
+
+
 def make_plan(schedule: ScheduleConfig, optim: OptimConfig, rows: int, seq_len: int, dp_size: int) -> Plan:
     """Check batch divisibility and resolve the training length; training stops at the first budget."""
     check_batch(schedule, dp_size)
@@ -315,6 +318,10 @@ def make_plan(schedule: ScheduleConfig, optim: OptimConfig, rows: int, seq_len: 
     if schedule.max_tokens is not None:
         budgets.append(math.ceil(schedule.max_tokens / (g * seq_len)))
     total = min(budgets) if budgets else steps_per_epoch
+    if total > MAX_STEPS:
+        raise UserError(f"the schedule asks for {total:.3g} optimizer steps (schedule.epochs={schedule.epochs}, "
+                        f"max_steps={schedule.max_steps}, max_tokens={schedule.max_tokens}), beyond {MAX_STEPS:.0e}: "
+                        f"no run lasts that long; give a budget in steps, tokens or epochs that you mean")
     warmup = optim.warmup_steps if optim.warmup_steps is not None else int(optim.warmup_frac * total)
     return Plan(rows, seq_len, g, m, dp_size, steps_per_epoch, total, min(warmup, total))
 
@@ -331,8 +338,10 @@ def learning_rate(step: int, plan: Plan, optim: OptimConfig) -> float:
 # ------------------------------------------------------------------------------------ what a run folder records
 
 MASK_FILE = "mask.json"  # the resolved Goldfish mask of a run, beside its config.yaml
-# ScheduleConfig keys that set the result (micro_batch_size only splits a step into passes of equal total)
-_SCHEDULE_KEYS = ("epochs", "max_steps", "max_tokens", "global_batch_size")
+# ScheduleConfig keys that set the result. micro_batch_size too: it splits a step into passes of the same total in
+# exact arithmetic, but the float sums then round in another order, so a run resumed with another one would equal
+# neither (bit for bit) -- a resume with another micro_batch_size is refused like any other change
+_SCHEDULE_KEYS = ("epochs", "max_steps", "max_tokens", "global_batch_size", "micro_batch_size")
 TRAIN_OPTIONAL = ("data.sha256", "code")  # unknown (not different) where one fingerprint lacks them
 
 
@@ -383,9 +392,9 @@ def read_mask_settings(folder: str | Path, tokenizer: Any = None) -> GoldfishCon
 def train_fingerprint(cfg: TrainConfig, data_sha256: str | None) -> dict[str, Any]:
     """What determines a training run's result (see :mod:`goldfish.provenance`): the train split's sha256 (``None``:
     left out, for a check made before the data exists), data order, model, loss (``loss.goldfish.*`` only for the
-    Goldfish loss), optimizer, the schedule keys that set the result, precision, seed and code version. Knobs that
-    change *how* a run computes but not *what* (micro-batch size, engine and layout, compilation, checkpointing,
-    logging, the run folder) are left out."""
+    Goldfish loss), optimizer, the schedule keys that set the result (the micro-batch size included: it changes the
+    rounding), precision, seed and code version. Knobs that change *how* a run computes but not *what* (engine and
+    layout, compilation, checkpointing, logging, the run folder) are left out."""
     flat: dict[str, Any] = {"code": code_version()}
     if data_sha256 is not None:
         flat["data.sha256"] = data_sha256

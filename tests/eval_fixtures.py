@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import torch
@@ -54,3 +55,13 @@ def save_model_folder(path: Path, model, tokenizer=None) -> Path:
 def write_jsonl(path: Path, texts, prefix: str = "doc") -> Path:
     path.write_text("".join(json.dumps({"id": f"{prefix}{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
     return path
+
+
+def schema_fields(path: Path) -> dict[str, set[str]]:
+    """A results schema (eval/SCHEMA.md, goldfish/experiment/SCHEMA.md): section title -> the field names its table
+    lists (rows ``| `field` | meaning |``)."""
+    out: dict[str, set[str]] = {}
+    for block in re.split(r"^## ", Path(path).read_text(encoding="utf-8"), flags=re.M)[1:]:
+        title, _, body = block.partition("\n")
+        out[title.strip()] = set(re.findall(r"^\| `([^`]+)` \|", body, flags=re.M))
+    return out

@@ -1,8 +1,11 @@
-"""The import graph of the installed package: no cycles between files, imports go down the layers only.
+"""The import graph of the installed package: no cycles between files, imports go down the layers only, and our
+modules are imported at a module's top except in the CLI layer.
 
 Every module under ``goldfish/`` and ``eval/`` (installed as ``goldfish.eval``) is parsed with ``ast``; every
 ``import`` and ``from ... import`` that names one of our modules is an edge, wherever it sits (module top, function
-body, ``if TYPE_CHECKING:``), because a function-local import hides a dependency without removing it. Layers, bottom
+body, ``if TYPE_CHECKING:``), because a function-local import hides a dependency without removing it. So such imports
+are allowed only where ARCHITECTURE.md says: in the CLI layer (``goldfish.cli`` and ``goldfish.commands``), where a
+command imports the modules that do its work when it runs, so ``goldfish COMMAND --help`` stays fast. Layers, bottom
 to top (see ARCHITECTURE.md):
 
 0. base: the package root, the config system, io, output-folder ownership and locks, errors, the mask and loss
@@ -91,6 +94,24 @@ def import_graph() -> dict[str, dict[str, int]]:
 
 
 GRAPH = import_graph()
+LAZY_LAYER = ("goldfish.cli", "goldfish.commands")  # where a function may import our modules (ARCHITECTURE.md)
+
+
+def function_local_imports() -> dict[str, list[tuple[int, str]]]:
+    """module -> [(line, our module)] of every import inside a function body (def, async def, lambda)."""
+    found: dict[str, list[tuple[int, str]]] = {}
+    for module, path in MODULES.items():
+        def visit(node: ast.AST, inside: bool) -> None:
+            for child in ast.iter_child_nodes(node):
+                if inside and isinstance(child, (ast.Import, ast.ImportFrom)):
+                    found.setdefault(module, []).extend((child.lineno, t) for t in _targets(module, child))
+                visit(child, inside or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+        visit(ast.parse(path.read_text(encoding="utf-8"), str(path)), False)
+    return {module: edges for module, edges in found.items() if edges}
+
+
+LOCAL = function_local_imports()
 
 
 def layer_of(module: str) -> int:
@@ -137,6 +158,15 @@ def test_the_graph_is_real():
     assert "goldfish.engines" in GRAPH["goldfish.train"]
     assert "goldfish.eval.config" in GRAPH["goldfish.eval.run"]  # absolute and relative imports both resolved
     assert "goldfish.errors" in GRAPH["goldfish.eval.loading"]
+
+
+def test_function_local_imports_only_in_the_cli_layer():
+    """A function-local import of our modules hides an edge from whoever reads the module's imports: only a
+    command's module may defer what its command runs (ARCHITECTURE.md)."""
+    assert "goldfish.train" in {t for _, t in LOCAL.get("goldfish.commands.train", [])}  # the scan sees them
+    hidden = [f"{module}:{line} imports {target}" for module, edges in sorted(LOCAL.items())
+              if not module.startswith(LAZY_LAYER) for line, target in edges]
+    assert not hidden, "function-local imports outside the CLI layer: " + "; ".join(hidden)
 
 
 def test_find_cycle_and_layer_of_on_known_inputs():

@@ -9,9 +9,10 @@ import pytest
 
 from goldfish import GoldfishConfig
 from goldfish.cli import main
-from goldfish.config import describe, load_config, option, save_config, to_dict
-from goldfish.errors import ConfigError
-from goldfish.io import JsonlLogger, atomic_directory, atomic_write_text, read_jsonl
+from goldfish.config import (describe, flatten, get_dotted, load_config, merged, option, parse_overrides, pop_dotted,
+                             save_config, set_dotted, split_arguments, to_dict)
+from goldfish.errors import ConfigError, UserError
+from goldfish.io import JsonlLogger, atomic_directory, atomic_write_text, read_json, read_jsonl, remove_tree
 
 
 @dataclasses.dataclass
@@ -56,6 +57,54 @@ def test_missing_and_malformed_files(tmp_path):
     bad.write_text("steps: [1,\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(Run, bad)
+
+
+def test_dotted_keys_set_get_pop_merge_and_flatten_agree():
+    base = {"train": {"loss": {"type": "standard"}, "seed": 0}, "data": {}}
+    out = merged(base, {"train.loss.type": "goldfish", "train.loss.goldfish.k": 4, "eval.out": "x"})
+    assert out == {"train": {"loss": {"type": "goldfish", "goldfish": {"k": 4}}, "seed": 0}, "data": {},
+                   "eval": {"out": "x"}}
+    assert base["train"]["loss"] == {"type": "standard"}  # the base is never changed
+    assert flatten(out) == {"train.loss.type": "goldfish", "train.loss.goldfish.k": 4, "train.seed": 0, "data": {},
+                            "eval.out": "x"}
+    assert merged({}, flatten(out)) == {k: v for k, v in out.items() if k != "data"} | {"data": {}}  # a round trip
+    assert get_dotted(out, "train.loss.goldfish.k") == 4 and get_dotted(out, "train.nothing.here", "-") == "-"
+    assert get_dotted(out, ["train", "seed"]) == 0
+    value = [1, 2]
+    set_dotted(out, "train.tags", value)
+    value.append(3)
+    assert out["train"]["tags"] == [1, 2]  # a copy was stored
+    assert pop_dotted(out, "train.loss.goldfish") == {"k": 4} and "goldfish" not in out["train"]["loss"]
+    assert pop_dotted(out, "train.loss.goldfish", "absent") == "absent" and pop_dotted(out, "a.b") is None
+
+
+def test_one_reading_of_a_config_file_and_key_value_overrides(tmp_path):
+    conf = tmp_path / "c.yaml"
+    conf.write_text("seed: 1\n")
+    assert split_arguments([str(conf), "a.b=1"]) == (str(conf), ["a.b=1"])
+    assert split_arguments(["a.b=1", "c=2"]) == (None, ["a.b=1", "c=2"])  # key=value only: no file
+    odd = tmp_path / "k=v.yaml"  # a file whose name reads as key=value is still the file
+    odd.write_text("{}\n")
+    assert split_arguments([str(odd)]) == (str(odd), [])
+    assert split_arguments([]) == (None, [])
+    assert parse_overrides(["optim.lr=0.5", "tags=[a, b]", "seed=1", "seed=2"]) == \
+        {"optim.lr": 0.5, "tags": ["a", "b"], "seed": 2}  # YAML values; a later key wins
+
+
+def test_read_json_names_a_damaged_file_and_remove_tree_survives_a_leftover(tmp_path):
+    (tmp_path / "ok.json").write_text('{"a": [1, 2]}')
+    assert read_json(tmp_path / "ok.json") == {"a": [1, 2]}
+    (tmp_path / "torn.json").write_text('{"a": [1, ')
+    with pytest.raises(UserError, match="torn.json is damaged"):
+        read_json(tmp_path / "torn.json")
+    with pytest.raises(FileNotFoundError):
+        read_json(tmp_path / "absent.json")
+    folder = tmp_path / "cell"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "f").write_text("x")
+    (tmp_path / ".cell.deleting").mkdir()  # what a kill during an earlier delete left
+    remove_tree(folder)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.json", "torn.json"]
 
 
 def test_describe_lists_nested_fields_with_help():

@@ -1,13 +1,14 @@
-"""Aggregation: summary numbers against hand computation, grouping, Wilson interval, log-linear fit vs polyfit."""
+"""Aggregation: summary numbers against hand computation and grouping."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tolerances import U64, line_fit, rounding
+from tolerances import U64, rounding
 
-from goldfish.eval.aggregate import group_rates, mean_interval, loglinear_fit, predict, summarize, wilson_interval
+from goldfish.eval.aggregate import group_rates, summarize
+from goldfish.eval.stats import mean_interval
 from goldfish.errors import UserError
 
 F64 = rounding(10, U64)  # float64 means, standard deviations and intervals of <= 5 values: <= 10 roundings each
@@ -92,17 +93,6 @@ def test_summary_copes_with_missing_metrics_and_no_windows():
     assert empty["by_prefix_len"] == {}
 
 
-def test_wilson_interval_hand_values():
-    # 0/50: upper = z^2/n / (1 + z^2/n) = 3.8416/53.8416
-    low, high = wilson_interval(0, 50)
-    assert low == 0.0 and high == pytest.approx(3.8416 / 53.8416, rel=F64, abs=0)
-    # 5/10: symmetric around 0.5, half-width z*sqrt(0.025 + z^2/400)/(1 + z^2/10)
-    low, high = wilson_interval(5, 10)
-    half = 1.96 * np.sqrt(0.025 + 1.96**2 / 400) / (1 + 1.96**2 / 10)
-    assert (low, high) == (pytest.approx(0.5 - half, rel=F64, abs=0), pytest.approx(0.5 + half, rel=F64, abs=0))
-    assert wilson_interval(0, 0) == (None, None)
-
-
 def test_group_rates_single_and_multiple_fields():
     assert group_rates(WINDOWS, "prefix_len", "exact_match") == {32: 0.5, 64: 1 / 3}  # counts over counts
     rates = group_rates(WINDOWS, ("prefix_len", "repetitions"), "token_match")
@@ -112,30 +102,3 @@ def test_group_rates_single_and_multiple_fields():
     assert group_rates(rows, "arm", "m") == {"a": 1.5, "b": 3.0}
     with pytest.raises(UserError):
         group_rates(rows, (), "m")
-
-
-def test_loglinear_fit_matches_polyfit():
-    x = [1e6, 1e7, 3e7, 1e8, 1e9]
-    y = [0.01, 0.03, 0.02, 0.09, 0.12]
-    fit = loglinear_fit(x, y)
-    slope, intercept = np.polyfit(np.log10(x), y, 1)
-    tol = line_fit(np.log10(x))  # two float64 least-squares lines
-    assert fit["slope"] == pytest.approx(slope, rel=tol, abs=0)
-    assert fit["intercept"] == pytest.approx(intercept, rel=tol, abs=0)
-    r = np.corrcoef(np.log10(x), y)[0, 1]
-    assert fit["r2"] == pytest.approx(r**2, rel=tol, abs=0) and fit["n"] == 5
-    np.testing.assert_allclose(predict(fit, [1e8]), [intercept + 8 * slope], rtol=tol, atol=0)
-
-
-def test_loglinear_fit_exact_line_and_errors():
-    fit = loglinear_fit([1, 10, 100], [2.0, 2.5, 3.0])  # y = 2 + 0.5 log10 x
-    tol = line_fit([0.0, 1.0, 2.0])  # the float64 least-squares line through log10 x
-    assert fit["slope"] == pytest.approx(0.5, rel=tol, abs=0) and fit["intercept"] == pytest.approx(2.0, rel=tol, abs=0)
-    assert fit["r2"] == pytest.approx(1.0, rel=tol, abs=0)
-    assert loglinear_fit([1, 10], [3.0, 3.0])["r2"] is None  # constant y: r2 undefined
-    with pytest.raises(UserError, match="2 distinct x"):
-        loglinear_fit([5, 5], [1.0, 2.0])
-    with pytest.raises(UserError, match="x > 0"):
-        loglinear_fit([0, 10], [1.0, 2.0])
-    with pytest.raises(UserError, match="x has 2 values but y has 3"):
-        loglinear_fit([1, 10], [1.0, 2.0, 3.0])

@@ -11,7 +11,7 @@ from scipy.stats import binom
 from tolerances import U64, proportion_se, rounding
 
 from goldfish.eval.baseline import baseline_rows, dropped_miss_rate, k_baseline, window_baseline, window_predictions
-from goldfish.experiment.report import k_baseline_table
+from goldfish.experiment.sections.mask_baseline import k_baseline_table
 from goldfish.masks import GoldfishConfig, goldfish_mask
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -16,10 +15,11 @@ from goldfish.cli import main
 from goldfish.commands import evaluate
 from goldfish.config import from_dict
 from goldfish.errors import UserError
-from goldfish.eval import EvalConfig, run_eval, scoring
+from goldfish.eval import EvalConfig, scoring
+from goldfish.eval.run import run_eval
 from goldfish.eval.state import MEMBERSHIP_PARTIAL, WINDOWS_PARTIAL
 
-from eval_fixtures import TEXTS, save_model_folder, tiny_llama, tiny_tokenizer, write_jsonl
+from eval_fixtures import TEXTS, save_model_folder, schema_fields, tiny_llama, tiny_tokenizer, write_jsonl
 
 WINDOW_KEYS = {"doc_id", "title", "repetitions", "split", "group", "prefix_len", "suffix_len", "window", "start",
                "exact_match", "token_match", "longest_match_prefix", "rouge_l", "rouge_l_words", "rouge_l_paper",
@@ -54,12 +54,7 @@ def _cfg(setup, out, **sections) -> EvalConfig:
 
 def _documented() -> dict[str, set[str]]:
     """eval/SCHEMA.md: section title -> field names listed in its table."""
-    text = (Path(goldfish.eval.__file__).parent / "SCHEMA.md").read_text(encoding="utf-8")
-    out: dict[str, set[str]] = {}
-    for block in re.split(r"^## ", text, flags=re.M)[1:]:
-        title, _, body = block.partition("\n")
-        out[title.strip()] = set(re.findall(r"^\| `([^`]+)` \|", body, flags=re.M))
-    return out
+    return schema_fields(Path(goldfish.eval.__file__).parent / "SCHEMA.md")
 
 
 def _no_constants(name):

@@ -12,19 +12,18 @@ from tolerances import U64, llama_terms, rounding, scaled
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from goldfish.eval.membership import (
-    bootstrap_auc,
     downsample_roc,
     evaluate_attack,
     evaluate_attacks,
     lowest_k_mean,
     membership_section,
-    rank_auc,
     score_documents,
-    tpr_at_fpr,
+    target_pass,
 )
 from goldfish.errors import UserError
 from goldfish.eval import scoring
 from goldfish.eval.scoring import token_statistics
+from goldfish.eval.stats import bootstrap_auc, rank_auc
 from goldfish.io import JsonlLogger, read_jsonl
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ .,"
@@ -265,6 +264,28 @@ def test_cached_documents_are_not_rescored(monkeypatch):
     np.testing.assert_array_equal(again["loss"][:2], first["loss"])
 
 
+def test_kept_tokens_are_the_scoring_pass_and_a_later_target_pass_reads_them(monkeypatch):
+    """``keep_tokens``: the target pass keeps each target's log-prob and top-1 correctness (what an experiment's
+    attacks analysis needs) beside the reduced scores, which stay the same; the same pass asked again with those
+    settings scores nothing."""
+    model = tiny_llama(seed=14)
+    docs = random_docs(3, seed=15, lo=20, hi=40)
+    plain = score_documents(model, docs)
+    cache: dict = {}
+    kept = score_documents(model, docs, cache=cache, keep_tokens=True)
+    for name in plain:
+        np.testing.assert_array_equal(kept[name], plain[name])  # the same pass: bit for bit
+    direct = token_statistics(model, docs)  # the second implementation: the scoring pass itself
+    calls = []
+    real = scoring._score_batch
+    monkeypatch.setattr(scoring, "_score_batch", lambda m, batch, *a: calls.append(len(batch)) or real(m, batch, *a))
+    rows = target_pass(model, docs, cache=cache, keep_tokens=True)
+    assert calls == []  # every document found in the cache
+    for row, st in zip(rows, direct):
+        np.testing.assert_array_equal(row["logp"], st.logp)  # the same batches (documents within one window)
+        assert row["correct"] == st.correct.astype(int).tolist()
+
+
 def test_memory_estimate_refuses_a_plan_that_cannot_fit(monkeypatch):
     model = tiny_llama()
     monkeypatch.setattr(scoring, "available_bytes", lambda device: 100_000)  # 100 kB free
@@ -338,7 +359,6 @@ def test_tpr_at_fpr_on_hand_example():
     assert r["tpr_at_0.1pct_fpr"] == 3 / 5  # a count over 5: one rounded division, as 3 / 5 is
     assert r["tpr_at_1pct_fpr"] == 4 / 5
     assert r["auc_ci_low"] is None
-    assert tpr_at_fpr(np.array([0.0, 0.5, 1.0]), np.array([0.0, 0.7, 1.0]), 0.01) == 0.0
 
 
 def test_roc_is_downsampled_and_keeps_endpoints():
@@ -365,7 +385,7 @@ def test_a_perfect_separation_reports_its_exact_p_and_too_few_nonmembers_withhol
 
     from scipy.stats import mannwhitneyu
 
-    from goldfish.eval.report import fmt_auc, fmt_tpr
+    from goldfish.eval.tables import fmt_auc, fmt_tpr
 
     r = evaluate_attack([5.0, 6.0, 7.0], [1.0, 2.0, 3.0, 4.0], n_bootstrap=50)
     # 1 of the C(7, 3) = 35 ways to label 7 scores with 3 members puts every member on top

@@ -16,7 +16,8 @@ import gguf as gguf_package
 import pytest
 
 from goldfish.config import from_dict
-from goldfish.eval import EvalConfig, run_eval
+from goldfish.eval import EvalConfig
+from goldfish.eval.run import run_eval
 from goldfish.eval.loading import load_model
 
 pytestmark = pytest.mark.slow

@@ -7,14 +7,9 @@ import pytest
 
 from goldfish.eval.aggregate import summarize
 from goldfish.eval.membership import membership_section
-from goldfish.eval.report import (
-    bar_chart,
-    format_summary_table,
-    highlight_differences,
-    line_plot,
-    markdown_table,
-    write_report,
-)
+from goldfish.eval.plots import bar_chart, line_plot
+from goldfish.eval.report import format_summary_table, write_report
+from goldfish.eval.tables import highlight_differences, markdown_table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -1,5 +1,5 @@
-"""goldfish.eval.stats against hand-computed values and second implementations (scipy's permutation test,
-statsmodels' McNemar, scikit-learn's ROC, explicit loops)."""
+"""goldfish.eval.stats against hand-computed values and second implementations (scipy's permutation test and
+linregress, statsmodels' McNemar, scikit-learn's ROC, numpy's polyfit, explicit loops)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,15 @@ import math
 
 import numpy as np
 import pytest
-from scipy.stats import permutation_test
+from scipy.stats import linregress, permutation_test
 from sklearn.metrics import roc_curve
-from tolerances import U64, rounding
+from tolerances import U64, line_fit, rounding
 
 from goldfish.eval import stats
-from goldfish.eval.membership import tpr_at_fpr as roc_tpr_at_fpr
+from goldfish.errors import UserError
+
+F64 = rounding(10, U64)  # float64 intervals of a few values: <= 10 roundings each
+RATE = rounding(20, U64)  # rates in [0, 1] from float64 means of <= 16 values
 
 
 def _pow10_rel(x: float) -> float:
@@ -121,7 +124,7 @@ def test_tpr_at_fpr_needs_enough_nonmembers():
     y = np.r_[np.ones(20), np.zeros(300)]
     fpr, tpr, _ = roc_curve(y, np.r_[members, many], drop_intermediate=False)
     # a count over 20 on every side (scikit-learn's tps / tps[-1], our mean of booleans): one rounding, exact
-    assert shown["tpr"] == roc_tpr_at_fpr(fpr, tpr, 0.01) and shown["note"] is None
+    assert shown["tpr"] == tpr[fpr <= 0.01].max() and shown["note"] is None
     # by hand: members above the 4th-highest nonmember
     assert shown["tpr"] == np.mean(members > np.sort(many)[::-1][3])
 
@@ -234,3 +237,83 @@ def test_difference_in_differences_bootstrap_resamples_both_sets():
     # and the percentile interpolates (2 more)
     tol = rounding(2 * (2 * 40 + 2) + 3, U64)
     assert (out["ci_low"], out["ci_high"]) == pytest.approx(tuple(np.percentile(loop, [2.5, 97.5])), abs=tol)
+
+
+def test_tpr_at_fpr_is_the_roc_read_at_that_fpr_with_ties_and_few_nonmembers():
+    # second implementation: scikit-learn's ROC (every threshold kept), the largest TPR among points at FPR <= fpr;
+    # integer scores make ties between and within the classes
+    rng = np.random.default_rng(4)
+    for n_members, n_nonmembers, fpr in ((30, 300, 0.01), (25, 40, 0.01), (50, 1000, 0.001), (10, 7, 0.25)):
+        members = rng.integers(0, 12, n_members).astype(float)
+        nonmembers = rng.integers(0, 10, n_nonmembers).astype(float)
+        roc_fpr, roc_tpr, _ = roc_curve(np.r_[np.ones(n_members), np.zeros(n_nonmembers)],
+                                        np.r_[members, nonmembers], drop_intermediate=False)
+        found = stats.tpr_at_fpr(members, nonmembers, fpr)
+        # counts over n_members on both sides (tps / tps[-1], a mean of booleans): one rounding each, exact
+        assert found["roc_tpr"] == roc_tpr[roc_fpr <= fpr + 1e-12].max()
+        assert (found["tpr"] is None) == (n_nonmembers < found["needed"])
+
+
+def test_wilson_interval_hand_values():
+    # 0/50: upper = z^2/n / (1 + z^2/n) = 3.8416/53.8416
+    low, high = stats.wilson_interval(0, 50)
+    assert low == 0.0 and high == pytest.approx(3.8416 / 53.8416, rel=F64, abs=0)
+    # 5/10: symmetric around 0.5, half-width z*sqrt(0.025 + z^2/400)/(1 + z^2/10)
+    low, high = stats.wilson_interval(5, 10)
+    half = 1.96 * np.sqrt(0.025 + 1.96**2 / 400) / (1 + 1.96**2 / 10)
+    assert (low, high) == (pytest.approx(0.5 - half, rel=F64, abs=0), pytest.approx(0.5 + half, rel=F64, abs=0))
+    assert stats.wilson_interval(0, 0) == (None, None)
+
+
+def test_loglinear_fit_matches_polyfit():
+    x = [1e6, 1e7, 3e7, 1e8, 1e9]
+    y = [0.01, 0.03, 0.02, 0.09, 0.12]
+    fit = stats.loglinear_fit(x, y)
+    slope, intercept = np.polyfit(np.log10(x), y, 1)
+    tol = line_fit(np.log10(x))  # two float64 least-squares lines
+    assert fit["slope"] == pytest.approx(slope, rel=tol, abs=0)
+    assert fit["intercept"] == pytest.approx(intercept, rel=tol, abs=0)
+    r = np.corrcoef(np.log10(x), y)[0, 1]
+    assert fit["r2"] == pytest.approx(r**2, rel=tol, abs=0) and fit["n"] == 5
+    np.testing.assert_allclose(stats.predict(fit, [1e8]), [intercept + 8 * slope], rtol=tol, atol=0)
+
+
+def test_loglinear_fit_exact_line_and_errors():
+    fit = stats.loglinear_fit([1, 10, 100], [2.0, 2.5, 3.0])  # y = 2 + 0.5 log10 x
+    tol = line_fit([0.0, 1.0, 2.0])  # the float64 least-squares line through log10 x
+    assert fit["slope"] == pytest.approx(0.5, rel=tol, abs=0) and fit["intercept"] == pytest.approx(2.0, rel=tol, abs=0)
+    assert fit["r2"] == pytest.approx(1.0, rel=tol, abs=0)
+    assert stats.loglinear_fit([1, 10], [3.0, 3.0])["r2"] is None  # constant y: r2 undefined
+    with pytest.raises(UserError, match="2 distinct x"):
+        stats.loglinear_fit([5, 5], [1.0, 2.0])
+    with pytest.raises(UserError, match="x > 0"):
+        stats.loglinear_fit([0, 10], [1.0, 2.0])
+    with pytest.raises(UserError, match="x has 2 values but y has 3"):
+        stats.loglinear_fit([1, 10], [1.0, 2.0, 3.0])
+
+
+def test_loglinear_fit_matches_scipy_linregress_with_its_standard_error():
+    x, y = [1e6, 3e6, 1e7, 4e7], [0.1, 0.22, 0.38, 0.5]
+    fit = stats.loglinear_fit(x, y)
+    ref = linregress(np.log10(x), y)
+    tol = line_fit(np.log10(x))  # two float64 least-squares lines
+    assert fit["slope"] == pytest.approx(ref.slope, rel=tol, abs=0)
+    assert fit["slope_se"] == pytest.approx(ref.stderr, rel=tol, abs=0)
+
+
+def test_paired_difference_on_known_per_token_arrays():
+    dropped = [np.arange(12) % 4 == 3 for _ in range(20)]  # 3 dropped positions per document
+    arm = [np.ones(12) for _ in dropped]  # right everywhere
+    control = [np.where(np.arange(12) % 2 == 1, 1.0, 0.0) for _ in dropped]  # right at odd positions: 3, 7 and 11
+    out = stats.paired_difference(arm, control, dropped, n_bootstrap=200, seed=0)
+    assert out == {"arm": 1.0, "control": 1.0, "diff": 0.0, "diff_ci_low": 0.0, "diff_ci_high": 0.0,
+                   "n_documents": 20, "n_positions": 60}
+    control = [np.where(np.arange(12) == 3, 1.0, 0.0) for _ in dropped]  # right at 3 only: 1 of 3 dropped
+    assert stats.paired_difference(arm, control, dropped, n_bootstrap=0)["diff"] == pytest.approx(2 / 3, abs=RATE)
+    # documents differ: the control is right on all dropped positions of half the documents, none of the others
+    control = [np.full(12, float(i % 2)) for i in range(20)]
+    out = stats.paired_difference(arm, control, dropped, n_bootstrap=500, seed=0)
+    assert out["arm"] == 1.0 and out["control"] == 0.5 and out["diff"] == 0.5
+    assert 0.0 < out["diff_ci_low"] < 0.5 < out["diff_ci_high"] <= 1.0  # resampled documents: a real interval
+    none = stats.paired_difference(arm, control, [np.zeros(12, bool)] * 20)
+    assert none["diff"] is None and none["n_documents"] == 0

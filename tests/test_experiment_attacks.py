@@ -14,7 +14,7 @@ from train_helpers import run_micro_experiment
 
 from goldfish.eval.membership import evaluate_attack
 from goldfish.experiment.analysis import exposure_aucs
-from goldfish.experiment.report import exposure_table
+from goldfish.experiment.sections.mia_by_exposure import exposure_table
 
 RATE = rounding(20, U64)  # rates in [0, 1] from float64 means of <= 16 values or Wilson's ~10 operations
 
@@ -51,26 +51,6 @@ def test_the_exposure_table_shows_each_auc_with_its_ci():
 def _docs(n_docs: int, length: int, every: int) -> list[np.ndarray]:
     """(length,) bool per document, True at every ``every``-th position: the constructed "dropped" positions."""
     return [np.arange(length) % every == every - 1 for _ in range(n_docs)]
-
-
-def test_paired_difference_on_known_per_token_arrays():
-    from goldfish.eval.attacks import paired_difference
-
-    dropped = _docs(20, 12, 4)  # 3 dropped positions per document
-    arm = [np.ones(12) for _ in dropped]  # right everywhere
-    control = [np.where(np.arange(12) % 2 == 1, 1.0, 0.0) for _ in dropped]  # right at odd positions: 3, 7 and 11
-    out = paired_difference(arm, control, dropped, n_bootstrap=200, seed=0)
-    assert out == {"arm": 1.0, "control": 1.0, "diff": 0.0, "diff_ci_low": 0.0, "diff_ci_high": 0.0,
-                   "n_documents": 20, "n_positions": 60}
-    control = [np.where(np.arange(12) == 3, 1.0, 0.0) for _ in dropped]  # right at 3 only: 1 of 3 dropped
-    assert paired_difference(arm, control, dropped, n_bootstrap=0)["diff"] == pytest.approx(2 / 3, abs=RATE)
-    # documents differ: the control is right on all dropped positions of half the documents, none of the others
-    control = [np.full(12, float(i % 2)) for i in range(20)]
-    out = paired_difference(arm, control, dropped, n_bootstrap=500, seed=0)
-    assert out["arm"] == 1.0 and out["control"] == 0.5 and out["diff"] == 0.5
-    assert 0.0 < out["diff_ci_low"] < 0.5 < out["diff_ci_high"] <= 1.0  # resampled documents: a real interval
-    none = paired_difference(arm, control, [np.zeros(12, bool)] * 20)
-    assert none["diff"] is None and none["n_documents"] == 0
 
 
 def test_leakage_audit_is_a_difference_in_differences_against_held_out_text():
@@ -128,7 +108,7 @@ def _audit(diff: float) -> dict:
 
 
 def test_the_leakage_section_has_a_table_or_says_why_not():
-    from goldfish.experiment.report import leakage_section
+    from goldfish.experiment.sections.leakage import leakage_lines as leakage_section
 
     control = {"cell": "control", "arm": "control", "tf_accuracy": 0.1, "leakage": None}
     gold = {"cell": "goldfish", "arm": "goldfish", "tf_accuracy": 0.5, "leakage": _audit(0.5)}
@@ -153,7 +133,7 @@ def test_the_leakage_section_has_a_table_or_says_why_not():
 
 
 def test_the_adaptive_table_appears_only_when_some_cell_ran_beam_or_samples():
-    from goldfish.experiment.report import adaptive_table
+    from goldfish.experiment.sections.adaptive import adaptive_table
 
     plain = {"cell": "standard", "arm": "standard", "n_windows": 16, "exact_match_rate": 0.5}
     assert adaptive_table({"cells": [plain], "axes": []}) is None

@@ -1,28 +1,40 @@
 """A real experiment end to end: experiments/micro.yaml through `goldfish experiment` (prepare -> train -> eval ->
 aggregate -> report, ~15 s of CPU), then a rerun that must skip every finished cell. Model loads are counted: a cell
-reads its model once for evaluation, k baseline and attacks together."""
+reads its model once for evaluation, k baseline and attacks together; and whole-document scoring passes are counted:
+eval's membership task and the cell's attacks analysis score each document once between them."""
 
 from __future__ import annotations
 
 import csv
 import importlib.util
 import json
+from collections import Counter
 
 import pytest
 from tolerances import U32, decimals
 from train_helpers import run_micro_experiment
 
 from goldfish.cli import main
-from goldfish.eval import loading
+from goldfish.data import load_prepared
+from goldfish.eval import loading, membership, scoring
 
 LOADS: dict[str, list[str]] = {}  # run -> the model paths load_pretrained read during it, in order
+SCORED: dict[str, Counter] = {}  # run -> how often each whole document (its tokens) went through the model
 
 
 def run_counting_loads(out, run: str, *overrides: str) -> int:
-    real = loading.load_pretrained
-    LOADS[run] = []
+    real, passes = loading.load_pretrained, scoring.iter_token_statistics
+    LOADS[run], SCORED[run] = [], Counter()
+
+    def counting(model, docs, **kwargs):
+        if kwargs.get("first") is None:  # whole documents (extraction and the k baseline score windows' suffixes)
+            SCORED[run].update(tuple(int(t) for t in d) for d in docs)
+        return passes(model, docs, **kwargs)
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(loading, "load_pretrained", lambda path, *a, **k: LOADS[run].append(str(path)) or real(path, *a, **k))
+        mp.setattr(scoring, "iter_token_statistics", counting)  # token_statistics' pass, and membership's:
+        mp.setattr(membership, "iter_token_statistics", counting)
         return run_micro_experiment(out, *overrides)
 
 
@@ -42,6 +54,14 @@ def test_each_cell_loads_its_model_once_for_eval_k_baseline_and_attacks(micro):
     assert sorted(LOADS["first"]) == expected
     assert (micro / "cells" / "goldfish" / "eval" / "k_baseline.json").is_file()  # it did run on the shared model
     assert all((micro / "cells" / arm / "attacks.json").is_file() for arm in ("control", "standard", "goldfish"))
+
+
+def test_membership_and_attacks_score_each_document_once(micro):
+    """One membership pipeline: eval's membership task keeps its per-token scores and the attacks analysis reads
+    them, so each member and nonmember document goes through each cell's model once, not twice."""
+    prepared = load_prepared(next((micro / "prepared").iterdir()))
+    docs = [tuple(int(t) for t in d) for split in (prepared.members, prepared.nonmembers) for d in split["input_ids"]]
+    assert {d: SCORED["first"][d] for d in docs} == {d: 3 for d in docs}  # three cells, once each
 
 
 def test_every_phase_wrote_its_files(micro):
@@ -217,6 +237,16 @@ def test_rerun_skips_finished_cells(micro):
     for arm, mtime in done.items():
         assert (micro / "cells" / arm / "DONE").stat().st_mtime_ns == mtime
     assert (micro / "cells" / "goldfish" / "train" / "model" / "model.safetensors").stat().st_mtime_ns == model
+
+
+def test_report_only_writes_what_the_full_run_wrote(micro):
+    study = ("results.json", "results.csv", "summary.json", "report.md", "experiment.yaml")
+    assert run_micro_experiment(micro, *LOGGED) == 0  # a full run (every cell is done: it only writes the study)
+    written = {name: (micro / name).read_bytes() for name in study}
+    for name in study:
+        (micro / name).unlink()
+    assert run_micro_experiment(micro, *LOGGED, "--report-only") == 0
+    assert {name: (micro / name).read_bytes() for name in study} == written
 
 
 def test_cli_errors_are_one_line(capsys, tmp_path):

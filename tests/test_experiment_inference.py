@@ -12,8 +12,11 @@ import numpy as np
 import pytest
 from tolerances import U64, rounding
 
-from goldfish.experiment.inference import arm_pairs, cell_statistics, compare, paired_markdown, paired_tests
-from goldfish.experiment.report import auc_text, headline_table, paper_table, regime, tpr_text
+from goldfish.experiment.inference import arm_pairs, cell_statistics, compare, paired_tests
+from goldfish.experiment.sections.headline import auc_text, headline_table, regime, tpr_text
+from goldfish.experiment.sections.paired import paired_markdown
+from goldfish.experiment.sections.paper import paper_table
+from goldfish.experiment.summary import CellSummary
 
 
 def _permutation_p(members: list[float], nonmembers: list[float]) -> float:
@@ -91,16 +94,16 @@ def test_the_headline_shows_p_instead_of_a_degenerate_interval_and_the_papers_ro
             "rouge_l_paper": 0.459, "rouge_l": 0.488,
             "extraction_ci": {"rouge_l_paper": {"mean": 0.459, "ci_low": 0.40, "ci_high": 0.52},
                               "rouge_l": {"mean": 0.488, "ci_low": 0.43, "ci_high": 0.55}}}
-    text = auc_text(cell)
+    text = auc_text(CellSummary.from_json(cell, []))
     # log10 C(70, 20) = 17.2...: the exact probability, and no "[1.000, 1.000]"
     assert "perfect separation of 20 vs 50: p = 10^-17.2, exact" in text and "[1.000" not in text
-    assert tpr_text(cell) == "needs >= 100 nonmembers (has 50)"
+    assert tpr_text(CellSummary.from_json(cell, [])) == "needs >= 100 nonmembers (has 50)"
     table = headline_table({"cells": [cell], "axes": []})
     assert table.index("ROUGE-L (rouge-score)") < table.index("ROUGE-L (tokens)")
     assert "| 0.459 [0.400, 0.520] | 0.488 [0.430, 0.550] |" in table
     overlap = {**cell, "mia_auc": 0.7, "mia_auc_ci_low": 0.55, "mia_auc_ci_high": 0.84,
                "mia_auc_p": {"p_value": 0.0042, "method": "exact"}}
-    assert auc_text(overlap) == "0.700 [0.550, 0.840] (p 0.0042, exact) (reference)"
+    assert auc_text(CellSummary.from_json(overlap, [])) == "0.700 [0.550, 0.840] (p 0.0042, exact) (reference)"
     # beside the paper: the paper's ROUGE-L against our rouge-score value, token ROUGE-L in its own column
     paper = paper_table({"cells": [cell], "axes": []})
     assert "| goldfish | 0.0 % | 0.0 % | 0.459 | 0.510 | 0.488 |" in paper
@@ -155,21 +158,23 @@ def test_compare_pairs_windows_by_sha256_and_documents_by_id_not_by_position():
 
 
 def test_paired_tests_stay_inside_a_grid_point_and_render(tmp_path):
-    class Plan:
-        def __init__(self, cell_id: str, arm: str):
-            self.cell = type("Cell", (), {"id": cell_id, "arm": arm})()
-            self.dir, self.eval_dir, self.data_dir = tmp_path / cell_id, tmp_path / cell_id / "eval", tmp_path / "d"
+    from goldfish.experiment.config import Cell
+    from goldfish.experiment.plan import CellFolder
 
-    plans, cells = [], []
+    class Plan(CellFolder):
+        def __init__(self, cell_id: str, arm: str, seed: int):
+            super().__init__(tmp_path / cell_id)
+            self.cell, self.data_dir = Cell(cell_id, arm, {"seed": seed}, {}), tmp_path / "d"
+
+    plans = []
     for seed in (0, 1):
         for arm, exact in (("standard", True), ("goldfish", False), ("control", False)):
-            plan = Plan(f"{arm}__seed={seed}", arm)
+            plan = Plan(f"{arm}__seed={seed}", arm, seed)
             plan.eval_dir.mkdir(parents=True)
             windows = [_window(f"d{i}", f"s{seed}w{i}", exact, 1.0 if exact else 0.5, 1.0) for i in range(3)]
-            (plan.eval_dir / "results.json").write_text(json.dumps({"windows": windows}))
+            plan.results_file.write_text(json.dumps({"windows": windows}))
             plans.append(plan)
-            cells.append({"cell": plan.cell.id, "arm": arm, "seed": seed, "mia_attack": "loss"})
-    paired = paired_tests(plans, cells, ["seed"])
+    paired = paired_tests(plans, ["loss"] * len(plans), ["seed"])
     assert [(t["a"], t["b"], t["seed"]) for t in paired] == [
         (a, b, s) for s in (0, 1) for a, b in (("goldfish", "standard"), ("standard", "control"),
                                                ("goldfish", "control"))]
@@ -188,24 +193,27 @@ def test_an_axis_tuned_per_the_compared_axis_pairs_each_size_with_the_reference_
     including small's tuning cell at lr=a, never take part. By hand: 5 windows of 5 documents in stratum 16, big
     verbatim on d0-d3 and small on d3 only: discordant 3 vs 0, McNemar p = 2 x (1/2)^3 = 0.25. Without ``free``
     (lr matched) no pair exists."""
-    from types import SimpleNamespace
-
+    from goldfish.experiment.config import Cell
     from goldfish.experiment.inference import axis_tests
+    from goldfish.experiment.plan import CellFolder
+
+    class Plan(CellFolder):
+        def __init__(self, arm, size, lr):
+            super().__init__(tmp_path / f"{arm}_{size}_{lr}")
+            self.cell = Cell(self.dir.name, arm, {"size": size, "lr": lr, "seed": "0"}, {})
 
     def cell(arm, size, lr, exact_docs):
-        folder = tmp_path / f"{arm}_{size}_{lr}"
-        folder.mkdir()
+        plan = Plan(arm, size, lr)
+        plan.eval_dir.mkdir(parents=True)
         windows = [{**_window(f"d{i}", f"s{i}", f"d{i}" in exact_docs, 1.0 if f"d{i}" in exact_docs else 0.5, 0.5),
                     "repetitions": 16} for i in range(5)]
-        (folder / "results.json").write_text(json.dumps({"windows": windows}))
-        plan = SimpleNamespace(cell=SimpleNamespace(id=folder.name), eval_dir=folder)
-        return plan, {"arm": arm, "size": size, "lr": lr, "seed": "0"}
+        plan.results_file.write_text(json.dumps({"windows": windows}))
+        return plan
 
-    made = [cell("standard", "big", "a", {"d0", "d1", "d2", "d3"}), cell("standard", "small", "b", {"d3"}),
-            cell("control", "small", "a", {"d0", "d1", "d2", "d3", "d4"}), cell("control", "big", "a", set()),
-            cell("control", "small", "b", set())]
-    plans, cells = [p for p, _ in made], [c for _, c in made]
-    tests = axis_tests(plans, cells, ["size", "lr", "seed"], "size", "small", pool=["seed"], free=["lr"])
+    plans = [cell("standard", "big", "a", {"d0", "d1", "d2", "d3"}), cell("standard", "small", "b", {"d3"}),
+             cell("control", "small", "a", {"d0", "d1", "d2", "d3", "d4"}), cell("control", "big", "a", set()),
+             cell("control", "small", "b", set())]
+    tests = axis_tests(plans, ["size", "lr", "seed"], "size", "small", pool=["seed"], free=["lr"])
     assert [(t["arm"], t["value"], t["repetitions"]) for t in tests] == [("standard", "big", 16),
                                                                          ("standard", "big", "all")]
     t = tests[0]
@@ -213,4 +221,4 @@ def test_an_axis_tuned_per_the_compared_axis_pairs_each_size_with_the_reference_
     assert (t["exact_match"]["a_only"], t["exact_match"]["b_only"]) == (3, 0)
     assert t["exact_match"]["p_value"] == pytest.approx(0.25, abs=U64)
     assert "lr" not in t  # the free axis is not a column of the record
-    assert axis_tests(plans, cells, ["size", "lr", "seed"], "size", "small", pool=["seed"]) == []
+    assert axis_tests(plans, ["size", "lr", "seed"], "size", "small", pool=["seed"]) == []

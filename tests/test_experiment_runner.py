@@ -18,11 +18,13 @@ from pathlib import Path
 
 import pytest
 from tolerances import U64, rounding
+from train_helpers import REPO
 
-from goldfish.config import check, option, raise_problems
-from goldfish.config import from_dict
+from goldfish.config import check, from_dict, option, raise_problems, save_config
 from goldfish.errors import ConfigError, UserError
-from goldfish.experiment import DONE, ExperimentConfig, Pipeline, expand_cells, plan_cells, run_experiment
+from goldfish.experiment import (DONE, ExperimentConfig, Pipeline, default_pipeline, expand_cells, load_experiment,
+                                 plan_cells, run_experiment)
+from goldfish.experiment.runner import stale_cells
 from goldfish.io import atomic_write_json
 
 SIZES = {"tiny": 1_000_000, "small": 3_000_000, "big": 10_000_000}
@@ -134,12 +136,11 @@ def make_pipeline(calls: Calls) -> Pipeline:
                                                  "wall_time_s": 1.5})
         return out
 
-    def initial_model(cfg: FakeTrain) -> Path:  # the untrained model: memorises (almost) nothing
+    def initial_model(cfg: FakeTrain, out: Path) -> Path:  # the untrained model: memorises (almost) nothing
         calls.initialised.append(cfg.out)
-        out = Path(cfg.out)
-        (out / "model").mkdir(parents=True, exist_ok=True)
-        atomic_write_json(out / "fake_config.json", {"k": 1000, "data": cfg.data.path})
-        return out / "model"
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(Path(cfg.out) / "fake_config.json", {"k": 1000, "data": cfg.data.path})
+        return out
 
     def evaluate(cfg: FakeEval, model=None) -> dict:
         calls.evaluated.append(cfg.out)
@@ -368,7 +369,7 @@ def test_the_mask_consistent_attack_of_each_goldfish_cell_is_a_report_table(tmp_
     run_experiment(experiment(tmp_path, grid={}), dataclasses.replace(base, evaluate=evaluate), progress=False)
     out = tmp_path / "exp"
     cells = {c["arm"]: c for c in json.loads((out / "results.json").read_text())["cells"]}
-    assert "adversary" not in cells["standard"]
+    assert cells["standard"]["adversary"] is None
     row = cells["goldfish"]["adversary"]["rows"][0]
     assert cells["goldfish"]["adversary"]["mask"] == {"k": 2, "h": 13, "strategy": "hash"}
     assert (row["n_windows"], row["n_dropped"]) == (4, 8)
@@ -435,7 +436,7 @@ def test_a_compare_section_names_a_grid_axis_and_one_of_its_values(tmp_path, com
 def test_torchrun_command_fills_nodes_and_processes_per_cell(tmp_path):
     import sys
 
-    from goldfish.experiment.runner import torchrun_command
+    from goldfish.experiment.phases import torchrun_command
 
     cfg = experiment(tmp_path, grid={"size": [{"label": "small", "hardware.gpus": 4},
                                                {"label": "big", "hardware.gpus": 16},
@@ -519,12 +520,12 @@ def test_two_shards_run_side_by_side_into_one_folder(tmp_path):
 def test_a_cell_two_runs_both_want_runs_once(tmp_path, monkeypatch):
     """Overlapping shards: the second run reaches the cell the first is training, waits for it (one line naming the
     holder) and then skips it, finished; nothing is trained twice."""
-    from goldfish.experiment import runner
+    from goldfish.experiment.plan import CellPlan
 
     cfg = experiment(tmp_path, grid={})
     calls, errors = Calls(), []
     first_training, second_waiting = threading.Event(), threading.Event()
-    real_lock = runner.cell_lock
+    real_lock = CellPlan.lock
 
     def spying_lock(plan, wait=True):
         lock = real_lock(plan, wait)
@@ -537,7 +538,7 @@ def test_a_cell_two_runs_both_want_runs_once(tmp_path, monkeypatch):
         lock.on_wait = on_wait
         return lock
 
-    monkeypatch.setattr(runner, "cell_lock", spying_lock)
+    monkeypatch.setattr(CellPlan, "lock", spying_lock)
     base = make_pipeline(calls)
 
     def train(c):
@@ -621,3 +622,26 @@ def test_the_control_cell_trains_nothing_and_is_evaluated_like_the_arms(tmp_path
 def test_control_is_a_reserved_arm_name(tmp_path):
     with pytest.raises(ConfigError, match="arm name 'control' is reserved"):
         experiment(tmp_path, control=True, arms={"control": {"train.loss.type": "standard"}})
+
+
+def test_a_cell_is_stale_by_the_commands_own_fingerprints(tmp_path, monkeypatch):
+    """The real pipeline: a started cell is stale when its saved configs determine other results by
+    ``goldfish train``'s fingerprint (optimizer, loss ...) or ``goldfish eval``'s settings (prefix lengths ...), and
+    not for what those commands would resume through (logging, checkpointing, progress, eval's token budget)."""
+    monkeypatch.chdir(REPO)
+    pipeline = default_pipeline()
+
+    def plans(*overrides: str) -> list:
+        return plan_cells(load_experiment("experiments/micro.yaml", [f"out={tmp_path}", *overrides]), pipeline)
+
+    for plan in plans():  # every cell started: its configs saved, its run folder begun
+        save_config(plan.train_cfg, plan.train_config_file)
+        save_config(plan.eval_cfg, plan.eval_config_file)
+        plan.train_dir.mkdir(parents=True)
+    assert stale_cells(plans(), pipeline) == {}
+    same = ["train.logging.tensorboard=true", "train.checkpoint.every_steps=5", "train.progress=true",
+            "eval.membership.token_budget=512", "eval.progress=true", "eval.report=true"]
+    assert stale_cells(plans(*same), pipeline) == {}
+    found = stale_cells(plans("train.optim.lr=0.02", "eval.data.prefix_lens=[8]"), pipeline)
+    assert set(found) == {"control", "standard", "goldfish"}
+    assert found["standard"] == "train.optim.lr: 0.01 -> 0.02, eval.data.prefix_lens: [16] -> [8]"

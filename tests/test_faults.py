@@ -488,8 +488,9 @@ def test_a_broken_or_hostile_model_to_fine_tune_is_one_line_and_runs_nothing(dat
 
 
 def test_an_interrupted_two_rename_replacement_is_recovered(tmp_path, monkeypatch):
-    """Where the OS has no atomic exchange: killed between ``path -> .old`` and ``tmp -> path``, the next start puts
-    the old folder back and removes the debris."""
+    """Where the OS has no atomic exchange: killed between ``path -> .<name>.<random>.old`` and ``tmp -> path``, the
+    next start puts the old folder back and removes the debris it made -- and only that (a user's folders named like
+    debris stay)."""
     target = tmp_path / "prep"
     with gio.atomic_directory(target) as tmp:
         (tmp / "a.txt").write_text("old")
@@ -497,7 +498,7 @@ def test_an_interrupted_two_rename_replacement_is_recovered(tmp_path, monkeypatc
     real_replace = os.replace
 
     def killed_at_second_rename(src, dst):
-        if Path(src).name.endswith(".tmp"):
+        if Path(src).name.endswith(".tmp") and Path(src).is_dir():
             raise SystemExit("killed")  # BaseException, like the end of the process
         real_replace(src, dst)
 
@@ -506,13 +507,19 @@ def test_an_interrupted_two_rename_replacement_is_recovered(tmp_path, monkeypatc
         with gio.atomic_directory(target, overwrite=True) as tmp:
             (tmp / "a.txt").write_text("new")
     monkeypatch.setattr(os, "replace", real_replace)
-    assert not target.exists() and (tmp_path / ".prep.old").is_dir()  # the state a kill leaves
-    (tmp_path / ".prep.abc123.tmp").mkdir()  # a temp folder of another killed run
+    assert not target.exists() and len(list(tmp_path.glob(".prep.*.old"))) == 1  # the state a kill leaves
+    gio.new_temp_dir(target)  # a temp folder of another killed run
+    for mine in (".prep.abc123.tmp", ".prep.old"):  # the user's own, named like debris
+        (tmp_path / mine).mkdir()
+        (tmp_path / mine / "notes.txt").write_text("keep me")
     gio.recover_directory(target, clean=False)  # what a reader (load_prepared) does: restore, delete nothing
-    assert (target / "a.txt").read_text() == "old" and (tmp_path / ".prep.abc123.tmp").exists()
+    assert (target / "a.txt").read_text() == "old" and len(list(tmp_path.glob(".prep.*.tmp"))) == 2
+    assert sorted(p.name for p in target.iterdir()) == ["a.txt"]  # exactly the old folder: its record removed
     with gio.atomic_directory(target, overwrite=True) as tmp:  # a writer cleans up first
         (tmp / "a.txt").write_text("new")
-    assert (target / "a.txt").read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["prep"]
+    assert (target / "a.txt").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".prep.abc123.tmp", ".prep.old", "prep"]
+    assert sorted(p.name for p in target.iterdir()) == ["a.txt"]  # no staging record left in the published folder
 
 
 def test_replacement_is_one_atomic_exchange_where_the_os_has_it(tmp_path, monkeypatch):
@@ -523,10 +530,10 @@ def test_replacement_is_one_atomic_exchange_where_the_os_has_it(tmp_path, monkey
         pytest.skip("no renameat2(RENAME_EXCHANGE) on this OS / file system")
     renames = []
     real_replace = os.replace
-    monkeypatch.setattr(os, "replace", lambda a, b: (renames.append((a, b)), real_replace(a, b)))
+    monkeypatch.setattr(os, "replace", lambda a, b: (Path(a).is_dir() and renames.append((a, b)), real_replace(a, b)))
     with gio.atomic_directory(target, overwrite=True) as tmp:
         (tmp / "w").write_text("2")
-    assert renames == [] and (target / "w").read_text() == "2"  # no moment without a complete folder
+    assert renames == [] and (target / "w").read_text() == "2"  # no folder renamed: no moment without a complete one
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
 
@@ -561,6 +568,49 @@ def _kill_after(proc: subprocess.Popen, seconds: float) -> bool:
     return True
 
 
+KILL_TRIES = 5
+
+
+def _killed(start: Callable[[], subprocess.Popen], seconds: float, reset: Callable[[], None] = lambda: None) -> float:
+    """Start a process and SIGKILL it after ``seconds``; when it finished first (a fast machine, a short job), put
+    back what it changed (``reset``) and try again with half the delay. Returns the delay that killed it; fails the
+    test when every try finished first: then the kill, the path under test, never happened."""
+    for _ in range(KILL_TRIES):
+        if _kill_after(start(), seconds):
+            return seconds
+        reset()
+        seconds /= 2
+    pytest.fail(f"the process finished before each of {KILL_TRIES} kills (the last after {seconds * 2:.2f} s): "
+                "nothing was killed, so nothing was tested")
+
+
+def test_a_kill_that_comes_too_late_is_retried_and_never_passes_silently():
+    """The kill tests' guard: a process that finishes before its kill is started again with half the delay (what it
+    changed put back first), and a test whose every try finished first fails instead of passing untested."""
+    class Process:  # a process that exits ``seconds`` after it starts (what _kill_after asks of a Popen)
+        def __init__(self, seconds: float):
+            self.ends, self.killed = time.monotonic() + seconds, False
+
+        def poll(self):
+            return 0 if time.monotonic() >= self.ends else None
+
+        def send_signal(self, sig: int) -> None:
+            self.killed = sig == signal.SIGKILL
+
+        def wait(self) -> int:
+            return -9
+
+    def sleeper(seconds: float) -> Callable[[], Process]:
+        return lambda: Process(seconds)
+
+    resets = []
+    # sleeps 0.8 s: a kill after 1.6 s comes too late, after 0.8 s it races the exit, after 0.4 s it comes in time
+    assert _killed(sleeper(0.8), 1.6, reset=lambda: resets.append(1)) <= 0.8
+    assert 1 <= len(resets) <= 2
+    with pytest.raises(pytest.fail.Exception, match="nothing was killed"):
+        _killed(sleeper(0.0), 0.5)
+
+
 def _corpus(path: Path, docs: int, seed: int = 1) -> Path:
     rng = random.Random(seed)
     words = ["the", "of", "river", "city", "king", "war", "north", "people", "was", "built"]
@@ -580,9 +630,9 @@ def test_prepare_killed_at_random_moments_gives_the_same_bytes(tmp_path, capsys,
     assert cli([*argv, "--out", reference], capsys)[0] == 0
     shutil.copytree(reference, out)
     seed = int(time.time())
-    for attempt in range(2):
-        proc = _spawn([*argv, "--out", out, "--overwrite", f"seed={attempt + 1}"])
-        _kill_after(proc, random.Random(seed + attempt).uniform(0.5, 6.0))
+    for attempt in range(2):  # a finished run leaves a complete new folder: the next try replaces that one
+        _killed(lambda: _spawn([*argv, "--out", out, "--overwrite", f"seed={attempt + 1}"]),
+                random.Random(seed + attempt).uniform(0.5, 6.0))
         load_prepared(out)  # complete and matching its own checksums, old or new (a reader restores an .old)
     assert cli([*argv, "--out", out, "--overwrite"], capsys)[0] == 0
     assert hashes(out / "train") == hashes(reference / "train"), seed
@@ -597,8 +647,8 @@ def test_eval_killed_at_a_random_moment_resumes_to_the_same_results(data, tmp_pa
             "report=false", "progress=false", "decoding.batch_size=1"]
     assert cli([*argv, "--out", tmp_path / "reference"], capsys)[0] == 0
     seed = int(time.time())
-    proc = _spawn([*argv, "--out", tmp_path / "killed"])
-    _kill_after(proc, random.Random(seed).uniform(1.0, 8.0))
+    _killed(lambda: _spawn([*argv, "--out", tmp_path / "killed"]), random.Random(seed).uniform(1.0, 8.0),
+            reset=lambda: shutil.rmtree(tmp_path / "killed"))
     rc, err = cli([*argv, "--out", tmp_path / "killed"], capsys)
     assert rc == 0, (seed, err)
     assert _results(tmp_path / "killed", tmp_path / "killed") == _results(tmp_path / "reference",
@@ -645,7 +695,8 @@ def test_experiment_killed_at_a_random_moment_resumes_bit_identically(tmp_path, 
     argv = ["experiment", config, "--no-progress"]
     assert cli([*argv, f"out={tmp_path / 'reference'}"], capsys)[0] == 0
     seed = int(time.time())
-    _kill_after(_spawn([*argv, f"out={tmp_path / 'killed'}"]), random.Random(seed).uniform(3.0, 15.0))
+    _killed(lambda: _spawn([*argv, f"out={tmp_path / 'killed'}"]), random.Random(seed).uniform(3.0, 15.0),
+            reset=lambda: shutil.rmtree(tmp_path / "killed"))
     rc, err = cli([*argv, f"out={tmp_path / 'killed'}"], capsys)
     assert rc == 0, (seed, err)
     for arm in ("standard", "goldfish"):
@@ -884,7 +935,14 @@ def test_a_replacement_killed_at_a_random_moment_leaves_old_or_new_whole(data, t
     folder, argv, is_new = _killed_replacement(case, data, tmp_path, capsys)
     before = hashes(folder)
     seed = int(time.time())
-    _kill_after(_spawn(argv), random.Random(seed).uniform(3.0, 20.0))
+    kept = shutil.copytree(folder, tmp_path / "kept" / folder.name)
+
+    def put_back() -> None:  # the replacement finished before the kill: the old folder again, for the next try
+        shutil.rmtree(folder)
+        shutil.copytree(kept, folder)
+
+    _killed(lambda: _spawn(argv), random.Random(seed).uniform(3.0, 20.0), reset=put_back)
+    shutil.rmtree(kept.parent)
     after = hashes(folder)
     assert after == before or is_new(folder), seed
     rc, err = cli(argv if after == before else [a for a in argv if a not in ("--overwrite", "overwrite=true")], capsys)
@@ -947,7 +1005,7 @@ def test_a_lock_left_by_a_killed_process_is_taken_over(data, tmp_path, capsys):
     holder.kill()
     holder.wait()
     lock = tmp_path / ".run.lock"
-    assert lock.read_text().split()[0] == str(holder.pid)  # the dead holder's file is still there
+    assert lock.read_text().splitlines()[1].split()[0] == str(holder.pid)  # the dead holder's file is still there
     assert cli(train_argv(data, run), capsys)[0] == 0 and not lock.exists()
 
 
@@ -1075,7 +1133,7 @@ def _hostile_case(case: str, data: Path, run: Path, tmp: Path) -> tuple[list, st
         return _prepare_argv(corpus, tmp / "prep"), "nests JSON" if "deep" in case else "lone UTF-16 surrogate"
     if case == "launcher_placeholder":
         return ["experiment", REPO / "experiments" / "micro.yaml", f"out={tmp / 'exp'}", "launcher=torchrun",
-                "launcher_prefix=[srun, --nodes={nodes}]"], "placeholder other than {nnodes}"
+                "launcher_prefix=[srun, '--nodes={nodes}']"], "placeholder other than {nnodes}"
     if case.startswith("gguf_with_a_huge_metadata_array"):
         gguf = _gguf_claiming_a_huge_array(tmp / "huge.gguf")
         if case.endswith("prepare"):

@@ -17,10 +17,12 @@ from goldfish.config import from_dict
 from goldfish.data import PrepareConfig, load_prepared, prepare
 from goldfish.data.tokenizer import train_bpe
 from goldfish.errors import ConfigError
-from goldfish.eval.aggregate import wilson_interval
+from goldfish.eval.stats import wilson_interval
 from goldfish.experiment.config import ExperimentConfig
-from goldfish.experiment.runner import run_experiment
-from goldfish.experiment.scaling import fit_with_se, loss_gaps, size_analysis
+from goldfish.experiment import plan_cells
+from goldfish.experiment.runner import report_only, run_experiment
+from goldfish.experiment.scaling import loss_gaps, size_analysis
+from goldfish.experiment.summary import CellSummary
 
 from test_experiment_runner import Calls, experiment, make_pipeline
 
@@ -113,6 +115,14 @@ def test_tuning_picks_each_size_value_from_background_controls_then_runs_the_arm
                                                                             ({"model": "big"}, 20)]
     assert results["tune"]["groups"][0]["losses"] == {"10": 4.0, "20": 3.0, "40": 5.0}
     assert results["missing"] == [] and results["n_cells"] == 16
+    # --report-only writes what the full run wrote at its end: the same cells counted, the same tuning block
+    study = ("results.json", "results.csv", "summary.json", "report.md", "experiment.yaml")
+    written = {name: (out / name).read_bytes() for name in study}
+    for name in study:
+        (out / name).unlink()
+    pipeline = make_pipeline(Calls())
+    report_only(cfg, plan_cells(cfg, pipeline), pipeline)
+    assert {name: (out / name).read_bytes() for name in study} == written
     # the control trained on the background-only data, and was evaluated on the arms' data
     control = json.loads((out / "cells" / "control__model=big__steps=20__seed=1" / "train" /
                           "fake_config.json").read_text())
@@ -167,14 +177,15 @@ def test_the_shipped_size_sweep_measures_the_exposure_threshold_over_a_decade_an
 def _cell(arm, size, params, seed, exact, losses, nonmember_losses):
     strata = [{"prefix_len": 16, "repetitions": r, "n_windows": n, "exact_match_rate": k / n}
               for r, (k, n) in exact.items()]
-    return {"arm": arm, "size": size, "seed": seed, "params": params, "heldout_loss": 5.0 + seed, "strata": strata,
-            "target_losses": {**{str(r): v for r, v in losses.items()}, "0": nonmember_losses},
-            "exposures": {"1": [1, 1], "9": [9, 9]} if arm != "control" else {"1": [0, 0], "9": [0, 0]}}
+    return CellSummary(f"{arm}__size={size}__seed={seed}", arm, {"size": size, "seed": seed}, params=params,
+                       heldout_loss=5.0 + seed, strata=strata,
+                       target_losses={**{str(r): v for r, v in losses.items()}, "0": nonmember_losses},
+                       exposures={"1": [1, 1], "9": [9, 9]} if arm != "control" else {"1": [0, 0], "9": [0, 0]})
 
 
 def test_loss_gap_is_a_difference_in_differences_against_the_paired_control():
-    arm = {"target_losses": {"1": [2.0, 3.0], "0": [4.0, 4.0]}}
-    control = {"target_losses": {"1": [3.0, 5.0], "0": [4.5, 4.5]}}
+    arm = CellSummary("arm", "arm", target_losses={"1": [2.0, 3.0], "0": [4.0, 4.0]})
+    control = CellSummary("control", "control", target_losses={"1": [3.0, 5.0], "0": [4.5, 4.5]})
     gaps = loss_gaps([(arm, control)], n_bootstrap=200)
     # per target (3-2) - 0.5 = 0.5 and (5-3) - 0.5 = 1.5: mean 1.0
     assert gaps[1]["gap"] == 1.0 and gaps[1]["n"] == 2  # halves and their mean: exact in binary
@@ -188,20 +199,11 @@ def test_loss_gap_split_by_the_mask_leaves_out_targets_without_such_positions():
     split = member_nll_by_split([np.array([-1.0, -3.0, -2.0]), np.array([-0.5, -1.5])],
                                [np.array([False, True, False]), np.array([False, False])])
     assert split == {"kept": [1.5, 1.0], "dropped": [3.0, None]}  # means of halves and integers: exact in binary
-    arm = {"target_losses_by_split": {"dropped": {"1": [3.0, None], "0": [4.0]}}}
-    control = {"target_losses_by_split": {"dropped": {"1": [4.5, 2.0], "0": [4.25]}}}
+    arm = CellSummary("arm", "arm", target_losses_by_split={"dropped": {"1": [3.0, None], "0": [4.0]}})
+    control = CellSummary("control", "control", target_losses_by_split={"dropped": {"1": [4.5, 2.0], "0": [4.25]}})
     gaps = loss_gaps([(arm, control)], n_bootstrap=50, split="dropped")
     assert gaps == {1: {"gap": 1.25, "low": 1.25, "high": 1.25, "n": 1}}  # (4.5 - 3) - (4.25 - 4); one target
     assert loss_gaps([(arm, control)], split="kept") == {}  # no kept losses recorded: no gap, not a zero
-
-
-def test_fit_matches_scipy_linregress_with_its_standard_error():
-    x, y = [1e6, 3e6, 1e7, 4e7], [0.1, 0.22, 0.38, 0.5]
-    fit = fit_with_se(x, y)
-    ref = stats.linregress(np.log10(x), y)
-    tol = line_fit(np.log10(x))  # two float64 least-squares lines
-    assert fit["slope"] == pytest.approx(ref.slope, rel=tol, abs=0)
-    assert fit["slope_se"] == pytest.approx(ref.stderr, rel=tol, abs=0)
 
 
 def test_size_analysis_pools_seeds_with_wilson_and_fits_only_off_the_floor():

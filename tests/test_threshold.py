@@ -15,6 +15,7 @@ import pytest
 from tolerances import U64, rounding
 
 from goldfish.eval.threshold import e50, logistic_fit
+from goldfish.experiment.summary import CellSummary
 
 # Newton's method stops after a step below 1e-10 (eval/threshold.py); convergence is quadratic, so the coefficients
 # are then within that step of the root, plus the float64 rounding of the score and the 2 x 2 solve (a few dozen
@@ -116,9 +117,9 @@ def _cell(arm, size, params, x50, seed, n=200, pretrained=False):
     for r in (2, 8, 32, 128):
         p = 1 / (1 + math.exp(-2.0 * (math.log2(r) - x50)))
         strata.append({"prefix_len": 16, "repetitions": r, "n_windows": n, "exact_match_rate": round(n * p) / n})
-    return {"arm": arm, "size": size, "seed": seed, "params": params, "heldout_loss": 5.0, "strata": strata,
-            "exposures": {str(r): [r, r] for r in (2, 8, 32, 128)},
-            "start_model": "smollm2.gguf" if pretrained else None}
+    return CellSummary(f"{arm}__size={size}__seed={seed}", arm, {"size": size, "seed": seed}, params=params,
+                       heldout_loss=5.0, strata=strata, exposures={str(r): [r, r] for r in (2, 8, 32, 128)},
+                       start_model="smollm2.gguf" if pretrained else None)
 
 
 def test_e50_falls_with_size_along_a_known_power_law_and_the_fit_recovers_it():

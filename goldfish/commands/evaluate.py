@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..config import describe, from_dict, merge_override, parse_override, read_yaml
+from ..config import describe, from_dict, merged, parse_overrides, read_yaml, split_arguments
 from ..errors import ConfigError
 
 DESCRIPTION = """\
@@ -47,27 +47,20 @@ def build_config(args: argparse.Namespace):
     """Defaults < YAML < command line (key=value overrides and shorthand flags) -> a validated EvalConfig."""
     from goldfish.eval.config import SHORTHANDS, EvalConfig
 
-    positional = list(args.args)
-    path = positional.pop(0) if positional and ("=" not in positional[0] or Path(positional[0]).is_file()) else None
-    data = read_yaml(path) if path else {}
-    given: dict[str, object] = {}
-    for text in positional:
-        keys, value = parse_override(text)
-        given[".".join(keys)] = value
+    path, overrides = split_arguments(args.args)
+    given = parse_overrides(overrides)
     for flag, key in SHORTHANDS.items():
         value = getattr(args, key, None)
         if value is None:
             continue
         if key in given:
             raise ConfigError(f"{flag} and {key}= both given; keep one")
-        given[key] = parse_override(f"{key}={value}")[1]  # YAML scalar, as key=value would read it
-    for key, value in given.items():
-        merge_override(data, key.split("."), value)
-    return from_dict(EvalConfig, data)
+        given.update(parse_overrides([f"{key}={value}"]))  # a YAML scalar, as key=value would read it
+    return from_dict(EvalConfig, merged(read_yaml(path) if path else {}, given))
 
 
 def run(args: argparse.Namespace) -> int:
-    from goldfish.eval import run_eval
+    from goldfish.eval.run import run_eval
     from goldfish.eval.report import format_summary_table
 
     from ..modelcard import add_eval_results, eval_results

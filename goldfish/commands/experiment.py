@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
-import json
 import sys
 import time
 
@@ -42,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--list", action="store_true", help="list the cells and their state, then exit")
     parser.add_argument("--only", default=None, help="run only cells whose id matches this glob (e.g. 'goldfish*')")
     parser.add_argument("--report-only", action="store_true",
-                        help="aggregate the finished cells and rewrite the report without running anything")
+                        help="aggregate the finished cells and rewrite results and report as a full run does at its "
+                             "end, without running anything")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--rerun-stale", action="store_true",
                         help="rerun cells started with a different config from scratch, each replacing its old "
@@ -52,15 +52,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..errors import ConfigError, UserError
     from ..experiment import default_pipeline, load_experiment, plan_cells, run_experiment
-    from ..experiment.aggregate import aggregate
-    from ..experiment.report import headline_table, paper_table, regime, write_study_report
-    from ..experiment.runner import describe_plans, experiment_folder, mark_experiment, one_at_a_time, recover_replaced
+    from ..experiment.plan import StudyFiles
+    from ..experiment.runner import describe_plans, report_only
+    from ..experiment.sections.headline import headline_table, regime
+    from ..experiment.sections.paper import paper_table
+    from ..io import read_json
 
     cfg = load_experiment(args.config, args.overrides)
     if args.world_size is not None and args.world_size < 1:
         raise UserError(f"--world-size={args.world_size} must be >= 1")
     pipeline = default_pipeline()
-    plans = plan_cells(cfg, pipeline)
+    every = plan_cells(cfg, pipeline)
+    plans = every
     if args.only:
         plans = [p for p in plans if fnmatch.fnmatch(p.cell.id, args.only)]
         if not plans:
@@ -70,19 +73,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.dry_run:
         return _dry_run(cfg, plans, args.world_size)
-    if args.report_only:
-        with one_at_a_time(cfg), experiment_folder(cfg) as folder:
-            recover_replaced(plans)  # a cell a killed --rerun-stale set aside is put back first
-            mark_experiment(folder, cfg)
-            results = aggregate(cfg, plans)
-            write_study_report(cfg, results, cfg.out_dir)
+    files = StudyFiles(cfg.out_dir)
+    if args.report_only:  # what a full run writes at its end, from the cells finished so far (--only runs nothing)
+        results = report_only(cfg, every, pipeline)
     else:
         start = time.perf_counter()
         only = (lambda cid: fnmatch.fnmatch(cid, args.only)) if args.only else None
         run_experiment(cfg, pipeline, progress=not args.no_progress, only=only, rerun_stale=args.rerun_stale)
         print(f"experiment {cfg.name}: {len(plans)} cells in {time.perf_counter() - start:.0f} s", file=sys.stderr)
-        with open(cfg.out_dir / "results.json", encoding="utf-8") as f:
-            results = json.load(f)
+        results = read_json(files.results)
     if not results["cells"]:
         raise ConfigError(f"no finished cells in {cfg.out_dir}; run the experiment first")
     print(regime(results))
@@ -91,8 +90,7 @@ def run(args: argparse.Namespace) -> int:
     if paper:
         print("\nbeside the paper (Hans et al. 2024, Fig. 1: Llama-2-7B, 100 articles x 100 epochs):")
         print(paper)
-    print(f"\nreport: {cfg.out_dir / 'report.md'}   summary: {cfg.out_dir / 'summary.json'}   "
-          f"table: {cfg.out_dir / 'results.csv'}")
+    print(f"\nreport: {files.report}   summary: {files.summary}   table: {files.table}")
     return 0
 
 

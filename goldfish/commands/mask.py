@@ -38,13 +38,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _read_text(args: argparse.Namespace) -> str:
     if args.text is not None:
         return args.text
+    name = "standard input" if args.file == "-" else args.file
     if args.file == "-":
-        return sys.stdin.read()
+        data = sys.stdin.buffer.read()
+    else:
+        with open(args.file, "rb") as f:
+            data = f.read()
     try:
-        with open(args.file, encoding="utf-8") as f:
-            return f.read()
-    except UnicodeDecodeError:
-        raise UserError(f"{args.file} is not UTF-8 text; convert it (e.g. iconv -t utf-8) and retry") from None
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{name} is not UTF-8 text (invalid byte at offset {e.start}); convert it (e.g. iconv -t "
+                        f"utf-8) and retry") from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -47,11 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_recipe(spec: str, overrides: list[str] | tuple[str, ...] = ()):
     """Recipe file (or name) + ``key=value`` overrides -> ``PrepareConfig``; ``name`` defaults to the file's stem."""
-    from ..config import load_config, read_yaml
+    from ..config import load_config, parse_overrides, read_yaml
     from ..data.config import PrepareConfig
 
     path = resolve_recipe(spec)
-    has_name = "name" in read_yaml(path) or any(o.split("=", 1)[0].strip() == "name" for o in overrides)
+    has_name = "name" in read_yaml(path) or "name" in parse_overrides(overrides)
     extra = [] if has_name else [f"name={path.stem}"]
     return load_config(PrepareConfig, path, [*extra, *overrides])
 

@@ -46,19 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = "config keys:\n" + "\n".join(describe(TrainConfig))
 
 
-def split_arguments(config: str | None, overrides: list[str]) -> tuple[str | None, list[str]]:
-    """A first positional that looks like ``key=value`` is an override, not a file."""
-    if config is not None and "=" in config and not Path(config).is_file():
-        return None, [config, *overrides]
-    return config, list(overrides)
-
-
 def run(args: argparse.Namespace) -> int:
-    from ..config import load_config
+    from ..config import load_config, split_arguments
     from ..train import train
     from ..train_config import TrainConfig
 
-    path, overrides = split_arguments(args.config, args.overrides)
+    path, overrides = split_arguments([args.config, *args.overrides] if args.config else args.overrides)
     cfg = load_config(TrainConfig, path, overrides)
     check_accelerate_launch(cfg.precision)
     if args.fresh:

@@ -27,7 +27,7 @@ import dataclasses
 from pathlib import Path
 from typing import Literal
 
-from ..config import check, check_seed, option, raise_problems, shown
+from ..config import check, check_at_most, check_seed, option, raise_problems, shown
 from .canaries import CanaryConfig
 from .dedup import DedupConfig
 from .variants import NearDuplicateConfig
@@ -95,6 +95,7 @@ class TokenizerConfig:
         check(self.vocab_size >= 300, problems,
               f"vocab_size={self.vocab_size} is too small: a byte-level BPE needs >= 300 (256 bytes + "
               "merges)")
+        check_at_most(self.vocab_size, 2**20, problems, "vocab_size", "the merges a BPE learns and its id range")
         check(self.source is None or self.name == "bpe", problems,
               f"source is set but name={shown(self.name)}: only a trained tokenizer (name: bpe) has a training corpus")
         raise_problems(problems)
@@ -157,6 +158,7 @@ class PrepareConfig:
         check(bool(self.name) and "/" not in self.name and self.name not in (".", ".."), problems,
               f"name={shown(self.name)} must be a plain folder name (no '/')")
         check(self.seq_len >= 2, problems, f"seq_len={self.seq_len} must be >= 2")
+        check_at_most(self.seq_len, 2**20, problems, "seq_len", "every packed row is held in memory")
         check(self.min_tokens >= 1, problems, f"min_tokens={self.min_tokens} must be >= 1")
         check(self.doc_tokens is None or self.doc_tokens >= 1, problems,
               f"doc_tokens={self.doc_tokens} must be >= 1 (or null for whole documents)")
@@ -167,6 +169,8 @@ class PrepareConfig:
               f"num_members={self.num_members} must be >= 1 (or null for all remaining documents)")
         check(len(self.repetitions) >= 1 and all(r >= 1 for r in self.repetitions), problems,
               f"repetitions={self.repetitions} must be a non-empty list of counts >= 1")
+        check_at_most(max(self.repetitions, default=1), 2**20, problems, "repetitions",
+                      "each copy of a member is a training row")
         check(self.nonmember_mode != "later_chunk" or self.doc_tokens is not None, problems,
               "nonmember_mode=later_chunk needs doc_tokens (the later chunk is tokens [doc_tokens, 2*doc_tokens))")
         check(self.nonmember_mode != "random_split" or self.doc_tokens is not None, problems,

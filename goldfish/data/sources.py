@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from ..errors import UserError
 from .config import SourceConfig
+from .kjv import iter_chapters
+from .wikipedia import iter_articles
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,13 +76,9 @@ def iter_source(cfg: SourceConfig, start: int = 0) -> Iterator[tuple[int, Docume
     positions ``[a, b)`` is the same documents whoever reads it). Skipping to ``start`` does not parse what it skips:
     JSONL lines are counted, parquet row groups and whole files are skipped by their metadata."""
     if cfg.name == "wikipedia":
-        from .wikipedia import iter_articles
-
         raw = (Document(f"enwiki:{page_id}", title, text, "wikipedia") for page_id, title, text in iter_articles(cfg.path))
         yield from _numbered(raw, start)
     elif cfg.name == "kjv":
-        from .kjv import iter_chapters
-
         raw = (Document(f"kjv:{cid}", title, text, "kjv") for cid, title, text in iter_chapters(cfg.path))
         yield from _numbered(raw, start)
     elif cfg.name == "local":
@@ -122,9 +121,7 @@ def _iter_local(cfg: SourceConfig, start: int) -> Iterator[tuple[int, Document]]
         if data:  # a folder of shards: their rows in file-name order
             yield from _iter_files(data, path, cfg, start)
         else:
-            docs = (Document(f.relative_to(path).as_posix(), f.stem, _read_utf8(f).strip(), "local")
-                    for f in texts[start:])
-            yield from _numbered(docs, 0, start)
+            yield from _numbered((_text_document(f, path) for f in texts[start:]), 0, start)
     elif path.suffix == ".txt":
         yield from _numbered([Document(path.name, path.stem, _read_utf8(path).strip(), "local")], start)
     elif _suffix(path) in DATA_SUFFIXES:
@@ -133,6 +130,17 @@ def _iter_local(cfg: SourceConfig, start: int) -> Iterator[tuple[int, Document]]
         raise UserError(f"source.path {path} has an unsupported type; use a folder of .txt files (or of .jsonl / "
                         ".parquet shards), a .txt, .jsonl, .json or .parquet file (.jsonl.gz too), or a datasets "
                         "save_to_disk folder")
+
+
+def _text_document(f: Path, root: Path) -> Document:
+    """One ``.txt`` file of a folder as a document, its relative path the id."""
+    name = f.relative_to(root).as_posix()
+    try:  # the name becomes the document's id and title: text, not the bytes of another encoding
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(f"{os.fsencode(f)!r}: the file name is not UTF-8; rename it (e.g. convmv -f latin1 "
+                        f"-t utf-8)") from None
+    return Document(name, f.stem, _read_utf8(f).strip(), "local")
 
 
 def _iter_files(files: list[Path], root: Path, cfg: SourceConfig, start: int) -> Iterator[tuple[int, Document]]:
@@ -169,6 +177,8 @@ def _file_rows(path: Path, cfg: SourceConfig, skip: int) -> Iterator[tuple[int, 
 
 
 def _read_utf8(path: Path) -> str:
+    if not path.is_file():  # a FIFO or device would block or never end
+        raise UserError(f"{path} is not a regular file; give a file of text (or a folder of .txt files)")
     try:
         return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as e:
@@ -187,6 +197,8 @@ def _open_binary(path: Path):
 def jsonl_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     r"""``(line number, raw line)`` of each non-blank line of a JSONL file (``.gz`` too), read lazily. Lines end at
     ``\n`` only, as JSON Lines defines them (a raw U+2028 or form feed inside a string is text)."""
+    if not path.is_file():  # a FIFO or device would block or never end
+        raise UserError(f"{path} is not a regular file; give a JSONL file (or a folder of them)")
     try:
         with _open_binary(path) as fh:
             for lineno, line in enumerate(fh, 1):
@@ -220,6 +232,9 @@ def jsonl_objects(path: Path, skip: int = 0) -> Iterator[tuple[int, dict]]:
         except UnicodeEncodeError as e:
             raise UserError(f"{path}:{lineno} holds a lone UTF-16 surrogate ({e.object[e.start]!a}), which is not "
                             "Unicode text; fix the escape in that line") from None
+        except ValueError as e:  # a number beyond what Python converts (an integer of more than 4300 digits)
+            raise UserError(f"{path}:{lineno} holds a value that cannot be read ({str(e)[:80]}); fix that "
+                            "line") from None
         if not isinstance(row, dict):
             raise UserError(f"{path}:{lineno} is a JSON {type(row).__name__}, not an object with a text field")
         yield lineno, row

@@ -34,6 +34,7 @@ from ..errors import UserError
 from ..io import atomic_write_json
 from .config import SourceConfig
 from .dedup import DedupConfig, ShingleIndex
+from .prepared import load_saved_tokenizer
 from .sources import Document, iter_source
 from .tokens import ShardWriter
 
@@ -151,8 +152,6 @@ _CACHE: dict[str, Any] = {}
 def _context(spec: ShardSpec) -> tuple[Encoder, _Exclusions]:
     """The tokenizer and the exclusions of ``spec.folder``, built once per process."""
     if _CACHE.get("folder") != spec.folder:
-        from .prepared import load_saved_tokenizer
-
         folder = Path(spec.folder)
         _CACHE.update(folder=spec.folder, encoder=Encoder(load_saved_tokenizer(folder / "tokenizer")),
                       exclusions=_Exclusions(folder, spec.dedup))

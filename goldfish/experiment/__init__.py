@@ -11,9 +11,10 @@ phase functions to exercise the runner without training.
 from __future__ import annotations
 
 from .config import Cell, ExperimentConfig, HardwareConfig, expand_cells
+from .phases import run_cell
 from .pipeline import default_pipeline
 from .plan import DONE, CellPlan, Pipeline, plan_cells
-from .runner import load_experiment, run_cell, run_experiment
+from .runner import load_experiment, run_experiment
 
 __all__ = [
     "DONE",

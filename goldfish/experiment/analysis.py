@@ -56,9 +56,14 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from ..io import atomic_write_json
+from goldfish.eval import attacks
+from goldfish.eval.membership import evaluate_attack, target_pass
+from goldfish.eval.stats import difference_in_differences, paired_difference
+
+from ..data import load_prepared
+from ..io import atomic_write_json, read_json, read_jsonl
 from ..masks import GoldfishConfig, config_mask
-from .plan import ATTACKS_FILE
+from .plan import CellPlan, control_of
 
 AUC_FIELDS = ("auc", "auc_ci_low", "auc_ci_high", "tpr_at_1pct_fpr", "roc_fpr", "roc_tpr", "n_members",
               "n_nonmembers")
@@ -81,8 +86,6 @@ def member_nll_by_split(logp: Sequence[np.ndarray], dropped: Sequence[np.ndarray
 
 
 def _auc(members: np.ndarray, nonmembers: np.ndarray, n_bootstrap: int, seed: int) -> dict:
-    from goldfish.eval.membership import evaluate_attack
-
     result = evaluate_attack(members, nonmembers, n_bootstrap=n_bootstrap, seed=seed)
     return {k: result[k] for k in AUC_FIELDS}
 
@@ -110,9 +113,6 @@ def leakage_audit(arm: dict[str, dict[str, list]], control: dict[str, dict[str, 
     held-out shift is leakage. ``dropped`` / ``kept``: ``{"accuracy" | "loss": paired_difference(...)}``, the
     members-only arm - control (confounded by that shift; kept beside it, labelled). An accuracy is left out where
     the control's file lacks the split's top-1 correctness."""
-    from goldfish.eval.attacks import paired_difference
-    from goldfish.eval.stats import difference_in_differences
-
     measures = {"loss": ({k: [-np.asarray(x) for x in v] for k, v in arm["logp"].items()},
                          {k: [-np.asarray(x) for x in v] for k, v in control["logp"].items()})}
     if control["correct"].get("members") is not None:
@@ -129,28 +129,26 @@ def leakage_audit(arm: dict[str, dict[str, list]], control: dict[str, dict[str, 
     return out
 
 
-def analyse(model: Any, data_dir: Path, out: Path, gcfg: GoldfishConfig | None, reference: dict | None,
-            n_bootstrap: int = 1000, seed: int = 0, control: bool = False, **scoring: Any) -> dict:
-    """Compute and write ``out/attacks.json`` for one cell from its loaded ``model``; ``reference`` is the control
-    cell's attacks.json; ``scoring``: options of :func:`goldfish.eval.scoring.token_statistics` (window, stride,
-    token_budget, chunk).
+def documents(prepared: Any) -> dict[str, list[list[int]]]:
+    """The members' and nonmembers' token ids, in the prepared folder's order (the order eval scores them)."""
+    return {"members": [list(x) for x in prepared.members["input_ids"]],
+            "nonmembers": [list(x) for x in prepared.nonmembers["input_ids"]]}
+
+
+def analyse(tokens: dict[str, list[dict]], prepared: Any, out: Path, gcfg: GoldfishConfig | None,
+            reference: dict | None, n_bootstrap: int = 1000, seed: int = 0, control: bool = False) -> dict:
+    """Compute and write the attacks file ``out`` for one cell from its per-token scores ``tokens`` (``{"members" |
+    "nonmembers": [{"logp", "correct"} per document]}`` in :func:`documents`' order: the rows of
+    :func:`goldfish.eval.membership.target_pass` with ``keep_tokens``); ``reference`` is the control cell's
+    attacks.json.
 
     The control cell is its own reference (``control=True``): every calibrated score is 0, AUC exactly 0.5 -- the
     starting model carries no membership signal relative to itself.
     """
-    from goldfish.eval import attacks
-    from goldfish.eval.scoring import token_statistics
-
-    from ..data import load_prepared
-
-    prepared = load_prepared(data_dir)
-    docs = {"members": [list(x) for x in prepared.members["input_ids"]],
-            "nonmembers": [list(x) for x in prepared.nonmembers["input_ids"]]}
+    docs = documents(prepared)
     reps = np.asarray(prepared.members["repetitions"])
-    stats = {name: token_statistics(model, d, desc=f"attacks: {name}", progress=False, **scoring) if d else []
-             for name, d in docs.items()}
-    logp = {name: [st.logp for st in s] for name, s in stats.items()}
-    correct = {name: [st.correct for st in s] for name, s in stats.items()}
+    logp = {name: [np.asarray(r["logp"], dtype=np.float64) for r in rows] for name, rows in tokens.items()}
+    correct = {name: [np.asarray(r["correct"], dtype=bool) for r in rows] for name, rows in tokens.items()}
     result: dict[str, Any] = {"logprobs": {k: [v.tolist() for v in vs] for k, vs in logp.items()},
                               "correct": {k: [c.astype(np.int8).tolist() for c in cs] for k, cs in correct.items()},
                               "doc_ids": {"members": list(prepared.members["id"]),
@@ -186,16 +184,57 @@ def analyse(model: Any, data_dir: Path, out: Path, gcfg: GoldfishConfig | None, 
                              for name, s in scores.items()}
         result["scores"] = {name: {k: [float(x) for x in v] for k, v in s.items()} for name, s in scores.items()}
         result["by_exposure"], result["by_exposure_ci"] = exposure_aucs(scores, reps, n_bootstrap, seed)
-    atomic_write_json(out / ATTACKS_FILE, result)
+    atomic_write_json(out, result)
     return result
 
 
 def blind_auc(data_dir: Path, n_bootstrap: int = 1000, seed: int = 0) -> dict:
     """The model-free baseline on a prepared folder's member vs nonmember texts (zlib ratio): AUC and 95 % CI."""
-    from goldfish.eval import attacks
-
-    from ..data import load_prepared
-
     prepared = load_prepared(data_dir)
     members, nonmembers = list(prepared.members["text"]), list(prepared.nonmembers["text"])
     return _auc(attacks.blind_scores(members), attacks.blind_scores(nonmembers), n_bootstrap, seed)
+
+
+def _goldfish_plan(plan: CellPlan, plans: Sequence[CellPlan]) -> CellPlan | None:
+    """The cell whose Goldfish mask defines kept/dropped positions: the cell itself if Goldfish, else the first
+    Goldfish cell on the same data (so standard and control are measured on the same positions)."""
+    def is_goldfish(p: CellPlan) -> bool:
+        return getattr(getattr(p.train_cfg, "loss", None), "type", None) == "goldfish"
+
+    if is_goldfish(plan):
+        return plan
+    return next((p for p in plans if is_goldfish(p) and p.data_dir == plan.data_dir), None)
+
+
+def _reference(plan: CellPlan, plans: Sequence[CellPlan]) -> dict | None:
+    """The control cell's attacks.json for this grid point (its per-token log-probs calibrate the attacks)."""
+    control = control_of(plan, plans)
+    return read_json(control.attacks_file) if control is not None and control.attacks_file.is_file() else None
+
+
+def token_scores(plan: CellPlan, prepared: Any, model: Any) -> dict[str, list[dict]]:
+    """The per-token scores of the cell's members and nonmembers: the rows of eval's membership pass
+    (``goldfish.eval.membership.target_pass``, the same settings as eval's membership section), read from the
+    evaluation's ``membership.partial.jsonl`` where it kept them (``membership.keep_tokens``, which the experiment
+    sets), else scored now from the cell's shared ``model`` handle (``goldfish.eval.loading.SharedModel``): one
+    membership pipeline, each document scored once."""
+    m = plan.eval_cfg.membership
+    scored = plan.membership_scores
+    cache = {r["key"]: r["value"] for r in read_jsonl(scored) if "key" in r} if scored.is_file() else {}
+    loaded = model.get()
+    head = m.lowercase_tokens if "membership" in plan.eval_cfg.tasks else None  # as eval's pass keys its rows
+    return {name: target_pass(loaded, docs, min_k_ratios=m.min_k_ratios, head=head, window=m.window, stride=m.stride,
+                              token_budget=m.token_budget, chunk=m.chunk, cache=cache, keep_tokens=True,
+                              progress=False) if docs else []
+            for name, docs in documents(prepared).items()}
+
+
+def analyse_cell(plan: CellPlan, plans: Sequence[CellPlan], model: Any) -> dict:
+    """Write the cell's ``attacks.json`` (:func:`analyse`) from its per-token scores (:func:`token_scores`) and its
+    Goldfish mask (or the first Goldfish cell's on the same data)."""
+    prepared = load_prepared(plan.data_dir)
+    source = _goldfish_plan(plan, plans)
+    gcfg = source.mask(prepared) if source is not None else None  # the mask training applied
+    return analyse(token_scores(plan, prepared, model), prepared, plan.attacks_file, gcfg, _reference(plan, plans),
+                   n_bootstrap=plan.eval_cfg.membership.n_bootstrap, seed=plan.eval_cfg.seed,
+                   control=plan.cell.control)

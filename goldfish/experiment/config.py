@@ -31,7 +31,6 @@ folder is checked to exist when the cell is run, not when it is planned, so ``--
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import hashlib
 import importlib.util
@@ -41,14 +40,16 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from ..config import check, from_dict, option, raise_problems, read_yaml, shown, to_dict
+from goldfish.eval.metrics import HEADLINE, METRICS
+
+from ..config import check, flatten, from_dict, merged, option, pop_dotted, raise_problems, read_yaml, shown, to_dict
 from ..data.config import resolve_recipe
 from ..errors import ConfigError
-from ..provenance import flatten
 
 SECTIONS = ("data", "train", "eval", "hardware")
 CONTROL = "control"  # the arm name of the control cells
-HEADLINE_METRICS = ("exact_match_rate", "rouge_l_paper", "rouge_l", "token_match")
+PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]*[A-Za-z0-9][A-Za-z0-9._-]*")  # an experiment's or arm's name: one folder
+HEADLINE_METRICS = tuple(METRICS[m].summary_key for m in HEADLINE)  # what headline_metric may name
 # headline attacks: auto, then those every cell's attacks.json scores, then (a pattern) eval's membership attacks
 MIA_ATTACKS = ("auto", "loss", "reference", "kept_loss", "kept_reference")
 EVAL_MIA_ATTACKS = r"zlib_ratio|zlib_mimir|lowercase|min_k(_pp)?_\d+"
@@ -174,7 +175,7 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        check(bool(re.fullmatch(r"[A-Za-z0-9._-]*[A-Za-z0-9][A-Za-z0-9._-]*", self.name)), problems,
+        check(bool(PLAIN_NAME.fullmatch(self.name)), problems,
               f"name={shown(self.name)} must use only letters, digits, '.', '_' and '-', with at least one letter or "
               f"digit (it names a folder)")
         check(self.report_examples >= 0, problems, f"report_examples={self.report_examples} must be >= 0")
@@ -196,8 +197,9 @@ class ExperimentConfig:
         for arm, overrides in self.arms.items():
             check(isinstance(overrides, dict) or overrides is None, problems,
                   f"arms.{arm} must be a mapping of dotted keys to values, e.g. {{train.loss.type: goldfish}}")
-            check(bool(re.fullmatch(r"[A-Za-z0-9._-]+", str(arm))), problems,
-                  f"arm name {shown(arm)} must use only letters, digits, '.', '_' and '-'")
+            check(bool(PLAIN_NAME.fullmatch(str(arm))), problems,
+                  f"arm name {shown(arm)} must use only letters, digits, '.', '_' and '-', with at least one letter "
+                  f"or digit (it names the cell's folder: '..' would be the experiment's own)")
         for axis, values in self.grid.items():
             check(isinstance(values, list) and len(values) > 0, problems,
                   f"grid.{axis} must be a non-empty list of values")
@@ -270,17 +272,6 @@ def resolve_base_model(spec: str, must_exist: bool = True) -> str:
         raise ConfigError(f"base_model={shown(spec)} does not exist; give a local Hugging Face folder, a .gguf file, "
                           f"or one of: {', '.join(BUNDLED)}")
     return str(Path(spec).expanduser())
-
-
-def set_dotted(data: dict, key: str, value: Any) -> None:
-    """``data["a"]["b"] = value`` for ``key="a.b"``, creating sections (a copy of the value is stored)."""
-    parts = key.split(".")
-    node = data
-    for part in parts[:-1]:
-        if not isinstance(node.get(part), dict):
-            node[part] = {}
-        node = node[part]
-    node[parts[-1]] = copy.deepcopy(value)
 
 
 def _axis_label(key: str) -> str:
@@ -372,21 +363,14 @@ def split_overrides(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return routed
 
 
-def merged(base: dict, overrides: dict[str, Any]) -> dict:
-    """A deep copy of ``base`` with dotted ``overrides`` applied."""
-    out = copy.deepcopy(base)
-    for key, value in overrides.items():
-        set_dotted(out, key, value)
-    return out
-
-
 # data keys added after experiment folders were first written, at the value that reproduces the older data; one
 # mapping per generation of keys, oldest first
-_LATER_DATA_KEYS = ({("train_members",): True, ("tokenizer", "source"): None},
-                    {("background_dedup",): None},
-                    {("num_validation",): 0, ("canaries",): None})
+_LATER_DATA_KEYS = ({"train_members": True, "tokenizer.source": None},
+                    {"background_dedup": None},
+                    {"num_validation": 0, "canaries": None})
 # of those, keys that change nothing without background: left out at any value when num_background is 0
-_BACKGROUND_KEYS = {("background_dedup",)}
+_BACKGROUND_KEYS = {"background_dedup"}
+_ABSENT = object()
 
 
 def data_hash(prepare_cfg: Any) -> str:
@@ -399,19 +383,14 @@ def legacy_data_hashes(prepare_cfg: Any) -> list[str]:
     (none for a generation when the config sets one of its keys, or a later one's, to another value -- unless it is
     a background key and there is no background): an experiment folder written then keeps its prepared data and
     cells."""
-    data = copy.deepcopy(to_dict(prepare_cfg))
+    data = to_dict(prepare_cfg)
     names = []
     for generation in reversed(_LATER_DATA_KEYS):
-        for path, default in generation.items():
-            *parents, key = path
-            node = data
-            for part in parents:
-                node = node.get(part) if isinstance(node, dict) else None
-            if not isinstance(node, dict) or key not in node:
-                continue
-            if node[key] != default and not (path in _BACKGROUND_KEYS and data.get("num_background") == 0):
+        for key, default in generation.items():
+            value = pop_dotted(data, key, _ABSENT)
+            if value is not _ABSENT and value != default and \
+                    not (key in _BACKGROUND_KEYS and data.get("num_background") == 0):
                 return names
-            del node[key]
         names.append(_sha12(data))
     return names
 

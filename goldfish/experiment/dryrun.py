@@ -16,13 +16,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..data.prepare import estimate_needs, streamed
+from ..data.tokenizer import load_tokenizer
 from ..errors import ConfigError, UserError
 from ..estimate import device_memory_gib, estimate_memory, estimate_time, layout_of, shape_of
 from ..precision import resolve_precision
-from ..train_config import make_plan
-from ..train_config import ModelConfig
+from ..train_config import ModelConfig, make_plan
 from .config import ExperimentConfig
-from .plan import CellPlan
+from .plan import CellPlan, manifest_of
 
 _KNOWN_VOCABS = {"gpt2": 50257}
 FIT_FRACTION = 0.9
@@ -31,15 +32,13 @@ FIT_FRACTION = 0.9
 @functools.lru_cache(maxsize=8)
 def _local_vocab(name: str) -> int:
     """Token count of a local tokenizer (loaded once per name: a GGUF's takes seconds)."""
-    from ..data.tokenizer import load_tokenizer
-
     return len(load_tokenizer(name))
 
 
 def vocab_size(cfg: ExperimentConfig, plan: CellPlan) -> int:
     """The vocabulary the model will get: prepared manifest > hardware.vocab_size > the recipe's tokenizer (a known
     name, the bpe size, or a local tokenizer loaded offline)."""
-    manifest = plan.data_dir / "manifest.json"
+    manifest = manifest_of(plan.data_dir)
     if manifest.is_file():
         return int(json.loads(manifest.read_text(encoding="utf-8"))["tokenizer"]["vocab_size"])
     if plan.hardware.vocab_size:
@@ -85,7 +84,7 @@ def total_tokens(plan: CellPlan, seq_len: int) -> float | None:
         budgets.append(s.max_tokens)
     if s.max_steps:
         budgets.append(s.max_steps * s.global_batch_size * seq_len)
-    manifest = plan.train_data_dir / "manifest.json"  # the rows it trains on (a background control: its own)
+    manifest = manifest_of(plan.train_data_dir)  # the rows it trains on (a background control: its own)
     if s.epochs and manifest.is_file():
         rows = json.loads(manifest.read_text(encoding="utf-8"))["counts"]["train"]
         budgets.append(s.epochs * rows * seq_len)
@@ -182,7 +181,7 @@ def data_budget(plan: CellPlan) -> DataBudget | None:
     if not plan.trains:
         return None
     prepare_cfg = _train_prepare_cfg(plan)
-    manifest = plan.train_data_dir / "manifest.json"
+    manifest = manifest_of(plan.train_data_dir)
     epoch = (_epoch_from_manifest(json.loads(manifest.read_text(encoding="utf-8"))) if manifest.is_file()
              else _epoch_from_config(prepare_cfg))
     if epoch is None:
@@ -284,8 +283,6 @@ def _gib(n: float) -> str:
 def preparation_needs(cfg: ExperimentConfig, plans: list[CellPlan]) -> list[str]:
     """One line per prepared folder the cells need (a folder already prepared says so): its disk and the peak
     memory of preparing it (``goldfish.data.prepare.estimate_needs``), and how a streamed background is split."""
-    from ..data.prepare import estimate_needs, streamed
-
     lines, seen = [], set()
     for plan in plans:
         for prepare_cfg, folder in [(plan.prepare_cfg, plan.data_dir)] + ([plan.train_data] if plan.train_data else []):

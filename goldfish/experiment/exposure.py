@@ -18,16 +18,17 @@ Document ids in the rows: member k -> k, background b -> M + b, canary c -> M + 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from goldfish.eval.scoring import scoring_window, token_statistics
+
+from ..data import load_prepared
 from ..data.order import consumed_rows
 from ..io import atomic_write_json
 from ..train_config import make_plan
-from .plan import EXPOSURE_FILE, CellPlan
-
+from .plan import CellPlan
 
 def _by_label(reads: np.ndarray, labels: np.ndarray) -> dict[str, list[int]]:
     return {str(int(r)): [int(reads[labels == r].min()), int(reads[labels == r].max())] for r in np.unique(labels)}
@@ -64,7 +65,6 @@ def validation_loss(model: Any, prepared, membership: Any) -> dict[str, Any]:
     and chunk; {} without a validation split (nothing loaded)."""
     if prepared.validation is None or len(prepared.validation) == 0:
         return {}
-    from goldfish.eval.scoring import scoring_window, token_statistics
 
     loaded = model.get()
     stats = token_statistics(loaded, [list(x) for x in prepared.validation["input_ids"]], progress=False,
@@ -75,9 +75,8 @@ def validation_loss(model: Any, prepared, membership: Any) -> dict[str, Any]:
 
 
 def write_exposure(plan: CellPlan, model: Any) -> dict[str, Any]:
-    """Compute and write ``<cell>/exposure.json`` (module docstring); ``model``: the cell's shared model handle."""
-    from ..data import load_prepared
-
+    """Compute and write the cell's ``exposure.json`` (module docstring); ``model``: the cell's shared model
+    handle."""
     evaluated = load_prepared(plan.data_dir, verify=False)
     labels = {"members": np.asarray(evaluated.members["repetitions"]),
               "canaries": np.asarray(evaluated.canaries["repetitions"]) if evaluated.canaries is not None
@@ -89,6 +88,6 @@ def write_exposure(plan: CellPlan, model: Any) -> dict[str, Any]:
         result = {"stream": {"tokens": 0}, "reads": {k: {str(int(r)): [0, 0] for r in np.unique(v)}
                                                      for k, v in labels.items() if len(v)}}
     result.update(validation_loss(model, evaluated, plan.eval_cfg.membership))
-    atomic_write_json(Path(plan.dir) / EXPOSURE_FILE, result)
+    atomic_write_json(plan.exposure_file, result)
     return result
 

@@ -24,16 +24,14 @@ documents, and the AUC difference of the headline attack by a paired bootstrap o
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
 from goldfish.eval import stats
-from goldfish.eval.aggregate import wilson_interval
-from goldfish.eval.report import markdown_table
 
+from ..io import read_json
 from .config import CONTROL
-from .plan import ATTACKS_FILE, CellPlan
+from .plan import CellPlan
 
 N_BOOTSTRAP = 1000
 FPR = 0.01
@@ -74,16 +72,16 @@ def _rate_interval(found: dict) -> dict[str, Any]:
     time, so then Wilson's over the documents (each document's windows all verbatim or all not)."""
     n_items, n_docs, mean = found["n_items"], found["n_clusters"], found["mean"]
     if n_items == n_docs:
-        low, high = wilson_interval(round(mean * n_items), n_items)
+        low, high = stats.wilson_interval(round(mean * n_items), n_items)
         return {"ci_low": low, "ci_high": high, "method": "wilson"}
     if mean in (0.0, 1.0):
-        low, high = wilson_interval(round(mean * n_docs), n_docs)
+        low, high = stats.wilson_interval(round(mean * n_docs), n_docs)
         return {"ci_low": low, "ci_high": high, "method": "wilson over documents"}
     return {}
 
 
 def _read(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    return read_json(path) if path.is_file() else {}
 
 
 def _pair_windows(a: Sequence[dict], b: Sequence[dict]) -> tuple[list[dict], list[dict]]:
@@ -149,36 +147,36 @@ def arm_pairs(arms: Sequence[str]) -> list[tuple[str, str]]:
     return pairs + ([(a, CONTROL) for a in trained] if CONTROL in arms else [])
 
 
-def paired_tests(plans: Sequence[CellPlan], cells: Sequence[dict], axes: Sequence[str],
+def paired_tests(plans: Sequence[CellPlan], attacks: Sequence[str | None], axes: Sequence[str],
                  seed: int = 0) -> list[dict]:
-    """Every arm pair of every grid point among the finished cells (``plans`` and their summaries ``cells`` in the
-    same order): ``{a, b, cell_a, cell_b, <axis values>, attack, n_windows, n_documents, exact_match, rouge_l_paper,
-    rouge_l, auc}``."""
-    points: dict[tuple, dict[str, tuple[CellPlan, dict]]] = {}
-    for plan, cell in zip(plans, cells):
-        key = (tuple(str(cell.get(a)) for a in axes), str(plan.data_dir))
-        points.setdefault(key, {})[cell["arm"]] = (plan, cell)
+    """Every arm pair of every grid point among the finished cells (``plans``, and the headline attack of each,
+    ``attacks``, in the same order): ``{a, b, cell_a, cell_b, <axis values>, attack, n_windows, n_documents,
+    exact_match, rouge_l_paper, rouge_l, auc}``; arm a's headline attack is compared."""
+    points: dict[tuple, dict[str, tuple[CellPlan, str | None]]] = {}
+    for plan, attack in zip(plans, attacks):
+        key = (tuple(str(plan.cell.values.get(a)) for a in axes), str(plan.data_dir))
+        points.setdefault(key, {})[plan.cell.arm] = (plan, attack)
     loaded: dict[str, dict] = {}
 
     def load(plan: CellPlan) -> dict:
         if plan.cell.id not in loaded:
-            loaded[plan.cell.id] = {"windows": _read(plan.eval_dir / "results.json").get("windows") or [],
-                                    "attacks": _read(plan.dir / ATTACKS_FILE)}
+            loaded[plan.cell.id] = {"windows": _read(plan.results_file).get("windows") or [],
+                                    "attacks": _read(plan.attacks_file)}
         return loaded[plan.cell.id]
 
     out = []
     for arms in points.values():
         for a, b in arm_pairs(list(arms)):
-            (pa, ca), (pb, _) = arms[a], arms[b]
-            attack = str(ca.get("mia_attack"))
+            (pa, attack_a), (pb, _) = arms[a], arms[b]
+            attack = str(attack_a)
             out.append({"a": a, "b": b, "cell_a": pa.cell.id, "cell_b": pb.cell.id,
-                        **{x: ca.get(x) for x in axes}, "attack": attack,
+                        **{x: pa.cell.values.get(x) for x in axes}, "attack": attack,
                         **compare(load(pa), load(pb), attack, seed)})
     return out
 
 
-def axis_tests(plans: Sequence[CellPlan], cells: Sequence[dict], axes: Sequence[str], axis: str, reference: str,
-               pool: Sequence[str] = (), seed: int = 0, free: Sequence[str] = ()) -> list[dict]:
+def axis_tests(plans: Sequence[CellPlan], axes: Sequence[str], axis: str, reference: str, pool: Sequence[str] = (),
+               seed: int = 0, free: Sequence[str] = ()) -> list[dict]:
     """Each value of grid ``axis`` against its ``reference`` value: a cell is paired with the finished cell of the same
     arm and the same other axis values at the reference, their member windows matched by sha256; the cells that differ
     only in ``pool`` axes are pooled (matched windows concatenated). ``free`` axes are not matched: an axis tuned per
@@ -187,24 +185,27 @@ def axis_tests(plans: Sequence[CellPlan], cells: Sequence[dict], axes: Sequence[
     (``repetitions``: the stratum, or ``"all"``): ``{arm, axis, value, reference, <other axes>, repetitions, cells,
     ...}`` with :func:`window_tests`'s fields."""
     matched = [a for a in axes if a not in free]
-    key_of = {(c["arm"], tuple(str(c.get(a)) for a in matched)): p for p, c in zip(plans, cells)
-              if c["arm"] != CONTROL}
+
+    def shown(plan: CellPlan, names: Sequence[str]) -> tuple[str, ...]:
+        return tuple(str(plan.cell.values.get(a)) for a in names)
+
+    key_of = {(p.cell.arm, shown(p, matched)): p for p in plans if p.cell.arm != CONTROL}
     at = matched.index(axis)
     kept = [a for a in matched if a != axis and a not in pool]
     groups: dict[tuple, list[tuple[CellPlan, CellPlan]]] = {}
-    for plan, cell in zip(plans, cells):
-        values = tuple(str(cell.get(a)) for a in matched)
-        if values[at] == str(reference) or cell["arm"] == CONTROL:
+    for plan in plans:
+        values, arm = shown(plan, matched), plan.cell.arm
+        if values[at] == str(reference) or arm == CONTROL:
             continue
-        ref = key_of.get((cell["arm"], values[:at] + (str(reference),) + values[at + 1:]))
+        ref = key_of.get((arm, values[:at] + (str(reference),) + values[at + 1:]))
         if ref is not None:
-            groups.setdefault((cell["arm"], values[at], tuple(str(cell.get(a)) for a in kept)), []).append((plan, ref))
+            groups.setdefault((arm, values[at], shown(plan, kept)), []).append((plan, ref))
     out = []
     for (arm, value, rest), pairs in groups.items():
         wa, wb = [], []
         for plan, ref in pairs:
-            a, b = _pair_windows(_read(plan.eval_dir / "results.json").get("windows") or [],
-                                 _read(ref.eval_dir / "results.json").get("windows") or [])
+            a, b = _pair_windows(_read(plan.results_file).get("windows") or [],
+                                 _read(ref.results_file).get("windows") or [])
             wa, wb = wa + a, wb + b
         strata = sorted({w.get("repetitions") for w in wa if w.get("repetitions") is not None})
         for stratum in strata + ["all"]:
@@ -214,79 +215,3 @@ def axis_tests(plans: Sequence[CellPlan], cells: Sequence[dict], axes: Sequence[
                         "cells": [[p.cell.id, r.cell.id] for p, r in pairs],
                         **window_tests([x for x, _ in both], [y for _, y in both], seed)})
     return out
-
-
-def axis_markdown(tests: Sequence[dict], pool: Sequence[str]) -> list[str]:
-    """The report section of :func:`axis_tests` (empty without tests)."""
-    if not tests:
-        return []
-    t0 = tests[0]
-    others = [k for k in t0 if k not in ("arm", "axis", "value", "reference", "repetitions", "cells", "n_windows",
-                                         "n_documents", *EXTRACTION)]
-    rows = []
-    for t in tests:
-        em = t["exact_match"]
-        rows.append([t["arm"], str(t["value"]), *(str(t.get(k)) for k in others), str(t["repetitions"]),
-                     f"{t['n_windows']} ({t['n_documents']})",
-                     f"{_num(em['a_rate'], True)} / {_num(em['b_rate'], True)}; {em['a_only']} vs {em['b_only']} "
-                     f"(p {p_text(em['p_value'])})", _bootstrap(t.get("rouge_l_paper"))])
-    pooled = f", pooled over {', '.join(pool)}" if pool else ""
-    return [f"## Paired against {t0['axis']}={t0['reference']} (same arm{pooled}, the same target windows)", "",
-            markdown_table(["arm", t0["axis"], *others, "repetitions", "windows (documents)",
-                            f"exact match value / {t0['reference']}; discordant, McNemar exact",
-                            f"ROUGE-L rouge-score value / {t0['reference']}, difference [95 % CI] (p)"], rows), "",
-            f"Each cell against the cell of the same arm and other settings at {t0['axis']}={t0['reference']}, "
-            "windows matched by their sha256 (the same targets, evaluated unedited), per repetition stratum and over "
-            "all. Exact match: McNemar's exact test; ROUGE-L: paired bootstrap resampling documents (a document "
-            "that is a target in several pooled cells is one cluster).", ""]
-
-
-def _num(v: float | None, pct: bool = False) -> str:
-    if v is None or v != v:  # None or NaN
-        return "-"
-    return f"{100 * v:.1f} %" if pct else f"{v:.3f}"
-
-
-def p_text(p: float | None) -> str:
-    """A p-value for a table; a bootstrap p-value of 0 as its resolution, ``< 2 / N_BOOTSTRAP``."""
-    if p is None:
-        return "-"
-    if p == 0:  # a bootstrap p-value: every resample on one side
-        return f"< {2 / N_BOOTSTRAP:g}"
-    return f"{p:.3g}" if p >= 1e-3 else f"{p:.1e}"
-
-
-def _bootstrap(d: dict | None, pct: bool = False) -> str:
-    """``a / b, diff [low, high] (p)`` of a paired bootstrap result."""
-    if not d or d.get("diff") is None:
-        return "-"
-    a, b = d.get("a"), d.get("b")
-    return (f"{_num(a, pct)} / {_num(b, pct)}, {_num(d['diff'], pct)} [{_num(d.get('ci_low'), pct)}, "
-            f"{_num(d.get('ci_high'), pct)}] (p {p_text(d.get('p_value'))})")
-
-
-def paired_markdown(paired: Sequence[dict], axes: Sequence[str]) -> list[str]:
-    """The report section of :func:`paired_tests` (empty without pairs)."""
-    if not paired:
-        return []
-    rows = []
-    for t in paired:
-        where = " ".join(f"{a}={t.get(a)}" for a in axes)
-        em = t["exact_match"]
-        rows.append([f"{t['a']} vs {t['b']}" + (f" ({where})" if where else ""),
-                     f"{t['n_windows']} ({t['n_documents']})",
-                     f"{_num(em['a_rate'], True)} / {_num(em['b_rate'], True)}; {em['a_only']} vs {em['b_only']} "
-                     f"discordant (p {p_text(em['p_value'])})",
-                     _bootstrap(t.get("rouge_l_paper")), _bootstrap(t.get("rouge_l")),
-                     (t["auc"]["attack"] + ": " + _bootstrap(t["auc"])) if t.get("auc") else "-"])
-    return ["## Paired tests between arms (same windows, same documents)", "",
-            markdown_table(["a vs b", "windows (documents)", "exact match a / b; McNemar exact",
-                            "ROUGE-L rouge-score a / b, a - b [95 % CI] (p)",
-                            "ROUGE-L tokens a / b, a - b [95 % CI] (p)",
-                            "MIA AUC a / b, a - b [95 % CI] (p)"], rows), "",
-            "Each pair of arms on the same grid point, windows matched by their sha256 and documents by id. Exact "
-            "match: McNemar's exact test on the windows where only one arm is verbatim (two-sided binomial at 1/2). "
-            "ROUGE-L: mean of a - b over the matched windows with a 95 % bootstrap interval and two-sided p-value "
-            "that resample documents. MIA AUC: the headline attack of arm a on both cells' scores of the same "
-            "member and nonmember documents, each resample drawing members and nonmembers separately with the same "
-            "draws for both arms. A bootstrap p-value cannot fall below 2/1000 unless every resample agrees.", ""]

@@ -1,4 +1,5 @@
-"""Resolve every cell into real prepare/train/eval configs -- all of them, before anything runs.
+"""Resolve every cell into real prepare/train/eval configs -- all of them, before anything runs -- and name every
+file of a cell (:class:`CellFolder`) and of the experiment (:class:`StudyFiles`): no other module spells a run file.
 
 The :class:`Pipeline` names the three config classes and the functions a cell calls. The toolkit's own one is
 :func:`goldfish.experiment.pipeline.default_pipeline`; tests inject fakes with the same shape.
@@ -7,23 +8,28 @@ The :class:`Pipeline` names the three config classes and the functions a cell ca
 from __future__ import annotations
 
 import dataclasses
+import sys
+import typing
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..config import from_dict
-from ..errors import ConfigError
-from .config import Cell, ExperimentConfig, HardwareConfig, data_hash, expand_cells, hardware_for, legacy_data_hashes
-from .config import load_data_recipe
-from .config import merged, resolve_base_model, split_overrides
+from goldfish.eval.state import MEMBERSHIP_PARTIAL
 
-DONE = "DONE"  # a cell's completion marker (see goldfish.experiment.runner)
+from ..config import from_dict, merged
+from ..errors import ConfigError
+from ..ownership import FolderLock
+from ..train_config import MASK_FILE, goldfish_config, read_mask_settings
+from .config import Cell, ExperimentConfig, HardwareConfig, data_hash, expand_cells, hardware_for, legacy_data_hashes
+from .config import load_data_recipe, resolve_base_model, split_overrides
+
+DONE = "DONE"  # a cell's completion marker, written last (see goldfish.experiment.phases)
 
 # Keys the runner sets in every cell (they wire the three phases together; a user value for them is replaced).
 TRAIN_WIRING = {"data": "data.path", "out": "out"}
 EVAL_WIRING = {"model": "model.path", "data": "data.path", "out": "out"}
-ATTACKS_FILE = "attacks.json"  # a cell's extra analysis (goldfish.experiment.analysis)
-EXPOSURE_FILE = "exposure.json"  # what a cell's model read, and its validation loss (goldfish.experiment.exposure)
+# the evaluation keeps its membership pass's per-token scores: the attacks phase reads them (one scoring pass)
+EVAL_KEEPS_TOKENS = {"membership.keep_tokens": True}
 MODEL_PATH_KEY = "model.path"  # in the train section: the model a fine-tune starts from
 TOKENIZER_KEY = "tokenizer.name"  # in the data section: set to the starting model, so the vocabularies agree
 TOKENIZER_SOURCE_KEY = "tokenizer.source"  # a trained BPE's corpus: cleared when the model brings its tokenizer
@@ -44,13 +50,16 @@ def starting_model(cfg: ExperimentConfig, train: dict, overrides: dict[str, Any]
 @dataclasses.dataclass
 class Pipeline:
     """What a cell runs. ``prepare(cfg, out=, overwrite=False, progress=False) -> Path``, ``train(cfg) -> Path``,
-    ``evaluate(cfg, model) -> dict`` (the ``goldfish-eval/1`` results); ``initial_model(train_cfg) -> Path`` writes the
-    untrained model a from-scratch control cell evaluates to ``<train_cfg.out>/model``; ``baseline(plan, model)``
+    ``evaluate(cfg, model) -> dict`` (the ``goldfish-eval/1`` results); ``initial_model(train_cfg, out) -> Path`` writes
+    the untrained model a from-scratch control cell evaluates to ``out`` (the cell's ``model_dir``); ``baseline(plan, model)``
     (optional) writes the cell's k baseline after evaluation; ``analyse(plan, plans, model)`` writes the cell's
     ``attacks.json`` (None: skipped); ``exposure(plan, model)`` its ``exposure.json`` (None: skipped); ``card(plan)`` adds
     the cell's headline numbers to its trained model's card. ``open_model(eval_cfg)`` (optional) returns the handle
     ``model`` evaluate, baseline, exposure and analyse receive: the cell's model, loaded once, on first use, for every phase
-    after training (None: each phase gets None and loads what it needs)."""
+    after training (None: each phase gets None and loads what it needs). ``train_fingerprint(train_cfg)`` and
+    ``eval_fingerprint(eval_cfg)`` (optional): the flat settings that determine the results, by the commands' own
+    rules (``goldfish train``'s and ``goldfish eval``'s fingerprints): a started cell whose saved config gives other
+    ones is stale (None: every setting counts)."""
 
     prepare_config: type
     train_config: type
@@ -58,12 +67,14 @@ class Pipeline:
     prepare: Callable[..., Path]
     train: Callable[[Any], Path]
     evaluate: Callable[[Any], dict]
-    initial_model: Callable[[Any], Path]
+    initial_model: Callable[[Any, Path], Path]
     baseline: Callable[["CellPlan", Any], Any] | None = None
     analyse: Callable[[Any, list, Any], dict] | None = None
     open_model: Callable[[Any], Any] | None = None
     exposure: Callable[["CellPlan", Any], dict] | None = None
     card: Callable[["CellPlan"], Any] | None = None
+    train_fingerprint: Callable[[Any], dict] | None = None
+    eval_fingerprint: Callable[[Any], dict] | None = None
 
 
 class _CellProblems(ConfigError):
@@ -75,11 +86,117 @@ class _CellProblems(ConfigError):
 
 
 @dataclasses.dataclass
-class CellPlan:
+class CellFolder:
+    """Every file of a cell's folder ``<out>/cells/<id>``, named here once."""
+
+    dir: Path
+
+    @property
+    def train_dir(self) -> Path:
+        """The training run folder (``goldfish train``'s layout: config, metrics, checkpoints, model, summary)."""
+        return self.dir / "train"
+
+    @property
+    def eval_dir(self) -> Path:
+        """The evaluation's out folder (``goldfish eval``'s layout, eval/SCHEMA.md)."""
+        return self.dir / "eval"
+
+    @property
+    def model_dir(self) -> Path:
+        """The trained model (Hugging Face format) the trainer exports into the cell's train folder."""
+        return self.train_dir / "model"
+
+    @property
+    def train_summary(self) -> Path:
+        """The trainer's ``summary.json``: written last, so the training phase is finished once it exists."""
+        return self.train_dir / "summary.json"
+
+    @property
+    def metrics_file(self) -> Path:
+        """The trainer's per-step log (``metrics.jsonl``)."""
+        return self.train_dir / "metrics.jsonl"
+
+    @property
+    def mask_file(self) -> Path:
+        """The Goldfish mask training applied (``goldfish.train_config.write_mask_settings``)."""
+        return self.train_dir / MASK_FILE
+
+    @property
+    def results_file(self) -> Path:
+        """The evaluation's ``results.json`` (``goldfish-eval/1``)."""
+        return self.eval_dir / "results.json"
+
+    @property
+    def membership_scores(self) -> Path:
+        """The evaluation's per-document membership scores (``goldfish.eval.state``), kept after it finishes."""
+        return self.eval_dir / MEMBERSHIP_PARTIAL
+
+    @property
+    def k_baseline_file(self) -> Path:
+        """A Goldfish cell's mask-arithmetic baseline (``goldfish.experiment.kbaseline``)."""
+        return self.eval_dir / "k_baseline.json"
+
+    @property
+    def attacks_file(self) -> Path:
+        """The cell's attacks analysis (``goldfish.experiment.analysis``)."""
+        return self.dir / "attacks.json"
+
+    @property
+    def exposure_file(self) -> Path:
+        """What the cell's model read, and its validation loss (``goldfish.experiment.exposure``)."""
+        return self.dir / "exposure.json"
+
+    @property
+    def train_config_file(self) -> Path:
+        """The cell's resolved train config, saved before it trains (what its outputs were made with)."""
+        return self.dir / "train_config.yaml"
+
+    @property
+    def eval_config_file(self) -> Path:
+        """The cell's resolved eval config, saved with the train config."""
+        return self.dir / "eval_config.yaml"
+
+    @property
+    def record_file(self) -> Path:
+        """``cell.json``: the cell's id, arm, values, overrides, data folder and this run's phase times."""
+        return self.dir / "cell.json"
+
+    @property
+    def done_file(self) -> Path:
+        """The completion marker, written last and atomically."""
+        return self.dir / DONE
+
+    @property
+    def done(self) -> bool:
+        """The cell finished: its ``DONE`` marker exists."""
+        return self.done_file.is_file()
+
+    @property
+    def set_aside(self) -> Path:
+        """Where ``--rerun-stale`` keeps the old cell until the new one is done: ``cells/.<id>.replaced``."""
+        return self.dir.with_name(f".{self.dir.name}.replaced")
+
+    def lock(self, wait: bool = True) -> FolderLock:
+        """The exclusive lock on running this cell (``cells/.<id>.lock``): another run of the experiment holding it is
+        waited for (one line says which), or with ``wait=False`` refused (UserError)."""
+        def waiting(holder: str) -> None:
+            print(f"[{self.dir.name}] being run by another goldfish process ({holder}): waiting for it",
+                  file=sys.stderr)
+
+        return FolderLock(self.dir, wait=wait, on_wait=waiting)
+
+
+def manifest_of(prepared: Path) -> Path:
+    """A prepared folder's ``manifest.json``: written last by ``goldfish prepare``, so the folder is complete once it
+    exists."""
+    return Path(prepared) / "manifest.json"
+
+
+@dataclasses.dataclass
+class CellPlan(CellFolder):
     """A cell with its resolved configs and folders: ``<out>/cells/<id>/{train,eval}``, shared prepared data."""
 
     cell: Cell
-    dir: Path
     data_dir: Path
     prepare_cfg: Any
     train_cfg: Any
@@ -100,36 +217,68 @@ class CellPlan:
         return self.train_data[1] if self.train_data is not None else self.data_dir
 
     @property
-    def train_dir(self) -> Path:
-        return self.dir / "train"
-
-    @property
-    def eval_dir(self) -> Path:
-        return self.dir / "eval"
-
-    @property
-    def model_dir(self) -> Path:
-        """The trained model (Hugging Face format) the trainer exports into the cell's train folder."""
-        return self.train_dir / "model"
-
-    @property
-    def done(self) -> bool:
-        """The cell finished: its ``DONE`` marker (written last, atomically, by the runner) exists."""
-        return (self.dir / DONE).is_file()
+    def prepared(self) -> list[tuple[Any, Path]]:
+        """(prepare config, folder) of every prepared folder the cell reads: its data, and its training data when
+        that differs."""
+        return [(self.prepare_cfg, self.data_dir)] + ([self.train_data] if self.train_data else [])
 
     def mask(self, prepared: Any) -> Any:
         """The Goldfish mask this cell's training applies (a ``GoldfishConfig``; None for the standard loss): what its
         run folder recorded (``mask.json``), or, before it has trained, what its config resolves to with the data's
         special ids -- the same function the trainer uses (``goldfish.train_config.goldfish_config``)."""
-        from ..train_config import MASK_FILE, goldfish_config, read_mask_settings
-
-        if (self.train_dir / MASK_FILE).is_file():
+        if self.mask_file.is_file():
             return read_mask_settings(self.train_dir, prepared.tokenizer)
         return goldfish_config(self.train_cfg, prepared)
 
 
+@dataclasses.dataclass(frozen=True)
+class StudyFiles:
+    """The experiment folder's own files, named here once: the study's outputs and the cells' folder."""
+
+    out: Path
+
+    @property
+    def cells(self) -> Path:
+        return Path(self.out) / "cells"
+
+    @property
+    def results(self) -> Path:
+        """``results.json`` (``goldfish-experiment/1``, goldfish/experiment/SCHEMA.md)."""
+        return Path(self.out) / "results.json"
+
+    @property
+    def table(self) -> Path:
+        """``results.csv``: one row per cell x prefix length x repetition stratum."""
+        return Path(self.out) / "results.csv"
+
+    @property
+    def summary(self) -> Path:
+        """``summary.json``: the headline numbers per arm (or per cell)."""
+        return Path(self.out) / "summary.json"
+
+    @property
+    def report(self) -> Path:
+        return Path(self.out) / "report.md"
+
+    @property
+    def config(self) -> Path:
+        """``experiment.yaml``: the config of these results."""
+        return Path(self.out) / "experiment.yaml"
+
+
 def _known_keys(cls: type) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
+
+
+def _has_key(cls: type, dotted: str) -> bool:
+    """Whether the config class ``cls`` has the (nested) key ``dotted``."""
+    head, _, rest = dotted.partition(".")
+    if head not in _known_keys(cls):
+        return False
+    if not rest:
+        return True
+    inner = typing.get_type_hints(cls)[head]
+    return dataclasses.is_dataclass(inner) and _has_key(inner, rest)
 
 
 # without a bar the trainer prints every log_every steps; in a cell only the last, plus (when stdout is no terminal,
@@ -195,7 +344,7 @@ def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dic
         problems.append("data: tune.by=validation_loss needs validation documents: set data.num_validation "
                         "(e.g. 100)")
     data_dir = prepared_folder(cfg, prepare_cfg) if prepare_cfg is not None else cfg.prepared_dir / "invalid"
-    cell_dir = cfg.out_dir / "cells" / cell.id
+    folder = CellFolder(StudyFiles(cfg.out_dir).cells / cell.id)
     train_data = None
     if cell.control and cfg.control_mode == "background" and prepare_cfg is not None:
         background_cfg = build(pipeline.prepare_config, merged(data, BACKGROUND_ONLY), "data")
@@ -203,13 +352,14 @@ def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dic
     if start:
         train = merged(train, {MODEL_PATH_KEY: start})
     train_dir = train_data[1] if train_data else data_dir
-    train = merged(train, {TRAIN_WIRING["data"]: str(train_dir), TRAIN_WIRING["out"]: str(cell_dir / "train")})
+    train = merged(train, {TRAIN_WIRING["data"]: str(train_dir), TRAIN_WIRING["out"]: str(folder.train_dir)})
     train = _tracked(_quiet(train, pipeline.train_config), pipeline.train_config, cfg.name, cell.id)
     train_cfg = build(pipeline.train_config, train, "train")
     ev = merged(cfg.eval, routed["eval"])
-    model = start if (cell.control and start and train_data is None) else str(cell_dir / "train" / "model")
+    model = start if (cell.control and start and train_data is None) else str(folder.model_dir)
     ev = merged(ev, {EVAL_WIRING["model"]: model, EVAL_WIRING["data"]: str(data_dir),
-                     EVAL_WIRING["out"]: str(cell_dir / "eval")})
+                     EVAL_WIRING["out"]: str(folder.eval_dir),
+                     **{k: v for k, v in EVAL_KEEPS_TOKENS.items() if _has_key(pipeline.eval_config, k)}})
     eval_cfg = build(pipeline.eval_config, _quiet(ev, pipeline.eval_config), "eval")
     try:
         hardware = hardware_for(cfg, {k.partition(".")[2]: v for k, v in cell.overrides.items()
@@ -219,7 +369,7 @@ def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dic
         hardware = cfg.hardware
     if problems:
         raise _CellProblems(problems)
-    return CellPlan(cell, cell_dir, data_dir, prepare_cfg, train_cfg, eval_cfg, hardware, start or None, train_data)
+    return CellPlan(folder.dir, cell, data_dir, prepare_cfg, train_cfg, eval_cfg, hardware, start or None, train_data)
 
 
 def plan_cells(cfg: ExperimentConfig, pipeline: Pipeline) -> list[CellPlan]:

@@ -13,6 +13,8 @@ from typing import Any
 
 from goldfish.eval import plots
 
+from .summary import CellSummary
+
 
 def bar_chart(values: dict[str, float | None], title: str, ylabel: str, path: Path,
               errors: dict[str, tuple[float | None, float | None]] | None = None) -> Path | None:
@@ -58,33 +60,33 @@ def _stratum_mean(strata: list[dict], by: str, metric: str) -> dict[Any, float]:
     return {k: v[0] / v[1] for k, v in acc.items() if v[1]}
 
 
-def metric_vs_x(cells: list[dict], metric: str, metric_name: str, out: Path) -> list[Path]:
+def metric_vs_x(cells: list[CellSummary], metric: str, metric_name: str, out: Path) -> list[Path]:
     """Memorisation vs model size (overall and of repetition-1 documents), vs repetitions and vs prefix length.
 
     The size plots draw no fit line: a fit over sizes on the floor says nothing, so the log-linear fit lives in the
     report's size table, over the sizes off the floor only (:mod:`goldfish.experiment.scaling`)."""
     paths = []
-    sizes = {c.get("params") for c in cells if c.get("params")}
+    sizes = {c.params for c in cells if c.params}
     if len(sizes) > 1:
-        series = _series([(c["arm"], c["params"], c.get(metric)) for c in cells])
+        series = _series([(c.arm, c.params, getattr(c, metric)) for c in cells])
         paths.append(plots.line_plot(series, title=f"{metric_name} vs model size", xlabel="parameters",
                                      ylabel=metric_name, path=out / f"{metric}_vs_size.png", logx=True, fit=False))
-        reps = {s["repetitions"] for c in cells for s in c["strata"]}
+        reps = {s["repetitions"] for c in cells for s in c.strata}
         if 1 in reps and len(reps) > 1:
-            single = _series([(c["arm"], c["params"], _stratum_mean(c["strata"], "repetitions", metric).get(1))
+            single = _series([(c.arm, c.params, _stratum_mean(c.strata, "repetitions", metric).get(1))
                               for c in cells])
             paths.append(plots.line_plot(single, title=f"{metric_name} of repetition-1 documents vs model size",
                                          xlabel="parameters", ylabel=metric_name,
                                          path=out / f"{metric}_rep1_vs_size.png", logx=True, fit=False))
     for by, xlabel, logx in (("repetitions", "repetitions in training", True), ("prefix_len", "prefix length", False)):
         # positive values only: prefix length -1 ("all") is a placement, not a length; repetitions 0 are nonmembers
-        values = {s[by] for c in cells for s in c["strata"] if s[by] is not None and s[by] > 0}
+        values = {s[by] for c in cells for s in c.strata if s[by] is not None and s[by] > 0}
         if len(values) < 2:
             continue
         points = []
         for c in cells:
-            name = c["arm"] if not c.get("params") or len(sizes) < 2 else f"{c['arm']} {c['params'] / 1e6:.1f}M"
-            points += [(name, x, y) for x, y in _stratum_mean(c["strata"], by, metric).items() if x > 0]
+            name = c.arm if not c.params or len(sizes) < 2 else f"{c.arm} {c.params / 1e6:.1f}M"
+            points += [(name, x, y) for x, y in _stratum_mean(c.strata, by, metric).items() if x > 0]
         paths.append(plots.line_plot(_series(points), title=f"{metric_name} vs {xlabel}", xlabel=xlabel,
                                      ylabel=metric_name, path=out / f"{metric}_vs_{by}.png", logx=logx, fit=logx))
     return [Path(p) for p in paths if p is not None]

@@ -27,25 +27,26 @@ The exposure threshold (a fixed exposure count floors; the count at which target
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from typing import Any
 
 import numpy as np
 
-from goldfish.eval.aggregate import wilson_interval
-from goldfish.eval.report import markdown_table
+from goldfish.eval.stats import cluster_bootstrap_mean, loglinear_fit, wilson_interval
+from goldfish.eval.threshold import e50
+
+from .summary import CellSummary
 
 MIN_FIT_POINTS = 3
 SIZE_AXIS = "size"
 
 
-def _pool(cells: list[dict]) -> dict[int, tuple[int, int]]:
+def _pool(cells: list[CellSummary]) -> dict[int, tuple[int, int]]:
     """``{repetitions: (exact-match successes, windows)}`` summed over cells and prefix lengths."""
     out: dict[int, list[int]] = defaultdict(lambda: [0, 0])
     for c in cells:
-        for s in c.get("strata") or []:
+        for s in c.strata or []:
             if s.get("repetitions") is None or s.get("exact_match_rate") is None:
                 continue
             n = int(s["n_windows"])
@@ -54,20 +55,13 @@ def _pool(cells: list[dict]) -> dict[int, tuple[int, int]]:
     return {r: (k, n) for r, (k, n) in out.items()}
 
 
-def _bootstrap_mean(values: np.ndarray, n_bootstrap: int, seed: int) -> tuple[float, float, float]:
-    """(mean, 2.5 %, 97.5 %) of ``values`` resampled with replacement."""
-    rng = np.random.default_rng(seed)
-    means = values[rng.integers(0, len(values), size=(n_bootstrap, len(values)))].mean(axis=1)
-    return float(values.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
-
-
-def _target_losses(cell: dict | None, split: str | None) -> dict | None:
+def _target_losses(cell: CellSummary | None, split: str | None) -> dict | None:
     if not cell:
         return None
-    return cell.get("target_losses") if split is None else (cell.get("target_losses_by_split") or {}).get(split)
+    return cell.target_losses if split is None else (cell.target_losses_by_split or {}).get(split)
 
 
-def loss_gaps(pairs: list[tuple[dict, dict | None]], n_bootstrap: int = 1000, seed: int = 0,
+def loss_gaps(pairs: list[tuple[CellSummary, CellSummary | None]], n_bootstrap: int = 1000, seed: int = 0,
               split: str | None = None) -> dict[int, dict[str, float]]:
     """``{repetitions: {gap, low, high, n}}``: per target, control NLL minus arm NLL less the mean of the same
     difference over the nonmembers (stratum "0"), pooled over (arm cell, its control cell) pairs, with a bootstrap
@@ -87,38 +81,26 @@ def loss_gaps(pairs: list[tuple[dict, dict | None]], n_bootstrap: int = 1000, se
                                   if a is not None and b is not None]
     out = {}
     for r, values in sorted(diffs.items()):
-        mean, low, high = _bootstrap_mean(np.asarray(values, dtype=np.float64), n_bootstrap, seed)
-        out[r] = {"gap": mean, "low": low, "high": high, "n": len(values)}
+        found = cluster_bootstrap_mean(values, None, n_bootstrap, seed)
+        out[r] = {"gap": found["mean"], "low": found["ci_low"], "high": found["ci_high"], "n": len(values)}
     return out
 
 
-def fit_with_se(x: list[float], y: list[float]) -> dict[str, float]:
-    """Least squares ``y = a + b log10(x)``: slope, intercept, the slope's standard error (n - 2 dof) and n."""
-    lx, ys = np.log10(np.asarray(x, dtype=np.float64)), np.asarray(y, dtype=np.float64)
-    n = len(lx)
-    sxx = float(np.sum((lx - lx.mean()) ** 2))
-    slope = float(np.sum((lx - lx.mean()) * (ys - ys.mean())) / sxx)
-    intercept = float(ys.mean() - slope * lx.mean())
-    resid = ys - (intercept + slope * lx)
-    se = math.sqrt(float(np.sum(resid**2)) / (n - 2) / sxx) if n > 2 else float("nan")
-    return {"slope": slope, "intercept": intercept, "slope_se": se, "n": n}
-
-
-def size_analysis(cells: list[dict], axes: list[str]) -> dict | None:
+def size_analysis(cells: list[CellSummary], axes: list[str]) -> dict | None:
     """The ``scaling`` block of results.json (None without a ``size`` axis). ``cells``: the cell summaries that
     count (without the tuning cells at values that were not chosen); an arm cell is paired with the control cell of
     the same grid point."""
     if SIZE_AXIS not in axes:
         return None
-    point = {id(c): tuple(str(c.get(a)) for a in axes) for c in cells}
-    controls = {point[id(c)]: c for c in cells if c["arm"] == "control"}
-    by: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    point = {id(c): tuple(str(c.values.get(a)) for a in axes) for c in cells}
+    controls = {point[id(c)]: c for c in cells if c.arm == "control"}
+    by: dict[tuple[str, str], list[CellSummary]] = defaultdict(list)
     for c in cells:
-        by[(c["arm"], str(c[SIZE_AXIS]))].append(c)
+        by[(c.arm, str(c.values[SIZE_AXIS]))].append(c)
     rows = []
     for (arm, size), group in by.items():
         pooled = _pool(group)
-        held = [c["heldout_loss"] for c in group if c.get("heldout_loss") is not None]
+        held = [c.heldout_loss for c in group if c.heldout_loss is not None]
         strata = {}
         for r, (k, n) in sorted(pooled.items()):
             low, high = wilson_interval(k, n)
@@ -128,39 +110,17 @@ def size_analysis(cells: list[dict], axes: list[str]) -> dict | None:
                 if arm != "control" else {}
             for r, g in gaps.items():
                 strata.setdefault(str(r), {})["loss_gap" if split is None else f"loss_gap_{split}"] = g
-        exposures = [c.get("exposures") for c in group if c.get("exposures")]
-        rows.append({"arm": arm, "size": size, "params": group[0].get("params"), "cells": len(group),
+        exposures = [c.exposures for c in group if c.exposures]
+        rows.append({"arm": arm, "size": size, "params": group[0].params, "cells": len(group),
                      "heldout_loss": float(np.mean(held)) if held else None,
                      "heldout_loss_sd": float(np.std(held, ddof=1)) if len(held) > 1 else None,
-                     "tokens_seen": group[0].get("tokens_seen"), "strata": strata,
+                     "tokens_seen": group[0].tokens_seen, "strata": strata,
                      "exposures": exposures[0] if exposures else None,
                      "exposures_agree": all(e == exposures[0] for e in exposures) if exposures else None,
-                     "pretrained": any(c.get("start_model") for c in group),
+                     "pretrained": any(c.start_model for c in group),
                      "e50": group_e50(group) if arm != "control" else None,
                      "canaries": canary_strata(group)})
     return {"rows": rows, "fits": _fits(rows), "e50_fits": e50_fits(rows)}
-
-
-def _split_gap_table(rows: list[dict], strata: list[int]) -> list[str]:
-    """The loss gap on the positions the Goldfish mask keeps vs drops, per arm, size and stratum (report lines; none
-    without a Goldfish mask on the data)."""
-    def gap(v: dict, key: str) -> str:
-        g = v.get(key)
-        return f"{g['gap']:+.3f} [{g['low']:+.3f}, {g['high']:+.3f}]" if g else "-"
-
-    table = []
-    for r in sorted(rows, key=lambda r: (r["arm"], r["params"] or 0)):
-        cells = [r["strata"].get(str(s)) or {} for s in strata]
-        if r["arm"] != "control" and any(v.get("loss_gap_kept") for v in cells):
-            table.append([r["arm"], r["size"], *(f"{gap(v, 'loss_gap_kept')} / {gap(v, 'loss_gap_dropped')}"
-                                                 for v in cells)])
-    if not table:
-        return []
-    return ["", "Loss gap split by the positions the experiment's Goldfish mask keeps / drops (every arm on the same "
-            "positions; the nonmember side over every target, as in the leakage audit). A Goldfish arm never "
-            "trains on its dropped positions: a dropped gap near 0 with a positive kept gap is the mask working; "
-            "a dropped gap above 0 is what it learnt of those tokens from their context.", "",
-            markdown_table(["arm", "size"] + [f"x{s}: kept / dropped" for s in strata], table)]
 
 
 def _fits(rows: list[dict]) -> list[dict]:
@@ -185,7 +145,7 @@ def _fits(rows: list[dict]) -> list[dict]:
                     floor.append(r["size"])
             entry = {"arm": arm, "repetitions": s, "off_floor": len(points), "on_floor": floor}
             if len(points) >= MIN_FIT_POINTS:
-                entry.update(fit_with_se([p for p, _ in points], [y for _, y in points]))
+                entry.update(loglinear_fit([p for p, _ in points], [y for _, y in points]))
             else:
                 entry["why_not"] = (f"{len(points)} of {len(arm_rows)} sizes off the floor (need "
                                     f"{MIN_FIT_POINTS}): no fit")
@@ -196,24 +156,22 @@ def _fits(rows: list[dict]) -> list[dict]:
 # ------------------------------------------------------------------ the exposure threshold E50 and canaries
 
 
-def _reads(cell: dict, label: str) -> float | None:
+def _reads(cell: CellSummary, label: str) -> float | None:
     """Copies of a target labelled ``label`` the cell's training read: the trainer's [fewest, most] (their mean when
     they differ, e.g. under a token budget of part of an epoch)."""
-    lo_hi = (cell.get("exposures") or {}).get(label)
+    lo_hi = (cell.exposures or {}).get(label)
     return None if not lo_hi else (lo_hi[0] + lo_hi[1]) / 2
 
 
-def group_e50(cells: list[dict], n_bootstrap: int = 1000, seed: int = 0) -> dict | None:
+def group_e50(cells: list[CellSummary], n_bootstrap: int = 1000, seed: int = 0) -> dict | None:
     """E50 of an (arm, size) group (``goldfish.eval.threshold.e50``) on the exact-match counts of its cells'
     windows at their first prefix length, pooled by the exposures actually read (not the labels); None without
     two exposure values read."""
-    from goldfish.eval.threshold import e50
-
     pooled: dict[float, list[int]] = defaultdict(lambda: [0, 0])
-    prefix = min((s["prefix_len"] for c in cells for s in c.get("strata") or [] if s.get("prefix_len") is not None),
+    prefix = min((s["prefix_len"] for c in cells for s in c.strata or [] if s.get("prefix_len") is not None),
                  default=None)
     for c in cells:
-        for s in c.get("strata") or []:
+        for s in c.strata or []:
             reads = _reads(c, str(s.get("repetitions")))
             if s.get("prefix_len") != prefix or s.get("exact_match_rate") is None or not reads:
                 continue
@@ -225,18 +183,18 @@ def group_e50(cells: list[dict], n_bootstrap: int = 1000, seed: int = 0) -> dict
     xs = sorted(pooled)
     found = e50(xs, [pooled[x][0] for x in xs], [pooled[x][1] for x in xs], n_bootstrap, seed)
     return {**found, "prefix_len": prefix,
-            "exact_reads": all(len({*(c.get("exposures") or {}).get(k, [0])}) == 1 for c in cells
-                               for k in (c.get("exposures") or {}))}
+            "exact_reads": all(len({*(c.exposures or {}).get(k, [0])}) == 1 for c in cells
+                               for k in (c.exposures or {}))}
 
 
-def canary_strata(cells: list[dict], n_bootstrap: int = 1000, seed: int = 0) -> dict | None:
+def canary_strata(cells: list[CellSummary], n_bootstrap: int = 1000, seed: int = 0) -> dict | None:
     """Secret-Sharer exposure pooled over an (arm, size) group's canaries, per labelled repetitions: ``{r: {mean,
     low, high, n, saturated, extrapolated}}`` (bootstrap interval over canaries) plus ``method`` and
     ``resolution_bits``; None without canaries."""
     by: dict[int, list[dict]] = defaultdict(list)
     method = None
     for c in cells:
-        found = c.get("canaries") or {}
+        found = c.canaries or {}
         method = method or {k: found.get(k) for k in ("method", "space_bits", "resolution_bits", "n_candidates")}
         for row in found.get("canaries") or []:
             by[int(row["repetitions"])].append(row)
@@ -244,8 +202,8 @@ def canary_strata(cells: list[dict], n_bootstrap: int = 1000, seed: int = 0) -> 
         return None
     out: dict[str, Any] = {"method": method, "strata": {}}
     for r, rows in sorted(by.items()):
-        mean, low, high = _bootstrap_mean(np.asarray([x["exposure"] for x in rows]), n_bootstrap, seed)
-        out["strata"][str(r)] = {"mean": mean, "low": low, "high": high, "n": len(rows),
+        found = cluster_bootstrap_mean([x["exposure"] for x in rows], None, n_bootstrap, seed)
+        out["strata"][str(r)] = {"mean": found["mean"], "low": found["ci_low"], "high": found["ci_high"], "n": len(rows),
                                  "saturated": sum(bool(x.get("saturated")) for x in rows),
                                  "extrapolated": float(np.mean([x["extrapolated"] for x in rows]))}
     return out
@@ -262,153 +220,9 @@ def e50_fits(rows: list[dict]) -> list[dict]:
         entry = {"arm": arm, "sizes": len(scratch), "interior": len(inside),
                  "censored": [r["size"] for r in scratch if (r.get("e50") or {}).get("status") != "interior"]}
         if len(inside) >= MIN_FIT_POINTS:
-            entry.update(fit_with_se([p for p, _ in inside], [math.log10(e) for _, e in inside]))
+            entry.update(loglinear_fit([p for p, _ in inside], [math.log10(e) for _, e in inside]))
         else:
             entry["why_not"] = (f"{len(inside)} of {len(scratch)} sizes have E50 inside the tested exposures (need "
                                 f"{MIN_FIT_POINTS}): no fit")
         fits.append(entry)
     return fits
-
-
-def _e50_text(e: dict | None) -> str:
-    """``12.3 [8.1, 20.5]``, with censored values as ``> 128`` / ``< 2``."""
-    if not e:
-        return "-"
-    top = max(s["exposures"] for s in e["strata"])
-    bottom = min(s["exposures"] for s in e["strata"])
-
-    def one(value: float | None, status: str) -> str:
-        if status == "above":
-            return f"> {top:g}"
-        if status == "below":
-            return f"< {bottom:g}"
-        return "-" if value is None else f"{value:.3g}"
-
-    return f"{one(e['e50'], e['status'])} [{one(e['low'], e['low_status'])}, {one(e['high'], e['high_status'])}]"
-
-
-def threshold_markdown(results: dict) -> str | None:
-    """The report's section on the exposure threshold E50 (per size and arm, the log-log fit over sizes) and the
-    canaries' Secret-Sharer exposure; None when no row has either."""
-    rows = (results.get("scaling") or {}).get("rows") or []
-    if not any(r.get("e50") or r.get("canaries") for r in rows):
-        return None
-    ordered = sorted(rows, key=lambda r: (r["arm"] != "control", r["arm"], r.get("pretrained", False),
-                                          r["params"] or 0))
-    lines = ["E50: the exposures at which half of the targets are extracted (exact match), from a logistic fit of "
-             "exact match on log2 exposures read (Firth-penalised; 95 % percentile bootstrap over targets within "
-             "strata); censored as > max / < min where the fitted rate stays below / above one half over the "
-             "tested exposures.", ""]
-    table = [[r["arm"], r["size"] + (" (pretrained)" if r.get("pretrained") else ""),
-              f"{(r['params'] or 0) / 1e6:.2f} M", _e50_text(r.get("e50")),
-              "-" if not r.get("e50") else f"{r['e50']['slope']:.2f} +- {r['e50']['slope_se']:.2f}",
-              "-" if not r.get("e50") else str(r["e50"]["n_targets"])]
-             for r in ordered if r["arm"] != "control"]
-    lines += [markdown_table(["arm", "size", "params", "E50 [95 % CI]", "logistic slope per doubling",
-                              "targets"], table), ""]
-    fits = (results.get("scaling") or {}).get("e50_fits") or []
-    fit_rows = [[f["arm"], str(f["interior"]), f"{f['slope']:+.2f} +- {f['slope_se']:.2f} (10^{f['intercept']:.2f} "
-                 "at 1 parameter)" if "slope" in f else f["why_not"]] for f in fits]
-    lines += ["Log-log fit of E50 vs parameters (from-scratch sizes with E50 inside the tested exposures; a "
-              "pretrained model is shown, never fitted); slope +- standard error (< 0: larger models need fewer "
-              "exposures):", "", markdown_table(["arm", "sizes fitted", "d log10 E50 / d log10 params"], fit_rows)]
-    lines += canary_markdown(ordered)
-    return "\n".join(lines)
-
-
-def canary_markdown(rows: list[dict]) -> list[str]:
-    """The canary table: mean Secret-Sharer exposure per stratum and row, with its interval."""
-    found = [r for r in rows if r.get("canaries")]
-    if not found:
-        return []
-    method = found[0]["canaries"]["method"] or {}
-    strata = sorted({int(k) for r in found for k in r["canaries"]["strata"]})
-    table = []
-    for r in found:
-        cols = [r["arm"], r["size"] + (" (pretrained)" if r.get("pretrained") else "")]
-        for s in strata:
-            v = r["canaries"]["strata"].get(str(s))
-            cols.append("-" if not v else f"{v['mean']:.1f} [{v['low']:.1f}, {v['high']:.1f}] "
-                        f"({v['saturated']}/{v['n']} sat., extrap. {v['extrapolated']:.1f})")
-        table.append(cols)
-    space = method.get("space_bits")
-    return ["", f"Canaries (Carlini et al. 2019): mean exposure log2|R| - log2 rank in bits per stratum (95 % "
-            f"bootstrap interval over canaries); |R| = 2^{space:.1f} secrets, rank estimated from "
-            f"{method.get('n_candidates')} candidates ({method.get('method')}: resolves ~"
-            f"{method.get('resolution_bits') or 0:.1f} bits; 'sat.' = canaries no sampled candidate beats, whose "
-            "exposure is the paper's skew-normal extrapolation instead, at least what the sample resolves; "
-            "'extrap.' = that extrapolation's mean over all canaries). A model that never saw a canary scores "
-            "1/ln 2 = 1.44 bits on average.", "",
-            markdown_table(["arm", "size"] + [f"x{s}" for s in strata], table)]
-
-
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{100 * v:.1f}"
-
-
-def scaling_markdown(results: dict) -> str | None:
-    """The report's size-sweep section: data, tuning, per-size table, fits (None without a ``scaling`` block)."""
-    scaling = results.get("scaling")
-    if not scaling or not scaling.get("rows"):
-        return None
-    lines = []
-    for folder, d in (scaling.get("data") or {}).items():
-        lines.append(f"Targets: {d['target_tokens']:,} of {d['train_tokens']:,} training tokens "
-                     f"({_pct(d['target_share'])} %) in `{folder.rsplit('/', 1)[-1]}`.")
-    exposures = {json.dumps(r["exposures"], sort_keys=True) for r in scaling["rows"]
-                 if r["arm"] != "control" and r.get("exposures")}
-    agree = all(r.get("exposures_agree") is not False for r in scaling["rows"])
-    if exposures:
-        lines.append("Exposures read in training, {labelled copies: [fewest, most] reads}: "
-                     + "; ".join(sorted(exposures)) + (" (every cell agrees)." if agree else " (cells differ!)."))
-    control_exp = {json.dumps(r["exposures"], sort_keys=True) for r in scaling["rows"]
-                   if r["arm"] == "control" and r.get("exposures")}
-    if control_exp:
-        lines.append("The control's reads of the same targets: " + "; ".join(sorted(control_exp)) + ".")
-    tune = results.get("tune")
-    if tune:
-        values = list(dict.fromkeys(v for g in tune["groups"] for v in g["losses"]))
-        rows = [[", ".join(f"{k}={v}" for k, v in g["per"].items())]
-                + [("**" if str(g["chosen"]) == v else "") + (f"{g['losses'][v]:.3f}" if g["losses"].get(v)
-                   is not None else "-") + ("**" if str(g["chosen"]) == v else "") for v in values]
-                for g in tune["groups"]]
-        metric = "validation loss (documents never trained on and never reported)" \
-            if tune.get("by") == "validation_loss" else "held-out loss (the nonmembers)"
-        lines += ["", f"Tuning: the control's {metric} per {tune['axis']} (bold: chosen, lowest); the arms and "
-                  "further seeds run at the chosen value only.", "",
-                  markdown_table([" ".join(tune["per"]) or "group"] + [f"{tune['axis']}={v}" for v in values], rows)]
-    strata = sorted({int(s) for r in scaling["rows"] for s in r["strata"]})
-    header = ["arm", "size", "params", "cells", "held-out loss"] + [f"x{s}: exact % [95 % CI]" for s in strata] \
-        + [f"x{s}: loss gap vs control" for s in strata]
-    rows = []
-    for r in sorted(scaling["rows"], key=lambda r: (r["arm"] != "control", r["arm"], r["params"] or 0)):
-        held = "-" if r["heldout_loss"] is None else f"{r['heldout_loss']:.3f}" + (
-            f" +- {r['heldout_loss_sd']:.3f}" if r.get("heldout_loss_sd") is not None else "")
-        cols = [r["arm"], r["size"], f"{(r['params'] or 0) / 1e6:.2f} M", str(r["cells"]), held]
-        for s in strata:
-            v = r["strata"].get(str(s)) or {}
-            cols.append(f"{_pct(v.get('rate'))} [{_pct(v.get('low'))}, {_pct(v.get('high'))}] ({v.get('exact')}/"
-                        f"{v.get('n')})" if v.get("n") else "-")
-        for s in strata:
-            g = (r["strata"].get(str(s)) or {}).get("loss_gap")
-            cols.append(f"{g['gap']:+.3f} [{g['low']:+.3f}, {g['high']:+.3f}]" if g else "-")
-        rows.append(cols)
-    lines += ["", markdown_table(header, rows), "",
-              "Exact match pooled over each row's cells (seeds), Wilson 95 % interval. Loss gap: per target, the "
-              "control's NLL minus the arm's (nats/token), less the same difference on the nonmembers, paired with "
-              "the control of the same size and seed that trained on the background alone; > 0 = the arm learnt "
-              "these texts beyond what training teaches about unseen text of the same kind (95 % bootstrap "
-              "interval over targets). Held-out loss: nonmember NLL, mean +- sd "
-              "over cells; compare across sizes to see which sizes are under-trained."]
-    lines += _split_gap_table(scaling["rows"], strata)
-    fit_rows = []
-    for f in scaling["fits"]:
-        if "slope" in f:
-            fit_rows.append([f["arm"], f"x{f['repetitions']}", str(f["off_floor"]),
-                             f"{100 * f['slope']:+.1f} +- {100 * f['slope_se']:.1f} points per 10x params"])
-        else:
-            fit_rows.append([f["arm"], f"x{f['repetitions']}", str(f["off_floor"]), f["why_not"]])
-    lines += ["", f"Log-linear fits of exact match vs parameters, only over sizes off the floor (Wilson lower bound "
-              f"above the control's rate) and only with >= {MIN_FIT_POINTS} such sizes; slope +- standard error:", "",
-              markdown_table(["arm", "stratum", "sizes off floor", "fit"], fit_rows)]
-    return "\n".join(lines)

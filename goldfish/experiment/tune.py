@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .aggregate import cell_summary
+from .collect import tuning_loss
 from .config import ExperimentConfig
 from .plan import CellPlan
 
@@ -40,7 +40,7 @@ def sweep(cfg: ExperimentConfig, plans: list[CellPlan]) -> dict[tuple, dict[Any,
     out: dict[tuple, dict[Any, float | None]] = {}
     for p in plans:
         if is_tuning(cfg, p, first):
-            loss = cell_summary(p).get(cfg.tune.by) if p.done else None
+            loss = tuning_loss(p, cfg.tune.by) if p.done else None
             out.setdefault(_key(cfg, p), {})[p.cell.values[cfg.tune.axis]] = loss
     return out
 

@@ -1,0 +1,193 @@
+"""A cell is a list of phases, run in order by :func:`run_cell`; each phase names its output files, when it applies
+and how it runs, and is skipped once its outputs exist, so a rerun resumes exactly where a cell stopped.
+
+======================  ==========================================  =========================================
+phase                   outputs (``goldfish.experiment.plan``)      applies
+======================  ==========================================  =========================================
+prepare                 each prepared folder's ``manifest.json``    always (folders shared by cells: locked)
+configs                 (rewritten every run)                       always: the configs this run uses
+train                   ``train/summary.json``                      always (a control that trains nothing:
+                                                                    its initial model and a zero summary)
+eval                    ``eval/results.json``                       always
+k baseline              ``eval/k_baseline.json``                    not a control (a standard cell writes none)
+exposure                ``exposure.json``                           with ``Pipeline.exposure``
+attacks                 ``attacks.json``                            with ``Pipeline.analyse``; waits for the
+                                                                    control of its grid point
+card                    (rewritten every run)                       with ``Pipeline.card``
+======================  ==========================================  =========================================
+
+Then ``cell.json`` (the cell and this run's phase times) and, last and atomically, ``DONE``. Resumability within a
+phase is the phase's own: prepared data is a complete folder or absent; a killed training resumes from the trainer's
+checkpoints; evaluation from its partial results. Every phase after training gets the same lazily loaded model
+(``Pipeline.open_model``), so a cell loads its model once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from ..config import save_config
+from ..errors import UserError
+from ..io import atomic_write_json
+from ..ownership import FolderLock
+from .config import ExperimentConfig
+from .plan import CellPlan, Pipeline, control_of, manifest_of
+
+
+@dataclasses.dataclass
+class CellRun:
+    """What the phases of one cell share: the experiment, the cell, every cell (to find its control), the
+    pipeline, and the cell's model handle (loaded by the first phase that needs it, never by a finished cell)."""
+
+    cfg: ExperimentConfig
+    plan: CellPlan
+    plans: list[CellPlan]
+    pipeline: Pipeline
+    model: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """One step of a cell: ``outputs(plan)`` are the files whose presence means it is done (none: it runs every
+    time), ``applies(run)`` whether the cell has it, ``run(run)`` does it; ``blocked(run)`` (optional) says why the
+    cell must stop before it (a later run finishes the cell)."""
+
+    name: str
+    outputs: Callable[[CellPlan], list[Path]]
+    applies: Callable[[CellRun], bool]
+    run: Callable[[CellRun], None]
+    blocked: Callable[[CellRun], str | None] | None = None
+
+    def done(self, plan: CellPlan) -> bool:
+        files = self.outputs(plan)
+        return bool(files) and all(f.is_file() for f in files)
+
+
+def _prepare(run: CellRun) -> None:
+    for prepare_cfg, data_dir in run.plan.prepared:
+        if manifest_of(data_dir).is_file():
+            continue
+        # cells of two shards may share prepared data: the second waits for the first, then finds it ready
+        with FolderLock(data_dir.with_name(f"{data_dir.name}.prepare"), wait=True):
+            if not manifest_of(data_dir).is_file():
+                run.pipeline.prepare(prepare_cfg, out=data_dir, overwrite=False, progress=False)
+
+
+def _save_configs(run: CellRun) -> None:
+    """Before training starts: a killed cell's configs then describe exactly what its partial outputs were made
+    with (``goldfish.experiment.runner.stale_cells`` compares them with the current ones)."""
+    save_config(run.plan.train_cfg, run.plan.train_config_file)
+    save_config(run.plan.eval_cfg, run.plan.eval_config_file)
+
+
+def torchrun_command(cfg: ExperimentConfig, plan: CellPlan, config_path: Path) -> list[str]:
+    """``[prefix..., python -m torch.distributed.run --nnodes --nproc_per_node ..., -m goldfish train CONFIG]``.
+
+    ``{nnodes}`` and ``{nproc_per_node}`` in ``launcher_prefix``/``torchrun_args`` are replaced by the cell's values
+    (from ``hardware.gpus`` and ``hardware.gpus_per_node``), so one Slurm allocation can run cells of several sizes.
+    """
+    hw = plan.hardware
+    nproc = min(hw.gpus, hw.gpus_per_node)
+    if hw.gpus % nproc:
+        raise UserError(f"cell {plan.cell.id}: hardware.gpus={hw.gpus} is not a multiple of "
+                        f"hardware.gpus_per_node={hw.gpus_per_node}; use whole nodes")
+    fields = {"nnodes": hw.gpus // nproc, "nproc_per_node": nproc}
+    prefix = [w.format(**fields) for w in cfg.launcher_prefix]
+    extra = [w.format(**fields) for w in cfg.torchrun_args]
+    return [*prefix, sys.executable, "-m", "torch.distributed.run", f"--nnodes={fields['nnodes']}",
+            f"--nproc_per_node={nproc}", *extra, "-m", "goldfish", "train", str(config_path)]
+
+
+def _torchrun_train(cfg: ExperimentConfig, plan: CellPlan) -> None:
+    """Train one cell in a torchrun subprocess, from the cell's saved train config."""
+    cmd = torchrun_command(cfg, plan, plan.train_config_file)
+    print(f"[{plan.cell.id}] {shlex.join(cmd)}", file=sys.stderr)
+    rc = subprocess.call(cmd)
+    if rc != 0:
+        raise UserError(f"training cell {plan.cell.id} failed (exit status {rc}); its log is above; rerun the "
+                        f"experiment to resume from the last checkpoint")
+
+
+def _train(run: CellRun) -> None:
+    """A control cell trains nothing (``control_mode: untrained``): from scratch it saves the initial weights,
+    fine-tuning it evaluates the starting model itself; its summary records zero steps and tokens. With
+    ``control_mode: background`` it trains like an arm, on the rows without the members."""
+    plan = run.plan
+    if not plan.trains:
+        if plan.start_model is None:
+            run.pipeline.initial_model(plan.train_cfg, plan.model_dir)
+        atomic_write_json(plan.train_summary,
+                          {"control": True, "steps": 0, "tokens": 0, "model": plan.eval_cfg.model.path})
+    elif run.cfg.launcher == "torchrun":
+        _torchrun_train(run.cfg, plan)
+    else:
+        run.pipeline.train(plan.train_cfg)
+
+
+def _control_not_done(run: CellRun) -> str | None:
+    """The attacks of an arm are calibrated by its grid point's control: wait for a run that holds it, then stop
+    this cell if the control is still not done."""
+    control = control_of(run.plan, run.plans)
+    if control is None or control.done:
+        return None
+    with control.lock():  # another run may be running it: wait for that
+        pass
+    if control.done:
+        return None
+    return (f"trained and evaluated; its attacks wait for {control.cell.id}, which is not done: run that cell (its "
+            f"shard, or the experiment without --only) and this one again")
+
+
+PHASES: tuple[Phase, ...] = (
+    Phase("prepare", lambda p: [manifest_of(d) for _, d in p.prepared], lambda r: True, _prepare),
+    Phase("configs", lambda p: [], lambda r: True, _save_configs),
+    Phase("train", lambda p: [p.train_summary], lambda r: True, _train),
+    Phase("eval", lambda p: [p.results_file], lambda r: True,
+          lambda r: r.pipeline.evaluate(r.plan.eval_cfg, r.model)),
+    Phase("k baseline", lambda p: [p.k_baseline_file],  # Goldfish cells only: g and (1 - g/k)^S
+          lambda r: r.pipeline.baseline is not None and not r.plan.cell.control,
+          lambda r: r.pipeline.baseline(r.plan, r.model)),
+    Phase("exposure", lambda p: [p.exposure_file],  # what the model read (the rows training consumed)
+          lambda r: r.pipeline.exposure is not None, lambda r: r.pipeline.exposure(r.plan, r.model)),
+    Phase("attacks", lambda p: [p.attacks_file], lambda r: r.pipeline.analyse is not None,
+          lambda r: r.pipeline.analyse(r.plan, r.plans, r.model), blocked=_control_not_done),
+    Phase("card", lambda p: [],  # the same numbers replace themselves when an interrupted cell runs this again
+          lambda r: r.pipeline.card is not None, lambda r: r.pipeline.card(r.plan)),
+)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
+             phase: Callable[[str], None] = lambda _: None, plans: list[CellPlan] = ()) -> dict:
+    """Run (or resume) one cell's :data:`PHASES`; returns its record (also written to ``cell.json``), or {} when a
+    phase is blocked (its attacks wait for a control that is not done; a later run finishes it). ``phase(name)`` is
+    told each phase as it starts; ``plans`` (all cells) lets the attacks find the control that calibrates them."""
+    run = CellRun(cfg, plan, list(plans), pipeline,
+                  pipeline.open_model(plan.eval_cfg) if pipeline.open_model is not None else None)
+    times: dict[str, float] = {}
+    for step in PHASES:
+        if not step.applies(run) or step.done(plan):
+            continue
+        why = step.blocked(run) if step.blocked is not None else None
+        if why is not None:
+            print(f"[{plan.cell.id}] {why}", file=sys.stderr)
+            return {}
+        phase(step.name)
+        t0 = time.perf_counter()
+        step.run(run)
+        times[f"{step.name.replace(' ', '_')}_s"] = time.perf_counter() - t0
+    record = {"cell": plan.cell.id, "arm": plan.cell.arm, "values": plan.cell.values, "overrides": plan.cell.overrides,
+              "data_dir": str(plan.data_dir), "finished": _now(), "phase_seconds_this_run": times}
+    atomic_write_json(plan.record_file, record)
+    atomic_write_json(plan.done_file, {"finished": record["finished"]})  # last: the cell is complete
+    return record

@@ -1,0 +1,119 @@
+"""The headline: the regime (from scratch or fine-tuned, what the control is, the model-free blind baseline) and one
+row per cell -- extraction with intervals over documents, held-out loss, teacher-forced accuracy on kept / dropped
+positions, the headline membership attack with its exact p-value, TPR at 1 % FPR where measurable, the hash-aware
+AUC, the token budget and the training time. ``goldfish experiment`` prints it on the terminal too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from goldfish.eval.metrics import METRICS
+from goldfish.eval.tables import ci_suffix, fmt, markdown_section, markdown_table, plain_table, with_ci
+
+from ..analysis import blind_auc
+from ..summary import CellSummary, Study, cells_of, one_per_arm
+
+N_BOOTSTRAP = 1000
+
+
+def compute(study: Study) -> dict:
+    """The model-free baseline (zlib ratio of the text alone) per prepared folder, and the first one's AUC."""
+    per_data = {}
+    for p in study.done:
+        key = str(p.data_dir)
+        if key not in per_data and (p.data_dir / "members").is_dir():  # a real prepared folder
+            per_data[key] = blind_auc(p.data_dir, N_BOOTSTRAP, 0)
+    if not per_data:
+        return {}
+    first = next(iter(per_data.values()))
+    return {"blind_auc": first["auc"], "blind_auc_ci": [first["auc_ci_low"], first["auc_ci_high"]], "blind": per_data}
+
+
+def regime(results: dict) -> str:
+    """One sentence: fine-tuned from which model, or trained from scratch; and the blind baseline."""
+    start = results.get("start_model")
+    trained = results.get("control_mode") == "background"
+    if start:
+        control = ("that model fine-tuned on the background alone" if trained else
+                   "that model, not fine-tuned on the target data (its pretraining may have included them)")
+        text = f"Regime: fine-tuning the pretrained model `{Path(start).name}`; the control is {control}."
+    else:
+        control = ("the same model trained on the same background without the targets" if trained
+                   else "the untrained initial weights")
+        text = f"Regime: trained from scratch; the control is {control}."
+    if results.get("blind_auc") is not None:
+        low, high = results.get("blind_auc_ci") or (None, None)
+        text += (f" Blind baseline (zlib ratio of the text alone, no model): AUC {fmt(results['blind_auc'])} "
+                 f"[{fmt(low)}, {fmt(high)}] -- near 0.5 means members and nonmembers do not differ in kind, so "
+                 "a model's AUC above it measures membership, not a distribution shift.")
+    return text
+
+
+def extraction_text(c: CellSummary, name: str, kind: str = "") -> str:
+    """A member-window mean with its 95 % interval over documents (``extraction_ci``), else the plain value."""
+    d = (c.extraction_ci or {}).get(name)
+    if not d:
+        return fmt(getattr(c, METRICS[name].summary_key), kind)
+    return with_ci(d["mean"], d.get("ci_low"), d.get("ci_high"), kind)
+
+
+def auc_text(c: CellSummary) -> str:
+    """The headline AUC with its exact p-value; a bootstrap interval only where it is not degenerate (a perfect
+    separation resamples to AUC 1 every time, so its exact probability under the null stands in its place)."""
+    p = c.mia_auc_p or {}
+    if p.get("method") == "perfect":
+        return (f"{fmt(c.mia_auc)} (perfect separation of {p['n_members']} vs {p['n_nonmembers']}: "
+                f"p = 10^{p['log10_p']:.1f}, exact) ({c.mia_attack})")
+    shown = f" (p {p['p_value']:.2g}, {p['method']})" if p.get("p_value") is not None else ""
+    return f"{fmt(c.mia_auc)}{ci_suffix(c.mia_auc_ci_low, c.mia_auc_ci_high)}{shown} ({c.mia_attack})"
+
+
+def tpr_text(c: CellSummary) -> str:
+    """TPR at 1 % FPR, or why it is withheld (fewer than 100 nonmembers)."""
+    if c.mia_tpr_at_1pct_fpr is not None:
+        return fmt(c.mia_tpr_at_1pct_fpr, "pct")
+    return c.mia_tpr_at_1pct_fpr_note or "-"
+
+
+def headline_table(results: dict, markdown: bool = True) -> str:
+    """Per cell: exact match and ROUGE-L (rouge-score, the headline; token ids beside) with intervals over
+    documents, held-out loss, teacher-forced accuracy on kept / dropped positions, MIA AUC (the headline attack,
+    with its permutation p-value), TPR at 1 % FPR where measurable, the hash-aware AUC, token budget, train time."""
+    cells, axes = cells_of(results), results["axes"]
+    one = one_per_arm(cells)
+    header = ["cell", "params", "tokens", "train time", "exact match", "ROUGE-L (rouge-score)", "ROUGE-L (tokens)",
+              "held-out loss", "TF acc kept / dropped", "MIA AUC", "TPR at 1 % FPR", "MIA AUC kept tokens",
+              "final kept / dropped loss"]
+    rows: list[list[Any]] = []
+    for c in cells:
+        kept = c.mia_auc_kept_reference if c.mia_auc_kept_reference is not None else c.mia_auc_kept_loss
+        rows.append([c.label(axes, one), fmt(c.params, "params"), fmt(c.tokens_seen, "int"),
+                     fmt(c.train_time_s, "s"), extraction_text(c, "exact_match", "pct"),
+                     extraction_text(c, "rouge_l_paper"), extraction_text(c, "rouge_l"), fmt(c.heldout_loss),
+                     f"{fmt(c.tf_kept_accuracy, 'pct')} / {fmt(c.tf_dropped_accuracy, 'pct')}",
+                     auc_text(c), tpr_text(c), fmt(kept), f"{fmt(c.final_kept_loss)} / {fmt(c.final_dropped_loss)}"])
+    return markdown_table(header, rows) if markdown else plain_table(header, rows)
+
+
+def render(results: dict) -> str:
+    return markdown_section(
+        "Headline", regime(results), headline_table(results),
+        "Exact match and ROUGE-L: mean over the member windows with a 95 % bootstrap interval that resamples "
+        "documents (windows of one document, e.g. at two prefix lengths, are not independent). ROUGE-L "
+        "(rouge-score) is the paper's: word-level ROUGE-L F1 of the decoded texts by the rouge-score package "
+        "(lower-cased words, no stemming, as the paper's evaluation calls it); ROUGE-L (tokens) is the same "
+        "F1 on token ids. "
+        "MIA AUC: members (trained text) vs nonmembers, 95 % bootstrap CI and the one-sided permutation "
+        "p-value of an AUC at least this large (exact without ties up to 400 documents; at AUC 1 the exact "
+        "1 / C(m + n, m), shown instead of the degenerate bootstrap interval); 0.5 = chance. TPR at 1 % FPR "
+        "is shown only with at least 100 nonmembers (below that it is the TPR at zero false positives). "
+        "The attack is named in brackets (reference = target NLL calibrated by the starting model, i.e. the "
+        "control; loss = plain NLL). MIA AUC kept tokens: the hash-aware attack, scoring only the targets the Goldfish mask "
+        "keeps (the hash is public). TF acc kept / dropped: teacher-forced top-1 accuracy of the member "
+        "tokens at the positions the Goldfish mask keeps / drops (the same positions in every arm): a "
+        "Goldfish model that fills dropped tokens back in shows it here. With `later_chunk` nonmembers "
+        "(openings vs bodies of the same articles) a shift in kind separates the sets without any "
+        "memorisation: compare arms rather than reading the absolute AUC. "
+        "Held-out loss: mean per-token NLL of the nonmember text (lower = better language model; compare "
+        "with the control's).")

@@ -1,0 +1,40 @@
+"""Per cell and labelled repetition stratum: exact match, both ROUGE-Ls and every membership attack's AUC (eval's
+attacks on the stratum's members against all nonmembers, and the reference attack calibrated by the control), each
+with its 95 % interval."""
+
+from __future__ import annotations
+
+from goldfish.eval.metrics import METRICS, ROUGE
+from goldfish.eval.tables import interval, markdown_section, markdown_table, pct
+
+from ..summary import Study, cells_of
+
+
+def compute(study: Study) -> dict:
+    return {}
+
+
+def render(results: dict) -> str:
+    cells, axes = cells_of(results), results.get("axes") or []
+    if not any(c.stratum_membership for c in cells):
+        return ""
+    attacks = list(dict.fromkeys(a for c in cells for a in c.stratum_membership or {}))
+    rows = []
+    for c in cells:
+        label = c.arm + "".join(f" {a}={c.values.get(a)}" for a in axes)
+        extraction, mia = c.stratum_extraction or {}, c.stratum_membership or {}
+        ref, ref_ci = c.mia_by_exposure or {}, c.mia_by_exposure_ci or {}
+        for r, e in sorted(extraction.items(), key=lambda kv: int(kv[0])):
+            low, high = (ref_ci.get(r) or {}).get("reference") or (None, None)
+            reference = {"auc": (ref.get(r) or {}).get("reference"), "low": low, "high": high}
+            rows.append([label, f"x{r}", f"{pct(e['rate'])} % [{pct(e['low'])}, {pct(e['high'])}] "
+                         f"({e['exact']}/{e['n']})", *[interval(e.get(name), "mean") for name in ROUGE],
+                         *[interval((mia.get(a) or {}).get(r)) for a in attacks], interval(reference)])
+    return markdown_section(
+        "Per repetition stratum: extraction and every membership attack",
+        markdown_table(["cell", "stratum", "exact match % [95 % CI]",
+                        *[f"{METRICS[name].short} [95 % CI]" for name in ROUGE],
+                        *[f"AUC {a}" for a in attacks], "AUC reference (control)"], rows),
+        "Members labelled x r against all nonmembers; AUC with a 95 % bootstrap CI (0.5 = chance). Exact "
+        "match: Wilson interval; ROUGE-L: normal interval over windows. The reference attack is calibrated by "
+        "the control's model (attacks.json).")

@@ -1,0 +1,160 @@
+"""The typed summary of one finished cell (:class:`CellSummary`, an entry of ``results.json``'s ``cells``) and the
+:class:`Study` the report sections compute from.
+
+A cell summary is built from the cell's files only (``goldfish.experiment.collect``), written into ``results.json``
+with :meth:`CellSummary.to_json` (the grid axes' values beside the fields, one key each) and read back by every
+section's renderer with :meth:`CellSummary.from_json`, so a renderer reads typed attributes and a report re-renders
+from ``results.json`` alone. Every field is documented in ``goldfish/experiment/SCHEMA.md`` (section ``cells``); a
+field a cell did not compute is ``null``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+from .config import ExperimentConfig
+from .plan import CellPlan
+
+
+@dataclasses.dataclass
+class CellSummary:
+    """Everything known about one finished cell (``goldfish/experiment/SCHEMA.md``, section ``cells``)."""
+
+    cell: str
+    arm: str
+    values: dict[str, Any] = dataclasses.field(default_factory=dict)  # grid axis label -> value (JSON: top level)
+    # training (train/summary.json, metrics.jsonl)
+    params: int | None = None
+    tokens_seen: int | None = None
+    train_time_s: float | None = None
+    steps: int | None = None
+    kept_tokens: int | None = None
+    dropped_tokens: int | None = None
+    final_kept_loss: float | None = None
+    final_dropped_loss: float | None = None
+    # extraction over the member windows (eval's summary)
+    n_windows: int | None = None
+    exact_match_rate: float | None = None
+    exact_match_ci_low: float | None = None
+    exact_match_ci_high: float | None = None
+    rouge_l_paper: float | None = None
+    rouge_l: float | None = None
+    token_match: float | None = None
+    # eval's adaptive extraction attacks (decoding.beam > 1, decoding.samples > 0)
+    beam_exact_match_rate: float | None = None
+    beam_exact_match_rate_ci_low: float | None = None
+    beam_exact_match_rate_ci_high: float | None = None
+    sample_rate: float | None = None
+    sample_rate_ci_low: float | None = None
+    sample_rate_ci_high: float | None = None
+    beam_width: int | None = None
+    n_samples: int | None = None
+    sample_temperature: float | None = None
+    sample_any_rate: float | None = None
+    sample_any_rate_ci_low: float | None = None
+    sample_any_rate_ci_high: float | None = None
+    adversary: dict | None = None
+    # membership: every attack's AUC, held-out loss, the attacks analysis (attacks.json)
+    mia_aucs: dict[str, float | None] = dataclasses.field(default_factory=dict)
+    heldout_loss: float | None = None
+    heldout_ppl: float | None = None
+    member_loss: float | None = None
+    tf_accuracy: float | None = None
+    tf_kept_accuracy: float | None = None
+    tf_dropped_accuracy: float | None = None
+    heldout_accuracy: float | None = None
+    mia_by_exposure: dict | None = None
+    mia_by_exposure_ci: dict | None = None
+    leakage: dict | None = None
+    mia_auc_loss: float | None = None
+    mia_auc_reference: float | None = None
+    mia_auc_reference_ci: list | None = None
+    mia_auc_kept_loss: float | None = None
+    mia_auc_kept_loss_ci: list | None = None
+    mia_auc_kept_reference: float | None = None
+    mia_auc_kept_reference_ci: list | None = None
+    # the headline attack (mia_attack) and its exact statistics
+    mia_attack: str | None = None
+    mia_auc: float | None = None
+    mia_auc_ci_low: float | None = None
+    mia_auc_ci_high: float | None = None
+    mia_tpr_at_1pct_fpr: float | None = None
+    mia_roc: dict | None = None
+    mia_auc_ci: list | None = None
+    mia_auc_p: dict | None = None
+    mia_tpr_at_1pct_fpr_note: str | None = None
+    extraction_ci: dict | None = None
+    # strata and the mask baseline
+    by_prefix_len: dict | None = None
+    by_repetitions: dict | None = None
+    strata: list[dict] = dataclasses.field(default_factory=list)
+    k_baseline: dict | None = None
+    # where the numbers came from
+    exposures: dict | None = None
+    precision: str | None = None
+    eval_precision: str | None = None
+    device: dict | None = None
+    versions: dict | None = None
+    git: str | None = None
+    code: str | None = None
+    # per-target losses (the size sweep's loss gaps), what the model read, canaries, per-stratum attacks
+    target_losses: dict | None = None
+    target_losses_by_split: dict | None = None
+    stream: dict | None = None
+    reads: dict | None = None
+    validation_loss: float | None = None
+    canaries: dict | None = None
+    start_model: str | None = None
+    nonmembers: int | None = None
+    stratum_extraction: dict | None = None
+    stratum_membership: dict | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``results.json`` entry: ``cell``, ``arm``, one key per grid axis, then every other field."""
+        out: dict[str, Any] = {"cell": self.cell, "arm": self.arm, **self.values}
+        out.update({f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                    if f.name not in ("cell", "arm", "values")})
+        return out
+
+    @classmethod
+    def from_json(cls, entry: dict[str, Any], axes: Sequence[str]) -> "CellSummary":
+        """A ``results.json`` entry read back (``axes``: the grid axes, results.json's ``axes``); keys a summary
+        does not know are left out."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"values"}
+        return cls(values={a: entry.get(a) for a in axes}, **{k: v for k, v in entry.items() if k in names})
+
+    def label(self, axes: Sequence[str], one_per_arm: bool) -> str:
+        """``goldfish`` for the demo; ``goldfish model=llama-10M seed=0`` when the grid has axes."""
+        if one_per_arm or not axes:
+            return self.arm
+        return self.arm + " " + " ".join(f"{a}={self.values.get(a)}" for a in axes)
+
+
+def cells_of(results: dict) -> list[CellSummary]:
+    """The typed cell summaries of a ``results.json``."""
+    return [CellSummary.from_json(c, results.get("axes") or []) for c in results.get("cells") or []]
+
+
+def one_per_arm(cells: Sequence[CellSummary]) -> bool:
+    """Whether each arm has a single cell (the demo): then a cell is labelled by its arm alone."""
+    return len({c.arm for c in cells}) == len(cells)
+
+
+@dataclasses.dataclass
+class Study:
+    """What the report sections compute from (``compute(study) -> dict``): the experiment, the cells that count
+    (``plans``; with ``tune``, the tuning cells and those at a chosen value), the finished ones among them
+    (``done``) with their summaries (``cells``, in the same order), the tuning choice (``tune``, results.json's
+    ``tune`` block) and the results assembled so far (``results``: the sections before this one have added to it)."""
+
+    cfg: ExperimentConfig
+    plans: list[CellPlan]
+    done: list[CellPlan]
+    cells: list[CellSummary]
+    tune: dict | None
+    results: dict[str, Any]
+
+    @property
+    def axes(self) -> list[str]:
+        return list(self.plans[0].cell.values) if self.plans else []
