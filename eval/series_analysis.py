@@ -27,7 +27,6 @@ import numpy as np
 
 from goldfish.config import load_config
 from goldfish.data import load_prepared
-from goldfish.data.packing import document_reads
 from goldfish.data.order import consumed_rows
 from goldfish.io import atomic_write_json, atomic_write_text
 from goldfish.train_config import TrainConfig, make_plan

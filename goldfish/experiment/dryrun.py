@@ -289,7 +289,7 @@ def preparation_needs(cfg: ExperimentConfig, plans: list[CellPlan]) -> list[str]
             if folder in seen or prepare_cfg is None:
                 continue
             seen.add(folder)
-            if (folder / "manifest.json").is_file():
+            if manifest_of(folder).is_file():
                 lines.append(f"prepare {folder}: done")
                 continue
             try:
