@@ -39,7 +39,7 @@ import numpy as np
 
 from ..config import save_config, to_dict
 from ..errors import UserError
-from ..io import atomic_write_json, fsync_dir, new_temp_dir
+from ..io import STAGING, atomic_write_json, fsync_dir, new_temp_dir
 from ..ownership import FolderLock, OutputFolder, fingerprint_sha256, writing
 from ..provenance import code_version, versions
 from .canaries import canary_alphabet, make_canaries
@@ -228,6 +228,7 @@ def _targets_beside(job: "_Job", out: Path) -> None:
             if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                 raise
         else:
+            (out / STAGING).unlink(missing_ok=True)  # published: no longer a staging folder
             fsync_dir(out.parent)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
