@@ -55,8 +55,6 @@ from .tracking import Tracker
 from .train_config import (TRAIN_OPTIONAL, OptimConfig, Plan, TrainConfig, goldfish_config, learning_rate, make_plan,
                            saved_train_fingerprint, train_fingerprint, write_mask_settings)
 
-BATCH_COLUMNS = ("input_ids", "labels", "document_ids", "position_ids")
-
 
 # ------------------------------------------------------------------------------------------------ optimizer
 
@@ -106,12 +104,13 @@ def micro_batches(batch: dict[str, torch.Tensor], dropped: torch.Tensor, plan: P
 
 
 def load_train_data(path: str):
-    """The prepared folder (``goldfish.data.load_prepared``), its train split as torch tensors, and the seq_len."""
+    """The prepared folder (``goldfish.data.load_prepared``), its training rows (memory-mapped,
+    :class:`goldfish.data.rows.TrainRows`) and the seq_len."""
     prepared = load_prepared(path)
-    train = prepared.train.with_format("torch", columns=list(BATCH_COLUMNS))
-    if len(train) == 0:
+    prepared.tokenizer_files()  # read and checked now: the tokenizer the model ships, whatever the folder becomes
+    if len(prepared.train) == 0:
         raise UserError(f"prepared data {path} has an empty train split; prepare it again with more documents")
-    return prepared, train, len(train[0]["input_ids"])
+    return prepared, prepared.train, prepared.train.seq_len
 
 
 # ------------------------------------------------------------------------------------------------ the loop

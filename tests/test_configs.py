@@ -290,3 +290,25 @@ def test_paper_configs_read_each_target_as_the_paper_and_never_cycle_the_backgro
         assert all(p.start_model for p in plan_cells(cfg, default_pipeline()))
     else:
         assert cfg.control_mode == "background"
+
+
+def test_the_paper_pretraining_dry_run_states_what_preparing_it_needs(tmp_path):
+    """20 B background tokens stored as uint16 (~2 bytes each), prepared in bounded memory; the scaled-down CPU copy
+    streams its ~200 M-token background from a local folder the same way."""
+    from goldfish.data.prepare import estimate_needs
+    from goldfish.experiment.dryrun import preparation_needs
+
+    cfg = load_experiment(ROOT / "experiments" / "paper" / "tinyllama_1b_pretrain.yaml")
+    plans = plan_cells(cfg, default_pipeline())
+    lines = preparation_needs(cfg, plans)
+    assert len(lines) == 2 and all("background streams from hub" in line for line in lines)  # arms', control's
+    arms = estimate_needs(plans[1].prepare_cfg, 32000)
+    assert arms["dtype"] == "uint16" and arms["tokens"] == 9_665_625 * 2047 + 2000 * 50 * 2047
+    assert 2 * arms["tokens"] < arms["disk_bytes"] < 2.1 * arms["tokens"]  # the ids, plus < 5 % of indexes
+    assert arms["memory_bytes"] < 1.5 * 2**30
+    scaled = load_experiment(ROOT / "experiments" / "tinyllama_scaled.yaml", [f"out={tmp_path / 'scaled'}"])
+    scaled_plans = plan_cells(scaled, default_pipeline())
+    assert scaled_plans[1].prepare_cfg.background_source.name == "local"
+    lines = preparation_needs(scaled, scaled_plans)  # at most 390,000 chunks of 511 tokens (+ the targets x 50)
+    assert len(lines) == 2 and all(" B training tokens as uint16 in 390,000 background chunks" in line
+                                   and line.split("prepare ")[1].startswith(str(tmp_path)) for line in lines)

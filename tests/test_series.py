@@ -121,7 +121,7 @@ def test_a_runs_checkpoints_are_exported_evaluated_and_recounted(run, tmp_path):
     assert found["rows"][-1]["exact_match"]["k"] > found["rows"][0]["exact_match"]["k"]  # it does memorise
     # reads at first memorisation: recounted from the rows the training loop asked for
     prepared = load_prepared(run.data)
-    rows = prepared.train.with_format("numpy", columns=["document_ids", "position_ids"])[:]
+    rows = prepared.train.batch(np.arange(len(prepared.train)))
     member = {doc: k for k, doc in enumerate(prepared.members["id"])}
     for t in found["trajectories"]:
         if t["first"] is None:

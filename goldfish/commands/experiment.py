@@ -96,12 +96,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _dry_run(cfg, plans, world_size: int | None) -> int:
     from ..errors import ConfigError
-    from ..experiment.dryrun import dry_run, format_estimates
+    from ..experiment.dryrun import dry_run, format_estimates, preparation_needs
 
     rows, problems = dry_run(cfg, plans, world_size)
     print(f"experiment {cfg.name}: {len(plans)} cells, every config valid")
     if rows:
         print(format_estimates(rows))
+    for line in preparation_needs(cfg, plans):
+        print(line)
     if problems:
         raise ConfigError("; ".join(problems))
     return 0

@@ -35,6 +35,7 @@ from .variants import NearDuplicateConfig
 SOURCE_NAMES = ("wikipedia", "kjv", "local", "hub")
 Packing = Literal["pack", "one_per_row"]
 NonmemberMode = Literal["random_split", "held_out", "later_chunk"]
+TokenDtype = Literal["auto", "uint16", "uint32"]
 
 
 @dataclasses.dataclass
@@ -53,7 +54,9 @@ class SourceConfig:
     subset: str | None = option(None, "hub: the dataset configuration name (second argument of load_dataset)")
     min_words: int | None = option(None, "drop documents with fewer whitespace-separated words (stubs, "
                                          "disambiguation pages); null = 50 for wikipedia, 1 otherwise")
-    max_documents: int | None = option(None, "read at most this many documents, in source order (null = all)")
+    max_documents: int | None = option(None, "read at most this many documents, in source order (null = all): the "
+                                             "first N that pass min_words; for a streamed background_source, the "
+                                             "first N documents of the source")
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -143,6 +146,12 @@ class PrepareConfig:
     canaries: CanaryConfig | None = option(None, "null = none; set: random token sequences inserted into the "
                                                  "training rows like members, in the members' strata (the "
                                                  "Secret Sharer's canaries; see data/README.md)")
+    token_dtype: TokenDtype = option("auto", "how token ids are stored: auto (uint16 when the vocabulary has at "
+                                             "most 65,536 ids, else uint32) | uint16 | uint32")
+    shard_documents: int = option(10_000, "background documents per shard: a streamed background_source is read, "
+                                          "tokenized and written in shards of this many source documents (the "
+                                          "unit of parallel workers, of resuming and of --shards jobs); the main "
+                                          "source's background in shards of this many chunks")
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -179,6 +188,7 @@ class PrepareConfig:
         check(not (self.canaries and self.canaries.count and self.near_duplicates), problems,
               "canaries and near_duplicates cannot be combined (variants and canaries both add documents after the "
               "members); prepare them as two datasets")
+        check(self.shard_documents >= 1, problems, f"shard_documents={self.shard_documents} must be >= 1")
         check_seed(self.seed, problems)
         raise_problems(problems)
 
