@@ -63,8 +63,8 @@ class ModelSection:
                                           "training run folder (its model/ is used)")
     reference: Union[str, None] = option(None, "reference model for the reference-calibrated membership attack "
                                                "(same vocabulary; loaded first, so a bad path fails at once)")
-    dtype: str = option("auto", "weights precision: auto (bf16 where the device computes it natively and fast -- "
-                                "CUDA with bf16, CPUs with AMX -- else fp32) | fp32 | bf16 | fp16 | checkpoint (the "
+    dtype: str = option("auto", "weights precision: auto (bf16 where it is native and faster than fp32 -- CUDA "
+                                "with bf16, CPUs with AMX, AVX512-BF16 CPUs where measured faster -- else fp32) | fp32 | bf16 | fp16 | checkpoint (the "
                                 "checkpoint's own); float32/bfloat16/float16 are aliases (goldfish.precision)")
     device: str = option("auto", "torch device: auto (cuda if available, else cpu), cpu, cuda, cuda:1, mps")
     threads: Union[int, None] = option(None, "CPU threads for torch (torch.set_num_threads); default: torch's "

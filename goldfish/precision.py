@@ -1,7 +1,8 @@
 """One precision vocabulary for training and evaluation: ``auto | fp32 | bf16 | fp16 | checkpoint``.
 
-``auto`` (the default everywhere) is resolved from the hardware by :func:`resolve_precision`: bf16 where the device
-computes it natively and fast (see :mod:`goldfish.hardware`), otherwise fp32. What a run records -- its config,
+``auto`` (the default everywhere) is resolved for the device by :func:`resolve_precision`: bf16 where it is native
+and faster than fp32 (decided from the hardware where that is certain, measured once and cached where it is not:
+see :mod:`goldfish.hardware`), otherwise fp32. What a run records -- its config,
 fingerprint, summary and report -- is always the *resolved* name, so a run resumed on a machine whose ``auto``
 resolves differently is a different run.
 
@@ -35,9 +36,10 @@ def resolve_precision(precision: str, device: torch.device | str | None = None, 
                       warn: bool = True) -> str:
     """The precision a run on ``device`` (default: :func:`goldfish.hardware.default_device`) computes in.
 
-    ``auto`` -> ``bf16`` when the device has native, fast bf16 and ``bf16_ok`` (a caller that cannot use bf16 here,
-    e.g. AxoNN on a CPU, passes False), else ``fp32``. An explicit ``bf16`` on a device without native bf16 is kept
-    and, with ``warn``, announced once per process on stderr: it runs, slowly. Other names pass through.
+    ``auto`` -> ``bf16`` when bf16 is native and faster than fp32 on the device and ``bf16_ok`` (a caller that
+    cannot use bf16 here, e.g. AxoNN on a CPU, passes False), else ``fp32``. An explicit ``bf16`` where it is not
+    faster is kept and, with ``warn``, announced once per process on stderr with the reason. Other names pass
+    through.
     """
     precision = ALIASES.get(precision, precision)
     device = torch.device(device) if device is not None else default_device()
@@ -48,9 +50,8 @@ def resolve_precision(precision: str, device: torch.device | str | None = None, 
         return "bf16" if native and bf16_ok else "fp32"
     if not native and warn and why not in _WARNED:
         _WARNED.add(why)
-        print(f"warning: precision=bf16 where bf16 is not native and fast ({why}): expect it to be slower than fp32 "
-              f"(up to ~30x where bf16 is emulated, e.g. AVX2); use precision=auto (or fp32) unless bf16 itself is "
-              f"under study", file=sys.stderr, flush=True)
+        print(f"warning: precision=bf16 on {device.type} where it is not faster than fp32 ({why}); use "
+              f"precision=auto (or fp32) unless bf16 itself is under study", file=sys.stderr, flush=True)
     return precision
 
 

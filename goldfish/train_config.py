@@ -233,8 +233,8 @@ class TrainConfig:
     loss: LossConfig = option(factory=LossConfig, help="standard or Goldfish loss")
     optim: OptimConfig = option(factory=OptimConfig, help="optimizer and learning-rate schedule")
     schedule: ScheduleConfig = option(factory=ScheduleConfig, help="training length and batch sizes")
-    precision: str = option("auto", "auto | fp32 | bf16 (auto: bf16 where the device computes it natively and fast -- "
-                                    "CUDA with bf16, CPUs with AMX -- else fp32; bf16: autocast over fp32 master "
+    precision: str = option("auto", "auto | fp32 | bf16 (auto: bf16 where it is native and faster than fp32 -- CUDA "
+                                    "with bf16, CPUs with AMX, AVX512-BF16 CPUs where measured faster -- else fp32; bf16: autocast over fp32 master "
                                     "weights; float32/bfloat16 are aliases; see goldfish.precision)")
     compile: bool = option(False, "torch.compile every decoder layer (the first step pays the compilation; fuses "
                                   "norms, rotary and SwiGLU kernels; under torchrun too with the native engine)")
