@@ -19,6 +19,7 @@ import sys
 import torch
 
 from .hardware import default_device, native_bf16
+from .ownership import is_main_process
 
 PRECISIONS: dict[str, torch.dtype | str] = {"auto": "auto", "fp32": torch.float32, "bf16": torch.bfloat16,
                                             "fp16": torch.float16, "checkpoint": "checkpoint"}
@@ -38,7 +39,7 @@ def resolve_precision(precision: str, device: torch.device | str | None = None, 
 
     ``auto`` -> ``bf16`` when bf16 is native and faster than fp32 on the device and ``bf16_ok`` (a caller that
     cannot use bf16 here, e.g. AxoNN on a CPU, passes False), else ``fp32``. An explicit ``bf16`` where it is not
-    faster is kept and, with ``warn``, announced once per process on stderr with the reason. Other names pass
+    faster is kept and, with ``warn``, announced once on stderr with the reason (by the first process of a launch). Other names pass
     through.
     """
     precision = ALIASES.get(precision, precision)
@@ -48,7 +49,7 @@ def resolve_precision(precision: str, device: torch.device | str | None = None, 
     native, why = native_bf16(device)
     if precision == "auto":
         return "bf16" if native and bf16_ok else "fp32"
-    if not native and warn and why not in _WARNED:
+    if not native and warn and why not in _WARNED and is_main_process():
         _WARNED.add(why)
         print(f"warning: precision=bf16 on {device.type} where it is not faster than fp32 ({why}); use "
               f"precision=auto (or fp32) unless bf16 itself is under study", file=sys.stderr, flush=True)

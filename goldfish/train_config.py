@@ -185,7 +185,11 @@ class CheckpointConfig:
     """Atomic checkpoints with exact resume."""
 
     every_steps: int = option(100, "save every N optimizer steps (0: only at the end)")
-    keep_last: int = option(2, "keep the newest N checkpoints (0: keep all)")
+    keep_last: int = option(2, "keep the newest N checkpoints (0: keep all); in a finished run model/ counts as the "
+                               "newest")
+    keep_optimizer: bool = option(False, "keep the optimizer state (and the final checkpoint) when the run finishes; "
+                                         "false: a finished run keeps model/ and its earlier checkpoints' weights "
+                                         "only (1/3 of the disk with AdamW), enough for a checkpoint series")
     resume: str = option("auto", "auto (newest complete checkpoint in out/checkpoints) | never | <checkpoint path>")
 
     def __post_init__(self) -> None:

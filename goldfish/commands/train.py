@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..config import describe
 from ..errors import UserError
+from ..ownership import is_main_process
 
 DESCRIPTION = """\
 Train a Llama-architecture model on prepared data (goldfish prepare) with the standard or Goldfish loss.
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         cfg.out = str(fresh_folder(Path(cfg.out)))
     out = train(cfg, replace=args.overwrite)
     summary = out / "summary.json"
-    if summary.is_file():
+    if summary.is_file() and is_main_process():  # one line per run, not one per torchrun/accelerate process
         print(f"trained: {out / 'model'}  (summary: {summary})")
     return 0
 
