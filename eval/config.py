@@ -8,7 +8,8 @@ and a few shorthand flags, :data:`SHORTHANDS`, that name one key each). Sections
 * ``decoding``   -- generation for extraction (batch size, stop at eos, beam search, sampling, (n, p) n, the
   mask-consistent adversary);
 * ``membership`` -- membership-inference scoring (token budget, context windows, Min-K ratios, bootstrap);
-* ``mask``       -- the model's Goldfish mask settings for ``decoding.adversary`` (default: the run folder's);
+* ``goldfish``   -- the model's Goldfish mask settings for ``decoding.adversary`` (default: the run folder's; ``mask``
+  is its earlier name, an alias);
 * ``canaries``   -- Secret-Sharer exposure of a prepared folder's canaries (candidates per canary);
 * ``series``     -- a list of models or a run's checkpoints evaluated into one folder (:mod:`goldfish.eval.series`);
 * top level      -- ``out``, ``tasks``, resume/overwrite, report, progress, seed.
@@ -20,7 +21,7 @@ and a few shorthand flags, :data:`SHORTHANDS`, that name one key each). Sections
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, Union
+from typing import ClassVar, Literal, Union
 
 from goldfish.config import check, check_seed, option, raise_problems, shown
 from goldfish.masks import Strategy
@@ -276,6 +277,10 @@ class SeriesSection:
 class EvalConfig:
     """What to evaluate, how to cut extraction windows, and how to run the model."""
 
+    # other commands' and earlier spellings of a setting (goldfish.config.aliases; docs/evaluation.md "Names")
+    ALIASES: ClassVar[dict[str, str]] = {"mask": "goldfish", "precision": "model.dtype", "device": "model.device",
+                                         "limit": "data.max_docs", "batch_size": "decoding.batch_size"}
+
     out: Union[str, None] = option(None, "output folder for results.json, results.csv, report.md and plots")
     tasks: list[Literal["extraction", "membership", "canaries"]] = option(
         factory=lambda: list(TASKS), help="what to run: extraction (windows, generation), membership (needs "
@@ -285,7 +290,8 @@ class EvalConfig:
     data: DataSection = option(factory=DataSection, help="documents and extraction windows")
     decoding: DecodingSection = option(factory=DecodingSection, help="generation settings of extraction")
     membership: MembershipSection = option(factory=MembershipSection, help="membership-inference scoring")
-    mask: MaskSection = option(factory=MaskSection, help="the model's Goldfish mask, for decoding.adversary")
+    goldfish: MaskSection = option(factory=MaskSection, help="the model's Goldfish mask, for decoding.adversary "
+                                                             "(goldfish.k ...: the same spelling as goldfish train's)")
     canaries: CanarySection = option(factory=CanarySection, help="canary exposure (task canaries)")
     series: SeriesSection = option(factory=SeriesSection, help="evaluate a series of models (a size family or a "
                                                                "run's checkpoints) instead of model.path")

@@ -256,7 +256,7 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None) 
         check_vocab(model, tokenizer, [d.tokens for d in docs], what=f"the {name} documents")
     _check_context(model, windows, cfg.data.suffix_len)
     _check_finite(model, splits, cfg)
-    mask = adversary.resolve_mask(cfg.mask, m.path, tokenizer) if cfg.decoding.adversary and windows else None
+    mask = adversary.resolve_mask(cfg.goldfish, m.path, tokenizer) if cfg.decoding.adversary and windows else None
     print_ = fingerprint(cfg, splits)
     claim_folder(out, print_)  # refuses a different evaluation before anything is written
     folder.mark(fingerprint_sha256(print_))

@@ -16,7 +16,7 @@ import importlib.util
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from .config import check, check_seed, from_dict, load_config, option, raise_problems, shown, to_dict
 from .errors import ConfigError, UserError
@@ -208,7 +208,7 @@ class LoggingConfig:
     see :mod:`goldfish.tracking`). Changes nothing a run computes: not part of its fingerprint."""
 
     tensorboard: bool = option(False, "write TensorBoard event files to <out>/tensorboard (needs the tensorboard "
-                                      "extra: pip install 'goldfish-toolkit[tensorboard]')")
+                                      "extra: pip install -e '.[tensorboard]' in the checkout, docs/install.md)")
     wandb: bool = option(False, "log a Weights & Biases run in <out>/wandb (needs the wandb extra); offline unless "
                                 "wandb_mode=online")
     wandb_mode: Literal["offline", "online"] = option(
@@ -223,14 +223,17 @@ class LoggingConfig:
         problems: list[str] = []
         for flag, package in (("tensorboard", "tensorboard"), ("wandb", "wandb")):
             check(not getattr(self, flag) or importlib.util.find_spec(package) is not None, problems,
-                  f"logging.{flag}=true needs the {package} package: pip install 'goldfish-toolkit[{package}]' "
-                  f"(or set logging.{flag}=false)")
+                  f"logging.{flag}=true needs the {package} package: pip install {package} (the toolkit's "
+                  f"'{package}' extra) or set logging.{flag}=false")
         raise_problems(problems)
 
 
 @dataclasses.dataclass
 class TrainConfig:
     """Everything ``goldfish train`` needs; saved as ``<out>/config.yaml`` beside the run."""
+
+    # goldfish.k (goldfish eval's spelling of the mask settings) = loss.goldfish.k (goldfish.config.aliases)
+    ALIASES: ClassVar[dict[str, str]] = {"goldfish": "loss.goldfish"}
 
     data: DataConfig = option(factory=DataConfig, help="prepared data")
     model: ModelConfig = option(factory=ModelConfig, help="model size or local model")

@@ -27,7 +27,7 @@ import dataclasses
 from pathlib import Path
 from typing import Literal
 
-from ..config import check, check_seed, option, raise_problems, shown
+from ..config import check, check_seed, find_config, option, raise_problems, shown
 from .canaries import CanaryConfig
 from .dedup import DedupConfig
 from .variants import NearDuplicateConfig
@@ -184,15 +184,6 @@ class PrepareConfig:
 
 
 def resolve_recipe(spec: str) -> Path:
-    """A recipe file, found relative to the working directory and then to the checkout (so ``data/x.yaml`` in an
-    experiment config works from any folder), or a bare name looked up as ``data/<name>.yaml`` in both."""
-    path = Path(spec).expanduser()
-    if path.is_file() or path.is_absolute():
-        return path  # read_yaml reports a missing file in one line
-    roots = (Path.cwd(), Path(__file__).resolve().parents[2])
-    is_path = path.suffix in (".yaml", ".yml") or "/" in spec
-    for root in roots:
-        candidate = root / path if is_path else root / "data" / f"{spec}.yaml"
-        if candidate.is_file():
-            return candidate
-    return path
+    """A recipe file by path or by name (``wikipedia_demo`` -> ``data/wikipedia_demo.yaml``), found from any folder,
+    also from an installed wheel (:func:`goldfish.config.find_config`)."""
+    return find_config(spec, "data")
