@@ -30,6 +30,7 @@ from goldfish.config import save_config, shown, to_dict
 from goldfish.errors import UserError
 from goldfish.hardware import describe
 from goldfish.io import JsonlLogger, atomic_write_text, strict_json
+from goldfish.models import weights_stamp
 from goldfish.ownership import OutputFolder, fingerprint_sha256, writing
 from goldfish.precision import resolve_precision
 from goldfish.provenance import code_version, git_commit, versions
@@ -250,6 +251,7 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None) 
     elif prep is not None:
         tokenizer = prep.tokenizer
     windows, skipped = _extraction_windows(cfg, splits)
+    weights = weights_stamp(m.path)  # before reading them: what --update-card checks the model folder against
     model = (model or SharedModel(m)).get()
     check_canary_task(cfg.tasks, splits)
     for name, docs in splits.items():
@@ -270,10 +272,10 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None) 
         "config": to_dict(cfg),
         "model": {"path": resolve_model_path(m.path).describe(), "num_parameters": num_parameters(model),
                   "vocab_size": model_vocab_size(model), "dtype": str(next(model.parameters()).dtype),
-                  "precision": m.dtype, "device": describe(next(model.parameters()).device)},
+                  "precision": m.dtype, "device": describe(next(model.parameters()).device), "weights": weights},
         "data": {"path": str(cfg.data.path), "members": len(splits.get("members", [])),
                  "nonmembers": len(splits.get("nonmembers", [])), "skipped_short": skipped,
-                 "sha256": windows_sha256(windows)},
+                 "sha256": windows_sha256(windows), "documents_sha256": print_["data_sha256"]},
         "summary": summarize(records) if "extraction" in cfg.tasks else None,
         "membership": run_membership(model, reference, splits, cfg, tokenizer, out),
         "canaries": canaries_section(model, splits, cfg, prep),

@@ -135,6 +135,17 @@ def resolve_model_path(path: str | Path) -> ModelSource:
                     f"(give a Hugging Face model folder, a .gguf file or a training run folder)")
 
 
+def weights_stamp(path: str | Path | None) -> list:
+    """``[[name, bytes, mtime_ns], ...]`` of a model's weight files: what tells a retrained model at the same path from
+    the old one (an evaluation's fingerprint; the model card's weights identity)."""
+    if path is None:
+        return []
+    src = resolve_model_path(path)
+    files = [src.folder / src.gguf_file] if src.gguf_file else sorted(src.folder.glob("*.safetensors"))
+    files += [] if src.gguf_file else sorted(f for f in src.folder.iterdir() if f.suffix in PICKLE_SUFFIXES)
+    return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+
+
 def check_weights(src: ModelSource, allow_pickle: bool) -> bool:
     """Refuse pickle-only folders unless allowed -> whether to read safetensors (``use_safetensors``)."""
     if src.gguf_file:

@@ -86,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     print(format_summary_table(results))
     print(f"\nresults: {cfg.out}/results.json, {cfg.out}/results.csv" + (f", {cfg.out}/report.md" if cfg.report else ""))
     if folder is not None:
-        print(f"model card: {add_eval_results(folder, eval_results(results))}")
+        weights = (results.get("model") or {}).get("weights")  # the weights the numbers are of
+        print(f"model card: {add_eval_results(folder, eval_results(results), weights=weights)}")
     return 0
 
 
