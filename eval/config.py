@@ -30,9 +30,12 @@ from goldfish.precision import PRECISIONS, canonical_precision
 from .windows import ALL, PLACEMENTS
 
 TASKS = ("extraction", "membership")  # the default tasks; "canaries" is asked for by name
-# shorthand flag -> config key (README: "goldfish eval"); every other setting is a key=value override
+# shorthand flag -> config key (docs/evaluation.md); every other setting is a key=value override. --device,
+# --batch-size and --limit are lm-evaluation-harness's flags for the same settings; a flag with a dash is also
+# accepted with an underscore (--batch_size, --max_offset), as lm-eval spells them
 SHORTHANDS = {"--model": "model.path", "--data": "data.path", "--nonmembers": "data.nonmembers", "--out": "out",
-              "--offsets": "data.offsets", "--max-offset": "data.max_offset", "--threads": "model.threads"}
+              "--offsets": "data.offsets", "--max-offset": "data.max_offset", "--threads": "model.threads",
+              "--device": "model.device", "--batch-size": "decoding.batch_size", "--limit": "data.max_docs"}
 
 
 def parse_prefix_len(value) -> int | None:
@@ -60,8 +63,9 @@ def _split_commas(values: list) -> list:
 class ModelSection:
     """The model under evaluation and how it is loaded (offline; safetensors/GGUF; never remote code)."""
 
-    path: Union[str, None] = option(None, "model to evaluate: a local Hugging Face folder, a .gguf file, or a "
-                                          "training run folder (its model/ is used)")
+    path: Union[str, None] = option(None, "model to evaluate: a local Hugging Face folder, a .gguf file, a training "
+                                          "run folder (its model/ is used), or a Hub id ORG/NAME (from the Hugging "
+                                          "Face cache, fetched when absent and online: safetensors only)")
     reference: Union[str, None] = option(None, "reference model for the reference-calibrated membership attack "
                                                "(same vocabulary; loaded first, so a bad path fails at once)")
     dtype: str = option("auto", "weights precision: auto (bf16 where it is native and faster than fp32 -- CUDA "

@@ -29,7 +29,7 @@ from typing import Any
 from .errors import UserError
 from .gguf_cache import general_metadata
 from .io import atomic_write_text
-from .models import weights_stamp
+from .models import is_hub_id, weights_stamp
 from .provenance import code_version, versions
 from .train_config import TrainConfig
 
@@ -54,6 +54,8 @@ def starting_model(path: str | None) -> dict[str, Any]:
     license only where the model itself declares them: GGUF metadata, or a Hugging Face folder's own card)."""
     if not path:
         return {}
+    if is_hub_id(path):
+        return {"path": str(path), "hub_id": str(path), "license": None}
     src = Path(path).expanduser()
     info: dict[str, Any] = {"path": str(src), "hub_id": None, "license": None}
     ggufs = sorted(src.glob("*.gguf")) if src.is_dir() else [src] if src.suffix == ".gguf" else []

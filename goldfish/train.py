@@ -45,7 +45,7 @@ from .io import JsonlLogger, atomic_directory, atomic_write_json, atomic_write_t
 from .loss import EngineLoss
 from .masks import GoldfishConfig, config_mask
 from .modelcard import write_training_card
-from .models import build_model, count_parameters, flops_per_token, set_special_ids
+from .models import build_model, count_parameters, flops_per_token, set_special_ids, transformers_bars
 from .ownership import OutputFolder, fingerprint_sha256, is_main_process, writing
 from .perf import MfuMeter
 from .precision import resolve_precision
@@ -368,11 +368,13 @@ def _finish(cfg: TrainConfig, out: Path, engine: Engine, prepared, plan: Plan, p
             meter: MfuMeter, started: float) -> None:
     """Export the model (+ tokenizer) in Hugging Face format and write ``summary.json``."""
     if engine.is_main:
-        with atomic_directory(out / "model", overwrite=True) as tmp:
+        with atomic_directory(out / "model", overwrite=True) as tmp, \
+                transformers_bars(cfg.progress and sys.stderr.isatty()):  # bars on a terminal only, as ours
             engine.export_hf(tmp)  # a collective: the other ranks call it below
             prepared.copy_tokenizer(tmp)
     else:
-        engine.export_hf(out / "model")
+        with transformers_bars(False):
+            engine.export_hf(out / "model")
     if not engine.is_main:
         return
     records = read_jsonl(out / "metrics.jsonl")
