@@ -92,10 +92,9 @@ class GoldfishTrainerMixin:
             if self.accelerator.num_processes > 1:
                 sums = self.accelerator.reduce(sums, reduction="sum")
             kept, n_kept, dropped, n_dropped = sums.tolist()
-            logs = {**logs, "kept_loss": kept / n_kept if n_kept else None,
-                    "dropped_loss": dropped / n_dropped if n_dropped else None,
-                    "dropped_frac": n_dropped / (n_kept + n_dropped) if n_kept + n_dropped else None}
-            logs = {k: v for k, v in logs.items() if v is not None}
+            values = (kept / n_kept if n_kept else None, dropped / n_dropped if n_dropped else None,
+                      n_dropped / (n_kept + n_dropped) if n_kept + n_dropped else None)
+            logs = {**logs, **{k: v for k, v in zip(LOGGED, values) if v is not None}}
             self._goldfish_sums.zero_()
         super().log(logs, *args, **kwargs)
 
