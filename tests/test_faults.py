@@ -610,11 +610,12 @@ def test_eval_killed_at_a_random_moment_resumes_to_the_same_results(data, tmp_pa
 
 
 def _results(folder: Path, root: Path) -> dict:
-    """results.json without what depends on the run's moment and place (times, host; ``root`` in paths)."""
+    """results.json without what depends on the run's moment and place (times, host, the weight files' mtimes in
+    ``model.weights``; ``root`` in paths)."""
     def strip(value):
         if isinstance(value, dict):
             return {k: strip(v) for k, v in value.items()
-                    if not any(s in k for s in ("time", "seconds", "created", "finished", "host"))}
+                    if not any(s in k for s in ("time", "seconds", "created", "finished", "host", "weights"))}
         if isinstance(value, list):
             return [strip(v) for v in value]
         return value
