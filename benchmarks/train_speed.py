@@ -6,7 +6,8 @@
 3. MFU of a ~40 M-parameter Llama in the precision ``auto`` resolves to here, against the measured matmul peak
    of that precision (``goldfish.perf``).                                                             target >= 60 %
 4. bf16 ÷ fp32 step time of a ~12 M-parameter Llama on this machine, beside the precision ``auto`` chose and why
-   (``goldfish.hardware``: decided from the CPU's reported features, never from this timing).            report
+   (``goldfish.hardware``: the CPU's reported features where they decide, else its own cached one-second probe of
+   linear layers; never this timing).                                                                     report
 
 Runs are interleaved (A, B, C, A, B, C ...) and summarised by medians, so a load spike from other processes on the
 machine hits every arm alike. Usage::

@@ -40,8 +40,9 @@ def test_manifest_contract(demo):
     assert m["format"] == "goldfish-prepared/2" and m["name"] == "wikipedia_demo" and m["source"] == "wikipedia"
     assert m["tokenizer"] == {"name": "bpe", "vocab_size": 4096, "eos_id": 0, "bos_id": 0, "pad_id": 0}
     assert (m["seed"], m["seq_len"], m["packing"]) == (0, 128, "one_per_row")
-    assert m["counts"] == {"members": 100, "nonmembers": 100, "train": 100}
-    assert m["tokens"] == {"members": 12800, "nonmembers": 12800, "train": 12800}
+    # the defaults (data/wikipedia_demo.yaml): a random split of the articles, 50 members and 50 nonmembers
+    assert m["counts"] == {"members": 50, "nonmembers": 50, "train": 50}
+    assert m["tokens"] == {"members": 6400, "nonmembers": 6400, "train": 6400}
     assert set(m["sha256"]) == {"members", "nonmembers", "train"} and m["config"]["doc_tokens"] == 128
     assert {"created", "versions"} <= set(m) and m["versions"]["gensim"] == "4.4.0"
     # the rows: a 4,096-id vocabulary stored as uint16, each member once, the layout beside it
@@ -56,11 +57,24 @@ def test_manifest_contract(demo):
     assert set(demo.nonmembers["repetitions"]) == {0}
 
 
-def test_later_chunk_is_the_next_tokens_of_the_same_article(demo):
-    """Re-tokenize each article independently and check member = tokens[:128], nonmember = tokens[128:256]."""
+def test_random_split_takes_the_same_stretch_of_other_articles(demo):
+    """The default nonmembers: tokens [0, 128) of articles that are not members (re-tokenized independently)."""
     articles = {d.id: d.text for d in load_documents(SourceConfig())}
     tok = demo.tokenizer
     members, nonmembers = demo.members.to_list(), demo.nonmembers.to_list()
+    assert not {m["id"] for m in members} & {n["id"] for n in nonmembers} and len(nonmembers) == 50
+    for doc in members + nonmembers:
+        ids = tok(articles[doc["id"]], add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        assert doc["input_ids"] == ids[:128]
+
+
+def test_later_chunk_is_the_next_tokens_of_the_same_article(tmp_path):
+    """Re-tokenize each article independently and check member = tokens[:128], nonmember = tokens[128:256]."""
+    later = load_prepared(prepare(PrepareConfig(source=SourceConfig(max_documents=30), num_members=20,
+                                                nonmember_mode="later_chunk"), tmp_path / "later", progress=False))
+    articles = {d.id: d.text for d in load_documents(SourceConfig(max_documents=30))}
+    tok = later.tokenizer
+    members, nonmembers = later.members.to_list(), later.nonmembers.to_list()
     assert [n["id"] for n in nonmembers] == [m["id"] + "#later" for m in members]
     for mem, non in zip(members, nonmembers):
         ids = tok(articles[mem["id"]], add_special_tokens=False, split_special_tokens=True)["input_ids"]
@@ -82,12 +96,12 @@ def test_members_nonmembers_disjoint(demo, canaries):
 
 def test_one_per_row_rows(demo):
     c = columns(demo.train)
-    assert c["input_ids"].shape == (100, 128)
+    assert c["input_ids"].shape == (50, 128)
     np.testing.assert_array_equal(c["labels"], np.where(c["attention_mask"] == 1, c["input_ids"], -100))
     # each row is exactly one member (document_ids k -> members row k), positions 0..127, no padding here
     members = demo.members.to_list()
-    assert sorted(c["document_ids"][:, 0].tolist()) == list(range(100))
-    for row in range(100):
+    assert sorted(c["document_ids"][:, 0].tolist()) == list(range(50))
+    for row in range(50):
         k = int(c["document_ids"][row, 0])
         assert (c["document_ids"][row] == k).all() and c["position_ids"][row].tolist() == list(range(128))
         assert c["input_ids"][row].tolist() == members[k]["input_ids"]
@@ -202,9 +216,11 @@ def test_verify_detects_changed_bytes(demo, tmp_path):
 
 
 def test_not_enough_documents(tmp_path):
-    cfg = PrepareConfig(source=SourceConfig(max_documents=6), num_members=10)
+    cfg = PrepareConfig(source=SourceConfig(max_documents=6), num_members=10, nonmember_mode="later_chunk")
     with pytest.raises(UserError, match="num_members=10 but only 6 documents have 2\\*doc_tokens=256 tokens"):
         prepare(cfg, tmp_path / "x", progress=False)
+    with pytest.raises(UserError, match="num_members=10 and num_nonmembers=0 do not fit the 6 eligible documents"):
+        prepare(PrepareConfig(source=SourceConfig(max_documents=6), num_members=10), tmp_path / "x", progress=False)
     assert not (tmp_path / "x").exists()
 
 

@@ -137,7 +137,7 @@ def test_export_loads_with_auto_classes_and_gives_the_trained_logits(data, tmp_p
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    cfg = tiny_config(data, tmp_path / "r", checkpoint={"every_steps": 0, "keep_last": 1})
+    cfg = tiny_config(data, tmp_path / "r", checkpoint={"every_steps": 0, "keep_last": 1, "keep_optimizer": True})
     out, _ = run(cfg)
     exported = AutoModelForCausalLM.from_pretrained(str(out / "model"), local_files_only=True).eval()
     tokenizer = AutoTokenizer.from_pretrained(str(out / "model"), local_files_only=True)

@@ -35,7 +35,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("args", nargs="*", metavar="[CONFIG.yaml] [key=value ...]",
                    help="optional YAML config, then key=value overrides of any config key")
     for flag, key in SHORTHANDS.items():
-        p.add_argument(flag, dest=key, default=None, metavar="VALUE", help=f"= {key}=VALUE")
+        spellings = [flag] + ([flag.replace("-", "_").replace("__", "--", 1)] if "-" in flag[2:] else [])
+        p.add_argument(*spellings, dest=key, default=None, metavar="VALUE", help=f"= {key}=VALUE")
+    p.add_argument("--overwrite", action="store_true", help="= overwrite=true: replace an out folder that holds another "
+                                                            "evaluation (built beside it, swapped in when finished)")
     p.add_argument("--update-card", action="store_true",
                    help="append the headline numbers (extraction per window placement, membership AUCs) to the model "
                         "folder's README.md model card, in model-index form (a Hugging Face folder or a training run "
@@ -56,6 +59,10 @@ def build_config(args: argparse.Namespace):
         if key in given:
             raise ConfigError(f"{flag} and {key}= both given; keep one")
         given.update(parse_overrides([f"{key}={value}"]))  # a YAML scalar, as key=value would read it
+    if args.overwrite:
+        if "overwrite" in given:
+            raise ConfigError("--overwrite and overwrite= both given; keep one")
+        given["overwrite"] = True
     return from_dict(EvalConfig, merged(read_yaml(path) if path else {}, given))
 
 
@@ -79,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     print(format_summary_table(results))
     print(f"\nresults: {cfg.out}/results.json, {cfg.out}/results.csv" + (f", {cfg.out}/report.md" if cfg.report else ""))
     if folder is not None:
-        print(f"model card: {add_eval_results(folder, eval_results(results))}")
+        weights = (results.get("model") or {}).get("weights")  # the weights the numbers are of
+        print(f"model card: {add_eval_results(folder, eval_results(results), weights=weights)}")
     return 0
 
 

@@ -1,8 +1,9 @@
 """``PrepareConfig``: everything ``goldfish prepare`` needs to turn a corpus into a memorization dataset.
 
 The dataclass defaults ARE the demo recipe (``data/wikipedia_demo.yaml``): the offline Wikipedia articles shipped in
-the gensim wheel, a 4096-token byte-level BPE trained on them, 100 member articles cut to their first 128 tokens and,
-as nonmembers, the *next* 128 tokens of the same articles. So ``PrepareConfig()`` runs anywhere without a file.
+the gensim wheel, a 4096-token byte-level BPE trained on them, and a seeded random split of the articles into 50
+members and 50 nonmembers, each cut to its first 128 tokens (``random_split``: the two sets differ only in
+membership). So ``PrepareConfig()`` runs anywhere without a file.
 
 Layout of a recipe (every key optional; see ``data/README.md`` for each one)::
 
@@ -14,9 +15,9 @@ Layout of a recipe (every key optional; see ``data/README.md`` for each one)::
     packing: one_per_row
     min_tokens: 32
     doc_tokens: 128
-    num_members: 100
+    num_members: 50
     repetitions: [1]
-    nonmember_mode: later_chunk
+    nonmember_mode: random_split
     num_nonmembers: null
     num_background: 0
 """
@@ -27,7 +28,7 @@ import dataclasses
 from pathlib import Path
 from typing import Literal
 
-from ..config import check, check_at_most, check_seed, option, raise_problems, shown
+from ..config import check, check_at_most, check_seed, find_config, option, raise_problems, shown
 from .canaries import CanaryConfig
 from .dedup import DedupConfig
 from .variants import NearDuplicateConfig
@@ -114,10 +115,10 @@ class PrepareConfig:
                                              "document per row, right-padded (the paper's setting)")
     min_tokens: int = option(32, "documents with fewer tokens are skipped (and counted); if all are, it is an error")
     doc_tokens: int | None = option(128, "cut each document to its first N tokens (null = the whole document)")
-    num_members: int | None = option(100, "how many member (target) documents (null = all remaining documents)")
+    num_members: int | None = option(50, "how many member (target) documents (null = all remaining documents)")
     repetitions: list[int] = option(factory=lambda: [1], help="repetition counts assigned round-robin to the "
                                     "(shuffled) members, e.g. [1, 2, 4, 8, 16, 32] for duplication strata")
-    nonmember_mode: NonmemberMode = option("later_chunk", "random_split: a seeded random split of whole documents, "
+    nonmember_mode: NonmemberMode = option("random_split", "random_split: a seeded random split of whole documents, "
                                            "members and nonmembers both tokens [0, doc_tokens) (the sound design) | "
                                            "held_out: other documents of the corpus, any length >= min_tokens | "
                                            "later_chunk: tokens [doc_tokens, 2*doc_tokens) of each member document "
@@ -198,15 +199,6 @@ class PrepareConfig:
 
 
 def resolve_recipe(spec: str) -> Path:
-    """A recipe file, found relative to the working directory and then to the checkout (so ``data/x.yaml`` in an
-    experiment config works from any folder), or a bare name looked up as ``data/<name>.yaml`` in both."""
-    path = Path(spec).expanduser()
-    if path.is_file() or path.is_absolute():
-        return path  # read_yaml reports a missing file in one line
-    roots = (Path.cwd(), Path(__file__).resolve().parents[2])
-    is_path = path.suffix in (".yaml", ".yml") or "/" in spec
-    for root in roots:
-        candidate = root / path if is_path else root / "data" / f"{spec}.yaml"
-        if candidate.is_file():
-            return candidate
-    return path
+    """A recipe file by path or by name (``wikipedia_demo`` -> ``data/wikipedia_demo.yaml``), found from any folder,
+    also from an installed wheel (:func:`goldfish.config.find_config`)."""
+    return find_config(spec, "data")
