@@ -98,9 +98,11 @@ def process_group(device: str) -> Iterator[Shard]:
     import torch.distributed as dist
 
     started = not dist.is_initialized()
+    cuda = device in ("auto", "cuda") or device.startswith("cuda:")
+    if cuda and torch.cuda.is_available():  # this rank's GPU: where the model is loaded and NCCL gathers
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     if started:
-        backend = "nccl" if device.startswith("cuda") and torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend)
+        dist.init_process_group("nccl" if cuda and torch.cuda.is_available() else "gloo")
     try:
         yield Shard(dist.get_rank(), dist.get_world_size())
     finally:

@@ -67,22 +67,29 @@ def build_config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from goldfish.eval.run import run_eval
     from goldfish.eval.report import format_summary_table
+    from goldfish.eval.run import run_eval
+    from goldfish.eval.shard import process_group, splitting
 
     from ..modelcard import add_eval_results, eval_results
 
     cfg = build_config(args)
-    if cfg.series.active:  # a size family or a run's checkpoints, into one folder
-        from goldfish.eval.series import run_series
-        from goldfish.eval.series_report import model_table
+    # torchrun / accelerate launch: every process evaluates its share of the same batches; rank 0 writes and prints
+    with process_group(cfg.model.device) as shard, splitting(shard):
+        if cfg.series.active:  # a size family or a run's checkpoints, into one folder
+            from goldfish.eval.series import run_series
+            from goldfish.eval.series_report import model_table
 
-        print(model_table(run_series(cfg)))
-        print(f"\nresults: {cfg.out}/series.json, {cfg.out}/series.csv, {cfg.out}/trajectories.csv"
-              + (f", {cfg.out}/report.md" if cfg.report else ""))
+            analysis = run_series(cfg)
+            if shard.main:
+                print(model_table(analysis))
+                print(f"\nresults: {cfg.out}/series.json, {cfg.out}/series.csv, {cfg.out}/trajectories.csv"
+                      + (f", {cfg.out}/report.md" if cfg.report else ""))
+            return 0
+        folder = card_folder(cfg.model.path) if args.update_card else None  # a wrong target fails before the work
+        results = run_eval(cfg)
+    if not shard.main:
         return 0
-    folder = card_folder(cfg.model.path) if args.update_card else None  # a wrong target fails before the work
-    results = run_eval(cfg)
     print(format_summary_table(results))
     print(f"\nresults: {cfg.out}/results.json, {cfg.out}/results.csv" + (f", {cfg.out}/report.md" if cfg.report else ""))
     if folder is not None:
