@@ -6,7 +6,8 @@
 3. MFU of a ~40 M-parameter Llama in the precision ``auto`` resolves to here, against the measured matmul peak
    of that precision (``goldfish.perf``).                                                             target >= 60 %
 4. bf16 ÷ fp32 step time of a ~12 M-parameter Llama on this machine, beside the precision ``auto`` chose and why
-   (``goldfish.hardware``: decided from the CPU's reported features, never from this timing).            report
+   (``goldfish.hardware``: the CPU's reported features where they decide, else its own cached one-second probe of
+   linear layers; never this timing).                                                                     report
 
 Runs are interleaved (A, B, C, A, B, C ...) and summarised by medians, so a load spike from other processes on the
 machine hits every arm alike. Usage::
@@ -26,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from goldfish.config import from_dict
@@ -65,7 +67,7 @@ def hf_trainer(data: str, out: Path, steps: int, batch: int, precision: str) -> 
     from goldfish.train_config import ModelConfig
 
     prepared = load_prepared(data)
-    rows = prepared.train.select_columns(["input_ids", "labels", "position_ids"]).with_format("torch")
+    rows = _Columns(prepared.train, ("input_ids", "labels", "position_ids"))
     model = build_model(ModelConfig(name="llama-demo"), prepared.manifest["tokenizer"]["vocab_size"], seed=0)
     ends: list[float] = []
 
@@ -83,6 +85,20 @@ def hf_trainer(data: str, out: Path, steps: int, batch: int, precision: str) -> 
     seq_len = len(rows[0]["input_ids"])
     return {"times": [b - a for a, b in zip(ends[WARMUP_STEPS - 1:], ends[WARMUP_STEPS:])],
             "tokens_per_step": batch * seq_len, "flops_per_token": flops_per_token(model, seq_len)}
+
+
+class _Columns(torch.utils.data.Dataset):
+    """Some columns of the prepared rows (a map-style dataset of (T,) arrays): what the model's forward takes."""
+
+    def __init__(self, rows, columns: tuple[str, ...]):
+        self.rows, self.columns = rows, columns
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> dict:
+        row = self.rows[i]
+        return {k: row[k] for k in self.columns}
 
 
 def median_tokens_per_s(runs: list[dict]) -> float:
@@ -133,7 +149,7 @@ def mask_overhead(args, step_seconds: float) -> dict:
     from goldfish.train import drop_mask
 
     prepared = load_prepared(args.data)
-    rows = prepared.train.with_format("torch")[: args.batch]
+    rows = {k: torch.from_numpy(v) for k, v in prepared.train.batch(np.arange(args.batch)).items()}
     gcfg = GoldfishConfig(k=4, h=13, special_ids=[0, 1, 2])
     drop_mask(rows, gcfg)
     times = []

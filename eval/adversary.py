@@ -25,7 +25,7 @@ greedy picks wherever the model's argmax is not a special token.
 The attacker's context is the window's prefix and what it generated, masked as a document that starts at the
 prefix: exact for the true suffix whenever the prefix starts at the document's first token or holds at least h-1
 tokens (all of the toolkit's default windows). The mask settings come from the training run folder
-(``<run>/mask.json``, the mask training recorded), or from the eval config's ``mask`` section, which overrides it; the
+(``<run>/mask.json``, the mask training recorded), or from the eval config's ``goldfish`` section, which overrides it; the
 tokenizer's eos/bos/pad ids are added to the special ids, as the trainer adds the data's.
 """
 
@@ -80,7 +80,7 @@ def run_folder_mask(model_path: str | None) -> dict | None:
 
 
 def resolve_mask(mask_section: Any, model_path: str | None, tokenizer) -> GoldfishConfig:
-    """The Goldfish mask the attacker assumes: the run folder's settings, overridden by the eval config's ``mask``
+    """The Goldfish mask the attacker assumes: the run folder's settings, overridden by the eval config's ``goldfish``
     keys that are set; the tokenizer's eos/bos/pad ids join the special ids. One UserError when neither says."""
     explicit = {k: v for k, v in to_dict(mask_section).items() if v is not None}
     found = run_folder_mask(model_path)
@@ -88,8 +88,8 @@ def resolve_mask(mask_section: Any, model_path: str | None, tokenizer) -> Goldfi
     if trained is None and not {"k", "h"} <= set(explicit):
         why = ("was trained with the standard loss" if found else "is not a training run folder")
         raise UserError(f"decoding.adversary=mask_consistent needs the Goldfish mask of the model, which {why}; "
-                        f"set mask.k and mask.h (and mask.strategy, mask.seed, mask.special_ids if not the "
-                        f"defaults), e.g. mask.k=4 mask.h=13")
+                        f"set goldfish.k and goldfish.h (and goldfish.strategy, goldfish.seed, goldfish.special_ids "
+                        f"if not the defaults), e.g. goldfish.k=4 goldfish.h=13")
     settings = {**(trained or {}), **explicit}
     specials = {int(i) for i in settings.get("special_ids") or []}
     specials |= {int(v) for v in (getattr(tokenizer, a, None) for a in ("eos_token_id", "bos_token_id",
@@ -101,7 +101,7 @@ def resolve_mask(mask_section: Any, model_path: str | None, tokenizer) -> Goldfi
         raise UserError(f"mask settings {settings}: {e}") from None
     if gcfg.strategy == "canonical":
         if tokenizer is None:
-            raise UserError("mask.strategy=canonical needs the model's tokenizer (its fold table); none was found")
+            raise UserError("goldfish.strategy=canonical needs the model's tokenizer (its fold table); none was found")
         gcfg = dataclasses.replace(gcfg, fold=token_fold(tokenizer))
     return gcfg
 

@@ -8,7 +8,8 @@ and a few shorthand flags, :data:`SHORTHANDS`, that name one key each). Sections
 * ``decoding``   -- generation for extraction (batch size, stop at eos, beam search, sampling, (n, p) n, the
   mask-consistent adversary);
 * ``membership`` -- membership-inference scoring (token budget, context windows, Min-K ratios, bootstrap);
-* ``mask``       -- the model's Goldfish mask settings for ``decoding.adversary`` (default: the run folder's);
+* ``goldfish``   -- the model's Goldfish mask settings for ``decoding.adversary`` (default: the run folder's; ``mask``
+  is its earlier name, an alias);
 * ``canaries``   -- Secret-Sharer exposure of a prepared folder's canaries (candidates per canary);
 * ``series``     -- a list of models or a run's checkpoints evaluated into one folder (:mod:`goldfish.eval.series`);
 * top level      -- ``out``, ``tasks``, resume/overwrite, report, progress, seed.
@@ -20,7 +21,7 @@ and a few shorthand flags, :data:`SHORTHANDS`, that name one key each). Sections
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, Union
+from typing import ClassVar, Literal, Union
 
 from goldfish.config import check, check_at_most, check_seed, option, raise_problems, shown
 from goldfish.masks import Strategy
@@ -29,9 +30,12 @@ from goldfish.precision import PRECISIONS, canonical_precision
 from .windows import ALL, PLACEMENTS
 
 TASKS = ("extraction", "membership")  # the default tasks; "canaries" is asked for by name
-# shorthand flag -> config key (README: "goldfish eval"); every other setting is a key=value override
+# shorthand flag -> config key (docs/evaluation.md); every other setting is a key=value override. --device,
+# --batch-size and --limit are lm-evaluation-harness's flags for the same settings; a flag with a dash is also
+# accepted with an underscore (--batch_size, --max_offset), as lm-eval spells them
 SHORTHANDS = {"--model": "model.path", "--data": "data.path", "--nonmembers": "data.nonmembers", "--out": "out",
-              "--offsets": "data.offsets", "--max-offset": "data.max_offset", "--threads": "model.threads"}
+              "--offsets": "data.offsets", "--max-offset": "data.max_offset", "--threads": "model.threads",
+              "--device": "model.device", "--batch-size": "decoding.batch_size", "--limit": "data.max_docs"}
 
 
 def parse_prefix_len(value) -> int | None:
@@ -59,12 +63,13 @@ def _split_commas(values: list) -> list:
 class ModelSection:
     """The model under evaluation and how it is loaded (offline; safetensors/GGUF; never remote code)."""
 
-    path: Union[str, None] = option(None, "model to evaluate: a local Hugging Face folder, a .gguf file, or a "
-                                          "training run folder (its model/ is used)")
+    path: Union[str, None] = option(None, "model to evaluate: a local Hugging Face folder, a .gguf file, a training "
+                                          "run folder (its model/ is used), or a Hub id ORG/NAME (from the Hugging "
+                                          "Face cache, fetched when absent and online: safetensors only)")
     reference: Union[str, None] = option(None, "reference model for the reference-calibrated membership attack "
                                                "(same vocabulary; loaded first, so a bad path fails at once)")
-    dtype: str = option("auto", "weights precision: auto (bf16 where the device computes it natively and fast -- "
-                                "CUDA with bf16, CPUs with AMX -- else fp32) | fp32 | bf16 | fp16 | checkpoint (the "
+    dtype: str = option("auto", "weights precision: auto (bf16 where it is native and faster than fp32 -- CUDA "
+                                "with bf16, CPUs with AMX, AVX512-BF16 CPUs where measured faster -- else fp32) | fp32 | bf16 | fp16 | checkpoint (the "
                                 "checkpoint's own); float32/bfloat16/float16 are aliases (goldfish.precision)")
     device: str = option("auto", "torch device: auto (cuda if available, else cpu), cpu, cuda, cuda:1, mps")
     threads: Union[int, None] = option(None, "CPU threads for torch (torch.set_num_threads); default: torch's "
@@ -286,6 +291,10 @@ class SeriesSection:
 class EvalConfig:
     """What to evaluate, how to cut extraction windows, and how to run the model."""
 
+    # other commands' and earlier spellings of a setting (goldfish.config.aliases; docs/evaluation.md "Names")
+    ALIASES: ClassVar[dict[str, str]] = {"mask": "goldfish", "precision": "model.dtype", "device": "model.device",
+                                         "limit": "data.max_docs", "batch_size": "decoding.batch_size"}
+
     out: Union[str, None] = option(None, "output folder for results.json, results.csv, report.md and plots")
     tasks: list[Literal["extraction", "membership", "canaries"]] = option(
         factory=lambda: list(TASKS), help="what to run: extraction (windows, generation), membership (needs "
@@ -295,7 +304,8 @@ class EvalConfig:
     data: DataSection = option(factory=DataSection, help="documents and extraction windows")
     decoding: DecodingSection = option(factory=DecodingSection, help="generation settings of extraction")
     membership: MembershipSection = option(factory=MembershipSection, help="membership-inference scoring")
-    mask: MaskSection = option(factory=MaskSection, help="the model's Goldfish mask, for decoding.adversary")
+    goldfish: MaskSection = option(factory=MaskSection, help="the model's Goldfish mask, for decoding.adversary "
+                                                             "(goldfish.k ...: the same spelling as goldfish train's)")
     canaries: CanarySection = option(factory=CanarySection, help="canary exposure (task canaries)")
     series: SeriesSection = option(factory=SeriesSection, help="evaluate a series of models (a size family or a "
                                                                "run's checkpoints) instead of model.path")

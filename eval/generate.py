@@ -31,6 +31,8 @@ from typing import Callable, Iterator, Sequence
 import torch
 from tqdm.auto import tqdm
 
+from .shard import current
+
 log = logging.getLogger(__name__)
 
 CPU_AUTO_BATCH = 32
@@ -182,13 +184,26 @@ def run_batched(fn: Callable[[list[int]], list], lengths: Sequence[int], batch_s
                 exact: bool = False, desc: str = "", progress: bool = True) -> list:
     """Apply ``fn(indices) -> per-index results`` over length buckets; halve the batch on CUDA out-of-memory.
 
-    Returns results in input order. ``batch_size`` may be ``"auto"``.
+    Returns results in input order. ``batch_size`` may be ``"auto"``. Under a split evaluation
+    (:mod:`goldfish.eval.shard`) each rank computes its share of the same buckets and every rank returns all results
+    (an out-of-memory batch is then an error: lower the batch size).
     """
     n = len(lengths)
     size = auto_batch_size(model, max(lengths, default=1), n) if batch_size == "auto" else int(batch_size)
     results: list = [None] * n
     done = 0
-    bar = tqdm(total=n, desc=desc, disable=None if progress else True, leave=False, unit="win")
+    shard = current()
+    bar = tqdm(total=n, desc=desc, disable=None if progress and shard.main else True, leave=False, unit="win")
+    if shard.split:  # the same buckets as one process; this rank computes its share, every rank gets all
+        plan = list(buckets(lengths, size, exact))
+        for mine, batches in shard.rounds(len(plan)):
+            part = dict(zip(plan[mine], fn(plan[mine]))) if mine is not None else {}
+            for got in shard.gather(part):
+                for i, value in got.items():
+                    results[i] = value
+            bar.update(sum(len(plan[b]) for b in batches))
+        bar.close()
+        return results
     while done < n:
         pending = [i for i in range(n) if results[i] is None]
         try:

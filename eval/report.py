@@ -46,7 +46,8 @@ def _columns(rows: Sequence[Mapping]) -> list[tuple[str, Any]]:
         ("n", lambda r: fmt_num(r.get("n_windows"))),
         ("exact match [95 % CI]", fmt_exact),
         ("token match [CI]", lambda r: fmt_ci(r, "token_match")),
-        ("ROUGE-L", lambda r: fmt_num(r.get("rouge_l"))),
+        ("ROUGE-L (rouge-score)", lambda r: fmt_num(r.get("rouge_l_paper"))),
+        ("ROUGE-L (tokens)", lambda r: fmt_num(r.get("rouge_l"))),
         ("one-pass top-1 acc [CI]", lambda r: fmt_ci(r, "onepass_token_acc")),
         ("suffix log-prob [CI]", lambda r: fmt_ci(r, "suffix_logprob", 1)),
         ("(n,p) extraction [CI]", lambda r: fmt_ci(r, "np_extraction")),
@@ -83,9 +84,11 @@ def format_summary_table(results: Mapping) -> str:
     """A compact fixed-width table for the terminal: one row per window placement (never pooled), then per prefix
     length, repetitions, split and group where there are several, then the membership attacks."""
     s = summary_of(results)
-    table = [["", "n", "exact %", "token", "ROUGE-L", "top-1", "log p(suffix)", "(n,p)"]]
+    # ROUGE-L as the README's headline (rouge-score on words, the paper's) and on token ids, each labelled
+    table = [["", "n", "exact %", "token", "ROUGE-L words", "ROUGE-L tokens", "top-1", "log p(suffix)", "(n,p)"]]
     table += [[label, fmt_num(r.get("n_windows")), fmt_pct(r.get("exact_match_rate")), fmt_num(r.get("token_match")),
-               fmt_num(r.get("rouge_l")), fmt_num(r.get("onepass_token_acc")), fmt_num(r.get("suffix_logprob"), 1),
+               fmt_num(r.get("rouge_l_paper")), fmt_num(r.get("rouge_l")), fmt_num(r.get("onepass_token_acc")),
+               fmt_num(r.get("suffix_logprob"), 1),
                fmt_num(r.get("np_extraction"))] for label, r in _terminal_rows(s)]
     lines = []
     if len(table) > 1:
@@ -203,7 +206,8 @@ def _example(w: Mapping) -> list[str]:
     verdict = "verbatim" if w.get("exact_match") else f"token match {fmt_num(w.get('token_match'))}"
     prefix = f"all ({w.get('prefix_tokens')})" if w.get("prefix_len") == -1 else str(w.get("prefix_len"))
     return [f"**{escape_markdown(str(w.get('title') or w.get('doc_id')))}** (prefix {prefix} tokens, "
-            f"repetitions {_unknown(w.get('repetitions'))}, {verdict}, ROUGE-L {fmt_num(w.get('rouge_l'))})", "",
+            f"repetitions {_unknown(w.get('repetitions'))}, {verdict}, ROUGE-L {fmt_num(w.get('rouge_l_paper'))} "
+            f"(rouge-score) / {fmt_num(w.get('rouge_l'))} (tokens))", "",
             f"- generated: {gen}", f"- truth: {truth}", ""]
 
 
@@ -234,11 +238,11 @@ def _numeric_strata(strata: Mapping[str, Mapping]) -> list[tuple[float, Mapping]
 
 
 # a curve of the per-run plots: (label, summary key, the stem of its interval's keys)
-STRATA_CURVES = (("exact match", "exact_match_rate", "exact_match"), ("ROUGE-L", "rouge_l", "rouge_l"))
+STRATA_CURVES = (("exact match", "exact_match_rate", "exact_match"), ("ROUGE-L (tokens)", "rouge_l", "rouge_l"))
 
 
 def strata_series(strata: Mapping[str, Mapping]) -> dict[str, tuple[list, list]]:
-    """Positive numeric strata -> {"exact match": (xs, ys), "ROUGE-L": (xs, ys)}."""
+    """Positive numeric strata -> {"exact match": (xs, ys), "ROUGE-L (tokens)": (xs, ys)}."""
     points = _numeric_strata(strata)
     out = {}
     for label, key, _ in STRATA_CURVES:

@@ -13,15 +13,17 @@ throughput record per chunk or scoring batch.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import io
 import json
 import logging
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, MutableMapping, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -30,9 +32,10 @@ from goldfish.config import save_config, shown, to_dict
 from goldfish.errors import UserError
 from goldfish.hardware import describe
 from goldfish.io import JsonlLogger, atomic_write_text, strict_json
+from goldfish.models import weights_stamp
 from goldfish.ownership import OutputFolder, writing
 from goldfish.precision import resolve_precision
-from goldfish.provenance import code_version, git_commit, versions
+from goldfish.provenance import code_version, git_commit, read_fingerprint, versions
 
 from . import adversary, extraction, membership
 from .aggregate import summarize
@@ -40,7 +43,11 @@ from .canaries import canaries_section
 from .canaries import check_task as check_canary_task
 from .config import EvalConfig
 from .generate import beam_generate, generate
+from .heartbeat import Heartbeat
+from .shard import Shard, current, process_group, splitting
 from .inputs import load_eval_documents
+from .lmeval import FILE as LM_EVAL_FILE
+from .lmeval import lm_eval_results
 from .loading import (SharedModel, check_reference, check_same_tokenizer, check_vocab, load_model,
                       load_model_tokenizer, model_vocab_size, num_parameters, pad_id_of, resolve_device,
                       resolve_model_path)
@@ -121,15 +128,19 @@ def evaluate_chunk(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig,
 
 def evaluate_windows(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig, out: Path,
                      mask=None) -> list[dict]:
-    """All window records in window order, computing only those not already in the partial file."""
-    done = read_windows(out, cfg.resume)
+    """All window records in window order, computing only those not already in the partial file (rank 0's, under a
+    split evaluation: every rank starts from what it holds)."""
+    shard = current()
+    done = shard.broadcast(read_windows(out, cfg.resume) if shard.main else None)
     todo = [w for w in dict((w.key, w) for w in windows).values() if w.key not in done]
     if done:
         log.info("resuming: %d of %d windows already done", len(windows) - len(todo), len(windows))
     pad_id = pad_id_of(tokenizer)
     bar = tqdm(total=len(windows), initial=len(windows) - len(todo), desc="extraction", unit="win",
-               disable=None if cfg.progress else True)
-    with JsonlLogger(out / WINDOWS_PARTIAL) as partial, JsonlLogger(out / "eval_log.jsonl") as metrics_log:
+               disable=None if cfg.progress and shard.main else True)  # None: drawn only on a terminal
+    with JsonlLogger(out / WINDOWS_PARTIAL, enabled=shard.main) as partial, \
+            JsonlLogger(out / "eval_log.jsonl", enabled=shard.main) as metrics_log, \
+            _heartbeat(shard, "extraction", lambda: len(done), total=len(windows), unit="windows"):
         for lo in range(0, len(todo), CHUNK):
             chunk = todo[lo : lo + CHUNK]
             t0 = time.perf_counter()
@@ -152,7 +163,10 @@ def run_membership(model, reference, splits: dict, cfg: EvalConfig, tokenizer, o
     if "membership" not in cfg.tasks or not splits.get("nonmembers"):
         return None
     m = cfg.membership
-    with JsonlDict(out / MEMBERSHIP_PARTIAL, cfg.resume) as cache, JsonlLogger(out / "eval_log.jsonl") as logger:
+    shard = current()
+    with _score_cache(out / MEMBERSHIP_PARTIAL, cfg.resume, shard) as cache, \
+            JsonlLogger(out / "eval_log.jsonl", enabled=shard.main) as logger, \
+            _heartbeat(shard, "membership", lambda: len(cache), unit="scores"):
         kw = dict(reference_model=reference, min_k_ratios=tuple(m.min_k_ratios), tokenizer=tokenizer,
                   window=m.window, stride=m.stride, token_budget=m.token_budget, chunk=m.chunk,
                   lowercase_tokens=m.lowercase_tokens, cache=cache, keep_tokens=m.keep_tokens,
@@ -161,6 +175,23 @@ def run_membership(model, reference, splits: dict, cfg: EvalConfig, tokenizer, o
                   for name in ("members", "nonmembers")}
     return membership.membership_section(scores["members"], scores["nonmembers"], n_bootstrap=m.n_bootstrap,
                                          seed=cfg.seed)
+
+
+@contextlib.contextmanager
+def _score_cache(path: Path, resume: bool, shard: Shard) -> Iterator[MutableMapping[str, dict]]:
+    """The membership score cache: rank 0's partial file, which it alone appends to; the other ranks of a split
+    evaluation start from a copy of it (their scores are the same, gathered)."""
+    if shard.main:
+        with JsonlDict(path, resume) as cache:
+            shard.broadcast(dict(cache))
+            yield cache
+    else:
+        yield dict(shard.broadcast(None))
+
+
+def _heartbeat(shard: Shard, *args, **kwargs):
+    """A log line at least once a minute from rank 0 (:class:`Heartbeat`); nothing from the other ranks."""
+    return Heartbeat(*args, **kwargs) if shard.main else contextlib.nullcontext()
 
 
 def write_csv(path: Path, windows: Sequence[dict]) -> None:
@@ -224,16 +255,19 @@ def run_eval(cfg: EvalConfig, model: SharedModel | None = None) -> dict:
     ``cfg.out`` is locked while this runs; a folder owned by anything but an evaluation is refused, and
     ``overwrite=true`` builds the new evaluation beside the old one, which it replaces only when it has finished."""
     _require(cfg)
-    cfg = resolved(cfg)
-    with writing(cfg.out, "eval", replace=cfg.overwrite, option="overwrite=true") as folder:
-        return _evaluate(cfg, folder, model)
-
-
-def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None) -> dict:
-    out = folder.path  # a staging folder while replacing an earlier evaluation
-    torch.manual_seed(cfg.seed)
     if cfg.model.threads is not None:
-        torch.set_num_threads(cfg.model.threads)
+        torch.set_num_threads(cfg.model.threads)  # before precision=auto is resolved: a CPU is probed per thread count
+    cfg = resolved(cfg)
+    with process_group(cfg.model.device) as shard, splitting(shard):  # torchrun / accelerate: one rank of several
+        with writing(cfg.out, "eval", replace=cfg.overwrite, option="overwrite=true", main=shard.main) as folder:
+            return _evaluate(cfg, folder, model, shard)
+
+
+def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, shard: Shard) -> dict:
+    """The evaluation; under a split (:mod:`goldfish.eval.shard`) every rank runs it on the same inputs, computes
+    its share of each batched pass, and rank 0 alone reads the resume state and writes."""
+    out = folder.path  # a staging folder while replacing an earlier evaluation (rank 0's; others never write)
+    torch.manual_seed(cfg.seed)
     m = cfg.model
     reference = load_model(m.reference, m.dtype, m.device, m.allow_pickle) if m.reference else None
     tokenizer = load_model_tokenizer(m.path)  # None: the model folder has none (the data's is used)
@@ -244,6 +278,17 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None) 
     elif prep is not None:
         tokenizer = prep.tokenizer
     windows, skipped = _extraction_windows(cfg, splits)
+    print_ = fingerprint(cfg, splits)
+    finished = shard.broadcast(_finished(out, print_) if cfg.resume and shard.main else None)
+    if finished is not None:  # this evaluation, done: its results stand (resume=false computes them again)
+        if shard.main:
+            print(f"{folder.final} already holds this evaluation: its results.json is reused", file=sys.stderr)
+        return finished
+    if shard.split and cfg.decoding.samples:
+        raise UserError(f"decoding.samples={cfg.decoding.samples} draws from one random stream over the batches in "
+                        f"order, which {shard.world} processes would split differently; run sampled extraction in one "
+                        f"process (greedy, beam and membership split over processes)")
+    weights = weights_stamp(m.path)  # before reading them: what --update-card checks the model folder against
     model = (model or SharedModel(m)).get()
     check_canary_task(cfg.tasks, splits)
     for name, docs in splits.items():
@@ -252,9 +297,9 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None) 
         check_reference(reference, m.reference, tokenizer, [d.tokens for docs in splits.values() for d in docs])
     _check_context(model, windows, cfg.data.suffix_len)
     _check_finite(model, splits, cfg)
-    mask = adversary.resolve_mask(cfg.mask, m.path, tokenizer) if cfg.decoding.adversary and windows else None
-    print_ = fingerprint(cfg, splits)
-    claim_folder(folder, print_)  # refuses a different evaluation before anything is written, then marks it
+    mask = adversary.resolve_mask(cfg.goldfish, m.path, tokenizer) if cfg.decoding.adversary and windows else None
+    if shard.main:
+        claim_folder(folder, print_)  # refuses a different evaluation before anything is written, then marks it
     records = evaluate_windows(model, tokenizer, windows, cfg, out, mask) if windows else []
     results = {
         "schema": SCHEMA,
@@ -265,10 +310,10 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None) 
         "config": to_dict(cfg),
         "model": {"path": resolve_model_path(m.path).describe(), "num_parameters": num_parameters(model),
                   "vocab_size": model_vocab_size(model), "dtype": str(next(model.parameters()).dtype),
-                  "precision": m.dtype, "device": describe(next(model.parameters()).device)},
+                  "precision": m.dtype, "device": describe(next(model.parameters()).device), "weights": weights},
         "data": {"path": str(cfg.data.path), "members": len(splits.get("members", [])),
                  "nonmembers": len(splits.get("nonmembers", [])), "skipped_short": skipped,
-                 "sha256": windows_sha256(windows)},
+                 "sha256": windows_sha256(windows), "documents_sha256": print_["data_sha256"]},
         "summary": summarize(records) if "extraction" in cfg.tasks else None,
         "membership": run_membership(model, reference, splits, cfg, tokenizer, out),
         "canaries": canaries_section(model, splits, cfg, prep),
@@ -277,9 +322,33 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None) 
     if mask is not None:
         results["adversary"] = adversary.section(records, mask, cfg)
     results = json.loads(strict_json(results))  # what is written: non-finite values as null, noted in json_nulls
+    if shard.split:
+        results["processes"] = shard.world  # how many split the work (every number is one process's)
+    if not shard.main:
+        return results
     atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
+    atomic_write_text(out / LM_EVAL_FILE, strict_json(lm_eval_results(results)) + "\n")  # lm-eval's layout
     write_csv(out / "results.csv", records)
     save_config(cfg, out / "eval_config.yaml")  # with its results: never describes a run that did not finish
     if cfg.report:
         write_report(results, out)
+    _remove_partials(out)
     return results
+
+
+def _finished(out: Path, print_: dict) -> dict | None:
+    """The results of this evaluation when ``out`` already holds them (results.json beside a fingerprint equal to
+    ``print_``), else None; partial files a kill left behind after the results are removed."""
+    try:
+        if not (out / "results.json").is_file() or read_fingerprint(out) != print_:
+            return None
+    except UserError:  # a damaged fingerprint: not this evaluation (claim_folder refuses the folder)
+        return None
+    _remove_partials(out)
+    return json.loads((out / "results.json").read_text(encoding="utf-8"))
+
+
+def _remove_partials(out: Path) -> None:
+    """A finished folder keeps no partial files: its results.json holds every window and score."""
+    for name in (WINDOWS_PARTIAL, MEMBERSHIP_PARTIAL):
+        (out / name).unlink(missing_ok=True)

@@ -49,6 +49,7 @@ from tqdm.auto import tqdm
 from goldfish.errors import UserError
 
 from .generate import auto_batch_size
+from .shard import current
 
 DEFAULT_CHUNK = 512  # positions per fp32 log-softmax chunk: at most chunk × V × 4 bytes of logits at a time
 DEFAULT_TOKEN_BUDGET = 4096  # padded tokens per forward pass
@@ -327,7 +328,26 @@ def iter_token_statistics(model: Any, docs: Sequence[Sequence[int]], *, first: S
     pieces: dict[int, list[tuple[int, tuple[torch.Tensor, ...]]]] = {}
     was_training = model.training
     model.eval()
+    shard = current()
     try:
+        if shard.split:  # the same batches as one process; this rank scores its share, every rank gets all
+            bar = tqdm(total=len(batches), desc=desc, disable=None if progress and shard.main else True, unit="batch")
+            for mine, round_ in shard.rounds(len(batches)):
+                part = []
+                if mine is not None:
+                    batch = batches[mine]
+                    scored = _score_batch(model, batch, docs, chunk, want_pp, device, extra)
+                    part = [(s.doc, s.first, tuple(t.cpu() for t in stats)) for s, stats in zip(batch, scored)]
+                for got in shard.gather(part):
+                    for doc, first, stats in got:
+                        pieces.setdefault(doc, []).append((first, stats))
+                        remaining[doc] -= 1
+                        if remaining[doc] == 0:
+                            ordered = [st for _, st in sorted(pieces.pop(doc), key=lambda p: p[0])]
+                            yield doc, _collect(ordered, want_pp, extra is not None)
+                bar.update(len(round_))
+            bar.close()
+            return
         for batch in tqdm(batches, desc=desc, disable=None if progress else True, unit="batch"):
             t0 = time.perf_counter()
             for s, stats in zip(batch, _score_batch(model, batch, docs, chunk, want_pp, device, extra)):

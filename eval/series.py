@@ -37,6 +37,7 @@ from goldfish.train_config import TRAIN_OPTIONAL, saved_train_fingerprint
 from .config import EvalConfig, SeriesSection
 from .run import run_eval
 from .series_analysis import analyse, checkpoint_reads, write_series
+from .shard import Shard, current
 from .state import OPERATIONAL, claim_folder, weights_stamp
 
 SOURCE = "source.json"
@@ -150,23 +151,29 @@ def series_fingerprint(cfg: EvalConfig) -> dict[str, Any]:
     return {"series": True, "config": config}
 
 
-def _evaluate(cfg: EvalConfig, entry: Entry, folder: Path) -> dict:
-    """The results of one model of the series, evaluated now unless its source and results are there already."""
-    source = {**dataclasses.asdict(entry), "weights": entry.stamp()}
-    saved = _read(folder / SOURCE)
-    if saved and saved != source:
-        raise UserError(f"{folder} holds the evaluation of another model ({saved.get('path')}, or these weights "
-                        "before they changed); use another out folder, or overwrite=true to evaluate the series again")
-    results = folder / "eval" / "results.json"
-    if saved == source and results.is_file():
-        return _read(results)
-    folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(folder / SOURCE, source)
-    model = entry.path
-    if entry.checkpoint:
-        model = str(folder / "model")
-        if not (folder / "model" / "config.json").is_file():
-            export_checkpoint(entry.path, Path(entry.run) / "model", model)
+def _evaluate(cfg: EvalConfig, entry: Entry, folder: Path, shard: Shard) -> dict:
+    """The results of one model of the series, evaluated now unless its source and results are there already. Rank
+    0 checks, records and exports; under a split evaluation every rank then evaluates it (its share)."""
+    done = None
+    if shard.main:
+        source = {**dataclasses.asdict(entry), "weights": entry.stamp()}
+        saved = _read(folder / SOURCE)
+        if saved and saved != source:
+            raise UserError(f"{folder} holds the evaluation of another model ({saved.get('path')}, or these weights "
+                            "before they changed); use another out folder, or overwrite=true to evaluate the series "
+                            "again")
+        results = folder / "eval" / "results.json"
+        if saved == source and results.is_file():
+            done = _read(results)
+        else:
+            folder.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(folder / SOURCE, source)
+            if entry.checkpoint and not (folder / "model" / "config.json").is_file():
+                export_checkpoint(entry.path, Path(entry.run) / "model", str(folder / "model"))
+    done = shard.broadcast(done)  # after rank 0's export: every rank can load it
+    if done is not None:
+        return done
+    model = str(folder / "model") if entry.checkpoint else entry.path
     one = dataclasses.replace(cfg, out=str(folder / "eval"), report=False, series=SeriesSection(),
                               model=dataclasses.replace(cfg.model, path=model))
     return run_eval(one)
@@ -183,13 +190,17 @@ def run_series(cfg: EvalConfig) -> dict:
     entries = series_entries(cfg.series)
     fingerprint = series_fingerprint(cfg)
     # overwrite=true: the series is evaluated afresh beside the old folder, which it replaces when finished
-    with writing(cfg.out, "eval", replace=cfg.overwrite, option="overwrite=true") as folder:
-        out = folder.path
-        claim_folder(folder, fingerprint)  # refuses other evaluation settings before anything is written, marks it
-        results = [_evaluate(cfg, e, out / MODELS / e.label) for e in entries]
+    shard = current()
+    with writing(cfg.out, "eval", replace=cfg.overwrite, option="overwrite=true", main=shard.main) as folder:
+        out = Path(shard.broadcast(str(folder.path)))  # rank 0's (a staging folder while replacing)
+        if shard.main:
+            claim_folder(folder, fingerprint)  # refuses other evaluation settings before anything is written, marks it
+        results = [_evaluate(cfg, e, out / MODELS / e.label, shard) for e in entries]
         reads = checkpoint_reads(entries, results)
         analysis = analyse(entries, results, cfg.series.memorized, reads)
         analysis["config"] = to_dict(cfg)
+        if not shard.main:
+            return analysis
         write_series(analysis, out, cfg.report)
         if not cfg.series.keep_exports:
             for e in entries:

@@ -31,7 +31,6 @@ import numpy as np
 
 from goldfish.config import load_config
 from goldfish.data import load_prepared
-from goldfish.data.packing import document_reads
 from goldfish.data.order import consumed_rows
 from goldfish.io import atomic_write_json, atomic_write_text
 from goldfish.train_config import TrainConfig, make_plan
@@ -158,11 +157,11 @@ def checkpoint_reads(entries: Sequence[Any], results: Sequence[dict]) -> list[di
     cfg = load_config(TrainConfig, run / "config.yaml")
     prepared = load_prepared(cfg.data.path, verify=False)
     ids = list(prepared.members["id"])
-    plan = make_plan(cfg.schedule, cfg.optim, len(prepared.train), len(prepared.train[0]["input_ids"]), 1)
+    plan = make_plan(cfg.schedule, cfg.optim, len(prepared.train), prepared.train.seq_len, 1)
     out = []
     for e in entries:
         consumed = consumed_rows(dataclasses.replace(plan, total_steps=e.step), cfg.seed, cfg.data.shuffle)
-        starts, _ = document_reads(prepared.train, consumed, len(ids))
+        starts, _ = prepared.train.reads(consumed, len(ids))
         out.append({doc: int(n) for doc, n in zip(ids, starts)})
     return out
 

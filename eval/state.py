@@ -26,11 +26,12 @@ from goldfish.config import flatten, to_dict
 from goldfish.errors import UserError
 from goldfish.io import atomic_write_text, read_jsonl, strict_json
 from goldfish.ownership import OutputFolder, fingerprint_sha256
+from goldfish.models import weights_stamp
 from goldfish.provenance import FILE as FINGERPRINT
 from goldfish.provenance import as_stored, code_version, differences, write_fingerprint
 
 from .config import EvalConfig
-from .loading import PICKLE_SUFFIXES, resolve_model_path
+from .loading import resolve_model_path
 from .windows import EvalDocument
 
 WINDOWS_PARTIAL = "windows.partial.jsonl"
@@ -38,16 +39,6 @@ MEMBERSHIP_PARTIAL = "membership.partial.jsonl"
 # config keys that change speed, resources or presentation but not one result value
 OPERATIONAL = ("out", "resume", "overwrite", "report", "progress", "model.threads", "model.device",
                "decoding.batch_size", "membership.token_budget", "membership.chunk", "membership.keep_tokens")
-
-
-def weights_stamp(path: str | None) -> list:
-    """(name, bytes, mtime) of a model's weight files: a retrained model at the same path is not the old one."""
-    if path is None:
-        return []
-    src = resolve_model_path(path)
-    files = [src.folder / src.gguf_file] if src.gguf_file else sorted(src.folder.glob("*.safetensors"))
-    files += [] if src.gguf_file else sorted(f for f in src.folder.iterdir() if f.suffix in PICKLE_SUFFIXES)
-    return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
 
 
 def documents_sha256(splits: dict[str, Sequence[EvalDocument]]) -> str:

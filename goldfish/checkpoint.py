@@ -9,6 +9,12 @@ Layout::
         rng_rank00000.json                Python and NumPy generator states of that rank
         trainer_state.json                step, epoch, position in the epoch, tokens seen, world size
         COMPLETE                          written last
+        WEIGHTS_ONLY                      in a finished run's checkpoints: the optimizer state was removed
+
+A finished run keeps its model, not its optimizer state (:func:`finish_checkpoints`, unless
+``checkpoint.keep_optimizer``): the final step is not checkpointed (``model/`` holds those weights), and the
+checkpoints before it keep their weights (for a checkpoint series) without the optimizer state -- 2/3 of a checkpoint
+with AdamW.
 
 A checkpoint is assembled in ``.step_000123.tmp`` and renamed into place only after every rank has written its files
 and ``COMPLETE`` exists, so a kill at any moment leaves either no new checkpoint or a complete one; older checkpoints
@@ -40,6 +46,7 @@ from .models import check_claimed_size
 _WRITE_ERRORS = (OSError, RuntimeError, SafetensorError)
 
 COMPLETE = "COMPLETE"
+WEIGHTS_ONLY = "WEIGHTS_ONLY"
 STATE_FILE = "trainer_state.json"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
@@ -166,6 +173,24 @@ def _reason(e: BaseException) -> str:
     return str(e).splitlines()[0][:120] if str(e) else type(e).__name__
 
 
+def finish_checkpoints(out: str | Path, keep_last: int) -> None:
+    """A finished run's checkpoints without their optimizer state: its final ``model/`` counts as the newest of the
+    ``keep_last`` kept (0: all), so the ``keep_last - 1`` newest complete checkpoints before it keep their weights and
+    lose the optimizer state (marked ``WEIGHTS_ONLY`` first, so a kill half-way leaves a checkpoint that says what it
+    is) and older ones are deleted."""
+    complete = [p for p in list_checkpoints(out) if (p / COMPLETE).is_file()]
+    kept = complete if keep_last <= 0 else complete[len(complete) - keep_last + 1:] if keep_last > 1 else []
+    for folder in complete:
+        if folder not in kept:
+            remove_tree(folder)
+    for folder in kept:
+        atomic_write_text(folder / WEIGHTS_ONLY, "the run finished: model weights kept, optimizer state removed "
+                                                 "(checkpoint.keep_optimizer=false)\n")
+        for f in folder.glob("optimizer_rank*.pt"):
+            f.unlink()
+        fsync_dir(folder)
+
+
 def prune(out: str | Path, keep_last: int) -> None:
     """Keep the newest ``keep_last`` complete checkpoints (0: keep all); incomplete folders are left for inspection."""
     if keep_last <= 0:
@@ -259,6 +284,10 @@ def read_checkpoint(folder: str | Path, rank: int, world_size: int) -> dict[str,
                         f"folder such as runs/x/checkpoints/step_000100)")
     if not (folder / COMPLETE).is_file():
         raise BrokenCheckpoint(f"checkpoint {folder} is incomplete (no {COMPLETE} marker); resume from an earlier one")
+    if (folder / WEIGHTS_ONLY).is_file():
+        raise UserError(f"checkpoint {folder} holds model weights only (its run finished and dropped the optimizer "
+                        f"state; checkpoint.keep_optimizer=true keeps it): it cannot be resumed; start a new run from "
+                        f"its weights (model.path=<its run>/model)")
     trainer = _read_json(folder / STATE_FILE)
     _check_trainer_state(folder, trainer)
     if trainer.get("world_size") != world_size:

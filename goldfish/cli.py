@@ -6,7 +6,8 @@ Every subcommand module exposes ``DESCRIPTION`` (a docstring-style help with cop
 
 User errors (:class:`goldfish.errors.UserError`, and the failures :func:`goldfish.errors.one_line` maps: a missing
 input, a full disk, a read-only folder, no CUDA) print one line, ``error: ...``, and exit with status 2 -- no
-traceback.
+traceback; under ``torchrun`` / ``accelerate launch`` the first process (``RANK`` 0) prints it and every process
+exits with status 2.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 
 from . import __version__
 from .errors import one_line
+from .ownership import is_main_process
 
 # name -> (module, one-line summary)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -67,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         message = one_line(e)
         if message is None:
             raise  # a bug: keep the traceback
-        print(f"error: {message}", file=sys.stderr)
+        if is_main_process():  # under torchrun/accelerate every process meets it: one line, by the first process
+            print(f"error: {message}", file=sys.stderr)
         return 2
 
 

@@ -216,9 +216,59 @@ def _string(value: Any, key: str, problems: list[str]) -> str | None:
     return text
 
 
+# ----------------------------------------------------------------------------------- aliases (one name per setting)
+
+
+def aliases(cls: Any) -> dict[str, str]:
+    """A config class's alias table: ``{"old.dotted.key": "canonical.dotted.key"}`` relative to the class, from its
+    ``ALIASES`` class variable (``ClassVar[dict[str, str]]``). An alias names a setting by another command's spelling
+    or an earlier one; :func:`_build` reads it as the canonical key, so every file, override and shorthand accepts
+    both, and the saved config holds the canonical one."""
+    return dict(getattr(cls, "ALIASES", {}) or {})
+
+
+def _pop_path(data: dict, path: list[str]) -> tuple[bool, Any]:
+    node = data
+    for part in path[:-1]:
+        node = node.get(part)
+        if not isinstance(node, dict):
+            return False, None
+    return (True, node.pop(path[-1])) if path[-1] in node else (False, None)
+
+
+def _apply_aliases(cls: Any, data: dict, prefix: str, problems: list[str]) -> dict:
+    """``data`` with every alias key of ``cls`` moved to its canonical key; an alias and its canonical key both
+    setting the same value is a problem (sections given both ways are merged key by key)."""
+    table = aliases(cls)
+    if not table or not isinstance(data, dict):
+        return data
+    data = copy.deepcopy(data)
+    for old, new in table.items():
+        found, value = _pop_path(data, old.split("."))
+        if not found:
+            continue
+        *parents, last = new.split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                break
+        if not isinstance(node, dict):
+            problems.append(f"{prefix}{'.'.join(parents)}: expected a mapping (section), got {shown(node)}")
+        elif last not in node:
+            node[last] = value
+        elif isinstance(node[last], dict) and isinstance(value, dict) and not set(node[last]) & set(value):
+            node[last] = {**node[last], **value}
+        else:
+            problems.append(f"{prefix}{old} and {prefix}{new} both given: they name one setting ({prefix}{old} is "
+                            f"the alias); keep {prefix}{new}")
+    return data
+
+
 def _build(cls: type[T], data: dict, prefix: str, problems: list[str]) -> T:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in _config_fields(cls)}
+    data = _apply_aliases(cls, data, prefix, problems)
     unknown = [k for k in data if k not in fields]
     for k in unknown:
         problems.append(f"unknown config key '{prefix}{k}'; valid keys here: {', '.join(sorted(fields))}")
@@ -490,7 +540,8 @@ def read_yaml(path: str | Path) -> dict:
     """Read a YAML mapping, with one-line errors for a missing or malformed file."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file not found: {path} (check the path, or run without a file to use the defaults)")
+        raise ConfigError(f"config file not found: {path} (check the path or the shipped config's name, or run without "
+                          f"a file to use the defaults)")
     try:
         data = load_yaml(path.read_text(encoding="utf-8"), f"config file {path}")
     except yaml.YAMLError as e:
@@ -504,6 +555,35 @@ def read_yaml(path: str | Path) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of keys to values, not {type(data).__name__}")
     return data
+
+
+# the checkout's folders of shipped configs -> where a wheel installs them (package data, pyproject.toml)
+SHIPPED = {"data": "recipes", "experiments": "configs"}
+
+
+def find_config(spec: str | Path, folder: str) -> Path:
+    """A config file named by its path or by its name, from any working directory: ``spec`` itself when it is a
+    file or an absolute path; else the first match, relative to the working directory, then the checkout, then the
+    installed package's copy of the shipped folders (:data:`SHIPPED`), of ``spec`` as a path (``data/x.yaml``, so
+    the paths inside shipped configs work from anywhere) or as a name in ``folder`` (``train_tiny`` ->
+    ``experiments/train_tiny.yaml``, ``paper/llama2_7b_extreme``). Unmatched: ``spec`` as given, for
+    :func:`read_yaml`'s one-line error."""
+    path = Path(spec).expanduser()
+    if path.is_file() or path.is_absolute():
+        return path
+    yaml_suffix = path.suffix in (".yaml", ".yml")
+    candidates = ([path] if yaml_suffix or "/" in str(spec) else []) + ([] if yaml_suffix else
+                                                                         [Path(folder) / f"{spec}.yaml"])
+    package = Path(__file__).resolve().parent
+    checkout = package.parent if (package.parent / "pyproject.toml").is_file() else None
+    for relative in candidates:
+        found = [root / relative for root in (Path.cwd(), checkout) if root is not None]
+        if relative.parts[0] in SHIPPED:
+            found.append(package / SHIPPED[relative.parts[0]] / Path(*relative.parts[1:]))
+        for candidate in found:
+            if candidate.is_file():
+                return candidate
+    return path
 
 
 def load_config(cls: type[T], path: str | Path | None = None, overrides: Iterable[str] = ()) -> T:
@@ -532,6 +612,7 @@ def describe(cls: type, prefix: str = "") -> list[str]:
         else:
             default = "required"
         lines.append(f"  {prefix}{f.name} ({_type_name(tp)}, default {default!r}): {f.metadata.get('help', '')}")
+    lines += [f"  {prefix}{old}: alias of {prefix}{new}" for old, new in aliases(cls).items()]
     return lines
 
 

@@ -8,13 +8,20 @@ budget and how often each member was read, the code version and the package vers
 
 :func:`add_eval_results` appends evaluation headlines in ``model-index`` form: extraction per window placement
 (exact match, ROUGE-L, token match) from a ``goldfish eval`` ``results.json``, membership-inference AUCs from its
-membership section or from an experiment cell's ``attacks.json``, and the held-out loss. A result with the same task,
-data, metric and settings replaces the older one; the body's evaluation table is rewritten from the metadata. Cards
-are read from the file (``ModelCard(text)``), never fetched: nothing here touches the network.
+membership section or from an experiment cell's ``attacks.json``, and the held-out loss. Each result is keyed by its
+task, metric, settings and data -- the data's name and a revision hashed from the evaluated documents and the eval
+config (``dataset_revision``) -- so a rerun of the same evaluation replaces its numbers and an evaluation of other
+documents (a 5-document check) is added beside, never over, a 70-document one. The card records the identity of the
+weights it describes (``goldfish_weights``); results computed on other weights (the folder was retrained while the
+evaluation ran) are refused. Names are relative (the run's name, a starting model's Hub id or file name, the data's
+recipe name): a card never holds a local path. The body's evaluation table is rewritten from the metadata. Cards are
+read from the file (``ModelCard(text)``), never fetched: nothing here touches the network.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import sys
 from pathlib import Path
@@ -25,11 +32,13 @@ import yaml
 from .errors import UserError
 from .gguf_cache import general_metadata
 from .io import atomic_write_text
+from .models import is_hub_id, weights_stamp
 from .provenance import code_version, versions
 from .train_config import TrainConfig
 
 CARD = "README.md"
-TAGS = ["goldfish-loss", "memorization", "causal-lm"]
+TAGS = ["memorization", "causal-lm"]  # every model of the toolkit; goldfish-loss only where Goldfish trained it
+WEIGHTS = "goldfish_weights"  # card metadata: the identity of the weights the card describes
 EVAL_START, EVAL_END = "<!-- goldfish:eval:start -->", "<!-- goldfish:eval:end -->"
 NO_EVAL = ("Not evaluated yet. `goldfish eval --model <this folder> --data ... --out ... --update-card` adds its "
            "extraction and membership headlines here and to the `model-index` metadata.")
@@ -48,6 +57,8 @@ def starting_model(path: str | None) -> dict[str, Any]:
     license only where the model itself declares them: GGUF metadata, or a Hugging Face folder's own card)."""
     if not path:
         return {}
+    if is_hub_id(path):
+        return {"path": str(path), "hub_id": str(path), "license": None}
     src = Path(path).expanduser()
     info: dict[str, Any] = {"path": str(src), "hub_id": None, "license": None}
     ggufs = sorted(src.glob("*.gguf")) if src.is_dir() else [src] if src.suffix == ".gguf" else []
@@ -109,24 +120,49 @@ def _versions() -> str:
     return f"goldfish-toolkit {code_version()}, torch {v['torch']}, transformers {v['transformers']}"
 
 
+def model_name(cfg: TrainConfig) -> str:
+    """The name a trained model goes by: the run's name (an experiment cell: ``<experiment>-<cell id>``, as its
+    TensorBoard/W&B run), else its run folder's name."""
+    log = cfg.logging
+    if log.run_name:
+        return f"{log.group}-{log.run_name}" if log.group else log.run_name
+    return Path(cfg.out).resolve().name
+
+
+def _short(name: Any) -> str:
+    """A file or folder name instead of a local path (a tokenizer or source named by its path); names stay."""
+    text = str(name or "")
+    path = Path(text).expanduser()
+    return path.name if text and (path.is_absolute() or path.exists()) else text
+
+
+def _device(summary: dict) -> str:
+    dev = summary.get("device") or {}
+    if not dev:
+        return ""
+    threads = f", {dev['threads']} threads" if dev.get("threads") else ""
+    bf16 = "faster" if dev.get("native_bf16") else "not faster"
+    return f" on {dev.get('name')} ({dev.get('type')}{threads}; bf16 {bf16} than fp32 here: {dev.get('bf16_reason')})"
+
+
 def _training_body(cfg: TrainConfig, summary: dict, manifest: dict, data_sha256: str | None,
                    start: dict[str, Any]) -> str:
     counts = manifest.get("counts", {})
-    start_text = (f"`{start['path']}`" + (f" ([{start['hub_id']}](https://huggingface.co/{start['hub_id']}))"
-                                          if start.get("hub_id") else "")) if start else \
-        f"none: trained from scratch (`{cfg.model.name}`, seed {cfg.seed})"
+    start_text = (f"`{Path(start['path']).name}`" + (f" ([{start['hub_id']}](https://huggingface.co/"
+                                                      f"{start['hub_id']}))" if start.get("hub_id") else "")) \
+        if start else f"none: trained from scratch (`{cfg.model.name}`, seed {cfg.seed})"
     rows = [
         ("loss", _loss_line(cfg, summary)),
         ("starting model", start_text),
         ("parameters", f"{summary.get('params', 0):,}"),
-        ("data", f"`{manifest.get('name')}` from `{manifest.get('source') or 'unknown'}`, tokenizer "
-                 f"`{manifest.get('tokenizer', {}).get('name')}`; " + ", ".join(f"{v} {k}" for k, v in counts.items())),
+        ("data", f"`{manifest.get('name')}` from `{_short(manifest.get('source')) or 'unknown'}`, tokenizer "
+                 f"`{_short(manifest.get('tokenizer', {}).get('name'))}`; "
+                 + ", ".join(f"{v} {k}" for k, v in counts.items())),
         ("training split sha256", f"`{data_sha256}`"),
         ("budget", f"{summary.get('steps')} steps, {summary.get('epochs', 0):.2f} epochs, {summary.get('tokens'):,} "
                    f"tokens ({summary.get('global_batch_size')} rows x {summary.get('seq_len')} tokens per step), "
-                   f"AdamW lr {cfg.optim.lr:g} (warmup + cosine), precision {cfg.precision}, "
-                   f"{summary.get('world_size')} process(es)" + (f" on {summary['device']}" if summary.get("device")
-                                                                  else "")),
+                   f"AdamW lr {cfg.optim.lr:g} (warmup + cosine), {summary.get('world_size')} process(es)"),
+        ("precision", f"{cfg.precision}{_device(summary)}"),
         ("final training loss", f"kept {_num(summary.get('final_kept_loss'))}, dropped "
                                 f"{_num(summary.get('final_dropped_loss'))} (nats per token)"),
         ("code", _versions()),
@@ -134,7 +170,7 @@ def _training_body(cfg: TrainConfig, summary: dict, manifest: dict, data_sha256:
     exposures = summary.get("exposures") or {}
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     reads = "\n".join(f"| {r} | {lo} | {hi} |" for r, (lo, hi) in exposures.items())
-    return f"""# {Path(cfg.out).name}
+    return f"""# {model_name(cfg)}
 
 A Llama-architecture causal language model trained with the goldfish toolkit, a research toolkit for studying
 memorization in language models. Made for measuring memorization (extraction, membership inference): its member
@@ -179,9 +215,16 @@ def write_training_card(model_dir: str | Path, cfg: TrainConfig, summary: dict, 
     from huggingface_hub import ModelCard, ModelCardData
 
     start = starting_model(cfg.model.path)
-    tags = TAGS + ([f"goldfish-k{cfg.loss.goldfish.k}"] if cfg.loss.type == "goldfish" else ["standard-loss"])
+    if not summary.get("steps"):
+        tags = TAGS + ["untrained"]  # an experiment's control: the starting weights
+    elif cfg.loss.type == "goldfish":
+        tags = ["goldfish-loss", *TAGS, f"goldfish-k{cfg.loss.goldfish.k}"]
+    else:
+        tags = TAGS + ["standard-loss"]
+    identity = {WEIGHTS: weights_id(weights_stamp(model_dir))} if (Path(model_dir) / "config.json").is_file() else {}
     data = ModelCardData(library_name="transformers", pipeline_tag="text-generation", tags=tags,
-                         base_model=start.get("hub_id"), license=start.get("license"), model_name=Path(cfg.out).name)
+                         base_model=start.get("hub_id"), license=start.get("license"), model_name=model_name(cfg),
+                         **identity)
     card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + _training_body(cfg, summary, manifest, data_sha256, start))
     path = Path(model_dir) / CARD
     atomic_write_text(path, str(card))
@@ -191,15 +234,35 @@ def write_training_card(model_dir: str | Path, cfg: TrainConfig, summary: dict, 
 # ------------------------------------------------------------------------------------------------ evaluation
 
 
+def weights_id(stamp: list) -> str:
+    """A short identity of a model's weight files (:func:`goldfish.models.weights_stamp`: names, sizes, mtimes)."""
+    return hashlib.sha256(json.dumps(stamp).encode()).hexdigest()[:16]
+
+
+def data_revision(results: dict) -> str | None:
+    """What an evaluation's numbers are of: a hash of its documents (``data.documents_sha256``, every split), its
+    windows (``data.sha256``) and the eval settings that change them (tasks, data, decoding, membership, goldfish)."""
+    data, config = results.get("data") or {}, results.get("config") or {}
+    if not data:
+        return None
+    what = {"documents": data.get("documents_sha256"), "windows": data.get("sha256"),
+            **{k: config.get(k) for k in ("tasks", "data", "decoding", "membership", "goldfish")}}
+    what["data"] = {k: v for k, v in (what["data"] or {}).items() if k != "path"}  # the documents say what it is
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
 def eval_results(results: dict | None = None, attacks: dict | None = None, source: str = "goldfish eval") -> list:
     """``EvalResult`` headlines of a ``goldfish eval`` ``results.json`` and/or an experiment cell's ``attacks.json``:
-    extraction per window placement (exact match, ROUGE-L, token match), membership AUCs, held-out loss."""
+    extraction per window placement (exact match, ROUGE-L on words as rouge-score computes it and on token ids, token
+    match), membership AUCs, held-out loss; each keyed by its data (name, revision) and settings."""
     from huggingface_hub import EvalResult
 
     out = []
-    config = (results or {}).get("config") or {}
-    dataset = {"dataset_type": "goldfish-prepared", "dataset_name": dataset_name(((results or {}).get("data") or {})
-                                                                               .get("path"))}
+    results = results or {}
+    config, data = results.get("config") or {}, results.get("data") or {}
+    dataset = {"dataset_type": "goldfish-prepared", "dataset_name": dataset_name(data.get("path")),
+               "dataset_revision": data_revision(results)}
+    counts = f"{data.get('members')} members, {data.get('nonmembers')} nonmembers" if data else "documents"
 
     def add(task_type: str, task_name: str, split: str, metric: str, value: Any, name: str, setting: str) -> None:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -208,25 +271,25 @@ def eval_results(results: dict | None = None, attacks: dict | None = None, sourc
                                   metric_args={"source": source}, **dataset))
 
     ex = config.get("data") or {}
-    for placement, row in (((results or {}).get("summary") or {}).get("by_window") or {}).items():
-        setting = f"greedy, window={placement}, prefix_lens={ex.get('prefix_lens')}, suffix_len={ex.get('suffix_len')}"
+    for placement, row in ((results.get("summary") or {}).get("by_window") or {}).items():
+        setting = (f"greedy, window={placement}, prefix_lens={ex.get('prefix_lens')}, suffix_len={ex.get('suffix_len')}"
+                   f", {row.get('n_windows')} windows")
         for metric, key, name in (("exact_match", "exact_match_rate", "exact match rate"),
+                                  ("rouge", "rouge_l_paper", "ROUGE-L (rouge-score, words)"),
                                   ("rouge", "rouge_l", "ROUGE-L (tokens)"), ("accuracy", "token_match", "token match")):
             add("text-generation", "verbatim extraction", "members", metric, row.get(key), name, setting)
-    sources = [((results or {}).get("membership") or {}).get("attacks") or {}, (attacks or {}).get("attacks") or {}]
+    sources = [(results.get("membership") or {}).get("attacks") or {}, (attacks or {}).get("attacks") or {}]
     for attack_set in sources:
         for attack, row in attack_set.items():
             add("membership-inference", "membership inference", "members vs nonmembers", "roc_auc", row.get("auc"),
-                f"{attack} attack ROC-AUC", "whole documents")
+                f"{attack} attack ROC-AUC", f"whole documents, {counts}")
     add("text-generation", "held-out loss", "nonmembers", "loss", (attacks or {}).get("heldout_loss"),
-        "held-out loss (nats per token)", "teacher-forced")
+        "held-out loss (nats per token)", f"teacher-forced, {counts}")
     return out
 
 
 def dataset_name(path: str | None) -> str:
     """The name a card gives evaluation data: a prepared folder's recipe name, else the file or folder name."""
-    import json
-
     if not path:
         return "data"
     manifest = Path(path) / "manifest.json"
@@ -237,23 +300,26 @@ def dataset_name(path: str | None) -> str:
 
 
 def _key(r) -> tuple:
-    return (r.task_type, r.task_name, r.dataset_type, r.dataset_name, r.dataset_split, r.metric_type, r.metric_name,
-            r.metric_config)
+    return (r.task_type, r.task_name, r.dataset_type, r.dataset_name, r.dataset_revision, r.dataset_split,
+            r.metric_type, r.metric_name, r.metric_config)
 
 
 def _eval_table(results: list) -> str:
     if not results:
         return NO_EVAL
     lines = ["| task | data | split | metric | setting | value | source |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r.task_name} | {r.dataset_name} | {r.dataset_split} | {r.metric_name} | {r.metric_config} | "
-              f"{r.metric_value:.4f} | {(r.metric_args or {}).get('source', '')} |" for r in results]
+    lines += [f"| {r.task_name} | {r.dataset_name}" + (f" ({r.dataset_revision})" if r.dataset_revision else "")
+              + f" | {r.dataset_split} | {r.metric_name} | {r.metric_config} | {r.metric_value:.4f} | "
+              f"{(r.metric_args or {}).get('source', '')} |" for r in results]
     return "\n".join(lines)
 
 
-def add_eval_results(model_dir: str | Path, new: list) -> Path:
+def add_eval_results(model_dir: str | Path, new: list, weights: list | None = None) -> Path:
     """Merge the ``EvalResult`` list ``new`` into ``<model_dir>/README.md`` (created if the folder has no card):
-    equal results (same task, data, metric and setting) are replaced, others kept; the body's evaluation table is
-    rewritten (appended at the end of a card that has none). Refuses a path that is not a model folder."""
+    equal results (same task, data and its revision, metric and setting) are replaced, others kept; the body's
+    evaluation table is rewritten (appended at the end of a card that has none). Refuses a path that is not a model
+    folder and, given ``weights`` (the :func:`goldfish.models.weights_stamp` the results were computed on), a folder
+    whose weights or card now describe other weights: nothing is written then."""
     from huggingface_hub import ModelCard, ModelCardData
 
     folder = Path(model_dir)
@@ -261,11 +327,18 @@ def add_eval_results(model_dir: str | Path, new: list) -> Path:
         raise UserError(f"--update-card needs a Hugging Face model folder (with config.json); {folder} is not one "
                         f"(a .gguf file or another folder keeps no card of ours)")
     path = folder / CARD
-    card = _read(path) if path.is_file() else ModelCard(f"---\n{ModelCardData().to_yaml()}\n---\n\n# {folder.name}\n")
+    name = folder.parent.name if folder.name == "model" else folder.name  # a run folder's model/: the run's name
+    card = _read(path) if path.is_file() else ModelCard(f"---\n{ModelCardData().to_yaml()}\n---\n\n# {name}\n")
+    if weights is not None:
+        recorded = card.data.to_dict().get(WEIGHTS)
+        if weights_stamp(folder) != weights or recorded not in (None, weights_id(weights)):
+            raise UserError(f"the model in {folder} is not the one evaluated: its weights changed after the evaluation "
+                            f"read them (a training run replaced it?); its card is unchanged; evaluate it again to "
+                            f"add its numbers (the results are in the eval folder)")
     merged = {_key(r): r for r in (card.data.eval_results or [])}
     merged.update({_key(r): r for r in new})
     card.data.eval_results = list(merged.values()) or None
-    card.data.model_name = card.data.model_name or folder.name
+    card.data.model_name = card.data.model_name or name
     table = f"{EVAL_START}\n{_eval_table(card.data.eval_results or [])}\n{EVAL_END}"
     text = card.text
     if EVAL_START in text and EVAL_END in text:

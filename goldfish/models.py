@@ -7,20 +7,24 @@ safety policy, because a checkpoint is data, never code:
 * ``trust_remote_code=False`` always (a config asking for custom code fails with a clear error);
 * weights come from safetensors or GGUF; pickle files (``pytorch_model.bin``, ``.pt``, ...) are refused unless
   ``allow_pickle=True``, and even then read with ``torch.load(weights_only=True)``;
-* ``local_files_only=True``: nothing is ever fetched from the Hugging Face Hub;
+* a model is always loaded from local files (``local_files_only=True``); a Hub id (``ORG/NAME``, not a local path)
+  is resolved to its snapshot in the Hugging Face cache first (:func:`hub_snapshot`), fetched into the cache when
+  it is not there and the Hub may be reached (not under ``HF_HUB_OFFLINE=1``) -- its config, tokenizer and
+  safetensors weights only, never code or pickles;
 * anything unreadable (a missing path, a corrupt safetensors file, a fake ``.gguf``) is one :class:`UserError` line;
 * a ``config.json`` describing more parameters than the weight files hold (200,000 layers) is refused from the
   files' headers before anything is built (:func:`check_claimed_size`): a model is built from its config before its
   weights are read, so such a config would otherwise cost minutes and gigabytes before it failed.
 
 Accepted paths: a Hugging Face folder (``config.json`` + weights), a ``.gguf`` file (dequantised by transformers), a
-folder holding exactly one ``.gguf``, or a training run folder (``<run>/model`` is used).
+folder holding exactly one ``.gguf``, a training run folder (``<run>/model`` is used), or a Hub id.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -161,12 +165,53 @@ class ModelSource:
         return str(self.folder / self.gguf_file) if self.gguf_file else str(self.folder)
 
 
+# what a Hub snapshot may bring: config, tokenizer and safetensors weights -- no code, no pickles
+HUB_FILES = ("*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt", "*.tiktoken")
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]*[A-Za-z0-9]")
+
+
+def is_hub_id(path: str | Path) -> bool:
+    """``ORG/NAME`` that is not a local path: a model on the Hugging Face Hub."""
+    text = str(path)
+    return (_HUB_ID.fullmatch(text) is not None and ".." not in text
+            and not Path(text.split("/")[0]).expanduser().exists())  # runs/typo is a local path gone wrong
+
+
+@functools.lru_cache(maxsize=32)
+def hub_snapshot(repo_id: str) -> Path:
+    """The local snapshot folder of Hub model ``repo_id``: from the Hugging Face cache (``HF_HUB_CACHE``), else
+    fetched into it (config, tokenizer and safetensors files only: :data:`HUB_FILES`) unless ``HF_HUB_OFFLINE`` is
+    set; one :class:`UserError` when neither works or the model has no safetensors weights."""
+    from huggingface_hub import constants, snapshot_download
+
+    try:
+        folder = Path(snapshot_download(repo_id, allow_patterns=list(HUB_FILES), local_files_only=True))
+    except Exception:  # noqa: BLE001 - not cached (LocalEntryNotFoundError, ...): fetch it, or say why not
+        if constants.HF_HUB_OFFLINE:
+            raise UserError(f"model {repo_id} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
+                            f"HF_HUB_OFFLINE is set; download it where the Hub is reachable (huggingface-cli "
+                            f"download {repo_id}) or give a local folder") from None
+        try:
+            folder = Path(snapshot_download(repo_id, allow_patterns=list(HUB_FILES)))
+        except Exception as e:  # noqa: BLE001 - no network, unknown or gated repo: various types
+            raise UserError(f"model {repo_id} is neither a local path nor in the Hugging Face cache, and fetching it "
+                            f"from the Hub failed ({_first_line(e)[:160]}); check the name and the network, or give "
+                            f"a local folder") from None
+    if (folder / "config.json").is_file() and not any(folder.glob("*.safetensors")):
+        raise UserError(f"model {repo_id} has no safetensors weights on the Hub (pickle weights are never fetched: "
+                        f"they can run code); convert them to safetensors, or give a local folder")
+    return folder
+
+
 def resolve_model_path(path: str | Path) -> ModelSource:
-    """Map a user path (HF folder, .gguf, run folder) to a :class:`ModelSource`, or raise one clear UserError."""
+    """Map a user path (HF folder, .gguf, run folder, Hub id) to a :class:`ModelSource`, or raise one clear
+    UserError."""
+    if is_hub_id(path):
+        return ModelSource(hub_snapshot(str(path)))
     p = Path(path).expanduser()
     if not p.exists():
-        raise UserError(f"model path not found: {p} (give a Hugging Face model folder, a .gguf file or a training "
-                        f"run folder)")
+        raise UserError(f"model path not found: {p} (give a Hugging Face model folder, a .gguf file, a training "
+                        f"run folder or a Hub id ORG/NAME)")
     if p.is_file():
         if p.suffix == ".gguf":
             return ModelSource(p.parent, p.name)
@@ -182,6 +227,17 @@ def resolve_model_path(path: str | Path) -> ModelSource:
         raise UserError(f"{p} holds {len(ggufs)} .gguf files; give one of them, e.g. {ggufs[0]}")
     raise UserError(f"{p} is not a model folder: no config.json, no .gguf and no model/ subfolder "
                     f"(give a Hugging Face model folder, a .gguf file or a training run folder)")
+
+
+def weights_stamp(path: str | Path | None) -> list:
+    """``[[name, bytes, mtime_ns], ...]`` of a model's weight files: what tells a retrained model at the same path from
+    the old one (an evaluation's fingerprint; the model card's weights identity)."""
+    if path is None:
+        return []
+    src = resolve_model_path(path)
+    files = [src.folder / src.gguf_file] if src.gguf_file else sorted(src.folder.glob("*.safetensors"))
+    files += [] if src.gguf_file else sorted(f for f in src.folder.iterdir() if f.suffix in PICKLE_SUFFIXES)
+    return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
 
 
 def check_weights(src: ModelSource, allow_pickle: bool) -> bool:
@@ -232,6 +288,20 @@ def _quiet_transformers():
     finally:
         root.handlers = handlers
         if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+@contextlib.contextmanager
+def transformers_bars(show: bool):
+    """transformers' own progress bars (``Writing model shards`` when saving) drawn only when ``show`` -- a caller
+    passes whether it draws bars itself (on a terminal): a log file gets none; restored after."""
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    if not show:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled and not show:
             hf_logging.enable_progress_bar()
 
 

@@ -1,7 +1,8 @@
 """One precision vocabulary for training and evaluation: ``auto | fp32 | bf16 | fp16 | checkpoint``.
 
-``auto`` (the default everywhere) is resolved from the hardware by :func:`resolve_precision`: bf16 where the device
-computes it natively and fast (see :mod:`goldfish.hardware`), otherwise fp32. What a run records -- its config,
+``auto`` (the default everywhere) is resolved for the device by :func:`resolve_precision`: bf16 where it is native
+and faster than fp32 (decided from the hardware where that is certain, measured once and cached where it is not:
+see :mod:`goldfish.hardware`), otherwise fp32. What a run records -- its config,
 fingerprint, summary and report -- is always the *resolved* name, so a run resumed on a machine whose ``auto``
 resolves differently is a different run.
 
@@ -18,6 +19,7 @@ import sys
 import torch
 
 from .hardware import default_device, native_bf16
+from .ownership import is_main_process
 
 PRECISIONS: dict[str, torch.dtype | str] = {"auto": "auto", "fp32": torch.float32, "bf16": torch.bfloat16,
                                             "fp16": torch.float16, "checkpoint": "checkpoint"}
@@ -35,9 +37,10 @@ def resolve_precision(precision: str, device: torch.device | str | None = None, 
                       warn: bool = True) -> str:
     """The precision a run on ``device`` (default: :func:`goldfish.hardware.default_device`) computes in.
 
-    ``auto`` -> ``bf16`` when the device has native, fast bf16 and ``bf16_ok`` (a caller that cannot use bf16 here,
-    e.g. AxoNN on a CPU, passes False), else ``fp32``. An explicit ``bf16`` on a device without native bf16 is kept
-    and, with ``warn``, announced once per process on stderr: it runs, slowly. Other names pass through.
+    ``auto`` -> ``bf16`` when bf16 is native and faster than fp32 on the device and ``bf16_ok`` (a caller that
+    cannot use bf16 here, e.g. AxoNN on a CPU, passes False), else ``fp32``. An explicit ``bf16`` where it is not
+    faster is kept and, with ``warn``, announced once on stderr with the reason (by the first process of a launch). Other names pass
+    through.
     """
     precision = ALIASES.get(precision, precision)
     device = torch.device(device) if device is not None else default_device()
@@ -46,11 +49,10 @@ def resolve_precision(precision: str, device: torch.device | str | None = None, 
     native, why = native_bf16(device)
     if precision == "auto":
         return "bf16" if native and bf16_ok else "fp32"
-    if not native and warn and why not in _WARNED:
+    if not native and warn and why not in _WARNED and is_main_process():
         _WARNED.add(why)
-        print(f"warning: precision=bf16 where bf16 is not native and fast ({why}): expect it to be slower than fp32 "
-              f"(up to ~30x where bf16 is emulated, e.g. AVX2); use precision=auto (or fp32) unless bf16 itself is "
-              f"under study", file=sys.stderr, flush=True)
+        print(f"warning: precision=bf16 on {device.type} where it is not faster than fp32 ({why}); use "
+              f"precision=auto (or fp32) unless bf16 itself is under study", file=sys.stderr, flush=True)
     return precision
 
 

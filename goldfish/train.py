@@ -46,7 +46,7 @@ from .io import JsonlLogger, atomic_directory, atomic_write_json, atomic_write_t
 from .loss import EngineLoss
 from .masks import GoldfishConfig, config_mask
 from .modelcard import write_training_card
-from .models import build_model, count_parameters, flops_per_token, set_special_ids
+from .models import build_model, count_parameters, flops_per_token, set_special_ids, transformers_bars
 from .ownership import OutputFolder, fingerprint_sha256, is_main_process, writing
 from .perf import MfuMeter
 from .precision import resolve_precision
@@ -55,7 +55,7 @@ from .tracking import Tracker
 from .train_config import (TRAIN_OPTIONAL, OptimConfig, Plan, TrainConfig, goldfish_config, learning_rate, make_plan,
                            saved_train_fingerprint, train_fingerprint, write_mask_settings)
 
-BATCH_COLUMNS = ("input_ids", "labels", "document_ids", "position_ids")
+SUMMARY = "summary.json"  # written last: a run folder with one is finished
 
 
 # ------------------------------------------------------------------------------------------------ optimizer
@@ -106,12 +106,13 @@ def micro_batches(batch: dict[str, torch.Tensor], dropped: torch.Tensor, plan: P
 
 
 def load_train_data(path: str):
-    """The prepared folder (``goldfish.data.load_prepared``), its train split as torch tensors, and the seq_len."""
+    """The prepared folder (``goldfish.data.load_prepared``), its training rows (memory-mapped,
+    :class:`goldfish.data.rows.TrainRows`) and the seq_len."""
     prepared = load_prepared(path)
-    train = prepared.train.with_format("torch", columns=list(BATCH_COLUMNS))
-    if len(train) == 0:
+    prepared.tokenizer_files()  # read and checked now: the tokenizer the model ships, whatever the folder becomes
+    if len(prepared.train) == 0:
         raise UserError(f"prepared data {path} has an empty train split; prepare it again with more documents")
-    return prepared, train, len(train[0]["input_ids"])
+    return prepared, prepared.train, prepared.train.seq_len
 
 
 # ------------------------------------------------------------------------------------------------ the loop
@@ -177,6 +178,14 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, folder:
     refuse_mismatch(saved_train_fingerprint(out), fingerprint, f"the run in {out}",
                     "rerun with the config it was made with (its config.yaml), or pass --fresh to start in a new "
                     "folder, or --overwrite to replace it", TRAIN_OPTIONAL)
+    if (out / SUMMARY).is_file() and (out / "model" / "config.json").is_file():  # this run, finished
+        if cfg.checkpoint.resume == "never":
+            raise UserError(f"{out} already holds this run, finished; choose a new out= folder, or pass --overwrite "
+                            f"to train it again")
+        if engine.is_main:
+            print(f"{folder.final} already holds this run, finished: nothing to train (--overwrite trains it again)",
+                  file=sys.stderr)
+        return folder.final
     resume = ckpt.find_resume(out, cfg.checkpoint.resume, rank, world)  # validated before anything is built
     if resume is not None:  # also a checkpoint of another folder (checkpoint.resume=<path>)
         refuse_mismatch(resume["trainer"].get("fingerprint"), fingerprint, f"checkpoint {resume['folder']}",
@@ -204,10 +213,13 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, folder:
             log.log(record)
             tracker.log(record)
             _report(cfg, engine, bar, record, plan, clock)
-            if progress.step == plan.total_steps or (cfg.checkpoint.every_steps
-                                                     and progress.step % cfg.checkpoint.every_steps == 0):
+            last = progress.step == plan.total_steps  # its weights are model/'s: checkpointed only to keep the optimizer
+            if (last and cfg.checkpoint.keep_optimizer) or (not last and cfg.checkpoint.every_steps
+                                                            and progress.step % cfg.checkpoint.every_steps == 0):
                 _save(cfg, out, engine, plan, progress, rank, world, fingerprint)
     _finish(cfg, out, engine, prepared, plan, progress, shape, meter, started)
+    if engine.is_main and not cfg.checkpoint.keep_optimizer:
+        ckpt.finish_checkpoints(out, cfg.checkpoint.keep_last)
     return folder.final  # a replacement takes the old run's place when `writing` ends: after success only
 
 
@@ -357,11 +369,13 @@ def _finish(cfg: TrainConfig, out: Path, engine: Engine, prepared, plan: Plan, p
             meter: MfuMeter, started: float) -> None:
     """Export the model (+ tokenizer) in Hugging Face format and write ``summary.json``."""
     if engine.is_main:
-        with atomic_directory(out / "model", overwrite=True) as tmp:
+        with atomic_directory(out / "model", overwrite=True) as tmp, \
+                transformers_bars(cfg.progress and sys.stderr.isatty()):  # bars on a terminal only, as ours
             engine.export_hf(tmp)  # a collective: the other ranks call it below
             prepared.copy_tokenizer(tmp)
     else:
-        engine.export_hf(out / "model")
+        with transformers_bars(False):
+            engine.export_hf(out / "model")
     if not engine.is_main:
         return
     records = read_jsonl(out / "metrics.jsonl")
@@ -383,7 +397,7 @@ def _finish(cfg: TrainConfig, out: Path, engine: Engine, prepared, plan: Plan, p
         "exposures": exposures,  # {labelled r: [min, max] times read}: r x epochs when the budget is whole epochs
     }
     write_training_card(out / "model", cfg, summary, prepared.manifest, prepared.train_sha256)
-    atomic_write_json(out / "summary.json", summary)  # last: a run with a summary has its model card
+    atomic_write_json(out / SUMMARY, summary)  # last: a run with a summary has its model card
 
 
 def _mean(records: list[dict], key: str) -> float | None:

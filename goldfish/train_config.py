@@ -16,7 +16,7 @@ import importlib.util
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from .config import check, check_seed, flatten, from_dict, load_config, option, raise_problems, shown, to_dict
 from .errors import ConfigError, UserError
@@ -185,7 +185,11 @@ class CheckpointConfig:
     """Atomic checkpoints with exact resume."""
 
     every_steps: int = option(100, "save every N optimizer steps (0: only at the end)")
-    keep_last: int = option(2, "keep the newest N checkpoints (0: keep all)")
+    keep_last: int = option(2, "keep the newest N checkpoints (0: keep all); in a finished run model/ counts as the "
+                               "newest")
+    keep_optimizer: bool = option(False, "keep the optimizer state (and the final checkpoint) when the run finishes; "
+                                         "false: a finished run keeps model/ and its earlier checkpoints' weights "
+                                         "only (1/3 of the disk with AdamW), enough for a checkpoint series")
     resume: str = option("auto", "auto (newest complete checkpoint in out/checkpoints) | never | <checkpoint path>")
 
     def __post_init__(self) -> None:
@@ -204,7 +208,7 @@ class LoggingConfig:
     see :mod:`goldfish.tracking`). Changes nothing a run computes: not part of its fingerprint."""
 
     tensorboard: bool = option(False, "write TensorBoard event files to <out>/tensorboard (needs the tensorboard "
-                                      "extra: pip install 'goldfish-toolkit[tensorboard]')")
+                                      "extra: pip install -e '.[tensorboard]' in the checkout, docs/install.md)")
     wandb: bool = option(False, "log a Weights & Biases run in <out>/wandb (needs the wandb extra); offline unless "
                                 "wandb_mode=online")
     wandb_mode: Literal["offline", "online"] = option(
@@ -219,8 +223,8 @@ class LoggingConfig:
         problems: list[str] = []
         for flag, package in (("tensorboard", "tensorboard"), ("wandb", "wandb")):
             check(not getattr(self, flag) or importlib.util.find_spec(package) is not None, problems,
-                  f"logging.{flag}=true needs the {package} package: pip install 'goldfish-toolkit[{package}]' "
-                  f"(or set logging.{flag}=false)")
+                  f"logging.{flag}=true needs the {package} package: pip install {package} (the toolkit's "
+                  f"'{package}' extra) or set logging.{flag}=false")
         raise_problems(problems)
 
 
@@ -228,13 +232,16 @@ class LoggingConfig:
 class TrainConfig:
     """Everything ``goldfish train`` needs; saved as ``<out>/config.yaml`` beside the run."""
 
+    # goldfish.k (goldfish eval's spelling of the mask settings) = loss.goldfish.k (goldfish.config.aliases)
+    ALIASES: ClassVar[dict[str, str]] = {"goldfish": "loss.goldfish"}
+
     data: DataConfig = option(factory=DataConfig, help="prepared data")
     model: ModelConfig = option(factory=ModelConfig, help="model size or local model")
     loss: LossConfig = option(factory=LossConfig, help="standard or Goldfish loss")
     optim: OptimConfig = option(factory=OptimConfig, help="optimizer and learning-rate schedule")
     schedule: ScheduleConfig = option(factory=ScheduleConfig, help="training length and batch sizes")
-    precision: str = option("auto", "auto | fp32 | bf16 (auto: bf16 where the device computes it natively and fast -- "
-                                    "CUDA with bf16, CPUs with AMX -- else fp32; bf16: autocast over fp32 master "
+    precision: str = option("auto", "auto | fp32 | bf16 (auto: bf16 where it is native and faster than fp32 -- CUDA "
+                                    "with bf16, CPUs with AMX, AVX512-BF16 CPUs where measured faster -- else fp32; bf16: autocast over fp32 master "
                                     "weights; float32/bfloat16 are aliases; see goldfish.precision)")
     compile: bool = option(False, "torch.compile every decoder layer (the first step pays the compilation; fuses "
                                   "norms, rotary and SwiGLU kernels; under torchrun too with the native engine)")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 
-# precision=auto (the default) resolves bf16 on CPUs with AMX and fp32 elsewhere (goldfish.hardware). The suite pins
-# its numerics to one answer on every CI machine by capping oneDNN below AMX, which auto reads as "no native bf16";
-# inherited by every subprocess (CLI, torchrun). A developer's own cap (e.g. ONEDNN_MAX_CPU_ISA=AVX2 to test the slow
-# path) is kept. tests/test_precision.py injects the CPU features to test both resolutions.
-os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16")
+# precision=auto (the default) resolves bf16 where it is faster than fp32 (goldfish.hardware: AMX, or a measured
+# AVX512-BF16 CPU). The suite pins its numerics to one answer on every CI machine by capping oneDNN below its bf16
+# instructions, which auto reads as fp32 without measuring anything; inherited by every subprocess (CLI, torchrun).
+# A developer's own cap (e.g. ONEDNN_MAX_CPU_ISA=AVX2 to test the slow path) is kept. tests/test_precision.py
+# injects the CPU features and the probe's result to test every resolution.
+os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
 # torch.compile's kernel cache is keyed by the CPU it detects, not by ATEN_CPU_CAPABILITY: under an emulated cap
 # (ATEN_CPU_CAPABILITY=avx2 on an AVX-512 machine) kernels cached by an uncapped run are reused and crash (SIGSEGV,
 # seen with torch 2.13), so a capped run compiles into a cache of its own

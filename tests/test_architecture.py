@@ -9,8 +9,8 @@ command imports the modules that do its work when it runs, so ``goldfish COMMAND
 to top (see ARCHITECTURE.md):
 
 0. base: the package root, the config system, io, output-folder ownership and locks, errors, the mask and loss
-   library (with the canonical fold), the collator, perf, the size table, the precision names, provenance (code
-   version, fingerprints)
+   library (with the canonical fold), the collator and the Hugging Face / TRL trainers (``hf``), perf, the size
+   table, the precision names, provenance (code version, fingerprints)
 1. data: ``goldfish.data``
 2. models and engines: ``models``, ``train_config`` (the sections the engines receive), ``goldfish.engines``
 3. trainer: ``train``, ``checkpoint``, ``estimate``, ``tracking``, ``modelcard``
@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("goldfish", "goldfish.config", "goldfish.io", "goldfish.ownership", "goldfish.errors", "goldfish.masks",
               "goldfish.loss", "goldfish.collator", "goldfish.fold", "goldfish.perf", "goldfish.sizes",
-              "goldfish.precision", "goldfish.hardware", "goldfish.gguf_cache", "goldfish.provenance")),
+              "goldfish.precision", "goldfish.hardware", "goldfish.gguf_cache", "goldfish.provenance", "goldfish.hf")),
     ("data", ("goldfish.data",)),
     ("models and engines", ("goldfish.models", "goldfish.train_config", "goldfish.engines")),
     ("trainer", ("goldfish.train", "goldfish.checkpoint", "goldfish.estimate", "goldfish.tracking", "goldfish.modelcard")),

@@ -61,7 +61,7 @@ def test_other_axonn_versions_are_refused_on_cpu_and_warned_about_on_cuda(monkey
     with pytest.warns(UserWarning, match=r"tested with axonn 0\.2\.0, not the installed 0\.3\.0"):
         axonn_compat.check_installed()
     monkeypatch.setattr(axonn_compat, "axonn_version", lambda: None)
-    with pytest.raises(UserError, match=r"pip install 'goldfish-toolkit\[axonn\]'"):
+    with pytest.raises(UserError, match=r"pip install axonn==0\.2\.0 \(the toolkit's 'axonn' extra\)"):
         axonn_compat.check_installed()
     assert not axonn_compat.is_enabled()
 

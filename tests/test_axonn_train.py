@@ -33,10 +33,11 @@ def _torchrun(cfg: dict, nproc: int = 2):
 
 @pytest.fixture(scope="module")
 def axonn_run(data, tmp_path_factory):
-    """(config, run folder) of a 4-step row(2) AxoNN run with checkpoints at steps 2 and 4."""
+    """(config, run folder) of a 4-step row(2) AxoNN run with checkpoints at steps 2 and 4 (keep_optimizer: the
+    finished run keeps them whole, for the resume test)."""
     out = tmp_path_factory.mktemp("axonn") / "run"
     cfg = tiny_config(data, out, schedule=SCHEDULE, loss=LOSS, optim=OPTIM, engine="axonn", axonn={"row": 2},
-                      checkpoint={"every_steps": 2, "keep_last": 0})
+                      checkpoint={"every_steps": 2, "keep_last": 0, "keep_optimizer": True})
     done = _torchrun(cfg)
     assert done.returncode == 0, done.stderr[-3000:]
     return cfg, out

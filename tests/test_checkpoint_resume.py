@@ -29,10 +29,12 @@ def _one_thread(one_thread):
 
 
 def _cfg(data, out, **kw):
+    """These tests resume runs, also finished ones: their checkpoints keep the optimizer state
+    (checkpoint.keep_optimizer=true; a finished run drops it by default, test_finished_run_keeps_the_model_only)."""
     base = {"loss": {"type": "goldfish", "goldfish": {"k": 4, "h": 13}},
-            "schedule": {"max_steps": 12, "global_batch_size": 4, "micro_batch_size": 2},
-            "checkpoint": {"every_steps": 2, "keep_last": 0}}
-    return tiny_config(data, out, **{**base, **kw})
+            "schedule": {"max_steps": 12, "global_batch_size": 4, "micro_batch_size": 2}}
+    checkpoint = {"every_steps": 2, "keep_last": 0, "keep_optimizer": True, **kw.pop("checkpoint", {})}
+    return tiny_config(data, out, **{**base, "checkpoint": checkpoint, **kw})
 
 
 def _losses(run: Path) -> list[tuple]:
@@ -110,6 +112,9 @@ def test_an_explicit_corrupt_checkpoint_is_one_clear_error(data, tmp_path):
 def test_resume_never_refuses_to_overwrite_and_keep_last_prunes(data, tmp_path):
     run = train(from_dict(TrainConfig, _cfg(data, tmp_path / "run", checkpoint={"every_steps": 1, "keep_last": 2})))
     assert [p.name for p in list_checkpoints(run)] == ["step_000011", "step_000012"]
+    with pytest.raises(UserError, match="already holds this run, finished"):
+        train(from_dict(TrainConfig, _cfg(data, run, checkpoint={"every_steps": 1, "resume": "never"})))
+    (run / "summary.json").unlink()  # unfinished: its checkpoints are what resume=never refuses to overwrite
     with pytest.raises(UserError, match="already holds checkpoints"):
         train(from_dict(TrainConfig, _cfg(data, run, checkpoint={"every_steps": 1, "resume": "never"})))
     with pytest.raises(UserError, match="schedule.global_batch_size: 4 -> 8"):
@@ -127,3 +132,42 @@ def test_checkpoint_files_are_safe_formats(data, tmp_path):
                      "rng_rank00000.safetensors", "trainer_state.json"]
     opt = torch.load(folder / "optimizer_rank00000.pt", weights_only=True)
     assert opt["state"][0]["step"].item() == 2
+
+
+def _size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def test_finished_run_keeps_the_model_only(data, tmp_path, capsys):
+    """checkpoint.keep_optimizer=false (the default): the final step is not checkpointed (model/ holds its weights),
+    the earlier checkpoints kept by keep_last lose the optimizer state and say so; they still export (a checkpoint
+    series) but do not resume; a rerun of the finished run trains nothing. keep_optimizer=true keeps everything."""
+    from goldfish.checkpoint import WEIGHTS_ONLY, export_checkpoint
+
+    lean = _cfg(data, tmp_path / "lean", checkpoint={"keep_last": 3, "keep_optimizer": False})
+    full = _cfg(data, tmp_path / "full", checkpoint={"keep_last": 3})
+    run, kept = train(from_dict(TrainConfig, lean)), train(from_dict(TrainConfig, full))
+    _assert_same_weights(run, kept)
+    assert [p.name for p in list_checkpoints(kept)] == ["step_000008", "step_000010", "step_000012"]
+    assert [p.name for p in list_checkpoints(run)] == ["step_000008", "step_000010"]  # model/ is the third
+    for folder in list_checkpoints(run):
+        assert sorted(p.name for p in folder.iterdir()) == [COMPLETE, WEIGHTS_ONLY, "model_rank00000.safetensors",
+                                                             "rng_rank00000.json", "rng_rank00000.safetensors",
+                                                             "trainer_state.json"]
+        twin = kept / "checkpoints" / folder.name
+        assert (folder / "model_rank00000.safetensors").read_bytes() == \
+            (twin / "model_rank00000.safetensors").read_bytes()
+        # AdamW keeps two moments per weight: without them a checkpoint is about a third of its size
+        assert _size(folder) < 0.4 * _size(twin)
+    exported = export_checkpoint(list_checkpoints(run)[-1], run / "model", tmp_path / "step10")
+    assert (exported / "config.json").is_file()
+    with pytest.raises(UserError, match="holds model weights only .*keep_optimizer=true keeps it"):
+        train(from_dict(TrainConfig, {**lean, "out": str(tmp_path / "again"),
+                                      "checkpoint": {"resume": str(list_checkpoints(run)[-1])}}))
+    metrics = (run / "metrics.jsonl").read_bytes()
+    capsys.readouterr()
+    assert train(from_dict(TrainConfig, lean)) == run  # finished: nothing to train, nothing rewritten
+    assert "already holds this run, finished: nothing to train" in capsys.readouterr().err
+    assert (run / "metrics.jsonl").read_bytes() == metrics
+    with pytest.raises(UserError, match="already holds this run, finished"):
+        train(from_dict(TrainConfig, {**lean, "checkpoint": {"resume": "never"}}))

@@ -114,6 +114,32 @@ def test_describe_lists_nested_fields_with_help():
     assert to_dict(Run())["goldfish"]["k"] == 4
 
 
+def test_aliases_name_one_setting_in_every_spelling(tmp_path):
+    """One spelling per setting across commands: goldfish.k is train's loss.goldfish.k and eval's (formerly
+    mask.k); eval also reads train's precision and lm-eval's device, limit, batch_size. The saved config holds the
+    canonical key; an alias and its canonical key both set is one error naming both."""
+    from goldfish.eval.config import EvalConfig
+    from goldfish.train_config import TrainConfig
+
+    train = load_config(TrainConfig, None, ["goldfish.k=3", "loss.type=goldfish"])
+    assert train.loss.goldfish.k == 3 and train.loss.type == "goldfish"
+    merged = load_config(TrainConfig, None, ["goldfish.k=3", "loss.goldfish.h=7"])  # disjoint: merged
+    assert (merged.loss.goldfish.k, merged.loss.goldfish.h) == (3, 7)
+    with pytest.raises(ConfigError, match="goldfish and loss.goldfish both given: they name one setting"):
+        load_config(TrainConfig, None, ["goldfish.k=3", "loss.goldfish.k=5"])
+    (tmp_path / "old.yaml").write_text("mask: {k: 3, h: 5}\nprecision: fp32\nlimit: 7\nbatch_size: 4\n"
+                                       "device: cpu\n")
+    ev = load_config(EvalConfig, tmp_path / "old.yaml")
+    assert (ev.goldfish.k, ev.goldfish.h, ev.model.dtype, ev.data.max_docs, ev.decoding.batch_size,
+            ev.model.device) == (3, 5, "fp32", 7, 4, "cpu")
+    saved = to_dict(ev)
+    assert "mask" not in saved and saved["goldfish"]["k"] == 3 and "limit" not in saved
+    assert load_config(EvalConfig, None, ["goldfish.k=3"]).goldfish.k == 3
+    with pytest.raises(ConfigError, match="precision and model.dtype both given"):
+        load_config(EvalConfig, None, ["precision=fp32", "model.dtype=bf16"])
+    assert "  mask: alias of goldfish" in describe(EvalConfig)
+
+
 def test_atomic_write_keeps_old_file_when_writer_fails(tmp_path, monkeypatch):
     target = tmp_path / "results.json"
     atomic_write_text(target, "old")

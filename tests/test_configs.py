@@ -123,6 +123,32 @@ def test_recipe_paths_resolve_from_any_working_directory(tmp_path, monkeypatch):
     assert resolve_recipe("missing.yaml") == Path("missing.yaml")  # left for read_yaml's one-line error
 
 
+def test_shipped_configs_resolve_by_name_from_any_folder(tmp_path, monkeypatch, capsys):
+    """`goldfish train train_tiny` and `goldfish experiment k_sweep` work outside the checkout, as recipes do; in
+    a wheel install the same names resolve to the package data goldfish/configs and goldfish/recipes (the installed
+    layout, built here by hand; CI's .ci/wheel runs the commands from the real wheel)."""
+    import goldfish.config as config_module
+    from goldfish.cli import main
+    from goldfish.config import find_config
+
+    monkeypatch.chdir(tmp_path)
+    assert find_config("train_tiny", "experiments") == ROOT / "experiments" / "train_tiny.yaml"
+    assert find_config("paper/llama2_7b_extreme", "experiments") == ROOT / "experiments/paper/llama2_7b_extreme.yaml"
+    assert find_config("experiments/k_sweep.yaml", "experiments") == ROOT / "experiments" / "k_sweep.yaml"
+    assert find_config("nothing_such", "experiments") == Path("nothing_such")
+    assert main(["experiment", "k_sweep", "--list"]) == 0 and "goldfish" in capsys.readouterr().out
+    assert main(["train", "train_tinyy"]) == 2
+    assert "config file not found: train_tinyy (check the path or the shipped config's name" in capsys.readouterr().err
+    # the wheel's layout: <site-packages>/goldfish/{config.py, configs/, recipes/}, no checkout above it
+    site = tmp_path / "site-packages" / "goldfish"
+    for folder, installed in (("experiments", "configs"), ("data", "recipes")):
+        shutil.copytree(ROOT / folder, site / installed, ignore=shutil.ignore_patterns("prepared", "launch"))
+    monkeypatch.setattr(config_module, "__file__", str(site / "config.py"))
+    assert find_config("train_tiny", "experiments") == site / "configs" / "train_tiny.yaml"
+    assert find_config("data/wikipedia_demo.yaml", "data") == site / "recipes" / "wikipedia_demo.yaml"
+    assert find_config("paper/tinyllama_1b_pretrain", "experiments") == site / "configs/paper/tinyllama_1b_pretrain.yaml"
+
+
 # ------------------------------------------------------------------------------------------------ dry runs
 
 
@@ -290,3 +316,25 @@ def test_paper_configs_read_each_target_as_the_paper_and_never_cycle_the_backgro
         assert all(p.start_model for p in plan_cells(cfg, default_pipeline()))
     else:
         assert cfg.control_mode == "background"
+
+
+def test_the_paper_pretraining_dry_run_states_what_preparing_it_needs(tmp_path):
+    """20 B background tokens stored as uint16 (~2 bytes each), prepared in bounded memory; the scaled-down CPU copy
+    streams its ~200 M-token background from a local folder the same way."""
+    from goldfish.data.prepare import estimate_needs
+    from goldfish.experiment.dryrun import preparation_needs
+
+    cfg = load_experiment(ROOT / "experiments" / "paper" / "tinyllama_1b_pretrain.yaml")
+    plans = plan_cells(cfg, default_pipeline())
+    lines = preparation_needs(cfg, plans)
+    assert len(lines) == 2 and all("background streams from hub" in line for line in lines)  # arms', control's
+    arms = estimate_needs(plans[1].prepare_cfg, 32000)
+    assert arms["dtype"] == "uint16" and arms["tokens"] == 9_665_625 * 2047 + 2000 * 50 * 2047
+    assert 2 * arms["tokens"] < arms["disk_bytes"] < 2.1 * arms["tokens"]  # the ids, plus < 5 % of indexes
+    assert arms["memory_bytes"] < 1.5 * 2**30
+    scaled = load_experiment(ROOT / "experiments" / "tinyllama_scaled.yaml", [f"out={tmp_path / 'scaled'}"])
+    scaled_plans = plan_cells(scaled, default_pipeline())
+    assert scaled_plans[1].prepare_cfg.background_source.name == "local"
+    lines = preparation_needs(scaled, scaled_plans)  # at most 390,000 chunks of 511 tokens (+ the targets x 50)
+    assert len(lines) == 2 and all(" B training tokens as uint16 in 390,000 background chunks" in line
+                                   and line.split("prepare ")[1].startswith(str(tmp_path)) for line in lines)

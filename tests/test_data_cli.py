@@ -52,7 +52,7 @@ def test_existing_folder_is_left_untouched(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
     (out / "precious.txt").write_text("keep me")
-    one_error_line(capsys, ["prepare", str(recipe(tmp_path)), "--out", str(out)], "already exists; pass --overwrite")
+    one_error_line(capsys, ["prepare", str(recipe(tmp_path)), "--out", str(out)], "goldfish did not write there")
     assert [p.name for p in out.iterdir()] == ["precious.txt"] and (out / "precious.txt").read_text() == "keep me"
     # --overwrite replaces only a folder `goldfish prepare` made (its ownership marker), never the user's own
     one_error_line(capsys, ["prepare", str(recipe(tmp_path)), "--out", str(out), "--overwrite"],

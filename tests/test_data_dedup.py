@@ -104,12 +104,12 @@ def test_prepare_leaves_edited_copies_of_targets_out_of_the_background(tmp_path)
             "tokenizer": {"name": "gpt2"}, "seq_len": 256, "min_tokens": 40, "doc_tokens": 100, "num_members": 10,
             "num_nonmembers": 10, "nonmember_mode": "random_split", "num_background": None, "packing": "pack"}
     on = load_prepared(prepare(from_dict(PrepareConfig, base), tmp_path / "on", progress=False))
-    kept = {r["id"] for r in on.background.to_list()}
-    assert kept == {f"other{i}" for i in range(15)}  # every copy of a member or nonmember left out
+    kept = np.load(on.path / "background" / "00000.tag.npy")  # the source position each chunk was cut from
+    assert kept.tolist() == list(range(20, 35))  # every copy of a member or nonmember (positions 0..19) left out
     assert on.manifest["stats"]["background_near_duplicates"] == 20
     off = load_prepared(prepare(from_dict(PrepareConfig, {**base, "background_dedup": None}), tmp_path / "off",
                                 progress=False))
-    assert len(off.background.to_list()) == 35  # exact matching alone keeps all 20 edited copies
+    assert len(off.background) == 35  # exact matching alone keeps all 20 edited copies
 
 
 def test_an_older_folder_is_kept_only_when_there_is_no_background():

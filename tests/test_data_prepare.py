@@ -16,8 +16,13 @@ CANARIES = dict(source=SourceConfig(max_documents=30), seq_len=64, packing="pack
                 repetitions=[1, 2, 4, 8], num_background=40, background_chunk_tokens=100, name="canaries")
 
 
-def columns(ds) -> dict[str, np.ndarray]:
-    return {k: np.asarray(v) for k, v in ds.with_format("numpy")[:].items()}
+def columns(rows) -> dict[str, np.ndarray]:
+    """Every column of every training row (derived from the token shards and the layout)."""
+    return rows.batch(np.arange(len(rows)))
+
+
+def background_ids(data) -> list[list[int]]:
+    return [data.background[i].tolist() for i in range(len(data.background))]
 
 
 @pytest.fixture(scope="module")
@@ -32,13 +37,19 @@ def canaries(tmp_path_factory):
 
 def test_manifest_contract(demo):
     m = demo.manifest
-    assert m["format"] == "goldfish-prepared/1" and m["name"] == "wikipedia_demo" and m["source"] == "wikipedia"
+    assert m["format"] == "goldfish-prepared/2" and m["name"] == "wikipedia_demo" and m["source"] == "wikipedia"
     assert m["tokenizer"] == {"name": "bpe", "vocab_size": 4096, "eos_id": 0, "bos_id": 0, "pad_id": 0}
     assert (m["seed"], m["seq_len"], m["packing"]) == (0, 128, "one_per_row")
-    assert m["counts"] == {"members": 100, "nonmembers": 100, "train": 100}
-    assert m["tokens"] == {"members": 12800, "nonmembers": 12800, "train": 12800}
+    # the defaults (data/wikipedia_demo.yaml): a random split of the articles, 50 members and 50 nonmembers
+    assert m["counts"] == {"members": 50, "nonmembers": 50, "train": 50}
+    assert m["tokens"] == {"members": 6400, "nonmembers": 6400, "train": 6400}
     assert set(m["sha256"]) == {"members", "nonmembers", "train"} and m["config"]["doc_tokens"] == 128
     assert {"created", "versions"} <= set(m) and m["versions"]["gensim"] == "4.4.0"
+    # the rows: a 4,096-id vocabulary stored as uint16, each member once, the layout beside it
+    assert m["train"]["dtype"] == "uint16" and m["train"]["stores"] == [{"path": "train/targets", "documents": 100}]
+    assert set(m["files"]) == {"train/targets.bin", "train/targets.idx.npy", "train/order.npy", "train/starts.npy"} | \
+        {f"tokenizer/{p.name}" for p in (demo.path / "tokenizer").iterdir()}
+    assert (demo.path / "train" / "targets.bin").stat().st_size == 2 * 12800
     assert demo.background is None
     assert demo.tokenizer.eos_token_id == 0 and len(demo.tokenizer) == 4096
     assert demo.members.column_names == ["id", "title", "source", "text", "input_ids", "repetitions", "split"]
@@ -46,11 +57,24 @@ def test_manifest_contract(demo):
     assert set(demo.nonmembers["repetitions"]) == {0}
 
 
-def test_later_chunk_is_the_next_tokens_of_the_same_article(demo):
-    """Re-tokenize each article independently and check member = tokens[:128], nonmember = tokens[128:256]."""
+def test_random_split_takes_the_same_stretch_of_other_articles(demo):
+    """The default nonmembers: tokens [0, 128) of articles that are not members (re-tokenized independently)."""
     articles = {d.id: d.text for d in load_documents(SourceConfig())}
     tok = demo.tokenizer
     members, nonmembers = demo.members.to_list(), demo.nonmembers.to_list()
+    assert not {m["id"] for m in members} & {n["id"] for n in nonmembers} and len(nonmembers) == 50
+    for doc in members + nonmembers:
+        ids = tok(articles[doc["id"]], add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        assert doc["input_ids"] == ids[:128]
+
+
+def test_later_chunk_is_the_next_tokens_of_the_same_article(tmp_path):
+    """Re-tokenize each article independently and check member = tokens[:128], nonmember = tokens[128:256]."""
+    later = load_prepared(prepare(PrepareConfig(source=SourceConfig(max_documents=30), num_members=20,
+                                                nonmember_mode="later_chunk"), tmp_path / "later", progress=False))
+    articles = {d.id: d.text for d in load_documents(SourceConfig(max_documents=30))}
+    tok = later.tokenizer
+    members, nonmembers = later.members.to_list(), later.nonmembers.to_list()
     assert [n["id"] for n in nonmembers] == [m["id"] + "#later" for m in members]
     for mem, non in zip(members, nonmembers):
         ids = tok(articles[mem["id"]], add_special_tokens=False, split_special_tokens=True)["input_ids"]
@@ -65,17 +89,19 @@ def test_members_nonmembers_disjoint(demo, canaries):
         assert not {r["id"] for r in mem} & {r["id"] for r in non}
         assert not {tuple(r["input_ids"]) for r in mem} & {tuple(r["input_ids"]) for r in non}
     articles = {r["id"].split("#")[0] for r in canaries.members.to_list() + canaries.nonmembers.to_list()}
-    assert not {r["id"].split("#")[0] for r in canaries.background.to_list()} & articles
+    # the background never holds a member's or nonmember's article: no chunk starts like one (its first chunk would)
+    heads = {tuple(r["input_ids"][:8]) for r in canaries.members.to_list() + canaries.nonmembers.to_list()}
+    assert not {tuple(ids[:8]) for ids in background_ids(canaries)} & heads
 
 
 def test_one_per_row_rows(demo):
     c = columns(demo.train)
-    assert c["input_ids"].shape == (100, 128)
+    assert c["input_ids"].shape == (50, 128)
     np.testing.assert_array_equal(c["labels"], np.where(c["attention_mask"] == 1, c["input_ids"], -100))
     # each row is exactly one member (document_ids k -> members row k), positions 0..127, no padding here
     members = demo.members.to_list()
-    assert sorted(c["document_ids"][:, 0].tolist()) == list(range(100))
-    for row in range(100):
+    assert sorted(c["document_ids"][:, 0].tolist()) == list(range(50))
+    for row in range(50):
         k = int(c["document_ids"][row, 0])
         assert (c["document_ids"][row] == k).all() and c["position_ids"][row].tolist() == list(range(128))
         assert c["input_ids"][row].tolist() == members[k]["input_ids"]
@@ -92,7 +118,7 @@ def test_one_per_row_padding(tmp_path):
 
 def test_repetitions_appear_exactly(canaries):
     c = columns(canaries.train)
-    members, background = canaries.members.to_list(), canaries.background.to_list()
+    members, background = canaries.members.to_list(), background_ids(canaries)
     starts = (c["position_ids"] == 0) & (c["attention_mask"] == 1)  # one per occurrence of a document
     counts = np.bincount(c["document_ids"][starts], minlength=len(members) + len(background))
     assert counts[:12].tolist() == [m["repetitions"] for m in members]
@@ -104,7 +130,7 @@ def test_repetitions_appear_exactly(canaries):
 def test_documents_recoverable_from_packed_rows(canaries):
     """Walk the flattened stream: each document's tokens (+ EOS) come back, also when split across rows."""
     c = columns(canaries.train)
-    docs = [r["input_ids"] for r in canaries.members.to_list() + canaries.background.to_list()]
+    docs = [r["input_ids"] for r in canaries.members.to_list()] + background_ids(canaries)
     doc_ids, pos, ids = (c[k].reshape(-1) for k in ("document_ids", "position_ids", "input_ids"))
     slot = np.flatnonzero(doc_ids >= 0)  # (N,) row * 64 + column of each real token
     doc_ids, pos, ids = doc_ids[slot], pos[slot], ids[slot]
@@ -125,9 +151,12 @@ def test_documents_recoverable_from_packed_rows(canaries):
 def test_deterministic(canaries, tmp_path):
     again = load_prepared(prepare(PrepareConfig(**CANARIES), tmp_path / "again", progress=False))
     assert again.manifest["sha256"] == canaries.manifest["sha256"]
-    for split in ("members", "nonmembers", "background", "train"):
+    for split in ("members", "nonmembers"):
         (a,), (b,) = sorted((canaries.path / split).glob("*.arrow")), sorted((again.path / split).glob("*.arrow"))
         assert a.read_bytes() == b.read_bytes()
+    assert again.manifest["files"] == canaries.manifest["files"]  # every token, layout and tokenizer file
+    for rel in canaries.manifest["files"]:
+        assert (canaries.path / rel).read_bytes() == (again.path / rel).read_bytes()
     assert (canaries.path / "tokenizer" / "tokenizer.json").read_bytes() == \
         (again.path / "tokenizer" / "tokenizer.json").read_bytes()
 
@@ -162,10 +191,12 @@ def test_load_prepared_errors(demo, tmp_path):
 
     broken = tmp_path / "broken"
     shutil.copytree(demo.path, broken)
-    (arrow,) = (broken / "train").glob("*.arrow")
+    (arrow,) = (broken / "members").glob("*.arrow")
     arrow.write_bytes(arrow.read_bytes()[:1000])
-    with pytest.raises(UserError, match=r"train is corrupt.*goldfish prepare"):
+    with pytest.raises(UserError, match=r"members is corrupt.*goldfish prepare"):
         load_prepared(broken)
+    shutil.rmtree(broken / "members")
+    shutil.copytree(demo.path / "members", broken / "members")
     shutil.rmtree(broken / "nonmembers")
     with pytest.raises(UserError, match="missing its 'nonmembers' split"):
         load_prepared(broken)
@@ -185,9 +216,11 @@ def test_verify_detects_changed_bytes(demo, tmp_path):
 
 
 def test_not_enough_documents(tmp_path):
-    cfg = PrepareConfig(source=SourceConfig(max_documents=6), num_members=10)
+    cfg = PrepareConfig(source=SourceConfig(max_documents=6), num_members=10, nonmember_mode="later_chunk")
     with pytest.raises(UserError, match="num_members=10 but only 6 documents have 2\\*doc_tokens=256 tokens"):
         prepare(cfg, tmp_path / "x", progress=False)
+    with pytest.raises(UserError, match="num_members=10 and num_nonmembers=0 do not fit the 6 eligible documents"):
+        prepare(PrepareConfig(source=SourceConfig(max_documents=6), num_members=10), tmp_path / "x", progress=False)
     assert not (tmp_path / "x").exists()
 
 

@@ -115,7 +115,7 @@ def test_prepared_folder_trains_on_variants_and_evaluates_the_member(tmp_path, e
         "near_duplicates": {"edit": edit, "every": 3}})
     data = load_prepared(prepare(cfg, tmp_path / "prep", progress=False))
     assert data.manifest["stats"]["variants"] == 4 * 3
-    rows = data.train.with_format("numpy")[:]
+    rows = data.train.batch(np.arange(len(data.train)))
     for k, member in enumerate(data.members):
         ids = member["input_ids"]
         starts = np.argwhere((rows["document_ids"] == k) & (rows["position_ids"] == 0))

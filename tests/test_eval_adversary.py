@@ -162,7 +162,7 @@ def test_mask_settings_from_the_run_folder_and_overrides(tmp_path, tok):
     std = _run_folder(tmp_path / "std", tok, {"type": "standard"})
     from goldfish.errors import UserError
 
-    with pytest.raises(UserError, match="standard loss; set mask.k and mask.h"):
+    with pytest.raises(UserError, match="standard loss; set goldfish.k and goldfish.h"):
         adversary.resolve_mask(MaskSection(), str(std), tok)
     assert adversary.resolve_mask(MaskSection(k=4, h=13), str(std / "model"), tok).h == 13
 
@@ -208,4 +208,4 @@ def test_goldfish_eval_with_the_mask_consistent_adversary(tmp_path, tok, capsys)
     args2[args2.index(str(out))] = str(plain)
     assert main(args2 + ["decoding.adversary=mask_consistent"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error:") and "mask.k" in err[0] and not plain.exists()
+    assert len(err) == 1 and err[0].startswith("error:") and "goldfish.k" in err[0] and not plain.exists()

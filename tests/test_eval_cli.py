@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -103,15 +104,20 @@ def test_resume_refusal_and_overwrite(setup, tmp_path, capsys):
     out = tmp_path / "ev"
     cfg = _cfg(setup, out)
     first = run_eval(cfg)
-    lines = (out / WINDOWS_PARTIAL).read_text().splitlines()
-    rec = json.loads(lines[0])
-    rec["generation"] = "MARKER"  # mark one finished window, and leave a torn line as a killed run would
+    assert not (out / WINDOWS_PARTIAL).exists() and not (out / MEMBERSHIP_PARTIAL).exists()  # finished: no partials
+    assert run_eval(cfg) == first  # this evaluation, finished: its results.json is reused
+    # as a kill after the windows leaves it: no results.json, the partial file with every window (one marked) and a
+    # torn last line
+    lines = [json.dumps(w) for w in first["windows"]]
+    rec = dict(first["windows"][0], generation="MARKER")
+    (out / "results.json").unlink()
     (out / WINDOWS_PARTIAL).write_text("\n".join([json.dumps(rec)] + lines[1:]) + "\n{\"doc_id\": \"torn")
     second = run_eval(cfg)
     assert second["windows"][0]["generation"] == "MARKER"  # reused, not recomputed
     assert [w["generation_ids"] for w in second["windows"][1:]] == [w["generation_ids"] for w in first["windows"][1:]]
-    assert len((out / WINDOWS_PARTIAL).read_text().splitlines()) == len(TEXTS)  # torn line gone, none duplicated
+    assert len(second["windows"]) == len(TEXTS) and not (out / WINDOWS_PARTIAL).exists()  # torn line gone
     before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
     code = main(["eval", "--model", str(model), "--data", str(docs), "--out", str(out), "data.prefix_lens=[8]",
                  "data.suffix_len=6", "report=false", "model.dtype=float16"])
     err = capsys.readouterr().err.strip()
@@ -139,15 +145,21 @@ def test_a_failed_rerun_without_resume_keeps_the_earlier_results(setup, tmp_path
     with pytest.raises(RuntimeError):
         run_eval(_cfg(setup, out, resume=False))  # recomputes every window: the first chunk dies
     after = {p.name: p.read_bytes() for p in out.iterdir() if p.name != "eval_log.jsonl"}
-    assert after.keys() == before.keys()
-    assert all(after[k] == before[k] for k in before if k != WINDOWS_PARTIAL)  # results.json etc. untouched
-    assert after[WINDOWS_PARTIAL] == b""  # the finished windows were set aside, as resume=false asks
+    assert WINDOWS_PARTIAL not in before and after.keys() == before.keys() | {WINDOWS_PARTIAL}
+    assert all(after[k] == before[k] for k in before)  # results.json etc. untouched
+    assert after[WINDOWS_PARTIAL] == b""  # the recomputation had finished no window
 
 
 def test_killed_membership_run_resumes_without_rescoring(setup, tmp_path, monkeypatch):
     root, model, docs, non = setup
+    import goldfish.eval.run as run_module
+
     cfg = _cfg(setup, tmp_path / "ev", tasks=["membership"], data={"nonmembers": str(non)})
-    full = run_eval(cfg)
+    full = run_eval(dataclasses.replace(cfg, out=str(tmp_path / "full")))
+    with monkeypatch.context() as patch:  # killed after scoring, before the results were written
+        patch.setattr(run_module.membership, "membership_section", lambda *a, **k: 1 / 0)
+        with pytest.raises(ZeroDivisionError):
+            run_eval(cfg)
     partial = tmp_path / "ev" / MEMBERSHIP_PARTIAL
     lines = partial.read_text().splitlines()
     assert len(lines) == 2 * 2 * len(TEXTS)  # a target and a lowercase pass per member and nonmember document

@@ -154,14 +154,14 @@ def test_kept_and_dropped_positions_are_the_ones_training_dropped(micro):
     assert specials and ours == GoldfishConfig(k=4, h=13, strategy="hash", seed=0, special_ids=specials)  # micro.yaml
     assert read_mask_settings(micro / "cells" / "standard" / "train") is None
     # the recorded mask reproduces the dropped-target count the trainer logged at every step
-    rows = prepared.train.with_format("torch", columns=["labels", "document_ids", "position_ids"])
-    plan = make_plan(train_cfg.schedule, train_cfg.optim, len(rows), rows[0]["labels"].shape[0], 1)
+    rows = prepared.train
+    plan = make_plan(train_cfg.schedule, train_cfg.optim, len(rows), rows.seq_len, 1)
     order = consumed_rows(plan, train_cfg.seed, train_cfg.data.shuffle)
     logged = [r["dropped_tokens"] for r in map(json.loads, (cell / "train" / "metrics.jsonl").read_text().splitlines())]
     steps = np.split(order, np.cumsum([min(plan.global_batch, len(order) - i) for i in
                                        range(0, len(order), plan.global_batch)])[:-1])
     for step, (index, count) in enumerate(zip(steps, logged)):
-        t = rows[index.tolist()]
+        t = {k: torch.from_numpy(v) for k, v in rows.batch(index).items()}
         dropped = config_mask(t["labels"], ours, document_ids=t["document_ids"], position_ids=t["position_ids"])
         assert int((dropped[:, 1:] & (t["labels"][:, 1:] != -100)).sum()) == count, f"step {step + 1}"
     assert len(logged) == plan.total_steps and sum(logged) > 0

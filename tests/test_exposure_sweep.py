@@ -73,7 +73,7 @@ def _recount(plan, consumed: np.ndarray) -> dict:
     data = load_prepared(plan.train_data_dir, verify=False)
     evaluated = load_prepared(plan.data_dir, verify=False)
     m, b, c = len(evaluated.members), int(data.manifest["counts"]["background"]), len(evaluated.canaries)
-    rows = data.train.with_format("numpy", columns=["document_ids", "position_ids", "attention_mask"])[:]
+    rows = data.train.batch(np.arange(len(data.train)))
     docs, pos = rows["document_ids"][consumed], rows["position_ids"][consumed]  # (steps x rows, T)
     starts = np.bincount(docs[(pos == 0) & (docs >= 0)], minlength=m + b + c)
     return {"tokens": int(rows["attention_mask"][consumed].sum()), "members": int(((docs >= 0) & (docs < m)).sum()),

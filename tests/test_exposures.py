@@ -8,11 +8,12 @@ import json
 
 import numpy as np
 import pytest
+from reference_rows import build_rows, occurrences
 
 from goldfish.config import from_dict
 from goldfish.data import PrepareConfig, load_prepared, prepare
 from goldfish.data.order import consumed_rows, member_exposures
-from goldfish.data.packing import build_rows, occurrences, training_order, variant_layout
+from goldfish.data.packing import training_order, variant_layout
 from goldfish.train_config import OptimConfig, ScheduleConfig, TrainConfig, make_plan
 
 EOS, PAD = 1, 0
@@ -115,7 +116,7 @@ def test_the_training_loop_reads_exactly_the_counted_rows(prepared, tmp_path, mo
     summary = json.loads((out / "summary.json").read_text())
     assert summary["exposures"] == {"1": [2, 2], "2": [4, 4], "3": [6, 6]}
     # independently: each member's token sequence, searched in the rows the loop read
-    ids = prepared.train.with_format("numpy", columns=["input_ids", "attention_mask"])[stream.tolist()]
+    ids = prepared.train.batch(stream)
     flat = [t for t in ids["input_ids"][ids["attention_mask"] == 1].tolist()]
     for member in prepared.members:
         assert _count_subsequence(flat, member["input_ids"]) == 2 * member["repetitions"]

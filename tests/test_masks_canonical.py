@@ -305,7 +305,7 @@ def test_mask_command_with_canonical(capsys):
 def test_trainer_drops_the_canonical_mask_of_its_rows(data, tmp_path, one_thread):
     """One epoch with strategy=canonical on the word-level test tokenizer: the trainer drops exactly the tokens the
     library's mask drops on the same rows (with the fold table of the data's tokenizer)."""
-    import datasets
+    import numpy as np
     from train_helpers import EOS, PAD, tiny_config
 
     from goldfish.config import from_dict
@@ -318,8 +318,9 @@ def test_trainer_drops_the_canonical_mask_of_its_rows(data, tmp_path, one_thread
                                                                                      "strategy": "canonical"}},
                       schedule={"epochs": 1, "global_batch_size": 4, "micro_batch_size": 4})
     records = read_jsonl(train(from_dict(TrainConfig, cfg)) / "metrics.jsonl")
-    rows = datasets.load_from_disk(str(data / "train")).with_format("torch")[:]
-    wordlevel = token_fold(load_prepared(data).tokenizer)
+    prepared = load_prepared(data)
+    rows = {k: torch.from_numpy(v) for k, v in prepared.train.batch(np.arange(len(prepared.train))).items()}
+    wordlevel = token_fold(prepared.tokenizer)
     assert wordlevel.starts[3:].all()  # no token carries whitespace: each one is a word
     mask = goldfish_mask(rows["labels"], 3, 4, "canonical", [PAD, EOS, 2], document_ids=rows["document_ids"],
                          position_ids=rows["position_ids"], fold=wordlevel)

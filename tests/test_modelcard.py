@@ -4,6 +4,7 @@ its fields checked against the run's summary.json and fingerprint.json; `goldfis
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from huggingface_hub import ModelCard
@@ -74,19 +75,23 @@ def test_eval_update_card_adds_model_index_results_once(run, tmp_path, capsys):
     card = ModelCard.load(out / "model" / "README.md")
     results = json.loads((tmp_path / "ev" / "results.json").read_text())
     got = {(r.task_name, r.metric_name, r.metric_config): r.metric_value for r in card.data.eval_results}
-    setting = "greedy, window=start, prefix_lens=[4], suffix_len=4"
     row = results["summary"]["by_window"]["start"]
+    setting = f"greedy, window=start, prefix_lens=[4], suffix_len=4, {row['n_windows']} windows"
     assert got[("verbatim extraction", "exact match rate", setting)] == row["exact_match_rate"]
     # the card keeps 6 decimals (goldfish.modelcard: round(value, 6))
     assert got[("verbatim extraction", "token match", setting)] == pytest.approx(
         row["token_match"], rel=0, abs=decimals(row["token_match"], 6))
     attacks = results["membership"]["attacks"]
     assert {k[1] for k in got if k[0] == "membership inference"} == {f"{a} attack ROC-AUC" for a in attacks}
-    assert got[("membership inference", "loss attack ROC-AUC", "whole documents")] == attacks["loss"]["auc"]
-    assert len(card.data.eval_results) == len(got) == 3 + len(attacks)  # no duplicates after the second run
+    counts = f"whole documents, {results['data']['members']} members, {results['data']['nonmembers']} nonmembers"
+    assert got[("membership inference", "loss attack ROC-AUC", counts)] == attacks["loss"]["auc"]
+    assert got[("verbatim extraction", "ROUGE-L (rouge-score, words)", setting)] == pytest.approx(
+        row["rouge_l_paper"], rel=0, abs=decimals(row["rouge_l_paper"], 6))
+    assert len(card.data.eval_results) == len(got) == 4 + len(attacks)  # no duplicates after the second run
     assert {r.dataset_name for r in card.data.eval_results} == {"test"}  # the prepared data's recipe name
     assert "k=3, h=5" in card.text and "Not evaluated yet" not in card.text
-    assert card.text.count("| verbatim extraction | test | members | exact match rate |") == 1
+    revision = {r.dataset_revision for r in card.data.eval_results}.pop()
+    assert card.text.count(f"| verbatim extraction | test ({revision}) | members | exact match rate |") == 1
 
 
 def test_update_card_refuses_a_gguf_before_any_work(tmp_path, capsys):
@@ -110,3 +115,45 @@ def test_a_users_own_card_keeps_its_text_and_gains_an_evaluation_section(tmp_pat
     assert "## Evaluation" in card.text
     assert [(r.metric_type, r.metric_value, r.dataset_name) for r in card.data.eval_results] == [
         ("exact_match", 0.25, "docs.jsonl"), ("rouge", 0.5, "docs.jsonl"), ("accuracy", 0.75, "docs.jsonl")]
+
+
+def test_a_standard_model_is_not_tagged_goldfish_and_names_are_relative(tmp_path):
+    """goldfish-loss only on Goldfish-trained models; the model is named after its run (an experiment cell: the
+    experiment and the cell id), never "train"; no absolute local path anywhere in the card."""
+    import torch
+
+    data = make_prepared(tmp_path / "data")
+    torch.set_num_threads(1)
+    cfg = tiny_config(data, tmp_path / "cells" / "standard" / "train", schedule={"max_steps": 2},
+                      logging={"group": "demo", "run_name": "standard"})
+    out = train(from_dict(TrainConfig, cfg))
+    text = (out / "model" / "README.md").read_text()
+    card = ModelCard(text)
+    assert "goldfish-loss" not in card.data.tags and "standard-loss" in card.data.tags
+    assert card.data.model_name == "demo-standard" and "\n# demo-standard\n" in text
+    assert str(tmp_path) not in text and "/root" not in text and str(Path.home()) not in text
+    plain = train(from_dict(TrainConfig, tiny_config(data, tmp_path / "tiny_goldfish", schedule={"max_steps": 2},
+                                                     loss={"type": "goldfish"})))
+    card = ModelCard.load(plain / "model" / "README.md")
+    assert card.data.model_name == "tiny_goldfish" and card.data.tags[0] == "goldfish-loss"
+
+
+def test_results_of_other_data_are_kept_beside_not_over(run, tmp_path):
+    """An evaluation of fewer documents (a quick check) does not replace the full one (the key holds the data's
+    revision); the same evaluation again replaces its own numbers."""
+    out, data = run
+    model = tmp_path / "model"
+    import shutil
+
+    shutil.copytree(out / "model", model)
+    base = ["eval", "--model", str(model), "--data", str(data), "--update-card", *EVAL]
+    assert main([*base, "--out", str(tmp_path / "all")]) == 0
+    full = len(ModelCard.load(model / "README.md").data.eval_results)
+    assert main([*base, "--out", str(tmp_path / "five"), "data.max_docs=1"]) == 0
+    assert main([*base, "--out", str(tmp_path / "five"), "data.max_docs=1"]) == 0  # a rerun replaces itself
+    results = ModelCard.load(model / "README.md").data.eval_results
+    revisions = {r.dataset_revision for r in results}
+    assert len(results) == 2 * full and len(revisions) == 2 and None not in revisions
+    windows = {r.metric_config.rsplit(", ", 1)[-1] for r in results if r.task_name == "verbatim extraction"}
+    five = json.loads((tmp_path / "five" / "results.json").read_text())["summary"]["by_window"]["start"]
+    assert f"{five['n_windows']} windows" in windows and len(windows) == 2

@@ -51,11 +51,13 @@ def test_tensor_and_pipeline_runs_match_one_process(data, single, tmp_path, para
 
 def test_pipeline_run_resumes_exactly(data, single, tmp_path):
     cfg = tiny_config(data, tmp_path / "multi", schedule=SCHEDULE, loss=LOSS, optim=OPTIM,
-                      parallel={"pp": 2, "pp_schedule": "1f1b"}, checkpoint={"every_steps": 2, "keep_last": 2})
+                      parallel={"pp": 2, "pp_schedule": "1f1b"},
+                      checkpoint={"every_steps": 2, "keep_last": 2, "keep_optimizer": True})
     assert _torchrun(cfg).returncode == 0
     run = tmp_path / "multi"
     full = read_jsonl(run / "metrics.jsonl")
-    shutil.rmtree(run / "checkpoints" / "step_000004")  # as if killed after the step-2 checkpoint
+    for name in ("checkpoints/step_000004", "model", "summary.json"):  # as if killed after the step-2 checkpoint
+        shutil.rmtree(run / name) if (run / name).is_dir() else (run / name).unlink()
     done = _torchrun(cfg)
     assert done.returncode == 0, done.stderr[-3000:]
     resumed = {r["step"]: r for r in read_jsonl(run / "metrics.jsonl")}

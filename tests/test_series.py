@@ -73,7 +73,7 @@ def test_the_analysis_of_constructed_results_by_hand():
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """A tiny model trained 12 epochs (132 steps) on 8 members (x1 / x4) with a checkpoint every 33 steps, kept;
+    """A tiny model trained 12 epochs (132 steps) on 8 members (x1 / x4) with a checkpoint every 33 steps, all kept;
     the rows of every step the loop asked for, recorded."""
     import goldfish.train as T
 
@@ -89,7 +89,9 @@ def run(tmp_path_factory):
         "model": {"name": "llama-demo", "hidden_size": 64, "num_layers": 2, "num_heads": 2, "intermediate_size": 128},
         "optim": {"lr": 3e-3, "warmup_frac": 0.0}, "schedule": {"epochs": 12, "global_batch_size": 4,
                                                                 "micro_batch_size": 4},
-        "checkpoint": {"every_steps": 33, "keep_last": 0}})
+        # keep_optimizer: the final checkpoint too, which test_the_last_checkpoint_exports_the_final_weights compares
+        # with model/ (a finished run's weights-only checkpoints: test_checkpoint_resume.py)
+        "checkpoint": {"every_steps": 33, "keep_last": 0, "keep_optimizer": True}})
     steps: list[np.ndarray] = []
     real_step = T._train_step
     mp = pytest.MonkeyPatch()
@@ -131,7 +133,7 @@ def test_a_runs_checkpoints_are_exported_evaluated_and_recounted(run, tmp_path):
     assert found["rows"][-1]["exact_match"]["k"] > found["rows"][0]["exact_match"]["k"]  # it does memorise
     # reads at first memorisation: recounted from the rows the training loop asked for
     prepared = load_prepared(run.data)
-    rows = prepared.train.with_format("numpy", columns=["document_ids", "position_ids"])[:]
+    rows = prepared.train.batch(np.arange(len(prepared.train)))
     member = {doc: k for k, doc in enumerate(prepared.members["id"])}
     for t in found["trajectories"]:
         if t["first"] is None:

@@ -78,7 +78,7 @@ def test_background_only_rows_hold_no_member_and_keep_the_evaluation_splits(corp
         (bare.path / "tokenizer" / "tokenizer.json").read_text()
 
     def stream(p):
-        cols = p.train.with_format("numpy", columns=["input_ids", "attention_mask"])[:]
+        cols = p.train.batch(np.arange(len(p.train)))
         return cols["input_ids"][cols["attention_mask"] == 1].tolist()
 
     def count(s, needle):

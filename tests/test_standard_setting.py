@@ -57,7 +57,7 @@ def test_the_prepared_stream_keeps_the_targets_under_ten_percent(tmp_path):
     cfg = load_experiment("experiments/standard_setting.yaml")
     plan = next(p for p in plan_cells(cfg, default_pipeline()) if p.cell.arm == "standard")
     prepared = load_prepared(prepare(plan.prepare_cfg, tmp_path / "data", progress=False))
-    rows = prepared.train.with_format("numpy", columns=["document_ids"])[:]["document_ids"]
+    rows = prepared.train.batch(np.arange(len(prepared.train)))["document_ids"]
     members = len(prepared.members)
     share = float(((rows >= 0) & (rows < members)).sum() / (rows >= 0).sum())
     assert 0.05 < share <= 0.10

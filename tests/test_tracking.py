@@ -182,8 +182,8 @@ def test_a_missing_extra_is_refused_in_one_line(tmp_path, monkeypatch, capsys, e
     cfg = tiny_config(tmp_path / "data", tmp_path / "run", logging={extra: True})
     assert main(["train", *overrides_of(cfg)]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"error: logging: logging.{extra}=true needs the {extra} package: pip install 'goldfish-toolkit[{extra}]' "
-        f"(or set logging.{extra}=false)"]
+        f"error: logging: logging.{extra}=true needs the {extra} package: pip install {extra} (the toolkit's "
+        f"'{extra}' extra) or set logging.{extra}=false"]
     assert not (tmp_path / "run").exists()
 
 

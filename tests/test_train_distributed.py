@@ -34,7 +34,7 @@ def test_two_data_parallel_ranks_match_one_process(data, tmp_path, fsdp):
     loss = {"type": "goldfish", "goldfish": {"k": 4, "h": 13}}
     optim = {"lr": 1e-2, "warmup_steps": 2, "eps": EPS}
     multi = tiny_config(data, tmp_path / "multi", schedule=schedule, loss=loss, optim=optim, parallel={"fsdp": fsdp},
-                        checkpoint={"every_steps": 2, "keep_last": 1})
+                        checkpoint={"every_steps": 2, "keep_last": 1, "keep_optimizer": True})  # step 4's shards kept
     done = _torchrun(multi)
     assert done.returncode == 0, done.stderr[-3000:]
     torch.set_num_threads(1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-import datasets
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -13,6 +13,7 @@ from tolerances import rounding
 from train_helpers import EOS, TINY_FORWARD, assert_same_training, tiny_config
 
 from goldfish.config import from_dict
+from goldfish.data import load_prepared
 from goldfish.data.order import epoch_order
 from goldfish.io import read_jsonl
 from goldfish.masks import GoldfishConfig, apply_goldfish
@@ -48,7 +49,7 @@ def test_goldfish_drops_one_in_k(data, tmp_path, k):
     cfg = tiny_config(data, tmp_path / "r", loss={"type": "goldfish", "goldfish": {"k": k, "h": 13}},
                       schedule={"epochs": 1, "global_batch_size": 4, "micro_batch_size": 4})
     out, records = run(cfg)
-    labels = datasets.load_from_disk(str(data / "train")).with_format("torch")[:]["labels"]
+    labels = torch.from_numpy(load_prepared(data).train.batch(np.arange(16))["labels"])
     eos_targets = int((labels[:, 1:] == EOS).sum())
     dropped = sum(r["dropped_tokens"] for r in records)
     supervised = sum(r["kept_tokens"] for r in records) + dropped
@@ -76,7 +77,7 @@ def test_logged_losses_equal_a_hand_computation(data, tmp_path):
     _, records = run(cfg)
     config = from_dict(TrainConfig, cfg)
     rows = epoch_order(16, 0, config.seed, True)[:8].tolist()
-    batch = datasets.load_from_disk(str(data / "train")).with_format("torch")[rows]
+    batch = {k: torch.from_numpy(v) for k, v in load_prepared(data).train.batch(np.array(rows)).items()}
     model = build_model(config.model, 64, config.seed).eval()
     gf = GoldfishConfig(k=3, h=4, special_ids=[0, 1, 2])
     gf_labels = apply_goldfish(batch["labels"], gf, document_ids=batch["document_ids"],
@@ -136,7 +137,7 @@ def test_export_loads_with_auto_classes_and_gives_the_trained_logits(data, tmp_p
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    cfg = tiny_config(data, tmp_path / "r", checkpoint={"every_steps": 0, "keep_last": 1})
+    cfg = tiny_config(data, tmp_path / "r", checkpoint={"every_steps": 0, "keep_last": 1, "keep_optimizer": True})
     out, _ = run(cfg)
     exported = AutoModelForCausalLM.from_pretrained(str(out / "model"), local_files_only=True).eval()
     tokenizer = AutoTokenizer.from_pretrained(str(out / "model"), local_files_only=True)

@@ -1,8 +1,8 @@
 """Tiny prepared folders and configs for the trainer tests (no network, a few KB each).
 
-``make_prepared`` writes the ``goldfish-prepared/1`` layout (manifest, tokenizer/, members/, nonmembers/, train/)
+``make_prepared`` writes the ``goldfish-prepared/2`` layout (manifest, tokenizer/, members/, nonmembers/, train/)
 with a word-level tokenizer and packed rows: several random documents per row, each ended by EOS, ``position_ids``
-restarting per document, ``document_ids`` per document, and padding (-100 labels) at the end of the last row.
+restarting per document, ``document_ids`` per document, and padding (-100 labels) at the end of a row.
 """
 
 from __future__ import annotations
@@ -42,31 +42,16 @@ def _tokenizer(vocab: int, folder: Path) -> None:
     fast.save_pretrained(str(folder))
 
 
-def _pack(docs: list[np.ndarray], seq_len: int) -> dict[str, np.ndarray]:
-    """Greedy packing of whole documents (each <= seq_len) into rows; padding fills the rest of a row."""
-    rows: list[list[tuple[int, np.ndarray]]] = [[]]
-    used = 0
-    for d, doc in enumerate(docs):
-        if used + len(doc) > seq_len:
-            rows.append([])
-            used = 0
-        rows[-1].append((d, doc))
-        used += len(doc)
-    n = len(rows)
-    out = {"input_ids": np.full((n, seq_len), PAD), "labels": np.full((n, seq_len), -100),
-           "document_ids": np.full((n, seq_len), -1), "position_ids": np.zeros((n, seq_len), dtype=np.int64),
-           "attention_mask": np.zeros((n, seq_len), dtype=np.int64)}
-    for r, row in enumerate(rows):
-        at = 0
-        for d, doc in row:
-            span = slice(at, at + len(doc))
-            out["input_ids"][r, span] = doc
-            out["labels"][r, span] = doc
-            out["document_ids"][r, span] = d
-            out["position_ids"][r, span] = np.arange(len(doc))
-            out["attention_mask"][r, span] = 1
-            at += len(doc)
-    return out
+def _greedy_starts(lengths: list[int], seq_len: int) -> np.ndarray:
+    """First slot of each document packed greedily (each <= seq_len): one that does not fit in the rest of a row
+    starts the next row, whose rest is padding."""
+    starts, used, row = [], 0, 0
+    for n in lengths:
+        if used + n > seq_len:
+            row, used = row + 1, 0
+        starts.append(row * seq_len + used)
+        used += n
+    return np.asarray(starts, dtype=np.int64)
 
 
 WORDS = ("river stone light north market garden winter letter silver engine harbor forest paper window "
@@ -83,10 +68,13 @@ def word_corpus(path: str | Path, documents: int, words: int, seed: int) -> Path
 
 
 def make_prepared(folder: str | Path, rows: int = 16, seq_len: int = 32, vocab: int = 64, seed: int = 0) -> Path:
-    """Write a prepared folder with at least ``rows`` packed training rows; returns its path."""
+    """Write a prepared folder with ``rows`` packed training rows; returns its path. The documents (each ending in
+    its own EOS id) are stored once in a token shard, laid out greedily in order (document d has document_ids d)."""
     import pyarrow as pa
 
+    from goldfish.data.prepare import train_sha256
     from goldfish.data.prepared import DOC_COLUMNS, FORMAT, save_table
+    from goldfish.data.tokens import file_sha256, write_file, write_shard
 
     folder = Path(folder)
     rng = np.random.default_rng(seed)
@@ -94,10 +82,13 @@ def make_prepared(folder: str | Path, rows: int = 16, seq_len: int = 32, vocab: 
     while len(docs) < rows * 3:
         length = int(rng.integers(seq_len // 4, seq_len // 2))
         docs.append(np.append(rng.integers(3, vocab, size=length - 1), EOS))
-    packed = _pack(docs, seq_len)
-    packed = {k: v[:rows] for k, v in packed.items()}
+    starts = _greedy_starts([len(d) for d in docs], seq_len)
+    used = int(np.searchsorted(starts, rows * seq_len))  # the documents of the first `rows` rows
+    docs, starts = docs[:used], starts[:used]
     folder.mkdir(parents=True, exist_ok=True)
-    save_table({k: pa.array(v.tolist(), pa.list_(pa.int64())) for k, v in packed.items()}, folder / "train")
+    write_shard(folder / "train", "targets", docs, np.dtype("<u2"))
+    write_file(folder / "train" / "order.npy", np.arange(used, dtype=np.int64))
+    write_file(folder / "train" / "starts.npy", starts)
     for split in ("members", "nonmembers"):
         ids = [d.tolist() for d in docs[:2]]
         cols = {"id": [f"{split}{i}" for i in range(2)], "title": ["t", "t"], "source": ["test", "test"],
@@ -105,9 +96,15 @@ def make_prepared(folder: str | Path, rows: int = 16, seq_len: int = 32, vocab: 
                 "repetitions": [1 if split == "members" else 0] * 2, "split": [split] * 2}
         save_table({c: cols[c] for c in DOC_COLUMNS}, folder / split)
     _tokenizer(vocab, folder / "tokenizer")
-    manifest = {"format": FORMAT, "name": "test", "seq_len": seq_len, "packing": "packed",
+    files = {f"{sub}/{f.name}": file_sha256(f) for sub in ("tokenizer", "train") for f in (folder / sub).iterdir()}
+    stores = [{"path": "train/targets", "documents": used}]
+    train = {"dtype": "uint16", "seq_len": seq_len, "packing": "one_per_row", "eos_id": EOS, "pad_id": PAD,
+             "rows": rows, "tokens": int(sum(len(d) for d in docs)), "occurrences": used, "variants": 0,
+             "stores": stores}  # one_per_row: the documents carry their EOS, none is added
+    manifest = {"format": FORMAT, "name": "test", "seq_len": seq_len, "packing": "pack",
                 "tokenizer": {"name": "wordlevel", "vocab_size": vocab, "eos_id": EOS, "bos_id": BOS, "pad_id": PAD},
-                "counts": {"members": 2, "nonmembers": 2, "train": rows}}
+                "counts": {"members": 2, "nonmembers": 2, "train": rows}, "files": files, "train": train,
+                "sha256": {"train": train_sha256(files, stores)}}
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return folder
 

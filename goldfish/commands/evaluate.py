@@ -35,7 +35,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("args", nargs="*", metavar="[CONFIG.yaml] [key=value ...]",
                    help="optional YAML config, then key=value overrides of any config key")
     for flag, key in SHORTHANDS.items():
-        p.add_argument(flag, dest=key, default=None, metavar="VALUE", help=f"= {key}=VALUE")
+        spellings = [flag] + ([flag.replace("-", "_").replace("__", "--", 1)] if "-" in flag[2:] else [])
+        p.add_argument(*spellings, dest=key, default=None, metavar="VALUE", help=f"= {key}=VALUE")
+    p.add_argument("--overwrite", action="store_true", help="= overwrite=true: replace an out folder that holds another "
+                                                            "evaluation (built beside it, swapped in when finished)")
     p.add_argument("--update-card", action="store_true",
                    help="append the headline numbers (extraction per window placement, membership AUCs) to the model "
                         "folder's README.md model card, in model-index form (a Hugging Face folder or a training run "
@@ -56,30 +59,42 @@ def build_config(args: argparse.Namespace):
         if key in given:
             raise ConfigError(f"{flag} and {key}= both given; keep one")
         given.update(parse_overrides([f"{key}={value}"]))  # a YAML scalar, as key=value would read it
+    if args.overwrite:
+        if "overwrite" in given:
+            raise ConfigError("--overwrite and overwrite= both given; keep one")
+        given["overwrite"] = True
     return from_dict(EvalConfig, merged(read_yaml(path) if path else {}, given))
 
 
 def run(args: argparse.Namespace) -> int:
-    from goldfish.eval.run import run_eval
     from goldfish.eval.report import format_summary_table
+    from goldfish.eval.run import run_eval
+    from goldfish.eval.shard import process_group, splitting
 
     from ..modelcard import add_eval_results, eval_results
 
     cfg = build_config(args)
-    if cfg.series.active:  # a size family or a run's checkpoints, into one folder
-        from goldfish.eval.series import run_series
-        from goldfish.eval.series_report import model_table
+    # torchrun / accelerate launch: every process evaluates its share of the same batches; rank 0 writes and prints
+    with process_group(cfg.model.device) as shard, splitting(shard):
+        if cfg.series.active:  # a size family or a run's checkpoints, into one folder
+            from goldfish.eval.series import run_series
+            from goldfish.eval.series_report import model_table
 
-        print(model_table(run_series(cfg)))
-        print(f"\nresults: {cfg.out}/series.json, {cfg.out}/series.csv, {cfg.out}/trajectories.csv"
-              + (f", {cfg.out}/report.md" if cfg.report else ""))
+            analysis = run_series(cfg)
+            if shard.main:
+                print(model_table(analysis))
+                print(f"\nresults: {cfg.out}/series.json, {cfg.out}/series.csv, {cfg.out}/trajectories.csv"
+                      + (f", {cfg.out}/report.md" if cfg.report else ""))
+            return 0
+        folder = card_folder(cfg.model.path) if args.update_card else None  # a wrong target fails before the work
+        results = run_eval(cfg)
+    if not shard.main:
         return 0
-    folder = card_folder(cfg.model.path) if args.update_card else None  # a wrong target fails before the work
-    results = run_eval(cfg)
     print(format_summary_table(results))
     print(f"\nresults: {cfg.out}/results.json, {cfg.out}/results.csv" + (f", {cfg.out}/report.md" if cfg.report else ""))
     if folder is not None:
-        print(f"model card: {add_eval_results(folder, eval_results(results))}")
+        weights = (results.get("model") or {}).get("weights")  # the weights the numbers are of
+        print(f"model card: {add_eval_results(folder, eval_results(results), weights=weights)}")
     return 0
 
 

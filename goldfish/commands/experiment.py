@@ -19,6 +19,7 @@ examples:
   goldfish experiment experiments/default.yaml                 # the demo: standard vs Goldfish vs control
   goldfish experiment experiments/default.yaml out=runs/demo2 train.schedule.epochs=6
   goldfish experiment experiments/k_sweep.yaml --list          # cells and their state
+  goldfish experiment k_sweep --list                           # the same shipped config by name, from any folder
   goldfish experiment experiments/size_sweep.yaml --only '*size=1M*'   # one size: tuning cells first
   goldfish experiment experiments/paper/axonn_size_sweep.yaml --dry-run
   goldfish experiment experiments/paper/tinyllama_1b_pretrain.yaml --dry-run --world-size 64
@@ -32,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..experiment import ExperimentConfig
 
     parser.description = DESCRIPTION + "\n".join(describe(ExperimentConfig))
-    parser.add_argument("config", help="experiment YAML (e.g. experiments/default.yaml)")
+    parser.add_argument("config", help="experiment YAML (e.g. experiments/default.yaml), or a shipped experiment's "
+                                       "name (default, k_sweep, paper/llama2_7b_extreme: from any folder)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides (e.g. out=runs/x train.seed=1)")
     parser.add_argument("--dry-run", action="store_true",
                         help="validate every cell, the parallel layout and print memory/time estimates; train nothing")
@@ -50,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..config import find_config
     from ..errors import ConfigError, UserError
     from ..experiment import default_pipeline, load_experiment, plan_cells, run_experiment
     from ..experiment.plan import StudyFiles
@@ -58,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from ..experiment.sections.paper import paper_table
     from ..io import read_json
 
-    cfg = load_experiment(args.config, args.overrides)
+    cfg = load_experiment(find_config(args.config, "experiments"), args.overrides)
     if args.world_size is not None and args.world_size < 1:
         raise UserError(f"--world-size={args.world_size} must be >= 1")
     pipeline = default_pipeline()
@@ -96,12 +99,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _dry_run(cfg, plans, world_size: int | None) -> int:
     from ..errors import ConfigError
-    from ..experiment.dryrun import dry_run, format_estimates
+    from ..experiment.dryrun import dry_run, format_estimates, preparation_needs
 
     rows, problems = dry_run(cfg, plans, world_size)
     print(f"experiment {cfg.name}: {len(plans)} cells, every config valid")
     if rows:
         print(format_estimates(rows))
+    for line in preparation_needs(cfg, plans):
+        print(line)
     if problems:
         raise ConfigError("; ".join(problems))
     return 0

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..config import describe
 from ..errors import UserError
+from ..ownership import is_main_process
 
 DESCRIPTION = """\
 Train a Llama-architecture model on prepared data (goldfish prepare) with the standard or Goldfish loss.
@@ -22,6 +23,7 @@ trains in a new folder, --overwrite replaces the old run).
 
 examples:
   goldfish train experiments/train_tiny.yaml
+  goldfish train train_tiny                                              # the same shipped config, from any folder
   goldfish train experiments/train_tiny.yaml loss.type=goldfish loss.goldfish.k=4 out=runs/tiny_goldfish
   goldfish train experiments/train_tiny.yaml optim.lr=1e-3 --fresh      # runs/train_tiny_2 (keeps runs/train_tiny)
   goldfish train experiments/train_tiny.yaml model.name=llama-10M precision=bf16 schedule.max_steps=200
@@ -35,7 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..train_config import TrainConfig
 
     parser.add_argument("config", nargs="?", default=None,
-                        help="training config YAML (optional: a key=value-only run starts from the defaults)")
+                        help="training config: a YAML file, or a shipped config's name (train_tiny = "
+                             "experiments/train_tiny.yaml, from any folder); optional: a key=value-only run starts "
+                             "from the defaults")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="override config keys (e.g. optim.lr=3e-4)")
     fresh = parser.add_mutually_exclusive_group()
     fresh.add_argument("--fresh", action="store_true",
@@ -47,18 +51,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import load_config, split_arguments
+    from ..config import find_config, load_config, split_arguments
     from ..train import train
     from ..train_config import TrainConfig
 
     path, overrides = split_arguments([args.config, *args.overrides] if args.config else args.overrides)
-    cfg = load_config(TrainConfig, path, overrides)
+    cfg = load_config(TrainConfig, find_config(path, "experiments") if path else None, overrides)
     check_accelerate_launch(cfg.precision)
     if args.fresh:
         cfg.out = str(fresh_folder(Path(cfg.out)))
     out = train(cfg, replace=args.overwrite)
     summary = out / "summary.json"
-    if summary.is_file():
+    if summary.is_file() and is_main_process():  # one line per run, not one per torchrun/accelerate process
         print(f"trained: {out / 'model'}  (summary: {summary})")
     return 0
 

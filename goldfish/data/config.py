@@ -1,8 +1,9 @@
 """``PrepareConfig``: everything ``goldfish prepare`` needs to turn a corpus into a memorization dataset.
 
 The dataclass defaults ARE the demo recipe (``data/wikipedia_demo.yaml``): the offline Wikipedia articles shipped in
-the gensim wheel, a 4096-token byte-level BPE trained on them, 100 member articles cut to their first 128 tokens and,
-as nonmembers, the *next* 128 tokens of the same articles. So ``PrepareConfig()`` runs anywhere without a file.
+the gensim wheel, a 4096-token byte-level BPE trained on them, and a seeded random split of the articles into 50
+members and 50 nonmembers, each cut to its first 128 tokens (``random_split``: the two sets differ only in
+membership). So ``PrepareConfig()`` runs anywhere without a file.
 
 Layout of a recipe (every key optional; see ``data/README.md`` for each one)::
 
@@ -14,9 +15,9 @@ Layout of a recipe (every key optional; see ``data/README.md`` for each one)::
     packing: one_per_row
     min_tokens: 32
     doc_tokens: 128
-    num_members: 100
+    num_members: 50
     repetitions: [1]
-    nonmember_mode: later_chunk
+    nonmember_mode: random_split
     num_nonmembers: null
     num_background: 0
 """
@@ -27,7 +28,7 @@ import dataclasses
 from pathlib import Path
 from typing import Literal
 
-from ..config import check, check_at_most, check_seed, option, raise_problems, shown
+from ..config import check, check_at_most, check_seed, find_config, option, raise_problems, shown
 from .canaries import CanaryConfig
 from .dedup import DedupConfig
 from .variants import NearDuplicateConfig
@@ -35,6 +36,7 @@ from .variants import NearDuplicateConfig
 SOURCE_NAMES = ("wikipedia", "kjv", "local", "hub")
 Packing = Literal["pack", "one_per_row"]
 NonmemberMode = Literal["random_split", "held_out", "later_chunk"]
+TokenDtype = Literal["auto", "uint16", "uint32"]
 
 
 @dataclasses.dataclass
@@ -53,7 +55,9 @@ class SourceConfig:
     subset: str | None = option(None, "hub: the dataset configuration name (second argument of load_dataset)")
     min_words: int | None = option(None, "drop documents with fewer whitespace-separated words (stubs, "
                                          "disambiguation pages); null = 50 for wikipedia, 1 otherwise")
-    max_documents: int | None = option(None, "read at most this many documents, in source order (null = all)")
+    max_documents: int | None = option(None, "read at most this many documents, in source order (null = all): the "
+                                             "first N that pass min_words; for a streamed background_source, the "
+                                             "first N documents of the source")
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -111,10 +115,10 @@ class PrepareConfig:
                                              "document per row, right-padded (the paper's setting)")
     min_tokens: int = option(32, "documents with fewer tokens are skipped (and counted); if all are, it is an error")
     doc_tokens: int | None = option(128, "cut each document to its first N tokens (null = the whole document)")
-    num_members: int | None = option(100, "how many member (target) documents (null = all remaining documents)")
+    num_members: int | None = option(50, "how many member (target) documents (null = all remaining documents)")
     repetitions: list[int] = option(factory=lambda: [1], help="repetition counts assigned round-robin to the "
                                     "(shuffled) members, e.g. [1, 2, 4, 8, 16, 32] for duplication strata")
-    nonmember_mode: NonmemberMode = option("later_chunk", "random_split: a seeded random split of whole documents, "
+    nonmember_mode: NonmemberMode = option("random_split", "random_split: a seeded random split of whole documents, "
                                            "members and nonmembers both tokens [0, doc_tokens) (the sound design) | "
                                            "held_out: other documents of the corpus, any length >= min_tokens | "
                                            "later_chunk: tokens [doc_tokens, 2*doc_tokens) of each member document "
@@ -143,6 +147,12 @@ class PrepareConfig:
     canaries: CanaryConfig | None = option(None, "null = none; set: random token sequences inserted into the "
                                                  "training rows like members, in the members' strata (the "
                                                  "Secret Sharer's canaries; see data/README.md)")
+    token_dtype: TokenDtype = option("auto", "how token ids are stored: auto (uint16 when the vocabulary has at "
+                                             "most 65,536 ids, else uint32) | uint16 | uint32")
+    shard_documents: int = option(10_000, "background documents per shard: a streamed background_source is read, "
+                                          "tokenized and written in shards of this many source documents (the "
+                                          "unit of parallel workers, of resuming and of --shards jobs); the main "
+                                          "source's background in shards of this many chunks")
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -179,6 +189,7 @@ class PrepareConfig:
         check(not (self.canaries and self.canaries.count and self.near_duplicates), problems,
               "canaries and near_duplicates cannot be combined (variants and canaries both add documents after the "
               "members); prepare them as two datasets")
+        check(self.shard_documents >= 1, problems, f"shard_documents={self.shard_documents} must be >= 1")
         check_seed(self.seed, problems)
         raise_problems(problems)
 
@@ -188,15 +199,6 @@ class PrepareConfig:
 
 
 def resolve_recipe(spec: str) -> Path:
-    """A recipe file, found relative to the working directory and then to the checkout (so ``data/x.yaml`` in an
-    experiment config works from any folder), or a bare name looked up as ``data/<name>.yaml`` in both."""
-    path = Path(spec).expanduser()
-    if path.is_file() or path.is_absolute():
-        return path  # read_yaml reports a missing file in one line
-    roots = (Path.cwd(), Path(__file__).resolve().parents[2])
-    is_path = path.suffix in (".yaml", ".yml") or "/" in spec
-    for root in roots:
-        candidate = root / path if is_path else root / "data" / f"{spec}.yaml"
-        if candidate.is_file():
-            return candidate
-    return path
+    """A recipe file by path or by name (``wikipedia_demo`` -> ``data/wikipedia_demo.yaml``), found from any folder,
+    also from an installed wheel (:func:`goldfish.config.find_config`)."""
+    return find_config(spec, "data")

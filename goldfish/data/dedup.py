@@ -29,6 +29,7 @@ from ..config import check, option, raise_problems
 
 _BASE = np.uint64(0x100000001B3)  # the 64-bit FNV prime as the polynomial base
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+FILTER_BITS = 22
 
 
 @dataclasses.dataclass
@@ -53,17 +54,51 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-def shingles(ids: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
-    """(S,) sorted distinct uint64 hashes of the n-grams of ``ids`` (the whole sequence when shorter than n)."""
+def _inverse(b: int) -> int:
+    """The inverse of an odd ``b`` modulo 2**64 (Newton's iteration doubles the correct bits each step)."""
+    x = b
+    for _ in range(6):
+        x = (x * (2 - b * x)) % 2**64
+    return x
+
+
+_BINV = np.uint64(_inverse(int(_BASE)))
+_POWERS: dict[str, np.ndarray] = {"up": np.ones(1, dtype=np.uint64), "down": np.ones(1, dtype=np.uint64)}
+
+
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(B**i, B**-i) modulo 2**64 for i < n, from a table grown on demand (wrapping uint64 products)."""
+    if len(_POWERS["up"]) < n:
+        size = max(n, 2 * len(_POWERS["up"]))
+        for key, base in (("up", _BASE), ("down", _BINV)):
+            table = np.full(size, base, dtype=np.uint64)
+            table[0] = 1
+            _POWERS[key] = np.cumprod(table, dtype=np.uint64)
+    return _POWERS["up"][:n], _POWERS["down"][:n]
+
+
+def window_keys(ids: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
+    """(L - w + 1,) uint64 hash of every n-gram of ``ids`` in order (w = min(n, L); one key, the whole sequence, when
+    shorter than n), not deduplicated.
+
+    The key of the window starting at i is ``mix(sum_j (ids[i+j] + 1) * B**(w-1-j) ^ w)`` modulo 2**64; it is
+    computed for all windows at once from prefix sums: with ``P[k] = sum_{j<k} (ids[j] + 1) * B**-j``, the window's
+    sum is ``B**(i+w-1) * (P[i+w] - P[i])`` (B is odd, so invertible modulo 2**64): a few vector operations per
+    token instead of w multiply-adds."""
     arr = np.asarray(ids, dtype=np.int64).astype(np.uint64) + np.uint64(1)  # +1: id 0 is not the zero of the sum
     if len(arr) == 0:
         return np.zeros(0, dtype=np.uint64)
     width = min(n, len(arr))
-    windows = np.lib.stride_tricks.sliding_window_view(arr, width)  # (L - width + 1, width)
-    powers = _BASE ** np.arange(width - 1, -1, -1, dtype=np.uint64)  # (width,) wrapping powers
-    with np.errstate(over="ignore"):
-        keys = (windows * powers).sum(axis=1, dtype=np.uint64) ^ np.uint64(width)
-        return np.unique(_mix(keys))
+    up, down = _powers(len(arr) + 1)
+    prefix = np.zeros(len(arr) + 1, dtype=np.uint64)
+    np.cumsum(arr * down[:len(arr)], dtype=np.uint64, out=prefix[1:])
+    sums = up[width - 1:len(arr)] * (prefix[width:] - prefix[:len(arr) - width + 1])
+    return _mix(sums ^ np.uint64(width))
+
+
+def shingles(ids: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
+    """(S,) sorted distinct uint64 hashes of the n-grams of ``ids`` (the whole sequence when shorter than n)."""
+    return np.unique(window_keys(ids, n))
 
 
 class ShingleIndex:
@@ -77,6 +112,9 @@ class ShingleIndex:
         hashes = np.concatenate(per_target) if per_target else np.zeros(0, dtype=np.uint64)
         order = np.argsort(hashes, kind="stable")
         self.hashes, self.owners = hashes[order], owners[order]  # (S,) sorted, (S,) target of each
+        # a 4 MiB filter on the top 22 bits: a document's n-grams are looked up only where some target has one
+        self.filter = np.zeros(1 << FILTER_BITS, dtype=bool)
+        self.filter[self.hashes >> np.uint64(64 - FILTER_BITS)] = True
 
     def contained(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
         """(T,) fraction of each target's shingles that occur in ``ids``."""
@@ -92,6 +130,20 @@ class ShingleIndex:
                 found = np.bincount(self.owners[rows], minlength=len(self.sizes))
         return found / np.maximum(self.sizes, 1)
 
+    def any_shared(self, ids: Sequence[int] | np.ndarray) -> bool:
+        """Whether ``ids`` shares at least one n-gram with some target: the cheap test (no sort of the document's
+        n-grams) that lets almost every background document skip :meth:`contained`."""
+        if not len(self.hashes):
+            return False
+        keys = window_keys(ids, self.config.ngram)
+        keys = keys[self.filter[keys >> np.uint64(64 - FILTER_BITS)]]
+        if not len(keys):
+            return False
+        at = np.minimum(np.searchsorted(self.hashes, keys), len(self.hashes) - 1)
+        return bool((self.hashes[at] == keys).any())
+
     def near_duplicate(self, ids: Sequence[int] | np.ndarray) -> bool:
         """Whether ``ids`` holds at least ``overlap`` of some target's shingles."""
-        return bool(len(self.sizes)) and bool((self.contained(ids) >= self.config.overlap - 1e-12).any())
+        if not self.any_shared(ids):
+            return False
+        return bool((self.contained(ids) >= self.config.overlap - 1e-12).any())

@@ -14,6 +14,9 @@ from typing import Any
 import numpy as np
 import torch
 
+BATCH_COLUMNS = ("input_ids", "labels", "document_ids", "position_ids")  # what a training step reads of a row
+EMPTY = {"input_ids": 0, "labels": -100, "document_ids": -1, "position_ids": 0, "attention_mask": 0}  # a top-up row
+
 
 def epoch_order(rows: int, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
     """Row order of one epoch: a permutation seeded by (seed, epoch), identical on every rank and after resume."""
@@ -61,30 +64,21 @@ def consumed_rows(plan: Any, seed: int, shuffle: bool) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
 
-def take_rows(rows, index: np.ndarray, size: int) -> dict[str, torch.Tensor]:
-    """The (size, T) batch of rows ``index``, topped up with empty rows (labels -100, document -1) when shorter."""
-    batch = rows[index.tolist()]
+def take_rows(rows: Any, index: np.ndarray, size: int) -> dict[str, torch.Tensor]:
+    """The (size, T) batch of rows ``index`` of ``rows`` (:class:`goldfish.data.rows.TrainRows`), as int64 tensors
+    of the trainer's columns, topped up with empty rows (labels -100, document -1) when shorter."""
+    batch = rows.batch(np.asarray(index, dtype=np.int64))
     missing = size - len(index)
     if missing:
-        fill = {"input_ids": 0, "labels": -100, "document_ids": -1, "position_ids": 0}
-        batch = {k: torch.cat([v, torch.full((missing, v.shape[1]), fill[k], dtype=v.dtype)]) for k, v in batch.items()}
-    return batch
+        for k, v in batch.items():
+            batch[k] = np.concatenate([v, np.full((missing, v.shape[1]), EMPTY[k], dtype=v.dtype)])
+    return {k: torch.from_numpy(batch[k]) for k in BATCH_COLUMNS}
 
 
-def member_exposures(prepared, consumed: np.ndarray, block: int = 4096) -> dict[str, list[int]]:
+def member_exposures(prepared: Any, consumed: np.ndarray) -> dict[str, list[int]]:
     """{labelled repetitions r: [fewest, most] times a member labelled r was read}, over the rows ``consumed``.
 
-    A member starts once per copy (its ``position_ids == 0``; see ``goldfish.data.packing.occurrences``).
-    """
-    members = prepared.members
-    labels = np.asarray(members["repetitions"], dtype=np.int64)  # (M,)
-    train = prepared.train.with_format("numpy", columns=["document_ids", "position_ids"])
-    times = np.bincount(consumed, minlength=len(train))  # (R,) reads of each row
-    seen = np.zeros(len(labels), dtype=np.int64)
-    for start in range(0, len(train), block):
-        part = train[start:start + block]
-        docs = np.where(part["document_ids"] < len(labels), part["document_ids"], -1)  # members only
-        starts = (part["position_ids"] == 0) & (docs >= 0)
-        row, col = np.nonzero(starts)
-        np.add.at(seen, docs[row, col], times[start + row])
+    A copy is read when the row holding its first token is (:meth:`goldfish.data.rows.TrainRows.reads`)."""
+    labels = np.asarray(prepared.members["repetitions"], dtype=np.int64)  # (M,)
+    seen, _ = prepared.train.reads(consumed, len(labels))
     return {str(r): [int(seen[labels == r].min()), int(seen[labels == r].max())] for r in np.unique(labels).tolist()}

@@ -1,32 +1,57 @@
-"""``prepare(cfg, out)``: corpus -> tokenizer -> members / nonmembers / background -> training rows -> folder.
+"""``prepare(cfg, out)``: corpus -> tokenizer -> members / nonmembers -> background shards -> training layout ->
+folder, in three phases that each resume where a kill left them.
 
-The folder is built in a temporary sibling under the folder's lock and swapped into place at the end
-(``goldfish.ownership.writing``), so an interrupted run leaves nothing half-written; an existing folder is refused
-unless ``overwrite``, and ``overwrite`` replaces only a folder ``goldfish prepare`` made (its ownership marker).
+1. **Targets** (in memory; small): the main source is read and tokenized, split into members (with repetition
+   counts), nonmembers, validation documents, canaries and near-duplicate variants; the tokenizer, their Arrow
+   splits and the target token shard (``train/targets``, ``train/canaries``) are written, then
+   ``prepare-state.json`` (the recipe's fingerprint, what the background must not hold). When the background is
+   the main source's unused documents, their chunks are written here too, as background shards.
+2. **Background** (streamed; ``background_source``): shard ``i`` is the source's documents at positions
+   ``[i * shard_documents, (i + 1) * shard_documents)``, tokenized in ``num_proc`` worker processes, de-duplicated
+   against the targets and chunked as it streams (:mod:`goldfish.data.stream`), each shard with its own atomic
+   entry. Independent jobs may write disjoint ranges of shards into one folder (``shards=(a, b)``).
+3. **Merge**: the first ``num_background`` chunks over the finished shards, the training order (members x r,
+   background once, canaries, shuffled by seed) and each occurrence's first slot in the packed row stream
+   (``train/order.npy``, ``train/starts.npy``; :mod:`goldfish.data.rows`), then ``manifest.json`` last.
+
+A folder without ``manifest.json`` is unfinished: readers refuse it, and ``prepare`` with the same recipe continues
+it (a different recipe is refused). Memory is that of the targets plus ~40 bytes per background chunk at the merge,
+whatever the number of tokens. Same recipe and seed -> byte-identical data files, interrupted or not.
+``overwrite`` builds a complete new folder beside the old one and swaps it in at the end
+(``goldfish.ownership.writing``); it replaces only a folder ``goldfish prepare`` made.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import errno
+import itertools
+import json
 import os
 import re
+import shutil
 import time
 from pathlib import Path
+from typing import Callable, Iterator
 
 import numpy as np
 
 from ..config import save_config, to_dict
 from ..errors import UserError
-from ..io import atomic_write_json
-from ..ownership import fingerprint_sha256, writing
+from ..io import STAGING, atomic_write_json, fsync_dir, new_temp_dir
+from ..ownership import FolderLock, OutputFolder, fingerprint_sha256, writing
 from ..provenance import code_version, versions
 from .canaries import canary_alphabet, make_canaries
 from .config import PrepareConfig, SourceConfig
-from .packing import build_rows, occurrences, training_order, variant_layout
-from .prepared import FORMAT, doc_columns, save_table, train_columns
+from .packing import training_order, variant_layout
+from .prepared import FORMAT, doc_columns, record_verified, save_table
+from .rows import layout_stats, pack_starts, row_starts
 from .sources import Document, load_documents
-from .splits import Item, SplitPlan, background_items, plan_splits
+from .splits import Item, background_items, plan_splits
+from .stream import (BACKGROUND, STATE, Progress, ShardSpec, entry_path, read_entry, run_shards, stem, text_sha256)
 from .tokenizer import load_tokenizer, tokenizer_info
+from .tokens import TokenShard, file_sha256, token_dtype, write_file, write_shard
 from .variants import make_variants
 
 TOKENIZE_BATCH = 64
@@ -38,26 +63,6 @@ def _bar(total: int, desc: str, enabled: bool, unit: str = "doc", position: int 
 
     return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, leave=False, dynamic_ncols=True,
                 position=position)
-
-
-class _Stages:
-    """The outer progress bar: one step per stage, named as it starts."""
-
-    NAMES = ("read documents", "tokenizer", "tokenize", "split", "lay out rows", "write")
-
-    def __init__(self, enabled: bool):
-        self.bar = _bar(len(self.NAMES), "prepare", enabled, unit="step", position=0)
-        self.started = False
-
-    def __call__(self, name: str) -> None:
-        if self.started:
-            self.bar.update(1)
-        self.started = True
-        self.bar.set_description(f"prepare: {name}")
-
-    def close(self) -> None:
-        self.bar.update(1)
-        self.bar.close()
 
 
 def tokenize(tok, docs: list[Document], progress: bool = False, desc: str = "tokenize",
@@ -106,6 +111,7 @@ def _prefix(text: str, max_tokens: int) -> str:
     m = _WORD_END.search(text, budget - 1)
     return text[:m.start() + 1] if m else text
 
+
 def _libraries(cfg: PrepareConfig) -> list[str]:
     """The libraries the prepared bytes depend on, for the manifest's versions (gensim when Wikipedia is read)."""
     wiki = "wikipedia" in (cfg.source.name, getattr(cfg.background_source, "name", None),
@@ -117,14 +123,6 @@ def _source_label(src: SourceConfig) -> str:
     return src.name + (f":{src.path}" if src.path else "")
 
 
-def _background(cfg: PrepareConfig, plan: SplitPlan, docs, tokens, bg_docs, bg_tokens) -> list[Item]:
-    """Background from the main source's unused documents, or from ``background_source`` in a seeded order."""
-    if cfg.background_source is None:
-        return background_items(cfg, plan, [docs[i] for i in plan.pool], [tokens[i] for i in plan.pool])
-    order = np.random.default_rng([cfg.seed, 2]).permutation(len(bg_docs))
-    return background_items(cfg, plan, [bg_docs[i] for i in order], [bg_tokens[i] for i in order])
-
-
 def _needed_tokens(cfg: PrepareConfig) -> int | None:
     """How many leading tokens of each main-source document the splits can use (None = all of them)."""
     if cfg.doc_tokens is None or (cfg.num_background != 0 and cfg.background_source is None):
@@ -132,56 +130,286 @@ def _needed_tokens(cfg: PrepareConfig) -> int | None:
     return cfg.doc_tokens * (2 if cfg.nonmember_mode == "later_chunk" else 1)
 
 
-def _build(cfg: PrepareConfig, progress: bool, stage: _Stages) -> tuple:
-    """Everything but the writing: (tokenizer, plan, rows, row stats)."""
-    stage("read documents")
+def streamed(cfg: PrepareConfig) -> bool:
+    """Whether the background streams from ``background_source`` (else: the main source's unused documents)."""
+    return cfg.background_source is not None and cfg.num_background != 0
+
+
+def recipe_fingerprint(cfg: PrepareConfig) -> str:
+    """What a folder's bytes are a function of: the resolved recipe and the code (an unfinished folder resumes only
+    under the same fingerprint)."""
+    return fingerprint_sha256({"recipe": to_dict(cfg), "code": code_version()})
+
+
+# What a prepare holds in memory and writes, per unit (measured on the merge of a 200 M-token background: see
+# benchmarks/prepare_scale.py): the merge's layout arrays per background chunk or occurrence, the process itself
+# (Python, torch, the tokenizer) and one block of the layout loop; the document splits' Arrow columns per token
+# (int64 ids + UTF-8 text).
+MERGE_BYTES_PER_OCCURRENCE = 64
+PROCESS_BYTES = 600 * 2**20
+SPLIT_BYTES_PER_TOKEN = 13
+INDEX_BYTES_PER_CHUNK = 16  # a background chunk's offset and source position
+LAYOUT_BYTES_PER_OCCURRENCE = 16  # its document and first slot
+
+
+def estimate_needs(cfg: PrepareConfig, vocab_size: int) -> dict | None:
+    """Disk and memory a prepare of ``cfg`` needs, when its lengths are fixed (``doc_tokens``, a numeric
+    ``num_background`` and ``background_chunk_tokens``; None otherwise): every background chunk full, the token
+    shards at ``token_dtype``'s width for ``vocab_size``, the layout, the document splits; memory at the merge (the
+    peak: the targets phase holds the main source, bounded by ``source.max_documents``)."""
+    if cfg.doc_tokens is None or cfg.num_background is None or (cfg.num_background and
+                                                               cfg.background_chunk_tokens is None):
+        return None
+    itemsize = token_dtype(vocab_size, cfg.token_dtype).itemsize
+    reps = list(cfg.repetitions)
+    members = cfg.num_members or 0
+    copies = sum(reps[i % len(reps)] for i in range(members)) if cfg.train_members else 0
+    nonmembers = cfg.num_nonmembers if cfg.num_nonmembers is not None else members
+    chunks = cfg.num_background
+    background_tokens = chunks * (cfg.background_chunk_tokens or 0)
+    target_tokens = members * cfg.doc_tokens
+    occurrences = copies + chunks
+    disk = ((background_tokens + target_tokens) * itemsize + chunks * INDEX_BYTES_PER_CHUNK
+            + occurrences * LAYOUT_BYTES_PER_OCCURRENCE
+            + (members + nonmembers + cfg.num_validation) * cfg.doc_tokens * SPLIT_BYTES_PER_TOKEN)
+    return {"disk_bytes": disk, "memory_bytes": PROCESS_BYTES + occurrences * MERGE_BYTES_PER_OCCURRENCE,
+            "tokens": background_tokens + copies * cfg.doc_tokens, "chunks": chunks, "occurrences": occurrences,
+            "dtype": f"uint{8 * itemsize}"}
+
+
+# ------------------------------------------------------------------------------------------------ entry point
+
+
+def prepare(cfg: PrepareConfig, out: str | Path | None = None, overwrite: bool = False, progress: bool = True,
+            num_proc: int | None = None, shards: tuple[int, int] | None = None, merge_only: bool = False,
+            log: Callable[[str], None] | None = None) -> Path:
+    """Build (or finish) the prepared folder for ``cfg`` at ``out`` (default ``data/prepared/<name>``); returns its
+    path. A finished folder is refused unless ``overwrite``; an unfinished one of the same recipe is continued.
+
+    ``num_proc``: worker processes tokenizing a streamed background (None = the CPUs this process may use).
+    ``shards=(a, b)``: only write background shards ``a .. b-1`` (one job of several), no merge. ``merge_only``:
+    merge the shards other jobs wrote; a missing one is an error instead of being written here. ``log``: where a
+    progress line goes at least once a minute when ``progress`` is off (a log file, not a terminal).
+    """
+    started = time.perf_counter()
+    out = Path(out).expanduser() if out is not None else cfg.default_out()
+    num_proc = num_proc or len(os.sched_getaffinity(0))
+    job = _Job(cfg, num_proc, progress, log)
+    if overwrite:
+        if shards is not None or merge_only:
+            raise UserError("--overwrite rebuilds the whole folder in one process; without --shards/--merge")
+        with writing(out, "prepared", replace=True, stage=True, exist_ok=True) as folder:
+            folder.mark(job.fingerprint)
+            files = job.run(folder.path, started)
+        record_verified(out, files)  # every file was just hashed: the first load need not read them again
+        return out
+    with writing(out, "prepared", shared=True):  # shard jobs of one folder run side by side
+        if (out / "manifest.json").is_file():
+            raise UserError(f"output folder {out} already holds a finished prepare; pass --overwrite to replace it, "
+                            f"or choose another output folder")
+        if not (out / STATE).is_file():
+            _targets_beside(job, out)
+        files = job.run(out, started, shards, merge_only)
+    if files is not None:
+        record_verified(out, files)
+    return out
+
+
+def _targets_beside(job: "_Job", out: Path) -> None:
+    """The targets phase, built in a temporary sibling and renamed to ``out`` when complete, so a failure leaves
+    nothing and ``out`` exists only with its state (another job that got there first wins; its state is used)."""
+    tmp = new_temp_dir(out)
+    try:
+        OutputFolder(tmp, "prepared", tmp).mark(job.fingerprint)
+        job.state(tmp)
+        try:
+            os.rename(tmp, out)  # replaces a missing or empty folder only
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+        else:
+            (out / STAGING).unlink(missing_ok=True)  # published: no longer a staging folder
+            fsync_dir(out.parent)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _exclusive(folder: Path) -> Iterator[None]:
+    """One process at a time in the targets phase and the merge of ``folder`` (shard jobs wait here)."""
+    with FolderLock(folder / "prepare", wait=True):  # the lock file .prepare.lock inside the folder
+        yield
+
+
+class _Job:
+    """One ``prepare`` call: the recipe, its fingerprint and how to report progress."""
+
+    def __init__(self, cfg: PrepareConfig, num_proc: int, progress: bool, log: Callable[[str], None] | None):
+        self.cfg, self.num_proc, self.progress, self.log = cfg, num_proc, progress, log
+        self.fingerprint = recipe_fingerprint(cfg)
+
+    def run(self, folder: Path, started: float, shards: tuple[int, int] | None = None,
+            merge_only: bool = False) -> dict[str, str] | None:
+        """The phases this call owns; returns the finished folder's files (None: a shard job, or another process
+        finished the folder meanwhile)."""
+        with _exclusive(folder):
+            if (folder / "manifest.json").is_file():  # another process of the same recipe finished it meanwhile
+                return None
+            state = self.state(folder)
+        if streamed(self.cfg):
+            cap = self._stream(folder, state, shards, merge_only)
+            if cap is None:  # a shard job: its shards are written, the merge is another call's
+                return None
+            used, entries = cap.used, cap.entries
+        else:
+            used, entries = [entry["documents"] for entry in state["background_shards"]], []
+        with _exclusive(folder):
+            if not (folder / "manifest.json").is_file():
+                return _merge(self.cfg, folder, state, used, entries, started)
+        return None
+
+    # -------------------------------------------------------------------------------------------- phase 1
+
+    def state(self, folder: Path) -> dict:
+        path = folder / STATE
+        if path.is_file():
+            state = json.loads(path.read_text(encoding="utf-8"))
+            if state.get("fingerprint") != self.fingerprint:
+                raise UserError(f"{folder} holds an unfinished prepare of another recipe (or of other code); finish "
+                                f"it with that recipe, pass --overwrite to replace it, or choose another output folder")
+            return state
+        state = _targets(self.cfg, folder, self.progress)
+        state["fingerprint"] = self.fingerprint
+        atomic_write_json(path, state)
+        return state
+
+    # -------------------------------------------------------------------------------------------- phase 2
+
+    def _stream(self, folder: Path, state: dict, shards: tuple[int, int] | None, merge_only: bool) -> "_Cap | None":
+        """Write the background shards this call owns; returns the shards' entries and how many chunks of each the
+        rows use (None for a shard job)."""
+        cfg = self.cfg
+        spec = ShardSpec(str(folder), self.fingerprint, cfg.background_source, cfg.shard_documents, cfg.min_tokens,
+                         cfg.background_chunk_tokens, state["dtype"], cfg.background_dedup)
+        progress = Progress(self.progress, self.log)
+        try:
+            if shards is not None:
+                run_shards(spec, iter(range(*shards)), self.num_proc,
+                           lambda entry: progress.update(entry) or entry["end_of_source"])
+                return None
+            cap = _Cap(folder, cfg)
+
+            def done(entry: dict) -> bool:
+                progress.update(entry)
+                return cap.add(entry)
+
+            if merge_only:
+                for i in itertools.count():
+                    entry = read_entry(folder, i, self.fingerprint)
+                    if entry is None:
+                        raise UserError(f"background shard {stem(i)} is missing from {folder / BACKGROUND} (its job "
+                                        f"did not finish); write it with: goldfish prepare RECIPE --out {folder} "
+                                        f"--shards {i}:{i + 1}, or merge without --merge to write it here")
+                    if done(entry):
+                        break
+            else:
+                run_shards(spec, itertools.count(), self.num_proc, done)
+            return cap
+        finally:
+            progress.close()
+
+
+class _Cap:
+    """How many chunks of each shard, in shard order, the rows take: the first ``num_background`` chunks cut from
+    the source's first ``max_documents`` documents (positions)."""
+
+    def __init__(self, folder: Path, cfg: PrepareConfig):
+        self.folder = folder
+        self.items = cfg.num_background if cfg.num_background is not None else float("inf")
+        docs = cfg.background_source.max_documents
+        self.positions = docs if docs is not None else float("inf")
+        self.used: list[int] = []
+        self.entries: list[dict] = []
+
+    def add(self, entry: dict) -> bool:
+        """Count one more shard (in order); True when no further shard is needed."""
+        self.entries.append(entry)
+        usable = entry["documents"]
+        last = entry["positions"][1]
+        if last > self.positions and usable:  # the document cap falls inside this shard: its chunks before it
+            tags = np.load(self.folder / BACKGROUND / f"{stem(entry['shard'])}.tag.npy", allow_pickle=False)
+            usable = int(np.searchsorted(tags, self.positions, side="left"))
+        take = int(min(usable, self.items))
+        self.used.append(take)
+        self.items -= take
+        return self.items <= 0 or last >= self.positions or entry["end_of_source"]
+
+
+# ------------------------------------------------------------------------------------------------ phase 1: targets
+
+
+def _targets(cfg: PrepareConfig, folder: Path, progress: bool) -> dict:
+    """Read and split the main source; write the tokenizer, the document splits and the target token shards (and,
+    for a background from the main source, its shards). Returns the prepare state."""
     load_stats: dict = {}
     docs = load_documents(cfg.source, load_stats)
-    bg_docs: list[Document] = []
-    if cfg.background_source is not None and cfg.num_background != 0:
-        bg_docs = load_documents(cfg.background_source)
-    stage("tokenizer")
     texts = None
-    if cfg.tokenizer.name == "bpe":
-        texts = [d.text for d in load_documents(cfg.tokenizer.source)] if cfg.tokenizer.source is not None else \
-            [d.text for d in docs + bg_docs]
+    if cfg.tokenizer.name == "bpe":  # trained on the recipe's own documents (a streamed background is not read)
+        texts = [d.text for d in (load_documents(cfg.tokenizer.source) if cfg.tokenizer.source is not None else docs)]
     tok = load_tokenizer(cfg.tokenizer.name, texts, cfg.tokenizer.vocab_size, cfg.seed)
     if tok.eos_token_id is None or tok.pad_token_id is None:
         raise UserError(f"tokenizer {cfg.tokenizer.name} has no EOS/pad id; set eos_token in its config")
-    stage("tokenize")
+    dtype = token_dtype(len(tok), cfg.token_dtype)
     tokens = tokenize(tok, docs, progress, max_tokens=_needed_tokens(cfg))
-    bg_tokens = tokenize(tok, bg_docs, progress, "tokenize background") if bg_docs else []
-    stage("split")
     plan = plan_splits(cfg, docs, tokens)
-    plan.background = _background(cfg, plan, docs, tokens, bg_docs, bg_tokens)
     plan.stats.update(load_stats)
     plan.canaries = _canaries(cfg, tok)
-    stage("lay out rows")
     reps = [it.repetitions if cfg.train_members else 0 for it in plan.members]
-    canary_reps = [it.repetitions if cfg.train_members else 0 for it in plan.canaries]
-    member_ids = [it.ids for it in plan.members]
-    background_ids = [it.ids for it in plan.background]
-    if cfg.near_duplicates is None or not cfg.train_members:
-        order, owner, variants = training_order(reps, len(plan.background), cfg.seed, canary_reps), None, []
-    else:
-        copies = make_variants(member_ids, reps, cfg.near_duplicates, cfg.seed, _decoder(tok),
+    variants: list[np.ndarray] = []
+    owners = None
+    if cfg.near_duplicates is not None and cfg.train_members:
+        copies = make_variants([it.ids for it in plan.members], reps, cfg.near_duplicates, cfg.seed, _decoder(tok),
                                lambda text: _encode(tok, [text])[0])
         variants = [v for vs in copies for v in vs]
-        order, owner = variant_layout(reps, len(plan.background), cfg.seed)
-    docs_in_rows = member_ids + variants + background_ids + [it.ids for it in plan.canaries]
-    whole = np.zeros(len(docs_in_rows), dtype=bool)  # (D,) members, their variants and canaries are never cut
-    whole[:len(member_ids) + len(variants)] = True
-    whole[len(docs_in_rows) - len(plan.canaries):] = True
-    rows, row_stats = build_rows(docs_in_rows, order, cfg.seq_len, cfg.packing, tok.eos_token_id,
-                                 tok.pad_token_id, whole=whole, owner=owner)
-    seen = occurrences(rows["document_ids"], rows["position_ids"], len(docs_in_rows))  # (D,) copies in the rows
-    first_canary = len(docs_in_rows) - len(plan.canaries)
-    for name, got, want in (("members", seen[:len(member_ids)], reps), ("canaries", seen[first_canary:], canary_reps)):
-        if not np.array_equal(got, want):
-            raise RuntimeError(f"bug: the training rows hold {name} {got.tolist()} times, labelled {want}")
-    if variants:
-        row_stats["variants"] = len(variants)
-    return tok, plan, rows, row_stats
+        owners = np.concatenate([np.arange(len(reps)), np.repeat(np.arange(len(reps)), [len(vs) for vs in copies])])
+
+    save_config(cfg, folder / "config.yaml")  # an unfinished folder says what it is: shard jobs can use it as recipe
+    tok.save_pretrained(str(folder / "tokenizer"))
+    text_of = _decoder(tok)
+    decode = lambda ids: text_of(ids.tolist())  # noqa: E731 - the text a row holds (the cut chunk)
+    splits = {"members": plan.members, "nonmembers": plan.nonmembers, "validation": plan.validation,
+              "canaries": plan.canaries}
+    sha = {name: save_table(doc_columns(items, name, decode), folder / name)
+           for name, items in splits.items() if items or name in ("members", "nonmembers")}
+    write_shard(folder / "train", "targets", [it.ids for it in plan.members] + variants, dtype, owners)
+    if plan.canaries:
+        write_shard(folder / "train", "canaries", [it.ids for it in plan.canaries], dtype)
+    background_shards = []
+    if not streamed(cfg) and cfg.num_background != 0:
+        items = background_items(cfg, plan, [docs[i] for i in plan.pool], [tokens[i] for i in plan.pool])
+        background_shards = _pool_shards(folder, items, cfg.shard_documents, dtype)
+    targets = plan.members + plan.nonmembers + plan.validation
+    return {
+        "dtype": dtype.name, "tokenizer": tokenizer_info(tok, cfg.tokenizer.name), "sha256": sha,
+        "counts": {name: len(items) for name, items in splits.items()},
+        "tokens": {name: int(sum(len(it.ids) for it in items)) for name, items in splits.items()},
+        "repetitions": [int(it.repetitions) for it in plan.members], "member_reps": reps,
+        "canary_reps": [it.repetitions if cfg.train_members else 0 for it in plan.canaries],
+        "variants": len(variants), "stats": plan.stats,
+        "canary_alphabet": len(canary_alphabet(tok)) if plan.canaries else None,
+        "background_shards": background_shards,
+        "exclude": {"ids": sorted({it.doc.id for it in targets}),
+                    "text_sha256": sorted({text_sha256(it.doc.text) for it in targets})},
+    }
+
+
+def _pool_shards(folder: Path, items: list[Item], size: int, dtype: np.dtype) -> list[dict]:
+    """The main source's background chunks as shards of ``size`` chunks (all of them used)."""
+    entries = []
+    for i, lo in enumerate(range(0, len(items), size)):
+        entry = write_shard(folder / BACKGROUND, stem(i), [it.ids for it in items[lo:lo + size]], dtype)
+        entries.append({"shard": i, **entry})
+    return entries
 
 
 def _canaries(cfg: PrepareConfig, tok) -> list[Item]:
@@ -203,91 +431,171 @@ def _decoder(tok):
     return lambda ids: tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
-def _manifest(cfg: PrepareConfig, tok, plan: SplitPlan, row_stats: dict, sha: dict, started: float) -> dict:
-    splits = {"members": plan.members, "nonmembers": plan.nonmembers}
+# ------------------------------------------------------------------------------------------------ phase 3: merge
+
+
+def _merge(cfg: PrepareConfig, folder: Path, state: dict, used: list[int], entries: list[dict],
+           started: float) -> dict[str, str]:
+    """The training layout over the targets and the used background chunks, then the manifest (written last);
+    returns the manifest's ``files`` (every file's sha256)."""
+    dtype = np.dtype(state["dtype"])
+    targets = TokenShard(folder / "train", "targets", dtype)
+    stores = [{"path": "train/targets", "documents": len(targets)}]
+    lengths = [np.asarray(targets.lengths)]
+    background = []
+    shard_entries = entries or state["background_shards"]
+    for i, n in enumerate(used):
+        shard = _checked_shard(folder, shard_entries[i], dtype)
+        if n:
+            stores.append({"path": f"{BACKGROUND}/{stem(i)}", "documents": n})
+            lengths.append(np.asarray(shard.lengths[:n]))
+        background.append(n)
+    b = int(sum(background))
+    canaries = state["counts"]["canaries"]
+    if canaries:
+        stores.append({"path": "train/canaries", "documents": canaries})
+        lengths.append(np.asarray(TokenShard(folder / "train", "canaries", dtype).lengths))
+    lengths = np.concatenate(lengths).astype(np.int64)  # (D,) members, variants, background, canaries
+    m, v = state["counts"]["members"], state["variants"]
+    if v:
+        order, _ = variant_layout(state["member_reps"], b, cfg.seed)
+    else:
+        order = training_order(state["member_reps"], b, cfg.seed, state["canary_reps"])
+    whole = np.zeros(len(lengths), dtype=bool)  # members, their variants and canaries are never cut by a row
+    whole[:m + v] = True
+    whole[len(lengths) - canaries:] = True
+    units = lengths[order] + int(cfg.packing == "pack")
+    starts = (pack_starts(units, whole[order], cfg.seq_len) if cfg.packing == "pack"
+              else row_starts(units, cfg.seq_len))
+    row_stats = layout_stats(starts, units, cfg.seq_len)
+    _check_copies(order, state, targets.tags, m, v, b)
+    layout = {"train/order.npy": write_file(folder / "train" / "order.npy", np.asarray(order, dtype=np.int64)),
+              "train/starts.npy": write_file(folder / "train" / "starts.npy", starts)}
+    _remove_unused(folder, len(used))
+    files = {**_data_files(folder, shard_entries[:len(used)]), **layout}
+    atomic_write_json(folder / "manifest.json", _manifest(cfg, state, stores, row_stats, files, entries, b,
+                                                          int(lengths[m + v:m + v + b].sum()), started))
+    (folder / STATE).unlink()
+    _default_permissions(folder)
+    return files
+
+
+def _checked_shard(folder: Path, entry: dict, dtype: np.dtype) -> TokenShard:
+    """Background shard ``entry["shard"]``, its files checked against the sha256 its entry recorded."""
+    name = stem(entry["shard"])
+    for f, sha in entry["sha256"].items():
+        path = folder / BACKGROUND / f
+        if not path.is_file() or file_sha256(path) != sha:
+            raise UserError(f"background shard {name} is damaged ({f} is missing or differs from its entry); delete "
+                            f"{folder / BACKGROUND}/{name}.* and run the same goldfish prepare command again to "
+                            f"write it anew")
+    return TokenShard(folder / BACKGROUND, name, dtype)
+
+
+def _check_copies(order: np.ndarray, state: dict, owners: np.ndarray | None, m: int, v: int, b: int) -> None:
+    """Every member (with its variants) and canary occurs exactly as often as labelled."""
+    counts = np.bincount(order, minlength=m + v + b + len(state["canary_reps"]))
+    members = counts[:m].copy()
+    if v:  # a member's copies are itself and its variants
+        members += np.bincount(np.asarray(owners[m:m + v]), weights=counts[m:m + v], minlength=m).astype(np.int64)
+    for name, got, want in (("members", members, state["member_reps"]),
+                            ("canaries", counts[m + v + b:], state["canary_reps"])):
+        if not np.array_equal(got, want):
+            raise RuntimeError(f"bug: the training layout holds {name} {got.tolist()} times, labelled {want}")
+
+
+def _remove_unused(folder: Path, shards: int) -> None:
+    """Delete background shards past the last one used (written by workers that ran ahead of the cap) and the
+    temporary files of writers that were killed: all inside this folder, all written by prepare."""
+    for path in sorted((folder / BACKGROUND).glob("*")) if (folder / BACKGROUND).is_dir() else []:
+        head = path.name.split(".")[0]
+        if path.name.startswith(".") and path.name.endswith(".tmp"):
+            path.unlink()
+        elif head.isdigit() and int(head) >= shards:
+            path.unlink()
+    for path in (folder / "train").glob(".*.tmp"):
+        path.unlink()
+
+
+def _data_files(folder: Path, shards: list[dict]) -> dict[str, str]:
+    """sha256 of every file of the tokenizer, the target shards and the background shards (what training reads and
+    ships); a background shard's come from its entry, checked against its files by :func:`_checked_shard`."""
+    out = {}
+    for sub in ("tokenizer", "train"):
+        for path in sorted((folder / sub).iterdir()):
+            if path.is_file():
+                out[f"{sub}/{path.name}"] = file_sha256(path)
+    for entry in shards:
+        out.update({f"{BACKGROUND}/{f}": sha for f, sha in entry["sha256"].items()})
+        if entry_path(folder, entry["shard"]).is_file():  # a streamed shard's entry (the main source's have none)
+            out[f"{BACKGROUND}/{stem(entry['shard'])}.json"] = file_sha256(entry_path(folder, entry["shard"]))
+    return dict(sorted(out.items()))
+
+
+def train_sha256(files: dict[str, str], stores: list[dict]) -> str:
+    """One sha256 over what the rows are made of (the used token stores and the layout, not the entries' metadata):
+    the training data's identity, which a training run's fingerprint records."""
+    used = tuple(s["path"] + "." for s in stores) + ("train/order.npy", "train/starts.npy")
+    return fingerprint_sha256({"documents": [s["documents"] for s in stores],
+                               "files": {k: v for k, v in files.items() if k.startswith(used)}})
+
+
+def _manifest(cfg: PrepareConfig, state: dict, stores: list[dict], row_stats: dict, files: dict, entries: list[dict],
+              b: int, b_tokens: int, started: float) -> dict:
+    counts = {k: v for k, v in state["counts"].items() if v or k in ("members", "nonmembers")}
+    tokens = {k: v for k, v in state["tokens"].items() if k in counts}
     if cfg.num_background != 0:
-        splits["background"] = plan.background
-    splits.update({name: items for name, items in (("validation", plan.validation), ("canaries", plan.canaries))
-                   if items})
-    counts = {name: len(items) for name, items in splits.items()}
-    tokens = {name: int(sum(len(it.ids) for it in items)) for name, items in splits.items()}
+        counts["background"], tokens["background"] = b, b_tokens
     counts["train"], tokens["train"] = row_stats["rows"], row_stats["tokens"]
+    sha = dict(state["sha256"])
+    sha["train"] = train_sha256(files, stores)
     strata: dict[str, int] = {}
-    for it in plan.members:
-        strata[str(it.repetitions)] = strata.get(str(it.repetitions), 0) + 1
+    for r in state["repetitions"]:
+        strata[str(r)] = strata.get(str(r), 0) + 1
+    bg = _background_stats(entries)
+    stats = {**state["stats"], **row_stats, **bg, "repetition_strata": strata,
+             "background_source": _source_label(cfg.background_source or cfg.source),
+             "tokenizer_corpus": (_source_label(cfg.tokenizer.source) if cfg.tokenizer.source
+                                  else "the recipe's documents"),
+             "members_trained": cfg.train_members, "seconds": round(time.perf_counter() - started, 2)}
+    if state["variants"]:
+        stats["variants"] = state["variants"]
+    if state["canary_alphabet"] is not None:
+        stats["canary_alphabet"] = state["canary_alphabet"]
+    rows = {"dtype": state["dtype"], "seq_len": cfg.seq_len, "packing": cfg.packing,
+            "eos_id": state["tokenizer"]["eos_id"], "pad_id": state["tokenizer"]["pad_id"], "rows": row_stats["rows"],
+            "tokens": row_stats["tokens"], "occurrences": row_stats["occurrences"], "variants": state["variants"],
+            "stores": stores}
     return {
-        "format": FORMAT, "name": cfg.name, "source": _source_label(cfg.source),
-        "tokenizer": tokenizer_info(tok, cfg.tokenizer.name), "seed": cfg.seed, "seq_len": cfg.seq_len,
-        "packing": cfg.packing, "counts": counts, "tokens": tokens, "sha256": sha,
+        "format": FORMAT, "name": cfg.name, "source": _source_label(cfg.source), "tokenizer": state["tokenizer"],
+        "seed": cfg.seed, "seq_len": cfg.seq_len, "packing": cfg.packing, "counts": counts, "tokens": tokens,
+        "sha256": sha, "files": files, "train": rows,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "config": to_dict(cfg), "code": code_version(), "versions": versions(_libraries(cfg)),
-        "stats": {**plan.stats, **row_stats, "repetition_strata": strata,
-                  "background_source": _source_label(cfg.background_source or cfg.source),
-                  "tokenizer_corpus": (_source_label(cfg.tokenizer.source) if cfg.tokenizer.source
-                                       else "the recipe's documents"),
-                  "members_trained": cfg.train_members,
-                  **({"canary_alphabet": len(canary_alphabet(tok))} if plan.canaries else {}),
-                  "seconds": round(time.perf_counter() - started, 2)},
+        "config": to_dict(cfg), "code": code_version(), "versions": versions(_libraries(cfg)), "stats": stats,
     }
 
 
-def prepare(cfg: PrepareConfig, out: str | Path | None = None, overwrite: bool = False, progress: bool = True) -> Path:
-    """Build the prepared folder for ``cfg`` at ``out`` (default ``data/prepared/<name>``); returns its path.
-
-    Same config and seed -> byte-identical Arrow files. Refuses an existing folder unless ``overwrite``.
-    """
-    started = time.perf_counter()
-    out = Path(out).expanduser() if out is not None else cfg.default_out()
-    with writing(out, "prepared", replace=overwrite, stage=True, exist_ok=overwrite) as folder:
-        stage = _Stages(progress)
-        try:
-            tok, plan, rows, row_stats = _build(cfg, progress, stage)
-            stage("write")
-            sha = _write(cfg, folder.path, tok, plan, rows, row_stats, started)
-            folder.mark(fingerprint_sha256(sha))
-        finally:
-            stage.close()
-    return out
-
-
-def _write(cfg: PrepareConfig, tmp: Path, tok, plan: SplitPlan, rows: dict, row_stats: dict,
-           started: float) -> dict:
-    """Tokenizer, splits, resolved config and manifest, into the staging folder ``tmp``; returns the splits'
-    sha256."""
-
-    text_of = _decoder(tok)
-
-    def decode(ids: np.ndarray) -> str:  # the text a row actually holds (the cut chunk, not the whole article)
-        return text_of(ids.tolist())
-
-    tok.save_pretrained(str(tmp / "tokenizer"))
-    sha = {"members": save_table(doc_columns(plan.members, "members", decode), tmp / "members"),
-           "nonmembers": save_table(doc_columns(plan.nonmembers, "nonmembers", decode), tmp / "nonmembers")}
-    if cfg.num_background != 0:
-        sha["background"] = save_table(doc_columns(plan.background, "background", decode), tmp / "background")
-    for name, items in (("validation", plan.validation), ("canaries", plan.canaries)):
-        if items:
-            sha[name] = save_table(doc_columns(items, name, decode), tmp / name)
-    sha["train"] = save_table(train_columns(rows), tmp / "train")
-    save_config(cfg, tmp / "config.yaml")
-    atomic_write_json(tmp / "manifest.json", _manifest(cfg, tok, plan, row_stats, sha, started))
-    _default_permissions(tmp)
-    return sha
+def _background_stats(entries: list[dict]) -> dict:
+    """Counts over a streamed background's shard entries (a background from the main source counts itself)."""
+    total: dict[str, int] = {}
+    for entry in entries:
+        for k, n in entry["stats"].items():
+            total[f"background_{k}"] = total.get(f"background_{k}", 0) + n
+    return {**total, "background_shards": len(entries)} if entries else {}
 
 
 def _default_permissions(folder: Path) -> None:
-    """Temp folders/files are created private (0700/0600); give the result the umask's usual modes instead."""
+    """Temp folders are created private (0700); give the result the umask's usual mode instead."""
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(folder, 0o777 & ~umask)
-    for name in ("config.yaml", "manifest.json"):
-        os.chmod(folder / name, 0o666 & ~umask)
+
+
+# ------------------------------------------------------------------------------------------------ summary
 
 
 def summary(path: str | Path) -> str:
     """A one-screen description of a prepared folder, from its manifest."""
-    import json
-
     m = json.loads((Path(path) / "manifest.json").read_text(encoding="utf-8"))
     s, t = m["stats"], m["tokenizer"]
     strata = ", ".join(f"{k}x: {v}" for k, v in sorted(s["repetition_strata"].items(), key=lambda kv: int(kv[0])))
@@ -311,8 +619,10 @@ def summary(path: str | Path) -> str:
         c = m["config"]["canaries"]
         lines.append(f"  canaries    {m['counts']['canaries']} x {c['tokens']} random tokens (secret: the last "
                      f"{c['secret_tokens']}, from {s['canary_alphabet']} ids)")
+    size = sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
     lines.append(f"  train       {m['counts']['train']} rows x {m['seq_len']} ({m['packing']}): {m['tokens']['train']} "
-                 f"tokens, {s['padding']} padding, {s['split_occurrences']} documents split across rows")
+                 f"tokens, {s['padding']} padding, {s['split_occurrences']} documents split across rows; "
+                 f"{m['train']['dtype']} ids, folder {size / 1e6:.1f} MB")
     if "variants" in s:
         nd = m["config"]["near_duplicates"]
         lines.append(f"  variants    {s['variants']} near-duplicate copies ({nd['edit']}, every {nd['every']}) in place "

@@ -1,22 +1,33 @@
-"""The prepared-folder format (``goldfish-prepared/1``): writing splits and reading them back.
+"""The prepared-folder format (``goldfish-prepared/2``): writing document splits, and reading a folder back.
 
 ::
 
     <out>/manifest.json   format, name, source, tokenizer{name, vocab_size, eos_id, bos_id, pad_id}, seed, seq_len,
-                          packing, counts{split: rows}, tokens{split: n}, sha256{split: hex of its Arrow data},
-                          created, config, versions, stats
+                          packing, counts{split: rows}, tokens{split: n}, sha256{split: hex of its Arrow data; train:
+                          hex over the token shards and layout}, files{path: sha256 of every tokenizer and token
+                          file}, train{dtype, seq_len, packing, eos_id, pad_id, rows, tokens, occurrences, variants,
+                          stores[{path, documents}]}, created, config, code, versions, stats. Written last: a folder
+                          without it is an unfinished prepare (see goldfish.data.prepare), which readers refuse
     <out>/config.yaml     the resolved PrepareConfig (``goldfish prepare`` it again to rebuild the folder)
-    <out>/tokenizer/      save_pretrained of the fast tokenizer (eos and pad set)
+    <out>/tokenizer/      save_pretrained of the fast tokenizer (eos and pad set); every file in ``files``
     <out>/members/        datasets save_to_disk: id, title, source, text, input_ids, repetitions (>= 1), split
     <out>/nonmembers/     the same columns, repetitions = 0
-    <out>/background/     (only when configured) the same columns, repetitions = 1
     <out>/validation/     (only with num_validation) the same columns, repetitions = 0: held out for tuning
     <out>/canaries/       (only with canaries) the same columns, repetitions = copies in the rows (goldfish.data.canaries)
-    <out>/train/          input_ids, labels, document_ids, position_ids, attention_mask; one row per sequence
-    <out>/.goldfish-owner.json  kind "prepared" and the sha256 of the splits' sha256 (goldfish.ownership)
+    <out>/train/          token shards targets (members + variants), canaries; order.npy + starts.npy: the layout of
+                          the rows (goldfish.data.rows: every column of a batch is derived from these)
+    <out>/background/     (only when configured) token shards NNNNN.{bin,idx.npy[,tag.npy]} + NNNNN.json, their
+                          entries (goldfish.data.stream); the rows use the first ``documents`` of each store
+    <out>/.goldfish-owner.json  kind "prepared" and the recipe's fingerprint (goldfish.ownership)
 
-Arrow files are written without timestamps and with a content-derived fingerprint, so the same config and seed
-give byte-identical ``.arrow`` files (their sha256 is in the manifest).
+Token ids are stored at the narrowest dtype the vocabulary allows (uint16 below 65,536 ids, else uint32), each
+document once (a member read r times is stored once: the layout repeats it). Arrow files are written without
+timestamps and with a content-derived fingerprint, so the same recipe and seed give byte-identical data files.
+
+Integrity: the small Arrow splits are re-hashed at every load; the token files, which grow with the corpus, are
+hashed once per content and the result recorded in the cache (``$GOLDFISH_CACHE/verified/``, keyed by each file's
+path, size, inode and modification time), so later loads -- every rank, every restart -- only ``stat`` them. A file
+rewritten in place (another size, inode or mtime) is hashed again.
 """
 
 from __future__ import annotations
@@ -25,19 +36,22 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import shutil
+import os
+import stat
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 
 from ..errors import UserError
-from ..io import recover_directory
+from ..gguf_cache import cache_root
+from ..io import atomic_write_json, recover_directory
+from .rows import TrainRows
+from .tokens import file_sha256
 
-FORMAT = "goldfish-prepared/1"
-OPTIONAL_SPLITS = ("background", "validation", "canaries")  # present when the manifest counts them
+FORMAT = "goldfish-prepared/2"
+OPTIONAL_SPLITS = ("validation", "canaries")  # present when the manifest counts them
 DOC_COLUMNS = ("id", "title", "source", "text", "input_ids", "repetitions", "split")
-TRAIN_COLUMNS = ("input_ids", "labels", "document_ids", "position_ids", "attention_mask")
 
 
 @contextlib.contextmanager
@@ -123,58 +137,104 @@ def doc_columns(items: list, split: str, decode) -> dict[str, Any]:
     }
 
 
-def train_columns(rows: dict[str, np.ndarray]) -> dict[str, Any]:
-    return {name: _list_array(rows[name]) for name in TRAIN_COLUMNS}
-
-
 # ------------------------------------------------------------------------------------------------ reading
 
 
 @dataclasses.dataclass
 class Prepared:
-    """A prepared folder, loaded: the manifest, each split as a ``datasets.Dataset``, and the tokenizer (lazily)."""
+    """A prepared folder, loaded: the manifest, each document split as a ``datasets.Dataset``, the training rows
+    (:class:`goldfish.data.rows.TrainRows`), the background documents (:class:`Documents`) and the tokenizer
+    (lazily, from the files the manifest vouches for)."""
 
     path: Path
     manifest: dict
     members: Any
     nonmembers: Any
-    train: Any
+    train: TrainRows
     background: Any = None
     validation: Any = None
     canaries: Any = None
     _tokenizer: Any = dataclasses.field(default=None, init=False, repr=False)
+    _tokenizer_files: dict | None = dataclasses.field(default=None, init=False, repr=False)
+
+    def tokenizer_files(self) -> dict[str, bytes]:
+        """``{file name: bytes}`` of the saved tokenizer, read once and checked against the manifest's sha256: what
+        a trained model ships, whatever happens to the folder later (a ``prepare --overwrite`` of it meanwhile)."""
+        if self._tokenizer_files is None:
+            self._tokenizer_files = read_tokenizer_files(self.path, self.manifest)
+        return self._tokenizer_files
 
     @property
     def tokenizer(self):
-        """The saved tokenizer (loaded on first use; never remote code)."""
+        """The saved tokenizer (loaded on first use from the verified files; never remote code)."""
         if self._tokenizer is None:
-            self._tokenizer = load_saved_tokenizer(self.path / "tokenizer")
+            import tempfile
+
+            with tempfile.TemporaryDirectory(prefix="goldfish-tokenizer-") as tmp:
+                self.copy_tokenizer(Path(tmp))
+                self._tokenizer = load_saved_tokenizer(Path(tmp), self.path / "tokenizer")
         return self._tokenizer
 
     def copy_tokenizer(self, dest: Path) -> None:
-        """Copy the saved tokenizer's files into ``dest`` (a model folder), so the model loads with its tokenizer."""
-        for f in (self.path / "tokenizer").iterdir():
-            if f.is_file():
-                shutil.copy2(f, dest / f.name)
+        """Write the verified tokenizer files into ``dest`` (a model folder), and nothing else of the prepared
+        folder, so the model loads with the tokenizer its training ids came from."""
+        for name, data in self.tokenizer_files().items():
+            (Path(dest) / name).write_bytes(data)
 
     @property
     def train_sha256(self) -> str:
-        """sha256 of the train split's data files: the manifest's (checked on load), else hashed now."""
-        return self.manifest.get("sha256", {}).get("train") or split_sha256(self.path / "train")
+        """The identity of the training rows (the manifest's, over every token shard and the layout)."""
+        return self.manifest["sha256"]["train"]
+
+
+class Documents:
+    """The documents of some token stores (the background's), by memory map: ``len(docs)``, ``docs[i]`` -> ids."""
+
+    def __init__(self, rows: TrainRows, first: int, count: int):
+        self.rows, self.first, self.count = rows, first, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if not 0 <= i < self.count:
+            raise IndexError(i)
+        return self.rows.document(self.first + i)
 
 
 def _hint(path: Path) -> str:
     return f"rebuild it with: goldfish prepare RECIPE.yaml --out {path} --overwrite"
 
 
-def load_saved_tokenizer(path: Path):
+def load_saved_tokenizer(path: Path, shown: Path | None = None):
+    """The tokenizer saved in folder ``path`` (``shown``: the folder named in errors)."""
     from transformers import AutoTokenizer
 
     try:
         return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
     except Exception as e:  # OSError/ValueError for a missing or damaged folder
-        raise UserError(f"cannot load the tokenizer of prepared data {path}: {str(e).splitlines()[0][:160]}; "
-                        f"{_hint(path.parent)}") from None
+        where = shown or path
+        raise UserError(f"cannot load the tokenizer of prepared data {where}: {str(e).splitlines()[0][:160]}; "
+                        f"{_hint(where.parent)}") from None
+
+
+def read_tokenizer_files(path: Path, manifest: dict) -> dict[str, bytes]:
+    """The tokenizer files the manifest lists, each checked against its sha256; a missing, changed, extra-linked or
+    unlisted-only folder is one line. Files the manifest does not list (planted later) are never read."""
+    listed = {k.split("/", 1)[1]: v for k, v in manifest.get("files", {}).items() if k.startswith("tokenizer/")}
+    if not listed:
+        raise UserError(f"the manifest of {path} lists no tokenizer files; {_hint(path)}")
+    out = {}
+    for name, sha in sorted(listed.items()):
+        f = path / "tokenizer" / name
+        if f.is_symlink() or not f.is_file():
+            raise UserError(f"tokenizer file {f} is missing or not a regular file; {_hint(path)}")
+        data = f.read_bytes()
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise UserError(f"tokenizer file {f} does not match the sha256 in its manifest (modified or damaged); "
+                            f"{_hint(path)}")
+        out[name] = data
+    return out
 
 
 def _read_manifest(path: Path) -> dict:
@@ -186,12 +246,16 @@ def _read_manifest(path: Path) -> dict:
     try:
         manifest = json.loads(mf.read_text(encoding="utf-8"))
     except FileNotFoundError:
+        if (path / "prepare-state.json").is_file() or (path / "background").is_dir():
+            raise UserError(f"{path} is an unfinished prepare (no manifest.json yet); finish it by running the same "
+                            f"goldfish prepare command again (it resumes), or {_hint(path)}") from None
         raise UserError(f"{path} is not a prepared folder (no manifest.json); {_hint(path)}") from None
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise UserError(f"{mf} is corrupt (not JSON); {_hint(path)}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         got = manifest.get("format") if isinstance(manifest, dict) else None
-        raise UserError(f"{mf} has format {got!r}, expected {FORMAT!r}; {_hint(path)}")
+        old = " (training rows as five int64 columns, from an older goldfish)" if got == "goldfish-prepared/1" else ""
+        raise UserError(f"{mf} has format {got!r}{old}, expected {FORMAT!r}; {_hint(path)}")
     return manifest
 
 
@@ -216,18 +280,74 @@ def _load_split(path: Path, name: str, columns: tuple[str, ...], manifest: dict,
     return ds
 
 
-def load_prepared(path: str | Path, verify: bool = True) -> Prepared:
-    """Open a prepared folder; one-line :class:`UserError` if it is missing, not prepared, or a split is damaged.
+def _record_path(path: Path) -> Path:
+    return cache_root() / "verified" / f"{hashlib.sha256(str(path.resolve()).encode()).hexdigest()}.json"
 
-    ``verify`` (default) re-hashes every split's data files against the manifest's sha256 (reads all data once), so
-    a changed or damaged Arrow file is never trained or evaluated on silently; ``verify=False`` skips that.
+
+def _stat_key(st: os.stat_result, sha: str) -> list:
+    return [st.st_size, st.st_mtime_ns, st.st_ino, sha]
+
+
+def verify_files(path: Path, files: dict[str, str]) -> None:
+    """Check every listed file against its sha256, hashing only files not verified before with the same path, size,
+    inode and mtime (the record lives in ``$GOLDFISH_CACHE/verified/``); one line naming the first bad file."""
+    try:
+        record = json.loads(_record_path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        record = {}
+    fresh = {}
+    for rel, sha in sorted(files.items()):
+        f = path / rel
+        try:
+            st = f.lstat()
+        except FileNotFoundError:
+            raise UserError(f"prepared data {path} is missing {rel}; {_hint(path)}") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise UserError(f"{f} is not a regular file (a link or a folder); {_hint(path)}")
+        key = _stat_key(st, sha)
+        if record.get(rel) != key and file_sha256(f) != sha:
+            raise UserError(f"{f} does not match the sha256 in its manifest (modified or damaged); {_hint(path)}")
+        fresh[rel] = key
+    if fresh != record:
+        _write_record(path, fresh)
+
+
+def record_verified(path: Path, files: dict[str, str]) -> None:
+    """Record ``files`` (``{relative path: sha256}``, just hashed by the writer) as verified in their current state."""
+    _write_record(path, {rel: _stat_key((path / rel).lstat(), sha) for rel, sha in files.items()})
+
+
+def _write_record(path: Path, record: dict) -> None:
+    with contextlib.suppress(OSError):  # a read-only cache only costs the next load a re-hash
+        atomic_write_json(_record_path(path), record, indent=None)
+
+
+def load_prepared(path: str | Path, verify: bool = True) -> Prepared:
+    """Open a prepared folder; one-line :class:`UserError` if it is missing, unfinished, not prepared, or damaged.
+
+    ``verify`` (default) checks the document splits and every token and tokenizer file against the manifest (the
+    token files only where they changed since they were last verified: see the module docstring), so a changed or
+    damaged file is never trained or evaluated on silently; ``verify=False`` skips that (the tokenizer files are
+    checked whenever they are read).
     """
     path = Path(path).expanduser()
     manifest = _read_manifest(path)
     splits = {name: _load_split(path, name, DOC_COLUMNS, manifest, verify) for name in ("members", "nonmembers")}
-    train = _load_split(path, "train", TRAIN_COLUMNS, manifest, verify)
     optional = {name: _load_split(path, name, DOC_COLUMNS, manifest, verify)
                 for name in OPTIONAL_SPLITS if name in manifest.get("counts", {})}
     if not (path / "tokenizer").is_dir():
         raise UserError(f"prepared data {path} is missing its tokenizer/ folder; {_hint(path)}")
-    return Prepared(path, manifest, splits["members"], splits["nonmembers"], train, **optional)
+    files = {k: v for k, v in manifest.get("files", {}).items() if not k.startswith("tokenizer/")}
+    if verify:
+        verify_files(path, {**files, **{k: v for k, v in manifest.get("files", {}).items()
+                                        if k.startswith("tokenizer/")}})
+    try:
+        train = TrainRows(path, manifest["train"])
+    except (OSError, ValueError, KeyError) as e:
+        raise UserError(f"the training rows of {path} cannot be read ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0][:120] if str(e) else ''}); {_hint(path)}") from None
+    background = None
+    if "background" in manifest.get("counts", {}):
+        targets = manifest["train"]["stores"][0]["documents"]
+        background = Documents(train, targets, int(manifest["counts"]["background"]))
+    return Prepared(path, manifest, splits["members"], splits["nonmembers"], train, background=background, **optional)

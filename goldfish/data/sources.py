@@ -1,13 +1,16 @@
-"""Document sources: ``load_documents(SourceConfig) -> list[Document]``, always in a deterministic order.
+"""Document sources, read lazily in a deterministic order: :func:`iter_source` (every document from a position on,
+what a streamed background reads shard by shard) and :func:`load_documents` (filtered and capped, in memory: the
+members' and nonmembers' corpus).
 
 * ``wikipedia`` -- the real articles in the gensim wheel (:mod:`goldfish.data.wikipedia`), offline.
 * ``kjv`` -- King James Bible chapters from Debian's ``bible-kjv`` (:mod:`goldfish.data.kjv`).
-* ``local`` -- ``path`` is a folder of ``.txt`` files (one document each, sorted by path), a ``.txt`` file, a
-  ``.jsonl``/``.json`` file (one object per line), a ``.parquet`` file, or a folder written by
-  ``datasets.Dataset.save_to_disk``; ``text_field``/``id_field``/``title_field`` name the columns.
-* ``hub`` -- ``datasets.load_dataset(path, subset, split=split)`` for online users (never used in tests).
+* ``local`` -- ``path`` is a folder of ``.txt`` files (one document each, sorted by path), a folder of data shards
+  (``.jsonl``, ``.jsonl.gz``, ``.json`` or ``.parquet`` files, read in file-name order), one such file or ``.txt``
+  file, or a folder written by ``datasets.Dataset.save_to_disk``; ``text_field``/``id_field``/``title_field`` name
+  the columns. JSONL is read line by line and parquet one record batch at a time, so a file of any size streams.
+* ``hub`` -- ``datasets.load_dataset(path, subset, split=split, streaming=True)``, online only (never in tests).
 
-Every source then drops documents below ``min_words`` and stops after ``max_documents``.
+:func:`load_documents` then drops documents below ``min_words`` and stops after ``max_documents``.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def load_documents(source_cfg: SourceConfig, stats: dict | None = None) -> list[
     floor = cfg.word_floor
     docs: list[Document] = []
     read = short = 0
-    for doc in _iter_raw(cfg):
+    for _, doc in iter_source(cfg):
         read += 1
         if len(doc.text.split()) < floor:
             short += 1
@@ -67,49 +70,110 @@ def load_documents(source_cfg: SourceConfig, stats: dict | None = None) -> list[
     return docs
 
 
-def _iter_raw(cfg: SourceConfig) -> Iterator[Document]:
+def iter_source(cfg: SourceConfig, start: int = 0) -> Iterator[tuple[int, Document]]:
+    """``(position, document)`` of every document of a source in source order, read lazily, from position
+    ``start`` on (no ``min_words`` filter, no cap: positions count every document the source holds, so a shard of
+    positions ``[a, b)`` is the same documents whoever reads it). Skipping to ``start`` does not parse what it skips:
+    JSONL lines are counted, parquet row groups and whole files are skipped by their metadata."""
     if cfg.name == "wikipedia":
-        for page_id, title, text in iter_articles(cfg.path):
-            yield Document(f"enwiki:{page_id}", title, text, "wikipedia")
+        raw = (Document(f"enwiki:{page_id}", title, text, "wikipedia") for page_id, title, text in iter_articles(cfg.path))
+        yield from _numbered(raw, start)
     elif cfg.name == "kjv":
-        for chapter_id, title, text in iter_chapters(cfg.path):
-            yield Document(f"kjv:{chapter_id}", title, text, "kjv")
+        raw = (Document(f"kjv:{cid}", title, text, "kjv") for cid, title, text in iter_chapters(cfg.path))
+        yield from _numbered(raw, start)
     elif cfg.name == "local":
-        yield from _iter_local(cfg)
+        yield from _iter_local(cfg, start)
     elif cfg.name == "hub":
-        yield from _iter_hub(cfg)
+        yield from _iter_hub(cfg, start)
     else:  # SourceConfig validation makes this unreachable
         raise UserError(f"unknown source {cfg.name!r}")
 
 
+def _numbered(docs: Iterable[Document], start: int, first: int = 0) -> Iterator[tuple[int, Document]]:
+    for i, doc in enumerate(docs, first):
+        if i >= start:
+            yield i, doc
+
+
 # ------------------------------------------------------------------------------------------------ local files
 
+DATA_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")
 
-def _iter_local(cfg: SourceConfig) -> Iterator[Document]:
+
+def _suffix(path: Path) -> str:
+    name = path.name.lower()
+    return next((s for s in DATA_SUFFIXES if name.endswith(s)), path.suffix.lower())
+
+
+def _iter_local(cfg: SourceConfig, start: int) -> Iterator[tuple[int, Document]]:
     path = Path(cfg.path or "").expanduser()
     if not path.exists():
         raise UserError(f"source.path not found: {path} (a .txt folder, .jsonl, .parquet or save_to_disk folder)")
     if path.is_dir() and any((path / f).is_file() for f in ("state.json", "dataset_dict.json", "dataset_info.json")):
-        yield from _iter_rows(_load_saved(path, cfg.split), cfg, path.name)
+        yield from _iter_saved(path, cfg, start)
     elif path.is_dir():
-        files = sorted(p for p in path.rglob("*.txt") if p.is_file())
-        for f in files:
-            name = f.relative_to(path).as_posix()
-            try:  # the name becomes the document's id and title: text, not the bytes of another encoding
-                name.encode("utf-8")
-            except UnicodeEncodeError:
-                raise UserError(f"{os.fsencode(f)!r}: the file name is not UTF-8; rename it (e.g. convmv -f latin1 "
-                                f"-t utf-8)") from None
-            yield Document(name, f.stem, _read_utf8(f).strip(), "local")
+        files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+        data = [f for f in files if _suffix(f) in DATA_SUFFIXES]
+        texts = [f for f in files if f.suffix == ".txt"]
+        if data and texts:
+            raise UserError(f"source.path {path} mixes .txt files with data files ({data[0].name}); point it at a "
+                            "folder of one kind (one document per .txt file, or .jsonl/.parquet shards)")
+        if data:  # a folder of shards: their rows in file-name order
+            yield from _iter_files(data, path, cfg, start)
+        else:
+            yield from _numbered((_text_document(f, path) for f in texts[start:]), 0, start)
     elif path.suffix == ".txt":
-        yield Document(path.name, path.stem, _read_utf8(path).strip(), "local")
-    elif path.suffix in (".jsonl", ".json"):
-        yield from _iter_rows((row for _, row in jsonl_objects(path)), cfg, path.stem)
-    elif path.suffix == ".parquet":
-        yield from _iter_rows(_parquet_rows(path), cfg, path.stem)
+        yield from _numbered([Document(path.name, path.stem, _read_utf8(path).strip(), "local")], start)
+    elif _suffix(path) in DATA_SUFFIXES:
+        yield from _iter_files([path], path.parent, cfg, start)
     else:
-        raise UserError(f"source.path {path} has an unsupported type; use a folder of .txt files, a .txt, .jsonl, "
-                        ".json or .parquet file, or a datasets save_to_disk folder")
+        raise UserError(f"source.path {path} has an unsupported type; use a folder of .txt files (or of .jsonl / "
+                        ".parquet shards), a .txt, .jsonl, .json or .parquet file (.jsonl.gz too), or a datasets "
+                        "save_to_disk folder")
+
+
+def _text_document(f: Path, root: Path) -> Document:
+    """One ``.txt`` file of a folder as a document, its relative path the id."""
+    name = f.relative_to(root).as_posix()
+    try:  # the name becomes the document's id and title: text, not the bytes of another encoding
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(f"{os.fsencode(f)!r}: the file name is not UTF-8; rename it (e.g. convmv -f latin1 "
+                        f"-t utf-8)") from None
+    return Document(name, f.stem, _read_utf8(f).strip(), "local")
+
+
+def _iter_files(files: list[Path], root: Path, cfg: SourceConfig, start: int) -> Iterator[tuple[int, Document]]:
+    """Rows of data files in order, numbered across files; a file wholly before ``start`` is skipped by its row count
+    (parquet metadata, or its non-empty lines counted without parsing)."""
+    first = 0  # position of the current file's first row
+    for f in files:
+        name = f.relative_to(root).as_posix() if len(files) > 1 else f.name
+        stem = name[:len(name) - len(_suffix(f))]  # ids: <stem>:<row> (the file name without its data suffix)
+        count = _row_count(f) if start > first else None
+        if count is not None and first + count <= start:
+            first += count
+            continue
+        n = max(0, start - first)
+        for i, row in _file_rows(f, cfg, skip=n):
+            yield first + i, _document(row, cfg, f, stem, i)
+            n = i + 1
+        first += max(n, count or 0)
+
+
+def _row_count(path: Path) -> int:
+    if _suffix(path) == ".parquet":
+        return _parquet_file(path).metadata.num_rows
+    return sum(1 for _ in jsonl_lines(path))
+
+
+def _file_rows(path: Path, cfg: SourceConfig, skip: int) -> Iterator[tuple[int, dict]]:
+    """``(row index in the file, row)`` from row ``skip`` on."""
+    if _suffix(path) == ".parquet":
+        yield from _parquet_rows(path, cfg, skip)
+    else:
+        for i, (_, row) in enumerate(jsonl_objects(path, skip=skip), skip):
+            yield i, row
 
 
 def _read_utf8(path: Path) -> str:
@@ -122,17 +186,43 @@ def _read_utf8(path: Path) -> str:
                         f"iconv -f latin1 -t utf-8") from None
 
 
-def jsonl_objects(path: Path) -> Iterator[tuple[int, dict]]:
-    """``(line number, object)`` for each non-empty line of a UTF-8 JSONL file; one-line errors for bad lines.
+def _open_binary(path: Path):
+    if path.name.lower().endswith(".gz"):
+        import gzip
 
-    Lines end at ``\n`` only, as JSON Lines defines them (a raw U+2028 or form feed inside a string is text)."""
-    text = _read_utf8(path)
-    for lineno, line in enumerate(text.split("\n"), 1):
-        if not line.strip():
+        return gzip.open(path, "rb")
+    return open(path, "rb")
+
+
+def jsonl_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    r"""``(line number, raw line)`` of each non-blank line of a JSONL file (``.gz`` too), read lazily. Lines end at
+    ``\n`` only, as JSON Lines defines them (a raw U+2028 or form feed inside a string is text)."""
+    if not path.is_file():  # a FIFO or device would block or never end
+        raise UserError(f"{path} is not a regular file; give a JSONL file (or a folder of them)")
+    try:
+        with _open_binary(path) as fh:
+            for lineno, line in enumerate(fh, 1):
+                if line.strip():
+                    yield lineno, line
+    except OSError as e:  # a truncated or damaged .gz
+        raise UserError(f"cannot read {path}: {e}") from None
+
+
+def jsonl_objects(path: Path, skip: int = 0) -> Iterator[tuple[int, dict]]:
+    """``(line number, object)`` for each non-empty line of a UTF-8 JSONL file after the first ``skip`` ones (which
+    are not parsed); one-line errors for bad lines."""
+    for n, (lineno, raw) in enumerate(jsonl_lines(path)):
+        if n < skip:
             continue
         try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise UserError(f"{path}:{lineno} is not UTF-8 text (invalid byte at column {e.start + 1}); re-encode "
+                            f"the file as UTF-8, e.g. iconv -f latin1 -t utf-8") from None
+        try:
             row = json.loads(line)
-            json.dumps(row, ensure_ascii=False).encode("utf-8")  # a "\ud800" escape: a lone surrogate, not text
+            if b"\\u" in raw:  # an escape may spell a lone surrogate ("\ud800"), which is not text
+                json.dumps(row, ensure_ascii=False).encode("utf-8")
         except json.JSONDecodeError as e:
             raise UserError(f"{path}:{lineno} is not valid JSON ({e.msg}); the file needs one JSON object per "
                             "line") from None
@@ -150,17 +240,43 @@ def jsonl_objects(path: Path) -> Iterator[tuple[int, dict]]:
         yield lineno, row
 
 
-def _parquet_rows(path: Path) -> Iterator[dict]:
+def _parquet_file(path: Path):
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path)
+        return pq.ParquetFile(path)
     except Exception as e:  # pyarrow raises several unrelated types for a bad file
         raise UserError(f"cannot read parquet file {path}: {e}") from None
-    yield from table.to_pylist()
 
 
-def _load_saved(path: Path, split: str) -> Iterable[dict]:
+def _parquet_rows(path: Path, cfg: SourceConfig, skip: int) -> Iterator[tuple[int, dict]]:
+    """``(row index, row)`` of a parquet file from row ``skip`` on, one record batch at a time (only the columns a
+    document needs; row groups before ``skip`` are not read)."""
+    pf = _parquet_file(path)
+    names = set(pf.schema_arrow.names)
+    wanted = [c for c in (cfg.text_field, cfg.id_field, cfg.title_field) if c is not None and c in names]
+    first = 0
+    groups = []
+    for g in range(pf.num_row_groups):
+        n = pf.metadata.row_group(g).num_rows
+        if groups or first + n > skip:  # from the first group holding row `skip` on
+            groups.append(g)
+        else:
+            first += n
+    if not groups:
+        return
+    try:
+        for batch in pf.iter_batches(batch_size=1024, row_groups=groups, columns=wanted or None):
+            for row in batch.to_pylist():
+                if first >= skip:
+                    yield first, (row if wanted else {})
+                first += 1
+    except Exception as e:  # a damaged page surfaces while reading
+        raise UserError(f"cannot read parquet file {path}: {str(e).splitlines()[0][:160]}") from None
+
+
+def _iter_saved(path: Path, cfg: SourceConfig, start: int) -> Iterator[tuple[int, Document]]:
+    """A datasets ``save_to_disk`` folder (memory-mapped Arrow): rows from ``start`` on, in slices."""
     import datasets
 
     try:
@@ -168,39 +284,45 @@ def _load_saved(path: Path, split: str) -> Iterable[dict]:
     except Exception as e:  # datasets raises FileNotFoundError/ValueError/ArrowInvalid for damaged folders
         raise UserError(f"cannot load the datasets folder {path}: {e}") from None
     if isinstance(ds, datasets.DatasetDict):
-        if split not in ds:
-            raise UserError(f"{path} has no split {split!r}; set source.split to one of: {', '.join(ds)}")
-        ds = ds[split]
-    return ds
+        if cfg.split not in ds:
+            raise UserError(f"{path} has no split {cfg.split!r}; set source.split to one of: {', '.join(ds)}")
+        ds = ds[cfg.split]
+    for lo in range(start, len(ds), 1024):
+        part = ds[lo:lo + 1024]
+        for j in range(len(next(iter(part.values()), []))):
+            i = lo + j
+            yield i, _document({k: v[j] for k, v in part.items()}, cfg, path, path.name, i)
 
 
-def _iter_rows(rows: Iterable[dict], cfg: SourceConfig, stem: str) -> Iterator[Document]:
-    for i, row in enumerate(rows):
-        if cfg.text_field not in row:
-            raise UserError(f"row {i} of {cfg.path} has no field {cfg.text_field!r}; set source.text_field to one "
-                            f"of: {', '.join(map(str, row))}")
-        text = row[cfg.text_field]
-        if not isinstance(text, str):
-            raise UserError(f"row {i} of {cfg.path}: field {cfg.text_field!r} is {type(text).__name__}, not text")
-        doc_id = _field(row, cfg.id_field, cfg, i)
-        title = _field(row, cfg.title_field, cfg, i)
-        yield Document(doc_id if doc_id is not None else f"{stem}:{i}", title or "", text.strip(), cfg.name)
+def _document(row: dict, cfg: SourceConfig, path: Path | str, stem: str, i: int) -> Document:
+    if cfg.text_field not in row:
+        raise UserError(f"row {i} of {path} has no field {cfg.text_field!r}; set source.text_field to one "
+                        f"of: {', '.join(map(str, row))}")
+    text = row[cfg.text_field]
+    if not isinstance(text, str):
+        raise UserError(f"row {i} of {path}: field {cfg.text_field!r} is {type(text).__name__}, not text")
+    doc_id = _field(row, cfg.id_field, path, i)
+    title = _field(row, cfg.title_field, path, i)
+    return Document(doc_id if doc_id is not None else f"{stem}:{i}", title or "", text.strip(), cfg.name)
 
 
-def _field(row: dict, name: str | None, cfg: SourceConfig, i: int) -> Any:
+def _field(row: dict, name: str | None, path: Path | str, i: int) -> Any:
     if name is None:
         return None
     if name not in row:
-        raise UserError(f"row {i} of {cfg.path} has no field {name!r}; fields are: {', '.join(map(str, row))}")
+        raise UserError(f"row {i} of {path} has no field {name!r}; fields are: {', '.join(map(str, row))}")
     return str(row[name])
 
 
-def _iter_hub(cfg: SourceConfig) -> Iterator[Document]:
+def _iter_hub(cfg: SourceConfig, start: int) -> Iterator[tuple[int, Document]]:
+    """A Hub dataset in streaming mode (nothing is downloaded whole; ``start`` skips rows as they stream)."""
     import datasets
 
     try:
-        ds = datasets.load_dataset(cfg.path, cfg.subset, split=cfg.split)
+        ds = datasets.load_dataset(cfg.path, cfg.subset, split=cfg.split, streaming=True)
     except Exception as e:  # network, missing dataset, bad subset: all the user's to fix
-        raise UserError(f"datasets.load_dataset({cfg.path!r}, {cfg.subset!r}, split={cfg.split!r}) failed: "
-                        f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-    yield from _iter_rows(ds, cfg, cfg.path.replace("/", "_"))
+        raise UserError(f"datasets.load_dataset({cfg.path!r}, {cfg.subset!r}, split={cfg.split!r}, streaming=True) "
+                        f"failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    stem = cfg.path.replace("/", "_")
+    for i, row in enumerate(ds.skip(start) if start else ds, start):
+        yield i, _document(row, cfg, cfg.path, stem, i)

@@ -63,7 +63,7 @@ def check_installed() -> None:
     written for on a machine that needs the layer; warn about another version on CUDA."""
     version = axonn_version()
     if version is None:
-        raise UserError("engine=axonn needs AxoNN: pip install 'goldfish-toolkit[axonn]' (axonn==0.2.0)")
+        raise UserError("engine=axonn needs AxoNN: pip install axonn==0.2.0 (the toolkit's 'axonn' extra)")
     if version == SUPPORTED_VERSION:
         return
     if not torch.cuda.is_available():

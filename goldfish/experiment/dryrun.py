@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..data.prepare import estimate_needs, streamed
 from ..data.tokenizer import load_tokenizer
 from ..errors import ConfigError, UserError
 from ..estimate import device_memory_gib, estimate_memory, estimate_time, layout_of, shape_of
@@ -273,6 +274,41 @@ def format_estimates(rows: list[dict]) -> str:
     notes = sorted({r["note"] for r in rows if r.get("note")})
     lines += [f"note: {n}" for n in notes]
     return "\n".join(lines)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**28 else f"{n / 2**20:.0f} MiB"
+
+
+def preparation_needs(cfg: ExperimentConfig, plans: list[CellPlan]) -> list[str]:
+    """One line per prepared folder the cells need (a folder already prepared says so): its disk and the peak
+    memory of preparing it (``goldfish.data.prepare.estimate_needs``), and how a streamed background is split."""
+    lines, seen = [], set()
+    for plan in plans:
+        for prepare_cfg, folder in [(plan.prepare_cfg, plan.data_dir)] + ([plan.train_data] if plan.train_data else []):
+            if folder in seen or prepare_cfg is None:
+                continue
+            seen.add(folder)
+            if manifest_of(folder).is_file():
+                lines.append(f"prepare {folder}: done")
+                continue
+            try:
+                needs = estimate_needs(prepare_cfg, vocab_size(cfg, plan))
+            except (ConfigError, UserError):
+                needs = None
+            if needs is None:
+                lines.append(f"prepare {folder}: lengths open until prepared (num_background: null or whole "
+                             f"documents); disk and memory not estimated")
+                continue
+            how = (f"; the background streams from {prepare_cfg.background_source.name} in shards of "
+                   f"{prepare_cfg.shard_documents:,} documents (--num-proc workers; --shards A:B jobs, then --merge)"
+                   if streamed(prepare_cfg) else "")
+            tokens = (f"{needs['tokens'] / 1e9:.3g} B" if needs["tokens"] >= 1e8 else f"{needs['tokens'] / 1e6:.3g} M")
+            lines.append(f"prepare {folder}: {tokens} training tokens as {needs['dtype']} in "
+                         f"{needs['chunks']:,} background chunks -> ~{_gib(needs['disk_bytes'])} on disk, peak memory "
+                         f"~{_gib(needs['memory_bytes'])} (the merge's layout of {needs['occurrences']:,} "
+                         f"occurrences){how}")
+    return lines
 
 
 def dry_run(cfg: ExperimentConfig, plans: list[CellPlan],

@@ -26,7 +26,6 @@ from goldfish.eval.scoring import scoring_window, token_statistics
 
 from ..data import load_prepared
 from ..data.order import consumed_rows
-from ..data.packing import document_reads
 from ..io import atomic_write_json
 from ..train_config import make_plan
 from .plan import CellPlan
@@ -41,7 +40,7 @@ def stream_numbers(prepared, consumed: np.ndarray, labels: dict[str, np.ndarray]
     training folder shares)."""
     m, c = len(labels["members"]), len(labels["canaries"])
     b = int(prepared.manifest["counts"].get("background", 0))
-    starts, tokens = document_reads(prepared.train, consumed, m + b + c)
+    starts, tokens = prepared.train.reads(consumed, m + b + c)
     parts = {"members": tokens[:m].sum(), "background": tokens[m:m + b].sum(), "canaries": tokens[m + b:].sum()}
     total = int(tokens.sum())
     out: dict[str, Any] = {"stream": {"tokens": total, **{k: int(v) for k, v in parts.items()},
@@ -56,8 +55,7 @@ def stream_numbers(prepared, consumed: np.ndarray, labels: dict[str, np.ndarray]
 def _consumed(plan: CellPlan, prepared) -> np.ndarray:
     """The row indices the cell's training read, in order (what the trainer itself counts in its summary)."""
     cfg = plan.train_cfg
-    seq_len = len(prepared.train[0]["input_ids"])
-    steps = make_plan(cfg.schedule, cfg.optim, len(prepared.train), seq_len, 1)  # dp only splits a step's rows
+    steps = make_plan(cfg.schedule, cfg.optim, len(prepared.train), prepared.train.seq_len, 1)  # dp only splits a step's rows
     return consumed_rows(steps, cfg.seed, cfg.data.shuffle)
 
 

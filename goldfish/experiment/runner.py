@@ -212,7 +212,7 @@ def _run_cells(cfg: ExperimentConfig, plans: list[CellPlan], todo: list[CellPlan
         todo = sorted(todo, key=lambda p: not is_tuning(cfg, p, first))
     chosen = None
     bar = tqdm(total=len(todo), unit="cell", desc=cfg.name,
-               disable=not progress, dynamic_ncols=True)
+               disable=None if progress else True, dynamic_ncols=True)  # None: drawn only on a terminal
     try:
         for plan in todo:
             def phase(name: str, _id: str = plan.cell.id) -> None:

@@ -1,0 +1,271 @@
+"""The background as a stream: read lazily, tokenized in worker processes, de-duplicated against the targets as it
+streams, cut into chunks and written as token shards, one atomic entry per finished shard.
+
+Shard ``i`` holds what the source's documents at positions ``[i * S, (i + 1) * S)`` give (``S`` =
+``shard_documents``; positions count every document the source holds, see
+:func:`goldfish.data.sources.iter_source`), so a shard is the same bytes whoever writes it, in any order, in any
+process or job. A shard is ``background/NNNNN.{bin,idx.npy,tag.npy}`` (:mod:`goldfish.data.tokens`; the tag of a
+chunk is the source position of the document it was cut from) and its entry ``background/NNNNN.json``,
+written last and atomically: a shard with an entry is finished, one without is redone. The entry records the
+recipe's fingerprint, so shards of another recipe are refused, and its files' sha256.
+
+Per document: fewer than ``min_words`` words -> skipped; the same id or text as a member, nonmember or validation
+document -> skipped; holding a near-copy of one (``background_dedup``: n-gram containment,
+:mod:`goldfish.data.dedup`) -> skipped; otherwise cut into ``background_chunk_tokens`` chunks, each kept when it has
+``min_tokens`` tokens. Memory: one batch of documents per worker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import multiprocessing
+import os
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from ..errors import UserError
+from ..io import atomic_write_json
+from .config import SourceConfig
+from .dedup import DedupConfig, ShingleIndex
+from .prepared import load_saved_tokenizer
+from .sources import Document, iter_source
+from .tokens import ShardWriter
+
+BACKGROUND = "background"
+STATE = "prepare-state.json"  # what the targets phase wrote: the recipe fingerprint, the exclusions, its counts
+ENCODE_BATCH = 256  # documents per tokenizer call
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardSpec:
+    """Everything a worker needs to write one background shard (picklable: sent to worker processes)."""
+
+    folder: str  # the prepared folder being written
+    fingerprint: str  # the recipe's, recorded in every entry
+    source: SourceConfig
+    shard_documents: int
+    min_tokens: int
+    chunk_tokens: int | None
+    dtype: str
+    dedup: DedupConfig | None
+
+
+def stem(i: int) -> str:
+    return f"{i:05d}"
+
+
+def entry_path(folder: Path, i: int) -> Path:
+    return Path(folder) / BACKGROUND / f"{stem(i)}.json"
+
+
+def read_entry(folder: Path, i: int, fingerprint: str) -> dict | None:
+    """The entry of shard ``i`` if it is finished (``None`` if not); one line if it belongs to another recipe."""
+    path = entry_path(folder, i)
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        raise UserError(f"{path} is damaged (not JSON); delete {path.parent / stem(i)}.* and prepare again to redo "
+                        f"that shard") from None
+    if not isinstance(entry, dict) or entry.get("fingerprint") != fingerprint:
+        raise UserError(f"background shard {path} was prepared from another recipe (or by other code) than the one "
+                        f"being prepared into {folder}; prepare into another folder, or pass --overwrite to replace "
+                        f"this one")
+    return entry
+
+
+# ------------------------------------------------------------------------------------------------ one shard
+
+
+class _Exclusions:
+    """The targets' ids, texts and n-grams, which the background must not hold (loaded once per process from the
+    prepare state and the members' / nonmembers' / validation documents' Arrow splits)."""
+
+    def __init__(self, folder: Path, dedup: DedupConfig | None):
+        import datasets
+
+        state = json.loads((folder / STATE).read_text(encoding="utf-8"))
+        self.ids = set(state["exclude"]["ids"])
+        self.texts = set(state["exclude"]["text_sha256"])
+        self.index = None
+        if dedup is not None:
+            targets = []
+            for split in ("members", "nonmembers", "validation"):
+                if (folder / split).is_dir():
+                    targets += [np.asarray(x, dtype=np.int64)
+                                for x in datasets.load_from_disk(str(folder / split))["input_ids"]]
+            self.index = ShingleIndex(targets, dedup)
+
+    def reason(self, doc: Document, ids: np.ndarray) -> str | None:
+        if doc.id in self.ids or text_sha256(doc.text) in self.texts:
+            return "exact_duplicates"
+        if self.index is not None and self.index.near_duplicate(ids):
+            return "near_duplicates"
+        return None
+
+
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class Encoder:
+    """Batch tokenization through the tokenizer's Rust backend (what ``tokenizer(texts)`` calls, without building a
+    ``BatchEncoding``), literal special-token text kept as text as in ``goldfish prepare``; the first batch is
+    checked against ``tokenizer(texts, add_special_tokens=False, split_special_tokens=True)`` and the slow path
+    used if a tokenizer's Python side changes anything."""
+
+    def __init__(self, tokenizer):
+        import copy
+
+        self.tokenizer = tokenizer
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        self.backend = copy.deepcopy(backend) if backend is not None else None
+        if self.backend is not None:
+            self.backend.encode_special_tokens = True
+        self.checked = self.backend is None
+
+    def _slow(self, texts: list[str]) -> list[list[int]]:
+        return self.tokenizer(texts, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
+    def __call__(self, texts: list[str]) -> list[list[int]]:
+        if self.backend is None:
+            return self._slow(texts)
+        fast = [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=False)]
+        if not self.checked:
+            self.checked = True
+            if fast != self._slow(texts):
+                self.backend = None
+        return fast
+
+
+_CACHE: dict[str, Any] = {}
+
+
+def _context(spec: ShardSpec) -> tuple[Encoder, _Exclusions]:
+    """The tokenizer and the exclusions of ``spec.folder``, built once per process."""
+    if _CACHE.get("folder") != spec.folder:
+        folder = Path(spec.folder)
+        _CACHE.update(folder=spec.folder, encoder=Encoder(load_saved_tokenizer(folder / "tokenizer")),
+                      exclusions=_Exclusions(folder, spec.dedup))
+    return _CACHE["encoder"], _CACHE["exclusions"]
+
+
+def make_shard(spec: ShardSpec, i: int) -> dict:
+    """Read, tokenize, filter and write background shard ``i``; returns (and writes) its entry."""
+    encoder, exclusions = _context(spec)
+    folder = Path(spec.folder)
+    floor = spec.source.word_floor
+    stats = {"read": 0, "below_min_words": 0, "exact_duplicates": 0, "near_duplicates": 0, "accepted": 0,
+             "chunks_below_min_tokens": 0}
+    writer = ShardWriter(folder / BACKGROUND, stem(i), np.dtype(spec.dtype))
+    start = i * spec.shard_documents
+    docs = itertools.islice(iter_source(spec.source, start), spec.shard_documents)
+    try:
+        while True:
+            batch = list(itertools.islice(docs, ENCODE_BATCH))
+            if not batch:
+                break
+            stats["read"] += len(batch)
+            kept = [(pos, d) for pos, d in batch if (d.text if floor <= 1 else len(d.text.split()) >= floor)]
+            stats["below_min_words"] += len(batch) - len(kept)
+            for (pos, doc), ids in zip(kept, encoder([d.text for _, d in kept])):
+                ids = np.asarray(ids, dtype=np.int64)
+                why = exclusions.reason(doc, ids)
+                if why is not None:
+                    stats[why] += 1
+                    continue
+                stats["accepted"] += 1
+                for piece in chunks(ids, spec.chunk_tokens):
+                    if len(piece) >= spec.min_tokens:
+                        writer.add(piece, tag=pos)
+                    else:
+                        stats["chunks_below_min_tokens"] += 1
+    except BaseException:
+        writer.abort()
+        raise
+    entry = {"shard": i, "fingerprint": spec.fingerprint, "positions": [start, start + stats["read"]],
+             "end_of_source": stats["read"] < spec.shard_documents, **writer.close(), "stats": stats}
+    atomic_write_json(entry_path(folder, i), entry)
+    return entry
+
+
+def chunks(ids: np.ndarray, size: int | None) -> Iterator[np.ndarray]:
+    """``ids`` cut into pieces of ``size`` tokens (the last one shorter), or whole when ``size`` is None."""
+    if size is None:
+        yield ids
+        return
+    for s in range(0, len(ids), size):
+        yield ids[s:s + size]
+
+
+def _worker(job: tuple[ShardSpec, int]) -> dict:
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker: the workers are the parallelism
+    return make_shard(*job)
+
+
+# ------------------------------------------------------------------------------------------------ many shards
+
+
+def run_shards(spec: ShardSpec, shards: Iterator[int], num_proc: int, done: Callable[[dict], bool]) -> None:
+    """Write the shards ``shards`` (in order) that have no entry yet, ``num_proc`` at a time; ``done(entry)`` is
+    called with each entry in shard order (finished ones included) and returns True when no more are needed (the
+    cap is reached or the source ended). Workers are forked processes (one tokenizer thread each); with
+    ``num_proc=1`` everything runs in this process."""
+    folder = Path(spec.folder)
+    if num_proc <= 1:
+        for i in shards:
+            entry = read_entry(folder, i, spec.fingerprint) or make_shard(spec, i)
+            if done(entry):
+                return
+        return
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(num_proc, maxtasksperchild=None) as pool:
+        pending: deque = deque()  # (shard, entry or AsyncResult), in shard order
+        stop = False
+        while not stop:
+            while len(pending) < 2 * num_proc:  # keep every worker busy, with a bounded queue
+                i = next(shards, None)
+                if i is None:
+                    break
+                entry = read_entry(folder, i, spec.fingerprint)
+                pending.append((i, entry if entry is not None else pool.apply_async(_worker, ((spec, i),))))
+            if not pending:
+                break
+            _, result = pending.popleft()
+            entry = result if isinstance(result, dict) else result.get()
+            stop = done(entry)
+        pool.terminate()  # shards past the end are not needed; their unfinished files are removed by the merge
+
+
+class Progress:
+    """Tokens and shards written, on a terminal as a bar, else as a log line at least once a minute."""
+
+    def __init__(self, enabled: bool, log: Callable[[str], None] | None = None, every: float = 60.0):
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(desc="background", unit="tok", unit_scale=True, disable=not enabled, leave=False,
+                        dynamic_ncols=True)
+        self.log, self.every = log, every
+        self.tokens = self.shards = 0
+        self.started = self.last = time.monotonic()
+
+    def update(self, entry: dict) -> None:
+        self.tokens += entry["tokens"]
+        self.shards += 1
+        self.bar.update(entry["tokens"])
+        now = time.monotonic()
+        if self.log is not None and now - self.last >= self.every:
+            self.last = now
+            rate = self.tokens / max(now - self.started, 1e-9)
+            self.log(f"background: {self.shards} shards, {self.tokens:,} tokens ({rate:,.0f} tokens/s)")
+
+    def close(self) -> None:
+        self.bar.close()

