@@ -279,7 +279,7 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
         tokenizer = prep.tokenizer
     windows, skipped = _extraction_windows(cfg, splits)
     print_ = fingerprint(cfg, splits)
-    finished = shard.broadcast(_finished(out, print_) if cfg.resume and shard.main else None)
+    finished = shard.broadcast(_finished(out, print_, cfg) if cfg.resume and shard.main else None)
     if finished is not None:  # this evaluation, done: its results stand (resume=false computes them again)
         if shard.main:
             print(f"{folder.final} already holds this evaluation: its results.json is reused", file=sys.stderr)
@@ -332,11 +332,11 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
     save_config(cfg, out / "eval_config.yaml")  # with its results: never describes a run that did not finish
     if cfg.report:
         write_report(results, out)
-    _remove_partials(out)
+    _remove_partials(out, cfg)
     return results
 
 
-def _finished(out: Path, print_: dict) -> dict | None:
+def _finished(out: Path, print_: dict, cfg: EvalConfig) -> dict | None:
     """The results of this evaluation when ``out`` already holds them (results.json beside a fingerprint equal to
     ``print_``), else None; partial files a kill left behind after the results are removed."""
     try:
@@ -344,11 +344,14 @@ def _finished(out: Path, print_: dict) -> dict | None:
             return None
     except UserError:  # a damaged fingerprint: not this evaluation (claim_folder refuses the folder)
         return None
-    _remove_partials(out)
+    _remove_partials(out, cfg)
     return json.loads((out / "results.json").read_text(encoding="utf-8"))
 
 
-def _remove_partials(out: Path) -> None:
-    """A finished folder keeps no partial files: its results.json holds every window and score."""
-    for name in (WINDOWS_PARTIAL, MEMBERSHIP_PARTIAL):
-        (out / name).unlink(missing_ok=True)
+def _remove_partials(out: Path, cfg: EvalConfig) -> None:
+    """A finished folder keeps no partial files: its results.json holds every window and score -- except the
+    per-token membership scores ``membership.keep_tokens`` asks to keep (an experiment's attacks analysis reads
+    them, so each document is scored once)."""
+    (out / WINDOWS_PARTIAL).unlink(missing_ok=True)
+    if not cfg.membership.keep_tokens:
+        (out / MEMBERSHIP_PARTIAL).unlink(missing_ok=True)

@@ -217,6 +217,8 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, folder:
             if (last and cfg.checkpoint.keep_optimizer) or (not last and cfg.checkpoint.every_steps
                                                             and progress.step % cfg.checkpoint.every_steps == 0):
                 _save(cfg, out, engine, plan, progress, rank, world, fingerprint)
+            elif last:  # not checkpointed, but model/ exports these weights: the same check
+                _check_finite(engine.state_dict(), progress)
     _finish(cfg, out, engine, prepared, plan, progress, shape, meter, started)
     if engine.is_main and not cfg.checkpoint.keep_optimizer:
         ckpt.finish_checkpoints(out, cfg.checkpoint.keep_last)
@@ -333,12 +335,17 @@ def _save(cfg: TrainConfig, out: Path, engine: Engine, plan: Plan, progress: Pro
     infinite with a finite loss (a learning rate far too large), and such weights are never saved, resumed from or
     exported."""
     state = engine.state_dict()
+    _check_finite(state, progress)
+    ckpt.save_checkpoint(out, _trainer_state(plan, progress, world, fingerprint), state,
+                         rank=rank, is_main=engine.is_main, barrier=engine.barrier, keep_last=cfg.checkpoint.keep_last)
+
+
+def _check_finite(state: dict[str, Any], progress: Progress) -> None:
+    """One line when the weights are no longer finite (every rank agrees, so all stop together)."""
     if not ckpt.all_ranks(all(bool(torch.isfinite(t).all()) for t in state["model"].values()
                               if isinstance(t, torch.Tensor) and t.is_floating_point())):
         raise UserError(f"training diverged at step {progress.step}: the weights are no longer finite (NaN or "
                         f"infinite) although the loss was; lower optim.lr or set optim.max_grad_norm")
-    ckpt.save_checkpoint(out, _trainer_state(plan, progress, world, fingerprint), state,
-                         rank=rank, is_main=engine.is_main, barrier=engine.barrier, keep_last=cfg.checkpoint.keep_last)
 
 
 def _restore(engine: Engine, resume: dict[str, Any], plan: Plan) -> Progress:

@@ -46,10 +46,10 @@ def test_manifest_contract(demo):
     assert set(m["sha256"]) == {"members", "nonmembers", "train"} and m["config"]["doc_tokens"] == 128
     assert {"created", "versions"} <= set(m) and m["versions"]["gensim"] == "4.4.0"
     # the rows: a 4,096-id vocabulary stored as uint16, each member once, the layout beside it
-    assert m["train"]["dtype"] == "uint16" and m["train"]["stores"] == [{"path": "train/targets", "documents": 100}]
+    assert m["train"]["dtype"] == "uint16" and m["train"]["stores"] == [{"path": "train/targets", "documents": 50}]
     assert set(m["files"]) == {"train/targets.bin", "train/targets.idx.npy", "train/order.npy", "train/starts.npy"} | \
         {f"tokenizer/{p.name}" for p in (demo.path / "tokenizer").iterdir()}
-    assert (demo.path / "train" / "targets.bin").stat().st_size == 2 * 12800
+    assert (demo.path / "train" / "targets.bin").stat().st_size == 2 * 6400  # 50 members x 128 tokens x 2 bytes
     assert demo.background is None
     assert demo.tokenizer.eos_token_id == 0 and len(demo.tokenizer) == 4096
     assert demo.members.column_names == ["id", "title", "source", "text", "input_ids", "repetitions", "split"]

@@ -267,7 +267,8 @@ def prepare_argv(source: Path, out: Path, *extra: Any) -> list:
 TINY = {"model.name": "llama-demo", "model.hidden_size": 32, "model.num_layers": 1, "model.num_heads": 2,
         "model.intermediate_size": 64, "optim.lr": 0.01, "optim.warmup_steps": 2, "schedule.max_steps": 6,
         "schedule.global_batch_size": 4, "schedule.micro_batch_size": 2, "checkpoint.every_steps": 2,
-        "checkpoint.keep_last": 0, "progress": "false", "log_every": 1000}
+        "checkpoint.keep_last": 0, "checkpoint.keep_optimizer": "true",  # the cases resume and read the last one
+        "progress": "false", "log_every": 1000}
 
 
 def train_argv(data: Path, out: Path, *extra: Any, **settings: Any) -> list:
