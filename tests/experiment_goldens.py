@@ -112,6 +112,9 @@ def pin(name: str, work: Path) -> None:
 
 
 if __name__ == "__main__":
+    # as the suite runs (tests/conftest.py): one thread, oneDNN capped below AVX512-BF16 so precision=auto is fp32
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
     os.chdir(REPO)
     sys.path.insert(0, str(REPO / "tests"))
     with tempfile.TemporaryDirectory() as tmp:

@@ -15,6 +15,7 @@ import numpy as np
 from goldfish.eval.tables import markdown_section, markdown_table
 
 from ...data import load_prepared
+from ...data.dedup import window_keys
 from ..summary import Study
 
 
@@ -24,13 +25,28 @@ def _key(ids: Any, p: int) -> bytes | None:
     return arr[:p].tobytes() if len(arr) >= p else None
 
 
-def _grams(docs: Any, p: int) -> set[bytes]:
-    """Every run of ``p`` consecutive token ids in ``docs``, as bytes."""
-    out: set[bytes] = set()
+def _in_background(keys: set[bytes], docs: Any, p: int) -> set[bytes]:
+    """Those of ``keys`` (``p`` token ids as bytes) that occur as a run of ``p`` consecutive ids somewhere in
+    ``docs``. Streams the documents (a memory-mapped background of billions of tokens is never held): every window
+    is hashed at once (``data.dedup.window_keys``), looked up among the keys' hashes, and a hit is confirmed on the
+    ids themselves, so a hash collision never counts."""
+    if not keys:
+        return set()
+    wanted = {int(window_keys(np.frombuffer(k, dtype=np.int64), p)[0]): k for k in keys}
+    hashes = np.fromiter(wanted, dtype=np.uint64, count=len(wanted))
+    found: set[bytes] = set()
     for ids in docs:
         arr = np.asarray(ids, dtype=np.int64)
-        out.update(arr[i:i + p].tobytes() for i in range(len(arr) - p + 1))
-    return out
+        if len(arr) < p:
+            continue
+        windows = window_keys(arr, p)
+        for i in np.flatnonzero(np.isin(windows, hashes)):
+            key = arr[i:i + p].tobytes()
+            if key == wanted[int(windows[i])]:
+                found.add(key)
+        if len(found) == len(keys):
+            break
+    return found
 
 
 def collisions_of(members: dict[str, Any], nonmembers: dict[str, Any], background: list[Any], p: int) -> dict:
@@ -40,7 +56,7 @@ def collisions_of(members: dict[str, Any], nonmembers: dict[str, Any], backgroun
     list of the ids concerned."""
     mine = {i: _key(x, p) for i, x in members.items()}
     theirs = {i: _key(x, p) for i, x in nonmembers.items()}
-    grams = _grams(background, p)
+    grams = _in_background({k for k in (*mine.values(), *theirs.values()) if k is not None}, background, p)
     member_keys, nonmember_keys = Counter(mine.values()), set(theirs.values())
     return {"prefix_tokens": p, "members": len(mine), "nonmembers": len(theirs),
             "background_tokens": int(sum(len(x) for x in background)),
@@ -54,7 +70,7 @@ def collisions_of(members: dict[str, Any], nonmembers: dict[str, Any], backgroun
 def prefix_collisions(data_dir: Any, p: int) -> dict[str, Any]:
     """:func:`collisions_of` of one prepared folder's members, nonmembers and background."""
     prepared = load_prepared(data_dir, verify=False)
-    background = list(prepared.background["input_ids"]) if prepared.background is not None else []
+    background = prepared.background if prepared.background is not None else []  # memory-mapped documents
     return collisions_of(dict(zip(prepared.members["id"], prepared.members["input_ids"])),
                          dict(zip(prepared.nonmembers["id"], prepared.nonmembers["input_ids"])), background, p)
 
