@@ -22,7 +22,7 @@ grows with the square of the length; with a fixed W the cost per token is consta
   largest score change and the discordant pairs.
 
 Run it as a CPU without native bf16 sees it: ``ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2``. The numbers behind
-the default ``membership.window`` are in README ("what a long-document eval costs on a CPU").
+the default ``membership.window`` are in docs/evaluation.md ("what a long-document eval costs on a CPU").
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ DEFAULT_CHUNK = 512  # positions per fp32 log-softmax chunk: at most chunk × V 
 DEFAULT_TOKEN_BUDGET = 4096  # padded tokens per forward pass
 # membership's scoring window: the context a long document is scored with, whatever the model's (capped by it). Chosen
 # with benchmarks/long_scoring.py: beyond it the cost per token stays constant (linear in document length); see
-# README, "what a long-document eval costs on a CPU"
+# docs/evaluation.md, "what a long-document eval costs on a CPU"
 DEFAULT_WINDOW = 2048
 
 

