@@ -22,14 +22,13 @@ install: $(VENV)/.installed
 demo: install
 	$(VENV)/bin/goldfish experiment experiments/default.yaml out=$(OUT)
 
-# the whole suite: the multi-process parity tests of every parallel layout (marked dist: 25 tests, 12-15 min on the
-# 2 shared cores, measured 2026-12-01 under load) and the slow real-model checks included
+# the whole suite (1,176 tests): the multi-process parity tests of every parallel layout (marked dist), the slow
+# real-model checks and every command of the README and docs/ included; 17 min on 2 cores beside one one-thread
+# experiment process (2026-12-03)
 test: install
 	$(PY) -m pytest -q
 
-# without the tests marked slow or dist (no spawned process groups, no torchrun): 748 tests, 4-6 min wall on 2
-# idle cores (measured 2026-12-02; the whole suite: 787 tests, 10 min 39 s in CI from a fresh clone on idle cores,
-# 17 min beside two one-thread experiment processes)
+# without the tests marked slow or dist (no spawned process groups, no torchrun, no real model): 1,082 tests
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not dist"
 
