@@ -80,3 +80,16 @@ def test_optional_integrations_are_extras_not_dependencies():
     for extra in ("tensorboard", "wandb", "trl", "axonn"):
         assert have[extra] == f"extra {extra}"
     assert have["pyarrow"] == have["huggingface-hub"] == "dependencies"
+
+
+def test_every_code_folder_is_a_package_of_the_wheel():
+    """setuptools lists the packages by name (eval/ installs as goldfish.eval): a new subpackage left out of the list
+    is missing from the wheel while every test in the checkout passes (it happened: goldfish.experiment.sections)."""
+    tool = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    where = {folder: package for package, folder in tool["package-dir"].items()}
+    code = set()
+    for init in [*(REPO / "goldfish").rglob("__init__.py"), *(REPO / "eval").rglob("__init__.py")]:
+        rel = init.parent.relative_to(REPO).as_posix()
+        top = next(f for f in sorted(where, key=len, reverse=True) if rel == f or rel.startswith(f + "/"))
+        code.add(".".join([where[top], *rel[len(top):].strip("/").split("/")]).strip("."))
+    assert code and code <= set(tool["packages"]), f"not in [tool.setuptools] packages: {code - set(tool['packages'])}"
