@@ -23,8 +23,8 @@ demo: install
 	$(VENV)/bin/goldfish experiment experiments/default.yaml out=$(OUT)
 
 # the whole suite (1,176 tests): the multi-process parity tests of every parallel layout (marked dist), the slow
-# real-model checks and every command of the README and docs/ included; 17 min on 2 cores beside one one-thread
-# experiment process (2026-12-03)
+# real-model checks and every command of the README and docs/ included; 18 min 20 s on 2 idle cores from a fresh
+# clone (2026-12-03; CI's whole run, with the floor job beside the suite and the wheel job, 27 min)
 test: install
 	$(PY) -m pytest -q
 
