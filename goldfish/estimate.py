@@ -28,6 +28,7 @@ buffers are not counted: keep the estimate under ~90 % of the device memory.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 from pathlib import Path
@@ -89,10 +90,10 @@ class ModelShape:
 def shape_of(model_cfg: ModelConfig, vocab_size: int) -> ModelShape:
     """The shape of a ``ModelConfig`` (named size + overrides, or a local HF folder's config.json)."""
     if model_cfg.path:
-        path = Path(model_cfg.path).expanduser()
-        where = dict(gguf_file=path.name) if path.suffix == ".gguf" else {}  # a GGUF holds its config
-        config = AutoConfig.from_pretrained(str(path.parent if where else path), local_files_only=True,
-                                            trust_remote_code=False, **where)
+        path = Path(model_cfg.path).expanduser().resolve()
+        read = path / "config.json" if path.is_dir() else path
+        stat = read.stat() if read.is_file() else None  # a missing file: transformers' own error, nothing cached
+        config = _pretrained_config(str(path), stat.st_mtime_ns if stat else 0, stat.st_size if stat else -1)
         vocab_size = config.vocab_size
     else:
         config = llama_config(model_cfg, vocab_size)
@@ -100,6 +101,16 @@ def shape_of(model_cfg: ModelConfig, vocab_size: int) -> ModelShape:
     return ModelShape(vocab=vocab_size, hidden=config.hidden_size, layers=config.num_hidden_layers, heads=heads,
                       kv_heads=config.num_key_value_heads or heads, intermediate=config.intermediate_size,
                       tied=bool(config.tie_word_embeddings))
+
+
+@functools.lru_cache(maxsize=8)
+def _pretrained_config(path: str, mtime_ns: int, size: int) -> Any:
+    """A local model's config, read once per file version (a GGUF's is parsed from its metadata, ~5 s for SmolLM2's
+    49 k-entry vocabulary; a dry run asks once per cell). Keyed by the file's mtime and size, so an edit is re-read."""
+    where = Path(path)
+    gguf = dict(gguf_file=where.name) if where.suffix == ".gguf" else {}  # a GGUF holds its config
+    return AutoConfig.from_pretrained(str(where.parent if gguf else where), local_files_only=True,
+                                      trust_remote_code=False, **gguf)
 
 
 def _hf_like(shape: ModelShape) -> Any:
