@@ -22,13 +22,13 @@ install: $(VENV)/.installed
 demo: install
 	$(VENV)/bin/goldfish experiment experiments/default.yaml out=$(OUT)
 
-# the whole suite (1,176 tests): the multi-process parity tests of every parallel layout (marked dist), the slow
-# real-model checks and every command of the README and docs/ included; 18 min 20 s on 2 idle cores from a fresh
-# clone (2026-12-03; CI's whole run, with the floor job beside the suite and the wheel job, 27 min)
+# the whole suite (1,177 tests): the multi-process parity tests of every parallel layout (marked dist), the slow
+# real-model checks and every command of the README and docs/ included; 20 min on 2 cores from a fresh clone with
+# CI's wheel and floor jobs beside it (2026-12-03; CI's whole run, install included, 21 min 32 s)
 test: install
 	$(PY) -m pytest -q
 
-# without the tests marked slow or dist (no spawned process groups, no torchrun, no real model): 1,082 tests
+# without the tests marked slow or dist (no spawned process groups, no torchrun, no real model): 1,083 tests
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not dist"
 
