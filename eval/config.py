@@ -35,7 +35,8 @@ TASKS = ("extraction", "membership")  # the default tasks; "canaries" is asked f
 # accepted with an underscore (--batch_size, --max_offset), as lm-eval spells them
 SHORTHANDS = {"--model": "model.path", "--data": "data.path", "--nonmembers": "data.nonmembers", "--out": "out",
               "--offsets": "data.offsets", "--max-offset": "data.max_offset", "--threads": "model.threads",
-              "--device": "model.device", "--batch-size": "decoding.batch_size", "--limit": "data.max_docs"}
+              "--device": "model.device", "--dtype": "model.dtype", "--batch-size": "decoding.batch_size",
+              "--limit": "data.max_docs"}
 
 
 def parse_prefix_len(value) -> int | None:
@@ -68,12 +69,17 @@ class ModelSection:
                                           "Face cache, fetched when absent and online: safetensors only)")
     reference: Union[str, None] = option(None, "reference model for the reference-calibrated membership attack "
                                                "(same vocabulary; loaded first, so a bad path fails at once)")
-    dtype: str = option("auto", "weights precision: auto (bf16 where it is native and faster than fp32 -- CUDA "
-                                "with bf16, CPUs with AMX, AVX512-BF16 CPUs where measured faster -- else fp32) | fp32 | bf16 | fp16 | checkpoint (the "
-                                "checkpoint's own); float32/bfloat16/float16 are aliases (goldfish.precision)")
+    dtype: str = option("checkpoint", "weights precision: checkpoint (the default: the checkpoint's own dtype, as "
+                                      "Hugging Face's dtype=auto and lm-eval's dtype=auto mean it; a verdict then "
+                                      "does not change with the CPU) | auto (bf16 where the device computes it "
+                                      "faster, by the rule of goldfish.hardware: faster, and verdicts may differ "
+                                      "from the checkpoint's) | fp32 | bf16 | fp16; float32/bfloat16/float16 are "
+                                      "aliases (goldfish.precision)")
     device: str = option("auto", "torch device: auto (cuda if available, else cpu), cpu, cuda, cuda:1, mps")
-    threads: Union[int, None] = option(None, "CPU threads for torch (torch.set_num_threads); default: torch's "
-                                             "choice (all cores)")
+    threads: Union[int, None] = option(None, "CPU threads per process (torch.set_num_threads); default: the "
+                                             "physical cores divided among a launch's processes on this node "
+                                             "(OMP_NUM_THREADS when set) for the goldfish command; a library "
+                                             "call keeps its process's setting")
     allow_pickle: bool = option(False, "allow pickle weights (pytorch_model.bin/.pt), loaded with "
                                        "torch.load(weights_only=True); off by default: safetensors/GGUF only")
 

@@ -114,6 +114,10 @@ def _header(results: Mapping) -> list[str]:
         params = model.get("num_parameters")
         lines.append(f"- model: `{model.get('path')}`" + (f", {params / 1e6:.2f} M parameters" if params else "")
                      + (f", {model.get('dtype')}" if model.get("dtype") else ""))
+        own, used = model.get("checkpoint_precision"), model.get("precision")
+        if own and used and own != used:
+            lines.append(f"- evaluated in {used}, not the checkpoint's own {own} (model.dtype): faster, but a "
+                         f"verdict may differ from the checkpoint's own greedy output")
     if data:
         lines.append(f"- data: `{data.get('path')}`: {data.get('members', '?')} member and "
                      f"{data.get('nonmembers', 0) or 0} nonmember documents"

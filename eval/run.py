@@ -30,9 +30,9 @@ from tqdm.auto import tqdm
 
 from goldfish.config import save_config, shown, to_dict
 from goldfish.errors import UserError
-from goldfish.hardware import describe
+from goldfish.hardware import apply_threads, describe
 from goldfish.io import JsonlLogger, atomic_write_text, strict_json
-from goldfish.models import weights_stamp
+from goldfish.models import checkpoint_precision, weights_stamp
 from goldfish.ownership import OutputFolder, writing
 from goldfish.precision import resolve_precision
 from goldfish.provenance import code_version, git_commit, read_fingerprint, versions
@@ -242,9 +242,13 @@ def _extraction_windows(cfg: EvalConfig, splits: dict) -> tuple[list[Window], in
 
 
 def resolved(cfg: EvalConfig) -> EvalConfig:
-    """``cfg`` with ``model.dtype: auto`` resolved for its device: what the fingerprint, results.json and
-    eval_config.yaml record (:func:`goldfish.precision.resolve_precision`)."""
-    dtype = resolve_precision(cfg.model.dtype, resolve_device(cfg.model.device))
+    """``cfg`` with ``model.dtype`` resolved to a dtype: ``checkpoint`` to the checkpoint's own
+    (:func:`goldfish.models.checkpoint_precision`), ``auto`` for its device (:func:`goldfish.precision.resolve_precision`,
+    announced on the console) -- what the fingerprint, results.json and eval_config.yaml record."""
+    if cfg.model.dtype == "checkpoint":
+        dtype = checkpoint_precision(cfg.model.path)
+    else:
+        dtype = resolve_precision(cfg.model.dtype, resolve_device(cfg.model.device), announce=True)
     return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, dtype=dtype))
 
 
@@ -255,8 +259,8 @@ def run_eval(cfg: EvalConfig, model: SharedModel | None = None) -> dict:
     ``cfg.out`` is locked while this runs; a folder owned by anything but an evaluation is refused, and
     ``overwrite=true`` builds the new evaluation beside the old one, which it replaces only when it has finished."""
     _require(cfg)
-    if cfg.model.threads is not None:
-        torch.set_num_threads(cfg.model.threads)  # before precision=auto is resolved: a CPU is probed per thread count
+    if cfg.model.threads is not None:  # the command applies the default (goldfish.commands.evaluate)
+        apply_threads(cfg.model.threads)
     cfg = resolved(cfg)
     with process_group(cfg.model.device) as shard, splitting(shard):  # torchrun / accelerate: one rank of several
         with writing(cfg.out, "eval", replace=cfg.overwrite, option="overwrite=true", main=shard.main) as folder:
@@ -310,7 +314,8 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
         "config": to_dict(cfg),
         "model": {"path": resolve_model_path(m.path).describe(), "num_parameters": num_parameters(model),
                   "vocab_size": model_vocab_size(model), "dtype": str(next(model.parameters()).dtype),
-                  "precision": m.dtype, "device": describe(next(model.parameters()).device), "weights": weights},
+                  "precision": m.dtype, "checkpoint_precision": checkpoint_precision(m.path),
+                  "device": describe(next(model.parameters()).device), "weights": weights},
         "data": {"path": str(cfg.data.path), "members": len(splits.get("members", [])),
                  "nonmembers": len(splits.get("nonmembers", [])), "skipped_short": skipped,
                  "sha256": windows_sha256(windows), "documents_sha256": print_["data_sha256"]},

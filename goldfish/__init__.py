@@ -5,8 +5,9 @@ Public API::
     from goldfish import goldfish_mask, apply_goldfish, GoldfishConfig, goldfish_loss, GoldfishCollator
     from goldfish import GoldfishTrainer, GoldfishSFTTrainer, GoldfishTrainerMixin   # goldfish.hf: HF Trainer / TRL
 
-The trainers are imported on first use (PEP 562): ``transformers.Trainer`` takes seconds to import, and
-``GoldfishSFTTrainer`` needs the optional ``trl``.
+Every name is imported on first use (PEP 562): ``transformers.Trainer`` takes seconds to import,
+``GoldfishSFTTrainer`` needs the optional ``trl``, and the ``goldfish`` command sets its OpenMP wait policy before
+torch is loaded (:mod:`goldfish.cli`), which an eager import of the mask library here would prevent.
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ import importlib
 
 __version__ = "0.1.0"
 
-from .masks import GoldfishConfig, apply_goldfish, goldfish_mask  # noqa: E402
-from .loss import GoldfishLossOutput, goldfish_loss  # noqa: E402
-from .collator import GoldfishCollator  # noqa: E402
-
-_TRAINERS = ("GoldfishTrainer", "GoldfishSFTTrainer", "GoldfishTrainerMixin")  # in goldfish.hf
+# public name -> the module that defines it
+_EXPORTS = {"GoldfishConfig": ".masks", "apply_goldfish": ".masks", "goldfish_mask": ".masks",
+            "GoldfishLossOutput": ".loss", "goldfish_loss": ".loss", "GoldfishCollator": ".collator",
+            "GoldfishTrainer": ".hf", "GoldfishSFTTrainer": ".hf", "GoldfishTrainerMixin": ".hf"}
 
 __all__ = [
     "GoldfishConfig",
@@ -36,6 +36,6 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    if name in _TRAINERS:
-        return getattr(importlib.import_module(".hf", __name__), name)
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from . import __version__
@@ -27,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("goldfish.commands.train", "train a Llama (standard or Goldfish loss) on one CPU or many GPUs"),
     "eval": ("goldfish.commands.evaluate", "measure extraction and membership inference on any checkpoint"),
     "experiment": ("goldfish.commands.experiment", "run a grid of prepare -> train -> eval cells and aggregate them"),
+    "doctor": ("goldfish.commands.doctor", "report this machine: device, what precision auto and threads choose, why"),
 }
 
 
@@ -36,7 +38,20 @@ def _top_help() -> str:
     return "\n".join(lines)
 
 
+def passive_openmp() -> None:
+    """Let torch's OpenMP threads sleep, not spin, while they wait (``OMP_WAIT_POLICY=PASSIVE``), unless the user
+    chose a wait policy or a spin count. Set before torch is first imported (OpenMP reads it when it loads), so the
+    ``goldfish`` command's processes and the ranks it launches inherit it. Why: on cores shared with another job,
+    threads that spin at every barrier take the time the descheduled one needs -- measured on 2 cores beside one
+    CPU-bound process, greedy generation of a SmolLM2-shaped model ran 3.4x slower than idle when spinning, 1.4x when
+    sleeping; idle, sleeping costs 10-25 % (docs/troubleshooting.md)."""
+    if "torch" in sys.modules or "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        return
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+
+
 def main(argv: list[str] | None = None) -> int:
+    passive_openmp()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_top_help())

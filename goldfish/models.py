@@ -25,10 +25,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import logging
 import math
 import os
 import re
+import struct
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -238,6 +240,36 @@ def weights_stamp(path: str | Path | None) -> list:
     files = [src.folder / src.gguf_file] if src.gguf_file else sorted(src.folder.glob("*.safetensors"))
     files += [] if src.gguf_file else sorted(f for f in src.folder.iterdir() if f.suffix in PICKLE_SUFFIXES)
     return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+
+
+# a dtype as config.json (torch spellings) and safetensors headers name it -> the toolkit's precision name
+_DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "F32": "fp32", "BF16": "bf16", "F16": "fp16"}
+
+
+def checkpoint_precision(path: str | Path) -> str:
+    """The precision name (fp32 | bf16 | fp16) of a checkpoint's own dtype -- what ``from_pretrained(dtype="auto")``
+    loads: config.json's ``dtype`` (``torch_dtype``), else the dtype of the first floating tensor of its safetensors
+    (read from the header alone), else fp32. A GGUF is the dequantised cache's folder (:mod:`goldfish.gguf_cache`:
+    fp32)."""
+    src = resolve_model_path(path)
+    folder = Path(dequantised(src.folder / src.gguf_file)) if src.gguf_file else src.folder
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    named = config.get("dtype") or config.get("torch_dtype") if isinstance(config, dict) else None
+    if isinstance(named, str) and named.removeprefix("torch.") in _DTYPE_NAMES:
+        return _DTYPE_NAMES[named.removeprefix("torch.")]
+    for file in sorted(folder.glob("*.safetensors")):
+        try:
+            with open(file, "rb") as f:
+                header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+        except (OSError, ValueError, struct.error):
+            continue
+        for key, entry in sorted(header.items()):
+            if key != "__metadata__" and isinstance(entry, dict) and entry.get("dtype") in _DTYPE_NAMES:
+                return _DTYPE_NAMES[entry["dtype"]]
+    return "fp32"
 
 
 def check_weights(src: ModelSource, allow_pickle: bool) -> bool:

@@ -1,8 +1,11 @@
 """One precision vocabulary for training and evaluation: ``auto | fp32 | bf16 | fp16 | checkpoint``.
 
-``auto`` (the default everywhere) is resolved for the device by :func:`resolve_precision`: bf16 where it is native
-and faster than fp32 (decided from the hardware where that is certain, measured once and cached where it is not:
-see :mod:`goldfish.hardware`), otherwise fp32. What a run records -- its config,
+``auto`` (training's default) is resolved for the device by :func:`resolve_precision`: bf16 where it is native and
+faster than fp32, otherwise fp32 -- decided by a rule from the device's class (:mod:`goldfish.hardware`: CUDA's native
+bf16, AMX, the shipped table of CPU classes), never by a timing, so every rank of a launch and every rerun on the same
+class of machine resolves it alike; the choice and its reason are printed on the console (``precision: auto -> bf16
+(...)``). Evaluation defaults to ``checkpoint``: the checkpoint's own dtype, as Hugging Face's ``dtype="auto"`` and
+lm-evaluation-harness's ``dtype=auto`` mean it. What a run records -- its config,
 fingerprint, summary and report -- is always the *resolved* name, so a run resumed on a machine whose ``auto``
 resolves differently is a different run.
 
@@ -25,6 +28,7 @@ PRECISIONS: dict[str, torch.dtype | str] = {"auto": "auto", "fp32": torch.float3
                                             "fp16": torch.float16, "checkpoint": "checkpoint"}
 ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 _WARNED: set[str] = set()
+_ANNOUNCED: set[tuple[str, str]] = set()
 
 
 def canonical_precision(value: object, allowed: tuple[str, ...] = tuple(PRECISIONS)) -> str | None:
@@ -34,13 +38,14 @@ def canonical_precision(value: object, allowed: tuple[str, ...] = tuple(PRECISIO
 
 
 def resolve_precision(precision: str, device: torch.device | str | None = None, *, bf16_ok: bool = True,
-                      warn: bool = True) -> str:
+                      warn: bool = True, announce: bool = False) -> str:
     """The precision a run on ``device`` (default: :func:`goldfish.hardware.default_device`) computes in.
 
     ``auto`` -> ``bf16`` when bf16 is native and faster than fp32 on the device and ``bf16_ok`` (a caller that
     cannot use bf16 here, e.g. AxoNN on a CPU, passes False), else ``fp32``. An explicit ``bf16`` where it is not
     faster is kept and, with ``warn``, announced once on stderr with the reason (by the first process of a launch). Other names pass
-    through.
+    through. With ``announce``, ``auto``'s choice is printed once per process (the first of a launch) on stderr:
+    ``precision: auto -> bf16 (the reason)``.
     """
     precision = ALIASES.get(precision, precision)
     device = torch.device(device) if device is not None else default_device()
@@ -48,7 +53,12 @@ def resolve_precision(precision: str, device: torch.device | str | None = None, 
         return precision
     native, why = native_bf16(device)
     if precision == "auto":
-        return "bf16" if native and bf16_ok else "fp32"
+        chosen = "bf16" if native and bf16_ok else "fp32"
+        if announce and is_main_process() and (chosen, why) not in _ANNOUNCED:
+            _ANNOUNCED.add((chosen, why))
+            reason = why if bf16_ok else "the engine computes in fp32 here"
+            print(f"precision: auto -> {chosen} ({device.type}: {reason})", file=sys.stderr, flush=True)
+        return chosen
     if not native and warn and why not in _WARNED and is_main_process():
         _WARNED.add(why)
         print(f"warning: precision=bf16 on {device.type} where it is not faster than fp32 ({why}); use "

@@ -41,7 +41,7 @@ from .engines.base import Engine, StepStats
 from .errors import UserError
 from .data import load_prepared
 from .data.order import EpochOrders, consumed_rows, member_exposures, next_batch, take_rows
-from .hardware import default_device, describe
+from .hardware import apply_threads, default_device, describe
 from .io import JsonlLogger, atomic_directory, atomic_write_json, atomic_write_text, read_jsonl
 from .loss import EngineLoss
 from .masks import GoldfishConfig, config_mask
@@ -141,6 +141,8 @@ def train(cfg: TrainConfig, replace: bool = False) -> Path:
         raise UserError("--overwrite replaces the run folder in one process only; under torchrun give a new out= "
                         "folder (or delete the old run) instead")
     started = time.perf_counter()
+    if cfg.threads is not None:  # the command applies the default (goldfish.commands.train); a library call keeps
+        apply_threads(cfg.threads)  # its process's setting unless the config names one
     prepared, rows, seq_len = load_train_data(cfg.data.path)  # fails fast, before joining any process group
     cfg = resolved(cfg)
     staged = fingerprint_sha256(train_fingerprint(cfg, prepared.train_sha256))  # a killed replacement continues
@@ -158,7 +160,8 @@ def resolved(cfg: TrainConfig) -> TrainConfig:
     what the run folder's config, fingerprint and summary record. AxoNN runs bf16 only on CUDA."""
     device = default_device()
     bf16_ok = not (cfg.engine == "axonn" and device.type != "cuda")
-    return dataclasses.replace(cfg, precision=resolve_precision(cfg.precision, device, bf16_ok=bf16_ok))
+    return dataclasses.replace(cfg, precision=resolve_precision(cfg.precision, device, bf16_ok=bf16_ok,
+                                                                announce=True))
 
 
 def _process_rank() -> tuple[int, int]:

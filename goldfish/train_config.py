@@ -16,7 +16,7 @@ import importlib.util
 import json
 import math
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Union
 
 from .config import check, check_seed, flatten, from_dict, load_config, option, raise_problems, shown, to_dict
 from .errors import ConfigError, UserError
@@ -240,9 +240,15 @@ class TrainConfig:
     loss: LossConfig = option(factory=LossConfig, help="standard or Goldfish loss")
     optim: OptimConfig = option(factory=OptimConfig, help="optimizer and learning-rate schedule")
     schedule: ScheduleConfig = option(factory=ScheduleConfig, help="training length and batch sizes")
-    precision: str = option("auto", "auto | fp32 | bf16 (auto: bf16 where it is native and faster than fp32 -- CUDA "
-                                    "with bf16, CPUs with AMX, AVX512-BF16 CPUs where measured faster -- else fp32; bf16: autocast over fp32 master "
-                                    "weights; float32/bfloat16 are aliases; see goldfish.precision)")
+    precision: str = option("auto", "auto | fp32 | bf16 (auto: bf16 where it is native and faster than fp32 by the "
+                                    "device's class -- CUDA with bf16, CPUs with AMX, the AVX512-BF16 CPUs of "
+                                    "goldfish.hardware.CPU_CLASSES -- else fp32, never timed; bf16: autocast over "
+                                    "fp32 master weights; float32/bfloat16 are aliases; see goldfish.precision)")
+    threads: Union[int, None] = option(None, "CPU threads per process (torch.set_num_threads); default: the "
+                                             "physical cores divided among a launch's processes on this node "
+                                             "(OMP_NUM_THREADS when set) for the goldfish command; a library "
+                                             "call keeps its process's setting; how a run computes, not what: not in "
+                                             "the fingerprint")
     compile: bool = option(False, "torch.compile every decoder layer (the first step pays the compilation; fuses "
                                   "norms, rotary and SwiGLU kernels; under torchrun too with the native engine)")
     activation_checkpointing: bool = option(False, "native engine: recompute each decoder layer's activations in "
@@ -261,6 +267,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         problems: list[str] = []
         check(_positive(self.log_every), problems, f"log_every={shown(self.log_every)} must be a positive integer")
+        check(self.threads is None or _positive(self.threads), problems,
+              f"threads={shown(self.threads)} must be a positive integer (or unset: the physical cores)")
         precision = canonical_precision(self.precision, ("auto", "fp32", "bf16"))
         check(precision is not None, problems,
               f"precision={shown(self.precision)} must be auto, fp32 or bf16 for training")

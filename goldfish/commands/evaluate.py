@@ -71,9 +71,11 @@ def run(args: argparse.Namespace) -> int:
     from goldfish.eval.run import run_eval
     from goldfish.eval.shard import process_group, splitting
 
+    from ..hardware import apply_threads
     from ..modelcard import add_eval_results, eval_results
 
     cfg = build_config(args)
+    apply_threads(cfg.model.threads)  # unset: physical cores per process (torch's default oversubscribes)
     # torchrun / accelerate launch: every process evaluates its share of the same batches; rank 0 writes and prints
     with process_group(cfg.model.device) as shard, splitting(shard):
         if cfg.series.active:  # a size family or a run's checkpoints, into one folder

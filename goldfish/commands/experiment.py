@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from ..experiment.runner import describe_plans, report_only
     from ..experiment.sections.headline import headline_table, regime
     from ..experiment.sections.paper import paper_table
+    from ..hardware import apply_threads
     from ..io import read_json
 
     cfg = load_experiment(find_config(args.config, "experiments"), args.overrides)
@@ -81,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         results = report_only(cfg, every, pipeline)
     else:
         start = time.perf_counter()
+        apply_threads(cfg.threads)  # unset: physical cores (torch's default oversubscribes shared cores)
         only = (lambda cid: fnmatch.fnmatch(cid, args.only)) if args.only else None
         run_experiment(cfg, pipeline, progress=not args.no_progress, only=only, rerun_stale=args.rerun_stale)
         print(f"experiment {cfg.name}: {len(plans)} cells in {time.perf_counter() - start:.0f} s", file=sys.stderr)

@@ -52,12 +52,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..config import find_config, load_config, split_arguments
+    from ..hardware import apply_threads
     from ..train import train
     from ..train_config import TrainConfig
 
     path, overrides = split_arguments([args.config, *args.overrides] if args.config else args.overrides)
     cfg = load_config(TrainConfig, find_config(path, "experiments") if path else None, overrides)
     check_accelerate_launch(cfg.precision)
+    apply_threads(cfg.threads)  # unset: physical cores per process (torch's default oversubscribes shared cores)
     if args.fresh:
         cfg.out = str(fresh_folder(Path(cfg.out)))
     out = train(cfg, replace=args.overwrite)

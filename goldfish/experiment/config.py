@@ -38,7 +38,7 @@ import itertools
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
 from goldfish.eval.metrics import HEADLINE, METRICS
 
@@ -186,6 +186,11 @@ class ExperimentConfig:
     paper_numbers: bool = option(False, "print Hans et al. 2024 Fig. 1 (Llama-2-7B, 100 articles x 100 epochs) "
                                         "beside the arms named standard, goldfish and control")
     report_examples: int = option(3, "side-by-side generations per arm in the report")
+    threads: Union[int, None] = option(None, "CPU threads per process of every cell's training and evaluation "
+                                             "(train.threads, eval.model.threads, unless a cell sets its own); "
+                                             "default: the physical cores divided among a launch's processes on "
+                                             "this node (OMP_NUM_THREADS when set) for the goldfish command; how "
+                                             "cells compute, not what")
     headline_metric: str = option("exact_match_rate", "metric of the headline plots (exact_match_rate, "
                                                       "rouge_l_paper, rouge_l, token_match)")
     mia_attack: str = option("auto", "the headline membership attack behind mia_auc, its CI, the ROC plot and the "
@@ -196,6 +201,9 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         problems: list[str] = []
+        check(self.threads is None or (isinstance(self.threads, int) and not isinstance(self.threads, bool)
+                                       and self.threads >= 1), problems,
+              f"threads={shown(self.threads)} must be a positive integer (or unset: the physical cores)")
         check(bool(PLAIN_NAME.fullmatch(self.name)), problems,
               f"name={shown(self.name)} must use only letters, digits, '.', '_' and '-', with at least one letter or "
               f"digit (it names a folder)")

@@ -331,6 +331,8 @@ def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dic
             return None
 
     train = merged(cfg.train, routed["train"])
+    if cfg.threads is not None and "threads" not in flatten(train) and _has_key(pipeline.train_config, "threads"):
+        train = merged(train, {"threads": cfg.threads})
     try:
         start = starting_model(cfg, train, cell.overrides)
     except ConfigError as e:
@@ -357,6 +359,9 @@ def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dic
     train = _tracked(_quiet(train, pipeline.train_config), pipeline.train_config, cfg.name, cell.id)
     train_cfg = build(pipeline.train_config, train, "train")
     ev = merged(cfg.eval, routed["eval"])
+    if cfg.threads is not None and "model.threads" not in flatten(ev) and _has_key(pipeline.eval_config,
+                                                                                  "model.threads"):
+        ev = merged(ev, {"model.threads": cfg.threads})
     model = start if (cell.control and start and train_data is None) else str(folder.model_dir)
     ev = merged(ev, {EVAL_WIRING["model"]: model, EVAL_WIRING["data"]: str(data_dir),
                      EVAL_WIRING["out"]: str(folder.eval_dir),

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from ..config import flatten, load_config, to_dict
 from ..errors import ConfigError, UserError
+from ..hardware import apply_threads
 from ..io import remove_tree
 from ..ownership import FolderLock, OutputFolder, check_target, fingerprint_sha256, read_owner, writing
 from ..provenance import code_version, differences, read_fingerprint
@@ -175,6 +176,8 @@ def run_experiment(cfg: ExperimentConfig, pipeline: Pipeline | None = None, *, p
     with ``rerun_stale`` run again from scratch, each replacing its old cell only when done; every cell's inputs
     (starting models) are checked before any cell is touched."""
     pipeline = pipeline or default_pipeline()
+    if cfg.threads is not None:  # the command applies the default (goldfish.commands.experiment)
+        apply_threads(cfg.threads)
     plans = plan_cells(cfg, pipeline)  # fail fast: every cell's config is valid before any work
     with contextlib.ExitStack() as held:
         with one_at_a_time(cfg):
