@@ -34,7 +34,7 @@ from goldfish.hardware import apply_threads, describe
 from goldfish.io import JsonlLogger, atomic_write_text, strict_json
 from goldfish.models import checkpoint_precision, weights_stamp
 from goldfish.ownership import OutputFolder, writing
-from goldfish.precision import resolve_precision
+from goldfish.precision import announce, resolve_precision
 from goldfish.provenance import code_version, git_commit, read_fingerprint, versions
 
 from . import adversary, extraction, membership
@@ -248,7 +248,7 @@ def resolved(cfg: EvalConfig) -> EvalConfig:
     if cfg.model.dtype == "checkpoint":
         dtype = checkpoint_precision(cfg.model.path)
     else:
-        dtype = resolve_precision(cfg.model.dtype, resolve_device(cfg.model.device), announce=True)
+        dtype = resolve_precision(cfg.model.dtype, resolve_device(cfg.model.device))
     return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, dtype=dtype))
 
 
@@ -261,13 +261,14 @@ def run_eval(cfg: EvalConfig, model: SharedModel | None = None) -> dict:
     _require(cfg)
     if cfg.model.threads is not None:  # the command applies the default (goldfish.commands.evaluate)
         apply_threads(cfg.model.threads)
-    cfg = resolved(cfg)
+    setting, cfg = cfg.model.dtype, resolved(cfg)
     with process_group(cfg.model.device) as shard, splitting(shard):  # torchrun / accelerate: one rank of several
         with writing(cfg.out, "eval", replace=cfg.overwrite, option="overwrite=true", main=shard.main) as folder:
-            return _evaluate(cfg, folder, model, shard)
+            return _evaluate(cfg, folder, model, shard, setting)
 
 
-def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, shard: Shard) -> dict:
+def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, shard: Shard,
+              setting: str) -> dict:
     """The evaluation; under a split (:mod:`goldfish.eval.shard`) every rank runs it on the same inputs, computes
     its share of each batched pass, and rank 0 alone reads the resume state and writes."""
     out = folder.path  # a staging folder while replacing an earlier evaluation (rank 0's; others never write)
@@ -304,6 +305,7 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
     mask = adversary.resolve_mask(cfg.goldfish, m.path, tokenizer) if cfg.decoding.adversary and windows else None
     if shard.main:
         claim_folder(folder, print_)  # refuses a different evaluation before anything is written, then marks it
+    announce(setting, next(model.parameters()).device)  # auto's choice, once the evaluation is about to compute
     records = evaluate_windows(model, tokenizer, windows, cfg, out, mask) if windows else []
     results = {
         "schema": SCHEMA,

@@ -38,14 +38,13 @@ def canonical_precision(value: object, allowed: tuple[str, ...] = tuple(PRECISIO
 
 
 def resolve_precision(precision: str, device: torch.device | str | None = None, *, bf16_ok: bool = True,
-                      warn: bool = True, announce: bool = False) -> str:
+                      warn: bool = True) -> str:
     """The precision a run on ``device`` (default: :func:`goldfish.hardware.default_device`) computes in.
 
     ``auto`` -> ``bf16`` when bf16 is native and faster than fp32 on the device and ``bf16_ok`` (a caller that
     cannot use bf16 here, e.g. AxoNN on a CPU, passes False), else ``fp32``. An explicit ``bf16`` where it is not
     faster is kept and, with ``warn``, announced once on stderr with the reason (by the first process of a launch). Other names pass
-    through. With ``announce``, ``auto``'s choice is printed once per process (the first of a launch) on stderr:
-    ``precision: auto -> bf16 (the reason)``.
+    through.
     """
     precision = ALIASES.get(precision, precision)
     device = torch.device(device) if device is not None else default_device()
@@ -53,17 +52,27 @@ def resolve_precision(precision: str, device: torch.device | str | None = None, 
         return precision
     native, why = native_bf16(device)
     if precision == "auto":
-        chosen = "bf16" if native and bf16_ok else "fp32"
-        if announce and is_main_process() and (chosen, why) not in _ANNOUNCED:
-            _ANNOUNCED.add((chosen, why))
-            reason = why if bf16_ok else "the engine computes in fp32 here"
-            print(f"precision: auto -> {chosen} ({device.type}: {reason})", file=sys.stderr, flush=True)
-        return chosen
+        return "bf16" if native and bf16_ok else "fp32"
     if not native and warn and why not in _WARNED and is_main_process():
         _WARNED.add(why)
         print(f"warning: precision=bf16 on {device.type} where it is not faster than fp32 ({why}); use "
               f"precision=auto (or fp32) unless bf16 itself is under study", file=sys.stderr, flush=True)
     return precision
+
+
+def announce(setting: str, device: torch.device | str | None = None, *, bf16_ok: bool = True) -> None:
+    """Print ``auto``'s choice and its reason once per process (the first of a launch) on stderr --
+    ``precision: auto -> bf16 (cpu: the rule's reason)`` -- when a run starts computing; other settings print
+    nothing (they were chosen, not resolved)."""
+    if ALIASES.get(setting, setting) != "auto" or not is_main_process():
+        return
+    device = torch.device(device) if device is not None else default_device()
+    native, why = native_bf16(device)
+    chosen = "bf16" if native and bf16_ok else "fp32"
+    reason = why if bf16_ok or not native else "the engine computes in fp32 here"
+    if (chosen, reason) not in _ANNOUNCED:
+        _ANNOUNCED.add((chosen, reason))
+        print(f"precision: auto -> {chosen} ({device.type}: {reason})", file=sys.stderr, flush=True)
 
 
 def torch_dtype(precision: str) -> torch.dtype | str:

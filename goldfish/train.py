@@ -49,7 +49,7 @@ from .modelcard import write_training_card
 from .models import build_model, count_parameters, flops_per_token, set_special_ids, transformers_bars
 from .ownership import OutputFolder, fingerprint_sha256, is_main_process, writing
 from .perf import MfuMeter
-from .precision import resolve_precision
+from .precision import announce, resolve_precision
 from .provenance import refuse_mismatch, write_fingerprint
 from .tracking import Tracker
 from .train_config import (TRAIN_OPTIONAL, OptimConfig, Plan, TrainConfig, goldfish_config, learning_rate, make_plan,
@@ -144,13 +144,13 @@ def train(cfg: TrainConfig, replace: bool = False) -> Path:
     if cfg.threads is not None:  # the command applies the default (goldfish.commands.train); a library call keeps
         apply_threads(cfg.threads)  # its process's setting unless the config names one
     prepared, rows, seq_len = load_train_data(cfg.data.path)  # fails fast, before joining any process group
-    cfg = resolved(cfg)
+    setting, cfg = cfg.precision, resolved(cfg)
     staged = fingerprint_sha256(train_fingerprint(cfg, prepared.train_sha256))  # a killed replacement continues
     with writing(cfg.out, "train", replace=replace, main=is_main_process(), resume=staged) as folder:
         # Goldfish reaches the engine only through the loss function
         engine = get_engine(cfg, EngineLoss(cfg.loss.ce_chunk_tokens))
         try:
-            return _run(cfg, engine, prepared, rows, seq_len, folder, started)
+            return _run(cfg, engine, prepared, rows, seq_len, folder, started, setting)
         finally:
             engine.close()
 
@@ -159,9 +159,12 @@ def resolved(cfg: TrainConfig) -> TrainConfig:
     """``cfg`` with ``precision: auto`` resolved for this machine (:func:`goldfish.precision.resolve_precision`):
     what the run folder's config, fingerprint and summary record. AxoNN runs bf16 only on CUDA."""
     device = default_device()
-    bf16_ok = not (cfg.engine == "axonn" and device.type != "cuda")
-    return dataclasses.replace(cfg, precision=resolve_precision(cfg.precision, device, bf16_ok=bf16_ok,
-                                                                announce=True))
+    return dataclasses.replace(cfg, precision=resolve_precision(cfg.precision, device, bf16_ok=_bf16_ok(cfg, device)))
+
+
+def _bf16_ok(cfg: TrainConfig, device: torch.device) -> bool:
+    """Whether the engine can compute in bf16 on ``device`` (AxoNN runs bf16 only on CUDA)."""
+    return not (cfg.engine == "axonn" and device.type != "cuda")
 
 
 def _process_rank() -> tuple[int, int]:
@@ -172,7 +175,8 @@ def _process_rank() -> tuple[int, int]:
     return 0, 1
 
 
-def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, folder: OutputFolder, started: float) -> Path:
+def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, folder: OutputFolder, started: float,
+         setting: str) -> Path:
     out = folder.path  # a staging folder while replacing a run, until it has finished
     tok = prepared.manifest["tokenizer"]
     plan = make_plan(cfg.schedule, cfg.optim, len(rows), seq_len, engine.dp_size)
@@ -199,6 +203,7 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, folder:
     engine.setup(lambda: _build(cfg, tok, seq_len, shape, data_tokenizer),
                  lambda params: build_optimizer(params, cfg.optim))
     progress = _restore(engine, resume, plan) if resume is not None else Progress()
+    announce(setting, engine.device, bf16_ok=_bf16_ok(cfg, engine.device))  # once the run is about to compute
     gcfg = goldfish_config(cfg, prepared)
     if engine.is_main:
         folder.mark(fingerprint_sha256(fingerprint))

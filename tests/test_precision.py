@@ -94,12 +94,23 @@ def test_auto_is_the_same_on_every_thread_count_and_load(monkeypatch, never_time
 def test_auto_is_announced_once_with_its_reason(monkeypatch, never_timed, capsys):
     monkeypatch.setattr(hardware, "cpu_features", lambda: EPYC)
     for _ in range(2):
-        assert precision.resolve_precision("auto", "cpu", announce=True) == "bf16"
+        precision.announce("auto", "cpu")
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"precision: auto -> bf16 (cpu: {EPYC.bf16_rule()[1]})"]
-    assert precision.resolve_precision("auto", "cpu", bf16_ok=False, announce=True) == "fp32"  # AxoNN on a CPU
+    precision.announce("auto", "cpu", bf16_ok=False)  # AxoNN on a CPU
     assert capsys.readouterr().err.strip() == "precision: auto -> fp32 (cpu: the engine computes in fp32 here)"
-    assert precision.resolve_precision("auto", "cpu") == "bf16" and capsys.readouterr().err == ""  # not asked
+    precision.announce("fp32", "cpu")  # chosen, not resolved: nothing to say
+    precision.announce("checkpoint", "cpu")
+    assert capsys.readouterr().err == ""
+
+
+def test_a_training_run_announces_auto_after_its_checks(tmp_path, data, capsys, monkeypatch):
+    """The line comes when the run is about to compute, so a refused config still prints one error line only
+    (tests/test_train_config.py test_cli_errors_are_one_line)."""
+    monkeypatch.setattr(precision, "_ANNOUNCED", set())
+    train(from_dict(TrainConfig, tiny_config(data, tmp_path / "run", precision="auto", schedule__max_steps=1)))
+    chosen = precision.resolve_precision("auto", "cpu")
+    assert f"precision: auto -> {chosen} (cpu: {hardware.native_bf16('cpu')[1]})" in capsys.readouterr().err
 
 
 def test_explicit_bf16_warns_only_where_it_is_slower(monkeypatch, never_timed, capsys):
