@@ -17,6 +17,7 @@ from eval_fixtures import save_model_folder, tiny_llama
 from train_helpers import REPO, cli_env, require_dist_marker
 
 from goldfish.data import PrepareConfig, SourceConfig, TokenizerConfig, prepare
+from goldfish.hardware import physical_cores
 
 pytestmark = pytest.mark.dist
 
@@ -98,3 +99,25 @@ def test_a_split_checkpoint_series_equals_one_process(setup, tmp_path):
                                                  .read_text())) for label in ("a", "b")}
     assert outs["one"] == outs["two"]
     assert os.path.isfile(tmp_path / "two" / "series.json")
+
+
+def test_two_processes_equal_one_at_default_settings(setup, tmp_path):
+    """Issue 43: no thread setting anywhere -- one process takes the physical cores (2 here), each torchrun rank
+    its share (torchrun's OMP_NUM_THREADS=1) -- and the checkpoint's own dtype (fp32): still every number equal.
+    (Before, `precision: auto` was timed per thread count and chose bf16 in the ranks, fp32 in the one process.)"""
+    require_dist_marker()
+    root, data, model = setup
+    env = {k: v for k, v in cli_env().items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    runs = {}
+    for name, launcher in (("one", [sys.executable]),
+                           ("two", [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                                    f"--master_port={_port()}"])):
+        cmd = [*launcher, "-m", "goldfish", "eval", "--model", str(model), "--data", str(data), "--out",
+               str(tmp_path / name), *SETTINGS]
+        done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[name] = json.loads((tmp_path / name / "results.json").read_text())
+    assert runs["one"]["model"]["device"]["threads"] == physical_cores()  # the default, recorded
+    assert runs["two"]["model"]["device"]["threads"] == 1  # rank 0's share
+    assert runs["one"]["model"]["precision"] == runs["two"]["model"]["precision"] == "fp32"
+    assert _numbers(runs["two"]) == _numbers(runs["one"])
