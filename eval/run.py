@@ -263,6 +263,9 @@ def run_eval(cfg: EvalConfig, model: SharedModel | None = None) -> dict:
         apply_threads(cfg.model.threads)
     setting, cfg = cfg.model.dtype, resolved(cfg)
     with process_group(cfg.model.device) as shard, splitting(shard):  # torchrun / accelerate: one rank of several
+        # one decision per launch: every rank computes in rank 0's resolved dtype (a rule gives all ranks of one
+        # machine class the same answer; this makes it so across classes too)
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, dtype=shard.broadcast(cfg.model.dtype)))
         with writing(cfg.out, "eval", replace=cfg.overwrite, option="overwrite=true", main=shard.main) as folder:
             return _evaluate(cfg, folder, model, shard, setting)
 

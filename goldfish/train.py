@@ -150,6 +150,7 @@ def train(cfg: TrainConfig, replace: bool = False) -> Path:
         # Goldfish reaches the engine only through the loss function
         engine = get_engine(cfg, EngineLoss(cfg.loss.ce_chunk_tokens))
         try:
+            _same_precision_everywhere(cfg.precision)
             return _run(cfg, engine, prepared, rows, seq_len, folder, started, setting)
         finally:
             engine.close()
@@ -160,6 +161,22 @@ def resolved(cfg: TrainConfig) -> TrainConfig:
     what the run folder's config, fingerprint and summary record. AxoNN runs bf16 only on CUDA."""
     device = default_device()
     return dataclasses.replace(cfg, precision=resolve_precision(cfg.precision, device, bf16_ok=_bf16_ok(cfg, device)))
+
+
+def _same_precision_everywhere(precision: str) -> None:
+    """Refuse a launch whose processes resolved ``precision: auto`` differently (nodes of different device classes):
+    one launch computes in one precision (every rank would otherwise record a run it did not compute)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return
+    everyone: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, precision)
+    if len(set(everyone)) > 1:
+        ranks = {p: [r for r, q in enumerate(everyone) if q == p] for p in sorted(set(everyone))}
+        raise UserError("the processes of this launch resolved precision differently ("
+                        + ", ".join(f"{p} on ranks {r}" for p, r in ranks.items())
+                        + "): their devices are of different classes; set precision=fp32 or precision=bf16")
 
 
 def _bf16_ok(cfg: TrainConfig, device: torch.device) -> bool:

@@ -289,3 +289,20 @@ def test_measured_peak_takes_the_faster_of_matmul_and_linear(monkeypatch):
                         (1.0 if len(seen) == 1 else 7.0))
     assert perf.measure_matmul_peak(torch.float32, "cpu", size=8, seconds=0.01) == 7.0
     assert len(seen) == 2
+
+
+def test_a_launch_whose_ranks_resolve_differently_is_refused(monkeypatch):
+    """One launch computes in one precision: ranks on machines of different classes (all-gathered here by a fake
+    collective) are refused in one line naming which rank chose what."""
+    import torch.distributed as dist
+
+    from goldfish.train import _same_precision_everywhere
+
+    gathered = ["bf16", "bf16", "fp32", "bf16"]
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda: len(gathered))
+    monkeypatch.setattr(dist, "all_gather_object", lambda out, value: out.__setitem__(slice(None), gathered))
+    with pytest.raises(UserError, match=r"bf16 on ranks \[0, 1, 3\], fp32 on ranks \[2\].*set precision=fp32"):
+        _same_precision_everywhere("bf16")
+    gathered[2] = "bf16"
+    _same_precision_everywhere("bf16")  # all alike: nothing to say
