@@ -35,6 +35,9 @@ Every statistic of the toolkit lives here (the experiment's and eval's modules c
 * :func:`pooled_paired_auc_difference` -- two arms' AUCs on the same documents in several independent groups (seeds,
   each its own split): the mean per-group difference, resampled within groups, with the 90 % interval of a TOST
   equivalence test against a margin stated in advance.
+* :func:`replicate_tost` -- the training run as the unit: one difference per independent run (seed), its mean with
+  a t interval over runs (the between-run spread ``sd`` beside it) and the two one-sided t tests of equivalence
+  against a margin stated in advance; the within-run intervals above treat each trained model as fixed.
 * :func:`set_prediction` -- precision and recall of a predicted set (e.g. the targets a smaller model memorised) for
   the actual one (the larger model's), with Wilson intervals (Biderman et al. 2023); :func:`threshold_rule` -- the
   trivial predictor beside it: "memorised iff read >= t times", t fitted on the predicting model's set.
@@ -49,7 +52,7 @@ Every statistic of the toolkit lives here (the experiment's and eval's modules c
   Training on anything also moves a model on text it never saw; only the excess on the dropped positions is
   leakage.
 
-Every interval is a 95 % percentile bootstrap from ``numpy.random.default_rng(seed)`` (same seed, same interval);
+Every interval except :func:`replicate_tost`'s (Student's t over runs) is a 95 % percentile bootstrap from ``numpy.random.default_rng(seed)`` (same seed, same interval);
 every bootstrap p-value is two-sided: ``min(1, 2 * min(P*(d <= 0), P*(d >= 0)))`` over the resamples (Efron and
 Tibshirani 1993, sec. 16.4), so it cannot be smaller than ``2 / n_bootstrap`` unless every resample agrees.
 """
@@ -60,7 +63,7 @@ import math
 from typing import Any, Sequence
 
 import numpy as np
-from scipy.stats import binomtest, mannwhitneyu, norm, rankdata
+from scipy.stats import binomtest, mannwhitneyu, norm, rankdata, t as student_t
 
 from goldfish.errors import UserError
 
@@ -592,6 +595,44 @@ def pooled_paired_auc_difference(groups: Sequence[tuple[Any, Any, Any, Any]], n_
         if margin is not None:
             out["equivalent"] = bool(-margin < out["ci90_low"] and out["ci90_high"] < margin)
             out["tost_p"] = float(max(np.mean(pooled <= -margin), np.mean(pooled >= margin)))
+    return out
+
+
+def replicate_tost(values: Sequence[float | None], margin: float | None = None) -> dict[str, Any]:
+    """Inference with the training run as the unit: ``values`` are one difference per independent replicate (seed:
+    its own split, order and model), e.g. each seed's paired AUC difference. Returns ``n``, ``mean``, ``sd`` (the
+    between-run spread), ``se``, the 95 % t interval ``ci_low`` / ``ci_high`` and two-sided ``p_value`` (mean = 0),
+    the 90 % t interval ``ci90_low`` / ``ci90_high`` and, with a ``margin`` stated before the run, the two one-sided
+    t tests of equivalence (Schuirmann 1987): ``tost_p`` (the larger one-sided p) and ``equivalent`` (``tost_p`` <
+    0.05, i.e. the 90 % interval inside (-margin, +margin)). Fewer than two finite values: no interval (``None``):
+    one run cannot say how much runs differ. The within-run bootstrap of :func:`pooled_paired_auc_difference` treats
+    each model as fixed; this one does not."""
+    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
+    out: dict[str, Any] = {"n": int(len(x)), "mean": float(x.mean()) if len(x) else None, "sd": None, "se": None,
+                           "ci_low": None, "ci_high": None, "p_value": None, "ci90_low": None, "ci90_high": None,
+                           "margin": margin, "tost_p": None, "equivalent": None}
+    if len(x) < 2:
+        return out
+    df = len(x) - 1
+    sd = float(x.std(ddof=1))
+    se = sd / math.sqrt(len(x))
+    mean = float(x.mean())
+    out.update(sd=sd, se=se)
+    for level, low, high in ((0.975, "ci_low", "ci_high"), (0.95, "ci90_low", "ci90_high")):
+        half = float(student_t.ppf(level, df)) * se
+        out[low], out[high] = mean - half, mean + half
+    if se == 0:  # every run agrees exactly: the mean is known without error
+        out["p_value"] = 1.0 if mean == 0 else 0.0
+        if margin:
+            out["tost_p"] = 0.0 if -margin < mean < margin else 1.0
+            out["equivalent"] = out["tost_p"] < 0.05
+        return out
+    out["p_value"] = float(2 * student_t.sf(abs(mean) / se, df))
+    if margin:
+        lower = float(student_t.sf((mean + margin) / se, df))  # H0: mean <= -margin
+        upper = float(student_t.cdf((mean - margin) / se, df))  # H0: mean >= +margin
+        out["tost_p"] = max(lower, upper)
+        out["equivalent"] = out["tost_p"] < 0.05
     return out
 
 

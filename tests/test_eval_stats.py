@@ -486,3 +486,47 @@ def test_threshold_rule_by_hand():
     assert stats.threshold_rule(counts, [False, False, False, False, True, True, True, True]) == 16.0
     assert stats.threshold_rule(counts, [False] * 8) == math.inf  # nothing memorised: predict nothing
     assert stats.threshold_rule(counts, [True] * 8) == 1.0
+
+
+# ------------------------------------------------------------------------------------------------ runs as the unit
+
+
+def test_replicate_tost_against_scipy_and_a_hand_value():
+    from scipy import stats as sp
+
+    from goldfish.eval.stats import replicate_tost
+
+    diffs = [-0.020, 0.004, -0.012, 0.010, -0.018]
+    r = replicate_tost(diffs, margin=0.05)
+    x = np.asarray(diffs)
+    assert r["n"] == 5 and r["mean"] == pytest.approx(x.mean()) and r["sd"] == pytest.approx(x.std(ddof=1))
+    assert r["p_value"] == pytest.approx(sp.ttest_1samp(x, 0.0).pvalue)
+    low = sp.ttest_1samp(x, -0.05, alternative="greater").pvalue  # H0: mean <= -margin
+    high = sp.ttest_1samp(x, 0.05, alternative="less").pvalue  # H0: mean >= +margin
+    assert r["tost_p"] == pytest.approx(max(low, high)) and r["equivalent"] is True
+    ci = sp.t.interval(0.95, 4, loc=x.mean(), scale=sp.sem(x))
+    assert (r["ci_low"], r["ci_high"]) == pytest.approx(ci)
+    # by hand: mean -0.0072; squared deviations sum to 7.248e-4, sd = sqrt(7.248e-4 / 4) = 0.013461,
+    # se = 0.013461 / sqrt(5) = 0.0060200; t_0.95,4 = 2.131847 -> 90 % CI -0.0072 -+ 0.012834
+    assert (r["ci90_low"], r["ci90_high"]) == pytest.approx((-0.020034, 0.005634), abs=2e-6)
+    assert replicate_tost(diffs, margin=0.01)["equivalent"] is False  # the 90 % CI crosses -0.01
+    one = replicate_tost([0.01], margin=0.05)
+    assert one["ci_low"] is None and one["equivalent"] is None  # one run says nothing about runs
+
+
+def test_replicate_tost_keeps_its_5pct_error_at_the_margin_when_seeds_disagree():
+    """Issue 38: the pooled within-run bootstrap claimed equivalence from 3 seeds whose differences disagreed
+    (Cochran's Q 9.2). Simulated here: 5 runs whose true differences scatter (between-run SD 0.02, far above the
+    within-run noise 0.003) around a mean exactly at the margin -- the false 'equivalent' rate must stay <= 5 %
+    (and the within-run pooled reading, which ignores the scatter, exceeds it)."""
+    from goldfish.eval.stats import replicate_tost
+
+    rng = np.random.default_rng(7)
+    margin, sims, runs = 0.05, 4000, 5
+    seed_effects = rng.normal(-margin, 0.02, size=(sims, runs))  # each run's own true difference
+    observed = seed_effects + rng.normal(0, 0.003, size=(sims, runs))  # plus its within-run estimation noise
+    claims = np.mean([bool(replicate_tost(row, margin)["equivalent"]) for row in observed])
+    naive_se = 0.003 / np.sqrt(runs)  # what a within-run interval pooled over runs would use
+    naive = np.mean(observed.mean(axis=1) - 1.645 * naive_se > -margin)
+    assert claims <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / sims)  # 5 % plus Monte Carlo error
+    assert claims >= 0.03 and naive > 0.3  # the test is not trivially conservative; the naive one is badly wrong

@@ -388,3 +388,31 @@ def test_the_membership_comparison_equals_a_recomputation_from_the_attacks_files
     members, nonmembers = len(prepared.members), len(prepared.nonmembers)
     assert (members, nonmembers) == (16, 8)  # micro.yaml: 16 members, a 50/50 random split of the rest
     assert f"| goldfish vs standard | all | {members} vs {nonmembers} |" in comparison_table([entry])
+    assert {found["verdict"] for found in entry["strata"].values()} <= {"one run", "uninformative (ceiling)"}
+
+
+def _stratum(auc_pairs, tpr_pairs):
+    """A membership_comparison stratum as compute builds it, from each replicate's (AUC a, AUC b) and TPRs."""
+    return {"groups": [{"a": a, "b": b, "diff": a - b} for a, b in auc_pairs],
+            "tpr_a": [t[0] for t in tpr_pairs], "tpr_b": [t[1] for t in tpr_pairs]}
+
+
+def test_the_membership_reading_is_made_over_training_runs():
+    """Issue 38: five runs are five observations (a t test over them, the between-run SD beside it); strata where
+    both arms sit at the ceiling read as uninformative; a TPR margin must hold as well as the AUC's."""
+    from goldfish.eval.stats import replicate_tost
+    from goldfish.experiment.sections.membership import _run_level
+
+    aucs = [(0.95, 0.96), (0.94, 0.95), (0.96, 0.965), (0.95, 0.955), (0.945, 0.96)]
+    close_tpr = [(0.60, 0.62), (0.58, 0.61), (0.61, 0.63), (0.60, 0.60), (0.59, 0.62)]
+    read = _run_level(_stratum(aucs, close_tpr), 0.05, 0.10)
+    assert read["runs"] == replicate_tost([a - b for a, b in aucs], 0.05) and read["verdict"] == "equivalent"
+    assert read["tpr_runs"]["mean"] == pytest.approx(-0.02)
+    far_tpr = [(0.28, 0.47), (0.30, 0.45), (0.25, 0.50), (0.31, 0.44), (0.27, 0.49)]  # the x1 drop of issue 38
+    assert _run_level(_stratum(aucs, far_tpr), 0.05, 0.10)["verdict"] == "not shown"
+    assert _run_level(_stratum(aucs, far_tpr), 0.05, 0.0)["verdict"] == "equivalent"  # an AUC margin alone
+    missing = [(None, None)] * 5  # too few nonmembers for TPR at 1 % FPR: a TPR margin cannot be shown
+    assert _run_level(_stratum(aucs, missing), 0.05, 0.10)["verdict"] == "not shown"
+    ceiling = [(0.999, 1.0)] * 4 + [(0.995, 0.998)]
+    assert _run_level(_stratum(ceiling, close_tpr), 0.05, 0.10)["verdict"] == "uninformative (ceiling)"
+    assert _run_level(_stratum(aucs[:1], close_tpr[:1]), 0.05, 0.10)["verdict"] == "one run"

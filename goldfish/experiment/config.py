@@ -123,6 +123,9 @@ class EquivalenceConfig:
                                 "membership comparison")
     pool: list[str] = option(factory=list, help="grid axes whose cells are independent replicates, pooled (each "
                                                 "one's paired difference averaged), e.g. [seed]")
+    tpr_margin: float = option(0.0, "equivalence margin of the difference in TPR at 1 % FPR, e.g. 0.10, decided "
+                                    "like the AUC's over the replicates; 0 = none (an AUC margin alone allows TPR "
+                                    "at low FPR to move far more than the AUC)")
 
 
 def _fills(word: str) -> bool:
@@ -256,6 +259,10 @@ class ExperimentConfig:
               "(or remove control_data)")
         check(0 <= self.equivalence.margin < 1, problems,
               f"equivalence.margin={self.equivalence.margin} must be in [0, 1) (an AUC difference; 0 = none)")
+        check(0 <= self.equivalence.tpr_margin < 1, problems,
+              f"equivalence.tpr_margin={self.equivalence.tpr_margin} must be in [0, 1) (a TPR difference; 0 = none)")
+        check(not self.equivalence.tpr_margin or self.equivalence.margin, problems,
+              "equivalence.tpr_margin needs equivalence.margin (the AUC margin) as well")
         labels = [axis_label(axis) for axis in self.grid]
         bad = [a for a in self.equivalence.pool if a not in labels]
         check(not bad, problems, f"equivalence.pool={bad} must name grid axes ({', '.join(labels) or 'none'})")

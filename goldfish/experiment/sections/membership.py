@@ -4,7 +4,14 @@ headline attack's AUC on the same member and nonmember documents, per repetition
 every nonmember) and over all members, each replicate (the ``equivalence.pool`` axes, e.g. seeds: their own split,
 order and models) paired, the replicates' differences averaged (:func:`goldfish.eval.stats.pooled_paired_auc_difference`:
 a 95 % interval and p-value, and the 90 % interval of the two one-sided tests against the margin), and TPR at 1 % FPR
-of each arm."""
+of each arm.
+
+The reading is made at the level of training runs: with two or more replicates, each replicate's paired difference
+is one observation and the equivalence decision is the two one-sided t tests over them
+(:func:`goldfish.eval.stats.replicate_tost`; the between-run SD beside it), for the AUC and, with
+``equivalence.tpr_margin``, for TPR at 1 % FPR. The pooled bootstrap above resamples documents within each run,
+treating every trained model as fixed: it is within-run detail. A stratum where both arms reach AUC >=
+:data:`CEILING` in every replicate is reported as uninformative (at the ceiling), not as equivalent."""
 
 from __future__ import annotations
 
@@ -12,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from goldfish.eval.stats import pooled_paired_auc_difference, tpr_at_fpr
+from goldfish.eval.stats import pooled_paired_auc_difference, replicate_tost, tpr_at_fpr
 from goldfish.eval.tables import fmt, markdown_section, markdown_table, p_text
 
 from ...data import load_prepared
@@ -22,6 +29,7 @@ from ..inference import FPR, arm_pairs
 from ..summary import Study
 
 N_BOOTSTRAP = 1000
+CEILING = 0.99  # both arms at or above this AUC in every replicate: no room left to differ
 
 
 def _scores(attacks: dict, attack: str) -> dict[str, dict[Any, float]]:
@@ -85,10 +93,33 @@ def compute(study: Study) -> dict:
                 found["tpr_b"] = [tpr_at_fpr(s[2], s[3], FPR)["tpr"] for s in sets]
                 found["n_members"] = [len(s[0]) for s in sets]
                 found["n_nonmembers"] = [len(s[1]) for s in sets]
+                found.update(_run_level(found, cfg.equivalence.margin, cfg.equivalence.tpr_margin))
                 strata[stratum] = found
             out.append({"a": a, "b": b, "attack": attack, **dict(zip(kept, key)), "margin": cfg.equivalence.margin,
-                        "replicates": labels, "strata": strata})
+                        "tpr_margin": cfg.equivalence.tpr_margin, "replicates": labels, "strata": strata})
     return {"membership_comparison": out}
+
+
+def _run_level(found: dict, margin: float, tpr_margin: float) -> dict:
+    """The replicate-level reading of one stratum: ``runs`` (the AUC difference over runs, replicate_tost),
+    ``tpr_runs`` (the TPR at 1 % FPR difference; only with ``tpr_margin`` and a TPR in every run), ``ceiling`` and
+    ``verdict``: equivalent | not shown | uninformative (ceiling) | one run (no between-run reading)."""
+    groups = found["groups"]
+    runs = replicate_tost([g["diff"] for g in groups], margin)
+    pairs = list(zip(found["tpr_a"], found["tpr_b"]))
+    tpr_runs = (replicate_tost([a - b for a, b in pairs], tpr_margin)
+                if tpr_margin and pairs and all(a is not None and b is not None for a, b in pairs) else None)
+    ceiling = bool(groups) and all(g["a"] is not None and g["b"] is not None and min(g["a"], g["b"]) >= CEILING
+                                   for g in groups)
+    if ceiling:
+        verdict = "uninformative (ceiling)"
+    elif runs["equivalent"] is None:
+        verdict = "one run"
+    else:
+        shown = runs["equivalent"] and (tpr_runs is None or tpr_runs["equivalent"] is True) and \
+            not (tpr_margin and tpr_runs is None)
+        verdict = "equivalent" if shown else "not shown"
+    return {"runs": runs, "tpr_runs": tpr_runs, "ceiling": ceiling, "verdict": verdict}
 
 
 def _per_replicate(values: list, kind: str = "") -> str:
@@ -100,27 +131,43 @@ def _per_replicate(values: list, kind: str = "") -> str:
     return f"{fmt(float(np.mean(shown)), kind)} ({each})" if len(values) > 1 else each
 
 
+def _t_cell(r: dict | None, kind: str = "") -> str:
+    """``-0.008 [-0.038, +0.022] (sd 0.012)``: a replicate_tost's mean, 95 % t interval and between-run SD."""
+    if not r or r.get("ci_low") is None:
+        return "-"
+    return f"{fmt(r['mean'], kind)} [{fmt(r['ci_low'], kind)}, {fmt(r['ci_high'], kind)}] (sd {fmt(r['sd'], kind)})"
+
+
 def comparison_table(entries: list[dict]) -> str | None:
     """The table (None without entries)."""
     rows = []
+    tpr = any(e.get("tpr_margin") for e in entries)
     for e in entries:
-        where = " ".join(f"{k}={v}" for k, v in e.items() if k not in ("a", "b", "attack", "margin", "replicates",
-                                                                          "strata"))
+        where = " ".join(f"{k}={v}" for k, v in e.items() if k not in ("a", "b", "attack", "margin", "tpr_margin",
+                                                                          "replicates", "strata"))
         for stratum, s in e["strata"].items():
             groups = s["groups"]
-            verdict = "-" if s.get("equivalent") is None else ("equivalent" if s["equivalent"] else "not shown")
-            rows.append([f"{e['a']} vs {e['b']}" + (f" ({where})" if where else ""),
-                         "all" if stratum == "all" else f"x{stratum}",
-                         f"{'/'.join(str(n) for n in s['n_members'])} vs {'/'.join(str(n) for n in s['n_nonmembers'])}",
-                         _per_replicate([g["a"] for g in groups]), _per_replicate([g["b"] for g in groups]),
-                         f"{fmt(s['diff'])} [{fmt(s['ci_low'])}, {fmt(s['ci_high'])}] (p {p_text(s['p_value'])})",
-                         f"[{fmt(s['ci90_low'])}, {fmt(s['ci90_high'])}]: {verdict} within +-{e['margin']:g}",
-                         f"{_per_replicate(s['tpr_a'], 'pct')} / {_per_replicate(s['tpr_b'], 'pct')}"])
+            runs = s.get("runs") or {}
+            ci90 = (f"[{fmt(runs['ci90_low'])}, {fmt(runs['ci90_high'])}]" if runs.get("ci90_low") is not None
+                    else "-")
+            row = [f"{e['a']} vs {e['b']}" + (f" ({where})" if where else ""),
+                   "all" if stratum == "all" else f"x{stratum}",
+                   f"{'/'.join(str(n) for n in s['n_members'])} vs {'/'.join(str(n) for n in s['n_nonmembers'])}",
+                   _per_replicate([g["a"] for g in groups]), _per_replicate([g["b"] for g in groups]),
+                   _t_cell(runs), f"{ci90} within +-{e['margin']:g}",
+                   f"{_per_replicate(s['tpr_a'], 'pct')} / {_per_replicate(s['tpr_b'], 'pct')}"]
+            if tpr:
+                row.append(_t_cell(s.get("tpr_runs"), "pct"))
+            row += [s.get("verdict", "-"),
+                    f"{fmt(s['diff'])} [{fmt(s['ci_low'])}, {fmt(s['ci_high'])}] (p {p_text(s['p_value'])})"]
+            rows.append(row)
     if not rows:
         return None
     return markdown_table(["a vs b", "stratum", "members vs nonmembers per replicate", "AUC a: mean (each)",
-                           "AUC b: mean (each)", "a - b [95 % CI] (p)", "90 % CI: equivalence (TOST)",
-                           "TPR at 1 % FPR a / b"], rows)
+                           "AUC b: mean (each)", "a - b over runs [95 % t CI] (between-run sd)",
+                           "90 % t CI over runs (TOST)", "TPR at 1 % FPR a / b"]
+                          + (["TPR a - b over runs [95 % t CI] (sd)"] if tpr else [])
+                          + ["reading", "within-run detail: pooled a - b [95 % bootstrap CI] (p)"], rows)
 
 
 def render(results: dict) -> str:
@@ -134,9 +181,12 @@ def render(results: dict) -> str:
         "Membership inference between arms (equivalence margin stated before the run)", table,
         f"The headline attack ({e['attack']}) of arm a on both cells' scores of the same documents, per repetition "
         f"stratum (members with r copies vs every nonmember) and over all members. Replicates (pooled axes: "
-        f"{pooled}) are independent: each has its own split, order and models; the difference is the mean of their "
-        "paired differences, its 95 % interval and two-sided p-value from a bootstrap resampling members and "
-        "nonmembers within each replicate (the same draws for both arms). Equivalence: the two one-sided tests at "
-        "5 % each, i.e. the 90 % interval inside (-margin, +margin), the margin fixed in the config before the run; "
-        "'not shown' means the data cannot exclude a difference of that size (not that one exists: the 95 % "
-        "interval says whether it does). TPR at 1 % FPR: the ROC read at 1 % of the nonmembers (>= 100 of them).")
+        f"{pooled}) are independent: each has its own split, order and models, and the training run is the unit: "
+        "each replicate's paired difference is one observation, with a t interval over the runs and their "
+        "between-run SD. Reading: the two one-sided t tests at 5 % each over the runs, i.e. the 90 % t interval "
+        "inside (-margin, +margin), for the AUC and (with a TPR margin) for TPR at 1 % FPR, the margins fixed in the "
+        "config before the run; 'not shown' means the runs cannot exclude a difference of that size (not that one "
+        "exists); 'uninformative (ceiling)' where both arms reach AUC >= 0.99 in every run (no room to differ); "
+        "'one run' where there is nothing to read across runs. Within-run detail: the mean of the paired "
+        "differences with a bootstrap resampling members and nonmembers within each run (every model held fixed). "
+        "TPR at 1 % FPR: the ROC read at 1 % of the nonmembers (>= 100 of them).")
