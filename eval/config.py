@@ -21,6 +21,7 @@ and a few shorthand flags, :data:`SHORTHANDS`, that name one key each). Sections
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import ClassVar, Literal, Union
 
 from goldfish.config import check, check_at_most, check_seed, option, raise_problems, shown
@@ -86,6 +87,12 @@ class ModelSection:
         raise_problems(problems)
 
 
+def _is_corpus_file(path) -> bool:
+    """``data.path`` names a file of documents (JSONL), not a prepared folder: its default windows cover each whole
+    document (``stride``)."""
+    return bool(path) and not Path(str(path)).expanduser().is_dir()
+
+
 @dataclasses.dataclass
 class DataSection:
     """The documents, their groups, and where extraction windows sit in them (see goldfish.eval.windows)."""
@@ -94,6 +101,7 @@ class DataSection:
                                           "a JSONL file with one {\"id\", \"text\"} object per line")
     nonmembers: Union[str, None] = option(None, "nonmember documents for membership inference (prepared folder or "
                                                 "JSONL); default: the data folder's nonmembers split, if any")
+    text_field: str = option("text", "JSONL field that holds each document's text (e.g. data.text_field=body)")
     group_field: str = option("group", "JSONL field whose value groups documents in the summary (by_group); "
                                        "documents without it are in no group")
     max_docs: Union[int, None] = option(None, "evaluate only the first N documents of each split")
@@ -105,8 +113,10 @@ class DataSection:
     window: Union[list[Literal["end", "start", "stride", "offsets"]], None] = option(
         None, "where windows sit: start (prefix at token 0), end (suffix = last S tokens), stride (prefix starts "
               "0, stride, 2·stride ...), offsets (prefix starts at data.offsets); a list evaluates several "
-              "placements, each reported separately; default: offsets when data.offsets is set, else start")
-    stride: Union[int, None] = option(None, "step between stride windows in tokens (default: suffix_len)")
+              "placements, each reported separately; default: offsets when data.offsets is set, stride over the "
+              "whole document for a JSONL file (an audit of a corpus), else start (a prepared folder)")
+    stride: Union[int, None] = option(None, "step between stride windows in tokens (default: suffix_len, so the "
+                                            "suffixes tile each document from token P on)")
     offsets: list[Union[int, str]] = option(factory=list, help="prefix start offsets of the 'offsets' placement, e.g. "
                                                    "[0, 100, 200] (--offsets 0,100,200)")
     max_offset: Union[int, None] = option(None, "stride and offsets windows start at most this many tokens into "
@@ -131,8 +141,8 @@ class DataSection:
             problems.append(f"offsets={offsets} must be integers >= 0, e.g. --offsets 0,100,200")
         check(all(isinstance(o, int) and o >= 0 for o in self.offsets), problems,
               f"offsets={self.offsets} must be integers >= 0")
-        if self.window is None:
-            self.window = ["offsets"] if self.offsets else ["start"]
+        if self.window is None:  # a JSONL corpus is audited whole; a prepared folder keeps its first window
+            self.window = ["offsets"] if self.offsets else ["stride"] if _is_corpus_file(self.path) else ["start"]
         self.window = list(dict.fromkeys(self.window))
         check(len(self.window) > 0, problems, f"window is empty; use one of {', '.join(PLACEMENTS)}")
         check("offsets" not in self.window or bool(self.offsets), problems,
@@ -140,6 +150,8 @@ class DataSection:
         check(self.suffix_len >= 1, problems, f"suffix_len={self.suffix_len} must be >= 1")
         check(self.stride is None or self.stride >= 1, problems, f"stride={self.stride} must be >= 1")
         check(self.max_offset is None or self.max_offset >= 0, problems, f"max_offset={self.max_offset} must be >= 0")
+        check(bool(str(self.text_field).strip()), problems, "text_field is empty; name the JSONL field holding the "
+                                                            "text, e.g. data.text_field=text")
         check(self.max_docs is None or self.max_docs >= 1, problems, f"max_docs={self.max_docs} must be >= 1")
         check(len(self.extract_splits) > 0, problems, "extract_splits is empty; use [members]")
         raise_problems(problems)

@@ -3,7 +3,8 @@
 * Prepared folder (has ``manifest.json``): documents come already tokenised (``input_ids``, no bos/eos) with
   ``id``, ``title`` and ``repetitions`` (copies per epoch in the training data; 0 for nonmembers). ``members`` are
   extracted; the ``nonmembers`` split, when present, feeds membership inference.
-* JSONL file: one ``{"id": ..., "text": ...}`` object per line (optional ``title``, ``repetitions`` -- a whole
+* JSONL file: one ``{"id": ..., "text": ...}`` object per line (the text under ``data.text_field``, default
+  ``text``) (optional ``title``, ``repetitions`` -- a whole
   number >= 0 -- and a group under ``group_field``, default ``group``), tokenised here with the model's tokenizer
   as ``goldfish prepare`` tokenises: no special tokens added, and text that spells one (``<|endoftext|>``) stays
   text.
@@ -76,16 +77,28 @@ def read_prepared(path: str | Path, splits: Sequence[str], max_docs: int | None 
     return out, prep
 
 
+def _missing_text(path: Path, n: int, row: dict, field: str) -> UserError:
+    """The error for a line without a ``field`` string: it names the line's fields and, where one field holds a
+    string, the setting that reads it."""
+    strings = [k for k, v in row.items() if isinstance(v, str) and k not in ("id", "title")]
+    fields = ", ".join(map(repr, list(row)[:8])) or "none"
+    fix = (f"set data.text_field={strings[0]}" if len(strings) == 1 else
+           "set data.text_field=<the field holding the text>" if strings else
+           f"give each line a \"{field}\" string")
+    return UserError(f"{path} line {n} has no \"{field}\" string (its fields: {fields}); {fix}")
+
+
 def tokenize_jsonl(path: str | Path, tokenizer, split: str = "members", max_docs: int | None = None,
-               group_field: str = "group") -> list[EvalDocument]:
+               group_field: str = "group", text_field: str = "text") -> list[EvalDocument]:
     """One ``{"id", "text"}`` object per line -> documents tokenised with ``tokenizer`` (no special tokens); the
-    value under ``group_field`` (any JSON scalar) becomes the document's group."""
+    text is read from ``text_field`` (``data.text_field``) and the value under ``group_field`` (any JSON scalar)
+    becomes the document's group."""
     path = Path(path)
 
     rows = []
     for n, row in jsonl_objects(path):
-        if not isinstance(row.get("text"), str):
-            raise UserError(f"{path} line {n} has no \"text\" string; expected one {{\"id\", \"text\"}} object per line")
+        if not isinstance(row.get(text_field), str):
+            raise _missing_text(path, n, row, text_field)
         count = row.get("repetitions")
         if isinstance(count, float) and math.isfinite(count) and count.is_integer():  # 2.0 from a float column
             count = row["repetitions"] = int(count)
@@ -100,15 +113,17 @@ def tokenize_jsonl(path: str | Path, tokenizer, split: str = "members", max_docs
     if tokenizer is None:
         raise UserError(f"{path} is raw text but the model folder has no tokenizer; save the tokenizer with the model")
     # as prepare tokenises (goldfish.data.prepare): text spelling a special token is that text, not its id
-    encoded = tokenizer([r["text"] for r in rows], add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    encoded = tokenizer([r[text_field] for r in rows], add_special_tokens=False,
+                        split_special_tokens=True)["input_ids"]
     return [EvalDocument(id=str(r.get("id", i)), tokens=tuple(ids), title=str(r.get("title") or ""),
                      repetitions=_optional_int(r.get("repetitions", 0 if split == "nonmembers" else None)),
-                     split=split, text=r["text"], group=_group(r.get(group_field)))
+                     split=split, text=r[text_field], group=_group(r.get(group_field)))
             for i, (r, ids) in enumerate(zip(rows, encoded))]
 
 
 def load_eval_documents(data: str | Path, nonmembers: str | Path | None, tokenizer, max_docs: int | None = None,
-                   group_field: str = "group") -> tuple[dict[str, list[EvalDocument]], object | None]:
+                        group_field: str = "group",
+                        text_field: str = "text") -> tuple[dict[str, list[EvalDocument]], object | None]:
     """Members (and nonmembers, when available) -> ({"members": [...], "nonmembers": [...]}, prepared or None);
     a prepared folder's canaries too (``"canaries"``: scored by the canaries task, never extracted unless asked).
 
@@ -120,7 +135,8 @@ def load_eval_documents(data: str | Path, nonmembers: str | Path | None, tokeniz
     if is_prepared(data_path):
         splits, prep = read_prepared(data_path, ["members", "nonmembers", "canaries"], max_docs, group_field)
     else:
-        splits = {"members": tokenize_jsonl(data_path, tokenizer, "members", max_docs, group_field)}
+        splits = {"members": tokenize_jsonl(data_path, tokenizer, "members", max_docs, group_field,
+                                              text_field)}
     if not splits.get("members"):
         raise UserError(f"{data_path} has no member documents to evaluate (its members split is empty)")
     if nonmembers is not None:
@@ -131,5 +147,6 @@ def load_eval_documents(data: str | Path, nonmembers: str | Path | None, tokeniz
                 raise UserError(f"{nm_path} has no nonmembers split; pass a JSONL file or a prepared folder with one")
             splits["nonmembers"] = nm["nonmembers"]
         else:
-            splits["nonmembers"] = tokenize_jsonl(nm_path, tokenizer, "nonmembers", max_docs, group_field)
+            splits["nonmembers"] = tokenize_jsonl(nm_path, tokenizer, "nonmembers", max_docs, group_field,
+                                                 text_field)
     return splits, prep

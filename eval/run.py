@@ -42,6 +42,7 @@ from .aggregate import summarize
 from .canaries import canaries_section
 from .canaries import check_task as check_canary_task
 from .config import EvalConfig
+from .documents import document_verdicts, too_short_line
 from .generate import beam_generate, generate
 from .heartbeat import Heartbeat
 from .shard import Shard, current, process_group, splitting
@@ -272,12 +273,19 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
     reference = load_model(m.reference, m.dtype, m.device, m.allow_pickle) if m.reference else None
     tokenizer = load_model_tokenizer(m.path)  # None: the model folder has none (the data's is used)
     splits, prep = load_eval_documents(cfg.data.path, cfg.data.nonmembers, tokenizer, cfg.data.max_docs,
-                                       cfg.data.group_field)
+                                       cfg.data.group_field, cfg.data.text_field)
     if prep is not None and tokenizer is not None:  # ids of prepared data decode only with their own tokenizer
         check_same_tokenizer(tokenizer, prep.tokenizer, m.path, f"the prepared data {cfg.data.path}")
     elif prep is not None:
         tokenizer = prep.tokenizer
     windows, skipped = _extraction_windows(cfg, splits)
+    extracted = [doc for split in cfg.data.extract_splits for doc in splits.get(split, [])] if windows else []
+    placed = [{"split": w.doc.split, "doc_id": w.doc.id, "start": w.start, "prefix_tokens": len(w.prefix)}
+              for w in windows]  # which documents have a window: the too-short ones are said before any work
+    audit = document_verdicts(extracted, placed, cfg.data.prefix_lens, cfg.data.suffix_len)
+    short = too_short_line(audit, cfg.data.suffix_len)
+    if short and shard.main:
+        print(short, file=sys.stderr)
     print_ = fingerprint(cfg, splits)
     finished = shard.broadcast(_finished(out, print_, cfg) if cfg.resume and shard.main else None)
     if finished is not None:  # this evaluation, done: its results stand (resume=false computes them again)
@@ -315,6 +323,8 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
                  "nonmembers": len(splits.get("nonmembers", [])), "skipped_short": skipped,
                  "sha256": windows_sha256(windows), "documents_sha256": print_["data_sha256"]},
         "summary": summarize(records) if "extraction" in cfg.tasks else None,
+        "documents": (document_verdicts(extracted, records, cfg.data.prefix_lens, cfg.data.suffix_len)
+                      if "extraction" in cfg.tasks else None),
         "membership": run_membership(model, reference, splits, cfg, tokenizer, out),
         "canaries": canaries_section(model, splits, cfg, prep),
         "windows": records,

@@ -41,12 +41,14 @@ def setup(tmp_path_factory):
 def _args(setup, out, *extra):
     root, model, docs, non = setup
     return ["eval", "--model", str(root / "run"), "--data", str(docs), "--nonmembers", str(non), "--out", str(out),
-            "data.prefix_lens=8,all", "data.suffix_len=6", "progress=false", "membership.n_bootstrap=20", *extra]
+            "data.prefix_lens=8,all", "data.suffix_len=6", "data.window=[start]", "progress=false",
+            "membership.n_bootstrap=20", *extra]
 
 
 def _cfg(setup, out, **sections) -> EvalConfig:
     root, model, docs, non = setup
-    data = {"model": {"path": str(model)}, "data": {"path": str(docs), "prefix_lens": [8], "suffix_len": 6},
+    data = {"model": {"path": str(model)}, "data": {"path": str(docs), "prefix_lens": [8], "suffix_len": 6,
+                                                    "window": ["start"]},
             "out": str(out), "report": False, "progress": False, "membership": {"n_bootstrap": 10}}
     for key, value in sections.items():
         data[key] = {**data[key], **value} if isinstance(value, dict) else value
@@ -96,6 +98,7 @@ def test_cli_writes_results_following_the_schema(setup, tmp_path, capsys):
         doc["summary.metrics"]
     assert set().union(*map(set, s["documents"])) <= doc["summary.documents"]
     assert set().union(*map(set, res["windows"])) <= doc["windows"]
+    assert len(res["documents"]) == len(TEXTS) and set().union(*map(set, res["documents"])) <= doc["documents"]
     assert set().union(*map(set, res["membership"]["attacks"].values())) <= doc["membership.attacks.<name>"]
 
 
