@@ -225,6 +225,12 @@ class MembershipSection:
                                                       "each document with their lowercased text (its extra pass "
                                                       "is bounded); null: the whole document")
     min_k_ratios: list[float] = option(factory=lambda: [0.2], help="Min-K% / Min-K%++ ratios (0 < k <= 1)")
+    recall_shots: int = option(1, "ReCaLL (attack recall): nonmember documents joined into the prefix P of LL(x|P) "
+                                  "/ LL(x); they are then not scored themselves (0 = no ReCaLL)")
+    recall_prefix_tokens: int = option(256, "ReCaLL: P is the last this many tokens of those documents")
+    dc_pdd: bool = option(True, "DC-PDD (attack dc_pdd): token probabilities calibrated by the nonmembers' token "
+                                "frequencies")
+    dc_pdd_clip: float = option(0.01, "DC-PDD: the bound a each token's p * -log f is clipped at (the paper's 0.01)")
     n_bootstrap: int = option(1000, "bootstrap resamples for the AUC confidence intervals")
     keep_tokens: bool = option(False, "also keep each document's per-token log-probabilities and top-1 correctness "
                                       "in membership.partial.jsonl (an experiment sets it: its attacks analysis "
@@ -242,6 +248,10 @@ class MembershipSection:
               f"lowercase_tokens={self.lowercase_tokens} must be >= 2 (or null: whole documents)")
         check(all(0 < r <= 1 for r in self.min_k_ratios), problems,
               f"min_k_ratios={self.min_k_ratios} must lie in (0, 1]")
+        check(self.recall_shots >= 0, problems, f"recall_shots={self.recall_shots} must be >= 0 (0 = no ReCaLL)")
+        check(self.recall_prefix_tokens >= 1, problems,
+              f"recall_prefix_tokens={self.recall_prefix_tokens} must be >= 1")
+        check(self.dc_pdd_clip > 0, problems, f"dc_pdd_clip={self.dc_pdd_clip} must be > 0")
         check(self.n_bootstrap >= 0, problems, f"n_bootstrap={self.n_bootstrap} must be >= 0")
         check_at_most(self.n_bootstrap, 10**6, problems, "n_bootstrap", "each resample is an AUC over every score")
         raise_problems(problems)

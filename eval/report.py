@@ -262,7 +262,9 @@ def _membership(results: Mapping) -> list[str]:
             "nonmembers (below that it would be the TPR at zero false positives); a perfect separation shows its "
             "exact permutation p-value instead of a degenerate interval. zlib_mimir divides the mean loss by the zlib length (MIMIR's "
             "form, which tracks document length); zlib_ratio divides total loss bits by zlib bits "
-            "(length-normalised).", "",
+            "(length-normalised). recall (ReCaLL) is LL(x | P) / LL(x) with P the first nonmember document(s), "
+            "which it leaves unscored; dc_pdd (DC-PDD) averages p(token) x -log f(token), clipped, over first "
+            "occurrences, f the nonmembers' token frequencies (reference-free: no second model).", "",
             markdown_table(["attack", "AUC [95 % CI]", "TPR @ 1 % FPR", "TPR @ 0.1 % FPR"], rows), ""]
 
 

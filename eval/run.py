@@ -172,10 +172,27 @@ def run_membership(model, reference, splits: dict, cfg: EvalConfig, tokenizer, o
                   window=m.window, stride=m.stride, token_budget=m.token_budget, chunk=m.chunk,
                   lowercase_tokens=m.lowercase_tokens, cache=cache, keep_tokens=m.keep_tokens,
                   progress=cfg.progress, logger=logger)
-        scores = {name: membership.score_documents(model, [list(d.tokens) for d in splits[name]], **kw)
+        kw.update(_reference_free(model, splits["nonmembers"], m))
+        skip = kw.pop("recall_skip", ())
+        scores = {name: membership.score_documents(model, [list(d.tokens) for d in splits[name]], **kw,
+                                                   recall_skip=skip if name == "nonmembers" else (),
+                                                   dc_pdd_leave_out=name == "nonmembers")
                   for name in ("members", "nonmembers")}
     return membership.membership_section(scores["members"], scores["nonmembers"], n_bootstrap=m.n_bootstrap,
                                          seed=cfg.seed)
+
+
+def _reference_free(model, nonmembers: Sequence, m) -> dict:
+    """The nonmember material of the reference-free attacks: ReCaLL's prefix (the first ``recall_shots``
+    nonmembers, their last ``recall_prefix_tokens`` tokens; those documents are not scored) when more nonmembers
+    remain, and DC-PDD's reference token counts (every nonmember)."""
+    kw: dict = {"dc_pdd_clip": m.dc_pdd_clip}
+    if m.recall_shots and len(nonmembers) > m.recall_shots:
+        prefix = [t for d in nonmembers[:m.recall_shots] for t in d.tokens][-m.recall_prefix_tokens:]
+        kw.update(recall_prefix=prefix, recall_skip=range(m.recall_shots))
+    if m.dc_pdd:
+        kw["dc_pdd_counts"] = membership.token_counts([d.tokens for d in nonmembers], model_vocab_size(model))
+    return kw
 
 
 @contextlib.contextmanager
