@@ -337,6 +337,8 @@ class EvalConfig:
                                     "built beside it and replaces it when finished (only a folder goldfish eval "
                                     "made is replaced)")
     report: bool = option(True, "write report.md and plots")
+    log_samples: bool = option(False, "also write samples.jsonl: one line per extraction window (its ids, the greedy "
+                                      "continuation, the verdicts), as lm-eval's --log_samples (--log-samples)")
     progress: bool = option(True, "show progress bars (also transformers' GGUF conversion bar)")
     seed: int = option(0, "seed for sampling and bootstrap")
 

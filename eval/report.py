@@ -144,8 +144,11 @@ def _header(results: Mapping) -> list[str]:
     lines = ["# Memorisation evaluation", ""]
     if model:
         params = model.get("num_parameters")
-        lines.append(f"- model: `{model.get('path')}`" + (f", {params / 1e6:.2f} M parameters" if params else "")
-                     + (f", {model.get('dtype')}" if model.get("dtype") else ""))
+        lines.append(f"- model: `{model.get('path')}`"
+                     + (f" at revision `{model['revision']}`" if model.get("revision") else "")
+                     + (f", {params / 1e6:.2f} M parameters" if params else "")
+                     + (f", {model.get('dtype')}" if model.get("dtype") else "")
+                     + (f" ({model['nature']})" if model.get("nature") else ""))
     if data:
         counts = (f"{data.get('members', '?')} member and {data.get('nonmembers')} nonmember documents"
                   if data.get("nonmembers") else f"{data.get('members', '?')} documents (no membership split)")

@@ -222,6 +222,19 @@ def write_csv(path: Path, windows: Sequence[dict]) -> None:
     atomic_write_text(path, buf.getvalue())
 
 
+SAMPLES_FILE = "samples.jsonl"
+
+
+def write_samples(path: Path, windows: Sequence[dict], model: dict) -> None:
+    """``--log-samples``: one JSON line per extraction window (lm-eval's per-sample log): the model it is of, where the
+    window sits, the prompt's and the truth's token ids, the greedy continuation and its verdicts."""
+    keep = ("doc_id", "split", "window", "start", "prefix_tokens", "suffix_len", "exact_match", "longest_match_prefix",
+            "token_match", "generation", "truth", "generation_ids", "truth_ids", "sha256")
+    lines = [strict_json({"model": model.get("path"), "revision": model.get("revision"),
+                          **{k: w.get(k) for k in keep}}, indent=None) for w in windows]
+    atomic_write_text(path, "".join(line + "\n" for line in lines))
+
+
 def _check_context(model, windows: Sequence[Window], suffix_len: int) -> None:
     """Refuse before decoding a window longer than the model's position range (e.g. prefix_lens=all on long
     documents)."""
@@ -326,6 +339,7 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
     if shard.main:
         claim_folder(folder, print_)  # refuses a different evaluation before anything is written, then marks it
     records = evaluate_windows(model, tokenizer, windows, cfg, out, mask) if windows else []
+    source = resolve_model_path(m.path)
     results = {
         "schema": SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -333,7 +347,8 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
         "versions": versions(VERSIONED),
         "git": git_commit(),
         "config": to_dict(cfg),
-        "model": {"path": resolve_model_path(m.path).describe(), "num_parameters": num_parameters(model),
+        "model": {"path": source.name(), "revision": source.revision, "nature": source.nature(),
+                  "num_parameters": num_parameters(model),
                   "vocab_size": model_vocab_size(model), "dtype": str(next(model.parameters()).dtype),
                   "precision": m.dtype, "device": describe(next(model.parameters()).device), "weights": weights},
         "data": {"path": str(cfg.data.path), "members": len(splits.get("members", [])),
@@ -356,6 +371,8 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
     atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
     atomic_write_text(out / LM_EVAL_FILE, strict_json(lm_eval_results(results)) + "\n")  # lm-eval's layout
     write_csv(out / "results.csv", records)
+    if cfg.log_samples:
+        write_samples(out / SAMPLES_FILE, records, results["model"])
     save_config(cfg, out / "eval_config.yaml")  # with its results: never describes a run that did not finish
     if cfg.report:
         write_report(results, out)

@@ -68,10 +68,23 @@ def test_a_hub_id_is_evaluated_from_the_hf_cache_offline(setup, offline_cache, t
     root, model, docs, non = setup
     snapshot = fake_hub_cache(offline_cache, "acme/tiny-llama", model)
     args = ["eval", "--model", "acme/tiny-llama", "--data", str(docs), "--out", str(tmp_path / "ev_hub"),
-            "data.prefix_lens=[8]", "data.suffix_len=6", "report=false", "tasks=[extraction]"]
-    assert main(args) == 0, capsys.readouterr().err
-    hub = json.loads((tmp_path / "ev_hub" / "results.json").read_text())
-    assert hub["model"]["path"] == str(snapshot)
+            "data.prefix_lens=[8]", "data.suffix_len=6", "data.window=[start]", "tasks=[extraction]"]
+    assert main(args + ["--log-samples"]) == 0, capsys.readouterr().err
+    out = tmp_path / "ev_hub"
+    hub = json.loads((out / "results.json").read_text())
+    # provenance as lm-eval gives it: the Hub id and the snapshot's commit, never the cache path
+    assert snapshot.name == COMMIT and (hub["model"]["path"], hub["model"]["revision"]) == ("acme/tiny-llama", COMMIT)
+    lm = json.loads((out / LM_EVAL_FILE).read_text())
+    assert lm["model_name"] == "acme/tiny-llama" and f"pretrained=acme/tiny-llama,revision={COMMIT}," in \
+        lm["config"]["model_args"]
+    assert f"`acme/tiny-llama` at revision `{COMMIT}`" in (out / "report.md").read_text()
+    for name in ("results.json", LM_EVAL_FILE, "report.md"):
+        assert str(offline_cache) not in (out / name).read_text(), name
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == len(hub["windows"]) == len(TEXTS)
+    for sample, w in zip(samples, hub["windows"]):
+        assert sample["revision"] == COMMIT and sample["generation_ids"] == w["generation_ids"]
+        assert sample["exact_match"] == (w["generation_ids"] == w["truth_ids"]) and sample["start"] == w["start"]
     local = ["eval", "--model", str(model), *args[3:5], "--out", str(tmp_path / "local"), *args[7:]]
     assert main(local) == 0
     ours = json.loads((tmp_path / "local" / "results.json").read_text())
@@ -91,6 +104,7 @@ def test_hub_ids_that_cannot_be_used_are_one_error_line(setup, offline_cache, tm
         assert main(["eval", "--model", repo_id, "--data", str(docs), "--out", str(tmp_path / "x")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error:") and needle in err[0], err
+        assert repo_id != "acme/absent" or "(hf download acme/absent)" in err[0]  # today's CLI, not huggingface-cli
     assert not (tmp_path / "x").exists()
     # a local folder named like a Hub id is the local folder, and runs/typo (runs/ exists) is a missing local path
     monkeypatch.chdir(tmp_path)
