@@ -91,15 +91,15 @@ def _eos_id(model, tokenizer) -> int | None:
 
 
 def evaluate_chunk(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig, pad_id: int,
-                   mask=None) -> list[dict]:
+                   mask=None, on_batch=None) -> list[dict]:
     """Greedy generation + one pass (+ beam / samples / the mask-consistent adversary, given the model's Goldfish
-    ``mask``) + metrics for a list of windows -> result records."""
+    ``mask``) + metrics for a list of windows -> result records; ``on_batch(n)``: n more windows decoded greedily."""
     dec = cfg.decoding
     prefixes = [w.prefix for w in windows]
     suffixes = [w.suffix for w in windows]
     kw = dict(pad_id=pad_id, batch_size=dec.batch_size, progress=cfg.progress)
     eos = _eos_id(model, tokenizer) if dec.stop_at_eos else None
-    gens = generate(model, prefixes, cfg.data.suffix_len, eos_id=eos, **kw)
+    gens = generate(model, prefixes, cfg.data.suffix_len, eos_id=eos, on_batch=on_batch, **kw)
     onepass = extraction.onepass(model, prefixes, suffixes, batch_size=dec.batch_size, progress=cfg.progress)
     beams = beam_generate(model, prefixes, cfg.data.suffix_len, dec.beam, **kw) if dec.beam > 1 else None
     hits = (extraction.sample_hits(model, prefixes, suffixes, dec.samples, temperature=dec.temperature,
@@ -139,21 +139,28 @@ def evaluate_windows(model, tokenizer, windows: Sequence[Window], cfg: EvalConfi
     pad_id = pad_id_of(tokenizer)
     bar = tqdm(total=len(windows), initial=len(windows) - len(todo), desc="extraction", unit="win",
                disable=None if cfg.progress and shard.main else True)  # None: drawn only on a terminal
+    decoded = [0]  # windows of the chunk in flight decoded so far: progress per batch, not per chunk
+
+    def batch_done(n: int) -> None:
+        decoded[0] += n
+        bar.update(n)
+
     with JsonlLogger(out / WINDOWS_PARTIAL, enabled=shard.main) as partial, \
             JsonlLogger(out / "eval_log.jsonl", enabled=shard.main) as metrics_log, \
-            _heartbeat(shard, "extraction", lambda: len(done), total=len(windows), unit="windows"):
+            _heartbeat(shard, "extraction", lambda: len(done) + decoded[0], total=len(windows), unit="windows",
+                       label=_label(cfg)):
         for lo in range(0, len(todo), CHUNK):
             chunk = todo[lo : lo + CHUNK]
             t0 = time.perf_counter()
-            records = evaluate_chunk(model, tokenizer, chunk, cfg, pad_id, mask)
+            records = evaluate_chunk(model, tokenizer, chunk, cfg, pad_id, mask, on_batch=batch_done)
             seconds = time.perf_counter() - t0
+            decoded[0] = 0  # before done grows: a beat in between undercounts, never counts a window twice
             for rec in records:
                 partial.log(rec)
                 done[rec["sha256"]] = rec
             metrics_log.log({"event": "chunk", "windows": len(chunk), "seconds": round(seconds, 4),
                              "windows_per_s": len(chunk) / max(seconds, 1e-9),
                              "done": len(windows) - len(todo) + lo + len(chunk), "total": len(windows)})
-            bar.update(len(chunk))
     bar.close()
     return [done[w.key] for w in windows]
 
@@ -167,7 +174,7 @@ def run_membership(model, reference, splits: dict, cfg: EvalConfig, tokenizer, o
     shard = current()
     with _score_cache(out / MEMBERSHIP_PARTIAL, cfg.resume, shard) as cache, \
             JsonlLogger(out / "eval_log.jsonl", enabled=shard.main) as logger, \
-            _heartbeat(shard, "membership", lambda: len(cache), unit="scores"):
+            _heartbeat(shard, "membership", lambda: len(cache), unit="scores", label=_label(cfg)):
         kw = dict(reference_model=reference, min_k_ratios=tuple(m.min_k_ratios), tokenizer=tokenizer,
                   window=m.window, stride=m.stride, token_budget=m.token_budget, chunk=m.chunk,
                   lowercase_tokens=m.lowercase_tokens, cache=cache, keep_tokens=m.keep_tokens,
@@ -205,6 +212,12 @@ def _score_cache(path: Path, resume: bool, shard: Shard) -> Iterator[MutableMapp
             yield cache
     else:
         yield dict(shard.broadcast(None))
+
+
+def _label(cfg: EvalConfig) -> str:
+    """What the heartbeat lines name: the out folder's last parts (an experiment's cells/<cell>/eval names its
+    cell)."""
+    return "/".join(Path(str(cfg.out)).parts[-3:])
 
 
 def _heartbeat(shard: Shard, *args, **kwargs):

@@ -4,6 +4,7 @@ a log line at least once a minute when not on a terminal, and no partial files i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -211,4 +212,50 @@ def test_eval_without_a_terminal_logs_each_phase(setup, tmp_path, monkeypatch, c
             "data.prefix_lens=[8]", "data.suffix_len=6", "membership.n_bootstrap=10", "report=false"]
     assert main(args) == 0
     err = capsys.readouterr().err
-    assert "extraction: " in err and "membership: " in err and "it/s]" not in err and "%|" not in err
+    label = "/".join((tmp_path / "ev").parts[-3:])  # an experiment's out folder cells/<cell>/eval names its cell
+    assert f"extraction [{label}]: " in err and f"membership [{label}]: " in err
+    assert "it/s]" not in err and "%|" not in err
+
+
+def test_the_first_heartbeat_line_comes_after_the_first_batch_with_its_measured_rate():
+    """Not "0/35 (0 %) ... 0.00 windows/s" for minutes: once the count moves a line says so, long before the
+    interval."""
+    log, done = _Log(), [0]
+    with Heartbeat("extraction", lambda: done[0], total=12, unit="windows", interval=3600, stream=log,
+                   label="cells/standard_x4/eval", poll=0.01):
+        time.sleep(0.2)  # the first batch
+        done[0] = 4
+        deadline = time.monotonic() + 30
+        while not log.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        first = log.getvalue().splitlines()[0]
+    assert first.startswith("extraction [cells/standard_x4/eval]: 4/12 (33 %) windows, 0.0 min, ")
+    rate = float(first.rsplit(", ", 1)[1].split()[0])
+    assert 0 < rate <= 4 / 0.2  # 4 windows in at least the 0.2 s the batch took
+
+
+def test_extraction_progress_moves_per_batch_not_per_chunk(setup, tmp_path, monkeypatch):
+    """The heartbeat's count advances after every decoding batch of a chunk (6 windows, batches of 2)."""
+    import goldfish.eval.run as run_module
+
+    root, model, docs, non = setup
+    seen, counts = [], []
+
+    def spy(shard, what, count, **kwargs):
+        counts.append(count)
+        return contextlib.nullcontext()
+
+    real = run_module.generate
+
+    def generate(*args, on_batch=None, **kwargs):
+        def batch(n):
+            on_batch(n)
+            seen.append(counts[0]())
+        return real(*args, on_batch=batch, **kwargs)
+
+    monkeypatch.setattr(run_module, "_heartbeat", spy)
+    monkeypatch.setattr(run_module, "generate", generate)
+    assert main(["eval", "--model", str(model), "--data", str(docs), "--out", str(tmp_path / "ev"), "report=false",
+                 "data.prefix_lens=[8]", "data.suffix_len=6", "data.window=[start]", "tasks=[extraction]",
+                 "decoding.batch_size=2", "progress=false"]) == 0
+    assert seen == [2, 4, 6]
