@@ -1,4 +1,4 @@
-"""Human-readable views of results.json: a terminal table and ``report.md`` with PNG plots.
+"""Human-readable views of results.json: a terminal table and ``report.md`` with PNG plots (an SVG copy beside each).
 
 Everything here reads the results dict only (see the schema in ``eval/run.py``) and copes with missing sections: no
 membership (no nonmembers), a single prefix length or repetition stratum, windows without metrics. Files are written
@@ -312,11 +312,12 @@ def _numeric_strata(strata: Mapping[str, Mapping]) -> list[tuple[float, Mapping]
 
 
 # a curve of the per-run plots: (label, summary key, the stem of its interval's keys)
-STRATA_CURVES = (("exact match", "exact_match_rate", "exact_match"), ("ROUGE-L (tokens)", "rouge_l", "rouge_l"))
+STRATA_CURVES = (("exact match", "exact_match_rate", "exact_match"),
+                 ("ROUGE-L (rouge-score, the paper's)", "rouge_l_paper", "rouge_l_paper"))  # the one word-level ROUGE-L
 
 
 def strata_series(strata: Mapping[str, Mapping]) -> dict[str, tuple[list, list]]:
-    """Positive numeric strata -> {"exact match": (xs, ys), "ROUGE-L (tokens)": (xs, ys)}."""
+    """Positive numeric strata -> {"exact match": (xs, ys), "ROUGE-L (rouge-score, the paper's)": (xs, ys)}."""
     points = _numeric_strata(strata)
     out = {}
     for label, key, _ in STRATA_CURVES:
@@ -328,7 +329,7 @@ def strata_series(strata: Mapping[str, Mapping]) -> dict[str, tuple[list, list]]
 
 def strata_bands(strata: Mapping[str, Mapping]) -> dict[str, tuple[list, list]]:
     """Each curve's 95 % interval (lows, highs) aligned with :func:`strata_series`' points: Wilson's for exact match,
-    the mean's normal interval for ROUGE-L (the summary's ``_ci_low`` / ``_ci_high``)."""
+    the mean's normal interval for the paper's ROUGE-L (the summary's ``_ci_low`` / ``_ci_high``)."""
     out = {}
     for label, key, stem in STRATA_CURVES:
         rows = [r for _, r in _numeric_strata(strata) if r.get(key) is not None]
@@ -345,7 +346,7 @@ def report_plots(results: Mapping, out_dir: str | os.PathLike) -> list[Path]:
         series = strata_series(strata)
         if series:
             paths.append(line_plot(series, f"memorisation vs {name.replace('_', ' ')}", label,
-                                   "rate / score (95 % bands)", out / f"memorisation_vs_{name}.png",
+                                   "fraction of windows / F1 (0-1, 95 % bands)", out / f"memorisation_vs_{name}.png",
                                    logx=logx, fit=logx, bands=strata_bands(strata), unit_interval=True))
     attacks = attacks_of(results)
     if attacks:
