@@ -230,8 +230,9 @@ def _audit(results: Mapping) -> list[str]:
              f"reproduced its whole suffix of {cfg.get('suffix_len', 'S')} tokens verbatim (windows: "
              f"{', '.join(cfg.get('window') or [])}, prefixes {cfg.get('prefix_lens')}"
              + (f", stride {cfg.get('stride') or cfg.get('suffix_len')} tokens" if "stride" in (cfg.get("window") or [])
-                else "") + "). The longest verbatim span is the longest run of tokens greedy decoding reproduced "
-             "before its first mistake, at a token offset into the document. Every document's verdict is in "
+                else "") + "). The longest verbatim span is the longest stretch of the document every token of "
+             "which greedy decoding reproduced (each window from the true text before it, up to its first mistake; "
+             "consecutive windows join), at a token offset into the document. Every document's verdict is in "
              "results.json `documents`.", ""]
     if hits:
         rows = [[i + 1, escape_markdown(str(d.get("doc_id"))), escape_markdown(str(d.get("title") or "")),

@@ -48,16 +48,25 @@ def expected(ids: list[int], succ: dict[int, int]) -> dict:
         return {"verdict": "too_short"}
     starts = list(range(0, last + 1, S))
     starts += [last] if starts[-1] < last else []
-    best, exact = (-1, 0), 0
+    reproduced = [False] * len(ids)  # tokens some window's greedy continuation reproduced before its first mistake
+    exact = 0
     for s in starts:
         token, run = ids[s + P - 1], 0
         for truth in ids[s + P: s + P + S]:
             token = succ.get(token, 0)
             if token != truth:
                 break
+            reproduced[s + P + run] = True
             run += 1
         exact += run == S
-        best = max(best, (run, -(s + P)))
+    best = (0, -P)  # no token reproduced: a span of 0 at the first suffix token
+    i = 0
+    while i < len(ids):  # the longest run of reproduced tokens, the earliest on a tie
+        j = i
+        while j < len(ids) and reproduced[j]:
+            j += 1
+        best = max(best, (j - i, -i)) if j > i else best
+        i = j + 1
     return {"verdict": "regurgitated" if exact else "not_regurgitated", "n_windows": len(starts),
             "regurgitated_windows": exact, "longest_span": best[0], "longest_span_offset": -best[1]}
 
@@ -96,6 +105,7 @@ def test_a_corpus_is_audited_document_by_document(tmp_path, capsys):
         assert {k: got[k] for k in w} == w, doc_id
     verdicts = [w["verdict"] for w in want.values()]
     assert {"regurgitated", "not_regurgitated", "too_short"} <= set(verdicts)  # the fixture exercises all three
+    assert max(w.get("longest_span", 0) for w in want.values()) > S  # and a span over consecutive windows
 
     short = verdicts.count("too_short")
     assert f"{short} of 20 documents skipped as too short: a window needs at least {P + S} tokens" in captured.err
