@@ -88,17 +88,18 @@ class ModelSection:
 
 
 def _is_corpus_file(path) -> bool:
-    """``data.path`` names a file of documents (JSONL), not a prepared folder: its default windows cover each whole
-    document (``stride``)."""
-    return bool(path) and not Path(str(path)).expanduser().is_dir()
+    """``data.path`` names a corpus (a JSONL file or a folder of text files), not a prepared folder (manifest.json):
+    its default windows cover each whole document (``stride``)."""
+    return bool(path) and not (Path(str(path)).expanduser() / "manifest.json").is_file()
 
 
 @dataclasses.dataclass
 class DataSection:
     """The documents, their groups, and where extraction windows sit in them (see goldfish.eval.windows)."""
 
-    path: Union[str, None] = option(None, "documents: a prepared folder (goldfish prepare; its members split) or "
-                                          "a JSONL file with one {\"id\", \"text\"} object per line")
+    path: Union[str, None] = option(None, "documents: a prepared folder (goldfish prepare; its members split), "
+                                          "a JSONL file with one {\"id\", \"text\"} object per line, or a folder "
+                                          "of .txt/.md files (one document each)")
     nonmembers: Union[str, None] = option(None, "nonmember documents for membership inference (prepared folder or "
                                                 "JSONL); default: the data folder's nonmembers split, if any")
     text_field: str = option("text", "JSONL field that holds each document's text (e.g. data.text_field=body)")
@@ -114,7 +115,8 @@ class DataSection:
         None, "where windows sit: start (prefix at token 0), end (suffix = last S tokens), stride (prefix starts "
               "0, stride, 2·stride ...), offsets (prefix starts at data.offsets); a list evaluates several "
               "placements, each reported separately; default: offsets when data.offsets is set, stride over the "
-              "whole document for a JSONL file (an audit of a corpus), else start (a prepared folder)")
+              "whole document for a JSONL file or a folder of text files (an audit of a corpus), else start (a "
+              "prepared folder)")
     stride: Union[int, None] = option(None, "step between stride windows in tokens (default: suffix_len, so the "
                                             "suffixes tile each document from token P on)")
     offsets: list[Union[int, str]] = option(factory=list, help="prefix start offsets of the 'offsets' placement, e.g. "

@@ -4,7 +4,8 @@
   ``id``, ``title`` and ``repetitions`` (copies per epoch in the training data; 0 for nonmembers). ``members`` are
   extracted; the ``nonmembers`` split, when present, feeds membership inference.
 * JSONL file: one ``{"id": ..., "text": ...}`` object per line (the text under ``data.text_field``, default
-  ``text``) (optional ``title``, ``repetitions`` -- a whole
+  ``text``); or a folder of text files (``*.txt``, ``*.md``, below it): one document per file, its id the file's
+  path in the folder (optional ``title``, ``repetitions`` -- a whole
   number >= 0 -- and a group under ``group_field``, default ``group``), tokenised here with the model's tokenizer
   as ``goldfish prepare`` tokenises: no special tokens added, and text that spells one (``<|endoftext|>``) stays
   text.
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Iterator, Sequence
 
 from goldfish.data import load_prepared
 from goldfish.data.sources import jsonl_objects
@@ -33,10 +34,32 @@ def _check_path(path: str | Path, flag: str) -> Path:
     p = Path(path).expanduser()
     if not p.exists():
         raise UserError(f"{flag} path not found: {p} (pass a prepared folder from `goldfish prepare` or a JSONL file)")
-    if p.is_dir() and not is_prepared(p):
-        raise UserError(f"{p} is a folder without manifest.json, so not a prepared dataset; run `goldfish prepare` "
-                        f"or pass a JSONL file with one {{\"id\", \"text\"}} object per line")
+    if p.is_dir() and not is_prepared(p) and not text_files(p):
+        raise UserError(f"{p} is a folder with neither manifest.json (a prepared dataset: `goldfish prepare`) nor "
+                        f"text files ({', '.join('*' + x for x in TEXT_SUFFIXES)}); pass one of those or a JSONL file "
+                        f"with one {{\"id\", \"text\"}} object per line")
     return p
+
+
+TEXT_SUFFIXES = (".txt", ".md")
+
+
+def text_files(folder: Path) -> list[Path]:
+    """The documents of a folder of text files: every ``*.txt`` / ``*.md`` below it, in path order."""
+    return sorted(f for f in Path(folder).rglob("*") if f.suffix in TEXT_SUFFIXES and f.is_file())
+
+
+def _folder_rows(folder: Path, max_docs: int | None) -> Iterator[tuple[str, dict]]:
+    """(where, row) per text file: ``{"id": its path under the folder, "text": its UTF-8 text}``."""
+    for i, f in enumerate(text_files(folder)):
+        if max_docs is not None and i >= max_docs:
+            return
+        try:
+            text = f.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise UserError(f"{f} is not UTF-8 text (invalid byte at offset {e.start}); re-encode it as UTF-8, e.g. "
+                            f"iconv -f latin1 -t utf-8") from None
+        yield str(f), {"id": f.relative_to(folder).as_posix(), "text": text}
 
 
 def _optional_int(value) -> int | None:
@@ -94,9 +117,15 @@ def tokenize_jsonl(path: str | Path, tokenizer, split: str = "members", max_docs
     text is read from ``text_field`` (``data.text_field``) and the value under ``group_field`` (any JSON scalar)
     becomes the document's group."""
     path = Path(path)
+    if path.is_dir():  # a folder of text files: one document per file, its text under text_field
+        source: Iterable[tuple[object, dict]] = (
+            (where, {**({k: v for k, v in row.items() if k != "text"}), text_field: row["text"]})
+            for where, row in _folder_rows(path, max_docs))
+    else:
+        source = jsonl_objects(path)
 
     rows = []
-    for n, row in jsonl_objects(path):
+    for n, row in source:
         if not isinstance(row.get(text_field), str):
             raise _missing_text(path, n, row, text_field)
         count = row.get("repetitions")

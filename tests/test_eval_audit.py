@@ -120,3 +120,34 @@ def test_a_corpus_is_audited_document_by_document(tmp_path, capsys):
     assert listed == order  # every regurgitated document, longest span first
     assert "20 documents (no membership split)" in report and "member" not in audit
     assert f"{short} documents too short for a window" in audit
+
+
+def test_a_folder_of_text_files_is_a_corpus_too(tmp_path, capsys):
+    tok = tiny_tokenizer()
+    succ: dict[int, int] = {}
+    ids = tok(TEXTS[0], add_special_tokens=False)["input_ids"]
+    for a, b in zip(ids, ids[1:]):
+        succ.setdefault(a, b)
+    model = save_model_folder(tmp_path / "model", successor_model(len(tok), succ), tok)
+    corpus = tmp_path / "corpus"
+    (corpus / "sub").mkdir(parents=True)
+    files = {"a.txt": TEXTS[0], "b.md": TEXTS[3], "sub/c.txt": "Hi.", "skip.json": "{}"}
+    for name, text in files.items():
+        (corpus / name).write_text(text, encoding="utf-8")
+    out = tmp_path / "audit"
+    assert main(["eval", "--model", str(model), "--data", str(corpus), "--out", str(out), "progress=false",
+                 f"data.prefix_lens={P}", f"data.suffix_len={S}"]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["config"]["data"]["window"] == ["stride"]
+    got = {d["doc_id"]: d for d in res["documents"]}
+    assert list(got) == ["a.txt", "b.md", "sub/c.txt"]  # every text file below the folder, by path; not the .json
+    for name in got:
+        want = expected(tok(files[name], add_special_tokens=False)["input_ids"], succ)
+        assert {k: got[name][k] for k in want} == want, name
+    assert got["a.txt"]["verdict"] == "regurgitated" and got["sub/c.txt"]["verdict"] == "too_short"
+    capsys.readouterr()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["eval", "--model", str(model), "--data", str(empty), "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "neither manifest.json" in err and "*.txt" in err
