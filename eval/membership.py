@@ -44,12 +44,13 @@ again, so eval's membership task and the experiment's ``attacks.json`` are one p
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import math
 import struct
 import zlib
-from typing import Any, MutableMapping, Sequence
+from typing import Any, Callable, MutableMapping, Sequence
 
 import numpy as np
 from sklearn.metrics import roc_auc_score, roc_curve
@@ -248,6 +249,108 @@ def _column(rows: list[dict], key: str) -> np.ndarray:
     return np.array([r[key] for r in rows], dtype=np.float64)
 
 
+# ------------------------------------------------------------------------------------------ the attack registry
+
+
+@dataclasses.dataclass
+class AttackInputs:
+    """What an attack reads: the target pass' per-document ``rows`` (:func:`target_pass`; per-token ``logp`` when an
+    attack asks for ``token_scores``), their mean NLL, the scoring loop's settings and cache, and the optional
+    inputs an attack may need (``needs``)."""
+
+    model: Any
+    docs: Sequence[Sequence[int]]
+    rows: list[dict]
+    nll: np.ndarray
+    ratios: Sequence[float]
+    loop: dict
+    cache: MutableMapping[str, dict] | None
+    head: int | None
+    tokenizer: Any = None
+    reference_model: Any = None
+    recall_prefix: Sequence[int] | None = None
+    recall_skip: Sequence[int] = ()
+    dc_pdd_counts: np.ndarray | None = None
+    dc_pdd_clip: float = 0.01
+    dc_pdd_leave_out: bool = False
+    _texts: list[str] | None = None
+
+    def texts(self) -> list[str]:
+        if self._texts is None:
+            self._texts = [self.tokenizer.decode(list(d), skip_special_tokens=True) for d in self.docs]
+        return self._texts
+
+
+@dataclasses.dataclass(frozen=True)
+class Attack:
+    """A registered membership attack: ``score(inputs) -> {key: (n,) scores}``, members higher; it runs when every
+    input it ``needs`` is given; ``keys(ratios)`` names its scores before any is computed; ``token_scores``: it reads
+    the per-token log-probs of the target pass."""
+
+    name: str
+    score: Callable[[AttackInputs], dict[str, np.ndarray]]
+    needs: tuple[str, ...] = ()
+    keys: Callable[[Sequence[float]], list[str]] = lambda ratios: []
+    token_scores: bool = False
+
+
+ATTACKS: dict[str, Attack] = {}  # name -> attack, in the order the membership table lists them
+
+
+def register_attack(name: str, needs: tuple[str, ...] = (), keys: Callable[[Sequence[float]], list[str]] | None = None,
+                    token_scores: bool = False):
+    """Register ``fn(inputs) -> {key: scores}`` as attack ``name`` (its one key ``name`` unless ``keys`` says)."""
+    def wrap(fn: Callable[[AttackInputs], dict[str, np.ndarray]]):
+        ATTACKS[name] = Attack(name, fn, tuple(needs), keys or (lambda ratios: [name]), token_scores)
+        return fn
+    return wrap
+
+
+@register_attack("loss")
+def _loss(x: AttackInputs) -> dict[str, np.ndarray]:
+    return {"loss": -x.nll}
+
+
+@register_attack("min_k", keys=lambda ratios: [ratio_key(p, r) for r in ratios for p in ("min_k", "min_k_pp")])
+def _min_k(x: AttackInputs) -> dict[str, np.ndarray]:
+    return {ratio_key(p, r): _column(x.rows, ratio_key(p, r)) for r in x.ratios for p in ("min_k", "min_k_pp")}
+
+
+@register_attack("zlib", needs=("tokenizer",), keys=lambda ratios: ["zlib_mimir", "zlib_ratio"])
+def _zlib(x: AttackInputs) -> dict[str, np.ndarray]:
+    zbytes = np.array([zlib_length(t) for t in x.texts()], dtype=np.float64)
+    return {"zlib_mimir": -x.nll / zbytes, "zlib_ratio": -(_column(x.rows, "nll_sum") / math.log(2)) / (8 * zbytes)}
+
+
+@register_attack("lowercase", needs=("tokenizer",))
+def _lowercase(x: AttackInputs) -> dict[str, np.ndarray]:
+    head, tok = x.head, x.tokenizer
+    heads = [list(d[:head]) for d in x.docs] if head else x.docs
+    lowered = lowercase_docs(heads, [tok.decode(d, skip_special_tokens=True) for d in heads] if head else
+                             x.texts(), tok)
+    return {"lowercase": -_column(x.rows, "nll_head" if head else "nll") / _lowercase_nll(x.model, lowered, x.cache,
+                                                                                          x.loop)}
+
+
+@register_attack("reference", needs=("reference_model",))
+def _reference(x: AttackInputs) -> dict[str, np.ndarray]:
+    ref = _scored_pass(x.reference_model, x.docs, "reference", (), x.cache, x.loop)
+    return {"reference": _column(ref, "nll") - x.nll}
+
+
+@register_attack("recall", needs=("recall_prefix",))
+def _recall(x: AttackInputs) -> dict[str, np.ndarray]:
+    return {"recall": recall_scores(x.model, x.docs, x.recall_prefix, skip=x.recall_skip, cache=x.cache, loop=x.loop)}
+
+
+@register_attack("dc_pdd", needs=("dc_pdd_counts",), token_scores=True)
+def _dc_pdd(x: AttackInputs) -> dict[str, np.ndarray]:
+    counts = np.asarray(x.dc_pdd_counts, dtype=np.int64)
+    return {"dc_pdd": np.array([
+        dc_pdd_score(d, r["logp"], counts - token_counts([d], len(counts)) if x.dc_pdd_leave_out else counts,
+                     x.dc_pdd_clip) for d, r in zip(x.docs, x.rows)], dtype=np.float64)}
+
+
 def score_documents(
     model: Any,
     docs: list[list[int]],
@@ -287,45 +390,25 @@ def score_documents(
     ``dc_pdd_leave_out`` each document's own tokens taken out of the counts first (the documents are that corpus).
     """
     ratios = _check_ratios(min_k_ratios)
+    given = {"tokenizer": tokenizer, "reference_model": reference_model, "recall_prefix": recall_prefix,
+             "dc_pdd_counts": dc_pdd_counts}
+    runnable = [a for a in ATTACKS.values() if all(given[n] is not None for n in a.needs)]
     if not docs:
-        keys = ["loss"] + [ratio_key(p, r) for r in ratios for p in ("min_k", "min_k_pp")]
-        keys += ["zlib_mimir", "zlib_ratio", "lowercase"] * (tokenizer is not None)
-        keys += ["reference"] * (reference_model is not None)
-        keys += ["recall"] * (recall_prefix is not None) + ["dc_pdd"] * (dc_pdd_counts is not None)
-        return {k: np.zeros(0) for k in keys}
+        return {k: np.zeros(0) for a in runnable for k in a.keys(ratios)}
     _check_docs(docs, _vocab_size(model))
     head = lowercase_tokens if tokenizer is not None else None
     rows = target_pass(model, docs, min_k_ratios=ratios, head=head, window=window, stride=stride,
                        token_budget=token_budget, chunk=chunk, cache=cache,
-                       keep_tokens=keep_tokens or dc_pdd_counts is not None,
+                       keep_tokens=keep_tokens or any(a.token_scores for a in runnable),
                        reference_model=reference_model, progress=progress, logger=logger)
     loop = dict(window=scoring_window(window, model, reference_model), stride=stride, token_budget=token_budget,
                 chunk=chunk, progress=progress, logger=logger)
-    nll = _column(rows, "nll")
-    scores: dict[str, np.ndarray] = {"loss": -nll}
-    for r in ratios:
-        for prefix in ("min_k", "min_k_pp"):
-            scores[ratio_key(prefix, r)] = _column(rows, ratio_key(prefix, r))
-    if tokenizer is not None:
-        texts = [tokenizer.decode(list(d), skip_special_tokens=True) for d in docs]
-        zbytes = np.array([zlib_length(t) for t in texts], dtype=np.float64)
-        scores["zlib_mimir"] = -nll / zbytes
-        scores["zlib_ratio"] = -(_column(rows, "nll_sum") / math.log(2)) / (8 * zbytes)
-        heads = [list(d[:head]) for d in docs] if head else docs
-        lowered = lowercase_docs(heads, [tokenizer.decode(d, skip_special_tokens=True) for d in heads] if head else
-                                  texts, tokenizer)
-        scores["lowercase"] = -_column(rows, "nll_head" if head else "nll") / _lowercase_nll(model, lowered, cache,
-                                                                                             loop)
-    if reference_model is not None:
-        ref = _scored_pass(reference_model, docs, "reference", (), cache, loop)
-        scores["reference"] = _column(ref, "nll") - nll
-    if recall_prefix is not None:
-        scores["recall"] = recall_scores(model, docs, recall_prefix, skip=recall_skip, cache=cache, loop=loop)
-    if dc_pdd_counts is not None:
-        counts = np.asarray(dc_pdd_counts, dtype=np.int64)
-        scores["dc_pdd"] = np.array([
-            dc_pdd_score(d, r["logp"], counts - token_counts([d], len(counts)) if dc_pdd_leave_out else counts,
-                         dc_pdd_clip) for d, r in zip(docs, rows)], dtype=np.float64)
+    ctx = AttackInputs(model=model, docs=docs, rows=rows, nll=_column(rows, "nll"), ratios=ratios, loop=loop,
+                       cache=cache, head=head, recall_skip=recall_skip, dc_pdd_clip=dc_pdd_clip,
+                       dc_pdd_leave_out=dc_pdd_leave_out, **given)
+    scores: dict[str, np.ndarray] = {}
+    for attack in runnable:
+        scores.update(attack.score(ctx))
     return scores
 
 

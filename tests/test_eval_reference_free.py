@@ -74,3 +74,21 @@ def test_both_attacks_are_in_the_membership_table(tmp_path):
     assert attacks["recall"]["n_nonmembers"] == len(TEXTS) - 2 and attacks["dc_pdd"]["n_nonmembers"] == len(TEXTS)
     report = (out / "report.md").read_text()
     assert "| recall |" in report and "| dc_pdd |" in report
+
+
+def test_a_registered_attack_joins_the_table(monkeypatch):
+    """An attack is one registered function: its scores get an AUC like the others (here the document length, which
+    separates the long members from the short nonmembers perfectly: AUC 1)."""
+    from goldfish.eval import membership
+
+    monkeypatch.setattr(membership, "ATTACKS", dict(membership.ATTACKS))
+    membership.register_attack("length")(lambda x: {"length": np.array([len(d) for d in x.docs], dtype=float)})
+    tok = tiny_tokenizer()
+    model = tiny_llama(len(tok), seed=1)
+    members = [tok(t, add_special_tokens=False)["input_ids"] for t in TEXTS]
+    nonmembers = [d[:8] for d in members]
+    kw = dict(progress=False, window=64)
+    section = membership.membership_section(membership.score_documents(model, members, **kw),
+                                            membership.score_documents(model, nonmembers, **kw), n_bootstrap=20)
+    assert list(section["attacks"])[-1] == "length" and section["attacks"]["length"]["auc"] == 1.0
+    assert list(section["attacks"])[:3] == ["loss", "min_k_20", "min_k_pp_20"]  # the registered order
