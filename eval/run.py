@@ -248,6 +248,15 @@ def write_samples(path: Path, windows: Sequence[dict], model: dict) -> None:
     atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
+def _samples(out: Path, cfg: EvalConfig, results: dict) -> None:
+    """samples.jsonl of these results with ``log_samples`` (also when a finished evaluation is reused), else none: a
+    file from an earlier run never sits beside results it does not describe."""
+    if cfg.log_samples:
+        write_samples(out / SAMPLES_FILE, results.get("windows") or [], results.get("model") or {})
+    else:
+        (out / SAMPLES_FILE).unlink(missing_ok=True)
+
+
 def _check_context(model, windows: Sequence[Window], suffix_len: int) -> None:
     """Refuse before decoding a window longer than the model's position range (e.g. prefix_lens=all on long
     documents)."""
@@ -334,6 +343,7 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
     if finished is not None:  # this evaluation, done: its results stand (resume=false computes them again)
         if shard.main:
             print(f"{folder.final} already holds this evaluation: its results.json is reused", file=sys.stderr)
+            _samples(out, cfg, finished)
         return finished
     if shard.split and cfg.decoding.samples:
         raise UserError(f"decoding.samples={cfg.decoding.samples} draws from one random stream over the batches in "
@@ -384,8 +394,7 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
     atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
     atomic_write_text(out / LM_EVAL_FILE, strict_json(lm_eval_results(results)) + "\n")  # lm-eval's layout
     write_csv(out / "results.csv", records)
-    if cfg.log_samples:
-        write_samples(out / SAMPLES_FILE, records, results["model"])
+    _samples(out, cfg, results)
     save_config(cfg, out / "eval_config.yaml")  # with its results: never describes a run that did not finish
     if cfg.report:
         write_report(results, out)

@@ -86,6 +86,10 @@ def test_a_hub_id_is_evaluated_from_the_hf_cache_offline(setup, offline_cache, t
     for sample, w in zip(samples, hub["windows"]):
         assert sample["revision"] == COMMIT and sample["generation_ids"] == w["generation_ids"]
         assert sample["exact_match"] == (w["generation_ids"] == w["truth_ids"]) and sample["start"] == w["start"]
+    (out / "samples.jsonl").unlink()
+    assert main(args + ["--log-samples"]) == 0  # the finished evaluation is reused, its samples written again
+    assert (out / "samples.jsonl").read_text().count("\n") == len(TEXTS)
+    assert main(args) == 0 and not (out / "samples.jsonl").exists()  # never beside results it was not asked for
     local = ["eval", "--model", str(model), *args[3:5], "--out", str(tmp_path / "local"), *args[7:]]
     assert main(local) == 0
     ours = json.loads((tmp_path / "local" / "results.json").read_text())
