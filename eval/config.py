@@ -21,6 +21,7 @@ and a few shorthand flags, :data:`SHORTHANDS`, that name one key each). Sections
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import ClassVar, Literal, Union
 
 from goldfish.config import check, check_at_most, check_seed, option, raise_problems, shown
@@ -92,14 +93,22 @@ class ModelSection:
         raise_problems(problems)
 
 
+def _is_corpus_file(path) -> bool:
+    """``data.path`` names a corpus (a JSONL file or a folder of text files), not a prepared folder (manifest.json):
+    its default windows cover each whole document (``stride``)."""
+    return bool(path) and not (Path(str(path)).expanduser() / "manifest.json").is_file()
+
+
 @dataclasses.dataclass
 class DataSection:
     """The documents, their groups, and where extraction windows sit in them (see goldfish.eval.windows)."""
 
-    path: Union[str, None] = option(None, "documents: a prepared folder (goldfish prepare; its members split) or "
-                                          "a JSONL file with one {\"id\", \"text\"} object per line")
+    path: Union[str, None] = option(None, "documents: a prepared folder (goldfish prepare; its members split), "
+                                          "a JSONL file with one {\"id\", \"text\"} object per line, or a folder "
+                                          "of .txt/.md files (one document each)")
     nonmembers: Union[str, None] = option(None, "nonmember documents for membership inference (prepared folder or "
                                                 "JSONL); default: the data folder's nonmembers split, if any")
+    text_field: str = option("text", "JSONL field that holds each document's text (e.g. data.text_field=body)")
     group_field: str = option("group", "JSONL field whose value groups documents in the summary (by_group); "
                                        "documents without it are in no group")
     max_docs: Union[int, None] = option(None, "evaluate only the first N documents of each split")
@@ -111,8 +120,11 @@ class DataSection:
     window: Union[list[Literal["end", "start", "stride", "offsets"]], None] = option(
         None, "where windows sit: start (prefix at token 0), end (suffix = last S tokens), stride (prefix starts "
               "0, stride, 2·stride ...), offsets (prefix starts at data.offsets); a list evaluates several "
-              "placements, each reported separately; default: offsets when data.offsets is set, else start")
-    stride: Union[int, None] = option(None, "step between stride windows in tokens (default: suffix_len)")
+              "placements, each reported separately; default: offsets when data.offsets is set, stride over the "
+              "whole document for a JSONL file or a folder of text files (an audit of a corpus), else start (a "
+              "prepared folder)")
+    stride: Union[int, None] = option(None, "step between stride windows in tokens (default: suffix_len, so the "
+                                            "suffixes tile each document from token P on)")
     offsets: list[Union[int, str]] = option(factory=list, help="prefix start offsets of the 'offsets' placement, e.g. "
                                                    "[0, 100, 200] (--offsets 0,100,200)")
     max_offset: Union[int, None] = option(None, "stride and offsets windows start at most this many tokens into "
@@ -137,8 +149,8 @@ class DataSection:
             problems.append(f"offsets={offsets} must be integers >= 0, e.g. --offsets 0,100,200")
         check(all(isinstance(o, int) and o >= 0 for o in self.offsets), problems,
               f"offsets={self.offsets} must be integers >= 0")
-        if self.window is None:
-            self.window = ["offsets"] if self.offsets else ["start"]
+        if self.window is None:  # a JSONL corpus is audited whole; a prepared folder keeps its first window
+            self.window = ["offsets"] if self.offsets else ["stride"] if _is_corpus_file(self.path) else ["start"]
         self.window = list(dict.fromkeys(self.window))
         check(len(self.window) > 0, problems, f"window is empty; use one of {', '.join(PLACEMENTS)}")
         check("offsets" not in self.window or bool(self.offsets), problems,
@@ -146,6 +158,8 @@ class DataSection:
         check(self.suffix_len >= 1, problems, f"suffix_len={self.suffix_len} must be >= 1")
         check(self.stride is None or self.stride >= 1, problems, f"stride={self.stride} must be >= 1")
         check(self.max_offset is None or self.max_offset >= 0, problems, f"max_offset={self.max_offset} must be >= 0")
+        check(bool(str(self.text_field).strip()), problems, "text_field is empty; name the JSONL field holding the "
+                                                            "text, e.g. data.text_field=text")
         check(self.max_docs is None or self.max_docs >= 1, problems, f"max_docs={self.max_docs} must be >= 1")
         check(len(self.extract_splits) > 0, problems, "extract_splits is empty; use [members]")
         raise_problems(problems)
@@ -219,6 +233,12 @@ class MembershipSection:
                                                       "each document with their lowercased text (its extra pass "
                                                       "is bounded); null: the whole document")
     min_k_ratios: list[float] = option(factory=lambda: [0.2], help="Min-K% / Min-K%++ ratios (0 < k <= 1)")
+    recall_shots: int = option(1, "ReCaLL (attack recall): nonmember documents joined into the prefix P of LL(x|P) "
+                                  "/ LL(x); they are then not scored themselves (0 = no ReCaLL)")
+    recall_prefix_tokens: int = option(256, "ReCaLL: P is the last this many tokens of those documents")
+    dc_pdd: bool = option(True, "DC-PDD (attack dc_pdd): token probabilities calibrated by the nonmembers' token "
+                                "frequencies")
+    dc_pdd_clip: float = option(0.01, "DC-PDD: the bound a each token's p * -log f is clipped at (the paper's 0.01)")
     n_bootstrap: int = option(1000, "bootstrap resamples for the AUC confidence intervals")
     keep_tokens: bool = option(False, "also keep each document's per-token log-probabilities and top-1 correctness "
                                       "in membership.partial.jsonl (an experiment sets it: its attacks analysis "
@@ -236,6 +256,10 @@ class MembershipSection:
               f"lowercase_tokens={self.lowercase_tokens} must be >= 2 (or null: whole documents)")
         check(all(0 < r <= 1 for r in self.min_k_ratios), problems,
               f"min_k_ratios={self.min_k_ratios} must lie in (0, 1]")
+        check(self.recall_shots >= 0, problems, f"recall_shots={self.recall_shots} must be >= 0 (0 = no ReCaLL)")
+        check(self.recall_prefix_tokens >= 1, problems,
+              f"recall_prefix_tokens={self.recall_prefix_tokens} must be >= 1")
+        check(self.dc_pdd_clip > 0, problems, f"dc_pdd_clip={self.dc_pdd_clip} must be > 0")
         check(self.n_bootstrap >= 0, problems, f"n_bootstrap={self.n_bootstrap} must be >= 0")
         check_at_most(self.n_bootstrap, 10**6, problems, "n_bootstrap", "each resample is an AUC over every score")
         raise_problems(problems)
@@ -321,6 +345,8 @@ class EvalConfig:
                                     "built beside it and replaces it when finished (only a folder goldfish eval "
                                     "made is replaced)")
     report: bool = option(True, "write report.md and plots")
+    log_samples: bool = option(False, "also write samples.jsonl: one line per extraction window (its ids, the greedy "
+                                      "continuation, the verdicts), as lm-eval's --log_samples (--log-samples)")
     progress: bool = option(True, "show progress bars (also transformers' GGUF conversion bar)")
     seed: int = option(0, "seed for sampling and bootstrap")
 

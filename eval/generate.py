@@ -181,8 +181,10 @@ def auto_batch_size(model, max_len: int, n: int) -> int:
 
 
 def run_batched(fn: Callable[[list[int]], list], lengths: Sequence[int], batch_size: int | str, model,
-                exact: bool = False, desc: str = "", progress: bool = True) -> list:
+                exact: bool = False, desc: str = "", progress: bool = True,
+                on_batch: Callable[[int], None] | None = None) -> list:
     """Apply ``fn(indices) -> per-index results`` over length buckets; halve the batch on CUDA out-of-memory.
+    ``on_batch(n)`` is told each finished batch's size (a caller's progress count).
 
     Returns results in input order. ``batch_size`` may be ``"auto"``. Under a split evaluation
     (:mod:`goldfish.eval.shard`) each rank computes its share of the same buckets and every rank returns all results
@@ -202,6 +204,8 @@ def run_batched(fn: Callable[[list[int]], list], lengths: Sequence[int], batch_s
                 for i, value in got.items():
                     results[i] = value
             bar.update(sum(len(plan[b]) for b in batches))
+            if on_batch is not None:
+                on_batch(sum(len(plan[b]) for b in batches))
         bar.close()
         return results
     while done < n:
@@ -213,6 +217,8 @@ def run_batched(fn: Callable[[list[int]], list], lengths: Sequence[int], batch_s
                     results[i] = value
                 done += len(idx)
                 bar.update(len(idx))
+                if on_batch is not None:
+                    on_batch(len(idx))
         except torch.cuda.OutOfMemoryError:
             if size == 1:
                 raise
@@ -226,7 +232,7 @@ def run_batched(fn: Callable[[list[int]], list], lengths: Sequence[int], batch_s
 def generate(model, prefixes: Sequence[Sequence[int]], max_new_tokens: int, *, pad_id: int = 0,
              batch_size: int | str = 32, pick: Picker = greedy_pick, progress: bool = True,
              desc: str = "generate", static_cache: bool | None = None,
-             eos_id: int | None = None) -> list[list[int]]:
+             eos_id: int | None = None, on_batch: Callable[[int], None] | None = None) -> list[list[int]]:
     """``max_new_tokens`` tokens after every prefix, greedy by default -> one id list per prefix.
 
     Without ``eos_id``: exactly ``max_new_tokens`` tokens, token-identical to batch-1 ``model.generate(prefix,
@@ -244,7 +250,7 @@ def generate(model, prefixes: Sequence[Sequence[int]], max_new_tokens: int, *, p
         rows = decode_batch(model, [prefixes[i] for i in idx], max_new_tokens, pad_id, pick, static).tolist()
         return [cut_at_eos(r, eos_id) for r in rows]
 
-    return run_batched(run, [len(p) for p in prefixes], batch_size, model, exact, desc, progress)
+    return run_batched(run, [len(p) for p in prefixes], batch_size, model, exact, desc, progress, on_batch)
 
 
 @contextlib.contextmanager

@@ -2,9 +2,11 @@
 
 Progress bars are drawn only on a terminal (tqdm's ``disable=None``); in a log file (a batch job, ``nohup``, an
 experiment's log) a phase that runs for minutes would otherwise print nothing. :class:`Heartbeat` prints one line on
-stderr every ``interval`` seconds while its phase runs -- from a daemon thread, so a single batch that takes longer
-than a minute still shows life -- naming the phase, how far it is (``count()``), the elapsed time and the rate, and a
-last line when a phase that printed any ends. On a terminal it prints nothing.
+stderr as soon as the first batch has finished (so its rate is measured, not 0) and then every ``interval`` seconds
+while its phase runs -- from a daemon thread, so a single batch that takes longer than a minute still shows life --
+naming the phase (and a ``label``: an experiment's cell), how far it is (``count()``, which callers advance per
+batch), the elapsed time and the rate, and a last line when a phase that printed any ends. On a terminal it prints
+nothing.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ class Heartbeat:
     ``interval``: default :data:`INTERVAL_S`; ``active``: default, when ``stream`` (stderr) is not a terminal."""
 
     def __init__(self, what: str, count: Callable[[], int], total: int | None = None, unit: str = "",
-                 interval: float | None = None, stream: TextIO | None = None, active: bool | None = None):
+                 interval: float | None = None, stream: TextIO | None = None, active: bool | None = None,
+                 label: str | None = None, poll: float = 1.0):
         self.what, self.count, self.total, self.unit = what, count, total, unit
+        self.label, self.poll = label, poll
         self.interval = INTERVAL_S if interval is None else interval
         self.stream = stream or sys.stderr
         self.active = (not self.stream.isatty()) if active is None else active
@@ -38,11 +42,19 @@ class Heartbeat:
         where = f"{done}" if self.total is None else f"{done}/{self.total}" + (
             f" ({100 * done / self.total:.0f} %)" if self.total else "")
         unit = f" {self.unit}" if self.unit else ""
-        return f"{self.what}: {where}{unit}, {elapsed / 60:.1f} min, {rate:.2f}{unit}/s"
+        what = f"{self.what} [{self.label}]" if self.label else self.what
+        return f"{what}: {where}{unit}, {elapsed / 60:.1f} min, {rate:.2f}{unit}/s"
 
     def _beat(self) -> None:
-        while not self._stop.wait(self.interval):
-            self._print(self.line())
+        """A line once the first batch has finished (its rate is then a measured one), then every ``interval``."""
+        last, first_seen = time.monotonic(), False
+        while not self._stop.wait(min(self.poll, self.interval)):
+            now = time.monotonic()
+            moved = not first_seen and self.count() != self._first
+            if moved or now - last >= self.interval:
+                first_seen = first_seen or moved or self.count() != self._first
+                last = now
+                self._print(self.line())
 
     def _print(self, text: str) -> None:
         print(text, file=self.stream, flush=True)

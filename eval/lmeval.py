@@ -93,7 +93,9 @@ def lm_eval_results(results: dict) -> dict:
         "n-shot": {task: 0 for task in tasks},
         "higher_is_better": {task: t["higher_is_better"] for task, t in tasks.items()},
         "n-samples": {task: {"original": t["n"], "effective": t["n"]} for task, t in tasks.items()},
-        "config": {"model": "goldfish", "model_args": f"pretrained={name},dtype={model.get('precision')}",
+        "config": {"model": "goldfish", "model_args": f"pretrained={name}"
+                   + (f",revision={model['revision']}" if model.get("revision") else "")
+                   + f",dtype={model.get('precision')}",
                    "model_num_parameters": model.get("num_parameters"), "model_dtype": model.get("dtype"),
                    "batch_size": dec.get("batch_size"), "batch_sizes": [], "device": device.get("type"),
                    "use_cache": None, "limit": ex.get("max_docs"),

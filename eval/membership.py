@@ -15,6 +15,19 @@ single ROC convention serves all of them:
                      that scores a second text, so its extra pass is bounded (``benchmarks/long_scoring.py``).
 * ``reference``   -- NLL under a ``reference_model`` minus NLL under the target (calibration by a model that never
                      saw the data; Carlini et al. 2021 / 2022).
+* ``recall``      -- ReCaLL (Xie et al. 2024): LL(x | P) / LL(x), the ratio of the document's average
+                     log-likelihood conditioned on a nonmember prefix P to its unconditional one. A member's
+                     likelihood drops more when a nonmember context is put before it, so the ratio (of two negative
+                     numbers) is larger for members. P: the first ``recall_shots`` nonmember documents joined, its
+                     last ``recall_prefix_tokens`` tokens; both likelihoods are over the same targets (tokens 1 .. of
+                     the document, as many as fit in the scoring window after P); the nonmembers that form P are not
+                     scored (NaN: dropped from the ROC), as MIMIR keeps its prefix out of the evaluation.
+* ``dc_pdd``      -- DC-PDD (Zhang et al. 2024): per target token of its first occurrence in the document,
+                     alpha_i = p(x_i) * -log f(x_i), clipped at ``dc_pdd_clip`` (0.01, the paper's a), averaged.
+                     f is a token frequency distribution of a reference corpus, Laplace-smoothed
+                     ((1 + count) / (total + V)): here the nonmember documents' tokens (MIMIR uses C4, which would
+                     need a download), leaving a nonmember's own tokens out of its reference. Members score higher
+                     (MIMIR returns minus this mean, as its scores are lower for members).
 * ``min_k_<k>``   -- mean of the lowest k % token log-probs (Shi et al. 2024).
 * ``min_k_pp_<k>`` -- Min-K %++ (Zhang et al. 2024): each token's log-prob standardised by the mean
                      mu_t = E_{z~p_t}[log p_t(z)] and std sigma_t of log p under the model's own next-token
@@ -31,12 +44,13 @@ again, so eval's membership task and the experiment's ``attacks.json`` are one p
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import math
 import struct
 import zlib
-from typing import Any, MutableMapping, Sequence
+from typing import Any, Callable, MutableMapping, Sequence
 
 import numpy as np
 from sklearn.metrics import roc_auc_score, roc_curve
@@ -118,6 +132,35 @@ def lowercase_docs(docs: Sequence[Sequence[int]], texts: list[str], tokenizer: A
     return lowered
 
 
+def recall_score(ll_conditional: float, ll_unconditional: float) -> float:
+    """ReCaLL (Xie et al. 2024): LL(x | P) / LL(x) of two average log-likelihoods (natural log, both < 0); larger
+    for members."""
+    return float(ll_conditional / ll_unconditional) if ll_unconditional != 0 else float("nan")
+
+
+def token_counts(docs: Sequence[Sequence[int]], vocab_size: int) -> np.ndarray:
+    """(V,) int64 occurrences of each token id over ``docs``: the reference corpus of :func:`dc_pdd_score`."""
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    for d in docs:
+        np.add.at(counts, np.asarray(d, dtype=np.int64), 1)
+    return counts
+
+
+def dc_pdd_score(tokens: Sequence[int], logp: Sequence[float], counts: np.ndarray, clip: float = 0.01) -> float:
+    """DC-PDD (Zhang et al. 2024) of one document, higher for members.
+
+    ``logp[j]``: log p(tokens[j + 1] | tokens[:j + 1]) (the targets 1 .. L-1); ``counts``: (V,) token counts of the
+    reference corpus, smoothed to f = (1 + count) / (sum + V). Over each target token id's first occurrence:
+    alpha = p * -log f, clipped at ``clip``; the score is the mean of alpha."""
+    counts = np.asarray(counts, dtype=np.float64)
+    freq = (1.0 + counts) / (counts.sum() + len(counts))
+    targets = np.asarray(tokens[1:], dtype=np.int64)
+    _, first = np.unique(targets, return_index=True)
+    first = np.sort(first)
+    alpha = np.exp(np.asarray(logp, dtype=np.float64)[first]) * -np.log(freq[targets[first]])
+    return float(np.minimum(alpha, clip).mean()) if len(alpha) else float("nan")
+
+
 def document_key(tokens: Sequence[int], what: str) -> str:
     """sha256 hex of a document's tokens and what was computed on them (pass name and scoring geometry)."""
     h = hashlib.sha256(f"goldfish-membership/1|{what}|".encode())
@@ -171,8 +214,141 @@ def target_pass(model: Any, docs: Sequence[Sequence[int]], *, min_k_ratios: Sequ
     return _scored_pass(model, docs, "target", _check_ratios(min_k_ratios), cache, loop, head, keep_tokens)
 
 
+def _mean_ll_pass(model: Any, docs: Sequence[Sequence[int]], first: Sequence[int], name: str,
+                  cache: MutableMapping[str, dict] | None, loop: dict) -> np.ndarray:
+    """Mean log-likelihood of each document's targets from ``first[i]`` on (one cached pass)."""
+    cache = {} if cache is None else cache
+    keys = [document_key(d, f"{name}|{f}|{loop.get('window')}") for d, f in zip(docs, first)]
+    todo = [i for i, k in enumerate(keys) if k not in cache]
+    stats = iter_token_statistics(model, [docs[i] for i in todo], first=[first[i] for i in todo], desc=name, **loop)
+    for j, st in stats:
+        cache[keys[todo[j]]] = {"ll": float(st.logp.mean())}
+    return np.array([cache[k]["ll"] for k in keys], dtype=np.float64)
+
+
+def recall_scores(model: Any, docs: Sequence[Sequence[int]], prefix: Sequence[int], *, skip: Sequence[int] = (),
+                  cache: MutableMapping[str, dict] | None = None, loop: dict) -> np.ndarray:
+    """ReCaLL of each document (:func:`recall_score`) given the nonmember ``prefix``; NaN for the documents in
+    ``skip`` (the prefix's own). Both passes score the same targets: tokens 1 .. n-1 of the document's first n
+    tokens, n = scoring window - len(prefix), so prefix + document fit one window."""
+    window = loop.get("window") or (len(prefix) + max(len(d) for d in docs))
+    n = window - len(prefix)
+    if n < 2:
+        raise UserError(f"the ReCaLL prefix of {len(prefix)} tokens leaves {n} of the scoring window's {window} for "
+                        f"the document; set a smaller membership.recall_prefix_tokens")
+    heads = [list(d[:n]) for d in docs]
+    plain = _mean_ll_pass(model, heads, [1] * len(heads), "recall_plain", cache, loop)
+    joined = [list(prefix) + h for h in heads]
+    conditional = _mean_ll_pass(model, joined, [len(prefix) + 1] * len(heads), "recall_prefixed", cache, loop)
+    out = np.array([recall_score(c, u) for c, u in zip(conditional, plain)], dtype=np.float64)
+    out[list(skip)] = np.nan
+    return out
+
+
 def _column(rows: list[dict], key: str) -> np.ndarray:
     return np.array([r[key] for r in rows], dtype=np.float64)
+
+
+# ------------------------------------------------------------------------------------------ the attack registry
+
+
+@dataclasses.dataclass
+class AttackInputs:
+    """What an attack reads: the target pass' per-document ``rows`` (:func:`target_pass`; per-token ``logp`` when an
+    attack asks for ``token_scores``), their mean NLL, the scoring loop's settings and cache, and the optional
+    inputs an attack may need (``needs``)."""
+
+    model: Any
+    docs: Sequence[Sequence[int]]
+    rows: list[dict]
+    nll: np.ndarray
+    ratios: Sequence[float]
+    loop: dict
+    cache: MutableMapping[str, dict] | None
+    head: int | None
+    tokenizer: Any = None
+    reference_model: Any = None
+    recall_prefix: Sequence[int] | None = None
+    recall_skip: Sequence[int] = ()
+    dc_pdd_counts: np.ndarray | None = None
+    dc_pdd_clip: float = 0.01
+    dc_pdd_leave_out: bool = False
+    _texts: list[str] | None = None
+
+    def texts(self) -> list[str]:
+        if self._texts is None:
+            self._texts = [self.tokenizer.decode(list(d), skip_special_tokens=True) for d in self.docs]
+        return self._texts
+
+
+@dataclasses.dataclass(frozen=True)
+class Attack:
+    """A registered membership attack: ``score(inputs) -> {key: (n,) scores}``, members higher; it runs when every
+    input it ``needs`` is given; ``keys(ratios)`` names its scores before any is computed; ``token_scores``: it reads
+    the per-token log-probs of the target pass."""
+
+    name: str
+    score: Callable[[AttackInputs], dict[str, np.ndarray]]
+    needs: tuple[str, ...] = ()
+    keys: Callable[[Sequence[float]], list[str]] = lambda ratios: []
+    token_scores: bool = False
+
+
+ATTACKS: dict[str, Attack] = {}  # name -> attack, in the order the membership table lists them
+
+
+def register_attack(name: str, needs: tuple[str, ...] = (), keys: Callable[[Sequence[float]], list[str]] | None = None,
+                    token_scores: bool = False):
+    """Register ``fn(inputs) -> {key: scores}`` as attack ``name`` (its one key ``name`` unless ``keys`` says)."""
+    def wrap(fn: Callable[[AttackInputs], dict[str, np.ndarray]]):
+        ATTACKS[name] = Attack(name, fn, tuple(needs), keys or (lambda ratios: [name]), token_scores)
+        return fn
+    return wrap
+
+
+@register_attack("loss")
+def _loss(x: AttackInputs) -> dict[str, np.ndarray]:
+    return {"loss": -x.nll}
+
+
+@register_attack("min_k", keys=lambda ratios: [ratio_key(p, r) for r in ratios for p in ("min_k", "min_k_pp")])
+def _min_k(x: AttackInputs) -> dict[str, np.ndarray]:
+    return {ratio_key(p, r): _column(x.rows, ratio_key(p, r)) for r in x.ratios for p in ("min_k", "min_k_pp")}
+
+
+@register_attack("zlib", needs=("tokenizer",), keys=lambda ratios: ["zlib_mimir", "zlib_ratio"])
+def _zlib(x: AttackInputs) -> dict[str, np.ndarray]:
+    zbytes = np.array([zlib_length(t) for t in x.texts()], dtype=np.float64)
+    return {"zlib_mimir": -x.nll / zbytes, "zlib_ratio": -(_column(x.rows, "nll_sum") / math.log(2)) / (8 * zbytes)}
+
+
+@register_attack("lowercase", needs=("tokenizer",))
+def _lowercase(x: AttackInputs) -> dict[str, np.ndarray]:
+    head, tok = x.head, x.tokenizer
+    heads = [list(d[:head]) for d in x.docs] if head else x.docs
+    lowered = lowercase_docs(heads, [tok.decode(d, skip_special_tokens=True) for d in heads] if head else
+                             x.texts(), tok)
+    return {"lowercase": -_column(x.rows, "nll_head" if head else "nll") / _lowercase_nll(x.model, lowered, x.cache,
+                                                                                          x.loop)}
+
+
+@register_attack("reference", needs=("reference_model",))
+def _reference(x: AttackInputs) -> dict[str, np.ndarray]:
+    ref = _scored_pass(x.reference_model, x.docs, "reference", (), x.cache, x.loop)
+    return {"reference": _column(ref, "nll") - x.nll}
+
+
+@register_attack("recall", needs=("recall_prefix",))
+def _recall(x: AttackInputs) -> dict[str, np.ndarray]:
+    return {"recall": recall_scores(x.model, x.docs, x.recall_prefix, skip=x.recall_skip, cache=x.cache, loop=x.loop)}
+
+
+@register_attack("dc_pdd", needs=("dc_pdd_counts",), token_scores=True)
+def _dc_pdd(x: AttackInputs) -> dict[str, np.ndarray]:
+    counts = np.asarray(x.dc_pdd_counts, dtype=np.int64)
+    return {"dc_pdd": np.array([
+        dc_pdd_score(d, r["logp"], counts - token_counts([d], len(counts)) if x.dc_pdd_leave_out else counts,
+                     x.dc_pdd_clip) for d, r in zip(x.docs, x.rows)], dtype=np.float64)}
 
 
 def score_documents(
@@ -191,6 +367,11 @@ def score_documents(
     keep_tokens: bool = False,
     progress: bool = True,
     logger: Any = None,
+    recall_prefix: Sequence[int] | None = None,
+    recall_skip: Sequence[int] = (),
+    dc_pdd_counts: np.ndarray | None = None,
+    dc_pdd_clip: float = 0.01,
+    dc_pdd_leave_out: bool = False,
 ) -> dict[str, np.ndarray]:
     """Membership scores of each token-id document, higher = more likely a training member.
 
@@ -204,39 +385,30 @@ def score_documents(
     bounds the text the lowercase attack compares (its first that many tokens; None: all). ``cache`` (dict-like)
     keeps each document's reduced scores per pass; documents found there are not scored again; with
     ``keep_tokens`` the target pass also keeps each target's log-probability and top-1 correctness there
-    (:func:`target_pass`).
+    (:func:`target_pass`). ``recall_prefix`` (token ids of nonmember text) adds ``recall``, NaN for the documents
+    in ``recall_skip``; ``dc_pdd_counts`` (the reference corpus' :func:`token_counts`) adds ``dc_pdd``, with
+    ``dc_pdd_leave_out`` each document's own tokens taken out of the counts first (the documents are that corpus).
     """
     ratios = _check_ratios(min_k_ratios)
+    given = {"tokenizer": tokenizer, "reference_model": reference_model, "recall_prefix": recall_prefix,
+             "dc_pdd_counts": dc_pdd_counts}
+    runnable = [a for a in ATTACKS.values() if all(given[n] is not None for n in a.needs)]
     if not docs:
-        keys = ["loss"] + [ratio_key(p, r) for r in ratios for p in ("min_k", "min_k_pp")]
-        keys += ["zlib_mimir", "zlib_ratio", "lowercase"] * (tokenizer is not None)
-        keys += ["reference"] * (reference_model is not None)
-        return {k: np.zeros(0) for k in keys}
+        return {k: np.zeros(0) for a in runnable for k in a.keys(ratios)}
     _check_docs(docs, _vocab_size(model))
     head = lowercase_tokens if tokenizer is not None else None
     rows = target_pass(model, docs, min_k_ratios=ratios, head=head, window=window, stride=stride,
-                       token_budget=token_budget, chunk=chunk, cache=cache, keep_tokens=keep_tokens,
+                       token_budget=token_budget, chunk=chunk, cache=cache,
+                       keep_tokens=keep_tokens or any(a.token_scores for a in runnable),
                        reference_model=reference_model, progress=progress, logger=logger)
     loop = dict(window=scoring_window(window, model, reference_model), stride=stride, token_budget=token_budget,
                 chunk=chunk, progress=progress, logger=logger)
-    nll = _column(rows, "nll")
-    scores: dict[str, np.ndarray] = {"loss": -nll}
-    for r in ratios:
-        for prefix in ("min_k", "min_k_pp"):
-            scores[ratio_key(prefix, r)] = _column(rows, ratio_key(prefix, r))
-    if tokenizer is not None:
-        texts = [tokenizer.decode(list(d), skip_special_tokens=True) for d in docs]
-        zbytes = np.array([zlib_length(t) for t in texts], dtype=np.float64)
-        scores["zlib_mimir"] = -nll / zbytes
-        scores["zlib_ratio"] = -(_column(rows, "nll_sum") / math.log(2)) / (8 * zbytes)
-        heads = [list(d[:head]) for d in docs] if head else docs
-        lowered = lowercase_docs(heads, [tokenizer.decode(d, skip_special_tokens=True) for d in heads] if head else
-                                  texts, tokenizer)
-        scores["lowercase"] = -_column(rows, "nll_head" if head else "nll") / _lowercase_nll(model, lowered, cache,
-                                                                                             loop)
-    if reference_model is not None:
-        ref = _scored_pass(reference_model, docs, "reference", (), cache, loop)
-        scores["reference"] = _column(ref, "nll") - nll
+    ctx = AttackInputs(model=model, docs=docs, rows=rows, nll=_column(rows, "nll"), ratios=ratios, loop=loop,
+                       cache=cache, head=head, recall_skip=recall_skip, dc_pdd_clip=dc_pdd_clip,
+                       dc_pdd_leave_out=dc_pdd_leave_out, **given)
+    scores: dict[str, np.ndarray] = {}
+    for attack in runnable:
+        scores.update(attack.score(ctx))
     return scores
 
 

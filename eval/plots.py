@@ -1,8 +1,13 @@
-"""Plot primitives shared by the per-run report and study comparisons (PNG, matplotlib Agg).
+"""Plot primitives shared by the per-run report and study comparisons (PNG and SVG, matplotlib Agg).
 
 Figures are built with the object-oriented ``matplotlib.figure.Figure`` API, which renders through Agg without
-touching pyplot's global backend state (safe inside other programs and headless machines). Each PNG is
-rendered in memory and written atomically, so an interrupted run never leaves a torn image.
+touching pyplot's global backend state (safe inside other programs and headless machines). Each figure is
+rendered in memory and written atomically, so an interrupted run never leaves a torn image: a PNG for the reports
+and, beside it, the same figure as SVG (a vector format for papers).
+
+One colour per arm in every figure (:func:`colors_for`): ``standard``, ``goldfish`` and ``control`` (a label's first
+word) have fixed colours, any other name a colour chosen from its name, so a series keeps its colour from one figure
+to the next whatever else the figure shows.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from __future__ import annotations
 import io
 import logging
 import os
+import re
+import zlib
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -36,20 +43,55 @@ def short_number(value: float, _pos: object = None) -> str:
     return f"{value:.3g}"
 
 
+# an arm (a label's first word) -> its colour in every figure; grey for the untouched control
+ARM_COLORS = {"standard": "C0", "goldfish": "C1", "control": "C7"}
+PALETTE = tuple(f"C{i}" for i in (2, 3, 4, 5, 6, 8, 9))  # the colours left for other names
+BY_CONSTRUCTION = "by construction"
+
+
+def _arm(name: str) -> str:
+    return re.split(r"[\s:(=,]", str(name).strip().lower(), maxsplit=1)[0]
+
+
+def colors_for(names: Sequence[str]) -> dict[str, str]:
+    """A colour per name: an arm's fixed colour (:data:`ARM_COLORS`), else one picked from the name's crc32 (the same
+    in every figure and process), moved to the next free colour only when two names of one figure collide."""
+    out: dict[str, str] = {}
+    used: set[str] = set()
+    for name in names:
+        fixed = ARM_COLORS.get(_arm(name))
+        if fixed is not None and fixed not in used:
+            out[name] = fixed
+            used.add(fixed)
+    for name in names:
+        if name in out:
+            continue
+        start = zlib.crc32(str(name).encode("utf-8")) % len(PALETTE)
+        free = [PALETTE[(start + j) % len(PALETTE)] for j in range(len(PALETTE))]
+        out[name] = next((c for c in free if c not in used), free[0])
+        used.add(out[name])
+    return out
+
+
 def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
-    """Save ``fig`` as PNG to ``path`` atomically (rendered in memory, then :func:`goldfish.io.atomic_write_bytes`)."""
+    """Save ``fig`` as PNG to ``path`` and as SVG beside it (``.svg``), each atomically (rendered in memory, then
+    :func:`goldfish.io.atomic_write_bytes`); returns the PNG's path."""
     path = Path(path)
-    buf = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=120)
-    atomic_write_bytes(path, buf.getvalue())
+    for fmt, target in (("png", path), ("svg", path.with_suffix(".svg"))):
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt, dpi=120, metadata={"Date": None} if fmt == "svg" else None)
+        atomic_write_bytes(target, buf.getvalue())
     return path
 
 
 def bar_chart(values: Mapping[str, float], title: str, ylabel: str, path: str | os.PathLike, *,
-              errors: Mapping[str, tuple[float | None, float | None]] | None = None) -> Path:
+              errors: Mapping[str, tuple[float | None, float | None]] | None = None,
+              by_construction: Sequence[str] = (), xlabel: str = "arm") -> Path:
     """One bar per key (e.g. per arm), value printed on top; ``errors`` maps a key to a (low, high) interval. The y
-    axis starts at 0 when no value or interval is negative (all-zero rates do not get a negative axis)."""
+    axis starts at 0 when no value or interval is negative (all-zero rates do not get a negative axis). A key in
+    ``by_construction`` (e.g. the control's AUC of its own reference attack, 0.5 whatever the data) is hatched and
+    its value labelled "by construction": not a measurement."""
     names = list(values)
     heights = [float(values[k]) for k in names]
     fig = Figure(figsize=(max(4.0, 1.1 * len(names) + 2), 3.8))
@@ -60,9 +102,15 @@ def bar_chart(values: Mapping[str, float], title: str, ylabel: str, path: str | 
         for j, (k, h) in enumerate(zip(names, heights)):
             low, high = errors.get(k, (None, None))
             yerr[:, j] = (h - low if low is not None else 0.0, high - h if high is not None else 0.0)
-    bars = ax.bar(names, heights, yerr=yerr, capsize=4 if yerr is not None else 0,
-                  color=[f"C{i % 10}" for i in range(len(names))])
-    ax.bar_label(bars, labels=[f"{h:.3g}" for h in heights], padding=2, fontsize=8)
+    colors = colors_for(names)
+    bars = ax.bar(names, heights, yerr=yerr, capsize=4 if yerr is not None else 0, color=[colors[k] for k in names])
+    for bar, k in zip(bars, names):
+        if k in by_construction:
+            bar.set_hatch("//")
+            bar.set_alpha(0.5)
+    ax.bar_label(bars, labels=[f"{h:.3g}" + (f"\n({BY_CONSTRUCTION})" if k in by_construction else "")
+                               for k, h in zip(names, heights)], padding=2, fontsize=8)
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.margins(y=0.15)
@@ -90,11 +138,12 @@ def line_plot(series: Series, title: str, xlabel: str, ylabel: str, path: str | 
     with its points (e.g. Wilson intervals), drawn as a shaded band; ``unit_interval`` fixes y to [0, 1]."""
     fig = Figure(figsize=(6.4, 4.2))
     ax = fig.add_subplot()
-    for i, (name, (xs, ys)) in enumerate(series.items()):
+    colors = colors_for(list(series))
+    for name, (xs, ys) in series.items():
         x, y = _positive(xs, ys, logx)
         if x.size == 0:
             continue
-        color = f"C{i % 10}"
+        color = colors[name]
         ax.plot(x, y, marker="o", color=color, label=name)
         if bands and name in bands:
             lows, highs = bands[name]
@@ -135,12 +184,13 @@ def roc_plot(curves: Mapping[str, tuple[Sequence[float], Sequence[float], float 
     lin, logax = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     floor = 1.0
     styles = ("-", "--", "-.", ":")
+    colors = colors_for(list(curves))
     for i, (name, (fpr, tpr, auc)) in enumerate(curves.items()):
         label = name if auc is None else f"{name} (AUC {auc:.3f})"
         fpr, tpr = np.asarray(fpr, dtype=np.float64), np.asarray(tpr, dtype=np.float64)
         width = max(1.0, 3.5 - 0.6 * i)  # (later curves on top, thinner: an identical earlier one shows around it)
         for ax in (lin, logax):
-            ax.plot(fpr, tpr, color=f"C{i % 10}", linestyle=styles[i % len(styles)], linewidth=width, label=label,
+            ax.plot(fpr, tpr, color=colors[name], linestyle=styles[i % len(styles)], linewidth=width, label=label,
                     alpha=0.9)
         positive = np.concatenate([fpr[fpr > 0], tpr[tpr > 0]])
         if positive.size:
@@ -150,8 +200,8 @@ def roc_plot(curves: Mapping[str, tuple[Sequence[float], Sequence[float], float 
         ax.plot([start, 1], [start, 1], linestyle=":", color="grey", label="chance")
         ax.set_xscale(scale)
         ax.set_yscale(scale)
-        ax.set_xlabel("false positive rate")
-        ax.set_ylabel("true positive rate")
+        ax.set_xlabel("false positive rate (fraction of nonmembers)")
+        ax.set_ylabel("true positive rate (fraction of members)")
         ax.grid(True, alpha=0.3)
     for axis in (logax.xaxis, logax.yaxis):
         axis.set_minor_formatter(NullFormatter())  # minor log labels (2x10^-1, 3x10^-1 ...) collide
@@ -169,12 +219,13 @@ def histogram(groups: Mapping[str, Sequence[float]], title: str, xlabel: str, pa
     """Overlaid histograms, one per group (e.g. members vs nonmembers), on shared bins."""
     fig = Figure(figsize=(6.4, 4.0))
     ax = fig.add_subplot()
-    for i, (name, values) in enumerate(groups.items()):
+    colors = colors_for(list(groups))
+    for name, values in groups.items():
         vals = np.asarray([v for v in values if v is not None], dtype=np.float64)
         if vals.size:
-            ax.hist(vals, bins=bins, range=value_range, alpha=0.6, color=f"C{i % 10}", label=f"{name} (n={vals.size})")
+            ax.hist(vals, bins=bins, range=value_range, alpha=0.6, color=colors[name], label=f"{name} (n={vals.size})")
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("windows")
+    ax.set_ylabel("windows (count)")
     ax.set_title(title)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
@@ -186,8 +237,9 @@ def loss_curves(curves: Mapping[str, Sequence[Mapping]], path: str | os.PathLike
     trained on), on a log y axis."""
     fig = Figure(figsize=(7, 4.2))
     ax = fig.add_subplot()
-    for i, (name, metrics) in enumerate(curves.items()):
-        color = f"C{i % 10}"
+    colors = colors_for(list(curves))
+    for name, metrics in curves.items():
+        color = colors[name]
         kept = [(m["step"], m["kept_loss"]) for m in metrics if m.get("kept_loss") is not None]
         if kept:
             ax.plot(*zip(*kept), color=color, label=f"{name}: kept tokens")

@@ -1,4 +1,4 @@
-"""Human-readable views of results.json: a terminal table and ``report.md`` with PNG plots.
+"""Human-readable views of results.json: a terminal table and ``report.md`` with PNG plots (an SVG copy beside each).
 
 Everything here reads the results dict only (see the schema in ``eval/run.py``) and copes with missing sections: no
 membership (no nonmembers), a single prefix length or repetition stratum, windows without metrics. Files are written
@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 from goldfish.io import atomic_write_text
 
 from .aggregate import summarize
+from .documents import regurgitated
 from .plots import histogram, line_plot, roc_plot
 from .tables import (escape_markdown, fmt_auc, fmt_ci, fmt_exact, fmt_num, fmt_pct, fmt_tpr, highlight_differences,
                      markdown_table)
@@ -95,6 +96,9 @@ def format_summary_table(results: Mapping) -> str:
         widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
         lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
                  for r in table]
+    audit = audit_line(results)
+    if audit:
+        lines += ["", audit]
     attacks = attacks_of(results)
     if attacks:
         width = max(len(k) for k in attacks)
@@ -102,6 +106,34 @@ def format_summary_table(results: Mapping) -> str:
         lines += [f"MIA {name.ljust(width)}  AUC {fmt_auc(a)}  TPR@1%FPR {fmt_tpr(a, 'tpr_at_1pct_fpr')}"
                   for name, a in attacks.items()]
     return "\n".join(lines).strip("\n")
+
+
+def audit_line(results: Mapping) -> str | None:
+    """One line on the regurgitation audit: how many documents came back verbatim, how many were too short."""
+    docs = results.get("documents") or []
+    if not docs:
+        return None
+    hits = regurgitated(docs)
+    short = sum(d.get("verdict") == "too_short" for d in docs)
+    line = (f"regurgitated: {len(hits)} of {len(docs)} {documents_word(results)}"
+            + (f" ({short} too short for a window)" if short else ""))
+    if hits:
+        top = hits[0]
+        line += (f"; longest verbatim span {top['longest_span']} tokens in {top['doc_id']} at token "
+                 f"{top['longest_span_offset']}; every one listed in report.md")
+    return line
+
+
+def documents_word(results: Mapping) -> str:
+    """What the evaluated documents are called: "member documents" beside nonmembers, else just "documents" (a
+    corpus without a membership split says nothing about training)."""
+    return "member documents" if (results.get("data") or {}).get("nonmembers") else "documents"
+
+
+def split_label(results: Mapping, split: Any) -> str:
+    """A split's name in tables and plots: ``members`` reads "documents" when there is no membership split."""
+    split = "members" if split is None else str(split)
+    return "documents" if split == "members" and not (results.get("data") or {}).get("nonmembers") else split
 
 
 # --------------------------------------------------------------------------------------------------- report.md
@@ -112,16 +144,21 @@ def _header(results: Mapping) -> list[str]:
     lines = ["# Memorisation evaluation", ""]
     if model:
         params = model.get("num_parameters")
-        lines.append(f"- model: `{model.get('path')}`" + (f", {params / 1e6:.2f} M parameters" if params else "")
-                     + (f", {model.get('dtype')}" if model.get("dtype") else ""))
+        lines.append(f"- model: `{model.get('path')}`"
+                     + (f" at revision `{model['revision']}`" if model.get("revision") else "")
+                     + (f", {params / 1e6:.2f} M parameters" if params else "")
+                     + (f", {model.get('dtype')}" if model.get("dtype") else "")
+                     + (f" ({model['nature']})" if model.get("nature") else ""))
         own, used = model.get("checkpoint_precision"), model.get("precision")
         if own and used and own != used:
             lines.append(f"- evaluated in {used}, not the checkpoint's own {own} (model.dtype): faster, but a "
                          f"verdict may differ from the checkpoint's own greedy output")
     if data:
-        lines.append(f"- data: `{data.get('path')}`: {data.get('members', '?')} member and "
-                     f"{data.get('nonmembers', 0) or 0} nonmember documents"
-                     + (f", {data['skipped_short']} skipped as too short" if data.get("skipped_short") else ""))
+        counts = (f"{data.get('members', '?')} member and {data.get('nonmembers')} nonmember documents"
+                  if data.get("nonmembers") else f"{data.get('members', '?')} documents (no membership split)")
+        short = sum(d.get("verdict") == "too_short" for d in results.get("documents") or [])
+        lines.append(f"- data: `{data.get('path')}`: {counts}"
+                     + (f", {short} too short for a window" if short else ""))
     stamp = ", ".join(f"{k} {results[k]}" for k in ("created", "git") if results.get(k))
     if stamp:
         lines.append(f"- {stamp}")
@@ -147,10 +184,12 @@ STRATA = (("by_prefix_len", "By prefix length", "prefix length"), ("by_repetitio
           "repetitions"), ("by_split", "By split", "split"), ("by_group", "By group", "group"))
 
 
-def _strata(s: Mapping) -> list[str]:
+def _strata(s: Mapping, results: Mapping | None = None) -> list[str]:
     lines = []
     for key, title, label in STRATA:
         strata = s.get(key) or {}
+        if key == "by_split" and results is not None:
+            strata = {split_label(results, k): r for k, r in strata.items()}
         if strata:
             lines += [f"## {title}", "", summary_table(label, strata), ""]
         if key == "by_repetitions" and strata:
@@ -162,12 +201,13 @@ def _strata(s: Mapping) -> list[str]:
 N_RANKED = 15  # documents shown in the partial-memorisation ranking
 
 
-def _partial(s: Mapping) -> list[str]:
+def _partial(s: Mapping, results: Mapping | None = None) -> list[str]:
     """Documents ranked by one-pass top-1 accuracy, then suffix log-prob (all of them in results.json)."""
     docs = s.get("documents") or []
     if not docs:
         return []
-    rows = [[i + 1, escape_markdown(str(d.get("title") or d.get("doc_id"))), d.get("split"), _unknown(d.get("group")),
+    rows = [[i + 1, escape_markdown(str(d.get("title") or d.get("doc_id"))),
+             split_label(results or {"data": {"nonmembers": 1}}, d.get("split")), _unknown(d.get("group")),
              d.get("n_windows"), fmt_num(d.get("onepass_token_acc")), fmt_num(d.get("suffix_logprob"), 1),
              fmt_num(d.get("np_extraction")), fmt_num(d.get("token_match")), fmt_pct(d.get("exact_match_rate"))]
             for i, d in enumerate(docs[:N_RANKED])]
@@ -177,6 +217,39 @@ def _partial(s: Mapping) -> list[str]:
             f"windows{more}.",
             "", markdown_table(["rank", "document", "split", "group", "windows", "top-1 acc", "log p(suffix)",
                                 "(n,p) extraction", "token match", "exact match"], rows), ""]
+
+
+def _audit(results: Mapping) -> list[str]:
+    """The regurgitation audit: every regurgitated document (all of them, longest verbatim span first) and the
+    documents too short for a window."""
+    docs = results.get("documents") or []
+    if not docs:
+        return []
+    cfg = (results.get("config") or {}).get("data") or {}
+    hits = regurgitated(docs)
+    short = [d for d in docs if d.get("verdict") == "too_short"]
+    word = documents_word(results)
+    lines = ["## Regurgitation audit", "",
+             f"{len(hits)} of {len(docs)} {word} regurgitated: the greedy continuation of at least one window "
+             f"reproduced its whole suffix of {cfg.get('suffix_len', 'S')} tokens verbatim (windows: "
+             f"{', '.join(cfg.get('window') or [])}, prefixes {cfg.get('prefix_lens')}"
+             + (f", stride {cfg.get('stride') or cfg.get('suffix_len')} tokens" if "stride" in (cfg.get("window") or [])
+                else "") + "). The longest verbatim span is the longest stretch of the document every token of "
+             "which greedy decoding reproduced (each window from the true text before it, up to its first mistake; "
+             "consecutive windows join), at a token offset into the document. Every document's verdict is in "
+             "results.json `documents`.", ""]
+    if hits:
+        rows = [[i + 1, escape_markdown(str(d.get("doc_id"))), escape_markdown(str(d.get("title") or "")),
+                 d.get("n_tokens"), d.get("n_windows"), d.get("regurgitated_windows"), d.get("longest_span"),
+                 d.get("longest_span_offset")] for i, d in enumerate(hits)]
+        lines += [markdown_table(["#", "document", "title", "tokens", "windows", "regurgitated windows",
+                                  "longest verbatim span (tokens)", "at token"], rows), ""]
+    if short:
+        need = short[0].get("tokens_needed")
+        lines += [f"{len(short)} {word} too short for a window (fewer than {need} tokens = prefix + suffix): "
+                  + ", ".join(f"{escape_markdown(str(d.get('doc_id')))} ({d.get('n_tokens')})" for d in short) + ".",
+                  ""]
+    return lines
 
 
 def _membership(results: Mapping) -> list[str]:
@@ -197,7 +270,9 @@ def _membership(results: Mapping) -> list[str]:
             "nonmembers (below that it would be the TPR at zero false positives); a perfect separation shows its "
             "exact permutation p-value instead of a degenerate interval. zlib_mimir divides the mean loss by the zlib length (MIMIR's "
             "form, which tracks document length); zlib_ratio divides total loss bits by zlib bits "
-            "(length-normalised).", "",
+            "(length-normalised). recall (ReCaLL) is LL(x | P) / LL(x) with P the first nonmember document(s), "
+            "which it leaves unscored; dc_pdd (DC-PDD) averages p(token) x -log f(token), clipped, over first "
+            "occurrences, f the nonmembers' token frequencies (reference-free: no second model).", "",
             markdown_table(["attack", "AUC [95 % CI]", "TPR @ 1 % FPR", "TPR @ 0.1 % FPR"], rows), ""]
 
 
@@ -242,11 +317,12 @@ def _numeric_strata(strata: Mapping[str, Mapping]) -> list[tuple[float, Mapping]
 
 
 # a curve of the per-run plots: (label, summary key, the stem of its interval's keys)
-STRATA_CURVES = (("exact match", "exact_match_rate", "exact_match"), ("ROUGE-L (tokens)", "rouge_l", "rouge_l"))
+STRATA_CURVES = (("exact match", "exact_match_rate", "exact_match"),
+                 ("ROUGE-L (rouge-score, the paper's)", "rouge_l_paper", "rouge_l_paper"))  # the one word-level ROUGE-L
 
 
 def strata_series(strata: Mapping[str, Mapping]) -> dict[str, tuple[list, list]]:
-    """Positive numeric strata -> {"exact match": (xs, ys), "ROUGE-L (tokens)": (xs, ys)}."""
+    """Positive numeric strata -> {"exact match": (xs, ys), "ROUGE-L (rouge-score, the paper's)": (xs, ys)}."""
     points = _numeric_strata(strata)
     out = {}
     for label, key, _ in STRATA_CURVES:
@@ -258,7 +334,7 @@ def strata_series(strata: Mapping[str, Mapping]) -> dict[str, tuple[list, list]]
 
 def strata_bands(strata: Mapping[str, Mapping]) -> dict[str, tuple[list, list]]:
     """Each curve's 95 % interval (lows, highs) aligned with :func:`strata_series`' points: Wilson's for exact match,
-    the mean's normal interval for ROUGE-L (the summary's ``_ci_low`` / ``_ci_high``)."""
+    the mean's normal interval for the paper's ROUGE-L (the summary's ``_ci_low`` / ``_ci_high``)."""
     out = {}
     for label, key, stem in STRATA_CURVES:
         rows = [r for _, r in _numeric_strata(strata) if r.get(key) is not None]
@@ -275,7 +351,7 @@ def report_plots(results: Mapping, out_dir: str | os.PathLike) -> list[Path]:
         series = strata_series(strata)
         if series:
             paths.append(line_plot(series, f"memorisation vs {name.replace('_', ' ')}", label,
-                                   "rate / score (95 % bands)", out / f"memorisation_vs_{name}.png",
+                                   "fraction of windows / F1 (0-1, 95 % bands)", out / f"memorisation_vs_{name}.png",
                                    logx=logx, fit=logx, bands=strata_bands(strata), unit_interval=True))
     attacks = attacks_of(results)
     if attacks:
@@ -284,7 +360,7 @@ def report_plots(results: Mapping, out_dir: str | os.PathLike) -> list[Path]:
     by_split: dict[str, list] = {}
     for w in results.get("windows") or []:
         if w.get("token_match") is not None:
-            by_split.setdefault(str(w.get("split") or "members"), []).append(w["token_match"])
+            by_split.setdefault(split_label(results, w.get("split")), []).append(w["token_match"])
     if by_split:
         paths.append(histogram(by_split, "token match per window", "fraction of suffix tokens reproduced",
                                out / "token_match_hist.png"))
@@ -296,7 +372,8 @@ def write_report(results: dict, out_dir: str | os.PathLike) -> list[Path]:
     out = Path(out_dir)
     s = summary_of(results)
     plots = report_plots(results, out)
-    lines = _header(results) + _headline(s, attacks_of(results)) + _strata(s) + _partial(s) + _membership(results)
+    lines = _header(results) + _headline(s, attacks_of(results)) + _audit(results) + _strata(s, results) + _partial(s, results)
+    lines += _membership(results)
     lines += _examples(results.get("windows") or [])
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]

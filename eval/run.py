@@ -42,6 +42,7 @@ from .aggregate import summarize
 from .canaries import canaries_section
 from .canaries import check_task as check_canary_task
 from .config import EvalConfig
+from .documents import document_verdicts, too_short_line
 from .generate import beam_generate, generate
 from .heartbeat import Heartbeat
 from .shard import Shard, current, process_group, splitting
@@ -90,15 +91,15 @@ def _eos_id(model, tokenizer) -> int | None:
 
 
 def evaluate_chunk(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig, pad_id: int,
-                   mask=None) -> list[dict]:
+                   mask=None, on_batch=None) -> list[dict]:
     """Greedy generation + one pass (+ beam / samples / the mask-consistent adversary, given the model's Goldfish
-    ``mask``) + metrics for a list of windows -> result records."""
+    ``mask``) + metrics for a list of windows -> result records; ``on_batch(n)``: n more windows decoded greedily."""
     dec = cfg.decoding
     prefixes = [w.prefix for w in windows]
     suffixes = [w.suffix for w in windows]
     kw = dict(pad_id=pad_id, batch_size=dec.batch_size, progress=cfg.progress)
     eos = _eos_id(model, tokenizer) if dec.stop_at_eos else None
-    gens = generate(model, prefixes, cfg.data.suffix_len, eos_id=eos, **kw)
+    gens = generate(model, prefixes, cfg.data.suffix_len, eos_id=eos, on_batch=on_batch, **kw)
     onepass = extraction.onepass(model, prefixes, suffixes, batch_size=dec.batch_size, progress=cfg.progress)
     beams = beam_generate(model, prefixes, cfg.data.suffix_len, dec.beam, **kw) if dec.beam > 1 else None
     hits = (extraction.sample_hits(model, prefixes, suffixes, dec.samples, temperature=dec.temperature,
@@ -138,21 +139,28 @@ def evaluate_windows(model, tokenizer, windows: Sequence[Window], cfg: EvalConfi
     pad_id = pad_id_of(tokenizer)
     bar = tqdm(total=len(windows), initial=len(windows) - len(todo), desc="extraction", unit="win",
                disable=None if cfg.progress and shard.main else True)  # None: drawn only on a terminal
+    decoded = [0]  # windows of the chunk in flight decoded so far: progress per batch, not per chunk
+
+    def batch_done(n: int) -> None:
+        decoded[0] += n
+        bar.update(n)
+
     with JsonlLogger(out / WINDOWS_PARTIAL, enabled=shard.main) as partial, \
             JsonlLogger(out / "eval_log.jsonl", enabled=shard.main) as metrics_log, \
-            _heartbeat(shard, "extraction", lambda: len(done), total=len(windows), unit="windows"):
+            _heartbeat(shard, "extraction", lambda: len(done) + decoded[0], total=len(windows), unit="windows",
+                       label=_label(cfg)):
         for lo in range(0, len(todo), CHUNK):
             chunk = todo[lo : lo + CHUNK]
             t0 = time.perf_counter()
-            records = evaluate_chunk(model, tokenizer, chunk, cfg, pad_id, mask)
+            records = evaluate_chunk(model, tokenizer, chunk, cfg, pad_id, mask, on_batch=batch_done)
             seconds = time.perf_counter() - t0
+            decoded[0] = 0  # before done grows: a beat in between undercounts, never counts a window twice
             for rec in records:
                 partial.log(rec)
                 done[rec["sha256"]] = rec
             metrics_log.log({"event": "chunk", "windows": len(chunk), "seconds": round(seconds, 4),
                              "windows_per_s": len(chunk) / max(seconds, 1e-9),
                              "done": len(windows) - len(todo) + lo + len(chunk), "total": len(windows)})
-            bar.update(len(chunk))
     bar.close()
     return [done[w.key] for w in windows]
 
@@ -166,15 +174,32 @@ def run_membership(model, reference, splits: dict, cfg: EvalConfig, tokenizer, o
     shard = current()
     with _score_cache(out / MEMBERSHIP_PARTIAL, cfg.resume, shard) as cache, \
             JsonlLogger(out / "eval_log.jsonl", enabled=shard.main) as logger, \
-            _heartbeat(shard, "membership", lambda: len(cache), unit="scores"):
+            _heartbeat(shard, "membership", lambda: len(cache), unit="scores", label=_label(cfg)):
         kw = dict(reference_model=reference, min_k_ratios=tuple(m.min_k_ratios), tokenizer=tokenizer,
                   window=m.window, stride=m.stride, token_budget=m.token_budget, chunk=m.chunk,
                   lowercase_tokens=m.lowercase_tokens, cache=cache, keep_tokens=m.keep_tokens,
                   progress=cfg.progress, logger=logger)
-        scores = {name: membership.score_documents(model, [list(d.tokens) for d in splits[name]], **kw)
+        kw.update(_reference_free(model, splits["nonmembers"], m))
+        skip = kw.pop("recall_skip", ())
+        scores = {name: membership.score_documents(model, [list(d.tokens) for d in splits[name]], **kw,
+                                                   recall_skip=skip if name == "nonmembers" else (),
+                                                   dc_pdd_leave_out=name == "nonmembers")
                   for name in ("members", "nonmembers")}
     return membership.membership_section(scores["members"], scores["nonmembers"], n_bootstrap=m.n_bootstrap,
                                          seed=cfg.seed)
+
+
+def _reference_free(model, nonmembers: Sequence, m) -> dict:
+    """The nonmember material of the reference-free attacks: ReCaLL's prefix (the first ``recall_shots``
+    nonmembers, their last ``recall_prefix_tokens`` tokens; those documents are not scored) when more nonmembers
+    remain, and DC-PDD's reference token counts (every nonmember)."""
+    kw: dict = {"dc_pdd_clip": m.dc_pdd_clip}
+    if m.recall_shots and len(nonmembers) > m.recall_shots:
+        prefix = [t for d in nonmembers[:m.recall_shots] for t in d.tokens][-m.recall_prefix_tokens:]
+        kw.update(recall_prefix=prefix, recall_skip=range(m.recall_shots))
+    if m.dc_pdd:
+        kw["dc_pdd_counts"] = membership.token_counts([d.tokens for d in nonmembers], model_vocab_size(model))
+    return kw
 
 
 @contextlib.contextmanager
@@ -187,6 +212,12 @@ def _score_cache(path: Path, resume: bool, shard: Shard) -> Iterator[MutableMapp
             yield cache
     else:
         yield dict(shard.broadcast(None))
+
+
+def _label(cfg: EvalConfig) -> str:
+    """What the heartbeat lines name: the out folder's last parts (an experiment's cells/<cell>/eval names its
+    cell)."""
+    return "/".join(Path(str(cfg.out)).parts[-3:])
 
 
 def _heartbeat(shard: Shard, *args, **kwargs):
@@ -202,6 +233,28 @@ def write_csv(path: Path, windows: Sequence[dict]) -> None:
     writer.writeheader()
     writer.writerows(windows)
     atomic_write_text(path, buf.getvalue())
+
+
+SAMPLES_FILE = "samples.jsonl"
+
+
+def write_samples(path: Path, windows: Sequence[dict], model: dict) -> None:
+    """``--log-samples``: one JSON line per extraction window (lm-eval's per-sample log): the model it is of, where the
+    window sits, the prompt's and the truth's token ids, the greedy continuation and its verdicts."""
+    keep = ("doc_id", "split", "window", "start", "prefix_tokens", "suffix_len", "exact_match", "longest_match_prefix",
+            "token_match", "generation", "truth", "generation_ids", "truth_ids", "sha256")
+    lines = [strict_json({"model": model.get("path"), "revision": model.get("revision"),
+                          **{k: w.get(k) for k in keep}}, indent=None) for w in windows]
+    atomic_write_text(path, "".join(line + "\n" for line in lines))
+
+
+def _samples(out: Path, cfg: EvalConfig, results: dict) -> None:
+    """samples.jsonl of these results with ``log_samples`` (also when a finished evaluation is reused), else none: a
+    file from an earlier run never sits beside results it does not describe."""
+    if cfg.log_samples:
+        write_samples(out / SAMPLES_FILE, results.get("windows") or [], results.get("model") or {})
+    else:
+        (out / SAMPLES_FILE).unlink(missing_ok=True)
 
 
 def _check_context(model, windows: Sequence[Window], suffix_len: int) -> None:
@@ -280,17 +333,25 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
     reference = load_model(m.reference, m.dtype, m.device, m.allow_pickle) if m.reference else None
     tokenizer = load_model_tokenizer(m.path)  # None: the model folder has none (the data's is used)
     splits, prep = load_eval_documents(cfg.data.path, cfg.data.nonmembers, tokenizer, cfg.data.max_docs,
-                                       cfg.data.group_field)
+                                       cfg.data.group_field, cfg.data.text_field)
     if prep is not None and tokenizer is not None:  # ids of prepared data decode only with their own tokenizer
         check_same_tokenizer(tokenizer, prep.tokenizer, m.path, f"the prepared data {cfg.data.path}")
     elif prep is not None:
         tokenizer = prep.tokenizer
     windows, skipped = _extraction_windows(cfg, splits)
+    extracted = [doc for split in cfg.data.extract_splits for doc in splits.get(split, [])] if windows else []
+    placed = [{"split": w.doc.split, "doc_id": w.doc.id, "start": w.start, "prefix_tokens": len(w.prefix)}
+              for w in windows]  # which documents have a window: the too-short ones are said before any work
+    audit = document_verdicts(extracted, placed, cfg.data.prefix_lens, cfg.data.suffix_len)
+    short = too_short_line(audit, cfg.data.suffix_len)
+    if short and shard.main:
+        print(short, file=sys.stderr)
     print_ = fingerprint(cfg, splits)
     finished = shard.broadcast(_finished(out, print_, cfg) if cfg.resume and shard.main else None)
     if finished is not None:  # this evaluation, done: its results stand (resume=false computes them again)
         if shard.main:
             print(f"{folder.final} already holds this evaluation: its results.json is reused", file=sys.stderr)
+            _samples(out, cfg, finished)
         return finished
     if shard.split and cfg.decoding.samples:
         raise UserError(f"decoding.samples={cfg.decoding.samples} draws from one random stream over the batches in "
@@ -310,6 +371,7 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
         claim_folder(folder, print_)  # refuses a different evaluation before anything is written, then marks it
     announce(setting, next(model.parameters()).device)  # auto's choice, once the evaluation is about to compute
     records = evaluate_windows(model, tokenizer, windows, cfg, out, mask) if windows else []
+    source = resolve_model_path(m.path)
     results = {
         "schema": SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -317,7 +379,8 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
         "versions": versions(VERSIONED),
         "git": git_commit(),
         "config": to_dict(cfg),
-        "model": {"path": resolve_model_path(m.path).describe(), "num_parameters": num_parameters(model),
+        "model": {"path": source.name(), "revision": source.revision, "nature": source.nature(),
+                  "num_parameters": num_parameters(model),
                   "vocab_size": model_vocab_size(model), "dtype": str(next(model.parameters()).dtype),
                   "precision": m.dtype, "checkpoint_precision": checkpoint_precision(m.path),
                   "device": describe(next(model.parameters()).device), "weights": weights},
@@ -325,6 +388,8 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
                  "nonmembers": len(splits.get("nonmembers", [])), "skipped_short": skipped,
                  "sha256": windows_sha256(windows), "documents_sha256": print_["data_sha256"]},
         "summary": summarize(records) if "extraction" in cfg.tasks else None,
+        "documents": (document_verdicts(extracted, records, cfg.data.prefix_lens, cfg.data.suffix_len)
+                      if "extraction" in cfg.tasks else None),
         "membership": run_membership(model, reference, splits, cfg, tokenizer, out),
         "canaries": canaries_section(model, splits, cfg, prep),
         "windows": records,
@@ -339,6 +404,7 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
     atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
     atomic_write_text(out / LM_EVAL_FILE, strict_json(lm_eval_results(results)) + "\n")  # lm-eval's layout
     write_csv(out / "results.csv", records)
+    _samples(out, cfg, results)
     save_config(cfg, out / "eval_config.yaml")  # with its results: never describes a run that did not finish
     if cfg.report:
         write_report(results, out)

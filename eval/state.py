@@ -37,7 +37,7 @@ from .windows import EvalDocument
 WINDOWS_PARTIAL = "windows.partial.jsonl"
 MEMBERSHIP_PARTIAL = "membership.partial.jsonl"
 # config keys that change speed, resources or presentation but not one result value
-OPERATIONAL = ("out", "resume", "overwrite", "report", "progress", "model.threads", "model.device",
+OPERATIONAL = ("out", "resume", "overwrite", "report", "log_samples", "progress", "model.threads", "model.device",
                "decoding.batch_size", "membership.token_budget", "membership.chunk", "membership.keep_tokens")
 
 

@@ -4,7 +4,9 @@ Placements (where in the document a window sits):
 
 * ``end``   -- the window ends at the document's end: suffix = the last S tokens, prefix = the P tokens before them.
 * ``start`` -- the prefix starts at token 0: prefix = tokens [0, P), suffix = tokens [P, P+S).
-* ``stride``-- every ``stride`` tokens: prefixes start at 0, stride, 2·stride, ... while P+S tokens remain.
+* ``stride``-- every ``stride`` tokens: prefixes start at 0, stride, 2·stride, ... while P+S tokens remain, and
+  (without ``max_offset``) one last window ends at the document's end, so with ``stride <= S`` every token after
+  the first P is in some window's suffix: the whole document is covered. The default for a JSONL corpus.
 * ``offsets`` -- prefixes start at the given offsets (e.g. 0, 100, 200) where P+S tokens remain.
 
 ``max_offset`` caps where ``stride`` and ``offsets`` windows may start (a prefix starting later is not made): a
@@ -82,7 +84,10 @@ def starts(n_tokens: int, prefix_len: int, suffix_len: int, placement: str, stri
     last = n_tokens - prefix_len - suffix_len  # the latest start that still fits a whole window
     last = last if max_offset is None else min(last, max_offset)
     if placement == "stride":
-        return list(range(0, last + 1, stride)), prefix_len
+        found = list(range(0, last + 1, stride))
+        if max_offset is None and found[-1] < last:  # a last window ending at the document's end: every token
+            found.append(last)                         # after the first P is in some window's suffix
+        return found, prefix_len
     return [o for o in offsets if o <= last], prefix_len
 
 

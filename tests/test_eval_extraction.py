@@ -29,8 +29,14 @@ def test_window_geometry_by_hand():
     (start,), _ = build_windows([doc], [5], 4, ["start"])
     assert (start.start, start.prefix, start.suffix) == (0, tuple(range(100, 105)), tuple(range(105, 109)))
     stride, _ = build_windows([doc], [5], 4, ["stride"], stride=3)
-    assert [w.start for w in stride] == [0, 3, 6, 9]  # last start 9: 9 + 5 + 4 = 18 <= 20; 12 would need 21
-    assert stride[-1].suffix == tuple(range(114, 118))
+    # strided starts 0, 3, 6, 9 (12 would need 21 tokens), then the window ending at the document's end (start
+    # 20 - 5 - 4 = 11), so the suffixes cover tokens 5..19: every token after the first P
+    assert [w.start for w in stride] == [0, 3, 6, 9, 11]
+    assert stride[-2].suffix == tuple(range(114, 118)) and stride[-1].suffix == tuple(range(116, 120))
+    covered = {t for w in stride for t in w.suffix}
+    assert covered == set(range(105, 120))
+    exact, _ = build_windows([_doc(21)], [5], 4, ["stride"], stride=4)  # 0, 4, 8, 12: the last one already ends
+    assert [w.start for w in exact] == [0, 4, 8, 12]                     # at token 21, no extra window
     for placement in ("end", "start", "stride"):
         (w,), _ = build_windows([doc], [ALL], 4, [placement])
         assert (w.start, len(w.prefix), w.suffix) == (0, 16, tuple(range(116, 120)))

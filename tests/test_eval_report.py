@@ -130,6 +130,23 @@ def test_plot_primitives(tmp_path):
     assert p.read_bytes()[:8] == PNG_MAGIC  # x = 0 on a linear axis: drawn, not fitted
 
 
+def test_one_colour_per_arm_in_every_figure_and_a_vector_copy(tmp_path):
+    from goldfish.eval.plots import ARM_COLORS, bar_chart, colors_for
+
+    # an arm keeps its colour whatever else a figure shows and in whatever order
+    one = colors_for(["control", "standard", "goldfish k=4"])
+    two = colors_for(["goldfish k=4", "standard x4", "my-arm"])
+    assert one["control"] == ARM_COLORS["control"] and one["standard"] == two["standard x4"] == ARM_COLORS["standard"]
+    assert one["goldfish k=4"] == two["goldfish k=4"] == ARM_COLORS["goldfish"]
+    assert colors_for(["my-arm"]) == {"my-arm": two["my-arm"]} and two["my-arm"] not in ARM_COLORS.values()
+    many = colors_for([f"arm{i}" for i in range(7)])
+    assert len(set(many.values())) == 7  # names that would collide get the next free colour
+    p = bar_chart({"standard": 1.0, "control": 0.5}, "AUC", "ROC-AUC", tmp_path / "auc.png", by_construction=["control"])
+    svg = p.with_suffix(".svg").read_text()
+    assert p.read_bytes()[:8] == PNG_MAGIC and svg.lstrip().startswith("<?xml") and "<svg" in svg
+    assert "by construction" in svg  # the control's 0.500 says it is not a measurement
+
+
 @pytest.mark.parametrize("bad", [None, {}])
 def test_report_without_windows_or_membership(tmp_path, bad):
     paths = write_report({"summary": summarize([]), "membership": bad}, tmp_path)
@@ -140,15 +157,17 @@ def test_report_without_windows_or_membership(tmp_path, bad):
 def test_every_curve_of_the_per_run_plots_has_its_interval():
     from goldfish.eval.report import strata_bands, strata_series
 
+    # the one word-level ROUGE-L of the figures is the paper's (rouge-score); token-id ROUGE-L is not drawn
     strata = {"1": {"exact_match_rate": 0.0, "exact_match_ci_low": 0.0, "exact_match_ci_high": 0.2,
-                    "rouge_l": 0.3, "rouge_l_ci_low": 0.25, "rouge_l_ci_high": 0.35},
+                    "rouge_l_paper": 0.3, "rouge_l_paper_ci_low": 0.25, "rouge_l_paper_ci_high": 0.35, "rouge_l": 0.9},
               "4": {"exact_match_rate": 0.5, "exact_match_ci_low": 0.3, "exact_match_ci_high": 0.7,
-                    "rouge_l": 0.6, "rouge_l_ci_low": 0.5, "rouge_l_ci_high": 0.7},
-              "0": {"exact_match_rate": 0.0, "rouge_l": 0.1}, "unknown": {"exact_match_rate": 0.0}}  # no curve points
+                    "rouge_l_paper": 0.6, "rouge_l_paper_ci_low": 0.5, "rouge_l_paper_ci_high": 0.7, "rouge_l": 0.9},
+              "0": {"exact_match_rate": 0.0, "rouge_l_paper": 0.1}, "unknown": {"exact_match_rate": 0.0}}  # no points
     series, bands = strata_series(strata), strata_bands(strata)
-    assert set(series) == set(bands) == {"exact match", "ROUGE-L (tokens)"}
-    assert series["ROUGE-L (tokens)"] == ([1.0, 4.0], [0.3, 0.6])
-    assert bands["ROUGE-L (tokens)"] == ([0.25, 0.5], [0.35, 0.7])
+    paper = "ROUGE-L (rouge-score, the paper's)"
+    assert set(series) == set(bands) == {"exact match", paper}
+    assert series[paper] == ([1.0, 4.0], [0.3, 0.6])
+    assert bands[paper] == ([0.25, 0.5], [0.35, 0.7])
     assert bands["exact match"] == ([0.0, 0.3], [0.2, 0.7])
 
 

@@ -34,6 +34,8 @@ DOCUMENTS = ("README.md", "docs/install.md", "docs/cli.md", "docs/training.md", 
 NOT_HERE = {
     "make demo": "the demo itself (~6 min on 2 cores; its measured time and disk are in the README)",
     "make test": "the test suite itself",
+    "source .venv/bin/activate": "the checkout's venv: here this checkout's goldfish is on PATH already",
+    "goldfish eval --model ORG/NAME": "ORG/NAME, corpus.jsonl: a Hub model and a corpus of yours",
     "torchrun --nproc_per_node 8": "8 GPUs",
     "accelerate launch --num_processes 8": "8 GPUs",
     "sbatch": "a Slurm cluster",

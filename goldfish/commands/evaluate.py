@@ -39,6 +39,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument(*spellings, dest=key, default=None, metavar="VALUE", help=f"= {key}=VALUE")
     p.add_argument("--overwrite", action="store_true", help="= overwrite=true: replace an out folder that holds another "
                                                             "evaluation (built beside it, swapped in when finished)")
+    p.add_argument("--log-samples", "--log_samples", dest="log_samples", action="store_true",
+                   help="= log_samples=true: also write samples.jsonl, one line per extraction window")
     p.add_argument("--update-card", action="store_true",
                    help="append the headline numbers (extraction per window placement, membership AUCs) to the model "
                         "folder's README.md model card, in model-index form (a Hugging Face folder or a training run "
@@ -63,6 +65,8 @@ def build_config(args: argparse.Namespace):
         if "overwrite" in given:
             raise ConfigError("--overwrite and overwrite= both given; keep one")
         given["overwrite"] = True
+    if getattr(args, "log_samples", False):
+        given["log_samples"] = True
     return from_dict(EvalConfig, merged(read_yaml(path) if path else {}, given))
 
 

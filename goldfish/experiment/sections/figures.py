@@ -12,6 +12,7 @@ from goldfish.eval.metrics import METRICS, ROUGE
 from goldfish.eval.tables import markdown_section
 
 from ...io import read_json, read_jsonl
+from ..config import CONTROL
 from ..plots import bar_chart, loss_curves, metric_vs_x, roc_curves, threshold_plots
 from ..summary import CellSummary, Study, one_per_arm
 
@@ -22,6 +23,12 @@ def mia_attack_name(cells: list[CellSummary]) -> str:
     """The headline attack of these cells for a title: its name, or the names joined when cells differ (e.g. a grid
     mixing fine-tunes and from-scratch cells under ``mia_attack: auto``)."""
     return " / ".join(dict.fromkeys(str(c.mia_attack) for c in cells))
+
+
+def self_referenced(cell: CellSummary) -> bool:
+    """The control scored by a reference attack: its reference is itself, so every score is 0 and its AUC 0.500 by
+    construction (goldfish.experiment.analysis), not a measurement."""
+    return cell.arm == CONTROL and str(cell.mia_attack) in ("reference", "kept_reference")
 
 
 def draw(study: Study, out: Path) -> list[Path]:
@@ -41,7 +48,8 @@ def draw(study: Study, out: Path) -> list[Path]:
         attack = mia_attack_name(cells)
         paths.append(bar_chart({label[c.cell]: c.mia_auc for c in cells}, "membership inference AUC "
                                f"({attack} attack, 95 % CI)", "ROC-AUC (0.5 = chance)", out / "mia_auc_by_arm.png",
-                               errors={label[c.cell]: (c.mia_auc_ci_low, c.mia_auc_ci_high) for c in cells}))
+                               errors={label[c.cell]: (c.mia_auc_ci_low, c.mia_auc_ci_high) for c in cells},
+                               by_construction=tuple(label[c.cell] for c in cells if self_referenced(c))))
         paths.append(bar_chart({label[c.cell]: c.heldout_loss for c in cells}, "held-out (nonmember) loss per arm "
                                "(95 % CI)", "mean NLL (nats/token)", out / "heldout_loss_by_arm.png",
                                errors={label[c.cell]: tuple(c.heldout_loss_ci or (None, None)) for c in cells}))

@@ -1,0 +1,153 @@
+"""The regurgitation audit of a plain corpus (issue 40): ``goldfish eval`` on a JSONL file covers each whole document
+with strided windows and answers per document -- regurgitated or not, the longest verbatim span and where.
+
+The model is built so that its greedy continuation is known without running it: its only path from input to
+output is embedding -> final norm -> head (attention and MLP outputs are zero), with a one-hot embedding and a head
+that maps token t to a chosen successor ``succ[t]`` (token 0 where none). Greedy decoding from any prefix is then
+``succ`` applied to the last token again and again, which the test simulates in plain Python -- a second
+implementation of the windows and of the verdicts.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from goldfish.cli import main
+
+from eval_fixtures import TEXTS, save_model_folder, tiny_tokenizer
+
+P, S = 4, 5
+
+
+def successor_model(vocab: int, succ: dict[int, int]):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=vocab, intermediate_size=8, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
+                      tie_word_embeddings=False, bos_token_id=None, eos_token_id=0, pad_token_id=0)
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        model.model.embed_tokens.weight.copy_(torch.eye(vocab))
+        model.model.norm.weight.fill_(1.0)
+        for layer in model.model.layers:
+            layer.input_layernorm.weight.fill_(1.0)
+            layer.post_attention_layernorm.weight.fill_(1.0)
+        for t, nxt in succ.items():
+            model.lm_head.weight[nxt, t] = 1.0
+    return model
+
+
+def expected(ids: list[int], succ: dict[int, int]) -> dict:
+    """The audit by hand: strided starts 0, S, 2S ... plus one ending at the document's end; greedy = succ chain."""
+    last = len(ids) - P - S
+    if last < 0:
+        return {"verdict": "too_short"}
+    starts = list(range(0, last + 1, S))
+    starts += [last] if starts[-1] < last else []
+    reproduced = [False] * len(ids)  # tokens some window's greedy continuation reproduced before its first mistake
+    exact = 0
+    for s in starts:
+        token, run = ids[s + P - 1], 0
+        for truth in ids[s + P: s + P + S]:
+            token = succ.get(token, 0)
+            if token != truth:
+                break
+            reproduced[s + P + run] = True
+            run += 1
+        exact += run == S
+    best = (0, -P)  # no token reproduced: a span of 0 at the first suffix token
+    i = 0
+    while i < len(ids):  # the longest run of reproduced tokens, the earliest on a tie
+        j = i
+        while j < len(ids) and reproduced[j]:
+            j += 1
+        best = max(best, (j - i, -i)) if j > i else best
+        i = j + 1
+    return {"verdict": "regurgitated" if exact else "not_regurgitated", "n_windows": len(starts),
+            "regurgitated_windows": exact, "longest_span": best[0], "longest_span_offset": -best[1]}
+
+
+def test_a_corpus_is_audited_document_by_document(tmp_path, capsys):
+    tok = tiny_tokenizer()
+    memorised = TEXTS[:3]
+    succ: dict[int, int] = {}
+    for text in memorised:
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        for a, b in zip(ids, ids[1:]):
+            succ.setdefault(a, b)  # the first successor wins: a repeated token breaks a later run
+    model = save_model_folder(tmp_path / "model", successor_model(len(tok), succ), tok)
+    texts = (memorised + TEXTS[3:] + [" ".join(reversed(t.split())) for t in TEXTS]
+             + [TEXTS[0] + " " + TEXTS[4], TEXTS[5] + " " + TEXTS[1], TEXTS[2] * 3, TEXTS[3][:30], "Hi.", "Call me", "The cat", "We hold"])
+    assert len(texts) == 20
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"d{i:02d}", "body": t}) + "\n" for i, t in enumerate(texts)))
+    out = tmp_path / "audit"
+
+    # the text sits under "body": one error line names the setting that reads it
+    assert main(["eval", "--model", str(model), "--data", str(corpus), "--out", str(out), "progress=false"]) == 2
+    err = capsys.readouterr().err
+    assert "line 1 has no \"text\" string" in err and "data.text_field=body" in err and "Traceback" not in err
+
+    assert main(["eval", "--model", str(model), "--data", str(corpus), "--out", str(out), "progress=false",
+                 "data.text_field=body", f"data.prefix_lens={P}", f"data.suffix_len={S}"]) == 0
+    captured = capsys.readouterr()
+    res = json.loads((out / "results.json").read_text())
+    assert res["config"]["data"]["window"] == ["stride"]  # the default for a JSONL corpus: whole documents
+    docs = {d["doc_id"]: d for d in res["documents"]}
+    assert list(docs) == [f"d{i:02d}" for i in range(20)]  # every document, in the corpus' order
+    want = {f"d{i:02d}": expected(tok(t, add_special_tokens=False)["input_ids"], succ) for i, t in enumerate(texts)}
+    for doc_id, w in want.items():
+        got = docs[doc_id]
+        assert {k: got[k] for k in w} == w, doc_id
+    verdicts = [w["verdict"] for w in want.values()]
+    assert {"regurgitated", "not_regurgitated", "too_short"} <= set(verdicts)  # the fixture exercises all three
+    assert max(w.get("longest_span", 0) for w in want.values()) > S  # and a span over consecutive windows
+
+    short = verdicts.count("too_short")
+    assert f"{short} of 20 documents skipped as too short: a window needs at least {P + S} tokens" in captured.err
+    hits = [d for d, w in want.items() if w["verdict"] == "regurgitated"]
+    assert f"regurgitated: {len(hits)} of 20 documents" in captured.out
+
+    report = (out / "report.md").read_text()
+    audit = report.split("## Regurgitation audit")[1].split("\n## ")[0]
+    listed = [line.split("|")[2].strip() for line in audit.splitlines() if line.startswith("| ") and
+              line.split("|")[1].strip().isdigit()]
+    order = sorted(hits, key=lambda d: (-want[d]["longest_span"], -want[d]["regurgitated_windows"], d))
+    assert listed == order  # every regurgitated document, longest span first
+    assert "20 documents (no membership split)" in report and "member" not in audit
+    assert f"{short} documents too short for a window" in audit
+
+
+def test_a_folder_of_text_files_is_a_corpus_too(tmp_path, capsys):
+    tok = tiny_tokenizer()
+    succ: dict[int, int] = {}
+    ids = tok(TEXTS[0], add_special_tokens=False)["input_ids"]
+    for a, b in zip(ids, ids[1:]):
+        succ.setdefault(a, b)
+    model = save_model_folder(tmp_path / "model", successor_model(len(tok), succ), tok)
+    corpus = tmp_path / "corpus"
+    (corpus / "sub").mkdir(parents=True)
+    files = {"a.txt": TEXTS[0], "b.md": TEXTS[3], "sub/c.txt": "Hi.", "skip.json": "{}"}
+    for name, text in files.items():
+        (corpus / name).write_text(text, encoding="utf-8")
+    out = tmp_path / "audit"
+    assert main(["eval", "--model", str(model), "--data", str(corpus), "--out", str(out), "progress=false",
+                 f"data.prefix_lens={P}", f"data.suffix_len={S}"]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["config"]["data"]["window"] == ["stride"]
+    got = {d["doc_id"]: d for d in res["documents"]}
+    assert list(got) == ["a.txt", "b.md", "sub/c.txt"]  # every text file below the folder, by path; not the .json
+    for name in got:
+        want = expected(tok(files[name], add_special_tokens=False)["input_ids"], succ)
+        assert {k: got[name][k] for k in want} == want, name
+    assert got["a.txt"]["verdict"] == "regurgitated" and got["sub/c.txt"]["verdict"] == "too_short"
+    capsys.readouterr()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["eval", "--model", str(model), "--data", str(empty), "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "neither manifest.json" in err and "*.txt" in err
