@@ -504,16 +504,53 @@ def _check_copies(order: np.ndarray, state: dict, owners: np.ndarray | None, m: 
             raise RuntimeError(f"bug: the training layout holds {name} {got.tolist()} times, labelled {want}")
 
 
+# the temporary files prepare's own writers leave when killed: a shard writer's ``.<stem>.bin.<pid>.tmp`` and an
+# atomic write's ``.<name>.<8 random characters>.tmp`` (``tempfile.mkstemp``), of the files prepare writes there
+_SHARD_TMP = re.compile(r"\.\d{5,}\.(bin\.\d+|(bin|idx\.npy|tag\.npy|json)\.[a-z0-9_]{8})\.tmp")
+_TRAIN_TMP = re.compile(r"\.((targets|canaries)\.(bin\.\d+|(bin|idx\.npy|tag\.npy)\.[a-z0-9_]{8})"
+                        r"|(order|starts)\.npy\.[a-z0-9_]{8})\.tmp")
+
+
 def _remove_unused(folder: Path, shards: int) -> None:
     """Delete background shards past the last one used (written by workers that ran ahead of the cap) and the
-    temporary files of writers that were killed: all inside this folder, all written by prepare."""
-    for path in sorted((folder / BACKGROUND).glob("*")) if (folder / BACKGROUND).is_dir() else []:
-        head = path.name.split(".")[0]
-        if path.name.startswith(".") and path.name.endswith(".tmp"):
-            path.unlink()
-        elif head.isdigit() and int(head) >= shards:
-            path.unlink()
-    for path in (folder / "train").glob(".*.tmp"):
+    temporary files of prepare's own writers that were killed. Only the exact files a shard's entry names (and the
+    entry), and temporary files by the exact names prepare's writers give them, in folders of ``folder`` that are not
+    links: a user's ``00042.csv``, ``00007.bin.bak`` or notes, and anything a linked folder leads to, stay."""
+    background = folder / BACKGROUND
+    if background.is_dir() and not background.is_symlink():
+        for path in sorted(background.iterdir()):
+            head = path.name[:-len(".json")]
+            if path.name.endswith(".json") and head.isdigit() and len(head) >= 5 and int(head) >= shards:
+                _remove_entry(path, head)
+            elif _SHARD_TMP.fullmatch(path.name):
+                _unlink_file(path)
+    train = folder / "train"
+    if train.is_dir() and not train.is_symlink():
+        for path in sorted(train.iterdir()):
+            if _TRAIN_TMP.fullmatch(path.name):
+                _unlink_file(path)
+
+
+def _remove_entry(path: Path, name: str) -> None:
+    """An unused shard: the files its entry records (of its own name only), then the entry; an entry that is not
+    one prepare wrote (not a JSON object naming this shard's files) is left with everything."""
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    files = entry.get("sha256") if isinstance(entry, dict) else None
+    if not isinstance(files, dict) or entry.get("shard") != int(name):
+        return
+    own = {f"{name}.bin", f"{name}.idx.npy", f"{name}.tag.npy"}
+    for f in files:
+        if f in own:
+            _unlink_file(path.parent / f)
+    _unlink_file(path)
+
+
+def _unlink_file(path: Path) -> None:
+    """Delete ``path`` when it is a regular file (never a link, a folder or what a link leads to)."""
+    if path.is_file() and not path.is_symlink():
         path.unlink()
 
 
