@@ -314,21 +314,32 @@ def _eval_table(results: list) -> str:
     return "\n".join(lines)
 
 
-def add_eval_results(model_dir: str | Path, new: list, weights: list | None = None) -> Path:
+def add_eval_results(model_dir: str | Path, new: list, weights: list | None = None,
+                     out: str | Path | None = None) -> Path:
     """Merge the ``EvalResult`` list ``new`` into ``<model_dir>/README.md`` (created if the folder has no card):
     equal results (same task, data and its revision, metric and setting) are replaced, others kept; the body's
     evaluation table is rewritten (appended at the end of a card that has none). Refuses a path that is not a model
     folder and, given ``weights`` (the :func:`goldfish.models.weights_stamp` the results were computed on), a folder
-    whose weights or card now describe other weights: nothing is written then."""
+    whose weights or card now describe other weights: nothing is written then.
+
+    ``out``: the folder the card is written to instead of ``model_dir`` (a model of the Hugging Face cache, which is
+    never written: the card starts from the cached one, or from ``out``'s own once it has one). A card that is a
+    symbolic link is refused (never written through, never replaced)."""
     from huggingface_hub import ModelCard, ModelCardData
 
     folder = Path(model_dir)
     if not (folder / "config.json").is_file():
         raise UserError(f"--update-card needs a Hugging Face model folder (with config.json); {folder} is not one "
                         f"(a .gguf file or another folder keeps no card of ours)")
-    path = folder / CARD
+    target = Path(out) if out is not None else folder
+    path = target / CARD
+    check_card_path(path)
+    source = path if path.is_file() or out is None else folder / CARD
     name = folder.parent.name if folder.name == "model" else folder.name  # a run folder's model/: the run's name
-    card = _read(path) if path.is_file() else ModelCard(f"---\n{ModelCardData().to_yaml()}\n---\n\n# {name}\n")
+    if out is not None and folder.parent.name == "snapshots":  # models--ORG--NAME/snapshots/<revision>
+        name = folder.parent.parent.name.removeprefix("models--").replace("--", "/")
+    card = (_read(source) if source.is_file()
+            else ModelCard(f"---\n{ModelCardData().to_yaml()}\n---\n\n# {name}\n"))
     if weights is not None:
         recorded = card.data.to_dict().get(WEIGHTS)
         if weights_stamp(folder) != weights or recorded not in (None, weights_id(weights)):
@@ -346,5 +357,16 @@ def add_eval_results(model_dir: str | Path, new: list, weights: list | None = No
         text = head + table + rest.split(EVAL_END, 1)[1]
     else:
         text = text.rstrip("\n") + f"\n\n## Evaluation\n\n{table}\n"
+    target.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, f"---\n{card.data.to_yaml()}\n---\n{text}")
     return path
+
+
+def check_card_path(path: Path) -> None:
+    """One line when the card at ``path`` (or its folder) is a symbolic link: goldfish writes no file through a link
+    and replaces no link of the user's."""
+    for p in (path, path.parent):
+        if p.is_symlink():
+            raise UserError(f"{p} is a symbolic link; goldfish does not write a model card through a link (nor "
+                            f"replace it): copy the model into a folder of its own and update that one's card, or "
+                            f"leave --update-card out")
