@@ -130,10 +130,20 @@ def model_name(cfg: TrainConfig) -> str:
 
 
 def _short(name: Any) -> str:
-    """A file or folder name instead of a local path (a tokenizer or source named by its path); names stay."""
+    """A file or folder name instead of a local path (a tokenizer or source named by its path; a source label
+    ``<reader>:<path>``, as a manifest records it, keeps its reader's name); names stay."""
     text = str(name or "")
+    reader, sep, rest = text.partition(":")
+    if sep and reader and "/" not in reader and rest and _is_path(rest):
+        return f"{reader}:{_short(rest)}"
+    return Path(text).expanduser().name if text and _is_path(text) else text
+
+
+def _is_path(text: str) -> bool:
+    """Whether ``text`` names a local file or folder (absolute, under the home folder, relative with a folder part,
+    or existing): what a card never holds."""
     path = Path(text).expanduser()
-    return path.name if text and (path.is_absolute() or path.exists()) else text
+    return path.is_absolute() or text.startswith(("~", "./", "../")) or path.exists()
 
 
 def _device(summary: dict) -> str:
