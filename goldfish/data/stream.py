@@ -79,7 +79,55 @@ def read_entry(folder: Path, i: int, fingerprint: str) -> dict | None:
         raise UserError(f"background shard {path} was prepared from another recipe (or by other code) than the one "
                         f"being prepared into {folder}; prepare into another folder, or pass --overwrite to replace "
                         f"this one")
+    if not _well_formed(entry, i):
+        raise UserError(f"{path} is damaged (its fields are not those of a shard entry); delete "
+                        f"{path.parent / stem(i)}.* and prepare again to redo that shard")
     return entry
+
+
+def _well_formed(entry: dict, i: int) -> bool:
+    """Whether a shard entry has the fields, of the types, that the merge reads."""
+    def count(x) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+    positions, sha, stats = entry.get("positions"), entry.get("sha256"), entry.get("stats")
+    return (entry.get("shard") == i and count(entry.get("documents")) and count(entry.get("tokens"))
+            and isinstance(entry.get("end_of_source"), bool)
+            and isinstance(positions, list) and len(positions) == 2 and all(count(p) for p in positions)
+            and isinstance(sha, dict) and {f"{stem(i)}.bin", f"{stem(i)}.idx.npy"} <= set(sha)
+            and set(sha) <= {f"{stem(i)}.bin", f"{stem(i)}.idx.npy", f"{stem(i)}.tag.npy"}
+            and all(isinstance(v, str) for v in sha.values())
+            and isinstance(stats, dict) and all(count(v) for v in stats.values()))
+
+
+def read_state(folder: Path) -> dict:
+    """The targets phase's ``prepare-state.json`` of ``folder``; one line when it is damaged."""
+    path = Path(folder) / STATE
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        state = None
+    if not isinstance(state, dict) or not isinstance(state.get("fingerprint"), str):
+        raise UserError(f"{path} is damaged (not the JSON a prepare wrote); delete the unfinished folder {folder} and "
+                        f"run the same goldfish prepare command again (or pass --overwrite)")
+    return state
+
+
+def source_identity(cfg: SourceConfig) -> list | None:
+    """What tells the background source's files from a changed copy: ``[name, size, mtime_ns]`` of each file it is
+    read from (a folder's files in name order), or None for a source without local files (the Hub). Shards written
+    from different states of the source are refused at the merge (their documents may be read twice, others never).
+    """
+    path = Path(cfg.path).expanduser() if cfg.path else None
+    if path is None or not path.exists():
+        return None
+    files = (sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+             if path.is_dir() else [path])
+    out = []
+    for f in files:
+        st = f.stat()
+        out.append([f.relative_to(path).as_posix() if path.is_dir() else f.name, st.st_size, st.st_mtime_ns])
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ one shard
@@ -92,7 +140,7 @@ class _Exclusions:
     def __init__(self, folder: Path, dedup: DedupConfig | None):
         import datasets
 
-        state = json.loads((folder / STATE).read_text(encoding="utf-8"))
+        state = read_state(folder)
         self.ids = set(state["exclude"]["ids"])
         self.texts = set(state["exclude"]["text_sha256"])
         self.index = None
@@ -165,6 +213,7 @@ def make_shard(spec: ShardSpec, i: int) -> dict:
     floor = spec.source.word_floor
     stats = {"read": 0, "below_min_words": 0, "exact_duplicates": 0, "near_duplicates": 0, "accepted": 0,
              "chunks_below_min_tokens": 0}
+    source = source_identity(spec.source)  # the source as this shard reads it (before the first document)
     writer = ShardWriter(folder / BACKGROUND, stem(i), np.dtype(spec.dtype))
     start = i * spec.shard_documents
     docs = itertools.islice(iter_source(spec.source, start), spec.shard_documents)
@@ -192,7 +241,8 @@ def make_shard(spec: ShardSpec, i: int) -> dict:
         writer.abort()
         raise
     entry = {"shard": i, "fingerprint": spec.fingerprint, "positions": [start, start + stats["read"]],
-             "end_of_source": stats["read"] < spec.shard_documents, **writer.close(), "stats": stats}
+             "end_of_source": stats["read"] < spec.shard_documents, **writer.close(), "stats": stats,
+             "source": source}
     atomic_write_json(entry_path(folder, i), entry)
     return entry
 
