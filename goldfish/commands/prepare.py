@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from ..config import describe
@@ -61,7 +62,8 @@ def shard_range(spec: str | None) -> tuple[int, int] | None:
     if spec is None:
         return None
     a, sep, b = spec.partition(":")
-    if not (sep and a.strip().isdigit() and b.strip().isdigit() and int(a) < int(b)):
+    digits = re.compile(r"[0-9]{1,12}")  # ASCII digits only (not "٣"), and no number past a trillion shards
+    if not (sep and digits.fullmatch(a.strip()) and digits.fullmatch(b.strip()) and int(a) < int(b)):
         raise UserError(f"--shards {spec!r} is not a range A:B of shard numbers with A < B (e.g. --shards 0:100)")
     return int(a), int(b)
 
