@@ -144,7 +144,7 @@ def train(cfg: TrainConfig, replace: bool = False) -> Path:
     started = time.perf_counter()
     prepared, rows, seq_len = load_train_data(cfg.data.path)  # fails fast, before joining any process group
     cfg = resolved(cfg)
-    staged = fingerprint_sha256(train_fingerprint(cfg, prepared.train_identity))  # a killed replacement continues
+    staged = fingerprint_sha256(train_fingerprint(cfg, prepared.train_sha256, prepared.train_layout))  # a killed replacement continues
     with writing(cfg.out, "train", replace=replace, main=is_main_process(), resume=staged) as folder:
         # Goldfish reaches the engine only through the loss function
         engine = get_engine(cfg, EngineLoss(cfg.loss.ce_chunk_tokens))
@@ -175,7 +175,7 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, folder:
     tok = prepared.manifest["tokenizer"]
     plan = make_plan(cfg.schedule, cfg.optim, len(rows), seq_len, engine.dp_size)
     rank, world = _process_rank()
-    fingerprint = train_fingerprint(cfg, prepared.train_identity)
+    fingerprint = train_fingerprint(cfg, prepared.train_sha256, prepared.train_layout)
     refuse_mismatch(saved_train_fingerprint(out), fingerprint, f"the run in {out}",
                     "rerun with the config it was made with (its config.yaml), or pass --fresh to start in a new "
                     "folder, or --overwrite to replace it", TRAIN_OPTIONAL)

@@ -29,7 +29,7 @@ hashed once per content and the result recorded in the cache (``$GOLDFISH_CACHE/
 path, size, inode, modification and change time), so later loads -- every rank, every restart -- only ``stat`` them.
 A file rewritten in place (another size, inode or mtime -- or the same mtime set back: its ctime changed) is hashed
 again. The manifest's ``train`` section (stores, document counts) is checked against the rows' recorded sha256 at
-every load, and a training run's fingerprint holds every field of it (:attr:`Prepared.train_identity`).
+every load, and a training run's fingerprint holds every field of it (:attr:`Prepared.train_layout`).
 """
 
 from __future__ import annotations
@@ -191,14 +191,13 @@ class Prepared:
         return self.manifest["sha256"]["train"]
 
     @property
-    def train_identity(self) -> str:
-        """What a training run reads, as its fingerprint records it: the rows' sha256 (:attr:`train_sha256`) and
-        every manifest field that decides what the rows hold (the ``train`` section: stores, rows, ``seq_len``,
-        packing, special ids, dtype; the top-level ``seq_len`` and ``packing``), so a run never resumes on rows a
-        manifest edited since describes otherwise."""
+    def train_layout(self) -> str:
+        """Every manifest field that decides what the rows hold beyond their files' sha256 (:attr:`train_sha256`):
+        the ``train`` section (stores, rows, ``seq_len``, packing, special ids, dtype) and the top-level ``seq_len``
+        and ``packing``, hashed. A training run's fingerprint holds it (``data.layout``), so a run never resumes on
+        rows a manifest edited since describes otherwise."""
         m = self.manifest
-        return fingerprint_sha256({"sha256": m["sha256"]["train"], "train": m.get("train"),
-                                   "seq_len": m.get("seq_len"), "packing": m.get("packing")})
+        return fingerprint_sha256({"train": m.get("train"), "seq_len": m.get("seq_len"), "packing": m.get("packing")})
 
 
 class Documents:
