@@ -351,7 +351,9 @@ def add_eval_results(model_dir: str | Path, new: list, weights: list | None = No
     card = (_read(source) if source.is_file()
             else ModelCard(f"---\n{ModelCardData().to_yaml()}\n---\n\n# {name}\n"))
     if weights is not None:
-        recorded = card.data.to_dict().get(WEIGHTS)
+        # a card read from a read-only model (into ``out``) records the weights where they were made (other file
+        # times): only the files themselves are compared then
+        recorded = card.data.to_dict().get(WEIGHTS) if source == path else None
         if weights_stamp(folder) != weights or recorded not in (None, weights_id(weights)):
             raise UserError(f"the model in {folder} is not the one evaluated: its weights changed after the evaluation "
                             f"read them (a training run replaced it?); its card is unchanged; evaluate it again to "

@@ -148,7 +148,9 @@ def cached_model(tmp_path, monkeypatch):
     """A tiny model with an upstream card, in an offline Hugging Face cache of this test's own."""
     tok = tiny_tokenizer()
     model = save_model_folder(tmp_path / "upstream", tiny_llama(len(tok), seed=5), tok)
-    (model / "README.md").write_text("---\nlicense: apache-2.0\n---\n\n# Upstream model\n\nThe authors' card.\n")
+    # a card made where the weights were trained records their identity there (other file times than the cache's)
+    (model / "README.md").write_text("---\nlicense: apache-2.0\ngoldfish_weights: 0123456789abcdef\n---\n\n"
+                                     "# Upstream model\n\nThe authors' card.\n")
     cache = tmp_path / "hub"
     cache.mkdir()
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
