@@ -129,3 +129,57 @@ def test_a_peers_death_in_a_collective_is_one_line_on_every_survivor():
         assert line is not None and "another process of this distributed run stopped" in line and "\n" not in line
     assert not peer_lost(RuntimeError("Connection closed by peer"))  # not a collective: our bug, a traceback
     assert one_line(RuntimeError("shape mismatch")) is None
+
+
+PEER = r'''
+"""A goldfish command (registered as `peer`) whose rank 1 dies right after joining the group while rank 0 waits in a
+collective: what a split evaluation's surviving rank meets when its peer is killed."""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+DESCRIPTION = "a collective whose peer dies"
+
+
+def add_arguments(parser):
+    pass
+
+
+def run(args):
+    dist.init_process_group("gloo")
+    if dist.get_rank() == 1:
+        os._exit(9)  # killed: no error of its own, no clean-up
+    dist.all_reduce(torch.ones(4))  # rank 0 (the main process) waits for a peer that is gone
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from goldfish import cli
+
+    cli.COMMANDS["peer"] = ("peer", DESCRIPTION)
+    sys.exit(cli.main(["peer"]))
+'''
+
+
+@pytest.mark.dist
+def test_a_survivor_of_a_killed_peer_prints_one_error_line_under_torchrun(tmp_path):
+    import subprocess
+    import sys
+
+    from train_helpers import REPO, _free_port, cli_env, require_dist_marker
+
+    require_dist_marker()
+    (tmp_path / "peer.py").write_text(PEER)
+    env = {**cli_env(), "OMP_NUM_THREADS": "1"}
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                          f"--master_port={_free_port()}", "--tee=3", str(tmp_path / "peer.py")], env=env, cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    survivor = [line for line in run.stderr.splitlines() if line.startswith("[default0]")]
+    text = "\n".join(line.split(":", 1)[1] for line in survivor)
+    errors = [line for line in text.splitlines() if line.startswith("error:")]
+    assert run.returncode != 0
+    assert len(errors) == 1 and "another process of this distributed run stopped" in errors[0], run.stderr[-3000:]
+    assert "Traceback" not in text, text[-3000:]
