@@ -36,12 +36,14 @@ def resolve_device(device: str) -> torch.device:
         return where
     if where.type == "meta":
         raise UserError(f"device={device!r} holds no weights (a meta tensor has a shape but no values), so nothing can "
-                        f"be evaluated on it; use auto, cpu or cuda")
+                        f"be evaluated on it; use model.device=cpu (or model.device=auto)")
     if where.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0 or (where.index is not None and where.index >= count):
-            raise UserError(f"device={device!r}, but this machine has {count} CUDA device(s) that torch can use; use "
-                            f"auto, cpu" + (f" or cuda:0 .. cuda:{count - 1}" if count else ""))
+            which = f" {where.index} (torch sees {count})" if count else ""
+            raise UserError(f"device={device!r}, but this machine has no usable CUDA device{which}; use "
+                            f"model.device=cpu (or model.device=auto"
+                            + (f", or cuda:0 .. cuda:{count - 1})" if count else ")"))
         return where
     backend = torch.backends.mps if where.type == "mps" else getattr(torch, where.type, None)
     available = getattr(backend, "is_available", None)
@@ -51,7 +53,7 @@ def resolve_device(device: str) -> torch.device:
         here = False
     if not here:
         raise UserError(f"device={device!r}: there is no {where.type} device here (or this torch build cannot use "
-                        f"it); use auto, cpu or cuda")
+                        f"it); use model.device=cpu (or model.device=auto)")
     return where
 
 

@@ -42,7 +42,7 @@ def test_a_device_this_machine_lacks_is_one_line(device, tmp_path, capsys):
     rc = main(["eval", "--model", str(model), "--data", str(docs), "--out", str(tmp_path / "ev"), "--device", device,
                "data.prefix_lens=[8]", "data.suffix_len=6", "report=false", "tasks=[extraction]", "progress=false"])
     assert rc == 2
-    one_error(capsys, f"device={device!r}", "use auto, cpu")
+    one_error(capsys, f"device={device!r}", "model.device=cpu")
     assert not (tmp_path / "ev" / "results.json").exists()
 
 
