@@ -29,9 +29,32 @@ def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        return torch.device(device)
+        where = torch.device(device)
     except RuntimeError:
         raise UserError(f"device={device!r} is not a torch device; use auto, cpu, cuda or cuda:N") from None
+    if where.type == "cpu":
+        return where
+    if where.type == "meta":
+        raise UserError(f"device={device!r} holds no weights (a meta tensor has a shape but no values), so nothing can "
+                        f"be evaluated on it; use model.device=cpu (or model.device=auto)")
+    if where.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0 or (where.index is not None and where.index >= count):
+            which = f" {where.index} (torch sees {count})" if count else ""
+            raise UserError(f"device={device!r}, but this machine has no usable CUDA device{which}; use "
+                            f"model.device=cpu (or model.device=auto"
+                            + (f", or cuda:0 .. cuda:{count - 1})" if count else ")"))
+        return where
+    backend = torch.backends.mps if where.type == "mps" else getattr(torch, where.type, None)
+    available = getattr(backend, "is_available", None)
+    try:
+        here = bool(available()) if callable(available) else False
+    except Exception:  # noqa: BLE001 - a backend that cannot even say: not usable here
+        here = False
+    if not here:
+        raise UserError(f"device={device!r}: there is no {where.type} device here (or this torch build cannot use "
+                        f"it); use model.device=cpu (or model.device=auto)")
+    return where
 
 
 def load_model(path: str | Path, dtype: str = "auto", device: str = "auto", allow_pickle: bool = False):

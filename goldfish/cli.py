@@ -18,7 +18,7 @@ import os
 import sys
 
 from . import __version__
-from .errors import one_line
+from .errors import one_line, peer_lost
 from .ownership import is_main_process
 
 # name -> (module, one-line summary)
@@ -84,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         message = one_line(e)
         if message is None:
             raise  # a bug: keep the traceback
-        if is_main_process():  # under torchrun/accelerate every process meets it: one line, by the first process
+        # under torchrun/accelerate every process meets it: one line, by the first process -- but a process that
+        # lost a peer says so itself (the first process may be the one that died)
+        if is_main_process() or peer_lost(e):
             print(f"error: {message}", file=sys.stderr)
         return 2
 

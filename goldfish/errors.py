@@ -49,6 +49,22 @@ def _cuda_missing(exc: BaseException) -> bool:
             and any(s in text for s in ("compiled with CUDA", "NVIDIA driver", "CUDA driver", "no CUDA GPUs")))
 
 
+# what gloo and NCCL say on a surviving process when another process of the group died
+_PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Socket Timeout",
+              "Timed out waiting", "NCCL communicator was aborted", "Connection refused")
+
+
+def peer_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` is a collective failing because another process of the process group died: every surviving
+    process says so in one line (the main one may be the one that died)."""
+    torch = sys.modules.get("torch")
+    backend_error = getattr(getattr(torch, "distributed", None), "DistBackendError", None)
+    text = str(exc)
+    collective = ((backend_error is not None and isinstance(exc, backend_error))
+                  or any(s in text for s in ("gloo", "NCCL", "c10d", "ProcessGroup")))
+    return isinstance(exc, RuntimeError) and collective and any(s in text for s in _PEER_LOST)
+
+
 MAX_LINE = 1500  # characters of an error line: the head (the problem) and the tail (the fix) of a longer one
 
 
@@ -68,6 +84,12 @@ def one_line(exc: BaseException) -> str | None:
     return message
 
 
+def _first(exc: BaseException) -> str:
+    """The last line of a multi-line message that names something (gloo puts the cause after its source line)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return next((line for line in lines if any(s in line for s in _PEER_LOST)), lines[0] if lines else type(exc).__name__)
+
+
 def _message(exc: BaseException) -> str | None:
     if isinstance(exc, UserError):
         return str(exc)
@@ -85,6 +107,10 @@ def _message(exc: BaseException) -> str | None:
     if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and any(s in str(exc) for s in _NO_MEMORY)):
         return (f"out of memory ({(str(exc).splitlines() or [type(exc).__name__])[0][:150]}); use a smaller model, "
                 f"batch (schedule.micro_batch_size, decoding.batch_size, membership.token_budget) or sequence length")
+    if peer_lost(exc):
+        return (f"another process of this distributed run stopped ({_first(exc)[:160]}), so this one stops too; see "
+                f"that process's own error above (or its log), fix it and run the same command again (files already "
+                f"written are kept)")
     if isinstance(exc, (AssertionError, RuntimeError)) and _cuda_missing(exc):
         return (f"CUDA was requested but this machine has no usable CUDA device ({str(exc).splitlines()[0][:100]}); "
                 f"use model.device=cpu (or model.device=auto)")

@@ -130,10 +130,20 @@ def model_name(cfg: TrainConfig) -> str:
 
 
 def _short(name: Any) -> str:
-    """A file or folder name instead of a local path (a tokenizer or source named by its path); names stay."""
+    """A file or folder name instead of a local path (a tokenizer or source named by its path; a source label
+    ``<reader>:<path>``, as a manifest records it, keeps its reader's name); names stay."""
     text = str(name or "")
+    reader, sep, rest = text.partition(":")
+    if sep and reader and "/" not in reader and rest and _is_path(rest):
+        return f"{reader}:{_short(rest)}"
+    return Path(text).expanduser().name if text and _is_path(text) else text
+
+
+def _is_path(text: str) -> bool:
+    """Whether ``text`` names a local file or folder (absolute, under the home folder, relative with a folder part,
+    or existing): what a card never holds."""
     path = Path(text).expanduser()
-    return path.name if text and (path.is_absolute() or path.exists()) else text
+    return path.is_absolute() or text.startswith(("~", "./", "../")) or path.exists()
 
 
 def _device(summary: dict) -> str:
@@ -314,23 +324,36 @@ def _eval_table(results: list) -> str:
     return "\n".join(lines)
 
 
-def add_eval_results(model_dir: str | Path, new: list, weights: list | None = None) -> Path:
+def add_eval_results(model_dir: str | Path, new: list, weights: list | None = None,
+                     out: str | Path | None = None) -> Path:
     """Merge the ``EvalResult`` list ``new`` into ``<model_dir>/README.md`` (created if the folder has no card):
     equal results (same task, data and its revision, metric and setting) are replaced, others kept; the body's
     evaluation table is rewritten (appended at the end of a card that has none). Refuses a path that is not a model
     folder and, given ``weights`` (the :func:`goldfish.models.weights_stamp` the results were computed on), a folder
-    whose weights or card now describe other weights: nothing is written then."""
+    whose weights or card now describe other weights: nothing is written then.
+
+    ``out``: the folder the card is written to instead of ``model_dir`` (a model of the Hugging Face cache, which is
+    never written: the card starts from the cached one, or from ``out``'s own once it has one). A card that is a
+    symbolic link is refused (never written through, never replaced)."""
     from huggingface_hub import ModelCard, ModelCardData
 
     folder = Path(model_dir)
     if not (folder / "config.json").is_file():
         raise UserError(f"--update-card needs a Hugging Face model folder (with config.json); {folder} is not one "
                         f"(a .gguf file or another folder keeps no card of ours)")
-    path = folder / CARD
+    target = Path(out) if out is not None else folder
+    path = target / CARD
+    check_card_path(path)
+    source = path if path.is_file() or out is None else folder / CARD
     name = folder.parent.name if folder.name == "model" else folder.name  # a run folder's model/: the run's name
-    card = _read(path) if path.is_file() else ModelCard(f"---\n{ModelCardData().to_yaml()}\n---\n\n# {name}\n")
+    if out is not None and folder.parent.name == "snapshots":  # models--ORG--NAME/snapshots/<revision>
+        name = folder.parent.parent.name.removeprefix("models--").replace("--", "/")
+    card = (_read(source) if source.is_file()
+            else ModelCard(f"---\n{ModelCardData().to_yaml()}\n---\n\n# {name}\n"))
     if weights is not None:
-        recorded = card.data.to_dict().get(WEIGHTS)
+        # a card read from a read-only model (into ``out``) records the weights where they were made (other file
+        # times): only the files themselves are compared then
+        recorded = card.data.to_dict().get(WEIGHTS) if source == path else None
         if weights_stamp(folder) != weights or recorded not in (None, weights_id(weights)):
             raise UserError(f"the model in {folder} is not the one evaluated: its weights changed after the evaluation "
                             f"read them (a training run replaced it?); its card is unchanged; evaluate it again to "
@@ -346,5 +369,16 @@ def add_eval_results(model_dir: str | Path, new: list, weights: list | None = No
         text = head + table + rest.split(EVAL_END, 1)[1]
     else:
         text = text.rstrip("\n") + f"\n\n## Evaluation\n\n{table}\n"
+    target.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, f"---\n{card.data.to_yaml()}\n---\n{text}")
     return path
+
+
+def check_card_path(path: Path) -> None:
+    """One line when the card at ``path`` (or its folder) is a symbolic link: goldfish writes no file through a link
+    and replaces no link of the user's."""
+    for p in (path, path.parent):
+        if p.is_symlink():
+            raise UserError(f"{p} is a symbolic link; goldfish does not write a model card through a link (nor "
+                            f"replace it): copy the model into a folder of its own and update that one's card, or "
+                            f"leave --update-card out")

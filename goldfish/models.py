@@ -229,6 +229,21 @@ def hub_snapshot(repo_id: str) -> Path:
     return folder
 
 
+def in_hub_cache(folder: str | Path) -> bool:
+    """Whether ``folder`` lies in a Hugging Face cache (under ``HF_HUB_CACHE``, or a ``models--ORG--NAME/snapshots``
+    folder of any cache, followed through links): read-only to goldfish, whose cards go to an output folder."""
+    from huggingface_hub import constants
+
+    paths = {Path(folder).expanduser().absolute(), Path(folder).expanduser().resolve()}
+    cache = Path(constants.HF_HUB_CACHE).expanduser().resolve()
+    for path in paths:
+        if path == cache or cache in path.parents:
+            return True
+        if any(p.name == "snapshots" and p.parent.name.startswith("models--") for p in path.parents):
+            return True
+    return False
+
+
 def resolve_model_path(path: str | Path) -> ModelSource:
     """Map a user path (HF folder, .gguf, run folder, Hub id) to a :class:`ModelSource`, or raise one clear
     UserError."""

@@ -112,6 +112,7 @@ def load_train_data(path: str):
     prepared.tokenizer_files()  # read and checked now: the tokenizer the model ships, whatever the folder becomes
     if len(prepared.train) == 0:
         raise UserError(f"prepared data {path} has an empty train split; prepare it again with more documents")
+    prepared.train.vocab_size = int(prepared.manifest["tokenizer"]["vocab_size"])  # every batch's ids are checked
     return prepared, prepared.train, prepared.train.seq_len
 
 
@@ -145,7 +146,8 @@ def train(cfg: TrainConfig, replace: bool = False) -> Path:
         apply_threads(cfg.threads)  # its process's setting unless the config names one
     prepared, rows, seq_len = load_train_data(cfg.data.path)  # fails fast, before joining any process group
     setting, cfg = cfg.precision, resolved(cfg)
-    staged = fingerprint_sha256(train_fingerprint(cfg, prepared.train_sha256))  # a killed replacement continues
+    # a killed replacement continues
+    staged = fingerprint_sha256(train_fingerprint(cfg, prepared.train_sha256, prepared.train_layout))
     with writing(cfg.out, "train", replace=replace, main=is_main_process(), resume=staged) as folder:
         # Goldfish reaches the engine only through the loss function
         engine = get_engine(cfg, EngineLoss(cfg.loss.ce_chunk_tokens))
@@ -198,7 +200,7 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, folder:
     tok = prepared.manifest["tokenizer"]
     plan = make_plan(cfg.schedule, cfg.optim, len(rows), seq_len, engine.dp_size)
     rank, world = _process_rank()
-    fingerprint = train_fingerprint(cfg, prepared.train_sha256)
+    fingerprint = train_fingerprint(cfg, prepared.train_sha256, prepared.train_layout)
     refuse_mismatch(saved_train_fingerprint(out), fingerprint, f"the run in {out}",
                     "rerun with the config it was made with (its config.yaml), or pass --fresh to start in a new "
                     "folder, or --overwrite to replace it", TRAIN_OPTIONAL)
@@ -250,11 +252,25 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, folder:
     return folder.final  # a replacement takes the old run's place when `writing` ends: after success only
 
 
+def _check_ids(ids, vocab: int | None, folder) -> None:
+    """One line when a row holds a token id outside the tokenizer's vocabulary (a damaged shard, or one written for
+    another tokenizer): the embedding would fail with a device assertion or an index error instead."""
+    if vocab is None or ids.numel() == 0:
+        return
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocab:
+        bad = high if high >= vocab else low
+        raise UserError(f"the training rows of {folder} hold token id {bad}, outside the tokenizer's vocabulary of "
+                        f"{vocab} ids: a token shard is damaged or was written for another tokenizer; prepare the "
+                        f"data again (goldfish prepare ... --overwrite)")
+
+
 def _train_step(cfg: TrainConfig, engine: Engine, plan: Plan, rows, index: np.ndarray, gcfg: GoldfishConfig | None,
                 progress: Progress, meter: MfuMeter) -> dict[str, Any]:
     """One optimizer step on the global batch of rows ``index``; returns its metrics record."""
     start = time.perf_counter()
     batch = take_rows(rows, index, plan.global_batch)  # dict of (G, T) int64 tensors
+    _check_ids(batch["input_ids"], getattr(rows, "vocab_size", None), getattr(rows, "folder", "the prepared data"))
     dropped = drop_mask(batch, gcfg)  # (G, T) bool
     normalizer = kept_targets(batch["labels"], dropped)
     stats = engine.forward_backward(micro_batches(batch, dropped, plan, engine.dp_rank), normalizer)

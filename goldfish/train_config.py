@@ -357,7 +357,7 @@ MASK_FILE = "mask.json"  # the resolved Goldfish mask of a run, beside its confi
 # exact arithmetic, but the float sums then round in another order, so a run resumed with another one would equal
 # neither (bit for bit) -- a resume with another micro_batch_size is refused like any other change
 _SCHEDULE_KEYS = ("epochs", "max_steps", "max_tokens", "global_batch_size", "micro_batch_size")
-TRAIN_OPTIONAL = ("data.sha256", "code")  # unknown (not different) where one fingerprint lacks them
+TRAIN_OPTIONAL = ("data.sha256", "data.layout", "code")  # unknown (not different) where one fingerprint lacks them
 
 
 def goldfish_config(cfg: TrainConfig, prepared: Any) -> GoldfishConfig | None:
@@ -404,15 +404,18 @@ def read_mask_settings(folder: str | Path, tokenizer: Any = None) -> GoldfishCon
     return gcfg
 
 
-def train_fingerprint(cfg: TrainConfig, data_sha256: str | None) -> dict[str, Any]:
-    """What determines a training run's result (see :mod:`goldfish.provenance`): the train split's sha256 (``None``:
-    left out, for a check made before the data exists), data order, model, loss (``loss.goldfish.*`` only for the
+def train_fingerprint(cfg: TrainConfig, data_sha256: str | None, data_layout: str | None = None) -> dict[str, Any]:
+    """What determines a training run's result (see :mod:`goldfish.provenance`): the train split's sha256 and the
+    manifest fields that lay its rows out (``goldfish.data.Prepared.train_layout``; ``None``: left out, for a check
+    made before the data exists), data order, model, loss (``loss.goldfish.*`` only for the
     Goldfish loss), optimizer, the schedule keys that set the result (the micro-batch size included: it changes the
     rounding), precision, seed and code version. Knobs that change *how* a run computes but not *what* (engine and
     layout, compilation, checkpointing, logging, the run folder) are left out."""
     flat: dict[str, Any] = {"code": code_version()}
     if data_sha256 is not None:
         flat["data.sha256"] = data_sha256
+    if data_layout is not None:
+        flat["data.layout"] = data_layout
     flat["data.shuffle"] = cfg.data.shuffle
     flat.update(flatten(to_dict(cfg.model), "model."))
     flat["loss.type"] = cfg.loss.type

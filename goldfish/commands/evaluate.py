@@ -92,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"\nresults: {cfg.out}/series.json, {cfg.out}/series.csv, {cfg.out}/trajectories.csv"
                       + (f", {cfg.out}/report.md" if cfg.report else ""))
             return 0
-        folder = card_folder(cfg.model.path) if args.update_card else None  # a wrong target fails before the work
+        # a wrong target fails before the work; a model of the Hugging Face cache gets its card in the eval folder
+        folder, card_out = card_folder(cfg.model.path, cfg.out) if args.update_card else (None, None)
         results = run_eval(cfg)
     if not shard.main:
         return 0
@@ -100,14 +101,19 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nresults: {cfg.out}/results.json, {cfg.out}/results.csv" + (f", {cfg.out}/report.md" if cfg.report else ""))
     if folder is not None:
         weights = (results.get("model") or {}).get("weights")  # the weights the numbers are of
-        print(f"model card: {add_eval_results(folder, eval_results(results), weights=weights)}")
+        print(f"model card: {add_eval_results(folder, eval_results(results), weights=weights, out=card_out)}"
+              + (" (the model is read-only in the Hugging Face cache: its card there is unchanged)" if card_out
+                 else ""))
     return 0
 
 
-def card_folder(model_path: str | None) -> Path:
-    """The model folder whose card ``--update-card`` writes: the Hugging Face folder ``--model`` names (a training
-    run folder: its ``model/``); a GGUF file or folder is refused in one line."""
-    from ..models import resolve_model_path
+def card_folder(model_path: str | None, out: str | Path) -> tuple[Path, Path | None]:
+    """The model folder whose card ``--update-card`` updates: the Hugging Face folder ``--model`` names (a training
+    run folder: its ``model/``), and where the card goes when not there (None: into that folder). A Hub id, or any
+    folder of the Hugging Face cache, is read-only: its card goes to ``<out>/model_card/README.md``. A GGUF file or
+    folder, and a card that is a link, are refused in one line."""
+    from ..modelcard import CARD, check_card_path
+    from ..models import in_hub_cache, is_hub_id, resolve_model_path
 
     if not model_path:
         raise ConfigError("--update-card needs --model (the model folder whose card gets the results)")
@@ -115,4 +121,8 @@ def card_folder(model_path: str | None) -> Path:
     if src.gguf_file:
         raise ConfigError(f"--update-card writes a Hugging Face model folder's README.md; {src.describe()} is a GGUF "
                           f"file (export it to a folder first, or leave --update-card out)")
-    return Path(src.folder)
+    folder = Path(src.folder)
+    if is_hub_id(model_path) or in_hub_cache(folder):
+        return folder, Path(out) / "model_card"
+    check_card_path(folder / CARD)
+    return folder, None

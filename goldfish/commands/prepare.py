@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from ..config import describe
@@ -37,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace the output folder if it exists")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
     parser.add_argument("--num-proc", type=int, default=None, metavar="N",
-                        help="worker processes tokenizing a streamed background (default: the CPUs available)")
+                        help="worker processes tokenizing a streamed background (default: the CPUs available; never more "
+                             "than those CPUs, nor than the shards there are to write)")
     parser.add_argument("--shards", default=None, metavar="A:B",
                         help="write only background shards A..B-1 (one job of several into one folder); no merge")
     parser.add_argument("--merge", action="store_true",
@@ -61,7 +63,8 @@ def shard_range(spec: str | None) -> tuple[int, int] | None:
     if spec is None:
         return None
     a, sep, b = spec.partition(":")
-    if not (sep and a.strip().isdigit() and b.strip().isdigit() and int(a) < int(b)):
+    digits = re.compile(r"[0-9]{1,12}")  # ASCII digits only (not "٣"), and no number past a trillion shards
+    if not (sep and digits.fullmatch(a.strip()) and digits.fullmatch(b.strip()) and int(a) < int(b)):
         raise UserError(f"--shards {spec!r} is not a range A:B of shard numbers with A < B (e.g. --shards 0:100)")
     return int(a), int(b)
 

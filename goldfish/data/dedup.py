@@ -21,7 +21,7 @@ O(L log S) for L tokens and S target shingles.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -96,6 +96,20 @@ def window_keys(ids: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
     return _mix(sums ^ np.uint64(width))
 
 
+BLOCK_TOKENS = 1 << 16  # a long document's n-grams are hashed this many windows at a time (memory bounded)
+
+
+def block_keys(ids: Sequence[int] | np.ndarray, n: int) -> Iterator[np.ndarray]:
+    """:func:`window_keys` of ``ids`` in consecutive blocks of at most :data:`BLOCK_TOKENS` windows (each block reads
+    its windows' ``n - 1`` following ids too): together exactly the keys of the whole, in order."""
+    ids = np.asarray(ids)
+    if len(ids) <= BLOCK_TOKENS + n - 1:
+        yield window_keys(ids, n)
+        return
+    for s in range(0, len(ids) - n + 1, BLOCK_TOKENS):
+        yield window_keys(ids[s:s + BLOCK_TOKENS + n - 1], n)
+
+
 def shingles(ids: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
     """(S,) sorted distinct uint64 hashes of the n-grams of ``ids`` (the whole sequence when shorter than n)."""
     return np.unique(window_keys(ids, n))
@@ -119,7 +133,8 @@ class ShingleIndex:
     def contained(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
         """(T,) fraction of each target's shingles that occur in ``ids``."""
         found = np.zeros(len(self.sizes), dtype=np.int64)
-        doc = shingles(ids, self.config.ngram)
+        # the document's distinct n-grams that some target has (the others count for no target), a block at a time
+        doc = np.unique(np.concatenate([self._known(keys) for keys in block_keys(ids, self.config.ngram)]))
         if len(doc) and len(self.hashes):
             left = np.searchsorted(self.hashes, doc, side="left")
             right = np.searchsorted(self.hashes, doc, side="right")
@@ -135,12 +150,17 @@ class ShingleIndex:
         n-grams) that lets almost every background document skip :meth:`contained`."""
         if not len(self.hashes):
             return False
-        keys = window_keys(ids, self.config.ngram)
+        return any(len(self._known(keys)) for keys in block_keys(ids, self.config.ngram))
+
+    def _known(self, keys: np.ndarray) -> np.ndarray:
+        """The keys of ``keys`` that some target has."""
+        if not len(self.hashes):
+            return keys[:0]
         keys = keys[self.filter[keys >> np.uint64(64 - FILTER_BITS)]]
         if not len(keys):
-            return False
+            return keys
         at = np.minimum(np.searchsorted(self.hashes, keys), len(self.hashes) - 1)
-        return bool((self.hashes[at] == keys).any())
+        return keys[self.hashes[at] == keys]
 
     def near_duplicate(self, ids: Sequence[int] | np.ndarray) -> bool:
         """Whether ``ids`` holds at least ``overlap`` of some target's shingles."""

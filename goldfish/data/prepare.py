@@ -45,11 +45,12 @@ from ..provenance import code_version, versions
 from .canaries import canary_alphabet, make_canaries
 from .config import PrepareConfig, SourceConfig
 from .packing import training_order, variant_layout
-from .prepared import FORMAT, doc_columns, record_verified, save_table
+from .prepared import FORMAT, doc_columns, record_verified, save_table, train_sha256
 from .rows import layout_stats, pack_starts, row_starts
 from .sources import Document, load_documents
 from .splits import Item, background_items, plan_splits
-from .stream import (BACKGROUND, STATE, Progress, ShardSpec, entry_path, read_entry, run_shards, stem, text_sha256)
+from .stream import (BACKGROUND, STATE, Progress, ShardSpec, entry_path, read_entry, read_state, run_shards,
+                     source_identity, stem, text_sha256)
 from .tokenizer import load_tokenizer, tokenizer_info
 from .tokens import TokenShard, file_sha256, token_dtype, write_file, write_shard
 from .variants import make_variants
@@ -193,7 +194,11 @@ def prepare(cfg: PrepareConfig, out: str | Path | None = None, overwrite: bool =
     """
     started = time.perf_counter()
     out = Path(out).expanduser() if out is not None else cfg.default_out()
-    num_proc = num_proc or len(os.sched_getaffinity(0))
+    if shards is not None and shards[1] * cfg.shard_documents >= 2**62:
+        raise UserError(f"--shards {shards[0]}:{shards[1]} reaches document {shards[1] * cfg.shard_documents:,} of "
+                        f"the source, past any source's end; give shard numbers below "
+                        f"{2**62 // cfg.shard_documents:,}")
+    num_proc = worker_count(cfg, num_proc, shards)
     job = _Job(cfg, num_proc, progress, log)
     if overwrite:
         if shards is not None or merge_only:
@@ -213,6 +218,36 @@ def prepare(cfg: PrepareConfig, out: str | Path | None = None, overwrite: bool =
     if files is not None:
         record_verified(out, files)
     return out
+
+
+def worker_count(cfg: PrepareConfig, requested: int | None, shards: tuple[int, int] | None) -> int:
+    """Worker processes for the background: as many as asked (default: the CPUs this process may use), but never
+    more than those CPUs, nor than the shards there are to write (a ``--shards`` range; the shards that
+    ``background_source.max_documents`` makes)."""
+    cpus = len(os.sched_getaffinity(0))
+    n = min(requested or cpus, cpus)
+    if shards is not None:
+        n = min(n, shards[1] - shards[0])
+    docs = cfg.background_source.max_documents if cfg.background_source is not None else None
+    if docs is not None:
+        n = min(n, -(-docs // cfg.shard_documents))
+    return max(1, n)
+
+
+def _one_source(folder: Path, entries: list[dict], source: SourceConfig) -> None:
+    """One line when the shards were read from different states of the background source (a file of it changed
+    between shard jobs: documents read twice, others never), naming the shards to write again."""
+    if len({json.dumps(e.get("source")) for e in entries}) <= 1:
+        return
+    now = json.dumps(source_identity(source))
+    stale = [stem(e["shard"]) for e in entries if json.dumps(e.get("source")) != now]
+    if len(stale) == len(entries):
+        stale = [stem(e["shard"]) for e in entries]
+    names = ", ".join(stale[:6]) + (f" and {len(stale) - 6} more" if len(stale) > 6 else "")
+    raise UserError(f"background source {source.path} changed between shard jobs: shards {names} were read from "
+                    f"another state of it than the others (their documents would be read twice, others never); "
+                    f"delete {folder / BACKGROUND}/NNNNN.* of those shards and run the same goldfish prepare command "
+                    f"again to write them from the source as it is now (or pass --overwrite to start over)")
 
 
 def _targets_beside(job: "_Job", out: Path) -> None:
@@ -261,6 +296,7 @@ class _Job:
             if cap is None:  # a shard job: its shards are written, the merge is another call's
                 return None
             used, entries = cap.used, cap.entries
+            _one_source(folder, entries, self.cfg.background_source)
         else:
             used, entries = [entry["documents"] for entry in state["background_shards"]], []
         with _exclusive(folder):
@@ -273,7 +309,7 @@ class _Job:
     def state(self, folder: Path) -> dict:
         path = folder / STATE
         if path.is_file():
-            state = json.loads(path.read_text(encoding="utf-8"))
+            state = read_state(folder)
             if state.get("fingerprint") != self.fingerprint:
                 raise UserError(f"{folder} holds an unfinished prepare of another recipe (or of other code); finish "
                                 f"it with that recipe, pass --overwrite to replace it, or choose another output folder")
@@ -504,16 +540,53 @@ def _check_copies(order: np.ndarray, state: dict, owners: np.ndarray | None, m: 
             raise RuntimeError(f"bug: the training layout holds {name} {got.tolist()} times, labelled {want}")
 
 
+# the temporary files prepare's own writers leave when killed: a shard writer's ``.<stem>.bin.<pid>.tmp`` and an
+# atomic write's ``.<name>.<8 random characters>.tmp`` (``tempfile.mkstemp``), of the files prepare writes there
+_SHARD_TMP = re.compile(r"\.\d{5,}\.(bin\.\d+|(bin|idx\.npy|tag\.npy|json)\.[a-z0-9_]{8})\.tmp")
+_TRAIN_TMP = re.compile(r"\.((targets|canaries)\.(bin\.\d+|(bin|idx\.npy|tag\.npy)\.[a-z0-9_]{8})"
+                        r"|(order|starts)\.npy\.[a-z0-9_]{8})\.tmp")
+
+
 def _remove_unused(folder: Path, shards: int) -> None:
     """Delete background shards past the last one used (written by workers that ran ahead of the cap) and the
-    temporary files of writers that were killed: all inside this folder, all written by prepare."""
-    for path in sorted((folder / BACKGROUND).glob("*")) if (folder / BACKGROUND).is_dir() else []:
-        head = path.name.split(".")[0]
-        if path.name.startswith(".") and path.name.endswith(".tmp"):
-            path.unlink()
-        elif head.isdigit() and int(head) >= shards:
-            path.unlink()
-    for path in (folder / "train").glob(".*.tmp"):
+    temporary files of prepare's own writers that were killed. Only the exact files a shard's entry names (and the
+    entry), and temporary files by the exact names prepare's writers give them, in folders of ``folder`` that are not
+    links: a user's ``00042.csv``, ``00007.bin.bak`` or notes, and anything a linked folder leads to, stay."""
+    background = folder / BACKGROUND
+    if background.is_dir() and not background.is_symlink():
+        for path in sorted(background.iterdir()):
+            head = path.name[:-len(".json")]
+            if path.name.endswith(".json") and head.isdigit() and len(head) >= 5 and int(head) >= shards:
+                _remove_entry(path, head)
+            elif _SHARD_TMP.fullmatch(path.name):
+                _unlink_file(path)
+    train = folder / "train"
+    if train.is_dir() and not train.is_symlink():
+        for path in sorted(train.iterdir()):
+            if _TRAIN_TMP.fullmatch(path.name):
+                _unlink_file(path)
+
+
+def _remove_entry(path: Path, name: str) -> None:
+    """An unused shard: the files its entry records (of its own name only), then the entry; an entry that is not
+    one prepare wrote (not a JSON object naming this shard's files) is left with everything."""
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    files = entry.get("sha256") if isinstance(entry, dict) else None
+    if not isinstance(files, dict) or entry.get("shard") != int(name):
+        return
+    own = {f"{name}.bin", f"{name}.idx.npy", f"{name}.tag.npy"}
+    for f in files:
+        if f in own:
+            _unlink_file(path.parent / f)
+    _unlink_file(path)
+
+
+def _unlink_file(path: Path) -> None:
+    """Delete ``path`` when it is a regular file (never a link, a folder or what a link leads to)."""
+    if path.is_file() and not path.is_symlink():
         path.unlink()
 
 
@@ -530,14 +603,6 @@ def _data_files(folder: Path, shards: list[dict]) -> dict[str, str]:
         if entry_path(folder, entry["shard"]).is_file():  # a streamed shard's entry (the main source's have none)
             out[f"{BACKGROUND}/{stem(entry['shard'])}.json"] = file_sha256(entry_path(folder, entry["shard"]))
     return dict(sorted(out.items()))
-
-
-def train_sha256(files: dict[str, str], stores: list[dict]) -> str:
-    """One sha256 over what the rows are made of (the used token stores and the layout, not the entries' metadata):
-    the training data's identity, which a training run's fingerprint records."""
-    used = tuple(s["path"] + "." for s in stores) + ("train/order.npy", "train/starts.npy")
-    return fingerprint_sha256({"documents": [s["documents"] for s in stores],
-                               "files": {k: v for k, v in files.items() if k.startswith(used)}})
 
 
 def _manifest(cfg: PrepareConfig, state: dict, stores: list[dict], row_stats: dict, files: dict, entries: list[dict],

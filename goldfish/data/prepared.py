@@ -26,8 +26,10 @@ timestamps and with a content-derived fingerprint, so the same recipe and seed g
 
 Integrity: the small Arrow splits are re-hashed at every load; the token files, which grow with the corpus, are
 hashed once per content and the result recorded in the cache (``$GOLDFISH_CACHE/verified/``, keyed by each file's
-path, size, inode and modification time), so later loads -- every rank, every restart -- only ``stat`` them. A file
-rewritten in place (another size, inode or mtime) is hashed again.
+path, size, inode, modification and change time), so later loads -- every rank, every restart -- only ``stat`` them.
+A file rewritten in place (another size, inode or mtime -- or the same mtime set back: its ctime changed) is hashed
+again. The manifest's ``train`` section (stores, document counts) is checked against the rows' recorded sha256 at
+every load, and a training run's fingerprint holds every field of it (:attr:`Prepared.train_layout`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any, Iterator
@@ -46,6 +49,7 @@ import numpy as np
 from ..errors import UserError
 from ..gguf_cache import cache_root
 from ..io import atomic_write_json, recover_directory
+from ..ownership import fingerprint_sha256
 from .rows import TrainRows
 from .tokens import file_sha256
 
@@ -186,6 +190,15 @@ class Prepared:
         """The identity of the training rows (the manifest's, over every token shard and the layout)."""
         return self.manifest["sha256"]["train"]
 
+    @property
+    def train_layout(self) -> str:
+        """Every manifest field that decides what the rows hold beyond their files' sha256 (:attr:`train_sha256`):
+        the ``train`` section (stores, rows, ``seq_len``, packing, special ids, dtype) and the top-level ``seq_len``
+        and ``packing``, hashed. A training run's fingerprint holds it (``data.layout``), so a run never resumes on
+        rows a manifest edited since describes otherwise."""
+        m = self.manifest
+        return fingerprint_sha256({"train": m.get("train"), "seq_len": m.get("seq_len"), "packing": m.get("packing")})
+
 
 class Documents:
     """The documents of some token stores (the background's), by memory map: ``len(docs)``, ``docs[i]`` -> ids."""
@@ -280,17 +293,63 @@ def _load_split(path: Path, name: str, columns: tuple[str, ...], manifest: dict,
     return ds
 
 
+def train_sha256(files: dict[str, str], stores: list[dict]) -> str:
+    """One sha256 over what the rows are made of (the used token stores and the layout, not the entries' metadata):
+    the training data's identity, which a training run's fingerprint records."""
+    used = tuple(s["path"] + "." for s in stores) + ("train/order.npy", "train/starts.npy")
+    return fingerprint_sha256({"documents": [s["documents"] for s in stores],
+                               "files": {k: v for k, v in files.items() if k.startswith(used)}})
+
+
+_STORE = re.compile(r"train/(targets|canaries)|background/\d{5,}")
+
+
+def check_train_section(path: Path, manifest: dict) -> None:
+    """One line when the manifest's ``train`` section is not the one prepare wrote: a store outside the folder or of
+    a name prepare does not give, a store whose files the manifest does not vouch for, or stores and document counts
+    that no longer give the rows' recorded sha256 (an edited manifest)."""
+    mf = path / "manifest.json"
+    try:
+        train, files = manifest["train"], manifest["files"]
+        stores = train["stores"]
+        recorded = manifest["sha256"]["train"]
+        for s in stores:
+            store = s["path"]
+            if not isinstance(store, str) or not _STORE.fullmatch(store):
+                raise UserError(f"{mf} names the token store {store!r}, which is not one of its folder's "
+                                f"(train/targets, train/canaries, background/NNNNN): the manifest was edited or "
+                                f"damaged; {_hint(path)}")
+            if f"{store}.bin" not in files or f"{store}.idx.npy" not in files:
+                raise UserError(f"{mf} names the token store {store} but not its files' sha256: the manifest was "
+                                f"edited or damaged; {_hint(path)}")
+            if not isinstance(s["documents"], int) or s["documents"] < 0:
+                raise UserError(f"{mf} gives the store {store} {s['documents']!r} documents: the manifest was edited "
+                                f"or damaged; {_hint(path)}")
+        if train_sha256(files, stores) != recorded:
+            raise UserError(f"{mf}'s token stores or document counts no longer give the training rows' recorded "
+                            f"sha256 (the manifest was edited); {_hint(path)}")
+        for key in ("rows", "seq_len"):
+            if not isinstance(train[key], int) or train[key] < 1:
+                raise UserError(f"{mf} gives train.{key}={train[key]!r}: the manifest was edited or damaged; "
+                                f"{_hint(path)}")
+    except (KeyError, TypeError, AttributeError) as e:
+        raise UserError(f"{mf} lacks or garbles its training section ({type(e).__name__}: {e}); "
+                        f"{_hint(path)}") from None
+
+
 def _record_path(path: Path) -> Path:
     return cache_root() / "verified" / f"{hashlib.sha256(str(path.resolve()).encode()).hexdigest()}.json"
 
 
 def _stat_key(st: os.stat_result, sha: str) -> list:
-    return [st.st_size, st.st_mtime_ns, st.st_ino, sha]
+    """What tells a file from the one verified: its size, inode, mtime and ctime (a file edited in place with its
+    mtime set back has a new ctime, which no user call sets back)."""
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, sha]
 
 
 def verify_files(path: Path, files: dict[str, str]) -> None:
     """Check every listed file against its sha256, hashing only files not verified before with the same path, size,
-    inode and mtime (the record lives in ``$GOLDFISH_CACHE/verified/``); one line naming the first bad file."""
+    inode, mtime and ctime (the record lives in ``$GOLDFISH_CACHE/verified/``); one line naming the first bad file."""
     try:
         record = json.loads(_record_path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -339,6 +398,7 @@ def load_prepared(path: str | Path, verify: bool = True) -> Prepared:
         raise UserError(f"prepared data {path} is missing its tokenizer/ folder; {_hint(path)}")
     files = {k: v for k, v in manifest.get("files", {}).items() if not k.startswith("tokenizer/")}
     if verify:
+        check_train_section(path, manifest)
         verify_files(path, {**files, **{k: v for k, v in manifest.get("files", {}).items()
                                         if k.startswith("tokenizer/")}})
     try:

@@ -197,21 +197,32 @@ def _open_binary(path: Path):
 def jsonl_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     r"""``(line number, raw line)`` of each non-blank line of a JSONL file (``.gz`` too), read lazily. Lines end at
     ``\n`` only, as JSON Lines defines them (a raw U+2028 or form feed inside a string is text)."""
+    for lineno, box in _boxed_lines(path):
+        yield lineno, box.pop()
+
+
+def _boxed_lines(path: Path) -> Iterator[tuple[int, list]]:
+    """:func:`jsonl_lines`, each line handed over in a one-item list that the reader empties: no reference to a line
+    stays behind in this generator while the reader parses it (a line of 50 MB is then held once, not twice)."""
     if not path.is_file():  # a FIFO or device would block or never end
         raise UserError(f"{path} is not a regular file; give a JSONL file (or a folder of them)")
     try:
         with _open_binary(path) as fh:
             for lineno, line in enumerate(fh, 1):
-                if line.strip():
-                    yield lineno, line
+                if line and not line.isspace():  # non-blank (as line.strip(), without copying the line)
+                    box = [line]
+                    del line
+                    yield lineno, box
     except OSError as e:  # a truncated or damaged .gz
         raise UserError(f"cannot read {path}: {e}") from None
 
 
 def jsonl_objects(path: Path, skip: int = 0) -> Iterator[tuple[int, dict]]:
     """``(line number, object)`` for each non-empty line of a UTF-8 JSONL file after the first ``skip`` ones (which
-    are not parsed); one-line errors for bad lines."""
-    for n, (lineno, raw) in enumerate(jsonl_lines(path)):
+    are not parsed); one-line errors for bad lines. A line is held as bytes, then as text, then as the object, each
+    freed before the next is complete beyond the one before it (memory: about twice the longest line)."""
+    for n, (lineno, box) in enumerate(_boxed_lines(path)):
+        raw = box.pop()
         if n < skip:
             continue
         try:
@@ -219,9 +230,12 @@ def jsonl_objects(path: Path, skip: int = 0) -> Iterator[tuple[int, dict]]:
         except UnicodeDecodeError as e:
             raise UserError(f"{path}:{lineno} is not UTF-8 text (invalid byte at column {e.start + 1}); re-encode "
                             f"the file as UTF-8, e.g. iconv -f latin1 -t utf-8") from None
+        escaped = b"\\u" in raw
+        del raw
         try:
             row = json.loads(line)
-            if b"\\u" in raw:  # an escape may spell a lone surrogate ("\ud800"), which is not text
+            del line
+            if escaped:  # an escape may spell a lone surrogate ("\ud800"), which is not text
                 json.dumps(row, ensure_ascii=False).encode("utf-8")
         except json.JSONDecodeError as e:
             raise UserError(f"{path}:{lineno} is not valid JSON ({e.msg}); the file needs one JSON object per "

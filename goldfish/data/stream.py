@@ -23,6 +23,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import re
 import time
 from collections import deque
 from pathlib import Path
@@ -79,7 +80,55 @@ def read_entry(folder: Path, i: int, fingerprint: str) -> dict | None:
         raise UserError(f"background shard {path} was prepared from another recipe (or by other code) than the one "
                         f"being prepared into {folder}; prepare into another folder, or pass --overwrite to replace "
                         f"this one")
+    if not _well_formed(entry, i):
+        raise UserError(f"{path} is damaged (its fields are not those of a shard entry); delete "
+                        f"{path.parent / stem(i)}.* and prepare again to redo that shard")
     return entry
+
+
+def _well_formed(entry: dict, i: int) -> bool:
+    """Whether a shard entry has the fields, of the types, that the merge reads."""
+    def count(x) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+    positions, sha, stats = entry.get("positions"), entry.get("sha256"), entry.get("stats")
+    return (entry.get("shard") == i and count(entry.get("documents")) and count(entry.get("tokens"))
+            and isinstance(entry.get("end_of_source"), bool)
+            and isinstance(positions, list) and len(positions) == 2 and all(count(p) for p in positions)
+            and isinstance(sha, dict) and {f"{stem(i)}.bin", f"{stem(i)}.idx.npy"} <= set(sha)
+            and set(sha) <= {f"{stem(i)}.bin", f"{stem(i)}.idx.npy", f"{stem(i)}.tag.npy"}
+            and all(isinstance(v, str) for v in sha.values())
+            and isinstance(stats, dict) and all(count(v) for v in stats.values()))
+
+
+def read_state(folder: Path) -> dict:
+    """The targets phase's ``prepare-state.json`` of ``folder``; one line when it is damaged."""
+    path = Path(folder) / STATE
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        state = None
+    if not isinstance(state, dict) or not isinstance(state.get("fingerprint"), str):
+        raise UserError(f"{path} is damaged (not the JSON a prepare wrote); delete the unfinished folder {folder} and "
+                        f"run the same goldfish prepare command again (or pass --overwrite)")
+    return state
+
+
+def source_identity(cfg: SourceConfig) -> list | None:
+    """What tells the background source's files from a changed copy: ``[name, size, mtime_ns]`` of each file it is
+    read from (a folder's files in name order), or None for a source without local files (the Hub). Shards written
+    from different states of the source are refused at the merge (their documents may be read twice, others never).
+    """
+    path = Path(cfg.path).expanduser() if cfg.path else None
+    if path is None or not path.exists():
+        return None
+    files = (sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+             if path.is_dir() else [path])
+    out = []
+    for f in files:
+        st = f.stat()
+        out.append([f.relative_to(path).as_posix() if path.is_dir() else f.name, st.st_size, st.st_mtime_ns])
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ one shard
@@ -92,7 +141,7 @@ class _Exclusions:
     def __init__(self, folder: Path, dedup: DedupConfig | None):
         import datasets
 
-        state = json.loads((folder / STATE).read_text(encoding="utf-8"))
+        state = read_state(folder)
         self.ids = set(state["exclude"]["ids"])
         self.texts = set(state["exclude"]["text_sha256"])
         self.index = None
@@ -113,7 +162,38 @@ class _Exclusions:
 
 
 def text_sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    """sha256 of ``text``'s UTF-8 bytes, encoded a piece at a time (a long document is not copied whole)."""
+    digest = hashlib.sha256()
+    for s in range(0, len(text), PIECE_CHARS):
+        digest.update(text[s:s + PIECE_CHARS].encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+PIECE_CHARS = 1 << 16  # a document longer than this is tokenized a piece of at most this many characters at a time
+PIECES_PER_CALL = 4  # pieces per call of the tokenizer: what it holds at once is bounded, whatever the document
+_WORD_END = re.compile(r"\S\s")  # a non-space character followed by whitespace
+
+
+def pieces(text: str, size: int = PIECE_CHARS) -> Iterator[str]:
+    """``text`` in consecutive pieces of at most ``size`` characters, each cut just after a non-space character that
+    whitespace (a space, a newline) follows, at or after half the size: GPT-2-style (byte-level) pre-tokenization
+    never joins such a character with the whitespace after it, so the pieces' ids, concatenated, equal the whole
+    text's. A stretch of ``size`` characters with no such place (one huge "word") is cut at ``size``: there, and
+    for tokenizers whose pre-tokenization does join across whitespace, ids may differ next to a cut."""
+    start, n = 0, len(text)
+    while n - start > size:
+        m = _WORD_END.search(text, start + size // 2, start + size)
+        cut = m.start() + 1 if m else start + size
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
+
+
+def has_words(text: str, floor: int) -> bool:
+    """Whether ``text`` holds at least ``floor`` whitespace-separated words (counted without splitting it)."""
+    if floor <= 1:
+        return bool(text.strip())
+    return next(itertools.islice(re.finditer(r"\S+", text), floor - 1, None), None) is not None
 
 
 class Encoder:
@@ -122,10 +202,10 @@ class Encoder:
     checked against ``tokenizer(texts, add_special_tokens=False, split_special_tokens=True)`` and the slow path
     used if a tokenizer's Python side changes anything."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, dtype: np.dtype | str = "int64"):
         import copy
 
-        self.tokenizer = tokenizer
+        self.tokenizer, self.dtype = tokenizer, np.dtype(dtype)
         backend = getattr(tokenizer, "backend_tokenizer", None)
         self.backend = copy.deepcopy(backend) if backend is not None else None
         if self.backend is not None:
@@ -135,7 +215,31 @@ class Encoder:
     def _slow(self, texts: list[str]) -> list[list[int]]:
         return self.tokenizer(texts, add_special_tokens=False, split_special_tokens=True)["input_ids"]
 
-    def __call__(self, texts: list[str]) -> list[list[int]]:
+    def __call__(self, texts: list[str]) -> list:
+        """The ids of each text: a list for a text of at most :data:`PIECE_CHARS` characters, an array of
+        ``dtype`` for a longer one, tokenized in :func:`pieces` (memory bounded by the pieces, not the document)."""
+        out: list = [None] * len(texts)
+        short = [i for i, t in enumerate(texts) if len(t) <= PIECE_CHARS]
+        for i, ids in zip(short, self._encode([texts[i] for i in short])):
+            out[i] = ids
+        for i, text in enumerate(texts):
+            if out[i] is None:
+                out[i] = self._long(text)
+        return out
+
+    def _long(self, text: str) -> np.ndarray:
+        parts, group = [], []
+        for piece in itertools.chain(pieces(text), [None]):
+            if piece is not None:
+                group.append(piece)
+            if group and (piece is None or len(group) == PIECES_PER_CALL):
+                parts.extend(np.asarray(ids, dtype=self.dtype) for ids in self._encode(group))
+                group = []
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=self.dtype)
+
+    def _encode(self, texts: list[str]) -> list[list[int]]:
+        if not texts:
+            return []
         if self.backend is None:
             return self._slow(texts)
         fast = [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=False)]
@@ -153,7 +257,7 @@ def _context(spec: ShardSpec) -> tuple[Encoder, _Exclusions]:
     """The tokenizer and the exclusions of ``spec.folder``, built once per process."""
     if _CACHE.get("folder") != spec.folder:
         folder = Path(spec.folder)
-        _CACHE.update(folder=spec.folder, encoder=Encoder(load_saved_tokenizer(folder / "tokenizer")),
+        _CACHE.update(folder=spec.folder, encoder=Encoder(load_saved_tokenizer(folder / "tokenizer"), spec.dtype),
                       exclusions=_Exclusions(folder, spec.dedup))
     return _CACHE["encoder"], _CACHE["exclusions"]
 
@@ -165,6 +269,7 @@ def make_shard(spec: ShardSpec, i: int) -> dict:
     floor = spec.source.word_floor
     stats = {"read": 0, "below_min_words": 0, "exact_duplicates": 0, "near_duplicates": 0, "accepted": 0,
              "chunks_below_min_tokens": 0}
+    source = source_identity(spec.source)  # the source as this shard reads it (before the first document)
     writer = ShardWriter(folder / BACKGROUND, stem(i), np.dtype(spec.dtype))
     start = i * spec.shard_documents
     docs = itertools.islice(iter_source(spec.source, start), spec.shard_documents)
@@ -174,10 +279,10 @@ def make_shard(spec: ShardSpec, i: int) -> dict:
             if not batch:
                 break
             stats["read"] += len(batch)
-            kept = [(pos, d) for pos, d in batch if (d.text if floor <= 1 else len(d.text.split()) >= floor)]
+            kept = [(pos, d) for pos, d in batch if (d.text if floor <= 1 else has_words(d.text, floor))]
             stats["below_min_words"] += len(batch) - len(kept)
             for (pos, doc), ids in zip(kept, encoder([d.text for _, d in kept])):
-                ids = np.asarray(ids, dtype=np.int64)
+                ids = ids if isinstance(ids, np.ndarray) else np.asarray(ids, dtype=np.int64)
                 why = exclusions.reason(doc, ids)
                 if why is not None:
                     stats[why] += 1
@@ -192,7 +297,8 @@ def make_shard(spec: ShardSpec, i: int) -> dict:
         writer.abort()
         raise
     entry = {"shard": i, "fingerprint": spec.fingerprint, "positions": [start, start + stats["read"]],
-             "end_of_source": stats["read"] < spec.shard_documents, **writer.close(), "stats": stats}
+             "end_of_source": stats["read"] < spec.shard_documents, **writer.close(), "stats": stats,
+             "source": source}
     atomic_write_json(entry_path(folder, i), entry)
     return entry
 

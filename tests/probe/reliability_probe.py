@@ -16,6 +16,8 @@ when any case failed. What every case holds goldfish to (``docs/reliability.md``
 
 Families follow issue 33: 1 debris, 2 locks, 3 adoption, 4 replace after success, 6 series and reference models,
 7 concurrent experiments, 8 values, 9 numbers, 10 paths and files, 11 resume; 12 gathers cases beyond them.
+Issue 39: 13 clean-up inside a prepared folder, 14 the Hugging Face cache, 15 tampered shards, manifests and sources,
+16 bounded work per input, 17 one error line, 18 local paths in a model card.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import CASES, Probe, ProbeFailure  # noqa: E402
 import cases_folders  # noqa: E402,F401 - registers families 1-4
 import cases_inputs  # noqa: E402,F401 - registers families 6-12
+import cases_v  # noqa: E402,F401 - registers families 13-18 (issue 39)
 
 
 def _warm_imports() -> None:
