@@ -14,7 +14,12 @@ config and seed always give the same split.
   the nonmembers, never trained on, for tuning). ``later_chunk``: members are the first ``num_members``; nonmember *i* is tokens
   ``[doc_tokens, 2*doc_tokens)`` of member *i* (the part of the article the model never sees).
 * Member *i* (in permutation order) is repeated ``repetitions[i % len(repetitions)]`` times: strata of equal size.
-* Background (when ``num_background`` != 0): the main source's remaining documents, or ``background_source``'s,
+* :func:`choose` needs only the number of documents, their lengths and their chunks' keys (bytes or digests), so
+  ``goldfish prepare`` computes it from a streaming pass (:mod:`goldfish.data.prepare`); :func:`plan_splits` is the
+  same split over documents held in memory.
+* Background (when ``num_background`` != 0): the main source's remaining documents (streamed in source order by
+  ``goldfish prepare``; :func:`background_items` over them in that order is the in-memory equivalent), or
+  ``background_source``'s,
   optionally cut into ``background_chunk_tokens`` chunks; documents sharing an id or a text with a member/nonmember
   are skipped, and so (``background_dedup``) are documents holding a near-copy of one (n-gram containment,
   :mod:`goldfish.data.dedup`), counted in ``stats["background_near_duplicates"]``.
