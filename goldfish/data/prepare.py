@@ -60,6 +60,7 @@ from .prepared import FORMAT, doc_columns, record_verified, save_table
 from .rows import layout_stats, pack_starts, row_starts
 from .sources import Document, iter_source, load_documents
 from .splits import Item, SplitPlan, choose, chunk_keys, split_items
+from .store import background_fingerprint, store_path
 from .stream import (BACKGROUND, STATE, Progress, ShardSpec, entry_path, read_entry, run_shards, stem, text_sha256)
 from .tokenizer import load_tokenizer, tokenizer_info
 from .tokens import TokenShard, file_sha256, token_dtype, write_file, write_shard
@@ -301,9 +302,14 @@ class _Job:
         """Write the background shards this call owns; returns the shards' entries and how many chunks of each the
         rows use (None for a shard job)."""
         cfg = self.cfg
-        spec = ShardSpec(str(folder), self.fingerprint, cfg.background_source or cfg.source, cfg.shard_documents,
-                         cfg.min_tokens,
-                         cfg.background_chunk_tokens, state["dtype"], cfg.background_dedup)
+        source = cfg.background_source or cfg.source
+        settings = {"source": to_dict(source), "shard_documents": cfg.shard_documents, "min_tokens": cfg.min_tokens,
+                    "chunk_tokens": cfg.background_chunk_tokens, "dtype": state["dtype"],
+                    "dedup": to_dict(cfg.background_dedup) if cfg.background_dedup is not None else None}
+        shared = background_fingerprint(settings, folder, state, code_version())
+        spec = ShardSpec(str(folder), self.fingerprint, source, cfg.shard_documents, cfg.min_tokens,
+                         cfg.background_chunk_tokens, state["dtype"], cfg.background_dedup,
+                         str(store_path(folder, shared)), shared)
         progress = Progress(self.progress, self.log)
         try:
             if shards is not None:
