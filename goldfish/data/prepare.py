@@ -16,7 +16,8 @@ folder, in three phases that each resume where a kill left them.
    with its own atomic entry. Independent jobs may write disjoint ranges of shards into one folder
    (``shards=(a, b)``). From the main source, the stream skips the targets (by id and text) and the duplicates, so
    the background is the documents the split left unused, in source order (the first ``num_background`` chunks in
-   source order when capped), up to the main source's ``max_documents``.
+   source order when capped), up to the main source's ``max_documents``. Folders of the same background (the same
+   source, tokenizer, chunking, de-duplication and targets) share one copy of its shards (:mod:`goldfish.data.store`).
 3. **Merge**: the first ``num_background`` chunks over the finished shards, the training order (members x r,
    background once, canaries, shuffled by seed) and each occurrence's first slot in the packed row stream
    (``train/order.npy``, ``train/starts.npy``; :mod:`goldfish.data.rows`), then ``manifest.json`` last.
