@@ -170,7 +170,7 @@ def estimate_needs(cfg: PrepareConfig, vocab_size: int) -> dict | None:
     """Disk and memory a prepare of ``cfg`` needs, when its lengths are fixed (``doc_tokens``, a numeric
     ``num_background`` and ``background_chunk_tokens``; None otherwise): every background chunk full, the token
     shards at ``token_dtype``'s width for ``vocab_size``, the layout, the document splits; memory at the merge (the
-    peak: the targets phase holds the main source, bounded by ``source.max_documents``)."""
+    peak: the targets phase streams the main source, ~50 bytes a document)."""
     if cfg.doc_tokens is None or cfg.num_background is None or (cfg.num_background and
                                                                cfg.background_chunk_tokens is None):
         return None
