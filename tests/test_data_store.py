@@ -28,7 +28,8 @@ def corpus(tmp_path_factory) -> Path:
 
 
 def recipe(corpus: Path, **over) -> PrepareConfig:
-    base = {"name": "s", "source": {"name": "local", "path": str(corpus), "id_field": "id"}, "tokenizer": {"name": "gpt2"},
+    base = {"name": "s", "source": {"name": "local", "path": str(corpus), "id_field": "id"},
+            "tokenizer": {"name": "gpt2"},
             "seq_len": 64, "packing": "pack", "min_tokens": 16, "doc_tokens": 24, "num_members": 10,
             "repetitions": [1, 3], "num_nonmembers": 8, "num_background": 30, "background_chunk_tokens": 63,
             "shard_documents": 16, "background_dedup": {"ngram": 8, "overlap": 0.2}}

@@ -23,9 +23,9 @@ folder, in three phases that each resume where a kill left them.
    (``train/order.npy``, ``train/starts.npy``; :mod:`goldfish.data.rows`), then ``manifest.json`` last.
 
 A folder without ``manifest.json`` is unfinished: readers refuse it, and ``prepare`` with the same recipe continues
-it (a different recipe is refused). Memory is that of the targets plus ~50 bytes per main-source document and ~40 bytes per
-background chunk at the merge, whatever the number of tokens (a ``bpe`` tokenizer trained on the recipe's documents
-holds their texts while it trains). Same recipe and seed -> byte-identical data files, interrupted or not.
+it (a different recipe is refused). Memory is that of the targets plus ~50 bytes per main-source document and ~40
+bytes per background chunk at the merge, whatever the number of tokens (a ``bpe`` tokenizer trained on the recipe's
+documents holds their texts while it trains). Same recipe and seed -> byte-identical data files, interrupted or not.
 ``overwrite`` builds a complete new folder beside the old one and swaps it in at the end
 (``goldfish.ownership.writing``); it replaces only a folder ``goldfish prepare`` made.
 """
