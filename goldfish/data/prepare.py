@@ -62,7 +62,8 @@ from .rows import layout_stats, pack_starts, row_starts
 from .sources import Document, iter_source, load_documents
 from .splits import Item, SplitPlan, choose, chunk_keys, split_items
 from .store import background_fingerprint, store_path
-from .stream import (BACKGROUND, STATE, Progress, ShardSpec, entry_path, read_entry, run_shards, stem, text_sha256)
+from .stream import (BACKGROUND, STATE, Encoder, Progress, ShardSpec, entry_path, read_entry, run_shards, stem,
+                     text_sha256)
 from .tokenizer import load_tokenizer, tokenizer_info
 from .tokens import TokenShard, file_sha256, token_dtype, write_file, write_shard
 from .variants import make_variants
@@ -79,22 +80,26 @@ def _bar(total: int, desc: str, enabled: bool, unit: str = "doc", position: int 
 
 
 def tokenize(tok, docs: list[Document], progress: bool = False, desc: str = "tokenize",
-             max_tokens: int | None = None) -> list[np.ndarray]:
+             max_tokens: int | None = None, encode: Callable[[list[str]], list[list[int]]] | None = None
+             ) -> list[np.ndarray]:
     """Token ids of each document (no BOS/EOS); literal special-token text is split, never turned into EOS.
 
-    ``max_tokens``: only the first ``max_tokens`` ids are needed, so a byte-level tokenizer reads just a prefix of
-    each long text (see :func:`_prefix`); the ids returned are identical to the whole text's ids, cut.
+    ``encode``: texts -> ids (default: the tokenizer's call; the split pass passes the background's
+    :class:`~goldfish.data.stream.Encoder`, its Rust backend checked against that call). ``max_tokens``: only the
+    first ``max_tokens`` ids are needed, so a byte-level tokenizer reads just a prefix of each long text (see
+    :func:`_prefix`); the ids returned are identical to the whole text's ids, cut.
     """
     cut = max_tokens is not None and _is_byte_level(tok)
+    encode = encode or (lambda texts: _encode(tok, texts))
     out: list[np.ndarray] = []
     with _bar(len(docs), desc, progress) as bar:
         for s in range(0, len(docs), TOKENIZE_BATCH):
             texts = [d.text for d in docs[s:s + TOKENIZE_BATCH]]
             heads = [_prefix(t, max_tokens) for t in texts] if cut else texts
-            enc = _encode(tok, heads)
+            enc = encode(heads)
             for i, ids in enumerate(enc):
                 if len(heads[i]) < len(texts[i]) and len(ids) < max_tokens:  # prefix too short: whole text
-                    enc[i] = _encode(tok, [texts[i]])[0]
+                    enc[i] = encode([texts[i]])[0]
             out.extend(np.asarray(ids[:max_tokens] if max_tokens else ids, dtype=np.int64) for ids in enc)
             bar.update(len(texts))
     return out
@@ -394,6 +399,7 @@ def _scan(cfg: PrepareConfig, tok, progress: bool) -> _Scan:
     tokenizing each document's first ``_needed_tokens`` tokens a batch at a time (memory: one batch)."""
     src = cfg.source
     floor, cap = src.word_floor, _needed_tokens(cfg)
+    encoder = Encoder(tok)
     positions, lengths, digests = array("q"), array("q"), bytearray()
     id_hashes = array("Q")
     read = short = 0
@@ -401,7 +407,7 @@ def _scan(cfg: PrepareConfig, tok, progress: bool) -> _Scan:
     batch: list[tuple[int, Document]] = []
 
     def flush() -> None:
-        for (pos, doc), ids in zip(batch, tokenize(tok, [d for _, d in batch], max_tokens=cap)):
+        for (pos, doc), ids in zip(batch, tokenize(tok, [d for _, d in batch], max_tokens=cap, encode=encoder)):
             positions.append(pos)
             lengths.append(len(ids))
             for key in chunk_keys(cfg, ids):
