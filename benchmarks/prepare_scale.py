@@ -1,5 +1,8 @@
 """The data path at scale, measured in one run: ``goldfish prepare`` with a streamed local background of 2 M, 20 M
-(and, with ``--big``, ~200 M) GPT-2 tokens -- peak memory, bytes per training token on disk, wall time -- and the
+(and, with ``--big``, ~200 M) GPT-2 tokens, by both paths side by side -- the corpus as ``background_source`` beside
+Wikipedia targets (``prepare``), and the corpus as the main source, its members and nonmembers a seeded random split
+and the rest its background (``prepare_main_source``, min_tokens 128) -- peak memory, bytes per training token on
+disk, wall time -- and the
 tokenization throughput of one shard worker against the tokenizer's own batch-encode rate, and of two workers
 against one.
 
@@ -16,12 +19,14 @@ tokens + EOS in rows of 2,048, de-duplicated against the targets (13-grams, 20 %
 
 Throughput ratios (``tokenize`` block) are measured side by side on the same documents in this process: the
 tokenizer's ``encode_batch`` on one thread vs :func:`goldfish.data.stream.make_shard` (read + tokenize + de-duplicate
-+ chunk + write) on one thread; and the background phase with 2 worker processes vs 1 on the same shards.
++ chunk + write) on one thread, and the same without de-duplication (``share_of_worker_time``: encode, the 13-gram
+check, the rest); and the background phase with 2 worker processes vs 1 on the same shards.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -42,12 +47,18 @@ FIRST_BATCH = ("import sys, time; import numpy as np; from goldfish.data import 
                "p = load_prepared(sys.argv[1]); b = p.train.batch(np.arange(16)); print(time.perf_counter() - t)")
 
 
-def recipe(background: Path) -> dict:
-    return {"name": "scale", "source": {"name": "wikipedia"}, "tokenizer": {"name": "gpt2"}, "seq_len": 2048,
-            "packing": "pack", "min_tokens": 512, "doc_tokens": 512, "num_members": 48, "repetitions": [4],
-            "nonmember_mode": "random_split", "num_nonmembers": 32, "num_background": None,
-            "background_chunk_tokens": 2047, "background_source": {"name": "local", "path": str(background)},
-            "background_dedup": {"ngram": 13, "overlap": 0.2}, "shard_documents": 2000}
+def recipe(background: Path, main: bool = False) -> dict:
+    """``main``: the corpus is the main source itself -- members and nonmembers a seeded random split of its
+    documents, the rest its background -- instead of a separate ``background_source`` beside Wikipedia targets."""
+    out = {"name": "scale", "source": {"name": "wikipedia"}, "tokenizer": {"name": "gpt2"}, "seq_len": 2048,
+           "packing": "pack", "min_tokens": 512, "doc_tokens": 512, "num_members": 48, "repetitions": [4],
+           "nonmember_mode": "random_split", "num_nonmembers": 32, "num_background": None,
+           "background_chunk_tokens": 2047, "background_source": {"name": "local", "path": str(background)},
+           "background_dedup": {"ngram": 13, "overlap": 0.2}, "shard_documents": 2000}
+    if main:
+        out.update(source={"name": "local", "path": str(background), "id_field": "id"}, background_source=None,
+                   min_tokens=128)
+    return out
 
 
 def corpus(work: Path, tokens: float) -> Path:
@@ -60,11 +71,12 @@ def corpus(work: Path, tokens: float) -> Path:
     return out
 
 
-def run_prepare(work: Path, background: Path, num_proc: int) -> dict:
+def run_prepare(work: Path, background: Path, num_proc: int, main: bool = False) -> dict:
     """One ``goldfish prepare`` process: wall, peak RSS (own, workers'), folder and training-row bytes."""
-    rec = work / f"recipe_{background.name}.json"
-    rec.write_text(json.dumps(recipe(background)))
-    out = work / f"prepared_{background.name}_{num_proc}"
+    kind = "main" if main else "bg"
+    rec = work / f"recipe_{background.name}_{kind}.json"
+    rec.write_text(json.dumps(recipe(background, main)))
+    out = work / f"prepared_{background.name}_{kind}_{num_proc}"
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", WRAPPER, "prepare", str(rec), "--out", str(out), "--num-proc",
@@ -127,16 +139,24 @@ def tokenize_ratios(work: Path, background: Path, shards: int) -> dict:
     for i in range(1, shards + 1):
         make_shard(spec(one), i)
     ours = time.perf_counter() - t0
+    plain = fresh("ratio_plain")  # the same shards without de-duplication: what the 13-gram check costs
+    t0 = time.perf_counter()
+    for i in range(1, shards + 1):
+        make_shard(dataclasses.replace(spec(plain), dedup=None), i)
+    undeduped = time.perf_counter() - t0
     timings = {}
     for workers in (1, 2):
         folder = fresh(f"ratio_{workers}")
         t0 = time.perf_counter()
         run_shards(spec(folder), iter(range(1, 2 * shards + 1)), workers, lambda entry: False)
         timings[workers] = time.perf_counter() - t0
-    for name in ("ratio_base", "ratio_one", "ratio_1", "ratio_2"):
+    for name in ("ratio_base", "ratio_one", "ratio_plain", "ratio_1", "ratio_2"):
         shutil.rmtree(work / name, ignore_errors=True)
     return {"documents": len(docs), "tokens": count, "tokenizer_tokens_per_s": round(count / own),
             "worker_tokens_per_s": round(count / ours), "worker_vs_tokenizer": round(own / ours, 3),
+            "worker_without_dedup_vs_tokenizer": round(own / undeduped, 3),
+            "share_of_worker_time": {"encode": round(own / ours, 3), "dedup": round((ours - undeduped) / ours, 3),
+                                     "read_chunk_write": round((undeduped - own) / ours, 3)},
             "two_vs_one_worker": round(timings[1] / timings[2], 3), "shards_timed": 2 * shards,
             "cpus": len(os.sched_getaffinity(0)), "load_1min_at_end": round(os.getloadavg()[0], 2)}
 
@@ -153,17 +173,25 @@ def main() -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     sizes = [2e6, 20e6] + ([200e6] if args.big else [])
     result = {"prepare": {}, "machine": {"cpu": _cpu(), "python": sys.version.split()[0]}}
+    result["prepare_main_source"] = {}
     for size in sizes:
         bg = args.big_corpus if size == 200e6 and args.big_corpus else corpus(args.work, size)
-        result["prepare"][f"{size / 1e6:g}M"] = run_prepare(args.work, bg, args.num_proc)
-        print(f"{size / 1e6:g} M: {result['prepare'][f'{size / 1e6:g}M']}", flush=True)
+        for key, main in (("prepare", False), ("prepare_main_source", True)):  # the two paths side by side
+            result[key][f"{size / 1e6:g}M"] = run_prepare(args.work, bg, args.num_proc, main)
+            print(f"{key} {size / 1e6:g} M: {result[key][f'{size / 1e6:g}M']}", flush=True)
     result["tokenize"] = tokenize_ratios(args.work, corpus(args.work, 20e6), shards=2)
     small, large = result["prepare"]["2M"], result["prepare"]["20M"]
+    main_small, main_large = result["prepare_main_source"]["2M"], result["prepare_main_source"]["20M"]
     result["checks"] = {
         "rss_20M_over_2M": round(large["peak_rss_mb"] / small["peak_rss_mb"], 3),
         "rss_le_1.15x": large["peak_rss_mb"] <= 1.15 * small["peak_rss_mb"],
-        "rss_le_1.5GB": max(r["peak_rss_mb"] for r in result["prepare"].values()) <= 1536,
-        "rows_le_4.5_bytes_per_token": all(r["rows_bytes_per_token"] <= 4.5 for r in result["prepare"].values()),
+        "main_source_rss_20M_over_2M": round(main_large["peak_rss_mb"] / main_small["peak_rss_mb"], 3),
+        "main_source_rss_le_1.15x": main_large["peak_rss_mb"] <= 1.15 * main_small["peak_rss_mb"],
+        "main_source_vs_background_source_wall_20M": round(main_large["wall_s"] / large["wall_s"], 3),
+        "rss_le_1.5GB": max(r["peak_rss_mb"] for k in ("prepare", "prepare_main_source")
+                            for r in result[k].values()) <= 1536,
+        "rows_le_4.5_bytes_per_token": all(r["rows_bytes_per_token"] <= 4.5 for k in ("prepare", "prepare_main_source")
+                                           for r in result[k].values()),
         "worker_ge_0.8_of_tokenizer": result["tokenize"]["worker_vs_tokenizer"] >= 0.8,
         "two_workers_ge_1.7x": result["tokenize"]["two_vs_one_worker"] >= 1.7,
     }

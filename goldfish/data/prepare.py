@@ -1,22 +1,31 @@
 """``prepare(cfg, out)``: corpus -> tokenizer -> members / nonmembers -> background shards -> training layout ->
 folder, in three phases that each resume where a kill left them.
 
-1. **Targets** (in memory; small): the main source is read and tokenized, split into members (with repetition
-   counts), nonmembers, validation documents, canaries and near-duplicate variants; the tokenizer, their Arrow
-   splits and the target token shard (``train/targets``, ``train/canaries``) are written, then
-   ``prepare-state.json`` (the recipe's fingerprint, what the background must not hold). When the background is
-   the main source's unused documents, their chunks are written here too, as background shards.
-2. **Background** (streamed; ``background_source``): shard ``i`` is the source's documents at positions
-   ``[i * shard_documents, (i + 1) * shard_documents)``, tokenized in ``num_proc`` worker processes, de-duplicated
-   against the targets and chunked as it streams (:mod:`goldfish.data.stream`), each shard with its own atomic
-   entry. Independent jobs may write disjoint ranges of shards into one folder (``shards=(a, b)``).
+1. **Targets** (two streaming passes over the main source; memory: one batch of documents plus ~50 bytes per
+   document): pass 1 reads every document, tokenizes its first tokens (those the splits can use) and keeps only its
+   source position, token count and a 16-byte digest of its chunk(s); the split (:func:`goldfish.data.splits.choose`:
+   one seeded permutation of the document indices, as the in-memory :func:`~goldfish.data.splits.plan_splits`
+   draws it) is computed from those; pass 2 reads just the chosen documents. Members (with repetition counts),
+   nonmembers, validation documents, canaries and near-duplicate variants; the tokenizer, their Arrow splits and the
+   target token shard (``train/targets``, ``train/canaries``) are written, then ``prepare-state.json`` (the recipe's
+   fingerprint, what the background must not hold: the targets' ids and texts, and the documents dropped as
+   duplicates of their chunks).
+2. **Background** (streamed, from ``background_source`` or from the main source itself): shard ``i`` is the source's
+   documents at positions ``[i * shard_documents, (i + 1) * shard_documents)``, tokenized in ``num_proc`` worker
+   processes, de-duplicated against the targets and chunked as it streams (:mod:`goldfish.data.stream`), each shard
+   with its own atomic entry. Independent jobs may write disjoint ranges of shards into one folder
+   (``shards=(a, b)``). From the main source, the stream skips the targets (by id and text) and the duplicates, so
+   the background is the documents the split left unused, in source order (the first ``num_background`` chunks in
+   source order when capped), up to the main source's ``max_documents``. Folders of the same background (the same
+   source, tokenizer, chunking, de-duplication and targets) share one copy of its shards (:mod:`goldfish.data.store`).
 3. **Merge**: the first ``num_background`` chunks over the finished shards, the training order (members x r,
    background once, canaries, shuffled by seed) and each occurrence's first slot in the packed row stream
    (``train/order.npy``, ``train/starts.npy``; :mod:`goldfish.data.rows`), then ``manifest.json`` last.
 
 A folder without ``manifest.json`` is unfinished: readers refuse it, and ``prepare`` with the same recipe continues
-it (a different recipe is refused). Memory is that of the targets plus ~40 bytes per background chunk at the merge,
-whatever the number of tokens. Same recipe and seed -> byte-identical data files, interrupted or not.
+it (a different recipe is refused). Memory is that of the targets plus ~50 bytes per main-source document and ~40
+bytes per background chunk at the merge, whatever the number of tokens (a ``bpe`` tokenizer trained on the recipe's
+documents holds their texts while it trains). Same recipe and seed -> byte-identical data files, interrupted or not.
 ``overwrite`` builds a complete new folder beside the old one and swaps it in at the end
 (``goldfish.ownership.writing``); it replaces only a folder ``goldfish prepare`` made.
 """
@@ -24,14 +33,17 @@ whatever the number of tokens. Same recipe and seed -> byte-identical data files
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import errno
+import hashlib
 import itertools
 import json
 import os
 import re
 import shutil
 import time
+from array import array
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -47,9 +59,10 @@ from .config import PrepareConfig, SourceConfig
 from .packing import training_order, variant_layout
 from .prepared import FORMAT, doc_columns, record_verified, save_table, train_sha256
 from .rows import layout_stats, pack_starts, row_starts
-from .sources import Document, load_documents
-from .splits import Item, background_items, plan_splits
-from .stream import (BACKGROUND, STATE, Progress, ShardSpec, entry_path, read_entry, read_state, run_shards,
+from .sources import Document, iter_source, load_documents
+from .splits import Item, SplitPlan, choose, chunk_keys, split_items
+from .store import background_fingerprint, store_path
+from .stream import (BACKGROUND, STATE, Encoder, Progress, ShardSpec, entry_path, read_entry, read_state, run_shards,
                      source_identity, stem, text_sha256)
 from .tokenizer import load_tokenizer, tokenizer_info
 from .tokens import TokenShard, file_sha256, token_dtype, write_file, write_shard
@@ -67,22 +80,26 @@ def _bar(total: int, desc: str, enabled: bool, unit: str = "doc", position: int 
 
 
 def tokenize(tok, docs: list[Document], progress: bool = False, desc: str = "tokenize",
-             max_tokens: int | None = None) -> list[np.ndarray]:
+             max_tokens: int | None = None, encode: Callable[[list[str]], list[list[int]]] | None = None
+             ) -> list[np.ndarray]:
     """Token ids of each document (no BOS/EOS); literal special-token text is split, never turned into EOS.
 
-    ``max_tokens``: only the first ``max_tokens`` ids are needed, so a byte-level tokenizer reads just a prefix of
-    each long text (see :func:`_prefix`); the ids returned are identical to the whole text's ids, cut.
+    ``encode``: texts -> ids (default: the tokenizer's call; the split pass passes the background's
+    :class:`~goldfish.data.stream.Encoder`, its Rust backend checked against that call). ``max_tokens``: only the
+    first ``max_tokens`` ids are needed, so a byte-level tokenizer reads just a prefix of each long text (see
+    :func:`_prefix`); the ids returned are identical to the whole text's ids, cut.
     """
     cut = max_tokens is not None and _is_byte_level(tok)
+    encode = encode or (lambda texts: _encode(tok, texts))
     out: list[np.ndarray] = []
     with _bar(len(docs), desc, progress) as bar:
         for s in range(0, len(docs), TOKENIZE_BATCH):
             texts = [d.text for d in docs[s:s + TOKENIZE_BATCH]]
             heads = [_prefix(t, max_tokens) for t in texts] if cut else texts
-            enc = _encode(tok, heads)
+            enc = encode(heads)
             for i, ids in enumerate(enc):
                 if len(heads[i]) < len(texts[i]) and len(ids) < max_tokens:  # prefix too short: whole text
-                    enc[i] = _encode(tok, [texts[i]])[0]
+                    enc[i] = encode([texts[i]])[0]
             out.extend(np.asarray(ids[:max_tokens] if max_tokens else ids, dtype=np.int64) for ids in enc)
             bar.update(len(texts))
     return out
@@ -126,14 +143,15 @@ def _source_label(src: SourceConfig) -> str:
 
 def _needed_tokens(cfg: PrepareConfig) -> int | None:
     """How many leading tokens of each main-source document the splits can use (None = all of them)."""
-    if cfg.doc_tokens is None or (cfg.num_background != 0 and cfg.background_source is None):
-        return None  # whole documents, or the unused ones become background
-    return cfg.doc_tokens * (2 if cfg.nonmember_mode == "later_chunk" else 1)
+    if cfg.doc_tokens is None:
+        return None  # whole documents
+    return max(cfg.doc_tokens * (2 if cfg.nonmember_mode == "later_chunk" else 1), cfg.min_tokens)
 
 
 def streamed(cfg: PrepareConfig) -> bool:
-    """Whether the background streams from ``background_source`` (else: the main source's unused documents)."""
-    return cfg.background_source is not None and cfg.num_background != 0
+    """Whether the recipe has a background: it always streams, from ``background_source`` or from the main source
+    (whose targets and duplicates the stream skips)."""
+    return cfg.num_background != 0
 
 
 def recipe_fingerprint(cfg: PrepareConfig) -> str:
@@ -157,7 +175,7 @@ def estimate_needs(cfg: PrepareConfig, vocab_size: int) -> dict | None:
     """Disk and memory a prepare of ``cfg`` needs, when its lengths are fixed (``doc_tokens``, a numeric
     ``num_background`` and ``background_chunk_tokens``; None otherwise): every background chunk full, the token
     shards at ``token_dtype``'s width for ``vocab_size``, the layout, the document splits; memory at the merge (the
-    peak: the targets phase holds the main source, bounded by ``source.max_documents``)."""
+    peak: the targets phase streams the main source, ~50 bytes a document)."""
     if cfg.doc_tokens is None or cfg.num_background is None or (cfg.num_background and
                                                                cfg.background_chunk_tokens is None):
         return None
@@ -296,9 +314,9 @@ class _Job:
             if cap is None:  # a shard job: its shards are written, the merge is another call's
                 return None
             used, entries = cap.used, cap.entries
-            _one_source(folder, entries, self.cfg.background_source)
+            _one_source(folder, entries, self.cfg.background_source or self.cfg.source)
         else:
-            used, entries = [entry["documents"] for entry in state["background_shards"]], []
+            used, entries = [], []
         with _exclusive(folder):
             if not (folder / "manifest.json").is_file():
                 return _merge(self.cfg, folder, state, used, entries, started)
@@ -325,15 +343,21 @@ class _Job:
         """Write the background shards this call owns; returns the shards' entries and how many chunks of each the
         rows use (None for a shard job)."""
         cfg = self.cfg
-        spec = ShardSpec(str(folder), self.fingerprint, cfg.background_source, cfg.shard_documents, cfg.min_tokens,
-                         cfg.background_chunk_tokens, state["dtype"], cfg.background_dedup)
+        source = cfg.background_source or cfg.source
+        settings = {"source": to_dict(source), "shard_documents": cfg.shard_documents, "min_tokens": cfg.min_tokens,
+                    "chunk_tokens": cfg.background_chunk_tokens, "dtype": state["dtype"],
+                    "dedup": to_dict(cfg.background_dedup) if cfg.background_dedup is not None else None}
+        shared = background_fingerprint(settings, folder, state, code_version())
+        spec = ShardSpec(str(folder), self.fingerprint, source, cfg.shard_documents, cfg.min_tokens,
+                         cfg.background_chunk_tokens, state["dtype"], cfg.background_dedup,
+                         str(store_path(folder, shared)), shared)
         progress = Progress(self.progress, self.log)
         try:
             if shards is not None:
                 run_shards(spec, iter(range(*shards)), self.num_proc,
                            lambda entry: progress.update(entry) or entry["end_of_source"])
                 return None
-            cap = _Cap(folder, cfg)
+            cap = _Cap(folder, cfg, state.get("source_end"))
 
             def done(entry: dict) -> bool:
                 progress.update(entry)
@@ -359,10 +383,11 @@ class _Cap:
     """How many chunks of each shard, in shard order, the rows take: the first ``num_background`` chunks cut from
     the source's first ``max_documents`` documents (positions)."""
 
-    def __init__(self, folder: Path, cfg: PrepareConfig):
+    def __init__(self, folder: Path, cfg: PrepareConfig, source_end: int | None = None):
         self.folder = folder
         self.items = cfg.num_background if cfg.num_background is not None else float("inf")
-        docs = cfg.background_source.max_documents
+        # the main source: the position its max_documents-th document (after min_words) ends at, as the split saw it
+        docs = cfg.background_source.max_documents if cfg.background_source is not None else source_end
         self.positions = docs if docs is not None else float("inf")
         self.used: list[int] = []
         self.entries: list[dict] = []
@@ -384,21 +409,112 @@ class _Cap:
 # ------------------------------------------------------------------------------------------------ phase 1: targets
 
 
+SCAN_BATCH = 256  # documents tokenized at a time by the split pass
+
+
+@dataclasses.dataclass
+class _Scan:
+    """What the split pass keeps of the main source's documents (after ``min_words``, up to ``max_documents``):
+    per document its source position, token count (capped) and a 16-byte digest of each chunk -- ~50 bytes a
+    document, never its text or tokens."""
+
+    positions: np.ndarray  # (N,) int64
+    lengths: np.ndarray  # (N,) int64
+    digests: np.ndarray  # (N, K, 16) uint8: K = 2 for later_chunk, else 1
+    end: int | None  # the first position not read (max_documents reached), None = the whole source
+    stats: dict
+
+
+def _digest(key: bytes) -> bytes:
+    return hashlib.blake2b(key, digest_size=16).digest()
+
+
+def _scan(cfg: PrepareConfig, tok, progress: bool) -> _Scan:
+    """Pass 1 over the main source: count its documents and keep what :func:`goldfish.data.splits.choose` needs,
+    tokenizing each document's first ``_needed_tokens`` tokens a batch at a time (memory: one batch)."""
+    src = cfg.source
+    floor, cap = src.word_floor, _needed_tokens(cfg)
+    encoder = Encoder(tok)
+    positions, lengths, digests = array("q"), array("q"), bytearray()
+    id_hashes = array("Q")
+    read = short = 0
+    end = None
+    batch: list[tuple[int, Document]] = []
+
+    def flush() -> None:
+        for (pos, doc), ids in zip(batch, tokenize(tok, [d for _, d in batch], max_tokens=cap, encode=encoder)):
+            positions.append(pos)
+            lengths.append(len(ids))
+            for key in chunk_keys(cfg, ids):
+                digests.extend(_digest(key))
+            id_hashes.append(int.from_bytes(_digest(doc.id.encode("utf-8"))[:8], "little"))
+        batch.clear()
+
+    with _bar(src.max_documents or 0, "split pass", progress) as bar:
+        for pos, doc in iter_source(src):
+            if src.max_documents is not None and len(positions) + len(batch) >= src.max_documents:
+                end = pos
+                break
+            read += 1
+            if len(doc.text.split()) < floor:
+                short += 1
+                continue
+            batch.append((pos, doc))
+            bar.update(1)
+            if len(batch) >= SCAN_BATCH:
+                flush()
+        flush()
+    where = f"{src.name}" + (f" ({src.path})" if src.path else "")
+    if read == 0:
+        raise UserError(f"source {where} holds no documents (empty corpus); point source.path at some text")
+    if not positions:
+        raise UserError(f"all {read} documents of source {where} have fewer than min_words={floor} words; "
+                        "lower source.min_words or use longer documents")
+    hashes = np.frombuffer(id_hashes, dtype=np.uint64)
+    uniq, counts = np.unique(hashes, return_counts=True)
+    if (counts > 1).any():
+        dup = uniq[counts > 1][0]
+        first = int(np.flatnonzero(hashes == dup)[0])
+        doc = next(d for p, d in iter_source(src, int(positions[first])))
+        raise UserError(f"source {where} has duplicate document id {doc.id!r}; choose a unique source.id_field")
+    k = 2 if cfg.nonmember_mode == "later_chunk" and cfg.doc_tokens is not None else 1
+    return _Scan(np.frombuffer(positions, dtype=np.int64), np.frombuffer(lengths, dtype=np.int64),
+                 np.frombuffer(bytes(digests), dtype=np.uint8).reshape(len(positions), k, 16), end,
+                 {"read": read, "below_min_words": short})
+
+
+def _fetch(cfg: PrepareConfig, tok, scan: _Scan, wanted: set[int]) -> tuple[dict[int, Document], dict[int, np.ndarray]]:
+    """Pass 2: the documents at indices ``wanted`` (into ``scan``) and their token ids (the same cap as pass 1)."""
+    by_pos = {int(scan.positions[i]): i for i in wanted}
+    docs: dict[int, Document] = {}
+    if by_pos:
+        for pos, doc in iter_source(cfg.source, min(by_pos)):
+            if pos in by_pos:
+                docs[by_pos[pos]] = doc
+                if len(docs) == len(by_pos):
+                    break
+    order = sorted(docs)
+    ids = tokenize(tok, [docs[i] for i in order], max_tokens=_needed_tokens(cfg))
+    return docs, dict(zip(order, ids))
+
+
 def _targets(cfg: PrepareConfig, folder: Path, progress: bool) -> dict:
-    """Read and split the main source; write the tokenizer, the document splits and the target token shards (and,
-    for a background from the main source, its shards). Returns the prepare state."""
-    load_stats: dict = {}
-    docs = load_documents(cfg.source, load_stats)
+    """Split the main source in two streaming passes (count and digest every document, then read the chosen
+    ones); write the tokenizer, the document splits and the target token shards. Returns the prepare state."""
     texts = None
-    if cfg.tokenizer.name == "bpe":  # trained on the recipe's own documents (a streamed background is not read)
-        texts = [d.text for d in (load_documents(cfg.tokenizer.source) if cfg.tokenizer.source is not None else docs)]
+    if cfg.tokenizer.name == "bpe":  # trained on the recipe's own documents: their texts are held for training
+        texts = [d.text for d in load_documents(cfg.tokenizer.source or cfg.source)]
     tok = load_tokenizer(cfg.tokenizer.name, texts, cfg.tokenizer.vocab_size, cfg.seed)
+    del texts
     if tok.eos_token_id is None or tok.pad_token_id is None:
         raise UserError(f"tokenizer {cfg.tokenizer.name} has no EOS/pad id; set eos_token in its config")
     dtype = token_dtype(len(tok), cfg.token_dtype)
-    tokens = tokenize(tok, docs, progress, max_tokens=_needed_tokens(cfg))
-    plan = plan_splits(cfg, docs, tokens)
-    plan.stats.update(load_stats)
+    scan = _scan(cfg, tok, progress)
+    choice = choose(cfg, scan.lengths, lambda i: [row.tobytes() for row in scan.digests[i]])
+    wanted = set(choice.members) | set(choice.nonmembers) | set(choice.validation) | choice.duplicates
+    docs, tokens = _fetch(cfg, tok, scan, wanted)
+    members, nonmembers, validation = split_items(cfg, choice, docs.__getitem__, tokens.__getitem__)
+    plan = SplitPlan(members, nonmembers, [], {**choice.stats, **scan.stats}, [], validation)
     plan.canaries = _canaries(cfg, tok)
     reps = [it.repetitions if cfg.train_members else 0 for it in plan.members]
     variants: list[np.ndarray] = []
@@ -420,11 +536,8 @@ def _targets(cfg: PrepareConfig, folder: Path, progress: bool) -> dict:
     write_shard(folder / "train", "targets", [it.ids for it in plan.members] + variants, dtype, owners)
     if plan.canaries:
         write_shard(folder / "train", "canaries", [it.ids for it in plan.canaries], dtype)
-    background_shards = []
-    if not streamed(cfg) and cfg.num_background != 0:
-        items = background_items(cfg, plan, [docs[i] for i in plan.pool], [tokens[i] for i in plan.pool])
-        background_shards = _pool_shards(folder, items, cfg.shard_documents, dtype)
     targets = plan.members + plan.nonmembers + plan.validation
+    dropped = [docs[i].id for i in choice.duplicates]  # their chunks repeat a target's: never background either
     return {
         "dtype": dtype.name, "tokenizer": tokenizer_info(tok, cfg.tokenizer.name), "sha256": sha,
         "counts": {name: len(items) for name, items in splits.items()},
@@ -433,19 +546,10 @@ def _targets(cfg: PrepareConfig, folder: Path, progress: bool) -> dict:
         "canary_reps": [it.repetitions if cfg.train_members else 0 for it in plan.canaries],
         "variants": len(variants), "stats": plan.stats,
         "canary_alphabet": len(canary_alphabet(tok)) if plan.canaries else None,
-        "background_shards": background_shards,
-        "exclude": {"ids": sorted({it.doc.id for it in targets}),
+        "source_end": scan.end if cfg.background_source is None else None,
+        "exclude": {"ids": sorted({it.doc.id for it in targets} | set(dropped)),
                     "text_sha256": sorted({text_sha256(it.doc.text) for it in targets})},
     }
-
-
-def _pool_shards(folder: Path, items: list[Item], size: int, dtype: np.dtype) -> list[dict]:
-    """The main source's background chunks as shards of ``size`` chunks (all of them used)."""
-    entries = []
-    for i, lo in enumerate(range(0, len(items), size)):
-        entry = write_shard(folder / BACKGROUND, stem(i), [it.ids for it in items[lo:lo + size]], dtype)
-        entries.append({"shard": i, **entry})
-    return entries
 
 
 def _canaries(cfg: PrepareConfig, tok) -> list[Item]:
@@ -479,7 +583,7 @@ def _merge(cfg: PrepareConfig, folder: Path, state: dict, used: list[int], entri
     stores = [{"path": "train/targets", "documents": len(targets)}]
     lengths = [np.asarray(targets.lengths)]
     background = []
-    shard_entries = entries or state["background_shards"]
+    shard_entries = entries
     for i, n in enumerate(used):
         shard = _checked_shard(folder, shard_entries[i], dtype)
         if n:

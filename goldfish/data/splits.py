@@ -14,7 +14,12 @@ config and seed always give the same split.
   the nonmembers, never trained on, for tuning). ``later_chunk``: members are the first ``num_members``; nonmember *i* is tokens
   ``[doc_tokens, 2*doc_tokens)`` of member *i* (the part of the article the model never sees).
 * Member *i* (in permutation order) is repeated ``repetitions[i % len(repetitions)]`` times: strata of equal size.
-* Background (when ``num_background`` != 0): the main source's remaining documents, or ``background_source``'s,
+* :func:`choose` needs only the number of documents, their lengths and their chunks' keys (bytes or digests), so
+  ``goldfish prepare`` computes it from a streaming pass (:mod:`goldfish.data.prepare`); :func:`plan_splits` is the
+  same split over documents held in memory.
+* Background (when ``num_background`` != 0): the main source's remaining documents (streamed in source order by
+  ``goldfish prepare``; :func:`background_items` over them in that order is the in-memory equivalent), or
+  ``background_source``'s,
   optionally cut into ``background_chunk_tokens`` chunks; documents sharing an id or a text with a member/nonmember
   are skipped, and so (``background_dedup``) are documents holding a near-copy of one (n-gram containment,
   :mod:`goldfish.data.dedup`), counted in ``stats["background_near_duplicates"]``.
@@ -23,6 +28,7 @@ config and seed always give the same split.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import numpy as np
 
@@ -74,18 +80,19 @@ def _needed_length(cfg: PrepareConfig) -> int:
     return cfg.min_tokens
 
 
-def _eligible(cfg: PrepareConfig, tokens: list[np.ndarray], order: np.ndarray, stats: dict,
-              dropped: set[int]) -> list[int]:
+def _eligible(cfg: PrepareConfig, lengths: np.ndarray, keys: Callable[[int], list[bytes]], order: np.ndarray,
+              stats: dict, dropped: set[int]) -> list[int]:
     """Indices (in permutation order) of documents long enough and not duplicating another's chunks.
 
-    Duplicates are added to ``dropped``: they must not reach the background either (they would train a member's
-    or a nonmember's tokens).
+    ``lengths[i]``: document ``i``'s token count (it may be capped at any value >= ``min_tokens`` and the needed
+    length: only comparisons with those are made); ``keys(i)``: what identifies its chunks (their bytes, or a
+    digest of them). Duplicates are added to ``dropped``: they must not reach the background either (they would
+    train a member's or a nonmember's tokens).
     """
     need = _needed_length(cfg)
-    lengths = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
     stats["below_min_tokens"] = int((lengths < cfg.min_tokens).sum())
-    if stats["below_min_tokens"] == len(tokens):
-        raise UserError(f"all {len(tokens)} documents have fewer than min_tokens={cfg.min_tokens} tokens (longest: "
+    if stats["below_min_tokens"] == len(lengths):
+        raise UserError(f"all {len(lengths)} documents have fewer than min_tokens={cfg.min_tokens} tokens (longest: "
                         f"{int(lengths.max(initial=0))}); lower min_tokens or use longer documents")
     stats["too_short_for_later_chunk"] = int(((lengths >= cfg.min_tokens) & (lengths < need)).sum())
     seen: set[bytes] = set()
@@ -93,19 +100,24 @@ def _eligible(cfg: PrepareConfig, tokens: list[np.ndarray], order: np.ndarray, s
     for i in order:
         if lengths[i] < max(need, cfg.min_tokens):
             continue
-        first, later = _chunks(tokens[i], cfg)
-        keys = [first.tobytes()] + ([later.tobytes()] if later is not None else [])
-        if any(k in seen for k in keys) or len(set(keys)) < len(keys):
+        ks = keys(int(i))
+        if any(k in seen for k in ks) or len(set(ks)) < len(ks):
             dupes += 1
             dropped.add(int(i))
             continue
-        seen.update(keys)
+        seen.update(ks)
         keep.append(int(i))
     stats["duplicates"] = dupes
     if not keep:
         raise UserError(f"no document has the {need} tokens that nonmember_mode={cfg.nonmember_mode} needs "
                         f"(doc_tokens={cfg.doc_tokens}); lower doc_tokens")
     return keep
+
+
+def chunk_keys(cfg: PrepareConfig, ids: np.ndarray) -> list[bytes]:
+    """The bytes of a document's member chunk (and later chunk): equal keys = duplicated chunks."""
+    first, later = _chunks(ids, cfg)
+    return [first.tobytes()] + ([later.tobytes()] if later is not None else [])
 
 
 def _sizes(cfg: PrepareConfig, n: int) -> tuple[int, int]:
@@ -142,33 +154,60 @@ def _sizes(cfg: PrepareConfig, n: int) -> tuple[int, int]:
     return n_mem, n_non
 
 
-def plan_splits(cfg: PrepareConfig, docs: list[Document], tokens: list[np.ndarray]) -> SplitPlan:
-    """Choose members (with repetition counts) and nonmembers; the unused documents become the background pool."""
-    stats: dict = {"documents": len(docs)}
-    rng = np.random.default_rng(cfg.seed)
-    order = rng.permutation(len(docs))
+@dataclasses.dataclass
+class Choice:
+    """Which documents (indices into the source's documents after ``min_words`` and ``max_documents``) are members
+    (in stratum order), nonmembers and validation documents, which are dropped as duplicates, and the seeded
+    permutation they were drawn from: a function of the seed, the number of documents and their lengths and chunk
+    keys only, so it can be computed without holding any document's text or tokens."""
+
+    order: np.ndarray
+    members: list[int]
+    nonmembers: list[int]  # later_chunk: the members whose later chunk is a nonmember
+    validation: list[int]
+    duplicates: set[int]
+    stats: dict
+
+
+def choose(cfg: PrepareConfig, lengths: np.ndarray, keys: Callable[[int], list[bytes]]) -> Choice:
+    """The split over ``len(lengths)`` documents: one ``default_rng(seed)`` permutation of their indices, the
+    eligible ones (:func:`_eligible`) in that order, nonmembers first, then members, then validation documents
+    (``later_chunk``: members first, nonmember *i* = member *i*'s later chunk)."""
+    stats: dict = {"documents": len(lengths)}
+    order = np.random.default_rng(cfg.seed).permutation(len(lengths))
     duplicates: set[int] = set()
-    keep = _eligible(cfg, tokens, order, stats, duplicates)
+    keep = _eligible(cfg, np.asarray(lengths, dtype=np.int64), keys, order, stats, duplicates)
     n_mem, n_non = _sizes(cfg, len(keep))
-    reps = cfg.repetitions
-    members, nonmembers = [], []
     if cfg.nonmember_mode == "later_chunk":
-        chosen = keep[:n_mem]
-        for j, i in enumerate(chosen):
-            first, later = _chunks(tokens[i], cfg)
-            members.append(Item(docs[i], first, reps[j % len(reps)]))
-            if j < n_non:
-                nonmembers.append(Item(docs[i], later, 0, "#later"))
+        members, nonmembers = keep[:n_mem], keep[:n_non]
     else:
-        for i in keep[:n_non]:
-            nonmembers.append(Item(docs[i], _chunks(tokens[i], cfg)[0], 0))
-        chosen = keep[n_non:n_non + n_mem]
-        members = [Item(docs[i], _chunks(tokens[i], cfg)[0], reps[j % len(reps)]) for j, i in enumerate(chosen)]
-    held = keep[n_non + n_mem:n_non + n_mem + cfg.num_validation]
-    validation = [Item(docs[i], _chunks(tokens[i], cfg)[0], 0) for i in held]
-    used = set(chosen) | set(keep[:n_non]) | set(held) | duplicates
-    pool = [int(i) for i in order if int(i) not in used and len(tokens[i]) >= cfg.min_tokens]
-    return SplitPlan(members, nonmembers, [], stats, pool, validation)
+        nonmembers, members = keep[:n_non], keep[n_non:n_non + n_mem]
+    validation = keep[n_non + n_mem:n_non + n_mem + cfg.num_validation]
+    return Choice(order, members, nonmembers, validation, duplicates, stats)
+
+
+def split_items(cfg: PrepareConfig, choice: Choice, doc: Callable[[int], Document],
+                ids: Callable[[int], np.ndarray]) -> tuple[list[Item], list[Item], list[Item]]:
+    """(members, nonmembers, validation) as items, from the chosen documents' texts and token ids."""
+    reps = cfg.repetitions
+    members = [Item(doc(i), _chunks(ids(i), cfg)[0], reps[j % len(reps)]) for j, i in enumerate(choice.members)]
+    if cfg.nonmember_mode == "later_chunk":
+        nonmembers = [Item(doc(i), _chunks(ids(i), cfg)[1], 0, "#later") for i in choice.nonmembers]
+    else:
+        nonmembers = [Item(doc(i), _chunks(ids(i), cfg)[0], 0) for i in choice.nonmembers]
+    validation = [Item(doc(i), _chunks(ids(i), cfg)[0], 0) for i in choice.validation]
+    return members, nonmembers, validation
+
+
+def plan_splits(cfg: PrepareConfig, docs: list[Document], tokens: list[np.ndarray]) -> SplitPlan:
+    """Choose members (with repetition counts) and nonmembers in memory; the unused documents become the
+    background pool. (``goldfish prepare`` computes the same :func:`choose` from a streaming pass instead.)"""
+    lengths = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
+    choice = choose(cfg, lengths, lambda i: chunk_keys(cfg, tokens[i]))
+    members, nonmembers, validation = split_items(cfg, choice, docs.__getitem__, tokens.__getitem__)
+    used = set(choice.members) | set(choice.nonmembers) | set(choice.validation) | choice.duplicates
+    pool = [int(i) for i in choice.order if int(i) not in used and len(tokens[i]) >= cfg.min_tokens]
+    return SplitPlan(members, nonmembers, [], choice.stats, pool, validation)
 
 
 def background_items(cfg: PrepareConfig, plan: SplitPlan, docs: list[Document], tokens: list[np.ndarray]) -> list[Item]:

@@ -37,6 +37,7 @@ from .config import SourceConfig
 from .dedup import DedupConfig, ShingleIndex
 from .prepared import load_saved_tokenizer
 from .sources import Document, iter_source
+from .store import link_in, publish
 from .tokens import ShardWriter
 
 BACKGROUND = "background"
@@ -56,6 +57,8 @@ class ShardSpec:
     chunk_tokens: int | None
     dtype: str
     dedup: DedupConfig | None
+    store: str | None = None  # the shared background store of these shards (goldfish.data.store), None = none
+    store_fingerprint: str | None = None  # its background fingerprint
 
 
 def stem(i: int) -> str:
@@ -263,9 +266,15 @@ def _context(spec: ShardSpec) -> tuple[Encoder, _Exclusions]:
 
 
 def make_shard(spec: ShardSpec, i: int) -> dict:
-    """Read, tokenize, filter and write background shard ``i``; returns (and writes) its entry."""
-    encoder, exclusions = _context(spec)
+    """Read, tokenize, filter and write background shard ``i``; returns (and writes) its entry. With a store: the
+    store's copy hard-linked in when it has one, else the shard written and then linked into the store."""
     folder = Path(spec.folder)
+    if spec.store is not None:
+        (folder / BACKGROUND).mkdir(parents=True, exist_ok=True)
+        shared = link_in(Path(spec.store), folder / BACKGROUND, stem(i), spec.fingerprint)
+        if shared is not None:
+            return shared
+    encoder, exclusions = _context(spec)
     floor = spec.source.word_floor
     stats = {"read": 0, "below_min_words": 0, "exact_duplicates": 0, "near_duplicates": 0, "accepted": 0,
              "chunks_below_min_tokens": 0}
@@ -300,6 +309,8 @@ def make_shard(spec: ShardSpec, i: int) -> dict:
              "end_of_source": stats["read"] < spec.shard_documents, **writer.close(), "stats": stats,
              "source": source}
     atomic_write_json(entry_path(folder, i), entry)
+    if spec.store is not None:
+        publish(Path(spec.store), folder / BACKGROUND, stem(i), entry, spec.store_fingerprint)
     return entry
 
 

@@ -1,0 +1,96 @@
+"""The shared background store: prepared folders whose background shards would be the same bytes hold one copy of them
+on disk, as hard links.
+
+A background shard's bytes are a function of its *background fingerprint* (:func:`background_fingerprint`): the
+source's identity (its config, with a local path resolved and the size and modification time of its files), the
+shard size, ``min_tokens``, the chunk length, the dtype, the tokenizer's files, the de-duplication settings, what the
+background must not hold (the targets' ids and texts, the documents dropped as duplicates, and the target splits'
+bytes, from which the n-gram index is built) and the code version. Nothing else of the recipe enters it (not
+``num_background``, not ``train_members``), so the arms' folder and a background-trained control's folder of one
+experiment -- the same targets, the same background source -- share it; folders whose targets differ never do (the
+de-duplication against them is keyed in).
+
+The store is ``<folder's parent>/.goldfish-background/<fingerprint>/``: ``NNNNN.{bin,idx.npy,tag.npy}`` and
+``NNNNN.json`` (the shard's entry, written last). A shard job that finds a finished shard there checks its files
+against the entry's sha256 and hard-links them into its folder's ``background/`` (then writes the folder's own
+entry); one that writes a shard links its files into the store. Every file is written once under a temporary name and
+renamed, never changed in place, so a link is as good as a copy: deleting a prepared folder (or ``--overwrite``, or
+the merge's clean-up of unused shards) removes its own links only, and deleting the store removes no folder's data.
+Where hard links are not possible (another file system, a file system without them), nothing is shared and each
+folder writes its own shards, as before. The store is never pruned automatically: ``rm -r .goldfish-background`` is
+safe at any time (it costs only a re-tokenization later).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ..io import atomic_write_json
+from ..ownership import fingerprint_sha256
+from .tokens import file_sha256
+
+STORE = ".goldfish-background"
+
+
+def _source_identity(source: dict) -> dict:
+    """A source config with a local path made absolute and its files' sizes and modification times added."""
+    path = source.get("path")
+    if not path or source.get("name") == "hub":
+        return source
+    p = Path(path).expanduser().resolve()
+    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else []
+    return {**source, "path": str(p),
+            "files": [[str(f.relative_to(p)) if f != p else "", f.stat().st_size, f.stat().st_mtime_ns]
+                      for f in files]}
+
+
+def background_fingerprint(spec: dict, folder: Path, state: dict, code: str) -> str:
+    """The fingerprint of what a background shard's bytes depend on (see the module docstring); ``spec``: the shard
+    settings (source config as a dict, shard size, min_tokens, chunk length, dtype, dedup config as a dict)."""
+    tokenizer = {f.name: file_sha256(f) for f in sorted((folder / "tokenizer").iterdir()) if f.is_file()}
+    targets = {k: v for k, v in state["sha256"].items() if k in ("members", "nonmembers", "validation")}
+    return fingerprint_sha256({"spec": {**spec, "source": _source_identity(spec["source"])}, "tokenizer": tokenizer,
+                               "exclude": state["exclude"], "targets": targets, "code": code})
+
+
+def store_path(folder: Path, fingerprint: str) -> Path:
+    return Path(folder).resolve().parent / STORE / fingerprint
+
+
+def link_in(store: Path, background: Path, stem: str, fingerprint: str) -> dict | None:
+    """Shard ``stem`` from ``store`` into ``background`` (hard links; its files checked against the store's entry),
+    with the folder's own entry (recipe ``fingerprint``); None when the store has no intact copy or links fail."""
+    try:
+        entry = json.loads((store / f"{stem}.json").read_text(encoding="utf-8"))
+        files = entry["sha256"]
+        if any(file_sha256(store / f) != sha for f, sha in files.items()):
+            return None
+        for f in files:
+            tmp = background / f".{f}.{os.getpid()}.link.tmp"
+            tmp.unlink(missing_ok=True)
+            os.link(store / f, tmp)
+            os.replace(tmp, background / f)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    entry = {**entry, "fingerprint": fingerprint}
+    atomic_write_json(background / f"{stem}.json", entry)
+    return entry
+
+
+def publish(store: Path, background: Path, stem: str, entry: dict, fingerprint: str) -> None:
+    """Hard-link a finished shard's files into ``store`` and write its store entry (background ``fingerprint``)
+    last; nothing when links are not possible (the folder keeps its own files either way)."""
+    try:
+        store.mkdir(parents=True, exist_ok=True)
+        if (store / f"{stem}.json").is_file():
+            return  # another folder published the same bytes
+        for f in entry["sha256"]:
+            tmp = store / f".{f}.{os.getpid()}.link.tmp"
+            tmp.unlink(missing_ok=True)
+            os.link(background / f, tmp)
+            os.replace(tmp, store / f)
+        atomic_write_json(store / f"{stem}.json", {**entry, "fingerprint": fingerprint})
+    except OSError:
+        return
