@@ -22,7 +22,8 @@ def summary() -> dict:
 @pytest.fixture(scope="module")
 def quick_start() -> str:
     text = (REPO / "README.md").read_text(encoding="utf-8")
-    return text[text.index("## Quick start"):text.index("## Goldfish Loss in your code")]
+    section = text[text.index("## Quick start"):text.index("## Goldfish Loss in your code")]
+    return "\n".join(" ".join(line.split()) for line in section.splitlines())  # one space between words
 
 
 def _pct(x: float, digits: int = 0) -> str:
@@ -52,6 +53,7 @@ def test_every_table_cell_is_the_committed_run(summary, quick_start, arm, label)
 
 
 def test_the_quoted_tests_are_the_committed_run(summary, quick_start):
+    quick_start = " ".join(quick_start.split())  # the prose wraps anywhere
     pair = next(p for p in summary["paired"] if {p["a"], p["b"]} == {"standard", "goldfish"})
     p = pair["exact_match"]["p_value"]
     mantissa, exponent = f"{p:.1e}".split("e")
