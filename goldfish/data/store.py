@@ -59,6 +59,19 @@ def store_path(folder: Path, fingerprint: str) -> Path:
     return Path(folder).resolve().parent / STORE / fingerprint
 
 
+def _link(source: Path, target: Path) -> None:
+    """``target`` becomes a hard link to ``source``, atomically (a temporary link renamed over it). The temporary
+    name never outlives the call: rename(2) of two links to one file does nothing and succeeds, leaving the
+    temporary behind (a shard linked again by a second job or a resume), so it is removed after the rename too."""
+    tmp = target.parent / f".{target.name}.{os.getpid()}.link.tmp"
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def link_in(store: Path, background: Path, stem: str, fingerprint: str) -> dict | None:
     """Shard ``stem`` from ``store`` into ``background`` (hard links; its files checked against the store's entry),
     with the folder's own entry (recipe ``fingerprint``); None when the store has no intact copy or links fail."""
@@ -68,10 +81,7 @@ def link_in(store: Path, background: Path, stem: str, fingerprint: str) -> dict 
         if any(file_sha256(store / f) != sha for f, sha in files.items()):
             return None
         for f in files:
-            tmp = background / f".{f}.{os.getpid()}.link.tmp"
-            tmp.unlink(missing_ok=True)
-            os.link(store / f, tmp)
-            os.replace(tmp, background / f)
+            _link(store / f, background / f)
     except (OSError, ValueError, KeyError, TypeError):
         return None
     entry = {**entry, "fingerprint": fingerprint}
@@ -87,10 +97,7 @@ def publish(store: Path, background: Path, stem: str, entry: dict, fingerprint: 
         if (store / f"{stem}.json").is_file():
             return  # another folder published the same bytes
         for f in entry["sha256"]:
-            tmp = store / f".{f}.{os.getpid()}.link.tmp"
-            tmp.unlink(missing_ok=True)
-            os.link(background / f, tmp)
-            os.replace(tmp, store / f)
+            _link(background / f, store / f)
         atomic_write_json(store / f"{stem}.json", {**entry, "fingerprint": fingerprint})
     except OSError:
         return
