@@ -26,6 +26,7 @@ from typing import ClassVar, Literal, Union
 
 from goldfish.config import check, check_at_most, check_seed, option, raise_problems, shown
 from goldfish.masks import Strategy
+from goldfish.ownership import MARKER
 from goldfish.precision import PRECISIONS, canonical_precision
 
 from .windows import ALL, PLACEMENTS
@@ -94,9 +95,16 @@ class ModelSection:
 
 
 def _is_corpus_file(path) -> bool:
-    """``data.path`` names a corpus (a JSONL file or a folder of text files), not a prepared folder (manifest.json):
-    its default windows cover each whole document (``stride``)."""
-    return bool(path) and not (Path(str(path)).expanduser() / "manifest.json").is_file()
+    """``data.path`` names a corpus -- an existing JSONL file, or an existing folder of text files that no ``goldfish
+    prepare`` made (neither its manifest.json nor its ownership marker, which an unfinished prepare already has) --
+    whose default windows cover each whole document (``stride``). A path that does not exist yet (an experiment's
+    prepared folder before its prepare phase) is not: the default must not change when the folder appears."""
+    if not path:
+        return False
+    p = Path(str(path)).expanduser()
+    if p.is_file():
+        return True
+    return p.is_dir() and not any((p / name).exists() for name in ("manifest.json", MARKER))
 
 
 @dataclasses.dataclass

@@ -151,3 +151,28 @@ def test_a_folder_of_text_files_is_a_corpus_too(tmp_path, capsys):
     assert main(["eval", "--model", str(model), "--data", str(empty), "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "neither manifest.json" in err and "*.txt" in err
+
+
+def test_the_default_windows_do_not_change_when_a_prepared_folder_appears(tmp_path):
+    """An experiment builds its cells' eval configs before their prepared folder exists and again on a resume: the
+    default placement must be the prepared folder's (start) at every stage, or a killed experiment's cells look
+    stale (test_faults' random-moment kill found it); a JSONL corpus gets stride."""
+    from goldfish.config import from_dict
+    from goldfish.eval.config import EvalConfig
+    from goldfish.ownership import MARKER
+
+    def window(path):
+        return from_dict(EvalConfig, {"model": {"path": "m"}, "data": {"path": str(path)}, "out": "o"}).data.window
+
+    folder = tmp_path / "prepared"
+    assert window(folder) == ["start"]  # not there yet
+    folder.mkdir()
+    (folder / MARKER).write_text("{}")
+    assert window(folder) == ["start"]  # an unfinished prepare
+    (folder / "manifest.json").write_text("{}")
+    assert window(folder) == ["start"]  # finished
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text('{"text": "a"}\n')
+    texts = tmp_path / "texts"
+    texts.mkdir()
+    assert window(corpus) == ["stride"] and window(texts) == ["stride"]
