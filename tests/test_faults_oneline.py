@@ -174,7 +174,10 @@ def test_a_survivor_of_a_killed_peer_prints_one_error_line_under_torchrun(tmp_pa
     require_dist_marker()
     (tmp_path / "peer.py").write_text(PEER)
     env = {**cli_env(), "OMP_NUM_THREADS": "1"}
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+    # --monitor-interval: torchrun's agent polls its workers every 0.1 s by default and sends the survivor SIGTERM
+    # as soon as it sees the peer's death, which on a loaded machine can come before the survivor has read the
+    # broken connection and printed its line (CI found the race); 5 s leaves the survivor time to speak for itself
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--monitor-interval=5",
                           f"--master_port={_free_port()}", "--tee=3", str(tmp_path / "peer.py")], env=env, cwd=REPO,
                          capture_output=True, text=True, timeout=300)
     survivor = [line for line in run.stderr.splitlines() if line.startswith("[default0]")]
