@@ -22,9 +22,9 @@ install: $(VENV)/.installed
 demo: install
 	$(VENV)/bin/goldfish experiment experiments/default.yaml out=$(OUT)
 
-# the whole suite (1,177 tests): the multi-process parity tests of every parallel layout (marked dist), the slow
-# real-model checks and every command of the README and docs/ included; 20 min on 2 cores from a fresh clone with
-# CI's wheel and floor jobs beside it (2026-12-03; CI's whole run, install included, 21 min 32 s)
+# the whole suite (1,270 tests): the multi-process parity tests of every parallel layout (marked dist), the slow
+# real-model checks and every command of the README and docs/ included; 28 min on 2 cores from a fresh clone with
+# CI's wheel and floor jobs and other test runs beside it (2026-12-04; CI's whole run, install included, 30 min 15 s)
 test: install
 	$(PY) -m pytest -q
 
