@@ -28,7 +28,7 @@ demo: install
 test: install
 	$(PY) -m pytest -q
 
-# without the tests marked slow or dist (no spawned process groups, no torchrun, no real model): 1,083 tests
+# without the tests marked slow or dist (no spawned process groups, no torchrun, no real model): 1,170 tests
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not dist"
 
