@@ -21,18 +21,11 @@ import torch
 from test_data_stream import corpus, recipe, write_jsonl, texts  # noqa: F401 - the module-scoped corpus fixture
 from train_helpers import make_prepared, overrides_of, tiny_config
 
+from train_helpers import one_error
 from goldfish.cli import main
 from goldfish.data import load_prepared
 from goldfish.errors import UserError
 
-
-def one_error(capsys, *needles: str) -> str:
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture

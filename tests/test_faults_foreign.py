@@ -23,6 +23,7 @@ from huggingface_hub import ModelCard, constants
 from test_data_stream import corpus, recipe  # noqa: F401 - the module-scoped corpus fixture
 from train_helpers import make_prepared, overrides_of, tiny_config
 
+from train_helpers import one_error
 from goldfish.cli import main
 from goldfish.models import hub_snapshot
 
@@ -42,14 +43,6 @@ def snapshot_of(folder: Path) -> dict[str, str]:
             out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
 
-
-def one_error(capsys, *needles: str) -> str:
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 # ------------------------------------------------------------------------------------------------ 1 clean-up

@@ -15,19 +15,12 @@ import torch
 from test_data_stream import corpus, recipe  # noqa: F401 - the module-scoped corpus fixture
 from train_helpers import make_prepared, overrides_of, tiny_config
 
+from train_helpers import one_error
 from goldfish.cli import main
 from goldfish.errors import one_line, peer_lost
 
 from eval_fixtures import TEXTS, save_model_folder, tiny_llama, tiny_tokenizer, write_jsonl
 
-
-def one_error(capsys, *needles: str) -> str:
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.mark.parametrize("device", ["mps", "meta", "xla", "hpu", "cuda:7"])

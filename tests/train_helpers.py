@@ -248,3 +248,13 @@ def run_micro_experiment(out: Path, *overrides: str) -> int:
         return main(["experiment", "experiments/micro.yaml", f"out={out}", *overrides, "--no-progress"])
     finally:
         os.chdir(cwd)
+
+
+def one_error(capsys, *needles: str) -> str:
+    """The one ``error:`` line a command printed (no traceback), holding every needle."""
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]

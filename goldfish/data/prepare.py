@@ -59,7 +59,7 @@ from .config import PrepareConfig, SourceConfig
 from .packing import training_order, variant_layout
 from .prepared import FORMAT, doc_columns, record_verified, save_table, train_sha256
 from .rows import layout_stats, pack_starts, row_starts
-from .sources import Document, iter_source, load_documents
+from .sources import Document, check_documents_read, iter_source, load_documents
 from .splits import Item, SplitPlan, choose, chunk_keys, split_items
 from .store import background_fingerprint, store_path
 from .stream import (BACKGROUND, STATE, Encoder, Progress, ShardSpec, entry_path, read_entry, read_state, run_shards,
@@ -464,12 +464,7 @@ def _scan(cfg: PrepareConfig, tok, progress: bool) -> _Scan:
             if len(batch) >= SCAN_BATCH:
                 flush()
         flush()
-    where = f"{src.name}" + (f" ({src.path})" if src.path else "")
-    if read == 0:
-        raise UserError(f"source {where} holds no documents (empty corpus); point source.path at some text")
-    if not positions:
-        raise UserError(f"all {read} documents of source {where} have fewer than min_words={floor} words; "
-                        "lower source.min_words or use longer documents")
+    where = check_documents_read(src, read, len(positions), floor)
     hashes = np.frombuffer(id_hashes, dtype=np.uint64)
     uniq, counts = np.unique(hashes, return_counts=True)
     if (counts > 1).any():

@@ -57,12 +57,7 @@ def load_documents(source_cfg: SourceConfig, stats: dict | None = None) -> list[
             break
     if stats is not None:
         stats.update(read=read, below_min_words=short)
-    where = f"{cfg.name}" + (f" ({cfg.path})" if cfg.path else "")
-    if read == 0:
-        raise UserError(f"source {where} holds no documents (empty corpus); point source.path at some text")
-    if not docs:
-        raise UserError(f"all {read} documents of source {where} have fewer than min_words={floor} words; "
-                        "lower source.min_words or use longer documents")
+    where = check_documents_read(cfg, read, len(docs), floor)
     ids = [d.id for d in docs]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
@@ -340,3 +335,15 @@ def _iter_hub(cfg: SourceConfig, start: int) -> Iterator[tuple[int, Document]]:
     stem = cfg.path.replace("/", "_")
     for i, row in enumerate(ds.skip(start) if start else ds, start):
         yield i, _document(row, cfg, cfg.path, stem, i)
+
+
+def check_documents_read(cfg: SourceConfig, read: int, kept: int, floor: int) -> str:
+    """One line when a source held no documents, or none with at least ``floor`` words (``kept`` of ``read``);
+    returns how errors name the source."""
+    where = f"{cfg.name}" + (f" ({cfg.path})" if cfg.path else "")
+    if read == 0:
+        raise UserError(f"source {where} holds no documents (empty corpus); point source.path at some text")
+    if not kept:
+        raise UserError(f"all {read} documents of source {where} have fewer than min_words={floor} words; "
+                        "lower source.min_words or use longer documents")
+    return where
