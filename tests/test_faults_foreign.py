@@ -23,6 +23,7 @@ from huggingface_hub import ModelCard, constants
 from test_data_stream import corpus, recipe  # noqa: F401 - the module-scoped corpus fixture
 from train_helpers import make_prepared, overrides_of, tiny_config
 
+from test_eval_conventions import fake_hub_cache
 from train_helpers import one_error
 from goldfish.cli import main
 from goldfish.models import hub_snapshot
@@ -118,22 +119,7 @@ def test_an_entry_naming_files_of_another_shard_deletes_none_of_them(corpus, tmp
 # ------------------------------------------------------------------------------------------------ 2 the HF cache
 
 
-COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
 
-
-def fake_hub_cache(cache: Path, repo_id: str, model_folder: Path) -> Path:
-    """``<cache>/models--ORG--NAME`` as huggingface_hub lays it out: blobs by sha256, snapshot files linking to them."""
-    repo = cache / f"models--{repo_id.replace('/', '--')}"
-    snapshot = repo / "snapshots" / COMMIT
-    (repo / "blobs").mkdir(parents=True)
-    snapshot.mkdir(parents=True)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(COMMIT)
-    for f in model_folder.iterdir():
-        digest = hashlib.sha256(f.read_bytes()).hexdigest()
-        (repo / "blobs" / digest).write_bytes(f.read_bytes())
-        (snapshot / f.name).symlink_to(Path("../../blobs") / digest)
-    return snapshot
 
 
 @pytest.fixture
