@@ -75,6 +75,11 @@ def test_the_merge_deletes_only_the_unused_shards_entries_files(corpus, tmp_path
     (train / "00001.bin").write_text("keep\n")
     stale = background / ".00007.bin.12345.tmp"  # a killed shard writer's file, by the name ShardWriter gives it
     stale.write_bytes(b"\x00" * 8)
+    linked = background / ".00002.idx.npy.12345.link.tmp"  # a kill inside store._link (the name it gives)
+    linked.write_bytes(b"\x00" * 8)
+    unfinished = [background / "00011.bin", background / "00011.idx.npy"]  # a terminated worker's, before its entry
+    for p in unfinished:
+        p.write_bytes(b"")
     assert main(["prepare", str(rec), "--out", str(out), "--merge", "--quiet"]) == 0
     manifest = json.loads((out / "manifest.json").read_text())
     used = {Path(s["path"]).name for s in manifest["train"]["stores"] if s["path"].startswith("background/")}
@@ -83,7 +88,7 @@ def test_the_merge_deletes_only_the_unused_shards_entries_files(corpus, tmp_path
         assert (background / name).read_text() == text, name
     assert (train / "notes.txt").read_text() == (train / ".scratch.tmp").read_text() == "keep\n"
     assert (train / "00001.bin").read_text() == "keep\n"
-    assert not stale.exists()
+    assert not stale.exists() and not linked.exists() and not any(p.exists() for p in unfinished)
     kept = {p.name for p in background.iterdir()} - set(USERS)
     assert kept == {f for f in written if f.split(".")[0] in used}  # every file of an unused shard's entry went
 

@@ -639,25 +639,34 @@ def _check_copies(order: np.ndarray, state: dict, owners: np.ndarray | None, m: 
             raise RuntimeError(f"bug: the training layout holds {name} {got.tolist()} times, labelled {want}")
 
 
-# the temporary files prepare's own writers leave when killed: a shard writer's ``.<stem>.bin.<pid>.tmp`` and an
-# atomic write's ``.<name>.<8 random characters>.tmp`` (``tempfile.mkstemp``), of the files prepare writes there
-_SHARD_TMP = re.compile(r"\.\d{5,}\.(bin\.\d+|(bin|idx\.npy|tag\.npy|json)\.[a-z0-9_]{8})\.tmp")
+# the temporary files prepare's own writers leave when killed: a shard writer's ``.<stem>.bin.<pid>.tmp``, a link
+# from the shared store's ``.<file>.<pid>.link.tmp`` (store._link) and an atomic write's ``.<name>.<8 random
+# characters>.tmp`` (``tempfile.mkstemp``), of the files prepare writes there
+_SHARD_TMP = re.compile(r"\.\d{5,}\.(bin\.\d+|(bin|idx\.npy|tag\.npy)\.\d+\.link"
+                        r"|(bin|idx\.npy|tag\.npy|json)\.[a-z0-9_]{8})\.tmp")
+# a shard's files, renamed into place before its entry: without an entry, a worker's unfinished shard (the pool is
+# terminated once the cap is reached, see stream.run_shards)
+_SHARD_FILE = re.compile(r"(\d{5,})\.(bin|idx\.npy|tag\.npy)")
 _TRAIN_TMP = re.compile(r"\.((targets|canaries)\.(bin\.\d+|(bin|idx\.npy|tag\.npy)\.[a-z0-9_]{8})"
                         r"|(order|starts)\.npy\.[a-z0-9_]{8})\.tmp")
 
 
 def _remove_unused(folder: Path, shards: int) -> None:
-    """Delete background shards past the last one used (written by workers that ran ahead of the cap) and the
-    temporary files of prepare's own writers that were killed. Only the exact files a shard's entry names (and the
-    entry), and temporary files by the exact names prepare's writers give them, in folders of ``folder`` that are not
-    links: a user's ``00042.csv``, ``00007.bin.bak`` or notes, and anything a linked folder leads to, stay."""
+    """Delete background shards past the last one used (written by workers that ran ahead of the cap, finished or
+    not) and the temporary files of prepare's own writers that were killed. Only the exact files a shard's entry names
+    (and the entry), a shard's own file names past the last one used when it has no entry, and temporary files by the
+    exact names prepare's writers give them, in folders of ``folder`` that are not links: a user's ``00042.csv``,
+    ``00007.bin.bak`` or notes, and anything a linked folder leads to, stay."""
     background = folder / BACKGROUND
     if background.is_dir() and not background.is_symlink():
         for path in sorted(background.iterdir()):
             head = path.name[:-len(".json")]
+            unfinished = _SHARD_FILE.fullmatch(path.name)
             if path.name.endswith(".json") and head.isdigit() and len(head) >= 5 and int(head) >= shards:
                 _remove_entry(path, head)
-            elif _SHARD_TMP.fullmatch(path.name):
+            elif _SHARD_TMP.fullmatch(path.name) or (
+                    unfinished and int(unfinished[1]) >= shards
+                    and not (background / f"{unfinished[1]}.json").exists()):
                 _unlink_file(path)
     train = folder / "train"
     if train.is_dir() and not train.is_symlink():
