@@ -126,3 +126,35 @@ def test_merge_refuses_shards_written_while_the_source_changed_between_jobs(corp
             f.unlink()
     assert main(["prepare", str(rec), "--out", str(out), "--quiet"]) == 0
     assert (out / "manifest.json").is_file()
+
+
+def test_a_source_rewritten_in_place_with_its_size_and_mtime_kept_is_another_source(corpus, tmp_path, capsys):  # noqa: F811
+    bg = tmp_path / "bg"
+    shutil.copytree(corpus / "bg", bg)
+    rec = tmp_path / "r.json"
+    rec.write_text(json.dumps(recipe(corpus, background_source={"name": "local", "path": str(bg)})))
+    first = tmp_path / "first"
+    assert main(["prepare", str(rec), "--out", str(first), "--quiet"]) == 0  # publishes to the shared store
+    out = tmp_path / "p"
+    assert main(["prepare", str(rec), "--out", str(out), "--shards", "0:3", "--quiet"]) == 0
+    # between the jobs: part-0's lines in reverse order (the same bytes, so the same size), its mtime set back
+    part = bg / "part-0.jsonl"
+    st = part.stat()
+    lines = part.read_text().splitlines()
+    with open(part, "r+") as fh:  # in place: the same inode
+        fh.write("\n".join(reversed(lines)) + "\n")
+    os.utime(part, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (part.stat().st_size, part.stat().st_mtime_ns, part.stat().st_ino) == (st.st_size, st.st_mtime_ns,
+                                                                                   st.st_ino)
+    assert main(["prepare", str(rec), "--out", str(out), "--shards", "3:12", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["prepare", str(rec), "--out", str(out), "--merge"]) == 2
+    one_error(capsys, "changed between shard jobs", "00000, 00001, 00002", "NNNNN.*")
+    # a new folder beside the first is not served the first's shards from the store: its shard 0 is the new order's
+    again = tmp_path / "again"
+    assert main(["prepare", str(rec), "--out", str(again), "--quiet"]) == 0
+    a, b = (first / "background" / "00000.bin"), (again / "background" / "00000.bin")
+    assert a.stat().st_ino != b.stat().st_ino and a.read_bytes() != b.read_bytes()
+    alone = tmp_path / "alone" / "p"  # the new source prepared where no store holds anything
+    assert main(["prepare", str(rec), "--out", str(alone), "--quiet"]) == 0
+    assert (alone / "background" / "00000.bin").read_bytes() == b.read_bytes()

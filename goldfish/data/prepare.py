@@ -59,11 +59,11 @@ from .config import PrepareConfig, SourceConfig
 from .packing import training_order, variant_layout
 from .prepared import FORMAT, doc_columns, record_verified, save_table, train_sha256
 from .rows import layout_stats, pack_starts, row_starts
-from .sources import Document, check_documents_read, iter_source, load_documents
+from .sources import Document, check_documents_read, iter_source, load_documents, source_identity
 from .splits import Item, SplitPlan, choose, chunk_keys, split_items
 from .store import background_fingerprint, store_path
 from .stream import (BACKGROUND, STATE, Encoder, Progress, ShardSpec, entry_path, read_entry, read_state, run_shards,
-                     source_identity, stem, text_sha256)
+                     stem, text_sha256)
 from .tokenizer import load_tokenizer, tokenizer_info
 from .tokens import TokenShard, file_sha256, token_dtype, write_file, write_shard
 from .variants import make_variants

@@ -337,6 +337,30 @@ def _iter_hub(cfg: SourceConfig, start: int) -> Iterator[tuple[int, Document]]:
         yield i, _document(row, cfg, cfg.path, stem, i)
 
 
+def source_identity(cfg: SourceConfig) -> list | None:
+    """What tells a source's local files from a changed copy (:func:`files_identity` of ``path``), or None for a
+    source without local files (the Hub). Shards written from different states of the background source are refused
+    at the merge (their documents may be read twice, others never), and the shared background store is keyed by it."""
+    path = Path(cfg.path).expanduser() if cfg.path else None
+    if cfg.name == "hub" or path is None or not path.exists():
+        return None
+    return files_identity(path)
+
+
+def files_identity(path: Path) -> list:
+    """``[name, size, mtime_ns, ctime_ns, inode]`` of ``path`` (a file) or of each file under it (in name order,
+    hidden files left out). The ctime is what no user call sets back: a file rewritten in place with its size kept
+    and its mtime restored is told apart, and a replaced one by its inode too."""
+    files = (sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+             if path.is_dir() else [path])
+    out = []
+    for f in files:
+        st = f.stat()
+        out.append([f.relative_to(path).as_posix() if path.is_dir() else f.name, st.st_size, st.st_mtime_ns,
+                    st.st_ctime_ns, st.st_ino])
+    return out
+
+
 def check_documents_read(cfg: SourceConfig, read: int, kept: int, floor: int) -> str:
     """One line when a source held no documents, or none with at least ``floor`` words (``kept`` of ``read``);
     returns how errors name the source."""

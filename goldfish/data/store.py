@@ -2,7 +2,7 @@
 on disk, as hard links.
 
 A background shard's bytes are a function of its *background fingerprint* (:func:`background_fingerprint`): the
-source's identity (its config, with a local path resolved and the size and modification time of its files), the
+source's identity (its config, with a local path resolved and its files' sizes, mtimes, ctimes and inodes), the
 shard size, ``min_tokens``, the chunk length, the dtype, the tokenizer's files, the de-duplication settings, what the
 background must not hold (the targets' ids and texts, the documents dropped as duplicates, and the target splits'
 bytes, from which the n-gram index is built) and the code version. Nothing else of the recipe enters it (not
@@ -29,21 +29,19 @@ from pathlib import Path
 
 from ..io import atomic_write_json
 from ..ownership import fingerprint_sha256
+from .sources import files_identity
 from .tokens import file_sha256
 
 STORE = ".goldfish-background"
 
 
 def _source_identity(source: dict) -> dict:
-    """A source config with a local path made absolute and its files' sizes and modification times added."""
+    """A source config with a local path made absolute and its files' identity added (:func:`files_identity`)."""
     path = source.get("path")
     if not path or source.get("name") == "hub":
         return source
     p = Path(path).expanduser().resolve()
-    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else []
-    return {**source, "path": str(p),
-            "files": [[str(f.relative_to(p)) if f != p else "", f.stat().st_size, f.stat().st_mtime_ns]
-                      for f in files]}
+    return {**source, "path": str(p), "files": files_identity(p) if p.exists() else []}
 
 
 def background_fingerprint(spec: dict, folder: Path, state: dict, code: str) -> str:

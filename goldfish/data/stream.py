@@ -36,7 +36,7 @@ from ..io import atomic_write_json
 from .config import SourceConfig
 from .dedup import DedupConfig, ShingleIndex
 from .prepared import load_saved_tokenizer
-from .sources import Document, iter_source
+from .sources import Document, iter_source, source_identity
 from .store import link_in, publish
 from .tokens import ShardWriter
 
@@ -115,23 +115,6 @@ def read_state(folder: Path) -> dict:
         raise UserError(f"{path} is damaged (not the JSON a prepare wrote); delete the unfinished folder {folder} and "
                         f"run the same goldfish prepare command again (or pass --overwrite)")
     return state
-
-
-def source_identity(cfg: SourceConfig) -> list | None:
-    """What tells the background source's files from a changed copy: ``[name, size, mtime_ns]`` of each file it is
-    read from (a folder's files in name order), or None for a source without local files (the Hub). Shards written
-    from different states of the source are refused at the merge (their documents may be read twice, others never).
-    """
-    path = Path(cfg.path).expanduser() if cfg.path else None
-    if path is None or not path.exists():
-        return None
-    files = (sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
-             if path.is_dir() else [path])
-    out = []
-    for f in files:
-        st = f.stat()
-        out.append([f.relative_to(path).as_posix() if path.is_dir() else f.name, st.st_size, st.st_mtime_ns])
-    return out
 
 
 # ------------------------------------------------------------------------------------------------ one shard
