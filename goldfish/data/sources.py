@@ -23,6 +23,7 @@ from typing import Any, Iterable, Iterator
 
 from ..errors import UserError
 from .config import SourceConfig
+from .jsontext import LONG_LINE, LongText, read_line, split_long_row
 from .kjv import iter_chapters
 from .wikipedia import iter_articles
 
@@ -33,7 +34,7 @@ class Document:
 
     id: str
     title: str
-    text: str
+    text: str  # a LongText for a long JSONL line read with iter_source(long_texts=True)
     source: str
 
 
@@ -65,11 +66,13 @@ def load_documents(source_cfg: SourceConfig, stats: dict | None = None) -> list[
     return docs
 
 
-def iter_source(cfg: SourceConfig, start: int = 0) -> Iterator[tuple[int, Document]]:
+def iter_source(cfg: SourceConfig, start: int = 0, long_texts: bool = False) -> Iterator[tuple[int, Document]]:
     """``(position, document)`` of every document of a source in source order, read lazily, from position
     ``start`` on (no ``min_words`` filter, no cap: positions count every document the source holds, so a shard of
     positions ``[a, b)`` is the same documents whoever reads it). Skipping to ``start`` does not parse what it skips:
-    JSONL lines are counted, parquet row groups and whole files are skipped by their metadata."""
+    JSONL lines are counted, parquet row groups and whole files are skipped by their metadata. ``long_texts``: a
+    JSONL line longer than :data:`~goldfish.data.jsontext.LONG_LINE` bytes gives a document whose ``text`` is a
+    :class:`~goldfish.data.jsontext.LongText` (for readers that take one: the streamed background)."""
     if cfg.name == "wikipedia":
         raw = (Document(f"enwiki:{page_id}", title, text, "wikipedia") for page_id, title, text in iter_articles(cfg.path))
         yield from _numbered(raw, start)
@@ -77,7 +80,7 @@ def iter_source(cfg: SourceConfig, start: int = 0) -> Iterator[tuple[int, Docume
         raw = (Document(f"kjv:{cid}", title, text, "kjv") for cid, title, text in iter_chapters(cfg.path))
         yield from _numbered(raw, start)
     elif cfg.name == "local":
-        yield from _iter_local(cfg, start)
+        yield from _iter_local(cfg, start, long_texts)
     elif cfg.name == "hub":
         yield from _iter_hub(cfg, start)
     else:  # SourceConfig validation makes this unreachable
@@ -100,7 +103,7 @@ def _suffix(path: Path) -> str:
     return next((s for s in DATA_SUFFIXES if name.endswith(s)), path.suffix.lower())
 
 
-def _iter_local(cfg: SourceConfig, start: int) -> Iterator[tuple[int, Document]]:
+def _iter_local(cfg: SourceConfig, start: int, long_texts: bool = False) -> Iterator[tuple[int, Document]]:
     path = Path(cfg.path or "").expanduser()
     if not path.exists():
         raise UserError(f"source.path not found: {path} (a .txt folder, .jsonl, .parquet or save_to_disk folder)")
@@ -114,13 +117,13 @@ def _iter_local(cfg: SourceConfig, start: int) -> Iterator[tuple[int, Document]]
             raise UserError(f"source.path {path} mixes .txt files with data files ({data[0].name}); point it at a "
                             "folder of one kind (one document per .txt file, or .jsonl/.parquet shards)")
         if data:  # a folder of shards: their rows in file-name order
-            yield from _iter_files(data, path, cfg, start)
+            yield from _iter_files(data, path, cfg, start, long_texts)
         else:
             yield from _numbered((_text_document(f, path) for f in texts[start:]), 0, start)
     elif path.suffix == ".txt":
         yield from _numbered([Document(path.name, path.stem, _read_utf8(path).strip(), "local")], start)
     elif _suffix(path) in DATA_SUFFIXES:
-        yield from _iter_files([path], path.parent, cfg, start)
+        yield from _iter_files([path], path.parent, cfg, start, long_texts)
     else:
         raise UserError(f"source.path {path} has an unsupported type; use a folder of .txt files (or of .jsonl / "
                         ".parquet shards), a .txt, .jsonl, .json or .parquet file (.jsonl.gz too), or a datasets "
@@ -138,7 +141,8 @@ def _text_document(f: Path, root: Path) -> Document:
     return Document(name, f.stem, _read_utf8(f).strip(), "local")
 
 
-def _iter_files(files: list[Path], root: Path, cfg: SourceConfig, start: int) -> Iterator[tuple[int, Document]]:
+def _iter_files(files: list[Path], root: Path, cfg: SourceConfig, start: int,
+                long_texts: bool = False) -> Iterator[tuple[int, Document]]:
     """Rows of data files in order, numbered across files; a file wholly before ``start`` is skipped by its row count
     (parquet metadata, or its non-empty lines counted without parsing)."""
     first = 0  # position of the current file's first row
@@ -150,7 +154,7 @@ def _iter_files(files: list[Path], root: Path, cfg: SourceConfig, start: int) ->
             first += count
             continue
         n = max(0, start - first)
-        for i, row in _file_rows(f, cfg, skip=n):
+        for i, row in _file_rows(f, cfg, n, long_texts):
             yield first + i, _document(row, cfg, f, stem, i)
             n = i + 1
         first += max(n, count or 0)
@@ -162,12 +166,12 @@ def _row_count(path: Path) -> int:
     return sum(1 for _ in jsonl_lines(path))
 
 
-def _file_rows(path: Path, cfg: SourceConfig, skip: int) -> Iterator[tuple[int, dict]]:
+def _file_rows(path: Path, cfg: SourceConfig, skip: int, long_texts: bool = False) -> Iterator[tuple[int, dict]]:
     """``(row index in the file, row)`` from row ``skip`` on."""
     if _suffix(path) == ".parquet":
         yield from _parquet_rows(path, cfg, skip)
     else:
-        for i, (_, row) in enumerate(jsonl_objects(path, skip=skip), skip):
+        for i, (_, row) in enumerate(jsonl_objects(path, skip, cfg.text_field if long_texts else None), skip):
             yield i, row
 
 
@@ -198,13 +202,16 @@ def jsonl_lines(path: Path) -> Iterator[tuple[int, bytes]]:
 
 def _boxed_lines(path: Path) -> Iterator[tuple[int, list]]:
     """:func:`jsonl_lines`, each line handed over in a one-item list that the reader empties: no reference to a line
-    stays behind in this generator while the reader parses it (a line of 50 MB is then held once, not twice)."""
+    stays behind in this generator while the reader parses it (a line of 50 MB is then held once, not twice). A line
+    longer than :data:`~goldfish.data.jsontext.LONG_LINE` comes as a ``bytearray`` (:func:`jsontext.read_line`)."""
     if not path.is_file():  # a FIFO or device would block or never end
         raise UserError(f"{path} is not a regular file; give a JSONL file (or a folder of them)")
     try:
         with _open_binary(path) as fh:
-            for lineno, line in enumerate(fh, 1):
-                if line and not line.isspace():  # non-blank (as line.strip(), without copying the line)
+            lineno = 0
+            while line := read_line(fh):
+                lineno += 1
+                if not line.isspace():  # non-blank (as line.strip(), without copying the line)
                     box = [line]
                     del line
                     yield lineno, box
@@ -212,41 +219,55 @@ def _boxed_lines(path: Path) -> Iterator[tuple[int, list]]:
         raise UserError(f"cannot read {path}: {e}") from None
 
 
-def jsonl_objects(path: Path, skip: int = 0) -> Iterator[tuple[int, dict]]:
+def jsonl_objects(path: Path, skip: int = 0, long_field: str | None = None) -> Iterator[tuple[int, dict]]:
     """``(line number, object)`` for each non-empty line of a UTF-8 JSONL file after the first ``skip`` ones (which
     are not parsed); one-line errors for bad lines. A line is held as bytes, then as text, then as the object, each
-    freed before the next is complete beyond the one before it (memory: about twice the longest line)."""
+    freed before the next is complete beyond the one before it (memory: about twice the longest line). With
+    ``long_field``: in a line longer than :data:`~goldfish.data.jsontext.LONG_LINE` bytes, that field's string value
+    is a :class:`~goldfish.data.jsontext.LongText` (the line held once; its text decoded a piece at a time)."""
     for n, (lineno, box) in enumerate(_boxed_lines(path)):
         raw = box.pop()
         if n < skip:
             continue
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise UserError(f"{path}:{lineno} is not UTF-8 text (invalid byte at column {e.start + 1}); re-encode "
-                            f"the file as UTF-8, e.g. iconv -f latin1 -t utf-8") from None
-        escaped = b"\\u" in raw
-        del raw
-        try:
-            row = json.loads(line)
-            del line
-            if escaped:  # an escape may spell a lone surrogate ("\ud800"), which is not text
-                json.dumps(row, ensure_ascii=False).encode("utf-8")
-        except json.JSONDecodeError as e:
-            raise UserError(f"{path}:{lineno} is not valid JSON ({e.msg}); the file needs one JSON object per "
-                            "line") from None
-        except RecursionError:
-            raise UserError(f"{path}:{lineno} nests JSON arrays or objects too deeply to read; the file needs one "
-                            "flat JSON object per line") from None
-        except UnicodeEncodeError as e:
-            raise UserError(f"{path}:{lineno} holds a lone UTF-16 surrogate ({e.object[e.start]!a}), which is not "
-                            "Unicode text; fix the escape in that line") from None
-        except ValueError as e:  # a number beyond what Python converts (an integer of more than 4300 digits)
-            raise UserError(f"{path}:{lineno} holds a value that cannot be read ({str(e)[:80]}); fix that "
-                            "line") from None
-        if not isinstance(row, dict):
-            raise UserError(f"{path}:{lineno} is a JSON {type(row).__name__}, not an object with a text field")
+        split = split_long_row(raw, long_field) if long_field is not None and len(raw) > LONG_LINE else None
+        if split is None:
+            yield lineno, _parse_line(raw, path, lineno)
+            continue
+        rest, lo, hi = split
+        row = _parse_line(rest, path, lineno)
+        row[long_field] = LongText(memoryview(raw)[lo:hi], f"{path}:{lineno}", lo + 1)
         yield lineno, row
+
+
+def _parse_line(raw: bytes | bytearray, path: Path, lineno: int) -> dict:
+    """One JSONL line as its object; one line naming the file and line when it is not one."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}:{lineno} is not UTF-8 text (invalid byte at column {e.start + 1}); re-encode "
+                        f"the file as UTF-8, e.g. iconv -f latin1 -t utf-8") from None
+    escaped = b"\\u" in raw
+    del raw
+    try:
+        row = json.loads(line)
+        del line
+        if escaped:  # an escape may spell a lone surrogate ("\ud800"), which is not text
+            json.dumps(row, ensure_ascii=False).encode("utf-8")
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}:{lineno} is not valid JSON ({e.msg}); the file needs one JSON object per "
+                        "line") from None
+    except RecursionError:
+        raise UserError(f"{path}:{lineno} nests JSON arrays or objects too deeply to read; the file needs one "
+                        "flat JSON object per line") from None
+    except UnicodeEncodeError as e:
+        raise UserError(f"{path}:{lineno} holds a lone UTF-16 surrogate ({e.object[e.start]!a}), which is not "
+                        "Unicode text; fix the escape in that line") from None
+    except ValueError as e:  # a number beyond what Python converts (an integer of more than 4300 digits)
+        raise UserError(f"{path}:{lineno} holds a value that cannot be read ({str(e)[:80]}); fix that "
+                        "line") from None
+    if not isinstance(row, dict):
+        raise UserError(f"{path}:{lineno} is a JSON {type(row).__name__}, not an object with a text field")
+    return row
 
 
 def _parquet_file(path: Path):
@@ -308,7 +329,7 @@ def _document(row: dict, cfg: SourceConfig, path: Path | str, stem: str, i: int)
         raise UserError(f"row {i} of {path} has no field {cfg.text_field!r}; set source.text_field to one "
                         f"of: {', '.join(map(str, row))}")
     text = row[cfg.text_field]
-    if not isinstance(text, str):
+    if not isinstance(text, (str, LongText)):
         raise UserError(f"row {i} of {path}: field {cfg.text_field!r} is {type(text).__name__}, not text")
     doc_id = _field(row, cfg.id_field, path, i)
     title = _field(row, cfg.title_field, path, i)

@@ -36,6 +36,7 @@ from ..io import atomic_write_json
 from .config import SourceConfig
 from .dedup import DedupConfig, ShingleIndex
 from .prepared import load_saved_tokenizer
+from .jsontext import LongText
 from .sources import Document, iter_source, source_identity
 from .store import link_in, publish
 from .tokens import ShardWriter
@@ -147,39 +148,57 @@ class _Exclusions:
         return None
 
 
-def text_sha256(text: str) -> str:
+def text_sha256(text: str | LongText) -> str:
     """sha256 of ``text``'s UTF-8 bytes, encoded a piece at a time (a long document is not copied whole)."""
     digest = hashlib.sha256()
-    for s in range(0, len(text), PIECE_CHARS):
-        digest.update(text[s:s + PIECE_CHARS].encode("utf-8", "surrogatepass"))
+    for chunk in _chunks(text):
+        for s in range(0, len(chunk), PIECE_CHARS):
+            digest.update(chunk[s:s + PIECE_CHARS].encode("utf-8", "surrogatepass"))
     return digest.hexdigest()
+
+
+def _chunks(text: str | LongText) -> Iterator[str]:
+    """A text as consecutive strings: itself, or a LongText's decoded pieces."""
+    return text.chunks() if isinstance(text, LongText) else iter((text,))
 
 
 PIECE_CHARS = 1 << 16  # a document longer than this is tokenized a piece of at most this many characters at a time
 PIECES_PER_CALL = 4  # pieces per call of the tokenizer: what it holds at once is bounded, whatever the document
 _WORD_END = re.compile(r"\S\s")  # a non-space character followed by whitespace
+_WORD_START = re.compile(r"(?<!\S)\S")  # a non-space character after whitespace or at the start
 
 
-def pieces(text: str, size: int = PIECE_CHARS) -> Iterator[str]:
+def pieces(text: str | LongText, size: int = PIECE_CHARS) -> Iterator[str]:
     """``text`` in consecutive pieces of at most ``size`` characters, each cut just after a non-space character that
     whitespace (a space, a newline) follows, at or after half the size: GPT-2-style (byte-level) pre-tokenization
     never joins such a character with the whitespace after it, so the pieces' ids, concatenated, equal the whole
     text's. A stretch of ``size`` characters with no such place (one huge "word") is cut at ``size``: there, and
-    for tokenizers whose pre-tokenization does join across whitespace, ids may differ next to a cut."""
-    start, n = 0, len(text)
-    while n - start > size:
-        m = _WORD_END.search(text, start + size // 2, start + size)
-        cut = m.start() + 1 if m else start + size
-        yield text[start:cut]
-        start = cut
-    yield text[start:]
+    for tokenizers whose pre-tokenization does join across whitespace, ids may differ next to a cut. A LongText is
+    read a chunk at a time, with the same cuts."""
+    buf, start = "", 0
+    for chunk in _chunks(text):
+        buf, start = buf[start:] + chunk, 0  # buf[0:] + chunk is chunk itself when buf is empty: no copy
+        while len(buf) - start > size:
+            m = _WORD_END.search(buf, start + size // 2, start + size)
+            cut = m.start() + 1 if m else start + size
+            yield buf[start:cut]
+            start = cut
+    yield buf[start:]
 
 
-def has_words(text: str, floor: int) -> bool:
+def has_words(text: str | LongText, floor: int) -> bool:
     """Whether ``text`` holds at least ``floor`` whitespace-separated words (counted without splitting it)."""
-    if floor <= 1:
-        return bool(text.strip())
-    return next(itertools.islice(re.finditer(r"\S+", text), floor - 1, None), None) is not None
+    if isinstance(text, str):
+        if floor <= 1:
+            return bool(text.strip())
+        return next(itertools.islice(re.finditer(r"\S+", text), floor - 1, None), None) is not None
+    words, after_space = 0, True
+    for chunk in text.chunks():  # a word starts at a non-space character after whitespace (or the start)
+        words += sum(1 for _ in _WORD_START.finditer(chunk)) - (not after_space and not chunk[0].isspace())
+        after_space = chunk[-1].isspace()
+        if words >= max(floor, 1):
+            return True
+    return False
 
 
 class Encoder:
@@ -205,7 +224,7 @@ class Encoder:
         """The ids of each text: a list for a text of at most :data:`PIECE_CHARS` characters, an array of
         ``dtype`` for a longer one, tokenized in :func:`pieces` (memory bounded by the pieces, not the document)."""
         out: list = [None] * len(texts)
-        short = [i for i, t in enumerate(texts) if len(t) <= PIECE_CHARS]
+        short = [i for i, t in enumerate(texts) if isinstance(t, str) and len(t) <= PIECE_CHARS]
         for i, ids in zip(short, self._encode([texts[i] for i in short])):
             out[i] = ids
         for i, text in enumerate(texts):
@@ -213,15 +232,23 @@ class Encoder:
                 out[i] = self._long(text)
         return out
 
-    def _long(self, text: str) -> np.ndarray:
-        parts, group = [], []
+    def _long(self, text: str | LongText) -> np.ndarray:
+        """The ids of a long text, written into one array as the pieces are tokenized: sized for a token per byte of
+        its UTF-8 text (what byte-level BPE gives at most; grown if a tokenizer gives more), of which only the pages
+        the ids fill are ever touched -- the ids are held once, not as pieces and then joined."""
+        bound = text.nbytes if isinstance(text, LongText) else len(text) * (1 if text.isascii() else 4)
+        out, n, group = np.empty(bound + 1, dtype=self.dtype), 0, []
         for piece in itertools.chain(pieces(text), [None]):
             if piece is not None:
                 group.append(piece)
             if group and (piece is None or len(group) == PIECES_PER_CALL):
-                parts.extend(np.asarray(ids, dtype=self.dtype) for ids in self._encode(group))
+                for ids in self._encode(group):
+                    if n + len(ids) > len(out):
+                        out = np.concatenate([out[:n], np.empty(max(len(out), len(ids)), dtype=self.dtype)])
+                    out[n:n + len(ids)] = ids
+                    n += len(ids)
                 group = []
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=self.dtype)
+        return out[:n]
 
     def _encode(self, texts: list[str]) -> list[list[int]]:
         if not texts:
@@ -264,7 +291,7 @@ def make_shard(spec: ShardSpec, i: int) -> dict:
     source = source_identity(spec.source)  # the source as this shard reads it (before the first document)
     writer = ShardWriter(folder / BACKGROUND, stem(i), np.dtype(spec.dtype))
     start = i * spec.shard_documents
-    docs = itertools.islice(iter_source(spec.source, start), spec.shard_documents)
+    docs = itertools.islice(iter_source(spec.source, start, long_texts=True), spec.shard_documents)
     try:
         while True:
             batch = list(itertools.islice(docs, ENCODE_BATCH))

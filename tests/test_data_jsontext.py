@@ -1,0 +1,99 @@
+"""A long JSONL line's text field (goldfish.data.jsontext): held as its raw bytes and decoded a piece at a time, it
+reads as exactly what ``json.loads`` gives for the whole line, fails with the whole line's one-line errors, and a
+prepare that reads long lines this way writes the same background bytes as one that parses them whole."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from test_data_stream import corpus, files, recipe, texts, write_jsonl  # noqa: F401 - the module-scoped corpus
+
+import goldfish.data.jsontext as jsontext
+import goldfish.data.sources as sources
+from goldfish.config import from_dict
+from goldfish.data import PrepareConfig
+from goldfish.data.jsontext import LongText, split_long_row
+from goldfish.data.prepare import prepare
+from goldfish.data.sources import jsonl_objects
+from goldfish.data.stream import has_words, pieces, text_sha256
+from goldfish.errors import UserError
+
+# characters that stress the cuts: multi-byte UTF-8, an astral character (a surrogate pair when escaped), quotes,
+# backslashes, whitespace that JSON escapes, a line separator, text that looks like an escape
+ALPHABET = ["a", "b", " ", "\n", "\t", "é", "日", "😀", '"', "\\", "\u2028", "\\u", "d83d", "\x0b"]
+
+
+def _long(text: str, ascii_only: bool, **extra) -> tuple[bytes, LongText]:
+    line = json.dumps({"id": 3, **extra, "text": text, "x": [1, {"text": "no"}]}, ensure_ascii=ascii_only).encode()
+    rest, lo, hi = split_long_row(line, "text")
+    assert json.loads(rest) == {"id": 3, **extra, "text": "", "x": [1, {"text": "no"}]}
+    return line, LongText(memoryview(line)[lo:hi], "f.jsonl:1", lo + 1)
+
+
+@pytest.mark.parametrize("chunk", [1, 16, 17, 19, 23, 64])
+def test_a_long_text_decoded_in_pieces_is_the_whole_strings_text(chunk, monkeypatch):
+    monkeypatch.setattr(jsontext, "CHUNK_BYTES", chunk)  # tiny pieces: every kind of cut is met
+    rng = random.Random(chunk)
+    for _ in range(400):
+        text = "".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, 70)))
+        _, long = _long(text, ascii_only=rng.random() < 0.5)
+        assert "".join(long.chunks()) == text and len(long) == len(text)
+        stripped = long.strip()
+        assert "".join(stripped.chunks()) == text.strip() and len(stripped) == len(text.strip())
+        assert bool(stripped) == bool(text.strip())
+        assert text_sha256(long) == text_sha256(text)
+        assert list(pieces(long, 8)) == list(pieces(text, 8))  # the same cuts as the whole text's
+        for floor in (1, 2, 5):
+            assert has_words(long, floor) == has_words(text, floor)
+
+
+def test_the_text_field_is_found_at_the_top_level_only_and_the_last_one_wins():
+    line = b'{"meta": {"text": "inner"}, "list": ["text", {"text": "x"}], "te\\u0078t": "first", "n": 1.5, ' \
+           b'"text" : "second", "tail": null}'
+    rest, lo, hi = split_long_row(line, "text")
+    assert line[lo:hi] == b"second" and json.loads(rest)["meta"] == {"text": "inner"}
+    assert json.loads(rest)["text"] == ""
+    assert split_long_row(b'{"text": 12, "other": "a"}', "text") is None  # not a string: parsed whole
+    assert split_long_row(b'{"title": "text", "body": "a"}', "text") is None
+    assert split_long_row(b'{"text": "never closed', "text") is None
+
+
+@pytest.mark.parametrize("bad, message", [
+    (b"caf\xc3", "is not UTF-8 text"),  # a truncated character
+    (b"a \\x b", "is not valid JSON"),  # no such escape
+    (b"a \x01 b", "is not valid JSON"),  # a raw control character
+    (b"lone \\ud800 surrogate", "lone UTF-16 surrogate"),
+])
+def test_a_bad_long_line_fails_with_the_whole_lines_one_line_error(bad, message, tmp_path, monkeypatch):
+    monkeypatch.setattr(sources, "LONG_LINE", 64)
+    monkeypatch.setattr(jsontext, "CHUNK_BYTES", 16)
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b'{"text": "ok"}\n{"id": "d", "text": "' + b"padding " * 20 + bad + b" " * 40 + b'"}\n')
+    errors = []
+    for field in ("text", None):  # read as LongText, then as the whole line
+        with pytest.raises(UserError) as e:
+            list(jsonl_objects(path, long_field=field))
+        errors.append(str(e.value))
+    assert all(f"{path}:2 " in m and message in m for m in errors), errors
+
+
+def test_a_prepare_that_reads_long_lines_in_pieces_writes_the_same_bytes(corpus, tmp_path, monkeypatch):  # noqa: F811
+    rng = random.Random(7)
+    bg = tmp_path / "bg"
+    bg.mkdir()
+    docs = [{"text": "  " + t + " \n", "id": f"b{i}"} for i, t in enumerate(texts(40, 300, 5))]
+    docs[3]["text"] = "word " * 30_000 + "".join(rng.choice(ALPHABET[:8]) for _ in range(20_000))  # over 64 Ki chars
+    write_jsonl(bg / "part.jsonl", docs)
+    cfg = from_dict(PrepareConfig, recipe(corpus, background_source={"name": "local", "path": str(bg)}))
+    whole = prepare(cfg, tmp_path / "whole", progress=False, num_proc=1)  # every line parsed whole (1 MiB bound)
+    monkeypatch.setattr(sources, "LONG_LINE", 512)  # now every background line is read as a LongText
+    monkeypatch.setattr(jsontext, "LONG_LINE", 512)
+    monkeypatch.setattr(jsontext, "CHUNK_BYTES", 100)
+    read = list(sources.iter_source(cfg.background_source, 0, long_texts=True))
+    assert all(isinstance(d.text, LongText) for _, d in read)
+    assert ["".join(d.text.chunks()) for _, d in read] == [d["text"].strip() for d in docs]
+    pieces_read = prepare(cfg, tmp_path / "pieces" / "p", progress=False, num_proc=1)
+    assert files(pieces_read) == files(whole)
