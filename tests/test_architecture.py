@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
               "goldfish.loss", "goldfish.collator", "goldfish.fold", "goldfish.perf", "goldfish.sizes",
               "goldfish.precision", "goldfish.hardware", "goldfish.gguf_cache", "goldfish.provenance", "goldfish.hf")),
     ("data", ("goldfish.data",)),
-    ("models and engines", ("goldfish.models", "goldfish.train_config", "goldfish.engines")),
+    ("models and engines", ("goldfish.models", "goldfish.model_source", "goldfish.train_config", "goldfish.engines")),
     ("trainer", ("goldfish.train", "goldfish.checkpoint", "goldfish.estimate", "goldfish.tracking", "goldfish.modelcard")),
     ("evaluation", ("goldfish.eval",)),
     ("experiment and CLI", ("goldfish.experiment", "goldfish.commands", "goldfish.cli", "goldfish.__main__")),
