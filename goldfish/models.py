@@ -41,6 +41,7 @@ from .data.tokenizer import tokenizer_sha256
 from .errors import UserError
 from .gguf_cache import dequantised
 from .model_source import PICKLE_SUFFIXES, check_weights, first_line, resolve_model_path
+from .perf import model_flops_per_token
 from .sizes import SIZES
 
 if TYPE_CHECKING:
@@ -335,15 +336,12 @@ def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
 
 
 def flops_per_token(model: nn.Module, seq_len: int) -> float:
-    """Training FLOPs per token: 6·N + 12·L·H·T (PaLM appendix B; nanoGPT's ``estimate_mfu``).
-
-    N counts the weights used in matmuls: every parameter except an untied input embedding (a lookup, no
-    FLOPs); the output head is counted. L layers, H hidden size, T sequence length (the attention-score term).
-    """
+    """Training FLOPs per token of a built model (:func:`goldfish.perf.model_flops_per_token`: 6·N + 12·L·H·T), N
+    counting every parameter except an untied input embedding (a lookup, no FLOPs)."""
     config = model.config
     n = count_parameters(model)
     embedding = model.get_input_embeddings().weight
     output = model.get_output_embeddings()
     if output is None or output.weight is not embedding:
         n -= embedding.numel()
-    return 6.0 * n + 12.0 * config.num_hidden_layers * config.hidden_size * seq_len
+    return model_flops_per_token(n, config.num_hidden_layers, config.hidden_size, seq_len)
