@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+from safetensors import safe_open
 from torch import nn
-from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as hf_logging
 
 from .data.tokenizer import tokenizer_sha256
@@ -96,7 +97,6 @@ def parameters_at_least(config) -> int:
 def _stored_elements(folder: Path, safetensors: bool) -> int:
     """Elements in a model folder's weight files, from the safetensors headers (no tensor read); for pickle
     weights, their bytes (every element takes at least one)."""
-    from safetensors import safe_open
 
     if not safetensors:
         return sum(f.stat().st_size for f in folder.iterdir() if f.suffix in PICKLE_SUFFIXES)
@@ -208,7 +208,6 @@ def _shape_mismatches(folder: Path) -> list[tuple[str, str, str]]:
     """[(tensor name, checkpoint shape, config's shape)] of ``folder``'s safetensors against its ``config.json``, from
     the file headers and a model built on the meta device (no weights read); layers differing only in their index
     are one row, ``model.layers.{0, 1}.mlp.down_proj.weight``. Empty when it cannot tell."""
-    from safetensors import safe_open
 
     try:
         with torch.device("meta"):
@@ -281,7 +280,6 @@ def load_model_tokenizer(path: str | Path):
     """The tokenizer stored with a model (HF folder, GGUF, run folder) -> ``PreTrainedTokenizerBase``, or ``None``
     for a folder without tokenizer files. Tokenizer files that do not load (truncated, damaged) are an error, never
     silently replaced by another tokenizer."""
-    from transformers import AutoTokenizer
 
     src = resolve_model_path(path)
     folder = dequantised(src.folder / src.gguf_file) if src.gguf_file else src.folder  # goldfish.gguf_cache

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+from tokenizers import pre_tokenizers
+from tqdm.auto import tqdm
 
 from ..config import save_config
 from ..errors import UserError
@@ -31,8 +33,6 @@ _WORD_END = re.compile(r"\S\s")  # a non-space character followed by whitespace
 
 
 def _bar(total: int, desc: str, enabled: bool, unit: str = "doc", position: int = 1):
-    from tqdm.auto import tqdm
-
     return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, leave=False, dynamic_ncols=True,
                 position=position)
 
@@ -68,8 +68,6 @@ def _encode(tok, texts: list[str]) -> list[list[int]]:
 
 
 def _is_byte_level(tok) -> bool:
-    from tokenizers import pre_tokenizers
-
     backend = getattr(tok, "backend_tokenizer", None)
     return isinstance(getattr(backend, "pre_tokenizer", None), pre_tokenizers.ByteLevel)
 
