@@ -15,8 +15,8 @@ from typing import Sequence
 import torch
 
 from goldfish.errors import UserError
-from goldfish.models import (PICKLE_SUFFIXES, check_same_tokenizer, load_model_tokenizer, load_pretrained,
-                             resolve_model_path)
+from goldfish.model_source import PICKLE_SUFFIXES, resolve_model_path
+from goldfish.models import check_same_tokenizer, load_model_tokenizer, load_pretrained
 from goldfish.precision import PRECISIONS, canonical_precision, resolve_precision, torch_dtype
 
 __all__ = ["PICKLE_SUFFIXES", "SharedModel", "check_reference", "check_same_tokenizer", "check_vocab", "load_model",

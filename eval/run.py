@@ -32,7 +32,7 @@ from goldfish.config import save_config, shown, to_dict
 from goldfish.errors import UserError
 from goldfish.hardware import apply_threads, describe
 from goldfish.io import JsonlLogger, atomic_write_text, strict_json
-from goldfish.models import checkpoint_precision, weights_stamp
+from goldfish.model_source import checkpoint_precision, weights_stamp
 from goldfish.ownership import OutputFolder, writing
 from goldfish.precision import announce, resolve_precision
 from goldfish.provenance import code_version, git_commit, read_fingerprint, versions
@@ -296,8 +296,9 @@ def _extraction_windows(cfg: EvalConfig, splits: dict) -> tuple[list[Window], in
 
 def resolved(cfg: EvalConfig) -> EvalConfig:
     """``cfg`` with ``model.dtype`` resolved to a dtype: ``checkpoint`` to the checkpoint's own
-    (:func:`goldfish.models.checkpoint_precision`), ``auto`` for its device (:func:`goldfish.precision.resolve_precision`,
-    announced on the console) -- what the fingerprint, results.json and eval_config.yaml record."""
+    (:func:`goldfish.model_source.checkpoint_precision`), ``auto`` for its device
+    (:func:`goldfish.precision.resolve_precision`, announced on the console) -- what the fingerprint, results.json and
+    eval_config.yaml record."""
     if cfg.model.dtype == "checkpoint":
         dtype = checkpoint_precision(cfg.model.path)
     else:

@@ -22,6 +22,7 @@ their positions, Biderman et al. (2023)'s memorization score -- is at least ``me
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 from pathlib import Path
@@ -149,7 +150,6 @@ def checkpoint_reads(entries: Sequence[Any], results: Sequence[dict]) -> list[di
     runs = {e.run for e in entries}
     if len(runs) != 1 or None in runs or any(e.step is None for e in entries):
         return None
-    import dataclasses
 
     run = Path(next(iter(runs)))
     if not (run / "config.yaml").is_file():

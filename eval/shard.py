@@ -21,6 +21,7 @@ import os
 from typing import Any, Iterator
 
 import torch
+import torch.distributed as dist
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +96,6 @@ def process_group(device: str) -> Iterator[Shard]:
     if not launched():
         yield Shard()
         return
-    import torch.distributed as dist
 
     started = not dist.is_initialized()
     cuda = device in ("auto", "cuda") or device.startswith("cuda:")

@@ -26,7 +26,7 @@ from goldfish.config import flatten, to_dict
 from goldfish.errors import UserError
 from goldfish.io import atomic_write_text, read_jsonl, strict_json
 from goldfish.ownership import OutputFolder, fingerprint_sha256
-from goldfish.models import weights_stamp
+from goldfish.model_source import weights_stamp
 from goldfish.provenance import FILE as FINGERPRINT
 from goldfish.provenance import as_stored, code_version, differences, write_fingerprint
 

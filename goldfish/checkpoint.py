@@ -35,7 +35,10 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from transformers import AutoConfig, AutoModelForCausalLM
 
 from .errors import UserError
 from .io import atomic_directory, atomic_write_json, atomic_write_text, fsync_dir, remove_tree
@@ -120,7 +123,6 @@ def _unshared(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def write_rank_files(folder: Path, rank: int, engine_state: dict[str, Any]) -> None:
     """Write one rank's engine state and RNG states into ``folder`` (which the caller created)."""
-    from safetensors.torch import save_file
 
     for key, value in engine_state.items():
         stem = folder / f"{key}_rank{rank:05d}"
@@ -204,7 +206,6 @@ def prune(out: str | Path, keep_last: int) -> None:
 
 
 def _read_rank_files(folder: Path, rank: int) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, Any]]:
-    from safetensors.torch import load_file
 
     engine_state: dict[str, Any] = {}
     rng_tensors: dict[str, torch.Tensor] = {}
@@ -300,7 +301,6 @@ def read_checkpoint(folder: str | Path, rank: int, world_size: int) -> dict[str,
 
 def all_ranks(ok: bool) -> bool:
     """True only if ``ok`` holds on every rank (so all ranks fall back to the same checkpoint)."""
-    import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
         return ok
@@ -356,7 +356,6 @@ _WRAPPER_PARTS = ("_orig_mod.", "_checkpoint_wrapped_module.", "_fsdp_wrapped_mo
 def checkpoint_weights(folder: str | Path) -> dict[str, torch.Tensor]:
     """The model tensors of a complete one-process checkpoint (``model_rank00000.safetensors``), with wrapper
     prefixes removed from their names; a sharded or incomplete checkpoint is one :class:`UserError`."""
-    from safetensors.torch import load_file
 
     folder = Path(folder)
     if not (folder / COMPLETE).is_file():
@@ -381,7 +380,6 @@ def export_checkpoint(folder: str | Path, model_dir: str | Path, out: str | Path
     """Write the weights of checkpoint ``folder`` as a Hugging Face folder ``out`` (safetensors), with the config,
     generation config and tokenizer of ``model_dir`` (the run's exported ``model/``, same shape). Tensors are
     loaded by name into the architecture that config names (strict: every tensor must match), never unpickled."""
-    from transformers import AutoConfig, AutoModelForCausalLM
 
     model_dir, out = Path(model_dir), Path(out)
     if not (model_dir / "config.json").is_file():

@@ -20,8 +20,8 @@ Memory per device (bytes), for the most loaded device (the pipeline stage holdin
 * **logits** on the last stage: ``b·s·V·(e + 4) / logits_shard`` (the logits and their fp32 copy inside the
   cross-entropy).
 
-Time: training FLOPs per token ``6·N + 12·L·H·s`` (PaLM appendix B; N = matmul weights: every parameter except an
-untied input embedding), divided by ``world · peak · mfu``. CUDA context, allocator fragmentation and communication
+Time: training FLOPs per token ``6·N + 12·L·H·s`` (:func:`goldfish.perf.model_flops_per_token`; N = matmul weights:
+every parameter except an untied input embedding), divided by ``world · peak · mfu``. CUDA context, allocator fragmentation and communication
 buffers are not counted: keep the estimate under ~90 % of the device memory.
 """
 
@@ -41,6 +41,7 @@ from .engines.base import Layout
 from .errors import ConfigError, UserError
 from .hardware import GPUS
 from .models import llama_config
+from .perf import model_flops_per_token
 from .train_config import ModelConfig, TrainConfig, check_batch
 
 GIB = 1024**3
@@ -82,9 +83,10 @@ class ModelShape:
         return heads * self.embedding_params + self.layers * (self.layer_matrix_params + 2 * self.hidden) + self.hidden
 
     def flops_per_token(self, seq_len: int) -> float:
-        """6·N + 12·L·H·s, N = every parameter except an untied input embedding (a lookup, no FLOPs)."""
+        """Training FLOPs per token (:func:`goldfish.perf.model_flops_per_token`), N = every parameter except an
+        untied input embedding (a lookup, no FLOPs)."""
         n = self.params - (0 if self.tied else self.embedding_params)
-        return 6.0 * n + 12.0 * self.layers * self.hidden * seq_len
+        return model_flops_per_token(n, self.layers, self.hidden, seq_len)
 
 
 def shape_of(model_cfg: ModelConfig, vocab_size: int) -> ModelShape:

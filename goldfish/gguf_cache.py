@@ -19,6 +19,7 @@ any Hugging Face checkpoint under the toolkit's safety policy (safetensors only)
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import hashlib
@@ -212,7 +213,6 @@ def dequantised(gguf_path: str | Path) -> Path:
 
 def _direct(gguf_path: Path) -> Path:
     """Fallback without a writable cache: convert into a private temporary folder removed at exit."""
-    import atexit
 
     folder = Path(tempfile.mkdtemp(prefix="goldfish-gguf-"))
     atexit.register(shutil.rmtree, folder, True)

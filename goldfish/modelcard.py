@@ -32,7 +32,7 @@ import yaml
 from .errors import UserError
 from .gguf_cache import general_metadata
 from .io import atomic_write_text
-from .models import is_hub_id, weights_stamp
+from .model_source import is_hub_id, weights_stamp
 from .provenance import code_version, versions
 from .train_config import TrainConfig
 
@@ -245,7 +245,8 @@ def write_training_card(model_dir: str | Path, cfg: TrainConfig, summary: dict, 
 
 
 def weights_id(stamp: list) -> str:
-    """A short identity of a model's weight files (:func:`goldfish.models.weights_stamp`: names, sizes, mtimes)."""
+    """A short identity of a model's weight files (:func:`goldfish.model_source.weights_stamp`: names, sizes,
+    mtimes)."""
     return hashlib.sha256(json.dumps(stamp).encode()).hexdigest()[:16]
 
 
@@ -329,8 +330,8 @@ def add_eval_results(model_dir: str | Path, new: list, weights: list | None = No
     """Merge the ``EvalResult`` list ``new`` into ``<model_dir>/README.md`` (created if the folder has no card):
     equal results (same task, data and its revision, metric and setting) are replaced, others kept; the body's
     evaluation table is rewritten (appended at the end of a card that has none). Refuses a path that is not a model
-    folder and, given ``weights`` (the :func:`goldfish.models.weights_stamp` the results were computed on), a folder
-    whose weights or card now describe other weights: nothing is written then.
+    folder and, given ``weights`` (the :func:`goldfish.model_source.weights_stamp` the results were computed on), a
+    folder whose weights or card now describe other weights: nothing is written then.
 
     ``out``: the folder the card is written to instead of ``model_dir`` (a model of the Hugging Face cache, which is
     never written: the card starts from the cached one, or from ``out``'s own once it has one). A card that is a

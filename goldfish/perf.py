@@ -1,7 +1,9 @@
 """Throughput accounting: model FLOPs utilisation (MFU) that means one thing and can never exceed 100 %.
 
 MFU = achieved model FLOP/s ÷ the peak FLOP/s of the *resolved* precision on this device, with the model FLOPs of
-:func:`goldfish.models.flops_per_token` (6N + 12·L·H·T per token, PaLM appendix B). The peak:
+:func:`model_flops_per_token` (6N + 12·L·H·T per token, PaLM appendix B: the one formula, for a built model through
+:func:`goldfish.models.flops_per_token` and for a shape through :meth:`goldfish.estimate.ModelShape.flops_per_token`).
+The peak:
 
 * on a GPU, the vendor's dense peak for the device's name (:data:`goldfish.hardware.GPUS`); an unlisted GPU
   gets no MFU ("unknown device"), never a guessed peak;
@@ -61,6 +63,13 @@ def _best_rate(product, size: int, device: torch.device, seconds: float) -> floa
         if elapsed < 0.05:  # too short to time reliably: batch more products per measurement
             reps *= 2
     return best
+
+
+def model_flops_per_token(matmul_params: int, layers: int, hidden: int, seq_len: int) -> float:
+    """Training FLOPs per token: 6·N + 12·L·H·T (PaLM appendix B; nanoGPT's ``estimate_mfu``). N: the weights used in
+    matmuls (every parameter except an untied input embedding, a lookup; the output head counts), L layers, H hidden
+    size, T sequence length (the attention-score term)."""
+    return 6.0 * matmul_params + 12.0 * layers * hidden * seq_len
 
 
 def mfu(tokens_per_s: float, flops_per_token: float, peak_flops: float, num_devices: int = 1) -> float:

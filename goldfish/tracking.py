@@ -19,6 +19,7 @@ Both are optional extras; :class:`goldfish.train_config.LoggingConfig` refuses a
 
 from __future__ import annotations
 
+import netrc
 import os
 import secrets
 from pathlib import Path
@@ -96,7 +97,6 @@ def _tensorboard(folder: Path, start_step: int):
 def has_api_key() -> bool:
     """Whether the user gave W&B credentials: ``WANDB_API_KEY``, ``WANDB_IDENTITY_TOKEN_FILE`` or a ``wandb login``
     entry in the netrc file (``NETRC``, default ``~/.netrc``)."""
-    import netrc
 
     if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
         return True

@@ -24,6 +24,7 @@ Outputs in ``<out>``: ``config.yaml`` (resolved), ``fingerprint.json``, ``mask.j
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import sys
@@ -33,6 +34,9 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+from tqdm.auto import tqdm
 
 from . import checkpoint as ckpt
 from .config import save_config
@@ -67,7 +71,6 @@ def build_optimizer(params, optim: OptimConfig) -> torch.optim.Optimizer:
     The fused kernel (one pass over all tensors, ~3x faster than the per-tensor loop on CPU) is used for plain
     tensors; sharded DTensor parameters (FSDP2/TP) keep PyTorch's default implementation.
     """
-    from torch.distributed.tensor import DTensor
 
     params = [p for p in params if p.requires_grad]
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": optim.weight_decay},
@@ -168,7 +171,6 @@ def resolved(cfg: TrainConfig) -> TrainConfig:
 def _same_precision_everywhere(precision: str) -> None:
     """Refuse a launch whose processes resolved ``precision: auto`` differently (nodes of different device classes):
     one launch computes in one precision (every rank would otherwise record a run it did not compute)."""
-    import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return
@@ -187,7 +189,6 @@ def _bf16_ok(cfg: TrainConfig, device: torch.device) -> bool:
 
 
 def _process_rank() -> tuple[int, int]:
-    import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
@@ -324,7 +325,6 @@ def _build(cfg: TrainConfig, tok: dict[str, Any], seq_len: int, shape: dict[str,
 
 
 def _bar(cfg: TrainConfig, engine: Engine, plan: Plan, progress: Progress):
-    from tqdm.auto import tqdm
 
     show = cfg.progress and engine.is_main
     return tqdm(total=plan.total_steps, initial=progress.step, desc="train", unit="step", dynamic_ncols=True,
@@ -408,7 +408,6 @@ def _truncate_metrics(path: Path, step: int) -> None:
     records = read_jsonl(path)
     kept = [r for r in records if r.get("step", 0) <= step]
     if len(kept) != len(records) or path.read_text(encoding="utf-8").count("\n") != len(records):
-        import json
 
         atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
 

@@ -12,13 +12,15 @@ to top (see ARCHITECTURE.md):
    library (with the canonical fold), the collator and the Hugging Face / TRL trainers (``hf``), perf, the size
    table, the precision names, provenance (code version, fingerprints)
 1. data: ``goldfish.data``
-2. models and engines: ``models``, ``train_config`` (the sections the engines receive), ``goldfish.engines``
+2. models and engines: ``models``, ``model_source`` (where a model comes from), ``train_config`` (the sections the
+   engines receive), ``goldfish.engines``
 3. trainer: ``train``, ``checkpoint``, ``estimate``, ``tracking``, ``modelcard``
 4. evaluation: ``goldfish.eval``
 5. experiment runner and CLI: ``goldfish.experiment``, ``goldfish.commands``, ``cli``, ``__main__``
 
 A module may import its own layer (without a cycle) or a lower one, never a higher one; the engines import nothing
-from the mask or loss modules (Goldfish reaches them only through the injected loss function).
+from the mask or loss modules (Goldfish reaches them only through the injected loss function). No module is longer
+than ``MAX_LINES``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
               "goldfish.loss", "goldfish.collator", "goldfish.fold", "goldfish.perf", "goldfish.sizes",
               "goldfish.precision", "goldfish.hardware", "goldfish.gguf_cache", "goldfish.provenance", "goldfish.hf")),
     ("data", ("goldfish.data",)),
-    ("models and engines", ("goldfish.models", "goldfish.train_config", "goldfish.engines")),
+    ("models and engines", ("goldfish.models", "goldfish.model_source", "goldfish.train_config", "goldfish.engines")),
     ("trainer", ("goldfish.train", "goldfish.checkpoint", "goldfish.estimate", "goldfish.tracking", "goldfish.modelcard")),
     ("evaluation", ("goldfish.eval",)),
     ("experiment and CLI", ("goldfish.experiment", "goldfish.commands", "goldfish.cli", "goldfish.__main__")),
@@ -197,3 +199,12 @@ def test_engines_know_nothing_of_goldfish():
         if module.startswith("goldfish.engines"):
             bad = sorted(set(edges) & {"goldfish.masks", "goldfish.loss", "goldfish.collator"})
             assert not bad, f"{module} imports {bad}"
+
+
+MAX_LINES = 500  # a module longer than this does more than one job: split it by job (ARCHITECTURE.md)
+
+
+def test_no_module_is_longer_than_the_limit():
+    long = {module: n for module, path in MODULES.items()
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines: " + ", ".join(f"{m} ({n})" for m, n in sorted(long.items()))

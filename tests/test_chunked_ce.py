@@ -125,7 +125,7 @@ def test_chunked_path_never_keeps_the_logits_for_backward():
 
 
 def test_chunk_size_must_be_a_non_negative_integer():
-    from goldfish.config import ConfigError
+    from goldfish.errors import ConfigError
     from goldfish.train_config import LossConfig
 
     assert LossConfig(ce_chunk_tokens=0).ce_chunk_tokens == 0

@@ -127,7 +127,7 @@ def test_shipped_configs_resolve_by_name_from_any_folder(tmp_path, monkeypatch, 
     """`goldfish train train_tiny` and `goldfish experiment k_sweep` work outside the checkout, as recipes do; in
     a wheel install the same names resolve to the package data goldfish/configs and goldfish/recipes (the installed
     layout, built here by hand; CI's .ci/wheel runs the commands from the real wheel)."""
-    import goldfish.config as config_module
+    import goldfish.config.schema as config_module
     from goldfish.cli import main
     from goldfish.config import find_config
 
@@ -139,11 +139,11 @@ def test_shipped_configs_resolve_by_name_from_any_folder(tmp_path, monkeypatch, 
     assert main(["experiment", "k_sweep", "--list"]) == 0 and "goldfish" in capsys.readouterr().out
     assert main(["train", "train_tinyy"]) == 2
     assert "config file not found: train_tinyy (check the path or the shipped config's name" in capsys.readouterr().err
-    # the wheel's layout: <site-packages>/goldfish/{config.py, configs/, recipes/}, no checkout above it
+    # the wheel's layout: <site-packages>/goldfish/{config/schema.py, configs/, recipes/}, no checkout above it
     site = tmp_path / "site-packages" / "goldfish"
     for folder, installed in (("experiments", "configs"), ("data", "recipes")):
         shutil.copytree(ROOT / folder, site / installed, ignore=shutil.ignore_patterns("prepared", "launch"))
-    monkeypatch.setattr(config_module, "__file__", str(site / "config.py"))
+    monkeypatch.setattr(config_module, "__file__", str(site / "config" / "schema.py"))
     assert find_config("train_tiny", "experiments") == site / "configs" / "train_tiny.yaml"
     assert find_config("data/wikipedia_demo.yaml", "data") == site / "recipes" / "wikipedia_demo.yaml"
     assert find_config("paper/tinyllama_1b_pretrain", "experiments") == site / "configs/paper/tinyllama_1b_pretrain.yaml"

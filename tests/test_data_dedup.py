@@ -110,13 +110,3 @@ def test_prepare_leaves_edited_copies_of_targets_out_of_the_background(tmp_path)
     off = load_prepared(prepare(from_dict(PrepareConfig, {**base, "background_dedup": None}), tmp_path / "off",
                                 progress=False))
     assert len(off.background) == 35  # exact matching alone keeps all 20 edited copies
-
-
-def test_an_older_folder_is_kept_only_when_there_is_no_background():
-    from goldfish.experiment.config import data_hash, legacy_data_hash
-
-    plain = PrepareConfig(num_background=0)
-    assert legacy_data_hash(plain) == legacy_data_hash(PrepareConfig(num_background=0, background_dedup=None))
-    assert legacy_data_hash(plain) != data_hash(plain)
-    assert legacy_data_hash(PrepareConfig(num_background=10)) is None  # dedup may change that background
-    assert legacy_data_hash(PrepareConfig(num_background=10, background_dedup=None)) is not None

@@ -15,7 +15,7 @@ from train_helpers import WORDS
 
 from goldfish.config import from_dict
 from goldfish.data import PrepareConfig, load_documents, load_prepared, prepare
-from goldfish.data.prepare import _scan
+from goldfish.data.prepare_targets import _scan
 from goldfish.data.prepared import load_saved_tokenizer
 from goldfish.data.splits import background_items, plan_splits
 from goldfish.data.tokenizer import load_tokenizer

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from goldfish.data import load_tokenizer
-from goldfish.data.prepare import tokenize
+from goldfish.data.prepare_targets import tokenize
 from goldfish.data.sources import Document
 from goldfish.errors import UserError
 

@@ -20,7 +20,7 @@ from huggingface_hub import constants
 from goldfish.cli import main
 from goldfish.eval.heartbeat import Heartbeat
 from goldfish.eval.lmeval import FILE as LM_EVAL_FILE
-from goldfish.models import hub_snapshot
+from goldfish.model_source import hub_snapshot
 
 from eval_fixtures import TEXTS, save_model_folder, tiny_llama, tiny_tokenizer, write_jsonl
 

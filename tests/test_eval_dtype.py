@@ -14,7 +14,7 @@ from goldfish import hardware, precision
 from goldfish.cli import main
 from goldfish.eval.generate import eos_disabled
 from goldfish.eval.inputs import load_eval_documents
-from goldfish.models import checkpoint_precision
+from goldfish.model_source import checkpoint_precision
 
 from eval_fixtures import TEXTS, save_model_folder, tiny_llama, tiny_tokenizer, write_jsonl
 from test_precision import EPYC

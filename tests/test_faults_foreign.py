@@ -26,7 +26,7 @@ from train_helpers import make_prepared, overrides_of, tiny_config
 from test_eval_conventions import fake_hub_cache
 from train_helpers import one_error
 from goldfish.cli import main
-from goldfish.models import hub_snapshot
+from goldfish.model_source import hub_snapshot
 
 from eval_fixtures import TEXTS, save_model_folder, tiny_llama, tiny_tokenizer, write_jsonl
 

@@ -20,7 +20,8 @@ from test_faults import _corpus, _eval_argv, _prepare_argv, assert_one_error, cl
 
 from goldfish.checkpoint import list_checkpoints
 
-from goldfish.config import ConfigError, load_config
+from goldfish.config import load_config
+from goldfish.errors import ConfigError
 from goldfish.train_config import TrainConfig
 
 

@@ -134,7 +134,7 @@ def test_a_reference_model_with_the_datas_tokenizer_is_used(bpe_data, bpe_run, t
 def test_special_token_text_in_eval_jsonl_is_tokenised_as_prepare_does(bpe_data):
     """The BPE's end-of-text token spelled out in a document is text (several ids), as prepare keeps it -- not the
     EOS id, which would end generation and shift every later id."""
-    from goldfish.data.prepare import _encode
+    from goldfish.data.prepare_targets import _encode
     from goldfish.eval.inputs import tokenize_jsonl
 
     tok = load_prepared(bpe_data).tokenizer

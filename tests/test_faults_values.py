@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 from test_faults import assert_one_error, cli, train_argv
 
-from goldfish.config import ConfigError, load_config, load_yaml, parse_override, read_yaml, save_config
+from goldfish.config import load_config, load_yaml, parse_override, read_yaml, save_config
+from goldfish.errors import ConfigError
 from goldfish.train_config import TrainConfig
 
 

@@ -8,6 +8,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from goldfish.errors import UserError
 from goldfish.models import build_model, count_parameters, flops_per_token, llama_config, load_local_model
+from goldfish.perf import model_flops_per_token
 from goldfish.sizes import SIZES
 from goldfish.train_config import ModelConfig
 
@@ -46,6 +47,7 @@ def test_demo_shape_is_about_0_9M_with_a_4096_vocabulary():
 
 
 def test_flops_per_token_by_hand():
+    assert model_flops_per_token(1_000, 2, 64, 128) == 6_000 + 196_608  # 6·N + 12·L·H·T: 12·2·64·128 = 196,608
     tied = _meta_model("llama-demo", 4096)
     assert flops_per_token(tied, 128) == 6 * 901_760 + 12 * 2 * 128 * 128  # tied: the head's matmul counts once
     untied = _meta_model("llama-40M", 4096)

@@ -259,20 +259,6 @@ def test_size_analysis_pools_seeds_with_wilson_and_fits_only_off_the_floor():
     assert size_analysis(cells, ["seed"]) is None  # no size axis, no section
 
 
-def test_an_experiment_prepared_before_the_new_data_keys_keeps_its_folder(tmp_path):
-    from goldfish.experiment.config import data_hash, legacy_data_hash
-    from goldfish.experiment.plan import prepared_folder
-
-    cfg = from_dict(ExperimentConfig, {"name": "old", "out": str(tmp_path / "exp")})
-    data = PrepareConfig()
-    old_name = legacy_data_hash(data)
-    assert old_name is not None and old_name != data_hash(data)
-    assert prepared_folder(cfg, data).name == data_hash(data)  # nothing prepared yet: the current name
-    (cfg.prepared_dir / old_name).mkdir(parents=True)
-    assert prepared_folder(cfg, data).name == old_name  # an older experiment folder: its data is reused
-    assert legacy_data_hash(from_dict(PrepareConfig, {"train_members": False})) is None  # no older equivalent
-
-
 def test_smaller_to_larger_prediction_beside_the_repetition_rule_by_hand(tmp_path):
     from types import SimpleNamespace
 

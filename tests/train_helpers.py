@@ -72,7 +72,7 @@ def make_prepared(folder: str | Path, rows: int = 16, seq_len: int = 32, vocab: 
     its own EOS id) are stored once in a token shard, laid out greedily in order (document d has document_ids d)."""
     import pyarrow as pa
 
-    from goldfish.data.prepare import train_sha256
+    from goldfish.data.prepared import train_sha256
     from goldfish.data.prepared import DOC_COLUMNS, FORMAT, save_table
     from goldfish.data.tokens import file_sha256, write_file, write_shard
 

@@ -113,7 +113,7 @@ def card_folder(model_path: str | None, out: str | Path) -> tuple[Path, Path | N
     folder of the Hugging Face cache, is read-only: its card goes to ``<out>/model_card/README.md``. A GGUF file or
     folder, and a card that is a link, are refused in one line."""
     from ..modelcard import CARD, check_card_path
-    from ..models import in_hub_cache, is_hub_id, resolve_model_path
+    from ..model_source import in_hub_cache, is_hub_id, resolve_model_path
 
     if not model_path:
         raise ConfigError("--update-card needs --model (the model folder whose card gets the results)")

@@ -41,6 +41,7 @@ import json
 import os
 import re
 import stat
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -172,7 +173,6 @@ class Prepared:
     def tokenizer(self):
         """The saved tokenizer (loaded on first use from the verified files; never remote code)."""
         if self._tokenizer is None:
-            import tempfile
 
             with tempfile.TemporaryDirectory(prefix="goldfish-tokenizer-") as tmp:
                 self.copy_tokenizer(Path(tmp))

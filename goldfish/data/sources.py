@@ -16,6 +16,7 @@ members' and nonmembers' corpus).
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import os
 from pathlib import Path
@@ -187,7 +188,6 @@ def _read_utf8(path: Path) -> str:
 
 def _open_binary(path: Path):
     if path.name.lower().endswith(".gz"):
-        import gzip
 
         return gzip.open(path, "rb")
     return open(path, "rb")

@@ -17,6 +17,7 @@ document -> skipped; holding a near-copy of one (``background_dedup``: n-gram co
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import itertools
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ..errors import UserError
 from ..io import atomic_write_json
@@ -208,7 +210,6 @@ class Encoder:
     used if a tokenizer's Python side changes anything."""
 
     def __init__(self, tokenizer, dtype: np.dtype | str = "int64"):
-        import copy
 
         self.tokenizer, self.dtype = tokenizer, np.dtype(dtype)
         backend = getattr(tokenizer, "backend_tokenizer", None)
@@ -376,8 +377,6 @@ class Progress:
     """Tokens and shards written, on a terminal as a bar, else as a log line at least once a minute."""
 
     def __init__(self, enabled: bool, log: Callable[[str], None] | None = None, every: float = 60.0):
-        from tqdm.auto import tqdm
-
         self.bar = tqdm(desc="background", unit="tok", unit_scale=True, disable=not enabled, leave=False,
                         dynamic_ncols=True)
         self.log, self.every = log, every

@@ -13,9 +13,13 @@ clean-up, so ``decode(encode(text)) == text`` for the byte-level ones.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 from pathlib import Path
 from typing import Sequence
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from ..errors import UserError
 from ..gguf_cache import dequantised
@@ -48,7 +52,6 @@ def _wrap(tok, eos: str = EOT):
 
 
 def gpt2_tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     vocab, merges = gpt2_files()
     tok = Tokenizer(models.BPE.from_file(str(vocab), str(merges)))
@@ -60,7 +63,6 @@ def gpt2_tokenizer():
 
 def train_bpe(texts: Sequence[str], vocab_size: int = 4096, seed: int = 0):
     """Train a byte-level BPE on ``texts``; when they exceed ``BPE_TRAIN_CHARS`` a seeded sample of them is used."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     texts = [t for t in texts if t]
     if not texts:
@@ -128,8 +130,6 @@ def load_tokenizer(spec: str, texts: Sequence[str] | None = None, vocab_size: in
 def tokenizer_sha256(tok) -> str:
     """The identity of a tokenizer: sha256 of its vocabulary (every token with its id, added tokens included) and,
     for BPE, its merges in order. Two tokenizers with the same identity turn every text into the same ids."""
-    import hashlib
-    import json
 
     model = json.loads(tok.backend_tokenizer.to_str())["model"] if getattr(tok, "is_fast", False) else {}
     merges = [m.split(" ", 1) if isinstance(m, str) else list(m) for m in model.get("merges") or []]

@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, distribute_module, distribute_tensor
@@ -414,7 +415,6 @@ def local_tensor(t: torch.Tensor) -> torch.Tensor:
 
 def allreduce_gradients(params: Sequence[nn.Parameter], group: dist.ProcessGroup) -> None:
     """Replicated data parallelism: sum every gradient over ``group`` (one flat bucket per dtype)."""
-    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
     grads = [local_tensor(p.grad) for p in params if p.grad is not None]
     for dtype in sorted({g.dtype for g in grads}, key=str):

@@ -41,7 +41,7 @@ from typing import Any, Literal, Union
 
 from goldfish.eval.metrics import HEADLINE, METRICS
 
-from ..config import check, flatten, from_dict, merged, option, pop_dotted, raise_problems, read_yaml, shown, to_dict
+from ..config import check, flatten, from_dict, merged, option, raise_problems, read_yaml, shown, to_dict
 from ..data.config import resolve_recipe
 from ..errors import ConfigError
 from ..gguf_cache import BUNDLED, bundled_gguf  # noqa: F401 - base_model keywords; bundled_gguf re-exported
@@ -396,43 +396,9 @@ def split_overrides(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return routed
 
 
-# data keys added after experiment folders were first written, at the value that reproduces the older data; one
-# mapping per generation of keys, oldest first
-_LATER_DATA_KEYS = ({"train_members": True, "tokenizer.source": None},
-                    {"background_dedup": None},
-                    {"num_validation": 0, "canaries": None})
-# of those, keys that change nothing without background: left out at any value when num_background is 0
-_BACKGROUND_KEYS = {"background_dedup"}
-_ABSENT = object()
-
-
 def data_hash(prepare_cfg: Any) -> str:
     """12 hex digits identifying a resolved data config: cells with equal data share one prepared folder."""
     return _sha12(to_dict(prepare_cfg))
-
-
-def legacy_data_hashes(prepare_cfg: Any) -> list[str]:
-    """The folder names the same data had before each generation of ``_LATER_DATA_KEYS`` existed, newest first
-    (none for a generation when the config sets one of its keys, or a later one's, to another value -- unless it is
-    a background key and there is no background): an experiment folder written then keeps its prepared data and
-    cells."""
-    data = to_dict(prepare_cfg)
-    names = []
-    for generation in reversed(_LATER_DATA_KEYS):
-        for key, default in generation.items():
-            value = pop_dotted(data, key, _ABSENT)
-            if value is not _ABSENT and value != default and \
-                    not (key in _BACKGROUND_KEYS and data.get("num_background") == 0):
-                return names
-        names.append(_sha12(data))
-    return names
-
-
-def legacy_data_hash(prepare_cfg: Any) -> str | None:
-    """The folder name the same data had before any of ``_LATER_DATA_KEYS`` existed (None when the config sets one
-    of them to another value, unless it is a background key and there is no background)."""
-    names = legacy_data_hashes(prepare_cfg)
-    return names[-1] if len(names) == len(_LATER_DATA_KEYS) else None
 
 
 def _sha12(data: dict) -> str:

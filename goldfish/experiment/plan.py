@@ -20,7 +20,7 @@ from ..config import flatten, from_dict, merged
 from ..errors import ConfigError
 from ..ownership import FolderLock
 from ..train_config import MASK_FILE, goldfish_config, read_mask_settings
-from .config import Cell, ExperimentConfig, HardwareConfig, data_hash, expand_cells, hardware_for, legacy_data_hashes
+from .config import Cell, ExperimentConfig, HardwareConfig, data_hash, expand_cells, hardware_for
 from .config import load_data_recipe, resolve_base_model, split_overrides
 
 DONE = "DONE"  # a cell's completion marker, written last (see goldfish.experiment.phases)
@@ -308,14 +308,8 @@ def _tracked(section: dict, cls: type, group: str, name: str) -> dict:
 
 
 def prepared_folder(cfg: ExperimentConfig, prepare_cfg: Any) -> Path:
-    """``<prepared>/<data hash>``; or the folder the same data was prepared in before newer data keys existed, when
-    only that one exists (so an older experiment folder keeps its data and its cells stay current)."""
-    current = cfg.prepared_dir / data_hash(prepare_cfg)
-    if not current.exists():
-        for legacy in legacy_data_hashes(prepare_cfg):
-            if (cfg.prepared_dir / legacy).exists():
-                return cfg.prepared_dir / legacy
-    return current
+    """``<prepared>/<data hash>``."""
+    return cfg.prepared_dir / data_hash(prepare_cfg)
 
 
 def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dict) -> CellPlan:

@@ -156,7 +156,7 @@ def special_token_text_in_eval_jsonl_stays_text(p: Probe) -> None:
     docs = _jsonl(p, [{"id": "a", "text": text}])
 
     def same_ids_as_prepare() -> int:
-        from goldfish.data.prepare import _encode
+        from goldfish.data.prepare_targets import _encode
         from goldfish.eval.inputs import tokenize_jsonl
         from goldfish.models import load_model_tokenizer
 

@@ -89,7 +89,7 @@ def _eval_offline(cache: Path, argv: list):
         from huggingface_hub import constants
 
         from goldfish.cli import main
-        from goldfish.models import hub_snapshot
+        from goldfish.model_source import hub_snapshot
 
         constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE = str(cache), True
         hub_snapshot.cache_clear()

@@ -1,55 +1,28 @@
-"""One config system for every entry point: typed dataclasses <-> YAML <-> ``key=value`` overrides.
-
-Precedence, lowest to highest: **dataclass defaults < YAML file < command-line ``key=value`` overrides**.
-
-* A config is a (nested) dataclass. Every field carries a docstring in ``field(metadata={"help": ...})``
-  (use :func:`option`), and the class validates itself in ``__post_init__`` by raising :class:`ConfigError`.
-* ``load_config(TrainConfig, "run.yaml", ["optim.lr=1e-3", "model.size=10M"])`` builds it. Keys are dotted paths
-  into nested sections. One strict scalar grammar reads every value, in files and overrides alike (YAML 1.2's core
-  schema, not PyYAML's 1.1): ``true``/``false``, ``null``/``~``, decimal integers and decimal floats (``1e-3``,
-  ``.inf``); nothing else changes type -- ``yes``, ``0x1F``, ``12:30``, ``2024-01-01`` are text. A plain scalar
-  keeps the text it was written as, so a ``str`` field gets ``0123`` as ``"0123"``, never 83. An override value is
-  taken as typed (``out=runs/x #1`` is that text: no YAML comment, anchor or mapping inside it); only ``[...]``,
-  ``{...}`` and quoted values are read as YAML. A line break in an override, a key given twice in a mapping and a
-  non-finite number for a float setting are each one error.
-* Unknown keys are an error that lists the valid keys; all problems are collected and reported in one message.
-* :func:`save_config` writes the resolved config (atomically) beside checkpoints and results so a run can be
-  reproduced exactly.
-
-No ``exec``, no environment variables, no cluster paths in defaults.
-"""
+"""Typed config dataclasses: fields with their help (:func:`option`), building a config from a plain dict with every
+problem collected (:func:`from_dict`), the alias table of old spellings, saving, ``describe`` for ``--help``, the
+validation helpers, and finding a shipped config by name."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 import math
-import re
-import reprlib
 import types
 import typing
 from pathlib import Path
-from typing import Any, Iterable, Literal, Sequence, TypeVar, Union
+from typing import Any, Iterable, Literal, TypeVar, Union
 
 import yaml
 
-from .errors import ConfigError
-from .io import atomic_write_text
+from ..errors import ConfigError
+from ..io import atomic_write_text
+from .grammar import _Float, _Int, read_yaml, shown
+from .overrides import merged, parse_overrides
 
 T = TypeVar("T")
 
 INT_LIMIT = 2**63  # every integer setting lies in (-2**63, 2**63): what torch's and NumPy's int64 can hold
 SEED_MAX = 2**32 - 1  # seeds: 0 ... 2**32 - 1 (NumPy's and most tools' range)
-YAML_MAX_VALUES = 1_000_000  # a config expanding to more values (YAML aliases: "billion laughs") is refused
-SHOWN_CHARS = 200  # a user's value quoted in an error message is cut to this many characters
-_REPR = reprlib.Repr()
-_REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict, _REPR.maxlevel = 80, 80, 8, 8, 3
-
-
-def shown(value: Any) -> str:
-    """A short ``repr`` of a user's value for an error message: bounded work and length, whatever the value."""
-    text = value.text if isinstance(value, (_Int, _Float)) else _REPR.repr(value)
-    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
 
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = dataclasses.MISSING) -> Any:
@@ -307,257 +280,6 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
-# --------------------------------------------------------------------------------------------- dotted keys
-# One implementation of ``a.b.c`` keys into nested mappings, behind every command: overrides, an experiment's arm and
-# grid settings, fingerprints (flat dicts) and their comparisons.
-
-def _parts(key: str | Sequence[str]) -> list[str]:
-    return key.split(".") if isinstance(key, str) else list(key)
-
-
-def flatten(mapping: dict, prefix: str = "") -> dict[str, Any]:
-    """``{"train": {"loss": {"type": x}}, "eval.p": 1}`` -> ``{"train.loss.type": x, "eval.p": 1}``; an empty dict
-    stays a value (``{"a": {}}`` -> ``{"a": {}}``), so flattening loses nothing."""
-    out: dict[str, Any] = {}
-    for key, value in mapping.items():
-        full = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, full + "."))
-        else:
-            out[full] = value
-    return out
-
-
-def set_dotted(data: dict, key: str | Sequence[str], value: Any) -> None:
-    """``data["a"]["b"] = value`` for ``key="a.b"`` (or ``["a", "b"]``), creating sections (a copy of the value is
-    stored, so ``data`` never shares a mutable value with its source)."""
-    *parents, last = _parts(key)
-    node = data
-    for part in parents:
-        if not isinstance(node.get(part), dict):
-            node[part] = {}
-        node = node[part]
-    node[last] = copy.deepcopy(value)
-
-
-def get_dotted(data: dict, key: str | Sequence[str], default: Any = None) -> Any:
-    """``data["a"]["b"]`` for ``key="a.b"``, or ``default`` where a section or the key is absent."""
-    node: Any = data
-    for part in _parts(key):
-        if not isinstance(node, dict) or part not in node:
-            return default
-        node = node[part]
-    return node
-
-
-def pop_dotted(data: dict, key: str | Sequence[str], default: Any = None) -> Any:
-    """Remove ``key="a.b"`` from ``data`` and return its value (``default`` where absent)."""
-    *parents, last = _parts(key)
-    node = get_dotted(data, parents, None) if parents else data
-    return node.pop(last, default) if isinstance(node, dict) else default
-
-
-def merged(base: dict, overrides: dict[str, Any]) -> dict:
-    """A deep copy of ``base`` with dotted ``overrides`` applied in order."""
-    out = copy.deepcopy(base)
-    for key, value in overrides.items():
-        set_dotted(out, key, value)
-    return out
-
-
-# --------------------------------------------------------------------------------------------- overrides
-
-
-def split_arguments(positional: Sequence[str]) -> tuple[str | None, list[str]]:
-    """A command's positional arguments -> (config file or None, ``key=value`` overrides): the first one is the file
-    unless it reads as ``key=value`` and names no file (a run configured on the command line alone)."""
-    args = list(positional)
-    if args and ("=" not in args[0] or Path(args[0]).is_file()):
-        return args[0], args[1:]
-    return None, args
-
-
-def parse_overrides(texts: Iterable[str]) -> dict[str, Any]:
-    """``["optim.lr=3e-4", "seed=1"]`` -> ``{"optim.lr": 3e-4, "seed": 1}`` (a later one wins)."""
-    out: dict[str, Any] = {}
-    for text in texts:
-        keys, value = parse_override(text)
-        out[".".join(keys)] = value
-    return out
-
-
-def _remembering(base: type) -> type:
-    """``base`` (int or float) whose values remember the text of the plain scalar they were read from (``0123``,
-    ``1.10``): what a ``str`` setting gets. They compare, hash, print and serialise as plain numbers."""
-    def __new__(cls, value, text: str):
-        number = base.__new__(cls, value)
-        number.text = text
-        return number
-
-    def __getnewargs__(self) -> tuple:  # copy and pickle
-        return base(self), self.text
-
-    name = f"_{base.__name__.title()}"
-    return type(name, (base,), {"__new__": __new__, "__getnewargs__": __getnewargs__, "__module__": __name__,
-                                "__qualname__": name, "__doc__": _remembering.__doc__})
-
-
-_Int = _remembering(int)
-_Float = _remembering(float)
-
-
-# YAML 1.2 core schema: the only plain scalars that are not text
-_NULL = re.compile(r"^(?:~|null|Null|NULL|)$")
-_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
-_INT = re.compile(r"^[-+]?[0-9]+$")
-_FLOAT = re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-                    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
-MAX_DIGITS = 100  # a number written with more characters is refused before Python converts it (bounded work)
-
-
-def _number(text: str, where: str) -> Any:
-    """``text`` (matching :data:`_INT` or :data:`_FLOAT`) as an :class:`_Int` or :class:`_Float`."""
-    if len(text) > MAX_DIGITS:
-        raise ConfigError(f"{where}: a number of {len(text):,} characters ({text[:20]}...) is beyond any setting")
-    if _INT.match(text):
-        return _Int(int(text, 10), text)
-    if not _FLOAT.match(text):  # an explicit !!int / !!float tag on other text
-        raise ConfigError(f"{where}: {shown(text)} is not a decimal number")
-    special = {".inf": math.inf, "+.inf": math.inf, "-.inf": -math.inf, ".nan": math.nan}
-    lowered = text.lower()
-    return _Float(special[lowered] if lowered in special else float(text), text)
-
-
-def scalar(text: str, where: str = "value") -> Any:
-    """A plain scalar by the one grammar of every value (module docstring): null, a boolean, an integer or a float
-    (each remembering ``text``), else ``text`` itself."""
-    if _NULL.match(text):
-        return None
-    if _BOOL.match(text):
-        return text.lower() == "true"
-    if _INT.match(text) or _FLOAT.match(text):
-        return _number(text, where)
-    return text
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader reading scalars by :func:`scalar`'s grammar (not YAML 1.1's ``yes``, ``0123`` octal,
-    ``12:30`` sexagesimal, dates) and refusing a key given twice in one mapping. ``where`` names the text."""
-
-    where = "YAML"
-
-    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict:
-        if isinstance(node, yaml.MappingNode):
-            seen: dict[str, int] = {}
-            for key_node, _ in node.value:
-                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                line = key_node.start_mark.line + 1
-                if key_node.value in seen:
-                    raise ConfigError(f"{self.where}: key '{shown(key_node.value)[1:-1]}' is given twice (lines "
-                                      f"{seen[key_node.value]} and {line}); keep one")
-                seen[key_node.value] = line
-        return super().construct_mapping(node, deep)
-
-    def construct_yaml_number(self, node: yaml.ScalarNode) -> Any:
-        return _number(node.value, self.where)
-
-
-_StrictLoader.yaml_implicit_resolvers = {}
-for _tag, _pattern, _first in (("bool", _BOOL, "tTfF"), ("int", _INT, "-+0123456789"),
-                               ("float", _FLOAT, "-+0123456789."), ("null", _NULL, ["~", "n", "N", ""]),
-                               ("merge", re.compile(r"^(?:<<)$"), "<")):
-    _StrictLoader.add_implicit_resolver(f"tag:yaml.org,2002:{_tag}", _pattern, list(_first))
-_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_number)
-_StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_yaml_number)
-for _type, _represent in ((_Int, yaml.SafeDumper.represent_int), (_Float, yaml.SafeDumper.represent_float)):
-    yaml.SafeDumper.add_representer(_type, _represent)  # a value read here dumps as the plain number it is
-
-_LINE_BREAKS = ("\n", "\r", "\x85", "\u2028", "\u2029")
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``"optim.lr=3e-4"`` -> (["optim", "lr"], 3e-4). The value is read by :func:`scalar` as typed (no YAML
-    comment, anchor or mapping inside it); a value starting with ``[``, ``{`` or a quote is read as YAML (a list,
-    a mapping, a quoted string). A line break anywhere is refused: it would be folded into a space."""
-    if any(c in text for c in _LINE_BREAKS):
-        raise ConfigError(f"override {shown(text)} contains a line break; a key=value override is one line")
-    if "=" not in text:
-        raise ConfigError(f"override '{text}' is not of the form key=value (e.g. optim.lr=3e-4)")
-    key, raw = text.split("=", 1)
-    key = key.strip().lstrip("-").replace("-", "_")
-    if not key:
-        raise ConfigError(f"override '{text}' has an empty key")
-    value = raw.strip()
-    where = f"override '{key}'"
-    if not value:
-        return key.split("."), ""
-    if value[0] in "[{'\"":
-        try:
-            return key.split("."), load_yaml(value, where)
-        except yaml.YAMLError as e:
-            what = {"[": "list", "{": "mapping"}.get(value[0], "quoted string")
-            why = getattr(e, "problem", None) or e
-            raise ConfigError(f"{where}: {shown(value)} is not a valid YAML {what} ({why}); check its brackets and "
-                              f"quotes") from None
-    return key.split("."), scalar(value, where)
-
-
-def _expanded_values(node: yaml.Node, memo: dict[int, int]) -> int:
-    """How many values ``node`` stands for once every alias is expanded (memoised per node: linear work)."""
-    if id(node) not in memo:
-        memo[id(node)] = 0  # a node that contains itself counts once (PyYAML refuses to build it anyway)
-        children: list = []
-        if isinstance(node, yaml.MappingNode):
-            children = [item for pair in node.value for item in pair]
-        elif isinstance(node, yaml.SequenceNode):
-            children = node.value
-        memo[id(node)] = 1 + sum(_expanded_values(child, memo) for child in children)
-    return memo[id(node)]
-
-
-def load_yaml(text: str, where: str) -> Any:
-    """``yaml.safe_load`` with bounded work: a document whose aliases would expand to more than
-    :data:`YAML_MAX_VALUES` values, or that nests deeper than Python can follow, is one :class:`ConfigError`."""
-    loader = _StrictLoader(text)
-    loader.where = where
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        size = _expanded_values(node, {})
-        if size > YAML_MAX_VALUES:
-            raise ConfigError(f"{where} expands to {size:.3g} values through YAML aliases (&anchor / *alias), more "
-                              f"than the {YAML_MAX_VALUES:,} a config may hold; write the values out")
-        return loader.construct_document(node)
-    except RecursionError:
-        raise ConfigError(f"{where} nests too deeply to read; flatten it") from None
-    finally:
-        loader.dispose()
-
-
-def read_yaml(path: str | Path) -> dict:
-    """Read a YAML mapping, with one-line errors for a missing or malformed file."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path} (check the path or the shipped config's name, or run without "
-                          f"a file to use the defaults)")
-    try:
-        data = load_yaml(path.read_text(encoding="utf-8"), f"config file {path}")
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"config file {path} is not valid YAML{where}: {getattr(e, 'problem', e)}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"config file {path} is not UTF-8 text") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping of keys to values, not {type(data).__name__}")
-    return data
-
-
-# the checkout's folders of shipped configs -> where a wheel installs them (package data, pyproject.toml)
 SHIPPED = {"data": "recipes", "experiments": "configs"}
 
 
@@ -574,7 +296,7 @@ def find_config(spec: str | Path, folder: str) -> Path:
     yaml_suffix = path.suffix in (".yaml", ".yml")
     candidates = ([path] if yaml_suffix or "/" in str(spec) else []) + ([] if yaml_suffix else
                                                                          [Path(folder) / f"{spec}.yaml"])
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]  # goldfish/
     checkout = package.parent if (package.parent / "pyproject.toml").is_file() else None
     for relative in candidates:
         found = [root / relative for root in (Path.cwd(), checkout) if root is not None]
