@@ -153,3 +153,34 @@ def test_the_seed_level_equivalence_test_keeps_its_level_when_seeds_disagree(n_s
         assert rejected <= 0.05 + slack
     inside = rng.normal(0, 0.02, (500, n_seeds)) + rng.normal(0, 1, (500, n_seeds)) * within
     assert np.mean([bool(replicate_tost(v, margin)["equivalent"]) for v in inside]) > 0.2  # it can say yes
+
+
+def test_the_size_section_reads_the_size_effect_across_runs(monkeypatch):
+    """sections/size.py: a cell is a run, its seed its value on the axes other than size and the tuned one; the
+    report shows the log-linearity test, the t interval over seeds and the per-run table."""
+    from types import SimpleNamespace
+
+    from goldfish.experiment.sections import size as section
+
+    k, size_index, reads = _size_sweep(1, 3, 3.0, 1.0, seed=5)
+    labels = [4, 16, 24, 32, 48, 64, 128]
+    counted = []
+    for s in range(3):
+        for j, params in enumerate(PARAMS):
+            windows = [{"repetitions": r, "exact_match": t < k[0, s, j * 7 + e]}
+                       for e, r in enumerate(labels) for t in range(TARGETS)]
+            cell = SimpleNamespace(arm="standard", start_model=None, params=10 ** params,
+                                   values={"size": f"s{j}", "lr": "0.003", "seed": str(s)},
+                                   exposures={str(r): [r, r] for r in labels})
+            counted.append((SimpleNamespace(windows=windows), cell))
+    control = SimpleNamespace(arm="control", start_model=None, params=1e6, values={}, exposures={})
+    counted.append((SimpleNamespace(windows=[]), control))
+    monkeypatch.setattr(section, "first_prefix_windows", lambda plan: plan.windows)
+    found = section.size_runs(counted, ["size", "lr", "seed"], "lr")
+    assert [m["arm"] for m in found] == ["standard"] and found[0]["seeds"] == ["seed=0", "seed=1", "seed=2"]
+    alpha, _, _ = run_logits(k[0], np.full(35, TARGETS), size_index, reads, 5)
+    assert found[0]["two_stage"]["mean"] == pytest.approx(size_slope_over_runs(alpha, PARAMS)["two_stage"]["mean"])
+    text = "\n".join(section.size_runs_markdown(found))
+    assert "95 % t over seeds" in text and "(t, 2 df)" in text and "within-run detail" in text
+    assert text.count("| standard | seed=") == 15  # one row per run
+    assert section.replicate_of(counted[0][1], ["size", "lr"], "lr") == "-"
