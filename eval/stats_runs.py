@@ -18,7 +18,9 @@ per seed, a seed being a series of runs that share a split) and read across them
   test -- size as a factor vs log-linear in log10 params, an F test against the between-run error (the run-level
   counterpart of a likelihood-ratio test, which against the within-run binomial error alone rejects whenever runs
   differ at all).
-* :func:`size_effect_over_runs` -- both stages from per-window exact match, exposures, parameters and seeds.
+* :func:`size_effect_over_runs` -- both stages from per-window exact match, exposures, parameters and seeds, with
+  the window-level likelihood-ratio test of log-linearity beside the run-level F test (:func:`loglinearity_lr`: it
+  treats each run as fixed, so it is within-run detail).
 
 Under a per-run logit shift (each trained model a little luckier or unluckier than its size predicts), a window-level
 interval of the size coefficient is too narrow: 0.65 coverage for a nominal 0.95 at a shift of SD 1 on the size
@@ -32,7 +34,7 @@ import math
 from typing import Any, Sequence
 
 import numpy as np
-from scipy.stats import f as f_dist, t as student_t
+from scipy.stats import chi2, f as f_dist, t as student_t
 
 from goldfish.eval.stats import logistic_batch
 
@@ -139,13 +141,48 @@ def size_slope_over_runs(logits: Any, log10_params: Sequence[float], level: floa
     return out
 
 
+def _binomial_loglik(beta: np.ndarray, design: np.ndarray, k: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """(B,) log-likelihoods of (B, P) coefficients on grouped counts (the binomial coefficients left out)."""
+    eta = beta @ design.T
+    return (k * -np.logaddexp(0.0, -eta) + (n - k) * -np.logaddexp(0.0, eta)).sum(axis=1)
+
+
+def loglinearity_lr(successes: Any, trials: Any, size_index: Sequence[int], log2_reads: Sequence[float],
+                    log10_params: Sequence[float]) -> dict[str, Any]:
+    """The window-level likelihood-ratio test of log-linearity in size, per seed and summed: maximum likelihood with
+    size as a factor (one intercept per size) against ``a + c log10 params``, both with the seed's exposure slope.
+    ``successes`` / ``trials`` (B seeds, G groups), ``size_index`` (G,) into ``log10_params``, ``log2_reads`` (G,).
+    Returns ``{LR, df, p_value}`` (df: the seeds' sizes minus two, summed; None without a seed of three sizes). Its
+    error is the binomial one inside each run: a per-run shift alone rejects it, so it is within-run detail beside
+    the run-level F test of :func:`size_slope_over_runs`."""
+    k = np.atleast_2d(np.asarray(successes, dtype=np.float64))
+    n = np.broadcast_to(np.asarray(trials, dtype=np.float64), k.shape)
+    size_index = np.asarray(size_index, dtype=np.int64)
+    xs = np.asarray(log10_params, dtype=np.float64)
+    reads = np.asarray(log2_reads, dtype=np.float64)
+    n_sizes = len(xs)
+    factor = np.zeros((len(size_index), n_sizes + 1))
+    factor[np.arange(len(size_index)), size_index] = 1.0
+    factor[:, n_sizes] = reads
+    linear = np.column_stack([np.ones(len(size_index)), xs[size_index], reads])
+    present = np.einsum("bs,si->bi", n, factor[:, :n_sizes]) > 0
+    df = int(np.clip(present.sum(axis=1) - 2, 0, None).sum())
+    if df == 0:
+        return {"LR": None, "df": 0, "p_value": None}
+    ll_factor = _binomial_loglik(logistic_batch(factor, k, n, firth=False), factor, k, n)
+    ll_linear = _binomial_loglik(logistic_batch(linear, k, n, firth=False), linear, k, n)
+    lr = float(max(0.0, 2.0 * (ll_factor - ll_linear).sum()))
+    return {"LR": lr, "df": df, "p_value": float(chi2.sf(lr, df))}
+
+
 def size_effect_over_runs(exact: Sequence[Any], log2_reads: Sequence[float], log10_params: Sequence[float],
                           seeds: Sequence[Any], firth: bool = True, level: float = 0.95) -> dict[str, Any]:
     """The size effect with the training run as the unit, from per-window exact match (0/1), log2 exposures read,
     log10 parameters of the window's model and its seed (a run = one seed at one size). Stage 1
     (:func:`run_logits`) per seed, stage 2 (:func:`size_slope_over_runs`) across runs and seeds. Returns stage 2's
     dict plus ``seeds``, ``sizes`` (log10 params, ascending), ``runs`` (``[{seed, log10_params, logit, se, windows,
-    exact}]``: the per-run table) and ``exposure_slope`` per seed, or ``{why_not}`` with fewer than two sizes."""
+    exact}]``: the per-run table), ``exposure_slope`` per seed and ``linearity_within_runs`` (:func:`loglinearity_lr`),
+    or ``{why_not}`` with fewer than two sizes."""
     y = np.asarray(exact, dtype=np.float64).reshape(-1)
     reads = np.asarray(log2_reads, dtype=np.float64).reshape(-1)
     params = np.asarray(log10_params, dtype=np.float64).reshape(-1)
@@ -167,6 +204,7 @@ def size_effect_over_runs(exact: Sequence[Any], log2_reads: Sequence[float], log
     size_of = [sizes.index(g[0]) for g in groups]
     alpha, se, b = run_logits(k, n, size_of, [g[1] for g in groups], len(sizes), firth)
     out = size_slope_over_runs(alpha, sizes, level)
+    out["linearity_within_runs"] = loglinearity_lr(k, n, size_of, [g[1] for g in groups], sizes)
     runs = []
     for i, s in enumerate(seed_names):
         for j, x in enumerate(sizes):

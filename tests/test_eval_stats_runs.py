@@ -101,6 +101,17 @@ def test_from_windows_is_the_two_stages_and_keeps_the_per_run_table():
     assert len(found["runs"]) == 15 and found["seeds"] == ["seed0", "seed1", "seed2"]
     assert [r["exact"] for r in found["runs"][:5]] == [int(k[0, size_index == j].sum()) for j in range(5)]
     assert size_effect_over_runs([1, 0], [2.0, 2.0], [6.0, 6.0], ["0", "0"])["why_not"] == "1 size(s)"
+    # the window-level likelihood-ratio test of log-linearity: statsmodels' Logit, factor vs linear, per seed, summed
+    frame = pd.DataFrame({"y": np.concatenate(y), "x": np.concatenate(xs), "reads": np.concatenate(xr),
+                          "seed": seeds})
+    lr = 0.0
+    for _, part in frame.groupby("seed"):
+        factor = smf.logit("y ~ 0 + C(x) + reads", data=part).fit(disp=0)
+        linear = smf.logit("y ~ x + reads", data=part).fit(disp=0)
+        lr += 2 * (factor.llf - linear.llf)
+    within = found["linearity_within_runs"]
+    assert within["df"] == 3 * 3 and within["LR"] == pytest.approx(lr, rel=1e-6)
+    assert within["p_value"] == pytest.approx(sps.chi2.sf(lr, 9), rel=1e-6)
 
 
 def _size_sweep(n_sims: int, n_seeds: int, c: float, shift_sd: float, seed: int):
@@ -184,3 +195,13 @@ def test_the_size_section_reads_the_size_effect_across_runs(monkeypatch):
     assert "95 % t over seeds" in text and "(t, 2 df)" in text and "within-run detail" in text
     assert text.count("| standard | seed=") == 15  # one row per run
     assert section.replicate_of(counted[0][1], ["size", "lr"], "lr") == "-"
+
+
+def test_the_size_section_says_when_log_linearity_is_rejected():
+    from goldfish.experiment.sections import size as section
+
+    logits = np.array([[-3.0, 1.0, -2.0, 2.0, 0.0], [-3.1, 0.9, -2.1, 2.2, 0.1], [-2.9, 1.1, -1.9, 1.9, -0.1]])
+    found = {"arm": "standard", **size_slope_over_runs(logits, PARAMS), "runs": [],
+             "per_seed": [{"seed": f"seed={i}", "slope": 0.0} for i in range(3)]}
+    assert found["linearity"]["p_value"] < 0.001
+    assert "log-linearity rejected" in "\n".join(section.size_runs_markdown([found]))

@@ -111,15 +111,20 @@ def size_runs_markdown(models: list[dict]) -> list[str]:
             continue
         lin = m.get("linearity")
         lin_text = "-" if not lin else f"F {lin['F']:.2f} ({lin['df1']}, {lin['df2']} df), p {lin['p_value']:.3g}"
+        within = m.get("linearity_within_runs") or {}
+        if within.get("LR") is not None:
+            lin_text += f"; within runs LR {within['LR']:.1f} ({within['df']} df), p {within['p_value']:.3g}"
         two, run = m["two_stage"], m.get("run_level") or {}
         sd = "-" if two.get("sd") is None else f"{two['sd']:.2f}"
         run_text = "-" if not run else _interval(run, "slope") + (
             "" if run.get("between_run_sd") is None else f"; between-run SD {run['between_run_sd']:.2f}")
         per_seed = ", ".join(f"{s['seed']}: " + ("-" if s["slope"] is None else f"{s['slope']:+.2f}")
                              for s in m["per_seed"])
-        rows.append([m["arm"], f"{m['n_seeds']} seed(s), {m['n_runs']} runs", lin_text,
-                     _interval(two) + f" (t, {two['df'] if two.get('df') is not None else 0} df)", sd,
-                     per_seed, run_text])
+        effect = _interval(two) + f" (t, {two['df'] if two.get('df') is not None else 0} df)"
+        if lin and lin["p_value"] < 0.05:
+            effect += " -- log-linearity rejected: read the per-size table, not the slope"
+        rows.append([m["arm"], f"{m['n_seeds']} seed(s), {m['n_runs']} runs", lin_text, effect, sd, per_seed,
+                     run_text])
         for r in m["runs"]:
             run_rows.append([m["arm"], r["seed"], f"{10 ** r['log10_params'] / 1e6:.2f} M",
                              f"{r['exact']}/{r['windows']}", f"{r['logit']:+.2f} +- {r['se']:.2f}"])
@@ -128,7 +133,9 @@ def size_runs_markdown(models: list[dict]) -> list[str]:
              "gives each run's logit (at one exposure); each seed's least-squares slope of those logits on log10 "
              "params is one observation, and the size effect is their mean with a 95 % t interval over seeds, the "
              "between-seed SD beside it. Read the slope only where log-linearity holds: the F test of size as a "
-             "factor vs log-linear (seed effects in both) against the between-run error. The runs-as-units slope "
+             "factor vs log-linear (seed effects in both) against the between-run error (the likelihood-ratio test "
+             "within runs beside it uses the binomial error alone, so a run's own shift is enough to reject it: "
+             "within-run detail). The runs-as-units slope "
              "(seed as a fixed effect, every run one observation) assumes one slope for every seed; the between-run "
              "SD is how far a run's logit sits from its seed's and its size's (the run's own shift plus its "
              "estimation error). The Wilson intervals above and the joint model's cluster bootstrap below resample "
