@@ -22,6 +22,10 @@ per seed, a seed being a series of runs that share a split) and read across them
   the window-level likelihood-ratio test of log-linearity beside the run-level F test (:func:`loglinearity_lr`: it
   treats each run as fixed, so it is within-run detail).
 
+A run that extracts nothing (or everything) has no maximum-likelihood logit; its Firth logit is finite but pulled
+toward the middle, so a size on the floor flattens the slope (toward 0): the per-run table shows such runs (0/n), and
+the log-linearity test flags a floor that bends the line.
+
 Under a per-run logit shift (each trained model a little luckier or unluckier than its size predicts), a window-level
 interval of the size coefficient is too narrow: 0.65 coverage for a nominal 0.95 at a shift of SD 1 on the size
 sweep's design (issue 38). The two-stage interval does not depend on that SD: it reads the slope's spread across
