@@ -13,9 +13,12 @@ from scipy import stats as sps
 from goldfish.eval.stats import logistic_batch, replicate_tost
 from goldfish.eval.stats_runs import run_logits, size_effect_over_runs, size_slope_over_runs, t_over_runs
 
-sm = pytest.importorskip("statsmodels.api")
-smf = pytest.importorskip("statsmodels.formula.api")
-pd = pytest.importorskip("pandas")
+
+
+def _statsmodels():
+    """statsmodels (the test extra) as the second implementation: (statsmodels.api, its formula api, pandas)."""
+    return (pytest.importorskip("statsmodels.api"), pytest.importorskip("statsmodels.formula.api"),
+            pytest.importorskip("pandas"))
 
 # the size sweep's design (experiments/size_sweep.yaml): five sizes, seven exposure strata of eight targets
 PARAMS = np.log10([0.9e6, 1.5e6, 4.2e6, 12.2e6, 44.9e6])
@@ -47,6 +50,7 @@ def _windows(k: np.ndarray, size_index: np.ndarray, reads: np.ndarray, n: int):
 
 def test_run_logits_are_statsmodels_logit_without_the_penalty():
     """Stage 1 by maximum likelihood (no separation in these counts) is statsmodels' Logit with size as a factor."""
+    sm, _, _ = _statsmodels()
     size_index = np.repeat(np.arange(3), 4)
     reads = np.tile(np.log2([4, 16, 32, 64]), 3)
     k = np.array([1, 2, 4, 6, 2, 3, 5, 7, 3, 5, 6, 7])
@@ -60,6 +64,7 @@ def test_run_logits_are_statsmodels_logit_without_the_penalty():
 
 
 def test_stage_two_is_statsmodels_ols_and_its_f_test():
+    _, smf, pd = _statsmodels()
     rng = np.random.default_rng(3)
     logits = -2 + 1.5 * (PARAMS[None, :] - 6.6) + rng.normal(0, 0.8, (4, 5)) + rng.normal(0, 1, (4, 1))
     logits[2, 4] = np.nan  # one run missing
@@ -84,6 +89,7 @@ def test_stage_two_is_statsmodels_ols_and_its_f_test():
 
 
 def test_from_windows_is_the_two_stages_and_keeps_the_per_run_table():
+    _, smf, pd = _statsmodels()
     rng = np.random.default_rng(1)
     size_index, reads = np.repeat(np.arange(5), 7), np.tile(EXPOSURES, 5)
     k = rng.binomial(TARGETS, 1 / (1 + np.exp(-(reads - 5 + 2 * (PARAMS[size_index] - 6.6)))), (3, 35))
