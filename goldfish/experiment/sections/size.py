@@ -2,6 +2,13 @@
 then per (arm, size) exact match per exposure stratum with Wilson intervals, the loss gap against the control of the
 same size (also split by the positions the Goldfish mask keeps / drops), held-out loss, and the log-linear fits over
 the sizes off the floor. Computed by :mod:`goldfish.experiment.scaling` into ``results.json``'s ``scaling`` block.
+
+The size effect is read with the training run as the unit (issue 38), in ``scaling.size_runs``
+(:func:`goldfish.eval.stats_runs.size_effect_over_runs`): each run's logit of exact match (one per seed and size),
+each seed's slope over log10 params, the t interval of their mean over seeds with the between-seed SD, the same slope
+with the runs as units and the between-run SD, and the log-linearity test (size as a factor vs log-linear) reported
+before the slope. The Wilson intervals, the loss gaps' bootstrap and the joint model's cluster bootstrap
+(``size_model``) resample targets inside fixed models: within-run detail.
 """
 
 from __future__ import annotations
@@ -10,10 +17,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import math
+
+from goldfish.eval.stats_runs import size_effect_over_runs
 from goldfish.eval.tables import markdown_section, markdown_table, pct
 
 from ...data import load_prepared
-from ..scaling import MIN_FIT_POINTS, size_analysis, size_model
+from ..plan import CellPlan
+from ..scaling import MIN_FIT_POINTS, SIZE_AXIS, _reads, first_prefix_windows, size_analysis, size_model
 from ..summary import CellSummary, Study
 
 
@@ -44,7 +55,99 @@ def compute(study: Study) -> dict:
     if scaling is not None:
         scaling["data"] = {str(d): target_share(d) for d in dict.fromkeys(p.data_dir for p in study.done)}
         scaling["size_model"] = size_model([p for p, _ in counted], [c for _, c in counted])
+        scaling["size_runs"] = size_runs(counted, study.axes, (study.tune or {}).get("axis"))
     return {"scaling": scaling}
+
+
+def replicate_of(cell: CellSummary, axes: list[str], tuned: str | None) -> str:
+    """The replicate (seed) a cell belongs to: its values on the axes other than the size and the tuned one
+    (``seed=1``); ``-`` without such an axis (a single series of runs)."""
+    rest = [f"{a}={cell.values.get(a)}" for a in axes if a not in (SIZE_AXIS, tuned)]
+    return ", ".join(rest) or "-"
+
+
+def size_runs(counted: list[tuple[CellPlan, CellSummary]], axes: list[str], tuned: str | None) -> list[dict]:
+    """Per arm (not the control): :func:`goldfish.eval.stats_runs.size_effect_over_runs` of its from-scratch cells'
+    target windows (first prefix length; exposures as read in training), a cell being one run and its replicate
+    (:func:`replicate_of`) its seed; ``{arm, why_not}`` with fewer than two sizes or no extraction at all."""
+    out = []
+    for arm in dict.fromkeys(c.arm for _, c in counted if c.arm != "control"):
+        exact, reads, params, seeds = [], [], [], []
+        for plan, cell in counted:
+            if cell.arm != arm or cell.start_model or not cell.params:
+                continue
+            for w in first_prefix_windows(plan):
+                read = _reads(cell, str(w.get("repetitions")))
+                if read:
+                    exact.append(float(bool(w.get("exact_match"))))
+                    reads.append(math.log2(read))
+                    params.append(math.log10(cell.params))
+                    seeds.append(replicate_of(cell, axes, tuned))
+        if len(set(params)) < 2 or not sum(exact):
+            out.append({"arm": arm, "why_not": f"{len(set(params))} from-scratch size(s)" if len(set(params)) < 2
+                        else f"0 of {len(exact)} target windows extracted: no run-level slope to read"})
+            continue
+        out.append({"arm": arm, **size_effect_over_runs(exact, reads, params, seeds)})
+    return out
+
+
+def _interval(d: dict | None, key: str = "mean") -> str:
+    if not d or d.get(key) is None:
+        return "-"
+    if d.get("ci_low") is None:
+        return f"{d[key]:+.2f} (no interval: one seed)"
+    return f"{d[key]:+.2f} [{d['ci_low']:+.2f}, {d['ci_high']:+.2f}]"
+
+
+def size_runs_markdown(models: list[dict]) -> list[str]:
+    """The size effect read across training runs: per arm the log-linearity test, then the two-stage slope (the
+    reading) and the runs-as-units slope with the between-run SD; the per-seed slopes and the per-run logits."""
+    if not models:
+        return []
+    rows, run_rows = [], []
+    for m in models:
+        if "why_not" in m:
+            rows.append([m["arm"], m["why_not"], "-", "-", "-", "-", "-"])
+            continue
+        lin = m.get("linearity")
+        lin_text = "-" if not lin else f"F {lin['F']:.2f} ({lin['df1']}, {lin['df2']} df), p {lin['p_value']:.3g}"
+        within = m.get("linearity_within_runs") or {}
+        if within.get("LR") is not None:
+            lin_text += f"; within runs LR {within['LR']:.1f} ({within['df']} df), p {within['p_value']:.3g}"
+        two, run = m["two_stage"], m.get("run_level") or {}
+        sd = "-" if two.get("sd") is None else f"{two['sd']:.2f}"
+        run_text = "-" if not run else _interval(run, "slope") + (
+            "" if run.get("between_run_sd") is None else f"; between-run SD {run['between_run_sd']:.2f}")
+        per_seed = ", ".join(f"{s['seed']}: " + ("-" if s["slope"] is None else f"{s['slope']:+.2f}")
+                             for s in m["per_seed"])
+        effect = _interval(two) + f" (t, {two['df'] if two.get('df') is not None else 0} df)"
+        if lin and lin["p_value"] < 0.05:
+            effect += " -- log-linearity rejected: read the per-size table, not the slope"
+        rows.append([m["arm"], f"{m['n_seeds']} seed(s), {m['n_runs']} runs", lin_text, effect, sd, per_seed,
+                     run_text])
+        for r in m["runs"]:
+            run_rows.append([m["arm"], r["seed"], f"{10 ** r['log10_params'] / 1e6:.2f} M",
+                             f"{r['exact']}/{r['windows']}", f"{r['logit']:+.2f} +- {r['se']:.2f}"])
+    lines = ["The size effect with the training run as the unit (the reading; issue 38). Per seed, one "
+             "Firth-penalised logistic regression of exact match on log2 exposures read with one intercept per size "
+             "gives each run's logit (at one exposure); each seed's least-squares slope of those logits on log10 "
+             "params is one observation, and the size effect is their mean with a 95 % t interval over seeds, the "
+             "between-seed SD beside it. Read the slope only where log-linearity holds: the F test of size as a "
+             "factor vs log-linear (seed effects in both) against the between-run error (the likelihood-ratio test "
+             "within runs beside it uses the binomial error alone, so a run's own shift is enough to reject it: "
+             "within-run detail). The runs-as-units slope "
+             "(seed as a fixed effect, every run one observation) assumes one slope for every seed; the between-run "
+             "SD is how far a run's logit sits from its seed's and its size's (the run's own shift plus its "
+             "estimation error). The Wilson intervals above and the joint model's cluster bootstrap below resample "
+             "targets inside fixed models: within-run detail, not the reading.", "",
+             markdown_table(["arm", "runs", "log-linearity (factor vs log-linear)",
+                             "size effect: logit per 10x params [95 % t over seeds]", "between-seed SD",
+                             "per-seed slopes", "runs as units [95 %]"], rows)]
+    if run_rows:
+        lines += ["", "Per run (seed x size): extracted / target windows and the run's logit of exact match at one "
+                  "exposure (+- its within-run standard error):", "",
+                  markdown_table(["arm", "seed", "params", "extracted", "run logit"], run_rows)]
+    return lines
 
 
 def _split_gap_table(rows: list[dict], strata: list[int]) -> list[str]:
@@ -146,4 +249,10 @@ def scaling_markdown(results: dict) -> str | None:
 
 def render(results: dict) -> str:
     scaling = scaling_markdown(results)
-    return markdown_section("Memorisation vs model size (Carlini et al. 2022)", scaling) if scaling else ""
+    if not scaling:
+        return ""
+    runs = size_runs_markdown((results.get("scaling") or {}).get("size_runs") or [])
+    sections = [markdown_section("Memorisation vs model size (Carlini et al. 2022)", scaling)]
+    if runs:
+        sections.append(markdown_section("Size effect across training runs", "\n".join(runs)))
+    return "\n".join(sections)
