@@ -1,4 +1,4 @@
-"""Run-level statistics (eval/stats_runs.py, issue 38) against a second implementation (scipy, statsmodels), and two
+"""Run-level statistics (eval/stats/runs.py, issue 38) against a second implementation (scipy, statsmodels), and two
 simulations of the designs they read: the size sweep (5 sizes, 5 seeds, a per-run logit shift of SD 1) and the
 seed-level equivalence test at its margin when seeds disagree."""
 
@@ -11,7 +11,7 @@ import pytest
 from scipy import stats as sps
 
 from goldfish.eval.stats import logistic_batch, replicate_tost
-from goldfish.eval.stats_runs import run_logits, size_effect_over_runs, size_slope_over_runs, t_over_runs
+from goldfish.eval.stats import run_logits, size_effect_over_runs, size_slope_over_runs, t_over_runs
 
 
 

@@ -12,7 +12,8 @@ defined twice), one module per kind, each documenting its functions; callers imp
 * ``exact`` -- exact tests of counts: McNemar's, the document-level sign test, the Poisson-binomial count;
 * ``fits`` -- the log-linear fit, the Firth-penalised logistic regression and its cluster bootstrap;
 * ``prediction`` -- one set predicting another (precision and recall with Wilson intervals), the threshold rule;
-* ``runs`` -- the training run as the unit: the pooled paired AUC difference over seeds and ``replicate_tost``.
+* ``runs`` -- the training run as the unit: the pooled paired AUC difference over seeds, ``replicate_tost``, the t
+  interval over runs and the two-stage size effect over runs with its log-linearity tests.
 
 Every bootstrap interval is a 95 % percentile bootstrap from ``numpy.random.default_rng(seed)`` (same seed, same
 interval); ``replicate_tost``'s are Student's t over runs, the others closed forms.
@@ -26,4 +27,5 @@ from .exact import document_mcnemar, mcnemar_exact, poisson_binomial
 from .fits import LOGIT_MAX_ITER, LOGIT_MAX_STEP, clustered_logistic, logistic_batch, loglinear_fit, predict
 from .intervals import CI, Z95, mean_interval, minimum_detectable_effect, se_from_interval, wilson_interval
 from .prediction import set_prediction, threshold_rule
-from .runs import pooled_paired_auc_difference, replicate_tost
+from .runs import (loglinearity_lr, pooled_paired_auc_difference, replicate_tost, run_logits, size_effect_over_runs,
+                   size_slope_over_runs, t_over_runs)

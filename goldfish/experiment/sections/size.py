@@ -4,7 +4,7 @@ same size (also split by the positions the Goldfish mask keeps / drops), held-ou
 the sizes off the floor. Computed by :mod:`goldfish.experiment.scaling` into ``results.json``'s ``scaling`` block.
 
 The size effect is read with the training run as the unit (issue 38), in ``scaling.size_runs``
-(:func:`goldfish.eval.stats_runs.size_effect_over_runs`): each run's logit of exact match (one per seed and size),
+(:func:`goldfish.eval.stats.size_effect_over_runs`): each run's logit of exact match (one per seed and size),
 each seed's slope over log10 params, the t interval of their mean over seeds with the between-seed SD, the same slope
 with the runs as units and the between-run SD, and the log-linearity test (size as a factor vs log-linear) reported
 before the slope. The Wilson intervals, the loss gaps' bootstrap and the joint model's cluster bootstrap
@@ -19,7 +19,7 @@ from typing import Any
 
 import math
 
-from goldfish.eval.stats_runs import size_effect_over_runs
+from goldfish.eval.stats import size_effect_over_runs
 from goldfish.eval.tables import markdown_section, markdown_table, pct
 
 from ...data import load_prepared
@@ -67,7 +67,7 @@ def replicate_of(cell: CellSummary, axes: list[str], tuned: str | None) -> str:
 
 
 def size_runs(counted: list[tuple[CellPlan, CellSummary]], axes: list[str], tuned: str | None) -> list[dict]:
-    """Per arm (not the control): :func:`goldfish.eval.stats_runs.size_effect_over_runs` of its from-scratch cells'
+    """Per arm (not the control): :func:`goldfish.eval.stats.size_effect_over_runs` of its from-scratch cells'
     target windows (first prefix length; exposures as read in training), a cell being one run and its replicate
     (:func:`replicate_of`) its seed; ``{arm, why_not}`` with fewer than two sizes or no extraction at all."""
     out = []
