@@ -14,7 +14,8 @@ What a summary takes from which file (``goldfish/experiment/SCHEMA.md`` document
   guarded TPR at 1 % FPR (``goldfish.experiment.inference``), and from ``attacks.json`` the kept / dropped
   teacher-forced accuracy, the calibrated and hash-aware AUCs, the AUC per exposure count, the leakage audit and
   the per-target losses the size sweep's loss gap is made of;
-* ``eval/k_baseline.json`` (Goldfish cells) and ``exposure.json`` (the stream the model read, validation loss).
+* ``exposure.json`` (the stream the model read, validation loss);
+* every per-cell analysis's part (``goldfish.experiment.analyses``: each reads its own file).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from goldfish.eval.stats import cluster_bootstrap_mean, mean_interval, wilson_in
 
 from ..data import load_prepared
 from ..io import read_json, read_jsonl
+from .analyses import ANALYSES
 from .inference import cell_statistics
 from .plan import CellPlan
 from .summary import CellSummary
@@ -292,12 +294,12 @@ def summarize_cell(plan: CellPlan, mia_attack: str = "auto") -> CellSummary:
         **headline, **cell_statistics(scores.get(headline["mia_attack"]), results.get("windows") or []),
         by_prefix_len=_strata_of(summary, "by_prefix_len"), by_repetitions=_strata_of(summary, "by_repetitions"),
         strata=stratum_rows(results.get("windows") or []),
-        k_baseline=read_json(plan.k_baseline_file) if plan.k_baseline_file.is_file() else None,  # Goldfish cells
         exposures=train.get("exposures"),
         precision=train.get("precision"),  # resolved by the trainer; None for a control that trains nothing
         eval_precision=model.get("precision"), device=model.get("device") or train.get("device"),
         versions=results.get("versions"), git=results.get("git"), code=results.get("code"),
-        **_losses(attacks, plan.data_dir), **_extras(plan, results))
+        **_losses(attacks, plan.data_dir), **_extras(plan, results),
+        **{k: v for a in ANALYSES for k, v in vars(a.collect(plan)).items()})
 
 
 def tuning_loss(plan: CellPlan, by: str) -> float | None:

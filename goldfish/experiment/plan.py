@@ -51,12 +51,13 @@ def starting_model(cfg: ExperimentConfig, train: dict, overrides: dict[str, Any]
 class Pipeline:
     """What a cell runs. ``prepare(cfg, out=, overwrite=False, progress=False) -> Path``, ``train(cfg) -> Path``,
     ``evaluate(cfg, model) -> dict`` (the ``goldfish-eval/1`` results); ``initial_model(train_cfg, out) -> Path`` writes
-    the untrained model a from-scratch control cell evaluates to ``out`` (the cell's ``model_dir``); ``baseline(plan, model)``
-    (optional) writes the cell's k baseline after evaluation; ``analyse(plan, plans, model)`` writes the cell's
-    ``attacks.json`` (None: skipped); ``exposure(plan, model)`` its ``exposure.json`` (None: skipped); ``card(plan)`` adds
-    the cell's headline numbers to its trained model's card. ``open_model(eval_cfg)`` (optional) returns the handle
-    ``model`` evaluate, baseline, exposure and analyse receive: the cell's model, loaded once, on first use, for every phase
-    after training (None: each phase gets None and loads what it needs). ``train_fingerprint(train_cfg)`` and
+    the untrained model a from-scratch control cell evaluates to ``out`` (the cell's ``model_dir``);
+    ``analyses``: the per-cell analyses (``goldfish.experiment.analyses``) the cell runs after evaluation (none: a
+    test fake's); ``analyse(plan, plans, model)`` writes the cell's ``attacks.json`` (None: skipped);
+    ``exposure(plan, model)`` its ``exposure.json`` (None: skipped); ``card(plan)`` adds the cell's headline numbers
+    to its trained model's card. ``open_model(eval_cfg)`` (optional) returns the handle ``model`` evaluate, the
+    analyses, exposure and analyse receive: the cell's model, loaded once, on first use, for every phase after
+    training (None: each phase gets None and loads what it needs). ``train_fingerprint(train_cfg)`` and
     ``eval_fingerprint(eval_cfg)`` (optional): the flat settings that determine the results, by the commands' own
     rules (``goldfish train``'s and ``goldfish eval``'s fingerprints): a started cell whose saved config gives other
     ones is stale (None: every setting counts)."""
@@ -68,7 +69,7 @@ class Pipeline:
     train: Callable[[Any], Path]
     evaluate: Callable[[Any], dict]
     initial_model: Callable[[Any, Path], Path]
-    baseline: Callable[["CellPlan", Any], Any] | None = None
+    analyses: tuple = ()
     analyse: Callable[[Any, list, Any], dict] | None = None
     open_model: Callable[[Any], Any] | None = None
     exposure: Callable[["CellPlan", Any], dict] | None = None
@@ -130,11 +131,6 @@ class CellFolder:
     def membership_scores(self) -> Path:
         """The evaluation's per-document membership scores (``goldfish.eval.state``), kept after it finishes."""
         return self.eval_dir / MEMBERSHIP_PARTIAL
-
-    @property
-    def k_baseline_file(self) -> Path:
-        """A Goldfish cell's mask-arithmetic baseline (``goldfish.experiment.kbaseline``)."""
-        return self.eval_dir / "k_baseline.json"
 
     @property
     def attacks_file(self) -> Path:
