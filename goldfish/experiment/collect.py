@@ -37,6 +37,7 @@ from .analyses import ANALYSES
 from .inference import cell_statistics
 from .plan import CellPlan
 from .summary import CellSummary
+from .trainsummary import TrainSummary
 
 # the per-window metrics the strata pool (in the registry's order: the columns of results.csv)
 STRATUM_METRICS = {m.name: m.summary_key for m in METRICS.values() if m.name in HEADLINE}
@@ -45,14 +46,6 @@ ADAPTIVE_KEYS = tuple(k for m in METRICS.values() if m.optional for k in (m.summ
 CALIBRATED = ("reference", "kept_loss", "kept_reference")  # attacks.json's attacks beside LOSS
 N_BOOTSTRAP = 1000
 _TAIL_FRACTION = 0.05
-
-
-def _first(mapping: dict, *keys: str) -> Any:
-    """The first present, non-null value among ``keys`` (summary files name things slightly differently)."""
-    for key in keys:
-        if mapping.get(key) is not None:
-            return mapping[key]
-    return None
 
 
 def final_losses(metrics: list[dict]) -> dict[str, float | None]:
@@ -268,7 +261,7 @@ def _strata_of(summary: dict, key: str) -> dict[str, dict]:
 def summarize_cell(plan: CellPlan, mia_attack: str = "auto") -> CellSummary:
     """Everything known about one finished cell; ``mia_attack``: the experiment's headline-attack setting."""
     results = read_json(plan.results_file)
-    train = read_json(plan.train_summary)
+    train = TrainSummary.read(plan.train_summary)
     metrics = read_jsonl(plan.metrics_file) if plan.metrics_file.is_file() else []
     attacks = read_json(plan.attacks_file) if plan.attacks_file.is_file() else None
     summary = results.get("summary") or {}
@@ -283,10 +276,8 @@ def summarize_cell(plan: CellPlan, mia_attack: str = "auto") -> CellSummary:
     mia_aucs = {name: a.get("auc") for name, a in found.items()}
     return CellSummary(
         cell=plan.cell.id, arm=plan.cell.arm, values=dict(plan.cell.values),
-        params=_first(train, "num_parameters", "params", "parameters") or model.get("num_parameters"),
-        tokens_seen=_first(train, "tokens_seen", "tokens", "total_tokens"),
-        train_time_s=_first(train, "train_time_s", "wall_time_s", "wall_time", "time_s"),
-        steps=_first(train, "steps", "step", "total_steps"), **final_losses(metrics),
+        params=train.params or model.get("num_parameters"),  # a control's: the model it evaluates
+        tokens_seen=train.tokens, train_time_s=train.train_time_s, steps=train.steps, **final_losses(metrics),
         **{k: overall.get(k) for k in ("n_windows", "exact_match_rate", "exact_match_ci_low", "exact_match_ci_high",
                                        *ROUGE, "token_match")},
         **adaptive_numbers(results), adversary=adversary_numbers(results),
@@ -294,9 +285,9 @@ def summarize_cell(plan: CellPlan, mia_attack: str = "auto") -> CellSummary:
         **headline, **cell_statistics(scores.get(headline["mia_attack"]), results.get("windows") or []),
         by_prefix_len=_strata_of(summary, "by_prefix_len"), by_repetitions=_strata_of(summary, "by_repetitions"),
         strata=stratum_rows(results.get("windows") or []),
-        exposures=train.get("exposures"),
-        precision=train.get("precision"),  # resolved by the trainer; None for a control that trains nothing
-        eval_precision=model.get("precision"), device=model.get("device") or train.get("device"),
+        exposures=train.exposures,
+        precision=train.precision,  # resolved by the trainer; None for a control that trains nothing
+        eval_precision=model.get("precision"), device=model.get("device") or train.device,
         versions=results.get("versions"), git=results.get("git"), code=results.get("code"),
         **_losses(attacks, plan.data_dir), **_extras(plan, results),
         **{k: v for a in ANALYSES for k, v in vars(a.collect(plan)).items()})

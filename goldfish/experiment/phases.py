@@ -42,6 +42,7 @@ from ..ownership import FolderLock
 from .analyses import ANALYSES, Analysis
 from .config import ExperimentConfig
 from .plan import CellPlan, Pipeline, control_of, manifest_of
+from .trainsummary import TrainSummary
 
 
 @dataclasses.dataclass
@@ -126,8 +127,7 @@ def _train(run: CellRun) -> None:
     if not plan.trains:
         if plan.start_model is None:
             run.pipeline.initial_model(plan.train_cfg, plan.model_dir)
-        atomic_write_json(plan.train_summary,
-                          {"control": True, "steps": 0, "tokens": 0, "model": plan.eval_cfg.model.path})
+        TrainSummary.untrained(plan.eval_cfg.model.path).write(plan.train_summary)
     elif run.cfg.launcher == "torchrun":
         _torchrun_train(run.cfg, plan)
     else:
