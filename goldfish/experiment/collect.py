@@ -14,8 +14,8 @@ What a summary takes from which file (``goldfish/experiment/SCHEMA.md`` document
   guarded TPR at 1 % FPR (``goldfish.experiment.inference``), and from ``attacks.json`` the kept / dropped
   teacher-forced accuracy, the calibrated and hash-aware AUCs, the AUC per exposure count, the leakage audit and
   the per-target losses the size sweep's loss gap is made of;
-* ``exposure.json`` (the stream the model read, validation loss);
-* every per-cell analysis's part (``goldfish.experiment.analyses``: each reads its own file).
+* every per-cell analysis's part (``goldfish.experiment.analyses``: the k baseline's ``eval/k_baseline.json``,
+  the exposure counts' ``exposure.json``, each read by its own module) (``goldfish.experiment.analyses``: each reads its own file).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from goldfish.eval.stats import cluster_bootstrap_mean, mean_interval, wilson_in
 
 from ..data import load_prepared
 from ..io import read_json, read_jsonl
-from .analyses import ANALYSES
+from .analyses import ANALYSES, exposure
 from .inference import cell_statistics
 from .plan import CellPlan
 from .summary import CellSummary
@@ -234,9 +234,7 @@ def _losses(attacks: dict | None, data_dir: Path) -> dict[str, Any]:
 
 
 def _extras(plan: CellPlan, results: dict) -> dict[str, Any]:
-    """What a summary takes from ``exposure.json`` (``stream``, ``reads``, ``validation_loss``), eval's per-stratum
-    numbers and canaries, and the plan (``start_model``)."""
-    found = read_json(plan.exposure_file) if plan.exposure_file.is_file() else {}
+    """What a summary takes from eval's per-stratum numbers and canaries, and the plan (``start_model``)."""
     canaries = results.get("canaries") or None
     if canaries:
         canaries = {k: canaries.get(k) for k in ("method", "space_bits", "n_candidates", "resolution_bits",
@@ -247,8 +245,7 @@ def _extras(plan: CellPlan, results: dict) -> dict[str, Any]:
         reps = _member_repetitions(plan.data_dir)
         reps = reps[:int((results.get("data") or {}).get("members") or len(reps))]
         by_stratum = stratum_membership(membership, reps, plan.eval_cfg.seed)
-    return {"stream": found.get("stream"), "reads": found.get("reads"),
-            "validation_loss": found.get("validation_loss"), "canaries": canaries, "start_model": plan.start_model,
+    return {"canaries": canaries, "start_model": plan.start_model,
             "nonmembers": (results.get("data") or {}).get("nonmembers"),
             "stratum_extraction": stratum_extraction(results.get("windows") or []), "stratum_membership": by_stratum}
 
@@ -297,7 +294,7 @@ def tuning_loss(plan: CellPlan, by: str) -> float | None:
     """A finished tuning cell's ``heldout_loss`` or ``validation_loss`` (what ``tune.by`` minimises), as its
     summary has it."""
     if by == "validation_loss":
-        return (read_json(plan.exposure_file) if plan.exposure_file.is_file() else {}).get("validation_loss")
+        return exposure.collect(plan).validation_loss
     results = read_json(plan.results_file)
     attacks = read_json(plan.attacks_file) if plan.attacks_file.is_file() else {}
     scores = {**((results.get("membership") or {}).get("scores") or {}), **(attacks.get("scores") or {})}

@@ -9,10 +9,10 @@ configs                 (rewritten every run)                       always: the 
 train                   ``train/summary.json``                      always (a control that trains nothing:
                                                                     its initial model and a zero summary)
 eval                    ``eval/results.json``                       always
-each of ``analyses``    its ``output`` (``goldfish.experiment.      its ``applies`` (e.g. the k baseline:
-                        analyses``; the k baseline:                 not a control; a standard cell writes
-                        ``eval/k_baseline.json``)                   none)
-exposure                ``exposure.json``                           with ``Pipeline.exposure``
+each of ``analyses``    its ``output`` (``goldfish.experiment.      with ``Pipeline.analyses`` and its
+                        analyses``: the k baseline's                ``applies`` (the k baseline: not a
+                        ``eval/k_baseline.json``, the exposure      control, a standard cell writes none;
+                        counts' ``exposure.json``)                  the exposure counts: always)
 attacks                 ``attacks.json``                            with ``Pipeline.analyse``; waits for the
                                                                     control of its grid point
 card                    (rewritten every run)                       with ``Pipeline.card``
@@ -162,8 +162,6 @@ PHASES: tuple[Phase, ...] = (
     Phase("eval", lambda p: [p.results_file], lambda r: True,
           lambda r: r.pipeline.evaluate(r.plan.eval_cfg, r.model)),
     *(analysis_phase(a) for a in ANALYSES),
-    Phase("exposure", lambda p: [p.exposure_file],  # what the model read (the rows training consumed)
-          lambda r: r.pipeline.exposure is not None, lambda r: r.pipeline.exposure(r.plan, r.model)),
     Phase("attacks", lambda p: [p.attacks_file], lambda r: r.pipeline.analyse is not None,
           lambda r: r.pipeline.analyse(r.plan, r.plans, r.model), blocked=_control_not_done),
     Phase("card", lambda p: [],  # the same numbers replace themselves when an interrupted cell runs this again

@@ -1,6 +1,6 @@
 """The toolkit's own :class:`~goldfish.experiment.plan.Pipeline`: ``goldfish.data``, ``goldfish.train``,
 ``goldfish.eval``, the control cell's initial model, the per-cell analyses (``goldfish.experiment.analyses``: the k
-baseline), the attacks analysis, the exposure counts and the model card -- the analyses, the attacks analysis and the
+baseline, the exposure counts), the attacks analysis and the model card -- the analyses, the attacks analysis and the
 validation loss sharing the evaluation's loaded model (``goldfish.eval.loading.SharedModel``).
 """
 
@@ -22,7 +22,6 @@ from ..train_config import TrainConfig, train_fingerprint
 from .analyses import ANALYSES
 from .analysis import analyse_cell
 from .control import export_initial_model
-from .exposure import write_exposure
 from .plan import CellPlan, Pipeline
 
 
@@ -41,6 +40,6 @@ def default_pipeline() -> Pipeline:
     return Pipeline(
         PrepareConfig, TrainConfig, EvalConfig, prepare, train, run_eval, export_initial_model,
         analyses=ANALYSES, analyse=analyse_cell, open_model=lambda eval_cfg: SharedModel(eval_cfg.model),
-        exposure=write_exposure, card=add_to_card,
+        card=add_to_card,
         train_fingerprint=lambda train_cfg: train_fingerprint(train_cfg, None), eval_fingerprint=config_fingerprint,
     )

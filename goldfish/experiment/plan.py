@@ -54,9 +54,8 @@ class Pipeline:
     the untrained model a from-scratch control cell evaluates to ``out`` (the cell's ``model_dir``);
     ``analyses``: the per-cell analyses (``goldfish.experiment.analyses``) the cell runs after evaluation (none: a
     test fake's); ``analyse(plan, plans, model)`` writes the cell's ``attacks.json`` (None: skipped);
-    ``exposure(plan, model)`` its ``exposure.json`` (None: skipped); ``card(plan)`` adds the cell's headline numbers
-    to its trained model's card. ``open_model(eval_cfg)`` (optional) returns the handle ``model`` evaluate, the
-    analyses, exposure and analyse receive: the cell's model, loaded once, on first use, for every phase after
+    ``card(plan)`` adds the cell's headline numbers to its trained model's card. ``open_model(eval_cfg)`` (optional)
+    returns the handle ``model`` evaluate, the analyses and analyse receive: the cell's model, loaded once, on first use, for every phase after
     training (None: each phase gets None and loads what it needs). ``train_fingerprint(train_cfg)`` and
     ``eval_fingerprint(eval_cfg)`` (optional): the flat settings that determine the results, by the commands' own
     rules (``goldfish train``'s and ``goldfish eval``'s fingerprints): a started cell whose saved config gives other
@@ -72,7 +71,6 @@ class Pipeline:
     analyses: tuple = ()
     analyse: Callable[[Any, list, Any], dict] | None = None
     open_model: Callable[[Any], Any] | None = None
-    exposure: Callable[["CellPlan", Any], dict] | None = None
     card: Callable[["CellPlan"], Any] | None = None
     train_fingerprint: Callable[[Any], dict] | None = None
     eval_fingerprint: Callable[[Any], dict] | None = None
@@ -136,11 +134,6 @@ class CellFolder:
     def attacks_file(self) -> Path:
         """The cell's attacks analysis (``goldfish.experiment.analysis``)."""
         return self.dir / "attacks.json"
-
-    @property
-    def exposure_file(self) -> Path:
-        """What the cell's model read, and its validation loss (``goldfish.experiment.exposure``)."""
-        return self.dir / "exposure.json"
 
     @property
     def train_config_file(self) -> Path:

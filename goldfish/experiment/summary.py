@@ -103,12 +103,9 @@ class CellCore:
     versions: dict | None = None
     git: str | None = None
     code: str | None = None
-    # per-target losses (the size sweep's loss gaps), what the model read, canaries, per-stratum attacks
+    # per-target losses (the size sweep's loss gaps), canaries, per-stratum attacks
     target_losses: dict | None = None
     target_losses_by_split: dict | None = None
-    stream: dict | None = None
-    reads: dict | None = None
-    validation_loss: float | None = None
     canaries: dict | None = None
     start_model: str | None = None
     nonmembers: int | None = None

@@ -7,10 +7,12 @@ line below (ARCHITECTURE.md, "Where to add").
 from __future__ import annotations
 
 from .base import Analysis, Cell, Section
+from .exposure import EXPOSURE
 from .kbaseline import K_BASELINE
 
 ANALYSES: tuple[Analysis, ...] = (
     K_BASELINE,
+    EXPOSURE,
 )
 
 __all__ = ["ANALYSES", "Analysis", "Cell", "Section"]

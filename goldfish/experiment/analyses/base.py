@@ -19,6 +19,7 @@ class Cell(Protocol):
     """What an analysis's renderer may read of a cell: a typed ``goldfish.experiment.summary.CellSummary`` (every
     field of SCHEMA.md's ``cells``, its own part's included, as attributes; these are the ones used here)."""
 
+    cell: str
     arm: str
     values: dict[str, Any]
     by_prefix_len: dict | None
