@@ -1,5 +1,6 @@
 """Resolve every cell into real prepare/train/eval configs -- all of them, before anything runs -- and name every
-file of a cell (:class:`CellFolder`) and of the experiment (:class:`StudyFiles`): no other module spells a run file.
+file of a cell (:class:`CellFolder`) and of the experiment (:class:`StudyFiles`): no other module spells a run file,
+but a per-cell analysis (``goldfish.experiment.analyses``), which names its own output in its module.
 
 The :class:`Pipeline` names the three config classes and the functions a cell calls. The toolkit's own one is
 :func:`goldfish.experiment.pipeline.default_pipeline`; tests inject fakes with the same shape.
