@@ -3,7 +3,8 @@
 
 What a summary takes from which file (``goldfish/experiment/SCHEMA.md`` documents every field):
 
-* ``train/summary.json`` and ``metrics.jsonl``: parameters, tokens, time, steps, the reads per label
+* ``train/summary.json`` (read as a ``trainsummary.TrainSummary``: the trainer's names) and ``metrics.jsonl``:
+  parameters, tokens, time, steps, the reads per label
   (``exposures``), the final kept / dropped loss (token-weighted over the last 5 % of steps: one step is noisy);
 * eval's ``results.json``: extraction over the member windows (overall, per prefix length, per repetition stratum,
   per (prefix, stratum) in ``strata``), the adaptive attacks (beam search, sampling) and the mask-consistent
@@ -15,7 +16,7 @@ What a summary takes from which file (``goldfish/experiment/SCHEMA.md`` document
   teacher-forced accuracy, the calibrated and hash-aware AUCs, the AUC per exposure count, the leakage audit and
   the per-target losses the size sweep's loss gap is made of;
 * every per-cell analysis's part (``goldfish.experiment.analyses``: the k baseline's ``eval/k_baseline.json``,
-  the exposure counts' ``exposure.json``, each read by its own module) (``goldfish.experiment.analyses``: each reads its own file).
+  the exposure counts' ``exposure.json``), each read by its own module.
 """
 
 from __future__ import annotations
