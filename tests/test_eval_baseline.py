@@ -13,7 +13,8 @@ from tolerances import U64, proportion_se, rounding
 
 from goldfish.eval.baseline import (baseline_rows, dropped_miss_rate, k_baseline, stratum_row, window_baseline,
                                    window_predictions)
-from goldfish.experiment.sections.mask_baseline import k_baseline_table
+from goldfish.experiment.analyses.kbaseline import k_baseline_table
+from goldfish.experiment.summary import cells_of
 from goldfish.masks import GoldfishConfig, goldfish_mask
 
 
@@ -157,7 +158,7 @@ def test_report_table_sits_next_to_exact_match():
     results = {"axes": [], "cells": [
         {"cell": "goldfish-k4", "arm": "goldfish-k4", "k_baseline": kb, "by_prefix_len": {"32": {"exact_match_rate": 0.0}}},
         {"cell": "standard", "arm": "standard", "k_baseline": None, "by_prefix_len": {}}]}
-    table = k_baseline_table(results)
+    table = k_baseline_table(results, cells_of(results))
     assert "goldfish-k4" in table and "standard" not in table
     # windows, exact match, g, kept accuracy, the kept-known baseline (nominal), the measured-a one, the test
     assert ("| 32 | all | 100 (3) | 0.0 % | 0.900 | 99.0 % | 3.1 % (0.0 %) | 2.0 % | 0 vs 2.0 expected, p 0.27 "

@@ -132,8 +132,8 @@ def make_pipeline(calls: Calls) -> Pipeline:
         (out / "metrics.jsonl").write_text("\n".join(lines) + "\n")
         (out / "model").mkdir(exist_ok=True)
         atomic_write_json(out / "fake_config.json", {"k": k, "data": cfg.data.path, "steps": cfg.steps})
-        atomic_write_json(out / "summary.json", {"num_parameters": SIZES[cfg.model], "tokens_seen": 100 * cfg.steps,
-                                                 "wall_time_s": 1.5})
+        atomic_write_json(out / "summary.json", {"steps": cfg.steps, "params": SIZES[cfg.model],
+                                                 "tokens": 100 * cfg.steps, "train_time_s": 1.5})  # the trainer's names
         return out
 
     def initial_model(cfg: FakeTrain, out: Path) -> Path:  # the untrained model: memorises (almost) nothing

@@ -16,6 +16,7 @@ from typing import Any
 from goldfish.eval.metrics import ROUGE
 
 from ..config import to_dict
+from .analyses import ANALYSES
 from .collect import ADAPTIVE_KEYS, summarize_cell
 from .config import ExperimentConfig
 from .plan import CellPlan
@@ -36,8 +37,8 @@ SUMMARY_KEYS = ("cell", "params", "tokens_seen", "kept_tokens", "dropped_tokens"
                 "final_kept_loss", "final_dropped_loss", "heldout_loss", "heldout_loss_ci", "heldout_ppl", "member_loss",
                 "by_prefix_len", "by_repetitions", "exact_match_ci_low", "exact_match_ci_high", "extraction_ci", *ADAPTIVE_KEYS,
                 "beam_width", "n_samples", "sample_temperature", "sample_any_rate", "sample_any_rate_ci_low",
-                "sample_any_rate_ci_high", "adversary", "leakage", "k_baseline", "precision", "eval_precision",
-                "device")
+                "sample_any_rate_ci_high", "adversary", "leakage", "precision", "eval_precision", "device",
+                *(k for a in ANALYSES for k in a.summary_keys))
 
 
 def rows_of(cells: list[dict], axes: list[str]) -> list[dict]:

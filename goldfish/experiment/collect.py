@@ -3,7 +3,8 @@
 
 What a summary takes from which file (``goldfish/experiment/SCHEMA.md`` documents every field):
 
-* ``train/summary.json`` and ``metrics.jsonl``: parameters, tokens, time, steps, the reads per label
+* ``train/summary.json`` (read as a ``trainsummary.TrainSummary``: the trainer's names) and ``metrics.jsonl``:
+  parameters, tokens, time, steps, the reads per label
   (``exposures``), the final kept / dropped loss (token-weighted over the last 5 % of steps: one step is noisy);
 * eval's ``results.json``: extraction over the member windows (overall, per prefix length, per repetition stratum,
   per (prefix, stratum) in ``strata``), the adaptive attacks (beam search, sampling) and the mask-consistent
@@ -14,7 +15,8 @@ What a summary takes from which file (``goldfish/experiment/SCHEMA.md`` document
   guarded TPR at 1 % FPR (``goldfish.experiment.inference``), and from ``attacks.json`` the kept / dropped
   teacher-forced accuracy, the calibrated and hash-aware AUCs, the AUC per exposure count, the leakage audit and
   the per-target losses the size sweep's loss gap is made of;
-* ``eval/k_baseline.json`` (Goldfish cells) and ``exposure.json`` (the stream the model read, validation loss).
+* every per-cell analysis's part (``goldfish.experiment.analyses``: the k baseline's ``eval/k_baseline.json``,
+  the exposure counts' ``exposure.json``), each read by its own module.
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ from goldfish.eval.stats import cluster_bootstrap_mean, mean_interval, wilson_in
 
 from ..data import load_prepared
 from ..io import read_json, read_jsonl
+from .analyses import ANALYSES, exposure
 from .inference import cell_statistics
 from .plan import CellPlan
 from .summary import CellSummary
+from .trainsummary import TrainSummary
 
 # the per-window metrics the strata pool (in the registry's order: the columns of results.csv)
 STRATUM_METRICS = {m.name: m.summary_key for m in METRICS.values() if m.name in HEADLINE}
@@ -43,14 +47,6 @@ ADAPTIVE_KEYS = tuple(k for m in METRICS.values() if m.optional for k in (m.summ
 CALIBRATED = ("reference", "kept_loss", "kept_reference")  # attacks.json's attacks beside LOSS
 N_BOOTSTRAP = 1000
 _TAIL_FRACTION = 0.05
-
-
-def _first(mapping: dict, *keys: str) -> Any:
-    """The first present, non-null value among ``keys`` (summary files name things slightly differently)."""
-    for key in keys:
-        if mapping.get(key) is not None:
-            return mapping[key]
-    return None
 
 
 def final_losses(metrics: list[dict]) -> dict[str, float | None]:
@@ -239,9 +235,7 @@ def _losses(attacks: dict | None, data_dir: Path) -> dict[str, Any]:
 
 
 def _extras(plan: CellPlan, results: dict) -> dict[str, Any]:
-    """What a summary takes from ``exposure.json`` (``stream``, ``reads``, ``validation_loss``), eval's per-stratum
-    numbers and canaries, and the plan (``start_model``)."""
-    found = read_json(plan.exposure_file) if plan.exposure_file.is_file() else {}
+    """What a summary takes from eval's per-stratum numbers and canaries, and the plan (``start_model``)."""
     canaries = results.get("canaries") or None
     if canaries:
         canaries = {k: canaries.get(k) for k in ("method", "space_bits", "n_candidates", "resolution_bits",
@@ -252,8 +246,7 @@ def _extras(plan: CellPlan, results: dict) -> dict[str, Any]:
         reps = _member_repetitions(plan.data_dir)
         reps = reps[:int((results.get("data") or {}).get("members") or len(reps))]
         by_stratum = stratum_membership(membership, reps, plan.eval_cfg.seed)
-    return {"stream": found.get("stream"), "reads": found.get("reads"),
-            "validation_loss": found.get("validation_loss"), "canaries": canaries, "start_model": plan.start_model,
+    return {"canaries": canaries, "start_model": plan.start_model,
             "nonmembers": (results.get("data") or {}).get("nonmembers"),
             "stratum_extraction": stratum_extraction(results.get("windows") or []), "stratum_membership": by_stratum}
 
@@ -266,7 +259,7 @@ def _strata_of(summary: dict, key: str) -> dict[str, dict]:
 def summarize_cell(plan: CellPlan, mia_attack: str = "auto") -> CellSummary:
     """Everything known about one finished cell; ``mia_attack``: the experiment's headline-attack setting."""
     results = read_json(plan.results_file)
-    train = read_json(plan.train_summary)
+    train = TrainSummary.read(plan.train_summary)
     metrics = read_jsonl(plan.metrics_file) if plan.metrics_file.is_file() else []
     attacks = read_json(plan.attacks_file) if plan.attacks_file.is_file() else None
     summary = results.get("summary") or {}
@@ -281,10 +274,8 @@ def summarize_cell(plan: CellPlan, mia_attack: str = "auto") -> CellSummary:
     mia_aucs = {name: a.get("auc") for name, a in found.items()}
     return CellSummary(
         cell=plan.cell.id, arm=plan.cell.arm, values=dict(plan.cell.values),
-        params=_first(train, "num_parameters", "params", "parameters") or model.get("num_parameters"),
-        tokens_seen=_first(train, "tokens_seen", "tokens", "total_tokens"),
-        train_time_s=_first(train, "train_time_s", "wall_time_s", "wall_time", "time_s"),
-        steps=_first(train, "steps", "step", "total_steps"), **final_losses(metrics),
+        params=train.params or model.get("num_parameters"),  # a control's: the model it evaluates
+        tokens_seen=train.tokens, train_time_s=train.train_time_s, steps=train.steps, **final_losses(metrics),
         **{k: overall.get(k) for k in ("n_windows", "exact_match_rate", "exact_match_ci_low", "exact_match_ci_high",
                                        *ROUGE, "token_match")},
         **adaptive_numbers(results), adversary=adversary_numbers(results),
@@ -292,19 +283,19 @@ def summarize_cell(plan: CellPlan, mia_attack: str = "auto") -> CellSummary:
         **headline, **cell_statistics(scores.get(headline["mia_attack"]), results.get("windows") or []),
         by_prefix_len=_strata_of(summary, "by_prefix_len"), by_repetitions=_strata_of(summary, "by_repetitions"),
         strata=stratum_rows(results.get("windows") or []),
-        k_baseline=read_json(plan.k_baseline_file) if plan.k_baseline_file.is_file() else None,  # Goldfish cells
-        exposures=train.get("exposures"),
-        precision=train.get("precision"),  # resolved by the trainer; None for a control that trains nothing
-        eval_precision=model.get("precision"), device=model.get("device") or train.get("device"),
+        exposures=train.exposures,
+        precision=train.precision,  # resolved by the trainer; None for a control that trains nothing
+        eval_precision=model.get("precision"), device=model.get("device") or train.device,
         versions=results.get("versions"), git=results.get("git"), code=results.get("code"),
-        **_losses(attacks, plan.data_dir), **_extras(plan, results))
+        **_losses(attacks, plan.data_dir), **_extras(plan, results),
+        **{k: v for a in ANALYSES for k, v in vars(a.collect(plan)).items()})
 
 
 def tuning_loss(plan: CellPlan, by: str) -> float | None:
     """A finished tuning cell's ``heldout_loss`` or ``validation_loss`` (what ``tune.by`` minimises), as its
     summary has it."""
     if by == "validation_loss":
-        return (read_json(plan.exposure_file) if plan.exposure_file.is_file() else {}).get("validation_loss")
+        return exposure.collect(plan).validation_loss
     results = read_json(plan.results_file)
     attacks = read_json(plan.attacks_file) if plan.attacks_file.is_file() else {}
     scores = {**((results.get("membership") or {}).get("scores") or {}), **(attacks.get("scores") or {})}

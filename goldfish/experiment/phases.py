@@ -9,8 +9,10 @@ configs                 (rewritten every run)                       always: the 
 train                   ``train/summary.json``                      always (a control that trains nothing:
                                                                     its initial model and a zero summary)
 eval                    ``eval/results.json``                       always
-k baseline              ``eval/k_baseline.json``                    not a control (a standard cell writes none)
-exposure                ``exposure.json``                           with ``Pipeline.exposure``
+each of ``analyses``    its ``output`` (``goldfish.experiment.      with ``Pipeline.analyses`` and its
+                        analyses``: the k baseline's                ``applies`` (the k baseline: not a
+                        ``eval/k_baseline.json``, the exposure      control, a standard cell writes none;
+                        counts' ``exposure.json``)                  the exposure counts: always)
 attacks                 ``attacks.json``                            with ``Pipeline.analyse``; waits for the
                                                                     control of its grid point
 card                    (rewritten every run)                       with ``Pipeline.card``
@@ -37,8 +39,10 @@ from ..config import save_config
 from ..errors import UserError
 from ..io import atomic_write_json
 from ..ownership import FolderLock
+from .analyses import ANALYSES, Analysis
 from .config import ExperimentConfig
 from .plan import CellPlan, Pipeline, control_of, manifest_of
+from .trainsummary import TrainSummary
 
 
 @dataclasses.dataclass
@@ -123,8 +127,7 @@ def _train(run: CellRun) -> None:
     if not plan.trains:
         if plan.start_model is None:
             run.pipeline.initial_model(plan.train_cfg, plan.model_dir)
-        atomic_write_json(plan.train_summary,
-                          {"control": True, "steps": 0, "tokens": 0, "model": plan.eval_cfg.model.path})
+        TrainSummary.untrained(plan.eval_cfg.model.path).write(plan.train_summary)
     elif run.cfg.launcher == "torchrun":
         _torchrun_train(run.cfg, plan)
     else:
@@ -145,17 +148,20 @@ def _control_not_done(run: CellRun) -> str | None:
             f"shard, or the experiment without --only) and this one again")
 
 
+def analysis_phase(analysis: Analysis) -> Phase:
+    """A per-cell analysis's phase: done once its output exists; runs where the pipeline lists it and it applies."""
+    return Phase(analysis.name, lambda p: [analysis.output(p)],
+                 lambda r: analysis in r.pipeline.analyses and analysis.applies(r.plan),
+                 lambda r: analysis.run(r.plan, r.model))
+
+
 PHASES: tuple[Phase, ...] = (
     Phase("prepare", lambda p: [manifest_of(d) for _, d in p.prepared], lambda r: True, _prepare),
     Phase("configs", lambda p: [], lambda r: True, _save_configs),
     Phase("train", lambda p: [p.train_summary], lambda r: True, _train),
     Phase("eval", lambda p: [p.results_file], lambda r: True,
           lambda r: r.pipeline.evaluate(r.plan.eval_cfg, r.model)),
-    Phase("k baseline", lambda p: [p.k_baseline_file],  # Goldfish cells only: g and (1 - g/k)^S
-          lambda r: r.pipeline.baseline is not None and not r.plan.cell.control,
-          lambda r: r.pipeline.baseline(r.plan, r.model)),
-    Phase("exposure", lambda p: [p.exposure_file],  # what the model read (the rows training consumed)
-          lambda r: r.pipeline.exposure is not None, lambda r: r.pipeline.exposure(r.plan, r.model)),
+    *(analysis_phase(a) for a in ANALYSES),
     Phase("attacks", lambda p: [p.attacks_file], lambda r: r.pipeline.analyse is not None,
           lambda r: r.pipeline.analyse(r.plan, r.plans, r.model), blocked=_control_not_done),
     Phase("card", lambda p: [],  # the same numbers replace themselves when an interrupted cell runs this again

@@ -1,7 +1,7 @@
 """The toolkit's own :class:`~goldfish.experiment.plan.Pipeline`: ``goldfish.data``, ``goldfish.train``,
-``goldfish.eval``, the control cell's initial model, the k baseline, the attacks analysis, the exposure counts and
-the model card -- the k baseline, the attacks analysis and the validation loss sharing the evaluation's loaded model
-(``goldfish.eval.loading.SharedModel``).
+``goldfish.eval``, the control cell's initial model, the per-cell analyses (``goldfish.experiment.analyses``: the k
+baseline, the exposure counts), the attacks analysis and the model card -- the analyses, the attacks analysis and the
+validation loss sharing the evaluation's loaded model (``goldfish.eval.loading.SharedModel``).
 """
 
 from __future__ import annotations
@@ -19,10 +19,9 @@ from ..io import read_json
 from ..modelcard import add_eval_results, eval_results
 from ..train import train
 from ..train_config import TrainConfig, train_fingerprint
+from .analyses import ANALYSES
 from .analysis import analyse_cell
 from .control import export_initial_model
-from .exposure import write_exposure
-from .kbaseline import write_k_baseline
 from .plan import CellPlan, Pipeline
 
 
@@ -40,7 +39,7 @@ def default_pipeline() -> Pipeline:
     """The toolkit's own data, training and evaluation."""
     return Pipeline(
         PrepareConfig, TrainConfig, EvalConfig, prepare, train, run_eval, export_initial_model,
-        baseline=write_k_baseline, analyse=analyse_cell, open_model=lambda eval_cfg: SharedModel(eval_cfg.model),
-        exposure=write_exposure, card=add_to_card,
+        analyses=ANALYSES, analyse=analyse_cell, open_model=lambda eval_cfg: SharedModel(eval_cfg.model),
+        card=add_to_card,
         train_fingerprint=lambda train_cfg: train_fingerprint(train_cfg, None), eval_fingerprint=config_fingerprint,
     )

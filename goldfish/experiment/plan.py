@@ -1,5 +1,6 @@
 """Resolve every cell into real prepare/train/eval configs -- all of them, before anything runs -- and name every
-file of a cell (:class:`CellFolder`) and of the experiment (:class:`StudyFiles`): no other module spells a run file.
+file of a cell (:class:`CellFolder`) and of the experiment (:class:`StudyFiles`): no other module spells a run file,
+but a per-cell analysis (``goldfish.experiment.analyses``), which names its own output in its module.
 
 The :class:`Pipeline` names the three config classes and the functions a cell calls. The toolkit's own one is
 :func:`goldfish.experiment.pipeline.default_pipeline`; tests inject fakes with the same shape.
@@ -51,12 +52,12 @@ def starting_model(cfg: ExperimentConfig, train: dict, overrides: dict[str, Any]
 class Pipeline:
     """What a cell runs. ``prepare(cfg, out=, overwrite=False, progress=False) -> Path``, ``train(cfg) -> Path``,
     ``evaluate(cfg, model) -> dict`` (the ``goldfish-eval/1`` results); ``initial_model(train_cfg, out) -> Path`` writes
-    the untrained model a from-scratch control cell evaluates to ``out`` (the cell's ``model_dir``); ``baseline(plan, model)``
-    (optional) writes the cell's k baseline after evaluation; ``analyse(plan, plans, model)`` writes the cell's
-    ``attacks.json`` (None: skipped); ``exposure(plan, model)`` its ``exposure.json`` (None: skipped); ``card(plan)`` adds
-    the cell's headline numbers to its trained model's card. ``open_model(eval_cfg)`` (optional) returns the handle
-    ``model`` evaluate, baseline, exposure and analyse receive: the cell's model, loaded once, on first use, for every phase
-    after training (None: each phase gets None and loads what it needs). ``train_fingerprint(train_cfg)`` and
+    the untrained model a from-scratch control cell evaluates to ``out`` (the cell's ``model_dir``);
+    ``analyses``: the per-cell analyses (``goldfish.experiment.analyses``) the cell runs after evaluation (none: a
+    test fake's); ``analyse(plan, plans, model)`` writes the cell's ``attacks.json`` (None: skipped);
+    ``card(plan)`` adds the cell's headline numbers to its trained model's card. ``open_model(eval_cfg)`` (optional)
+    returns the handle ``model`` evaluate, the analyses and analyse receive: the cell's model, loaded once, on first use, for every phase after
+    training (None: each phase gets None and loads what it needs). ``train_fingerprint(train_cfg)`` and
     ``eval_fingerprint(eval_cfg)`` (optional): the flat settings that determine the results, by the commands' own
     rules (``goldfish train``'s and ``goldfish eval``'s fingerprints): a started cell whose saved config gives other
     ones is stale (None: every setting counts)."""
@@ -68,10 +69,9 @@ class Pipeline:
     train: Callable[[Any], Path]
     evaluate: Callable[[Any], dict]
     initial_model: Callable[[Any, Path], Path]
-    baseline: Callable[["CellPlan", Any], Any] | None = None
+    analyses: tuple = ()
     analyse: Callable[[Any, list, Any], dict] | None = None
     open_model: Callable[[Any], Any] | None = None
-    exposure: Callable[["CellPlan", Any], dict] | None = None
     card: Callable[["CellPlan"], Any] | None = None
     train_fingerprint: Callable[[Any], dict] | None = None
     eval_fingerprint: Callable[[Any], dict] | None = None
@@ -132,19 +132,9 @@ class CellFolder:
         return self.eval_dir / MEMBERSHIP_PARTIAL
 
     @property
-    def k_baseline_file(self) -> Path:
-        """A Goldfish cell's mask-arithmetic baseline (``goldfish.experiment.kbaseline``)."""
-        return self.eval_dir / "k_baseline.json"
-
-    @property
     def attacks_file(self) -> Path:
         """The cell's attacks analysis (``goldfish.experiment.analysis``)."""
         return self.dir / "attacks.json"
-
-    @property
-    def exposure_file(self) -> Path:
-        """What the cell's model read, and its validation loss (``goldfish.experiment.exposure``)."""
-        return self.dir / "exposure.json"
 
     @property
     def train_config_file(self) -> Path:

@@ -5,7 +5,9 @@ A cell summary is built from the cell's files only (``goldfish.experiment.collec
 with :meth:`CellSummary.to_json` (the grid axes' values beside the fields, one key each) and read back by every
 section's renderer with :meth:`CellSummary.from_json`, so a renderer reads typed attributes and a report re-renders
 from ``results.json`` alone. Every field is documented in ``goldfish/experiment/SCHEMA.md`` (section ``cells``); a
-field a cell did not compute is ``null``.
+field a cell did not compute is ``null``. :class:`CellSummary` composes the fields every cell has
+(:class:`CellCore`) with each per-cell analysis's part (``part`` of every entry of
+:data:`goldfish.experiment.analyses.ANALYSES`), flat: one key per field in ``results.json``.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
+from .analyses import ANALYSES
 from .config import ExperimentConfig
 from .plan import CellPlan
 
 
 @dataclasses.dataclass
-class CellSummary:
-    """Everything known about one finished cell (``goldfish/experiment/SCHEMA.md``, section ``cells``)."""
+class CellCore:
+    """What every cell's summary holds beside the analyses' parts (``goldfish/experiment/SCHEMA.md``, section
+    ``cells``); :class:`CellSummary` is this with every part of :data:`~goldfish.experiment.analyses.ANALYSES`."""
 
     cell: str
     arm: str
@@ -87,11 +91,10 @@ class CellSummary:
     mia_auc_p: dict | None = None
     mia_tpr_at_1pct_fpr_note: str | None = None
     extraction_ci: dict | None = None
-    # strata and the mask baseline
+    # strata
     by_prefix_len: dict | None = None
     by_repetitions: dict | None = None
     strata: list[dict] = dataclasses.field(default_factory=list)
-    k_baseline: dict | None = None
     # where the numbers came from
     exposures: dict | None = None
     precision: str | None = None
@@ -100,12 +103,9 @@ class CellSummary:
     versions: dict | None = None
     git: str | None = None
     code: str | None = None
-    # per-target losses (the size sweep's loss gaps), what the model read, canaries, per-stratum attacks
+    # per-target losses (the size sweep's loss gaps), canaries, per-stratum attacks
     target_losses: dict | None = None
     target_losses_by_split: dict | None = None
-    stream: dict | None = None
-    reads: dict | None = None
-    validation_loss: float | None = None
     canaries: dict | None = None
     start_model: str | None = None
     nonmembers: int | None = None
@@ -120,7 +120,7 @@ class CellSummary:
         return out
 
     @classmethod
-    def from_json(cls, entry: dict[str, Any], axes: Sequence[str]) -> "CellSummary":
+    def from_json(cls, entry: dict[str, Any], axes: Sequence[str]) -> "CellCore":
         """A ``results.json`` entry read back (``axes``: the grid axes, results.json's ``axes``); keys a summary
         does not know are left out."""
         names = {f.name for f in dataclasses.fields(cls)} - {"values"}
@@ -131,6 +131,24 @@ class CellSummary:
         if one_per_arm or not axes:
             return self.arm
         return self.arm + " " + " ".join(f"{a}={self.values.get(a)}" for a in axes)
+
+
+def compose(core: type, parts: Sequence[type]) -> type:
+    """``core``'s dataclass with every field of ``parts`` after its own (their names are results.json's flat cell
+    keys, so no two may share one)."""
+    names = [f.name for f in dataclasses.fields(core)]
+    fields = []
+    for part in parts:
+        for f in dataclasses.fields(part):
+            if f.name in names:
+                raise TypeError(f"{part.__name__}.{f.name}: a cell summary field already")
+            names.append(f.name)
+            fields.append((f.name, f.type, dataclasses.field(default=f.default, default_factory=f.default_factory)))
+    return dataclasses.make_dataclass("CellSummary", fields, bases=(core,), namespace={"__module__": __name__})
+
+
+# Everything known about one finished cell: the core fields and every analysis's part, flat (SCHEMA.md, ``cells``)
+CellSummary = compose(CellCore, [a.part for a in ANALYSES])
 
 
 def cells_of(results: dict) -> list[CellSummary]:

@@ -1,5 +1,7 @@
-"""A cell's ``exposure.json``: what its model read in training, counted from the rows the trainer consumed, and its
-loss on the validation documents (what a learning rate is tuned on).
+"""A cell's exposure counts, the whole analysis: its ``exposure.json``, what its model read in training, counted from
+the rows the trainer consumed, and its loss on the validation documents (what a learning rate is tuned on); the cell
+summary's ``stream``, ``reads`` and ``validation_loss`` (:class:`ExposureSummary`); and the report section on the
+training stream.
 
 The trainer reads the rows :func:`goldfish.data.order.consumed_rows` lists (the same function its own summary's
 ``exposures`` come from); over those rows this phase counts, per document of the training data, how many times it
@@ -18,17 +20,27 @@ Document ids in the rows: member k -> k, background b -> M + b, canary c -> M + 
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from pathlib import Path
+from typing import Any, Sequence
 
 import numpy as np
 
 from goldfish.eval.scoring import scoring_window, token_statistics
+from goldfish.eval.tables import markdown_section, pct
 
-from ..data import load_prepared
-from ..data.order import consumed_rows
-from ..io import atomic_write_json
-from ..train_config import make_plan
-from .plan import CellPlan
+from ...data import load_prepared
+from ...data.order import consumed_rows
+from ...io import atomic_write_json, read_json
+from ...train_config import make_plan
+from ..plan import CellFolder, CellPlan
+from .base import Analysis, Cell, Section
+
+
+def exposure_file(folder: CellFolder) -> Path:
+    """What the cell's model read, and its validation loss: ``exposure.json``."""
+    return folder.dir / "exposure.json"
+
 
 def _by_label(reads: np.ndarray, labels: np.ndarray) -> dict[str, list[int]]:
     return {str(int(r)): [int(reads[labels == r].min()), int(reads[labels == r].max())] for r in np.unique(labels)}
@@ -88,6 +100,48 @@ def write_exposure(plan: CellPlan, model: Any) -> dict[str, Any]:
         result = {"stream": {"tokens": 0}, "reads": {k: {str(int(r)): [0, 0] for r in np.unique(v)}
                                                      for k, v in labels.items() if len(v)}}
     result.update(validation_loss(model, evaluated, plan.eval_cfg.membership))
-    atomic_write_json(plan.exposure_file, result)
+    atomic_write_json(exposure_file(plan), result)
     return result
 
+
+@dataclasses.dataclass
+class ExposureSummary:
+    """The cell summary's part (SCHEMA.md, ``cells``): ``stream``, ``reads`` and ``validation_loss`` of the cell's
+    ``exposure.json`` (None without one)."""
+
+    stream: dict | None = None
+    reads: dict | None = None
+    validation_loss: float | None = None
+
+
+def collect(plan: CellPlan) -> ExposureSummary:
+    found = read_json(exposure_file(plan)) if exposure_file(plan).is_file() else {}
+    return ExposureSummary(found.get("stream"), found.get("reads"), found.get("validation_loss"))
+
+
+def render(results: dict, cells: Sequence[Cell]) -> str:
+    """What each trained cell read: tokens, the targets' (and canaries') share of them, the copies read per label,
+    and the nonmember count."""
+    lines = []
+    for c in cells:
+        s = c.stream or {}
+        if not s.get("tokens"):
+            continue
+        reads = "; ".join(f"{kind} " + ", ".join(f"x{r}: {lo}" + ("" if lo == hi else f"-{hi}")
+                                                  for r, (lo, hi) in sorted(v.items(), key=lambda kv: int(kv[0])))
+                          for kind, v in (c.reads or {}).items())
+        canary = f", canaries {s['canaries']:,} ({pct(s['canary_share'])} %)" if s.get("canaries") else ""
+        lines.append(f"- `{c.cell}`: {s['tokens']:,} tokens read; targets {s['members']:,} "
+                     f"({pct(s['member_share'])} %){canary}; copies read per label: {reads or '-'}.")
+    if not lines:
+        return ""
+    nonmembers = {c.nonmembers for c in cells if c.nonmembers}
+    return markdown_section("Training stream (counted from the rows training read)", "\n".join(lines),
+                            "Nonmembers (held-out documents of the same pool): "
+                            f"{', '.join(str(n) for n in sorted(nonmembers))}.")
+
+
+EXPOSURE = Analysis(
+    name="exposure", output=exposure_file, applies=lambda plan: True,  # what the model read (the rows it consumed)
+    run=write_exposure, part=ExposureSummary, collect=collect,
+    sections=(Section(after="size", render=render),))

@@ -1,0 +1,18 @@
+"""The per-cell analyses: one module each (:class:`~goldfish.experiment.analyses.base.Analysis`: its phase and output
+file, its part of the cell summary, its report sections), listed once in :data:`ANALYSES`, in the order their phases
+run (after evaluation, before the exposure counts and the attacks analysis). Adding one is a new module here and its
+line below (ARCHITECTURE.md, "Where to add").
+"""
+
+from __future__ import annotations
+
+from .base import Analysis, Cell, Section
+from .exposure import EXPOSURE
+from .kbaseline import K_BASELINE
+
+ANALYSES: tuple[Analysis, ...] = (
+    K_BASELINE,
+    EXPOSURE,
+)
+
+__all__ = ["ANALYSES", "Analysis", "Cell", "Section"]

@@ -1,0 +1,63 @@
+"""What a per-cell analysis is (:class:`Analysis`): the phase it runs after evaluation (when it applies, the file it
+writes into the cell folder), its typed part of the cell summary (a dataclass of flat ``results.json`` cell keys,
+read from that file) and the report section it renders. One module of :mod:`goldfish.experiment.analyses` holds one
+analysis whole; the registry :data:`goldfish.experiment.analyses.ANALYSES` lists them, and the runner's phases, the
+cell summary (``goldfish.experiment.summary.CellSummary`` composes the parts), ``summary.json`` and the report take
+every analysis from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
+
+from ..plan import CellFolder, CellPlan
+
+
+class Cell(Protocol):
+    """What an analysis's renderer may read of a cell: a typed ``goldfish.experiment.summary.CellSummary`` (every
+    field of SCHEMA.md's ``cells``, its own part's included, as attributes; these are the ones used here)."""
+
+    cell: str
+    arm: str
+    values: dict[str, Any]
+    by_prefix_len: dict | None
+    strata: list[dict]
+
+    def label(self, axes: Sequence[str], one_per_arm: bool) -> str: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    """An analysis's report section: ``render(results, cells) -> str`` (Markdown, "" where it does not apply; a pure
+    function of ``results.json``, ``cells`` its typed cell summaries), placed right after the report section
+    ``after`` (a module name of :mod:`goldfish.experiment.sections`)."""
+
+    after: str
+    render: Callable[[dict, Sequence[Cell]], str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Analysis:
+    """One per-cell analysis.
+
+    * ``name``: its phase's name (``cell.json`` records ``<name>_s``);
+    * ``output(folder)``: the file it writes into the cell's folder (``plan.CellFolder``); the phase is done once it
+      exists (an analysis that does not apply to a cell writes none);
+    * ``applies(plan)``: whether the cell has it; ``run(plan, model)`` writes ``output`` from the cell's shared model
+      handle (``goldfish.eval.loading.SharedModel``), after evaluation;
+    * ``part``: a dataclass whose fields (each with a default: what a cell without the file gets) are its flat keys
+      of ``results.json``'s cells (SCHEMA.md, section ``cells``); ``collect(plan)`` reads them from ``output``;
+      ``summary_keys``: those of its fields ``summary.json`` lists;
+    * ``sections``: its report sections.
+    """
+
+    name: str
+    output: Callable[[CellFolder], Path]
+    applies: Callable[[CellPlan], bool]
+    run: Callable[[CellPlan, Any], Any]
+    part: type
+    collect: Callable[[CellPlan], Any]
+    summary_keys: tuple[str, ...] = ()
+    sections: tuple[Section, ...] = ()

@@ -1,0 +1,60 @@
+"""The per-cell analyses' registry (``goldfish.experiment.analyses.ANALYSES``) is all the runner, the cell summary,
+``summary.json`` and the report need to know of an analysis: its phase runs after evaluation and before the attacks,
+its part's fields are the cell summary's, its ``summary_keys`` are summary.json's, its sections sit where it says."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from goldfish.experiment.aggregate import SUMMARY_KEYS
+from goldfish.experiment.analyses import ANALYSES, Section
+from goldfish.experiment.phases import PHASES
+from goldfish.experiment.sections import SECTIONS, AnalysisSection, placed
+from goldfish.experiment.sections import figures, repetition1
+from goldfish.experiment.summary import CellCore, CellSummary, compose
+
+
+def test_each_analysis_is_a_phase_between_eval_and_the_attacks():
+    names = [p.name for p in PHASES]
+    assert len(set(names)) == len(names)
+    assert names[names.index("eval") + 1:names.index("attacks")] == [a.name for a in ANALYSES]
+
+
+def test_each_analysis_part_is_in_the_cell_summary_and_its_keys_in_summary_json():
+    fields = {f.name for f in dataclasses.fields(CellSummary)}
+    core = {f.name for f in dataclasses.fields(CellCore)}
+    for a in ANALYSES:
+        part = {f.name for f in dataclasses.fields(a.part)}
+        assert part <= fields and not part & core
+        assert set(a.summary_keys) <= part and set(a.summary_keys) <= set(SUMMARY_KEYS)
+        assert vars(a.part()) == {k: None for k in part}  # a cell without the analysis's file: every field null
+
+
+def test_each_analysis_section_sits_after_the_one_it_names():
+    shown, last = [], None
+    for s in SECTIONS:
+        if isinstance(s, AnalysisSection):
+            assert s.section.after == last
+            shown.append(s.section)
+        else:
+            last = s.__name__.rsplit(".", 1)[-1]
+    assert sorted(map(id, shown)) == sorted(id(s) for a in ANALYSES for s in a.sections)
+
+
+def test_compose_refuses_a_field_the_summary_has():
+    @dataclasses.dataclass
+    class Clash:
+        heldout_loss: float | None = None
+
+    with pytest.raises(TypeError, match="heldout_loss"):
+        compose(CellCore, [Clash])
+
+
+def test_placed_puts_sections_after_the_named_one_and_refuses_an_unknown_name():
+    added = Section(after="repetition1", render=lambda results, cells: "")
+    out = placed((repetition1, figures), [added])
+    assert out[0] is repetition1 and out[1] == AnalysisSection(added) and out[2] is figures
+    with pytest.raises(ValueError, match="nowhere"):
+        placed((repetition1,), [Section(after="nowhere", render=added.render)])
