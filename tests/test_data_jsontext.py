@@ -97,3 +97,33 @@ def test_a_prepare_that_reads_long_lines_in_pieces_writes_the_same_bytes(corpus,
     assert ["".join(d.text.chunks()) for _, d in read] == [d["text"].strip() for d in docs]
     pieces_read = prepare(cfg, tmp_path / "pieces" / "p", progress=False, num_proc=1)
     assert files(pieces_read) == files(whole)
+
+
+@pytest.mark.parametrize("chunk", [63, None])
+def test_long_documents_written_as_they_are_tokenized_are_the_whole_documents_chunks(chunk, corpus, tmp_path):  # noqa: F811
+    from goldfish.data import load_prepared
+    from goldfish.data.stream import PIECE_CHARS
+
+    rng = random.Random(11)
+    main = [json.loads(line)["text"] for line in (corpus / "main.jsonl").read_text().splitlines()]
+    long = ["word " * (PIECE_CHARS // 3) + "".join(rng.choice(ALPHABET[:8]) for _ in range(PIECE_CHARS)),
+            " ".join(main) + " tail " * 9_000,  # holds every target: a near-duplicate, rolled back once written
+            "x" * (PIECE_CHARS + 7) + " end"]  # one huge word: cut blind, as pieces() does
+    docs = texts(12, 300, 8)
+    docs = docs[:3] + [long[0]] + docs[3:6] + [long[1]] + docs[6:9] + [long[2]] + docs[9:]
+    bg = tmp_path / "bg"
+    bg.mkdir()
+    write_jsonl(bg / "part.jsonl", [{"text": t} for t in docs])
+    rec = recipe(corpus, background_source={"name": "local", "path": str(bg)}, background_chunk_tokens=chunk,
+                 background_dedup={"ngram": 13, "overlap": 0.2}, shard_documents=64)
+    data = load_prepared(prepare(from_dict(PrepareConfig, rec), tmp_path / "p", progress=False, num_proc=1))
+    tok = data.tokenizer
+    want = []
+    for t in docs:  # independently: each text tokenized whole, cut, filtered; the near-duplicate dropped
+        if t is long[1]:
+            continue
+        ids = tok(t.strip(), add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        cuts = [ids] if chunk is None else [ids[s:s + chunk] for s in range(0, len(ids), chunk)]
+        want += [c for c in cuts if len(c) >= 16]
+    assert [data.background[i].tolist() for i in range(len(data.background))] == want
+    assert data.manifest["stats"]["background_near_duplicates"] == 1

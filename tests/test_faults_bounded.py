@@ -132,7 +132,8 @@ def test_one_huge_line_raises_peak_memory_by_a_small_multiple_of_the_line_only(c
     without = _peak(tmp_path, "without", corpus, 0)
     with_line = _peak(tmp_path, "with", corpus, 20)
     text_mib = sys.getsizeof(long_text(20 * 10**6, seed=5)) / 2**20  # the text in memory (2 bytes a character here)
-    # the line is held once, as its raw bytes (goldfish.data.jsontext), and its ids once (2 bytes a token), beside the
-    # tokenizer threads' pools; parsed whole it cost ~3.5x the text (bytes, decoded line, string, and the ids joined
-    # from pieces), and before the tokenizer was given pieces ~100 bytes per token (20 MB -> ~2.3 GB)
-    assert with_line - without <= 2 * text_mib, (without, with_line, text_mib)
+    # the line is held once, as its raw bytes (goldfish.data.jsontext; ~1 byte a character, the text in memory ~2),
+    # its ids written to the shard as they come, beside the tokenizer threads' pools; parsed whole it cost ~3.5x the
+    # text (bytes, decoded line, string, and the ids joined from pieces), and before the tokenizer was given pieces
+    # ~100 bytes per token (20 MB -> ~2.3 GB)
+    assert with_line - without <= 1.5 * text_mib, (without, with_line, text_mib)

@@ -132,9 +132,13 @@ class ShingleIndex:
 
     def contained(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
         """(T,) fraction of each target's shingles that occur in ``ids``."""
-        found = np.zeros(len(self.sizes), dtype=np.int64)
         # the document's distinct n-grams that some target has (the others count for no target), a block at a time
-        doc = np.unique(np.concatenate([self._known(keys) for keys in block_keys(ids, self.config.ngram)]))
+        return self._fractions(np.unique(np.concatenate([self._known(keys)
+                                                         for keys in block_keys(ids, self.config.ngram)])))
+
+    def _fractions(self, doc: np.ndarray) -> np.ndarray:
+        """(T,) fraction of each target's shingles among ``doc`` (distinct keys some target has)."""
+        found = np.zeros(len(self.sizes), dtype=np.int64)
         if len(doc) and len(self.hashes):
             left = np.searchsorted(self.hashes, doc, side="left")
             right = np.searchsorted(self.hashes, doc, side="right")
@@ -167,3 +171,34 @@ class ShingleIndex:
         if not self.any_shared(ids):
             return False
         return bool((self.contained(ids) >= self.config.overlap - 1e-12).any())
+
+    def scan(self) -> "ShingleScan":
+        """A near-duplicate check of a document fed a part of its ids at a time (:class:`ShingleScan`)."""
+        return ShingleScan(self)
+
+
+class ShingleScan:
+    """:meth:`ShingleIndex.near_duplicate` of a document whose ids come in consecutive parts (a long document
+    tokenized a piece at a time): each part's n-grams, with the windows that straddle the previous part (its last
+    ``n - 1`` ids kept), are looked up as they come; only the keys some target has are kept."""
+
+    def __init__(self, index: ShingleIndex):
+        self.index, self.n = index, index.config.ngram
+        self.tail = np.zeros(0, dtype=np.int64)
+        self.found: list[np.ndarray] = []
+        self.windows = False  # whether any n-gram has been looked up (a document shorter than n is one key, itself)
+
+    def add(self, ids: np.ndarray) -> None:
+        buf = np.concatenate([self.tail, np.asarray(ids, dtype=np.int64)])
+        if len(buf) < self.n:
+            self.tail = buf
+            return
+        self.found += [self.index._known(keys) for keys in block_keys(buf, self.n)]
+        self.tail, self.windows = buf[len(buf) - self.n + 1:], True
+
+    def near_duplicate(self) -> bool:
+        found = self.found if self.windows else [self.index._known(window_keys(self.tail, self.n))]
+        doc = np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.uint64)
+        if not len(doc):
+            return False
+        return bool((self.index._fractions(doc) >= self.index.config.overlap - 1e-12).any())

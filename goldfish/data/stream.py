@@ -142,8 +142,12 @@ class _Exclusions:
                                 for x in datasets.load_from_disk(str(folder / split))["input_ids"]]
             self.index = ShingleIndex(targets, dedup)
 
+    def exact(self, doc: Document) -> bool:
+        """The same id or text as a target (no tokens needed)."""
+        return doc.id in self.ids or text_sha256(doc.text) in self.texts
+
     def reason(self, doc: Document, ids: np.ndarray) -> str | None:
-        if doc.id in self.ids or text_sha256(doc.text) in self.texts:
+        if self.exact(doc):
             return "exact_duplicates"
         if self.index is not None and self.index.near_duplicate(ids):
             return "near_duplicates"
@@ -233,22 +237,28 @@ class Encoder:
                 out[i] = self._long(text)
         return out
 
-    def _long(self, text: str | LongText) -> np.ndarray:
-        """The ids of a long text, written into one array as the pieces are tokenized: sized for a token per byte of
-        its UTF-8 text (what byte-level BPE gives at most; grown if a tokenizer gives more), of which only the pages
-        the ids fill are ever touched -- the ids are held once, not as pieces and then joined."""
-        bound = text.nbytes if isinstance(text, LongText) else len(text) * (1 if text.isascii() else 4)
-        out, n, group = np.empty(bound + 1, dtype=self.dtype), 0, []
+    def stream(self, text: str | LongText) -> Iterator[np.ndarray]:
+        """The ids of a text in consecutive parts of ``dtype``, :data:`PIECES_PER_CALL` of its :func:`pieces` at a
+        time: together exactly its ids (for the tokenizers :func:`pieces` describes)."""
+        group: list[str] = []
         for piece in itertools.chain(pieces(text), [None]):
             if piece is not None:
                 group.append(piece)
             if group and (piece is None or len(group) == PIECES_PER_CALL):
-                for ids in self._encode(group):
-                    if n + len(ids) > len(out):
-                        out = np.concatenate([out[:n], np.empty(max(len(out), len(ids)), dtype=self.dtype)])
-                    out[n:n + len(ids)] = ids
-                    n += len(ids)
+                yield from (np.asarray(ids, dtype=self.dtype) for ids in self._encode(group))
                 group = []
+
+    def _long(self, text: str | LongText) -> np.ndarray:
+        """The ids of a long text, written into one array as they come (:meth:`stream`): sized for a token per byte
+        of its UTF-8 text (what byte-level BPE gives at most; grown if a tokenizer gives more), of which only the
+        pages the ids fill are ever touched -- the ids are held once, not as parts and then joined."""
+        bound = text.nbytes if isinstance(text, LongText) else len(text) * (1 if text.isascii() else 4)
+        out, n = np.empty(bound + 1, dtype=self.dtype), 0
+        for ids in self.stream(text):
+            if n + len(ids) > len(out):
+                out = np.concatenate([out[:n], np.empty(max(len(out), len(ids)), dtype=self.dtype)])
+            out[n:n + len(ids)] = ids
+            n += len(ids)
         return out[:n]
 
     def _encode(self, texts: list[str]) -> list[list[int]]:
@@ -301,7 +311,11 @@ def make_shard(spec: ShardSpec, i: int) -> dict:
             stats["read"] += len(batch)
             kept = [(pos, d) for pos, d in batch if (d.text if floor <= 1 else has_words(d.text, floor))]
             stats["below_min_words"] += len(batch) - len(kept)
-            for (pos, doc), ids in zip(kept, encoder([d.text for _, d in kept])):
+            short = [d.text for _, d in kept if not _long(d.text)]
+            for (pos, doc), ids in zip(kept, _in_place(kept, encoder(short))):
+                if ids is None:  # a long document: its ids written as they come, never held whole
+                    _write_long(spec, writer, encoder, exclusions, pos, doc, stats)
+                    continue
                 ids = ids if isinstance(ids, np.ndarray) else np.asarray(ids, dtype=np.int64)
                 why = exclusions.reason(doc, ids)
                 if why is not None:
@@ -323,6 +337,55 @@ def make_shard(spec: ShardSpec, i: int) -> dict:
     if spec.store is not None:
         publish(Path(spec.store), folder / BACKGROUND, stem(i), entry, spec.store_fingerprint)
     return entry
+
+
+def _long(text: str | LongText) -> bool:
+    return isinstance(text, LongText) or len(text) > PIECE_CHARS
+
+
+def _in_place(kept: list[tuple[int, Document]], short_ids: list) -> Iterator[Any]:
+    """The short documents' ids where they belong among ``kept``, None for a long one."""
+    ids = iter(short_ids)
+    return (None if _long(d.text) else next(ids) for _, d in kept)
+
+
+def _write_long(spec: ShardSpec, writer: ShardWriter, encoder: Encoder, exclusions: _Exclusions, pos: int,
+                doc: Document, stats: dict) -> None:
+    """A long document, as the short ones are (the same checks, chunks, bytes and counts), its ids tokenized and
+    written a part at a time; a near-duplicate of a target, known only at its end, is then rolled back."""
+    if exclusions.exact(doc):
+        stats["exact_duplicates"] += 1
+        return
+    mark, below, carry, length, started = writer.mark(), 0, np.zeros(0, dtype=encoder.dtype), 0, False
+    scan = exclusions.index.scan() if exclusions.index is not None else None
+    for part in encoder.stream(doc.text):
+        if scan is not None:
+            scan.add(part)
+        if spec.chunk_tokens is None:  # the document whole, one entry
+            writer.extend(part) if started else writer.add(part, tag=pos)
+            length, started = length + len(part), True
+            continue
+        buf = np.concatenate([carry, part]) if len(carry) else part
+        full = len(buf) - len(buf) % spec.chunk_tokens
+        for s in range(0, full, spec.chunk_tokens):
+            if spec.chunk_tokens >= spec.min_tokens:
+                writer.add(buf[s:s + spec.chunk_tokens], tag=pos)
+            else:
+                below += 1
+        carry = buf[full:]
+    if scan is not None and scan.near_duplicate():
+        writer.rollback(mark)
+        stats["near_duplicates"] += 1
+        return
+    stats["accepted"] += 1
+    if spec.chunk_tokens is None and length < spec.min_tokens:
+        writer.rollback(mark)
+        below += 1
+    elif len(carry) and len(carry) >= spec.min_tokens:
+        writer.add(carry, tag=pos)
+    elif len(carry):
+        below += 1
+    stats["chunks_below_min_tokens"] += below
 
 
 def chunks(ids: np.ndarray, size: int | None) -> Iterator[np.ndarray]:

@@ -83,16 +83,38 @@ class ShardWriter:
 
     def add(self, ids: np.ndarray, tag: int | None = None) -> None:
         """Append one document (its ids; no BOS/EOS) with an optional tag."""
-        ids = np.asarray(ids)
-        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self._limit):
-            raise UserError(f"token id {int(ids.max())} does not fit the shard dtype {self.dtype.name}; set "
-                            f"token_dtype: uint32")
-        data = ids.astype(self.dtype, copy=False).tobytes()
+        data = self._bytes(ids)
         self._fh.write(data)
         self._digest.update(data)
         self._lengths.append(len(ids))
         if tag is not None:
             self._tags.append(int(tag))
+
+    def _bytes(self, ids: np.ndarray) -> bytes:
+        ids = np.asarray(ids)
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self._limit):
+            raise UserError(f"token id {int(ids.max())} does not fit the shard dtype {self.dtype.name}; set "
+                            f"token_dtype: uint32")
+        return ids.astype(self.dtype, copy=False).tobytes()
+
+    def extend(self, ids: np.ndarray) -> None:
+        """Append ``ids`` to the last document added (a long document written a part at a time)."""
+        data = self._bytes(ids)
+        self._fh.write(data)
+        self._digest.update(data)
+        self._lengths[-1] += len(ids)
+
+    def mark(self) -> tuple:
+        """Where the shard stands now, for :meth:`rollback`."""
+        return self._fh.tell(), self._digest.copy(), len(self._lengths), len(self._tags)
+
+    def rollback(self, mark: tuple) -> None:
+        """Forget every document added since ``mark`` (its bytes truncated away, the digest as it was)."""
+        at, digest, documents, tags = mark
+        self._fh.seek(at)
+        self._fh.truncate()
+        self._digest = digest.copy()
+        del self._lengths[documents:], self._tags[tags:]
 
     def close(self) -> dict:
         """Flush, publish the files under their final names and return ``{documents, tokens, sha256: {file: hex}}``."""

@@ -165,6 +165,22 @@ def a_merge_of_shards_read_before_and_after_the_source_changed_is_refused(p: Pro
         one_error(goldfish(*_streamed_argv(p, out, every, "--merge")), "changed between shard jobs", "00000, 00001")
 
 
+@case("15")
+def a_source_rewritten_in_place_with_its_size_and_mtime_kept_is_refused_at_the_merge(p: Probe) -> None:
+    out = p.work / "prep"
+    every = "num_background=null"
+    ok(goldfish(*_streamed_argv(p, out, every, "--shards", "0:2")))
+    part = p.work / "bg" / "part.jsonl"
+    st = part.stat()
+    lines = part.read_bytes().splitlines(keepends=True)
+    with open(part, "r+b") as fh:  # the same bytes in another order: the same size, the same inode
+        fh.write(b"".join(lines[::-1]))
+    os.utime(part, ns=(st.st_atime_ns, st.st_mtime_ns))
+    ok(goldfish(*_streamed_argv(p, out, every, "--shards", "2:11")))
+    with Unchanged(out / "background"):
+        one_error(goldfish(*_streamed_argv(p, out, every, "--merge")), "changed between shard jobs", "00000, 00001")
+
+
 # ------------------------------------------------------------------------------------------------ 16 bounded
 
 
