@@ -6,11 +6,11 @@ import os
 
 # precision=auto (the default) is decided by a rule, never timed (goldfish.hardware.CpuFeatures.bf16_rule): bf16 with
 # usable AMX, or on a CPU with AVX512-BF16 whose class goldfish.hardware.CPU_CLASSES lists as bf16 (AMD Zen 4, the
-# project's 2-core machines); fp32 otherwise. The rule also reads oneDNN's ISA cap: capped below avx512_core_bf16, auto is fp32.
-# The suite sets that cap so auto resolves to fp32 on every CI machine whatever its CPU class (one set of numbers),
-# and oneDNN itself then uses no bf16/AMX instructions; inherited by every subprocess (CLI, torchrun). A developer's
-# own cap (e.g. ONEDNN_MAX_CPU_ISA=AVX2 to test the slow path) is kept. tests/test_precision.py injects the CPU
-# features to test every resolution of the rule.
+# project's 2-core machines); fp32 otherwise. The rule also reads oneDNN's ISA cap: capped below avx512_core_bf16, auto
+# is fp32. The suite sets that cap so auto resolves to fp32 on every CI machine whatever its CPU class (one set of
+# numbers), and oneDNN itself then uses no bf16/AMX instructions; inherited by every subprocess (CLI, torchrun). A
+# developer's own cap (e.g. ONEDNN_MAX_CPU_ISA=AVX2 to test the slow path) is kept. tests/test_precision.py injects the
+# CPU features to test every resolution of the rule.
 os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
 # torch.compile's kernel cache is keyed by the CPU it detects, not by ATEN_CPU_CAPABILITY: under an emulated cap
 # (ATEN_CPU_CAPABILITY=avx2 on an AVX-512 machine) kernels cached by an uncapped run are reused and crash (SIGSEGV,
