@@ -48,3 +48,45 @@ def one_thread():
 def data(tmp_path_factory):
     """A tiny prepared folder: 16 rows x 32 tokens, vocabulary 64 (see ``train_helpers.make_prepared``)."""
     return make_prepared(tmp_path_factory.mktemp("prepared") / "tiny", rows=16, seq_len=32, vocab=64)
+
+
+# PNG (and SVG) rendering is most of an experiment's report time (36 figures: 96 % of the slowest runner test), and
+# no number depends on it: results.json names the figures a report shows, which the figure builders decide before
+# drawing. So in the tests goldfish.eval.plots.save_figure writes a placeholder of each file instead of drawing it;
+# the tests marked ``render`` (the plot tests) draw for real. A subprocess (the CLI tests) draws for real too.
+PNG_STUB = b"\x89PNG\r\n\x1a\n" + b"placeholder: figure not drawn in the tests (tests/conftest.py)\n"
+SVG_STUB = b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg"><!-- not drawn in the tests --></svg>\n'
+
+
+def _placeholder_figure(fig, path):
+    from pathlib import Path
+
+    from goldfish.io import atomic_write_bytes
+
+    path = Path(path)
+    atomic_write_bytes(path, PNG_STUB)
+    atomic_write_bytes(path.with_suffix(".svg"), SVG_STUB)
+    return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _figures_not_drawn():
+    """Session-wide (so module- and session-scoped fixtures that run experiments get it too): no figure is drawn."""
+    from goldfish.eval import plots
+
+    real = plots.save_figure
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plots, "save_figure", _placeholder_figure)
+        yield plots, real
+
+
+@pytest.fixture(autouse=True)
+def _figures_drawn_when_marked(request, _figures_not_drawn):
+    """A test marked ``render`` draws its figures (the real ``save_figure``) for its own duration."""
+    if request.node.get_closest_marker("render") is None:
+        yield
+        return
+    plots, real = _figures_not_drawn
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plots, "save_figure", real)
+        yield

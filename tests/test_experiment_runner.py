@@ -324,6 +324,7 @@ def test_summary_is_keyed_by_arm_when_each_arm_has_one_cell(tmp_path):
     assert summary["standard"]["mia_auc"] == 0.9 and summary["goldfish"]["tokens_seen"] == 2000
 
 
+@pytest.mark.render  # the figures are drawn (stubbed elsewhere): each is a real PNG of some size
 def test_report_has_the_expected_tables_and_plots(tmp_path):
     cfg = experiment(tmp_path, grid={"train.model": ["tiny", "small", "big"]})
     run_experiment(cfg, make_pipeline(Calls()), progress=False)
