@@ -44,6 +44,18 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(scope="session")
+def micro_sweep(tmp_path_factory):
+    """experiments/micro.yaml run for real once per session (prepare -> train -> eval -> attacks -> study report,
+    ``train_helpers.MICRO_OVERRIDES``), its model loads and scoring passes counted (``LOADS["first"]``,
+    ``SCORED["first"]``): the folder the tests of a real experiment read (test_experiment_e2e.py,
+    test_experiment_attacks.py). A test may rerun it in place with the same overrides (finished cells are kept), never
+    change it."""
+    out = tmp_path_factory.mktemp("micro") / "run"
+    assert train_helpers.run_counting_loads(out, "first", *train_helpers.MICRO_OVERRIDES) == 0
+    return out
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """A tiny prepared folder: 16 rows x 32 tokens, vocabulary 64 (see ``train_helpers.make_prepared``)."""
@@ -82,11 +94,20 @@ def _figures_not_drawn():
 
 @pytest.fixture(autouse=True)
 def _figures_drawn_when_marked(request, _figures_not_drawn):
-    """A test marked ``render`` draws its figures (the real ``save_figure``) for its own duration."""
-    if request.node.get_closest_marker("render") is None:
+    """A test marked ``render`` draws its figures (the real ``save_figure``) for its own duration; marked
+    ``render("a.png", ...)``, only the figures of those file names (the others stay placeholders)."""
+    marker = request.node.get_closest_marker("render")
+    if marker is None:
         yield
         return
     plots, real = _figures_not_drawn
+    names = set(marker.args)
+
+    def save_figure(fig, path):
+        from pathlib import Path
+
+        return real(fig, path) if not names or Path(path).name in names else _placeholder_figure(fig, path)
+
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(plots, "save_figure", real)
+        mp.setattr(plots, "save_figure", save_figure)
         yield
