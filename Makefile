@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 OUT    ?= runs/demo
 
-.PHONY: demo test test-fast install bench clean
+.PHONY: demo test test-fast test-unit install bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,15 +22,22 @@ install: $(VENV)/.installed
 demo: install
 	$(VENV)/bin/goldfish experiment experiments/default.yaml out=$(OUT)
 
-# the whole suite (1,270 tests): the multi-process parity tests of every parallel layout (marked dist), the slow
-# real-model checks and every command of the README and docs/ included; 28 min on 2 cores from a fresh clone with
-# CI's wheel and floor jobs and other test runs beside it (2026-12-04; CI's whole run, install included, 30 min 15 s)
+# Three tiers, each inside the next (markers in pyproject.toml; tests/conftest.py marks `integration`):
+# the whole suite (UNITS_ALL tests): the multi-process parity tests of every parallel layout (marked dist), the slow
+# real-model checks and every command of the README and docs/ (at smoke size: 2 steps, a layout its first step)
+# included; TIME_ALL
 test: install
 	$(PY) -m pytest -q
 
-# without the tests marked slow or dist (no spawned process groups, no torchrun, no real model): 1,170 tests
+# without the tests marked slow or dist (no spawned process groups, no torchrun, no real model): UNITS_FAST tests;
+# TIME_FAST
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not dist"
+
+# the inner loop, after every change: also without the tests marked integration (no model trained, no subprocess, no real
+# model): UNITS_UNIT tests; TIME_UNIT
+test-unit: install
+	$(PY) -m pytest -q -m "not slow and not dist and not integration" -p no:cacheprovider
 
 bench: install
 	$(PY) benchmarks/mask_speed.py

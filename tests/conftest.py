@@ -26,7 +26,38 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import train_helpers
+from tiers import INTEGRATION
 from train_helpers import make_prepared
+
+
+# The tiers (Makefile): `make test-unit` is `-m "not slow and not dist and not integration"`. A test is marked
+# `integration` when it runs a real pipeline -- trains a model, prepares a real corpus, loads a real model or runs a
+# command in a subprocess: by its own @pytest.mark.integration, by tests/tiers.py's list, by using a fixture below
+# (which does), or by sharing a module-scoped fixture of its own module with a listed test.
+INTEGRATION_FIXTURES = frozenset({"micro_sweep", "data"})
+
+
+def _module_fixtures(item) -> set[str]:
+    """The fixtures of wider than function scope defined in the item's own module that the item uses."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return set()
+    module = item.nodeid.split("::")[0]
+    return {name for name, defs in info.name2fixturedefs.items()
+            if defs and defs[-1].scope != "function" and defs[-1].baseid == module}
+
+
+def pytest_collection_modifyitems(config, items):
+    listed = []
+    for item in items:
+        names = INTEGRATION.get(item.module.__name__, ())
+        if "*" in names or item.originalname in names or item.get_closest_marker("integration") is not None:
+            listed.append(item)
+    shared = {(item.module.__name__, name) for item in listed for name in _module_fixtures(item)}
+    for item in items:
+        if item in listed or not INTEGRATION_FIXTURES.isdisjoint(item.fixturenames) or any(
+                (item.module.__name__, name) in shared for name in _module_fixtures(item)):
+            item.add_marker(pytest.mark.integration)
 
 
 def pytest_runtest_setup(item):
