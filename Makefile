@@ -26,7 +26,9 @@ demo: install
 # `integration`). The whole suite (1,270 tests): the multi-process parity tests of every parallel layout (marked dist),
 # the slow real-model checks and every command of the README and docs/ (at smoke size: 2 steps, a parallel layout its
 # first step) included. 28 min on 2 cores from a fresh clone before the tiers (2026-12-04, CI's wheel and floor jobs
-# beside it); not measured whole since (see tests/tiers.py for what was)
+# beside it); not re-measured whole since. Side by side, same machine, before -> after (2026-12-04, 2 cores beside
+# other jobs, wall): tests/test_experiment_runner.py 97 -> 28 s; test_experiment_e2e.py + test_experiment_attacks.py
+# 62 -> 30 s; the README's 4 launcher commands 145 -> 76 s
 test: install
 	$(PY) -m pytest -q
 
@@ -35,8 +37,8 @@ test-fast: install
 	$(PY) -m pytest -q -m "not slow and not dist"
 
 # the inner loop, after every change: also without the tests marked integration (no model trained, no real corpus
-# or model, no subprocess): 677 tests, 47 s wall on 2 cores with other jobs beside it (load ~3.5; 39 CPU-s;
-# 2026-12-04), collection (~12-27 s) included
+# or model, no subprocess): 677 tests; `make test-unit` 55 s wall on 2 cores with other jobs beside it (load ~3.5,
+# 2026-12-04; pytest's own count 41 s, collection included), 47-88 s in other runs at load 3.5-4.7
 test-unit: install
 	$(PY) -m pytest -q -m "not slow and not dist and not integration" -p no:cacheprovider
 
