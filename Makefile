@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 OUT    ?= runs/demo
 
-.PHONY: demo test test-fast install bench clean
+.PHONY: demo test test-fast test-unit install bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,15 +22,25 @@ install: $(VENV)/.installed
 demo: install
 	$(VENV)/bin/goldfish experiment experiments/default.yaml out=$(OUT)
 
-# the whole suite (1,270 tests): the multi-process parity tests of every parallel layout (marked dist), the slow
-# real-model checks and every command of the README and docs/ included; 28 min on 2 cores from a fresh clone with
-# CI's wheel and floor jobs and other test runs beside it (2026-12-04; CI's whole run, install included, 30 min 15 s)
+# Three tiers, each inside the next (markers in pyproject.toml; tests/conftest.py and tests/tiers.py mark
+# `integration`). The whole suite (1,270 tests): the multi-process parity tests of every parallel layout (marked dist),
+# the slow real-model checks and every command of the README and docs/ (at smoke size: 2 steps, a parallel layout its
+# first step) included. 28 min on 2 cores from a fresh clone before the tiers (2026-12-04, CI's wheel and floor jobs
+# beside it); not re-measured whole since. Side by side, same machine, before -> after (2026-12-04, 2 cores beside
+# other jobs, wall): tests/test_experiment_runner.py 97 -> 28 s; test_experiment_e2e.py + test_experiment_attacks.py
+# 62 -> 30 s; the README's 4 launcher commands 145 -> 76 s
 test: install
 	$(PY) -m pytest -q
 
 # without the tests marked slow or dist (no spawned process groups, no torchrun, no real model): 1,170 tests
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not dist"
+
+# the inner loop, after every change: also without the tests marked integration (no model trained, no real corpus
+# or model, no subprocess): 677 tests; `make test-unit` 55 s wall on 2 cores with other jobs beside it (load ~3.5,
+# 2026-12-04; pytest's own count 41 s, collection included), 47-88 s in other runs at load 3.5-4.7
+test-unit: install
+	$(PY) -m pytest -q -m "not slow and not dist and not integration" -p no:cacheprovider
 
 bench: install
 	$(PY) benchmarks/mask_speed.py

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 
-# precision=auto (the default) resolves bf16 where it is faster than fp32 (goldfish.hardware: AMX, or a measured
-# AVX512-BF16 CPU). The suite pins its numerics to one answer on every CI machine by capping oneDNN below its bf16
-# instructions, which auto reads as fp32 without measuring anything; inherited by every subprocess (CLI, torchrun).
-# A developer's own cap (e.g. ONEDNN_MAX_CPU_ISA=AVX2 to test the slow path) is kept. tests/test_precision.py
-# injects the CPU features and the probe's result to test every resolution.
+# precision=auto (the default) is decided by a rule, never timed (goldfish.hardware.CpuFeatures.bf16_rule): bf16 with
+# usable AMX, or on a CPU with AVX512-BF16 whose class goldfish.hardware.CPU_CLASSES lists as bf16 (AMD Zen 4, the
+# project's 2-core machines); fp32 otherwise. The rule also reads oneDNN's ISA cap: capped below avx512_core_bf16, auto
+# is fp32. The suite sets that cap so auto resolves to fp32 on every CI machine whatever its CPU class (one set of
+# numbers), and oneDNN itself then uses no bf16/AMX instructions; inherited by every subprocess (CLI, torchrun). A
+# developer's own cap (e.g. ONEDNN_MAX_CPU_ISA=AVX2 to test the slow path) is kept. tests/test_precision.py injects the
+# CPU features to test every resolution of the rule.
 os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
 # torch.compile's kernel cache is keyed by the CPU it detects, not by ATEN_CPU_CAPABILITY: under an emulated cap
 # (ATEN_CPU_CAPABILITY=avx2 on an AVX-512 machine) kernels cached by an uncapped run are reused and crash (SIGSEGV,
@@ -24,7 +26,38 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import train_helpers
+from tiers import INTEGRATION
 from train_helpers import make_prepared
+
+
+# The tiers (Makefile): `make test-unit` is `-m "not slow and not dist and not integration"`. A test is marked
+# `integration` when it runs a real pipeline -- trains a model, prepares a real corpus, loads a real model or runs a
+# command in a subprocess: by its own @pytest.mark.integration, by tests/tiers.py's list, by using a fixture below
+# (which does), or by sharing a module-scoped fixture of its own module with a listed test.
+INTEGRATION_FIXTURES = frozenset({"micro_sweep", "data"})
+
+
+def _module_fixtures(item) -> set[str]:
+    """The fixtures of wider than function scope defined in the item's own module that the item uses."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return set()
+    module = item.nodeid.split("::")[0]
+    return {name for name, defs in info.name2fixturedefs.items()
+            if defs and defs[-1].scope != "function" and defs[-1].baseid == module}
+
+
+def pytest_collection_modifyitems(config, items):
+    listed = []
+    for item in items:
+        names = INTEGRATION.get(item.module.__name__, ())
+        if "*" in names or item.originalname in names or item.get_closest_marker("integration") is not None:
+            listed.append(item)
+    shared = {(item.module.__name__, name) for item in listed for name in _module_fixtures(item)}
+    for item in items:
+        if item in listed or not INTEGRATION_FIXTURES.isdisjoint(item.fixturenames) or any(
+                (item.module.__name__, name) in shared for name in _module_fixtures(item)):
+            item.add_marker(pytest.mark.integration)
 
 
 def pytest_runtest_setup(item):
@@ -42,7 +75,70 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(scope="session")
+def micro_sweep(tmp_path_factory):
+    """experiments/micro.yaml run for real once per session (prepare -> train -> eval -> attacks -> study report,
+    ``train_helpers.MICRO_OVERRIDES``), its model loads and scoring passes counted (``LOADS["first"]``,
+    ``SCORED["first"]``): the folder the tests of a real experiment read (test_experiment_e2e.py,
+    test_experiment_attacks.py). A test may rerun it in place with the same overrides (finished cells are kept), never
+    change it."""
+    out = tmp_path_factory.mktemp("micro") / "run"
+    assert train_helpers.run_counting_loads(out, "first", *train_helpers.MICRO_OVERRIDES) == 0
+    return out
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """A tiny prepared folder: 16 rows x 32 tokens, vocabulary 64 (see ``train_helpers.make_prepared``)."""
     return make_prepared(tmp_path_factory.mktemp("prepared") / "tiny", rows=16, seq_len=32, vocab=64)
+
+
+# PNG (and SVG) rendering is most of an experiment's report time (36 figures: 96 % of the slowest runner test), and
+# no number depends on it: results.json names the figures a report shows, which the figure builders decide before
+# drawing. So in the tests goldfish.eval.plots.save_figure writes a placeholder of each file instead of drawing it;
+# the tests marked ``render`` (the plot tests) draw for real. A subprocess (the CLI tests) draws for real too.
+PNG_STUB = b"\x89PNG\r\n\x1a\n" + b"placeholder: figure not drawn in the tests (tests/conftest.py)\n"
+SVG_STUB = b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg"><!-- not drawn in the tests --></svg>\n'
+
+
+def _placeholder_figure(fig, path):
+    from pathlib import Path
+
+    from goldfish.io import atomic_write_bytes
+
+    path = Path(path)
+    atomic_write_bytes(path, PNG_STUB)
+    atomic_write_bytes(path.with_suffix(".svg"), SVG_STUB)
+    return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _figures_not_drawn():
+    """Session-wide (so module- and session-scoped fixtures that run experiments get it too): no figure is drawn."""
+    from goldfish.eval import plots
+
+    real = plots.save_figure
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plots, "save_figure", _placeholder_figure)
+        yield plots, real
+
+
+@pytest.fixture(autouse=True)
+def _figures_drawn_when_marked(request, _figures_not_drawn):
+    """A test marked ``render`` draws its figures (the real ``save_figure``) for its own duration; marked
+    ``render("a.png", ...)``, only the figures of those file names (the others stay placeholders)."""
+    marker = request.node.get_closest_marker("render")
+    if marker is None:
+        yield
+        return
+    plots, real = _figures_not_drawn
+    names = set(marker.args)
+
+    def save_figure(fig, path):
+        from pathlib import Path
+
+        return real(fig, path) if not names or Path(path).name in names else _placeholder_figure(fig, path)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plots, "save_figure", save_figure)
+        yield

@@ -12,6 +12,7 @@ from goldfish.eval.report import format_summary_table, write_report
 from goldfish.eval.tables import highlight_differences, markdown_table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+pytestmark = pytest.mark.render  # the plot tests: figures drawn for real (stubbed elsewhere, tests/conftest.py)
 
 
 def _window(i: int, p: int, r: int, tm: float, split: str = "members") -> dict:

@@ -11,7 +11,6 @@ import re
 import numpy as np
 import pytest
 from tolerances import U64, rounding
-from train_helpers import run_micro_experiment
 
 from goldfish.eval.membership import evaluate_attack
 from goldfish.experiment.analysis import exposure_aucs
@@ -221,11 +220,9 @@ def test_the_adaptive_table_appears_only_when_some_cell_ran_beam_or_samples():
     assert "| standard | 16 | 50.0 % | - | - | - |" in table
 
 
-@pytest.fixture(scope="module")
-def micro(tmp_path_factory):
-    out = tmp_path_factory.mktemp("adaptive") / "run"
-    assert run_micro_experiment(out, "eval.decoding.beam=2", "eval.decoding.samples=2") == 0
-    return out
+@pytest.fixture
+def micro(micro_sweep):
+    return micro_sweep  # the session's one real micro experiment (conftest): beam 2, 2 samples, margin 0.1
 
 
 def _wilson(k: int, n: int) -> tuple[float, float]:
@@ -360,13 +357,12 @@ def test_paired_tests_equal_a_recomputation_from_the_cells_files(micro):
     assert "## Paired tests between arms" in report and "| goldfish vs standard | 16 (16) |" in report
 
 
-def test_the_membership_comparison_equals_a_recomputation_from_the_attacks_files(tmp_path):
+def test_the_membership_comparison_equals_a_recomputation_from_the_attacks_files(micro):
     from goldfish.data import load_prepared
     from goldfish.eval.stats import paired_auc_difference
     from goldfish.experiment.sections.membership import comparison_table
 
-    out = tmp_path / "run"
-    assert run_micro_experiment(out, "equivalence.margin=0.1") == 0
+    out = micro  # run with equivalence.margin=0.1
     (entry,) = json.loads((out / "results.json").read_text())["membership_comparison"]
     assert (entry["a"], entry["b"], entry["margin"], entry["replicates"]) == ("goldfish", "standard", 0.1, [{}])
     a, b = (json.loads((out / "cells" / arm / "attacks.json").read_text()) for arm in ("goldfish", "standard"))

@@ -1,51 +1,24 @@
 """A real experiment end to end: experiments/micro.yaml through `goldfish experiment` (prepare -> train -> eval ->
-aggregate -> report, ~15 s of CPU), then a rerun that must skip every finished cell. Model loads are counted: a cell
+aggregate -> report, ~15 s of CPU; the session's one run, conftest's ``micro_sweep``), then a rerun that must skip every finished cell. Model loads are counted: a cell
 reads its model once for evaluation, k baseline and attacks together; and whole-document scoring passes are counted:
 eval's membership task and the cell's attacks analysis score each document once between them."""
 
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
-from collections import Counter
 
 import pytest
 from tolerances import U32, decimals
-from train_helpers import run_micro_experiment
+from train_helpers import LOADS, MICRO_EVAL, MICRO_OVERRIDES, SCORED, run_counting_loads, run_micro_experiment
 
 from goldfish.cli import main
 from goldfish.data import load_prepared
-from goldfish.eval import loading, membership, scoring
-
-LOADS: dict[str, list[str]] = {}  # run -> the model paths load_pretrained read during it, in order
-SCORED: dict[str, Counter] = {}  # run -> how often each whole document (its tokens) went through the model
 
 
-def run_counting_loads(out, run: str, *overrides: str) -> int:
-    real, passes = loading.load_pretrained, scoring.iter_token_statistics
-    LOADS[run], SCORED[run] = [], Counter()
-
-    def counting(model, docs, **kwargs):
-        if kwargs.get("first") is None:  # whole documents (extraction and the k baseline score windows' suffixes)
-            SCORED[run].update(tuple(int(t) for t in d) for d in docs)
-        return passes(model, docs, **kwargs)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(loading, "load_pretrained", lambda path, *a, **k: LOADS[run].append(str(path)) or real(path, *a, **k))
-        mp.setattr(scoring, "iter_token_statistics", counting)  # token_statistics' pass, and membership's:
-        mp.setattr(membership, "iter_token_statistics", counting)
-        return run_micro_experiment(out, *overrides)
-
-
-@pytest.fixture(scope="module")
-def micro(tmp_path_factory):
-    out = tmp_path_factory.mktemp("micro") / "run"
-    assert run_counting_loads(out, "first", *LOGGED) == 0
-    return out
-
-
-LOGGED = ["train.logging.tensorboard=true"] if importlib.util.find_spec("tensorboard") else []
+@pytest.fixture
+def micro(micro_sweep):
+    return micro_sweep  # the session's one real micro experiment (conftest), with MICRO_OVERRIDES
 
 
 def test_each_cell_loads_its_model_once_for_eval_k_baseline_and_attacks(micro):
@@ -232,7 +205,7 @@ def test_every_cell_model_card_holds_its_headline_numbers(micro):
 def test_rerun_skips_finished_cells(micro):
     done = {arm: (micro / "cells" / arm / "DONE").stat().st_mtime_ns for arm in ("standard", "goldfish")}
     model = (micro / "cells" / "goldfish" / "train" / "model" / "model.safetensors").stat().st_mtime_ns
-    assert run_counting_loads(micro, "rerun") == 0  # without the logging override: never stale
+    assert run_counting_loads(micro, "rerun", *MICRO_EVAL) == 0  # without the logging override: never stale
     assert LOADS["rerun"] == []  # finished cells load nothing
     for arm, mtime in done.items():
         assert (micro / "cells" / arm / "DONE").stat().st_mtime_ns == mtime
@@ -241,11 +214,11 @@ def test_rerun_skips_finished_cells(micro):
 
 def test_report_only_writes_what_the_full_run_wrote(micro):
     study = ("results.json", "results.csv", "summary.json", "report.md", "experiment.yaml")
-    assert run_micro_experiment(micro, *LOGGED) == 0  # a full run (every cell is done: it only writes the study)
+    assert run_micro_experiment(micro, *MICRO_OVERRIDES) == 0  # a full run (every cell is done: it only writes the study)
     written = {name: (micro / name).read_bytes() for name in study}
     for name in study:
         (micro / name).unlink()
-    assert run_micro_experiment(micro, *LOGGED, "--report-only") == 0
+    assert run_micro_experiment(micro, *MICRO_OVERRIDES, "--report-only") == 0
     assert {name: (micro / name).read_bytes() for name in study} == written
 
 

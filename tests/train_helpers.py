@@ -7,10 +7,12 @@ restarting per document, ``document_ids`` per document, and padding (-100 labels
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -248,6 +250,38 @@ def run_micro_experiment(out: Path, *overrides: str) -> int:
         return main(["experiment", "experiments/micro.yaml", f"out={out}", *overrides, "--no-progress"])
     finally:
         os.chdir(cwd)
+
+
+# the session's one real micro experiment (conftest's ``micro_sweep``): every override a test of a real micro
+# experiment reads -- beam search and samples (the adaptive-decoding summaries), an equivalence margin (the
+# membership comparison), TensorBoard logging where it is installed (each cell a run of the experiment)
+MICRO_EVAL = ("eval.decoding.beam=2", "eval.decoding.samples=2", "equivalence.margin=0.1")
+MICRO_LOGGED = ("train.logging.tensorboard=true",) if importlib.util.find_spec("tensorboard") else ()
+MICRO_OVERRIDES = MICRO_EVAL + MICRO_LOGGED
+LOADS: dict[str, list[str]] = {}  # run -> the model paths load_pretrained read during it, in order
+SCORED: dict[str, Counter] = {}  # run -> how often each whole document (its tokens) went through the model
+
+
+def run_counting_loads(out: Path, run: str, *overrides: str) -> int:
+    """:func:`run_micro_experiment`, counting into ``LOADS[run]`` the models it loads and into ``SCORED[run]`` the
+    whole-document scoring passes."""
+    import pytest
+
+    from goldfish.eval import loading, membership, scoring
+
+    real, passes = loading.load_pretrained, scoring.iter_token_statistics
+    LOADS[run], SCORED[run] = [], Counter()
+
+    def counting(model, docs, **kwargs):
+        if kwargs.get("first") is None:  # whole documents (extraction and the k baseline score windows' suffixes)
+            SCORED[run].update(tuple(int(t) for t in d) for d in docs)
+        return passes(model, docs, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(loading, "load_pretrained", lambda path, *a, **k: LOADS[run].append(str(path)) or real(path, *a, **k))
+        mp.setattr(scoring, "iter_token_statistics", counting)  # token_statistics' pass, and membership's:
+        mp.setattr(membership, "iter_token_statistics", counting)
+        return run_micro_experiment(out, *overrides)
 
 
 def one_error(capsys, *needles: str) -> str:
