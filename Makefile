@@ -23,7 +23,7 @@ demo: install
 	$(VENV)/bin/goldfish experiment experiments/default.yaml out=$(OUT)
 
 # Three tiers, each inside the next (markers in pyproject.toml; tests/conftest.py and tests/tiers.py mark
-# `integration`). The whole suite (1,270 tests): the multi-process parity tests of every parallel layout (marked dist),
+# `integration`). The whole suite (1,318 tests): the multi-process parity tests of every parallel layout (marked dist),
 # the slow real-model checks and every command of the README and docs/ (at smoke size: 2 steps, a parallel layout its
 # first step) included. 28 min on 2 cores from a fresh clone before the tiers (2026-12-04, CI's wheel and floor jobs
 # beside it); not re-measured whole since. Side by side, same machine, before -> after (2026-12-04, 2 cores beside
@@ -32,13 +32,13 @@ demo: install
 test: install
 	$(PY) -m pytest -q
 
-# without the tests marked slow or dist (no spawned process groups, no torchrun, no real model): 1,170 tests
+# without the tests marked slow or dist (no spawned process groups, no torchrun, no real model): 1,218 tests
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not dist"
 
 # the inner loop, after every change: also without the tests marked integration (no model trained, no real corpus
-# or model, no subprocess): 677 tests; `make test-unit` 55 s wall on 2 cores with other jobs beside it (load ~3.5,
-# 2026-12-04; pytest's own count 41 s, collection included), 47-88 s in other runs at load 3.5-4.7
+# or model, no subprocess): 720 tests; `make test-unit` 42 s wall on 2 cores (load ~1, 2026-12-04; pytest's own
+# count 29 s), 47-88 s beside other jobs (load 3.5-4.7)
 test-unit: install
 	$(PY) -m pytest -q -m "not slow and not dist and not integration" -p no:cacheprovider
 
