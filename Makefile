@@ -24,11 +24,12 @@ demo: install
 
 # Three tiers, each inside the next (markers in pyproject.toml; tests/conftest.py and tests/tiers.py mark
 # `integration`). The whole suite (1,318 tests): the multi-process parity tests of every parallel layout (marked dist),
-# the slow real-model checks and every command of the README and docs/ (at smoke size: 2 steps, a parallel layout its
-# first step) included. 28 min on 2 cores from a fresh clone before the tiers (2026-12-04, CI's wheel and floor jobs
-# beside it); not re-measured whole since. Side by side, same machine, before -> after (2026-12-04, 2 cores beside
-# other jobs, wall): tests/test_experiment_runner.py 97 -> 28 s; test_experiment_e2e.py + test_experiment_attacks.py
-# 62 -> 30 s; the README's 4 launcher commands 145 -> 76 s
+# the slow real-model checks and every command of the README and docs/ (at smoke size: 2 steps) included. 28 min on
+# 2 cores from a fresh clone before the tiers (2026-12-04, CI's wheel and floor jobs and other test runs beside it),
+# 20 min 25 s after them (2026-12-04, fresh clone, the wheel and floor jobs beside it): 1.38x. Side by side, same
+# machine, before -> after (2026-12-04, 2 cores beside other jobs, wall): tests/test_experiment_runner.py 97 -> 28 s;
+# test_experiment_e2e.py + test_experiment_attacks.py 62 -> 30 s; the README's 4 launcher commands 145 -> 76 s (at 1
+# step; 2 steps since, so they share run folders with the one-process commands)
 test: install
 	$(PY) -m pytest -q
 

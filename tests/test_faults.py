@@ -250,7 +250,7 @@ def _torch_zip_failure(*args, **kwargs):
 @pytest.mark.parametrize("target, attribute, failure, needle", [
     ("os", "fsync", _raise_enospc, "no space left on device"),                # every atomic file write
     ("torch", "save", _torch_zip_failure, "could not write checkpoint"),    # optimizer state
-    ("safetensors.torch", "save_file", _raise_enospc, "could not write checkpoint"),  # weights, RNG
+    ("goldfish.checkpoint", "save_file", _raise_enospc, "could not write checkpoint"),  # weights, RNG
 ])
 def test_a_full_disk_while_training_is_one_line_and_leaves_earlier_checkpoints(data, tmp_path, capsys, monkeypatch,
                                                                                 target, attribute, failure, needle):

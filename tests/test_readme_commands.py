@@ -61,14 +61,15 @@ NOT_HERE = {
 # run computes is tested elsewhere (the parity tests of every parallel layout, tests/test_train_*.py, the goldens)
 SMOKE = "whole runs are tested elsewhere (tests/test_train_loop.py, the goldens): here 2 steps"
 LAYOUT = "the layout's numbers are the parity tests' (tests/test_parallel_layouts.py, test_train_distributed.py, " \
-         "test_axonn_train.py): here its first step"
+         "test_axonn_train.py): here 2 steps, as the one-process commands that write the same run folder (a run " \
+         "folder refuses a later command with another max_steps)"
 SHORTENED = {
     "goldfish train data.path=data/prepared/wiki_gguf": (
         ["schedule.max_steps=1"], "a whole fine-tune of SmolLM2-135M (7 steps, ~1.5 min on 2 cores): its first step"),
     "goldfish train experiments/train_tiny.yaml": (["schedule.max_steps=2"], f"~70 steps, ~1 min on 2 cores; {SMOKE}"),
     "goldfish train train_tiny": (["schedule.max_steps=2"], f"~70 steps, ~1 min on 2 cores; {SMOKE}"),
-    "torchrun --nproc_per_node": (["schedule.max_steps=1"], LAYOUT),
-    "accelerate launch --multi_gpu --num_processes 2": (["schedule.max_steps=1"], LAYOUT),
+    "torchrun --nproc_per_node": (["schedule.max_steps=2"], LAYOUT),
+    "accelerate launch --multi_gpu --num_processes 2": (["schedule.max_steps=2"], LAYOUT),
 }
 LAUNCHERS = ("torchrun", "accelerate")
 # what a command reads -> the README command that makes it (run first when a selection left it out, e.g. -m dist)
