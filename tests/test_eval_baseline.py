@@ -149,12 +149,41 @@ def test_baseline_rows_split_by_stratum():
     assert rows[1]["onepass_exact"] == 2 and rows[2]["onepass_exact"] == 3 and rows[0]["onepass_exact"] == 5
 
 
+def test_nonmember_g_comes_from_heldout_windows_not_the_judged_ones():
+    """A model that 'leaked' every dropped member token (members follow its +1 rule) has member g = 0, so the
+    same-window baseline is 1 and its verbatim count looks explained; the nonmembers' windows (every token off the
+    rule: all misses) give g = 1 and the baselines recomputed with it, by hand."""
+    cfg = GoldfishConfig(k=3, h=4)
+    members = [list(range(100 + 50 * i, 140 + 50 * i)) for i in range(4)]
+    nonmembers = [[(7 * j * j + 3 * i) % 997 + 2 for j in range(40)] for i in range(5)]  # never t -> t + 1
+    rows = baseline_rows(NextIsPlusOne(), members, [10], 20, cfg, [4, 4, 16, 16], heldout=nonmembers)
+    hits_nm, dropped_nm = window_predictions(NextIsPlusOne(), nonmembers, 10, 20, cfg)
+    assert not hits_nm.any() and dropped_nm.sum() > 0  # the rule never holds on these windows
+    _, dropped = window_predictions(NextIsPlusOne(), members, 10, 20, cfg)
+    for row, chosen in zip(rows, (slice(0, 4), slice(0, 2), slice(2, 4))):
+        counts = dropped[chosen].sum(axis=1)
+        assert row["g"] == 0.0 and row["kept_acc"] == 1.0 and row["baseline_kept"] == 1.0
+        ref = row["nonmember_g"]
+        assert ref["g"] == 1.0 and ref["n_windows"] == 5 and ref["n_dropped"] == int(dropped_nm.sum())
+        # with g = 1 a window is verbatim only without a dropped target: the share of such windows
+        assert ref["baseline_windows"] == ref["baseline_kept"] == pytest.approx((counts == 0).mean(), abs=1e-15)
+        # every member window is verbatim: far above that baseline (P(X >= n) = product of chances = 0 unless every
+        # window lacks a drop)
+        assert ref["test"]["expected"] == pytest.approx(float((counts == 0).sum()), abs=1e-12)
+    assert rows[0]["nonmember_g"]["test"]["p_value"] < 0.05
+    # without held-out documents the rows are as before: no nonmember_g key
+    assert "nonmember_g" not in baseline_rows(NextIsPlusOne(), members, [10], 20, cfg)[0]
+
+
 def test_report_table_sits_next_to_exact_match():
     kb = {"k": 4, "h": 13, "strategy": "hash", "suffix_len": 50,
           "rows": [{"prefix_len": 32, "repetitions": "all", "n_windows": 100, "n_dropped": 1250, "g": 0.9,
                     "kept_acc": 0.99, "n_windows_no_drop": 3, "onepass_exact": 0, "onepass_exact_rate": 0.0,
                     "baseline_windows": 0.031, "baseline_nominal": k_baseline(4, 50, 0.9), "baseline_kept": 0.02,
-                    "test": {"expected": 2.0, "p_value": 0.27, "p_at_most": 0.135}}]}
+                    "test": {"expected": 2.0, "p_value": 0.27, "p_at_most": 0.135},
+                    "nonmember_g": {"g": 0.95, "n_windows": 50, "n_dropped": 600, "baseline_windows": 0.01,
+                                    "baseline_kept": 0.008, "test": {"expected": 0.8, "p_value": 1.0,
+                                                                     "p_at_most": 0.449}}}]}
     results = {"axes": [], "cells": [
         {"cell": "goldfish-k4", "arm": "goldfish-k4", "k_baseline": kb, "by_prefix_len": {"32": {"exact_match_rate": 0.0}}},
         {"cell": "standard", "arm": "standard", "k_baseline": None, "by_prefix_len": {}}]}
@@ -162,4 +191,4 @@ def test_report_table_sits_next_to_exact_match():
     assert "goldfish-k4" in table and "standard" not in table
     # windows, exact match, g, kept accuracy, the kept-known baseline (nominal), the measured-a one, the test
     assert ("| 32 | all | 100 (3) | 0.0 % | 0.900 | 99.0 % | 3.1 % (0.0 %) | 2.0 % | 0 vs 2.0 expected, p 0.27 "
-            "(P(X <= 0) 0.14) |") in table
+            "(P(X <= 0) 0.14) | g 0.950: 0.8 %; 0 vs 0.8 expected, p 1 (P(X <= 0) 0.45) |") in table

@@ -26,6 +26,13 @@ def test_each_cell_loads_its_model_once_for_eval_k_baseline_and_attacks(micro):
     expected = sorted(str(micro / "cells" / arm / "train" / "model") for arm in ("control", "standard", "goldfish"))
     assert sorted(LOADS["first"]) == expected
     assert (micro / "cells" / "goldfish" / "eval" / "k_baseline.json").is_file()  # it did run on the shared model
+    prepared = load_prepared(next((micro / "prepared").iterdir()))
+    rows = json.loads((micro / "cells" / "goldfish" / "eval" / "k_baseline.json").read_text())["rows"]
+    for row in rows:  # g also from the nonmembers' windows: one per nonmember long enough for the window
+        ref = row["nonmember_g"]
+        n = row["prefix_len"] + 16 if row["prefix_len"] > 0 else 17
+        assert ref["n_windows"] == sum(len(d) >= n for d in prepared.nonmembers["input_ids"]) > 0
+        assert 0 <= ref["g"] <= 1 and ref["n_dropped"] > 0
     assert all((micro / "cells" / arm / "attacks.json").is_file() for arm in ("control", "standard", "goldfish"))
 
 

@@ -27,16 +27,19 @@ def k_baseline_file(folder: CellFolder) -> Path:
 
 def write_k_baseline(plan: CellPlan, model: Any) -> Path | None:
     """Measure g on the cell's member windows (prefix from token 0: each prefix length of the eval config, ``all``
-    = all but the last suffix_len tokens) with the mask the cell's training recorded, from the cell's shared
-    ``model`` handle (``goldfish.eval.loading.SharedModel``); None (nothing written) for a standard-loss cell."""
+    = all but the last suffix_len tokens) with the mask the cell's training recorded, and beside it on the
+    nonmembers' windows (``nonmember_g``: a g no leak can move), from the cell's shared ``model`` handle
+    (``goldfish.eval.loading.SharedModel``); None (nothing written) for a standard-loss cell."""
     prepared = load_prepared(plan.data_dir)
     gcfg = plan.mask(prepared)
     if gcfg is None:
         return None
     docs = [m["input_ids"] for m in prepared.members]
     reps = [int(r) for r in prepared.members["repetitions"]]
+    heldout = [m["input_ids"] for m in prepared.nonmembers]
     rows = baseline_rows(model.get(), docs, plan.eval_cfg.data.prefix_lens, plan.eval_cfg.data.suffix_len, gcfg, reps,
-                         token_budget=plan.eval_cfg.membership.token_budget, chunk=plan.eval_cfg.membership.chunk)
+                         heldout=heldout, token_budget=plan.eval_cfg.membership.token_budget,
+                         chunk=plan.eval_cfg.membership.chunk)
     out = k_baseline_file(plan)
     atomic_write_json(out, {"k": gcfg.k, "h": gcfg.h, "strategy": gcfg.strategy,
                             "suffix_len": plan.eval_cfg.data.suffix_len, "rows": rows})
@@ -64,13 +67,20 @@ def _greedy(c: Cell, prefix: int, stratum: object) -> float | None:
     return found[0].get("exact_match_rate") if found else None
 
 
-def _test_text(r: dict) -> str:
-    """``3 vs 4.1 expected, p 0.72 (P(<=) 0.41)``: the verbatim count against the baseline with a measured."""
-    t = r.get("test")
+def _test_text(r: dict, t: dict | None) -> str:
+    """``3 vs 4.1 expected, p 0.72 (P(<=) 0.41)``: the verbatim count of row ``r`` against a baseline's test ``t``."""
     if not t:
         return "-"
     return (f"{r['onepass_exact']} vs {t['expected']:.1f} expected, p {p_text(t['p_value'])} "
             f"(P(X <= {r['onepass_exact']}) {t['p_at_most']:.2g})")
+
+
+def _nonmember_text(r: dict) -> str:
+    """The baseline with g from the nonmembers: ``g 0.610: 2.0 %, 3 vs 4.1 expected, p ...`` ("-" without it)."""
+    ref = r.get("nonmember_g")
+    if not ref or ref.get("g") is None:
+        return "-"
+    return f"g {fmt(ref['g'])}: {fmt(ref.get('baseline_kept'), 'pct')}; {_test_text(r, ref.get('test'))}"
 
 
 def k_baseline_table(results: dict, cells: Sequence[Cell]) -> str | None:
@@ -92,12 +102,13 @@ def k_baseline_table(results: dict, cells: Sequence[Cell]) -> str | None:
                          f"{fmt(r['n_windows'], 'int')} ({fmt(r.get('n_windows_no_drop'), 'int')})",
                          fmt(_greedy(c, r["prefix_len"], stratum), "pct"), fmt(r["g"]), fmt(r["kept_acc"], "pct"),
                          f"{fmt(r.get('baseline_windows'), 'pct')} ({fmt(nominal, 'pct')})",
-                         fmt(r.get("baseline_kept"), "pct"), _test_text(r)])
+                         fmt(r.get("baseline_kept"), "pct"), _test_text(r, r.get("test")), _nonmember_text(r)])
     if not rows:
         return None
     return markdown_table(["cell", "mask", "prefix", "stratum", "windows (without a dropped token)", "exact match",
                            "g (dropped missed)", "kept-token acc. a", "baseline a = 1: mean (1-g)^d_w (nominal)",
-                           "baseline a measured: mean a^(S-d_w) (1-g)^d_w", "verbatim vs baseline (exact test)"],
+                           "baseline a measured: mean a^(S-d_w) (1-g)^d_w", "verbatim vs baseline (exact test)",
+                          "with g from the nonmembers: baseline a measured; verbatim vs it"],
                           rows)
 
 
@@ -118,7 +129,9 @@ def render(results: dict, cells: Sequence[Cell]) -> str:
         "column tests the teacher-forced verbatim count against that many independent windows with the "
         "measured-a chances (exact Poisson-binomial, two-sided; P(X <= observed) for 'below'). A count near the "
         "baseline is explained by per-position accuracy alone; below it, misses cluster in some windows; above it, "
-        "hits do.")
+        "hits do. A g measured on the windows it judges moves with any leak it should detect (a leaked dropped "
+        "token lowers g and so raises the baseline), so the last column takes g from the same model on the "
+        "nonmembers' windows (same prefix length and mask, text it never trained on) instead.")
 
 
 K_BASELINE = Analysis(
