@@ -123,13 +123,16 @@ class Number:
     digits: int     # decimals shown; of the mantissa in scientific notation
     sci: bool
     fraction: bool
+    percent: bool = False
 
-    def rounds_from(self, leaf: float) -> bool:
-        """`leaf` (or 100 x leaf: a percentage, points) shown at this number's digits is this number."""
+    def rounds_from(self, leaf: float, as_shown: bool = False) -> bool:
+        """`leaf` shown at this number's digits is this number: a JSON leaf x 100 for a percentage, as is or x 100
+        (points) for other numbers; a number of report.md (`as_shown`) as is."""
         if self.sci:
             return leaf != 0 and f"{leaf:.{self.digits}e}" == f"{self.value:.{self.digits}e}"
         half = 0.5 * 10 ** -self.digits * (1 + 1e-9) + 1e-12
-        return any(abs(scale * leaf - self.value) <= half for scale in (1, 100))
+        scales = (1,) if as_shown else (100,) if self.percent else (1, 100)
+        return any(abs(scale * leaf - self.value) <= half for scale in scales)
 
 
 def measured_numbers(text: str) -> list[Number]:
@@ -149,7 +152,8 @@ def measured_numbers(text: str) -> list[Number]:
         mantissa = body.split("e")[0]
         out.append(Number(sign + num + (tail if tail.startswith("/") else ""),
                           float(body) * (-1 if sign in ("-", "−") else 1),
-                          len(mantissa.split(".")[1]) if "." in mantissa else 0, "e" in body, tail.startswith("/")))
+                          len(mantissa.split(".")[1]) if "." in mantissa else 0, "e" in body, tail.startswith("/"),
+                          tail == "%"))
     return out
 
 
@@ -157,13 +161,17 @@ def _norm(token: str) -> str:
     return token.replace("−", "-").lstrip("+")
 
 
+LONGEST_QUOTED = 8  # a list of more numbers than this (a ROC curve, per-step losses, per-document scores) is no reading
+
+
 def _leaves(obj, out: list) -> list:
     if isinstance(obj, dict):
         for v in obj.values():
             _leaves(v, out)
     elif isinstance(obj, list):
-        for v in obj:
-            _leaves(v, out)
+        if sum(isinstance(v, (int, float)) for v in obj) <= LONGEST_QUOTED:  # curves, per-document scores: not quoted
+            for v in obj:
+                _leaves(v, out)
     elif isinstance(obj, (int, float)) and not isinstance(obj, bool) and math.isfinite(obj):
         out.append(float(obj))
     return out
@@ -180,10 +188,14 @@ class Committed:
                 _leaves(json.loads((folder / name).read_text(encoding="utf-8")), values)
         self.leaves = sorted(set(values))
         report = (folder / "report.md").read_text(encoding="utf-8")
+        report = report.split("\n## Side-by-side generations")[0]  # the articles' own text holds no result
         self.tokens = {_norm(t) for t in re.findall(r"[+−-]?\d+(?:\.\d+)?(?:e[−+-]?\d+)?(?:/\d+)?", report)}
+        self.shown = sorted({float(t) for t in self.tokens if "/" not in t})
 
     def has(self, n: Number) -> bool:
-        return _norm(n.text) in self.tokens or (not n.fraction and any(n.rounds_from(v) for v in self.leaves))
+        """A token of report.md as written or rounded to the digits shown, or a JSON leaf that rounds to it."""
+        return _norm(n.text) in self.tokens or (not n.fraction and (any(n.rounds_from(v, True) for v in self.shown)
+                                                                    or any(n.rounds_from(v) for v in self.leaves)))
 
 
 def spans(text: str) -> list[tuple[str, str | None, list[int], str]]:
@@ -223,9 +235,13 @@ def check_doc(name: str, text: str, repo: Path = REPO) -> list[str]:
     for heading, marker, linenos, prose in spans(text):
         where = f"{name}:{linenos[0]} (section '{heading}')"
         numbers = measured_numbers(prose)
+
+        def line_of(n: Number) -> int:
+            return next((k for k, line in zip(linenos, prose.splitlines()) if n.text in line), linenos[0])
+
         if marker is None:
             if numbers:
-                problems.append(f"{where}: measured-looking numbers {[n.text for n in numbers][:6]} without a source; "
+                problems.append(f"{name}:{line_of(numbers[0])} (section '{heading}'): measured-looking numbers {[n.text for n in numbers][:6]} without a source; "
                                 f"put a line `<!-- numbers: experiments/results/<config> | paper | pending <config> | "
                                 f"unrecorded <path> -->` above them (experiments/results/README.md)")
             continue
@@ -260,8 +276,7 @@ def check_doc(name: str, text: str, repo: Path = REPO) -> list[str]:
         if folders and not unchecked:
             for n in numbers:
                 if not any(f.has(n) for f in folders):
-                    at = next((k for k, line in zip(linenos, prose.splitlines()) if n.text in line), linenos[0])
-                    problems.append(f"{name}:{at} (section '{heading}'): {n.text} is not in "
+                    problems.append(f"{name}:{line_of(n)} (section '{heading}'): {n.text} is not in "
                                     f"{', '.join(str(f.folder.relative_to(repo)) for f in folders)} (no token of "
                                     f"report.md, no number of results.json / summary.json that rounds to it)")
     return problems
@@ -290,6 +305,11 @@ def test_an_unmarked_number_is_caught():
     problems = check_doc("doc.md", "# Top\n## Results\nGoldfish lowers it by −1.1 points (p 0.64).\n")
     assert len(problems) == 1 and "doc.md:3 (section 'Results')" in problems[0] and "without a source" in problems[0]
     assert check_doc("doc.md", "## Design\n20 articles, k=4, h=13, 2026-12-04, torch 2.13.0, 95 % CI.\n") == []
+    ends = check_doc("doc.md", "## A\n<!-- numbers: paper -->\n0.51\n### B\nROUGE-L 0.26\n")  # a span ends at a heading
+    assert len(ends) == 1 and "doc.md:5 (section 'B')" in ends[0]
+    mixed = "## A\n<!-- numbers: experiments/results/default; paper -->\n3.694 beside the paper's 0.96, and 7.77\n"
+    assert check_doc("doc.md", mixed) == []  # another source named: what the folder lacks is left unchecked
+    assert "7.77 is not in" in check_doc("doc.md", mixed.replace("; paper", ""))[0]
 
 
 def test_a_stale_pending_marker_and_a_bad_source_are_caught():
