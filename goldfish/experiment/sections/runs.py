@@ -47,6 +47,8 @@ def reading(d: dict, a: str, b: str, kind: str) -> str:
     if n < 2:
         return f"{n} paired run(s): no interval over runs from fewer than two"
     mean, low, high = (_diff(d[k], kind) for k in ("mean", "ci_low", "ci_high"))
+    if d["sd"] == 0:
+        return f"every one of the {n} runs gives {mean}: no spread between runs"
     excludes = d["ci_low"] > 0 or d["ci_high"] < 0
     if d.get("margin"):
         m = _diff(d["margin"], kind).lstrip("+")
@@ -150,7 +152,7 @@ def render(results: dict) -> str:
     if not runs:
         return ""
     if runs.get("why_not"):
-        return markdown_section(TITLE, f"With one training run per arm: {runs['why_not']}.")
+        return markdown_section(TITLE, f"{runs['why_not'][0].upper()}{runs['why_not'][1:]}.")
     blocks = ["The training run is the unit (issue 38): each replicate ("
               + ", ".join(runs["replicate_axes"]) + ") is its own split, training order and model, so a reading is "
               "made from the interval over runs below: the mean over runs with its 95 % Student t interval and the "
