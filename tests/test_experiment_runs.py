@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from goldfish.experiment.config import ExperimentConfig, UtilityConfig
+from goldfish.experiment.config import EquivalenceConfig, ExperimentConfig, UtilityConfig
 from goldfish.experiment.inference import cell_statistics
 from goldfish.experiment.sections import runs
 from goldfish.experiment.summary import CellSummary, Study
@@ -147,3 +147,19 @@ def test_tpr_at_0_1pct_fpr_needs_1000_nonmembers_like_1pct_needs_100():
     assert enough["mia_tpr_at_1pct_fpr"] == _tpr_by_hand(members, nonmembers, 10)
     below = cell_statistics({"members": members, "nonmembers": nonmembers[:99]}, [])
     assert below["mia_tpr_at_1pct_fpr"] is None and below["mia_tpr_at_0_1pct_fpr"] is None
+
+
+def test_replicate_axes_are_the_pool_axes_else_the_seed_axis():
+    assert ExperimentConfig(grid={"seed": [0, 1], "k": [2, 4]}).replicate_axes == ["seed"]
+    assert ExperimentConfig(grid={"split": [0, 1]}, equivalence=EquivalenceConfig(0.05, ["split"])
+                            ).replicate_axes == ["split"]
+    assert ExperimentConfig(grid={"k": [2, 4]}).replicate_axes == []
+
+
+def test_utility_config_refuses_an_unknown_corpus_and_a_margin_of_zero():
+    from goldfish.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"utility.corpora=\['c4'\] must name offline corpora: wikipedia, kjv"):
+        UtilityConfig(corpora=["c4"])
+    with pytest.raises(ConfigError, match="utility.margin=0 must be > 0"):
+        UtilityConfig(margin=0)
