@@ -123,6 +123,8 @@ def compute(study: Study) -> dict:
         point = tuple((a, str(c.values.get(a))) for a in study.axes if a not in replicates and a != tuned)
         replicate = ", ".join(f"{a}={c.values.get(a)}" for a in replicates) or "-"
         points.setdefault(point, {}).setdefault(c.arm, {})[replicate] = c
+    if not points:
+        return {}
     if max(len(runs) for arms in points.values() for runs in arms.values()) < 2:
         return {"runs": {"replicate_axes": replicates, "why_not": "one training run per arm and grid point: no "
                          "interval over runs from one run (add a replicate axis, e.g. grid.seed)"}}
