@@ -118,6 +118,7 @@ def test_results_follow_the_schema(recomputed):
     assert set().union(set(), *map(set, results["paired"])) - axes <= doc["paired"]
     assert set().union(set(), *map(set, results["paired_axis"])) - axes <= doc["paired_axis"]
     assert set().union(set(), *map(set, results["examples"])) <= doc["examples"]
+    assert set(results["runs"]) <= doc["runs"]
     summary = json.loads(found["summary.json"])
     entries = [v for k, v in summary.items() if k not in ("blind_auc", "blind_auc_ci", "paired")]
     assert entries and all(set(e) == doc["summary.json"] for e in entries)

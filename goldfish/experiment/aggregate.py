@@ -31,7 +31,7 @@ ROW_CELL_KEYS = ("params", "tokens_seen", "kept_tokens", "train_time_s", "mia_au
 SUMMARY_KEYS = ("cell", "params", "tokens_seen", "kept_tokens", "dropped_tokens", "train_time_s", "steps",
                 "n_windows", "exact_match_rate", *ROUGE, "token_match", "mia_attack", "mia_auc", "mia_auc_ci",
                 "mia_auc_ci_low", "mia_auc_ci_high", "mia_auc_p", "mia_tpr_at_1pct_fpr", "mia_tpr_at_1pct_fpr_note",
-                "mia_aucs", "mia_auc_loss", "mia_auc_reference", "mia_auc_reference_ci", "mia_auc_kept_loss",
+                "mia_tpr_at_0_1pct_fpr", "mia_tpr_at_0_1pct_fpr_note", "mia_aucs", "mia_auc_loss", "mia_auc_reference", "mia_auc_reference_ci", "mia_auc_kept_loss",
                 "mia_auc_kept_loss_ci", "mia_auc_kept_reference", "mia_auc_kept_reference_ci", "mia_by_exposure",
                 "mia_by_exposure_ci", "tf_accuracy", "tf_kept_accuracy", "tf_dropped_accuracy", "heldout_accuracy",
                 "final_kept_loss", "final_dropped_loss", "heldout_loss", "heldout_loss_ci", "heldout_ppl", "member_loss",

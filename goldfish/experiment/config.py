@@ -127,6 +127,35 @@ class EquivalenceConfig:
                                     "at low FPR to move far more than the AUC)")
 
 
+UTILITY_CORPORA = ("wikipedia", "kjv")  # the offline corpora the toolkit reads (goldfish.data.sources)
+
+
+@dataclasses.dataclass
+class UtilityConfig:
+    """The utility check (the per-cell analysis ``utility``), stated before the run: each cell's held-out loss on a
+    fixed set of documents of offline corpora that its prepared data does not hold, and each arm's paired difference
+    against the others and the control, decided over the replicates (seeds) against an equivalence margin."""
+
+    corpora: list[str] = option(factory=list, help="offline corpora scored: wikipedia (the articles bundled in "
+                                                   "gensim), kjv (Debian's bible-kjv); empty = no utility check; a "
+                                                   "corpus that is not installed is skipped with a note")
+    documents: int = option(32, "documents per corpus: the first in source order whose id, text and first tokens "
+                                "no prepared folder of the cell holds")
+    tokens: int = option(128, "tokens scored per document (its first; a shorter document is passed over)")
+    margin: float = option(0.05, "equivalence margin of the paired held-out loss difference in nats/token: no "
+                                 "cost detected when the two one-sided t tests over the replicates put the 90 % "
+                                 "interval inside (-margin, +margin)")
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        bad = [c for c in self.corpora if c not in UTILITY_CORPORA]
+        check(not bad, problems, f"utility.corpora={bad} must name offline corpora: {', '.join(UTILITY_CORPORA)}")
+        check(self.documents >= 1, problems, f"utility.documents={self.documents} must be >= 1")
+        check(self.tokens >= 2, problems, f"utility.tokens={self.tokens} must be >= 2 (a target needs a context)")
+        check(self.margin > 0, problems, f"utility.margin={self.margin} must be > 0 (nats/token)")
+        raise_problems(problems)
+
+
 def _fills(word: str) -> bool:
     """Whether a launcher word formats with the cell's ``{nnodes}`` and ``{nproc_per_node}`` and nothing else."""
     try:
@@ -177,6 +206,12 @@ class ExperimentConfig:
     equivalence: EquivalenceConfig = option(factory=EquivalenceConfig, help="the membership comparison of the "
                                                                             "arms with an equivalence margin stated "
                                                                             "before the run")
+    utility: UtilityConfig = option(factory=UtilityConfig, help="the utility check: each cell's held-out loss on "
+                                                               "documents of offline corpora (wikipedia, kjv) "
+                                                               "outside its data, paired across the arms over the "
+                                                               "seeds with an equivalence margin stated in advance; "
+                                                               "e.g. {corpora: [wikipedia, kjv], documents: 32, "
+                                                               "tokens: 128, margin: 0.05}; off by default")
     hardware: HardwareConfig = option(factory=HardwareConfig, help="the machine a cell expects (dry-run checks)")
     prepared_root: str = option("", "folder holding prepared data, one sub-folder per distinct data config; "
                                     "empty = <out>/prepared")
@@ -269,6 +304,13 @@ class ExperimentConfig:
         self.arms = {str(k): flatten(v or {}) for k, v in self.arms.items()}
         if self.base_model:
             self.base_model = resolve_base_model(self.base_model)
+
+    @property
+    def replicate_axes(self) -> list[str]:
+        """The grid axes whose cells are independent replicates (training runs: each its own split, order and
+        model): ``equivalence.pool``, else ``compare.pool``, else the axis labelled ``seed``; [] for none."""
+        labels = [axis_label(axis) for axis in self.grid]
+        return list(self.equivalence.pool or self.compare.pool or [a for a in labels if a == "seed"])
 
     @property
     def out_dir(self) -> Path:

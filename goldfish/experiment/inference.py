@@ -4,8 +4,9 @@ Per cell (:func:`cell_statistics`, into the cell summary):
 
 * ``mia_auc_p``: the headline attack's one-sided permutation p-value (``auc_pvalue``): at AUC = 1, exactly
   ``1 / C(m + n, m)``, where a percentile bootstrap can only say "[1.000, 1.000]";
-* ``mia_tpr_at_1pct_fpr``: TPR at 1 % FPR only with >= 100 nonmembers (``tpr_at_fpr``), else None and
-  ``mia_tpr_at_1pct_fpr_note`` says how many it needs;
+* ``mia_tpr_at_1pct_fpr`` and ``mia_tpr_at_0_1pct_fpr``: TPR at 1 % FPR only with >= 100 nonmembers, at 0.1 % FPR
+  only with >= 1000 (both by ``tpr_at_fpr``, one rule: ``ceil(1 / fpr)`` nonmembers), else None and its ``_note``
+  says how many it needs;
 * ``extraction_ci``: exact match and both ROUGE-Ls over the member windows with a 95 % interval that resamples
   *documents* (``cluster_bootstrap_mean``): several windows of one document (two prefix lengths, say) are not
   independent. Exact match keeps Wilson's interval with one window per document, and takes Wilson's over the
@@ -36,6 +37,7 @@ from .plan import CellPlan
 
 N_BOOTSTRAP = 1000
 FPR = 0.01
+FPRS = {"1pct": FPR, "0_1pct": 0.001}  # the cell summary's mia_tpr_at_<key>_fpr (+ _note), each by tpr_at_fpr
 EXTRACTION = ("exact_match", "rouge_l_paper", "rouge_l")  # per-window measures given document-level intervals
 
 
@@ -45,14 +47,18 @@ def member_windows(windows: Sequence[dict]) -> list[dict]:
 
 
 def cell_statistics(scores: dict | None, windows: Sequence[dict], seed: int = 0) -> dict[str, Any]:
-    """``mia_auc_p``, ``mia_tpr_at_1pct_fpr`` (+ ``_note``) of the headline attack's per-document ``scores``
-    (``{"members": [...], "nonmembers": [...]}``, None when not kept) and ``extraction_ci`` of the member windows."""
-    out: dict[str, Any] = {"mia_auc_p": None, "mia_tpr_at_1pct_fpr": None,
-                           "mia_tpr_at_1pct_fpr_note": "no per-document scores of the attack were kept"}
+    """``mia_auc_p``, ``mia_tpr_at_<1pct | 0_1pct>_fpr`` (+ ``_note``; :data:`FPRS`) of the headline attack's
+    per-document ``scores`` (``{"members": [...], "nonmembers": [...]}``, None when not kept) and ``extraction_ci``
+    of the member windows."""
+    out: dict[str, Any] = {"mia_auc_p": None}
+    for key in FPRS:
+        out[f"mia_tpr_at_{key}_fpr"] = None
+        out[f"mia_tpr_at_{key}_fpr_note"] = "no per-document scores of the attack were kept"
     if scores and scores.get("members") and scores.get("nonmembers"):
         out["mia_auc_p"] = stats.auc_pvalue(scores["members"], scores["nonmembers"])
-        tpr = stats.tpr_at_fpr(scores["members"], scores["nonmembers"], FPR)
-        out["mia_tpr_at_1pct_fpr"], out["mia_tpr_at_1pct_fpr_note"] = tpr["tpr"], tpr["note"]
+        for key, fpr in FPRS.items():
+            tpr = stats.tpr_at_fpr(scores["members"], scores["nonmembers"], fpr)
+            out[f"mia_tpr_at_{key}_fpr"], out[f"mia_tpr_at_{key}_fpr_note"] = tpr["tpr"], tpr["note"]
     ws = member_windows(windows)
     out["extraction_ci"] = {}
     for name in EXTRACTION:

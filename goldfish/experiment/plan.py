@@ -21,7 +21,7 @@ from ..config import flatten, from_dict, merged
 from ..errors import ConfigError
 from ..ownership import FolderLock
 from ..train_config import MASK_FILE, goldfish_config, read_mask_settings
-from .config import Cell, ExperimentConfig, HardwareConfig, data_hash, expand_cells, hardware_for
+from .config import Cell, ExperimentConfig, HardwareConfig, UtilityConfig, data_hash, expand_cells, hardware_for
 from .config import load_data_recipe, resolve_base_model, split_overrides
 
 DONE = "DONE"  # a cell's completion marker, written last (see goldfish.experiment.phases)
@@ -194,6 +194,7 @@ class CellPlan(CellFolder):
     hardware: HardwareConfig
     start_model: str | None = None  # the model a fine-tune starts from (None: from scratch)
     train_data: tuple[Any, Path] | None = None  # (prepare config, folder) it trains on when not data_dir's rows
+    utility: UtilityConfig = dataclasses.field(default_factory=UtilityConfig)  # the experiment's utility check
 
     @property
     def trains(self) -> bool:
@@ -359,7 +360,8 @@ def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dic
         hardware = cfg.hardware
     if problems:
         raise _CellProblems(problems)
-    return CellPlan(folder.dir, cell, data_dir, prepare_cfg, train_cfg, eval_cfg, hardware, start or None, train_data)
+    return CellPlan(folder.dir, cell, data_dir, prepare_cfg, train_cfg, eval_cfg, hardware, start or None, train_data,
+                    cfg.utility)
 
 
 def plan_cells(cfg: ExperimentConfig, pipeline: Pipeline) -> list[CellPlan]:

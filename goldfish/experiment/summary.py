@@ -90,6 +90,8 @@ class CellCore:
     mia_auc_ci: list | None = None
     mia_auc_p: dict | None = None
     mia_tpr_at_1pct_fpr_note: str | None = None
+    mia_tpr_at_0_1pct_fpr: float | None = None
+    mia_tpr_at_0_1pct_fpr_note: str | None = None
     extraction_ci: dict | None = None
     # strata
     by_prefix_len: dict | None = None

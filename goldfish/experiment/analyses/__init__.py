@@ -9,10 +9,12 @@ from __future__ import annotations
 from .base import Analysis, Cell, Section
 from .exposure import EXPOSURE
 from .kbaseline import K_BASELINE
+from .utility import UTILITY
 
 ANALYSES: tuple[Analysis, ...] = (
     K_BASELINE,
     EXPOSURE,
+    UTILITY,
 )
 
 __all__ = ["ANALYSES", "Analysis", "Cell", "Section"]

@@ -50,7 +50,12 @@ class Analysis:
     * ``part``: a dataclass whose fields (each with a default: what a cell without the file gets) are its flat keys
       of ``results.json``'s cells (SCHEMA.md, section ``cells``); ``collect(plan)`` reads them from ``output``;
       ``summary_keys``: those of its fields ``summary.json`` lists;
-    * ``sections``: its report sections.
+    * ``sections``: its report sections;
+    * ``headlines(cell)``: its per-run numbers the across-run section (``goldfish.experiment.sections.runs``) reads
+      beside the core headlines, ``{name: (value, match)}``: reported per run, over runs and paired by replicate,
+      a pair kept only where both cells' ``match`` agree (e.g. the sha256 of the documents scored; None: always);
+      ``margins(cfg)``: ``{name: equivalence margin}`` stated in the experiment config (two one-sided t tests of
+      the paired differences over the replicates).
     """
 
     name: str
@@ -61,3 +66,5 @@ class Analysis:
     collect: Callable[[CellPlan], Any]
     summary_keys: tuple[str, ...] = ()
     sections: tuple[Section, ...] = ()
+    headlines: Callable[[Any], dict[str, tuple[float | None, str | None]]] | None = None
+    margins: Callable[[Any], dict[str, float]] | None = None
