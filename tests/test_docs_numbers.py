@@ -108,7 +108,8 @@ NOT_RESULTS = [re.compile(p) for p in (
     r"[x×]\s?\d+\b",                                                    # repetition strata: x16, ×50, 100 × 100
     r"\b\d+(?:\.\d+)?\s?[MBk]\b",                                       # sizes of models and corpora: 0.9 M, 20 B
     r"\b[A-Za-z][\w.]*-\d+(?:\.\d+)*\w*",                               # names: Llama-2-7B, SmolLM2-135M, Apache-2.0
-    r"\b\d+ %(?= (?:and \d+ % )?(?:CI|bootstrap|confidence|profile|t interval|intervals?|FPR|power)\b)",  # levels
+    r"\b\d+(?:\.\d+)? %(?= (?:and \d+(?:\.\d+)? % )?(?:CI|bootstrap|confidence|profile|t interval|intervals?|FPR|"
+    r"power)\b)",                                                       # levels: 95 % CI, TPR at 1 % and 0.1 % FPR
     r"\bat 1 % FPR", r"\bmore than \d+ %",                              # the TPR's operating point, a threshold
     r"\b2\.80 (?:SE|standard errors)", r"\b0\.5 = chance|\bnear 0\.5\b",  # the code's constants
 )]
