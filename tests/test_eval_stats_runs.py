@@ -43,7 +43,8 @@ def test_slope_over_runs_is_each_runs_linregress_then_a_t_over_runs():
     x = [[0.0, 0.05, 0.1, 0.25], [0.0, 0.05, 0.1, 0.25], [0.0, 0.06, 0.1, 0.24]]
     y = [[0.01, 0.02, 0.05, 0.09], [-0.01, 0.03, 0.02, 0.1], [0.0, 0.01, None, 0.07]]  # a missing point
     found = slope_over_runs(x, y)
-    fits = [sps.linregress(x[0], y[0]), sps.linregress(x[1], y[1]), sps.linregress([0.0, 0.06, 0.24], [0.0, 0.01, 0.07])]
+    fits = [sps.linregress(x[0], y[0]), sps.linregress(x[1], y[1]),
+            sps.linregress([0.0, 0.06, 0.24], [0.0, 0.01, 0.07])]
     assert found["per_run"] == pytest.approx([f.slope for f in fits], rel=1e-12)
     assert found["intercept"] == pytest.approx(np.mean([f.intercept for f in fits]), rel=1e-12)
     ref = sps.ttest_1samp([f.slope for f in fits], 0.0)
