@@ -6,17 +6,22 @@ every control audited on the Goldfish arm's base mask with the share its own los
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from eval_fixtures import schema_fields
 from scipy import stats as sps
+
+import goldfish.experiment
 
 from goldfish.experiment.analysis import _other_masks, dropped_targets, leakage_audit
 from goldfish.experiment.sections.leakage import calibration, calibration_lines, render
 from goldfish.experiment.summary import CellSummary
 from goldfish.masks import GoldfishConfig
 
+SCHEMA = Path(goldfish.experiment.__file__).parent / "SCHEMA.md"
 MASK = {"k": 4, "h": 13, "strategy": "hash", "seed": 0}
 ARMS = {"standard": None, "goldfish": GoldfishConfig(**MASK),
         "goldfish_seed1": GoldfishConfig(**{**MASK, "seed": 1}),
@@ -63,6 +68,7 @@ def test_the_roles_and_the_per_run_values():
     assert first["difference"]["accuracy"] == pytest.approx(0.01, abs=1e-15)
     assert first["positive"]["pc20"] == {"supervised_fraction": 0.2, "accuracy": 0.06, "loss": -0.12}
     assert calibration(plans[:3], cells[:3], ["seed"]) is None  # no twin, no positive control: nothing to calibrate
+    assert set(family) == schema_fields(SCHEMA)["leakage_calibration"]  # every field documented
 
 
 def test_the_sensitivity_across_runs_against_a_hand_computation():
