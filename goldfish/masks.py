@@ -52,6 +52,12 @@ Strategies
 ``"static"``
     The paper's k-GL baseline: every k-th token of each document (positions k-1, 2k-1, ... counted from the
     document's first token) is dropped, independent of content.
+
+Controls of the leakage audit (docs/goldfish-loss.md), on top of any strategy, keeping its positions
+(``GoldfishConfig.base``): ``supervised_fraction`` p trains a share ~p of the dropped positions anyway (a second,
+salted ``hash`` decision on the same window; :func:`config_mask` is the effective mask, the base minus that share);
+``replace_dropped`` (the no-leak twin) replaces the dropped tokens in the model's input (:func:`twin_input_ids`).
+The 64-bit mixing, document segments and window hash they all read are :mod:`goldfish.windows`.
 """
 
 from __future__ import annotations
@@ -162,7 +168,7 @@ def _validate_controls(replace_dropped: object, fraction: object, problems: list
           f"trains on none of the dropped positions; a positive control trains on a share of them (one arm each)")
 
 
-# ------------------------------------------------------------------------------------------------ 64-bit mixing
+# ------------------------------------------------------------------------------------------------ salts
 
 
 FOLD_BASE = 0x100000001B3  # the 64-bit FNV prime: base of the folded-bytes polynomial hash of "canonical"
