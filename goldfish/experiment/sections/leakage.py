@@ -297,7 +297,10 @@ def calibration_lines(results: dict) -> list[str]:
                   "measured on members, and Goldfish - twin (paired by run) is the leak calibrated on members. "
                   "A positive control trains on a known share of the dropped positions; the slope of DiD on that "
                   "share (each run's line through the Goldfish arm at 0 and its positive controls) turns the "
-                  "minimum detectable Goldfish - twin into the smallest supervised fraction the design detects.", ""]
+                  "minimum detectable Goldfish - twin into the smallest supervised fraction the design detects. "
+                  "Read the twin's kept-position DiD (the audit table above) beside the Goldfish arm's: the twin's "
+                  "input differs from the text at the dropped positions, so it may learn the members' kept tokens "
+                  "less as well, and Goldfish - twin then mixes a leak with that difference.", ""]
     return lines
 
 
