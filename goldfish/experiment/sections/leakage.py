@@ -21,6 +21,7 @@ from typing import Any, Sequence
 from goldfish.eval.stats import minimum_detectable_effect, slope_over_runs, t_over_runs
 from goldfish.eval.tables import did_text, fmt, markdown_table, with_ci
 
+from ...masks import GoldfishConfig
 from ..config import CONTROL
 from ..plan import CellPlan
 from ..summary import CellSummary, Study, cells_of, one_per_arm
@@ -37,11 +38,12 @@ def compute(study: Study) -> dict:
 
 def _controls_of(plan: CellPlan) -> tuple[str, Any] | None:
     """``(role, mask)`` of a Goldfish cell: ``goldfish`` (no audit control), ``twin`` (``replace_dropped``) or
-    ``positive`` (``supervised_fraction`` > 0); None for the standard loss."""
+    ``positive`` (``supervised_fraction`` > 0); None for the standard loss (or a pipeline without a Goldfish
+    config, e.g. a test's fake)."""
     loss = getattr(plan.train_cfg, "loss", None)
-    if getattr(loss, "type", None) != "goldfish":
+    g = getattr(loss, "goldfish", None)
+    if getattr(loss, "type", None) != "goldfish" or not isinstance(g, GoldfishConfig):
         return None
-    g = loss.goldfish
     return ("twin" if g.replace_dropped else "positive" if g.supervised_fraction else "goldfish"), g
 
 
