@@ -52,8 +52,8 @@ Fields (the schema of ``attacks.json``; targets t = 1..L-1 of each document, doc
   reading is inconclusive; ``mde``: ``{"accuracy" | "loss": the minimum detectable DiD at this design's size}``
   (2.80 standard errors: a two-sided 5 % test with 80 % power); ``supervised_fraction``: the share of the audited
   positions the cell's own loss trained on (0 for the Goldfish arm on its own mask and for its no-leak twin, ~p for a
-  positive control with ``supervised_fraction: p``, 1 for a standard arm: the known leak of a positive control); ``reading``: ``{"accuracy" | "loss": "leak" | "none detected" | "negative" |
-  "inconclusive"}``;
+  positive control with ``supervised_fraction: p``, 1 for a standard arm: the known leak of a positive control);
+  ``reading``: ``{"accuracy" | "loss": "leak" | "none detected" | "negative" | "inconclusive"}``;
 * ``leakage_by_mask`` (same cells): ``{arm: leakage as above}`` for the mask of every other Goldfish arm of the grid
   point (another seed, another k): positive controls with a known supervised fraction, e.g. a Goldfish arm with
   another mask seed audited on this mask's positions trains on ~(1 - 1/k) of them.
@@ -192,7 +192,8 @@ def analyse(tokens: dict[str, list[dict]], prepared: Any, out: Path, gcfg: Goldf
     :func:`goldfish.eval.membership.target_pass` with ``keep_tokens``); ``reference`` is the control cell's
     attacks.json. ``gcfg``: the mask whose kept / dropped positions are measured (the cell's own ``base`` mask or,
     for a standard cell, the experiment's); ``own``: the mask the cell trained with, its audit controls included
-    (None: the standard loss, every target trained); ``audits``: the other Goldfish arms' masks, audited too (``leakage_by_mask``: positive controls).
+    (None: the standard loss, every target trained); ``audits``: the other Goldfish arms' masks, audited too
+    (``leakage_by_mask``: positive controls).
 
     The control cell is its own reference (``control=True``): every calibrated score is 0, AUC exactly 0.5 -- the
     starting model carries no membership signal relative to itself.
