@@ -3,6 +3,8 @@ the hash of each position's window. Pure int64 tensor ops: bit-identical on CPU 
 
 from __future__ import annotations
 
+from typing import Iterable
+
 import torch
 
 
@@ -32,6 +34,8 @@ def mix64(x: torch.Tensor) -> torch.Tensor:
 
 
 def as_2d(t: torch.Tensor | None, like: torch.Tensor, name: str) -> torch.Tensor | None:
+    """``t`` (document or position ids, [T] or [B, T]) as a [B, T] tensor on ``like``'s device; one line naming
+    ``name`` when its shape differs from ``like``'s."""
     if t is None:
         return None
     t = torch.as_tensor(t, device=like.device)
@@ -53,7 +57,8 @@ def special_positions(ids: torch.Tensor, special_ids: Iterable[int] = ()) -> tor
 
 def segment_ids(ids: torch.Tensor, special: torch.Tensor, document_ids: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None) -> torch.Tensor:
-    """[B, T] int64: positions with equal values belong to the same document segment (see module docstring)."""
+    """[B, T] int64: positions with equal values belong to the same document segment (the boundaries:
+    :mod:`goldfish.masks`)."""
     new = torch.zeros_like(special)
     new[:, 0] = True
     new[:, 1:] = special[:, 1:] | special[:, :-1]
@@ -83,7 +88,7 @@ def initial_state(seed: int, h: int, tag: int) -> int:
 
 
 def window_hash(ids: torch.Tensor, h: int, seg: torch.Tensor, seed: int, offsets: range,
-                 tag: int = 0) -> tuple[torch.Tensor, ...]:
+                tag: int = 0) -> tuple[torch.Tensor, ...]:
     """[B, T] int64 hash of each position's window and [B, T] bool "the window is not empty".
 
     The window of position t: tokens ``t - j`` for j in ``offsets`` (oldest first) that lie in t's segment.
