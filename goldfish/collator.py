@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import torch
 
+from .errors import ConfigError
 from .fold import token_fold
 from .masks import IGNORE_INDEX, GoldfishConfig, apply_goldfish
 
@@ -30,11 +31,16 @@ class GoldfishCollator:
     ``canonical`` strategy provides the fold table (unless ``config.fold`` is already set). Batches that carry
     ``document_ids`` or ``position_ids`` (packed rows) get document-aware masks. ``keep_unmasked`` adds the labels
     before the mask under :data:`UNMASKED` (what :class:`goldfish.GoldfishTrainer` measures the dropped loss on; a
-    plain model's forward does not accept it).
+    plain model's forward does not accept it). A positive control's ``supervised_fraction`` applies as in ``goldfish
+    train``; the no-leak twin (``replace_dropped``) is refused.
     """
 
     def __init__(self, base: Callable[[list], dict], config: GoldfishConfig, tokenizer: Any = None,
                  keep_unmasked: bool = False):
+        if config.replace_dropped:
+            raise ConfigError("replace_dropped=true (the leakage audit's no-leak twin) is supported by `goldfish "
+                              "train` only: GoldfishCollator and GoldfishTrainer leave the model's input ids as "
+                              "they are, so the model would still see the dropped tokens")
         self.base = base
         self.keep_unmasked = keep_unmasked
         specials = set(config.special_ids)

@@ -52,6 +52,12 @@ Strategies
 ``"static"``
     The paper's k-GL baseline: every k-th token of each document (positions k-1, 2k-1, ... counted from the
     document's first token) is dropped, independent of content.
+
+Controls of the leakage audit (docs/goldfish-loss.md), on top of any strategy, keeping its positions
+(``GoldfishConfig.base``): ``supervised_fraction`` p trains a share ~p of the dropped positions anyway (a second,
+salted ``hash`` decision on the same window; :func:`config_mask` is the effective mask, the base minus that share);
+``replace_dropped`` (the no-leak twin) replaces the dropped tokens in the model's input (:func:`twin_input_ids`).
+The 64-bit mixing, document segments and window hash they all read are :mod:`goldfish.windows`.
 """
 
 from __future__ import annotations
@@ -63,6 +69,8 @@ import torch
 
 from .config import check, check_seed, option, raise_problems, runtime_option, shown
 from .errors import ConfigError
+from .windows import (as_2d, i64, initial_state, mix64, position_in_segment, segment_ids, shr, special_positions,
+                      window_hash)
 
 STRATEGIES = ("hash", "hash-table", "canonical", "hash-preceding", "static")
 IGNORE_INDEX = -100
@@ -108,6 +116,12 @@ class GoldfishConfig:
                                         "(hash of the h tokens before the target, not the target) | static (k-GL)")
     seed: int = option(0, "salt of the 'hash' strategy; a different seed gives an independent mask")
     special_ids: list[int] = option(factory=list, help="token ids never dropped and never hashed (e.g. BOS/EOS/pad)")
+    replace_dropped: bool = option(False, "the leakage audit's no-leak twin: the tokens the mask drops are also "
+                                          "replaced in the model's input by pseudo-random ids, so training sees none "
+                                          "of them, as target or as context (`goldfish train` only)")
+    supervised_fraction: float = option(0.0, "a positive control of the leakage audit: this share (0 <= p < 1) of "
+                                             "the positions the mask drops is trained on anyway, chosen by an "
+                                             "independent hash of the same window; 0: off")
     fold: TokenFold | None = runtime_option("canonical only: the tokenizer's fold table (set by the trainer, the "
                                             "collator and `goldfish mask` from their tokenizer; never in YAML)")
 
@@ -115,8 +129,15 @@ class GoldfishConfig:
         problems: list[str] = []
         _validate(self.k, self.h, self.strategy, problems)
         check_seed(self.seed, problems)
+        _validate_controls(self.replace_dropped, self.supervised_fraction, problems)
         raise_problems(problems)
         self.special_ids = [int(i) for i in self.special_ids]
+
+    @property
+    def base(self) -> "GoldfishConfig":
+        """This mask without the audit controls (``replace_dropped``, ``supervised_fraction``): the positions the
+        leakage audit reads, the same for a Goldfish arm, its no-leak twin and its positive controls."""
+        return dataclasses.replace(self, replace_dropped=False, supervised_fraction=0.0)
 
 
 MAX_K = 2**32  # drop 1 in 4 billion: beyond that no target of any corpus is dropped
@@ -134,123 +155,59 @@ def _validate(k: object, h: object, strategy: object, problems: list[str]) -> No
           f"strategy={shown(strategy)} is unknown; accepted values: {', '.join(STRATEGIES)}")
 
 
-# ------------------------------------------------------------------------------------------------ 64-bit mixing
+def _validate_controls(replace_dropped: object, fraction: object, problems: list[str]) -> None:
+    """The audit controls: a boolean twin, a share in [0, 1), and not both (one control per arm)."""
+    check(isinstance(replace_dropped, bool), problems,
+          f"replace_dropped={shown(replace_dropped)} is invalid: it must be true or false (the no-leak twin)")
+    number = isinstance(fraction, (int, float)) and not isinstance(fraction, bool)
+    check(number and 0 <= fraction < 1, problems,
+          f"supervised_fraction={shown(fraction)} is invalid: it must be a number >= 0 and < 1 (the share of the "
+          f"dropped positions trained on anyway; 0: off)")
+    check(not (replace_dropped is True and number and fraction > 0), problems,
+          f"replace_dropped=true and supervised_fraction={shown(fraction)} cannot be combined: the no-leak twin "
+          f"trains on none of the dropped positions; a positive control trains on a share of them (one arm each)")
 
 
-def _i64(c: int) -> int:
-    """An unsigned 64-bit constant as the signed int64 with the same bits."""
-    return c - (1 << 64) if c >= (1 << 63) else c
+# ------------------------------------------------------------------------------------------------ salts
 
 
-_M1 = _i64(0xBF58476D1CE4E5B9)
-_M2 = _i64(0x94D049BB133111EB)
-_GOLDEN = _i64(0x9E3779B97F4A7C15)
 FOLD_BASE = 0x100000001B3  # the 64-bit FNV prime: base of the folded-bytes polynomial hash of "canonical"
 _CANONICAL_TAG = 0x43414E4F4E  # salts "canonical" apart from "hash" ("CANON")
-_BLANK_TAG = _i64(0xB1A4C5EED0000001)  # the key contribution of a whitespace-only token
+_BLANK_TAG = i64(0xB1A4C5EED0000001)  # the key contribution of a whitespace-only token
 _PRECEDING_TAG = 0x5052454345444500  # salts "hash-preceding" apart from "hash" ("PRECEDE")
-
-
-def _shr(x: torch.Tensor, s: int) -> torch.Tensor:
-    """Logical right shift of int64 (torch's ``>>`` is arithmetic on signed ints)."""
-    return (x >> s) & ((1 << (64 - s)) - 1)
-
-
-def mix64(x: torch.Tensor) -> torch.Tensor:
-    """splitmix64's finaliser on int64 tensors (wrapping multiply), a bijection with full avalanche."""
-    x = (x ^ _shr(x, 30)) * _M1
-    x = (x ^ _shr(x, 27)) * _M2
-    return x ^ _shr(x, 31)
-
-
-# ------------------------------------------------------------------------------------------------ documents
-
-
-def _as_2d(t: torch.Tensor | None, like: torch.Tensor, name: str) -> torch.Tensor | None:
-    if t is None:
-        return None
-    t = torch.as_tensor(t, device=like.device)
-    if t.dim() == 1:
-        t = t.unsqueeze(0)
-    if t.shape != like.shape:
-        raise ValueError(f"{name} has shape {tuple(t.shape)} but input_ids has shape {tuple(like.shape)}")
-    return t
-
-
-def special_positions(ids: torch.Tensor, special_ids: Iterable[int] = ()) -> torch.Tensor:
-    """Bool tensor: positions holding a special id, or any negative id (ignore index, padding labels)."""
-    special = ids < 0
-    special_ids = list(special_ids)
-    if special_ids:
-        special |= torch.isin(ids, torch.tensor(special_ids, dtype=ids.dtype, device=ids.device))
-    return special
-
-
-def segment_ids(ids: torch.Tensor, special: torch.Tensor, document_ids: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None) -> torch.Tensor:
-    """[B, T] int64: positions with equal values belong to the same document segment (see module docstring)."""
-    new = torch.zeros_like(special)
-    new[:, 0] = True
-    new[:, 1:] = special[:, 1:] | special[:, :-1]
-    if document_ids is not None:
-        new[:, 1:] |= document_ids[:, 1:] != document_ids[:, :-1]
-    if position_ids is not None:
-        new[:, 1:] |= position_ids[:, 1:] != position_ids[:, :-1] + 1
-    return new.long().cumsum(dim=-1)
-
-
-def _position_in_segment(seg: torch.Tensor) -> torch.Tensor:
-    """[B, T]: index of each token inside its segment (0 at the segment's first token)."""
-    t = torch.arange(seg.shape[-1], device=seg.device).expand_as(seg)
-    starts = torch.zeros_like(seg, dtype=torch.bool)
-    starts[:, 0] = True
-    starts[:, 1:] = seg[:, 1:] != seg[:, :-1]
-    first = torch.where(starts, t, torch.zeros_like(t)).cummax(dim=-1).values
-    return t - first
+_SUPERVISED_TAG = 0x5355504552564953  # salts the positive control's choice apart from every mask ("SUPERVIS")
+_TWIN_TAG = 0x5457494E00000000  # salts the no-leak twin's replacement ids apart from every mask ("TWIN")
 
 
 # ------------------------------------------------------------------------------------------------ strategies
 
 
-def _initial_state(seed: int, h: int, tag: int) -> int:
-    """The hash state before the first window token: the seed, h and the strategy's tag, as one int64."""
-    return _i64((seed * _GOLDEN) % (1 << 64)) ^ h ^ tag
-
-
-def _window_hash(ids: torch.Tensor, h: int, seg: torch.Tensor, seed: int, offsets: range,
-                 tag: int = 0) -> tuple[torch.Tensor, ...]:
-    """[B, T] int64 hash of each position's window and [B, T] bool "the window is not empty".
-
-    The window of position t: tokens ``t - j`` for j in ``offsets`` (oldest first) that lie in t's segment.
-    """
-    B, T = ids.shape
-    acc = mix64(torch.full((B, T), _initial_state(seed, h, tag), dtype=torch.int64, device=ids.device))
-    tokens = ids.to(torch.int64) + 1  # +1 so id 0 is not the XOR identity
-    nonempty = torch.zeros(B, T, dtype=torch.bool, device=ids.device)
-    for j in sorted((j for j in offsets if j < T), reverse=True):  # oldest -> newest: order-sensitive
-        # window member at offset j for every position t: token t-j, valid if in the same segment.
-        x = torch.zeros_like(tokens)
-        same = torch.zeros_like(nonempty)
-        x[:, j:] = tokens[:, : T - j]
-        same[:, j:] = seg[:, j:] == seg[:, : T - j]
-        acc = torch.where(same, mix64(acc ^ x), acc)
-        nonempty |= same
-    return acc, nonempty
-
-
 def _drops(acc: torch.Tensor, k: int) -> torch.Tensor:
     """The drop decision of a window hash: its top 53 bits below ``2**53 / k`` (exact integer arithmetic)."""
-    return _shr(acc, 11) < (1 << 53) // k
+    return shr(acc, 11) < (1 << 53) // k
+
+
+def _below(acc: torch.Tensor, fraction: float) -> torch.Tensor:
+    """A window hash's top 53 bits below ``fraction * 2**53``: True for a share ~``fraction`` of the windows."""
+    return shr(acc, 11) < int(fraction * (1 << 53))
+
+
+def _supervised(ids: torch.Tensor, h: int, seg: torch.Tensor, seed: int, fraction: float) -> torch.Tensor:
+    """[B, T] bool: the positive control's choice -- the positions whose ``hash`` window (t-h+1 .. t in t's
+    segment), hashed with a salt of its own, falls below ``fraction``: a share ~``fraction`` of any set of positions,
+    independent of every mask's own decision on them."""
+    acc, _ = window_hash(ids, h, seg, seed, range(h), _SUPERVISED_TAG)
+    return _below(acc, fraction)
 
 
 def _hash_mask(ids: torch.Tensor, k: int, h: int, seg: torch.Tensor, special: torch.Tensor, seed: int) -> torch.Tensor:
-    acc, _ = _window_hash(ids, h, seg, seed, range(h))
+    acc, _ = window_hash(ids, h, seg, seed, range(h))
     return _drops(acc, k) & ~special
 
 
 def _preceding_mask(ids: torch.Tensor, k: int, h: int, seg: torch.Tensor, special: torch.Tensor,
                     seed: int) -> torch.Tensor:
-    acc, nonempty = _window_hash(ids, h, seg, seed, range(1, h + 1), _PRECEDING_TAG)
+    acc, nonempty = window_hash(ids, h, seg, seed, range(1, h + 1), _PRECEDING_TAG)
     return _drops(acc, k) & nonempty & ~special
 
 
@@ -326,7 +283,7 @@ def _canonical_mask(ids: torch.Tensor, k: int, h: int, seg: torch.Tensor, specia
     WH = torch.zeros(B, T + 1, dtype=torch.int64, device=ids.device).scatter_(1, slot, P)
     WS = torch.full((B, T + 1), -1, dtype=seg.dtype, device=ids.device).scatter_(1, slot, seg)
     prev = widx - (~blank).long()  # (B, T): the last complete word before t's own word
-    acc = mix64(torch.full((B, T), _initial_state(seed, h, _CANONICAL_TAG), dtype=torch.int64, device=ids.device))
+    acc = mix64(torch.full((B, T), initial_state(seed, h, _CANONICAL_TAG), dtype=torch.int64, device=ids.device))
     for j in range(min(h - 1, T) - 1, -1, -1):  # oldest -> newest, like "hash"; a row has < T earlier words
         w = prev - j
         at = w.clamp(min=0)
@@ -337,7 +294,7 @@ def _canonical_mask(ids: torch.Tensor, k: int, h: int, seg: torch.Tensor, specia
 
 
 def _static_mask(k: int, seg: torch.Tensor, special: torch.Tensor) -> torch.Tensor:
-    pos = _position_in_segment(seg)
+    pos = position_in_segment(seg)
     return ((pos + 1) % k == 0) & ~special
 
 
@@ -352,15 +309,19 @@ def goldfish_mask(
     position_ids: torch.Tensor | None = None,
     seed: int = 0,
     fold: TokenFold | None = None,
+    supervised_fraction: float = 0.0,
 ) -> torch.Tensor:
     """Bool tensor shaped like ``input_ids`` ([T] or [B, T]); ``True`` = this target token is dropped from the loss.
 
     ``document_ids`` / ``position_ids`` (same shape) mark document boundaries inside packed rows for the ``hash``,
     ``hash-preceding``, ``canonical`` and ``static`` strategies. ``fold``: the tokenizer's :class:`TokenFold`, needed by ``canonical``.
+    ``supervised_fraction`` (a positive control of the leakage audit): the share of the positions the strategy drops
+    that the loss trains on anyway (:func:`_supervised`), left out of the returned mask.
     Computed on the tensor's own device with vectorised integer ops.
     """
     problems: list[str] = []
     _validate(k, h, strategy, problems)
+    _validate_controls(False, supervised_fraction, problems)
     if problems:
         raise ConfigError("; ".join(problems))
     ids = torch.as_tensor(input_ids)
@@ -372,28 +333,31 @@ def goldfish_mask(
     ids2 = ids.unsqueeze(0) if squeeze else ids
     if ids2.numel() == 0:
         return torch.zeros(ids.shape, dtype=torch.bool, device=ids.device)
-    docs = _as_2d(document_ids, ids2, "document_ids")
-    pos = _as_2d(position_ids, ids2, "position_ids")
+    docs = as_2d(document_ids, ids2, "document_ids")
+    pos = as_2d(position_ids, ids2, "position_ids")
     special = special_positions(ids2, special_ids)
+    seg = segment_ids(ids2, special, docs, pos)
     if strategy == "hash-table":
         mask = _hash_table_mask(ids2, k, h, special)
+    elif strategy == "hash":
+        mask = _hash_mask(ids2, k, h, seg, special, seed)
+    elif strategy == "hash-preceding":
+        mask = _preceding_mask(ids2, k, h, seg, special, seed)
+    elif strategy == "canonical":
+        mask = _canonical_mask(ids2, k, h, seg, special, seed, fold)
     else:
-        seg = segment_ids(ids2, special, docs, pos)
-        if strategy == "hash":
-            mask = _hash_mask(ids2, k, h, seg, special, seed)
-        elif strategy == "hash-preceding":
-            mask = _preceding_mask(ids2, k, h, seg, special, seed)
-        elif strategy == "canonical":
-            mask = _canonical_mask(ids2, k, h, seg, special, seed, fold)
-        else:
-            mask = _static_mask(k, seg, special)
+        mask = _static_mask(k, seg, special)
+    if supervised_fraction:
+        mask &= ~_supervised(ids2, h, seg, seed, supervised_fraction)
     return mask.squeeze(0) if squeeze else mask
 
 
 def config_mask(ids: torch.Tensor, config: GoldfishConfig, **boundaries: torch.Tensor | None) -> torch.Tensor:
-    """:func:`goldfish_mask` with every setting taken from a :class:`GoldfishConfig`."""
+    """:func:`goldfish_mask` with every setting taken from a :class:`GoldfishConfig`: the positions the loss leaves
+    out (a positive control's ``supervised_fraction`` removed). The positions the leakage audit reads are
+    ``config_mask(ids, config.base)``."""
     return goldfish_mask(ids, config.k, config.h, config.strategy, config.special_ids, seed=config.seed,
-                         fold=config.fold, **boundaries)
+                         fold=config.fold, supervised_fraction=config.supervised_fraction, **boundaries)
 
 
 def apply_goldfish(
@@ -411,6 +375,31 @@ def apply_goldfish(
     labels = torch.as_tensor(labels)
     mask = config_mask(labels, config, document_ids=document_ids, position_ids=position_ids)
     return labels.masked_fill(mask, IGNORE_INDEX)
+
+
+def twin_input_ids(input_ids: torch.Tensor, labels: torch.Tensor, dropped: torch.Tensor, config: GoldfishConfig,
+                   vocab_size: int, *, document_ids: torch.Tensor | None = None,
+                   position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """The no-leak twin's model input: a copy of ``input_ids`` (B, T) with the token at every ``dropped`` position
+    (the mask of ``labels``, computed from the original ids) replaced by a pseudo-random id, so the model never sees
+    a dropped token, as target or as context.
+
+    The replacement at t is drawn uniformly from the ids in ``[0, vocab_size)`` that are neither special
+    (``config.special_ids``) nor the original token, by a hash (salted by ``config.seed``, tagged apart from every
+    mask) of t's window of ``config.h`` label ids in t's document with every dropped id blanked: a function of the
+    seed, the document's kept tokens and where its drops fall, never of a dropped token beyond excluding it. So a
+    document gets the same twin text in every row and every rerun (bit-identical on every device)."""
+    labels = torch.as_tensor(labels)
+    docs, pos = as_2d(document_ids, labels, "document_ids"), as_2d(position_ids, labels, "position_ids")
+    seg = segment_ids(labels, special_positions(labels, config.special_ids), docs, pos)
+    acc, _ = window_hash(torch.where(dropped, -1, labels), config.h, seg, config.seed, range(config.h), _TWIN_TAG)
+    ids = torch.arange(vocab_size, device=labels.device)
+    allowed = ids[~special_positions(ids, config.special_ids)]  # (n,) ascending
+    if len(allowed) < 2:
+        raise ValueError(f"the no-leak twin needs >= 2 non-special ids to draw from; the vocabulary has {vocab_size}")
+    draw = shr(acc, 11) % (len(allowed) - 1)  # (B, T) in [0, n-1): an index into allowed without the original
+    skip = (draw >= torch.searchsorted(allowed, input_ids.contiguous())).long()
+    return torch.where(dropped, allowed[draw + skip], input_ids)
 
 
 # ------------------------------------------------------------------------------------------------ the next token
@@ -448,14 +437,26 @@ def next_token_drops(context: torch.Tensor, config: GoldfishConfig, vocab_size: 
         seg = segment_ids(ext, special)
         h, seed = config.h, config.seed
         if config.strategy == "hash":  # the state after the h-1 tokens before the target, then the target
-            acc, _ = _window_hash(ext, h, seg, seed, range(1, h))
+            acc, _ = window_hash(ext, h, seg, seed, range(1, h))
             drops = _drops(mix64(acc[:, -1:] ^ (candidates[None, :] + 1)), config.k)  # (B, V)
         elif config.strategy == "hash-preceding":
-            acc, nonempty = _window_hash(ext, h, seg, seed, range(1, h + 1), _PRECEDING_TAG)
+            acc, nonempty = window_hash(ext, h, seg, seed, range(1, h + 1), _PRECEDING_TAG)
             drops = (_drops(acc[:, -1:], config.k) & nonempty[:, -1:]).expand(B, vocab_size)
         else:  # static
-            drops = ((_position_in_segment(seg)[:, -1:] + 1) % config.k == 0).expand(B, vocab_size)
+            drops = ((position_in_segment(seg)[:, -1:] + 1) % config.k == 0).expand(B, vocab_size)
+    if config.supervised_fraction:
+        drops = drops & ~_next_supervised(ctx, config, candidates)
     return drops & ~special_v
+
+
+def _next_supervised(ctx: torch.Tensor, config: GoldfishConfig, candidates: torch.Tensor) -> torch.Tensor:
+    """(B, V) the positive control's choice (:func:`_supervised`) for a new last target ``v`` after ``ctx``."""
+    ctx = ctx[:, -config.h:]  # the window reaches h - 1 tokens back
+    ext = torch.cat([ctx, torch.zeros(ctx.shape[0], 1, dtype=torch.int64, device=ctx.device)], dim=1)
+    special = special_positions(ext, config.special_ids)
+    special[:, -1] = False
+    acc, _ = window_hash(ext, config.h, segment_ids(ext, special), config.seed, range(1, config.h), _SUPERVISED_TAG)
+    return _below(mix64(acc[:, -1:] ^ (candidates[None, :] + 1)), config.supervised_fraction)
 
 
 def _next_hash_table(ctx: torch.Tensor, k: int, h: int, candidates: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,8 @@ Each step (see :func:`_train_step`):
    epoch (every rank computes the same global batch and reads its data-parallel shard); an epoch reads every row
    once, its last batch topped up with empty rows (:mod:`goldfish.data.order`);
 2. compute the Goldfish drop mask of the whole global batch (all-False for the standard loss) and the normaliser:
-   the number of kept supervised targets in the global batch, so the loss does not depend on how it is split;
+   the number of kept supervised targets in the global batch, so the loss does not depend on how it is split (the
+   no-leak twin of the leakage audit also replaces the dropped tokens in the model's input: :func:`step_batch`);
 3. split this rank's shard into micro-batches; the engine accumulates ``kept_sum / normaliser`` over them;
 4. set the warmup + cosine learning rate and take the optimizer step (gradient clipping inside the engine);
 5. log one JSON line to ``<out>/metrics.jsonl``; checkpoint every ``checkpoint.every_steps`` steps and at the end.
@@ -48,7 +49,7 @@ from .data.order import EpochOrders, consumed_rows, member_exposures, next_batch
 from .hardware import apply_threads, default_device, describe
 from .io import JsonlLogger, atomic_directory, atomic_write_json, atomic_write_text, read_jsonl
 from .loss import EngineLoss
-from .masks import GoldfishConfig, config_mask
+from .masks import GoldfishConfig, config_mask, twin_input_ids
 from .modelcard import write_training_card
 from .models import build_model, count_parameters, flops_per_token, set_special_ids, transformers_bars
 from .ownership import OutputFolder, fingerprint_sha256, is_main_process, writing
@@ -87,6 +88,23 @@ def drop_mask(batch: dict[str, torch.Tensor], gcfg: GoldfishConfig | None) -> to
     if gcfg is None:
         return torch.zeros_like(batch["labels"], dtype=torch.bool)
     return config_mask(batch["labels"], gcfg, document_ids=batch["document_ids"], position_ids=batch["position_ids"])
+
+
+def step_batch(batch: dict[str, torch.Tensor], gcfg: GoldfishConfig | None,
+               vocab_size: int | None) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """The global batch as the model trains on it, and its drop mask (:func:`drop_mask`, from the original ids). For
+    the no-leak twin (``goldfish.replace_dropped``) the dropped tokens are replaced in ``input_ids`` as well
+    (:func:`goldfish.masks.twin_input_ids`): the model sees none of them; ``labels`` keep them, ignored by the loss
+    (the drop mask), so the logged dropped loss is still the loss on the original tokens."""
+    dropped = drop_mask(batch, gcfg)
+    if gcfg is None or not gcfg.replace_dropped:
+        return batch, dropped
+    if vocab_size is None:
+        raise UserError("goldfish.replace_dropped needs the tokenizer's vocabulary size to draw replacement ids "
+                        "from; these training rows do not record it")
+    twin = twin_input_ids(batch["input_ids"], batch["labels"], dropped, gcfg, vocab_size,
+                          document_ids=batch["document_ids"], position_ids=batch["position_ids"])
+    return {**batch, "input_ids": twin}, dropped
 
 
 def kept_targets(labels: torch.Tensor, dropped: torch.Tensor) -> int:
@@ -272,7 +290,7 @@ def _train_step(cfg: TrainConfig, engine: Engine, plan: Plan, rows, index: np.nd
     start = time.perf_counter()
     batch = take_rows(rows, index, plan.global_batch)  # dict of (G, T) int64 tensors
     _check_ids(batch["input_ids"], getattr(rows, "vocab_size", None), getattr(rows, "folder", "the prepared data"))
-    dropped = drop_mask(batch, gcfg)  # (G, T) bool
+    batch, dropped = step_batch(batch, gcfg, getattr(rows, "vocab_size", None))  # dropped: (G, T) bool
     normalizer = kept_targets(batch["labels"], dropped)
     stats = engine.forward_backward(micro_batches(batch, dropped, plan, engine.dp_rank), normalizer)
     lr = learning_rate(progress.step, plan, cfg.optim)

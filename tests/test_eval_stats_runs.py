@@ -11,6 +11,7 @@ import pytest
 from scipy import stats as sps
 
 from goldfish.eval.stats import logistic_batch, replicate_tost
+from goldfish.eval.stats import minimum_detectable_effect, slope_over_runs
 from goldfish.eval.stats import run_logits, size_effect_over_runs, size_slope_over_runs, t_over_runs
 
 
@@ -36,6 +37,25 @@ def test_t_over_runs_is_scipys_one_sample_t():
     assert found["sd"] == pytest.approx(np.std(x, ddof=1)) and found["df"] == 4
     one = t_over_runs([0.3, None, float("nan")])
     assert one["n"] == 1 and one["ci_low"] is None and one["sd"] is None  # one run cannot say how runs differ
+
+
+def test_slope_over_runs_is_each_runs_linregress_then_a_t_over_runs():
+    x = [[0.0, 0.05, 0.1, 0.25], [0.0, 0.05, 0.1, 0.25], [0.0, 0.06, 0.1, 0.24]]
+    y = [[0.01, 0.02, 0.05, 0.09], [-0.01, 0.03, 0.02, 0.1], [0.0, 0.01, None, 0.07]]  # a missing point
+    found = slope_over_runs(x, y)
+    fits = [sps.linregress(x[0], y[0]), sps.linregress(x[1], y[1]),
+            sps.linregress([0.0, 0.06, 0.24], [0.0, 0.01, 0.07])]
+    assert found["per_run"] == pytest.approx([f.slope for f in fits], rel=1e-12)
+    assert found["intercept"] == pytest.approx(np.mean([f.intercept for f in fits]), rel=1e-12)
+    ref = sps.ttest_1samp([f.slope for f in fits], 0.0)
+    assert found["p_value"] == pytest.approx(ref.pvalue, rel=1e-12) and found["n"] == 3 and found["df"] == 2
+    assert slope_over_runs([[0.1, 0.1]], [[1.0, 2.0]])["per_run"] == [None]  # one dose: no slope
+
+
+def test_the_minimum_detectable_effect_over_runs_uses_students_quantiles():
+    assert minimum_detectable_effect(1.0) == pytest.approx(1.959964 + 0.841621, abs=1e-6)
+    assert minimum_detectable_effect(0.5, df=4) == pytest.approx(0.5 * (2.776445 + 0.940965), abs=1e-6)
+    assert minimum_detectable_effect(1.0, df=0) is None and minimum_detectable_effect(None, df=4) is None
 
 
 def _windows(k: np.ndarray, size_index: np.ndarray, reads: np.ndarray, n: int):

@@ -164,3 +164,35 @@ def test_compiled_layers_train_like_eager_ones(data, tmp_path):
     eager = run(tiny_config(data, tmp_path / "eager", schedule=schedule, optim=optim))
     compiled = run(tiny_config(data, tmp_path / "compiled", schedule=schedule, optim=optim, compile=True))
     assert_same_training(eager[0], compiled[0], eps, tokens=4 * 32)
+
+
+@pytest.mark.integration
+def test_the_no_leak_twin_trains_without_ever_seeing_a_dropped_token(data, tmp_path, monkeypatch):
+    """`goldfish train` with ``replace_dropped``: every micro-batch the engine receives has a pseudo-random id at each
+    dropped position (never the original, which the labels keep and the loss ignores), the Goldfish arm's drop mask
+    (from the original ids), and the same inputs on a rerun."""
+    import goldfish.train as loop
+
+    seen: list[list[dict]] = []  # per run: each step's (only) micro-batch, as the engine receives it
+    original = loop.micro_batches
+
+    def spy(batch, dropped, plan, dp_rank):
+        found = original(batch, dropped, plan, dp_rank)
+        seen[-1].append({k: v.clone() for k, v in found[0].items()})
+        return found
+
+    monkeypatch.setattr(loop, "micro_batches", spy)
+    steps = {"max_steps": 2, "global_batch_size": 4, "micro_batch_size": 4}
+    for name, twin in (("goldfish", False), ("twin", True), ("again", True)):
+        seen.append([])
+        _, records = run(tiny_config(data, tmp_path / name, schedule=steps,
+                                     loss={"type": "goldfish", "goldfish": {"k": 3, "h": 4, "replace_dropped": twin}}))
+        assert all(r["dropped_tokens"] > 0 for r in records)
+    for gold, twin, again in zip(*seen):
+        dropped = twin["drop_mask"]
+        assert torch.equal(dropped, gold["drop_mask"])  # the Goldfish arm's positions
+        assert (twin["input_ids"][dropped] != twin["labels"][dropped]).all()  # never the original token
+        assert torch.equal(twin["input_ids"][~dropped], gold["input_ids"][~dropped])
+        assert torch.equal(twin["labels"], gold["labels"]) and torch.equal(gold["input_ids"][dropped],
+                                                                          gold["labels"][dropped])
+        assert torch.equal(again["input_ids"], twin["input_ids"])  # bit-identical on a rerun

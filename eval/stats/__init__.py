@@ -13,7 +13,8 @@ defined twice), one module per kind, each documenting its functions; callers imp
 * ``fits`` -- the log-linear fit, the Firth-penalised logistic regression and its cluster bootstrap;
 * ``prediction`` -- one set predicting another (precision and recall with Wilson intervals), the threshold rule;
 * ``runs`` -- the training run as the unit: the pooled paired AUC difference over seeds, ``replicate_tost``, the t
-  interval over runs and the two-stage size effect over runs with its log-linearity tests.
+  interval over runs, a dose-response slope over runs and the two-stage size effect over runs with its
+  log-linearity tests.
 
 Every bootstrap interval is a 95 % percentile bootstrap from ``numpy.random.default_rng(seed)`` (same seed, same
 interval); ``replicate_tost``'s are Student's t over runs, the others closed forms.
@@ -28,4 +29,4 @@ from .fits import LOGIT_MAX_ITER, LOGIT_MAX_STEP, clustered_logistic, logistic_b
 from .intervals import CI, Z95, mean_interval, minimum_detectable_effect, se_from_interval, wilson_interval
 from .prediction import set_prediction, threshold_rule
 from .runs import (loglinearity_lr, pooled_paired_auc_difference, replicate_tost, run_logits, size_effect_over_runs,
-                   size_slope_over_runs, t_over_runs)
+                   size_slope_over_runs, slope_over_runs, t_over_runs)

@@ -4,7 +4,8 @@ detects.
 * :func:`wilson_interval` -- a binomial rate's 95 % score interval (well-behaved at 0 and 1); :func:`mean_interval`
   -- the normal-approximation interval of a mean, clipped to the measure's range.
 * :func:`minimum_detectable_effect` -- the smallest true difference a two-sided test at 5 % detects with 80 %
-  power, from the standard error an interval implies: (z_0.975 + z_0.8) x SE.
+  power, from the standard error an interval implies: (z_0.975 + z_0.8) x SE (Student's quantiles for a t test over
+  runs).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Sequence
 
 import numpy as np
 from scipy.stats import norm
+from scipy.stats import t as student_t
 
 
 CI = (2.5, 97.5)
@@ -55,10 +57,14 @@ def se_from_interval(low: float | None, high: float | None, z: float = Z95) -> f
     return (float(high) - float(low)) / (2.0 * z)
 
 
-def minimum_detectable_effect(se: float | None, alpha: float = 0.05, power: float = 0.8) -> float | None:
+def minimum_detectable_effect(se: float | None, alpha: float = 0.05, power: float = 0.8,
+                              df: int | None = None) -> float | None:
     """The smallest true difference a two-sided test at level ``alpha`` detects with probability ``power``, for an
-    estimate with standard error ``se``: (z_{1-alpha/2} + z_power) x se (2.80 se at 5 % and 80 %); None without
-    ``se``."""
-    if se is None:
+    estimate with standard error ``se``: (z_{1-alpha/2} + z_power) x se (2.80 se at 5 % and 80 %); with ``df`` (a
+    t test over runs, the standard error itself estimated) Student's quantiles instead, (t_{1-alpha/2, df} +
+    t_{power, df}) x se (3.72 se at df = 4); None without ``se`` (or with ``df`` < 1)."""
+    if se is None or (df is not None and df < 1):
         return None
+    if df is not None:
+        return float((student_t.ppf(1.0 - alpha / 2.0, df) + student_t.ppf(power, df)) * se)
     return float((norm.ppf(1.0 - alpha / 2.0) + norm.ppf(power)) * se)

@@ -8,6 +8,9 @@
   against a margin stated in advance; the within-run intervals above treat each trained model as fixed.
 * :func:`t_over_runs` -- the mean of one value per independent replicate with its Student t interval, the between-run
   SD beside it.
+* :func:`slope_over_runs` -- a dose-response line with the run as the unit: each run's least-squares slope of a
+  response on a dose (e.g. a leakage audit's DiD on the supervised fraction of its positive controls), their mean
+  with a t interval over runs and the between-run SD.
 * :func:`run_logits` -- stage 1 of the size effect: per seed, ONE Firth-penalised logistic regression of exact match
   on log2 exposures read (a slope shared by the seed's runs) and one intercept per model size (size as a factor): the
   run's logit of exact match at one exposure, with its within-run (Wald) standard error. Vectorised over seeds.
@@ -138,6 +141,29 @@ def t_over_runs(values: Sequence[float | None], level: float = 0.95) -> dict[str
     mean = float(x.mean())
     p = (1.0 if mean == 0 else 0.0) if se == 0 else float(2 * student_t.sf(abs(mean) / se, df))
     out.update(sd=sd, se=se, df=df, ci_low=mean - half, ci_high=mean + half, p_value=p)
+    return out
+
+
+def slope_over_runs(x_by_run: Sequence[Sequence[float]], y_by_run: Sequence[Sequence[float | None]],
+                    level: float = 0.95) -> dict[str, Any]:
+    """A dose-response line with the run as the unit: each run's least-squares slope of ``y`` on ``x`` (its points,
+    non-finite y left out; None with fewer than two distinct x), then :func:`t_over_runs` of the slopes (``mean``,
+    the t interval over runs, ``sd``: the between-run SD of the slope), with ``per_run`` (the slopes, in order)
+    and ``intercept`` (the mean over runs of each run's intercept, None without a slope)."""
+    slopes, intercepts = [], []
+    for xs, ys in zip(x_by_run, y_by_run):
+        pts = [(float(a), float(b)) for a, b in zip(xs, ys) if b is not None and math.isfinite(b)]
+        x = np.asarray([a for a, _ in pts], dtype=np.float64)
+        y = np.asarray([b for _, b in pts], dtype=np.float64)
+        if len(np.unique(x)) < 2:
+            slopes.append(None)
+            continue
+        xc = x - x.mean()
+        slope = float((xc * (y - y.mean())).sum() / (xc ** 2).sum())
+        slopes.append(slope)
+        intercepts.append(float(y.mean() - slope * x.mean()))
+    out = t_over_runs(slopes, level)
+    out.update(per_run=slopes, intercept=float(np.mean(intercepts)) if intercepts else None)
     return out
 
 

@@ -51,9 +51,9 @@ Fields (the schema of ``attacks.json``; targets t = 1..L-1 of each document, doc
   trained on, so it must be ~0; where it is not, the held-out text is no valid reference for these positions and the
   reading is inconclusive; ``mde``: ``{"accuracy" | "loss": the minimum detectable DiD at this design's size}``
   (2.80 standard errors: a two-sided 5 % test with 80 % power); ``supervised_fraction``: the share of the audited
-  positions the cell's own loss trained on (0 for the Goldfish arm on its own mask, 1 for a standard arm: the known
-  leak of a positive control); ``reading``: ``{"accuracy" | "loss": "leak" | "none detected" | "negative" |
-  "inconclusive"}``;
+  positions the cell's own loss trained on (0 for the Goldfish arm on its own mask and for its no-leak twin, ~p for a
+  positive control with ``supervised_fraction: p``, 1 for a standard arm: the known leak of a positive control);
+  ``reading``: ``{"accuracy" | "loss": "leak" | "none detected" | "negative" | "inconclusive"}``;
 * ``leakage_by_mask`` (same cells): ``{arm: leakage as above}`` for the mask of every other Goldfish arm of the grid
   point (another seed, another k): positive controls with a known supervised fraction, e.g. a Goldfish arm with
   another mask seed audited on this mask's positions trains on ~(1 - 1/k) of them.
@@ -190,9 +190,10 @@ def analyse(tokens: dict[str, list[dict]], prepared: Any, out: Path, gcfg: Goldf
     """Compute and write the attacks file ``out`` for one cell from its per-token scores ``tokens`` (``{"members" |
     "nonmembers": [{"logp", "correct"} per document]}`` in :func:`documents`' order: the rows of
     :func:`goldfish.eval.membership.target_pass` with ``keep_tokens``); ``reference`` is the control cell's
-    attacks.json. ``gcfg``: the mask whose kept / dropped positions are measured (the cell's own or, for a standard
-    cell, the experiment's); ``own``: the mask the cell trained with (None: the standard loss, every target
-    trained); ``audits``: the other Goldfish arms' masks, audited too (``leakage_by_mask``: positive controls).
+    attacks.json. ``gcfg``: the mask whose kept / dropped positions are measured (the cell's own ``base`` mask or,
+    for a standard cell, the experiment's); ``own``: the mask the cell trained with, its audit controls included
+    (None: the standard loss, every target trained); ``audits``: the other Goldfish arms' masks, audited too
+    (``leakage_by_mask``: positive controls).
 
     The control cell is its own reference (``control=True``): every calibrated score is 0, AUC exactly 0.5 -- the
     starting model carries no membership signal relative to itself.
@@ -267,13 +268,14 @@ def _goldfish_plan(plan: CellPlan, plans: Sequence[CellPlan]) -> CellPlan | None
 
 def _other_masks(measured: GoldfishConfig | None, plan: CellPlan, plans: Sequence[CellPlan],
                  prepared: Any) -> dict[str, GoldfishConfig]:
-    """The distinct Goldfish masks of the other arms on the cell's data (by arm, first cell of each mask), without
-    the one the cell is measured on: what the leakage audit also reads as positive controls."""
+    """The distinct Goldfish masks of the other arms on the cell's data (by arm, first cell of each mask; their
+    positions: each arm's ``base`` mask, so an audit control is no other mask), without the one the cell is measured
+    on: what the leakage audit also reads as positive controls."""
     found: dict[str, GoldfishConfig] = {}
     seen = [measured] if measured is not None else []
     for p in plans:
         if _is_goldfish(p) and p.data_dir == plan.data_dir and p.cell.arm not in found:
-            mask = p.mask(prepared)
+            mask = p.mask(prepared).base
             if all(mask != m for m in seen):
                 found[p.cell.arm] = mask
                 seen.append(mask)
@@ -305,11 +307,14 @@ def token_scores(plan: CellPlan, prepared: Any, model: Any) -> dict[str, list[di
 
 def analyse_cell(plan: CellPlan, plans: Sequence[CellPlan], model: Any) -> dict:
     """Write the cell's ``attacks.json`` (:func:`analyse`) from its per-token scores (:func:`token_scores`) and its
-    Goldfish mask (or the first Goldfish cell's on the same data)."""
+    Goldfish mask (or the first Goldfish cell's on the same data): the positions of its ``base`` mask, so a no-leak
+    twin and a positive control are audited on their Goldfish arm's positions, with what the cell's own loss trained
+    on (``own``: the effective mask) giving the ``supervised_fraction``."""
     prepared = load_prepared(plan.data_dir)
     source = _goldfish_plan(plan, plans)
-    gcfg = source.mask(prepared) if source is not None else None  # the mask training applied
-    own = gcfg if source is plan else None
+    trained = source.mask(prepared) if source is not None else None  # the mask training applied
+    gcfg = trained.base if trained is not None else None  # its positions, without an audit control
+    own = trained if source is plan else None
     return analyse(token_scores(plan, prepared, model), prepared, plan.attacks_file, gcfg, _reference(plan, plans),
                    n_bootstrap=plan.eval_cfg.membership.n_bootstrap, seed=plan.eval_cfg.seed,
                    control=plan.cell.control, own=own, audits=_other_masks(gcfg, plan, plans, prepared))

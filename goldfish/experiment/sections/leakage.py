@@ -4,18 +4,135 @@ its validity beside it -- the placebo (the mask applied to nonmembers: ~0 unless
 reference for the mask's positions, then the reading is "inconclusive"), the minimum detectable leak at the design's
 size, and positive controls of a known supervised fraction (a standard arm: 1; another arm's mask,
 ``leakage_by_mask``: e.g. ~3/4 for a Goldfish mask of another seed) -- and a line for each grid point without a
-control."""
+control.
+
+Calibrated on members (``leakage_calibration`` in results.json, where a Goldfish arm has a no-leak twin or
+low-supervision positive controls: arms with its mask and ``replace_dropped`` / ``supervised_fraction``), with the
+training run (grid point, i.e. seed) as the unit (issue 38): per run and across runs (mean, t interval over runs,
+between-run SD) the Goldfish arm's own DiD, the twin's (the null measured where the audit looks), Goldfish minus twin
+paired by run (the leak estimate calibrated on members), each positive control's DiD at its supervised fraction, the
+slope of DiD on supervised fraction (each run's line through the Goldfish arm at 0 and its positive controls), and
+the minimum detectable leak as a supervised fraction: the across-run MDE of Goldfish minus twin over that slope."""
 
 from __future__ import annotations
 
-from goldfish.eval.tables import did_text, fmt, markdown_table
+from typing import Any, Sequence
 
+from goldfish.eval.stats import minimum_detectable_effect, slope_over_runs, t_over_runs
+from goldfish.eval.tables import did_text, fmt, markdown_table, with_ci
+
+from ...masks import GoldfishConfig
 from ..config import CONTROL
+from ..plan import CellPlan
 from ..summary import CellSummary, Study, cells_of, one_per_arm
+
+MEASURES = ("accuracy", "loss")
+LEAK_SIGN = {"accuracy": 1.0, "loss": -1.0}  # the direction of a leak: accuracy up, loss down
 
 
 def compute(study: Study) -> dict:
-    return {}
+    """``leakage_calibration``: :func:`calibration` of the finished cells; None where no Goldfish arm has a no-leak
+    twin or a positive control."""
+    return {"leakage_calibration": calibration(study.done, study.cells, study.axes)}
+
+
+def _controls_of(plan: CellPlan) -> tuple[str, Any] | None:
+    """``(role, mask)`` of a Goldfish cell: ``goldfish`` (no audit control), ``twin`` (``replace_dropped``) or
+    ``positive`` (``supervised_fraction`` > 0); None for the standard loss (or a pipeline without a Goldfish
+    config, e.g. a test's fake)."""
+    loss = getattr(plan.train_cfg, "loss", None)
+    g = getattr(loss, "goldfish", None)
+    if getattr(loss, "type", None) != "goldfish" or not isinstance(g, GoldfishConfig):
+        return None
+    return ("twin" if g.replace_dropped else "positive" if g.supervised_fraction else "goldfish"), g
+
+
+def _did(cell: CellSummary | None, measure: str) -> float | None:
+    """The cell's own DiD on the dropped positions of its (base) mask, None where it has none."""
+    did = (((cell.leakage or {}).get("did") or {}).get("dropped") or {}).get(measure) if cell else None
+    return (did or {}).get("did")
+
+
+def calibration(plans: Sequence[CellPlan], cells: Sequence[CellSummary], axes: Sequence[str]) -> list[dict] | None:
+    """Per Goldfish arm with audit controls (arms whose ``base`` mask is its own): ``{goldfish, twin, positive:
+    {arm: supervised_fraction set}, runs: [per run], accuracy | loss: across runs}`` (:func:`_runs`,
+    :func:`_across`); None where there is none."""
+    roles = {c.arm: r for p, c in zip(plans, cells) if (r := _controls_of(p)) is not None}
+    out = []
+    for arm, (role, mask) in roles.items():
+        if role != "goldfish":
+            continue
+        family = {a: r for a, r in roles.items() if r[0] != "goldfish" and r[1].base == mask}
+        if not family:
+            continue
+        twin = next((a for a, (r, _) in family.items() if r == "twin"), None)
+        positive = {a: g.supervised_fraction for a, (r, g) in family.items() if r == "positive"}
+        runs = _runs(arm, twin, list(positive), cells, axes)
+        out.append({"goldfish": arm, "twin": twin, "positive": positive, "runs": runs,
+                    **{m: _across(runs, m, list(positive)) for m in MEASURES}})
+    return out or None
+
+
+def _runs(arm: str, twin: str | None, positive: list[str], cells: Sequence[CellSummary],
+          axes: Sequence[str]) -> list[dict]:
+    """One row per run (grid point) of the Goldfish arm: ``{run, goldfish | twin | difference: {measure: DiD},
+    positive: {arm: {supervised_fraction, accuracy, loss}}}`` (difference = Goldfish - twin; None where a cell or
+    its audit is missing)."""
+    by = {(c.arm, tuple(c.values.get(a) for a in axes)): c for c in cells}
+    rows = []
+    for point in dict.fromkeys(k for a, k in by if a == arm):
+        gold, tw = by[(arm, point)], by.get((twin, point))
+        row: dict[str, Any] = {"run": ", ".join(f"{a}={v}" for a, v in zip(axes, point)) or "-",
+                               "goldfish": {m: _did(gold, m) for m in MEASURES},
+                               "twin": {m: _did(tw, m) for m in MEASURES}}
+        row["difference"] = {m: None if None in (row["goldfish"][m], row["twin"][m])
+                             else row["goldfish"][m] - row["twin"][m] for m in MEASURES}
+        row["positive"] = {}
+        for p in positive:
+            c = by.get((p, point))
+            row["positive"][p] = {"supervised_fraction": (c.leakage or {}).get("supervised_fraction") if c else None,
+                                  **{m: _did(c, m) for m in MEASURES}}
+        rows.append(row)
+    return rows
+
+
+def _across(runs: list[dict], measure: str, positive: list[str]) -> dict:
+    """One measure across runs: ``goldfish``, ``twin``, ``difference`` (:func:`t_over_runs` of the per-run DiDs;
+    the difference paired by run), ``difference_mde`` (its minimum detectable effect over runs, Student's
+    quantiles), ``positive`` ({arm: {supervised_fraction (mean over runs), did (t over runs)}}), ``slope``
+    (:func:`slope_over_runs`: DiD per unit of supervised fraction, each run's line through the Goldfish arm at its
+    measured fraction 0 and its positive controls), ``detectable_fraction`` (``difference_mde`` over the slope in the
+    leak's direction: the supervised fraction whose expected DiD equals the MDE; None without a slope that way) and
+    ``reading`` of the difference (:func:`_reading`)."""
+    diff = t_over_runs([r["difference"][measure] for r in runs])
+    mde = minimum_detectable_effect(diff["se"], df=diff["df"])
+    x = [[0.0] + [r["positive"][p]["supervised_fraction"] for p in positive] for r in runs]
+    y = [[r["goldfish"][measure]] + [r["positive"][p][measure] for p in positive] for r in runs]
+    keep = [[(a, b) for a, b in zip(xs, ys) if a is not None] for xs, ys in zip(x, y)]
+    slope = slope_over_runs([[a for a, _ in k] for k in keep], [[b for _, b in k] for k in keep])
+    toward = None if slope["mean"] is None else LEAK_SIGN[measure] * slope["mean"]
+    fractions = {p: [r["positive"][p]["supervised_fraction"] for r in runs] for p in positive}
+    return {"goldfish": t_over_runs([r["goldfish"][measure] for r in runs]),
+            "twin": t_over_runs([r["twin"][measure] for r in runs]), "difference": diff, "difference_mde": mde,
+            "positive": {p: {"supervised_fraction": _mean(fractions[p]),
+                             "did": t_over_runs([r["positive"][p][measure] for r in runs])} for p in positive},
+            "slope": slope, "detectable_fraction": mde / toward if mde is not None and toward and toward > 0 else None,
+            "reading": _reading(measure, diff)}
+
+
+def _mean(values: list[float | None]) -> float | None:
+    found = [v for v in values if v is not None]
+    return sum(found) / len(found) if found else None
+
+
+def _reading(measure: str, diff: dict) -> str | None:
+    """Goldfish - twin across runs: ``leak`` / ``negative`` where its t interval excludes 0 (in the leak's direction
+    or against it), else ``none detected``; None with fewer than two runs."""
+    if diff["ci_low"] is None:
+        return None
+    if diff["ci_low"] <= 0 <= diff["ci_high"]:
+        return "none detected"
+    return "leak" if LEAK_SIGN[measure] * diff["mean"] > 0 else "negative"
 
 
 def _mask_label(own: str, audit: dict) -> str:
@@ -104,5 +221,91 @@ def leakage_lines(results: dict) -> list[str]:
     return lines + [line for note in notes for line in (note, "")]
 
 
+def _pair(values: dict | None) -> str:
+    """``accuracy DiD / loss DiD`` of one cell or difference (accuracy in percentage points)."""
+    values = values or {}
+    return f"{fmt(values.get('accuracy'), 'pct')} / {fmt(values.get('loss'))}"
+
+
+def _run_rows(family: dict) -> list[list[str]]:
+    rows = []
+    for r in family["runs"]:
+        rows.append([r["run"], _pair(r["goldfish"]), _pair(r["twin"]), _pair(r["difference"])]
+                    + [f"{fmt(v['supervised_fraction'], 'pct')}: {_pair(v)}" for v in r["positive"].values()])
+    return rows
+
+
+def _over_runs(t: dict | None, kind: str = "") -> list[str]:
+    """``mean [t interval]`` and the between-run SD of a :func:`t_over_runs` dict."""
+    t = t or {}
+    return [with_ci(t.get("mean"), t.get("ci_low"), t.get("ci_high"), kind), fmt(t.get("sd"), kind)]
+
+
+def _across_rows(family: dict) -> list[list[str]]:
+    acc, loss = family["accuracy"], family["loss"]
+    rows = [[f"{family['goldfish']}: DiD on its own mask (trained on 0 %)",
+             *_over_runs(acc["goldfish"], "pct"), *_over_runs(loss["goldfish"]), fmt(acc["goldfish"]["n"])],
+            [f"{family['twin'] or 'no twin'}: no-leak twin DiD (the null on members)",
+             *_over_runs(acc["twin"], "pct"), *_over_runs(loss["twin"]), fmt(acc["twin"]["n"])],
+            ["Goldfish - twin, paired by run (the leak, calibrated on members)",
+             *_over_runs(acc["difference"], "pct"), *_over_runs(loss["difference"]), fmt(acc["difference"]["n"])]]
+    for p in family["positive"]:
+        a, b = acc["positive"][p], loss["positive"][p]
+        rows.append([f"{p}: positive control DiD (trained on {fmt(a['supervised_fraction'], 'pct')})",
+                     *_over_runs(a["did"], "pct"), *_over_runs(b["did"]), fmt(a["did"]["n"])])
+    rows.append(["slope: DiD per unit of supervised fraction (Goldfish at 0 and its positive controls)",
+                 *_over_runs(acc["slope"], "pct"), *_over_runs(loss["slope"]), fmt(acc["slope"]["n"])])
+    rows.append(["minimum detectable Goldfish - twin (5 % two-sided, 80 % power, t over runs)",
+                 fmt(acc["difference_mde"], "pct"), "", fmt(loss["difference_mde"]), "", ""])
+    rows.append(["minimum detectable leak, as a supervised fraction of the dropped positions",
+                 fmt(acc["detectable_fraction"], "pct"), "", fmt(loss["detectable_fraction"], "pct"), "", ""])
+    return rows
+
+
+def _reading_line(family: dict, measure: str) -> str:
+    """One sentence: what Goldfish - twin shows across runs, against the sensitivity the positive controls imply."""
+    m = family[measure]
+    kind = "pct" if measure == "accuracy" else ""
+    d = m["difference"]
+    if m["reading"] is None:
+        return f"{measure}: fewer than two runs with both the Goldfish arm and its twin audited: no reading."
+    found = (f"{measure}: Goldfish - twin {with_ci(d['mean'], d['ci_low'], d['ci_high'], kind)} over {d['n']} runs: "
+             f"{m['reading']}")
+    if m["detectable_fraction"] is None:
+        return found + "; the positive controls give no slope in the leak's direction, so the sensitivity is unknown."
+    return (found + f"; the design detects (80 % power) a leak as large as training on "
+            f"{fmt(m['detectable_fraction'], 'pct')} of the dropped positions (MDE {fmt(m['difference_mde'], kind)}"
+            f" at a slope of {fmt(m['slope']['mean'], kind)} per unit of supervised fraction).")
+
+
+def calibration_lines(results: dict) -> list[str]:
+    """The audit calibrated on members (``leakage_calibration``): per run and across runs; empty where none."""
+    lines = []
+    for family in results.get("leakage_calibration") or []:
+        positive = [f"{p} (set {fmt(f, 'pct')}): trained on: DiD accuracy / loss"
+                    for p, f in family["positive"].items()]
+        lines += [f"### Calibrated on members: {family['goldfish']}, its no-leak twin and low-supervision positive "
+                  "controls", "",
+                  markdown_table(["run", "Goldfish DiD accuracy / loss", "twin DiD accuracy / loss",
+                                  "Goldfish - twin accuracy / loss", *positive], _run_rows(family)), "",
+                  markdown_table(["across runs", "accuracy: mean [95 % t interval]", "SD between runs",
+                                  "loss: mean [95 % t interval]", "SD between runs", "runs"],
+                                 _across_rows(family)), "",
+                  *(f"Reading, {_reading_line(family, m)}" for m in MEASURES), "",
+                  "The training run (grid point) is the unit: each value is one DiD per run (the audit above, on "
+                  f"the dropped positions of {family['goldfish']}'s mask), with its mean, Student t interval and SD "
+                  "over runs. The no-leak twin trains like the Goldfish arm with the dropped tokens also replaced "
+                  "in its input by pseudo-random ids: it has seen none of them, so its DiD is the audit's null "
+                  "measured on members, and Goldfish - twin (paired by run) is the leak calibrated on members. "
+                  "A positive control trains on a known share of the dropped positions; the slope of DiD on that "
+                  "share (each run's line through the Goldfish arm at 0 and its positive controls) turns the "
+                  "minimum detectable Goldfish - twin into the smallest supervised fraction the design detects. "
+                  "Read the twin's kept-position DiD (the audit table above) beside the Goldfish arm's: the twin's "
+                  "input differs from the text at the dropped positions, so it may learn the members' kept tokens "
+                  "less as well, and Goldfish - twin then mixes a leak with that difference.", ""]
+    return lines
+
+
 def render(results: dict) -> str:
-    return "\n".join(leakage_lines(results))
+    lines = leakage_lines(results)
+    return "\n".join(lines + calibration_lines(results) if lines else lines)
