@@ -5,8 +5,10 @@ pipeline whose held-out loss is known, hand-computed Wilson intervals, gaps and 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,8 +23,10 @@ from goldfish.eval.stats import wilson_interval
 from goldfish.experiment.config import ExperimentConfig
 from goldfish.experiment import plan_cells
 from goldfish.experiment.runner import report_only, run_experiment
+from goldfish.experiment.sections.size import tune_lines
 from goldfish.experiment.scaling import loss_gaps, size_analysis
 from goldfish.experiment.summary import CellSummary
+from goldfish.io import atomic_write_json
 
 from test_experiment_runner import Calls, experiment, make_pipeline
 
@@ -154,6 +158,8 @@ def test_tune_config_errors_are_one_line(tmp_path):
         experiment(tmp_path, control=True, tune={"axis": "lr"})
     with pytest.raises(ConfigError, match="set control: true"):
         experiment(tmp_path, control=False, tune={"axis": "model"})
+    with pytest.raises(ConfigError, match=r"tune.per=\['arms'\] must name other grid axes .* or arm"):
+        experiment(tmp_path, control=True, tune={"axis": "model", "per": ["arms"]})
     with pytest.raises(ConfigError, match=r"tune.per=\['seed'\]"):
         experiment(tmp_path, control=True, tune={"axis": "model", "per": ["seed"]})
 
@@ -305,3 +311,56 @@ def test_prefix_collisions_by_hand_and_none_in_a_prepared_folder_of_unique_texts
     assert real["members"] == 12 and real["background_tokens"] > 0
     assert all(real[k] == [] for k in ("member_member", "member_nonmember", "member_background",
                                        "nonmember_background", "nonmember_member"))
+
+
+def test_tuning_per_arm_gives_each_arm_its_own_choice_and_says_when_it_is_at_the_edge(tmp_path):
+    """tune.per: [model, arm]: every arm (control included) is a tuning cell at every steps value of seed 0, and
+    each arm runs seed 1 at its own lowest held-out loss. The fake's loss is 3 + |steps - best| / 10 with best = 20,
+    and for the Goldfish arm (the fake's k = 2) best = 40 here: Goldfish picks 40 -- at the grid's edge, which the tuning block
+    and the report say -- the others 20 (interior)."""
+    calls = Calls()
+    pipeline = make_pipeline(calls)
+    evaluate = pipeline.evaluate
+
+    def goldfish_prefers_40(cfg, model=None):
+        results = evaluate(cfg, model)
+        run = json.loads((Path(cfg.model.path).parent / "fake_config.json").read_text())
+        if run["k"] == 2:
+            scores = results["membership"]["scores"]["loss"]
+            scores["nonmembers"] = [-(3.0 + abs(run["steps"] - 40) / 10)] * len(scores["nonmembers"])
+            atomic_write_json(Path(cfg.out) / "results.json", results)
+        return results
+
+    pipeline = dataclasses.replace(pipeline, evaluate=goldfish_prefers_40)
+    cfg = experiment(tmp_path, control=True, control_mode="background",
+                     tune={"axis": "steps", "per": ["model", "arm"]},
+                     grid={"train.model": ["tiny", "big"], "train.steps": [10, 20, 40], "train.seed": [0, 1]})
+    run_experiment(cfg, pipeline, progress=False)
+    trained = [t.split("/")[-2] for t in calls.trained]
+    tuning = {f"{a}__model={m}__steps={s}__seed=0" for a in ("control", "standard", "goldfish") for s in (10, 20, 40)
+              for m in ("tiny", "big")}
+    assert set(trained[:18]) == tuning  # every arm's tuning cells first
+    assert sorted(trained[18:]) == sorted(f"{a}__model={m}__steps={s}__seed=1" for m in ("tiny", "big")
+                                          for a, s in (("control", 20), ("standard", 20), ("goldfish", 40)))
+    results = json.loads((tmp_path / "exp" / "results.json").read_text())
+    groups = {(g["per"]["model"], g["per"]["arm"]): (g["chosen"], g["interior"]) for g in results["tune"]["groups"]}
+    assert groups == {(m, a): (40, False) if a == "goldfish" else (20, True)
+                      for m in ("tiny", "big") for a in ("control", "standard", "goldfish")}
+    text = "\n".join(tune_lines(results["tune"]))  # the size section's tuning table (fakes have no size section)
+    assert "Tuning: each arm's own held-out loss (the nonmembers) per steps" in text
+    assert "At the grid's edge (no value tried beyond it, so the optimum may lie outside): model=tiny, arm=goldfish; " \
+        "model=big, arm=goldfish." in text
+    assert "| model=tiny, arm=goldfish | 6.000 | 5.000 | **3.000** |" in text  # 3 + |steps - 40| / 10
+    control_only = {**results["tune"], "per": ["model"],
+                    "groups": [g for g in results["tune"]["groups"] if g["per"]["arm"] == "control"]}
+    assert "the control's held-out loss" in "\n".join(tune_lines(control_only))
+    assert "Every choice has a value tried on each side." in "\n".join(tune_lines(control_only))
+
+
+def test_the_grid_brackets_a_choice_only_with_a_value_on_each_side():
+    from goldfish.experiment.tune import interior
+
+    assert interior([1e-3, 3e-3, 1e-2], 3e-3) is True
+    assert interior([1e-3, 3e-3, 1e-2], 1e-2) is False and interior([1e-3, 3e-3, 1e-2], 1e-3) is False
+    assert interior([1e-3], 1e-3) is False and interior([1e-3, 3e-3], None) is None
+    assert interior(["a", 1], "a") is None  # values that do not order

@@ -88,7 +88,8 @@ ControlMode = Literal["untrained", "background"]
 @dataclasses.dataclass
 class TuneConfig:
     """Choose one value of a grid axis (e.g. the learning rate) per value of other axes (e.g. the size), from the
-    control cells, before any arm trains: the Carlini-style protocol of tuning on data without the targets."""
+    control cells, before any arm trains: the Carlini-style protocol of tuning on data without the targets; with
+    ``arm`` in ``per``, each arm on its own cells' loss (on validation documents: still no target in the metric)."""
 
     axis: str = option("", "the grid axis to choose (its label, e.g. lr for train.optim.lr); empty = no tuning")
     by: Literal["heldout_loss", "validation_loss"] = option(
@@ -97,7 +98,9 @@ class TuneConfig:
                         "which the membership test then reports on: the choice peeks at them)")
     per: list[str] = option(factory=list, help="axes the choice depends on (e.g. [size]): one value per their "
                                                 "combination; every other axis (e.g. seed) is tuned at its first "
-                                                "value and runs only at the chosen one")
+                                                "value and runs only at the chosen one; `arm` among them (e.g. "
+                                                "[size, arm]): each arm, the control included, is tuned on its own "
+                                                "cells' loss instead of all at the control's choice")
 
 
 @dataclasses.dataclass
@@ -200,7 +203,8 @@ class ExperimentConfig:
                                                   "multiplies the targets' reads and share)")
     grid: dict = option(factory=dict, help="axis -> list of values (dotted key) or of linked override mappings")
     tune: TuneConfig = option(factory=TuneConfig, help="choose one value of a grid axis from the control cells "
-                                                       "(e.g. the learning rate per size, by held-out loss)")
+                                                       "or each arm's own (e.g. the learning rate per size and arm, "
+                                                       "by validation loss)")
     compare: CompareConfig = option(factory=CompareConfig, help="paired tests of one grid axis's values against a "
                                                                   "reference value (e.g. edit: exact)")
     equivalence: EquivalenceConfig = option(factory=EquivalenceConfig, help="the membership comparison of the "
@@ -274,8 +278,9 @@ class ExperimentConfig:
             check(self.tune.axis in labels, problems,
                   f"tune.axis={shown(self.tune.axis)} is not a grid axis; choose one of: "
                   f"{', '.join(labels) or '(none)'}")
-            bad = [a for a in self.tune.per if a not in labels or a == self.tune.axis]
-            check(not bad, problems, f"tune.per={bad} must name other grid axes ({', '.join(labels)})")
+            bad = [a for a in self.tune.per if (a not in labels and a != "arm") or a == self.tune.axis]
+            check(not bad, problems, f"tune.per={bad} must name other grid axes ({', '.join(labels)}) or arm (each "
+                                     f"arm tuned on its own cells)")
             check(self.control, problems, "tune chooses from the control cells: set control: true")
         if self.compare.axis:
             labels = {axis_label(axis): axis for axis in self.grid}

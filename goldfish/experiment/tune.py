@@ -6,6 +6,12 @@ value of ``lr`` and at the first value of every axis not in ``per`` (e.g. seed 0
 value whose control has the lowest held-out loss is *chosen*, and every other cell runs only at the chosen value.
 The tuning cells run first; the others are skipped until their choice is known. Nothing here trains: the runner asks
 :func:`is_tuning` / :func:`choice` and aggregates :func:`active` plans.
+
+``per`` may also name ``arm`` (:data:`ARM`): then every arm, the control included, is tuned on its own cells' loss
+(each arm at every value of the axis, at the first value of the other axes) and runs at its own choice -- a learning
+rate tuned on the control alone is confounded with whatever the arms' losses need at each size. Each group's choice
+says whether the grid holds a value on both sides of it (``interior``): a choice at the grid's edge may not be the
+optimum, and the report says so.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from .collect import tuning_loss
 from .config import ExperimentConfig
 from .plan import CellPlan
 
+ARM = "arm"  # tune.per may name it: each arm (the control included) is tuned on its own cells
+
 
 def first_values(plans: list[CellPlan]) -> dict[str, Any]:
     """Each grid axis label -> the value of its first grid entry (as cells show it): the first cell's values, since
@@ -25,13 +33,14 @@ def first_values(plans: list[CellPlan]) -> dict[str, Any]:
 
 
 def is_tuning(cfg: ExperimentConfig, plan: CellPlan, first: dict[str, Any]) -> bool:
-    """A control cell at the first value of every axis that is neither tuned nor in ``per``."""
+    """A control cell (any cell, with ``arm`` in ``per``) at the first value of every axis that is neither tuned
+    nor in ``per``."""
     fixed = [a for a in first if a != cfg.tune.axis and a not in cfg.tune.per]
-    return plan.cell.control and all(plan.cell.values[a] == first[a] for a in fixed)
+    return (plan.cell.control or ARM in cfg.tune.per) and all(plan.cell.values[a] == first[a] for a in fixed)
 
 
 def _key(cfg: ExperimentConfig, plan: CellPlan) -> tuple:
-    return tuple(plan.cell.values[a] for a in cfg.tune.per)
+    return tuple(plan.cell.arm if a == ARM else plan.cell.values[a] for a in cfg.tune.per)
 
 
 def sweep(cfg: ExperimentConfig, plans: list[CellPlan]) -> dict[tuple, dict[Any, float | None]]:
@@ -73,11 +82,24 @@ def active(cfg: ExperimentConfig, plans: list[CellPlan]) -> list[CellPlan]:
     return [p for p in plans if is_tuning(cfg, p, first) or selected(cfg, p, chosen)]
 
 
+def interior(values: list[Any], chosen: Any) -> bool | None:
+    """Whether the grid ``values`` (numbers) hold one on each side of ``chosen``: the optimum is bracketed, not at
+    the grid's edge (None without a choice, or for values that do not order)."""
+    if chosen is None:
+        return None
+    try:
+        return min(values) < chosen < max(values)
+    except TypeError:
+        return None
+
+
 def summary(cfg: ExperimentConfig, plans: list[CellPlan]) -> dict | None:
-    """The ``tune`` block of results.json: the axis, the metric and per group every value's loss and the choice."""
+    """The ``tune`` block of results.json: the axis, the metric and per group every value's loss, the choice and
+    whether the grid brackets it (``interior``)."""
     if not cfg.tune.axis:
         return None
     chosen = choice(cfg, plans)
     groups = [{"per": dict(zip(cfg.tune.per, key)), "losses": {str(v): loss for v, loss in losses.items()},
-               "chosen": chosen.get(key)} for key, losses in sweep(cfg, plans).items()]
+               "chosen": chosen.get(key), "interior": interior(list(losses), chosen.get(key))}
+              for key, losses in sweep(cfg, plans).items()]
     return {"axis": cfg.tune.axis, "by": cfg.tune.by, "per": cfg.tune.per, "groups": groups}

@@ -26,14 +26,16 @@ from ...data import load_prepared
 from ..plan import CellPlan
 from ..scaling import MIN_FIT_POINTS, SIZE_AXIS, _reads, first_prefix_windows, size_analysis, size_model
 from ..summary import CellSummary, Study
+from ..tune import ARM
 
 
 def tuning_only(cell: CellSummary, tune: dict | None) -> bool:
-    """A tuning cell at a value that was not chosen: it informs the choice, not the comparison of the arms."""
-    if not tune or cell.arm != "control":
+    """A tuning cell at a value that was not chosen: it informs the choice, not the comparison of the arms (a
+    control's, or any arm's where ``tune.per`` names ``arm``)."""
+    if not tune or (cell.arm != "control" and ARM not in tune["per"]):
         return False
     for group in tune["groups"]:
-        if all(str(cell.values.get(a)) == str(v) for a, v in group["per"].items()):
+        if all(str(cell.arm if a == ARM else cell.values.get(a)) == str(v) for a, v in group["per"].items()):
             return group["chosen"] is not None and str(cell.values.get(tune["axis"])) != str(group["chosen"])
     return False
 
@@ -178,6 +180,32 @@ def per_cell(row: dict, stratum: int) -> str:
     return f": {'+'.join('-' if k is None else str(k) for k in counts)}" if len(counts) > 1 else ""
 
 
+def tune_lines(tune: dict | None) -> list[str]:
+    """The tuning table of results.json's ``tune`` block: each group's loss per value (bold: chosen), whose loss
+    (the control's, or each arm's own), and the groups whose choice sits at the grid's edge; [] without tuning."""
+    if not tune:
+        return []
+    lines: list[str] = []
+    values = list(dict.fromkeys(v for g in tune["groups"] for v in g["losses"]))
+    rows = [[", ".join(f"{k}={v}" for k, v in g["per"].items())]
+            + [("**" if str(g["chosen"]) == v else "") + (f"{g['losses'][v]:.3f}" if g["losses"].get(v)
+               is not None else "-") + ("**" if str(g["chosen"]) == v else "") for v in values]
+            for g in tune["groups"]]
+    metric = "validation loss (documents never trained on and never reported)" \
+        if tune.get("by") == "validation_loss" else "held-out loss (the nonmembers)"
+    edge = [", ".join(f"{k}={v}" for k, v in g["per"].items()) for g in tune["groups"]
+            if g.get("interior") is False]
+    whose = ("each arm's own" if ARM in tune["per"] else "the control's")
+    runs = ("further seeds run at each arm's chosen value only" if ARM in tune["per"] else
+            "the arms and further seeds run at the chosen value only")
+    lines += ["", f"Tuning: {whose} {metric} per {tune['axis']} (bold: chosen, lowest); {runs}."
+              + (f" At the grid's edge (no value tried beyond it, so the optimum may lie outside): "
+                 f"{'; '.join(edge)}." if edge else " Every choice has a value tried on each side."
+                 if all(g.get("interior") for g in tune["groups"]) else ""), "",
+              markdown_table([" ".join(tune["per"]) or "group"] + [f"{tune['axis']}={v}" for v in values], rows)]
+    return lines
+
+
 def scaling_markdown(results: dict) -> str | None:
     """The report's size-sweep section: data, tuning, per-size table, fits (None without a ``scaling`` block)."""
     scaling = results.get("scaling")
@@ -197,18 +225,7 @@ def scaling_markdown(results: dict) -> str | None:
                    if r["arm"] == "control" and r.get("exposures")}
     if control_exp:
         lines.append("The control's reads of the same targets: " + "; ".join(sorted(control_exp)) + ".")
-    tune = results.get("tune")
-    if tune:
-        values = list(dict.fromkeys(v for g in tune["groups"] for v in g["losses"]))
-        rows = [[", ".join(f"{k}={v}" for k, v in g["per"].items())]
-                + [("**" if str(g["chosen"]) == v else "") + (f"{g['losses'][v]:.3f}" if g["losses"].get(v)
-                   is not None else "-") + ("**" if str(g["chosen"]) == v else "") for v in values]
-                for g in tune["groups"]]
-        metric = "validation loss (documents never trained on and never reported)" \
-            if tune.get("by") == "validation_loss" else "held-out loss (the nonmembers)"
-        lines += ["", f"Tuning: the control's {metric} per {tune['axis']} (bold: chosen, lowest); the arms and "
-                  "further seeds run at the chosen value only.", "",
-                  markdown_table([" ".join(tune["per"]) or "group"] + [f"{tune['axis']}={v}" for v in values], rows)]
+    lines += tune_lines(results.get("tune"))
     strata = sorted({int(s) for r in scaling["rows"] for s in r["strata"]})
     header = ["arm", "size", "params", "cells", "held-out loss"] + [f"x{s}: exact % [95 % CI]" for s in strata] \
         + [f"x{s}: loss gap vs control" for s in strata]
