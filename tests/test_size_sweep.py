@@ -172,7 +172,7 @@ def test_the_shipped_size_sweep_measures_the_exposure_threshold_over_a_decade_an
     from goldfish.train_config import ModelConfig
 
     cfg = load_config(ExperimentConfig, "experiments/size_sweep.yaml")
-    assert cfg.control_mode == "background" and cfg.tune.axis == "lr" and cfg.tune.per == ["size"]
+    assert cfg.control_mode == "background" and cfg.tune.axis == "lr" and cfg.tune.per == ["size", "arm"]
     assert cfg.tune.by == "validation_loss"  # never the nonmembers the membership test reports on
     assert len(cfg.grid["seed"]) >= 5 and cfg.train["schedule"]["epochs"] == 1  # issue 38: runs are the unit
     from goldfish.config import from_dict
