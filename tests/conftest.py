@@ -36,6 +36,16 @@ from train_helpers import make_prepared
 # (which does), or by sharing a module-scoped fixture of its own module with a listed test.
 INTEGRATION_FIXTURES = frozenset({"micro_sweep", "data"})
 
+# Under pytest-xdist (`make test`: `-n 2 --dist loadgroup`) each worker is a process of its own with its own module-
+# and session-scoped fixtures, so a fixture that trains or prepares something would be paid once per worker its users
+# land on. Its users are kept on one worker, in order, by an ``xdist_group`` (which --dist loadgroup honours; serial
+# runs ignore it): the users of a wider-scoped fixture of their own module are grouped by module, the users of
+# ``micro_sweep`` (a whole experiment, session-scoped) in one group. CHEAP_MODULE_FIXTURES are left out (a tiny
+# prepared folder, cheaper to make twice than to keep 90 tests of test_faults.py on one worker).
+# tests/test_readme_commands.py groups itself (its commands share one scratch folder and run in order).
+SESSION_GROUPED = frozenset({"micro_sweep"})
+CHEAP_MODULE_FIXTURES = frozenset({("test_faults.py", "data")})
+
 
 def _module_fixtures(item) -> set[str]:
     """The fixtures of wider than function scope defined in the item's own module that the item uses."""
@@ -47,7 +57,23 @@ def _module_fixtures(item) -> set[str]:
             if defs and defs[-1].scope != "function" and defs[-1].baseid == module}
 
 
+def xdist_group(item) -> str | None:
+    """The ``xdist_group`` an item is given (see SESSION_GROUPED), or None: scheduled on its own."""
+    if not SESSION_GROUPED.isdisjoint(item.fixturenames):
+        return "+".join(sorted(SESSION_GROUPED.intersection(item.fixturenames)))
+    module = item.nodeid.split("::")[0]
+    name = module.rsplit("/", 1)[-1]
+    if any((name, fixture) not in CHEAP_MODULE_FIXTURES for fixture in _module_fixtures(item)):
+        return module
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker suffixes the grouped items' node ids
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        group = xdist_group(item)
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
     listed = []
     for item in items:
         names = INTEGRATION.get(item.module.__name__, ())
