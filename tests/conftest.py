@@ -138,6 +138,24 @@ def _placeholder_figure(fig, path):
     return path
 
 
+def _fsync_checked_only(fd) -> None:
+    """``os.fsync`` in the tests: the descriptor is checked (a closed or bad one raises as fsync would), nothing is
+    flushed to the disk."""
+    os.fstat(fd if isinstance(fd, int) else fd.fileno())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_fsync():
+    """Session-wide, in the test process (not its subprocesses): ``os.fsync`` does not wait for the disk. Every
+    atomic write fsyncs its file and folder (goldfish.io), ~500 of them in one small experiment, each a wait of 5-25 ms
+    on a busy disk; what they buy -- the data surviving a power cut -- no test can observe (a SIGKILLed process leaves
+    its written pages in the page cache, so the kill tests hold either way). The code still calls os.fsync at the same
+    places: tests that make it fail (tests/test_faults.py) patch it over this."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "fsync", _fsync_checked_only)
+        yield
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _figures_not_drawn():
     """Session-wide (so module- and session-scoped fixtures that run experiments get it too): no figure is drawn."""
