@@ -6,6 +6,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 OUT    ?= runs/demo
+# `make test` runs on this many pytest-xdist workers (TEST_WORKERS=0: one process, no workers)
+TEST_WORKERS ?= 2
 
 .PHONY: demo test test-fast test-unit install bench clean
 
@@ -31,7 +33,7 @@ demo: install
 # test_experiment_e2e.py + test_experiment_attacks.py 62 -> 30 s; the README's 4 launcher commands 145 -> 76 s (at 1
 # step; 2 steps since, so they share run folders with the one-process commands)
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # without the tests marked slow or dist (no spawned process groups, no torchrun, no real model): 1,218 tests
 test-fast: install
