@@ -38,13 +38,52 @@ INTEGRATION_FIXTURES = frozenset({"micro_sweep", "data"})
 
 # Under pytest-xdist (`make test`: `-n 2 --dist loadgroup`) each worker is a process of its own with its own module-
 # and session-scoped fixtures, so a fixture that trains or prepares something would be paid once per worker its users
-# land on. Its users are kept on one worker, in order, by an ``xdist_group`` (which --dist loadgroup honours; serial
-# runs ignore it): the users of a wider-scoped fixture of their own module are grouped by module, the users of
-# ``micro_sweep`` (a whole experiment, session-scoped) in one group. CHEAP_MODULE_FIXTURES are left out (a tiny
-# prepared folder, cheaper to make twice than to keep 90 tests of test_faults.py on one worker).
-# tests/test_readme_commands.py groups itself (its commands share one scratch folder and run in order).
+# land on. XDIST_GROUPS keeps such modules whole on one worker, in collection order (the scheduler below: xdist's own
+# xdist_group suffix does not reach pytest 9.2's node ids): every module with a wider-scoped fixture of its own (but
+# CHEAP_MODULE_FIXTURES: a tiny prepared folder), the users of ``micro_sweep`` (a whole experiment, session-scoped) in
+# one group, and tests/test_readme_commands.py (its commands share one scratch folder and run in order). A module
+# that needs a group and has none is refused at collection (``check_xdist_group``), so the list cannot fall behind.
 SESSION_GROUPED = frozenset({"micro_sweep"})
 CHEAP_MODULE_FIXTURES = frozenset({("test_faults.py", "data")})
+XDIST_GROUPS = {f"tests/{name}.py": "micro_sweep" for name in (
+    "test_experiment_attacks", "test_experiment_e2e", "test_experiment_utility")} | {
+    f"tests/{name}.py": name for name in (
+        "test_readme_commands",
+        "test_axonn_engine", "test_axonn_train", "test_canaries", "test_data_jsontext", "test_data_main_stream",
+        "test_data_prepare", "test_data_sources", "test_data_store", "test_data_stream", "test_data_tokenizers",
+        "test_docs_numbers", "test_eval_adversary", "test_eval_cli", "test_eval_conventions", "test_eval_distributed",
+        "test_eval_dtype", "test_eval_extraction", "test_eval_loading", "test_experiment_golden",
+        "test_experiment_start", "test_exposure_sweep", "test_exposures", "test_faults", "test_faults_bounded",
+        "test_faults_fooled", "test_faults_foreign", "test_faults_oneline", "test_faults_series", "test_golden",
+        "test_hf_trainer", "test_masks_canonical", "test_modelcard", "test_parallel_cli", "test_parallel_layouts",
+        "test_series", "test_size_sweep", "test_tracking")}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadgroup with the groups of XDIST_GROUPS (a test of another module is scheduled on its own); the
+    groups go first, largest first (xdist's loadscope order)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Grouped(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return XDIST_GROUPS.get(nodeid.split("::")[0], nodeid)
+
+    return Grouped(config, log) if config.getvalue("dist") == "loadgroup" else None
+
+
+def check_xdist_group(item) -> None:
+    """Refuse a test whose shared fixtures need a group XDIST_GROUPS does not give it (see above)."""
+    module = item.nodeid.split("::")[0]
+    if not SESSION_GROUPED.isdisjoint(item.fixturenames):
+        want = "+".join(sorted(SESSION_GROUPED.intersection(item.fixturenames)))
+    elif any((module.rsplit("/", 1)[-1], f) not in CHEAP_MODULE_FIXTURES for f in _module_fixtures(item)):
+        want = None  # its own module's group, whatever its name
+    else:
+        return
+    have = XDIST_GROUPS.get(module)
+    if have is None or (want is not None and have != want):
+        raise pytest.UsageError(f"{item.nodeid} shares a costly fixture: tests/conftest.py's XDIST_GROUPS must put "
+                                f"{module} in group {want or module!r} (one worker runs the fixture once)")
 
 
 def _module_fixtures(item) -> set[str]:
@@ -57,23 +96,9 @@ def _module_fixtures(item) -> set[str]:
             if defs and defs[-1].scope != "function" and defs[-1].baseid == module}
 
 
-def xdist_group(item) -> str | None:
-    """The ``xdist_group`` an item is given (see SESSION_GROUPED), or None: scheduled on its own."""
-    if not SESSION_GROUPED.isdisjoint(item.fixturenames):
-        return "+".join(sorted(SESSION_GROUPED.intersection(item.fixturenames)))
-    module = item.nodeid.split("::")[0]
-    name = module.rsplit("/", 1)[-1]
-    if any((name, fixture) not in CHEAP_MODULE_FIXTURES for fixture in _module_fixtures(item)):
-        return module
-    return None
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's worker suffixes the grouped items' node ids
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        group = xdist_group(item)
-        if group is not None and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(group))
+        check_xdist_group(item)
     listed = []
     for item in items:
         names = INTEGRATION.get(item.module.__name__, ())

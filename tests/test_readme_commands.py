@@ -26,10 +26,6 @@ from train_helpers import REPO, cli_env, require_dist_marker
 
 from goldfish.experiment.config import bundled_gguf
 
-# the commands share one scratch folder (the module's ``scratch``) and run in order: under pytest-xdist (`make test`,
-# --dist loadgroup) all of them on one worker
-pytestmark = pytest.mark.xdist_group("readme_commands")
-
 # the documents whose commands run, in this order (the README first: its lines are a newcomer's first steps)
 DOCUMENTS = ("README.md", "docs/install.md", "docs/cli.md", "docs/training.md", "docs/evaluation.md",
              "docs/experiments.md", "docs/hf-trainer.md", "docs/api.md", "docs/goldfish-loss.md", "docs/reliability.md",
