@@ -44,7 +44,8 @@ test-fast: install
 
 # the inner loop, after every change: also without the tests marked integration (no model trained, no real corpus
 # or model, no subprocess): 720 tests; `make test-unit` 42 s wall on 2 cores (load ~1, 2026-12-04; pytest's own
-# count 29 s), 47-88 s beside other jobs (load 3.5-4.7)
+# count 29 s), 47-88 s beside other jobs (load 3.5-4.7). Later (771 tests, 2026-12-04, 2 idle cores): 27 s wall in one
+# process, 26 s on 2 xdist workers -- no gain, so it stays in one process
 test-unit: install
 	$(PY) -m pytest -q -m "not slow and not dist and not integration" -p no:cacheprovider
 
