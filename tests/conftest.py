@@ -36,6 +36,55 @@ from train_helpers import make_prepared
 # (which does), or by sharing a module-scoped fixture of its own module with a listed test.
 INTEGRATION_FIXTURES = frozenset({"micro_sweep", "data"})
 
+# Under pytest-xdist (`make test`: `-n 2 --dist loadgroup`) each worker is a process of its own with its own module-
+# and session-scoped fixtures, so a fixture that trains or prepares something would be paid once per worker its users
+# land on. XDIST_GROUPS keeps such modules whole on one worker, in collection order (the scheduler below: xdist's own
+# xdist_group suffix does not reach pytest 9.2's node ids): every module with a wider-scoped fixture of its own (but
+# CHEAP_MODULE_FIXTURES: a tiny prepared folder), the users of ``micro_sweep`` (a whole experiment, session-scoped) in
+# one group, and tests/test_readme_commands.py (its commands share one scratch folder and run in order). A module
+# that needs a group and has none is refused at collection (``check_xdist_group``), so the list cannot fall behind.
+SESSION_GROUPED = frozenset({"micro_sweep"})
+CHEAP_MODULE_FIXTURES = frozenset({("test_faults.py", "data")})
+XDIST_GROUPS = {f"tests/{name}.py": "micro_sweep" for name in (
+    "test_experiment_attacks", "test_experiment_e2e", "test_experiment_utility")} | {
+    f"tests/{name}.py": name for name in (
+        "test_readme_commands",
+        "test_axonn_engine", "test_axonn_train", "test_canaries", "test_data_jsontext", "test_data_main_stream",
+        "test_data_prepare", "test_data_sources", "test_data_store", "test_data_stream", "test_data_tokenizers",
+        "test_docs_numbers", "test_eval_adversary", "test_eval_cli", "test_eval_conventions", "test_eval_distributed",
+        "test_eval_dtype", "test_eval_extraction", "test_eval_loading", "test_experiment_golden",
+        "test_experiment_start", "test_exposure_sweep", "test_exposures", "test_faults", "test_faults_bounded",
+        "test_faults_fooled", "test_faults_foreign", "test_faults_oneline", "test_faults_series", "test_golden",
+        "test_hf_trainer", "test_masks_canonical", "test_modelcard", "test_parallel_cli", "test_parallel_layouts",
+        "test_series", "test_size_sweep", "test_tracking")}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadgroup with the groups of XDIST_GROUPS (a test of another module is scheduled on its own); the
+    groups go first, largest first (xdist's loadscope order)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Grouped(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return XDIST_GROUPS.get(nodeid.split("::")[0], nodeid)
+
+    return Grouped(config, log) if config.getvalue("dist") == "loadgroup" else None
+
+
+def check_xdist_group(item) -> None:
+    """Refuse a test whose shared fixtures need a group XDIST_GROUPS does not give it (see above)."""
+    module = item.nodeid.split("::")[0]
+    if not SESSION_GROUPED.isdisjoint(item.fixturenames):
+        want = "+".join(sorted(SESSION_GROUPED.intersection(item.fixturenames)))
+    elif any((module.rsplit("/", 1)[-1], f) not in CHEAP_MODULE_FIXTURES for f in _module_fixtures(item)):
+        want = None  # its own module's group, whatever its name
+    else:
+        return
+    have = XDIST_GROUPS.get(module)
+    if have is None or (want is not None and have != want):
+        raise pytest.UsageError(f"{item.nodeid} shares a costly fixture: tests/conftest.py's XDIST_GROUPS must put "
+                                f"{module} in group {want or module!r} (one worker runs the fixture once)")
+
 
 def _module_fixtures(item) -> set[str]:
     """The fixtures of wider than function scope defined in the item's own module that the item uses."""
@@ -48,6 +97,8 @@ def _module_fixtures(item) -> set[str]:
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        check_xdist_group(item)
     listed = []
     for item in items:
         names = INTEGRATION.get(item.module.__name__, ())
@@ -110,6 +161,24 @@ def _placeholder_figure(fig, path):
     atomic_write_bytes(path, PNG_STUB)
     atomic_write_bytes(path.with_suffix(".svg"), SVG_STUB)
     return path
+
+
+def _fsync_checked_only(fd) -> None:
+    """``os.fsync`` in the tests: the descriptor is checked (a closed or bad one raises as fsync would), nothing is
+    flushed to the disk."""
+    os.fstat(fd if isinstance(fd, int) else fd.fileno())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_fsync():
+    """Session-wide, in the test process (not its subprocesses): ``os.fsync`` does not wait for the disk. Every
+    atomic write fsyncs its file and folder (goldfish.io), ~500 of them in one small experiment, each a wait of 5-25 ms
+    on a busy disk; what they buy -- the data surviving a power cut -- no test can observe (a SIGKILLed process leaves
+    its written pages in the page cache, so the kill tests hold either way). The code still calls os.fsync at the same
+    places: tests that make it fail (tests/test_faults.py) patch it over this."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "fsync", _fsync_checked_only)
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)
