@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+from pathlib import Path
 
 # precision=auto (the default) is decided by a rule, never timed (goldfish.hardware.CpuFeatures.bf16_rule): bf16 with
 # usable AMX, or on a CPU with AVX512-BF16 whose class goldfish.hardware.CPU_CLASSES lists as bf16 (AMD Zen 4, the
@@ -69,6 +71,34 @@ def pytest_xdist_make_scheduler(config, log):
             return XDIST_GROUPS.get(nodeid.split("::")[0], nodeid)
 
     return Grouped(config, log) if config.getvalue("dist") == "loadgroup" else None
+
+
+def _dist_lock_path(config) -> Path | None:
+    """Under xdist, the file whose lock a test marked ``dist`` holds while it runs (setup, call, teardown): in the
+    session's numbered temporary folder, the parent of every worker's ``popen-gwN`` basetemp (pytest removes it with
+    the old sessions' folders); None outside xdist."""
+    if getattr(config, "workerinput", None) is None:
+        return None
+    return config._tmp_path_factory.getbasetemp().parent / "dist.lock"  # pytest's own TempPathFactory of the run
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Under xdist, tests marked ``dist`` (a process group: spawned gloo ranks or torchrun) run one at a time across
+    the workers; the other worker runs the rest of the suite meanwhile. Two process groups at once abort now and then
+    (a gloo rank's SIGABRT, "terminate called without an active exception", seen once in a CI run on 2 workers) and
+    oversubscribe 2 cores 2-4x. Every test that starts processes is marked ``dist`` (``require_dist_marker``), and a
+    module fixture that starts them runs inside such a test's setup, so the lock covers every process group."""
+    path = _dist_lock_path(item.config) if item.get_closest_marker("dist") is not None else None
+    if path is None:
+        yield
+        return
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def check_xdist_group(item) -> None:
