@@ -25,7 +25,7 @@ demo: install
 	$(VENV)/bin/goldfish experiment experiments/default.yaml out=$(OUT)
 
 # Three tiers, each inside the next (markers in pyproject.toml; tests/conftest.py and tests/tiers.py mark
-# `integration`). The whole suite (1,318 tests then, 1,371 now): the multi-process parity tests of every parallel layout (marked dist),
+# `integration`). The whole suite (1,318 tests then, 1,373 now): the multi-process parity tests of every parallel layout (marked dist),
 # the slow real-model checks and every command of the README and docs/ (at smoke size: 2 steps) included. 28 min on
 # 2 cores from a fresh clone before the tiers (2026-12-04, CI's wheel and floor jobs and other test runs beside it),
 # 20 min 25 s after them (2026-12-04, fresh clone, the wheel and floor jobs beside it): 1.38x. Side by side, same
@@ -34,11 +34,13 @@ demo: install
 # step; 2 steps since, so they share run folders with the one-process commands). On 2 pytest-xdist workers
 # (tests/conftest.py's XDIST_GROUPS keeps each costly shared fixture on one worker), with the random-moment experiment
 # kill test on a 300-token BPE and no fsync in the test process: 1,371 tests in 11 min 53 s (2026-12-04, an installed
-# checkout, 2 idle cores; 1,254 s user + 130 s system CPU), not yet measured side by side with one process
+# checkout, 2 idle cores; 1,254 s user + 130 s system CPU); 1,373 tests in 17 min 14 s in a fresh clone's CI run
+# (2026-12-04, CI 18 min 45 s, its wheel and floor jobs beside the suite): 1.64x the 28 min 13 s before the tiers.
+# Tests marked dist run one at a time across the workers (conftest's file lock)
 test: install
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
-# without the tests marked slow or dist (no spawned process groups, no torchrun, no real model): 1,218 tests
+# without the tests marked slow or dist (no spawned process groups, no torchrun, no real model): 1,273 tests
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not dist"
 
