@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from goldfish.data.sources import Document
+from goldfish.data.stream import text_sha256
 from goldfish.experiment.analyses import utility
 
 VOCAB = 50
@@ -40,7 +41,7 @@ def test_selection_is_the_first_documents_outside_the_prepared_data_in_source_or
     docs = [_doc(i, 20) for i in range(10)]
     docs[3] = _doc(3, 5)  # too short for 8 tokens
     start_of_2 = tuple(WordTokenizer()(docs[2].text)["input_ids"][:utility.KEY_TOKENS])
-    keys = _keys(ids={"src:0"}, texts={utility.sha256_text(docs[1].text)}, starts={start_of_2})
+    keys = _keys(ids={"src:0"}, texts={text_sha256(docs[1].text)}, starts={start_of_2})
     chosen = utility.select_documents(iter(docs), WordTokenizer(), keys, 3, 8)
     assert [d.id for d, _ in chosen] == ["src:4", "src:5", "src:6"]
     assert all(ids == WordTokenizer()(d.text)["input_ids"][:8] for d, ids in chosen)

@@ -32,6 +32,7 @@ from goldfish.eval.tables import fmt, markdown_section, markdown_table
 
 from ...data import SourceConfig, load_prepared
 from ...data.sources import Document, iter_source
+from ...data.stream import text_sha256
 from ...errors import UserError
 from ...io import atomic_write_json, read_json
 from ..config import ExperimentConfig
@@ -46,10 +47,6 @@ def utility_file(folder: CellFolder) -> Path:
     return folder.eval_dir / "utility.json"
 
 
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def prepared_keys(folders: Sequence[Path]) -> dict[str, set]:
     """What the prepared ``folders`` hold: ``ids`` (source ids of their documents), ``texts`` (sha256 of their
     texts) and ``starts`` (the first :data:`KEY_TOKENS` token ids of every document split and background chunk)."""
@@ -60,7 +57,7 @@ def prepared_keys(folders: Sequence[Path]) -> dict[str, set]:
             if split is None:
                 continue
             keys["ids"].update(str(i) for i in split["id"])
-            keys["texts"].update(sha256_text(t) for t in split["text"])
+            keys["texts"].update(text_sha256(t) for t in split["text"])
             keys["starts"].update(tuple(int(x) for x in ids[:KEY_TOKENS]) for ids in split["input_ids"])
         for i in range(len(prepared.background) if prepared.background is not None else 0):
             keys["starts"].add(tuple(int(x) for x in prepared.background[i][:KEY_TOKENS]))
@@ -74,7 +71,7 @@ def select_documents(documents: Iterator[Document], tokenizer: Any, keys: dict[s
     tokenizes)."""
     chosen = []
     for doc in documents:
-        if doc.id in keys["ids"] or sha256_text(doc.text) in keys["texts"]:
+        if doc.id in keys["ids"] or text_sha256(doc.text) in keys["texts"]:
             continue
         ids = tokenizer(doc.text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         if len(ids) < tokens or tuple(ids[:KEY_TOKENS]) in keys["starts"]:
@@ -119,7 +116,7 @@ def write_utility(plan: CellPlan, model: Any) -> dict[str, Any]:
             corpora[name] = {"note": f"skipped: no document of {cfg.tokens}+ tokens outside the prepared data"}
             continue
         found = score_corpus(model.get(), [ids for _, ids in chosen], plan.eval_cfg.membership)
-        shas = [sha256_text(doc.text) for doc, _ in chosen]
+        shas = [text_sha256(doc.text) for doc, _ in chosen]
         corpora[name] = {"loss": found["loss"], "loss_ci": found["loss_ci"], "n_documents": len(chosen),
                          "documents_sha256": hashlib.sha256("".join(shas).encode()).hexdigest(),
                          "documents": [{"id": doc.id, "sha256": sha, "nll": nll}
