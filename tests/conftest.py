@@ -6,6 +6,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from workers import worker_threads
+
 # precision=auto (the default) is decided by a rule, never timed (goldfish.hardware.CpuFeatures.bf16_rule): bf16 with
 # usable AMX, or on a CPU with AVX512-BF16 whose class goldfish.hardware.CPU_CLASSES lists as bf16 (AMD Zen 4, the
 # project's 2-core machines); fp32 otherwise. The rule also reads oneDNN's ISA cap: capped below avx512_core_bf16, auto
@@ -14,6 +16,14 @@ from pathlib import Path
 # developer's own cap (e.g. ONEDNN_MAX_CPU_ISA=AVX2 to test the slow path) is kept. tests/test_precision.py injects the
 # CPU features to test every resolution of the rule.
 os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
+# Under pytest-xdist (`make test`: 2 workers on 2 cores) the workers share the CPUs, one thread each here, set before
+# torch loads (tests/workers.py): otherwise each worker's in-process training takes every core
+# (goldfish.hardware.default_threads) and 2 workers run 4 threads on 2 cores (2026-12-04: a 2-worker run of the suite
+# took 1,384 s of CPU so, a run with one thread per process 1,095 s). Inherited by the commands a test starts; a test
+# of the defaults removes it (test_eval_distributed); a developer's own OMP_NUM_THREADS is kept.
+_threads = worker_threads(os.environ, len(os.sched_getaffinity(0)))
+if _threads is not None:
+    os.environ["OMP_NUM_THREADS"] = str(_threads)
 # torch.compile's kernel cache is keyed by the CPU it detects, not by ATEN_CPU_CAPABILITY: under an emulated cap
 # (ATEN_CPU_CAPABILITY=avx2 on an AVX-512 machine) kernels cached by an uncapped run are reused and crash (SIGSEGV,
 # seen with torch 2.13), so a capped run compiles into a cache of its own
