@@ -316,7 +316,7 @@ def test_an_unmarked_number_is_caught():
 def test_a_stale_pending_marker_and_a_bad_source_are_caught():
     stale = check_doc("doc.md", "## Demo\n<!-- numbers: pending default -->\nexact match 100 %.\n")
     assert len(stale) == 1 and "experiments/results/default/ is committed" in stale[0]
-    assert check_doc("doc.md", "## X\n<!-- numbers: pending extreme -->\n0.449 ± 0.028\n") == []
+    assert check_doc("doc.md", "## X\n<!-- numbers: pending near_duplicates -->\n0.449 ± 0.028\n") == []
     assert "names no config" in check_doc("doc.md", "## X\n<!-- numbers: pending nosuch -->\n1.5 %\n")[0]
     assert "has no results.json" in check_doc("doc.md", "## X\n<!-- numbers: experiments/results/nosuch -->\n")[0]
     assert "unknown source" in check_doc("doc.md", "## X\n<!-- numbers: trust me -->\n1.5 %\n")[0]
