@@ -25,29 +25,25 @@ demo: install
 	$(VENV)/bin/goldfish experiment experiments/default.yaml out=$(OUT)
 
 # Three tiers, each inside the next (markers in pyproject.toml; tests/conftest.py and tests/tiers.py mark
-# `integration`). The whole suite (1,318 tests then, 1,373 now): the multi-process parity tests of every parallel layout (marked dist),
-# the slow real-model checks and every command of the README and docs/ (at smoke size: 2 steps) included. 28 min on
-# 2 cores from a fresh clone before the tiers (2026-12-04, CI's wheel and floor jobs and other test runs beside it),
-# 20 min 25 s after them (2026-12-04, fresh clone, the wheel and floor jobs beside it): 1.38x. Side by side, same
-# machine, before -> after (2026-12-04, 2 cores beside other jobs, wall): tests/test_experiment_runner.py 97 -> 28 s;
-# test_experiment_e2e.py + test_experiment_attacks.py 62 -> 30 s; the README's 4 launcher commands 145 -> 76 s (at 1
-# step; 2 steps since, so they share run folders with the one-process commands). On 2 pytest-xdist workers
-# (tests/conftest.py's XDIST_GROUPS keeps each costly shared fixture on one worker), with the random-moment experiment
-# kill test on a 300-token BPE and no fsync in the test process: 1,371 tests in 11 min 53 s (2026-12-04, an installed
-# checkout, 2 idle cores; 1,254 s user + 130 s system CPU); 1,373 tests in 17 min 14 s in a fresh clone's CI run
-# (2026-12-04, CI 18 min 45 s, its wheel and floor jobs beside the suite): 1.64x the 28 min 13 s before the tiers.
-# Tests marked dist run one at a time across the workers (conftest's file lock)
+# `integration`). The whole suite (1,380 tests): the multi-process parity tests of every parallel layout (marked dist),
+# the slow real-model checks and every command of the README and docs/ (at smoke size: 2 steps) included. On 2
+# pytest-xdist workers with one torch thread each (tests/workers.py; tests/conftest.py's XDIST_GROUPS keeps each
+# costly shared fixture on one worker; tests marked dist run one at a time across the workers, by a file lock).
+# Side by side, each `make test` alone in a fresh clone on the same 2 cores (2026-12-04): 10 min 2 s (980 s user +
+# 136 s system CPU) against 14 min 22 s for 2026-12-03's suite (8548266: 1,177 tests in one process): 1.43x, 1.68x
+# per test. Before -> after the tiers, same machine (2026-12-04, wall, other jobs beside):
+# tests/test_experiment_runner.py 97 -> 28 s; test_experiment_e2e.py + test_experiment_attacks.py 62 -> 30 s; the
+# README's 4 launcher commands 145 -> 76 s
 test: install
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
-# without the tests marked slow or dist (no spawned process groups, no torchrun, no real model): 1,273 tests
+# without the tests marked slow or dist (no spawned process groups, no torchrun, no real model): 1,280 tests
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not dist"
 
 # the inner loop, after every change: also without the tests marked integration (no model trained, no real corpus
-# or model, no subprocess): 720 tests; `make test-unit` 42 s wall on 2 cores (load ~1, 2026-12-04; pytest's own
-# count 29 s), 47-88 s beside other jobs (load 3.5-4.7). Later (771 tests, 2026-12-04, 2 idle cores): 27 s wall in one
-# process, 26 s on 2 xdist workers -- no gain, so it stays in one process
+# or model, no subprocess): 779 tests; `make test-unit` 34 s wall on 2 idle cores (2026-12-04; pytest's own count
+# 23 s), 47-88 s beside other jobs (load 3.5-4.7); 2 xdist workers gave no gain, so it stays in one process
 test-unit: install
 	$(PY) -m pytest -q -m "not slow and not dist and not integration" -p no:cacheprovider
 
