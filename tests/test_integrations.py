@@ -71,7 +71,9 @@ def test_trl_sft_trainer_trains_on_the_goldfish_labels(tmp_path, monkeypatch):
 
 def _accelerate_harness(folder, batch_size: int) -> str:
     """A script that runs the README's accelerate example on a tiny Llama (SGD, 16 rows of 24 ids) and saves the
-    final weights to ``folder/weights.safetensors`` (main process)."""
+    final weights to ``folder/weights.safetensors`` (main process). The example ends with ``end_training()``: without
+    it a gloo rank aborted now and then at exit ("terminate called without an active exception", a CI run of
+    2026-12-04; pytorch/pytorch#190489)."""
     return textwrap.dedent(f"""
         import torch
         from safetensors.torch import save_file
