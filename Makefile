@@ -31,7 +31,8 @@ demo: install
 # costly shared fixture on one worker; tests marked dist run one at a time across the workers, by a file lock).
 # Side by side, each `make test` alone in a fresh clone on the same 2 cores (2026-12-04): 10 min 2 s (980 s user +
 # 136 s system CPU) against 14 min 22 s for 2026-12-03's suite (8548266: 1,177 tests in one process): 1.43x, 1.68x
-# per test. Before -> after the tiers, same machine (2026-12-04, wall, other jobs beside):
+# per test. A fresh clone's CI (its wheel and floor jobs beside the suite at nice 19): 12 min 47 s, the suite 10 min
+# 28 s (2026-12-04; 21 min 32 s on 2026-12-03). Before -> after the tiers, same machine (2026-12-04, wall, other jobs beside):
 # tests/test_experiment_runner.py 97 -> 28 s; test_experiment_e2e.py + test_experiment_attacks.py 62 -> 30 s; the
 # README's 4 launcher commands 145 -> 76 s
 test: install
