@@ -38,7 +38,7 @@ demo: install
 test: install
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
-# without the tests marked slow or dist (no spawned process groups, no torchrun, no real model): 1,280 tests
+# without the tests marked slow or dist (no process groups of gloo ranks, no torchrun, no real model): 1,280 tests
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not dist"
 

@@ -94,7 +94,7 @@ def _dist_lock_path(config) -> Path | None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Under xdist, tests marked ``dist`` (a process group: spawned gloo ranks or torchrun) run one at a time across
+    """Under xdist, tests marked ``dist`` (a process group: gloo ranks or torchrun) run one at a time across
     the workers; the other worker runs the rest of the suite meanwhile. Two process groups at once abort now and then
     (a gloo rank's SIGABRT, "terminate called without an active exception", seen once in a CI run on 2 workers) and
     oversubscribe 2 cores 2-4x. Every test that starts processes is marked ``dist`` (``require_dist_marker``), and a

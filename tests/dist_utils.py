@@ -1,4 +1,4 @@
-"""Run a function in N spawned processes that form a gloo process group on CPU (tests of parallel layouts).
+"""Run a function in N processes that form a gloo process group on CPU (tests of parallel layouts).
 
 Each worker initialises ``torch.distributed`` through a file store in a temporary folder (no ports to collide on a
 shared CI machine), pins torch to one thread, runs ``fn(rank, world_size, *args)`` and saves what it returns with
@@ -31,9 +31,18 @@ from goldfish.loss import goldfish_loss
 from goldfish.masks import GoldfishConfig, config_mask
 
 
-def _worker(rank: int, world_size: int, folder: str, fn: Callable, args: tuple) -> None:
+# The ranks start from a fork server that imported these once per pytest process (multiprocessing's forkserver), so
+# a rank costs its test's work; a spawned rank re-imported torch, transformers' Llama and the toolkit, 3-5 s of CPU
+# each (tests/test_parallel_layouts.py + test_axonn_engine.py: 75 -> 34 s of CPU, 2026-12-05). Each rank gets the
+# environment of the test that starts it, as a spawned one did.
+PRELOAD = ["torch", "torch.distributed.tensor", "transformers.models.llama.modeling_llama", "dist_utils",
+           "goldfish.engines.native", "goldfish.engines.axonn", "goldfish.loss", "goldfish.train_config"]
+
+
+def _worker(rank: int, world_size: int, folder: str, fn: Callable, args: tuple, environ: dict[str, str]) -> None:
+    os.environ.clear()
+    os.environ.update(environ, RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
     out = Path(folder)
     try:
         dist.init_process_group("gloo", init_method=f"file://{out / 'store'}", rank=rank, world_size=world_size)
@@ -50,12 +59,14 @@ def _worker(rank: int, world_size: int, folder: str, fn: Callable, args: tuple) 
 def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any) -> list[Any]:
     """``[fn(rank, world_size, *args) for rank in range(world_size)]``, each in its own gloo process.
 
-    ``fn`` must be a module-level function (it is pickled into the spawned processes) and return plain values or
+    ``fn`` must be a module-level function (it is pickled into the rank processes) and return plain values or
     tensors."""
     require_dist_marker()
     with tempfile.TemporaryDirectory(prefix="goldfish-dist-") as folder:
         try:
-            mp.start_processes(_worker, args=(world_size, folder, fn, args), nprocs=world_size, start_method="spawn")
+            mp.set_forkserver_preload(PRELOAD)  # read when the server starts: the first call of this process
+            mp.start_processes(_worker, args=(world_size, folder, fn, args, dict(os.environ)), nprocs=world_size,
+                               start_method="forkserver")
         except (mp.ProcessRaisedException, mp.ProcessExitedException):
             errors = sorted(Path(folder).glob("error_*.txt"))
             raise RuntimeError("\n".join(p.read_text() for p in errors) or "a worker failed") from None

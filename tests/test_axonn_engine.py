@@ -24,7 +24,7 @@ from goldfish.engines.axonn import AxonnEngine
 from goldfish.loss import EngineLoss
 from goldfish.train_config import AxonnConfig
 
-pytestmark = pytest.mark.dist  # every test here runs in spawned gloo processes
+pytestmark = pytest.mark.dist  # every test here runs in gloo processes (dist_utils.run_distributed)
 
 MICRO_ROWS = 1  # rows per micro-batch: gradient accumulation on every layout (the reference uses 2)
 

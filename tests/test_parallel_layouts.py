@@ -18,7 +18,7 @@ from dist_utils import (MAX_NORM, ROWS, adamw, assert_stats_close, build_model, 
 from goldfish.engines import parallelize as par
 from goldfish.loss import EngineLoss
 
-pytestmark = pytest.mark.dist  # every test here runs in spawned gloo processes
+pytestmark = pytest.mark.dist  # every test here runs in gloo processes (dist_utils.run_distributed)
 
 
 def _full_weights(stage: torch.nn.Module) -> dict[str, torch.Tensor]:

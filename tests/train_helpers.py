@@ -25,7 +25,7 @@ DIST_MARKED = [False]  # set by conftest.pytest_runtest_setup: is the running te
 
 
 def require_dist_marker() -> None:
-    """Fail a test that starts a process group (spawned ranks or torchrun) without ``@pytest.mark.dist``."""
+    """Fail a test that starts a process group (gloo ranks or torchrun) without ``@pytest.mark.dist``."""
     if not DIST_MARKED[0]:
         raise AssertionError("this test starts several processes: mark it @pytest.mark.dist (make test-fast skips "
                              "those)")
