@@ -13,9 +13,13 @@ distributed layout is compared with.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
+import subprocess
+import sys
 import tempfile
+import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable
@@ -24,9 +28,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from tolerances import U_BF16, adamw_drift, llama_terms, rounding
-from train_helpers import require_dist_marker
+from train_helpers import REPO, _free_port, cli_env, overrides_of, require_dist_marker
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from goldfish.cli import main as goldfish_main
 from goldfish.loss import goldfish_loss
 from goldfish.masks import GoldfishConfig, config_mask
 
@@ -36,7 +41,8 @@ from goldfish.masks import GoldfishConfig, config_mask
 # each (tests/test_parallel_layouts.py + test_axonn_engine.py: 75 -> 34 s of CPU, 2026-12-05). Each rank gets the
 # environment of the test that starts it, as a spawned one did.
 PRELOAD = ["torch", "torch.distributed.tensor", "transformers.models.llama.modeling_llama", "dist_utils",
-           "goldfish.engines.native", "goldfish.engines.axonn", "goldfish.loss", "goldfish.train_config"]
+           "goldfish.engines.native", "goldfish.engines.axonn", "goldfish.loss", "goldfish.train_config", "goldfish.train",
+           "goldfish.commands.train"]
 
 
 def _worker(rank: int, world_size: int, folder: str, fn: Callable, args: tuple, environ: dict[str, str]) -> None:
@@ -56,6 +62,11 @@ def _worker(rank: int, world_size: int, folder: str, fn: Callable, args: tuple, 
             dist.destroy_process_group()
 
 
+def _start(fn: Callable, args: tuple, nprocs: int, join: bool = True) -> mp.ProcessContext | None:
+    mp.set_forkserver_preload(PRELOAD)  # read when the server starts: the first call of this process
+    return mp.start_processes(fn, args=args, nprocs=nprocs, join=join, start_method="forkserver")
+
+
 def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any) -> list[Any]:
     """``[fn(rank, world_size, *args) for rank in range(world_size)]``, each in its own gloo process.
 
@@ -64,13 +75,69 @@ def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any) -> list
     require_dist_marker()
     with tempfile.TemporaryDirectory(prefix="goldfish-dist-") as folder:
         try:
-            mp.set_forkserver_preload(PRELOAD)  # read when the server starts: the first call of this process
-            mp.start_processes(_worker, args=(world_size, folder, fn, args, dict(os.environ)), nprocs=world_size,
-                               start_method="forkserver")
+            _start(_worker, (world_size, folder, fn, args, dict(os.environ)), world_size)
         except (mp.ProcessRaisedException, mp.ProcessExitedException):
             errors = sorted(Path(folder).glob("error_*.txt"))
             raise RuntimeError("\n".join(p.read_text() for p in errors) or "a worker failed") from None
         return [torch.load(Path(folder) / f"result_{r}.pt", weights_only=True) for r in range(world_size)]
+
+
+def _cli_rank(rank: int, nproc: int, folder: str, argv: list[str], environ: dict[str, str]) -> None:
+    """One rank of :func:`launch_train`: torchrun's environment, ``goldfish.cli.main`` as ``python -m goldfish``
+    runs it, its output and exit status in files."""
+    os.environ.clear()
+    os.environ.update(environ, RANK=str(rank), LOCAL_RANK=str(rank), GROUP_RANK="0", ROLE_RANK=str(rank),
+                      WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc), ROLE_WORLD_SIZE=str(nproc))
+    os.chdir(REPO)
+    out = Path(folder)
+    for stream, name in ((sys.stdout, "stdout"), (sys.stderr, "stderr")):
+        stream.flush()
+        file = os.open(out / f"{name}_{rank}.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(file, stream.fileno())
+        os.close(file)
+    code = 1
+    try:
+        code = goldfish_main(argv)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        atexit._run_exitfuncs()  # a multiprocessing child ends by os._exit: run what `python -m goldfish` runs at exit
+        sys.stdout.flush()
+        sys.stderr.flush()
+        (out / f"exit_{rank}").write_text(str(code))
+
+
+def launch_train(cfg: dict, nproc: int = 2, timeout: float = 300) -> subprocess.CompletedProcess:
+    """What ``torchrun --nproc_per_node=nproc -m goldfish train key=value...`` runs, without torchrun's own start:
+    nproc ranks forked from the preloaded server, each with the environment torchrun gives a rank (RANK, LOCAL_RANK,
+    WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID; ``cli_env``'s one thread) running
+    ``goldfish.cli.main`` from the repository root. Returns the first nonzero exit status (torchrun's) and the ranks'
+    stdout and stderr, rank 0's first.
+
+    torchrun's start (1-2 s of CPU) and its ranks' imports (3-5 s each) were most of these tests' CPU. Real
+    launchers still run the README's torchrun and accelerate commands (tests/test_readme_commands.py), the
+    distributed eval (tests/test_eval_distributed.py), the accelerate run (tests/test_train_distributed.py) and a
+    killed peer (tests/test_faults_oneline.py)."""
+    require_dist_marker()
+    environ = dict(cli_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
+                   TORCHELASTIC_RUN_ID=f"goldfish-test-{os.getpid()}", TORCHELASTIC_RESTART_COUNT="0")
+    argv = ["train", *overrides_of(cfg)]
+    with tempfile.TemporaryDirectory(prefix="goldfish-launch-") as folder:
+        ranks = _start(_cli_rank, (nproc, folder, argv, environ), nproc, join=False)
+        deadline = time.monotonic() + timeout
+        while not ranks.join(timeout=max(0.0, deadline - time.monotonic())):
+            if time.monotonic() >= deadline:
+                for process in ranks.processes:
+                    process.kill()
+                raise subprocess.TimeoutExpired(["launch_train", *argv], timeout)
+        out = Path(folder)
+        codes = [int((out / f"exit_{r}").read_text()) for r in range(nproc)]
+        return subprocess.CompletedProcess(
+            argv, next((c for c in codes if c), 0),
+            "".join((out / f"stdout_{r}.txt").read_text() for r in range(nproc)),
+            "".join((out / f"stderr_{r}.txt").read_text() for r in range(nproc)))
 
 
 # ------------------------------------------------------------------------ tiny model, data, one-process reference

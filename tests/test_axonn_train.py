@@ -1,4 +1,5 @@
-"""``goldfish train engine=axonn`` under torchrun (2 CPU processes, gloo) through the real trainer.
+"""``goldfish train engine=axonn`` on 2 CPU ranks started as torchrun starts them (gloo; ``dist_utils.launch_train``)
+through the real trainer.
 
 The row-parallel AxoNN run must reproduce the native engine in one process: same global batches and Goldfish masks
 (kept-token counts), every step's losses and gradient norms and the exported weights up to the order of float sums
@@ -12,14 +13,15 @@ import shutil
 
 import pytest
 import torch
-from train_helpers import assert_same_training, load_weights, tiny_config, torchrun_train
+from dist_utils import launch_train
+from train_helpers import assert_same_training, load_weights, tiny_config
 
 from goldfish.config import from_dict
 from goldfish.io import read_jsonl
 from goldfish.train import train
 from goldfish.train_config import TrainConfig
 
-pytestmark = pytest.mark.dist  # every test here launches torchrun
+pytestmark = pytest.mark.dist  # every test here starts ranks as torchrun does (dist_utils.launch_train)
 
 SCHEDULE = {"max_steps": 4, "global_batch_size": 8, "micro_batch_size": 2}
 LOSS = {"type": "goldfish", "goldfish": {"k": 4, "h": 13}}
@@ -27,8 +29,8 @@ EPS = 1e-2  # AdamW ε of both runs (tolerances.adamw_drift)
 OPTIM = {"lr": 1e-2, "warmup_steps": 2, "eps": EPS}
 
 
-def _torchrun(cfg: dict, nproc: int = 2):
-    return torchrun_train(cfg, nproc, timeout=300)
+def _launch(cfg: dict, nproc: int = 2):
+    return launch_train(cfg, nproc, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +40,7 @@ def axonn_run(data, tmp_path_factory):
     out = tmp_path_factory.mktemp("axonn") / "run"
     cfg = tiny_config(data, out, schedule=SCHEDULE, loss=LOSS, optim=OPTIM, engine="axonn", axonn={"row": 2},
                       checkpoint={"every_steps": 2, "keep_last": 0, "keep_optimizer": True})
-    done = _torchrun(cfg)
+    done = _launch(cfg)
     assert done.returncode == 0, done.stderr[-3000:]
     return cfg, out
 
@@ -63,7 +65,7 @@ def test_resuming_from_a_checkpoint_is_exact(axonn_run, tmp_path):
     shutil.copytree(out, resumed)
     for name in ("checkpoints/step_000004", "model", "summary.json"):
         shutil.rmtree(resumed / name) if (resumed / name).is_dir() else (resumed / name).unlink()
-    done = _torchrun(dict(cfg, out=str(resumed)))
+    done = _launch(dict(cfg, out=str(resumed)))
     assert done.returncode == 0, done.stderr[-3000:]
     full, again = load_weights(out), load_weights(resumed)
     assert all(torch.equal(full[k], again[k]) for k in full)

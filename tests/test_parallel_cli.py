@@ -1,4 +1,5 @@
-"""``goldfish train`` under torchrun with tensor and pipeline parallelism (CPU, gloo): same run as one process.
+"""``goldfish train`` with tensor and pipeline parallelism on 2 CPU ranks started as torchrun starts them (gloo;
+``dist_utils.launch_train``): same run as one process.
 
 The whole trainer path -- config, data sharding by ``engine.dp_rank``, Goldfish masks, checkpoints, HF export -- runs
 on a tp=2 or pp=2 mesh and must log the one-process losses and gradient norms and end with its weights, up to the order of float sums
@@ -11,14 +12,15 @@ import shutil
 
 import pytest
 import torch
-from train_helpers import STEP_KEYS, assert_same_training, tiny_config, torchrun_train
+from dist_utils import launch_train
+from train_helpers import STEP_KEYS, assert_same_training, tiny_config
 
 from goldfish.config import from_dict
 from goldfish.io import read_jsonl
 from goldfish.train import train
 from goldfish.train_config import TrainConfig
 
-# each case launches torchrun (about 20 s of CPU on 2 cores)
+# each case starts 2 ranks (dist_utils.launch_train)
 pytestmark = [pytest.mark.slow, pytest.mark.dist]
 
 SCHEDULE = {"max_steps": 4, "global_batch_size": 8, "micro_batch_size": 4}
@@ -27,8 +29,8 @@ EPS = 1e-2  # AdamW ε of every run here: bounds how far a rounding difference m
 OPTIM = {"lr": 1e-2, "warmup_steps": 2, "eps": EPS}
 
 
-def _torchrun(cfg: dict, nproc: int = 2):
-    return torchrun_train(cfg, nproc, timeout=600)
+def _launch(cfg: dict, nproc: int = 2):
+    return launch_train(cfg, nproc, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +44,7 @@ def single(data, tmp_path_factory):
                          ids=["tp2", "pp2-gpipe"])
 def test_tensor_and_pipeline_runs_match_one_process(data, single, tmp_path, parallel):
     cfg = tiny_config(data, tmp_path / "multi", schedule=SCHEDULE, loss=LOSS, optim=OPTIM, parallel=parallel)
-    done = _torchrun(cfg)
+    done = _launch(cfg)
     assert done.returncode == 0, done.stderr[-3000:]
     applied = [line for line in done.stdout.splitlines() if line.startswith("parallel: applied")]
     assert len(applied) == 1 and ("tensor" if "tp" in parallel else "pipeline") in applied[0]  # rank 0 only
@@ -53,12 +55,12 @@ def test_pipeline_run_resumes_exactly(data, single, tmp_path):
     cfg = tiny_config(data, tmp_path / "multi", schedule=SCHEDULE, loss=LOSS, optim=OPTIM,
                       parallel={"pp": 2, "pp_schedule": "1f1b"},
                       checkpoint={"every_steps": 2, "keep_last": 2, "keep_optimizer": True})
-    assert _torchrun(cfg).returncode == 0
+    assert _launch(cfg).returncode == 0
     run = tmp_path / "multi"
     full = read_jsonl(run / "metrics.jsonl")
     for name in ("checkpoints/step_000004", "model", "summary.json"):  # as if killed after the step-2 checkpoint
         shutil.rmtree(run / name) if (run / name).is_dir() else (run / name).unlink()
-    done = _torchrun(cfg)
+    done = _launch(cfg)
     assert done.returncode == 0, done.stderr[-3000:]
     resumed = {r["step"]: r for r in read_jsonl(run / "metrics.jsonl")}
     for step in (3, 4):

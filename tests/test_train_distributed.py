@@ -1,5 +1,5 @@
-"""``goldfish train`` under torchrun and ``accelerate launch`` (2 CPU processes, gloo): the data-parallel run matches
-one process.
+"""``goldfish train`` on 2 CPU ranks started as torchrun starts them (``dist_utils.launch_train``) and under
+``accelerate launch`` (gloo): the data-parallel run matches one process.
 
 The trainer shards every global batch over data-parallel ranks and normalises by the global kept-token count, so
 two ranks with micro-batch 2 must give the single-process run's losses and weights up to the order of float sums
@@ -13,19 +13,20 @@ import json
 
 import pytest
 import torch
-from train_helpers import accelerate_train, assert_same_training, tiny_config, torchrun_train
+from dist_utils import launch_train
+from train_helpers import accelerate_train, assert_same_training, tiny_config
 
 from goldfish.config import from_dict
 from goldfish.train import train
 from goldfish.train_config import TrainConfig
 
-pytestmark = pytest.mark.dist  # every test here launches torchrun
+pytestmark = pytest.mark.dist  # every test here starts ranks as torchrun does (dist_utils.launch_train)
 
 EPS = 1e-2  # AdamW ε of both runs
 
 
-def _torchrun(cfg: dict, nproc: int = 2):
-    return torchrun_train(cfg, nproc, timeout=300)
+def _launch(cfg: dict, nproc: int = 2):
+    return launch_train(cfg, nproc, timeout=300)
 
 
 @pytest.mark.parametrize("fsdp", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["ddp", "fsdp"])
@@ -35,7 +36,7 @@ def test_two_data_parallel_ranks_match_one_process(data, tmp_path, fsdp):
     optim = {"lr": 1e-2, "warmup_steps": 2, "eps": EPS}
     multi = tiny_config(data, tmp_path / "multi", schedule=schedule, loss=loss, optim=optim, parallel={"fsdp": fsdp},
                         checkpoint={"every_steps": 2, "keep_last": 1, "keep_optimizer": True})  # step 4's shards kept
-    done = _torchrun(multi)
+    done = _launch(multi)
     assert done.returncode == 0, done.stderr[-3000:]
     torch.set_num_threads(1)
     single = train(from_dict(TrainConfig, tiny_config(data, tmp_path / "single", schedule=schedule, loss=loss,

@@ -214,14 +214,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun_train(cfg: dict, nproc: int = 2, timeout: int = 300) -> subprocess.CompletedProcess:
-    """``torchrun --nproc_per_node=nproc -m goldfish train key=value...`` on a free local port."""
-    require_dist_marker()
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", f"--master_port={_free_port()}",
-           "-m", "goldfish", "train", *overrides_of(cfg)]
-    return subprocess.run(cmd, env=cli_env(), cwd=REPO, capture_output=True, text=True, timeout=timeout)
-
-
 def accelerate_train(cfg: dict, nproc: int = 2, timeout: int = 300) -> subprocess.CompletedProcess:
     """``accelerate launch --multi_gpu --num_processes nproc -m goldfish train key=value...`` on a free local port
     (``--multi_gpu`` is accelerate's torchrun launcher; on CPUs the processes join with gloo)."""
