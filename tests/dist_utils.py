@@ -42,7 +42,7 @@ from goldfish.masks import GoldfishConfig, config_mask
 # environment of the test that starts it, as a spawned one did.
 PRELOAD = ["torch", "torch.distributed.tensor", "transformers.models.llama.modeling_llama", "dist_utils",
            "goldfish.engines.native", "goldfish.engines.axonn", "goldfish.loss", "goldfish.train_config", "goldfish.train",
-           "goldfish.commands.train"]
+           "goldfish.commands.train", "goldfish.commands.evaluate", "goldfish.eval.run"]
 
 
 def _worker(rank: int, world_size: int, folder: str, fn: Callable, args: tuple, environ: dict[str, str]) -> None:
@@ -83,7 +83,7 @@ def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any) -> list
 
 
 def _cli_rank(rank: int, nproc: int, folder: str, argv: list[str], environ: dict[str, str]) -> None:
-    """One rank of :func:`launch_train`: torchrun's environment, ``goldfish.cli.main`` as ``python -m goldfish``
+    """One rank of :func:`launch`: torchrun's environment, ``goldfish.cli.main`` as ``python -m goldfish``
     runs it, its output and exit status in files."""
     os.environ.clear()
     os.environ.update(environ, RANK=str(rank), LOCAL_RANK=str(rank), GROUP_RANK="0", ROLE_RANK=str(rank),
@@ -109,8 +109,8 @@ def _cli_rank(rank: int, nproc: int, folder: str, argv: list[str], environ: dict
         (out / f"exit_{rank}").write_text(str(code))
 
 
-def launch_train(cfg: dict, nproc: int = 2, timeout: float = 300) -> subprocess.CompletedProcess:
-    """What ``torchrun --nproc_per_node=nproc -m goldfish train key=value...`` runs, without torchrun's own start:
+def launch(argv: list[str], nproc: int = 2, timeout: float = 300) -> subprocess.CompletedProcess:
+    """What ``torchrun --nproc_per_node=nproc -m goldfish *argv`` runs, without torchrun's own start:
     nproc ranks forked from the preloaded server, each with the environment torchrun gives a rank (RANK, LOCAL_RANK,
     WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID; ``cli_env``'s one thread) running
     ``goldfish.cli.main`` from the repository root. Returns the first nonzero exit status (torchrun's) and the ranks'
@@ -123,7 +123,6 @@ def launch_train(cfg: dict, nproc: int = 2, timeout: float = 300) -> subprocess.
     require_dist_marker()
     environ = dict(cli_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
                    TORCHELASTIC_RUN_ID=f"goldfish-test-{os.getpid()}", TORCHELASTIC_RESTART_COUNT="0")
-    argv = ["train", *overrides_of(cfg)]
     with tempfile.TemporaryDirectory(prefix="goldfish-launch-") as folder:
         ranks = _start(_cli_rank, (nproc, folder, argv, environ), nproc, join=False)
         deadline = time.monotonic() + timeout
@@ -131,13 +130,18 @@ def launch_train(cfg: dict, nproc: int = 2, timeout: float = 300) -> subprocess.
             if time.monotonic() >= deadline:
                 for process in ranks.processes:
                     process.kill()
-                raise subprocess.TimeoutExpired(["launch_train", *argv], timeout)
+                raise subprocess.TimeoutExpired(["launch", *argv], timeout)
         out = Path(folder)
         codes = [int((out / f"exit_{r}").read_text()) for r in range(nproc)]
         return subprocess.CompletedProcess(
             argv, next((c for c in codes if c), 0),
             "".join((out / f"stdout_{r}.txt").read_text() for r in range(nproc)),
             "".join((out / f"stderr_{r}.txt").read_text() for r in range(nproc)))
+
+
+def launch_train(cfg: dict, nproc: int = 2, timeout: float = 300) -> subprocess.CompletedProcess:
+    """:func:`launch` of ``goldfish train key=value...``."""
+    return launch(["train", *overrides_of(cfg)], nproc, timeout)
 
 
 # ------------------------------------------------------------------------ tiny model, data, one-process reference

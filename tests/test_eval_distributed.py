@@ -13,9 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from dist_utils import launch
 from eval_fixtures import save_model_folder, tiny_llama
 from train_helpers import REPO, cli_env, require_dist_marker
 
+from goldfish.cli import main as goldfish_main
 from goldfish.data import PrepareConfig, SourceConfig, TokenizerConfig, prepare
 from goldfish.hardware import physical_cores
 
@@ -41,11 +43,15 @@ def setup(tmp_path_factory):
     return root, data, model
 
 
-def _eval(launcher: list[str], root: Path, data: Path, model: Path, out: str, *extra: str):
-    env = dict(cli_env(), OMP_NUM_THREADS="1")
-    cmd = [*launcher, "-m", "goldfish", "eval", "--model", str(model), "--data", str(data), "--out",
-           str(root / out), "model.threads=1", *SETTINGS, *extra]
-    return subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+def _default_env() -> dict:
+    """No thread setting anywhere: one process takes the physical cores, each torchrun rank its share."""
+    return {k: v for k, v in cli_env().items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+
+
+def _eval(launcher: list[str], root: Path, data: Path, model: Path, out: str):
+    cmd = [*launcher, "-m", "goldfish", "eval", "--model", str(model), "--data", str(data), "--out", str(root / out),
+           *SETTINGS]
+    return subprocess.run(cmd, env=_default_env(), cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
 def _numbers(results: dict) -> dict:
@@ -55,6 +61,7 @@ def _numbers(results: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def one_process(setup):
+    """One process at the defaults: all physical cores (2 here), the checkpoint's own dtype."""
     root, data, model = setup
     done = _eval([sys.executable], root, data, model, "one")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -63,6 +70,9 @@ def one_process(setup):
 
 @pytest.mark.parametrize("launcher", ["torchrun", "accelerate"])
 def test_two_processes_equal_one_in_every_number(setup, one_process, launcher):
+    """Also issue 43: no thread setting anywhere -- one process takes the physical cores, each rank its share
+    (torchrun's OMP_NUM_THREADS=1) -- and the checkpoint's own dtype (fp32): still every number equal. (Before,
+    `precision: auto` was timed per thread count and chose bf16 in the ranks, fp32 in the one process.)"""
     require_dist_marker()
     root, data, model = setup
     port = str(_port())
@@ -74,6 +84,9 @@ def test_two_processes_equal_one_in_every_number(setup, one_process, launcher):
     assert done.returncode == 0, done.stderr[-3000:]
     split = json.loads((root / launcher / "results.json").read_text())
     assert split["processes"] == 2 and "processes" not in one_process
+    assert one_process["model"]["device"]["threads"] == physical_cores()  # the default, recorded
+    assert split["model"]["device"]["threads"] == 1  # rank 0's share
+    assert one_process["model"]["precision"] == split["model"]["precision"] == "fp32"
     assert _numbers(split) == _numbers(one_process)
     assert len(one_process["windows"]) == 40 and one_process["membership"]["attacks"]
     assert done.stdout.count("results: ") == 1  # rank 0 prints, once
@@ -82,42 +95,17 @@ def test_two_processes_equal_one_in_every_number(setup, one_process, launcher):
 
 
 def test_a_split_checkpoint_series_equals_one_process(setup, tmp_path):
-    require_dist_marker()
+    """The series split over 2 ranks (started as torchrun starts them: ``dist_utils.launch``) equals it run in this
+    process, model by model."""
     root, data, model = setup
     other = save_model_folder(tmp_path / "other", tiny_llama(vocab_size=50257, hidden=32, layers=2, seed=1))
-    series = [f"series.models=[{model},{other}]", "series.labels=[a,b]"]
-    env = dict(cli_env(), OMP_NUM_THREADS="1")
-    outs = {}
-    for name, launcher in (("one", [sys.executable]),
-                           ("two", [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                                    f"--master_port={_port()}"])):
-        cmd = [*launcher, "-m", "goldfish", "eval", "--data", str(data), "--out", str(tmp_path / name),
-               "model.threads=1", *SETTINGS, *series]
-        done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-3000:]
-        outs[name] = {label: _numbers(json.loads((tmp_path / name / "models" / label / "eval" / "results.json")
-                                                 .read_text())) for label in ("a", "b")}
+    argv = ["eval", "--data", str(data), "model.threads=1", *SETTINGS, f"series.models=[{model},{other}]",
+            "series.labels=[a,b]"]
+    assert goldfish_main([*argv, "--out", str(tmp_path / "one")]) == 0  # in this process (one thread: conftest)
+    two = launch([*argv, "--out", str(tmp_path / "two")], nproc=2, timeout=600)
+    assert two.returncode == 0, two.stderr[-3000:]
+    outs = {name: {label: _numbers(json.loads((tmp_path / name / "models" / label / "eval" / "results.json")
+                                              .read_text())) for label in ("a", "b")} for name in ("one", "two")}
     assert outs["one"] == outs["two"]
+    assert outs["one"]["a"] != outs["one"]["b"]  # two models: a rank that evaluated one model twice would differ
     assert os.path.isfile(tmp_path / "two" / "series.json")
-
-
-def test_two_processes_equal_one_at_default_settings(setup, tmp_path):
-    """Issue 43: no thread setting anywhere -- one process takes the physical cores (2 here), each torchrun rank
-    its share (torchrun's OMP_NUM_THREADS=1) -- and the checkpoint's own dtype (fp32): still every number equal.
-    (Before, `precision: auto` was timed per thread count and chose bf16 in the ranks, fp32 in the one process.)"""
-    require_dist_marker()
-    root, data, model = setup
-    env = {k: v for k, v in cli_env().items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    runs = {}
-    for name, launcher in (("one", [sys.executable]),
-                           ("two", [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                                    f"--master_port={_port()}"])):
-        cmd = [*launcher, "-m", "goldfish", "eval", "--model", str(model), "--data", str(data), "--out",
-               str(tmp_path / name), *SETTINGS]
-        done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-3000:]
-        runs[name] = json.loads((tmp_path / name / "results.json").read_text())
-    assert runs["one"]["model"]["device"]["threads"] == physical_cores()  # the default, recorded
-    assert runs["two"]["model"]["device"]["threads"] == 1  # rank 0's share
-    assert runs["one"]["model"]["precision"] == runs["two"]["model"]["precision"] == "fp32"
-    assert _numbers(runs["two"]) == _numbers(runs["one"])
