@@ -28,7 +28,7 @@ demo: install
 # `integration`). The whole suite (1,380 tests): the multi-process parity tests of every parallel layout (marked dist),
 # the slow real-model checks and every command of the README and docs/ (at smoke size: 2 steps) included. On 2
 # pytest-xdist workers with one torch thread each (tests/workers.py; tests/conftest.py's XDIST_GROUPS keeps each
-# costly shared fixture on one worker; tests marked dist run one at a time across the workers, by a file lock).
+# costly shared fixture on one worker; tests marked dist run side by side like the others).
 # Side by side, each `make test` alone in a fresh clone on the same 2 cores (2026-12-04): 10 min 2 s (980 s user +
 # 136 s system CPU) against 14 min 22 s for 2026-12-03's suite (8548266: 1,177 tests in one process): 1.43x, 1.68x
 # per test. A fresh clone's CI (its wheel and floor jobs beside the suite at nice 19): 12 min 47 s, the suite 10 min

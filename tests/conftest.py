@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 from pathlib import Path
 
@@ -81,34 +80,6 @@ def pytest_xdist_make_scheduler(config, log):
             return XDIST_GROUPS.get(nodeid.split("::")[0], nodeid)
 
     return Grouped(config, log) if config.getvalue("dist") == "loadgroup" else None
-
-
-def _dist_lock_path(config) -> Path | None:
-    """Under xdist, the file whose lock a test marked ``dist`` holds while it runs (setup, call, teardown): in the
-    session's numbered temporary folder, the parent of every worker's ``popen-gwN`` basetemp (pytest removes it with
-    the old sessions' folders); None outside xdist."""
-    if getattr(config, "workerinput", None) is None:
-        return None
-    return config._tmp_path_factory.getbasetemp().parent / "dist.lock"  # pytest's own TempPathFactory of the run
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    """Under xdist, tests marked ``dist`` (a process group: gloo ranks or torchrun) run one at a time across
-    the workers; the other worker runs the rest of the suite meanwhile. Two process groups at once abort now and then
-    (a gloo rank's SIGABRT, "terminate called without an active exception", seen once in a CI run on 2 workers) and
-    oversubscribe 2 cores 2-4x. Every test that starts processes is marked ``dist`` (``require_dist_marker``), and a
-    module fixture that starts them runs inside such a test's setup, so the lock covers every process group."""
-    path = _dist_lock_path(item.config) if item.get_closest_marker("dist") is not None else None
-    if path is None:
-        yield
-        return
-    with open(path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def check_xdist_group(item) -> None:
@@ -193,8 +164,6 @@ SVG_STUB = b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg"><!--
 
 
 def _placeholder_figure(fig, path):
-    from pathlib import Path
-
     from goldfish.io import atomic_write_bytes
 
     path = Path(path)
@@ -244,8 +213,6 @@ def _figures_drawn_when_marked(request, _figures_not_drawn):
     names = set(marker.args)
 
     def save_figure(fig, path):
-        from pathlib import Path
-
         return real(fig, path) if not names or Path(path).name in names else _placeholder_figure(fig, path)
 
     with pytest.MonkeyPatch.context() as mp:
