@@ -25,12 +25,13 @@ demo: install
 	$(VENV)/bin/goldfish experiment experiments/default.yaml out=$(OUT)
 
 # Three tiers, each inside the next (markers in pyproject.toml; tests/conftest.py and tests/tiers.py mark
-# `integration`). The whole suite (1,380 tests): the multi-process parity tests of every parallel layout (marked dist),
+# `integration`). The whole suite (1,379 tests): the multi-process parity tests of every parallel layout (marked dist),
 # the slow real-model checks and every command of the README and docs/ (at smoke size: 2 steps) included. On 2
 # pytest-xdist workers with one torch thread each (tests/workers.py; tests/conftest.py's XDIST_GROUPS keeps each
 # costly shared fixture on one worker; tests marked dist run side by side like the others).
-# Side by side, each `make test` alone in a fresh clone on the same 2 cores (2026-12-04): 10 min 2 s (980 s user +
-# 136 s system CPU) against 14 min 22 s for 2026-12-03's suite (8548266: 1,177 tests in one process): 1.43x, 1.68x
+# Side by side, each `make test` alone in a fresh clone on the same 2 idle cores (2026-12-05): 7 min 8 s and 7 min 16 s
+# (two runs; 3 workers: 7 min 5 s) against 14 min 13 s for 2026-12-03's suite (8548266: 1,177 tests in one process):
+# 1.96-1.99x, 2.3x
 # per test. A fresh clone's CI (its wheel and floor jobs beside the suite at nice 19): 12 min 47 s, the suite 10 min
 # 28 s (2026-12-04; 21 min 32 s on 2026-12-03). Before -> after the tiers, same machine (2026-12-04, wall, other jobs beside):
 # tests/test_experiment_runner.py 97 -> 28 s; test_experiment_e2e.py + test_experiment_attacks.py 62 -> 30 s; the
