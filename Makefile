@@ -32,8 +32,8 @@ demo: install
 # Side by side, each `make test` alone in a fresh clone on the same 2 idle cores (2026-12-05): 7 min 8 s and 7 min 16 s
 # (two runs; 3 workers: 7 min 5 s) against 14 min 13 s for 2026-12-03's suite (8548266: 1,177 tests in one process):
 # 1.96-1.99x, 2.3x
-# per test. A fresh clone's CI (its wheel and floor jobs beside the suite at nice 19): 12 min 47 s, the suite 10 min
-# 28 s (2026-12-04; 21 min 32 s on 2026-12-03). Before -> after the tiers, same machine (2026-12-04, wall, other jobs beside):
+# per test. A fresh clone's CI (its wheel and floor jobs beside the suite at nice 19): 11 min 35 s, the suite 7 min
+# 35 s (2026-12-05; 21 min 32 s on 2026-12-03). Before -> after the tiers, same machine (2026-12-04, wall, other jobs beside):
 # tests/test_experiment_runner.py 97 -> 28 s; test_experiment_e2e.py + test_experiment_attacks.py 62 -> 30 s; the
 # README's 4 launcher commands 145 -> 76 s
 test: install
