@@ -41,8 +41,8 @@ from goldfish.masks import GoldfishConfig, config_mask
 # each (tests/test_parallel_layouts.py + test_axonn_engine.py: 75 -> 34 s of CPU, 2026-12-05). Each rank gets the
 # environment of the test that starts it, as a spawned one did.
 PRELOAD = ["torch", "torch.distributed.tensor", "transformers.models.llama.modeling_llama", "dist_utils",
-           "goldfish.engines.native", "goldfish.engines.axonn", "goldfish.loss", "goldfish.train_config", "goldfish.train",
-           "goldfish.commands.train", "goldfish.commands.evaluate", "goldfish.eval.run"]
+           "goldfish.engines.native", "goldfish.engines.axonn", "goldfish.loss", "goldfish.train_config",
+           "goldfish.train", "goldfish.commands.train", "goldfish.commands.evaluate", "goldfish.eval.run"]
 
 
 def _worker(rank: int, world_size: int, folder: str, fn: Callable, args: tuple, environ: dict[str, str]) -> None:

@@ -89,7 +89,7 @@ def test_smollm2_regurgitates_famous_openings(tmp_path, capsys):
         "data": {"path": str(data), "nonmembers": str(prose), "prefix_lens": [16, 32], "suffix_len": 16,
                  "window": ["start"], "extract_splits": ["members", "nonmembers"]},
         "membership": {"n_bootstrap": 100}})
-    res = run_eval(cfg)  # from the user's dequantisation cache (one parse of the GGUF into a new cache: test_gguf_cache)
+    res = run_eval(cfg)  # the user's dequantisation cache (one parse of the GGUF into a new cache: test_gguf_cache)
     famous = [w for w in res["windows"] if w["split"] == "members"]
     random_ = [w for w in res["windows"] if w["split"] == "nonmembers"]
     with capsys.disabled():
