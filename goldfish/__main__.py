@@ -1,7 +1,5 @@
 """``python -m goldfish ...`` (what ``torchrun -m goldfish train ...`` runs)."""
 
-import sys
+from .cli import run
 
-from .cli import main
-
-sys.exit(main())
+run()

@@ -13,9 +13,13 @@ exits with status 2.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
+import logging
 import os
 import sys
+import threading
+from typing import NoReturn
 
 from . import __version__
 from .errors import one_line, peer_lost
@@ -91,5 +95,30 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def run() -> NoReturn:
+    """The ``goldfish`` command and ``python -m goldfish``: :func:`main`, then this process's exit.
+
+    A process of a torchrun / accelerate launch (``WORLD_SIZE`` > 1) ends by ``os._exit`` once what a normal exit
+    does first is done: its non-daemon threads joined, its atexit functions run (wandb, the GGUF cache's scratch),
+    its logs and streams flushed. Why: with DDP, torch 2.13 keeps a gloo process group alive after
+    ``destroy_process_group``, and a gloo worker thread may free the last backward's all-reduce late. That work holds
+    the backward's Python context, and freeing it takes the GIL; during interpreter shutdown that ends the thread
+    inside a destructor -- ``std::terminate``, SIGABRT, and the launcher reports a finished run as failed (1 in ~20
+    2-process runs on 2 loaded cores, 2026-12-05; gdb: ``ProcessGroupGloo::runLoop`` -> ``~AsyncAllreduceWork``
+    -> ``~ThreadLocalState`` -> ``SafePyObject`` decref -> ``take_gil`` -> ``pthread_exit``). Everything the run
+    writes is written before this point."""
+    code = main()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        for thread in threading.enumerate():
+            if thread is not threading.main_thread() and not thread.daemon:
+                thread.join()
+        atexit._run_exitfuncs()
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -187,3 +187,37 @@ def test_cli_help_and_unknown_command(capsys):
     assert main(["frobnicate"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: unknown command 'frobnicate'")
+
+
+_EXIT_SCRIPT = """
+import atexit, sys, threading, time
+from goldfish import cli
+atexit.register(lambda: print("atexit ran"))   # no flush: block-buffered into the pipe until someone flushes
+threading.Thread(target=lambda: (time.sleep(0.2), print("thread done"))).start()
+class Global:
+    def __del__(self):
+        print("interpreter shut down")
+keep = Global()   # a module global: freed only by a normal interpreter shutdown
+sys.argv = ["goldfish", *sys.argv[1:]]
+cli.run()
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("world_size", ["1", "2"])
+@pytest.mark.parametrize("argv, code", [(["--version"], 0), (["frobnicate"], 2)])
+def test_the_command_exits_a_launched_process_without_the_interpreter_shutdown(tmp_path, world_size, argv, code):
+    """`goldfish` (goldfish.cli.run) under a launcher (WORLD_SIZE > 1) ends by os._exit with main's status -- after
+    its non-daemon threads finished, its atexit functions ran and its output was flushed, but without the interpreter
+    shutdown where a gloo worker thread can abort the process (goldfish.cli.run's docstring); alone it exits
+    normally."""
+    import subprocess
+    import sys
+
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}, "WORLD_SIZE": world_size}
+    done = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT, *argv], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == code, done.stderr
+    lines = done.stdout.splitlines()
+    assert "thread done" in lines and lines[-1 if world_size == "2" else -2] == "atexit ran", done.stdout
+    assert ("interpreter shut down" in lines) == (world_size == "1"), done.stdout
