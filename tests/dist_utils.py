@@ -42,7 +42,9 @@ from goldfish.masks import GoldfishConfig, config_mask
 # environment of the test that starts it, as a spawned one did.
 PRELOAD = ["torch", "torch.distributed.tensor", "transformers.models.llama.modeling_llama", "dist_utils",
            "goldfish.engines.native", "goldfish.engines.axonn", "goldfish.loss", "goldfish.train_config",
-           "goldfish.train", "goldfish.commands.train", "goldfish.commands.evaluate", "goldfish.eval.run"]
+           "goldfish.train", "goldfish.commands.train", "goldfish.commands.evaluate", "goldfish.eval.run",
+           "goldfish.eval.series", "goldfish.commands.prepare", "goldfish.data.prepare", "goldfish.commands.experiment",
+           "goldfish.experiment.runner", "goldfish.experiment.dryrun", "goldfish.commands.doctor"]
 
 
 def _worker(rank: int, world_size: int, folder: str, fn: Callable, args: tuple, environ: dict[str, str]) -> None:
@@ -82,13 +84,17 @@ def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any) -> list
         return [torch.load(Path(folder) / f"result_{r}.pt", weights_only=True) for r in range(world_size)]
 
 
-def _cli_rank(rank: int, nproc: int, folder: str, argv: list[str], environ: dict[str, str]) -> None:
-    """One rank of :func:`launch`: torchrun's environment, ``goldfish.cli.main`` as ``python -m goldfish``
-    runs it, its output and exit status in files."""
+def _cli_process(rank: int, nproc: int | None, folder: str, argv: list[str], environ: dict[str, str],
+                 cwd: str) -> None:
+    """One process of :func:`launch` (nproc ranks: torchrun's environment for this rank) or of
+    :func:`run_goldfish` (nproc None: the environment as given): ``goldfish.cli.main`` as the ``goldfish`` command
+    runs it, in ``cwd``, its output and exit status in files."""
     os.environ.clear()
-    os.environ.update(environ, RANK=str(rank), LOCAL_RANK=str(rank), GROUP_RANK="0", ROLE_RANK=str(rank),
-                      WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc), ROLE_WORLD_SIZE=str(nproc))
-    os.chdir(REPO)
+    os.environ.update(environ)
+    if nproc is not None:
+        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), GROUP_RANK="0", ROLE_RANK=str(rank),
+                          WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc), ROLE_WORLD_SIZE=str(nproc))
+    os.chdir(cwd)
     out = Path(folder)
     for stream, name in ((sys.stdout, "stdout"), (sys.stderr, "stderr")):
         stream.flush()
@@ -103,10 +109,31 @@ def _cli_rank(rank: int, nproc: int, folder: str, argv: list[str], environ: dict
     except BaseException:
         traceback.print_exc()
     finally:
-        atexit._run_exitfuncs()  # a multiprocessing child ends by os._exit: run what `python -m goldfish` runs at exit
+        atexit._run_exitfuncs()  # a multiprocessing child ends by os._exit, as goldfish.cli.run ends a launched one
         sys.stdout.flush()
         sys.stderr.flush()
         (out / f"exit_{rank}").write_text(str(code))
+
+
+def _forked(argv: list[str], nproc: int | None, environ: dict[str, str], cwd: str | Path,
+            timeout: float) -> subprocess.CompletedProcess:
+    """Run :func:`_cli_process` in ``nproc`` forked processes (one when None) -> the first nonzero exit status and
+    the processes' stdout and stderr, the first process's first."""
+    count = 1 if nproc is None else nproc
+    with tempfile.TemporaryDirectory(prefix="goldfish-launch-") as folder:
+        processes = _start(_cli_process, (nproc, folder, argv, environ, str(cwd)), count, join=False)
+        deadline = time.monotonic() + timeout
+        while not processes.join(timeout=max(0.0, deadline - time.monotonic())):
+            if time.monotonic() >= deadline:
+                for process in processes.processes:
+                    process.kill()
+                raise subprocess.TimeoutExpired(["goldfish", *argv], timeout)
+        out = Path(folder)
+        codes = [int((out / f"exit_{r}").read_text()) for r in range(count)]
+        return subprocess.CompletedProcess(
+            ["goldfish", *argv], next((c for c in codes if c), 0),
+            "".join((out / f"stdout_{r}.txt").read_text() for r in range(count)),
+            "".join((out / f"stderr_{r}.txt").read_text() for r in range(count)))
 
 
 def launch(argv: list[str], nproc: int = 2, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -123,20 +150,16 @@ def launch(argv: list[str], nproc: int = 2, timeout: float = 300) -> subprocess.
     require_dist_marker()
     environ = dict(cli_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
                    TORCHELASTIC_RUN_ID=f"goldfish-test-{os.getpid()}", TORCHELASTIC_RESTART_COUNT="0")
-    with tempfile.TemporaryDirectory(prefix="goldfish-launch-") as folder:
-        ranks = _start(_cli_rank, (nproc, folder, argv, environ), nproc, join=False)
-        deadline = time.monotonic() + timeout
-        while not ranks.join(timeout=max(0.0, deadline - time.monotonic())):
-            if time.monotonic() >= deadline:
-                for process in ranks.processes:
-                    process.kill()
-                raise subprocess.TimeoutExpired(["launch", *argv], timeout)
-        out = Path(folder)
-        codes = [int((out / f"exit_{r}").read_text()) for r in range(nproc)]
-        return subprocess.CompletedProcess(
-            argv, next((c for c in codes if c), 0),
-            "".join((out / f"stdout_{r}.txt").read_text() for r in range(nproc)),
-            "".join((out / f"stderr_{r}.txt").read_text() for r in range(nproc)))
+    return _forked(argv, nproc, environ, REPO, timeout)
+
+
+def run_goldfish(argv: list[str], cwd: str | Path, env: dict[str, str],
+                 timeout: float = 900) -> subprocess.CompletedProcess:
+    """What the ``goldfish`` command does with ``argv`` in ``cwd`` under ``env`` (one process, no launcher), forked
+    from the preloaded server instead of a new interpreter: the command's imports (torch, transformers, the
+    toolkit: 3-5 s of CPU) were most of a docs command's time at smoke size. The console script itself is
+    ``goldfish.cli.run``; tests/test_readme_commands.py still starts it for real once, and .ci/wheel from a wheel."""
+    return _forked(argv, None, env, cwd, timeout)
 
 
 def launch_train(cfg: dict, nproc: int = 2, timeout: float = 300) -> subprocess.CompletedProcess:

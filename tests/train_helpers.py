@@ -200,12 +200,6 @@ def cli_env() -> dict:
     return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
 
 
-def run_cli(cfg: dict, **kwargs) -> subprocess.CompletedProcess:
-    """``python -m goldfish train key=value...`` in a subprocess."""
-    cmd = [sys.executable, "-m", "goldfish", "train", *overrides_of(cfg)]
-    return subprocess.run(cmd, env=cli_env(), capture_output=True, text=True, cwd=REPO, **kwargs)
-
-
 def _free_port() -> int:
     import socket
 
