@@ -25,13 +25,12 @@ demo: install
 	$(VENV)/bin/goldfish experiment experiments/default.yaml out=$(OUT)
 
 # Three tiers, each inside the next (markers in pyproject.toml; tests/conftest.py and tests/tiers.py mark
-# `integration`). The whole suite (1,379 tests): the multi-process parity tests of every parallel layout (marked dist),
+# `integration`). The whole suite (1,383 tests): the multi-process parity tests of every parallel layout (marked dist),
 # the slow real-model checks and every command of the README and docs/ (at smoke size: 2 steps) included. On 2
 # pytest-xdist workers with one torch thread each (tests/workers.py; tests/conftest.py's XDIST_GROUPS keeps each
 # costly shared fixture on one worker; tests marked dist run side by side like the others).
-# Side by side, each `make test` alone in a fresh clone on the same 2 idle cores (2026-12-05): 7 min 8 s and 7 min 16 s
-# (two runs; 3 workers: 7 min 5 s) against 14 min 13 s for 2026-12-03's suite (8548266: 1,177 tests in one process):
-# 1.96-1.99x, 2.3x
+# Side by side, each `make test` alone in a fresh clone on the same 2 idle cores (2026-12-05, in this order): 6 min
+# 38 s, 14 min 34 s for 2026-12-03's suite (8548266: 1,177 tests in one process), 6 min 15 s: 2.2-2.3x, 2.7x
 # per test. A fresh clone's CI (its wheel and floor jobs beside the suite at nice 19): 11 min 35 s, the suite 7 min
 # 35 s (2026-12-05; 21 min 32 s on 2026-12-03). Before -> after the tiers, same machine (2026-12-04, wall, other jobs beside):
 # tests/test_experiment_runner.py 97 -> 28 s; test_experiment_e2e.py + test_experiment_attacks.py 62 -> 30 s; the
@@ -39,7 +38,7 @@ demo: install
 test: install
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
-# without the tests marked slow or dist (no process groups of gloo ranks, no torchrun, no real model): 1,280 tests
+# without the tests marked slow or dist (no process groups of gloo ranks, no torchrun, no real model): 1,284 tests
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not dist"
 
