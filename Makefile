@@ -31,8 +31,8 @@ demo: install
 # costly shared fixture on one worker; tests marked dist run side by side like the others).
 # Side by side, each `make test` alone in a fresh clone on the same 2 idle cores (2026-12-05, in this order): 6 min
 # 38 s, 14 min 34 s for 2026-12-03's suite (8548266: 1,177 tests in one process), 6 min 15 s: 2.2-2.3x, 2.7x
-# per test. A fresh clone's CI (its wheel and floor jobs beside the suite at nice 19): 11 min 35 s, the suite 7 min
-# 35 s (2026-12-05; 21 min 32 s on 2026-12-03). Before -> after the tiers, same machine (2026-12-04, wall, other jobs beside):
+# per test. A fresh clone's CI (its wheel and floor jobs beside the suite at nice 19): 12 min 12 s, the suite 7 min
+# 42 s (2026-12-05; 21 min 32 s on 2026-12-03). Before -> after the tiers, same machine (2026-12-04, wall, other jobs beside):
 # tests/test_experiment_runner.py 97 -> 28 s; test_experiment_e2e.py + test_experiment_attacks.py 62 -> 30 s; the
 # README's 4 launcher commands 145 -> 76 s
 test: install
