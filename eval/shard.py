@@ -23,6 +23,8 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 
+from goldfish.ownership import launched
+
 
 @dataclasses.dataclass(frozen=True)
 class Shard:
@@ -82,11 +84,6 @@ def splitting(shard: Shard) -> Iterator[Shard]:
         yield shard
     finally:
         _CURRENT.reset(token)
-
-
-def launched() -> bool:
-    """Whether this process was started by ``torchrun`` / ``accelerate launch`` with more than one process."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
 @contextlib.contextmanager

@@ -23,7 +23,7 @@ from typing import NoReturn
 
 from . import __version__
 from .errors import one_line, peer_lost
-from .ownership import is_main_process
+from .ownership import is_main_process, launched
 
 # name -> (module, one-line summary)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -108,7 +108,7 @@ def run() -> NoReturn:
     -> ``~ThreadLocalState`` -> ``SafePyObject`` decref -> ``take_gil`` -> ``pthread_exit``). Everything the run
     writes is written before this point."""
     code = main()
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if launched():
         for thread in threading.enumerate():
             if thread is not threading.main_thread() and not thread.daemon:
                 thread.join()

@@ -406,6 +406,11 @@ def _continued(final: Path, kind: str, resume: str | None) -> Path | None:
     return None
 
 
+def launched() -> bool:
+    """Whether this process was started by ``torchrun`` / ``accelerate launch`` with more than one process."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
 def is_main_process() -> bool:
     """Rank 0 of a ``torchrun`` launch (its ``RANK`` variable), or a process launched alone."""
     return os.environ.get("RANK", "0") == "0"
