@@ -10,6 +10,8 @@ kept as ``<name>.tar.xz`` and the outputs as ``<name>/`` (``report.md``, ``resul
 same bytes, whatever changes in how they are computed.
 
     python tests/experiment_goldens.py        # rerun the sweeps and pin their outputs again (from the repo root)
+    python tests/experiment_goldens.py --outputs-only extreme   # an intended change of the outputs: recompute them
+                                                                 # from the pinned inputs, nothing rerun
 """
 
 from __future__ import annotations
@@ -104,6 +106,11 @@ def pin(name: str, work: Path) -> None:
     run_sweep(name, run)
     GOLDEN.mkdir(parents=True, exist_ok=True)
     pack(run, GOLDEN / f"{name}.tar.xz")
+    pin_outputs(name, work)
+
+
+def pin_outputs(name: str, work: Path) -> None:
+    """Pin the outputs the current code computes from ``name``'s pinned inputs."""
     copy = unpack(GOLDEN / f"{name}.tar.xz", work / name / "copy")
     expected = GOLDEN / name
     expected.mkdir(exist_ok=True)
@@ -117,6 +124,8 @@ if __name__ == "__main__":
     os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
     os.chdir(REPO)
     sys.path.insert(0, str(REPO / "tests"))
+    args = sys.argv[1:]
+    only_outputs = args[:1] == ["--outputs-only"]
     with tempfile.TemporaryDirectory() as tmp:
-        for sweep in sys.argv[1:] or SWEEPS:
-            pin(sweep, Path(tmp))
+        for sweep in args[only_outputs:] or SWEEPS:
+            (pin_outputs if only_outputs else pin)(sweep, Path(tmp))

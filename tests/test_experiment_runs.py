@@ -163,3 +163,36 @@ def test_utility_config_refuses_an_unknown_corpus_and_a_margin_of_zero():
         UtilityConfig(corpora=["c4"])
     with pytest.raises(ConfigError, match="utility.margin=0 must be > 0"):
         UtilityConfig(margin=0)
+
+
+def _leak(accuracy: float, loss: float) -> dict:
+    return {"did": {"dropped": {"accuracy": {"did": accuracy}, "loss": {"did": loss}}}}
+
+
+def test_the_leakage_did_is_read_per_run_and_paired_by_seed_and_the_control_has_none():
+    acc = {"goldfish": [-0.031, 0.002, 0.006, -0.016], "standard": [0.281, 0.271, 0.295, 0.235]}
+    loss = {"goldfish": [-0.026, 0.022, -0.107, 0.044], "standard": [-1.819, -1.624, -1.828, -1.608]}
+    cells = _cells()
+    for c in cells:
+        if c.arm != "control":
+            s = c.values["seed"]
+            c.leakage = _leak(acc[c.arm][s], loss[c.arm][s])
+    out = runs.compute(_study(cells))["runs"]
+    assert ("leak_did_accuracy", "pct") in {(h["key"], h["kind"]) for h in out["headlines"]}
+    [g] = out["groups"]
+    arms = {a["arm"]: a for a in g["arms"]}
+    d = arms["goldfish"]["over_runs"]["leak_did_accuracy"]
+    low, high = _t_interval(acc["goldfish"])
+    assert (d["mean"], d["ci_low"], d["ci_high"]) == pytest.approx((np.mean(acc["goldfish"]), low, high), rel=1e-12)
+    assert arms["control"]["over_runs"]["leak_did_loss"]["n"] == 0
+    pairs = {(p["a"], p["b"], p["headline"]): p for p in g["paired"]}
+    diffs = np.subtract(loss["goldfish"], loss["standard"])
+    assert [x["diff"] for x in pairs[("goldfish", "standard", "leak_did_loss")]["pairs"]] == pytest.approx(diffs)
+    none = pairs[("goldfish", "control", "leak_did_accuracy")]
+    assert none["pairs"] == [] and {x["why"] for x in none["dropped"]} == {"no value for control"}
+    text = runs.render({"runs": out})
+    assert "| goldfish | seed=0 |" in text and "leak DiD accuracy (dropped)" in text
+    # the per-run table shows each DiD in points; the pair with the control (undefined there) is left out
+    assert "-3.1 %" in text
+    assert not any(line.startswith("| goldfish - control | leak DiD") for line in text.splitlines())
+    assert any(line.startswith("| goldfish - standard | leak DiD loss (dropped) |") for line in text.splitlines())

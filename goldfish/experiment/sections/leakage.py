@@ -47,7 +47,7 @@ def _controls_of(plan: CellPlan) -> tuple[str, Any] | None:
     return ("twin" if g.replace_dropped else "positive" if g.supervised_fraction else "goldfish"), g
 
 
-def _did(cell: CellSummary | None, measure: str) -> float | None:
+def dropped_did(cell: CellSummary | None, measure: str) -> float | None:
     """The cell's own DiD on the dropped positions of its (base) mask, None where it has none."""
     did = (((cell.leakage or {}).get("did") or {}).get("dropped") or {}).get(measure) if cell else None
     return (did or {}).get("did")
@@ -83,15 +83,15 @@ def _runs(arm: str, twin: str | None, positive: list[str], cells: Sequence[CellS
     for point in dict.fromkeys(k for a, k in by if a == arm):
         gold, tw = by[(arm, point)], by.get((twin, point))
         row: dict[str, Any] = {"run": ", ".join(f"{a}={v}" for a, v in zip(axes, point)) or "-",
-                               "goldfish": {m: _did(gold, m) for m in MEASURES},
-                               "twin": {m: _did(tw, m) for m in MEASURES}}
+                               "goldfish": {m: dropped_did(gold, m) for m in MEASURES},
+                               "twin": {m: dropped_did(tw, m) for m in MEASURES}}
         row["difference"] = {m: None if None in (row["goldfish"][m], row["twin"][m])
                              else row["goldfish"][m] - row["twin"][m] for m in MEASURES}
         row["positive"] = {}
         for p in positive:
             c = by.get((p, point))
             row["positive"][p] = {"supervised_fraction": (c.leakage or {}).get("supervised_fraction") if c else None,
-                                  **{m: _did(c, m) for m in MEASURES}}
+                                  **{m: dropped_did(c, m) for m in MEASURES}}
         rows.append(row)
     return rows
 

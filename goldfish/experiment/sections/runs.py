@@ -2,7 +2,8 @@
 (``ExperimentConfig.replicate_axes``: ``equivalence.pool``, else ``compare.pool``, else the grid's ``seed`` axis;
 each replicate its own split, order and model), per grid point (the other axes' values) and arm a per-run table of
 the headlines -- exact match, ROUGE-L (rouge-score and tokens), the headline attack's AUC, TPR at 1 % and at 0.1 %
-FPR, held-out loss, and each per-cell analysis's per-run numbers (``Analysis.headlines``: the utility corpora's
+FPR, held-out loss, the leakage audit's DiD on the dropped positions (accuracy and loss; a Goldfish arm on its own
+mask, a standard arm or a positive control on the mask it audits), and each per-cell analysis's per-run numbers (``Analysis.headlines``: the utility corpora's
 held-out loss) -- with their mean over runs, 95 % t interval and between-run SD
 (:func:`goldfish.eval.stats.t_over_runs`); then paired by replicate, each later arm minus each earlier one and each
 arm minus the control, a t interval over the replicates' differences (:func:`goldfish.eval.stats.replicate_tost`,
@@ -22,6 +23,7 @@ from goldfish.eval.tables import fmt, markdown_section, markdown_table
 from ..analyses import ANALYSES
 from ..config import CONTROL
 from ..summary import CellSummary, Study
+from .leakage import dropped_did
 from .size import tuning_only
 
 # the core headlines of a cell summary: (field, label, kind: "pct" for a rate)
@@ -29,12 +31,17 @@ HEADLINES = (("exact_match_rate", "exact match", "pct"), ("rouge_l_paper", "ROUG
              ("rouge_l", "ROUGE-L (tokens)", ""), ("mia_auc", "MIA AUC", ""),
              ("mia_tpr_at_1pct_fpr", "TPR at 1 % FPR", "pct"), ("mia_tpr_at_0_1pct_fpr", "TPR at 0.1 % FPR", "pct"),
              ("heldout_loss", "held-out loss", ""))
+# the leakage audit's difference in differences on the dropped positions (sections.leakage): (name, label, kind, measure)
+LEAKAGE = (("leak_did_accuracy", "leak DiD accuracy (dropped)", "pct", "accuracy"),
+           ("leak_did_loss", "leak DiD loss (dropped)", "", "loss"))
 TITLE = "Across training runs"
 
 
 def run_values(cell: CellSummary) -> dict[str, tuple[Any, str | None]]:
-    """A cell's per-run numbers ``{name: (value, match)}``: the core headlines, then every analysis's."""
+    """A cell's per-run numbers ``{name: (value, match)}``: the core headlines, the leakage DiDs, then every
+    analysis's."""
     out: dict[str, tuple[Any, str | None]] = {key: (getattr(cell, key), None) for key, _, _ in HEADLINES}
+    out.update({key: (dropped_did(cell, measure), None) for key, _, _, measure in LEAKAGE})
     for analysis in ANALYSES:
         if analysis.headlines:
             out.update(analysis.headlines(cell))
@@ -129,8 +136,9 @@ def compute(study: Study) -> dict:
         return {"runs": {"replicate_axes": replicates, "why_not": "one training run per arm and grid point: no "
                          "interval over runs from one run (add a replicate axis, e.g. grid.seed)"}}
     margins = {k: v for a in ANALYSES if a.margins for k, v in a.margins(study.cfg).items()}
-    extra = dict.fromkeys(k for c in study.cells for k in run_values(c) if k not in {h[0] for h in HEADLINES})
-    headlines = [{"key": k, "label": label, "kind": kind} for k, label, kind in HEADLINES]
+    core = [(k, label, kind) for k, label, kind in HEADLINES] + [(k, label, kind) for k, label, kind, _ in LEAKAGE]
+    extra = dict.fromkeys(k for c in study.cells for k in run_values(c) if k not in {h[0] for h in core})
+    headlines = [{"key": k, "label": label, "kind": kind} for k, label, kind in core]
     headlines += [{"key": k, "label": k.replace("_", " "), "kind": ""} for k in extra]
     return {"runs": {"replicate_axes": replicates, "headlines": headlines, "margins": margins,
                      "groups": [{"point": dict(point), **group(arms, headlines, margins)}
@@ -175,8 +183,9 @@ def render(results: dict) -> str:
         kinds = {h["key"]: h for h in heads}
         prow = []
         for p in g["paired"]:
-            if p["headline"] not in kinds:
-                continue
+            if p["headline"] not in kinds or (not p["pairs"] and all(
+                    x["why"].startswith("no value for") for x in p["dropped"])):
+                continue  # a headline one of the arms never has (e.g. the leakage DiD of the control)
             d, kind = p["over_runs"], kinds[p["headline"]]["kind"]
             interval = "-" if d["ci_low"] is None else \
                 f"{_diff(d['mean'], kind)} [{_diff(d['ci_low'], kind)}, {_diff(d['ci_high'], kind)}]"
