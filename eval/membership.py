@@ -433,11 +433,15 @@ def downsample_roc(fpr: np.ndarray, tpr: np.ndarray, max_points: int = MAX_ROC_P
 
 
 def _finite(name: str, values: Any, split: str) -> np.ndarray:
+    """The finite scores. NaN marks a document the attack does not score by design (ReCaLL's prompt documents, a
+    text too short once lowercased): said at INFO; an infinite score is a numerical failure: a WARNING."""
     arr = np.asarray(values, dtype=np.float64).reshape(-1)
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        log.warning("attack %s: dropping %d non-finite %s score(s)", name, int(bad.sum()), split)
-    return arr[~bad]
+    unscored, infinite = np.isnan(arr), np.isinf(arr)
+    if unscored.any():
+        log.info("attack %s: %d %s document(s) not scored (NaN) left out of its ROC", name, int(unscored.sum()), split)
+    if infinite.any():
+        log.warning("attack %s: dropping %d infinite %s score(s)", name, int(infinite.sum()), split)
+    return arr[~(unscored | infinite)]
 
 
 def evaluate_attack(members: Any, nonmembers: Any, *, n_bootstrap: int = 1000, seed: int = 0, name: str = "") -> dict:

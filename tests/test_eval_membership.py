@@ -370,14 +370,18 @@ def test_roc_is_downsampled_and_keeps_endpoints():
     assert downsample_roc(np.array([0.0, 1.0]), np.array([0.0, 1.0])) == ([0.0, 1.0], [0.0, 1.0])
 
 
-def test_non_finite_scores_are_dropped_and_section_follows_schema():
-    section = membership_section({"loss": [3.0, np.nan, 4.0]}, {"loss": [1.0, 2.0]}, n_bootstrap=10)
-    assert section["n_members"] == 3 and section["n_nonmembers"] == 2
+def test_non_finite_scores_are_dropped_and_section_follows_schema(caplog):
+    with caplog.at_level("INFO", logger="goldfish.eval.membership"):
+        section = membership_section({"loss": [3.0, np.nan, 4.0]}, {"loss": [1.0, 2.0, np.inf]}, n_bootstrap=10)
+    # a NaN is a document not scored by design (INFO), an infinite score a numerical failure (WARNING)
+    levels = {r.levelname: r.getMessage() for r in caplog.records}
+    assert "1 member document(s) not scored" in levels["INFO"] and "1 infinite nonmember" in levels["WARNING"]
+    assert section["n_members"] == 3 and section["n_nonmembers"] == 3
     attack = section["attacks"]["loss"]
     assert attack["auc"] == 1.0 and attack["n_members"] == 2
     assert set(attack) >= {"auc", "auc_ci_low", "auc_ci_high", "tpr_at_1pct_fpr", "tpr_at_0.1pct_fpr", "roc_fpr",
                            "roc_tpr"}
-    assert section["scores"]["loss"]["nonmembers"] == [1.0, 2.0]
+    assert section["scores"]["loss"]["nonmembers"] == [1.0, 2.0, np.inf]
 
 
 def test_a_perfect_separation_reports_its_exact_p_and_too_few_nonmembers_withhold_the_tpr():
