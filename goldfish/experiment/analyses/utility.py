@@ -12,9 +12,11 @@ every member, nonmember, validation and canary document and every stored backgro
 the cell reads (``CellPlan.prepared``: its data and its training data); each scored on its first ``utility.tokens``
 tokens by eval's membership pass (:func:`goldfish.eval.membership.target_pass`, with the cell's ``membership``
 window, stride, token budget and chunk). The choice depends on the corpus, the tokenizer and the prepared folders
-only, so the cells of one grid point score the same documents (their background stores are shared); the file
-records each document's sha256, and the pairing keeps a pair only where both cells scored the same set. A corpus
-that is not installed is skipped with a one-line note.
+only, so the cells of one grid point that read the same prepared folders score the same documents; a control with
+data of its own (``control_data``, e.g. more background in place of the targets) may exclude other documents and
+score another set. The file records each document's sha256, and the pairing keeps a pair only where both cells
+scored the same set (the report lists a dropped pair as "not the same documents"). A corpus that is not installed
+is skipped with a one-line note.
 """
 
 from __future__ import annotations
