@@ -3,15 +3,14 @@
 each replicate its own split, order and model), per grid point (the other axes' values) and arm a per-run table of
 the headlines -- exact match, ROUGE-L (rouge-score and tokens), the headline attack's AUC, TPR at 1 % and at 0.1 %
 FPR, held-out loss, the leakage audit's DiD on the dropped positions (accuracy and loss; a Goldfish arm on its own
-mask, a standard arm or a positive control on the mask it audits), and each per-cell analysis's per-run numbers (``Analysis.headlines``: the utility corpora's
-held-out loss) -- with their mean over runs, 95 % t interval and between-run SD
-(:func:`goldfish.eval.stats.t_over_runs`); then paired by replicate, each later arm minus each earlier one and each
-arm minus the control, a t interval over the replicates' differences (:func:`goldfish.eval.stats.replicate_tost`,
-with the two one-sided tests where the config states a margin: ``Analysis.margins``) and a reading in words made
-from that interval. A replicate one of the two arms lacks (or a value one of them lacks) drops that pair and is
-listed; it never shifts the others. The window- and document-level intervals of the other sections resample inside
-one trained model: within-run detail.
-"""
+mask, a standard arm or a positive control on the mask it audits), and each per-cell analysis's per-run numbers
+(``Analysis.headlines``: the utility corpora's held-out loss) -- with their mean over runs, 95 % t interval and
+between-run SD (:func:`goldfish.eval.stats.t_over_runs`); then paired by replicate, each later arm minus each earlier
+one and each arm minus the control, a t interval over the replicates' differences
+(:func:`goldfish.eval.stats.replicate_tost`, with the two one-sided tests where the config states a margin:
+``Analysis.margins``) and a reading in words made from that interval. A replicate one of the two arms lacks (or a
+value one of them lacks) drops that pair and is listed; it never shifts the others. The window- and document-level
+intervals of the other sections resample inside one trained model: within-run detail."""
 
 from __future__ import annotations
 
@@ -31,7 +30,7 @@ HEADLINES = (("exact_match_rate", "exact match", "pct"), ("rouge_l_paper", "ROUG
              ("rouge_l", "ROUGE-L (tokens)", ""), ("mia_auc", "MIA AUC", ""),
              ("mia_tpr_at_1pct_fpr", "TPR at 1 % FPR", "pct"), ("mia_tpr_at_0_1pct_fpr", "TPR at 0.1 % FPR", "pct"),
              ("heldout_loss", "held-out loss", ""))
-# the leakage audit's difference in differences on the dropped positions (sections.leakage): (name, label, kind, measure)
+# the leakage audit's DiD on the dropped positions (sections.leakage): (name, label, kind, measure)
 LEAKAGE = (("leak_did_accuracy", "leak DiD accuracy (dropped)", "pct", "accuracy"),
            ("leak_did_loss", "leak DiD loss (dropped)", "", "loss"))
 TITLE = "Across training runs"
@@ -136,7 +135,7 @@ def compute(study: Study) -> dict:
         return {"runs": {"replicate_axes": replicates, "why_not": "one training run per arm and grid point: no "
                          "interval over runs from one run (add a replicate axis, e.g. grid.seed)"}}
     margins = {k: v for a in ANALYSES if a.margins for k, v in a.margins(study.cfg).items()}
-    core = [(k, label, kind) for k, label, kind in HEADLINES] + [(k, label, kind) for k, label, kind, _ in LEAKAGE]
+    core = [*HEADLINES, *((k, label, kind) for k, label, kind, _ in LEAKAGE)]
     extra = dict.fromkeys(k for c in study.cells for k in run_values(c) if k not in {h[0] for h in core})
     headlines = [{"key": k, "label": label, "kind": kind} for k, label, kind in core]
     headlines += [{"key": k, "label": k.replace("_", " "), "kind": ""} for k in extra]
