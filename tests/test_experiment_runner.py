@@ -572,7 +572,8 @@ def test_a_shard_without_the_control_leaves_its_arms_attacks_until_the_control_i
     cfg = experiment(tmp_path, grid={}, control=True)
     calls, analysed = Calls(), []
 
-    def analyse(plan, plans, model):
+    def analyse(plan, plans, model, control):
+        assert control is next(p for p in plans if p.cell.control) or plan.cell.control
         control = next(p for p in plans if p.cell.control)
         analysed.append((plan.cell.id, (control.dir / "attacks.json").is_file()))
         atomic_write_json(plan.dir / "attacks.json", {"attacks": {}})

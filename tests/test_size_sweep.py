@@ -21,7 +21,7 @@ from goldfish.data.tokenizer import train_bpe
 from goldfish.errors import ConfigError
 from goldfish.eval.stats import wilson_interval
 from goldfish.experiment.config import ExperimentConfig
-from goldfish.experiment import plan_cells
+from goldfish.experiment import DONE, plan_cells
 from goldfish.experiment.runner import report_only, run_experiment
 from goldfish.experiment.sections.size import tune_lines
 from goldfish.experiment.scaling import loss_gaps, size_analysis
@@ -331,11 +331,26 @@ def test_tuning_per_arm_gives_each_arm_its_own_choice_and_says_when_it_is_at_the
             atomic_write_json(Path(cfg.out) / "results.json", results)
         return results
 
-    pipeline = dataclasses.replace(pipeline, evaluate=goldfish_prefers_40)
+    calibrated = {}  # cell -> the control its attacks were calibrated by, and whether that one was done
+
+    def analyse(plan, plans, model, control):
+        calibrated[plan.cell.id] = None if control is None else (control.cell.id, control.done)
+        atomic_write_json(plan.attacks_file, {"attacks": {}})
+        return {}
+
+    pipeline = dataclasses.replace(pipeline, evaluate=goldfish_prefers_40, analyse=analyse)
     cfg = experiment(tmp_path, control=True, control_mode="background",
                      tune={"axis": "steps", "per": ["model", "arm"]},
                      grid={"train.model": ["tiny", "big"], "train.steps": [10, 20, 40], "train.seed": [0, 1]})
-    run_experiment(cfg, pipeline, progress=False)
+    run_experiment(cfg, pipeline, progress=False)  # one run finishes every cell: no arm waits for a control
+    assert all((tmp_path / "exp" / "cells" / c / DONE).is_file() for c in calibrated) and len(calibrated) == 24
+    # every arm, whatever steps it runs at (Goldfish's 40, a tuning cell's 10), is calibrated by the control at the
+    # control's own choice (20) and the same seed -- the run the report pairs it with -- done before its attacks
+    assert calibrated == {f"{a}__model={m}__steps={s}__seed={seed}":
+                          None if a == "control" else (f"control__model={m}__steps=20__seed={seed}", True)
+                          for m in ("tiny", "big") for a in ("control", "standard", "goldfish")
+                          for seed, steps in ((0, (10, 20, 40)), (1, (40 if a == "goldfish" else 20,)))
+                          for s in steps}
     trained = [t.split("/")[-2] for t in calls.trained]
     tuning = {f"{a}__model={m}__steps={s}__seed=0" for a in ("control", "standard", "goldfish") for s in (10, 20, 40)
               for m in ("tiny", "big")}

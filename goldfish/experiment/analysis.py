@@ -75,7 +75,7 @@ from goldfish.eval.stats import (difference_in_differences, minimum_detectable_e
 from ..data import load_prepared
 from ..io import atomic_write_json, read_json, read_jsonl
 from ..masks import GoldfishConfig, config_mask
-from .plan import CellPlan, control_of
+from .plan import CellPlan
 
 AUC_FIELDS = ("auc", "auc_ci_low", "auc_ci_high", "tpr_at_1pct_fpr", "roc_fpr", "roc_tpr", "n_members",
               "n_nonmembers")
@@ -282,9 +282,8 @@ def _other_masks(measured: GoldfishConfig | None, plan: CellPlan, plans: Sequenc
     return found
 
 
-def _reference(plan: CellPlan, plans: Sequence[CellPlan]) -> dict | None:
-    """The control cell's attacks.json for this grid point (its per-token log-probs calibrate the attacks)."""
-    control = control_of(plan, plans)
+def _reference(control: CellPlan | None) -> dict | None:
+    """The control cell's attacks.json (its per-token log-probs calibrate the attacks)."""
     return read_json(control.attacks_file) if control is not None and control.attacks_file.is_file() else None
 
 
@@ -305,16 +304,17 @@ def token_scores(plan: CellPlan, prepared: Any, model: Any) -> dict[str, list[di
             for name, docs in documents(prepared).items()}
 
 
-def analyse_cell(plan: CellPlan, plans: Sequence[CellPlan], model: Any) -> dict:
+def analyse_cell(plan: CellPlan, plans: Sequence[CellPlan], model: Any, control: CellPlan | None) -> dict:
     """Write the cell's ``attacks.json`` (:func:`analyse`) from its per-token scores (:func:`token_scores`) and its
     Goldfish mask (or the first Goldfish cell's on the same data): the positions of its ``base`` mask, so a no-leak
     twin and a positive control are audited on their Goldfish arm's positions, with what the cell's own loss trained
-    on (``own``: the effective mask) giving the ``supervised_fraction``."""
+    on (``own``: the effective mask) giving the ``supervised_fraction``; ``control``'s scores (None: none) calibrate
+    the reference attacks."""
     prepared = load_prepared(plan.data_dir)
     source = _goldfish_plan(plan, plans)
     trained = source.mask(prepared) if source is not None else None  # the mask training applied
     gcfg = trained.base if trained is not None else None  # its positions, without an audit control
     own = trained if source is plan else None
-    return analyse(token_scores(plan, prepared, model), prepared, plan.attacks_file, gcfg, _reference(plan, plans),
+    return analyse(token_scores(plan, prepared, model), prepared, plan.attacks_file, gcfg, _reference(control),
                    n_bootstrap=plan.eval_cfg.membership.n_bootstrap, seed=plan.eval_cfg.seed,
                    control=plan.cell.control, own=own, audits=_other_masks(gcfg, plan, plans, prepared))

@@ -43,6 +43,7 @@ from .analyses import ANALYSES, Analysis
 from .config import ExperimentConfig
 from .plan import CellPlan, Pipeline, control_of, manifest_of
 from .trainsummary import TrainSummary
+from .tune import control_point
 
 
 @dataclasses.dataclass
@@ -134,10 +135,20 @@ def _train(run: CellRun) -> None:
         run.pipeline.train(plan.train_cfg)
 
 
+def _control(run: CellRun) -> CellPlan | None:
+    """The control that calibrates the cell's attacks (:func:`goldfish.experiment.tune.control_point`; None: none,
+    or its tuned value not chosen yet)."""
+    point = control_point(run.cfg, run.plans, run.plan)
+    return None if point is None else control_of(run.plan, run.plans, point)
+
+
 def _control_not_done(run: CellRun) -> str | None:
-    """The attacks of an arm are calibrated by its grid point's control: wait for a run that holds it, then stop
-    this cell if the control is still not done."""
-    control = control_of(run.plan, run.plans)
+    """The attacks of an arm are calibrated by its control (at its grid point; at the control's own choice where
+    each arm is tuned): wait for a run that holds it, then stop this cell if the control is still not done."""
+    if not run.plan.cell.control and control_point(run.cfg, run.plans, run.plan) is None:
+        return (f"trained and evaluated; its attacks wait for the control's {run.cfg.tune.axis} choice, whose tuning "
+                f"cells are not all done: run them (their shard, or the experiment without --only) and this one again")
+    control = _control(run)
     if control is None or control.done:
         return None
     with control.lock():  # another run may be running it: wait for that
@@ -163,7 +174,7 @@ PHASES: tuple[Phase, ...] = (
           lambda r: r.pipeline.evaluate(r.plan.eval_cfg, r.model)),
     *(analysis_phase(a) for a in ANALYSES),
     Phase("attacks", lambda p: [p.attacks_file], lambda r: r.pipeline.analyse is not None,
-          lambda r: r.pipeline.analyse(r.plan, r.plans, r.model), blocked=_control_not_done),
+          lambda r: r.pipeline.analyse(r.plan, r.plans, r.model, _control(r)), blocked=_control_not_done),
     Phase("card", lambda p: [],  # the same numbers replace themselves when an interrupted cell runs this again
           lambda r: r.pipeline.card is not None, lambda r: r.pipeline.card(r.plan)),
 )

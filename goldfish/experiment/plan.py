@@ -54,7 +54,8 @@ class Pipeline:
     ``evaluate(cfg, model) -> dict`` (the ``goldfish-eval/1`` results); ``initial_model(train_cfg, out) -> Path`` writes
     the untrained model a from-scratch control cell evaluates to ``out`` (the cell's ``model_dir``);
     ``analyses``: the per-cell analyses (``goldfish.experiment.analyses``) the cell runs after evaluation (none: a
-    test fake's); ``analyse(plan, plans, model)`` writes the cell's ``attacks.json`` (None: skipped);
+    test fake's); ``analyse(plan, plans, model, control)`` writes the cell's ``attacks.json``, calibrated by the ``control`` cell
+    (None: none) (None: skipped);
     ``card(plan)`` adds the cell's headline numbers to its trained model's card. ``open_model(eval_cfg)`` (optional)
     returns the handle ``model`` evaluate, the analyses and analyse receive: the cell's model, loaded once, on first use, for every phase after
     training (None: each phase gets None and loads what it needs). ``train_fingerprint(train_cfg)`` and
@@ -70,7 +71,7 @@ class Pipeline:
     evaluate: Callable[[Any], dict]
     initial_model: Callable[[Any, Path], Path]
     analyses: tuple = ()
-    analyse: Callable[[Any, list, Any], dict] | None = None
+    analyse: Callable[[Any, list, Any, Any], dict] | None = None
     open_model: Callable[[Any], Any] | None = None
     card: Callable[["CellPlan"], Any] | None = None
     train_fingerprint: Callable[[Any], dict] | None = None
@@ -385,10 +386,13 @@ def plan_cells(cfg: ExperimentConfig, pipeline: Pipeline) -> list[CellPlan]:
     return plans
 
 
-def control_of(plan: CellPlan, plans: Sequence[CellPlan]) -> CellPlan | None:
-    """The control cell of ``plan``'s grid point, evaluated on the same data (None for a control itself, or
-    without one): its scores calibrate the cell's reference attack and leakage audit."""
+def control_of(plan: CellPlan, plans: Sequence[CellPlan], values: dict | None = None) -> CellPlan | None:
+    """The control cell at the grid point ``values`` (default: ``plan``'s own), evaluated on the same data (None for
+    a control itself, or without one): its scores calibrate the cell's reference attack and leakage audit. Where
+    each arm is tuned on its own cells, the caller passes ``plan``'s point with the tuned axis at the control's
+    choice (:func:`goldfish.experiment.tune.control_point`)."""
     if plan.cell.control:
         return None
-    return next((p for p in plans if p.cell.control and p.cell.values == plan.cell.values
-                 and p.data_dir == plan.data_dir), None)
+    values = plan.cell.values if values is None else values
+    return next((p for p in plans if p.cell.control and p.cell.values == values and p.data_dir == plan.data_dir),
+                None)

@@ -211,8 +211,8 @@ def _run_cells(cfg: ExperimentConfig, plans: list[CellPlan], todo: list[CellPlan
                progress: bool, rerun: dict[str, str]) -> None:
     """Run the cells ``todo`` (tuning cells first); ``rerun``: {cell id: what changed} of stale cells to replace."""
     first = first_values(plans)
-    if cfg.tune.axis:  # the tuning cells first: the others wait for their choice
-        todo = sorted(todo, key=lambda p: not is_tuning(cfg, p, first))
+    if cfg.tune.axis:  # the tuning cells first, the control's among them (an arm's attacks wait for its choice)
+        todo = sorted(todo, key=lambda p: (not is_tuning(cfg, p, first), not p.cell.control))
     chosen = None
     bar = tqdm(total=len(todo), unit="cell", desc=cfg.name,
                disable=None if progress else True, dynamic_ncols=True)  # None: drawn only on a terminal

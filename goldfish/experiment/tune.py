@@ -20,7 +20,7 @@ import math
 from typing import Any
 
 from .collect import tuning_loss
-from .config import ExperimentConfig
+from .config import CONTROL, ExperimentConfig
 from .plan import CellPlan
 
 ARM = "arm"  # tune.per may name it: each arm (the control included) is tuned on its own cells
@@ -80,6 +80,18 @@ def active(cfg: ExperimentConfig, plans: list[CellPlan]) -> list[CellPlan]:
         return plans
     first, chosen = first_values(plans), choice(cfg, plans)
     return [p for p in plans if is_tuning(cfg, p, first) or selected(cfg, p, chosen)]
+
+
+def control_point(cfg: ExperimentConfig, plans: list[CellPlan], plan: CellPlan) -> dict[str, Any] | None:
+    """The grid point of the control that calibrates ``plan``'s attacks: its own point; where every arm is tuned on
+    its own cells (``arm`` in ``per``), its point with the tuned axis at the *control's* choice for its group, so an
+    arm is read against the control run the report pairs it with, at every seed and whatever rate the arm chose
+    (None while that choice is not known: the control's tuning cells are not all done)."""
+    if not cfg.tune.axis or ARM not in cfg.tune.per or not any(p.cell.control for p in plans):
+        return dict(plan.cell.values)
+    key = tuple(CONTROL if a == ARM else plan.cell.values[a] for a in cfg.tune.per)
+    chosen = choice(cfg, plans)
+    return {**plan.cell.values, cfg.tune.axis: chosen[key]} if key in chosen else None
 
 
 def interior(values: list[Any], chosen: Any) -> bool | None:
