@@ -229,6 +229,51 @@ def test_report_only_writes_what_the_full_run_wrote(micro):
     assert {name: (micro / name).read_bytes() for name in study} == written
 
 
+def test_finished_cells_kept_without_prepared_data_or_weights_render_the_same_study(micro, capsys):
+    """Results kept as the cells' files alone (prepared data and weights are never kept with them, e.g. a committed
+    archive of a sweep): ``--report-only`` prepares the data again -- the training data each cell's training recorded
+    -- loads no model, and writes the study byte for byte; prepared data that differs from what the cells trained on
+    is one line, exit 2, with the study already written kept."""
+    import shutil
+
+    study = ("results.json", "results.csv", "summary.json", "report.md", "experiment.yaml")
+    assert run_micro_experiment(micro, *MICRO_OVERRIDES, "--report-only") == 0
+    written = {name: (micro / name).read_bytes() for name in study}
+    aside = micro.parent / f"{micro.name}.aside"
+    aside.mkdir()
+    (micro / "prepared").rename(aside / "prepared")
+    weights = sorted(micro.glob("cells/*/train/model/model.safetensors"))
+    assert len(weights) == 3
+    for i, w in enumerate(weights):
+        w.rename(aside / f"{i}.safetensors")
+    fingerprint = micro / "cells" / "goldfish" / "train" / "fingerprint.json"
+    recorded = fingerprint.read_text()
+    try:
+        assert run_counting_loads(micro, "kept", *MICRO_OVERRIDES, "--report-only") == 0
+        assert LOADS["kept"] == []
+        assert {name: (micro / name).read_bytes() for name in study} == written
+        (remade,) = (micro / "prepared").iterdir()
+        original = json.loads((aside / "prepared" / remade.name / "manifest.json").read_text())
+        assert json.loads((remade / "manifest.json").read_text())["sha256"] == original["sha256"]
+        # a recipe or code that prepares other data than the cells trained on: refused, nothing rewritten
+        shutil.rmtree(remade)
+        fingerprint.write_text(recorded.replace(original["sha256"]["train"], "0" * 64))
+        capsys.readouterr()
+        assert run_micro_experiment(micro, *MICRO_OVERRIDES, "--report-only") == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith(f"error: {remade} was prepared again for the finished cell goldfish, but holds other "
+                                  f"training data than it trained on (sha256 {original['sha256']['train']} vs ")
+        assert {name: (micro / name).read_bytes() for name in study} == written
+    finally:  # the session's micro folder as it was, for the tests after this one
+        fingerprint.write_text(recorded)
+        if (micro / "prepared").exists():
+            shutil.rmtree(micro / "prepared")
+        (aside / "prepared").rename(micro / "prepared")
+        for i, w in enumerate(weights):
+            (aside / f"{i}.safetensors").rename(w)
+        aside.rmdir()
+
+
 def test_cli_errors_are_one_line(capsys, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\narms: {a: {train.optim.lr: -1}}\n")

@@ -253,8 +253,8 @@ def read_tokenizer_files(path: Path, manifest: dict) -> dict[str, bytes]:
 def _read_manifest(path: Path) -> dict:
     recover_directory(path, clean=False)  # a `prepare --overwrite` killed between its two renames left .<name>.old
     if not path.is_dir():
-        raise UserError(f"prepared data not found: {path} (create it with: goldfish prepare data/wikipedia_demo.yaml "
-                        f"--out {path})")
+        raise UserError(f"prepared data not found: {path} (create it with: goldfish prepare RECIPE.yaml --out {path}, "
+                        f"the recipe it is made from, e.g. data/wikipedia_demo.yaml)")
     mf = path / "manifest.json"
     try:
         manifest = json.loads(mf.read_text(encoding="utf-8"))

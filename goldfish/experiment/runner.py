@@ -30,14 +30,14 @@ from tqdm.auto import tqdm
 from ..config import flatten, load_config, to_dict
 from ..errors import ConfigError, UserError
 from ..hardware import apply_threads
-from ..io import remove_tree
+from ..io import read_json, remove_tree
 from ..ownership import FolderLock, OutputFolder, check_target, fingerprint_sha256, read_owner, writing
 from ..provenance import code_version, differences, read_fingerprint
 from .config import ExperimentConfig
 from .finish import finish
 from .phases import run_cell
 from .pipeline import default_pipeline
-from .plan import CellPlan, Pipeline, plan_cells
+from .plan import CellPlan, Pipeline, manifest_of, plan_cells
 from .tune import choice, first_values, is_tuning, selected
 
 
@@ -133,6 +133,35 @@ def _replacing(plan: CellPlan):
     remove_tree(old)
 
 
+def restore_prepared(plans: list[CellPlan], pipeline: Pipeline) -> None:
+    """Prepare again the data of finished cells whose prepared folders are gone -- prepared data is never kept with
+    results, so a run folder restored from its cells' files (weights and prepared data left out) has none, and the
+    report reads it. Preparing is deterministic; a folder prepared again must hold the training data each finished
+    cell's training recorded (its ``train/fingerprint.json``'s ``data.sha256``): a changed recipe or code that
+    prepares other data is one line, not a report on data the cells never saw."""
+    remade: set[Path] = set()
+    for plan in plans:
+        if not plan.done:
+            continue
+        for prepare_cfg, data_dir in plan.prepared:
+            if manifest_of(data_dir).is_file():
+                continue
+            with FolderLock(data_dir.with_name(f"{data_dir.name}.prepare"), wait=True):  # as a cell's prepare phase
+                if not manifest_of(data_dir).is_file():
+                    print(f"preparing {data_dir} again: finished cells read it and it is gone", file=sys.stderr)
+                    pipeline.prepare(prepare_cfg, out=data_dir, overwrite=False, progress=False)
+                    remade.add(data_dir)
+    for plan in plans:
+        if plan.done and plan.train_data_dir in remade:
+            recorded = (read_fingerprint(plan.train_dir) or {}).get("data.sha256")
+            prepared = read_json(manifest_of(plan.train_data_dir)).get("sha256", {}).get("train")
+            if recorded is not None and prepared != recorded:
+                raise UserError(f"{plan.train_data_dir} was prepared again for the finished cell {plan.cell.id}, but "
+                                f"holds other training data than it trained on (sha256 {prepared} vs {recorded}): "
+                                f"the recipe or the code that prepares it changed; restore the cells' prepared data, "
+                                f"or use a new out=... folder and run them again")
+
+
 def check_start_models(plans: list[CellPlan]) -> None:
     """Every starting model of these cells exists (a per-cell ``base_model`` or ``train.model.path`` is only checked
     here, when cells are about to run, so --dry-run and --list work without the weights); one ConfigError if not."""
@@ -192,18 +221,21 @@ def run_experiment(cfg: ExperimentConfig, pipeline: Pipeline | None = None, *, p
             mark_experiment(folder, cfg)  # after every refusal: a refused run writes nothing
         _run_cells(cfg, plans, todo, pipeline, progress, {cid: stale[cid] for cid in rerun})
         with one_at_a_time(cfg):
+            restore_prepared(plans, pipeline)
             finish(cfg, plans)
     return cfg.out_dir
 
 
 def report_only(cfg: ExperimentConfig, plans: list[CellPlan], pipeline: Pipeline) -> dict:
     """``--report-only``: put back a cell a killed ``--rerun-stale`` set aside, refuse cells made with another config
-    (they are not this config's results), then write what a full run writes at its end
+    (they are not this config's results), prepare again the data of finished cells where it is gone
+    (:func:`restore_prepared`), then write what a full run writes at its end
     (:func:`goldfish.experiment.finish.finish`) from the cells finished so far; runs no cell."""
     with one_at_a_time(cfg), experiment_folder(cfg) as folder:
         recover_replaced(plans)
         check_not_stale(plans, pipeline)
         mark_experiment(folder, cfg)
+        restore_prepared(plans, pipeline)
         return finish(cfg, plans)
 
 
