@@ -231,9 +231,9 @@ def test_report_only_writes_what_the_full_run_wrote(micro):
 
 def test_finished_cells_kept_without_prepared_data_or_weights_render_the_same_study(micro, capsys):
     """Results kept as the cells' files alone (prepared data and weights are never kept with them, e.g. a committed
-    archive of a sweep): ``--report-only`` prepares the data again -- the training data each cell's training recorded
-    -- loads no model, and writes the study byte for byte; prepared data that differs from what the cells trained on
-    is one line, exit 2, with the study already written kept."""
+    archive of a sweep): ``--report-only`` prepares the data again -- the documents each cell was evaluated on --
+    loads no model, and writes the study byte for byte; prepared data that differs from what the cells were
+    evaluated on is one line, exit 2, with the study already written kept."""
     import shutil
 
     study = ("results.json", "results.csv", "summary.json", "report.md", "experiment.yaml")
@@ -246,7 +246,7 @@ def test_finished_cells_kept_without_prepared_data_or_weights_render_the_same_st
     assert len(weights) == 3
     for i, w in enumerate(weights):
         w.rename(aside / f"{i}.safetensors")
-    fingerprint = micro / "cells" / "goldfish" / "train" / "fingerprint.json"
+    fingerprint = micro / "cells" / "goldfish" / "eval" / "fingerprint.json"
     recorded = fingerprint.read_text()
     try:
         assert run_counting_loads(micro, "kept", *MICRO_OVERRIDES, "--report-only") == 0
@@ -255,14 +255,17 @@ def test_finished_cells_kept_without_prepared_data_or_weights_render_the_same_st
         (remade,) = (micro / "prepared").iterdir()
         original = json.loads((aside / "prepared" / remade.name / "manifest.json").read_text())
         assert json.loads((remade / "manifest.json").read_text())["sha256"] == original["sha256"]
-        # a recipe or code that prepares other data than the cells trained on: refused, nothing rewritten
+        # a recipe or code that prepares other documents than the cells were evaluated on: refused, nothing rewritten
         shutil.rmtree(remade)
-        fingerprint.write_text(recorded.replace(original["sha256"]["train"], "0" * 64))
+        documents = json.loads(recorded)["data_sha256"]
+        fingerprint.write_text(recorded.replace(documents, "0" * 64))
         capsys.readouterr()
         assert run_micro_experiment(micro, *MICRO_OVERRIDES, "--report-only") == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert err[-1].startswith(f"error: {remade} was prepared again for the finished cell goldfish, but holds other "
-                                  f"training data than it trained on (sha256 {original['sha256']['train']} vs ")
+        assert err[-1] == (f"error: {remade} was prepared again for the finished cell goldfish, but holds other "
+                           f"documents than it was evaluated on (sha256 {documents} vs {'0' * 64}): the recipe or the "
+                           f"code that prepares it changed; restore the cells' prepared data, or use a new out=... "
+                           f"folder and run them again")
         assert {name: (micro / name).read_bytes() for name in study} == written
     finally:  # the session's micro folder as it was, for the tests after this one
         fingerprint.write_text(recorded)

@@ -27,10 +27,13 @@ from typing import Any, Callable
 
 from tqdm.auto import tqdm
 
+from goldfish.eval.inputs import load_eval_documents
+from goldfish.eval.state import documents_sha256
+
 from ..config import flatten, load_config, to_dict
 from ..errors import ConfigError, UserError
 from ..hardware import apply_threads
-from ..io import read_json, remove_tree
+from ..io import remove_tree
 from ..ownership import FolderLock, OutputFolder, check_target, fingerprint_sha256, read_owner, writing
 from ..provenance import code_version, differences, read_fingerprint
 from .config import ExperimentConfig
@@ -136,9 +139,11 @@ def _replacing(plan: CellPlan):
 def restore_prepared(plans: list[CellPlan], pipeline: Pipeline) -> None:
     """Prepare again the data of finished cells whose prepared folders are gone -- prepared data is never kept with
     results, so a run folder restored from its cells' files (weights and prepared data left out) has none, and the
-    report reads it. Preparing is deterministic; a folder prepared again must hold the training data each finished
-    cell's training recorded (its ``train/fingerprint.json``'s ``data.sha256``): a changed recipe or code that
-    prepares other data is one line, not a report on data the cells never saw."""
+    report reads it. Preparing is deterministic; a folder prepared again must hold the documents each finished cell
+    was evaluated on (its eval fingerprint's ``data_sha256``: members, nonmembers and canaries, ids, labels and
+    tokens): a changed recipe or preparing code is one line, not a report on documents the cells never saw. (The
+    training rows' own hash, ``data.sha256`` of the train fingerprint, also covers the version of the code that
+    prepared them, so it is not compared here.)"""
     remade: set[Path] = set()
     for plan in plans:
         if not plan.done:
@@ -151,15 +156,20 @@ def restore_prepared(plans: list[CellPlan], pipeline: Pipeline) -> None:
                     print(f"preparing {data_dir} again: finished cells read it and it is gone", file=sys.stderr)
                     pipeline.prepare(prepare_cfg, out=data_dir, overwrite=False, progress=False)
                     remade.add(data_dir)
+    hashes: dict[tuple, str] = {}
     for plan in plans:
-        if plan.done and plan.train_data_dir in remade:
-            recorded = (read_fingerprint(plan.train_dir) or {}).get("data.sha256")
-            prepared = read_json(manifest_of(plan.train_data_dir)).get("sha256", {}).get("train")
-            if recorded is not None and prepared != recorded:
-                raise UserError(f"{plan.train_data_dir} was prepared again for the finished cell {plan.cell.id}, but "
-                                f"holds other training data than it trained on (sha256 {prepared} vs {recorded}): "
-                                f"the recipe or the code that prepares it changed; restore the cells' prepared data, "
-                                f"or use a new out=... folder and run them again")
+        recorded = (read_fingerprint(plan.eval_dir) or {}).get("data_sha256") if plan.done else None
+        if plan.data_dir not in remade or recorded is None:
+            continue
+        d = plan.eval_cfg.data
+        key = (d.path, d.nonmembers, d.max_docs, d.group_field, d.text_field)
+        if key not in hashes:
+            hashes[key] = documents_sha256(load_eval_documents(*key[:2], None, *key[2:])[0])
+        if hashes[key] != recorded:
+            raise UserError(f"{plan.data_dir} was prepared again for the finished cell {plan.cell.id}, but holds other "
+                            f"documents than it was evaluated on (sha256 {hashes[key]} vs {recorded}): the recipe or "
+                            f"the code that prepares it changed; restore the cells' prepared data, or use a new "
+                            f"out=... folder and run them again")
 
 
 def check_start_models(plans: list[CellPlan]) -> None:
