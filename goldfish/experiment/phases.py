@@ -75,14 +75,21 @@ class Phase:
         return bool(files) and all(f.is_file() for f in files)
 
 
+def prepare_data(pipeline: Pipeline, prepare_cfg: Any, data_dir: Path) -> bool:
+    """Prepare ``data_dir`` unless it is complete; True when this call prepared it. Cells of two shards may share
+    prepared data: the second waits for the first, then finds it ready."""
+    if manifest_of(data_dir).is_file():
+        return False
+    with FolderLock(data_dir.with_name(f"{data_dir.name}.prepare"), wait=True):
+        if manifest_of(data_dir).is_file():
+            return False
+        pipeline.prepare(prepare_cfg, out=data_dir, overwrite=False, progress=False)
+        return True
+
+
 def _prepare(run: CellRun) -> None:
     for prepare_cfg, data_dir in run.plan.prepared:
-        if manifest_of(data_dir).is_file():
-            continue
-        # cells of two shards may share prepared data: the second waits for the first, then finds it ready
-        with FolderLock(data_dir.with_name(f"{data_dir.name}.prepare"), wait=True):
-            if not manifest_of(data_dir).is_file():
-                run.pipeline.prepare(prepare_cfg, out=data_dir, overwrite=False, progress=False)
+        prepare_data(run.pipeline, prepare_cfg, data_dir)
 
 
 def _save_configs(run: CellRun) -> None:

@@ -38,7 +38,7 @@ from ..ownership import FolderLock, OutputFolder, check_target, fingerprint_sha2
 from ..provenance import code_version, differences, read_fingerprint
 from .config import ExperimentConfig
 from .finish import finish
-from .phases import run_cell
+from .phases import prepare_data, run_cell
 from .pipeline import default_pipeline
 from .plan import CellPlan, Pipeline, manifest_of, plan_cells
 from .tune import choice, first_values, is_tuning, selected
@@ -149,13 +149,10 @@ def restore_prepared(plans: list[CellPlan], pipeline: Pipeline) -> None:
         if not plan.done:
             continue
         for prepare_cfg, data_dir in plan.prepared:
-            if manifest_of(data_dir).is_file():
-                continue
-            with FolderLock(data_dir.with_name(f"{data_dir.name}.prepare"), wait=True):  # as a cell's prepare phase
-                if not manifest_of(data_dir).is_file():
-                    print(f"preparing {data_dir} again: finished cells read it and it is gone", file=sys.stderr)
-                    pipeline.prepare(prepare_cfg, out=data_dir, overwrite=False, progress=False)
-                    remade.add(data_dir)
+            if not manifest_of(data_dir).is_file():
+                print(f"preparing {data_dir} again: finished cells read it and it is gone", file=sys.stderr)
+            if prepare_data(pipeline, prepare_cfg, data_dir):
+                remade.add(data_dir)
     hashes: dict[tuple, str] = {}
     for plan in plans:
         recorded = (read_fingerprint(plan.eval_dir) or {}).get("data_sha256") if plan.done else None
