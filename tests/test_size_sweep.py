@@ -379,3 +379,37 @@ def test_the_grid_brackets_a_choice_only_with_a_value_on_each_side():
     assert interior([1e-3, 3e-3, 1e-2], 1e-2) is False and interior([1e-3, 3e-3, 1e-2], 1e-3) is False
     assert interior([1e-3], 1e-3) is False and interior([1e-3, 3e-3], None) is None
     assert interior(["a", 1], "a") is None  # values that do not order
+
+
+def test_e50_per_run_and_its_geometric_mean_over_runs_by_hand():
+    """Each run's own E50 (two symmetric strata put it exactly at their geometric midpoint: 8 between x4 and x16, 32
+    between x16 and x64) and, over runs, 2 ** (a t interval of the log2 E50s); a run beyond the tested exposures
+    leaves no interval and says so."""
+    from goldfish.experiment.scaling import e50_runs
+
+    def run(seed, low, high, k=(1, 3)):
+        strata = [{"prefix_len": 16, "repetitions": r, "n_windows": 4, "exact_match_rate": kk / 4}
+                  for r, kk in zip(("a", "b"), k)]
+        return CellSummary(f"standard__seed={seed}", "standard", {"size": "s", "seed": seed, "lr": 1e-3},
+                           strata=strata, exposures={"a": [low, low], "b": [high, high]})
+
+    found = e50_runs([run(0, 4, 16), run(1, 16, 64), run(2, 4, 16)], ["seed", "lr"])
+    assert [r["values"] for r in found["e50_runs"]] == [{"seed": s, "lr": 1e-3} for s in (0, 1, 2)]
+    assert [r["e50"]["e50"] for r in found["e50_runs"]] == pytest.approx([8.0, 32.0, 8.0])
+    logs = np.array([3.0, 5.0, 3.0])
+    half = stats.t.ppf(0.975, 2) * logs.std(ddof=1) / math.sqrt(3)
+    over = found["e50_over_runs"]
+    assert (over["n_runs"], over["n_points"], over["df"]) == (3, 3, 2)
+    assert over["geo_mean"] == pytest.approx(2 ** logs.mean())
+    assert (over["ci_low"], over["ci_high"]) == pytest.approx((2 ** (logs.mean() - half), 2 ** (logs.mean() + half)))
+    assert over["sd_log2"] == pytest.approx(logs.std(ddof=1))
+    beyond = e50_runs([run(0, 4, 16), run(1, 4, 16, k=(0, 0)), run(2, 4, 16)], ["seed"])["e50_over_runs"]
+    assert beyond == {"n_runs": 3, "n_points": 2, "why_not": "2 of 3 runs have an E50 inside the tested exposures "
+                                                             "(the others: 1 above): no interval over runs"}
+    from goldfish.experiment.sections.threshold import e50_runs_markdown
+
+    table = "\n".join(e50_runs_markdown([{"arm": "standard", "size": "s", **found}], "lr"))
+    assert "| arm | size | seed=0 | seed=1 | seed=2 | over runs [95 % t] |" in table  # the tuned lr is no label
+    assert (f"| standard | s | 8 | 32 | 8 | {2 ** logs.mean():.3g} [{2 ** (logs.mean() - half):.3g}, "
+            f"{2 ** (logs.mean() + half):.3g}]; SD {logs.std(ddof=1):.2f} |") in table
+    assert e50_runs_markdown([{"arm": "standard", "size": "s", **e50_runs([run(0, 4, 16)], ["seed"])}], None) == []

@@ -40,7 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from goldfish.eval.stats import cluster_bootstrap_mean, clustered_logistic, loglinear_fit, wilson_interval
+from goldfish.eval.stats import (cluster_bootstrap_mean, clustered_logistic, loglinear_fit, t_over_runs,
+                                 wilson_interval)
 from goldfish.eval.threshold import e50
 
 from ..io import read_json
@@ -130,6 +131,7 @@ def size_analysis(cells: list[CellSummary], axes: list[str]) -> dict | None:
                      "exposures_agree": all(e == exposures[0] for e in exposures) if exposures else None,
                      "pretrained": any(c.start_model for c in group),
                      "e50": group_e50(group) if arm != "control" else None,
+                     **(e50_runs(group, [a for a in axes if a != SIZE_AXIS]) if arm != "control" else {}),
                      "canaries": canary_strata(group)})
     return {"rows": rows, "fits": _fits(rows)}
 
@@ -196,6 +198,31 @@ def group_e50(cells: list[CellSummary]) -> dict | None:
     return {**found, "prefix_len": prefix,
             "exact_reads": all(len({*(c.exposures or {}).get(k, [0])}) == 1 for c in cells
                                for k in (c.exposures or {}))}
+
+
+def e50_runs(cells: list[CellSummary], axes: list[str]) -> dict:
+    """E50 per training run of an (arm, size) group -- each cell's own fit (:func:`group_e50` of one cell) -- and
+    across runs: ``{e50_runs: [{values, e50}], e50_over_runs}``, the latter the geometric mean of the runs' E50 with
+    a t interval over runs on log2 E50 (:func:`goldfish.eval.stats.t_over_runs`; ``sd``: the between-run spread in
+    log2 units), only where every run has a point (an interior E50); else None, with ``why_not`` saying how many
+    runs lie beyond the tested exposures or are only identified between two strata. The pooled ``e50`` treats every
+    run's targets as one sample: within-run detail."""
+    runs = [{"values": {a: c.values.get(a) for a in axes}, "e50": group_e50([c])} for c in cells]
+    points = [r["e50"]["log2_e50"] for r in runs if r["e50"] and r["e50"].get("log2_e50") is not None]
+    over: dict[str, Any] = {"n_runs": len(runs), "n_points": len(points)}
+    if len(points) == len(runs) and len(runs) >= 2:
+        found = t_over_runs(points)
+        over.update(geo_mean=2.0 ** found["mean"], ci_low=2.0 ** found["ci_low"], ci_high=2.0 ** found["ci_high"],
+                    sd_log2=found["sd"], df=found["df"])
+    elif len(runs) < 2:
+        over["why_not"] = "one run: no interval over runs"
+    else:  # above / below the tested exposures, separated (only identified between two strata), none (no fit)
+        others = [r["e50"]["status"] if r["e50"] else "none" for r in runs
+                  if not (r["e50"] and r["e50"].get("log2_e50") is not None)]
+        over["why_not"] = (f"{len(points)} of {len(runs)} runs have an E50 inside the tested exposures (the others: "
+                           + ", ".join(f"{others.count(s)} {s}" for s in dict.fromkeys(others))
+                           + "): no interval over runs")
+    return {"e50_runs": runs, "e50_over_runs": over}
 
 
 def canary_strata(cells: list[CellSummary], n_bootstrap: int = 1000, seed: int = 0) -> dict | None:

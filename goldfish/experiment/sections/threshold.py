@@ -18,25 +18,52 @@ def compute(study: Study) -> dict:
     return {}
 
 
+def _one(e: dict, value: float | None, status: str) -> str:
+    """One E50 value of ``e``'s fit: censored as ``> 128`` / ``< 2`` beyond the tested exposures."""
+    if status == "above":
+        return f"> {max(s['exposures'] for s in e['strata']):g}"
+    if status == "below":
+        return f"< {min(s['exposures'] for s in e['strata']):g}"
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _e50_point(e: dict) -> str:
+    """``12.3``, ``> 128``, ``12.3 (quasi-separated)`` or ``16-64 (identified)`` where the strata separate."""
+    if e["status"] == "separated":
+        return f"{e['identified'][0]:g}-{e['identified'][1]:g} (identified)"
+    return _one(e, e["e50"], e["status"]) + (" (quasi-separated)" if e.get("separation") == "quasi" else "")
+
+
 def _e50_text(e: dict | None) -> str:
     """``12.3 [8.1, 20.5]``; censored values as ``> 128`` / ``< 2``; a separation as ``16-64 (identified) [16, 64]``."""
     if not e:
         return "-"
-    top = max(s["exposures"] for s in e["strata"])
-    bottom = min(s["exposures"] for s in e["strata"])
+    return f"{_e50_point(e)} [{_one(e, e['low'], e['low_status'])}, {_one(e, e['high'], e['high_status'])}]"
 
-    def one(value: float | None, status: str) -> str:
-        if status == "above":
-            return f"> {top:g}"
-        if status == "below":
-            return f"< {bottom:g}"
-        return "-" if value is None else f"{value:.3g}"
 
-    if e["status"] == "separated":
-        point = f"{e['identified'][0]:g}-{e['identified'][1]:g} (identified)"
-    else:
-        point = one(e["e50"], e["status"]) + (" (quasi-separated)" if e.get("separation") == "quasi" else "")
-    return f"{point} [{one(e['low'], e['low_status'])}, {one(e['high'], e['high_status'])}]"
+def e50_runs_markdown(rows: list[dict], tuned: str | None) -> list[str]:
+    """E50 per training run (one column per run, labelled by its values other than size and a tuned axis) and the
+    geometric mean over runs with its t interval (or why there is none); [] without a group of several runs."""
+    rows = [r for r in rows if r.get("e50_runs")]
+    if not any(len(r["e50_runs"]) > 1 for r in rows):
+        return []
+
+    def label(values: dict) -> str:
+        return ", ".join(f"{k}={v}" for k, v in values.items() if k != tuned)
+
+    runs = list(dict.fromkeys(label(x["values"]) for r in rows for x in r["e50_runs"]))
+    table = []
+    for r in rows:
+        by = {label(x["values"]): x["e50"] for x in r["e50_runs"]}
+        over = r["e50_over_runs"]
+        across = (f"{over['geo_mean']:.3g} [{over['ci_low']:.3g}, {over['ci_high']:.3g}]; SD {over['sd_log2']:.2f}"
+                  if "geo_mean" in over else over["why_not"])
+        table.append([r["arm"], r["size"], *(_e50_point(by[k]) if by.get(k) else "-" for k in runs), across])
+    return ["", "E50 per training run (each run's own fit, 95 % profile interval in results.json), and over runs: "
+            "the geometric mean with a 95 % t interval over runs on log2 E50 and the between-run SD (log2 units), "
+            "only where every run has an E50 inside the tested exposures. The pooled E50 above fits every run's "
+            "targets as one sample (within-run detail).", "",
+            markdown_table(["arm", "size", *runs, "over runs [95 % t]"], table)]
 
 
 def _ci(entry: dict, name: str, digits: str = ".2f", sign: bool = False) -> str:
@@ -107,6 +134,7 @@ def threshold_markdown(results: dict) -> str | None:
              for r in ordered if r["arm"] != "control"]
     lines.append(markdown_table(["arm", "size", "params", "E50 [95 % CI]", "extracted per stratum", "targets"],
                                 table))
+    lines += e50_runs_markdown(ordered, (results.get("tune") or {}).get("axis"))
     lines += size_model_markdown(scaling.get("size_model") or [])
     lines += canary_markdown(ordered)
     return "\n".join(lines)
