@@ -154,9 +154,9 @@ def restore_prepared(plans: list[CellPlan], pipeline: Pipeline) -> None:
             if prepare_data(pipeline, prepare_cfg, data_dir):
                 remade.add(data_dir)
     hashes: dict[tuple, str] = {}
-    for plan in plans:
-        recorded = (read_fingerprint(plan.eval_dir) or {}).get("data_sha256") if plan.done else None
-        if plan.data_dir not in remade or recorded is None:
+    for plan in (p for p in plans if p.done and p.data_dir in remade):  # only what was prepared again is read
+        recorded = (read_fingerprint(plan.eval_dir) or {}).get("data_sha256")
+        if recorded is None:
             continue
         d = plan.eval_cfg.data
         key = (d.path, d.nonmembers, d.max_docs, d.group_field, d.text_field)
