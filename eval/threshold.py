@@ -24,7 +24,11 @@ cannot exclude. The point estimate and its status:
   (``identified``: [e_j, e_j+1]) and ``e50`` is null; the interval is that range and what the likelihood ratio
   allows beyond it;
 * censored ``above`` (no target extracted, or the fitted rate below one half up to the largest exposure: E50 >
-  e_max) or ``below`` (E50 < e_1); ``none`` where the rate falls with exposure (b = 0 maximises).
+  e_max) or ``below`` (E50 < e_1). Two limits land here too: a mixed top stratum with fewer than half extracted
+  above strata with none (the step approaches it from above, so E50 > e_max; a mixed bottom stratum with more than
+  half, below strata with all, is ``below``), and a rate that does not rise with exposure (b >= 0 binds: the
+  maximum is the constant rate p, approached as b -> 0 with t -> +inf for p < 1/2, -inf for p > 1/2); ``none``
+  only where that constant rate is exactly one half.
 
 An interval end beyond the tested exposures is censored the same way (``low_status`` / ``high_status``).
 tests/test_threshold.py checks the coverage by simulation (a steep logistic, E50 20 or 50, strata 4 / 16 / 64 / 256
@@ -127,13 +131,22 @@ def _supremum(x: np.ndarray, k: np.ndarray, n: np.ndarray) -> dict:
     if high_failure == low_success:  # one mixed stratum between separated ones: the step there, as b -> inf
         j = int(np.flatnonzero(x == low_success)[0])
         q = k[j] / n[j]
-        return {"t": low_success, "status": "interior", "separation": "quasi", "slope": None,
-                "loglik": float(k[j] * math.log(q) + (n[j] - k[j]) * math.log(1.0 - q))}
+        loglik = float(k[j] * math.log(q) + (n[j] - k[j]) * math.log(1.0 - q))
+        # the step approaches that stratum from above where fewer than half of it are extracted (t -> x_j+), from
+        # below where more are: at the largest (smallest) exposure that is beyond the tested range, i.e. censored
+        if (q < 0.5 and low_success == x.max()) or (q > 0.5 and low_success == x.min()):
+            return {"t": math.inf if q < 0.5 else -math.inf, "status": "above" if q < 0.5 else "below",
+                    "separation": "quasi", "slope": None, "loglik": loglik}
+        return {"t": low_success, "status": "interior", "separation": "quasi", "slope": None, "loglik": loglik}
     design = np.stack([np.ones_like(x), x], axis=1)
     a, b = logistic_batch(design, k[None, :], n, firth=False)[0]  # the plain fit exists: no separation
-    if b <= 0:
-        return {"t": math.nan, "status": "none", "separation": None, "slope": 0.0,
-                "loglik": float(_loglik(x, k, n, np.zeros(1), np.zeros(1))[0])}
+    if b <= 0:  # b >= 0 binds: the maximum is the constant rate p (b -> 0+ with t -> +-inf as p < or > 1/2)
+        p = float(k.sum() / n.sum())
+        loglik = float(k.sum() * math.log(p) + (n.sum() - k.sum()) * math.log(1.0 - p))
+        if p == 0.5:
+            return {"t": math.nan, "status": "none", "separation": None, "slope": 0.0, "loglik": loglik}
+        return {"t": math.inf if p < 0.5 else -math.inf, "status": "above" if p < 0.5 else "below",
+                "separation": None, "slope": 0.0, "loglik": loglik}
     t = float(-a / b)
     status = "interior" if x.min() <= t <= x.max() else ("above" if t > x.max() else "below")
     return {"t": t, "status": status, "separation": None, "slope": float(b), "intercept": float(a),

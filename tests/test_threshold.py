@@ -146,6 +146,39 @@ def test_the_floor_and_the_ceiling_are_censored_not_extrapolated():
     assert partial["high_status"] == "above" and partial["low_status"] in ("interior", "above")
 
 
+def test_a_mixed_top_stratum_below_half_is_censored_above_not_an_e50_there():
+    # the size sweep's Goldfish runs: 1 of 8 extracted at x128, none below. The likelihood's supremum is the step
+    # approaching x128 from above (P(x128) -> 1/8 as b -> inf, t -> 7+): E50 lies beyond the tested exposures, as
+    # "the fitted rate below one half up to the largest exposure" says, not at 128
+    strata = [4, 16, 24, 32, 48, 64, 128]
+    top = e50(strata, [0, 0, 0, 0, 0, 0, 1], [8] * 7)
+    assert top["status"] == "above" and top["e50"] is None and top["separation"] == "quasi"
+    assert top["high_status"] == "above"
+    # its mirror: 7 of 8 at the smallest exposure, all above it -> E50 below the tested range
+    bottom = e50(strata, [7, 8, 8, 8, 8, 8, 8], [8] * 7)
+    assert bottom["status"] == "below" and bottom["e50"] is None and bottom["low_status"] == "below"
+    # a mixed stratum inside the range still gives its exposure (the step between tested strata)
+    assert e50(strata, [0, 0, 1, 8, 8, 8, 8], [8] * 7)["e50"] == 24.0
+
+
+def test_a_rate_that_does_not_rise_with_exposure_is_censored_by_its_level():
+    # 1/8 at x16 and x32, none elsewhere: the unconstrained fit's slope is negative (scikit-learn, one row per
+    # target), so b >= 0 binds and the maximum is the constant rate 2/56 < 1/2: E50 above the tested exposures
+    from sklearn.linear_model import LogisticRegression
+
+    strata, hits = [4, 16, 24, 32, 48, 64, 128], [0, 1, 0, 1, 0, 0, 0]
+    rows = np.array([[math.log2(e)] for e in strata for _ in range(8)])
+    y = np.array([int(i < h) for h in hits for i in range(8)])
+    assert LogisticRegression(C=1e12, max_iter=10000).fit(rows, y).coef_[0, 0] < 0
+    flat = e50(strata, hits, [8] * 7)
+    assert flat["status"] == "above" and flat["e50"] is None and flat["slope"] == 0.0
+    assert flat["high_status"] == "above"
+    high = e50(strata, [8 - h for h in hits][::-1], [8] * 7)  # 54 of 56, falling: constant rate > 1/2 -> below
+    assert high["status"] == "below" and high["e50"] is None
+    # exactly one half, falling: no side to censor on
+    assert e50([4, 16], [2, 0], [2, 2])["status"] == "none"
+
+
 # ---------------------------------------------------------------- E50 vs size in the sweep's scaling block
 
 
