@@ -7,6 +7,7 @@ each number is found in that folder's files."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import re
@@ -178,6 +179,16 @@ def _leaves(obj, out: list) -> list:
     return out
 
 
+def _stored(folder: Path, name: str) -> Path | None:
+    """A committed file as written (``results.json``) or gzip-compressed (``results.json.gz``, for a study whose
+    JSON is over the repo's 5 MB limit); None where neither is there."""
+    return next((p for p in (folder / name, folder / f"{name}.gz") if p.is_file()), None)
+
+
+def _read_json(path: Path):
+    return json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes())
+
+
 class Committed:
     """A committed results folder: the numeric leaves of its JSON files and the number tokens of its report."""
 
@@ -185,8 +196,8 @@ class Committed:
         self.folder = folder
         values: list = []
         for name in ("results.json", "summary.json"):
-            if (folder / name).exists():
-                _leaves(json.loads((folder / name).read_text(encoding="utf-8")), values)
+            if _stored(folder, name):
+                _leaves(_read_json(_stored(folder, name)), values)
         self.leaves = sorted(set(values))
         report = (folder / "report.md").read_text(encoding="utf-8")
         report = report.split("\n## Side-by-side generations")[0]  # the articles' own text holds no result
@@ -252,7 +263,7 @@ def check_doc(name: str, text: str, repo: Path = REPO) -> list[str]:
             checked = CHECKED.match(source)
             if checked:
                 folder = repo / "experiments" / "results" / checked.group(1)
-                missing = [f for f in ("results.json", "report.md") if not (folder / f).is_file()]
+                missing = [f for f in ("results.json", "report.md") if not _stored(folder, f)]
                 if missing:
                     problems.append(f"{where}: marker source {source} has no {' or '.join(missing)}")
                     continue
@@ -320,3 +331,12 @@ def test_a_stale_pending_marker_and_a_bad_source_are_caught():
     assert "names no config" in check_doc("doc.md", "## X\n<!-- numbers: pending nosuch -->\n1.5 %\n")[0]
     assert "has no results.json" in check_doc("doc.md", "## X\n<!-- numbers: experiments/results/nosuch -->\n")[0]
     assert "unknown source" in check_doc("doc.md", "## X\n<!-- numbers: trust me -->\n1.5 %\n")[0]
+
+
+def test_a_compressed_results_file_is_read_like_the_plain_one(tmp_path):
+    # a study over the repo's 5 MB limit is committed as results.json.gz: its numbers must count as the folder's
+    (tmp_path / "report.md").write_text("# r\n", encoding="utf-8")
+    (tmp_path / "results.json.gz").write_bytes(gzip.compress(json.dumps({"e50": 26.7, "n": [1.5]}).encode()))
+    assert {26.7, 1.5} <= set(Committed(tmp_path).leaves)
+    assert _stored(tmp_path, "results.json") == tmp_path / "results.json.gz"
+    assert _stored(tmp_path, "summary.json") is None
