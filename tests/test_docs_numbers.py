@@ -196,8 +196,8 @@ class Committed:
         self.folder = folder
         values: list = []
         for name in ("results.json", "summary.json"):
-            if _stored(folder, name):
-                _leaves(_read_json(_stored(folder, name)), values)
+            if path := _stored(folder, name):
+                _leaves(_read_json(path), values)
         self.leaves = sorted(set(values))
         report = (folder / "report.md").read_text(encoding="utf-8")
         report = report.split("\n## Side-by-side generations")[0]  # the articles' own text holds no result
