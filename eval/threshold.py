@@ -117,6 +117,12 @@ def profile(x: np.ndarray, k: np.ndarray, n: np.ndarray, t: np.ndarray) -> tuple
     return np.where(step, at, _loglik(x, k, n, finite, t)), b
 
 
+def _at_its_rate(k: float, n: float) -> float:
+    """The binomial log-likelihood of k successes in n at the rate k / n (0 < k < n)."""
+    q = k / n
+    return float(k * math.log(q) + (n - k) * math.log(1.0 - q))
+
+
 def _supremum(x: np.ndarray, k: np.ndarray, n: np.ndarray) -> dict:
     """The maximum likelihood: its threshold, status, slope and log-likelihood, and the kind of separation."""
     succ, fail = x[k > 0], x[k < n]
@@ -130,8 +136,7 @@ def _supremum(x: np.ndarray, k: np.ndarray, n: np.ndarray) -> dict:
                 "identified": (high_failure, low_success)}
     if high_failure == low_success:  # one mixed stratum between separated ones: the step there, as b -> inf
         j = int(np.flatnonzero(x == low_success)[0])
-        q = k[j] / n[j]
-        loglik = float(k[j] * math.log(q) + (n[j] - k[j]) * math.log(1.0 - q))
+        q, loglik = k[j] / n[j], _at_its_rate(k[j], n[j])
         # the step approaches that stratum from above where fewer than half of it are extracted (t -> x_j+), from
         # below where more are: at the largest (smallest) exposure that is beyond the tested range, i.e. censored
         if (q < 0.5 and low_success == x.max()) or (q > 0.5 and low_success == x.min()):
@@ -141,8 +146,7 @@ def _supremum(x: np.ndarray, k: np.ndarray, n: np.ndarray) -> dict:
     design = np.stack([np.ones_like(x), x], axis=1)
     a, b = logistic_batch(design, k[None, :], n, firth=False)[0]  # the plain fit exists: no separation
     if b <= 0:  # b >= 0 binds: the maximum is the constant rate p (b -> 0+ with t -> +-inf as p < or > 1/2)
-        p = float(k.sum() / n.sum())
-        loglik = float(k.sum() * math.log(p) + (n.sum() - k.sum()) * math.log(1.0 - p))
+        p, loglik = float(k.sum() / n.sum()), _at_its_rate(k.sum(), n.sum())
         if p == 0.5:
             return {"t": math.nan, "status": "none", "separation": None, "slope": 0.0, "loglik": loglik}
         return {"t": math.inf if p < 0.5 else -math.inf, "status": "above" if p < 0.5 else "below",
