@@ -19,6 +19,7 @@ import math
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
+from goldfish.config import shown
 from goldfish.data import load_prepared
 from goldfish.data.sources import jsonl_objects
 from goldfish.errors import UserError
@@ -124,10 +125,15 @@ def tokenize_jsonl(path: str | Path, tokenizer, split: str = "members", max_docs
     else:
         source = jsonl_objects(path)
 
-    rows = []
+    rows, lines = [], {}
     for n, row in source:
         if not isinstance(row.get(text_field), str):
             raise _missing_text(path, n, row, text_field)
+        doc_id = str(row.get("id", len(rows)))
+        if doc_id in lines:  # two verdicts under one name could not be told apart
+            raise UserError(f"{path} lines {lines[doc_id]} and {n} both have id {shown(doc_id)}; give each document its "
+                            f"own id (a repeated text may stay, under another id)")
+        lines[doc_id] = n
         count = row.get("repetitions")
         if isinstance(count, float) and math.isfinite(count) and count.is_integer():  # 2.0 from a float column
             count = row["repetitions"] = int(count)

@@ -162,7 +162,17 @@ def evaluate_windows(model, tokenizer, windows: Sequence[Window], cfg: EvalConfi
                              "windows_per_s": len(chunk) / max(seconds, 1e-9),
                              "done": len(windows) - len(todo) + lo + len(chunk), "total": len(windows)})
     bar.close()
-    return [done[w.key] for w in windows]
+    return [_own_record(done[w.key], w) for w in windows]
+
+
+def _own_record(rec: dict, w: Window) -> dict:
+    """A window's record as its own document's: a repeated text's windows share keys and are decoded once, and each
+    copy keeps its own id, title and split (its own verdict, never the other copy's windows)."""
+    doc = w.doc
+    if rec.get("doc_id") == doc.id and rec.get("split") == doc.split:
+        return rec
+    return {**rec, "doc_id": doc.id, "title": doc.title, "repetitions": doc.repetitions, "split": doc.split,
+            "group": doc.group}
 
 
 def run_membership(model, reference, splits: dict, cfg: EvalConfig, tokenizer, out: Path) -> dict | None:

@@ -17,8 +17,12 @@ window per document, prefix = tokens [0, n-S), whatever the placement. A documen
 for that P and is counted in ``skipped``; if no window remains at all, :func:`build_windows` raises a
 :class:`~goldfish.errors.UserError`.
 
-Every window has a ``key``: sha256 of (document tokens, P, S, placement, start). It identifies the window across
-runs (resume skips keys already computed) and appears in results as ``sha256``.
+Every window has a ``key``: sha256 of (document, P, S, placement, start). It identifies the window across runs
+(resume skips keys already computed) and appears in results as ``sha256``. The document enters as its tokens (8-byte
+little-endian) when they take at most :data:`KEY_TOKEN_BYTES` bytes, else as the sha256 of those bytes under the
+header ``goldfish-window/2``: a window's key then costs at most that many bytes of hashing whatever the document's
+length, and a document's windows are built in time linear in its length (a 1 M-token document in about a second,
+``benchmarks/window_keys.py``) -- where hashing the whole document for every window was quadratic.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from goldfish.errors import UserError
 
 PLACEMENTS = ("start", "end", "stride", "offsets")
 ALL = -1
+KEY_TOKEN_BYTES = 1 << 16  # a longer document (over 8,192 tokens) enters its windows' keys as its sha256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,12 +66,26 @@ class Window:
     key: str
 
 
-def window_key(tokens: Sequence[int], prefix_len: int, suffix_len: int, placement: str, start: int) -> str:
-    """sha256 hex of the document tokens and the window's geometry (stable across runs and machines)."""
+def document_identity(tokens: Sequence[int]) -> tuple[str, bytes]:
+    """(key version, bytes) a document enters its windows' keys as: its tokens packed (8-byte little-endian) when they
+    take at most :data:`KEY_TOKEN_BYTES` bytes, else the sha256 of those bytes (computed once per document)."""
+    packed = struct.pack(f"<{len(tokens)}q", *tokens)
+    if len(packed) <= KEY_TOKEN_BYTES:
+        return "goldfish-window/1", packed
+    return "goldfish-window/2", hashlib.sha256(packed).digest()
+
+
+def _key(identity: tuple[str, bytes], prefix_len: int, suffix_len: int, placement: str, start: int) -> str:
     h = hashlib.sha256()
-    h.update(f"goldfish-window/1|{prefix_len}|{suffix_len}|{placement}|{start}|".encode())
-    h.update(struct.pack(f"<{len(tokens)}q", *tokens))
+    h.update(f"{identity[0]}|{prefix_len}|{suffix_len}|{placement}|{start}|".encode())
+    h.update(identity[1])
     return h.hexdigest()
+
+
+def window_key(tokens: Sequence[int], prefix_len: int, suffix_len: int, placement: str, start: int) -> str:
+    """sha256 hex of the document (:func:`document_identity`) and the window's geometry (stable across runs and
+    machines)."""
+    return _key(document_identity(tokens), prefix_len, suffix_len, placement, start)
 
 
 def starts(n_tokens: int, prefix_len: int, suffix_len: int, placement: str, stride: int,
@@ -106,16 +125,18 @@ def build_windows(docs: Sequence[EvalDocument], prefix_lens: Sequence[int], suff
     windows: list[Window] = []
     skipped = 0
     for doc in docs:
-        toks = doc.tokens
+        toks, identity = doc.tokens, None
         for p_req in prefix_lens:
             for placement in placements:
                 offs, p = starts(len(toks), p_req, suffix_len, placement, stride, offsets, max_offset)
                 if not offs:
                     skipped += 1
+                if offs and identity is None:  # once per document: each key then hashes a bounded length
+                    identity = document_identity(toks)
                 for s in offs:
                     windows.append(Window(doc, p_req, suffix_len, placement, s, toks[s : s + p],
                                           toks[s + p : s + p + suffix_len],
-                                          window_key(toks, p_req, suffix_len, placement, s)))
+                                          _key(identity, p_req, suffix_len, placement, s)))
     if docs and not windows:
         longest = max(len(d.tokens) for d in docs)
         need = min(suffix_len + (1 if p == ALL else p) for p in prefix_lens)
