@@ -57,6 +57,7 @@ from sklearn.metrics import roc_auc_score, roc_curve
 
 from goldfish.errors import UserError
 
+from .attack_names import ATTACK_SPECS, ratio_key
 from .scoring import DEFAULT_CHUNK, DEFAULT_TOKEN_BUDGET, iter_token_statistics, scoring_window
 from .stats import auc_pvalue, bootstrap_auc, tpr_at_fpr
 
@@ -97,11 +98,6 @@ def lowest_k_mean(values: np.ndarray, ratio: float) -> float:
     """Mean of the lowest ``ratio`` fraction of ``values`` (the Min-K% reduction)."""
     k = min_k_count(len(values), ratio)
     return float(np.mean(np.partition(values, k - 1)[:k]))
-
-
-def ratio_key(prefix: str, ratio: float) -> str:
-    """Score name for a Min-K ratio, e.g. ``("min_k", 0.2) -> "min_k_20"``."""
-    return f"{prefix}_{int(round(ratio * 100))}"
 
 
 def _check_ratios(min_k_ratios: Sequence[float]) -> list[float]:
@@ -297,11 +293,15 @@ class Attack:
 ATTACKS: dict[str, Attack] = {}  # name -> attack, in the order the membership table lists them
 
 
-def register_attack(name: str, needs: tuple[str, ...] = (), keys: Callable[[Sequence[float]], list[str]] | None = None,
-                    token_scores: bool = False):
-    """Register ``fn(inputs) -> {key: scores}`` as attack ``name`` (its one key ``name`` unless ``keys`` says)."""
+def register_attack(name: str):
+    """Register ``fn(inputs) -> {key: scores}`` as attack ``name``, declared in ``attack_names.ATTACK_SPECS``: its
+    needs, keys and ``token_scores`` come from that spec, so the experiment config knows it without this module."""
+    spec = ATTACK_SPECS.get(name)
+    if spec is None:
+        raise ValueError(f"attack {name!r} is not declared: add its AttackSpec to goldfish.eval.attack_names first")
+
     def wrap(fn: Callable[[AttackInputs], dict[str, np.ndarray]]):
-        ATTACKS[name] = Attack(name, fn, tuple(needs), keys or (lambda ratios: [name]), token_scores)
+        ATTACKS[name] = Attack(name, fn, spec.needs, spec.keys, spec.token_scores)
         return fn
     return wrap
 
@@ -311,18 +311,18 @@ def _loss(x: AttackInputs) -> dict[str, np.ndarray]:
     return {"loss": -x.nll}
 
 
-@register_attack("min_k", keys=lambda ratios: [ratio_key(p, r) for r in ratios for p in ("min_k", "min_k_pp")])
+@register_attack("min_k")
 def _min_k(x: AttackInputs) -> dict[str, np.ndarray]:
     return {ratio_key(p, r): _column(x.rows, ratio_key(p, r)) for r in x.ratios for p in ("min_k", "min_k_pp")}
 
 
-@register_attack("zlib", needs=("tokenizer",), keys=lambda ratios: ["zlib_mimir", "zlib_ratio"])
+@register_attack("zlib")
 def _zlib(x: AttackInputs) -> dict[str, np.ndarray]:
     zbytes = np.array([zlib_length(t) for t in x.texts()], dtype=np.float64)
     return {"zlib_mimir": -x.nll / zbytes, "zlib_ratio": -(_column(x.rows, "nll_sum") / math.log(2)) / (8 * zbytes)}
 
 
-@register_attack("lowercase", needs=("tokenizer",))
+@register_attack("lowercase")
 def _lowercase(x: AttackInputs) -> dict[str, np.ndarray]:
     head, tok = x.head, x.tokenizer
     heads = [list(d[:head]) for d in x.docs] if head else x.docs
@@ -332,18 +332,18 @@ def _lowercase(x: AttackInputs) -> dict[str, np.ndarray]:
                                                                                           x.loop)}
 
 
-@register_attack("reference", needs=("reference_model",))
+@register_attack("reference")
 def _reference(x: AttackInputs) -> dict[str, np.ndarray]:
     ref = _scored_pass(x.reference_model, x.docs, "reference", (), x.cache, x.loop)
     return {"reference": _column(ref, "nll") - x.nll}
 
 
-@register_attack("recall", needs=("recall_prefix",))
+@register_attack("recall")
 def _recall(x: AttackInputs) -> dict[str, np.ndarray]:
     return {"recall": recall_scores(x.model, x.docs, x.recall_prefix, skip=x.recall_skip, cache=x.cache, loop=x.loop)}
 
 
-@register_attack("dc_pdd", needs=("dc_pdd_counts",), token_scores=True)
+@register_attack("dc_pdd")
 def _dc_pdd(x: AttackInputs) -> dict[str, np.ndarray]:
     counts = np.asarray(x.dc_pdd_counts, dtype=np.int64)
     return {"dc_pdd": np.array([
@@ -375,9 +375,9 @@ def score_documents(
 ) -> dict[str, np.ndarray]:
     """Membership scores of each token-id document, higher = more likely a training member.
 
-    Keys: ``loss``, ``min_k_<k>``, ``min_k_pp_<k>`` (one per ratio), plus ``zlib_mimir``, ``zlib_ratio`` and
-    ``lowercase`` when a ``tokenizer`` (HF-style ``encode``/``decode``) is given and ``reference`` when a
-    ``reference_model`` (same vocabulary) is given. Each value is a float64 array of shape (len(docs),). Whole
+    Keys: those of every registered attack (``attack_names.ATTACK_SPECS``: ``AttackSpec.keys``, one per Min-K ratio
+    for ``min_k``) whose ``needs`` are given -- a ``tokenizer`` (HF-style ``encode``/``decode``) for the zlib and
+    lowercase attacks, a ``reference_model`` (same vocabulary) for ``reference``. Each value is a float64 array of shape (len(docs),). Whole
     documents are scored: one longer than ``window`` (default ``scoring.DEFAULT_WINDOW``; capped by the smaller
     context of the two models) is scored in windows advancing by ``stride`` (default 3/4 of the window), see
     :mod:`goldfish.eval.scoring`. ``token_budget``

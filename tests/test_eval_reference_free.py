@@ -79,9 +79,10 @@ def test_both_attacks_are_in_the_membership_table(tmp_path):
 def test_a_registered_attack_joins_the_table(monkeypatch):
     """An attack is one registered function: its scores get an AUC like the others (here the document length, which
     separates the long members from the short nonmembers perfectly: AUC 1)."""
-    from goldfish.eval import membership
+    from goldfish.eval import attack_names, membership
 
     monkeypatch.setattr(membership, "ATTACKS", dict(membership.ATTACKS))
+    monkeypatch.setitem(attack_names.ATTACK_SPECS, "length", attack_names.AttackSpec("length"))  # its one line
     membership.register_attack("length")(lambda x: {"length": np.array([len(d) for d in x.docs], dtype=float)})
     tok = tiny_tokenizer()
     model = tiny_llama(len(tok), seed=1)

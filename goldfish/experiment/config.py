@@ -39,6 +39,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal, Union
 
+from goldfish.eval.attack_names import CELL_ATTACKS, attack_of, score_key_examples
 from goldfish.eval.metrics import HEADLINE, METRICS
 
 from ..config import check, flatten, from_dict, merged, option, raise_problems, read_yaml, shown, to_dict
@@ -50,9 +51,9 @@ SECTIONS = ("data", "train", "eval", "hardware")
 CONTROL = "control"  # the arm name of the control cells
 PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]*[A-Za-z0-9][A-Za-z0-9._-]*")  # an experiment's or arm's name: one folder
 HEADLINE_METRICS = tuple(METRICS[m].summary_key for m in HEADLINE)  # what headline_metric may name
-# headline attacks: auto, then those every cell's attacks.json scores, then (a pattern) eval's membership attacks
-MIA_ATTACKS = ("auto", "loss", "reference", "kept_loss", "kept_reference")
-EVAL_MIA_ATTACKS = r"zlib_ratio|zlib_mimir|lowercase|min_k(_pp)?_\d+"
+# headline attacks: auto, those every cell's attacks.json scores, and every score of an attack declared in
+# goldfish.eval.attack_names (eval's membership task scores them)
+MIA_ATTACKS = ("auto", *CELL_ATTACKS)
 CELL_KEYS = ("base_model",)  # keys an arm or grid item may set besides the dotted section keys
 _GENERIC_KEYS = {"name", "path", "type", "value", "values"}
 
@@ -236,9 +237,9 @@ class ExperimentConfig:
                                                       "rouge_l_paper, rouge_l, token_match)")
     mia_attack: str = option("auto", "the headline membership attack behind mia_auc, its CI, the ROC plot and the "
                                      "plot titles: auto (reference for a fine-tune, loss from scratch) | loss | "
-                                     "reference | kept_loss | kept_reference (attacks.json, every cell) | an attack "
-                                     "of eval's membership task (zlib_ratio, zlib_mimir, lowercase, min_k_20, "
-                                     "min_k_pp_20, ...)")
+                                     "reference | kept_loss | kept_reference (attacks.json, every cell) | a score "
+                                     "of eval's membership task (every attack of goldfish.eval.attack_names: "
+                                     "zlib_ratio, lowercase, min_k_20, recall, dc_pdd, ...)")
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -255,11 +256,11 @@ class ExperimentConfig:
                                      f"{{nnodes}} and {{nproc_per_node}} (write a literal brace as {{{{ or }}}})")
         check(self.headline_metric in HEADLINE_METRICS, problems,
               f"headline_metric={shown(self.headline_metric)} must be one of {', '.join(HEADLINE_METRICS)}")
-        check(self.mia_attack in MIA_ATTACKS or bool(re.fullmatch(EVAL_MIA_ATTACKS, self.mia_attack)), problems,
-              f"mia_attack={shown(self.mia_attack)} is not an attack; choose auto, {', '.join(MIA_ATTACKS[1:])} or one of "
-              f"eval's membership attacks (zlib_ratio, zlib_mimir, lowercase, min_k_<percent>, min_k_pp_<percent>)")
-        check(not (re.fullmatch(EVAL_MIA_ATTACKS, self.mia_attack) and "membership" not in
-                   (self.eval.get("tasks") or ["membership"])), problems,
+        eval_attack = self.mia_attack not in MIA_ATTACKS and attack_of(self.mia_attack) is not None
+        check(self.mia_attack in MIA_ATTACKS or eval_attack, problems,
+              f"mia_attack={shown(self.mia_attack)} is not an attack; choose auto, {', '.join(MIA_ATTACKS[1:])} or "
+              f"one of eval's membership attacks ({', '.join(score_key_examples())})")
+        check(not (eval_attack and "membership" not in (self.eval.get("tasks") or ["membership"])), problems,
               f"mia_attack={self.mia_attack} is scored by eval's membership task, which eval.tasks="
               f"{self.eval.get('tasks')} leaves out; add membership to eval.tasks or choose loss / reference")
         check(not (self.control and CONTROL in self.arms), problems,
