@@ -21,7 +21,7 @@ from typing import Iterable, Iterator, Sequence
 
 from goldfish.config import shown
 from goldfish.data import load_prepared
-from goldfish.data.sources import jsonl_objects
+from goldfish.data.sources import jsonl_objects, visible_files
 from goldfish.errors import UserError
 
 from .windows import EvalDocument
@@ -46,8 +46,9 @@ TEXT_SUFFIXES = (".txt", ".md")
 
 
 def text_files(folder: Path) -> list[Path]:
-    """The documents of a folder of text files: every ``*.txt`` / ``*.md`` below it, in path order."""
-    return sorted(f for f in Path(folder).rglob("*") if f.suffix in TEXT_SUFFIXES and f.is_file())
+    """The documents of a folder of text files: every ``*.txt`` / ``*.md`` below it, in path order; hidden files and
+    the files of hidden folders left out (``goldfish.data.sources.visible_files``)."""
+    return [f for f in visible_files(Path(folder)) if f.suffix in TEXT_SUFFIXES]
 
 
 def _folder_rows(folder: Path, max_docs: int | None) -> Iterator[tuple[str, dict]]:

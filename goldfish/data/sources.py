@@ -99,6 +99,14 @@ def _numbered(docs: Iterable[Document], start: int, first: int = 0) -> Iterator[
 DATA_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")
 
 
+def visible_files(folder: Path) -> list[Path]:
+    """The files below ``folder`` in path order, hidden ones left out: a name starting with ``.``, or any folder on
+    the way to it so named (a Jupyter ``.ipynb_checkpoints/part-0-checkpoint.jsonl`` beside ``part-0.jsonl`` is a
+    copy, not more data; ``.git``, ``.cache`` alike)."""
+    return sorted(p for p in folder.rglob("*")
+                  if not any(part.startswith(".") for part in p.relative_to(folder).parts) and p.is_file())
+
+
 def _suffix(path: Path) -> str:
     name = path.name.lower()
     return next((s for s in DATA_SUFFIXES if name.endswith(s)), path.suffix.lower())
@@ -111,7 +119,7 @@ def _iter_local(cfg: SourceConfig, start: int, long_texts: bool = False) -> Iter
     if path.is_dir() and any((path / f).is_file() for f in ("state.json", "dataset_dict.json", "dataset_info.json")):
         yield from _iter_saved(path, cfg, start)
     elif path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+        files = visible_files(path)
         data = [f for f in files if _suffix(f) in DATA_SUFFIXES]
         texts = [f for f in files if f.suffix == ".txt"]
         if data and texts:
@@ -370,10 +378,9 @@ def source_identity(cfg: SourceConfig) -> list | None:
 
 def files_identity(path: Path) -> list:
     """``[name, size, mtime_ns, ctime_ns, inode]`` of ``path`` (a file) or of each file under it (in name order,
-    hidden files left out). The ctime is what no user call sets back: a file rewritten in place with its size kept
+    hidden files and folders left out). The ctime is what no user call sets back: a file rewritten in place with its size kept
     and its mtime restored is told apart, and a replaced one by its inode too."""
-    files = (sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
-             if path.is_dir() else [path])
+    files = visible_files(path) if path.is_dir() else [path]
     out = []
     for f in files:
         st = f.stat()
