@@ -26,6 +26,7 @@ from typing import ClassVar, Literal, Union
 
 from goldfish.config import check, check_at_most, check_seed, option, raise_problems, shown
 from goldfish.masks import Strategy
+from goldfish.model_source import is_hub_id, split_revision, with_revision
 from goldfish.ownership import MARKER
 from goldfish.precision import PRECISIONS, canonical_precision
 
@@ -69,6 +70,10 @@ class ModelSection:
     path: Union[str, None] = option(None, "model to evaluate: a local Hugging Face folder, a .gguf file, a training "
                                           "run folder (its model/ is used), or a Hub id ORG/NAME (from the Hugging "
                                           "Face cache, fetched when absent and online: safetensors only)")
+    revision: Union[str, None] = option(None, "the Hub revision of a Hub id model.path: a branch, tag or commit "
+                                              "(default: the cache's main, or its one snapshot); recorded in "
+                                              "results.json's model.revision as the snapshot's commit. The same as "
+                                              "--model ORG/NAME@REVISION")
     reference: Union[str, None] = option(None, "reference model for the reference-calibrated membership attack "
                                                "(same vocabulary; loaded first, so a bad path fails at once)")
     dtype: str = option("checkpoint", "weights precision: checkpoint (the default: the checkpoint's own dtype, as "
@@ -91,6 +96,13 @@ class ModelSection:
         dtype = canonical_precision(self.dtype)
         check(dtype is not None, problems, f"dtype={shown(self.dtype)} must be one of {', '.join(PRECISIONS)}")
         self.dtype = dtype or self.dtype
+        if self.revision is not None:
+            name, pinned = split_revision(self.path) if self.path else (None, None)
+            check(self.path is not None and is_hub_id(name) and pinned in (None, self.revision), problems,
+                  f"revision={shown(self.revision)} needs model.path to be a Hub id ORG/NAME"
+                  + (f" (it is pinned to @{pinned} already)" if pinned else f", not {shown(self.path)}"))
+            if self.path is not None and pinned is None and is_hub_id(name):
+                self.path = with_revision(self.path, self.revision)  # every loader reads ORG/NAME@REVISION
         raise_problems(problems)
 
 

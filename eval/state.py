@@ -1,7 +1,8 @@
 """What an eval output folder remembers between runs: a fingerprint of the run and the finished work.
 
 * ``fingerprint.json`` -- what determines the results, flat like every fingerprint (:mod:`goldfish.provenance`): the
-  code version, the model (path and each weight file's name, size and mtime), the reference model, the documents
+  code version, the model (its Hub id and commit, bundled keyword or file name -- never an absolute path -- and
+  each weight file's name, size and sha256), the reference model, the documents
   (sha256 of every split's ids and tokens) and the config without the settings that only change speed or
   presentation (:data:`OPERATIONAL`). A run into a folder with a different fingerprint -- also one left by other
   code -- is refused with one line naming the differences before anything is written; ``overwrite=true`` starts
@@ -63,7 +64,7 @@ def fingerprint(cfg: EvalConfig, splits: dict[str, Sequence[EvalDocument]]) -> d
     """What must match for finished work in an out folder to be reused (flat ``{"dotted.key": value}``): the code,
     the model and its weights, the documents and :func:`config_fingerprint` (keys ``config.*``)."""
     config = {f"config.{key}": value for key, value in config_fingerprint(cfg).items()}
-    return as_stored({"code": code_version(), "model": resolve_model_path(cfg.model.path).describe(),
+    return as_stored({"code": code_version(), "model": resolve_model_path(cfg.model.path).identity(),
                       "weights": weights_stamp(cfg.model.path), "reference_weights": weights_stamp(cfg.model.reference),
                       "data_sha256": documents_sha256(splits), **config})
 

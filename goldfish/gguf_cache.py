@@ -27,6 +27,7 @@ import importlib.util
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -140,11 +141,13 @@ def convert(gguf_path: Path, folder: Path) -> None:
         try:
             with one_gguf_read():
                 tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
-                model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32, **kwargs)
+                model, info = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32,
+                                                                   output_loading_info=True, **kwargs)
                 general = read_general(gguf_path)  # the reader the loads above parsed
         except Exception as e:  # a fake or damaged .gguf raises ValueError, KeyError, struct.error, OSError ...
             first = (str(e).strip() or type(e).__name__).splitlines()[0][:300]
             raise UserError(f"could not load a causal LM from {gguf_path}: {first}") from None
+        check_whole_gguf(gguf_path, info)
         # the weights are plain fp32 now: drop the quantizer so the folder loads, trains and saves as a plain model
         model.hf_quantizer = None
         if getattr(model, "is_quantized", False):
@@ -158,6 +161,20 @@ def convert(gguf_path: Path, folder: Path) -> None:
         gguf_utils.tqdm = bar
         if progress:
             hf_logging.enable_progress_bar()
+
+
+def check_whole_gguf(gguf_path: Path, info: dict) -> None:
+    """Refuse (one line) a GGUF whose tensors are not the whole model its metadata describes -- transformers would
+    initialise the missing ones randomly and only log it -- naming them (``info``: its ``output_loading_info``)."""
+    problems = [f"{len(names)} tensors {what} ({', '.join(sorted(map(str, names))[:4])}"
+                f"{' ...' if len(names) > 4 else ''})"
+                for what, names in (("are missing", info.get("missing_keys")),
+                                    ("are not part of the model", info.get("unexpected_keys")),
+                                    ("have another shape", info.get("mismatched_keys"))) if names]
+    if problems:
+        raise UserError(f"could not load a causal LM from {gguf_path}: its tensors are not the whole model its "
+                        f"metadata describes: {'; '.join(problems)}; a model loaded from it would be partly random: "
+                        f"restore the complete file")
 
 
 def transformers_version() -> str:
@@ -175,6 +192,9 @@ def entry_name(digest: str, transformers_version: str) -> str:
 def dequantised(gguf_path: str | Path) -> Path:
     """The cached Hugging Face folder of ``gguf_path``, converting it on first use (see the module docstring)."""
     gguf_path = Path(gguf_path).resolve()
+    if not stat.S_ISREG(gguf_path.stat().st_mode):  # a FIFO would block the hash below
+        raise UserError(f"{gguf_path} is not a regular file (a FIFO, socket, device or folder), so it is not read as "
+                        f"a checkpoint; replace it with the .gguf file itself")
     digest = file_sha256(gguf_path)
     version = transformers_version()
     root = cache_root() / "gguf"

@@ -44,6 +44,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .errors import UserError
+
 # oneDNN ISA names in order (docs: "CPU ISA hints", dnnl_cpu_isa_t); AMX starts at avx512_core_amx
 _ONEDNN_ISAS = ("sse41", "avx", "avx2", "avx2_vnni", "avx2_vnni_2", "avx512_core", "avx512_core_vnni",
                 "avx512_core_bf16", "avx10_1_512", "avx512_core_fp16", "avx10_1_512_amx", "avx512_core_amx",
@@ -211,11 +213,23 @@ def default_threads() -> int:
     """The CPU threads a toolkit process uses when its config leaves ``threads`` unset: ``OMP_NUM_THREADS`` when the
     user set it, else :func:`physical_cores` divided among the ``LOCAL_WORLD_SIZE`` processes of a launch on this
     node, at least one."""
-    env = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if env.isdigit() and int(env) >= 1:
-        return int(env)
-    local = os.environ.get("LOCAL_WORLD_SIZE", "1").strip()
-    return max(1, physical_cores() // max(1, int(local) if local.isdigit() else 1))
+    threads = env_count("OMP_NUM_THREADS")
+    if threads is not None and threads >= 1:
+        return threads
+    return max(1, physical_cores() // max(1, env_count("LOCAL_WORLD_SIZE") or 1))
+
+
+def env_count(name: str) -> int | None:
+    """Environment variable ``name`` as a whole number written in ASCII digits (``None`` when unset or empty); any
+    other value -- ``"²"`` and ``"٣"`` among them, which ``str.isdigit`` accepts and ``int`` does not, or ``"4 "``'s
+    cousins ``"four"`` and ``"-1"`` -- is one line naming the variable and the fix."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    if value.isascii() and value.isdigit() and len(value) <= 9:
+        return int(value)
+    raise UserError(f"the environment variable {name}={value!r} is not a whole number written in ASCII digits; set "
+                    f"it to one (e.g. {name}=4) or unset it")
 
 
 def apply_threads(threads: int | None) -> int:

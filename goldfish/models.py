@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from safetensors import safe_open
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as hf_logging
@@ -41,7 +40,7 @@ from transformers.utils import logging as hf_logging
 from .data.tokenizer import tokenizer_sha256
 from .errors import UserError
 from .gguf_cache import dequantised
-from .model_source import PICKLE_SUFFIXES, check_weights, first_line, resolve_model_path
+from .model_source import PICKLE_SUFFIXES, check_weights, first_line, resolve_model_path, safetensors_header
 from .perf import model_flops_per_token
 from .sizes import SIZES
 
@@ -100,12 +99,57 @@ def _stored_elements(folder: Path, safetensors: bool) -> int:
 
     if not safetensors:
         return sum(f.stat().st_size for f in folder.iterdir() if f.suffix in PICKLE_SUFFIXES)
-    total = 0
-    for file in sorted(folder.glob("*.safetensors")):
-        with safe_open(str(file), "pt") as f:
-            for key in f.keys():
-                total += math.prod(f.get_slice(key).get_shape())
-    return total
+    return sum(math.prod(shape) for shape in _stored_shapes(folder).values())
+
+
+def _stored_shapes(folder: Path) -> dict[str, list[int]]:
+    """{tensor name: shape} of a folder's safetensors files, from their bounded headers (no tensor read)."""
+    shapes: dict[str, list[int]] = {}
+    for file in sorted(Path(folder).glob("*.safetensors")):
+        shapes.update({k: v["shape"] for k, v in safetensors_header(file).items()})
+    return shapes
+
+
+def _listed(names: list[str], limit: int = 4) -> str:
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def tensor_problems(config, stored: dict[str, list[int]]) -> list[str]:
+    """What keeps checkpoint tensors ``stored`` ({name: shape}) from being the whole model ``config`` describes: the
+    tensors missing (which transformers would initialise randomly, with only a log message), unexpected (which it
+    would drop) and of another shape, each named; empty when they fit. The model is built on the meta device (no
+    memory); a tied weight (the output head tied to the embedding) is present when any name of it is."""
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+    names: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(name)
+    expected = {k: list(v.shape) for k, v in model.state_dict().items()}
+    prefix = getattr(model, "base_model_prefix", "") + "."
+    if prefix != "." and not any(k.startswith(prefix) for k in stored):  # a base model's checkpoint: no prefix
+        stored = {(k if k in expected else prefix + k): v for k, v in stored.items()}
+    ignored = [re.compile(p) for p in (getattr(model, "_keys_to_ignore_on_load_unexpected", None) or [])]
+    missing = sorted(k for aliases in names.values() if not any(a in stored for a in aliases) for k in aliases[:1])
+    missing += sorted(k for k in expected if k not in stored and not any(k in a for a in names.values()))
+    unexpected = sorted(k for k in stored if k not in expected and not any(p.search(k) for p in ignored))
+    shaped = _grouped_mismatches(stored, expected)
+    if shaped:  # a config of another model: said as such, before what is missing
+        raise UserError(_mismatch_line(shaped))
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} tensor{'s are' if len(missing) > 1 else ' is'} missing ({_listed(missing)})")
+    if unexpected:
+        problems.append(f"{len(unexpected)} tensor{'s are' if len(unexpected) > 1 else ' is'} not part of the model "
+                        f"({_listed(unexpected)})")
+    return problems
+
+
+def check_whole(problems: list[str], where: str) -> None:
+    """Refuse (one line) a checkpoint that is not the whole model: :func:`tensor_problems`'s ``problems``."""
+    if problems:
+        raise UserError(f"{where}: its weights are not the whole model its config.json describes: "
+                        f"{'; '.join(problems)}; a model loaded from them would be partly random, so nothing is "
+                        f"evaluated or trained: restore the complete checkpoint (or the config that matches it)")
 
 
 def check_claimed_size(config, stored: int, where: str) -> None:
@@ -213,12 +257,22 @@ def _shape_mismatches(folder: Path) -> list[tuple[str, str, str]]:
         with torch.device("meta"):
             config = AutoConfig.from_pretrained(folder, trust_remote_code=False, local_files_only=True)
             expected = {k: list(v.shape) for k, v in AutoModelForCausalLM.from_config(config).state_dict().items()}
-        stored: dict[str, list[int]] = {}
-        for file in sorted(Path(folder).glob("*.safetensors")):
-            with safe_open(str(file), "pt") as f:
-                stored.update({k: list(f.get_slice(k).get_shape()) for k in f.keys()})
+        stored = _stored_shapes(Path(folder))
     except Exception:  # noqa: BLE001 - only a better message is at stake; the caller falls back to the exception
         return []
+    return _grouped_mismatches(stored, expected)
+
+
+def _mismatch_line(rows: list[tuple[str, str, str]]) -> str:
+    key, ckpt, config = rows[0]
+    more = f" (and {len(rows) - 1} more tensors)" if len(rows) > 1 else ""
+    return (f"its weights do not fit its config.json: {key} is {ckpt} in the checkpoint but {config} by the "
+            f"config{more}; the config and the weights belong to different models")
+
+
+def _grouped_mismatches(stored: dict[str, list[int]], expected: dict[str, list[int]]) -> list[tuple[str, str, str]]:
+    """[(tensor name, checkpoint shape, config's shape)] of the tensors whose shapes differ; layers differing only
+    in their index are one row, ``model.layers.{0, 1}.mlp.down_proj.weight``."""
     groups: dict[tuple[str, str, str], list[str]] = {}
     for key in sorted(set(stored) & set(expected)):
         if stored[key] != expected[key]:
@@ -240,10 +294,18 @@ def _load_failure(e: BaseException, messages: list[str], folder: Path | None = N
         rows = _shape_mismatches(folder)  # transformers 4.x names no tensor: "...state_dict for Linear: size mismatch"
     if not rows:
         return first_line(e)
-    key, ckpt, config = rows[0]
-    more = f" (and {len(rows) - 1} more tensors)" if len(rows) > 1 else ""
-    return (f"its weights do not fit its config.json: {key} is {ckpt} in the checkpoint but {config} by the "
-            f"config{more}; the config and the weights belong to different models")
+    return _mismatch_line(rows)
+
+
+def loading_problems(info: dict) -> list[str]:
+    """The missing, unexpected and mis-shaped tensors of transformers' ``output_loading_info``, as
+    :func:`tensor_problems` words them (transformers itself only logs them, and initialises the missing randomly)."""
+    missing, unexpected = sorted(info.get("missing_keys") or ()), sorted(info.get("unexpected_keys") or ())
+    shaped = sorted(f"{k[0]} is {list(k[1])} but {list(k[2])} by the config" if isinstance(k, tuple) and len(k) == 3
+                    else str(k) for k in info.get("mismatched_keys") or ())
+    return ([f"missing: {len(missing)} tensors ({_listed(missing)})"] if missing else []) + \
+        ([f"not part of the model: {len(unexpected)} tensors ({_listed(unexpected)})"] if unexpected else []) + \
+        ([f"of another shape: {len(shaped)} tensors ({_listed(shaped, 2)})"] if shaped else [])
 
 
 def load_pretrained(path: str | Path, dtype: torch.dtype | str = torch.float32, allow_pickle: bool = False) -> nn.Module:
@@ -259,14 +321,19 @@ def load_pretrained(path: str | Path, dtype: torch.dtype | str = torch.float32, 
     safetensors = use_safetensors or bool(src.gguf_file)
     kwargs = dict(dtype=dtype, local_files_only=True, trust_remote_code=False, weights_only=True,
                   use_safetensors=safetensors)
+    where = f"could not load a causal LM from {src.describe()}"
     with _quiet_transformers() as messages:
         try:
             config = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
-            check_claimed_size(config, _stored_elements(Path(folder), safetensors),
-                               f"could not load a causal LM from {src.describe()}")
-            return AutoModelForCausalLM.from_pretrained(folder, config=config, **kwargs)
-        except UserError:
-            raise
+            check_claimed_size(config, _stored_elements(Path(folder), safetensors), where)  # before building
+            if safetensors:
+                check_whole(tensor_problems(config, _stored_shapes(Path(folder))), where)
+            model, info = AutoModelForCausalLM.from_pretrained(folder, config=config, output_loading_info=True,
+                                                               **kwargs)
+            check_whole(loading_problems(info), where)  # what transformers itself reports (also for pickles)
+            return model
+        except UserError as e:  # a damaged header, a partial checkpoint: said of this model
+            raise UserError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
         except Exception as e:  # damaged files: SafetensorError, UnpicklingError, struct.error, ValueError, OSError...
             why = _load_failure(e, messages, folder)
             raise UserError(f"could not load a causal LM from {src.describe()}: {why}") from None
