@@ -53,8 +53,10 @@ from .loading import (SharedModel, check_reference, check_same_tokenizer, check_
                       load_model_tokenizer, model_vocab_size, num_parameters, pad_id_of, resolve_device,
                       resolve_model_path)
 from .metrics import compute_metrics
+from .html_report import write_html
 from .report import write_report
 from .scoring import context_length
+from .segments import attach_segments
 from .state import MEMBERSHIP_PARTIAL, WINDOWS_PARTIAL, JsonlDict, claim_folder, fingerprint, read_windows
 from .windows import Window, build_windows, windows_sha256
 
@@ -195,8 +197,10 @@ def run_membership(model, reference, splits: dict, cfg: EvalConfig, tokenizer, o
                                                    recall_skip=skip if name == "nonmembers" else (),
                                                    dc_pdd_leave_out=name == "nonmembers")
                   for name in ("members", "nonmembers")}
-    return membership.membership_section(scores["members"], scores["nonmembers"], n_bootstrap=m.n_bootstrap,
-                                         seed=cfg.seed)
+    section = membership.membership_section(scores["members"], scores["nonmembers"], n_bootstrap=m.n_bootstrap,
+                                            seed=cfg.seed)
+    section["doc_ids"] = {name: [d.id for d in splits[name]] for name in ("members", "nonmembers")}  # scores' order
+    return section
 
 
 def _reference_free(model, nonmembers: Sequence, m) -> dict:
@@ -407,6 +411,8 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
     }
     if mask is not None:
         results["adversary"] = adversary.section(records, mask, cfg)
+    if results["documents"] is not None and tokenizer is not None:  # each document's text, cut where verdicts change
+        attach_segments(results["documents"], extracted, records, lambda ids: _decode(tokenizer, ids))
     results = json.loads(strict_json(results))  # what is written: non-finite values as null, noted in json_nulls
     if shard.split:
         results["processes"] = shard.world  # how many split the work (every number is one process's)
@@ -419,6 +425,7 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
     save_config(cfg, out / "eval_config.yaml")  # with its results: never describes a run that did not finish
     if cfg.report:
         write_report(results, out)
+        write_html(results, out)  # report.html beside report.md, with its figures' SVG copies
     _remove_partials(out, cfg)
     return results
 
