@@ -32,7 +32,6 @@ tokenizer's eos/bos/pad ids are added to the special ids, as the trainer adds th
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from pathlib import Path
 from typing import Any, Sequence
@@ -43,8 +42,9 @@ import torch
 from goldfish.config import read_yaml, to_dict
 from goldfish.errors import ConfigError, UserError
 from goldfish.fold import token_fold
+from goldfish.io import read_json
 from goldfish.masks import GoldfishConfig, config_mask, next_token_drops
-from goldfish.train_config import MASK_FILE
+from goldfish.run_folder import TrainRun
 
 from .generate import decode_batch, left_pad, model_device, run_batched
 from .scoring import token_statistics, window_budget
@@ -69,12 +69,12 @@ def run_folder_mask(model_path: str | None) -> dict | None:
     if not model_path:
         return None
     path = Path(model_path).expanduser()
-    for run in (path, path.parent):
-        if (run / "config.yaml").is_file() and (run / "model").is_dir() and path in (run, run / "model"):
-            if (run / MASK_FILE).is_file():
-                record = json.loads((run / MASK_FILE).read_text(encoding="utf-8"))
+    for run in (TrainRun(path), TrainRun(path.parent)):
+        if run.config.is_file() and run.model.is_dir() and path in (run.path, run.model):
+            if run.mask.is_file():
+                record = read_json(run.mask, expect=dict, fix="train the run again")
                 return {"type": record.get("loss", "standard"), "goldfish": dict(record.get("goldfish") or {})}
-            loss = read_yaml(run / "config.yaml").get("loss") or {}
+            loss = read_yaml(run.config).get("loss") or {}
             return {"type": loss.get("type", "standard"), "goldfish": dict(loss.get("goldfish") or {})}
     return None
 

@@ -21,7 +21,6 @@ window), ``report.md`` and plots.
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -29,9 +28,10 @@ from typing import Any
 from goldfish.checkpoint import COMPLETE, STATE_FILE, export_checkpoint, list_checkpoints
 from goldfish.config import shown, to_dict
 from goldfish.errors import UserError
-from goldfish.io import atomic_write_json
+from goldfish.io import atomic_write_json, read_json
 from goldfish.ownership import component_problem, writing
 from goldfish.provenance import refuse_mismatch
+from goldfish.run_folder import TrainRun
 from goldfish.train_config import TRAIN_OPTIONAL, saved_train_fingerprint
 
 from .config import EvalConfig, SeriesSection
@@ -66,18 +66,7 @@ class Entry:
         return weights_stamp(self.path)
 
 
-def _read(path: Path) -> dict:
-    """A JSON object file (``{}`` when there is none); a damaged one is one line naming it."""
-    if not path.is_file():
-        return {}
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise UserError(f"{path} is damaged ({type(e).__name__}: {str(e)[:80]}); restore it, or train the run "
-                        f"again") from None
-    if not isinstance(value, dict):
-        raise UserError(f"{path} is damaged (not a JSON object); restore it, or train the run again")
-    return value
+AGAIN = "restore it, or train the run again"  # what to do about a damaged file of a run or its series
 
 
 def _step_of(folder: Path, state: dict) -> int:
@@ -95,7 +84,7 @@ def run_entries(run: str | Path) -> list[Entry]:
     run = Path(run).expanduser()
     if not run.is_dir():
         raise UserError(f"series.checkpoints={run} is not a folder; give a training run folder (with checkpoints/)")
-    summary = _read(run / "summary.json")
+    summary = TrainRun(run).read_summary()
     final_step = summary.get("steps")
     fingerprint = saved_train_fingerprint(run)
     out = []
@@ -105,16 +94,16 @@ def run_entries(run: str | Path) -> list[Entry]:
         if fingerprint is None:
             raise UserError(f"{run} has checkpoints but no fingerprint.json or config.yaml, so which run wrote them "
                             "cannot be told; give the folder of the training run itself")
-        state = _read(folder / STATE_FILE)
+        state = read_json(folder / STATE_FILE, {}, expect=dict, fix=AGAIN)
         refuse_mismatch(state.get("fingerprint"), fingerprint, f"checkpoint {folder}",
-                        f"it was not written by the run in {run}: move it out of {run / 'checkpoints'}",
+                        f"it was not written by the run in {run}: move it out of {TrainRun(run).checkpoints}",
                         TRAIN_OPTIONAL)
         progress = state.get("progress")
         step = _step_of(folder, state)
         if step != final_step:  # the last checkpoint holds the final model/'s weights: evaluate that once
             out.append(Entry(f"step_{step:06d}", str(folder), True, step, progress.get("tokens"), str(run)))
-    if (run / "model" / "config.json").is_file():
-        out.append(Entry(f"step_{final_step:06d}" if final_step is not None else "final", str(run / "model"),
+    if TrainRun(run).has_model():
+        out.append(Entry(f"step_{final_step:06d}" if final_step is not None else "final", str(TrainRun(run).model),
                          False, final_step, summary.get("tokens"), str(run), final=True))
     if not out:
         raise UserError(f"{run} holds no complete checkpoint and no model/; train with checkpoint.every_steps=N "
@@ -137,7 +126,7 @@ def series_entries(series: SeriesSection) -> list[Entry]:
         raise UserError(f"series.models give repeated labels {labels}; set series.labels")
     out = []
     for label, path in zip(labels, series.models):
-        summary = _read(Path(path) / "summary.json")  # a training run folder says how long it trained
+        summary = TrainRun(path).read_summary()  # a training run folder says how long it trained
         out.append(Entry(label, path, step=summary.get("steps"), tokens=summary.get("tokens")))
     return out
 
@@ -157,19 +146,19 @@ def _evaluate(cfg: EvalConfig, entry: Entry, folder: Path, shard: Shard) -> dict
     done = None
     if shard.main:
         source = {**dataclasses.asdict(entry), "weights": entry.stamp()}
-        saved = _read(folder / SOURCE)
+        saved = read_json(folder / SOURCE, {}, expect=dict, fix=AGAIN)
         if saved and saved != source:
             raise UserError(f"{folder} holds the evaluation of another model ({saved.get('path')}, or these weights "
                             "before they changed); use another out folder, or overwrite=true to evaluate the series "
                             "again")
         results = folder / "eval" / "results.json"
         if saved == source and results.is_file():
-            done = _read(results)
+            done = read_json(results, {}, expect=dict, fix=AGAIN)
         else:
             folder.mkdir(parents=True, exist_ok=True)
             atomic_write_json(folder / SOURCE, source)
             if entry.checkpoint and not (folder / "model" / "config.json").is_file():
-                export_checkpoint(entry.path, Path(entry.run) / "model", str(folder / "model"))
+                export_checkpoint(entry.path, TrainRun(entry.run).model, str(folder / "model"))
     done = shard.broadcast(done)  # after rank 0's export: every rank can load it
     if done is not None:
         return done

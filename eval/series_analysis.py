@@ -34,6 +34,7 @@ from goldfish.config import load_config
 from goldfish.data import load_prepared
 from goldfish.data.order import consumed_rows
 from goldfish.io import atomic_write_json, atomic_write_text
+from goldfish.run_folder import TrainRun
 from goldfish.train_config import TrainConfig, make_plan
 
 from .series_report import write_series_report
@@ -151,10 +152,10 @@ def checkpoint_reads(entries: Sequence[Any], results: Sequence[dict]) -> list[di
     if len(runs) != 1 or None in runs or any(e.step is None for e in entries):
         return None
 
-    run = Path(next(iter(runs)))
-    if not (run / "config.yaml").is_file():
+    run = TrainRun(next(iter(runs)))
+    if not run.config.is_file():
         return None
-    cfg = load_config(TrainConfig, run / "config.yaml")
+    cfg = load_config(TrainConfig, run.config)
     prepared = load_prepared(cfg.data.path, verify=False)
     ids = list(prepared.members["id"])
     plan = make_plan(cfg.schedule, cfg.optim, len(prepared.train), prepared.train.seq_len, 1)

@@ -124,15 +124,26 @@ def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2)
     atomic_write_text(path, strict_json(obj, indent) + "\n")
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    """The JSON value in ``path`` (UTF-8); a damaged file is one :class:`~goldfish.errors.UserError` naming it (a
-    missing one stays ``FileNotFoundError``, which the CLI reports in one line too)."""
+_NO_DEFAULT: Any = object()
+
+
+def read_json(path: str | os.PathLike, default: Any = _NO_DEFAULT, *, expect: type | None = None,
+              fix: str = "delete it to have it written again, or restore it") -> Any:
+    """The JSON value in ``path`` (UTF-8): the one JSON reader. ``default`` is returned when there is no such file
+    (without one, a missing file stays ``FileNotFoundError``, which the CLI reports in one line too); a damaged file,
+    or with ``expect`` (e.g. ``dict``) a value of another type, is one :class:`~goldfish.errors.UserError` naming it
+    and ``fix``, what to do about it."""
     path = Path(path)
+    if default is not _NO_DEFAULT and not path.is_file():
+        return default
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{path} is damaged (not JSON: {e}); delete it to have it written again, or restore it") \
-            from None
+        raise UserError(f"{path} is damaged (not JSON: {e}); {fix}") from None
+    if expect is not None and not isinstance(value, expect):
+        kind = "a JSON object" if expect is dict else f"JSON of type {expect.__name__}"
+        raise UserError(f"{path} is damaged (not {kind}); {fix}")
+    return value
 
 
 # ------------------------------------------------------------------------------------------------ folders

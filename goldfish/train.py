@@ -56,12 +56,10 @@ from .ownership import OutputFolder, fingerprint_sha256, is_main_process, writin
 from .perf import MfuMeter
 from .precision import announce, resolve_precision
 from .provenance import refuse_mismatch, write_fingerprint
+from .run_folder import TrainRun
 from .tracking import Tracker
 from .train_config import (TRAIN_OPTIONAL, OptimConfig, Plan, TrainConfig, goldfish_config, learning_rate, make_plan,
                            saved_train_fingerprint, train_fingerprint, write_mask_settings)
-
-SUMMARY = "summary.json"  # written last: a run folder with one is finished
-
 
 # ------------------------------------------------------------------------------------------------ optimizer
 
@@ -216,6 +214,7 @@ def _process_rank() -> tuple[int, int]:
 def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, folder: OutputFolder, started: float,
          setting: str) -> Path:
     out = folder.path  # a staging folder while replacing a run, until it has finished
+    run = TrainRun(out)
     tok = prepared.manifest["tokenizer"]
     plan = make_plan(cfg.schedule, cfg.optim, len(rows), seq_len, engine.dp_size)
     rank, world = _process_rank()
@@ -223,7 +222,7 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, folder:
     refuse_mismatch(saved_train_fingerprint(out), fingerprint, f"the run in {out}",
                     "rerun with the config it was made with (its config.yaml), or pass --fresh to start in a new "
                     "folder, or --overwrite to replace it", TRAIN_OPTIONAL)
-    if (out / SUMMARY).is_file() and (out / "model" / "config.json").is_file():  # this run, finished
+    if run.finished():  # this run, finished
         if cfg.checkpoint.resume == "never":
             raise UserError(f"{out} already holds this run, finished; choose a new out= folder, or pass --overwrite "
                             f"to train it again")
@@ -246,13 +245,13 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, folder:
     if engine.is_main:
         folder.mark(fingerprint_sha256(fingerprint))
         write_fingerprint(out, fingerprint)
-        save_config(cfg, out / "config.yaml")
+        save_config(cfg, run.config)
         write_mask_settings(out, gcfg)
-        _truncate_metrics(out / "metrics.jsonl", progress.step)
+        _truncate_metrics(run.metrics, progress.step)
     meter = MfuMeter(shape["flops_per_token"], cfg.precision, engine.device, world, enabled=engine.is_main)
     orders = EpochOrders(len(rows), cfg.seed, cfg.data.shuffle)
     clock = _LineClock()
-    with JsonlLogger(out / "metrics.jsonl", enabled=engine.is_main) as log, _bar(cfg, engine, plan, progress) as bar, \
+    with JsonlLogger(run.metrics, enabled=engine.is_main) as log, _bar(cfg, engine, plan, progress) as bar, \
             Tracker(cfg, engine.is_main, progress.step, out) as tracker:  # TensorBoard / W&B: the same records
         while progress.step < plan.total_steps:
             record = _train_step(cfg, engine, plan, rows, next_batch(plan, orders, progress), gcfg, progress, meter)
@@ -433,17 +432,19 @@ def _truncate_metrics(path: Path, step: int) -> None:
 def _finish(cfg: TrainConfig, out: Path, engine: Engine, prepared, plan: Plan, progress: Progress, shape: dict,
             meter: MfuMeter, started: float) -> None:
     """Export the model (+ tokenizer) in Hugging Face format and write ``summary.json``."""
+    run = TrainRun(out)  # a staging folder while replacing a run
+    final = TrainRun(cfg.out)  # where its files end up
     if engine.is_main:
-        with atomic_directory(out / "model", overwrite=True) as tmp, \
+        with atomic_directory(run.model, overwrite=True) as tmp, \
                 transformers_bars(cfg.progress and sys.stderr.isatty()):  # bars on a terminal only, as ours
             engine.export_hf(tmp)  # a collective: the other ranks call it below
             prepared.copy_tokenizer(tmp)
     else:
         with transformers_bars(False):
-            engine.export_hf(out / "model")
+            engine.export_hf(run.model)
     if not engine.is_main:
         return
-    records = read_jsonl(out / "metrics.jsonl")
+    records = read_jsonl(run.metrics)
     last = records[-1] if records else {}
     exposures = member_exposures(prepared, consumed_rows(plan, cfg.seed, cfg.data.shuffle))
     steady = records[1:] or records  # the first step pays for allocations (and compilation)
@@ -458,11 +459,11 @@ def _finish(cfg: TrainConfig, out: Path, engine: Engine, prepared, plan: Plan, p
         "precision": cfg.precision, "device": describe(engine.device),
         "params": int(shape["params"]), "flops_per_token": shape["flops_per_token"],
         "global_batch_size": plan.global_batch, "seq_len": plan.seq_len, "world_size": _process_rank()[1],
-        "model": str(Path(cfg.out) / "model"), "config": str(Path(cfg.out) / "config.yaml"),  # where they end up
+        "model": str(final.model), "config": str(final.config),  # where they end up
         "exposures": exposures,  # {labelled r: [min, max] times read}: r x epochs when the budget is whole epochs
     }
-    write_training_card(out / "model", cfg, summary, prepared.manifest, prepared.train_sha256)
-    atomic_write_json(out / SUMMARY, summary)  # last: a run with a summary has its model card
+    write_training_card(run.model, cfg, summary, prepared.manifest, prepared.train_sha256)
+    atomic_write_json(run.summary, summary)  # last: a run with a summary has its model card
 
 
 def _mean(records: list[dict], key: str) -> float | None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import math
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Union
@@ -21,10 +20,11 @@ from typing import Any, ClassVar, Literal, Union
 from .config import check, check_seed, flatten, from_dict, load_config, option, raise_problems, shown, to_dict
 from .errors import ConfigError, UserError
 from .fold import token_fold
-from .io import atomic_write_json
+from .io import atomic_write_json, read_json
 from .masks import GoldfishConfig
 from .precision import canonical_precision
 from .provenance import as_stored, code_version, read_fingerprint
+from .run_folder import TrainRun
 from .sizes import SIZES
 
 
@@ -352,7 +352,6 @@ def learning_rate(step: int, plan: Plan, optim: OptimConfig) -> float:
 
 # ------------------------------------------------------------------------------------ what a run folder records
 
-MASK_FILE = "mask.json"  # the resolved Goldfish mask of a run, beside its config.yaml
 # ScheduleConfig keys that set the result. micro_batch_size too: it splits a step into passes of the same total in
 # exact arithmetic, but the float sums then round in another order, so a run resumed with another one would equal
 # neither (bit for bit) -- a resume with another micro_batch_size is refused like any other change
@@ -383,19 +382,19 @@ def write_mask_settings(out: str | Path, gcfg: GoldfishConfig | None) -> None:
         record["goldfish"] = to_dict(gcfg)
         if gcfg.strategy == "canonical":
             record["fold"] = "tokenizer"
-    atomic_write_json(Path(out) / MASK_FILE, record)
+    atomic_write_json(TrainRun(out).mask, record)
 
 
 def read_mask_settings(folder: str | Path, tokenizer: Any = None) -> GoldfishConfig | None:
     """The mask a run folder recorded (:func:`write_mask_settings`): a :class:`GoldfishConfig`, or None for a
     standard run. ``tokenizer`` (the run's) rebuilds the fold table of ``canonical``. One-line error when absent."""
-    path = Path(folder) / MASK_FILE
+    path = TrainRun(folder).mask
+    if not path.is_file():
+        raise UserError(f"{path} is missing: {folder} holds no finished training run's mask (train it first)")
+    record = read_json(path, fix="train the run again")
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
         gcfg = from_dict(GoldfishConfig, record["goldfish"]) if record["loss"] == "goldfish" else None
-    except FileNotFoundError:
-        raise UserError(f"{path} is missing: {folder} holds no finished training run's mask (train it first)") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ConfigError) as e:
+    except (KeyError, TypeError, ConfigError) as e:
         raise UserError(f"{path} is damaged ({e}); train the run again") from None
     if gcfg is not None and gcfg.strategy == "canonical":
         if tokenizer is None:
@@ -433,7 +432,7 @@ def saved_train_fingerprint(out: str | Path) -> dict[str, Any] | None:
     """The fingerprint of the run in ``out``: its ``fingerprint.json``, or for a run folder written before
     fingerprints existed, the one its ``config.yaml`` implies (without data and code); ``None`` for a new folder."""
     saved = read_fingerprint(out)
-    legacy = Path(out) / "config.yaml"
+    legacy = TrainRun(out).config
     if saved is not None or not legacy.is_file():
         return saved
     try:

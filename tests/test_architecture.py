@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("goldfish", "goldfish.config", "goldfish.io", "goldfish.ownership", "goldfish.errors", "goldfish.windows",
               "goldfish.masks", "goldfish.loss", "goldfish.collator", "goldfish.fold", "goldfish.perf",
               "goldfish.sizes", "goldfish.precision", "goldfish.hardware", "goldfish.gguf_cache", "goldfish.provenance",
-              "goldfish.hf")),
+              "goldfish.hf", "goldfish.run_folder")),
     ("data", ("goldfish.data",)),
     ("models and engines", ("goldfish.models", "goldfish.model_source", "goldfish.train_config", "goldfish.engines")),
     ("trainer", ("goldfish.train", "goldfish.checkpoint", "goldfish.estimate", "goldfish.tracking", "goldfish.modelcard")),

@@ -53,6 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..config import find_config, load_config, split_arguments
     from ..hardware import apply_threads
+    from ..run_folder import TrainRun
     from ..train import train
     from ..train_config import TrainConfig
 
@@ -62,10 +63,9 @@ def run(args: argparse.Namespace) -> int:
     apply_threads(cfg.threads)  # unset: physical cores per process (torch's default oversubscribes shared cores)
     if args.fresh:
         cfg.out = str(fresh_folder(Path(cfg.out)))
-    out = train(cfg, replace=args.overwrite)
-    summary = out / "summary.json"
-    if summary.is_file() and is_main_process():  # one line per run, not one per torchrun/accelerate process
-        print(f"trained: {out / 'model'}  (summary: {summary})")
+    done = TrainRun(train(cfg, replace=args.overwrite))
+    if done.summary.is_file() and is_main_process():  # one line per run, not one per torchrun/accelerate process
+        print(f"trained: {done.model}  (summary: {done.summary})")
     return 0
 
 

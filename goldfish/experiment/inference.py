@@ -26,7 +26,6 @@ documents, and the AUC difference of the headline attack by a paired bootstrap o
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Sequence
 
 from goldfish.eval import stats
@@ -85,10 +84,6 @@ def rate_interval(found: dict) -> dict[str, Any]:
         low, high = stats.wilson_interval(round(mean * n_docs), n_docs)
         return {"ci_low": low, "ci_high": high, "method": "wilson over documents"}
     return {}
-
-
-def _read(path: Path) -> dict:
-    return read_json(path) if path.is_file() else {}
 
 
 def _pair_windows(a: Sequence[dict], b: Sequence[dict]) -> tuple[list[dict], list[dict]]:
@@ -171,8 +166,8 @@ def paired_tests(plans: Sequence[CellPlan], attacks: Sequence[str | None], axes:
 
     def load(plan: CellPlan) -> dict:
         if plan.cell.id not in loaded:
-            loaded[plan.cell.id] = {"windows": _read(plan.results_file).get("windows") or [],
-                                    "attacks": _read(plan.attacks_file)}
+            loaded[plan.cell.id] = {"windows": read_json(plan.results_file, {}).get("windows") or [],
+                                    "attacks": read_json(plan.attacks_file, {})}
         return loaded[plan.cell.id]
 
     out = []
@@ -215,8 +210,8 @@ def axis_tests(plans: Sequence[CellPlan], axes: Sequence[str], axis: str, refere
     for (arm, value, rest), pairs in groups.items():
         wa, wb, docs = [], [], []
         for i, (plan, ref) in enumerate(pairs):
-            a, b = _pair_windows(_read(plan.results_file).get("windows") or [],
-                                 _read(ref.results_file).get("windows") or [])
+            a, b = _pair_windows(read_json(plan.results_file, {}).get("windows") or [],
+                                 read_json(ref.results_file, {}).get("windows") or [])
             wa, wb, docs = wa + a, wb + b, docs + [f"{i}/{w.get('doc_id')}" for w in a]  # a document of one pair
         strata = sorted({w.get("repetitions") for w in wa if w.get("repetitions") is not None})
         for stratum in strata + ["all"]:

@@ -20,7 +20,8 @@ from goldfish.eval.state import MEMBERSHIP_PARTIAL
 from ..config import flatten, from_dict, merged
 from ..errors import ConfigError
 from ..ownership import FolderLock
-from ..train_config import MASK_FILE, goldfish_config, read_mask_settings
+from ..run_folder import TrainRun
+from ..train_config import goldfish_config, read_mask_settings
 from .config import Cell, ExperimentConfig, HardwareConfig, UtilityConfig, data_hash, expand_cells, hardware_for
 from .config import load_data_recipe, resolve_base_model, split_overrides
 
@@ -103,24 +104,29 @@ class CellFolder:
         return self.dir / "eval"
 
     @property
+    def train_run(self) -> TrainRun:
+        """The training run folder's files (``goldfish.run_folder.TrainRun``)."""
+        return TrainRun(self.train_dir)
+
+    @property
     def model_dir(self) -> Path:
         """The trained model (Hugging Face format) the trainer exports into the cell's train folder."""
-        return self.train_dir / "model"
+        return self.train_run.model
 
     @property
     def train_summary(self) -> Path:
         """The trainer's ``summary.json``: written last, so the training phase is finished once it exists."""
-        return self.train_dir / "summary.json"
+        return self.train_run.summary
 
     @property
     def metrics_file(self) -> Path:
         """The trainer's per-step log (``metrics.jsonl``)."""
-        return self.train_dir / "metrics.jsonl"
+        return self.train_run.metrics
 
     @property
     def mask_file(self) -> Path:
         """The Goldfish mask training applied (``goldfish.train_config.write_mask_settings``)."""
-        return self.train_dir / MASK_FILE
+        return self.train_run.mask
 
     @property
     def results_file(self) -> Path:
