@@ -19,13 +19,15 @@ to top (see ARCHITECTURE.md):
 5. experiment runner and CLI: ``goldfish.experiment``, ``goldfish.commands``, ``cli``, ``__main__``
 
 A module may import its own layer (without a cycle) or a lower one, never a higher one; the engines import nothing
-from the mask or loss modules (Goldfish reaches them only through the injected loss function). No module is longer
-than ``MAX_LINES``.
+from the mask or loss modules (Goldfish reaches them only through the injected loss function). Modules are split
+by job, not by length (ARCHITECTURE.md): one past ``REVIEW_LINES`` is listed (a warning) for review to ask whether it
+still does one job; only one past ``MAX_LINES`` fails.
 """
 
 from __future__ import annotations
 
 import ast
+import warnings
 from pathlib import Path
 
 import pytest
@@ -202,10 +204,25 @@ def test_engines_know_nothing_of_goldfish():
             assert not bad, f"{module} imports {bad}"
 
 
-MAX_LINES = 500  # a module longer than this does more than one job: split it by job (ARCHITECTURE.md)
+REVIEW_LINES = 500  # past this a module is listed for review: does it still do one job? (a guide, not a cap)
+MAX_LINES = 800  # past this it surely does more than one: the test fails
+RULE = "split by job, not by length (ARCHITECTURE.md, 'Modules by job')"
 
 
-def test_no_module_is_longer_than_the_limit():
-    long = {module: n for module, path in MODULES.items()
-            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
-    assert not long, f"modules over {MAX_LINES} lines: " + ", ".join(f"{m} ({n})" for m, n in sorted(long.items()))
+def lengths_over(limit: int) -> dict[str, int]:
+    """Module -> lines, of the modules longer than ``limit``."""
+    return {module: n for module, path in MODULES.items()
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > limit}
+
+
+def test_modules_are_split_by_job_not_by_length():
+    """Modules over ``REVIEW_LINES`` are named in a warning (pytest's summary shows it) for the review to judge; a
+    module over ``MAX_LINES`` fails, with the rule to split it by."""
+    assert lengths_over(0) and not lengths_over(10 ** 9)  # the scan reads every module
+    review = lengths_over(REVIEW_LINES)
+    if review:
+        warnings.warn(f"modules over {REVIEW_LINES} lines, for review -- does each still do one job? "
+                      + ", ".join(f"{m} ({n})" for m, n in sorted(review.items())) + f"; {RULE}", stacklevel=1)
+    long = lengths_over(MAX_LINES)
+    assert not long, (f"modules over {MAX_LINES} lines: " + ", ".join(f"{m} ({n})" for m, n in sorted(long.items()))
+                      + f"; {RULE}: move each job it does into a module of its own")
