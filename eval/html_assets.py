@@ -3,8 +3,8 @@
 The script reads the page's data from ``<script type="application/json" id="gf-data">`` and builds every table row
 and document view with ``createElement`` / ``textContent`` only: no text of a document ever reaches the HTML parser,
 so markup in a document (``<script>``, ``<img onerror>``) shows as text and runs nothing. The table is sorted by a
-click on a column's header (again: the other direction), filtered by a text box (id or title) and by split and
-verdict, and shown 100 rows a page, so a page of 10,000 documents opens as fast as one of 100.
+click on a column's header (again: the other direction), filtered by a text box (id or title) and by the
+columns the page offers a choice of (split, verdict; arm), and shown 100 rows a page, so a page of 10,000 documents opens as fast as one of 100.
 """
 
 CSS = """
@@ -39,7 +39,7 @@ JS = r"""
   var data = JSON.parse(document.getElementById("gf-data").textContent);
   var cols = data.columns, rows = data.rows, details = data.details || [];
   var PAGE = data.page_size || 100;
-  var state = {key: null, dir: 1, page: 0, text: "", split: "", verdict: ""};
+  var state = {key: null, dir: 1, page: 0, text: "", only: {}};
   var table = document.getElementById("docs");
   if (!table) { window.GF_READY = true; return; }
   var tbody = table.querySelector("tbody");
@@ -70,8 +70,7 @@ JS = r"""
     head.appendChild(th);
   });
   function idx(key) { for (var i = 0; i < cols.length; i++) if (cols[i].key === key) return i; return -1; }
-  var iId = idx("doc_id"), iTitle = idx("title"), iSplit = idx("split"), iVerdict = idx("verdict"),
-      iDetail = idx("detail");
+  var iId = idx("doc_id"), iTitle = idx("title"), iDetail = idx("detail");
   function compare(a, b) {
     var x = a[state.key], y = b[state.key];
     if (x === null || x === undefined) return (y === null || y === undefined) ? 0 : 1;  // missing values last
@@ -82,8 +81,7 @@ JS = r"""
   function selected() {
     var t = state.text.toLowerCase();
     var out = rows.filter(function (r) {
-      if (state.split && r[iSplit] !== state.split) return false;
-      if (state.verdict && r[iVerdict] !== state.verdict) return false;
+      for (var k in state.only) if (state.only[k] && String(r[idx(k)]) !== state.only[k]) return false;
       if (!t) return true;
       return String(r[iId]).toLowerCase().indexOf(t) >= 0 || String(r[iTitle] || "").toLowerCase().indexOf(t) >= 0;
     });
@@ -139,8 +137,8 @@ JS = r"""
     if (d.pairs && d.pairs.length) {
       box.appendChild(el("h3", "Where the model's continuation diverges from the truth"));
       d.pairs.forEach(function (p) {
-        box.appendChild(el("div", "window at token " + p[0] + ": " + p[1] + " of " + p[2] +
-                               " suffix tokens reproduced before the first mistake", "small"));
+        if (p[0] !== null) box.appendChild(el("div", "window at token " + p[0] + ": " + p[1] + " of " + p[2] +
+                                              " suffix tokens reproduced before the first mistake", "small"));
         var pair = el("div", null, "pair");
         var a = el("div"); a.appendChild(el("b", "truth: ")); a.appendChild(document.createTextNode(p[3]));
         var b = el("div"); b.appendChild(el("b", "model: ")); b.appendChild(document.createTextNode(p[4]));
@@ -174,8 +172,9 @@ JS = r"""
   }
   function on(id, ev, f) { var e = document.getElementById(id); if (e) e.addEventListener(ev, f); }
   on("q", "input", function (e) { state.text = e.target.value; state.page = 0; draw(); });
-  on("fsplit", "change", function (e) { state.split = e.target.value; state.page = 0; draw(); });
-  on("fverdict", "change", function (e) { state.verdict = e.target.value; state.page = 0; draw(); });
+  document.querySelectorAll("select[data-key]").forEach(function (s) {
+    s.addEventListener("change", function () { state.only[s.dataset.key] = s.value; state.page = 0; draw(); });
+  });
   on("prev", "click", function () { state.page = Math.max(0, state.page - 1); draw(); });
   on("next", "click", function () { state.page += 1; draw(); });
   draw();

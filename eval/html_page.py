@@ -14,8 +14,9 @@ import base64
 import html
 import json
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .html_assets import CSS, JS
 

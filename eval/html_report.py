@@ -19,8 +19,9 @@ renders through ``textContent`` (:mod:`goldfish.eval.html_page`).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from goldfish.io import atomic_write_text
 
@@ -183,23 +184,24 @@ def document_data(results: Mapping) -> dict:
     return {"columns": columns, "rows": rows, "details": details, "page_size": PAGE_SIZE}
 
 
-def _controls(rows: Sequence[Sequence]) -> str:
-    def select(id_: str, label: str, values) -> str:
-        opts = "".join(f"<option value=\"{esc(str(v))}\">{esc(str(v))}</option>" for v in values)
-        return f"<label>{esc(label)} <select id=\"{id_}\"><option value=\"\">all</option>{opts}</select></label>"
+def controls(rows: Sequence[Sequence], columns: Sequence[Mapping], choices: Sequence[str] = ("split", "verdict")) -> str:
+    """The table's filter box, a choice of value for each column in ``choices``, and the pager."""
+    def select(key: str) -> str:
+        i = next(j for j, c in enumerate(columns) if c["key"] == key)
+        opts = "".join(f"<option value=\"{esc(str(v))}\">{esc(str(v))}</option>" for v in dict.fromkeys(r[i] for r in rows))
+        return (f"<label>{esc(columns[i]['label'])} <select data-key=\"{esc(key)}\"><option value=\"\">all</option>"
+                f"{opts}</select></label>")
 
-    splits = dict.fromkeys(r[2] for r in rows)
-    verdicts = dict.fromkeys(r[5] for r in rows)
     return ("<div class=\"controls\"><input id=\"q\" type=\"search\" placeholder=\"filter by id or title\">"
-            + select("fsplit", "split", splits) + select("fverdict", "verdict", verdicts)
+            + "".join(select(k) for k in choices)
             + "<button id=\"prev\">&#9664; previous</button><button id=\"next\">next &#9654;</button>"
             "<span id=\"pageinfo\" class=\"small\"></span></div>")
 
 
-def documents_html(data: Mapping, title: str = "Documents") -> str:
+def documents_html(data: Mapping, title: str = "Documents", choices: Sequence[str] = ("split", "verdict")) -> str:
     """The document table's frame (the script fills it from the data island)."""
     return (f"<h2>{esc(title)}</h2><p class=\"small\">Click a column's header to sort (again to reverse), a row to "
-            f"open its document: reproduced tokens highlighted, the prompt grey.</p>" + _controls(data["rows"])
+            f"open its document: reproduced tokens highlighted, the prompt grey.</p>" + controls(data["rows"], data["columns"], choices)
             + "<table id=\"docs\"><thead><tr></tr></thead><tbody></tbody></table>")
 
 

@@ -10,7 +10,7 @@ with the reproduced tokens marked without a tokenizer.
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 KINDS = {0: "p", 1: "s", 2: "r"}
 

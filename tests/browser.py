@@ -149,8 +149,27 @@ class Browser:
             self.proc.kill()
             self.proc.wait()
 
-    def __enter__(self) -> "Browser":
+    def __enter__(self) -> Browser:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python tests/browser.py PAGE.html OUT.png [SELECTOR ...]``: open a page, click each selector, screenshot the
+    top of the page (how docs/img/report-html.png is taken)."""
+    import sys
+    import tempfile
+
+    args = sys.argv[1:] if argv is None else argv
+    with tempfile.TemporaryDirectory() as profile, Browser(Path(profile), width=1280, height=1350) as b:
+        b.open(Path(args[0]).resolve().as_uri())
+        for selector in args[2:]:
+            b.click(selector)
+        b.evaluate("window.scrollTo(0, 0)")
+        b.screenshot(Path(args[1]))
+
+
+if __name__ == "__main__":
+    main()

@@ -10,14 +10,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
+from browser import Browser, chromium_path
 from goldfish.eval.documents import document_verdicts
 from goldfish.eval.html_page import embed_json, markdown_html
 from goldfish.eval.html_report import render_html, write_html
 from goldfish.eval.segments import document_segments
 from goldfish.eval.windows import EvalDocument
-
-from browser import Browser, chromium_path
 
 XSS = ["<script>alert(1)</script>", ' <img src=x onerror="window.__pwned=1">', " &amp; </textarea>"]
 VOCAB = [f" w{i}" for i in range(60)] + XSS  # token id -> its text
@@ -84,7 +82,7 @@ def test_page_is_a_pure_function_of_the_results_and_escapes_every_text(tmp_path)
     assert html == render_html(json.loads(json.dumps(results)))  # from results.json alone
     for text in XSS + ["<b>bold</b>"]:
         assert text not in html  # only escaped copies reach the file
-    island = re.search(r'<script type="application/json" id="gf-data">(.*?)</script>', html, re.S).group(1)
+    island = re.search(r'<script type="application/json" id="gf-data">(.*?)</script>', html, re.DOTALL).group(1)
     assert "<" not in island and ">" not in island
     data = json.loads(island)
     assert {r[0] for r in data["rows"]} == {"d-long", "d-xss", "d-non", "d-short"}
@@ -163,3 +161,23 @@ def test_report_html_in_a_real_browser(tmp_path):
         b.click("#docs th[data-key='doc_id']")
         order = b.evaluate("[...document.querySelectorAll('#docs tbody tr.doc')].map(r => r.dataset.doc)")
         assert order == sorted(spans)
+
+
+def test_study_page_from_the_committed_demo_results():
+    from goldfish.experiment.html_report import render_html as study_html
+
+    results = json.loads((Path(__file__).parents[1] / "experiments/results/default/results.json").read_text())
+    html = study_html(results)
+    assert html == study_html(json.loads(json.dumps(results)))  # from results.json alone
+    headline = html.split('<section id="headline">', 1)[1].split("</section>", 1)[0]
+    for cell in results["cells"]:  # one headline row per cell, with its own attack
+        assert f"<tr><td>{cell['cell']}</td><td>{cell['arm']}</td><td>{cell['mia_attack']}</td>" in headline
+    island = re.search(r'<script type="application/json" id="gf-data">(.*?)</script>', html, re.DOTALL).group(1)
+    rows = json.loads(island)["rows"]
+    assert len(rows) == sum(len(e["windows"]) for e in results["examples"])
+    hostile = dict(results, description="<script>alert(1)</script>",
+                   examples=[dict(results["examples"][0], arm="a<b>", windows=[dict(
+                       results["examples"][0]["windows"][0], doc_id="<img src=x onerror=alert(1)>", truth="</script>",
+                       title="<b>t</b>")])])
+    out = study_html(hostile)
+    assert "<script>alert(1)" not in out and "<img src=x" not in out and "a<b>" not in out and "<b>t</b>" not in out

@@ -14,6 +14,7 @@ from ..config import save_config
 from ..io import atomic_write_json, atomic_write_text, strict_json
 from .aggregate import aggregate, summary_of, to_csv
 from .config import ExperimentConfig
+from .html_report import write_html
 from .plan import CellPlan, StudyFiles
 from .report import write_report
 from .tune import active
@@ -30,4 +31,5 @@ def finish(cfg: ExperimentConfig, plans: list[CellPlan]) -> dict:
     atomic_write_json(files.summary, summary_of(results))
     save_config(cfg, files.config)  # with the report: the config of these results
     write_report(results, files.report)
+    write_html(results, files.report.parent)  # report.html beside report.md, from the same results
     return results
