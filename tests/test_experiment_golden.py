@@ -120,5 +120,6 @@ def test_results_follow_the_schema(recomputed):
     assert set().union(set(), *map(set, results["examples"])) <= doc["examples"]
     assert set(results["runs"]) <= doc["runs"]
     summary = json.loads(found["summary.json"])
-    entries = [v for k, v in summary.items() if k not in ("blind_auc", "blind_auc_ci", "paired")]
+    entries = [v for k, v in summary.items() if k not in ("blind_auc", "blind_auc_ci", "paired", "readings")]
     assert entries and all(set(e) == doc["summary.json"] for e in entries)
+    assert summary["readings"] and set().union(*map(set, summary["readings"])) <= doc["summary.json readings"]

@@ -21,6 +21,7 @@ from .collect import ADAPTIVE_KEYS, summarize_cell
 from .config import ExperimentConfig
 from .plan import CellPlan
 from .sections import SECTIONS
+from .sections.readings import derive as derive_readings
 from .summary import CellSummary, Study
 
 RESULTS_SCHEMA = "goldfish-experiment/1"
@@ -31,7 +32,8 @@ ROW_CELL_KEYS = ("params", "tokens_seen", "kept_tokens", "train_time_s", "mia_au
 SUMMARY_KEYS = ("cell", "params", "tokens_seen", "kept_tokens", "dropped_tokens", "train_time_s", "steps",
                 "n_windows", "exact_match_rate", *ROUGE, "token_match", "mia_attack", "mia_auc", "mia_auc_ci",
                 "mia_auc_ci_low", "mia_auc_ci_high", "mia_auc_p", "mia_tpr_at_1pct_fpr", "mia_tpr_at_1pct_fpr_note",
-                "mia_tpr_at_0_1pct_fpr", "mia_tpr_at_0_1pct_fpr_note", "mia_aucs", "mia_auc_loss", "mia_auc_reference", "mia_auc_reference_ci", "mia_auc_kept_loss",
+                "mia_tpr_at_0_1pct_fpr", "mia_tpr_at_0_1pct_fpr_note", "mia_aucs", "mia_tprs",
+                "mia_auc_loss", "mia_auc_reference", "mia_auc_reference_ci", "mia_auc_kept_loss",
                 "mia_auc_kept_loss_ci", "mia_auc_kept_reference", "mia_auc_kept_reference_ci", "mia_by_exposure",
                 "mia_by_exposure_ci", "tf_accuracy", "tf_kept_accuracy", "tf_dropped_accuracy", "heldout_accuracy",
                 "final_kept_loss", "final_dropped_loss", "heldout_loss", "heldout_loss_ci", "heldout_ppl", "member_loss",
@@ -79,6 +81,7 @@ def summary_of(results: dict) -> dict[str, Any]:
     if results.get("blind_auc") is not None:
         summary.update(blind_auc=results["blind_auc"], blind_auc_ci=results["blind_auc_ci"])
     summary["paired"] = results["paired"]
+    summary["readings"] = derive_readings(results)
     return summary
 
 

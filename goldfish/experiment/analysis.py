@@ -77,8 +77,8 @@ from ..io import atomic_write_json, read_json, read_jsonl
 from ..masks import GoldfishConfig, config_mask
 from .plan import CellPlan
 
-AUC_FIELDS = ("auc", "auc_ci_low", "auc_ci_high", "tpr_at_1pct_fpr", "roc_fpr", "roc_tpr", "n_members",
-              "n_nonmembers")
+AUC_FIELDS = ("auc", "auc_ci_low", "auc_ci_high", "tpr_at_1pct_fpr", "tpr_at_1pct_fpr_note", "tpr_at_0.1pct_fpr",
+              "tpr_at_0.1pct_fpr_note", "roc_fpr", "roc_tpr", "n_members", "n_nonmembers")
 
 
 def dropped_targets(docs: Sequence[Sequence[int]], gcfg: GoldfishConfig) -> list[np.ndarray]:

@@ -272,6 +272,12 @@ def summarize_cell(plan: CellPlan, mia_attack: str = "auto") -> CellSummary:
     scores = {**(membership.get("scores") or {}), **((attacks or {}).get("scores") or {})}
     headline = headline_numbers(resolve_mia_attack(mia_attack, plan.start_model is not None), found)
     mia_aucs = {name: a.get("auc") for name, a in found.items()}
+    # every attack's TPR at the low FPRs (None where too few nonmembers resolve that FPR -- fewer than 1 / FPR: the
+    # value is then the TPR at zero false positives)
+    mia_tprs = {name: {k: a.get(src) if (a.get("n_nonmembers") or 0) * fpr >= 1 else None
+                       for k, src, fpr in (("tpr_at_1pct_fpr", "tpr_at_1pct_fpr", 0.01),
+                                           ("tpr_at_0_1pct_fpr", "tpr_at_0.1pct_fpr", 0.001))}
+                for name, a in found.items()}
     return CellSummary(
         cell=plan.cell.id, arm=plan.cell.arm, values=dict(plan.cell.values),
         params=train.params or model.get("num_parameters"),  # a control's: the model it evaluates
@@ -279,7 +285,7 @@ def summarize_cell(plan: CellPlan, mia_attack: str = "auto") -> CellSummary:
         **{k: overall.get(k) for k in ("n_windows", "exact_match_rate", "exact_match_ci_low", "exact_match_ci_high",
                                        *ROUGE, "token_match")},
         **adaptive_numbers(results), adversary=adversary_numbers(results),
-        mia_aucs=mia_aucs, **loss_numbers(scores), **attack_numbers(attacks), mia_auc_loss=mia_aucs.get("loss"),
+        mia_aucs=mia_aucs, mia_tprs=mia_tprs, **loss_numbers(scores), **attack_numbers(attacks), mia_auc_loss=mia_aucs.get("loss"),
         **headline, **cell_statistics(scores.get(headline["mia_attack"]), results.get("windows") or []),
         by_prefix_len=_strata_of(summary, "by_prefix_len"), by_repetitions=_strata_of(summary, "by_repetitions"),
         strata=stratum_rows(results.get("windows") or []),

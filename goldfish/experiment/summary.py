@@ -61,6 +61,9 @@ class CellCore:
     adversary: dict | None = None
     # membership: every attack's AUC, held-out loss, the attacks analysis (attacks.json)
     mia_aucs: dict[str, float | None] = dataclasses.field(default_factory=dict)
+    # every attack's TPR at 1 % and 0.1 % FPR ({attack: {tpr_at_1pct_fpr, tpr_at_0_1pct_fpr}}); None in results
+    # written before it (then only the headline attack's TPR is known)
+    mia_tprs: dict[str, dict] | None = None
     heldout_loss: float | None = None
     heldout_loss_ci: list | None = None
     heldout_ppl: float | None = None

@@ -1,0 +1,55 @@
+"""Re-render a committed study from its ``results.json`` alone: ``report.md`` (:func:`goldfish.experiment.report.render`)
+and ``summary.json`` (:func:`goldfish.experiment.aggregate.summary_of`), both pure functions of the results, so a
+study whose cells are gone (experiments/results/<config>/ keeps no weights and no cell files) shows what this code
+reads from the same numbers: the readings and their verdict words included. ``results.json`` itself is never
+rewritten. ``python -m goldfish.experiment.rerender experiments/results/*`` (``make docs``); with ``--check`` it
+writes nothing and exits 1 when a file differs (the suite runs the same comparison)."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from pathlib import Path
+
+from ..io import atomic_write_text, strict_json
+from .aggregate import summary_of
+from .report import render
+
+
+def read_results(folder: Path) -> dict:
+    """A committed study's results: ``results.json`` or, over the repo's size limit, ``results.json.gz``."""
+    plain = folder / "results.json"
+    if plain.is_file():
+        return json.loads(plain.read_text(encoding="utf-8"))
+    return json.loads(gzip.decompress((folder / "results.json.gz").read_bytes()))
+
+
+def rendered(folder: Path) -> dict[str, str]:
+    """``{file name: text}`` of what a committed study's report and summary are under this code."""
+    results = read_results(folder)
+    return {"report.md": render(results), "summary.json": strict_json(summary_of(results), 2) + "\n"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m goldfish.experiment.rerender", description=__doc__)
+    parser.add_argument("folders", nargs="+", type=Path)
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file would change")
+    args = parser.parse_args(argv)
+    stale = []
+    for folder in args.folders:
+        for name, text in rendered(folder).items():
+            path = folder / name
+            if path.is_file() and path.read_text(encoding="utf-8") == text:
+                continue
+            stale.append(str(path))
+            if not args.check:
+                atomic_write_text(path, text)
+    for path in stale:
+        print(f"{'differs' if args.check else 'rewritten'}: {path}")
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

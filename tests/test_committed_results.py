@@ -1,0 +1,78 @@
+"""The committed studies (experiments/results/<config>/) are what this code renders from their results.json, and
+their readings follow from the numbers by the verdict rule -- checked here against hand computations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import t as student_t
+
+from goldfish.experiment.rerender import main, read_results, rendered
+from goldfish.experiment.sections.readings import derive, strongest
+from goldfish.experiment.summary import cells_of
+
+RESULTS = Path(__file__).resolve().parent.parent / "experiments" / "results"
+STUDIES = sorted(p.name for p in RESULTS.iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_report_and_summary_are_rendered_from_results_json(study):
+    for name, text in rendered(RESULTS / study).items():
+        assert (RESULTS / study / name).read_text(encoding="utf-8") == text, (
+            f"experiments/results/{study}/{name} is not what this code renders from its results.json: run "
+            f"`make docs` (python -m goldfish.experiment.rerender experiments/results/*/) and commit")
+
+
+def test_check_mode_names_a_stale_file(tmp_path, capsys):
+    folder = tmp_path / "s"
+    folder.mkdir()
+    (folder / "results.json").write_bytes((RESULTS / "default" / "results.json").read_bytes())
+    (folder / "report.md").write_text("# edited by hand\n", encoding="utf-8")
+    assert main([str(folder), "--check"]) == 1 and "differs" in capsys.readouterr().out
+    assert main([str(folder)]) == 0 and main([str(folder), "--check"]) == 0
+
+
+def _by_hand(diffs):
+    d = np.asarray(diffs, float)
+    se = d.std(ddof=1) / np.sqrt(len(d))
+    q95, q90 = student_t.ppf(0.975, len(d) - 1), student_t.ppf(0.95, len(d) - 1)
+    return d.mean(), d.mean() - q95 * se, d.mean() + q95 * se, d.mean() - q90 * se, d.mean() + q90 * se
+
+
+def test_membership_is_read_on_each_arms_strongest_attack():
+    results = read_results(RESULTS / "standard_setting")
+    cells = {c.cell: c for c in cells_of(results)}
+    seeds = range(5)
+    g = {s: cells[f"goldfish_k4__seed={s}"] for s in seeds}
+    st = {s: cells[f"standard__seed={s}"] for s in seeds}
+    mean_auc = {a: np.mean([g[s].mia_aucs[a] for s in seeds]) for a in g[0].mia_aucs}
+    assert strongest(g) == max(mean_auc, key=mean_auc.get) == "kept_reference"  # the mask-aware attack
+    assert strongest(st) == "reference"
+    mean, lo, hi, lo90, hi90 = _by_hand([g[s].mia_aucs["kept_reference"] - st[s].mia_aucs["reference"] for s in seeds])
+    r = next(x for x in derive(results) if x["question"] == "membership AUC")
+    assert r["estimate"] == pytest.approx(mean) and r["ci_low"] == pytest.approx(lo) and r["ci_high"] == pytest.approx(hi)
+    # the margin of the config (+-0.05) holds the 90 % interval: equivalent by the rule
+    assert -0.05 < lo90 and hi90 < 0.05 and r["word"] == "equivalent"
+    tpr = next(x for x in derive(results) if x["question"] == "membership TPR at 1 % FPR")
+    assert tpr["word"] == "not tested" and "not stored" in tpr["note"]
+
+
+def test_a_failed_placebo_makes_the_leak_reading_inconclusive():
+    results = read_results(RESULTS / "standard_setting")
+    placebo = [c.leakage["placebo"]["accuracy"]["did"] for c in cells_of(results) if c.arm == "goldfish_k4"]
+    _, lo, hi, _, _ = _by_hand(placebo)
+    leak = next(x for x in derive(results) if x["question"].startswith("leak on dropped"))
+    assert (hi < 0 or lo > 0) and leak["word"] == "inconclusive"
+
+
+def test_positive_controls_are_read_against_the_twin():
+    results = read_results(RESULTS / "leakage_audit")
+    cells = cells_of(results)
+    did = {(c.arm, int(c.values["seed"])): c.leakage["did"]["dropped"]["accuracy"]["did"] for c in cells if c.leakage}
+    words = {x["a"]: x["word"] for x in derive(results) if x["question"] == "positive control against the same twin"}
+    for arm in ("supervised_5pct", "supervised_10pct", "supervised_25pct"):
+        _, lo, hi, _, _ = _by_hand([did[(arm, s)] - did[("goldfish_twin", s)] for s in range(5)])
+        assert words[arm] == ("detected" if lo > 0 else "not detected")
+    assert words["supervised_25pct"] == "detected" and words["supervised_5pct"] == "not detected"
