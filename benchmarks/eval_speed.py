@@ -8,8 +8,8 @@ One run, same model (a randomly initialised ~10 M-parameter Llama: hidden 384, 6
 1. ``batch-1 generate``: ``model.generate(prefix, do_sample=False, max_new_tokens=S, min_new_tokens=S)`` per window
    (eos disabled), the baseline;
 2. ``batched generate``: :func:`goldfish.eval.generate.generate`, left-padded KV-cached greedy decoding in batches;
-3. ``one pass``: :func:`goldfish.eval.extraction.onepass`, one teacher-forced forward pass per batch (the exact-match verdict,
-   extraction strength and suffix log-prob without decoding).
+3. ``one pass``: :func:`goldfish.eval.extraction.onepass`, one teacher-forced forward pass per batch (the exact-match
+   verdict, extraction strength and suffix log-prob without decoding).
 
 Half of the windows have the model's own greedy continuation as their "true" suffix (so greedy extraction succeeds
 on them) and half a random suffix, so verdict agreement is tested on both outcomes. Checks: batched tokens ==

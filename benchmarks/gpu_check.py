@@ -90,8 +90,9 @@ def train_arms(smoke: bool) -> list[dict]:
     from goldfish.train_config import LossConfig
 
     args = argparse.Namespace(model="llama-demo" if smoke else "tinyllama-1.1B", vocab=512 if smoke else 32000,
-                              seq=64 if smoke else 2048, micro_rows=2 if smoke else 4, accum=2, warmup=1 if smoke else 3,
-                              steps=1 if smoke else 6, peak_tflops=None, precision="fp32" if smoke else "bf16")
+                              seq=64 if smoke else 2048, micro_rows=2 if smoke else 4, accum=2,
+                              warmup=1 if smoke else 3, steps=1 if smoke else 6, peak_tflops=None,
+                              precision="fp32" if smoke else "bf16")
     chunk = 32 if smoke else 4096
     arms = [("native", "native", {}),
             ("native fast", "native", {"compile": not smoke, "loss": LossConfig(ce_chunk_tokens=chunk)}),

@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{shard} shards, {written:,} words (~{written * TOKENS_PER_WORD / 1e6:,.1f} M tokens), "
               f"{time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     print(json.dumps({"out": str(args.out), "shards": shard, "documents": n, "words": written,
-                      "approx_tokens": int(written * TOKENS_PER_WORD), "seconds": round(time.perf_counter() - started, 1)}))
+                      "approx_tokens": int(written * TOKENS_PER_WORD),
+                      "seconds": round(time.perf_counter() - started, 1)}))
     return 0
 
 

@@ -43,8 +43,9 @@ WRAPPER = ("import json, resource, sys; from goldfish.cli import main; rc = main
 
 
 # a fresh process opening the folder (verified, from the record prepare left) and building a 16-row global batch
-FIRST_BATCH = ("import sys, time; import numpy as np; from goldfish.data import load_prepared; t = time.perf_counter(); "
-               "p = load_prepared(sys.argv[1]); b = p.train.batch(np.arange(16)); print(time.perf_counter() - t)")
+FIRST_BATCH = ("import sys, time; import numpy as np; from goldfish.data import load_prepared; "
+               "t = time.perf_counter(); p = load_prepared(sys.argv[1]); b = p.train.batch(np.arange(16)); "
+               "print(time.perf_counter() - t)")
 
 
 def recipe(background: Path, main: bool = False) -> dict:

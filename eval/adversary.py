@@ -25,8 +25,8 @@ greedy picks wherever the model's argmax is not a special token.
 The attacker's context is the window's prefix and what it generated, masked as a document that starts at the
 prefix: exact for the true suffix whenever the prefix starts at the document's first token or holds at least h-1
 tokens (all of the toolkit's default windows). The mask settings come from the training run folder
-(``<run>/mask.json``, the mask training recorded), or from the eval config's ``goldfish`` section, which overrides it; the
-tokenizer's eos/bos/pad ids are added to the special ids, as the trainer adds the data's.
+(``<run>/mask.json``, the mask training recorded), or from the eval config's ``goldfish`` section, which overrides it;
+the tokenizer's eos/bos/pad ids are added to the special ids, as the trainer adds the data's.
 """
 
 from __future__ import annotations

@@ -36,7 +36,8 @@ logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
 
 
 def short_number(value: float, _pos: object = None) -> str:
-    """3 significant digits with an SI suffix: 1530000 -> "1.53M", 7e9 -> "7B", 32 -> "32" (tick labels of sizes, repetitions)."""
+    """3 significant digits with an SI suffix: 1530000 -> "1.53M", 7e9 -> "7B", 32 -> "32" (tick labels of sizes,
+    repetitions)."""
     for factor, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= factor:
             return f"{value / factor:.3g}{suffix}"

@@ -87,7 +87,8 @@ def one_line(exc: BaseException) -> str | None:
 def _first(exc: BaseException) -> str:
     """The last line of a multi-line message that names something (gloo puts the cause after its source line)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return next((line for line in lines if any(s in line for s in _PEER_LOST)), lines[0] if lines else type(exc).__name__)
+    fallback = lines[0] if lines else type(exc).__name__
+    return next((line for line in lines if any(s in line for s in _PEER_LOST)), fallback)
 
 
 def _message(exc: BaseException) -> str | None:

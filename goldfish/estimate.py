@@ -21,8 +21,8 @@ Memory per device (bytes), for the most loaded device (the pipeline stage holdin
   cross-entropy).
 
 Time: training FLOPs per token ``6·N + 12·L·H·s`` (:func:`goldfish.perf.model_flops_per_token`; N = matmul weights:
-every parameter except an untied input embedding), divided by ``world · peak · mfu``. CUDA context, allocator fragmentation and communication
-buffers are not counted: keep the estimate under ~90 % of the device memory.
+every parameter except an untied input embedding), divided by ``world · peak · mfu``. CUDA context, allocator
+fragmentation and communication buffers are not counted: keep the estimate under ~90 % of the device memory.
 """
 
 from __future__ import annotations

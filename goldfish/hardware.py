@@ -147,7 +147,10 @@ def _cpuinfo() -> dict[str, str]:
 def cpu_features() -> CpuFeatures:
     """The running CPU's :class:`CpuFeatures`."""
     probe = getattr(torch, "cpu", None)
-    flag = (lambda name: bool(getattr(probe, name, lambda: False)()))
+
+    def flag(name: str) -> bool:
+        return bool(getattr(probe, name, lambda: False)())
+
     cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
     info = _cpuinfo()
     family = info.get("cpu family", "")

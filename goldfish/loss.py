@@ -41,7 +41,8 @@ class GoldfishLossOutput:
 
 
 def token_losses(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = IGNORE_INDEX) -> torch.Tensor:
-    """Per-token CE, 0 where ``targets == ignore_index``. ``logits`` (B, T, V) already aligned with ``targets`` (B, T)."""
+    """Per-token CE, 0 where ``targets == ignore_index``. ``logits`` (B, T, V), already aligned with ``targets``
+    (B, T)."""
     return F.cross_entropy(
         logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=ignore_index, reduction="none"
     ).view(targets.shape)

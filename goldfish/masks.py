@@ -314,9 +314,9 @@ def goldfish_mask(
     """Bool tensor shaped like ``input_ids`` ([T] or [B, T]); ``True`` = this target token is dropped from the loss.
 
     ``document_ids`` / ``position_ids`` (same shape) mark document boundaries inside packed rows for the ``hash``,
-    ``hash-preceding``, ``canonical`` and ``static`` strategies. ``fold``: the tokenizer's :class:`TokenFold`, needed by ``canonical``.
-    ``supervised_fraction`` (a positive control of the leakage audit): the share of the positions the strategy drops
-    that the loss trains on anyway (:func:`_supervised`), left out of the returned mask.
+    ``hash-preceding``, ``canonical`` and ``static`` strategies. ``fold``: the tokenizer's :class:`TokenFold`, needed by
+    ``canonical``. ``supervised_fraction`` (a positive control of the leakage audit): the share of the positions the
+    strategy drops that the loss trains on anyway (:func:`_supervised`), left out of the returned mask.
     Computed on the tensor's own device with vectorised integer ops.
     """
     problems: list[str] = []

@@ -43,8 +43,8 @@ def resolve_precision(precision: str, device: torch.device | str | None = None, 
 
     ``auto`` -> ``bf16`` when bf16 is native and faster than fp32 on the device and ``bf16_ok`` (a caller that
     cannot use bf16 here, e.g. AxoNN on a CPU, passes False), else ``fp32``. An explicit ``bf16`` where it is not
-    faster is kept and, with ``warn``, announced once on stderr with the reason (by the first process of a launch). Other names pass
-    through.
+    faster is kept and, with ``warn``, announced once on stderr with the reason (by the first process of a launch).
+    Other names pass through.
     """
     precision = ALIASES.get(precision, precision)
     device = torch.device(device) if device is not None else default_device()

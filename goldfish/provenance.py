@@ -5,8 +5,8 @@
   contains a site-packages folder), else ``<package version>+src.<sha256 of the package's sources>``.
 * **Library versions** (:func:`versions`): the package versions a result depends on, read from the installed
   distributions (nothing is imported).
-* **Fingerprints**: a flat ``{"dotted.key": value}`` dict (``goldfish.config.flatten``) of everything that determines a result --
-  data hashes, the settings that change a value, the code version -- stored as ``<folder>/fingerprint.json``
+* **Fingerprints**: a flat ``{"dotted.key": value}`` dict (``goldfish.config.flatten``) of everything that determines a
+  result -- data hashes, the settings that change a value, the code version -- stored as ``<folder>/fingerprint.json``
   (:func:`write_fingerprint`). A later run into the same folder compares its own fingerprint key by key
   (:func:`differences`) and is refused in one line naming every difference (:func:`refuse_mismatch`) before it
   writes anything. What goes into a fingerprint is decided by each command: ``goldfish.train_config``

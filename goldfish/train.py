@@ -258,7 +258,8 @@ def _run(cfg: TrainConfig, engine: Engine, prepared, rows, seq_len: int, folder:
             log.log(record)
             tracker.log(record)
             _report(cfg, engine, bar, record, plan, clock)
-            last = progress.step == plan.total_steps  # its weights are model/'s: checkpointed only to keep the optimizer
+            # the last step's weights are model/'s: checkpointed only to keep the optimizer
+            last = progress.step == plan.total_steps
             if (last and cfg.checkpoint.keep_optimizer) or (not last and cfg.checkpoint.every_steps
                                                             and progress.step % cfg.checkpoint.every_steps == 0):
                 _save(cfg, out, engine, plan, progress, rank, world, fingerprint)

@@ -36,9 +36,9 @@ if os.environ.get("ATEN_CPU_CAPABILITY") and "TORCHINDUCTOR_CACHE_DIR" not in os
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-import train_helpers
-from tiers import INTEGRATION
-from train_helpers import make_prepared
+import train_helpers  # noqa: E402
+from tiers import INTEGRATION  # noqa: E402
+from train_helpers import make_prepared  # noqa: E402
 
 
 # The tiers (Makefile): `make test-unit` is `-m "not slow and not dist and not integration"`. A test is marked

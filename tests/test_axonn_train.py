@@ -3,8 +3,9 @@ through the real trainer.
 
 The row-parallel AxoNN run must reproduce the native engine in one process: same global batches and Goldfish masks
 (kept-token counts), every step's losses and gradient norms and the exported weights up to the order of float sums
-(``train_helpers.assert_same_training``, with AdamW's ε at 1e-2 so that the weights' bound is tight); this also covers the trainer's weight-decay grouping (by shape) and packed rows with per-document
-``position_ids``. Resuming the AxoNN run from its step-2 checkpoint must give bit-identical final weights.
+(``train_helpers.assert_same_training``, with AdamW's ε at 1e-2 so that the weights' bound is tight); this also covers
+the trainer's weight-decay grouping (by shape) and packed rows with per-document ``position_ids``. Resuming the AxoNN
+run from its step-2 checkpoint must give bit-identical final weights.
 """
 
 from __future__ import annotations

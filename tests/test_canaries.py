@@ -145,8 +145,8 @@ def test_skew_normal_extrapolation_recovers_a_normal_tail():
     # sampling error of the fitted tail (the draws are seeded, so this guards a change of fit, not chance): a normal
     # fit of n = 20,000 draws puts the canary at z = -3 with standard error sqrt((1 + z²/2) / n) = 0.0166 (delta
     # method on the mean and sd), and d ln Phi(z)/dz = phi(3)/Phi(-3) = 3.28, so ln P has standard error 0.054
-    # nats = 0.079 bits; the band is 3 of those (0.24 bits). The skew-normal's extra shape parameter (its Fisher information
-    # is singular at shape 0, a normal) widens this by an amount not derived here.
+    # nats = 0.079 bits; the band is 3 of those (0.24 bits). The skew-normal's extra shape parameter (its Fisher
+    # information is singular at shape 0, a normal) widens this by an amount not derived here.
     z, n = -3.0, sample.size
     se_bits = stats.norm.pdf(z) / stats.norm.cdf(z) * math.sqrt((1 + z * z / 2) / n) / math.log(2)
     assert got == pytest.approx(-math.log2(stats.norm.cdf(z)), abs=3 * se_bits)

@@ -34,7 +34,8 @@ def test_precedence_defaults_file_overrides(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("steps: 20\noptim:\n  lr: 3.0e-4\ngoldfish:\n  k: 8\n")
     cfg = load_config(Run, path, ["optim.lr=1e-2", "bf16=true", "goldfish.h=5"])
-    assert (cfg.steps, cfg.optim.lr, cfg.bf16, cfg.goldfish.k, cfg.goldfish.h, cfg.name) == (20, 1e-2, True, 8, 5, "run")
+    assert (cfg.steps, cfg.optim.lr, cfg.bf16, cfg.goldfish.k, cfg.goldfish.h, cfg.name) == (20, 1e-2, True, 8, 5,
+                                                                                          "run")
     assert cfg.optim.betas == [0.9, 0.95]
     save_config(cfg, tmp_path / "out.yaml")
     assert load_config(Run, tmp_path / "out.yaml") == cfg

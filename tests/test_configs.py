@@ -146,7 +146,8 @@ def test_shipped_configs_resolve_by_name_from_any_folder(tmp_path, monkeypatch, 
     monkeypatch.setattr(config_module, "__file__", str(site / "config" / "schema.py"))
     assert find_config("train_tiny", "experiments") == site / "configs" / "train_tiny.yaml"
     assert find_config("data/wikipedia_demo.yaml", "data") == site / "recipes" / "wikipedia_demo.yaml"
-    assert find_config("paper/tinyllama_1b_pretrain", "experiments") == site / "configs/paper/tinyllama_1b_pretrain.yaml"
+    found = find_config("paper/tinyllama_1b_pretrain", "experiments")
+    assert found == site / "configs/paper/tinyllama_1b_pretrain.yaml"
 
 
 # ------------------------------------------------------------------------------------------------ dry runs
@@ -280,7 +281,8 @@ def test_k_sweep_pretrained_is_the_demo_setting_with_k_varied():
         for section in ("model", "optim", "schedule", "seed", "precision"):
             assert train[section] == ref[section], (arm, section)
         if arm.startswith("goldfish-k"):
-            assert train["loss"]["type"] == "goldfish" and train["loss"]["goldfish"]["k"] == int(arm[len("goldfish-k"):])
+            assert train["loss"]["type"] == "goldfish"
+            assert train["loss"]["goldfish"]["k"] == int(arm[len("goldfish-k"):])
             assert train["loss"]["goldfish"]["h"] == 13 and train["loss"]["goldfish"]["strategy"] == "hash"
     ev = sweep["goldfish-k4"].eval_cfg.data
     assert (ev.prefix_lens, ev.suffix_len, ev.window) == ([46], 50, ["start"])  # = the demo's 96-token window

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import pytest
 from test_data_stream import corpus, files, recipe, texts, write_jsonl  # noqa: F401 - the module-scoped corpus

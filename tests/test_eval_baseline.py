@@ -185,7 +185,8 @@ def test_report_table_sits_next_to_exact_match():
                                     "baseline_kept": 0.008, "test": {"expected": 0.8, "p_value": 1.0,
                                                                      "p_at_most": 0.449}}}]}
     results = {"axes": [], "cells": [
-        {"cell": "goldfish-k4", "arm": "goldfish-k4", "k_baseline": kb, "by_prefix_len": {"32": {"exact_match_rate": 0.0}}},
+        {"cell": "goldfish-k4", "arm": "goldfish-k4", "k_baseline": kb,
+         "by_prefix_len": {"32": {"exact_match_rate": 0.0}}},
         {"cell": "standard", "arm": "standard", "k_baseline": None, "by_prefix_len": {}}]}
     table = k_baseline_table(results, cells_of(results))
     assert "goldfish-k4" in table and "standard" not in table

@@ -24,8 +24,9 @@ from eval_fixtures import TEXTS, save_model_folder, schema_fields, tiny_llama, t
 
 WINDOW_KEYS = {"doc_id", "title", "repetitions", "split", "group", "prefix_len", "suffix_len", "window", "start",
                "exact_match", "token_match", "longest_match_prefix", "rouge_l", "rouge_l_words", "rouge_l_paper",
-               "lcs_len", "edit_distance", "onepass_exact", "extraction_strength", "onepass_token_acc", "suffix_logprob",
-               "p_suffix", "np_extraction", "generation", "truth", "generation_ids", "truth_ids", "sha256"}
+               "lcs_len", "edit_distance", "onepass_exact", "extraction_strength", "onepass_token_acc",
+               "suffix_logprob", "p_suffix", "np_extraction", "generation", "truth", "generation_ids", "truth_ids",
+               "sha256"}
 
 
 @pytest.fixture(scope="module")

@@ -36,9 +36,9 @@ def _port() -> int:
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("dist_eval")
-    data = prepare(PrepareConfig(source=SourceConfig(max_documents=60), tokenizer=TokenizerConfig(name="gpt2"), doc_tokens=64,
-                                 num_members=20, num_nonmembers=20, nonmember_mode="random_split", seq_len=64,
-                                 min_tokens=64), root / "data", progress=False)
+    data = prepare(PrepareConfig(source=SourceConfig(max_documents=60), tokenizer=TokenizerConfig(name="gpt2"),
+                                 doc_tokens=64, num_members=20, num_nonmembers=20, nonmember_mode="random_split",
+                                 seq_len=64, min_tokens=64), root / "data", progress=False)
     model = save_model_folder(root / "model", tiny_llama(vocab_size=50257, hidden=32, layers=2))
     return root, data, model
 

@@ -181,7 +181,8 @@ def test_zlib_lowercase_and_reference_match_direct_computation():
         head, head_lower = -lp_head.mean(), -lp_head_lower.mean()
         # as above: a quotient of two NLLs, each within mean_tol (was rel=1e-5)
         assert bounded["lowercase"][i] == pytest.approx(-head / head_lower,
-                                                        rel=mean_tol(lp_head) / head + mean_tol(lp_head_lower) / head_lower)
+                                                        rel=mean_tol(lp_head) / head
+                                                        + mean_tol(lp_head_lower) / head_lower)
         assert bounded["loss"][i] == s["loss"][i]  # every other attack still reads the whole document
 
 

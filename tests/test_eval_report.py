@@ -142,7 +142,8 @@ def test_one_colour_per_arm_in_every_figure_and_a_vector_copy(tmp_path):
     assert colors_for(["my-arm"]) == {"my-arm": two["my-arm"]} and two["my-arm"] not in ARM_COLORS.values()
     many = colors_for([f"arm{i}" for i in range(7)])
     assert len(set(many.values())) == 7  # names that would collide get the next free colour
-    p = bar_chart({"standard": 1.0, "control": 0.5}, "AUC", "ROC-AUC", tmp_path / "auc.png", by_construction=["control"])
+    p = bar_chart({"standard": 1.0, "control": 0.5}, "AUC", "ROC-AUC", tmp_path / "auc.png",
+                  by_construction=["control"])
     svg = p.with_suffix(".svg").read_text()
     assert p.read_bytes()[:8] == PNG_MAGIC and svg.lstrip().startswith("<?xml") and "<svg" in svg
     assert "by construction" in svg  # the control's 0.500 says it is not a measurement

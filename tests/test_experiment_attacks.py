@@ -1,6 +1,7 @@
 """What attacks.json and the study report add beyond ``goldfish eval``: per-exposure AUCs with their bootstrap CI,
-the dropped-token leakage audit (arm vs control, a difference in differences against held-out text), and the adaptive-decoding summaries -- on constructed numbers
-where the answer is known, then on experiments/micro.yaml with beam search and samples (~20 s of CPU)."""
+the dropped-token leakage audit (arm vs control, a difference in differences against held-out text), and the
+adaptive-decoding summaries -- on constructed numbers where the answer is known, then on experiments/micro.yaml with
+beam search and samples (~20 s of CPU)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """A real experiment end to end: experiments/micro.yaml through `goldfish experiment` (prepare -> train -> eval ->
-aggregate -> report, ~15 s of CPU; the session's one run, conftest's ``micro_sweep``), then a rerun that must skip every finished cell. Model loads are counted: a cell
-reads its model once for evaluation, k baseline and attacks together; and whole-document scoring passes are counted:
-eval's membership task and the cell's attacks analysis score each document once between them."""
+aggregate -> report, ~15 s of CPU; the session's one run, conftest's ``micro_sweep``), then a rerun that must skip every
+finished cell. Model loads are counted: a cell reads its model once for evaluation, k baseline and attacks together;
+and whole-document scoring passes are counted: eval's membership task and the cell's attacks analysis score each
+document once between them."""
 
 from __future__ import annotations
 
@@ -221,7 +222,8 @@ def test_rerun_skips_finished_cells(micro):
 
 def test_report_only_writes_what_the_full_run_wrote(micro):
     study = ("results.json", "results.csv", "summary.json", "report.md", "experiment.yaml")
-    assert run_micro_experiment(micro, *MICRO_OVERRIDES) == 0  # a full run (every cell is done: it only writes the study)
+    # a full run (every cell is done: it only writes the study)
+    assert run_micro_experiment(micro, *MICRO_OVERRIDES) == 0
     written = {name: (micro / name).read_bytes() for name in study}
     for name in study:
         (micro / name).unlink()

@@ -90,7 +90,8 @@ def test_reading_in_words_from_the_interval():
     [g] = out["groups"]
     by = {(p["a"], p["b"], p["headline"]): p["reading"] for p in g["paired"]}
     assert by[("standard", "control", "heldout_loss")].startswith("standard below control")  # all 4 seeds ~ -0.9
-    assert by[("goldfish", "standard", "exact_match_rate")] == "every one of the 4 runs gives +0.0 pts: no spread between runs"
+    assert by[("goldfish", "standard", "exact_match_rate")] == ("every one of the 4 runs gives +0.0 pts: no spread "
+                                                                "between runs")
     assert by[("goldfish", "standard", "heldout_loss")].startswith("no difference detected over 4 runs")
     text = runs.render({"runs": out})
     assert "## Across training runs" in text and "mean [95 % t] (sd)" in text and "within-run detail" in text

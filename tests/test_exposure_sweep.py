@@ -175,9 +175,9 @@ def test_the_loss_gap_split_by_the_mask_equals_a_recount_from_the_cells_files(sw
 
 
 def test_sizes_are_compared_on_the_same_targets_each_at_its_own_chosen_learning_rate(sweep):
-    """compare: {axis: size, reference: s16} with lr tuned per size (one seed): every s32 arm cell is paired with the s16 cell
-    of the same arm at s16's chosen lr (which may differ from s32's); the discordant counts equal a recount from the
-    two cells' windows matched by sha256."""
+    """compare: {axis: size, reference: s16} with lr tuned per size (one seed): every s32 arm cell is paired with the
+    s16 cell of the same arm at s16's chosen lr (which may differ from s32's); the discordant counts equal a recount
+    from the two cells' windows matched by sha256."""
     cfg, plans, _ = sweep
     results = json.loads((cfg.out_dir / "results.json").read_text())
     chosen = {g["per"]["size"]: str(g["chosen"]) for g in results["tune"]["groups"]}

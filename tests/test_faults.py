@@ -359,7 +359,8 @@ def test_the_readme_axonn_batch_divides_and_the_message_says_what_dp_counts():
                                         r"rows; every process with engine=axonn\); use global_batch_size=40"):
         make_plan(ScheduleConfig(global_batch_size=10, micro_batch_size=10), OptimConfig(), 100, 32, 4)
     readme = (REPO / "docs" / "training.md").read_text()
-    assert "engine=axonn axonn.row=2 axonn.col=2 \\\n    schedule.global_batch_size=8 schedule.micro_batch_size=2" in readme
+    assert ("engine=axonn axonn.row=2 axonn.col=2 \\\n    schedule.global_batch_size=8 schedule.micro_batch_size=2"
+            in readme)
     plan = make_plan(ScheduleConfig(global_batch_size=8, micro_batch_size=2, max_steps=1), OptimConfig(), 100, 32, 4)
     assert (plan.global_batch // (plan.micro_batch * plan.dp_size), plan.global_batch // plan.dp_size) == (1, 2)
 

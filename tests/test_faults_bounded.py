@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import resource
 import subprocess
 import sys
 from pathlib import Path

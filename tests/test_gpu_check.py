@@ -48,4 +48,5 @@ def test_cpu_smoke_runs_every_check_and_writes_the_table(tmp_path):
     assert losses == pytest.approx([losses[0]] * 3, rel=rounding(2 * forward + targets + forward + targets), abs=0)
     ev = result["eval"]
     assert ev["identical_tokens"] == ev["identical_verdicts"] == ev["windows"] == 8
-    assert "error" not in result["demo"] and sorted(result["demo"]["exact_match"]) == ["control", "goldfish", "standard"]
+    assert "error" not in result["demo"]
+    assert sorted(result["demo"]["exact_match"]) == ["control", "goldfish", "standard"]

@@ -1,9 +1,9 @@
 """`goldfish.GoldfishTrainer` (HF Trainer) and `GoldfishSFTTrainer` (TRL) on a real tiny HF Llama on CPU: the logged
 kept loss, dropped loss and dropped fraction of every step equal a recomputation by `goldfish_loss` -- the step's
 weights (saved when it began) applied to the micro-batches it trained on, the Goldfish mask computed here from the
-unmasked labels -- summed over gradient accumulation; the Trainer's own loss equals the kept loss (transformers 5 normalises by the
-kept targets of the accumulated batch; 4.x by its labels before the shift); the TensorBoard event file holds the
-same values."""
+unmasked labels -- summed over gradient accumulation; the Trainer's own loss equals the kept loss (transformers 5
+normalises by the kept targets of the accumulated batch; 4.x by its labels before the shift); the TensorBoard event file
+holds the same values."""
 
 from __future__ import annotations
 

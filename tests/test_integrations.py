@@ -1,5 +1,5 @@
-"""The examples of docs/api.md for the tools researchers already use, each run on a tiny model: TRL's SFTTrainer with the
-Goldfish collator, and an `accelerate` loop with `goldfish_loss` (on 1 and 2 processes); `accelerate launch` misuse
+"""The examples of docs/api.md for the tools researchers already use, each run on a tiny model: TRL's SFTTrainer with
+the Goldfish collator, and an `accelerate` loop with `goldfish_loss` (on 1 and 2 processes); `accelerate launch` misuse
 refused in one line."""
 
 from __future__ import annotations

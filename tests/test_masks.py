@@ -103,7 +103,8 @@ def reference_hash_table_mask(targets: torch.Tensor, k: int, goldfish_context_wi
     """(B, T) bool: True where the reference's "hash-table" strategy sets the target to ignore_index."""
     if _reference_hash_table is None:
         _reference_load_hash_table(targets.device)
-    hashed_keys = _reference_hash_table[targets.unfold(1, goldfish_context_width, 1).prod(dim=-1) % REFERENCE_TABLE_SIZE]
+    contexts = targets.unfold(1, goldfish_context_width, 1)
+    hashed_keys = _reference_hash_table[contexts.prod(dim=-1) % REFERENCE_TABLE_SIZE]
     dropped_token_indices = (hashed_keys < 1 / k)
     out = torch.zeros_like(targets, dtype=torch.bool)
     out[:, goldfish_context_width - 1:][dropped_token_indices] = True

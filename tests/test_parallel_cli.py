@@ -2,8 +2,9 @@
 ``dist_utils.launch_train``): same run as one process.
 
 The whole trainer path -- config, data sharding by ``engine.dp_rank``, Goldfish masks, checkpoints, HF export -- runs
-on a tp=2 or pp=2 mesh and must log the one-process losses and gradient norms and end with its weights, up to the order of float sums
-(``train_helpers.assert_same_training``); a pipeline run killed after its step-2 checkpoint continues bit for bit.
+on a tp=2 or pp=2 mesh and must log the one-process losses and gradient norms and end with its weights, up to the order
+of float sums (``train_helpers.assert_same_training``); a pipeline run killed after its step-2 checkpoint continues bit
+for bit.
 """
 
 from __future__ import annotations

@@ -175,7 +175,8 @@ def _perf(**fields):
 def test_chunked_ce_and_activation_checkpointing_train_like_one_process():
     """loss.ce_chunk_tokens (7: ragged chunks across rows) and activation_checkpointing change memory, not math:
     one process, TP (vocab-parallel lm_head), a pipeline's last stage and FSDP2 all match the reference."""
-    _run_layouts(1, {"one-chunked-ac": {"parallel": {}, "train": _perf(ce_chunk_tokens=7, activation_checkpointing=True),
+    _run_layouts(1, {"one-chunked-ac": {"parallel": {},
+                                        "train": _perf(ce_chunk_tokens=7, activation_checkpointing=True),
                                         "packed": True, "tied": True}})
     _run_layouts(2, {
         "tp2-chunked": {"parallel": {"tp": 2}, "train": _perf(ce_chunk_tokens=7)},

@@ -44,7 +44,8 @@ NOT_HERE = {
     "goldfish eval --model runs/demo/": "the outputs of make demo (runs/demo)",
     "goldfish eval --model model.gguf": "model.gguf, docs.jsonl, heldout.jsonl: your own files",
     "goldfish eval eval.yaml": "eval.yaml, model.gguf, docs.jsonl: your own files",
-    "goldfish eval series.checkpoints=runs/standard_setting/": "the outputs of standard_setting.yaml (~1.5 h on 2 cores)",
+    "goldfish eval series.checkpoints=runs/standard_setting/":
+        "the outputs of standard_setting.yaml (~1.5 h on 2 cores)",
     "goldfish experiment experiments/size_sweep.yaml --only": "~20 min of training",
     "make install": "the install itself (CI installs the checkout; .ci/wheel installs the wheel in a clean venv)",
     "python -m venv": "the install itself (.ci/wheel does these steps in a clean venv)",
@@ -77,7 +78,8 @@ LAUNCHERS = ("torchrun", "accelerate")
 # run what it runs, forked (run_here)
 REAL_START = ["goldfish", "mask"]
 # what a command reads -> the README command that makes it (run first when a selection left it out, e.g. -m dist)
-PREREQUISITES = {"experiments/train_tiny.yaml": ("data/prepared/wikipedia_demo", "goldfish prepare data/wikipedia_demo.yaml")}
+PREREQUISITES = {"experiments/train_tiny.yaml": ("data/prepared/wikipedia_demo",
+                                                 "goldfish prepare data/wikipedia_demo.yaml")}
 
 
 def readme_commands() -> dict[str, str]:

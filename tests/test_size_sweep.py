@@ -130,7 +130,8 @@ def test_tuning_picks_each_size_value_from_background_controls_then_runs_the_arm
     # the control trained on the background-only data, and was evaluated on the arms' data
     control = json.loads((out / "cells" / "control__model=big__steps=20__seed=1" / "train" /
                           "fake_config.json").read_text())
-    arm = json.loads((out / "cells" / "standard__model=big__steps=20__seed=1" / "train" / "fake_config.json").read_text())
+    cell = out / "cells" / "standard__model=big__steps=20__seed=1"
+    arm = json.loads((cell / "train" / "fake_config.json").read_text())
     assert control["data"] != arm["data"]
     assert json.loads((out / "prepared" / control["data"].rsplit("/", 1)[-1] / "cfg.json").read_text())[
         "train_members"] is False
@@ -316,8 +317,8 @@ def test_prefix_collisions_by_hand_and_none_in_a_prepared_folder_of_unique_texts
 def test_tuning_per_arm_gives_each_arm_its_own_choice_and_says_when_it_is_at_the_edge(tmp_path):
     """tune.per: [model, arm]: every arm (control included) is a tuning cell at every steps value of seed 0, and
     each arm runs seed 1 at its own lowest held-out loss. The fake's loss is 3 + |steps - best| / 10 with best = 20,
-    and for the Goldfish arm (the fake's k = 2) best = 40 here: Goldfish picks 40 -- at the grid's edge, which the tuning block
-    and the report say -- the others 20 (interior)."""
+    and for the Goldfish arm (the fake's k = 2) best = 40 here: Goldfish picks 40 -- at the grid's edge, which the
+    tuning block and the report say -- the others 20 (interior)."""
     calls = Calls()
     pipeline = make_pipeline(calls)
     evaluate = pipeline.evaluate

@@ -51,7 +51,8 @@ def _brute(events, trials):
     return num / den
 
 
-@pytest.mark.parametrize("events, trials", [([0, 1, 3], [6, 6, 6]), ([2, 0, 1, 2], [4, 5, 3, 4]), ([0, 0, 2], [5, 5, 5])])
+@pytest.mark.parametrize("events, trials", [([0, 1, 3], [6, 6, 6]), ([2, 0, 1, 2], [4, 5, 3, 4]),
+                                            ([0, 0, 2], [5, 5, 5])])
 def test_exact_trend_is_the_enumeration(events, trials):
     assert exact_trend(events, trials)["p_greater"] == pytest.approx(_brute(events, trials), rel=1e-9)
 

@@ -264,7 +264,8 @@ def run_counting_loads(out: Path, run: str, *overrides: str) -> int:
         return passes(model, docs, **kwargs)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(loading, "load_pretrained", lambda path, *a, **k: LOADS[run].append(str(path)) or real(path, *a, **k))
+        mp.setattr(loading, "load_pretrained",
+                   lambda path, *a, **k: LOADS[run].append(str(path)) or real(path, *a, **k))
         mp.setattr(scoring, "iter_token_statistics", counting)  # token_statistics' pass, and membership's:
         mp.setattr(membership, "iter_token_statistics", counting)
         return run_micro_experiment(out, *overrides)

@@ -37,8 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for flag, key in SHORTHANDS.items():
         spellings = [flag] + ([flag.replace("-", "_").replace("__", "--", 1)] if "-" in flag[2:] else [])
         p.add_argument(*spellings, dest=key, default=None, metavar="VALUE", help=f"= {key}=VALUE")
-    p.add_argument("--overwrite", action="store_true", help="= overwrite=true: replace an out folder that holds another "
-                                                            "evaluation (built beside it, swapped in when finished)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="= overwrite=true: replace an out folder that holds another evaluation (built beside it, "
+                        "swapped in when finished)")
     p.add_argument("--log-samples", "--log_samples", dest="log_samples", action="store_true",
                    help="= log_samples=true: also write samples.jsonl, one line per extraction window")
     p.add_argument("--update-card", action="store_true",
@@ -98,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     if not shard.main:
         return 0
     print(format_summary_table(results))
-    print(f"\nresults: {cfg.out}/results.json, {cfg.out}/results.csv" + (f", {cfg.out}/report.md" if cfg.report else ""))
+    report = f", {cfg.out}/report.md" if cfg.report else ""
+    print(f"\nresults: {cfg.out}/results.json, {cfg.out}/results.csv{report}")
     if folder is not None:
         weights = (results.get("model") or {}).get("weights")  # the weights the numbers are of
         print(f"model card: {add_eval_results(folder, eval_results(results), weights=weights, out=card_out)}"

@@ -28,7 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--file", help="read the text from this UTF-8 file ('-' = standard input)")
     p.add_argument("--k", type=int, default=4, help="drop 1 in k target tokens (default 4)")
     p.add_argument("--h", type=int, default=13, help="context width hashed per target (default 13)")
-    p.add_argument("--strategy", default="hash", help="hash (default) | hash-table | canonical | hash-preceding | static")
+    p.add_argument("--strategy", default="hash",
+                   help="hash (default) | hash-table | canonical | hash-preceding | static")
     p.add_argument("--seed", type=int, default=0, help="salt of the hash strategies")
     p.add_argument("--tokenizer", default="gpt2",
                    help="gpt2 (offline GPT-2 BPE, default), a local HF tokenizer folder, or a .gguf file")

@@ -38,8 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace the output folder if it exists")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
     parser.add_argument("--num-proc", type=int, default=None, metavar="N",
-                        help="worker processes tokenizing a streamed background (default: the CPUs available; never more "
-                             "than those CPUs, nor than the shards there are to write)")
+                        help="worker processes tokenizing a streamed background (default: the CPUs available; never "
+                             "more than those CPUs, nor than the shards there are to write)")
     parser.add_argument("--shards", default=None, metavar="A:B",
                         help="write only background shards A..B-1 (one job of several into one folder); no merge")
     parser.add_argument("--merge", action="store_true",

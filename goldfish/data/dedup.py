@@ -42,7 +42,8 @@ class DedupConfig:
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        check(isinstance(self.ngram, int) and self.ngram >= 1, problems, f"ngram={self.ngram!r} must be an integer >= 1")
+        check(isinstance(self.ngram, int) and self.ngram >= 1, problems,
+              f"ngram={self.ngram!r} must be an integer >= 1")
         check(0 < self.overlap <= 1, problems, f"overlap={self.overlap} must be in (0, 1]")
         raise_problems(problems)
 

@@ -13,12 +13,12 @@ folder, in three phases that each resume where a kill left them, one module each
 2. **Background** (:mod:`~goldfish.data.prepare_background`; streamed, from ``background_source`` or from the main
    source itself): shard ``i`` is the source's documents at positions
    ``[i * shard_documents, (i + 1) * shard_documents)``, tokenized in ``num_proc`` worker processes, de-duplicated
-   against the targets and chunked as it streams (:mod:`goldfish.data.stream`), each shard with its own atomic entry. Independent jobs may write disjoint
-   ranges of shards into one folder (``shards=(a, b)``). From the main source, the stream skips the targets (by id and
-   text) and the duplicates, so the background is the documents the split left unused, in source order (the first
-   ``num_background`` chunks in source order when capped), up to the main source's ``max_documents``. Folders of the
-   same background (the same source, tokenizer, chunking, de-duplication and targets) share one copy of its shards
-   (:mod:`goldfish.data.store`).
+   against the targets and chunked as it streams (:mod:`goldfish.data.stream`), each shard with its own atomic entry.
+   Independent jobs may write disjoint ranges of shards into one folder (``shards=(a, b)``). From the main source, the
+   stream skips the targets (by id and text) and the duplicates, so the background is the documents the split left
+   unused, in source order (the first ``num_background`` chunks in source order when capped), up to the main source's
+   ``max_documents``. Folders of the same background (the same source, tokenizer, chunking, de-duplication and targets)
+   share one copy of its shards (:mod:`goldfish.data.store`).
 3. **Merge** (:mod:`~goldfish.data.prepare_merge`): the first ``num_background`` chunks over the finished shards, the
    training order (members x r, background once, canaries, shuffled by seed) and each occurrence's first slot in the
    packed row stream (``train/order.npy``, ``train/starts.npy``; :mod:`goldfish.data.rows`), then ``manifest.json``
@@ -265,7 +265,7 @@ def summary(path: str | Path) -> str:
                  f"{m['train']['dtype']} ids, folder {size / 1e6:.1f} MB")
     if "variants" in s:
         nd = m["config"]["near_duplicates"]
-        lines.append(f"  variants    {s['variants']} near-duplicate copies ({nd['edit']}, every {nd['every']}) in place "
-                     "of repeated members")
+        lines.append(f"  variants    {s['variants']} near-duplicate copies ({nd['edit']}, every {nd['every']}) "
+                     "in place of repeated members")
     lines.append(f"  sha256      train {m['sha256']['train'][:16]}, members {m['sha256']['members'][:16]}")
     return "\n".join(lines)

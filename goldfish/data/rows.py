@@ -77,8 +77,8 @@ class TrainRows:
     """The training rows of a prepared folder (format 2), by memory map.
 
     ``len(rows)``: number of rows; ``rows.seq_len``; ``rows.batch(index)``: the (B, T) int64 columns of the rows
-    ``index`` (:data:`COLUMNS`); ``rows[i]``: one row's (T,) columns; ``rows.reads(consumed)``: how often each document was read over the rows
-    ``consumed``; ``rows.document(d)``: the ids of document ``d``.
+    ``index`` (:data:`COLUMNS`); ``rows[i]``: one row's (T,) columns; ``rows.reads(consumed)``: how often each document
+    was read over the rows ``consumed``; ``rows.document(d)``: the ids of document ``d``.
     """
 
     def __init__(self, folder: Path, spec: dict):

@@ -11,8 +11,8 @@ config and seed always give the same split.
   sets are exchangeable, and a membership attack can only win by memorisation.
 * ``held_out``: nonmembers are the first ``num_nonmembers`` documents of the permutation, members the next
   ``num_members`` (and, with ``num_validation``, the next ones are the validation documents: the same stretch as
-  the nonmembers, never trained on, for tuning). ``later_chunk``: members are the first ``num_members``; nonmember *i* is tokens
-  ``[doc_tokens, 2*doc_tokens)`` of member *i* (the part of the article the model never sees).
+  the nonmembers, never trained on, for tuning). ``later_chunk``: members are the first ``num_members``; nonmember *i*
+  is tokens ``[doc_tokens, 2*doc_tokens)`` of member *i* (the part of the article the model never sees).
 * Member *i* (in permutation order) is repeated ``repetitions[i % len(repetitions)]`` times: strata of equal size.
 * :func:`choose` needs only the number of documents, their lengths and their chunks' keys (bytes or digests), so
   ``goldfish prepare`` computes it from a streaming pass (:mod:`goldfish.data.prepare`); :func:`plan_splits` is the

@@ -140,7 +140,8 @@ class ShardWriter:
 
 def write_shard(folder: Path, stem: str, docs: list[np.ndarray], dtype: np.dtype,
                 tags: list[int] | np.ndarray | None = None) -> dict:
-    """Write ``docs`` (with optional per-document ``tags``) as one shard; returns its entry (see :meth:`ShardWriter.close`)."""
+    """Write ``docs`` (with optional per-document ``tags``) as one shard; returns its entry (see
+    :meth:`ShardWriter.close`)."""
     writer = ShardWriter(folder, stem, dtype)
     try:
         for i, ids in enumerate(docs):

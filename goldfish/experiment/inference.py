@@ -20,8 +20,8 @@ Between arms (:func:`paired_tests`, into ``results.json`` and ``summary.json`` a
 (cells with the same axis values and data), every later non-control arm against every earlier one (e.g. Goldfish vs
 standard), then every arm against the control; windows matched by their sha256 and documents by their id, never by
 position: exact match by McNemar's test over documents (the exact sign test of each document's difference in verbatim
-windows; McNemar's exact test with one window per document), ROUGE-L (rouge-score and token ids) by a paired bootstrap over
-documents, and the AUC difference of the headline attack by a paired bootstrap of member and nonmember documents.
+windows; McNemar's exact test with one window per document), ROUGE-L (rouge-score and token ids) by a paired bootstrap
+over documents, and the AUC difference of the headline attack by a paired bootstrap of member and nonmember documents.
 """
 
 from __future__ import annotations

@@ -55,14 +55,14 @@ class Pipeline:
     ``evaluate(cfg, model) -> dict`` (the ``goldfish-eval/1`` results); ``initial_model(train_cfg, out) -> Path`` writes
     the untrained model a from-scratch control cell evaluates to ``out`` (the cell's ``model_dir``);
     ``analyses``: the per-cell analyses (``goldfish.experiment.analyses``) the cell runs after evaluation (none: a
-    test fake's); ``analyse(plan, plans, model, control)`` writes the cell's ``attacks.json``, calibrated by the ``control`` cell
-    (None: none) (None: skipped);
+    test fake's); ``analyse(plan, plans, model, control)`` writes the cell's ``attacks.json``, calibrated by the
+    ``control`` cell (None: none) (None: skipped);
     ``card(plan)`` adds the cell's headline numbers to its trained model's card. ``open_model(eval_cfg)`` (optional)
-    returns the handle ``model`` evaluate, the analyses and analyse receive: the cell's model, loaded once, on first use, for every phase after
-    training (None: each phase gets None and loads what it needs). ``train_fingerprint(train_cfg)`` and
-    ``eval_fingerprint(eval_cfg)`` (optional): the flat settings that determine the results, by the commands' own
-    rules (``goldfish train``'s and ``goldfish eval``'s fingerprints): a started cell whose saved config gives other
-    ones is stale (None: every setting counts)."""
+    returns the handle ``model`` evaluate, the analyses and analyse receive: the cell's model, loaded once, on first
+    use, for every phase after training (None: each phase gets None and loads what it needs).
+    ``train_fingerprint(train_cfg)`` and ``eval_fingerprint(eval_cfg)`` (optional): the flat settings that determine the
+    results, by the commands' own rules (``goldfish train``'s and ``goldfish eval``'s fingerprints): a started cell
+    whose saved config gives other ones is stale (None: every setting counts)."""
 
     prepare_config: type
     train_config: type

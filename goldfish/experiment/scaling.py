@@ -241,7 +241,8 @@ def canary_strata(cells: list[CellSummary], n_bootstrap: int = 1000, seed: int =
     out: dict[str, Any] = {"method": method, "strata": {}}
     for r, rows in sorted(by.items()):
         found = cluster_bootstrap_mean([x["exposure"] for x in rows], None, n_bootstrap, seed)
-        out["strata"][str(r)] = {"mean": found["mean"], "low": found["ci_low"], "high": found["ci_high"], "n": len(rows),
+        out["strata"][str(r)] = {"mean": found["mean"], "low": found["ci_low"], "high": found["ci_high"],
+                                 "n": len(rows),
                                  "saturated": sum(bool(x.get("saturated")) for x in rows),
                                  "extrapolated": float(np.mean([x["extrapolated"] for x in rows]))}
     return out

@@ -67,7 +67,8 @@ def stream_numbers(prepared, consumed: np.ndarray, labels: dict[str, np.ndarray]
 def _consumed(plan: CellPlan, prepared) -> np.ndarray:
     """The row indices the cell's training read, in order (what the trainer itself counts in its summary)."""
     cfg = plan.train_cfg
-    steps = make_plan(cfg.schedule, cfg.optim, len(prepared.train), prepared.train.seq_len, 1)  # dp only splits a step's rows
+    # dp = 1: data parallelism only splits a step's rows
+    steps = make_plan(cfg.schedule, cfg.optim, len(prepared.train), prepared.train.seq_len, 1)
     return consumed_rows(steps, cfg.seed, cfg.data.shuffle)
 
 
