@@ -9,7 +9,7 @@ OUT    ?= runs/demo
 # `make test` runs on this many pytest-xdist workers (TEST_WORKERS=0: one process, no workers)
 TEST_WORKERS ?= 2
 
-.PHONY: demo test test-fast test-unit install bench clean
+.PHONY: demo test test-fast test-unit lint install bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,11 @@ test-fast: install
 # 23 s), 47-88 s beside other jobs (load 3.5-4.7); 2 xdist workers gave no gain, so it stays in one process
 test-unit: install
 	$(PY) -m pytest -q -m "not slow and not dist and not integration" -p no:cacheprovider
+
+# the linter: ruff with the rules of pyproject.toml's [tool.ruff] (pycodestyle E/W at 120 columns, pyflakes F). Its
+# formatter is configured there too but not run here: the tree has not been formatted by it in one commit yet
+lint: install
+	$(VENV)/bin/ruff check .
 
 bench: install
 	$(PY) benchmarks/mask_speed.py

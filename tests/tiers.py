@@ -5,6 +5,7 @@ or runs a command in a subprocess -- which is what made it take 0.3 s or more in
 (2026-12-04, 2 cores under load; the list is that run's, with its parametrizations folded into one name). "*" is a
 whole module. A test that uses a module-scoped fixture of its own module that one of these uses is marked too (the
 fixture is the expensive part). A new test that trains or spawns: mark it @pytest.mark.integration, or add it here.
+tests/test_tiers.py fails when a name here is no longer a test (renamed or removed).
 """
 
 INTEGRATION = {
