@@ -22,6 +22,8 @@ single ROC convention serves all of them:
                      last ``recall_prefix_tokens`` tokens; both likelihoods are over the same targets (tokens 1 .. of
                      the document, as many as fit in the scoring window after P); the nonmembers that form P are not
                      scored (NaN: dropped from the ROC), as MIMIR keeps its prefix out of the evaluation.
+                     :mod:`goldfish.eval.recall`: P is read once per model; LL(x) is the target pass's own where
+                     the document fits (the same targets), so ReCaLL costs one pass over each document.
 * ``dc_pdd``      -- DC-PDD (Zhang et al. 2024): per target token of its first occurrence in the document,
                      alpha_i = p(x_i) * -log f(x_i), clipped at ``dc_pdd_clip`` (0.01, the paper's a), averaged.
                      f is a token frequency distribution of a reference corpus, Laplace-smoothed
@@ -45,10 +47,8 @@ again, so eval's membership task and the experiment's ``attacks.json`` are one p
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import math
-import struct
 import zlib
 from typing import Any, Callable, MutableMapping, Sequence
 
@@ -58,7 +58,8 @@ from sklearn.metrics import roc_auc_score, roc_curve
 from goldfish.errors import UserError
 
 from .attack_names import ATTACK_SPECS, ratio_key
-from .scoring import DEFAULT_CHUNK, DEFAULT_TOKEN_BUDGET, iter_token_statistics, scoring_window
+from .recall import recall_score, recall_scores  # noqa: F401  (ReCaLL: eval/recall.py; named here as before)
+from .scoring import DEFAULT_CHUNK, DEFAULT_TOKEN_BUDGET, document_key, iter_token_statistics, scoring_window
 from .stats import auc_pvalue, bootstrap_auc, tpr_at_fpr
 
 log = logging.getLogger(__name__)
@@ -128,12 +129,6 @@ def lowercase_docs(docs: Sequence[Sequence[int]], texts: list[str], tokenizer: A
     return lowered
 
 
-def recall_score(ll_conditional: float, ll_unconditional: float) -> float:
-    """ReCaLL (Xie et al. 2024): LL(x | P) / LL(x) of two average log-likelihoods (natural log, both < 0); larger
-    for members."""
-    return float(ll_conditional / ll_unconditional) if ll_unconditional != 0 else float("nan")
-
-
 def token_counts(docs: Sequence[Sequence[int]], vocab_size: int) -> np.ndarray:
     """(V,) int64 occurrences of each token id over ``docs``: the reference corpus of :func:`dc_pdd_score`."""
     counts = np.zeros(vocab_size, dtype=np.int64)
@@ -155,13 +150,6 @@ def dc_pdd_score(tokens: Sequence[int], logp: Sequence[float], counts: np.ndarra
     first = np.sort(first)
     alpha = np.exp(np.asarray(logp, dtype=np.float64)[first]) * -np.log(freq[targets[first]])
     return float(np.minimum(alpha, clip).mean()) if len(alpha) else float("nan")
-
-
-def document_key(tokens: Sequence[int], what: str) -> str:
-    """sha256 hex of a document's tokens and what was computed on them (pass name and scoring geometry)."""
-    h = hashlib.sha256(f"goldfish-membership/1|{what}|".encode())
-    h.update(struct.pack(f"<{len(tokens)}q", *tokens))
-    return h.hexdigest()
 
 
 def _scored_pass(model: Any, docs: Sequence[Sequence[int]], name: str, ratios: Sequence[float],
@@ -208,37 +196,6 @@ def target_pass(model: Any, docs: Sequence[Sequence[int]], *, min_k_ratios: Sequ
     loop = dict(window=window, stride=stride, token_budget=token_budget, chunk=chunk, progress=progress,
                 logger=logger)
     return _scored_pass(model, docs, "target", _check_ratios(min_k_ratios), cache, loop, head, keep_tokens)
-
-
-def _mean_ll_pass(model: Any, docs: Sequence[Sequence[int]], first: Sequence[int], name: str,
-                  cache: MutableMapping[str, dict] | None, loop: dict) -> np.ndarray:
-    """Mean log-likelihood of each document's targets from ``first[i]`` on (one cached pass)."""
-    cache = {} if cache is None else cache
-    keys = [document_key(d, f"{name}|{f}|{loop.get('window')}") for d, f in zip(docs, first)]
-    todo = [i for i, k in enumerate(keys) if k not in cache]
-    stats = iter_token_statistics(model, [docs[i] for i in todo], first=[first[i] for i in todo], desc=name, **loop)
-    for j, st in stats:
-        cache[keys[todo[j]]] = {"ll": float(st.logp.mean())}
-    return np.array([cache[k]["ll"] for k in keys], dtype=np.float64)
-
-
-def recall_scores(model: Any, docs: Sequence[Sequence[int]], prefix: Sequence[int], *, skip: Sequence[int] = (),
-                  cache: MutableMapping[str, dict] | None = None, loop: dict) -> np.ndarray:
-    """ReCaLL of each document (:func:`recall_score`) given the nonmember ``prefix``; NaN for the documents in
-    ``skip`` (the prefix's own). Both passes score the same targets: tokens 1 .. n-1 of the document's first n
-    tokens, n = scoring window - len(prefix), so prefix + document fit one window."""
-    window = loop.get("window") or (len(prefix) + max(len(d) for d in docs))
-    n = window - len(prefix)
-    if n < 2:
-        raise UserError(f"the ReCaLL prefix of {len(prefix)} tokens leaves {n} of the scoring window's {window} for "
-                        f"the document; set a smaller membership.recall_prefix_tokens")
-    heads = [list(d[:n]) for d in docs]
-    plain = _mean_ll_pass(model, heads, [1] * len(heads), "recall_plain", cache, loop)
-    joined = [list(prefix) + h for h in heads]
-    conditional = _mean_ll_pass(model, joined, [len(prefix) + 1] * len(heads), "recall_prefixed", cache, loop)
-    out = np.array([recall_score(c, u) for c, u in zip(conditional, plain)], dtype=np.float64)
-    out[list(skip)] = np.nan
-    return out
 
 
 def _column(rows: list[dict], key: str) -> np.ndarray:
@@ -340,7 +297,8 @@ def _reference(x: AttackInputs) -> dict[str, np.ndarray]:
 
 @register_attack("recall")
 def _recall(x: AttackInputs) -> dict[str, np.ndarray]:
-    return {"recall": recall_scores(x.model, x.docs, x.recall_prefix, skip=x.recall_skip, cache=x.cache, loop=x.loop)}
+    return {"recall": recall_scores(x.model, x.docs, x.recall_prefix, skip=x.recall_skip, cache=x.cache,
+                                    loop=x.loop, nll=x.nll)}
 
 
 @register_attack("dc_pdd")

@@ -36,9 +36,12 @@ the scores of the targets that are computed equal those of scoring the whole doc
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
+import hashlib
 import os
+import struct
 import time
 from typing import Any, Callable, Iterator, Sequence
 
@@ -48,7 +51,7 @@ from tqdm.auto import tqdm
 
 from goldfish.errors import UserError
 
-from .generate import auto_batch_size
+from .generate import accepts, auto_batch_size
 from .shard import current
 
 DEFAULT_CHUNK = 512  # positions per fp32 log-softmax chunk: at most chunk × V × 4 bytes of logits at a time
@@ -134,6 +137,14 @@ def scoring_window(window: int | None, *models: Any) -> int | None:
     a model's positions cannot be scored)."""
     limits = [c for c in (context_length(m) for m in models if m is not None) if c]
     return min([window or DEFAULT_WINDOW] + limits)
+
+
+def document_key(tokens: Sequence[int], what: str) -> str:
+    """sha256 hex of a document's tokens and what was computed on them (pass name and scoring geometry)."""
+    h = hashlib.sha256(f"goldfish-membership/1|{what}|".encode())
+    h.update(struct.pack(f"<{len(tokens)}q", *tokens))
+    return h.hexdigest()
+
 
 
 def plan_batches(segs: Sequence[Segment], token_budget: int) -> list[list[Segment]]:
@@ -263,9 +274,38 @@ def _chunk_stats(logits: torch.Tensor, targets: torch.Tensor, want_pp: bool,
     return (token_lp, rank, (token_lp - mu) / var.clamp(min=1e-12).sqrt(), *more)
 
 
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """Tokens put before every document (``context`` of :func:`iter_token_statistics`), never scored: the model
+    reads them once, and every batch reuses their keys/values (``past``: a cache of batch 1, expanded per batch)."""
+
+    length: int
+    past: Any
+
+    def expanded(self, rows: int) -> Any:
+        """A copy of the cache for a batch of ``rows`` (the model appends the documents' keys/values to it)."""
+        past = copy.deepcopy(self.past)
+        past.batch_repeat_interleave(rows)
+        return past
+
+
+def _context(model: Any, tokens: Sequence[int], device: torch.device) -> Context:
+    """One forward pass over ``tokens`` (1, P) keeping its keys/values."""
+    ids = torch.as_tensor([list(tokens)], dtype=torch.long, device=device)  # (1, P)
+    parts = _head(model)
+    out = (parts[0] if parts is not None else model)(input_ids=ids, use_cache=True)
+    past = out.get("cache") if out.get("cache") is not None else out.get("past_key_values")  # transformers 5.2x: cache
+    if not hasattr(past, "batch_repeat_interleave"):
+        raise UserError(f"{type(model).__name__} returns no key-value cache that can be copied per row, which a "
+                        f"shared context (ReCaLL's prefix) needs; score with a Hugging Face causal LM")
+    return Context(len(tokens), past)
+
+
 def _score_batch(model, batch: Sequence[Segment], docs: Sequence[Sequence[int]], chunk: int, want_pp: bool,
-                 device: torch.device, extra: ExtraHook | None = None) -> list[tuple[torch.Tensor, ...]]:
-    """Log-probs, ranks (and z-scores) of each segment's targets ``first..end-1``, one tuple per segment."""
+                 device: torch.device, extra: ExtraHook | None = None,
+                 context: Context | None = None) -> list[tuple[torch.Tensor, ...]]:
+    """Log-probs, ranks (and z-scores) of each segment's targets ``first..end-1``, one tuple per segment; with
+    ``context``, each segment is read after the context's tokens (their keys/values reused, not recomputed)."""
     width = batch[0].length
     ids = torch.zeros(len(batch), width, dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -273,13 +313,20 @@ def _score_batch(model, batch: Sequence[Segment], docs: Sequence[Sequence[int]],
         ids[r, : s.length] = torch.as_tensor(list(docs[s.doc][s.begin : s.end]), dtype=torch.long)
         mask[r, : s.length] = 1
     ids, mask = ids.to(device), mask.to(device)
+    kw: dict[str, Any] = {"use_cache": False}
     parts = _head(model)
+    if context is not None:  # positions continue after the context's P tokens, which every row attends to
+        net = parts[0] if parts is not None else model
+        positions = torch.arange(context.length, context.length + width, device=device).expand(len(batch), width)
+        kw = {"cache" if accepts(net, "cache") else "past_key_values": context.expanded(len(batch)), "use_cache": True,
+              "position_ids": positions}
+        mask = torch.cat([torch.ones(len(batch), context.length, dtype=mask.dtype, device=device), mask], 1)
     if parts is not None:
         body, head, post = parts
-        hidden = body(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state  # (B, T, H)
+        hidden = body(input_ids=ids, attention_mask=mask, **kw).last_hidden_state  # (B, T, H)
         logits_of = lambda r, a, b: post(head(hidden[r, a:b]))  # noqa: E731  (b - a, V)
     else:  # no separable head: full logits of this batch (bounded by the token budget)
-        full = model(input_ids=ids, attention_mask=mask, use_cache=False).logits  # (B, T, V)
+        full = model(input_ids=ids, attention_mask=mask, **kw).logits  # (B, T, V)
         logits_of = lambda r, a, b: full[r, a:b]  # noqa: E731
     out = []
     for r, s in enumerate(batch):
@@ -301,8 +348,8 @@ def iter_token_statistics(model: Any, docs: Sequence[Sequence[int]], *, first: S
                           window: int | None = None, stride: int | None = None,
                           token_budget: int = DEFAULT_TOKEN_BUDGET, chunk: int = DEFAULT_CHUNK, want_pp: bool = False,
                           desc: str = "token scores", progress: bool = True, logger: Any = None,
-                          check: bool = True, fix: str | None = None,
-                          extra: ExtraHook | None = None) -> Iterator[tuple[int, TokenStats]]:
+                          check: bool = True, fix: str | None = None, extra: ExtraHook | None = None,
+                          context: Sequence[int] | None = None) -> Iterator[tuple[int, TokenStats]]:
     """Yield ``(index, TokenStats)`` per document as soon as all its segments are scored (any order).
 
     ``first[i]``: the first target of document i to score (default 1: all but the first token). ``window`` defaults
@@ -310,7 +357,9 @@ def iter_token_statistics(model: Any, docs: Sequence[Sequence[int]], *, first: S
     adds the Min-K%++ z-scores; ``extra`` (:data:`ExtraHook`) adds its columns. ``check`` refuses, before any work,
     a plan whose largest batch would not fit in free memory (``fix``: the settings that error names). ``logger``
     (e.g. ``goldfish.io.JsonlLogger``) receives ``{"event": "scoring_batch", "pass", "docs", "tokens", "seconds"}``
-    per batch.
+    per batch. ``context``: tokens read before every document and never scored (ReCaLL's prefix): computed once,
+    their keys/values reused by every batch, so each document is scored as ``context + document`` in one segment
+    (``window`` then bounds the context and the document together).
     """
     if token_budget < 1 or chunk < 1:
         raise UserError(f"token_budget={token_budget} and chunk={chunk} must be >= 1")
@@ -319,7 +368,12 @@ def iter_token_statistics(model: Any, docs: Sequence[Sequence[int]], *, first: S
         if len(doc) < 2 or not 1 <= f < len(doc):
             raise UserError(f"document {i} has {len(doc)} token(s) and its first scored target is {f}; scoring needs "
                             f"at least one target after the first token (drop empty documents)")
-    segs = [s for i, d in enumerate(docs) for s in segments(i, len(d), window, stride, first[i])]
+    if context is not None and window is not None and (too := [i for i, d in enumerate(docs)
+                                                               if len(context) + len(d) > window]):
+        raise UserError(f"document {too[0]} ({len(docs[too[0]])} tokens) does not fit the scoring window of {window} "
+                        f"after its context of {len(context)} tokens; score its first {window - len(context)}")
+    segs = [s for i, d in enumerate(docs) for s in segments(i, len(d), None if context is not None else window,
+                                                             stride, first[i])]
     batches = plan_batches(segs, token_budget)
     if check:
         check_memory(model, batches, chunk, token_budget, fix)
@@ -330,13 +384,14 @@ def iter_token_statistics(model: Any, docs: Sequence[Sequence[int]], *, first: S
     model.eval()
     shard = current()
     try:
+        ctx = _context(model, context, device) if context and segs else None
         if shard.split:  # the same batches as one process; this rank scores its share, every rank gets all
             bar = tqdm(total=len(batches), desc=desc, disable=None if progress and shard.main else True, unit="batch")
             for mine, round_ in shard.rounds(len(batches)):
                 part = []
                 if mine is not None:
                     batch = batches[mine]
-                    scored = _score_batch(model, batch, docs, chunk, want_pp, device, extra)
+                    scored = _score_batch(model, batch, docs, chunk, want_pp, device, extra, ctx)
                     part = [(s.doc, s.first, tuple(t.cpu() for t in stats)) for s, stats in zip(batch, scored)]
                 for got in shard.gather(part):
                     for doc, first, stats in got:
@@ -350,7 +405,7 @@ def iter_token_statistics(model: Any, docs: Sequence[Sequence[int]], *, first: S
             return
         for batch in tqdm(batches, desc=desc, disable=None if progress else True, unit="batch"):
             t0 = time.perf_counter()
-            for s, stats in zip(batch, _score_batch(model, batch, docs, chunk, want_pp, device, extra)):
+            for s, stats in zip(batch, _score_batch(model, batch, docs, chunk, want_pp, device, extra, ctx)):
                 pieces.setdefault(s.doc, []).append((s.first, stats))
                 remaining[s.doc] -= 1
                 if remaining[s.doc] == 0:
