@@ -57,18 +57,6 @@ STEEP = 1e3  # a maximising slope above this (logit units per doubling) is repor
 ITERATIONS = 60  # bisection steps on log b (each halves the bracket: 45 / 2^60 at the end)
 
 
-def logistic_fit(x: Sequence[float], successes: Sequence[int], trials: Sequence[int],
-                 firth: bool = True) -> dict[str, float]:
-    """Fit ``logit P = intercept + slope * x`` to grouped binary outcomes -> {intercept, slope, slope_se}.
-
-    ``firth``: penalise by Jeffreys' prior (finite under separation). ``slope_se`` from the inverse Fisher
-    information at the fit."""
-    xs, k, n = _checked(x, successes, trials)
-    design = np.stack([np.ones_like(xs), xs], axis=1)
-    intercept, slope = logistic_batch(design, k[None, :], n, firth)[0]
-    return {"intercept": float(intercept), "slope": float(slope), "slope_se": _slope_se(xs, n, intercept, slope)}
-
-
 def _checked(x: Sequence[float], successes: Sequence[int], trials: Sequence[int]) -> tuple[np.ndarray, ...]:
     xs, k, n = (np.asarray(v, dtype=np.float64) for v in (x, successes, trials))
     if xs.ndim != 1 or not (xs.shape == k.shape == n.shape) or len(np.unique(xs[n > 0])) < 2:

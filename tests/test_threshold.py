@@ -17,13 +17,23 @@ import numpy as np
 import pytest
 from tolerances import U64, rounding
 
-from goldfish.eval.threshold import e50, logistic_fit
+from goldfish.eval.stats import logistic_batch
+from goldfish.eval.threshold import e50
 from goldfish.experiment.summary import CellSummary
 
 # Newton's method stops after a step below 1e-10 (eval/threshold.py); convergence is quadratic, so the coefficients
 # are then within that step of the root, plus the float64 rounding of the score and the 2 x 2 solve (a few dozen
 # operations on values of the coefficients' scale, <= 4 here)
 NEWTON = 1e-10 + rounding(32, U64) * 4
+
+
+def logistic_fit(x, successes, trials, firth: bool = True) -> dict[str, float]:
+    """``logit P = intercept + slope * x`` fitted to grouped binary outcomes by ``stats.logistic_batch`` (one row)."""
+    xs = np.asarray(x, dtype=np.float64)
+    design = np.stack([np.ones_like(xs), xs], axis=1)
+    intercept, slope = logistic_batch(design, np.asarray(successes, dtype=np.float64)[None, :],
+                                      np.asarray(trials, dtype=np.float64), firth)[0]
+    return {"intercept": float(intercept), "slope": float(slope)}
 
 
 def test_two_symmetric_strata_put_e50_exactly_between_them():
