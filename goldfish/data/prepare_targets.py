@@ -21,9 +21,10 @@ from ..errors import UserError
 from .canaries import canary_alphabet, make_canaries
 from .config import PrepareConfig
 from .prepared import doc_columns, save_table
-from .sources import Document, check_documents_read, iter_source, load_documents
+from .jsontext import LongText
+from .sources import Document, check_documents_read, iter_source
 from .splits import Item, SplitPlan, choose, chunk_keys, split_items
-from .stream import Encoder, text_sha256
+from .stream import Encoder, has_words, pieces, text_sha256
 from .tokenizer import load_tokenizer, tokenizer_info
 from .tokens import token_dtype, write_shard
 from .variants import make_variants
@@ -72,7 +73,7 @@ def _is_byte_level(tok) -> bool:
     return isinstance(getattr(backend, "pre_tokenizer", None), pre_tokenizers.ByteLevel)
 
 
-def _prefix(text: str, max_tokens: int) -> str:
+def _prefix(text: str | LongText, max_tokens: int) -> str:
     """A prefix of ``text`` ending just before a whitespace that follows a non-space character.
 
     GPT-2-style pre-tokenization never joins a non-space character with the whitespace after it, so every token of
@@ -81,7 +82,9 @@ def _prefix(text: str, max_tokens: int) -> str:
     """
     budget = 6 * max_tokens + 64
     if len(text) <= budget:
-        return text
+        return text if isinstance(text, str) else "".join(text.chunks())
+    if isinstance(text, LongText):  # its first piece of at least the budget, decoded a chunk at a time
+        return next(pieces(text, 2 * budget))
     m = _WORD_END.search(text, budget - 1)
     return text[:m.start() + 1] if m else text
 
@@ -138,12 +141,12 @@ def _scan(cfg: PrepareConfig, tok, progress: bool) -> _Scan:
         batch.clear()
 
     with _bar(src.max_documents or 0, "split pass", progress) as bar:
-        for pos, doc in iter_source(src):
+        for pos, doc in iter_source(src, long_texts=True):  # a long line's text read a piece at a time
             if src.max_documents is not None and len(positions) + len(batch) >= src.max_documents:
                 end = pos
                 break
             read += 1
-            if len(doc.text.split()) < floor:
+            if not has_words(doc.text, floor):
                 short += 1
                 continue
             batch.append((pos, doc))
@@ -170,9 +173,10 @@ def _fetch(cfg: PrepareConfig, tok, scan: _Scan, wanted: set[int]) -> tuple[dict
     by_pos = {int(scan.positions[i]): i for i in wanted}
     docs: dict[int, Document] = {}
     if by_pos:
-        for pos, doc in iter_source(cfg.source, min(by_pos)):
+        for pos, doc in iter_source(cfg.source, min(by_pos), long_texts=True):  # a long line is skipped unparsed
             if pos in by_pos:
-                docs[by_pos[pos]] = doc
+                text = doc.text if isinstance(doc.text, str) else "".join(doc.text.chunks())
+                docs[by_pos[pos]] = dataclasses.replace(doc, text=text)
                 if len(docs) == len(by_pos):
                     break
     order = sorted(docs)
@@ -180,12 +184,28 @@ def _fetch(cfg: PrepareConfig, tok, scan: _Scan, wanted: set[int]) -> tuple[dict
     return docs, dict(zip(order, ids))
 
 
+def _bpe_texts(src) -> list:
+    """The texts a ``bpe`` tokenizer is trained on: the source's documents with at least ``min_words`` words, up to
+    ``max_documents``; a long JSONL line's text held as its raw bytes (a LongText, fed to the trainer a piece at a
+    time), never parsed or split whole."""
+    texts: list = []
+    read = 0
+    for _, doc in iter_source(src, long_texts=True):
+        if src.max_documents is not None and len(texts) >= src.max_documents:
+            break
+        read += 1
+        if has_words(doc.text, src.word_floor):
+            texts.append(doc.text)
+    check_documents_read(src, read, len(texts), src.word_floor)
+    return texts
+
+
 def write_targets(cfg: PrepareConfig, folder: Path, progress: bool) -> dict:
     """Split the main source in two streaming passes (count and digest every document, then read the chosen
     ones); write the tokenizer, the document splits and the target token shards. Returns the prepare state."""
     texts = None
     if cfg.tokenizer.name == "bpe":  # trained on the recipe's own documents: their texts are held for training
-        texts = [d.text for d in load_documents(cfg.tokenizer.source or cfg.source)]
+        texts = _bpe_texts(cfg.tokenizer.source or cfg.source)
     tok = load_tokenizer(cfg.tokenizer.name, texts, cfg.tokenizer.vocab_size, cfg.seed)
     del texts
     if tok.eos_token_id is None or tok.pad_token_id is None:

@@ -23,6 +23,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from ..errors import UserError
 from ..gguf_cache import dequantised
+from .jsontext import LongText
+from .stream import pieces
 
 EOT = "<|endoftext|>"
 # Cap on the text a BPE is trained on: ~50 MB keeps training within a minute on one core for big corpora.
@@ -61,8 +63,11 @@ def gpt2_tokenizer():
     return _wrap(tok)
 
 
-def train_bpe(texts: Sequence[str], vocab_size: int = 4096, seed: int = 0):
-    """Train a byte-level BPE on ``texts``; when they exceed ``BPE_TRAIN_CHARS`` a seeded sample of them is used."""
+def train_bpe(texts: Sequence[str | LongText], vocab_size: int = 4096, seed: int = 0):
+    """Train a byte-level BPE on ``texts``; when they exceed ``BPE_TRAIN_CHARS`` a seeded sample of them is used.
+    Each text is fed to the trainer in :func:`~goldfish.data.stream.pieces` (cut where byte-level pre-tokenization
+    splits anyway: the same words are counted as in the whole text), so a long document costs the trainer a piece's
+    memory, not its own."""
 
     texts = [t for t in texts if t]
     if not texts:
@@ -82,7 +87,7 @@ def train_bpe(texts: Sequence[str], vocab_size: int = 4096, seed: int = 0):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOT], show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    tok.train_from_iterator((piece for text in texts for piece in pieces(text)), trainer=trainer, length=len(texts))
     return _wrap(tok)
 
 
