@@ -9,7 +9,11 @@ OUT    ?= runs/demo
 # `make test` runs on this many pytest-xdist workers (TEST_WORKERS=0: one process, no workers)
 TEST_WORKERS ?= 2
 
-.PHONY: demo test test-fast test-unit lint install bench clean
+# the committed studies' report.md and summary.json, and the docs' readings blocks, rendered from their results.json
+# (the suite fails when they differ: tests/test_committed_results.py, tests/test_docs_numbers.py)
+DOCS := README.md docs/results.md experiments/README.md
+
+.PHONY: docs demo test test-fast test-unit lint install bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,3 +62,6 @@ bench: install
 
 clean:
 	rm -rf $(VENV) runs data/prepared
+
+docs: install
+	$(PY) -m goldfish.experiment.rerender experiments/results/*/ --docs $(DOCS)

@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import re
 import sys
 from pathlib import Path
 
 from ..io import atomic_write_text, strict_json
 from .aggregate import summary_of
 from .report import render
+from .sections.readings import table
 
 
 def read_results(folder: Path) -> dict:
@@ -32,9 +34,30 @@ def rendered(folder: Path) -> dict[str, str]:
     return {"report.md": render(results), "summary.json": strict_json(summary_of(results), 2) + "\n"}
 
 
+BLOCK = re.compile(r"(<!-- readings: (?P<folder>\S+)(?: \| (?P<questions>[^>]*?))? -->\n)(?P<body>.*?)(<!-- /readings -->)",
+                   re.S)
+
+
+def render_blocks(text: str, repo: Path) -> str:
+    """A doc with each ``<!-- readings: experiments/results/<config>[ | question; question] -->`` ... ``<!--
+    /readings -->`` block filled by :func:`goldfish.experiment.sections.readings.table` from that study's
+    results.json: the docs quote the readings, never retype them."""
+    cache: dict[str, dict] = {}
+
+    def fill(m: re.Match) -> str:
+        folder = m.group("folder")
+        results = cache.setdefault(folder, read_results(repo / folder))
+        questions = [q.strip() for q in (m.group("questions") or "").split(";") if q.strip()] or None
+        return m.group(1) + table(results, questions) + "\n" + m.group(5)
+
+    return BLOCK.sub(fill, text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m goldfish.experiment.rerender", description=__doc__)
-    parser.add_argument("folders", nargs="+", type=Path)
+    parser.add_argument("folders", nargs="*", type=Path)
+    parser.add_argument("--docs", nargs="*", type=Path, default=[],
+                        help="Markdown files whose <!-- readings: ... --> blocks are filled from the studies")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file would change")
     args = parser.parse_args(argv)
     stale = []
@@ -46,6 +69,13 @@ def main(argv: list[str] | None = None) -> int:
             stale.append(str(path))
             if not args.check:
                 atomic_write_text(path, text)
+    for doc in args.docs:
+        text = doc.read_text(encoding="utf-8")
+        new = render_blocks(text, Path.cwd())
+        if new != text:
+            stale.append(str(doc))
+            if not args.check:
+                atomic_write_text(doc, new)
     for path in stale:
         print(f"{'differs' if args.check else 'rewritten'}: {path}")
     return 1 if args.check and stale else 0

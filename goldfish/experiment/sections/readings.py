@@ -304,3 +304,15 @@ def render(results: dict) -> str:
     return markdown_section(TITLE, markdown_table(["grid point", "question", "arms (a - b)",
                                                    "quantity [95 % t over runs]", "verdict", "test; null; attack",
                                                    "what it rests on"], rows), rule)
+
+
+def table(results: dict, questions: list[str] | None = None) -> str:
+    """The readings the docs quote (a ``<!-- readings: ... -->`` block, ``python -m goldfish.experiment.rerender
+    --docs``): a compact table of :func:`derive`'s readings whose question starts with one of ``questions`` (all when
+    None), word for word as the report gives them."""
+    found = [r for r in derive(results) if not questions or any(r["question"].startswith(q) for q in questions)]
+    rows = [[", ".join(f"{k}={v}" for k, v in r["point"].items()) or "-", r["question"],
+             r["a"] + (f" - {r['b']}" if r["b"] else ""), quantity(r), f"**{r['word']}**", r["note"] or "-"]
+            for r in found]
+    return markdown_table(["grid point", "question", "arms (a - b)", "quantity [95 % t over runs]", "verdict",
+                           "what it rests on"], rows)
