@@ -187,8 +187,10 @@ class Prepared:
 
     @property
     def train_sha256(self) -> str:
-        """The identity of the training rows (the manifest's, over every token shard and the layout)."""
-        return self.manifest["sha256"]["train"]
+        """The identity of the training rows, from their content (:func:`train_sha256` of the manifest's files and
+        stores, which a verified load has checked): the same tokens and layout give the same identity whatever code
+        version prepared them -- also in a folder whose manifest recorded the older hash over the entries."""
+        return train_sha256(self.manifest["files"], self.manifest["train"]["stores"])
 
     @property
     def train_layout(self) -> str:
@@ -293,12 +295,16 @@ def _load_split(path: Path, name: str, columns: tuple[str, ...], manifest: dict,
     return ds
 
 
-def train_sha256(files: dict[str, str], stores: list[dict]) -> str:
-    """One sha256 over what the rows are made of (the used token stores and the layout, not the entries' metadata):
-    the training data's identity, which a training run's fingerprint records."""
+def train_sha256(files: dict[str, str], stores: list[dict], entries: bool = False) -> str:
+    """One sha256 over what the rows are made of -- the used token stores' files (ids, offsets, source tags), the
+    layout (``order.npy``, ``starts.npy``) and the documents used of each store: the training data's identity, which
+    a training run's fingerprint records. Content only: a streamed shard's entry (``background/NNNNN.json``) is left
+    out, as its recipe fingerprint holds the preparing code's version (``entries``: the hash manifests recorded
+    before 2026-12-06, which counted it, so a folder prepared then still loads)."""
     used = tuple(s["path"] + "." for s in stores) + ("train/order.npy", "train/starts.npy")
     return fingerprint_sha256({"documents": [s["documents"] for s in stores],
-                               "files": {k: v for k, v in files.items() if k.startswith(used)}})
+                               "files": {k: v for k, v in files.items()
+                                         if k.startswith(used) and (entries or not k.endswith(".json"))}})
 
 
 _STORE = re.compile(r"train/(targets|canaries)|background/\d{5,}")
@@ -325,7 +331,7 @@ def check_train_section(path: Path, manifest: dict) -> None:
             if not isinstance(s["documents"], int) or s["documents"] < 0:
                 raise UserError(f"{mf} gives the store {store} {s['documents']!r} documents: the manifest was edited "
                                 f"or damaged; {_hint(path)}")
-        if train_sha256(files, stores) != recorded:
+        if recorded not in (train_sha256(files, stores), train_sha256(files, stores, entries=True)):
             raise UserError(f"{mf}'s token stores or document counts no longer give the training rows' recorded "
                             f"sha256 (the manifest was edited); {_hint(path)}")
         for key in ("rows", "seq_len"):

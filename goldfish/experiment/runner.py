@@ -142,8 +142,8 @@ def restore_prepared(plans: list[CellPlan], pipeline: Pipeline) -> None:
     report reads it. Preparing is deterministic; a folder prepared again must hold the documents each finished cell
     was evaluated on (its eval fingerprint's ``data_sha256``: members, nonmembers and canaries, ids, labels and
     tokens): a changed recipe or preparing code is one line, not a report on documents the cells never saw. (The
-    training rows' own hash, ``data.sha256`` of the train fingerprint, also covers the version of the code that
-    prepared them, so it is not compared here.)"""
+    training rows' own hash, ``data.sha256`` of the train fingerprint, is content only since 2026-12-06, but cells
+    trained before recorded one that covered the preparing code's version, so it is not compared here.)"""
     remade: set[Path] = set()
     for plan in plans:
         if not plan.done:
