@@ -1,6 +1,6 @@
 """The per-cell analyses: one module each (:class:`~goldfish.experiment.analyses.base.Analysis`: its phase and output
 file, its part of the cell summary, its report sections), listed once in :data:`ANALYSES`, in the order their phases
-run (after evaluation, before the exposure counts and the attacks analysis). Adding one is a new module here and its
+run (after evaluation, before the attacks analysis). Adding one is a new module here and its
 line below (ARCHITECTURE.md, "Where to add").
 """
 
