@@ -6,8 +6,10 @@ document every token of which greedy decoding reproduced: each window contribute
 token to its first mistake (``longest_match_prefix``), and runs that meet or overlap join -- with stride = S the
 suffixes tile the document, so k consecutive regurgitated windows make one span of k x S tokens (each window
 decoded from the true text before it, as an extraction attack that knows where it is would). ``longest_span_offset``
-is the token offset where the span begins; ties go to the earliest. A document with no window (fewer tokens than the smallest prefix +
-suffix) is ``too_short``: it is listed with that verdict, never silently dropped.
+is the token offset where the span begins; ties go to the earliest. A document too short for every requested window
+gets one window by a rule (:func:`goldfish.eval.windows.short_window`: the suffix its last half, at most S tokens;
+``short_window`` true) and its verdict like any other; only one too short for that (under 16 tokens with S >= 8) is
+``too_short``: it is listed with that verdict and its length, never silently dropped.
 
 With the default windows of a JSONL corpus (``stride``, stride = S) the suffixes tile each document from token P
 to its end (:mod:`goldfish.eval.windows`), so "not regurgitated" means no S-token stretch after the first P
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from .windows import ALL, EvalDocument
+from .windows import ALL, MIN_SHORT_SUFFIX, SHORT, EvalDocument
 
 VERDICTS = ("regurgitated", "not_regurgitated", "too_short")
 
@@ -41,6 +43,7 @@ def document_verdicts(docs: Sequence[EvalDocument], windows: Sequence[Mapping], 
         own = by_doc.get((d.split, d.id), [])
         rec = {"doc_id": d.id, "title": d.title, "split": d.split, "n_tokens": len(d.tokens), "n_windows": len(own),
                "tokens_needed": need, "regurgitated_windows": sum(bool(w.get("exact_match")) for w in own),
+               "short_window": any(w.get("window") == SHORT for w in own),
                "longest_span": None, "longest_span_offset": None, "n_windows_in_span": None}
         if own:
             length, offset = longest_span(own)
@@ -84,13 +87,24 @@ def regurgitated(documents: Sequence[Mapping]) -> list[Mapping]:
                                        str(d.get("doc_id"))))
 
 
+def _ids(docs: Sequence[Mapping]) -> str:
+    return (", ".join(f"{d['doc_id']} ({d['n_tokens']})" for d in docs[:10])
+            + (f" and {len(docs) - 10} more" if len(docs) > 10 else ""))
+
+
 def too_short_line(documents: Sequence[Mapping], suffix_len: int) -> str | None:
-    """The console's line on documents too short for a window (None when there are none)."""
+    """The console's lines on documents shorter than the requested windows: those given a short window, those too
+    short for any (None when there are none)."""
+    fitted = [d for d in documents if d.get("short_window")]
     short = [d for d in documents if d.get("verdict") == "too_short"]
-    if not short:
-        return None
-    need = short[0]["tokens_needed"]
-    ids = ", ".join(str(d["doc_id"]) for d in short[:10]) + (f" and {len(short) - 10} more" if len(short) > 10 else "")
-    return (f"{len(short)} of {len(documents)} documents skipped as too short: a window needs at least {need} tokens "
-            f"(prefix + suffix_len={suffix_len}), they have {min(d['n_tokens'] for d in short)}-"
-            f"{max(d['n_tokens'] for d in short)} ({ids}); lower data.prefix_lens or data.suffix_len to cover them")
+    lines = []
+    if fitted:
+        lines.append(f"{len(fitted)} of {len(documents)} documents are shorter than the requested windows "
+                     f"({fitted[0]['tokens_needed']} tokens: prefix + suffix_len={suffix_len}): each gets one window, "
+                     f"placement 'short', its last half (at most {suffix_len} tokens) as the suffix: {_ids(fitted)}")
+    if short:
+        floor = min(suffix_len, MIN_SHORT_SUFFIX)
+        lines.append(f"{len(short)} of {len(documents)} documents are too short for any window (fewer than "
+                     f"{2 * floor} tokens: its last half as the suffix, at least {floor} tokens), unanswered: "
+                     f"{_ids(short)}")
+    return "\n".join(lines) or None

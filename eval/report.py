@@ -17,6 +17,7 @@ from goldfish.io import atomic_write_text
 
 from .aggregate import summarize
 from .documents import regurgitated
+from .windows import MIN_SHORT_SUFFIX
 from .plots import histogram, line_plot, roc_plot
 from .tables import (escape_markdown, fmt_auc, fmt_ci, fmt_exact, fmt_num, fmt_pct, fmt_tpr, highlight_differences,
                      markdown_table)
@@ -115,13 +116,26 @@ def audit_line(results: Mapping) -> str | None:
         return None
     hits = regurgitated(docs)
     short = sum(d.get("verdict") == "too_short" for d in docs)
-    line = (f"regurgitated: {len(hits)} of {len(docs)} {documents_word(results)}"
-            + (f" ({short} too short for a window)" if short else ""))
+    line = (f"regurgitated: {', '.join(split_counts(results))}"
+            + (f" ({short} too short for any window)" if short else ""))
     if hits:
         top = hits[0]
         line += (f"; longest verbatim span {top['longest_span']} tokens in {top['doc_id']} at token "
                  f"{top['longest_span_offset']}; every one listed in report.md")
     return line
+
+
+def split_counts(results: Mapping) -> list[str]:
+    """"N of M member documents" per split of the audited documents (members and nonmembers never pooled: a
+    nonmember reproduced is no evidence about training)."""
+    docs = results.get("documents") or []
+    out = []
+    for split in dict.fromkeys(d.get("split") or "members" for d in docs):
+        own = [d for d in docs if (d.get("split") or "members") == split]
+        hits = sum(d.get("verdict") == "regurgitated" for d in own)
+        word = documents_word(results) if split == "members" else f"{split_label(results, split)[:-1]} documents"
+        out.append(f"{hits} of {len(own)} {word}")
+    return out
 
 
 def documents_word(results: Mapping) -> str:
@@ -158,7 +172,7 @@ def _header(results: Mapping) -> list[str]:
                   if data.get("nonmembers") else f"{data.get('members', '?')} documents (no membership split)")
         short = sum(d.get("verdict") == "too_short" for d in results.get("documents") or [])
         lines.append(f"- data: `{data.get('path')}`: {counts}"
-                     + (f", {short} too short for a window" if short else ""))
+                     + (f", {short} too short for any window" if short else ""))
     stamp = ", ".join(f"{k} {results[k]}" for k in ("created", "git") if results.get(k))
     if stamp:
         lines.append(f"- {stamp}")
@@ -228,9 +242,10 @@ def _audit(results: Mapping) -> list[str]:
     cfg = (results.get("config") or {}).get("data") or {}
     hits = regurgitated(docs)
     short = [d for d in docs if d.get("verdict") == "too_short"]
+    fitted = [d for d in docs if d.get("short_window")]
     word = documents_word(results)
     lines = ["## Regurgitation audit", "",
-             f"{len(hits)} of {len(docs)} {word} regurgitated: the greedy continuation of at least one window "
+             f"{' and '.join(split_counts(results))} regurgitated: the greedy continuation of at least one window "
              f"reproduced its whole suffix of {cfg.get('suffix_len', 'S')} tokens verbatim (windows: "
              f"{', '.join(cfg.get('window') or [])}, prefixes {cfg.get('prefix_lens')}"
              + (f", stride {cfg.get('stride') or cfg.get('suffix_len')} tokens" if "stride" in (cfg.get("window") or [])
@@ -244,9 +259,14 @@ def _audit(results: Mapping) -> list[str]:
                  d.get("longest_span_offset")] for i, d in enumerate(hits)]
         lines += [markdown_table(["#", "document", "title", "tokens", "windows", "regurgitated windows",
                                   "longest verbatim span (tokens)", "at token"], rows), ""]
+    if fitted:
+        lines += [f"{len(fitted)} documents shorter than the requested windows ({fitted[0].get('tokens_needed')} "
+                  f"tokens) got one window each (placement `short`): the suffix is the last half of the document (at "
+                  f"most {cfg.get('suffix_len', 'S')} tokens), the prefix every token before it.", ""]
     if short:
-        need = short[0].get("tokens_needed")
-        lines += [f"{len(short)} {word} too short for a window (fewer than {need} tokens = prefix + suffix): "
+        floor = min(MIN_SHORT_SUFFIX, int(cfg.get("suffix_len") or MIN_SHORT_SUFFIX))
+        lines += [f"{len(short)} {word} too short for any window (fewer than {2 * floor} tokens: its last half as "
+                  f"the suffix, at least {floor} tokens), unanswered: "
                   + ", ".join(f"{escape_markdown(str(d.get('doc_id')))} ({d.get('n_tokens')})" for d in short) + ".",
                   ""]
     return lines

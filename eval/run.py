@@ -95,15 +95,26 @@ def _eos_id(model, tokenizer) -> int | None:
 def evaluate_chunk(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig, pad_id: int,
                    mask=None, on_batch=None) -> list[dict]:
     """Greedy generation + one pass (+ beam / samples / the mask-consistent adversary, given the model's Goldfish
-    ``mask``) + metrics for a list of windows -> result records; ``on_batch(n)``: n more windows decoded greedily."""
+    ``mask``) + metrics for a list of windows -> result records; ``on_batch(n)``: n more windows decoded greedily.
+    Windows of several suffix lengths (a short document's window, :func:`goldfish.eval.windows.short_window`) are
+    decoded per length, each to its own suffix's length; the records keep the windows' order."""
+    lengths = sorted({w.suffix_len for w in windows})
+    if len(lengths) > 1:
+        found: dict[int, dict] = {}
+        for n in lengths:
+            group = [i for i, w in enumerate(windows) if w.suffix_len == n]
+            records = evaluate_chunk(model, tokenizer, [windows[i] for i in group], cfg, pad_id, mask, on_batch)
+            found.update(zip(group, records))
+        return [found[i] for i in range(len(windows))]
+    suffix_len = lengths[0] if lengths else cfg.data.suffix_len
     dec = cfg.decoding
     prefixes = [w.prefix for w in windows]
     suffixes = [w.suffix for w in windows]
     kw = dict(pad_id=pad_id, batch_size=dec.batch_size, progress=cfg.progress)
     eos = _eos_id(model, tokenizer) if dec.stop_at_eos else None
-    gens = generate(model, prefixes, cfg.data.suffix_len, eos_id=eos, on_batch=on_batch, **kw)
+    gens = generate(model, prefixes, suffix_len, eos_id=eos, on_batch=on_batch, **kw)
     onepass = extraction.onepass(model, prefixes, suffixes, batch_size=dec.batch_size, progress=cfg.progress)
-    beams = beam_generate(model, prefixes, cfg.data.suffix_len, dec.beam, **kw) if dec.beam > 1 else None
+    beams = beam_generate(model, prefixes, suffix_len, dec.beam, **kw) if dec.beam > 1 else None
     hits = (extraction.sample_hits(model, prefixes, suffixes, dec.samples, temperature=dec.temperature,
                                    seed=cfg.seed, **kw) if dec.samples else None)
     threshold = dec.switch_threshold or adversary.DEFAULT_SWITCH_THRESHOLD
@@ -142,10 +153,14 @@ def evaluate_windows(model, tokenizer, windows: Sequence[Window], cfg: EvalConfi
     bar = tqdm(total=len(windows), initial=len(windows) - len(todo), desc="extraction", unit="win",
                disable=None if cfg.progress and shard.main else True)  # None: drawn only on a terminal
     decoded = [0]  # windows of the chunk in flight decoded so far: progress per batch, not per chunk
+    began, told = time.perf_counter(), [not shard.main]
 
     def batch_done(n: int) -> None:
         decoded[0] += n
         bar.update(n)
+        if not told[0] and n < len(todo):  # after the first batch: the audit's expected time, before the rest
+            told[0] = True
+            print(expected_time(len(todo), n, time.perf_counter() - began), file=sys.stderr)
 
     with JsonlLogger(out / WINDOWS_PARTIAL, enabled=shard.main) as partial, \
             JsonlLogger(out / "eval_log.jsonl", enabled=shard.main) as metrics_log, \
@@ -175,6 +190,21 @@ def _own_record(rec: dict, w: Window) -> dict:
         return rec
     return {**rec, "doc_id": doc.id, "title": doc.title, "repetitions": doc.repetitions, "split": doc.split,
             "group": doc.group}
+
+
+def expected_time(windows: int, first: int, seconds: float) -> str:
+    """The console's line after the first batch: windows x the rate measured on it (greedy decoding of the first
+    ``first`` windows in ``seconds``; the one-pass scoring of each chunk and membership come on top)."""
+    rate = first / max(seconds, 1e-9)
+    left = (windows - first) / rate
+    return (f"extraction: {windows:,} windows to decode; the first {first} took {seconds:.1f} s "
+            f"({rate:.2f} windows/s): about {_duration(left)} more for greedy decoding (one-pass scoring and "
+            f"membership come on top)")
+
+
+def _duration(seconds: float) -> str:
+    return (f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min" if seconds < 5400
+            else f"{seconds / 3600:.1f} h")
 
 
 def run_membership(model, reference, splits: dict, cfg: EvalConfig, tokenizer, out: Path) -> dict | None:
@@ -275,7 +305,7 @@ def _check_context(model, windows: Sequence[Window], suffix_len: int) -> None:
     """Refuse before decoding a window longer than the model's position range (e.g. prefix_lens=all on long
     documents)."""
     limit = context_length(model)
-    longest = max((len(w.prefix) + suffix_len for w in windows), default=0)
+    longest = max((len(w.prefix) + w.suffix_len for w in windows), default=0)  # a short window: its own S
     if limit is not None and longest > limit:
         raise UserError(f"a window of {longest} tokens (prefix + suffix_len={suffix_len}) exceeds the model's "
                         f"context of {limit} tokens (max_position_embeddings); use a smaller data.prefix_lens than "
@@ -355,8 +385,9 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
         tokenizer = prep.tokenizer
     windows, skipped = _extraction_windows(cfg, splits)
     extracted = [doc for split in cfg.data.extract_splits for doc in splits.get(split, [])] if windows else []
-    placed = [{"split": w.doc.split, "doc_id": w.doc.id, "start": w.start, "prefix_tokens": len(w.prefix)}
-              for w in windows]  # which documents have a window: the too-short ones are said before any work
+    # which documents have a window: the too-short ones (and those given a short window) are said before any work
+    placed = [{"split": w.doc.split, "doc_id": w.doc.id, "start": w.start, "prefix_tokens": len(w.prefix),
+               "window": w.placement} for w in windows]
     audit = document_verdicts(extracted, placed, cfg.data.prefix_lens, cfg.data.suffix_len)
     short = too_short_line(audit, cfg.data.suffix_len)
     if short and shard.main:

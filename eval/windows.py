@@ -14,8 +14,14 @@ long document then yields the first few windows only, not windows all the way to
 
 ``P = -1`` (written ``all`` in configs) means "all but the last S tokens" (the Goldfish paper's setting): one
 window per document, prefix = tokens [0, n-S), whatever the placement. A document shorter than P+S gets no window
-for that P and is counted in ``skipped``; if no window remains at all, :func:`build_windows` raises a
-:class:`~goldfish.errors.UserError`.
+for that P and is counted in ``skipped``.
+
+**Short documents** (the rule of :func:`short_window`): a document of n tokens too short for every requested
+window still gets one, placement ``short``: its suffix is its last S' = min(S, floor(n/2)) tokens and its prefix
+every token before them (``prefix_len`` -1, "all but the last S'"), so a 50-token document is answered like a long
+one instead of being skipped. Only a document whose S' would be shorter than min(S, :data:`MIN_SHORT_SUFFIX`)
+tokens (with the default S = 50: fewer than 16 tokens) has no window (verdict ``too_short``, with its length); if no
+window remains at all, :func:`build_windows` raises a :class:`~goldfish.errors.UserError`.
 
 Every window has a ``key``: sha256 of (document, P, S, placement, start). It identifies the window across runs
 (resume skips keys already computed) and appears in results as ``sha256``. The document enters as its tokens (8-byte
@@ -36,6 +42,8 @@ from goldfish.errors import UserError
 
 PLACEMENTS = ("start", "end", "stride", "offsets")
 ALL = -1
+SHORT = "short"  # the placement of a short document's one window (never requested: see short_window)
+MIN_SHORT_SUFFIX = 8  # a short document's suffix has at least min(S, 8) tokens: under 16 tokens (S >= 8) none
 KEY_TOKEN_BYTES = 1 << 16  # a longer document (over 8,192 tokens) enters its windows' keys as its sha256
 
 
@@ -110,12 +118,21 @@ def starts(n_tokens: int, prefix_len: int, suffix_len: int, placement: str, stri
     return [o for o in offsets if o <= last], prefix_len
 
 
+def short_window(n_tokens: int, suffix_len: int) -> tuple[int, int] | None:
+    """(prefix tokens, suffix tokens) of the one window of a document too short for every requested window: the
+    suffix its last min(S, floor(n/2)) tokens, the prefix every token before them; None when that suffix is shorter
+    than min(S, :data:`MIN_SHORT_SUFFIX`) tokens (with S >= 8: a document of fewer than 16 tokens)."""
+    suffix = min(suffix_len, n_tokens // 2)
+    return (n_tokens - suffix, suffix) if suffix >= min(suffix_len, MIN_SHORT_SUFFIX) else None
+
+
 def build_windows(docs: Sequence[EvalDocument], prefix_lens: Sequence[int], suffix_len: int,
                   placements: Sequence[str] = ("start",), stride: int | None = None, offsets: Sequence[int] = (),
                   max_offset: int | None = None) -> tuple[list[Window], int]:
     """All windows of ``docs`` for every P in ``prefix_lens`` and every placement -> (windows, skipped).
 
-    ``skipped`` counts (document, P, placement) combinations with a document too short for the window.
+    ``skipped`` counts (document, P, placement) combinations with a document too short for the window; a document
+    too short for all of them gets its one :func:`short_window` (placement ``short``) where it has 16 tokens or more.
     Order: document, then P, then placement, then start -- deterministic.
     """
     bad = [p for p in placements if p not in PLACEMENTS]
@@ -137,12 +154,17 @@ def build_windows(docs: Sequence[EvalDocument], prefix_lens: Sequence[int], suff
                     windows.append(Window(doc, p_req, suffix_len, placement, s, toks[s : s + p],
                                           toks[s + p : s + p + suffix_len],
                                           _key(identity, p_req, suffix_len, placement, s)))
+        fit = short_window(len(toks), suffix_len) if identity is None else None  # identity None: no window yet
+        if fit is not None:
+            p, n_suffix = fit
+            windows.append(Window(doc, ALL, n_suffix, SHORT, 0, toks[:p], toks[p:],
+                                  _key(document_identity(toks), ALL, n_suffix, SHORT, 0)))
     if docs and not windows:
         longest = max(len(d.tokens) for d in docs)
-        need = min(suffix_len + (1 if p == ALL else p) for p in prefix_lens)
-        raise UserError(f"all {len(docs)} documents are too short: the smallest window needs {need} tokens "
-                        f"(prefix + suffix_len={suffix_len}) but the longest document has {longest}; "
-                        f"use a smaller data.prefix_lens/data.suffix_len or longer documents")
+        floor = min(suffix_len, MIN_SHORT_SUFFIX)
+        raise UserError(f"all {len(docs)} documents are too short for any window: a short document's window needs "
+                        f"{2 * floor} tokens (its last half as the suffix, at least {floor} tokens) but the longest "
+                        f"document has {longest}; evaluate longer documents")
     return windows, skipped
 
 

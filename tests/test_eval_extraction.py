@@ -147,3 +147,20 @@ def test_sample_hits_count_reproductions(model):
     warm1 = extraction.sample_hits(model, prefixes, suffixes, 4, temperature=1.0, seed=7, progress=False)
     warm2 = extraction.sample_hits(model, prefixes, suffixes, 4, temperature=1.0, seed=7, progress=False)
     assert warm1 == warm2 and all(0 <= h <= 4 for h in warm1)
+
+
+def test_a_document_too_short_for_every_window_gets_one_by_the_short_rule():
+    """Issue 58: the suffix is the document's last half (at most S tokens), the prompt every token before it;
+    under min(S, 8) suffix tokens there is no window."""
+    from goldfish.eval.windows import short_window
+
+    docs = [_doc(60, "a"), _doc(16, "b"), _doc(15, "c"), _doc(200, "d")]
+    windows, skipped = build_windows(docs, [32], 50, ["stride"])
+    short = [(w.doc.id, w.placement, w.prefix_len, w.start, len(w.prefix), len(w.suffix), w.suffix_len)
+             for w in windows if w.placement == "short"]
+    assert short == [("a", "short", ALL, 0, 30, 30, 30), ("b", "short", ALL, 0, 8, 8, 8)]  # c: 7 < 8, no window
+    assert skipped == 3 and {w.doc.id for w in windows if w.placement == "stride"} == {"d"}
+    (a,) = [w for w in windows if w.doc.id == "a"]
+    assert a.prefix + a.suffix == docs[0].tokens
+    assert short_window(300, 50) == (250, 50) and short_window(15, 50) is None  # at most S; at least 8 tokens
+    assert short_window(8, 4) == (4, 4) and short_window(7, 4) is None  # S under 8: at least S tokens
