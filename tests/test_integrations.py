@@ -19,11 +19,11 @@ from goldfish.commands.train import check_accelerate_launch
 from goldfish.errors import UserError
 
 
-def readme_example(name: str) -> str:
-    """The python block of docs/api.md that follows the comment ``<!-- example: NAME ... -->``."""
-    text = (REPO / "docs" / "api.md").read_text(encoding="utf-8")
+def readme_example(name: str, doc: str = "api.md") -> str:
+    """The python block of docs/``doc`` that follows the comment ``<!-- example: NAME ... -->``."""
+    text = (REPO / "docs" / doc).read_text(encoding="utf-8")
     match = re.search(rf"<!-- example: {name}\b[^>]*-->\s*```python\n(.*?)```", text, re.S)
-    assert match, f"docs/api.md has no example '{name}'"
+    assert match, f"docs/{doc} has no example '{name}'"
     return match.group(1)
 
 
@@ -33,6 +33,24 @@ def tiny_llama(vocab: int = 64, seed: int = 0):
     torch.manual_seed(seed)
     return LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                         intermediate_size=64, max_position_embeddings=128))
+
+
+def test_the_goldfish_sft_trainer_example_runs_as_written_on_cpu(tmp_path, monkeypatch):
+    """docs/hf-trainer.md's GoldfishSFTTrainer block, unchanged, on a tiny Llama on CPU (issue 58: as first written,
+    TRL's default bf16=True refused to run on a CPU); it trains."""
+    pytest.importorskip("trl")
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    _tokenizer(64, tmp_path / "tok")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    texts = [" ".join(f"w{3 + (i * 7 + j) % 60}" for j in range(30)) for i in range(8)]
+    monkeypatch.chdir(tmp_path)  # the example's output_dir is relative
+    env = {"model": tiny_llama(), "tokenizer": tokenizer, "train_ds": Dataset.from_dict({"text": texts})}
+    exec(readme_example("goldfish-sft", "hf-trainer.md"), env)
+    state = env["trainer"].state
+    assert state.global_step > 0 and env["trainer"].args.bf16 is False
+    assert torch.isfinite(torch.tensor(state.log_history[-1]["train_loss"]))
 
 
 def test_trl_sft_trainer_trains_on_the_goldfish_labels(tmp_path, monkeypatch):
