@@ -27,7 +27,7 @@ from typing import Any, Iterable
 
 from . import __version__
 from .errors import UserError
-from .io import atomic_write_json
+from .io import atomic_write_json, read_json
 
 FILE = "fingerprint.json"
 _PACKAGE = Path(__file__).resolve().parent
@@ -95,16 +95,7 @@ def _show(value: Any) -> str:
 
 def read_fingerprint(folder: str | Path) -> dict[str, Any] | None:
     """``<folder>/fingerprint.json``, or ``None`` if there is none; a damaged file is a one-line error."""
-    path = Path(folder) / FILE
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise UserError(f"{path} is corrupt (not JSON); restore it or delete the folder {folder}") from None
-    if not isinstance(value, dict):
-        raise UserError(f"{path} is not a fingerprint (a JSON object); restore it or delete the folder {folder}")
-    return value
+    return read_json(Path(folder) / FILE, None, expect=dict, fix=f"restore it or delete the folder {folder}")
 
 
 def write_fingerprint(folder: str | Path, fingerprint: dict[str, Any]) -> None:
