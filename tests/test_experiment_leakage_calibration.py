@@ -104,7 +104,8 @@ def test_the_report_states_the_sensitivity():
     assert "### Calibrated on members: goldfish, its no-leak twin" in text
     assert "| seed=0 | 2.0 % / -0.040 | 1.0 % / -0.020 | 1.0 % / -0.020 | 10.0 %: 4.0 % / -0.080 |" in text
     assert "minimum detectable leak, as a supervised fraction" in text
-    assert "Reading, accuracy: Goldfish - twin 1.3 % [" in text and "none detected; the design detects" in text
+    assert "Reading, accuracy: Goldfish - twin 1.3 % [" in text and "**none detected**; its minimum detectable" in text
+    assert "95 % range" in text and "a plug-in estimate, as uncertain as the MDE" in text
     assert render({"axes": [], "cells": []}) == ""  # no audit at all: no section
 
 

@@ -89,10 +89,11 @@ def test_reading_in_words_from_the_interval():
     out = runs.compute(_study(_cells()))["runs"]
     [g] = out["groups"]
     by = {(p["a"], p["b"], p["headline"]): p["reading"] for p in g["paired"]}
-    assert by[("standard", "control", "heldout_loss")].startswith("standard below control")  # all 4 seeds ~ -0.9
-    assert by[("goldfish", "standard", "exact_match_rate")] == ("every one of the 4 runs gives +0.0 pts: no spread "
-                                                                "between runs")
-    assert by[("goldfish", "standard", "heldout_loss")].startswith("no difference detected over 4 runs")
+    # the verdict word by the rule (goldfish/eval/verdicts.py), then the interval it was read from
+    assert by[("standard", "control", "heldout_loss")].startswith("**lower**: standard below control")  # ~ -0.9
+    assert by[("goldfish", "standard", "exact_match_rate")] == ("**none detected**: every one of the 4 runs gives "
+                                                                "+0.0 pts: no spread between runs")
+    assert by[("goldfish", "standard", "heldout_loss")].startswith("**none detected**: no difference detected over 4")
     text = runs.render({"runs": out})
     assert "## Across training runs" in text and "mean [95 % t] (sd)" in text and "within-run detail" in text
 
@@ -117,7 +118,7 @@ def test_utility_pairs_only_the_same_documents_and_decides_against_the_stated_ma
     se = np.std(diffs, ddof=1) / math.sqrt(3)
     tost = max(sps.t.sf((np.mean(diffs) + 0.05) / se, 2), sps.t.cdf((np.mean(diffs) - 0.05) / se, 2))
     assert p["over_runs"]["tost_p"] == pytest.approx(tost, rel=1e-9)
-    assert p["reading"].startswith("no difference beyond +-0.0500")
+    assert p["reading"].startswith("**equivalent**: no difference beyond +-0.0500")
     assert not any(q["headline"] == "utility_loss_kjv" for q in g["paired"])  # a skipped corpus has no headline
 
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from goldfish.eval.stats import minimum_detectable_effect, slope_over_runs, t_over_runs
+from goldfish.eval.stats import mde_range, minimum_detectable_effect, slope_over_runs, t_over_runs
 from goldfish.eval.tables import did_text, fmt, markdown_table, with_ci
+from goldfish.eval.verdicts import verdict
 
 from ...masks import GoldfishConfig
 from ..config import CONTROL
@@ -126,13 +127,13 @@ def _mean(values: list[float | None]) -> float | None:
 
 
 def _reading(measure: str, diff: dict) -> str | None:
-    """Goldfish - twin across runs: ``leak`` / ``negative`` where its t interval excludes 0 (in the leak's direction
-    or against it), else ``none detected``; None with fewer than two runs."""
+    """Goldfish - twin across runs: the verdict word by the rule of :mod:`goldfish.eval.verdicts` (the leak's
+    direction first: accuracy up, loss down); None with fewer than two runs."""
     if diff["ci_low"] is None:
         return None
-    if diff["ci_low"] <= 0 <= diff["ci_high"]:
-        return "none detected"
-    return "leak" if LEAK_SIGN[measure] * diff["mean"] > 0 else "negative"
+    sign = LEAK_SIGN[measure]
+    low, high = sorted((sign * diff["ci_low"], sign * diff["ci_high"]))
+    return verdict("leak", low, high, diff["n"])
 
 
 def _mask_label(own: str, audit: dict) -> str:
@@ -263,19 +264,25 @@ def _across_rows(family: dict) -> list[list[str]]:
 
 
 def _reading_line(family: dict, measure: str) -> str:
-    """One sentence: what Goldfish - twin shows across runs, against the sensitivity the positive controls imply."""
+    """One sentence: what Goldfish - twin shows across runs, its verdict word by the rule, and the sensitivity read
+    against the same null (the twin), with the range of the MDE itself (an SD from few runs)."""
     m = family[measure]
     kind = "pct" if measure == "accuracy" else ""
     d = m["difference"]
     if m["reading"] is None:
         return f"{measure}: fewer than two runs with both the Goldfish arm and its twin audited: no reading."
     found = (f"{measure}: Goldfish - twin {with_ci(d['mean'], d['ci_low'], d['ci_high'], kind)} over {d['n']} runs: "
-             f"{m['reading']}")
+             f"**{m['reading']}**")
+    rng = mde_range(d.get("se"), d.get("df"))
+    mde = (f"its minimum detectable effect (5 % two-sided, 80 % power) is {fmt(m['difference_mde'], kind)}, 95 % "
+           f"range {fmt(rng[0], kind)} to {fmt(rng[1], kind)} (the SD from {d.get('df')} df)" if rng else
+           "no minimum detectable effect (fewer than two runs)")
     if m["detectable_fraction"] is None:
-        return found + "; the positive controls give no slope in the leak's direction, so the sensitivity is unknown."
-    return (found + f"; the design detects (80 % power) a leak as large as training on "
-            f"{fmt(m['detectable_fraction'], 'pct')} of the dropped positions (MDE {fmt(m['difference_mde'], kind)}"
-            f" at a slope of {fmt(m['slope']['mean'], kind)} per unit of supervised fraction).")
+        return found + f"; {mde}; the positive controls give no slope in the leak's direction."
+    return (found + f"; {mde}, which the slope of the positive controls' DiD on their supervised fraction "
+            f"({fmt(m['slope']['mean'], kind)} per unit) turns into {fmt(m['detectable_fraction'], 'pct')} of the "
+            "dropped positions -- a plug-in estimate, as uncertain as the MDE; each positive control read against "
+            "the same twin is in the Readings section.")
 
 
 def calibration_lines(results: dict) -> list[str]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from goldfish.eval.stats import replicate_tost, t_over_runs
 from goldfish.eval.tables import fmt, markdown_section, markdown_table
+from goldfish.eval.verdicts import verdict
 
 from ..analyses import ANALYSES
 from ..config import CONTROL
@@ -48,7 +49,14 @@ def run_values(cell: CellSummary) -> dict[str, tuple[Any, str | None]]:
 
 
 def reading(d: dict, a: str, b: str, kind: str) -> str:
-    """The reading of a paired difference ``a - b`` from its interval over runs (``replicate_tost``'s dict)."""
+    """The reading of a paired difference ``a - b`` from its interval over runs (``replicate_tost``'s dict): the
+    verdict word by the rule of :mod:`goldfish.eval.verdicts`, then the interval it was read from."""
+    word = verdict("difference", d.get("ci_low"), d.get("ci_high"), d.get("n"), margin=d.get("margin") or None,
+                   ci90_low=d.get("ci90_low"), ci90_high=d.get("ci90_high"))
+    return f"**{word}**: {_sentence(d, a, b, kind)}"
+
+
+def _sentence(d: dict, a: str, b: str, kind: str) -> str:
     n = d["n"]
     if n < 2:
         return f"{n} paired run(s): no interval over runs from fewer than two"
@@ -191,7 +199,7 @@ def render(results: dict) -> str:
             left = "; ".join(f"{x['replicate']}: {x['why']}" for x in p["dropped"])
             prow.append([f"{p['a']} - {p['b']}", kinds[p["headline"]]["label"],
                          f"{d['n']}" + (f" (dropped {left})" if left else ""), interval,
-                         "-" if d["sd"] is None else _diff(d["sd"], kind).lstrip("+"), p["reading"]])
+                         "-" if d["sd"] is None else _diff(d["sd"], kind).lstrip("+"), reading(d, p["a"], p["b"], kind)])
         blocks += [f"Paired by run{' at ' + where if where else ''} (the same replicate's cells; a replicate one "
                    "side lacks is dropped, never shifted):",
                    markdown_table(["a - b", "headline", "paired runs", "mean difference [95 % t over runs]",

@@ -80,11 +80,14 @@ def _derived(d: dict | None, digits: str = ".3g", sign: bool = False) -> str:
     return f"{d['value']:{f}}{ends}"
 
 
-def size_model_markdown(models: list[dict]) -> list[str]:
+def size_model_markdown(models: list[dict], runs: list[dict] | None = None) -> list[str]:
     """The joint model's table: per arm its coefficients with cluster-bootstrap intervals, the E50 elasticity and
-    the size coefficient per seed; and the model's E50 per size."""
+    the size coefficient per seed; and the model's E50 per size -- left out for an arm whose log-linearity the
+    run-level F test (``scaling.size_runs``) rejects: that model is then the wrong one, and its E50 per size
+    contradicts the per-size fits above."""
     if not models:
         return []
+    rejected = {r.get("arm") for r in runs or [] if ((r.get("linearity") or {}).get("p_value") or 1.0) < 0.05}
     rows, e50_rows = [], []
     for m in models:
         if "why_not" in m:
@@ -94,7 +97,10 @@ def size_model_markdown(models: list[dict]) -> list[str]:
         rows.append([m["arm"], f"{m['n_events']}/{m['n_rows']} ({m['n_clusters']} targets)",
                      _ci(m, "log10_params", sign=True), _ci(m, "log2_exposures"),
                      _derived(m["derived"].get("e50_elasticity"), ".2f", sign=True), splits or "-"])
-        e50_rows.append([m["arm"]] + [_derived(m["derived"].get(f"e50_{s}")) for s in m["sizes"]])
+        if m["arm"] in rejected:
+            e50_rows.append([m["arm"]] + ["- (log-linearity rejected)" for _ in m["sizes"]])
+        else:
+            e50_rows.append([m["arm"]] + [_derived(m["derived"].get(f"e50_{s}")) for s in m["sizes"]])
     sizes = list(dict.fromkeys(s for m in models if "why_not" not in m for s in m["sizes"]))
     lines = ["", "The size effect in ONE model: logit P(exact) = a + b log2(exposures read) + c log10(params), fitted "
              "to every target window of the from-scratch sizes (Firth-penalised), with 95 % intervals from a cluster "
@@ -106,7 +112,8 @@ def size_model_markdown(models: list[dict]) -> list[str]:
              markdown_table(["arm", "extracted / target windows", "c: size (logit per 10x params)",
                              "b: exposures (logit per doubling)", "E50 elasticity", "c per seed"], rows)]
     if e50_rows:
-        lines += ["", "E50 the joint model implies per size [95 % cluster-bootstrap interval]:", "",
+        lines += ["", "E50 the joint model implies per size [95 % cluster-bootstrap interval]; not shown for an arm "
+                  "whose log-linearity the run-level F test rejects (p < 0.05): read the per-size fits above:", "",
                   markdown_table(["arm"] + sizes, e50_rows)]
     return lines
 
@@ -135,7 +142,7 @@ def threshold_markdown(results: dict) -> str | None:
     lines.append(markdown_table(["arm", "size", "params", "E50 [95 % CI]", "extracted per stratum", "targets"],
                                 table))
     lines += e50_runs_markdown(ordered, (results.get("tune") or {}).get("axis"))
-    lines += size_model_markdown(scaling.get("size_model") or [])
+    lines += size_model_markdown(scaling.get("size_model") or [], scaling.get("size_runs") or [])
     lines += canary_markdown(ordered)
     return "\n".join(lines)
 
