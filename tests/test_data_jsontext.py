@@ -27,7 +27,7 @@ ALPHABET = ["a", "b", " ", "\n", "\t", "é", "日", "😀", '"', "\\", "\u2028",
 
 def _long(text: str, ascii_only: bool, **extra) -> tuple[bytes, LongText]:
     line = json.dumps({"id": 3, **extra, "text": text, "x": [1, {"text": "no"}]}, ensure_ascii=ascii_only).encode()
-    rest, lo, hi = split_long_row(line, "text")
+    rest, (lo, hi) = split_long_row(line, "text")
     assert json.loads(rest) == {"id": 3, **extra, "text": "", "x": [1, {"text": "no"}]}
     return line, LongText(memoryview(line)[lo:hi], "f.jsonl:1", lo + 1)
 
@@ -52,11 +52,12 @@ def test_a_long_text_decoded_in_pieces_is_the_whole_strings_text(chunk, monkeypa
 def test_the_text_field_is_found_at_the_top_level_only_and_the_last_one_wins():
     line = b'{"meta": {"text": "inner"}, "list": ["text", {"text": "x"}], "te\\u0078t": "first", "n": 1.5, ' \
            b'"text" : "second", "tail": null}'
-    rest, lo, hi = split_long_row(line, "text")
+    rest, (lo, hi) = split_long_row(line, "text")
     assert line[lo:hi] == b"second" and json.loads(rest)["meta"] == {"text": "inner"}
     assert json.loads(rest)["text"] == ""
-    assert split_long_row(b'{"text": 12, "other": "a"}', "text") is None  # not a string: parsed whole
-    assert split_long_row(b'{"title": "text", "body": "a"}', "text") is None
+    rest, span = split_long_row(b'{"text": 12, "other": "a"}', "text")  # not a string: left for the reader to name
+    assert span is None and json.loads(rest) == {"text": 12, "other": "a"}
+    assert split_long_row(b'{"title": "text", "body": "a"}', "text")[1] is None
     assert split_long_row(b'{"text": "never closed', "text") is None
 
 

@@ -6,24 +6,32 @@ A line longer than :data:`LONG_LINE` bytes is read instead in bounded pieces int
 (:func:`read_line`), and its text field is kept as :class:`LongText`: the JSON string's raw bytes (about a byte a
 character), decoded :data:`CHUNK_BYTES` at a time whenever it is read -- by the word count, the exact-duplicate hash
 and the tokenizer's pieces (:mod:`goldfish.data.stream`). The rest of the line (ids, titles, metadata) is parsed as
-usual from the line with the text left out (:func:`split_long_row`).
+usual from the line with the text left out and its unused long values skipped unbuilt (:func:`split_long_row`: a
+short text beside a 100 MB metadata field, or beside millions of empty arrays, costs the line's bytes only); a text
+field that is an array or an object is refused where the scan meets it.
 
-Reading it is checked once, when the line is read, as the whole line would be: valid UTF-8, valid JSON escapes, no
-raw control characters, no lone surrogates -- errors name the file, line and column.
+Reading the text is checked once, when the line is read, as the whole line would be: valid UTF-8, valid JSON escapes,
+no raw control characters, no lone surrogates -- errors name the file, line and column. A skipped value is not read,
+so not checked.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Collection, Iterator
+
+import numpy as np
 
 from ..errors import UserError
 
 LONG_LINE = 1 << 20  # bytes: a longer JSONL line is read in pieces and its text field kept as LongText
 CHUNK_BYTES = 1 << 16  # raw bytes of a LongText decoded at a time
-_STRUCTURE = re.compile(rb'["{}\[\]]')  # what opens a string, an object or an array, or closes one
-_COLON = re.compile(rb"[ \t\r\n]*:")
+SKIP_BYTES = 1 << 12  # a long line's unused top-level value longer than this is skipped, never built
+SCAN_BYTES = 1 << 16  # bytes of an array or object whose brackets are counted at a time
+_SCALAR = re.compile(rb"[^,}\] \t\r\n]*")  # a number, true, false or null: up to what ends a value
+_STEP = np.zeros(256, dtype=np.int8)  # a byte's change of the nesting depth
+_STEP[[0x5B, 0x7B]], _STEP[[0x5D, 0x7D]] = 1, -1
 _HIGH_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}")
 
 
@@ -140,40 +148,96 @@ def _starts_escape(raw: memoryview, b: int, pos: int) -> bool:
     return run % 2 == 1
 
 
-def split_long_row(raw: bytes | bytearray, field: str) -> tuple[bytes, int, int] | None:
-    """The line with the string value of its top-level key ``field`` left out (``""`` in its place) and that
-    value's raw bytes' span (without the quotes); None when the line has no such string value (it is then parsed
-    whole, which also names what is wrong with a malformed line). The last occurrence of a repeated key wins, as with
-    ``json.loads``. Strings are skipped by finding their closing quote (``find``), never matched by a pattern whose
-    memory grows with the string."""
-    depth, span, key, after, i = 0, None, None, 0, 0
-    while (m := _STRUCTURE.search(raw, i)) is not None:
-        at = m.start()
-        first = raw[at]
-        if first != 0x22:  # { [ } ]
-            depth, key, i = depth + (1 if first in (0x7B, 0x5B) else -1), None, at + 1
-            continue
-        end = _string_end(raw, at)
+def split_long_row(raw: bytes | bytearray, field: str, keep: Collection[str] = (),
+                   where: str = "the line") -> tuple[bytes, tuple[int, int] | None] | None:
+    """A long line read without building what it does not need -> (the rest of the line, the span of the raw bytes of
+    its top-level ``field``'s string value without the quotes, or None when it has no such string).
+
+    The rest is the line with that string left out (``""`` in its place) and every other top-level value longer than
+    :data:`SKIP_BYTES` whose key is not in ``keep`` skipped (``null`` in its place: never parsed, never built, never
+    checked); it is parsed as usual. ``field`` holding an array or an object is refused (one line naming ``where``)
+    where the scan meets it, before anything of the line is built. None when the line is not one well-formed object
+    at its top level (it is then parsed whole, which names what is wrong). The last occurrence of a repeated key wins,
+    as with ``json.loads``. Strings are skipped by finding their closing quote (``find``), arrays and objects by
+    counting their brackets a piece at a time (:func:`_container_end`): memory does not grow with what is skipped."""
+    n, values = len(raw), []  # values: (key, begin, end) of each top-level value
+    i = _skip_space(raw, 0)
+    if i >= n or raw[i] != 0x7B:
+        return None
+    i = _skip_space(raw, i + 1)
+    while i < n and raw[i] != 0x7D:
+        end = _string_end(raw, i) if raw[i] == 0x22 else None
+        if end is None:
+            return None
+        key, i = _key(raw, i, end), _skip_space(raw, end)
+        if i >= n or raw[i] != 0x3A:
+            return None
+        i = _skip_space(raw, i + 1)
+        first = raw[i] if i < n else None
+        if first in (0x5B, 0x7B) and key == field:
+            raise UserError(f"{where}: field {field!r} is a JSON {'array' if first == 0x5B else 'object'}, not text; "
+                            f"give each line's {field!r} a string")
+        vend = (_string_end(raw, i) if first == 0x22 else _container_end(raw, i) if first in (0x5B, 0x7B)
+                else _SCALAR.match(raw, i).end())
+        if vend is None or vend == i:
+            return None
+        values.append((key, i, vend))
+        i = _skip_space(raw, vend)
+        if i < n and raw[i] == 0x2C:
+            i = _skip_space(raw, i + 1)
+        elif i >= n or raw[i] != 0x7D:
+            return None
+    if i >= n or _skip_space(raw, i + 1) != n:
+        return None
+    own = [v for v in values if v[0] == field]
+    last = own[-1] if own and raw[own[-1][1]] == 0x22 else None
+    cuts = [(b, e, b'""' if (k, b, e) == last else b"null") for k, b, e in values
+            if (k, b, e) == last or (k not in keep and e - b > SKIP_BYTES)]
+    parts, at = [], 0
+    for b, e, put in cuts:
+        parts += [bytes(raw[at:b]), put]
+        at = e
+    parts.append(bytes(raw[at:]))
+    return b"".join(parts), (None if last is None else (last[1] + 1, last[2] - 1))
+
+
+def _skip_space(raw: bytes | bytearray, i: int) -> int:
+    """The first position at or after ``i`` that is not JSON whitespace."""
+    while i < len(raw) and raw[i] in b" \t\r\n":
+        i += 1
+    return i
+
+
+def _key(raw: bytes | bytearray, at: int, end: int) -> str | None:
+    """The key spelled by the string ``raw[at:end]`` (None for a long or undecodable one: no field is so named)."""
+    if end - at > 4096:
+        return None
+    try:
+        return json.loads(bytes(raw[at:end]).decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError included
+        return None
+
+
+def _container_end(raw: bytes | bytearray, at: int) -> int | None:
+    """The position after the array or object that opens at ``raw[at]`` (None: it never closes). Its strings are
+    skipped by their closing quote; between them its brackets are counted :data:`SCAN_BYTES` at a time (numpy), so
+    millions of empty arrays cost a few array operations, not a Python step each."""
+    depth, i, n = 0, at, len(raw)
+    while True:
+        q = raw.find(b'"', i)
+        stop = n if q < 0 else q
+        while i < stop:
+            j = min(i + SCAN_BYTES, stop)
+            steps = _STEP[np.frombuffer(raw, dtype=np.uint8, count=j - i, offset=i)]  # (j - i,) int8
+            level = depth + np.cumsum(steps, dtype=np.int64)
+            closed = np.flatnonzero(level == 0)
+            if closed.size:
+                return i + int(closed[0]) + 1
+            depth, i = int(level[-1]), j
+        end = _string_end(raw, q) if q >= 0 else None
         if end is None:
             return None
         i = end
-        if depth != 1:
-            continue
-        if key is not None:
-            name, key = key, None
-            if not raw[after:at].strip(b" \t\r\n"):  # this string is the key's value
-                if name == field:
-                    span = (at + 1, end - 1)
-                continue
-        colon = _COLON.match(raw, end)
-        if colon is not None and end - at <= 4096:  # a key (a long string is a value, never a key)
-            try:
-                key, after = json.loads(bytes(raw[at:end]).decode("utf-8")), colon.end()
-            except ValueError:  # UnicodeDecodeError included: the whole line's parse names it
-                key = None
-    if span is None:
-        return None
-    return bytes(raw[:span[0] - 1]) + b'""' + bytes(raw[span[1] + 1:]), span[0], span[1]
 
 
 def _string_end(raw: bytes | bytearray, at: int) -> int | None:

@@ -180,7 +180,8 @@ def _file_rows(path: Path, cfg: SourceConfig, skip: int, long_texts: bool = Fals
     if _suffix(path) == ".parquet":
         yield from _parquet_rows(path, cfg, skip)
     else:
-        for i, (_, row) in enumerate(jsonl_objects(path, skip, cfg.text_field if long_texts else None), skip):
+        keep = tuple(f for f in (cfg.id_field, cfg.title_field) if f)  # what a document reads besides its text
+        for i, (_, row) in enumerate(jsonl_objects(path, skip, cfg.text_field if long_texts else None, keep), skip):
             yield i, row
 
 
@@ -227,23 +228,29 @@ def _boxed_lines(path: Path) -> Iterator[tuple[int, list]]:
         raise UserError(f"cannot read {path}: {e}") from None
 
 
-def jsonl_objects(path: Path, skip: int = 0, long_field: str | None = None) -> Iterator[tuple[int, dict]]:
+def jsonl_objects(path: Path, skip: int = 0, long_field: str | None = None,
+                  keep: tuple[str, ...] = ()) -> Iterator[tuple[int, dict]]:
     """``(line number, object)`` for each non-empty line of a UTF-8 JSONL file after the first ``skip`` ones (which
     are not parsed); one-line errors for bad lines. A line is held as bytes, then as text, then as the object, each
     freed before the next is complete beyond the one before it (memory: about twice the longest line). With
     ``long_field``: in a line longer than :data:`~goldfish.data.jsontext.LONG_LINE` bytes, that field's string value
-    is a :class:`~goldfish.data.jsontext.LongText` (the line held once; its text decoded a piece at a time)."""
+    is a :class:`~goldfish.data.jsontext.LongText` (the line held once; its text decoded a piece at a time) and
+    its other long values not named in ``keep`` are ``None``, skipped unbuilt (:func:`~goldfish.data.jsontext.
+    split_long_row`)."""
     for n, (lineno, box) in enumerate(_boxed_lines(path)):
         raw = box.pop()
         if n < skip:
             continue
-        split = split_long_row(raw, long_field) if long_field is not None and len(raw) > LONG_LINE else None
+        split = (split_long_row(raw, long_field, keep, f"{path}:{lineno}")
+                 if long_field is not None and len(raw) > LONG_LINE else None)
         if split is None:
             yield lineno, _parse_line(raw, path, lineno)
             continue
-        rest, lo, hi = split
+        rest, span = split
         row = _parse_line(rest, path, lineno)
-        row[long_field] = LongText(memoryview(raw)[lo:hi], f"{path}:{lineno}", lo + 1)
+        if span is not None:
+            row[long_field] = LongText(memoryview(raw)[span[0]:span[1]], f"{path}:{lineno}", span[0] + 1)
+        del raw, rest  # the line lives on only in its LongText
         yield lineno, row
 
 
@@ -378,8 +385,8 @@ def source_identity(cfg: SourceConfig) -> list | None:
 
 def files_identity(path: Path) -> list:
     """``[name, size, mtime_ns, ctime_ns, inode]`` of ``path`` (a file) or of each file under it (in name order,
-    hidden files and folders left out). The ctime is what no user call sets back: a file rewritten in place with its size kept
-    and its mtime restored is told apart, and a replaced one by its inode too."""
+    hidden files and folders left out). The ctime is what no user call sets back: a file rewritten in place with its
+    size kept and its mtime restored is told apart, and a replaced one by its inode too."""
     files = visible_files(path) if path.is_dir() else [path]
     out = []
     for f in files:
