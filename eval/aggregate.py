@@ -111,8 +111,12 @@ def metric_directions() -> dict[str, dict[str, Any]]:
 def summarize(windows: list[dict]) -> dict:
     """The results.json ``summary`` (eval/SCHEMA.md): ``metrics`` (each column's aggregation and direction),
     ``overall`` (all windows pooled), ``by_window`` (one row per placement -- the headlines), ``by_prefix_len``,
-    ``by_repetitions`` (None -> ``"unknown"``), ``by_split``, ``by_group`` (empty when no document has a group) and
+    ``by_repetitions`` (None -> ``"unknown"``), ``by_split``, ``by_split_window`` (per split, one row per placement:
+    the members' headlines, never pooled with nonmembers'), ``by_group`` (empty when no document has a group) and
     ``documents`` (the partial-memorisation ranking)."""
+    splits: dict[str, list[dict]] = defaultdict(list)
+    for w in windows:
+        splits[w.get("split") or "members"].append(w)
     return {
         "metrics": metric_directions(),
         "overall": summarize_group(windows),
@@ -120,6 +124,7 @@ def summarize(windows: list[dict]) -> dict:
         "by_prefix_len": _stratify(windows, "prefix_len"),
         "by_repetitions": _stratify(windows, "repetitions"),
         "by_split": _stratify(windows, "split"),
+        "by_split_window": {split: _stratify(own, "window") for split, own in splits.items()},
         "by_group": _stratify(windows, "group") if any(w.get("group") is not None for w in windows) else {},
         "documents": rank_documents(windows),
     }

@@ -36,7 +36,12 @@ def _extraction_tasks(results: dict) -> dict[str, dict]:
     metrics = summary.get("metrics") or {}
     windows = results.get("windows") or []
     tasks = {}
-    for placement, row in (summary.get("by_window") or {}).items():
+    # the members' windows (nonmembers extracted too are never pooled into a headline); older results: by_window
+    by_window = (summary["by_split_window"].get("members") or {} if "by_split_window" in summary
+                 else summary.get("by_window") or {})
+    if "by_split_window" in summary:
+        windows = [w for w in windows if (w.get("split") or "members") == "members"]
+    for placement, row in by_window.items():
         mine = [w for w in windows if w.get("window") == placement]
         entry: dict[str, Any] = {"alias": f"goldfish_extraction_{placement}"}
         better: dict[str, bool] = {}

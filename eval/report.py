@@ -186,7 +186,13 @@ def _headline(s: Mapping, attacks: Mapping) -> list[str]:
         lines += ["Greedy exact match decides only verbatim reproduction; the one-pass measures (top-1 accuracy of "
                   "the true next token, log-probability of the whole suffix, and the (n,p)-extraction chance) show "
                   "partial memorisation where exact match is 0. Intervals: Wilson for rates, mean ± 1.96 s.e. for "
-                  "means.", "", summary_table("window", s["by_window"]), ""]
+                  "means.", ""]
+        by_split = s.get("by_split_window") or {}
+        if len(by_split) > 1:  # members and nonmembers extracted: each split's own rows, never pooled
+            for split, strata in by_split.items():
+                lines += [f"{split.capitalize()}:", "", summary_table("window", strata), ""]
+        else:
+            lines += [summary_table("window", s["by_window"]), ""]
     else:
         lines += ["Extraction not run (tasks without extraction).", ""]
     if "loss" in attacks:

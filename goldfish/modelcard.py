@@ -282,7 +282,11 @@ def eval_results(results: dict | None = None, attacks: dict | None = None, sourc
                                   metric_args={"source": source}, **dataset))
 
     ex = config.get("data") or {}
-    for placement, row in ((results.get("summary") or {}).get("by_window") or {}).items():
+    summary = results.get("summary") or {}
+    # the members' rows (a nonmember reproduced says nothing about training); results without them: by_window
+    members = (summary["by_split_window"].get("members") or {} if "by_split_window" in summary
+               else summary.get("by_window") or {})
+    for placement, row in members.items():
         setting = (f"greedy, window={placement}, prefix_lens={ex.get('prefix_lens')}, suffix_len={ex.get('suffix_len')}"
                    f", {row.get('n_windows')} windows")
         for metric, key, name in (("exact_match", "exact_match_rate", "exact match rate"),

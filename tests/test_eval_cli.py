@@ -96,7 +96,8 @@ def test_cli_writes_results_following_the_schema(setup, tmp_path, capsys):
     assert set(res) <= doc["top level"]
     for section in ("versions", "model", "data", "summary", "membership"):
         assert set(res[section]) <= doc[section], section
-    rows = [r for key, strata in s.items() if key not in ("overall", "documents", "metrics") for r in strata.values()]
+    rows = [r for key, strata in s.items() if key not in ("overall", "documents", "metrics", "by_split_window")
+            for r in strata.values()] + [r for strata in s["by_split_window"].values() for r in strata.values()]
     assert set().union(*map(set, rows + [s["overall"]])) <= doc["summary row"]
     assert set(s["metrics"]) <= doc["summary row"] and set().union(*map(set, s["metrics"].values())) <= \
         doc["summary.metrics"]

@@ -74,8 +74,11 @@ def test_write_report_full(tmp_path):
     for heading in ("# Memorisation evaluation", "## Headline", "## By prefix length", "## By repetition count",
                     "## Membership inference", "## Examples", "### Best memorised", "### Worst memorised", "## Plots"):
         assert f"\n{heading}\n" in f"\n{md}"
-    # headline: 19 windows, 10 exact (3 strata x 2 prefix lengths: r=1 has 1 exact, r=4 and r=16 have 2 each)
-    assert "| 19 | 52.6 % [" in md
+    # headline, each split apart (issue 58): 18 member windows, 10 exact (3 strata x 2 prefix lengths: r=1 has 1
+    # exact, r=4 and r=16 have 2 each), and the one nonmember window -- never the pooled 10 of 19
+    headline = md.split("## Headline")[1].split("\n## ")[0]
+    assert "Members:" in headline and "| 18 | 55.6 % [" in headline
+    assert "Nonmembers:" in headline and "| 1 | 0.0 % [" in headline and "| 19 |" not in headline
     assert "| loss | " in md and "| min_k_20 | " in md
     assert "![roc](roc.png)" in md
     assert "1.50 M parameters" in md

@@ -159,3 +159,23 @@ def test_results_of_other_data_are_kept_beside_not_over(run, tmp_path):
     windows = {r.metric_config.rsplit(", ", 1)[-1] for r in results if r.task_name == "verbatim extraction"}
     five = json.loads((tmp_path / "five" / "results.json").read_text())["summary"]["by_window"]["start"]
     assert f"{five['n_windows']} windows" in windows and len(windows) == 2
+
+
+def test_the_card_gets_the_members_rate_never_one_pooled_with_nonmembers(tmp_path):
+    """Issue 58: with nonmembers extracted too, the card's extraction numbers are the members' (by_split_window),
+    not by_window's pooled rate."""
+    from goldfish.eval.aggregate import summarize
+
+    (tmp_path / "config.json").write_text("{}")
+    def window(split, hit):
+        return {"split": split, "window": "stride", "exact_match": hit, "token_match": float(hit), "rouge_l": 0.5,
+                "doc_id": f"{split}{hit}"}
+    windows = [window("members", True)] + [window("members", False)] * 3 + [window("nonmembers", False)] * 4
+    fake = {"data": {"path": "docs.jsonl", "members": 4, "nonmembers": 4},
+            "config": {"data": {"prefix_lens": [32], "suffix_len": 50}}, "summary": summarize(windows)}
+    assert fake["summary"]["by_window"]["stride"]["exact_match_rate"] == 1 / 8  # pooled: what must not be written
+    add_eval_results(tmp_path, eval_results(fake))
+    card = ModelCard.load(tmp_path / "README.md")
+    found = {r.metric_type: r.metric_value for r in card.data.eval_results if r.dataset_split == "members"}
+    assert found["exact_match"] == 0.25 and found["accuracy"] == 0.25
+    assert all("4 windows" in r.metric_config for r in card.data.eval_results)
