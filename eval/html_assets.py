@@ -4,7 +4,8 @@ The script reads the page's data from ``<script type="application/json" id="gf-d
 and document view with ``createElement`` / ``textContent`` only: no text of a document ever reaches the HTML parser,
 so markup in a document (``<script>``, ``<img onerror>``) shows as text and runs nothing. The table is sorted by a
 click on a column's header (again: the other direction), filtered by a text box (id or title) and by the
-columns the page offers a choice of (split, verdict; arm), and shown 100 rows a page, so a page of 10,000 documents opens as fast as one of 100.
+columns the page offers a choice of (split, verdict; arm), and shown 100 rows a page, so a page of 10,000
+documents opens as fast as one of 100.
 """
 
 CSS = """
@@ -51,7 +52,9 @@ JS = r"""
   }
   function shown(v, c) {
     if (v === null || v === undefined) return "\u2013";
-    if (c.num && typeof v === "number" && (c.float || !Number.isInteger(v))) return v.toFixed(c.digits === undefined ? 3 : c.digits);
+    if (c.num && typeof v === "number" && (c.float || !Number.isInteger(v))) {
+      return v.toFixed(c.digits === undefined ? 3 : c.digits);
+    }
     return String(v);
   }
   var head = table.querySelector("thead tr");

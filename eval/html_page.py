@@ -67,7 +67,8 @@ def figure(name: str, svg: bytes | str) -> str:
     """An SVG figure inline as an ``<img>`` data URI (an image cannot run script, whatever the file holds)."""
     raw = svg.encode("utf-8") if isinstance(svg, str) else svg
     uri = "data:image/svg+xml;base64," + base64.b64encode(raw).decode("ascii")
-    return f"<figure><img alt=\"{esc(name)}\" src=\"{uri}\"><figcaption class=\"small\">{esc(name)}</figcaption></figure>"
+    return (f"<figure><img alt=\"{esc(name)}\" src=\"{uri}\"><figcaption class=\"small\">{esc(name)}</figcaption>"
+            "</figure>")
 
 
 def svg_figures(folder: Path, names: Iterable[str]) -> dict[str, bytes]:
@@ -144,7 +145,8 @@ def markdown_html(text: str, figures: Mapping[str, bytes] | None = None) -> str:
             continue
         elif line.strip():
             para = [line]
-            while i + 1 < len(lines) and lines[i + 1].strip() and not re.match(r"(#|\||\s*[-*] |```|!\[)", lines[i + 1]):
+            block_start = re.compile(r"(#|\||\s*[-*] |```|!\[)")
+            while i + 1 < len(lines) and lines[i + 1].strip() and not block_start.match(lines[i + 1]):
                 i += 1
                 para.append(lines[i])
             out.append(f"<p>{_inline(' '.join(para))}</p>")

@@ -106,7 +106,8 @@ def extraction_rows(results: Mapping) -> list[list[str]]:
 
 
 def provenance_items(results: Mapping) -> list[tuple[str, Any]]:
-    model, data, dev = results.get("model") or {}, results.get("data") or {}, (results.get("model") or {}).get("device") or {}
+    model, data = results.get("model") or {}, results.get("data") or {}
+    dev = model.get("device") or {}
     weights = model.get("weights_sha256") or model.get("sha256")
     stamp = model.get("weights")
     precision = model.get("precision")
@@ -184,11 +185,13 @@ def document_data(results: Mapping) -> dict:
     return {"columns": columns, "rows": rows, "details": details, "page_size": PAGE_SIZE}
 
 
-def controls(rows: Sequence[Sequence], columns: Sequence[Mapping], choices: Sequence[str] = ("split", "verdict")) -> str:
+def controls(rows: Sequence[Sequence], columns: Sequence[Mapping],
+             choices: Sequence[str] = ("split", "verdict")) -> str:
     """The table's filter box, a choice of value for each column in ``choices``, and the pager."""
     def select(key: str) -> str:
         i = next(j for j, c in enumerate(columns) if c["key"] == key)
-        opts = "".join(f"<option value=\"{esc(str(v))}\">{esc(str(v))}</option>" for v in dict.fromkeys(r[i] for r in rows))
+        values = dict.fromkeys(r[i] for r in rows)
+        opts = "".join(f"<option value=\"{esc(str(v))}\">{esc(str(v))}</option>" for v in values)
         return (f"<label>{esc(columns[i]['label'])} <select data-key=\"{esc(key)}\"><option value=\"\">all</option>"
                 f"{opts}</select></label>")
 
@@ -201,7 +204,8 @@ def controls(rows: Sequence[Sequence], columns: Sequence[Mapping], choices: Sequ
 def documents_html(data: Mapping, title: str = "Documents", choices: Sequence[str] = ("split", "verdict")) -> str:
     """The document table's frame (the script fills it from the data island)."""
     return (f"<h2>{esc(title)}</h2><p class=\"small\">Click a column's header to sort (again to reverse), a row to "
-            f"open its document: reproduced tokens highlighted, the prompt grey.</p>" + controls(data["rows"], data["columns"], choices)
+            f"open its document: reproduced tokens highlighted, the prompt grey.</p>"
+            + controls(data["rows"], data["columns"], choices)
             + "<table id=\"docs\"><thead><tr></tr></thead><tbody></tbody></table>")
 
 
@@ -223,7 +227,8 @@ def render_html(results: Mapping, figures: Mapping[str, bytes] | None = None) ->
         arows = [[k, fmt_auc(a), fmt_tpr(a, "tpr_at_1pct_fpr", pct=True), a.get("n_members"), a.get("n_nonmembers")]
                  for k, a in attacks.items()]
         head.append("<details><summary>every membership attack</summary>"
-                    + table(["attack", "AUC [95 % CI]", "TPR @ 1 % FPR", "members", "nonmembers"], arows) + "</details>")
+                    + table(["attack", "AUC [95 % CI]", "TPR @ 1 % FPR", "members", "nonmembers"], arows)
+                    + "</details>")
     head.append(provenance(provenance_items(results)))
     body = "<section id=\"headline\">" + "\n".join(head) + "</section>"
     body += documents_html(data)
