@@ -15,7 +15,7 @@ from ..config import to_dict
 from ..errors import UserError
 from ..provenance import code_version
 from .config import PrepareConfig, SourceConfig
-from .store import background_fingerprint, store_path
+from .store import background_fingerprint, check_store, store_path
 from .sources import source_identity
 from .stream import BACKGROUND, Progress, ShardSpec, read_entry, run_shards, stem
 
@@ -30,6 +30,7 @@ def stream_background(cfg: PrepareConfig, folder: Path, state: dict, fingerprint
                 "chunk_tokens": cfg.background_chunk_tokens, "dtype": state["dtype"],
                 "dedup": to_dict(cfg.background_dedup) if cfg.background_dedup is not None else None}
     shared = background_fingerprint(settings, folder, state, code_version())
+    check_store(store_path(folder, shared))  # another user's store is refused before anything is shared with it
     spec = ShardSpec(str(folder), fingerprint, source, cfg.shard_documents, cfg.min_tokens,
                      cfg.background_chunk_tokens, state["dtype"], cfg.background_dedup,
                      str(store_path(folder, shared)), shared)

@@ -412,6 +412,10 @@ def load_prepared(path: str | Path, verify: bool = True) -> Prepared:
     except (OSError, ValueError, KeyError) as e:
         raise UserError(f"the training rows of {path} cannot be read ({type(e).__name__}: "
                         f"{str(e).splitlines()[0][:120] if str(e) else ''}); {_hint(path)}") from None
+    problems = train.layout_problems(manifest["train"])  # an edited train.rows or train.seq_len: before any step
+    if problems:
+        raise UserError(f"{path / 'manifest.json'} does not describe its training rows ({'; '.join(problems)}): the "
+                        f"manifest was edited or damaged; {_hint(path)}")
     background = None
     if "background" in manifest.get("counts", {}):
         targets = manifest["train"]["stores"][0]["documents"]

@@ -103,6 +103,20 @@ class TrainRows:
     def __len__(self) -> int:
         return self.rows
 
+    def layout_problems(self, spec: dict) -> list[str]:
+        """What in the manifest's ``train`` section ``spec`` the stored layout and shards contradict -- ``rows`` and
+        ``seq_len`` (the rows the occurrences fill), ``occurrences``, ``tokens``, a document past the stores -- so an
+        edited manifest is refused before a step reads a row that is not there. Vectorised over the occurrences (the stores' indexes and the layout, memory-mapped)."""
+        order, starts = np.asarray(self.order), np.asarray(self.starts)
+        if order.ndim != 1 or starts.shape != order.shape:
+            return [f"train/order.npy and train/starts.npy hold {order.shape} and {starts.shape} occurrences"]
+        if len(order) and (int(order.min()) < 0 or int(order.max()) >= self.documents):
+            return [f"its layout reads document {int(order.max())} but its stores hold {self.documents} documents"]
+        units = self.units()
+        stats = layout_stats(starts, units, self.seq_len)
+        return [f"train.{key}={spec[key]!r} but its layout and shards give {stats[key]} (at train.seq_len="
+                f"{self.seq_len})" for key in ("rows", "occurrences", "tokens") if key in spec and spec[key] != stats[key]]
+
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:
         """Row ``i`` as (T,) int64 columns: ``TrainRows`` is a map-style dataset (a ``torch`` DataLoader or an HF
         ``Trainer`` with ``default_data_collator`` read it as it is)."""

@@ -19,14 +19,23 @@ the merge's clean-up of unused shards) removes its own links only, and deleting 
 Where hard links are not possible (another file system, a file system without them), nothing is shared and each
 folder writes its own shards, as before. The store is never pruned automatically: ``rm -r .goldfish-background`` is
 safe at any time (it costs only a re-tokenization later).
+
+**Trust.** The store is the user's own: its folders are created with the user's ownership and without group or world
+write permission, and a store another user owns, or that group or others can write (a ``.goldfish-background/``
+pre-created in a shared parent such as /tmp), is refused in one line with the fix (:func:`check_store`) before a
+shard is published or linked -- another user could otherwise swap a shard and its entry, and the swapped token ids
+would be linked as verified. A store file that is not the user's own, or that group or others can write, is never
+linked (the folder tokenizes its own shard).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
+from ..errors import UserError
 from ..io import atomic_write_json
 from ..ownership import fingerprint_sha256
 from .sources import files_identity
@@ -57,6 +66,47 @@ def store_path(folder: Path, fingerprint: str) -> Path:
     return Path(folder).resolve().parent / STORE / fingerprint
 
 
+def _uid() -> int:
+    """The user the store must belong to: this process's effective user."""
+    return os.geteuid()
+
+
+def _foreign(path: Path) -> str | None:
+    """Why ``path`` (not followed if a link) is not the user's own to trust -- another owner, a link, group or world
+    write permission -- or None when it is."""
+    info = path.lstat()
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symbolic link"
+    if info.st_uid != _uid():
+        return f"belongs to another user (uid {info.st_uid}, not {_uid()})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"can be written by {'others' if info.st_mode & stat.S_IWOTH else 'its group'} (mode {info.st_mode & 0o777:o})"
+    return None
+
+
+def check_store(store: Path) -> None:
+    """Refuse (one line, with the fix) a shared store -- ``store``'s parent ``.goldfish-background/`` or ``store``
+    itself, where they exist -- that another user owns or that group or others can write (see the module docstring)."""
+    for folder in (Path(store).parent, Path(store)):
+        why = _foreign(folder) if os.path.lexists(folder) else None
+        if why:
+            raise UserError(f"the shared background store {folder} {why}, so another user could put other token ids "
+                            f"into this folder's background; remove it (rm -r {folder.parent / STORE}) if it is yours, "
+                            f"or make it your own (chmod go-w), or prepare into a folder whose parent only you can "
+                            f"write")
+
+
+def _own_folder(folder: Path) -> None:
+    """Create ``folder`` (and the store above it) as the user's own: no group or world write, whatever the umask."""
+    for path in (folder.parent, folder):
+        try:
+            path.mkdir(mode=0o755)
+            os.chmod(path, 0o755)
+        except FileExistsError:
+            pass
+    check_store(folder)
+
+
 def _link(source: Path, target: Path) -> None:
     """``target`` becomes a hard link to ``source``, atomically (a temporary link renamed over it). The temporary
     name never outlives the call: rename(2) of two links to one file does nothing and succeeds, leaving the
@@ -74,8 +124,11 @@ def link_in(store: Path, background: Path, stem: str, fingerprint: str) -> dict 
     """Shard ``stem`` from ``store`` into ``background`` (hard links; its files checked against the store's entry),
     with the folder's own entry (recipe ``fingerprint``); None when the store has no intact copy or links fail."""
     try:
+        check_store(store)
         entry = json.loads((store / f"{stem}.json").read_text(encoding="utf-8"))
         files = entry["sha256"]
+        if any(_foreign(store / f) for f in [*files, f"{stem}.json"]):
+            return None  # not the user's own file: tokenized again, never trusted
         if any(file_sha256(store / f) != sha for f, sha in files.items()):
             return None
         for f in files:
@@ -91,7 +144,8 @@ def publish(store: Path, background: Path, stem: str, entry: dict, fingerprint: 
     """Hard-link a finished shard's files into ``store`` and write its store entry (background ``fingerprint``)
     last; nothing when links are not possible (the folder keeps its own files either way)."""
     try:
-        store.mkdir(parents=True, exist_ok=True)
+        store.parent.parent.mkdir(parents=True, exist_ok=True)
+        _own_folder(store)
         if (store / f"{stem}.json").is_file():
             return  # another folder published the same bytes
         for f in entry["sha256"]:

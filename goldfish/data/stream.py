@@ -89,7 +89,23 @@ def read_entry(folder: Path, i: int, fingerprint: str) -> dict | None:
     if not _well_formed(entry, i):
         raise UserError(f"{path} is damaged (its fields are not those of a shard entry); delete "
                         f"{path.parent / stem(i)}.* and prepare again to redo that shard")
+    held = _shard_holds(path.parent, stem(i))
+    if held != (entry["documents"], entry["tokens"]):
+        what = f"{held[0]} documents of {held[1]} tokens" if held else "no readable index"
+        raise UserError(f"{path} records {entry['documents']} documents of {entry['tokens']} tokens but its shard "
+                        f"holds {what}: the entry or the shard was edited or damaged; delete "
+                        f"{path.parent / stem(i)}.* and prepare again to redo that shard")
     return entry
+
+
+def _shard_holds(folder: Path, name: str) -> tuple[int, int] | None:
+    """(documents, tokens) shard ``name``'s index describes (its ``.idx.npy``: n + 1 offsets; the header and the
+    last offset only), or None when it cannot be read."""
+    try:
+        offsets = np.load(folder / f"{name}.idx.npy", mmap_mode="r", allow_pickle=False)
+        return (len(offsets) - 1, int(offsets[-1])) if offsets.ndim == 1 and len(offsets) else None
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _well_formed(entry: dict, i: int) -> bool:
