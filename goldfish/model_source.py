@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import re
 import stat
@@ -14,7 +15,7 @@ import struct
 from pathlib import Path
 
 from .errors import UserError
-from .gguf_cache import BUNDLED, bundled_gguf, dequantised, file_sha256
+from .gguf_cache import BUNDLED, bundled_gguf, dequantised
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
@@ -218,10 +219,27 @@ def weights_stamp(path: str | Path | None) -> list:
     """``[[name, bytes, sha256], ...]`` of a model's weight files: their content identity, what tells a retrained
     model at the same path from the old one and the same weights anywhere from each other (an evaluation's
     fingerprint; the model card's weights identity). Names only, never a folder: no output names the user's machine.
-    The sha256 is computed streaming, once per (path, size, mtime) in a process."""
+    The sha256 is computed streaming, once per file version in a process (:func:`content_sha256`)."""
     if path is None:
         return []
-    return [[f.name, f.stat().st_size, file_sha256(f)] for f in weight_files(resolve_model_path(path))]
+    return [[f.name, f.stat().st_size, content_sha256(f)] for f in weight_files(resolve_model_path(path))]
+
+
+def content_sha256(file: Path) -> str:
+    """sha256 of ``file``'s bytes, streamed; remembered per (path, size, mtime, ctime, inode) within the process --
+    the ctime, which no tool can set back, so a file rewritten with its mtime restored is hashed again."""
+    path = Path(file).resolve()
+    info = path.stat()
+    return _sha256(str(path), info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
+
+
+@functools.lru_cache(maxsize=64)
+def _sha256(path: str, size: int, mtime_ns: int, ctime_ns: int, inode: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 MAX_HEADER = 100_000_000  # bytes of a safetensors header: the safetensors library's own bound
