@@ -232,3 +232,5 @@ def test_documents_shorter_than_the_window_are_answered_by_the_short_rule(tmp_pa
     assert f"{fitted} of {len(texts)} documents are shorter than the requested windows (82 tokens" in err
     assert f"2 of {len(texts)} documents are too short for any window (fewer than 16 tokens" in err
     assert "d7 (3), d8 (5)" in err
+    page = (out / "report.html").read_text()  # the page beside report.md: every document in its table
+    assert all(f'"{doc_id}"' in page for doc_id in lengths) and "<script>alert" not in page

@@ -100,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(format_summary_table(results))
     report = f", {cfg.out}/report.md" if cfg.report else ""
+    page = Path(str(cfg.out)) / "report.html"
+    report += f", {page} (open it in a browser)" if cfg.report and page.is_file() else ""
     print(f"\nresults: {cfg.out}/results.json, {cfg.out}/results.csv{report}")
     if folder is not None:
         weights = (results.get("model") or {}).get("weights")  # the weights the numbers are of
