@@ -45,6 +45,7 @@ def test_hidden_folders_are_skipped_like_hidden_files(tmp_path):
 # ------------------------------------------------------------------------------------------------ a trained tokenizer
 
 
+@pytest.mark.integration  # trains a tokenizer
 def test_a_bpe_trained_a_piece_at_a_time_is_the_whole_texts_bpe():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from test_faults_bounded import long_text
@@ -69,6 +70,7 @@ def _wrapped(tok):
     return _wrap(tok)
 
 
+@pytest.mark.integration  # two prepares
 def test_a_bpe_prepare_never_parses_a_long_line_whole(tmp_path, monkeypatch):
     """BPE training read the main source whole (every text in memory, a long line parsed whole, each text given to
     the trainer whole): one 30 MB document took prepare from 375 to 3,340 MiB. Now the long line is held once as raw
@@ -179,7 +181,8 @@ def test_skipped_values_end_where_json_says(monkeypatch):
     def value(depth: int):
         r = rng.random()
         if depth > 3 or r < 0.3:
-            return rng.choice([1, -2.5e-7, None, True, False, "".join(rng.choice(atoms) for _ in range(rng.randint(0, 9)))])
+            text = "".join(rng.choice(atoms) for _ in range(rng.randint(0, 9)))
+            return rng.choice([1, -2.5e-7, None, True, False, text])
         if r < 0.65:
             return [value(depth + 1) for _ in range(rng.randint(0, 4))]
         return {f"k{rng.randint(0, 9)}{rng.choice(atoms)}": value(depth + 1) for _ in range(rng.randint(0, 4))}
