@@ -146,7 +146,7 @@ def _scan(cfg: PrepareConfig, tok, progress: bool) -> _Scan:
                 end = pos
                 break
             read += 1
-            if not has_words(doc.text, floor):
+            if floor > 0 and not has_words(doc.text, floor):  # as len(text.split()) < floor, without the split
                 short += 1
                 continue
             batch.append((pos, doc))
@@ -194,7 +194,7 @@ def _bpe_texts(src) -> list:
         if src.max_documents is not None and len(texts) >= src.max_documents:
             break
         read += 1
-        if has_words(doc.text, src.word_floor):
+        if src.word_floor <= 0 or has_words(doc.text, src.word_floor):
             texts.append(doc.text)
     check_documents_read(src, read, len(texts), src.word_floor)
     return texts
