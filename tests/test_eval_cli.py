@@ -131,12 +131,18 @@ def test_resume_refusal_and_overwrite(setup, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2 and "different evaluation" in err and "config.model.dtype" in err and "\n" not in err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing written
-    os.utime(model / "model.safetensors", ns=(1, 1))  # "retrained" model at the same path
+    weights = model / "model.safetensors"  # "retrained" model at the same path: other bytes, same size and mtime
+    data, stat = bytearray(weights.read_bytes()), weights.stat()
+    data[8 + int.from_bytes(data[:8], "little")] ^= 1  # the lowest mantissa bit of the first weight
+    weights.write_bytes(bytes(data))
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     with pytest.raises(UserError, match="different evaluation.*weights"):
         run_eval(cfg)
     fresh = run_eval(_cfg(setup, out, overwrite=True))
     assert fresh["windows"][0]["generation"] != "MARKER"
     assert run_eval(cfg)["windows"][0]["generation"] == fresh["windows"][0]["generation"]  # new fingerprint kept
+    data[8 + int.from_bytes(data[:8], "little")] ^= 1  # the module's model as it was, for the tests after
+    weights.write_bytes(bytes(data))
 
 
 def test_a_failed_rerun_without_resume_keeps_the_earlier_results(setup, tmp_path, monkeypatch):

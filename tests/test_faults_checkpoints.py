@@ -122,6 +122,21 @@ def test_a_tied_output_head_is_not_missing(tmp_path):
     assert loaded.lm_head.weight is loaded.model.embed_tokens.weight
 
 
+def test_a_checkpoint_whose_keys_transformers_converts_loads_whole_and_is_still_checked(tmp_path):
+    """Mixtral's files hold per-expert tensors that transformers fuses as it loads: not the state dict's names, so
+    the header check leaves them to the loading report -- a whole one loads, a missing tensor is still refused."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    config = MixtralConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                           num_key_value_heads=2, intermediate_size=64, num_local_experts=2)
+    MixtralForCausalLM(config).save_pretrained(tmp_path / "moe")
+    assert any(".experts.0.w1." in k for k in load_file(tmp_path / "moe" / "model.safetensors"))
+    load_pretrained(tmp_path / "moe")
+    broken = edited(tmp_path / "moe", tmp_path / "broken", lambda t: t.pop(Q_PROJ))
+    with pytest.raises(UserError, match=f"missing: 1 tensors \\({Q_PROJ}\\)"):
+        load_pretrained(broken)
+
+
 def test_what_transformers_reports_missing_is_refused_too(model, tmp_path, monkeypatch):
     """The second line of defence: transformers' own loading info (it only logs it) is checked after the load."""
     from transformers import AutoModelForCausalLM
