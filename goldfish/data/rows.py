@@ -106,7 +106,8 @@ class TrainRows:
     def layout_problems(self, spec: dict) -> list[str]:
         """What in the manifest's ``train`` section ``spec`` the stored layout and shards contradict -- ``rows`` and
         ``seq_len`` (the rows the occurrences fill), ``occurrences``, ``tokens``, a document past the stores -- so an
-        edited manifest is refused before a step reads a row that is not there. Vectorised over the occurrences (the stores' indexes and the layout, memory-mapped)."""
+        edited manifest is refused before a step reads a row that is not there. Vectorised over the occurrences (the
+        stores' indexes and the layout, memory-mapped)."""
         order, starts = np.asarray(self.order), np.asarray(self.starts)
         if order.ndim != 1 or starts.shape != order.shape:
             return [f"train/order.npy and train/starts.npy hold {order.shape} and {starts.shape} occurrences"]
@@ -115,7 +116,8 @@ class TrainRows:
         units = self.units()
         stats = layout_stats(starts, units, self.seq_len)
         return [f"train.{key}={spec[key]!r} but its layout and shards give {stats[key]} (at train.seq_len="
-                f"{self.seq_len})" for key in ("rows", "occurrences", "tokens") if key in spec and spec[key] != stats[key]]
+                f"{self.seq_len})" for key in ("rows", "occurrences", "tokens")
+                if key in spec and spec[key] != stats[key]]
 
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:
         """Row ``i`` as (T,) int64 columns: ``TrainRows`` is a map-style dataset (a ``torch`` DataLoader or an HF
