@@ -101,13 +101,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _dry_run(cfg, plans, world_size: int | None) -> int:
     from ..errors import ConfigError
-    from ..experiment.dryrun import dry_run, format_estimates, preparation_needs
+    from ..experiment.dryrun import dry_run, format_estimates, preparation_needs, study_time
 
     rows, problems = dry_run(cfg, plans, world_size)
     print(f"experiment {cfg.name}: {len(plans)} cells, every config valid")
     if rows:
         print(format_estimates(rows))
-    for line in preparation_needs(cfg, plans):
+    for line in preparation_needs(cfg, plans) + study_time(cfg, plans):
         print(line)
     if problems:
         raise ConfigError("; ".join(problems))

@@ -83,6 +83,18 @@ class HardwareConfig:
         raise_problems(problems)
 
 
+@dataclasses.dataclass
+class CostConfig:
+    """What one cell measured to cost, per value of one grid axis: the dry run's estimate of the study's time (and
+    of what tuning cells that compute only their validation loss save)."""
+
+    axis: str = option("", "the grid axis the cost depends on (its label, e.g. size); empty = no measured costs")
+    train_s: dict = option(factory=dict, help="axis value -> seconds of one cell's training (measured)")
+    rest_s: dict = option(factory=dict, help="axis value -> seconds of the rest of one cell: evaluation, analyses, "
+                                              "attacks (measured)")
+    measured: str = option("", "where, when and how the costs were measured (printed with the estimate)")
+
+
 ControlMode = Literal["untrained", "background"]
 
 
@@ -102,6 +114,10 @@ class TuneConfig:
                                                 "value and runs only at the chosen one; `arm` among them (e.g. "
                                                 "[size, arm]): each arm, the control included, is tuned on its own "
                                                 "cells' loss instead of all at the control's choice")
+    evaluate: bool = option(False, "evaluate every tuning cell in full; false: with by=validation_loss a tuning cell "
+                                   "computes only what the choice reads (training and its validation loss) and is "
+                                   "evaluated only where its value is chosen (the cells at other values are then "
+                                   "in the tune block alone); by=heldout_loss reads the evaluation, so it runs")
 
 
 @dataclasses.dataclass
@@ -219,6 +235,9 @@ class ExperimentConfig:
                                                                "e.g. {corpora: [wikipedia, kjv], documents: 32, "
                                                                "tokens: 128, margin: 0.05}; off by default")
     hardware: HardwareConfig = option(factory=HardwareConfig, help="the machine a cell expects (dry-run checks)")
+    cost: CostConfig = option(factory=CostConfig, help="measured seconds per cell by one grid axis, e.g. {axis: "
+                                                       "size, train_s: {1M: 18}, rest_s: {1M: 27}}: --dry-run "
+                                                       "prints the study's time from them")
     prepared_root: str = option("", "folder holding prepared data, one sub-folder per distinct data config; "
                                     "empty = <out>/prepared")
     launcher: Literal["inprocess", "torchrun"] = option(
@@ -284,6 +303,17 @@ class ExperimentConfig:
             check(not bad, problems, f"tune.per={bad} must name other grid axes ({', '.join(labels)}) or arm (each "
                                      f"arm tuned on its own cells)")
             check(self.control, problems, "tune chooses from the control cells: set control: true")
+        if self.cost.axis:
+            labels = {axis_label(axis): axis for axis in self.grid}
+            values = _shown_values(labels.get(self.cost.axis, ""), self.grid.get(labels.get(self.cost.axis, "")))
+            for key in ("train_s", "rest_s"):
+                table = getattr(self.cost, key)
+                bad = sorted(set(values) ^ {str(k) for k in table}) if self.cost.axis in labels else []
+                check(not bad and all(isinstance(v, (int, float)) and v >= 0 for v in table.values()), problems,
+                      f"cost.{key} must give seconds >= 0 for each value of grid axis {self.cost.axis} "
+                      f"({', '.join(values)}), no other; {', '.join(bad) or 'a value is not a number'}")
+            check(self.cost.axis in labels, problems, f"cost.axis={shown(self.cost.axis)} is not a grid axis; choose "
+                                                      f"one of: {', '.join(labels) or '(none)'}")
         if self.compare.axis:
             labels = {axis_label(axis): axis for axis in self.grid}
             check(self.compare.axis in labels, problems,

@@ -24,6 +24,7 @@ from ..precision import resolve_precision
 from ..train_config import ModelConfig, make_plan
 from .config import ExperimentConfig
 from .plan import CellPlan, manifest_of
+from .tune import first_values, is_tuning, loss_only
 
 _KNOWN_VOCABS = {"gpt2": 50257}
 FIT_FRACTION = 0.9
@@ -331,3 +332,35 @@ def dry_run(cfg: ExperimentConfig, plans: list[CellPlan],
                             f"{have:.0f} GiB; raise tp/pp (or axonn row/col/depth), enable parallel.fsdp, or lower "
                             f"micro_batch_size")
     return rows, problems
+
+
+def study_time(cfg: ExperimentConfig, plans: list[CellPlan]) -> list[str]:
+    """The study's time from the measured per-cell costs (``cost``), or [] without them: every cell that runs costs
+    its training and the rest (evaluation, analyses, attacks). With tuning, the cells beyond the tuning cells run at
+    one value of the tuned axis (counted at its first), and a tuning cell at a value not chosen -- every value but
+    one per group -- costs its training alone where it computes only its validation loss
+    (:func:`goldfish.experiment.tune.loss_only`); the lines say what that saves."""
+    c = cfg.cost
+    if not c.axis:
+        return []
+    first = first_values(plans)
+    runs = [p for p in plans if not cfg.tune.axis or is_tuning(cfg, p, first)
+            or p.cell.values[cfg.tune.axis] == first[cfg.tune.axis]]
+    unchosen = [p for p in runs if cfg.tune.axis and is_tuning(cfg, p, first)
+                and p.cell.values[cfg.tune.axis] != first[cfg.tune.axis]]  # all but one value per group
+
+    def seconds(cells: list[CellPlan], table: dict) -> float:
+        return sum(float(table[str(p.cell.values[c.axis])]) for p in cells)
+
+    full = seconds(runs, c.train_s) + seconds(runs, c.rest_s)
+    saved = seconds(unchosen, c.rest_s)
+    lines = [f"study time from the measured per-cell costs ({c.measured or 'cost'}): {len(runs)} cells, "
+             f"{_fmt_time(full)} of cell time with every cell evaluated"]
+    if unchosen:
+        now = full - saved if loss_only(cfg) else full
+        how = ("tuning cells compute only their validation loss until their value is chosen" if loss_only(cfg) else
+               "tune.evaluate: true (or tune.by: heldout_loss) evaluates every tuning cell")
+        lines.append(f"  {len(unchosen)} tuning cells at values not chosen: {_fmt_time(saved)} of evaluation "
+                     f"({100 * saved / full:.0f} %) {'saved' if loss_only(cfg) else 'not saved'} ({how}); this "
+                     f"study: {_fmt_time(now)}")
+    return lines

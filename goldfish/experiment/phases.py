@@ -18,7 +18,10 @@ attacks                 ``attacks.json``                            with ``Pipel
 card                    (rewritten every run)                       with ``Pipeline.card``
 ======================  ==========================================  =========================================
 
-Then ``cell.json`` (the cell and this run's phase times) and, last and atomically, ``DONE``. Resumability within a
+Then ``cell.json`` (the cell and this run's phase times) and, last and atomically, ``DONE``. A tuning cell read
+only for its validation loss (``goldfish.experiment.tune.loss_only``) first runs the phases marked ``tuning`` alone
+(prepare, configs, train, and the analysis that writes the validation loss), with neither; the rest where its value
+is chosen. Resumability within a
 phase is the phase's own: prepared data is a complete folder or absent; a killed training resumes from the trainer's
 checkpoints; evaluation from its partial results. Every phase after training gets the same lazily loaded model
 (``Pipeline.open_model``), so a cell loads its model once.
@@ -69,6 +72,7 @@ class Phase:
     applies: Callable[[CellRun], bool]
     run: Callable[[CellRun], None]
     blocked: Callable[[CellRun], str | None] | None = None
+    tuning: bool = False  # a tuning cell that computes only its validation loss runs it (run_cell's tuning_only)
 
     def done(self, plan: CellPlan) -> bool:
         files = self.outputs(plan)
@@ -170,13 +174,13 @@ def analysis_phase(analysis: Analysis) -> Phase:
     """A per-cell analysis's phase: done once its output exists; runs where the pipeline lists it and it applies."""
     return Phase(analysis.name, lambda p: [analysis.output(p)],
                  lambda r: analysis in r.pipeline.analyses and analysis.applies(r.plan),
-                 lambda r: analysis.run(r.plan, r.model))
+                 lambda r: analysis.run(r.plan, r.model), tuning=analysis.tuning)
 
 
 PHASES: tuple[Phase, ...] = (
-    Phase("prepare", lambda p: [manifest_of(d) for _, d in p.prepared], lambda r: True, _prepare),
-    Phase("configs", lambda p: [], lambda r: True, _save_configs),
-    Phase("train", lambda p: [p.train_summary], lambda r: True, _train),
+    Phase("prepare", lambda p: [manifest_of(d) for _, d in p.prepared], lambda r: True, _prepare, tuning=True),
+    Phase("configs", lambda p: [], lambda r: True, _save_configs, tuning=True),
+    Phase("train", lambda p: [p.train_summary], lambda r: True, _train, tuning=True),
     Phase("eval", lambda p: [p.results_file], lambda r: True,
           lambda r: r.pipeline.evaluate(r.plan.eval_cfg, r.model)),
     *(analysis_phase(a) for a in ANALYSES),
@@ -192,15 +196,18 @@ def _now() -> str:
 
 
 def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
-             phase: Callable[[str], None] = lambda _: None, plans: list[CellPlan] = ()) -> dict:
+             phase: Callable[[str], None] = lambda _: None, plans: list[CellPlan] = (),
+             tuning_only: bool = False) -> dict:
     """Run (or resume) one cell's :data:`PHASES`; returns its record (also written to ``cell.json``), or {} when a
     phase is blocked (its attacks wait for a control that is not done; a later run finishes it). ``phase(name)`` is
-    told each phase as it starts; ``plans`` (all cells) lets the attacks find the control that calibrates them."""
+    told each phase as it starts; ``plans`` (all cells) lets the attacks find the control that calibrates them.
+    ``tuning_only``: only the phases a tuning cell is read for (``Phase.tuning``: training and the validation loss),
+    then {} -- the cell is not done; run it again without it where its value is chosen."""
     run = CellRun(cfg, plan, list(plans), pipeline,
                   pipeline.open_model(plan.eval_cfg) if pipeline.open_model is not None else None)
     times: dict[str, float] = {}
     for step in PHASES:
-        if not step.applies(run) or step.done(plan):
+        if not step.applies(run) or step.done(plan) or (tuning_only and not step.tuning):
             continue
         why = step.blocked(run) if step.blocked is not None else None
         if why is not None:
@@ -210,6 +217,8 @@ def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
         t0 = time.perf_counter()
         step.run(run)
         times[f"{step.name.replace(' ', '_')}_s"] = time.perf_counter() - t0
+    if tuning_only:
+        return {}
     record = {"cell": plan.cell.id, "arm": plan.cell.arm, "values": plan.cell.values, "overrides": plan.cell.overrides,
               "data_dir": str(plan.data_dir), "finished": _now(), "phase_seconds_this_run": times}
     atomic_write_json(plan.record_file, record)

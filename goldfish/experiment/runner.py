@@ -41,7 +41,7 @@ from .finish import finish
 from .phases import prepare_data, run_cell
 from .pipeline import default_pipeline
 from .plan import CellPlan, Pipeline, manifest_of, plan_cells
-from .tune import choice, first_values, is_tuning, selected
+from .tune import choice, first_values, is_tuning, loss_only, selected
 
 
 def load_experiment(path: str | Path | None, overrides: list[str] = ()) -> ExperimentConfig:
@@ -248,45 +248,59 @@ def report_only(cfg: ExperimentConfig, plans: list[CellPlan], pipeline: Pipeline
 
 def _run_cells(cfg: ExperimentConfig, plans: list[CellPlan], todo: list[CellPlan], pipeline: Pipeline,
                progress: bool, rerun: dict[str, str]) -> None:
-    """Run the cells ``todo`` (tuning cells first); ``rerun``: {cell id: what changed} of stale cells to replace."""
-    first = first_values(plans)
+    """Run the cells ``todo`` (tuning cells first); ``rerun``: {cell id: what changed} of stale cells to replace.
+    With :func:`goldfish.experiment.tune.loss_only`, every tuning cell first computes only its validation loss; then
+    each is evaluated in full only where its value is chosen."""
+    first, light = first_values(plans), loss_only(cfg)
     if cfg.tune.axis:  # the tuning cells first, the control's among them (an arm's attacks wait for its choice)
         todo = sorted(todo, key=lambda p: (not is_tuning(cfg, p, first), not p.cell.control))
     chosen = None
     bar = tqdm(total=len(todo), unit="cell", desc=cfg.name,
                disable=None if progress else True, dynamic_ncols=True)  # None: drawn only on a terminal
     try:
+        for plan in [p for p in todo if light and is_tuning(cfg, p, first)]:  # what the choice reads, first
+            _run_one(cfg, plan, pipeline, plans, rerun, bar, tuning_only=True)
         for plan in todo:
-            def phase(name: str, _id: str = plan.cell.id) -> None:
-                bar.set_postfix_str(f"{_id}: {name}")
-
-            if cfg.tune.axis and not is_tuning(cfg, plan, first):
-                if chosen is None:  # once: every tuning cell in todo ran before the first other cell
+            tuning = is_tuning(cfg, plan, first)
+            if cfg.tune.axis and (light or not tuning):
+                if chosen is None:  # once: every tuning cell in todo ran (or computed its loss) before
                     chosen = choice(cfg, plans)
                 runs = selected(cfg, plan, chosen)
                 if not runs:
                     if runs is None:
-                        print(f"[{plan.cell.id}] skipped: its tuning cells ({cfg.tune.axis}) are not done; run them "
-                              "first", file=sys.stderr)
+                        print(f"[{plan.cell.id}] " + (
+                            f"trained, its validation loss written; its evaluation waits for the choice of "
+                            f"{cfg.tune.axis}, whose other tuning cells are not done: run them, then this again"
+                            if tuning else f"skipped: its tuning cells ({cfg.tune.axis}) are not done; run them "
+                                           "first"), file=sys.stderr)
                     bar.update(1)
                     continue
-            with plan.lock():
-                # checked again under the cell's lock: another run may have started or finished it meanwhile, with
-                # another config (its saved train/eval configs are the cell's fingerprint)
-                changed = stale_cells([plan], pipeline).get(plan.cell.id)
-                if changed and plan.cell.id in rerun:
-                    print(f"[{plan.cell.id}] config changed ({changed}): running it again", file=sys.stderr)
-                    with _replacing(plan):
-                        run_cell(cfg, plan, pipeline, phase, plans)
-                elif changed:
-                    raise UserError(f"cell {plan.cell.id} was run meanwhile by another goldfish process with a "
-                                    f"different config ({changed}); it is not this run's: use another out= folder, "
-                                    f"or pass --rerun-stale to replace it")
-                elif not plan.done:  # another run may have finished it while this one waited
-                    run_cell(cfg, plan, pipeline, phase, plans)
+            _run_one(cfg, plan, pipeline, plans, rerun, bar)
             bar.update(1)
     finally:
         bar.close()
+
+
+def _run_one(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline, plans: list[CellPlan],
+             rerun: dict[str, str], bar: Any, tuning_only: bool = False) -> None:
+    """Run (or resume) one cell under its lock (``tuning_only``: the phases a tuning cell is read for)."""
+    def phase(name: str, _id: str = plan.cell.id) -> None:
+        bar.set_postfix_str(f"{_id}: {name}")
+
+    with plan.lock():
+        # checked again under the cell's lock: another run may have started or finished it meanwhile, with another
+        # config (its saved train/eval configs are the cell's fingerprint)
+        changed = stale_cells([plan], pipeline).get(plan.cell.id)
+        if changed and plan.cell.id in rerun:
+            print(f"[{plan.cell.id}] config changed ({changed}): running it again", file=sys.stderr)
+            with _replacing(plan):
+                run_cell(cfg, plan, pipeline, phase, plans, tuning_only=tuning_only)
+        elif changed:
+            raise UserError(f"cell {plan.cell.id} was run meanwhile by another goldfish process with a different "
+                            f"config ({changed}); it is not this run's: use another out= folder, or pass "
+                            f"--rerun-stale to replace it")
+        elif not plan.done:  # another run may have finished it while this one waited
+            run_cell(cfg, plan, pipeline, phase, plans, tuning_only=tuning_only)
 
 
 def describe_plans(plans: list[CellPlan]) -> str:

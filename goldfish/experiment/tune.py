@@ -12,6 +12,12 @@ The tuning cells run first; the others are skipped until their choice is known. 
 rate tuned on the control alone is confounded with whatever the arms' losses need at each size. Each group's choice
 says whether the grid holds a value on both sides of it (``interior``): a choice at the grid's edge may not be the
 optimum, and the report says so.
+
+A study costs what it reads (:func:`loss_only`): with ``by: validation_loss`` a tuning cell is read for its
+validation loss alone, so it first computes only that (training and the exposure counts' validation loss:
+``Phase.tuning``); the runner evaluates it in full where its value is chosen. The cells at other values are then in
+the ``tune`` block only (:func:`active` leaves them out of the cells once their group's choice is known);
+``tune.evaluate: true`` evaluates every tuning cell as before.
 """
 
 from __future__ import annotations
@@ -24,6 +30,12 @@ from .config import CONTROL, ExperimentConfig
 from .plan import CellPlan
 
 ARM = "arm"  # tune.per may name it: each arm (the control included) is tuned on its own cells
+
+
+def loss_only(cfg: ExperimentConfig) -> bool:
+    """Whether tuning cells compute only the loss the choice reads until their value is chosen (module docstring):
+    ``by: validation_loss`` and not ``tune.evaluate`` (the held-out loss is the evaluation's own pass)."""
+    return bool(cfg.tune.axis) and cfg.tune.by == "validation_loss" and not cfg.tune.evaluate
 
 
 def first_values(plans: list[CellPlan]) -> dict[str, Any]:
@@ -44,12 +56,13 @@ def _key(cfg: ExperimentConfig, plan: CellPlan) -> tuple:
 
 
 def sweep(cfg: ExperimentConfig, plans: list[CellPlan]) -> dict[tuple, dict[Any, float | None]]:
-    """``{per values: {axis value: held-out loss of its tuning cell (None until it is done)}}``."""
+    """``{per values: {axis value: held-out loss of its tuning cell (None until it is done, or with
+    :func:`loss_only` until its validation loss is written)}}``."""
     first = first_values(plans)
     out: dict[tuple, dict[Any, float | None]] = {}
     for p in plans:
         if is_tuning(cfg, p, first):
-            loss = tuning_loss(p, cfg.tune.by) if p.done else None
+            loss = tuning_loss(p, cfg.tune.by) if p.done or loss_only(cfg) else None
             out.setdefault(_key(cfg, p), {})[p.cell.values[cfg.tune.axis]] = loss
     return out
 
@@ -75,11 +88,14 @@ def selected(cfg: ExperimentConfig, plan: CellPlan, chosen: dict[tuple, Any]) ->
 
 
 def active(cfg: ExperimentConfig, plans: list[CellPlan]) -> list[CellPlan]:
-    """The cells that count: all of them without tuning; else the tuning cells and the cells at a chosen value."""
+    """The cells that count: all of them without tuning; else the tuning cells and the cells at a chosen value --
+    with :func:`loss_only`, a tuning cell at a value not chosen only while its group's choice is not known (or where
+    an earlier run evaluated it in full: it is done)."""
     if not cfg.tune.axis:
         return plans
-    first, chosen = first_values(plans), choice(cfg, plans)
-    return [p for p in plans if is_tuning(cfg, p, first) or selected(cfg, p, chosen)]
+    first, chosen, light = first_values(plans), choice(cfg, plans), loss_only(cfg)
+    return [p for p in plans if selected(cfg, p, chosen) or (
+        is_tuning(cfg, p, first) and (not light or p.done or _key(cfg, p) not in chosen))]
 
 
 def control_point(cfg: ExperimentConfig, plans: list[CellPlan], plan: CellPlan) -> dict[str, Any] | None:

@@ -51,6 +51,8 @@ class Analysis:
       of ``results.json``'s cells (SCHEMA.md, section ``cells``); ``collect(plan)`` reads them from ``output``;
       ``summary_keys``: those of its fields ``summary.json`` lists;
     * ``sections``: its report sections;
+    * ``tuning``: it computes what a tuning cell is read for (``goldfish.experiment.tune``: the validation loss),
+      so a tuning cell that computes only that runs it;
     * ``headlines(cell)``: its per-run numbers the across-run section (``goldfish.experiment.sections.runs``) reads
       beside the core headlines, ``{name: (value, match)}``: reported per run, over runs and paired by replicate,
       a pair kept only where both cells' ``match`` agree (e.g. the sha256 of the documents scored; None: always);
@@ -68,3 +70,4 @@ class Analysis:
     sections: tuple[Section, ...] = ()
     headlines: Callable[[Any], dict[str, tuple[float | None, str | None]]] | None = None
     margins: Callable[[Any], dict[str, float]] | None = None
+    tuning: bool = False

@@ -145,4 +145,4 @@ def render(results: dict, cells: Sequence[Cell]) -> str:
 EXPOSURE = Analysis(
     name="exposure", output=exposure_file, applies=lambda plan: True,  # what the model read (the rows it consumed)
     run=write_exposure, part=ExposureSummary, collect=collect,
-    sections=(Section(after="size", render=render),))
+    sections=(Section(after="size", render=render),), tuning=True)  # the validation loss a tuning cell is read for
