@@ -183,10 +183,7 @@ def _headline(s: Mapping, attacks: Mapping) -> list[str]:
     """One row per window placement: start and end windows measure different things and are never pooled."""
     lines = ["## Headline", ""]
     if s.get("by_window"):
-        lines += ["Greedy exact match decides only verbatim reproduction; the one-pass measures (top-1 accuracy of "
-                  "the true next token, log-probability of the whole suffix, and the (n,p)-extraction chance) show "
-                  "partial memorisation where exact match is 0. Intervals: Wilson for rates, mean ± 1.96 s.e. for "
-                  "means.", ""]
+        lines += ["One row per window placement, 95 % intervals; the measures are defined in the Glossary.", ""]
         by_split = s.get("by_split_window") or {}
         if len(by_split) > 1:  # members and nonmembers extracted: each split's own rows, never pooled
             for split, strata in by_split.items():
@@ -205,16 +202,18 @@ STRATA = (("by_prefix_len", "By prefix length", "prefix length"), ("by_repetitio
 
 
 def _strata(s: Mapping, results: Mapping | None = None) -> list[str]:
+    """A table per stratification with more than one stratum (or beside several placements, where its one row pools
+    them)."""
     lines = []
     for key, title, label in STRATA:
         strata = s.get(key) or {}
         if key == "by_split" and results is not None:
             strata = {split_label(results, k): r for k, r in strata.items()}
-        if strata:
-            lines += [f"## {title}", "", summary_table(label, strata), ""]
-        if key == "by_repetitions" and strata:
-            lines += ["Repetitions 0 are nonmembers (never trained on): their rates are the floor of chance "
-                      "matches; \"unknown\" are documents without a repetition count (e.g. JSONL members).", ""]
+        if not strata or (len(strata) == 1 and len(s.get("by_window") or {}) == 1):
+            continue  # one stratum and one placement: its row is the headline's, not repeated
+        lines += [f"## {title}", "", summary_table(label, strata), ""]
+        if key == "by_repetitions":
+            lines += ["Repetitions 0 are nonmembers; \"unknown\": no repetition count (see the Glossary).", ""]
     return lines
 
 
@@ -255,10 +254,7 @@ def _audit(results: Mapping) -> list[str]:
              f"reproduced its whole suffix of {cfg.get('suffix_len', 'S')} tokens verbatim (windows: "
              f"{', '.join(cfg.get('window') or [])}, prefixes {cfg.get('prefix_lens')}"
              + (f", stride {cfg.get('stride') or cfg.get('suffix_len')} tokens" if "stride" in (cfg.get("window") or [])
-                else "") + "). The longest verbatim span is the longest stretch of the document every token of "
-             "which greedy decoding reproduced (each window from the true text before it, up to its first mistake; "
-             "consecutive windows join), at a token offset into the document. Every document's verdict is in "
-             "results.json `documents`.", ""]
+                else "") + "). Every document's verdict is in results.json `documents` and report.html.", ""]
     if hits:
         rows = [[i + 1, escape_markdown(str(d.get("doc_id"))), escape_markdown(str(d.get("title") or "")),
                  d.get("n_tokens"), d.get("n_windows"), d.get("regurgitated_windows"), d.get("longest_span"),
@@ -290,16 +286,40 @@ def _membership(results: Mapping) -> list[str]:
     rows = [[name, fmt_auc(a), fmt_tpr(a, "tpr_at_1pct_fpr", pct=True), fmt_tpr(a, "tpr_at_0.1pct_fpr", pct=True)]
             for name, a in attacks.items()]
     return ["## Membership inference", "",
-            f"{m.get('n_members')} members vs {m.get('n_nonmembers')} nonmembers; every score is oriented so that "
-            "members score higher (AUC 0.5 = chance). AUC with a stratified bootstrap 95 % CI; TPR at a target FPR "
-            "is the largest TPR on the ROC with FPR <= target (no interpolation), shown only with at least 1/FPR "
-            "nonmembers (below that it would be the TPR at zero false positives); a perfect separation shows its "
-            "exact permutation p-value instead of a degenerate interval. zlib_mimir divides the mean loss by the zlib length (MIMIR's "
-            "form, which tracks document length); zlib_ratio divides total loss bits by zlib bits "
-            "(length-normalised). recall (ReCaLL) is LL(x | P) / LL(x) with P the first nonmember document(s), "
-            "which it leaves unscored; dc_pdd (DC-PDD) averages p(token) x -log f(token), clipped, over first "
-            "occurrences, f the nonmembers' token frequencies (reference-free: no second model).", "",
+            f"{m.get('n_members')} members vs {m.get('n_nonmembers')} nonmembers (AUC 0.5 = chance; the attacks and "
+            "their intervals in the Glossary).", "",
             markdown_table(["attack", "AUC [95 % CI]", "TPR @ 1 % FPR", "TPR @ 0.1 % FPR"], rows), ""]
+
+
+GLOSSARY = (
+    ("exact match", "the greedy continuation of a window's prefix equals its whole true suffix; it decides only "
+     "verbatim reproduction. Rates carry Wilson 95 % intervals, means mean ± 1.96 s.e."),
+    ("one-pass measures", "teacher-forced: top-1 accuracy of the true next token, log-probability of the whole "
+     "suffix and the (n,p)-extraction chance; they show partial memorisation where exact match is 0."),
+    ("ROUGE-L", "F1 of the longest common subsequence: rouge-score's on the decoded words (the Goldfish paper's) and "
+     "ours on token ids."),
+    ("regurgitated", "a document at least one of whose windows came back verbatim."),
+    ("longest verbatim span", "the longest stretch of a document every token of which greedy decoding reproduced "
+     "(each window from the true text before it, up to its first mistake; consecutive windows join), at a token "
+     "offset into the document."),
+    ("short window", "a document shorter than the requested windows gets one: its last half (at most S tokens) as "
+     "the suffix, every token before it as the prompt (placement `short`); one under 16 tokens gets none."),
+    ("repetitions", "training copies of a document; 0 are nonmembers (never trained on), whose rates are the floor of "
+     "chance matches; \"unknown\": documents without a count (e.g. JSONL members)."),
+    ("membership AUC", "every score oriented so that members score higher; stratified bootstrap 95 % interval; a "
+     "perfect separation shows its exact permutation p-value instead of a degenerate interval."),
+    ("TPR at a target FPR", "the largest TPR on the ROC with FPR <= target (no interpolation), shown only with at "
+     "least 1/FPR nonmembers (below that it would be the TPR at zero false positives)."),
+    ("attacks", "zlib_mimir divides the mean loss by the zlib length (MIMIR's form, which tracks document length); "
+     "zlib_ratio divides total loss bits by zlib bits (length-normalised); recall (ReCaLL) is LL(x | P) / LL(x) with "
+     "P the first nonmember document(s), which it leaves unscored; dc_pdd (DC-PDD) averages p(token) x -log "
+     "f(token), clipped, over first occurrences, f the nonmembers' token frequencies (reference-free)."),
+)
+
+
+def _glossary() -> list[str]:
+    """The definitions the sections refer to, once, at the end."""
+    return ["## Glossary", ""] + [f"- **{term}**: {text}" for term, text in GLOSSARY] + [""]
 
 
 def _unknown(v: Any) -> str:
@@ -403,6 +423,7 @@ def write_report(results: dict, out_dir: str | os.PathLike) -> list[Path]:
     lines += _examples(results.get("windows") or [])
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
+    lines += _glossary()
     atomic_write_text(out / "report.md", "\n".join(lines))
     return [out / "report.md", *plots]
 
