@@ -364,7 +364,7 @@ class EvalConfig:
     overwrite: bool = option(False, "start afresh in an out folder that holds another evaluation: the new one is "
                                     "built beside it and replaces it when finished (only a folder goldfish eval "
                                     "made is replaced)")
-    report: bool = option(True, "write report.md and plots")
+    report: bool = option(True, "write report.md, report.html and plots")
     log_samples: bool = option(False, "also write samples.jsonl: one line per extraction window (its ids, the greedy "
                                       "continuation, the verdicts), as lm-eval's --log_samples (--log-samples)")
     progress: bool = option(True, "show progress bars (also transformers' GGUF conversion bar)")
