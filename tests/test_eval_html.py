@@ -181,3 +181,30 @@ def test_study_page_from_the_committed_demo_results():
                        title="<b>t</b>")])])
     out = study_html(hostile)
     assert "<script>alert(1)" not in out and "<img src=x" not in out and "a<b>" not in out and "<b>t</b>" not in out
+
+
+@pytest.mark.integration
+def test_report_html_pages_and_filters_a_large_table(tmp_path):
+    if chromium_path() is None:
+        pytest.skip("chromium is not installed (apt-get install chromium): the browser test cannot run here")
+    docs = [EvalDocument(f"doc-{i:03d}", tuple((i + j) % 60 for j in range(24)), f"Title {i}",
+                         split="members" if i % 5 else "nonmembers") for i in range(250)]
+    windows = [_window(d, 0, 8, 8, i % 9) for i, d in enumerate(docs)]
+    results = {"model": {"path": "m"}, "data": {"members": 200, "nonmembers": 50},
+               "documents": document_verdicts(docs, windows, [8], 8), "windows": windows}
+    path = write_html(results, tmp_path)
+    shown = "[...document.querySelectorAll('#docs tbody tr.doc')].map(r => r.dataset.doc)"
+    with tempfile.TemporaryDirectory() as profile, Browser(Path(profile)) as b:
+        b.open(path.as_uri())
+        first = b.evaluate(shown)
+        assert first == [d.id for d in docs[:100]]  # 100 rows a page, in the results' order
+        assert b.evaluate("document.getElementById('pageinfo').textContent") == \
+            "250 of 250 documents; page 1 of 3"
+        b.click("#next")
+        b.click("#next")
+        assert b.evaluate(shown) == [d.id for d in docs[200:]]
+        b.evaluate("(s => { s.value = 'nonmembers'; s.dispatchEvent(new Event('change')); })"
+                   "(document.querySelector(\"select[data-key='split']\"))")
+        assert b.evaluate(shown) == [d.id for d in docs if d.split == "nonmembers"]  # 50: one page, from the first
+        b.evaluate("(q => { q.value = 'doc-02'; q.dispatchEvent(new Event('input')); })(document.getElementById('q'))")
+        assert b.evaluate(shown) == ["doc-020", "doc-025"]  # id filter and split filter together
