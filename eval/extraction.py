@@ -11,7 +11,9 @@ S next-token distributions that predict the true suffix. Then:
 * ``extraction_strength`` -- (length of the correct argmax run from the first suffix token) / S, i.e. the fraction
   of the suffix greedy decoding reproduces before its first mistake (= ``longest_match_prefix / S`` of greedy up
   to the same float caveat). 1.0 iff ``onepass_exact``.
-* ``onepass_token_acc`` -- fraction of suffix positions whose argmax is right given the true context.
+* ``onepass_token_acc`` -- fraction of suffix positions whose argmax is right given the true context;
+  ``onepass_hits`` the same per position, a string of ``1`` (right) and ``0`` (report.html draws it along the document:
+  a locally memorised passage shows where the window's mean hides it).
 * ``suffix_logprob`` -- sum of log p(true suffix token) (natural log, fp32 log-softmax); ``p_suffix`` = its exp:
   the chance one temperature-1 sample reproduces the whole suffix.
 * ``np_extraction`` -- the (n, p)-extraction chance 1 - (1 - p_suffix)^n: the probability that at least one of n
@@ -52,7 +54,8 @@ def _onepass_record(st: TokenStats) -> dict:
     run = int(np.cumprod(hit).sum()) if len(hit) else 0  # correct run from the first suffix token
     lp = float(st.logp.sum())
     return {"onepass_exact": bool(hit.all()), "extraction_strength": run / len(hit),
-            "onepass_token_acc": float(hit.mean()), "suffix_logprob": lp, "p_suffix": math.exp(lp)}
+            "onepass_token_acc": float(hit.mean()), "onepass_hits": "".join("1" if h else "0" for h in hit),
+            "suffix_logprob": lp, "p_suffix": math.exp(lp)}
 
 
 def np_extraction(p_suffix: float | np.ndarray, n: int) -> float | np.ndarray:

@@ -134,7 +134,7 @@ JS = r"""
                          "small"));
     }
     if (d.profile && d.profile.length) {
-      box.appendChild(el("h3", "One-pass top-1 accuracy along the document (per window; orange: verbatim)"));
+      box.appendChild(el("h3", "One-pass top-1 accuracy along the document (orange: reproduced by greedy decoding)"));
       box.appendChild(profile(d.profile, d.n_tokens || 1));
     }
     if (d.pairs && d.pairs.length) {

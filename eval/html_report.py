@@ -30,6 +30,7 @@ from .html_page import definitions, esc, figure, page, provenance, svg_figures, 
 from .tables import fmt_auc, fmt_ci, fmt_exact, fmt_tpr
 
 PAGE_SIZE = 100  # table rows a page
+BIN = 8  # tokens a bar of the per-token accuracy profile averages
 FIGURES = ("memorisation_vs_prefix_len", "memorisation_vs_repetitions", "roc", "token_match_hist")  # report.py's
 SPLIT_WORD = {"members": "member documents", "nonmembers": "nonmember documents"}
 
@@ -48,8 +49,9 @@ GLOSSARY = (
      "training member); its ROC-AUC over members vs nonmembers, with a bootstrap 95 % interval, and the TPR at 1 % "
      "FPR (shown only with at least 100 nonmembers)."),
     ("prompt", "tokens that are only ever context (the first window's prefix): marked grey in a document's text."),
-    ("per-window accuracy", "each bar is one window's suffix: its one-pass top-1 accuracy (orange when verbatim); a "
-     "locally memorised passage stands out against the rest of the document."),
+    ("accuracy along the document", "one-pass top-1 accuracy of the true token at each evaluated position, a bar per "
+     f"{BIN} tokens (per window where the results hold no per-token hits), orange where greedy decoding reproduced "
+     "them all; a locally memorised passage stands out against the rest of the document."),
 )
 
 
@@ -133,6 +135,26 @@ def _union(intervals: Sequence[tuple[int, int]]) -> int:
     return total
 
 
+def profile(windows: Sequence[Mapping]) -> list[list]:
+    """[[begin, end, accuracy, reproduced], ...] along a document: bars of :data:`BIN` tokens from the windows'
+    per-token ``onepass_hits`` (a token several windows score: its first), else one bar per window."""
+    spans = [_suffix(w) for w in windows]
+    if not windows or any(not isinstance(w.get("onepass_hits"), str) for w in windows):
+        return [[b, e, w["onepass_token_acc"], bool(w.get("exact_match"))] for (b, e, _), w in zip(spans, windows)
+                if w.get("onepass_token_acc") is not None]
+    hits: dict[int, bool] = {}
+    reproduced: set[int] = set()
+    for (b, _, r), w in zip(spans, windows):
+        for i, h in enumerate(w["onepass_hits"]):
+            hits.setdefault(b + i, h == "1")
+        reproduced.update(range(b, r))
+    bars: dict[int, list[int]] = {}
+    for pos in sorted(hits):
+        bars.setdefault(pos // BIN, []).append(pos)
+    return [[ps[0], ps[-1] + 1, sum(hits[p] for p in ps) / len(ps), all(p in reproduced for p in ps)]
+            for ps in bars.values()]
+
+
 def _suffix(w: Mapping) -> tuple[int, int, int]:
     """(begin, end, reproduced end) of a window's suffix in document tokens."""
     begin = int(w.get("start") or 0) + int(w.get("prefix_tokens") or 0)
@@ -174,8 +196,7 @@ def document_data(results: Mapping) -> dict:
                      sum(accs) / len(accs) if accs else None, scores.get(key), len(details)])
         details.append({"n_tokens": d.get("n_tokens") or max((e for _, e, _ in spans), default=1),
                         "segments": d.get("segments") or [],
-                        "profile": [[b, e, w["onepass_token_acc"], bool(w.get("exact_match"))]
-                                    for (b, e, _), w in zip(spans, own) if w.get("onepass_token_acc") is not None],
+                        "profile": profile(own),
                         "pairs": [[b, int(w.get("longest_match_prefix") or 0), e - b, w.get("truth") or "",
                                    w.get("generation") or ""] for (b, e, _), w in zip(spans, own)
                                   if not w.get("exact_match") and w.get("truth") is not None]})

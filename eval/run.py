@@ -64,7 +64,7 @@ log = logging.getLogger(__name__)
 
 SCHEMA = "goldfish-eval/1"
 CHUNK = 256  # windows per resumable unit
-CSV_SKIP = ("generation_ids", "truth_ids")  # lists stay in results.json only
+CSV_SKIP = ("generation_ids", "truth_ids", "onepass_hits")  # per-token lists stay in results.json only
 VERSIONED = ("torch", "transformers", "numpy")  # the libraries results.json names the versions of
 
 

@@ -34,7 +34,8 @@ def _window(doc: EvalDocument, start: int, p: int, s: int, reproduced: int) -> d
     return {"doc_id": doc.id, "title": doc.title, "split": doc.split, "repetitions": None, "group": None,
             "prefix_len": p, "prefix_tokens": p, "suffix_len": s, "window": "stride", "start": start,
             "exact_match": reproduced == s, "longest_match_prefix": reproduced, "token_match": reproduced / s,
-            "onepass_token_acc": reproduced / s, "rouge_l_paper": reproduced / s, "truth": decode(truth),
+            "onepass_token_acc": reproduced / s, "onepass_hits": "1" * reproduced + "0" * (s - reproduced),
+            "rouge_l_paper": reproduced / s, "truth": decode(truth),
             "generation": decode(gen), "truth_ids": truth, "generation_ids": gen}
 
 
@@ -74,6 +75,20 @@ def test_segments_cut_the_document_where_its_verdicts_change():
     # prompt 0-4, reproduced 4-9 (4 + 1 joined), evaluated 9-12, prompt-only gap 12-16, evaluated 16-20
     assert [s[:3] for s in segs] == [[0, 4, "p"], [4, 9, "r"], [9, 12, "s"], [12, 16, "p"], [16, 20, "s"]]
     assert "".join(s[3] for s in segs) == decode(tokens)
+
+
+def test_the_accuracy_profile_is_per_token_where_the_results_hold_it():
+    from goldfish.eval.html_report import profile
+
+    w = {"start": 0, "prefix_tokens": 4, "suffix_len": 12, "longest_match_prefix": 4, "exact_match": False,
+         "onepass_token_acc": 8 / 12, "onepass_hits": "111100001111"}  # suffix tokens 4-15
+    # bars of 8 document tokens: 4-7 all right and reproduced, 8-15 half right (a local passage, hidden in the mean)
+    assert profile([w]) == [[4, 8, 1.0, True], [8, 16, 0.5, False]]
+    w2 = dict(w, start=8, longest_match_prefix=0, onepass_hits="0" * 12)  # tokens 12-23: 12-15 scored twice
+    assert profile([w, w2]) == [[4, 8, 1.0, True], [8, 16, 0.5, False], [16, 24, 0.0, False]]  # the first's hits
+    assert profile([w2, w])[1] == [8, 16, 0.0, False]
+    older = {k: v for k, v in w.items() if k != "onepass_hits"}  # results without hits: one bar per window
+    assert profile([older]) == [[4, 16, 8 / 12, False]]
 
 
 def test_page_is_a_pure_function_of_the_results_and_escapes_every_text(tmp_path):

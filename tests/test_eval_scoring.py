@@ -108,6 +108,7 @@ def test_onepass_records_come_from_the_suffix_scores(monkeypatch):
         run = next((i for i, h in enumerate(hit) if not h), len(hit))
         assert rec["onepass_exact"] == all(hit) and rec["extraction_strength"] == run / len(x)
         assert rec["onepass_token_acc"] == np.mean(hit)  # a count of hits over S on both sides: exact
+        assert rec["onepass_hits"] == "".join("1" if h else "0" for h in hit)  # per position, in order
         # a batched fp32 pass against an unpadded one (log-softmax here in float64, a subset of the same roundings),
         # and the sum of S terms: S times the per-term bound at the terms' scale
         terms = np.array([lp[i, t] for i, t in enumerate(x)])
