@@ -9,13 +9,14 @@ import dataclasses
 import functools
 import hashlib
 import json
+import os
 import re
 import stat
 import struct
 from pathlib import Path
 
 from .errors import UserError
-from .gguf_cache import BUNDLED, bundled_gguf, dequantised
+from .gguf_cache import BUNDLED, bundled_gguf, cache_root, dequantised
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
@@ -226,7 +227,8 @@ def weights_stamp(path: str | Path | None) -> list:
 
 
 def content_sha256(file: Path) -> str:
-    """sha256 of ``file``'s bytes, streamed; remembered per (path, size, mtime, ctime, inode) within the process --
+    """sha256 of ``file``'s bytes, streamed; remembered per (path, size, mtime, ctime, inode) within the process and
+    in the toolkit's cache folder (``<cache>/sha256/``: a 14 GB checkpoint is read once, not at every evaluation) --
     the ctime, which no tool can set back, so a file rewritten with its mtime restored is hashed again."""
     path = Path(file).resolve()
     info = path.stat()
@@ -235,10 +237,25 @@ def content_sha256(file: Path) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _sha256(path: str, size: int, mtime_ns: int, ctime_ns: int, inode: int) -> str:
+    key = hashlib.sha256(json.dumps([path, size, mtime_ns, ctime_ns, inode]).encode()).hexdigest()
+    remembered = cache_root() / "sha256" / key
+    try:
+        known = remembered.read_text(encoding="ascii").strip()
+        if re.fullmatch(r"[0-9a-f]{64}", known):
+            return known
+    except (OSError, UnicodeDecodeError):
+        pass
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
             digest.update(block)
+    try:  # a cache that cannot be written only costs reading the file again next time
+        remembered.parent.mkdir(parents=True, exist_ok=True)
+        tmp = remembered.with_name(f".{key}.{os.getpid()}.tmp")
+        tmp.write_text(digest.hexdigest() + "\n", encoding="ascii")
+        os.replace(tmp, remembered)
+    except OSError:
+        pass
     return digest.hexdigest()
 
 

@@ -311,3 +311,18 @@ def test_a_config_claiming_150000_layers_is_refused_without_building_anything(mo
         load_pretrained(claims)
     assert time.perf_counter() - start < 5, "the size check is arithmetic on the headers"
     assert "torch" in sys.modules
+
+
+def test_a_weights_hash_is_remembered_across_processes_and_forgotten_when_the_file_changes(model, tmp_path,
+                                                                                         monkeypatch):
+    monkeypatch.setenv("GOLDFISH_CACHE", str(tmp_path / "cache"))
+    model_source._sha256.cache_clear()
+    first = weights_stamp(model)
+    (remembered,) = list((tmp_path / "cache" / "sha256").iterdir())
+    assert remembered.read_text().strip() == first[0][2]
+    model_source._sha256.cache_clear()  # as a new process: read from the cache folder, not the file
+    remembered.write_text("f" * 64 + "\n")
+    assert weights_stamp(model)[0][2] == "f" * 64
+    os.utime(model / "model.safetensors")  # another version of the file: another key, hashed again
+    model_source._sha256.cache_clear()
+    assert weights_stamp(model) == first
