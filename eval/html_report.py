@@ -107,17 +107,21 @@ def extraction_rows(results: Mapping) -> list[list[str]]:
     return rows
 
 
+def _weights(model: Mapping) -> str | None:
+    """The weight files as results.json ``model.weights`` names them: ``[file, bytes, sha256]`` (a content hash), or
+    ``[file, bytes, mtime_ns]`` in older results (then said so)."""
+    files = model.get("weights") or []
+    return "; ".join(f"{f[0]} ({f[1]} B, sha256 {f[2]})" if isinstance(f[2], str) else f"{f[0]} ({f[1]} B, "
+                     f"identified by size and time only)" for f in files if len(f) >= 3) or None
+
+
 def provenance_items(results: Mapping) -> list[tuple[str, Any]]:
     model, data = results.get("model") or {}, results.get("data") or {}
     dev = model.get("device") or {}
-    weights = model.get("weights_sha256") or model.get("sha256")
-    stamp = model.get("weights")
     precision = model.get("precision")
     if precision and model.get("checkpoint_precision") and model["checkpoint_precision"] != precision:
         precision = f"{precision} (checkpoint: {model['checkpoint_precision']})"
-    return [("model", model.get("path")), ("revision", model.get("revision")), ("weights sha256", weights),
-            ("weights (file, bytes, mtime)", None if weights or not stamp else "; ".join(
-                f"{f[0]} {f[1]} B" for f in stamp)),
+    return [("model", model.get("path")), ("revision", model.get("revision")), ("weights", _weights(model)),
             ("nature", model.get("nature")), ("parameters", model.get("num_parameters")),
             ("data", data.get("path")), ("documents sha256", data.get("documents_sha256")),
             ("windows sha256", data.get("sha256")), ("code", results.get("code")), ("git", results.get("git")),

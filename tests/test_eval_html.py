@@ -56,6 +56,7 @@ def small_results() -> dict:
               "n_nonmembers": 1, "tpr_at_1pct_fpr_note": None}
     return {"schema": "goldfish-eval/1", "code": "0.1+git.abc", "created": "2026-01-01T00:00:00+00:00",
             "model": {"path": "runs/x/model", "revision": None, "precision": "fp32",
+                      "weights": [["model.safetensors", 1234, "ef" * 32]],
                       "device": {"type": "cpu", "name": "test cpu"}},
             "data": {"path": "docs.jsonl", "members": 3, "nonmembers": 1, "sha256": "ab" * 32,
                      "documents_sha256": "cd" * 32},
@@ -104,6 +105,7 @@ def test_page_is_a_pure_function_of_the_results_and_escapes_every_text(tmp_path)
     assert "http://" not in html.replace("http://www.w3.org/2000/svg", "") and "https://" not in html  # offline
     assert "1 of 3 member documents regurgitated (1 too short for any window)" in html  # members counted apart
     assert "0 of 1 nonmember documents regurgitated" in html
+    assert f"model.safetensors (1234 B, sha256 {'ef' * 32})" in html  # the weights by content (provenance)
     assert write_html(results, tmp_path).read_text() == html
 
 
