@@ -80,6 +80,11 @@ def verdict_lines(results: Mapping) -> list[str]:
             line += (f"; longest verbatim span {top.get('longest_span')} tokens in {top.get('doc_id')} at token "
                      f"{top.get('longest_span_offset')}")
         out.append(line + ".")
+    extracted = {d.get("split") or "members" for d in docs}
+    scored_only = [k for k, ids in (((results.get("membership") or {}).get("doc_ids")) or {}).items()
+                   if ids and k not in extracted]
+    out += [f"{len(results['membership']['doc_ids'][k])} {SPLIT_WORD.get(k, k)}: scored for membership, not "
+            f"extracted (data.extract_splits)." for k in scored_only]
     name, a = _headline_attack(results)
     if name:
         m = results["membership"]

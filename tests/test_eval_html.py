@@ -105,6 +105,8 @@ def test_page_is_a_pure_function_of_the_results_and_escapes_every_text(tmp_path)
     assert "http://" not in html.replace("http://www.w3.org/2000/svg", "") and "https://" not in html  # offline
     assert "1 of 3 member documents regurgitated (1 too short for any window)" in html  # members counted apart
     assert "0 of 1 nonmember documents regurgitated" in html
+    unextracted = dict(results, documents=[d for d in results["documents"] if d["split"] == "members"])
+    assert "1 nonmember documents: scored for membership, not extracted" in render_html(unextracted)
     assert f"model.safetensors (1234 B, sha256 {'ef' * 32})" in html  # the weights by content (provenance)
     assert write_html(results, tmp_path).read_text() == html
 
