@@ -89,6 +89,11 @@ class ModelSection:
                                              "call keeps its process's setting")
     allow_pickle: bool = option(False, "allow pickle weights (pytorch_model.bin/.pt), loaded with "
                                        "torch.load(weights_only=True); off by default: safetensors/GGUF only")
+    allow_partial: bool = option(False, "evaluate a checkpoint that is not the whole model (tensors missing from "
+                                        "its files, or not the model's), its missing tensors random: off by "
+                                        "default (refused in one line); results.json's model.partial and "
+                                        "report.md name what was missing. Tensors of another shape are refused "
+                                        "always, and so is a partial GGUF")
 
     def __post_init__(self) -> None:
         problems: list[str] = []

@@ -57,7 +57,8 @@ def resolve_device(device: str) -> torch.device:
     return where
 
 
-def load_model(path: str | Path, dtype: str = "auto", device: str = "auto", allow_pickle: bool = False):
+def load_model(path: str | Path, dtype: str = "auto", device: str = "auto", allow_pickle: bool = False,
+               allow_partial: bool = False):
     """Load a causal LM for inference (``eval()`` mode, on ``device``) -> ``PreTrainedModel``; ``dtype`` is a
     precision name (:mod:`goldfish.precision`: auto | fp32 | bf16 | fp16 | checkpoint, or the long torch spellings;
     ``auto`` is resolved for ``device``)."""
@@ -66,7 +67,7 @@ def load_model(path: str | Path, dtype: str = "auto", device: str = "auto", allo
         raise UserError(f"dtype={dtype!r} is not one of {', '.join(PRECISIONS)}")
     where = resolve_device(device)
     precision = resolve_precision(dtype, where)
-    return load_pretrained(path, torch_dtype(precision), allow_pickle).to(where).eval()
+    return load_pretrained(path, torch_dtype(precision), allow_pickle, allow_partial).to(where).eval()
 
 
 class SharedModel:
@@ -81,7 +82,7 @@ class SharedModel:
     def get(self):
         if self._model is None:
             m = self.section
-            self._model = load_model(m.path, m.dtype, m.device, m.allow_pickle)
+            self._model = load_model(m.path, m.dtype, m.device, m.allow_pickle, m.allow_partial)
         return self._model
 
 

@@ -163,6 +163,9 @@ def _header(results: Mapping) -> list[str]:
                      + (f", {params / 1e6:.2f} M parameters" if params else "")
                      + (f", {model.get('dtype')}" if model.get("dtype") else "")
                      + (f" ({model['nature']})" if model.get("nature") else ""))
+        if model.get("partial"):
+            lines.append(f"- **a partial checkpoint** (model.allow_partial=true): {'; '.join(model['partial'])}; "
+                         f"the missing tensors were random, so no number below describes the trained model")
         own, used = model.get("checkpoint_precision"), model.get("precision")
         if own and used and own != used:
             lines.append(f"- evaluated in {used}, not the checkpoint's own {own} (model.dtype): faster, but a "

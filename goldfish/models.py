@@ -29,6 +29,7 @@ import logging
 import math
 import os
 import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -137,13 +138,17 @@ def tensor_problems(config, stored: dict[str, list[int]]) -> list[str]:
     shaped = _grouped_mismatches(stored, expected)
     if shaped:  # a config of another model: said as such, before what is missing
         raise UserError(_mismatch_line(shaped))
-    problems = []
-    if missing:
-        problems.append(f"{len(missing)} tensor{'s are' if len(missing) > 1 else ' is'} missing ({_listed(missing)})")
-    if unexpected:
-        problems.append(f"{len(unexpected)} tensor{'s are' if len(unexpected) > 1 else ' is'} not part of the model "
-                        f"({_listed(unexpected)})")
-    return problems
+    return _worded(missing, unexpected)
+
+
+def _worded(missing: list[str], unexpected: list[str], shaped: list[str] = ()) -> list[str]:
+    """``["2 tensors are missing (a, b)", "1 tensor is not part of the model (c)", ...]``, the empty kinds left out."""
+    def counted(names, what: str, limit: int = 4) -> list[str]:
+        n = len(names)
+        return [f"{n} tensor{'s are' if n > 1 else ' is'} {what} ({_listed(list(names), limit)})"] if n else []
+
+    return (counted(missing, "missing") + counted(unexpected, "not part of the model")
+            + counted(shaped, "of another shape", 2))
 
 
 def _converted_on_load(model, stored: dict) -> bool:
@@ -324,17 +329,19 @@ def loading_problems(info: dict) -> list[str]:
     missing, unexpected = sorted(info.get("missing_keys") or ()), sorted(info.get("unexpected_keys") or ())
     shaped = sorted(f"{k[0]} is {list(k[1])} but {list(k[2])} by the config" if isinstance(k, tuple) and len(k) == 3
                     else str(k) for k in info.get("mismatched_keys") or ())
-    return ([f"missing: {len(missing)} tensors ({_listed(missing)})"] if missing else []) + \
-        ([f"not part of the model: {len(unexpected)} tensors ({_listed(unexpected)})"] if unexpected else []) + \
-        ([f"of another shape: {len(shaped)} tensors ({_listed(shaped, 2)})"] if shaped else [])
+    return _worded(missing, unexpected, shaped)
 
 
-def load_pretrained(path: str | Path, dtype: torch.dtype | str = torch.float32, allow_pickle: bool = False) -> nn.Module:
+def load_pretrained(path: str | Path, dtype: torch.dtype | str = torch.float32, allow_pickle: bool = False,
+                    allow_partial: bool = False) -> nn.Module:
     """Load a local causal LM on CPU under the safety policy of the module docstring -> ``PreTrainedModel``.
 
     ``dtype``: a torch dtype or ``"auto"`` (the checkpoint's). A GGUF is dequantised once into the cache of
     :mod:`goldfish.gguf_cache` and loaded from there as a plain model (no quantizer: it trains and saves as any
-    other)."""
+    other). A checkpoint that is not the whole model (tensors missing or not the model's) is refused, unless
+    ``allow_partial`` (eval's ``model.allow_partial``): then it loads with a warning, its missing tensors as
+    transformers initialises them, and the model's ``goldfish_partial`` lists what was not whole (results.json's
+    ``model.partial``); tensors of another shape are refused always."""
     src = resolve_model_path(path)
     use_safetensors = check_weights(src, allow_pickle)
     # a GGUF is dequantised once into a cached safetensors folder (goldfish.gguf_cache), then loaded like any other
@@ -347,11 +354,19 @@ def load_pretrained(path: str | Path, dtype: torch.dtype | str = torch.float32, 
         try:
             config = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
             check_claimed_size(config, _stored_elements(Path(folder), safetensors), where)  # before building
-            if safetensors:
-                check_whole(tensor_problems(config, _stored_shapes(Path(folder))), where)
+            problems = tensor_problems(config, _stored_shapes(Path(folder))) if safetensors else []
+            if not allow_partial:
+                check_whole(problems, where)
             model, info = AutoModelForCausalLM.from_pretrained(folder, config=config, output_loading_info=True,
                                                                **kwargs)
-            check_whole(loading_problems(info), where)  # what transformers itself reports (also for pickles)
+            reported = loading_problems(info)  # what transformers itself reports (also for pickles)
+            if not allow_partial or info.get("mismatched_keys"):
+                check_whole(reported, where)
+            if reported or problems:
+                model.goldfish_partial = reported or problems
+                print(f"warning: {src.describe()} is not the whole model its config.json describes "
+                      f"({'; '.join(model.goldfish_partial)}); loaded anyway (model.allow_partial=true): its missing "
+                      f"tensors are random, and every number computed from it says so", file=sys.stderr, flush=True)
             return model
         except UserError as e:  # a damaged header, a partial checkpoint: said of this model
             raise UserError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None

@@ -87,6 +87,24 @@ def main_ok(argv: list, capsys) -> bool:
     return True
 
 
+def test_a_partial_load_is_only_by_choice_and_said_in_results_and_report(model, docs, tmp_path, capsys):
+    broken = edited(model, tmp_path / "broken", lambda t: t.pop(Q_PROJ))
+    out = tmp_path / "ev"
+    rc, err = cli([*eval_argv(broken, docs, out, "model.allow_partial=true"), "report=true"], capsys)
+    assert rc == 0, err
+    assert any(line.startswith("warning:") and Q_PROJ in line and "random" in line for line in err.splitlines())
+    results = json.loads((out / "results.json").read_text())
+    assert results["model"]["partial"] == [f"1 tensor is missing ({Q_PROJ})"]
+    assert "a partial checkpoint" in (out / "report.md").read_text() and Q_PROJ in (out / "report.md").read_text()
+    assert json.loads((out / "fingerprint.json").read_text())["config.model.allow_partial"] is True
+    whole = tmp_path / "whole"
+    assert main_ok(eval_argv(model, docs, whole), capsys)
+    assert json.loads((whole / "results.json").read_text())["model"]["partial"] is None
+    misshaped = edited(model, tmp_path / "misshaped", lambda t: t.update({"model.norm.weight": torch.ones(5)}))
+    with pytest.raises(UserError, match="do not fit its config.json"):  # another shape: never loaded
+        load_pretrained(misshaped, allow_partial=True)
+
+
 @pytest.mark.parametrize("damage, needles", [
     ("missing", [Q_PROJ, "1 tensor is missing"]),
     ("two_missing", ["2 tensors are missing", "model.norm.weight"]),
@@ -133,7 +151,7 @@ def test_a_checkpoint_whose_keys_transformers_converts_loads_whole_and_is_still_
     assert any(".experts.0.w1." in k for k in load_file(tmp_path / "moe" / "model.safetensors"))
     load_pretrained(tmp_path / "moe")
     broken = edited(tmp_path / "moe", tmp_path / "broken", lambda t: t.pop(Q_PROJ))
-    with pytest.raises(UserError, match=f"missing: 1 tensors \\({Q_PROJ}\\)"):
+    with pytest.raises(UserError, match=f"1 tensor is missing \\({Q_PROJ}\\)"):
         load_pretrained(broken)
 
 
@@ -148,7 +166,7 @@ def test_what_transformers_reports_missing_is_refused_too(model, tmp_path, monke
         return loaded, {**info, "missing_keys": {Q_PROJ}}
 
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", classmethod(reporting))
-    with pytest.raises(UserError, match=f"missing: 1 tensors \\({Q_PROJ}\\)"):
+    with pytest.raises(UserError, match=f"1 tensor is missing \\({Q_PROJ}\\)"):
         load_pretrained(model)
 
 
