@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from goldfish.errors import UserError
 from goldfish.eval.membership import score_documents
 from goldfish.eval.scoring import token_statistics
 
@@ -87,5 +88,5 @@ def test_scores_after_a_shared_context_equal_those_of_the_joined_sequence():
 def test_a_document_that_does_not_fit_beside_its_context_is_refused():
     tok = tiny_tokenizer()
     model = tiny_llama(len(tok), seed=4)
-    with pytest.raises(Exception, match="does not fit the scoring window of 16 after its context of 10 tokens"):
+    with pytest.raises(UserError, match="does not fit the scoring window of 16 after its context of 10 tokens"):
         token_statistics(model, [list(range(2, 10))], context=list(range(10)), window=16, progress=False)
