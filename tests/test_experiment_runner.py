@@ -308,7 +308,7 @@ def test_aggregation_matches_a_hand_computation(tmp_path):
     assert float(r["final_dropped_loss"]) == 5.0
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary) == {"standard__model=tiny", "goldfish__model=tiny", "standard__model=big",
-                            "goldfish__model=big", "paired"}  # the paired tests between arms beside the cells
+                            "goldfish__model=big", "paired", "readings"}  # the paired tests and the readings beside
     assert summary["standard__model=tiny"]["final_dropped_loss"] is None  # nothing dropped by the standard loss
 
 
@@ -316,7 +316,7 @@ def test_summary_is_keyed_by_arm_when_each_arm_has_one_cell(tmp_path):
     cfg = experiment(tmp_path, grid={})
     run_experiment(cfg, make_pipeline(Calls()), progress=False)
     summary = json.loads((tmp_path / "exp" / "summary.json").read_text())
-    assert set(summary) == {"standard", "goldfish", "paired"}
+    assert set(summary) == {"standard", "goldfish", "paired", "readings"}
     assert [(t["a"], t["b"]) for t in summary["paired"]] == [("goldfish", "standard")]
     hand = sum((d + (1, 2)[d % 2]) % 2 == 0 for d in range(4)) / 4
     assert summary["goldfish"]["exact_match_rate"] == hand  # a count over a count
