@@ -72,7 +72,8 @@ def _group(value) -> str | None:
     return None if value is None or value == "" else str(value)
 
 
-def documents_from_dataset(ds, split: str, max_docs: int | None = None, group_field: str = "group") -> list[EvalDocument]:
+def documents_from_dataset(ds, split: str, max_docs: int | None = None,
+                           group_field: str = "group") -> list[EvalDocument]:
     """``datasets.Dataset`` rows with id/title/text/input_ids/repetitions -> :class:`EvalDocument` list."""
     if max_docs is not None:
         ds = ds.select(range(min(max_docs, len(ds))))
@@ -132,8 +133,8 @@ def tokenize_jsonl(path: str | Path, tokenizer, split: str = "members", max_docs
             raise _missing_text(path, n, row, text_field)
         doc_id = str(row.get("id", len(rows)))
         if doc_id in lines:  # two verdicts under one name could not be told apart
-            raise UserError(f"{path} lines {lines[doc_id]} and {n} both have id {shown(doc_id)}; give each document its "
-                            f"own id (a repeated text may stay, under another id)")
+            raise UserError(f"{path} lines {lines[doc_id]} and {n} both have id {shown(doc_id)}; give each document "
+                            f"its own id (a repeated text may stay, under another id)")
         lines[doc_id] = n
         count = row.get("repetitions")
         if isinstance(count, float) and math.isfinite(count) and count.is_integer():  # 2.0 from a float column

@@ -335,9 +335,9 @@ def score_documents(
 
     Keys: those of every registered attack (``attack_names.ATTACK_SPECS``: ``AttackSpec.keys``, one per Min-K ratio
     for ``min_k``) whose ``needs`` are given -- a ``tokenizer`` (HF-style ``encode``/``decode``) for the zlib and
-    lowercase attacks, a ``reference_model`` (same vocabulary) for ``reference``. Each value is a float64 array of shape (len(docs),). Whole
-    documents are scored: one longer than ``window`` (default ``scoring.DEFAULT_WINDOW``; capped by the smaller
-    context of the two models) is scored in windows advancing by ``stride`` (default 3/4 of the window), see
+    lowercase attacks, a ``reference_model`` (same vocabulary) for ``reference``. Each value is a float64 array of shape
+    (len(docs),). Whole documents are scored: one longer than ``window`` (default ``scoring.DEFAULT_WINDOW``; capped by
+    the smaller context of the two models) is scored in windows advancing by ``stride`` (default 3/4 of the window), see
     :mod:`goldfish.eval.scoring`. ``token_budget``
     bounds the padded tokens per forward pass and ``chunk`` the positions per logits block. ``lowercase_tokens``
     bounds the text the lowercase attack compares (its first that many tokens; None: all). ``cache`` (dict-like)

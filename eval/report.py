@@ -421,7 +421,8 @@ def write_report(results: dict, out_dir: str | os.PathLike) -> list[Path]:
     out = Path(out_dir)
     s = summary_of(results)
     plots = report_plots(results, out)
-    lines = _header(results) + _headline(s, attacks_of(results)) + _audit(results) + _strata(s, results) + _partial(s, results)
+    lines = (_header(results) + _headline(s, attacks_of(results)) + _audit(results) + _strata(s, results)
+             + _partial(s, results))
     lines += _membership(results)
     lines += _examples(results.get("windows") or [])
     if plots:

@@ -323,8 +323,8 @@ def _check_finite(model, splits: dict, cfg: EvalConfig) -> None:
         logits = model(input_ids=ids).logits  # (1, T, V)
     if not torch.isfinite(logits).all():
         raise UserError(f"model {cfg.model.path} computes NaN or infinite logits (on document {shown(doc.id)}): its "
-                        f"weights are broken (a diverged training run, a damaged conversion) or dtype={cfg.model.dtype} "
-                        f"overflows (try model.dtype=fp32); nothing was evaluated")
+                        f"weights are broken (a diverged training run, a damaged conversion) or "
+                        f"dtype={cfg.model.dtype} overflows (try model.dtype=fp32); nothing was evaluated")
 
 
 def _extraction_windows(cfg: EvalConfig, splits: dict) -> tuple[list[Window], int]:

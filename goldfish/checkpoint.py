@@ -43,6 +43,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from .errors import UserError
 from .io import atomic_directory, atomic_write_json, atomic_write_text, fsync_dir, remove_tree
 from .models import check_claimed_size
+from .run_folder import TrainRun
 
 # what a full disk or a failing device raises while writing: the OS, torch.save's zip writer
 # ("[enforce fail at inline_container.cc] ... file write failed"), safetensors (its own error type)
@@ -59,7 +60,7 @@ class BrokenCheckpoint(UserError):
 
 
 def checkpoints_root(out: str | Path) -> Path:
-    return Path(out) / "checkpoints"
+    return TrainRun(out).checkpoints
 
 
 def checkpoint_path(out: str | Path, step: int) -> Path:
@@ -402,6 +403,7 @@ def export_checkpoint(folder: str | Path, model_dir: str | Path, out: str | Path
     with atomic_directory(out, overwrite=True) as tmp:
         model.save_pretrained(str(tmp), safe_serialization=True)
         for f in model_dir.iterdir():  # tokenizer files (and the generation config the run saved)
-            if f.is_file() and f.suffix != ".safetensors" and f.name not in ("config.json", "model.safetensors.index.json"):
+            weights = ("config.json", "model.safetensors.index.json")
+            if f.is_file() and f.suffix != ".safetensors" and f.name not in weights:
                 shutil.copy2(f, tmp / f.name)
     return out

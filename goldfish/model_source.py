@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .errors import UserError
 from .gguf_cache import BUNDLED, bundled_gguf, cache_root, dequantised
+from .run_folder import TrainRun
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
@@ -183,8 +184,8 @@ def resolve_model_path(path: str | Path) -> ModelSource:
         raise UserError(f"{p} is a file but not a .gguf; give the folder that holds config.json and the weights")
     if (p / "config.json").is_file():
         return ModelSource(p)
-    if (p / "model" / "config.json").is_file():  # a training run folder
-        return ModelSource(p / "model")
+    if TrainRun(p).has_model():  # a training run folder
+        return ModelSource(TrainRun(p).model)
     ggufs = sorted(p.glob("*.gguf"))
     if len(ggufs) == 1:
         return ModelSource(p, ggufs[0].name)
@@ -328,8 +329,8 @@ def check_weights(src: ModelSource, allow_pickle: bool) -> bool:
         raise UserError(f"{src.folder} has a config.json but no weights (*.safetensors); was the save interrupted?")
     if not allow_pickle:
         raise UserError(f"{src.folder} holds only pickle weights ({pickles[0]}), which can run code when loaded; "
-                        f"convert them to safetensors, or allow pickles (eval: model.allow_pickle=true) to load them with "
-                        f"torch.load(weights_only=True)")
+                        f"convert them to safetensors, or allow pickles (eval: model.allow_pickle=true) to load them "
+                        f"with torch.load(weights_only=True)")
     return False
 
 

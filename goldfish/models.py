@@ -24,7 +24,6 @@ a ``.gguf`` file (dequantised by transformers), a folder holding exactly one ``.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os

@@ -78,7 +78,8 @@ def quick_start_problems(readme: str, summary: dict) -> list[str]:
     audit = summary["goldfish"]["leakage"]
     did = audit["did"]["dropped"]["accuracy"]
     for phrase in (f"p = {mantissa}e−{int(exponent[1:])}",
-                   f"{_signed(100 * did['did'])} points [{_signed(100 * did['ci_low'])}, {_signed(100 * did['ci_high'])}]",
+                   f"{_signed(100 * did['did'])} points [{_signed(100 * did['ci_low'])}, "
+                   f"{_signed(100 * did['ci_high'])}]",
                    f"it would see {100 * audit['mde']['accuracy']:.1f}",
                    f"its placebo {_signed(100 * audit['placebo']['accuracy']['did'])}"):
         if phrase not in prose:
@@ -359,4 +360,5 @@ def test_a_stale_pending_marker_and_a_bad_source_are_caught():
     assert check_doc("doc.md", "## X\n<!-- numbers: pending near_duplicates -->\n0.449 ± 0.028\n") == []
     assert "names no config" in check_doc("doc.md", "## X\n<!-- numbers: pending nosuch -->\n1.5 %\n")[0]
     assert "unknown source" in check_doc("doc.md", "## X\n<!-- numbers: trust me -->\n1.5 %\n")[0]
-    assert "quick-start" not in " ".join(check_doc("README.md", "## X\n<!-- numbers: quick-start experiments/results/default -->\n1.5 %\n"))
+    quick = "## X\n<!-- numbers: quick-start experiments/results/default -->\n1.5 %\n"
+    assert "quick-start" not in " ".join(check_doc("README.md", quick))

@@ -97,7 +97,7 @@ def exact_trend(events: Sequence[int], trials: Sequence[int]) -> dict[str, Any]:
     n = [int(x) for x in trials]
     if len(k) != len(n) or len(k) < 2 or any(not 0 <= a <= b for a, b in zip(k, n)):
         raise ValueError(f"exact_trend needs >= 2 groups with 0 <= events <= trials: {k} of {n}")
-    total, big_n, groups = sum(k), sum(n), len(k)
+    total, groups = sum(k), len(k)
     t_max = total * (groups - 1)
     # dist[j, t]: the weight of j events so far with statistic t (log-space weights normalised at the end)
     dist = np.full((total + 1, t_max + 1), -np.inf)

@@ -13,7 +13,8 @@
     <out>/members/        datasets save_to_disk: id, title, source, text, input_ids, repetitions (>= 1), split
     <out>/nonmembers/     the same columns, repetitions = 0
     <out>/validation/     (only with num_validation) the same columns, repetitions = 0: held out for tuning
-    <out>/canaries/       (only with canaries) the same columns, repetitions = copies in the rows (goldfish.data.canaries)
+    <out>/canaries/       (only with canaries) the same columns, repetitions = copies in the rows
+                          (goldfish.data.canaries)
     <out>/train/          token shards targets (members + variants), canaries; order.npy + starts.npy: the layout of
                           the rows (goldfish.data.rows: every column of a batch is derived from these)
     <out>/background/     (only when configured) token shards NNNNN.{bin,idx.npy[,tag.npy]} + NNNNN.json, their

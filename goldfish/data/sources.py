@@ -75,7 +75,8 @@ def iter_source(cfg: SourceConfig, start: int = 0, long_texts: bool = False) -> 
     JSONL line longer than :data:`~goldfish.data.jsontext.LONG_LINE` bytes gives a document whose ``text`` is a
     :class:`~goldfish.data.jsontext.LongText` (for readers that take one: the streamed background)."""
     if cfg.name == "wikipedia":
-        raw = (Document(f"enwiki:{page_id}", title, text, "wikipedia") for page_id, title, text in iter_articles(cfg.path))
+        raw = (Document(f"enwiki:{page_id}", title, text, "wikipedia")
+               for page_id, title, text in iter_articles(cfg.path))
         yield from _numbered(raw, start)
     elif cfg.name == "kjv":
         raw = (Document(f"kjv:{cid}", title, text, "kjv") for cid, title, text in iter_chapters(cfg.path))

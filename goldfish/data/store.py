@@ -80,7 +80,8 @@ def _foreign(path: Path) -> str | None:
     if info.st_uid != _uid():
         return f"belongs to another user (uid {info.st_uid}, not {_uid()})"
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"can be written by {'others' if info.st_mode & stat.S_IWOTH else 'its group'} (mode {info.st_mode & 0o777:o})"
+        who = "others" if info.st_mode & stat.S_IWOTH else "its group"
+        return f"can be written by {who} (mode {info.st_mode & 0o777:o})"
     return None
 
 

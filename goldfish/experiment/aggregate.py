@@ -36,8 +36,9 @@ SUMMARY_KEYS = ("cell", "params", "tokens_seen", "kept_tokens", "dropped_tokens"
                 "mia_auc_loss", "mia_auc_reference", "mia_auc_reference_ci", "mia_auc_kept_loss",
                 "mia_auc_kept_loss_ci", "mia_auc_kept_reference", "mia_auc_kept_reference_ci", "mia_by_exposure",
                 "mia_by_exposure_ci", "tf_accuracy", "tf_kept_accuracy", "tf_dropped_accuracy", "heldout_accuracy",
-                "final_kept_loss", "final_dropped_loss", "heldout_loss", "heldout_loss_ci", "heldout_ppl", "member_loss",
-                "by_prefix_len", "by_repetitions", "exact_match_ci_low", "exact_match_ci_high", "extraction_ci", *ADAPTIVE_KEYS,
+                "final_kept_loss", "final_dropped_loss", "heldout_loss", "heldout_loss_ci", "heldout_ppl",
+                "member_loss", "by_prefix_len", "by_repetitions", "exact_match_ci_low", "exact_match_ci_high",
+                "extraction_ci", *ADAPTIVE_KEYS,
                 "beam_width", "n_samples", "sample_temperature", "sample_any_rate", "sample_any_rate_ci_low",
                 "sample_any_rate_ci_high", "adversary", "leakage", "precision", "eval_precision", "device",
                 *(k for a in ANALYSES for k in a.summary_keys))

@@ -229,7 +229,8 @@ def analyse(tokens: dict[str, list[dict]], prepared: Any, out: Path, gcfg: Goldf
             scores["kept_reference"] = {k: attacks.calibrated(logp[k], ref[k], kept[k]) for k in docs}
     if reference is not None and gcfg is not None and ref is not None:
         ref_correct = reference.get("correct") or {}
-        mine, theirs = {"logp": logp, "correct": correct}, {"logp": ref, "correct": {k: ref_correct.get(k) for k in docs}}
+        mine = {"logp": logp, "correct": correct}
+        theirs = {"logp": ref, "correct": {k: ref_correct.get(k) for k in docs}}
         trained = ([~m for m in dropped_targets(docs["members"], own)] if own is not None
                    else [np.ones(len(c), bool) for c in correct["members"]])  # what the cell's own loss supervised
         result["leakage"] = leakage_audit(mine, theirs, dropped["members"], n_bootstrap, seed, dropped["nonmembers"],

@@ -301,7 +301,8 @@ def preparation_needs(cfg: ExperimentConfig, plans: list[CellPlan]) -> list[str]
                 lines.append(f"prepare {folder}: lengths open until prepared (num_background: null or whole "
                              f"documents); disk and memory not estimated")
                 continue
-            how = (f"; the background streams from {(prepare_cfg.background_source or prepare_cfg.source).name} in shards of "
+            source = (prepare_cfg.background_source or prepare_cfg.source).name
+            how = (f"; the background streams from {source} in shards of "
                    f"{prepare_cfg.shard_documents:,} documents (--num-proc workers; --shards A:B jobs, then --merge)"
                    if streamed(prepare_cfg) else "")
             tokens = (f"{needs['tokens'] / 1e9:.3g} B" if needs["tokens"] >= 1e8 else f"{needs['tokens'] / 1e6:.3g} M")

@@ -53,7 +53,8 @@ def provenance_items(results: Mapping) -> list[tuple[str, Any]]:
             ("data", cfg.get("data_recipe")), ("data settings", cfg.get("data")),
             ("code", ", ".join(dict.fromkeys(str(c.get("code")) for c in cells if c.get("code"))) or None),
             ("git", first.get("git")), ("device", " ".join(str(x) for x in (dev.get("type"), dev.get("name")) if x)),
-            ("training precision", ", ".join(dict.fromkeys(str(c.get("precision")) for c in cells if c.get("precision")))),
+            ("training precision",
+             ", ".join(dict.fromkeys(str(c.get("precision")) for c in cells if c.get("precision")))),
             ("evaluation precision", ", ".join(dict.fromkeys(str(c.get("eval_precision")) for c in cells
                                                               if c.get("eval_precision"))))]
 

@@ -1,9 +1,10 @@
-"""Re-render a committed study from its ``results.json`` alone: ``report.md`` (:func:`goldfish.experiment.report.render`)
-and ``summary.json`` (:func:`goldfish.experiment.aggregate.summary_of`), both pure functions of the results, so a
-study whose cells are gone (experiments/results/<config>/ keeps no weights and no cell files) shows what this code
-reads from the same numbers: the readings and their verdict words included. ``results.json`` itself is never
-rewritten. ``python -m goldfish.experiment.rerender experiments/results/*`` (``make docs``); with ``--check`` it
-writes nothing and exits 1 when a file differs (the suite runs the same comparison)."""
+"""Re-render a committed study from its ``results.json`` alone: ``report.md``
+(:func:`goldfish.experiment.report.render`) and ``summary.json`` (:func:`goldfish.experiment.aggregate.summary_of`),
+both pure functions of the results, so a study whose cells are gone (experiments/results/<config>/ keeps no weights and
+no cell files) shows what this code reads from the same numbers: the readings and their verdict words included.
+``results.json`` itself is never rewritten. ``python -m goldfish.experiment.rerender experiments/results/*``
+(``make docs``); with ``--check`` it writes nothing and exits 1 when a file differs (the suite runs the same
+comparison)."""
 
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ def rendered(folder: Path) -> dict[str, str]:
     return {"report.md": render(results), "summary.json": strict_json(summary_of(results), 2) + "\n"}
 
 
-BLOCK = re.compile(r"(<!-- readings: (?P<folder>\S+)(?: \| (?P<questions>[^>]*?))? -->\n)(?P<body>.*?)(<!-- /readings -->)",
-                   re.S)
+BLOCK = re.compile(r"(<!-- readings: (?P<folder>\S+)(?: \| (?P<questions>[^>]*?))? -->\n)"
+                   r"(?P<body>.*?)(<!-- /readings -->)", re.S)
 
 
 def render_blocks(text: str, repo: Path) -> str:

@@ -24,7 +24,8 @@ def adversary_table(results: dict) -> str | None:
     for c in cells:
         mask = c.adversary.get("mask") or {}
         for r in c.adversary["rows"]:
-            em, acc, test = r.get("exact_match") or {}, r.get("dropped_accuracy") or {}, r.get("mcnemar_vs_greedy") or {}
+            em, acc = r.get("exact_match") or {}, r.get("dropped_accuracy") or {}
+            test = r.get("mcnemar_vs_greedy") or {}
             rows.append([c.label(results["axes"], one),
                          f"k={mask.get('k')} h={mask.get('h')} {mask.get('strategy')}",
                          f"{r.get('window')} {prefix_text(r.get('prefix_len'))}", fmt(r.get("n_windows"), "int"),

@@ -88,7 +88,8 @@ def compute(study: Study) -> dict:
 
 
 def _ids(ids: list, shown: int = 5) -> str:
-    return f"{len(ids)}" + (f" ({', '.join(map(str, ids[:shown]))}{', ...' if len(ids) > shown else ''})" if ids else "")
+    more = ", ..." if len(ids) > shown else ""
+    return f"{len(ids)}" + (f" ({', '.join(map(str, ids[:shown]))}{more})" if ids else "")
 
 
 def render(results: dict) -> str:

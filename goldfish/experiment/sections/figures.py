@@ -1,8 +1,8 @@
 """The study's plots, drawn when the results are computed (``goldfish.experiment.plots`` adapts the cells to
 ``goldfish.eval.plots``' primitives) and listed in the report: bars per cell with their 95 % intervals, ROC per cell,
 the training loss on kept vs dropped tokens, memorisation vs model size / repetitions / prefix length where the grid
-varies them (intervals over documents), E50 (the joint model's, with its band) and canary exposure of a size sweep. Their file names go into ``results.json`` (``plots``), so the report lists them
-from the results alone."""
+varies them (intervals over documents), E50 (the joint model's, with its band) and canary exposure of a size sweep.
+Their file names go into ``results.json`` (``plots``), so the report lists them from the results alone."""
 
 from __future__ import annotations
 

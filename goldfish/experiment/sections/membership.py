@@ -2,9 +2,9 @@
 ``equivalence``): per pair of trained arms (each later one against each earlier one: Goldfish vs standard), the
 headline attack's AUC on the same member and nonmember documents, per repetition stratum (members with r copies vs
 every nonmember) and over all members, each replicate (the ``equivalence.pool`` axes, e.g. seeds: their own split,
-order and models) paired, the replicates' differences averaged (:func:`goldfish.eval.stats.pooled_paired_auc_difference`:
-a 95 % interval and p-value, and the 90 % interval of the two one-sided tests against the margin), and TPR at 1 % FPR
-of each arm.
+order and models) paired, the replicates' differences averaged
+(:func:`goldfish.eval.stats.pooled_paired_auc_difference`: a 95 % interval and p-value, and the 90 % interval of the two
+one-sided tests against the margin), and TPR at 1 % FPR of each arm.
 
 The reading is made at the level of training runs: with two or more replicates, each replicate's paired difference
 is one observation and the equivalence decision is the two one-sided t tests over them

@@ -1,6 +1,6 @@
 """Paired tests between the arms of each grid point (Goldfish vs standard, each arm vs the control), windows matched
-by sha256 and documents by id: exact match by McNemar's test over documents, ROUGE-L by a paired bootstrap over documents,
-the headline attack's AUC difference by a paired bootstrap of members and nonmembers
+by sha256 and documents by id: exact match by McNemar's test over documents, ROUGE-L by a paired bootstrap over
+documents, the headline attack's AUC difference by a paired bootstrap of members and nonmembers
 (:func:`goldfish.experiment.inference.paired_tests`, into ``results.json`` and ``summary.json`` as ``paired``)."""
 
 from __future__ import annotations

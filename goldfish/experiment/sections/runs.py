@@ -199,7 +199,8 @@ def render(results: dict) -> str:
             left = "; ".join(f"{x['replicate']}: {x['why']}" for x in p["dropped"])
             prow.append([f"{p['a']} - {p['b']}", kinds[p["headline"]]["label"],
                          f"{d['n']}" + (f" (dropped {left})" if left else ""), interval,
-                         "-" if d["sd"] is None else _diff(d["sd"], kind).lstrip("+"), reading(d, p["a"], p["b"], kind)])
+                         "-" if d["sd"] is None else _diff(d["sd"], kind).lstrip("+"),
+                         reading(d, p["a"], p["b"], kind)])
         blocks += [f"Paired by run{' at ' + where if where else ''} (the same replicate's cells; a replicate one "
                    "side lacks is dropped, never shifted):",
                    markdown_table(["a - b", "headline", "paired runs", "mean difference [95 % t over runs]",

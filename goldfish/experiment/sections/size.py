@@ -244,8 +244,9 @@ def scaling_markdown(results: dict) -> str | None:
         rows.append(cols)
     lines += ["", markdown_table(header, rows), "",
               "Exact match pooled over each row's cells (seeds), Wilson 95 % interval, with each cell's count after "
-              "the colon in grid order (k/n: a+b = the first cell + the second, e.g. seed 0 + seed 1). Loss gap: per target, the "
-              "control's NLL minus the arm's (nats/token), less the same difference on the nonmembers, paired with "
+              "the colon in grid order (k/n: a+b = the first cell + the second, e.g. seed 0 + seed 1). Loss gap: per "
+              "target, the control's NLL minus the arm's (nats/token), less the same difference on the nonmembers, "
+              "paired with "
               "the control of the same size and seed that trained on the background alone; > 0 = the arm learnt "
               "these texts beyond what training teaches about unseen text of the same kind (95 % bootstrap "
               "interval over targets). Held-out loss: nonmember NLL, mean +- sd "
