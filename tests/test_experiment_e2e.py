@@ -60,7 +60,7 @@ def test_every_phase_wrote_its_files(micro):
 
 def test_summary_and_table_agree_with_the_cells(micro):
     summary = json.loads((micro / "summary.json").read_text())
-    assert set(summary) == {"control", "standard", "goldfish", "blind_auc", "blind_auc_ci", "paired"}
+    assert set(summary) == {"control", "standard", "goldfish", "blind_auc", "blind_auc_ci", "paired", "readings"}
     for arm in ("standard", "goldfish"):
         s = summary[arm]
         results = json.loads((micro / "cells" / arm / "eval" / "results.json").read_text())
