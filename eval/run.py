@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from goldfish.config import save_config, shown, to_dict
 from goldfish.errors import UserError
 from goldfish.hardware import apply_threads, describe
-from goldfish.io import JsonlLogger, atomic_write_text, strict_json
+from goldfish.io import JsonlLogger, atomic_write_text, read_json, strict_json
 from goldfish.model_source import checkpoint_precision, weights_stamp
 from goldfish.ownership import OutputFolder, writing
 from goldfish.precision import announce, resolve_precision
@@ -471,7 +471,7 @@ def _finished(out: Path, print_: dict, cfg: EvalConfig) -> dict | None:
     except UserError:  # a damaged fingerprint: not this evaluation (claim_folder refuses the folder)
         return None
     _remove_partials(out, cfg)
-    return json.loads((out / "results.json").read_text(encoding="utf-8"))
+    return read_json(out / "results.json")
 
 
 def _remove_partials(out: Path, cfg: EvalConfig) -> None:
