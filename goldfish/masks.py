@@ -57,7 +57,7 @@ Controls of the leakage audit (docs/goldfish-loss.md), on top of any strategy, k
 (``GoldfishConfig.base``): ``supervised_fraction`` p trains a share ~p of the dropped positions anyway (a second,
 salted ``hash`` decision on the same window; :func:`config_mask` is the effective mask, the base minus that share);
 ``replace_dropped`` (the no-leak twin) replaces the dropped tokens in the model's input (:func:`twin_input_ids`).
-The 64-bit mixing, document segments and window hash they all read are :mod:`goldfish.windows`.
+The 64-bit mixing, document segments and window hash they all read are :mod:`goldfish.hashing`.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ import torch
 
 from .config import check, check_seed, option, raise_problems, runtime_option, shown
 from .errors import ConfigError
-from .windows import (as_2d, i64, initial_state, mix64, position_in_segment, segment_ids, shr, special_positions,
+from .hashing import (as_2d, i64, initial_state, mix64, position_in_segment, segment_ids, shr, special_positions,
                       window_hash)
 
 STRATEGIES = ("hash", "hash-table", "canonical", "hash-preceding", "static")

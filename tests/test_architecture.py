@@ -35,7 +35,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("goldfish", "goldfish.config", "goldfish.io", "goldfish.ownership", "goldfish.errors", "goldfish.windows",
+    ("base", ("goldfish", "goldfish.config", "goldfish.io", "goldfish.ownership", "goldfish.errors", "goldfish.hashing",
               "goldfish.masks", "goldfish.loss", "goldfish.collator", "goldfish.fold", "goldfish.perf",
               "goldfish.sizes", "goldfish.precision", "goldfish.hardware", "goldfish.gguf_cache", "goldfish.provenance",
               "goldfish.hf", "goldfish.run_folder")),

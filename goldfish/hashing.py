@@ -1,5 +1,5 @@
-"""The hashed windows the Goldfish masks decide by (:mod:`goldfish.masks`): 64-bit mixing, document segments and
-the hash of each position's window. Pure int64 tensor ops: bit-identical on CPU and GPU and in every process."""
+"""The hashing the Goldfish masks (:mod:`goldfish.masks`) decide by: 64-bit mixing, document segments and the hash of
+each position's window of context. Pure int64 tensor ops: bit-identical on CPU and GPU and in every process."""
 
 from __future__ import annotations
 
