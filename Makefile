@@ -64,4 +64,4 @@ clean:
 	rm -rf $(VENV) runs data/prepared
 
 docs: install
-	$(PY) -m goldfish.experiment.rerender experiments/results/*/ --docs $(DOCS)
+	$(PY) -m goldfish.experiment.rerender experiments/results/*/ --docs $(DOCS) --glossary docs/report-glossary.md

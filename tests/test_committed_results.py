@@ -25,6 +25,19 @@ def test_report_and_summary_are_rendered_from_results_json(study):
             f"`make docs` (python -m goldfish.experiment.rerender experiments/results/*/) and commit")
 
 
+def test_the_report_glossary_is_current():
+    from goldfish.experiment.glossary import GLOSSARY, markdown
+    from goldfish.experiment.report import render  # noqa: F401  (every section registers its definitions)
+
+    assert {"headline table", "leakage audit", "paired tests", "mask baseline", "readings"} <= set(GLOSSARY)
+    doc = RESULTS.parent.parent / "docs" / "report-glossary.md"
+    assert doc.read_text(encoding="utf-8") == markdown(), "run `make docs` and commit docs/report-glossary.md"
+    # a report names its terms and no longer repeats them
+    report = (RESULTS / "default" / "report.md").read_text(encoding="utf-8")
+    assert "Definitions: *headline table* in the report glossary" in report
+    assert GLOSSARY["headline table"] not in report
+
+
 def test_check_mode_names_a_stale_file(tmp_path, capsys):
     folder = tmp_path / "s"
     folder.mkdir()

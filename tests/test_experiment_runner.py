@@ -336,7 +336,7 @@ def test_report_has_the_expected_tables_and_plots(tmp_path):
     out = tmp_path / "exp"
     report = (out / "report.md").read_text()
     for heading in ("## Headline", "## By prefix length", "## By repetition count",
-                    "## Repetition-1 memorisation", "## Side-by-side generations"):
+                    "## Repetition-1 memorisation", "## Example generations"):
         assert heading in report
     assert "| goldfish model=big |" in report
     # no beam search / samples in eval, no attacks.json: no empty adaptive or leakage table

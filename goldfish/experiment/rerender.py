@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..io import atomic_write_text, strict_json
 from .aggregate import summary_of
+from .glossary import markdown as glossary_markdown
 from .report import render
 from .sections.readings import table
 
@@ -60,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", nargs="*", type=Path, default=[],
                         help="Markdown files whose <!-- readings: ... --> blocks are filled from the studies")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file would change")
+    parser.add_argument("--glossary", type=Path, default=None,
+                        help="write the report glossary here (docs/report-glossary.md)")
     args = parser.parse_args(argv)
     stale = []
     for folder in args.folders:
@@ -77,6 +80,12 @@ def main(argv: list[str] | None = None) -> int:
             stale.append(str(doc))
             if not args.check:
                 atomic_write_text(doc, new)
+    if args.glossary:
+        text = glossary_markdown()
+        if not args.glossary.is_file() or args.glossary.read_text(encoding="utf-8") != text:
+            stale.append(str(args.glossary))
+            if not args.check:
+                atomic_write_text(args.glossary, text)
     for path in stale:
         print(f"{'differs' if args.check else 'rewritten'}: {path}")
     return 1 if args.check and stale else 0

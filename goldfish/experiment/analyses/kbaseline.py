@@ -16,8 +16,24 @@ from goldfish.eval.tables import fmt, markdown_section, markdown_table, p_text
 
 from ...data import load_prepared
 from ...io import atomic_write_json, read_json
+from ..glossary import define
 from ..plan import CellFolder, CellPlan
 from .base import Analysis, Cell, Section
+
+
+BASELINE_TERMS = define("mask baseline", (
+    "g: fraction of the suffix positions the cell's own mask dropped whose teacher-forced argmax is wrong; a: "
+    "fraction of the kept suffix positions whose argmax is right. The baseline is the exact-match rate of a model "
+    "whose misses are independent across positions: with a = 1 (kept tokens known, the old assumption) the mean "
+    "over windows of (1-g)^d_w, d_w the dropped targets in window w's suffix as the mask placed them (the "
+    "nominal (1-g/k)^S in brackets assumes every target dropped with probability 1/k); with a measured, "
+    "a^(S-d_w) (1-g)^d_w. Per stratum, since g and a differ between targets read 4 and 256 times. The last "
+    "column tests the teacher-forced verbatim count against that many independent windows with the "
+    "measured-a chances (exact Poisson-binomial, two-sided; P(X <= observed) for 'below'). A count near the "
+    "baseline is explained by per-position accuracy alone; below it, misses cluster in some windows; above it, "
+    "hits do. A g measured on the windows it judges moves with any leak it should detect (a leaked dropped "
+    "token lowers g and so raises the baseline), so the last column takes g from the same model on the "
+    "nonmembers' windows (same prefix length and mask, text it never trained on) instead."))
 
 
 def k_baseline_file(folder: CellFolder) -> Path:
@@ -93,8 +109,11 @@ def k_baseline_table(results: dict, cells: Sequence[Cell]) -> str | None:
         kb = c.k_baseline
         if not kb:
             continue
+        strata = {r.get("repetitions", "all") for r in kb["rows"]} - {"all"}
         for r in kb["rows"]:
             stratum = r.get("repetitions", "all")
+            if len(strata) == 1 and stratum != "all":
+                continue  # one stratum: its row is the 'all' row
             shown = str(r["prefix_len"]) if r["prefix_len"] > 0 else "all"
             nominal = r.get("baseline_nominal", r.get("baseline"))
             rows.append([c.label(axes, one), f"{kb['strategy']} k={kb['k']}", shown,
@@ -120,18 +139,7 @@ def render(results: dict, cells: Sequence[Cell]) -> str:
         return ""
     return markdown_section(
         "Exact match against the mask baseline", table,
-        "g: fraction of the suffix positions the cell's own mask dropped whose teacher-forced argmax is wrong; a: "
-        "fraction of the kept suffix positions whose argmax is right. The baseline is the exact-match rate of a model "
-        "whose misses are independent across positions: with a = 1 (kept tokens known, the old assumption) the mean "
-        "over windows of (1-g)^d_w, d_w the dropped targets in window w's suffix as the mask placed them (the "
-        "nominal (1-g/k)^S in brackets assumes every target dropped with probability 1/k); with a measured, "
-        "a^(S-d_w) (1-g)^d_w. Per stratum, since g and a differ between targets read 4 and 256 times. The last "
-        "column tests the teacher-forced verbatim count against that many independent windows with the "
-        "measured-a chances (exact Poisson-binomial, two-sided; P(X <= observed) for 'below'). A count near the "
-        "baseline is explained by per-position accuracy alone; below it, misses cluster in some windows; above it, "
-        "hits do. A g measured on the windows it judges moves with any leak it should detect (a leaked dropped "
-        "token lowers g and so raises the baseline), so the last column takes g from the same model on the "
-        "nonmembers' windows (same prefix length and mask, text it never trained on) instead.")
+        BASELINE_TERMS)
 
 
 K_BASELINE = Analysis(

@@ -49,5 +49,8 @@ def stratum_table(results: dict, by: str) -> str:
 
 
 def render(results: dict) -> str:
+    """A table per key with more than one value; one value only repeats the headline's row and is left out."""
+    cells = cells_of(results)
     return "\n".join(markdown_section(f"{title} ({TITLE})", stratum_table(results, by))
-                     for by, title in (("prefix_len", "By prefix length"), ("repetitions", "By repetition count")))
+                     for by, title in (("prefix_len", "By prefix length"), ("repetitions", "By repetition count"))
+                     if len({s[by] for c in cells for s in c.strata if s[by] is not None}) > 1)

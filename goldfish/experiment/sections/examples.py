@@ -1,10 +1,11 @@
-"""A few side-by-side generations per arm (the same documents in every arm), differences highlighted: the first
-``report_examples`` member windows of the first arm's first cell, and the same windows of each other arm's first
-cell. The windows are copied into ``results.json`` (``examples``) so the report renders from the results alone."""
+"""A few example generations per arm (the same documents in every arm): the first ``report_examples`` member windows
+of the first arm's first cell, and the same windows of each other arm's first cell. The windows are copied into
+``results.json`` (``examples``) so the reports render from the results alone: report.md lists each window's verdict,
+report.html shows the generation beside the truth."""
 
 from __future__ import annotations
 
-from goldfish.eval.tables import highlight_differences
+from goldfish.eval.tables import markdown_section, markdown_table
 
 from ...io import read_json
 from ..summary import Study
@@ -34,16 +35,17 @@ def compute(study: Study) -> dict:
 
 
 def render(results: dict) -> str:
-    parts = []
+    """One row per example window: its document, placement and verdict; the generated text beside the truth, with
+    the differences marked, is in the study's report.html (the same ``examples`` of results.json)."""
+    rows = []
     for entry in results.get("examples") or []:
-        parts.append(f"### {entry['arm']}\n")
         for w in entry["windows"]:
-            gen, truth = highlight_differences(w["generation"], w["truth"])
             verdict = "verbatim" if w["exact_match"] else \
                 f"ROUGE-L {w.get('rouge_l_paper', w['rouge_l']):.2f} (rouge-score), {w['rouge_l']:.2f} (tokens)"
-            placement = "prefix all" if w["prefix_len"] == -1 else f"prefix {w['prefix_len']} tokens"
-            parts.append(f"**{w.get('title') or w['doc_id']}** ({placement}, {verdict})\n\n"
-                         f"- generated: {gen}\n- truth: {truth}\n")
-    if not parts:
+            placement = "all" if w["prefix_len"] == -1 else str(w["prefix_len"])
+            rows.append([entry["arm"], w.get("title") or w["doc_id"], placement, verdict])
+    if not rows:
         return ""
-    return "\n".join(["## Side-by-side generations (differences in bold / struck through)", "", "\n".join(parts)])
+    return markdown_section("Example generations", markdown_table(["arm", "document", "prefix tokens", "verdict"],
+                                                                  rows),
+                            "The generations beside the truth, differences marked: report.html.")

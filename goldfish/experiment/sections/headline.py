@@ -14,6 +14,7 @@ from goldfish.eval.metrics import METRICS
 from goldfish.eval.tables import ci_suffix, fmt, markdown_section, markdown_table, plain_table, with_ci
 
 from ..analysis import blind_auc
+from ..glossary import define
 from ..summary import CellSummary, Study, cells_of, one_per_arm
 
 N_BOOTSTRAP = 1000
@@ -47,8 +48,7 @@ def regime(results: dict) -> str:
     if results.get("blind_auc") is not None:
         low, high = results.get("blind_auc_ci") or (None, None)
         text += (f" Blind baseline (zlib ratio of the text alone, no model): AUC {fmt(results['blind_auc'])} "
-                 f"[{fmt(low)}, {fmt(high)}] -- near 0.5 means members and nonmembers do not differ in kind, so "
-                 "a model's AUC above it measures membership, not a distribution shift.")
+                 f"[{fmt(low)}, {fmt(high)}] (*blind baseline* in the glossary).")
     return text
 
 
@@ -128,27 +128,38 @@ def details_table(results: dict) -> str:
                            "TPR at 0.1 % FPR", "final kept / dropped loss"], rows)
 
 
+HEADLINE_TERMS = define("headline table", (
+    "Every interval in this table is within-run: it resamples documents (or windows) inside one trained model; "
+    "with several training runs (seeds) the reading is made across runs (section 'Across training runs'). "
+    "Exact match and ROUGE-L: mean over the member windows with a 95 % bootstrap interval that resamples "
+    "documents (windows of one document, e.g. at two prefix lengths, are not independent). ROUGE-L "
+    "(rouge-score) is the paper's: word-level ROUGE-L F1 of the decoded texts by the rouge-score package "
+    "(lower-cased words, no stemming, as the paper's evaluation calls it). "
+    "MIA AUC: members (trained text) vs nonmembers, 95 % bootstrap CI and the one-sided permutation "
+    "p-value of an AUC at least this large (exact without ties up to 400 documents; at AUC 1 the exact "
+    "1 / C(m + n, m), shown instead of the degenerate bootstrap interval); 0.5 = chance. The attack is named in "
+    "the column (reference = target NLL calibrated by the control's model; loss = plain NLL). TPR at 1 % FPR "
+    "is shown only with at least 100 nonmembers (below that it is the TPR at zero false positives). TF acc "
+    "kept / dropped: teacher-forced top-1 accuracy of the member tokens at the positions the Goldfish mask "
+    "keeps / drops (the same positions in every arm): a Goldfish model that fills dropped tokens back in shows "
+    "it here. With `later_chunk` nonmembers (openings vs bodies of the same articles) a shift in kind separates "
+    "the sets without any memorisation: compare arms rather than reading the absolute AUC. Held-out loss: mean "
+    "per-token NLL of the nonmember text (lower = better language model; compare with the control's)."))
+BLIND_TERMS = define("blind baseline", (
+    "The zlib ratio of each text alone, no model, as a membership score: what separates members from nonmembers "
+    "without any training. It is a check, not the evidence: with a seeded random split of one pool (the default) "
+    "members and nonmembers are exchangeable by design, whatever this AUC reads; with `later_chunk` nonmembers "
+    "(openings vs bodies) it shows the shift in kind a model's AUC would also pick up."))
+DETAILS_TERMS = define("headline details", (
+    "Details: ROUGE-L (tokens) is the same F1 on token ids; TPR at 0.1 % FPR is shown only with at least "
+    "1000 nonmembers (the same rule as at 1 %); MIA AUC kept tokens is the hash-aware attack, "
+    "scoring only the targets the Goldfish mask keeps (the hash is public); final kept / dropped loss: the "
+    "training loss on kept / dropped targets over the last 5 % of steps."))
+
+
 def render(results: dict) -> str:
     return markdown_section(
         "Headline", regime(results), headline_table(results),
-        "Every interval in this table is within-run: it resamples documents (or windows) inside one trained model; "
-        "with several training runs (seeds) the reading is made across runs (section 'Across training runs'). "
-        "Exact match and ROUGE-L: mean over the member windows with a 95 % bootstrap interval that resamples "
-        "documents (windows of one document, e.g. at two prefix lengths, are not independent). ROUGE-L "
-        "(rouge-score) is the paper's: word-level ROUGE-L F1 of the decoded texts by the rouge-score package "
-        "(lower-cased words, no stemming, as the paper's evaluation calls it). "
-        "MIA AUC: members (trained text) vs nonmembers, 95 % bootstrap CI and the one-sided permutation "
-        "p-value of an AUC at least this large (exact without ties up to 400 documents; at AUC 1 the exact "
-        "1 / C(m + n, m), shown instead of the degenerate bootstrap interval); 0.5 = chance. The attack is named in "
-        "the column (reference = target NLL calibrated by the control's model; loss = plain NLL). TPR at 1 % FPR "
-        "is shown only with at least 100 nonmembers (below that it is the TPR at zero false positives). TF acc "
-        "kept / dropped: teacher-forced top-1 accuracy of the member tokens at the positions the Goldfish mask "
-        "keeps / drops (the same positions in every arm): a Goldfish model that fills dropped tokens back in shows "
-        "it here. With `later_chunk` nonmembers (openings vs bodies of the same articles) a shift in kind separates "
-        "the sets without any memorisation: compare arms rather than reading the absolute AUC. Held-out loss: mean "
-        "per-token NLL of the nonmember text (lower = better language model; compare with the control's).",
+        HEADLINE_TERMS,
         details_table(results),
-        "Details: ROUGE-L (tokens) is the same F1 on token ids; TPR at 0.1 % FPR is shown only with at least "
-        "1000 nonmembers (the same rule as at 1 %); MIA AUC kept tokens is the hash-aware attack, "
-        "scoring only the targets the Goldfish mask keeps (the hash is public); final kept / dropped loss: the "
-        "training loss on kept / dropped targets over the last 5 % of steps.")
+        DETAILS_TERMS)

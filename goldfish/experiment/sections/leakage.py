@@ -24,6 +24,7 @@ from goldfish.eval.verdicts import verdict
 
 from ...masks import GoldfishConfig
 from ..config import CONTROL
+from ..glossary import define
 from ..plan import CellPlan
 from ..summary import CellSummary, Study, cells_of, one_per_arm
 
@@ -35,6 +36,24 @@ def compute(study: Study) -> dict:
     """``leakage_calibration``: :func:`calibration` of the finished cells; None where no Goldfish arm has a no-leak
     twin or a positive control."""
     return {"leakage_calibration": calibration(study.done, study.cells, study.axes)}
+
+
+AUDIT_TERMS = define("leakage audit", (
+    "Top-1 accuracy and loss (-log p, nats) of the cell minus the control of its grid point (a model "
+    "that never saw the text) on the member positions a Goldfish mask drops / keeps, minus the same "
+    "difference on every held-out (nonmember) target: training moves a model on text it never saw "
+    "as well, and only the excess on the dropped positions is leakage (95 % bootstrap CI and p, "
+    "resampling member and held-out documents; arm - control on the members alone is in results.json). "
+    "A DiD in accuracy above 0 (in loss below 0) whose CI excludes 0 is a leak: the dropped tokens "
+    "predicted better than the shift explains. Validity: the placebo is the same audit with the mask "
+    "applied to nonmembers (half of them on the positions it would drop, against the other half), "
+    "where no document was trained on: it must be ~0; where its CI excludes 0 the held-out text is no "
+    "valid reference for these positions and the reading is 'inconclusive'. The minimum detectable DiD "
+    "is 2.80 standard errors (a two-sided 5 % test with 80 % power at this design's size): 'none "
+    "detected' means no leak of that size or larger, not no leak. Positive controls: the share of the "
+    "audited positions the cell's own loss trained on is a known leak -- 0 % for a Goldfish arm on its "
+    "own mask (the audit proper), 100 % for a standard arm (memorisation), ~(1 - 1/k) for a Goldfish "
+    "arm of another mask seed on this mask's positions; the audit must detect those."))
 
 
 def _controls_of(plan: CellPlan) -> tuple[str, Any] | None:
@@ -200,25 +219,10 @@ def leakage_lines(results: dict) -> list[str]:
                      "no leakage audit there.")
     lines = ["## Dropped-token leakage audit (difference in differences)", ""]
     if rows:
-        lines += [markdown_table(["cell", "positions of the mask of (share the cell trained on)", "positions",
-                                  "documents members / held-out", "accuracy DiD", "placebo: accuracy DiD on nonmembers",
-                                  "loss DiD", "placebo: loss DiD on nonmembers",
-                                  "minimum detectable DiD accuracy / loss", "reading accuracy / loss"], rows), "",
-                  "Top-1 accuracy and loss (-log p, nats) of the cell minus the control of its grid point (a model "
-                  "that never saw the text) on the member positions a Goldfish mask drops / keeps, minus the same "
-                  "difference on every held-out (nonmember) target: training moves a model on text it never saw "
-                  "as well, and only the excess on the dropped positions is leakage (95 % bootstrap CI and p, "
-                  "resampling member and held-out documents; arm - control on the members alone is in results.json). "
-                  "A DiD in accuracy above 0 (in loss below 0) whose CI excludes 0 is a leak: the dropped tokens "
-                  "predicted better than the shift explains. Validity: the placebo is the same audit with the mask "
-                  "applied to nonmembers (half of them on the positions it would drop, against the other half), "
-                  "where no document was trained on: it must be ~0; where its CI excludes 0 the held-out text is no "
-                  "valid reference for these positions and the reading is 'inconclusive'. The minimum detectable DiD "
-                  "is 2.80 standard errors (a two-sided 5 % test with 80 % power at this design's size): 'none "
-                  "detected' means no leak of that size or larger, not no leak. Positive controls: the share of the "
-                  "audited positions the cell's own loss trained on is a known leak -- 0 % for a Goldfish arm on its "
-                  "own mask (the audit proper), 100 % for a standard arm (memorisation), ~(1 - 1/k) for a Goldfish "
-                  "arm of another mask seed on this mask's positions; the audit must detect those.", ""]
+        lines += [markdown_table(["cell", "mask of (share trained)", "positions", "docs members / held-out",
+                                  "accuracy DiD", "placebo accuracy DiD", "loss DiD", "placebo loss DiD",
+                                  "MDE accuracy / loss", "reading accuracy / loss"], rows), "",
+                  AUDIT_TERMS, ""]
     return lines + [line for note in notes for line in (note, "")]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from goldfish.eval.metrics import ROUGE
 from goldfish.eval.tables import fmt, markdown_section, markdown_table, plain_table
 
+from ..glossary import define
 from ..summary import Study
 from .spread import arm_means
 
@@ -14,6 +15,12 @@ PAPER_FIG1 = {"standard": {"exact_match_rate": 0.85, "rouge_l_paper": 0.96},
               "goldfish": {"exact_match_rate": 0.0, "rouge_l_paper": 0.51},
               "control": {"exact_match_rate": 0.0, "rouge_l_paper": 0.26}}
 PAPER_SETTING = "Hans et al. 2024, Fig. 1: Llama-2-7B, 100 Wikipedia articles x 100 epochs, Goldfish k=4"
+
+
+PAPER_TERMS = define("beside the paper", (
+    "The paper's model is 50x larger and saw 100 epochs; compare the ordering (control < Goldfish < standard in "
+    "ROUGE-L, exact match only for standard), not the decimals. ROUGE-L is compared as the paper computes it "
+    "(rouge-score on the decoded words); our token-id ROUGE-L is beside it."))
 
 
 def compute(study: Study) -> dict:
@@ -43,6 +50,4 @@ def render(results: dict) -> str:
         return ""
     return markdown_section(
         "Beside the paper", f"{PAPER_SETTING}; ours: the setting above.", paper,
-        "The paper's model is 50x larger and saw 100 epochs; compare the ordering (control < Goldfish < "
-        "standard in ROUGE-L, exact match only for standard), not the decimals. ROUGE-L is compared as the "
-        "paper computes it (rouge-score on the decoded words); our token-id ROUGE-L is beside it.")
+        PAPER_TERMS)

@@ -31,10 +31,20 @@ from goldfish.eval.tables import markdown_section, markdown_table
 from goldfish.eval.verdicts import NOT_TESTED, p_verdict, verdict
 
 from ..config import CONTROL
+from ..glossary import define
 from ..summary import CellSummary, Study, cells_of
 
 TITLE = "Readings"
 NONMEMBERS_FOR_0_1PCT = 1000  # TPR at 0.1 % FPR is resolved from this many nonmembers on
+
+
+RULE = define("readings", (
+    "Each verdict word comes from its interval by one rule (goldfish/eval/verdicts.py): fewer than two runs "
+    "-> 'not tested'; a placebo whose interval excludes 0 -> 'inconclusive'; with a margin stated before the "
+    "run, 'equivalent' when the 90 % interval lies inside it, else 'not shown'; otherwise the question's "
+    "word for an interval above 0 ('higher', 'cost', 'leak detected', 'detected'), below 0 ('lower', "
+    "'gain') or including 0 ('none detected', 'no cost detected'). Membership is read on each arm's "
+    "strongest attack, the mask-aware ones included."))
 
 
 def compute(study: Study) -> dict:
@@ -288,22 +298,24 @@ def quantity(r: dict) -> str:
     return text
 
 
+def _attack(r: dict) -> str:
+    """The attack as the report shows it: a TPR row's is its AUC row's, just above it."""
+    return "as above" if r["question"].startswith("membership TPR") else r["attack"]
+
+
 def render(results: dict) -> str:
     found = derive(results)
     if not found:
         return ""
-    rows = [[", ".join(f"{k}={v}" for k, v in r["point"].items()) or "-", r["question"],
-             r["a"] + (f" - {r['b']}" if r["b"] else ""), quantity(r), f"**{r['word']}**",
-             f"{r['test']}; null: {r['null']}; attack: {r['attack']}", r["note"] or "-"] for r in found]
-    rule = ("Each verdict word comes from its interval by one rule (goldfish/eval/verdicts.py): fewer than two runs "
-            "-> 'not tested'; a placebo whose interval excludes 0 -> 'inconclusive'; with a margin stated before the "
-            "run, 'equivalent' when the 90 % interval lies inside it, else 'not shown'; otherwise the question's "
-            "word for an interval above 0 ('higher', 'cost', 'leak detected', 'detected'), below 0 ('lower', "
-            "'gain') or including 0 ('none detected', 'no cost detected'). Membership is read on each arm's "
-            "strongest attack, the mask-aware ones included.")
-    return markdown_section(TITLE, markdown_table(["grid point", "question", "arms (a - b)",
-                                                   "quantity [95 % t over runs]", "verdict", "test; null; attack",
-                                                   "what it rests on"], rows), rule)
+    points = any(r["point"] for r in found)  # a grid: the point of each reading; else no column for it
+    rows = [[", ".join(f"{k}={v}" for k, v in r["point"].items()) or "-"][:points] + [
+             r["question"], r["a"] + (f" - {r['b']}" if r["b"] else ""), quantity(r), f"**{r['word']}**",
+             "-" if r["test"] == "-" else f"{r['test']}; null: {r['null']}; attack: {_attack(r)}", r["note"] or "-"]
+            for r in found]
+
+    return markdown_section(TITLE, markdown_table(["grid point"][:points] + [
+        "question", "arms (a - b)", "quantity [95 % t over runs]", "verdict", "test; null; attack", "what it rests on"],
+        rows), RULE)
 
 
 def table(results: dict, questions: list[str] | None = None) -> str:

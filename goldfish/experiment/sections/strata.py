@@ -16,8 +16,8 @@ def compute(study: Study) -> dict:
 
 def render(results: dict) -> str:
     cells, axes = cells_of(results), results.get("axes") or []
-    if not any(c.stratum_membership for c in cells):
-        return ""
+    if not any(c.stratum_membership for c in cells) or all(len(c.stratum_extraction or {}) <= 1 for c in cells):
+        return ""  # one stratum per cell: the headline's row already
     attacks = list(dict.fromkeys(a for c in cells for a in c.stratum_membership or {}))
     rows = []
     for c in cells:
