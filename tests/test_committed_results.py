@@ -34,7 +34,7 @@ def test_the_report_glossary_is_current():
     assert doc.read_text(encoding="utf-8") == markdown(), "run `make docs` and commit docs/report-glossary.md"
     # a report names its terms and no longer repeats them
     report = (RESULTS / "default" / "report.md").read_text(encoding="utf-8")
-    assert "Definitions: *headline table* in the report glossary" in report
+    assert "Definitions: *headline table*, *headline details* (docs/report-glossary.md)" in report
     assert GLOSSARY["headline table"] not in report
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -138,7 +137,7 @@ def test_report_html_in_a_real_browser(tmp_path):
         pytest.skip("chromium is not installed (apt-get install chromium): the browser test cannot run here")
     results = small_results()
     path = write_html(results, tmp_path)
-    with tempfile.TemporaryDirectory() as profile, Browser(Path(profile)) as b:
+    with Browser(tmp_path / "profile") as b:  # pytest removes it later: Chromium's helpers may still write there
         b.open(path.as_uri())
         assert b.evaluate("document.querySelectorAll('#docs tbody tr.doc').length") == 4
         headline = b.evaluate("document.getElementById('headline').getBoundingClientRect().bottom")
@@ -213,7 +212,7 @@ def test_report_html_pages_and_filters_a_large_table(tmp_path):
                "documents": document_verdicts(docs, windows, [8], 8), "windows": windows}
     path = write_html(results, tmp_path)
     shown = "[...document.querySelectorAll('#docs tbody tr.doc')].map(r => r.dataset.doc)"
-    with tempfile.TemporaryDirectory() as profile, Browser(Path(profile)) as b:
+    with Browser(tmp_path / "profile") as b:  # pytest removes it later: Chromium's helpers may still write there
         b.open(path.as_uri())
         first = b.evaluate(shown)
         assert first == [d.id for d in docs[:100]]  # 100 rows a page, in the results' order

@@ -16,7 +16,15 @@ def define(term: str, text: str) -> str:
     if GLOSSARY.get(term, text) != text:
         raise ValueError(f"two definitions of {term!r}")
     GLOSSARY[term] = text
-    return f"Definitions: *{term}* in the report glossary ({DOC})."
+    return refer(term)
+
+
+def refer(*terms: str) -> str:
+    """The line a report shows for registered terms: ``Definitions: *a*, *b* (docs/report-glossary.md).``"""
+    missing = [t for t in terms if t not in GLOSSARY]
+    if missing:
+        raise KeyError(f"no glossary entry {missing}")
+    return "Definitions: " + ", ".join(f"*{t}*" for t in terms) + f" ({DOC})."
 
 
 def markdown() -> str:

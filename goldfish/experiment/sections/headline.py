@@ -14,7 +14,7 @@ from goldfish.eval.metrics import METRICS
 from goldfish.eval.tables import ci_suffix, fmt, markdown_section, markdown_table, plain_table, with_ci
 
 from ..analysis import blind_auc
-from ..glossary import define
+from ..glossary import define, refer
 from ..summary import CellSummary, Study, cells_of, one_per_arm
 
 N_BOOTSTRAP = 1000
@@ -124,11 +124,14 @@ def details_table(results: dict) -> str:
             "-" if c.mia_auc is None else f"- ({(c.mia_tpr_at_0_1pct_fpr_note or 'not measured').split(':')[0]})"
         rows.append([c.label(axes, one), fmt(c.params, "params"), extraction_text(c, "rouge_l"), fmt(kept), tpr,
                      f"{fmt(c.final_kept_loss)} / {fmt(c.final_dropped_loss)}"])
-    return markdown_table(["cell", "params", "ROUGE-L (tokens) [within-run]", "MIA AUC kept tokens",
-                           "TPR at 0.1 % FPR", "final kept / dropped loss"], rows)
+    header = ["cell", "params", "ROUGE-L (tokens) [within-run]", "MIA AUC kept tokens", "TPR at 0.1 % FPR",
+              "final kept / dropped loss"]
+    if all(c.mia_tpr_at_0_1pct_fpr is None for c in cells):  # no cell resolves 0.1 % FPR: its glossary entry says why
+        header, rows = header[:4] + header[5:], [r[:4] + r[5:] for r in rows]
+    return markdown_table(header, rows)
 
 
-HEADLINE_TERMS = define("headline table", (
+define("headline table", (
     "Every interval in this table is within-run: it resamples documents (or windows) inside one trained model; "
     "with several training runs (seeds) the reading is made across runs (section 'Across training runs'). "
     "Exact match and ROUGE-L: mean over the member windows with a 95 % bootstrap interval that resamples "
@@ -150,16 +153,16 @@ BLIND_TERMS = define("blind baseline", (
     "without any training. It is a check, not the evidence: with a seeded random split of one pool (the default) "
     "members and nonmembers are exchangeable by design, whatever this AUC reads; with `later_chunk` nonmembers "
     "(openings vs bodies) it shows the shift in kind a model's AUC would also pick up."))
-DETAILS_TERMS = define("headline details", (
+define("headline details", (
     "Details: ROUGE-L (tokens) is the same F1 on token ids; TPR at 0.1 % FPR is shown only with at least "
     "1000 nonmembers (the same rule as at 1 %); MIA AUC kept tokens is the hash-aware attack, "
     "scoring only the targets the Goldfish mask keeps (the hash is public); final kept / dropped loss: the "
     "training loss on kept / dropped targets over the last 5 % of steps."))
 
 
+
 def render(results: dict) -> str:
     return markdown_section(
         "Headline", regime(results), headline_table(results),
-        HEADLINE_TERMS,
         details_table(results),
-        DETAILS_TERMS)
+        refer("headline table", "headline details"))

@@ -35,7 +35,7 @@ from ..glossary import define
 from ..summary import CellSummary, Study, cells_of
 
 TITLE = "Readings"
-NONMEMBERS_FOR_0_1PCT = 1000  # TPR at 0.1 % FPR is resolved from this many nonmembers on
+NONMEMBERS_FOR = {"tpr_at_1pct_fpr": 100, "tpr_at_0_1pct_fpr": 1000}  # a TPR at an FPR is resolved from 1 / FPR on
 
 
 RULE = define("readings", (
@@ -137,10 +137,10 @@ def _membership(point: dict, g: str, s: str, arms: dict, equivalence: dict) -> l
                     attack=attack, point=point)]
     n_non = max(int(c.nonmembers or 0) for runs in (arms[g], arms[s]) for c in runs.values())
     for key, label in (("tpr_at_1pct_fpr", "TPR at 1 % FPR"), ("tpr_at_0_1pct_fpr", "TPR at 0.1 % FPR")):
-        if key == "tpr_at_0_1pct_fpr" and n_non < NONMEMBERS_FOR_0_1PCT:
+        if n_non < NONMEMBERS_FOR[key]:
             out.append(_reading(f"membership {label}", "pct", {}, NOT_TESTED, a=g, b=s, test="-", null="-",
                                 attack=attack, point=point, note=f"{n_non} nonmembers: needs >= "
-                                                                 f"{NONMEMBERS_FOR_0_1PCT} to resolve a 0.1 % FPR"))
+                                                                 f"{NONMEMBERS_FOR[key]} to resolve it"))
             continue
         stored = all(tpr(c, sg, key) is not None for c in arms[g].values()) and \
             all(tpr(c, ss, key) is not None for c in arms[s].values())
@@ -298,6 +298,10 @@ def quantity(r: dict) -> str:
     return text
 
 
+def _arms(r: dict) -> str:
+    return r["a"] + (f" - {r['b']}" if r["b"] else "")
+
+
 def _attack(r: dict) -> str:
     """The attack as the report shows it: a TPR row's is its AUC row's, just above it."""
     return "as above" if r["question"].startswith("membership TPR") else r["attack"]
@@ -307,15 +311,21 @@ def render(results: dict) -> str:
     found = derive(results)
     if not found:
         return ""
+    tested = [r for r in found if r["word"] != NOT_TESTED]
     points = any(r["point"] for r in found)  # a grid: the point of each reading; else no column for it
     rows = [[", ".join(f"{k}={v}" for k, v in r["point"].items()) or "-"][:points] + [
-             r["question"], r["a"] + (f" - {r['b']}" if r["b"] else ""), quantity(r), f"**{r['word']}**",
-             "-" if r["test"] == "-" else f"{r['test']}; null: {r['null']}; attack: {_attack(r)}", r["note"] or "-"]
-            for r in found]
-
-    return markdown_section(TITLE, markdown_table(["grid point"][:points] + [
-        "question", "arms (a - b)", "quantity [95 % t over runs]", "verdict", "test; null; attack", "what it rests on"],
-        rows), RULE)
+             r["question"], _arms(r), quantity(r), f"**{r['word']}**",
+             f"{r['test']}; null: {r['null']}; attack: {_attack(r)}", r["note"] or "-"] for r in tested]
+    untested = [f"{r['question']}" + "".join(f" at {k}={v}" for k, v in r["point"].items())
+                + (f" ({_arms(r)}: {quantity(r)})" if r["estimate"] is not None
+                   else "")
+                + (f": {r['note']}" if r["note"] and r["estimate"] is None else "") for r in found if r not in tested]
+    blocks = [markdown_table(["grid point"][:points] + ["question", "arms (a - b)", "quantity [95 % t over runs]",
+                                                        "verdict", "test; null; attack", "what it rests on"], rows)
+              ] if rows else []
+    if untested:
+        blocks.append("**Not tested** (fewer than two training runs, or not resolved): " + "; ".join(untested) + ".")
+    return markdown_section(TITLE, *blocks, RULE)
 
 
 def table(results: dict, questions: list[str] | None = None) -> str:

@@ -14,10 +14,23 @@ def compute(study: Study) -> dict:
     return {}
 
 
+def attacks_only(results: dict) -> str:
+    """Every membership attack's AUC per cell (its one stratum), without the extraction the headline shows."""
+    cells, axes = cells_of(results), results.get("axes") or []
+    attacks = list(dict.fromkeys(a for c in cells for a in c.stratum_membership or {}))
+    rows = [[c.arm + "".join(f" {a}={c.values.get(a)}" for a in axes),
+             *[interval(next(iter(((c.stratum_membership or {}).get(a) or {}).values()), None)) for a in attacks]]
+            for c in cells]
+    return markdown_section("Every membership attack", markdown_table(["cell", *[f"AUC {a}" for a in attacks]], rows),
+                            "AUC [95 % bootstrap CI], members against all nonmembers (0.5 = chance).")
+
+
 def render(results: dict) -> str:
     cells, axes = cells_of(results), results.get("axes") or []
-    if not any(c.stratum_membership for c in cells) or all(len(c.stratum_extraction or {}) <= 1 for c in cells):
-        return ""  # one stratum per cell: the headline's row already
+    if not any(c.stratum_membership for c in cells):
+        return ""
+    if all(len(c.stratum_extraction or {}) <= 1 for c in cells):
+        return attacks_only(results)  # one stratum per cell: its extraction is the headline's row
     attacks = list(dict.fromkeys(a for c in cells for a in c.stratum_membership or {}))
     rows = []
     for c in cells:
