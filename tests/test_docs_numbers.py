@@ -362,3 +362,36 @@ def test_a_stale_pending_marker_and_a_bad_source_are_caught():
     assert "unknown source" in check_doc("doc.md", "## X\n<!-- numbers: trust me -->\n1.5 %\n")[0]
     quick = "## X\n<!-- numbers: quick-start experiments/results/default -->\n1.5 %\n"
     assert "quick-start" not in " ".join(check_doc("README.md", quick))
+
+
+CONFIGS = sorted(str(p.relative_to(REPO)) for p in (REPO / "experiments").rglob("*.yaml"))
+
+
+def header_of(path: Path) -> str:
+    """A config's leading comment block as Markdown prose (its `# <!-- numbers: ... -->` line a marker)."""
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line[1:].strip())
+    return "## header\n" + "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_every_number_in_a_config_header_has_its_source(config):
+    """Config headers hold costs, settings and earlier runs, never a committed study's numbers retyped: each
+    measured-looking number sits under a marker (a committed study is read in docs/results.md, not here)."""
+    text = header_of(REPO / config)
+    problems = check_doc(config, text)
+    assert not problems, "\n".join(problems)
+    assert not re.search(r"<!--\s*numbers:[^>]*experiments/results/", text), (
+        f"{config}: a header quotes a committed study; point to docs/results.md instead")
+
+
+def test_a_config_header_number_without_a_marker_is_caught(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("# The design: k=4, 20 articles.\n# Measured: 292 s, exact match 95 %.\nname: c\n", encoding="utf-8")
+    assert "without a source" in check_doc("c.yaml", header_of(cfg))[0]
+    cfg.write_text("# <!-- numbers: unrecorded experiments/default.yaml -->\n# Measured: 292 s.\nname: c\n",
+                   encoding="utf-8")
+    assert check_doc("c.yaml", header_of(cfg)) == []
