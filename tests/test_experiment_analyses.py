@@ -1,6 +1,7 @@
 """The per-cell analyses' registry (``goldfish.experiment.analyses.ANALYSES``) is all the runner, the cell summary,
-``summary.json`` and the report need to know of an analysis: its phase runs after evaluation and before the attacks,
-its part's fields are the cell summary's, its ``summary_keys`` are summary.json's, its sections sit where it says."""
+``summary.json`` and the report need to know of an analysis: its phase runs after evaluation (one that reads
+its control's files, the attacks, after the others), its part's fields are the cell summary's, its
+``summary_keys`` are summary.json's, its sections sit where it says."""
 
 from __future__ import annotations
 
@@ -10,16 +11,33 @@ import pytest
 
 from goldfish.experiment.aggregate import SUMMARY_KEYS
 from goldfish.experiment.analyses import ANALYSES, Section
+from goldfish.experiment.analyses.attacks import ATTACKS
 from goldfish.experiment.phases import PHASES
+from goldfish.experiment.plan import Pipeline
 from goldfish.experiment.sections import SECTIONS, AnalysisSection, placed
 from goldfish.experiment.sections import figures, repetition1
 from goldfish.experiment.summary import CellCore, CellSummary, compose
 
 
-def test_each_analysis_is_a_phase_between_eval_and_the_attacks():
+def test_each_analysis_is_a_phase_between_eval_and_the_card_those_reading_their_control_last():
     names = [p.name for p in PHASES]
     assert len(set(names)) == len(names)
-    assert names[names.index("eval") + 1:names.index("attacks")] == [a.name for a in ANALYSES]
+    own = [a.name for a in ANALYSES if not a.reads_control]
+    assert names[names.index("eval") + 1:names.index("card")] == own + [a.name for a in ANALYSES if a.reads_control]
+
+
+def test_the_attacks_are_a_registered_analysis_and_the_pipeline_holds_only_the_tools():
+    """attacks.json's analysis is registered like the others (its phase, which waits for the control, its part of
+    the cell summary, its summary.json keys); ``Pipeline`` names only prepare, train, evaluate, the model handle and
+    which analyses run."""
+    attacks = next(a for a in ANALYSES if a.name == "attacks")
+    assert attacks is ATTACKS and attacks.reads_control and ANALYSES[-1] is ATTACKS
+    phase = next(p for p in PHASES if p.name == "attacks")
+    assert phase.blocked is not None  # waits for the control of its grid point
+    assert {"tf_accuracy", "leakage", "mia_by_exposure", "mia_auc_reference_ci"} <= set(attacks.summary_keys)
+    assert {f.name for f in dataclasses.fields(ATTACKS.part)} <= {f.name for f in dataclasses.fields(CellSummary)}
+    assert len(dataclasses.fields(Pipeline)) <= 5
+    assert [f.name for f in dataclasses.fields(Pipeline)] == ["prepare", "train", "evaluate", "open_model", "analyses"]
 
 
 def test_each_analysis_part_is_in_the_cell_summary_and_its_keys_in_summary_json():

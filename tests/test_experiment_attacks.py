@@ -14,7 +14,7 @@ import pytest
 from tolerances import U64, rounding
 
 from goldfish.eval.membership import evaluate_attack
-from goldfish.experiment.analysis import exposure_aucs
+from goldfish.experiment.analyses.attacks import exposure_aucs
 from goldfish.experiment.sections.mia_by_exposure import exposure_table
 
 RATE = rounding(20, U64)  # rates in [0, 1] from float64 means of <= 16 values or Wilson's ~10 operations
@@ -55,7 +55,7 @@ def _docs(n_docs: int, length: int, every: int) -> list[np.ndarray]:
 
 
 def test_leakage_audit_is_a_difference_in_differences_against_held_out_text():
-    from goldfish.experiment.analysis import leakage_audit
+    from goldfish.experiment.analyses.attacks import leakage_audit
 
     dropped = _docs(10, 8, 4)  # members: targets 3 and 7 dropped, 20 dropped and 60 kept positions
     held = [np.arange(6) % 2 == 0 for _ in range(5)]  # the control is right on half of every held-out target
@@ -121,7 +121,7 @@ def _planted(leak: float, confound: float, seed: int, n_docs: int = 60, length: 
 
 
 def test_the_placebo_is_zero_without_a_confound_and_a_planted_leak_is_detected():
-    from goldfish.experiment.analysis import leakage_audit
+    from goldfish.experiment.analyses.attacks import leakage_audit
 
     # no leak, no confound: the DiD and the placebo are ~0 (their intervals cover it), the reading "none detected",
     # with the minimum detectable leak reported (2.80 standard errors of the DiD)
@@ -148,7 +148,7 @@ def test_the_placebo_is_zero_without_a_confound_and_a_planted_leak_is_detected()
 
 
 def test_the_supervised_fraction_of_the_audited_positions():
-    from goldfish.experiment.analysis import leakage_audit
+    from goldfish.experiment.analyses.attacks import leakage_audit
 
     arm, control, md, hd = _planted(0.0, 0.0, seed=4, n_docs=10)
     everything = [np.ones(len(d), bool) for d in md]
@@ -256,7 +256,7 @@ def test_beam_and_sampling_summaries_equal_a_recomputation_from_the_windows(micr
 def test_the_leakage_audit_equals_a_recomputation_from_the_stored_tokens(micro):
     from goldfish.config import load_config
     from goldfish.data import load_prepared
-    from goldfish.experiment.analysis import dropped_targets
+    from goldfish.experiment.analyses.attacks import dropped_targets
     from goldfish.train_config import TrainConfig, goldfish_config
 
     train_cfg = load_config(TrainConfig, micro / "cells" / "goldfish" / "train_config.yaml", [])

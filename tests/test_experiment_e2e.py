@@ -122,7 +122,7 @@ def test_kept_and_dropped_positions_are_the_ones_training_dropped(micro):
     from goldfish.config import load_config
     from goldfish.data import load_prepared
     from goldfish.data.order import consumed_rows
-    from goldfish.experiment.analysis import dropped_targets
+    from goldfish.experiment.analyses.attacks import dropped_targets
     from goldfish.masks import GoldfishConfig, config_mask
     from goldfish.train_config import TrainConfig, make_plan, read_mask_settings
 

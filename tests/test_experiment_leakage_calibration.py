@@ -16,7 +16,7 @@ from scipy import stats as sps
 
 import goldfish.experiment
 
-from goldfish.experiment.analysis import _other_masks, dropped_targets, leakage_audit
+from goldfish.experiment.analyses.attacks import _other_masks, dropped_targets, leakage_audit
 from goldfish.experiment.sections.leakage import calibration, calibration_lines, render
 from goldfish.experiment.summary import CellSummary
 from goldfish.masks import GoldfishConfig

@@ -24,6 +24,8 @@ from goldfish.config import check, from_dict, option, raise_problems, save_confi
 from goldfish.errors import ConfigError, UserError
 from goldfish.experiment import (DONE, ExperimentConfig, Pipeline, default_pipeline, expand_cells, load_experiment,
                                  plan_cells, run_experiment)
+from goldfish.experiment.analyses.attacks import ATTACKS
+from goldfish.experiment.plan import Evaluate, Step, Train
 from goldfish.experiment.runner import stale_cells
 from goldfish.io import atomic_write_json
 
@@ -169,7 +171,14 @@ def make_pipeline(calls: Calls) -> Pipeline:
         atomic_write_json(Path(cfg.out) / "results.json", results)
         return results
 
-    return Pipeline(FakePrepare, FakeTrain, FakeEval, prepare, train, evaluate, initial_model)
+    return Pipeline(Step(FakePrepare, prepare), Train(FakeTrain, train, initial_model=initial_model),
+                    Evaluate(FakeEval, evaluate), analyses=())  # the fakes run no per-cell analysis
+
+
+def with_run(pipeline: Pipeline, **runs) -> Pipeline:
+    """``pipeline`` with the ``run`` of some steps replaced: ``with_run(p, train=fake_train)``."""
+    return dataclasses.replace(pipeline, **{step: dataclasses.replace(getattr(pipeline, step), run=run)
+                                            for step, run in runs.items()})
 
 
 def experiment(tmp_path: Path, **extra) -> ExperimentConfig:
@@ -261,7 +270,7 @@ def test_a_trained_cell_is_not_retrained_when_eval_was_interrupted(tmp_path):
     def flaky_eval(c, model=None):
         raise KeyboardInterrupt
 
-    pipeline.evaluate = flaky_eval
+    pipeline.evaluate = dataclasses.replace(real_eval, run=flaky_eval)
     with pytest.raises(KeyboardInterrupt):
         run_experiment(cfg, pipeline, progress=False)
     pipeline.evaluate = real_eval
@@ -363,13 +372,13 @@ def test_the_mask_consistent_attack_of_each_goldfish_cell_is_a_report_table(tmp_
     base = make_pipeline(Calls())
 
     def evaluate(c, model=None):
-        results = base.evaluate(c, model)
+        results = base.evaluate.run(c, model)
         if "goldfish" in c.out:
             results["adversary"] = section
             atomic_write_json(Path(c.out) / "results.json", results)
         return results
 
-    run_experiment(experiment(tmp_path, grid={}), dataclasses.replace(base, evaluate=evaluate), progress=False)
+    run_experiment(experiment(tmp_path, grid={}), with_run(base, evaluate=evaluate), progress=False)
     out = tmp_path / "exp"
     cells = {c["arm"]: c for c in json.loads((out / "results.json").read_text())["cells"]}
     assert cells["standard"]["adversary"] is None
@@ -398,7 +407,7 @@ def test_each_value_of_an_axis_is_tested_against_the_reference_per_stratum_pooli
     base = make_pipeline(Calls())
 
     def evaluate(c, model=None):
-        results = base.evaluate(c, model)
+        results = base.evaluate.run(c, model)
         cell = Path(c.out).parent.name
         for w in results["windows"]:
             w["sha256"] = f"{w['doc_id']}/{w['prefix_len']}"
@@ -407,7 +416,7 @@ def test_each_value_of_an_axis_is_tested_against_the_reference_per_stratum_pooli
         atomic_write_json(Path(c.out) / "results.json", results)
         return results
 
-    run_experiment(cfg, dataclasses.replace(base, evaluate=evaluate), progress=False)
+    run_experiment(cfg, with_run(base, evaluate=evaluate), progress=False)
     tests = json.loads((tmp_path / "exp" / "results.json").read_text())["paired_axis"]
     found = {(t["arm"], t["value"], t["repetitions"]): t for t in tests}
     assert set(found) == {(arm, "big", r) for arm in ("goldfish", "standard") for r in (1, 2, "all")}
@@ -504,9 +513,9 @@ def test_two_shards_run_side_by_side_into_one_folder(tmp_path):
 
         def train(c):
             both_training.wait()
-            return base.train(c)
+            return base.train.run(c)
 
-        return dataclasses.replace(base, train=train)
+        return with_run(base, train=train)
 
     shards = [_shard(cfg, pipeline(), lambda cid, arm=arm: cid == arm, errors) for arm in ("standard", "goldfish")]
     for t in shards:
@@ -551,12 +560,12 @@ def test_a_cell_two_runs_both_want_runs_once(tmp_path, monkeypatch):
         if Path(c.out).parent.name == "standard" and not first_training.is_set():
             first_training.set()
             assert second_waiting.wait(60), "the second run never waited for the cell"
-        return base.train(c)
+        return base.train.run(c)
 
-    first = _shard(cfg, dataclasses.replace(base, train=train), lambda cid: cid == "standard", errors)
+    first = _shard(cfg, with_run(base, train=train), lambda cid: cid == "standard", errors)
     first.start()
     assert first_training.wait(60)
-    second = _shard(cfg, dataclasses.replace(base, train=train), None, errors)  # every cell, standard included
+    second = _shard(cfg, with_run(base, train=train), None, errors)  # every cell, standard included
     second.start()
     for t in (first, second):
         t.join(120)
@@ -572,14 +581,15 @@ def test_a_shard_without_the_control_leaves_its_arms_attacks_until_the_control_i
     cfg = experiment(tmp_path, grid={}, control=True)
     calls, analysed = Calls(), []
 
-    def analyse(plan, plans, model, control):
-        assert control is next(p for p in plans if p.cell.control) or plan.cell.control
+    def analyse(plan, model, others):
+        plans = others.plans
+        assert others.control is next(p for p in plans if p.cell.control) or plan.cell.control
         control = next(p for p in plans if p.cell.control)
         analysed.append((plan.cell.id, (control.dir / "attacks.json").is_file()))
         atomic_write_json(plan.dir / "attacks.json", {"attacks": {}})
         return {}
 
-    pipeline = dataclasses.replace(make_pipeline(calls), analyse=analyse)
+    pipeline = dataclasses.replace(make_pipeline(calls), analyses=(dataclasses.replace(ATTACKS, run=analyse),))
     run_experiment(cfg, pipeline, progress=False, only=lambda cid: cid == "goldfish")
     assert "[goldfish] trained and evaluated; its attacks wait for control, which is not done" in \
         capsys.readouterr().err

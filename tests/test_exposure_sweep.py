@@ -137,7 +137,7 @@ def test_the_loss_gap_split_by_the_mask_equals_a_recount_from_the_cells_files(sw
     per member, (control - arm) mean NLL over the positions the Goldfish mask keeps / drops, less the mean of
     (control - arm) mean NLL over the nonmembers' every target."""
     from goldfish.config import load_config
-    from goldfish.experiment.analysis import dropped_targets
+    from goldfish.experiment.analyses.attacks import dropped_targets
     from goldfish.train_config import TrainConfig, goldfish_config
 
     cfg, plans, _ = sweep

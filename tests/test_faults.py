@@ -7,6 +7,7 @@ no output written earlier changed (sha256 of every file before and after). The c
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import json
@@ -902,7 +903,7 @@ def test_a_stale_experiment_cell_is_replaced_only_when_its_rerun_is_done(tmp_pat
     def no_model(cfg):
         raise UserError("starting model not found: /models/typo")
 
-    failing.train = no_model
+    failing.train = dataclasses.replace(failing.train, run=no_model)
     with pytest.raises(UserError) as refused:
         run_experiment(changed, failing, progress=False, rerun_stale=True)
     assert one_line(refused.value).startswith("starting model not found")

@@ -8,6 +8,7 @@ and the same command then continues the new run from its own last checkpoint ins
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -152,7 +153,7 @@ def test_rerun_stale_replaces_a_cell_only_after_its_rerun_succeeded(tmp_path):
         (tmp_path / "exp" / "cells" / "standard" / "train").mkdir(parents=True, exist_ok=True)
         raise UserError("training diverged at step 3")
 
-    failing.train = diverges
+    failing.train = dataclasses.replace(failing.train, run=diverges)
     with pytest.raises(UserError, match="diverged"):
         run_experiment(experiment(tmp_path, grid={}, train={"steps": 30}), failing, progress=False, rerun_stale=True)
     assert hashes(tmp_path / "exp") == before and leftovers(tmp_path) == []

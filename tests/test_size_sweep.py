@@ -22,6 +22,7 @@ from goldfish.errors import ConfigError
 from goldfish.eval.stats import wilson_interval
 from goldfish.experiment.config import ExperimentConfig
 from goldfish.experiment import DONE, plan_cells
+from goldfish.experiment.analyses.attacks import ATTACKS
 from goldfish.experiment.runner import report_only, run_experiment
 from goldfish.experiment.sections.size import tune_lines
 from goldfish.experiment.scaling import loss_gaps, size_analysis
@@ -221,7 +222,7 @@ def test_loss_gap_is_a_difference_in_differences_against_the_paired_control():
 
 
 def test_loss_gap_split_by_the_mask_leaves_out_targets_without_such_positions():
-    from goldfish.experiment.analysis import member_nll_by_split
+    from goldfish.experiment.analyses.attacks import member_nll_by_split
 
     # two members: log-probs by hand, the first drops its 2nd target, the second drops none
     split = member_nll_by_split([np.array([-1.0, -3.0, -2.0]), np.array([-0.5, -1.5])],
@@ -321,7 +322,7 @@ def test_tuning_per_arm_gives_each_arm_its_own_choice_and_says_when_it_is_at_the
     tuning block and the report say -- the others 20 (interior)."""
     calls = Calls()
     pipeline = make_pipeline(calls)
-    evaluate = pipeline.evaluate
+    evaluate = pipeline.evaluate.run
 
     def goldfish_prefers_40(cfg, model=None):
         results = evaluate(cfg, model)
@@ -334,12 +335,14 @@ def test_tuning_per_arm_gives_each_arm_its_own_choice_and_says_when_it_is_at_the
 
     calibrated = {}  # cell -> the control its attacks were calibrated by, and whether that one was done
 
-    def analyse(plan, plans, model, control):
+    def analyse(plan, model, others):
+        control = others.control
         calibrated[plan.cell.id] = None if control is None else (control.cell.id, control.done)
         atomic_write_json(plan.attacks_file, {"attacks": {}})
         return {}
 
-    pipeline = dataclasses.replace(pipeline, evaluate=goldfish_prefers_40, analyse=analyse)
+    pipeline = dataclasses.replace(pipeline, evaluate=dataclasses.replace(pipeline.evaluate, run=goldfish_prefers_40),
+                                   analyses=(dataclasses.replace(ATTACKS, run=analyse),))
     cfg = experiment(tmp_path, control=True, control_mode="background",
                      tune={"axis": "steps", "per": ["model", "arm"]},
                      grid={"train.model": ["tiny", "big"], "train.steps": [10, 20, 40], "train.seed": [0, 1]})

@@ -28,8 +28,9 @@ RESULTS_SCHEMA = "goldfish-experiment/1"
 # per cell in every row of results.csv, then the stratum's own columns (prefix_len, repetitions, n_windows, metrics)
 ROW_CELL_KEYS = ("params", "tokens_seen", "kept_tokens", "train_time_s", "mia_auc", "mia_auc_ci_low",
                  "mia_auc_ci_high", "final_kept_loss", "final_dropped_loss", "heldout_loss", "heldout_ppl")
-# the headline numbers of a cell in summary.json
-SUMMARY_KEYS = ("cell", "params", "tokens_seen", "kept_tokens", "dropped_tokens", "train_time_s", "steps",
+# the headline numbers of a cell in summary.json (an analysis's keys listed here keep their place)
+SUMMARY_KEYS = tuple(dict.fromkeys((
+                "cell", "params", "tokens_seen", "kept_tokens", "dropped_tokens", "train_time_s", "steps",
                 "n_windows", "exact_match_rate", *ROUGE, "token_match", "mia_attack", "mia_auc", "mia_auc_ci",
                 "mia_auc_ci_low", "mia_auc_ci_high", "mia_auc_p", "mia_tpr_at_1pct_fpr", "mia_tpr_at_1pct_fpr_note",
                 "mia_tpr_at_0_1pct_fpr", "mia_tpr_at_0_1pct_fpr_note", "mia_aucs", "mia_tprs",
@@ -41,7 +42,7 @@ SUMMARY_KEYS = ("cell", "params", "tokens_seen", "kept_tokens", "dropped_tokens"
                 "extraction_ci", *ADAPTIVE_KEYS,
                 "beam_width", "n_samples", "sample_temperature", "sample_any_rate", "sample_any_rate_ci_low",
                 "sample_any_rate_ci_high", "adversary", "leakage", "precision", "eval_precision", "device",
-                *(k for a in ANALYSES for k in a.summary_keys))
+                *(k for a in ANALYSES for k in a.summary_keys))))
 
 
 def rows_of(cells: list[dict], axes: list[str]) -> list[dict]:

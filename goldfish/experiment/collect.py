@@ -44,7 +44,6 @@ from .trainsummary import TrainSummary
 STRATUM_METRICS = {m.name: m.summary_key for m in METRICS.values() if m.name in HEADLINE}
 # eval's adaptive extraction attacks (decoding.beam > 1, decoding.samples > 0): their summary columns
 ADAPTIVE_KEYS = tuple(k for m in METRICS.values() if m.optional for k in (m.summary_key, *ci_keys(m)))
-CALIBRATED = ("reference", "kept_loss", "kept_reference")  # attacks.json's attacks beside LOSS
 N_BOOTSTRAP = 1000
 _TAIL_FRACTION = 0.05
 
@@ -85,25 +84,6 @@ def loss_numbers(scores: dict[str, dict]) -> dict[str, float | None]:
         out["heldout_ppl"] = math.exp(min(out["heldout_loss"], 50.0))
     if loss.get("members"):
         out["member_loss"] = float(-np.mean(np.asarray(loss["members"], dtype=np.float64)))
-    return out
-
-
-def attack_numbers(attacks: dict | None) -> dict[str, Any]:
-    """What a cell's attacks.json adds: kept/dropped teacher-forced accuracy, the calibrated and hash-aware AUCs with
-    their CIs, the AUC per exposure count and the leakage audit."""
-    if not attacks:
-        return {}
-    acc = attacks.get("accuracy") or {}
-    out: dict[str, Any] = {"tf_accuracy": acc.get("accuracy"), "tf_kept_accuracy": acc.get("kept_accuracy"),
-                           "tf_dropped_accuracy": acc.get("dropped_accuracy"),
-                           "heldout_accuracy": attacks.get("heldout_accuracy"),
-                           "mia_by_exposure": attacks.get("by_exposure") or {},
-                           "mia_by_exposure_ci": attacks.get("by_exposure_ci") or {}, "leakage": attacks.get("leakage"),
-                           "leakage_by_mask": attacks.get("leakage_by_mask") or None}
-    for name in CALIBRATED:
-        a = (attacks.get("attacks") or {}).get(name) or {}
-        out[f"mia_auc_{name}"] = a.get("auc")
-        out[f"mia_auc_{name}_ci"] = [a.get("auc_ci_low"), a.get("auc_ci_high")] if a else None
     return out
 
 
@@ -285,7 +265,7 @@ def summarize_cell(plan: CellPlan, mia_attack: str = "auto") -> CellSummary:
         **{k: overall.get(k) for k in ("n_windows", "exact_match_rate", "exact_match_ci_low", "exact_match_ci_high",
                                        *ROUGE, "token_match")},
         **adaptive_numbers(results), adversary=adversary_numbers(results),
-        mia_aucs=mia_aucs, mia_tprs=mia_tprs, **loss_numbers(scores), **attack_numbers(attacks),
+        mia_aucs=mia_aucs, mia_tprs=mia_tprs, **loss_numbers(scores),
         mia_auc_loss=mia_aucs.get("loss"),
         **headline, **cell_statistics(scores.get(headline["mia_attack"]), results.get("windows") or []),
         by_prefix_len=_strata_of(summary, "by_prefix_len"), by_repetitions=_strata_of(summary, "by_repetitions"),

@@ -9,13 +9,14 @@ configs                 (rewritten every run)                       always: the 
 train                   ``train/summary.json``                      always (a control that trains nothing:
                                                                     its initial model and a zero summary)
 eval                    ``eval/results.json``                       always
-each of ``analyses``    its ``output`` (``goldfish.experiment.      with ``Pipeline.analyses`` and its
+each of ``ANALYSES``     its ``output`` (``goldfish.experiment.      with ``Pipeline.analyses`` and its
                         analyses``: the k baseline's                ``applies`` (the k baseline: not a
                         ``eval/k_baseline.json``, the exposure      control, a standard cell writes none;
-                        counts' ``exposure.json``)                  the exposure counts: always)
-attacks                 ``attacks.json``                            with ``Pipeline.analyse``; waits for the
+                        counts' ``exposure.json``, the attacks'     the exposure counts: always); one that
+                        ``attacks.json``)                           reads its control's files (the attacks)
+                                                                    runs after the others and waits for the
                                                                     control of its grid point
-card                    (rewritten every run)                       with ``Pipeline.card``
+card                    (rewritten every run)                       with ``Pipeline.evaluate.card``
 ======================  ==========================================  =========================================
 
 Then ``cell.json`` (the cell and this run's phase times) and, last and atomically, ``DONE``. A tuning cell read
@@ -42,7 +43,7 @@ from ..config import save_config
 from ..errors import UserError
 from ..io import atomic_write_json
 from ..ownership import FolderLock
-from .analyses import ANALYSES, Analysis
+from .analyses import ANALYSES, Analysis, Others
 from .config import ExperimentConfig
 from .plan import CellPlan, Pipeline, control_of, manifest_of
 from .trainsummary import TrainSummary
@@ -87,7 +88,7 @@ def prepare_data(pipeline: Pipeline, prepare_cfg: Any, data_dir: Path) -> bool:
     with FolderLock(data_dir.with_name(f"{data_dir.name}.prepare"), wait=True):
         if manifest_of(data_dir).is_file():
             return False
-        pipeline.prepare(prepare_cfg, out=data_dir, overwrite=False, progress=False)
+        pipeline.prepare.run(prepare_cfg, out=data_dir, overwrite=False, progress=False)
         return True
 
 
@@ -138,12 +139,12 @@ def _train(run: CellRun) -> None:
     plan = run.plan
     if not plan.trains:
         if plan.start_model is None:
-            run.pipeline.initial_model(plan.train_cfg, plan.model_dir)
+            run.pipeline.train.initial_model(plan.train_cfg, plan.model_dir)
         TrainSummary.untrained(plan.eval_cfg.model.path).write(plan.train_summary)
     elif run.cfg.launcher == "torchrun":
         _torchrun_train(run.cfg, plan)
     else:
-        run.pipeline.train(plan.train_cfg)
+        run.pipeline.train.run(plan.train_cfg)
 
 
 def _control(run: CellRun) -> CellPlan | None:
@@ -170,11 +171,27 @@ def _control_not_done(run: CellRun) -> str | None:
             f"shard, or the experiment without --only) and this one again")
 
 
+def _analysis_of(run: CellRun, analysis: Analysis) -> Analysis | None:
+    """The pipeline's analysis of that name (a test fake may list its own), None where it runs none of that name."""
+    listed = ANALYSES if run.pipeline.analyses is None else run.pipeline.analyses
+    return next((a for a in listed if a.name == analysis.name), None)
+
+
+def _run_analysis(run: CellRun, analysis: Analysis) -> None:
+    analysis = _analysis_of(run, analysis)
+    if analysis.reads_control:
+        analysis.run(run.plan, run.model, Others(run.plans, _control(run)))
+    else:
+        analysis.run(run.plan, run.model)
+
+
 def analysis_phase(analysis: Analysis) -> Phase:
-    """A per-cell analysis's phase: done once its output exists; runs where the pipeline lists it and it applies."""
+    """A per-cell analysis's phase: done once its output exists; runs where the pipeline lists it and it applies; one
+    that reads its control's files waits for that control (:func:`_control_not_done`)."""
     return Phase(analysis.name, lambda p: [analysis.output(p)],
-                 lambda r: analysis in r.pipeline.analyses and analysis.applies(r.plan),
-                 lambda r: analysis.run(r.plan, r.model), tuning=analysis.tuning)
+                 lambda r: _analysis_of(r, analysis) is not None and analysis.applies(r.plan),
+                 lambda r: _run_analysis(r, analysis), tuning=analysis.tuning,
+                 blocked=_control_not_done if analysis.reads_control else None)
 
 
 PHASES: tuple[Phase, ...] = (
@@ -182,12 +199,12 @@ PHASES: tuple[Phase, ...] = (
     Phase("configs", lambda p: [], lambda r: True, _save_configs, tuning=True),
     Phase("train", lambda p: [p.train_summary], lambda r: True, _train, tuning=True),
     Phase("eval", lambda p: [p.results_file], lambda r: True,
-          lambda r: r.pipeline.evaluate(r.plan.eval_cfg, r.model)),
-    *(analysis_phase(a) for a in ANALYSES),
-    Phase("attacks", lambda p: [p.attacks_file], lambda r: r.pipeline.analyse is not None,
-          lambda r: r.pipeline.analyse(r.plan, r.plans, r.model, _control(r)), blocked=_control_not_done),
+          lambda r: r.pipeline.evaluate.run(r.plan.eval_cfg, r.model)),
+    # the analyses in ANALYSES's order, those that read their control's files after the others
+    *(analysis_phase(a) for a in ANALYSES if not a.reads_control),
+    *(analysis_phase(a) for a in ANALYSES if a.reads_control),
     Phase("card", lambda p: [],  # the same numbers replace themselves when an interrupted cell runs this again
-          lambda r: r.pipeline.card is not None, lambda r: r.pipeline.card(r.plan)),
+          lambda r: r.pipeline.evaluate.card is not None, lambda r: r.pipeline.evaluate.card(r.plan)),
 )
 
 

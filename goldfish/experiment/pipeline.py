@@ -1,7 +1,7 @@
 """The toolkit's own :class:`~goldfish.experiment.plan.Pipeline`: ``goldfish.data``, ``goldfish.train``,
-``goldfish.eval``, the control cell's initial model, the per-cell analyses (``goldfish.experiment.analyses``: the k
-baseline, the exposure counts), the attacks analysis and the model card -- the analyses, the attacks analysis and the
-validation loss sharing the evaluation's loaded model (``goldfish.eval.loading.SharedModel``).
+``goldfish.eval``, the control cell's initial model and the model card; the per-cell analyses are every one of
+``goldfish.experiment.analyses.ANALYSES`` (``Pipeline.analyses`` None), sharing the evaluation's loaded model
+(``goldfish.eval.loading.SharedModel``).
 """
 
 from __future__ import annotations
@@ -19,10 +19,8 @@ from ..io import read_json
 from ..modelcard import add_eval_results, eval_results
 from ..train import train
 from ..train_config import TrainConfig, train_fingerprint
-from .analyses import ANALYSES
-from .analysis import analyse_cell
 from .control import export_initial_model
-from .plan import CellPlan, Pipeline
+from .plan import CellPlan, Evaluate, Pipeline, Step, Train
 
 
 def add_to_card(plan: CellPlan) -> None:
@@ -36,10 +34,11 @@ def add_to_card(plan: CellPlan) -> None:
 
 
 def default_pipeline() -> Pipeline:
-    """The toolkit's own data, training and evaluation."""
+    """The toolkit's own data, training and evaluation; every per-cell analysis of ``ANALYSES``."""
     return Pipeline(
-        PrepareConfig, TrainConfig, EvalConfig, prepare, train, run_eval, export_initial_model,
-        analyses=ANALYSES, analyse=analyse_cell, open_model=lambda eval_cfg: SharedModel(eval_cfg.model),
-        card=add_to_card,
-        train_fingerprint=lambda train_cfg: train_fingerprint(train_cfg, None), eval_fingerprint=config_fingerprint,
+        prepare=Step(PrepareConfig, prepare),
+        train=Train(TrainConfig, train, fingerprint=lambda train_cfg: train_fingerprint(train_cfg, None),
+                    initial_model=export_initial_model),
+        evaluate=Evaluate(EvalConfig, run_eval, fingerprint=config_fingerprint, card=add_to_card),
+        open_model=lambda eval_cfg: SharedModel(eval_cfg.model),
     )

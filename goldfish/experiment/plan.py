@@ -49,34 +49,48 @@ def starting_model(cfg: ExperimentConfig, train: dict, overrides: dict[str, Any]
     return cfg.base_model
 
 
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One of the tools a cell calls: its config class (``config``), ``run`` and, optionally, ``fingerprint(cfg)``:
+    the flat settings that determine its results, by the command's own rules (``goldfish train``'s and ``goldfish
+    eval``'s fingerprints): a started cell whose saved config gives other ones is stale (None: every setting
+    counts)."""
+
+    config: type
+    run: Callable[..., Any]
+    fingerprint: Callable[[Any], dict] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Train(Step):
+    """Training: ``run(cfg) -> Path``; ``initial_model(train_cfg, out) -> Path`` writes the untrained model a
+    from-scratch control cell evaluates to ``out`` (the cell's ``model_dir``)."""
+
+    initial_model: Callable[[Any, Path], Path] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluate(Step):
+    """Evaluation: ``run(cfg, model) -> dict`` (the ``goldfish-eval/1`` results); ``card(plan)`` (optional) adds the
+    cell's headline numbers to its trained model's card, after the analyses (None: no card phase)."""
+
+    card: Callable[["CellPlan"], Any] | None = None
+
+
 @dataclasses.dataclass
 class Pipeline:
-    """What a cell runs. ``prepare(cfg, out=, overwrite=False, progress=False) -> Path``, ``train(cfg) -> Path``,
-    ``evaluate(cfg, model) -> dict`` (the ``goldfish-eval/1`` results); ``initial_model(train_cfg, out) -> Path`` writes
-    the untrained model a from-scratch control cell evaluates to ``out`` (the cell's ``model_dir``);
-    ``analyses``: the per-cell analyses (``goldfish.experiment.analyses``) the cell runs after evaluation (none: a
-    test fake's); ``analyse(plan, plans, model, control)`` writes the cell's ``attacks.json``, calibrated by the
-    ``control`` cell (None: none) (None: skipped);
-    ``card(plan)`` adds the cell's headline numbers to its trained model's card. ``open_model(eval_cfg)`` (optional)
-    returns the handle ``model`` evaluate, the analyses and analyse receive: the cell's model, loaded once, on first
-    use, for every phase after training (None: each phase gets None and loads what it needs).
-    ``train_fingerprint(train_cfg)`` and ``eval_fingerprint(eval_cfg)`` (optional): the flat settings that determine the
-    results, by the commands' own rules (``goldfish train``'s and ``goldfish eval``'s fingerprints): a started cell
-    whose saved config gives other ones is stale (None: every setting counts)."""
+    """What a cell runs: ``prepare`` (``run(cfg, out=, overwrite=False, progress=False) -> Path``), ``train`` and
+    ``evaluate`` (:class:`Step`, :class:`Train`, :class:`Evaluate`: each with its config class);
+    ``open_model(eval_cfg)`` (optional) returns the handle ``model`` evaluation and the analyses receive: the cell's
+    model, loaded once, on first use, for every phase after training (None: each phase gets None and loads what it
+    needs); ``analyses``: the per-cell analyses the cell runs after evaluation, each in its phase's place in
+    ``goldfish.experiment.analyses.ANALYSES`` (None: every one of them; a test fake lists its own, or none)."""
 
-    prepare_config: type
-    train_config: type
-    eval_config: type
-    prepare: Callable[..., Path]
-    train: Callable[[Any], Path]
-    evaluate: Callable[[Any], dict]
-    initial_model: Callable[[Any, Path], Path]
-    analyses: tuple = ()
-    analyse: Callable[[Any, list, Any, Any], dict] | None = None
+    prepare: Step
+    train: Train
+    evaluate: Evaluate
     open_model: Callable[[Any], Any] | None = None
-    card: Callable[["CellPlan"], Any] | None = None
-    train_fingerprint: Callable[[Any], dict] | None = None
-    eval_fingerprint: Callable[[Any], dict] | None = None
+    analyses: tuple | None = None
 
 
 class _CellProblems(ConfigError):
@@ -140,7 +154,7 @@ class CellFolder:
 
     @property
     def attacks_file(self) -> Path:
-        """The cell's attacks analysis (``goldfish.experiment.analysis``)."""
+        """The cell's attacks analysis (``goldfish.experiment.analyses.attacks``)."""
         return self.dir / "attacks.json"
 
     @property
@@ -323,7 +337,7 @@ def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dic
             return None
 
     train = merged(cfg.train, routed["train"])
-    if cfg.threads is not None and "threads" not in flatten(train) and _has_key(pipeline.train_config, "threads"):
+    if cfg.threads is not None and "threads" not in flatten(train) and _has_key(pipeline.train.config, "threads"):
         train = merged(train, {"threads": cfg.threads})
     try:
         start = starting_model(cfg, train, cell.overrides)
@@ -333,7 +347,7 @@ def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dic
     data = merged(recipe, routed["data"])
     if start:  # the data follows the starting model's vocabulary (a recipe's BPE training corpus no longer applies)
         data = merged(data, {TOKENIZER_KEY: start, TOKENIZER_SOURCE_KEY: None})
-    prepare_cfg = build(pipeline.prepare_config, data, "data")
+    prepare_cfg = build(pipeline.prepare.config, data, "data")
     if cfg.tune.axis and cfg.tune.by == "validation_loss" and not getattr(prepare_cfg, "num_validation", 1):
         problems.append("data: tune.by=validation_loss needs validation documents: set data.num_validation "
                         "(e.g. 100)")
@@ -341,24 +355,24 @@ def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dic
     folder = CellFolder(StudyFiles(cfg.out_dir).cells / cell.id)
     train_data = None
     if cell.control and cfg.control_mode == "background" and prepare_cfg is not None:
-        background_cfg = build(pipeline.prepare_config, merged(data, {**BACKGROUND_ONLY, **flatten(cfg.control_data)}),
+        background_cfg = build(pipeline.prepare.config, merged(data, {**BACKGROUND_ONLY, **flatten(cfg.control_data)}),
                                "data")
         train_data = (background_cfg, prepared_folder(cfg, background_cfg))
     if start:
         train = merged(train, {MODEL_PATH_KEY: start})
     train_dir = train_data[1] if train_data else data_dir
     train = merged(train, {TRAIN_WIRING["data"]: str(train_dir), TRAIN_WIRING["out"]: str(folder.train_dir)})
-    train = _tracked(_quiet(train, pipeline.train_config), pipeline.train_config, cfg.name, cell.id)
-    train_cfg = build(pipeline.train_config, train, "train")
+    train = _tracked(_quiet(train, pipeline.train.config), pipeline.train.config, cfg.name, cell.id)
+    train_cfg = build(pipeline.train.config, train, "train")
     ev = merged(cfg.eval, routed["eval"])
-    if cfg.threads is not None and "model.threads" not in flatten(ev) and _has_key(pipeline.eval_config,
+    if cfg.threads is not None and "model.threads" not in flatten(ev) and _has_key(pipeline.evaluate.config,
                                                                                   "model.threads"):
         ev = merged(ev, {"model.threads": cfg.threads})
     model = start if (cell.control and start and train_data is None) else str(folder.model_dir)
     ev = merged(ev, {EVAL_WIRING["model"]: model, EVAL_WIRING["data"]: str(data_dir),
                      EVAL_WIRING["out"]: str(folder.eval_dir),
-                     **{k: v for k, v in EVAL_KEEPS_TOKENS.items() if _has_key(pipeline.eval_config, k)}})
-    eval_cfg = build(pipeline.eval_config, _quiet(ev, pipeline.eval_config), "eval")
+                     **{k: v for k, v in EVAL_KEEPS_TOKENS.items() if _has_key(pipeline.evaluate.config, k)}})
+    eval_cfg = build(pipeline.evaluate.config, _quiet(ev, pipeline.evaluate.config), "eval")
     try:
         hardware = hardware_for(cfg, {k.partition(".")[2]: v for k, v in cell.overrides.items()
                                       if k.startswith("hardware.")})

@@ -56,9 +56,9 @@ def _every_setting(cfg: Any) -> dict[str, Any]:
 
 def stale_cells(plans: list[CellPlan], pipeline: Pipeline) -> dict[str, str]:
     """``{cell id: what differs}`` for started cells whose saved train/eval config determines other results than the
-    current one -- by the commands' own fingerprints (``Pipeline.train_fingerprint``: ``goldfish train``'s, so a
+    current one -- by the commands' own fingerprints (``Pipeline.train.fingerprint``: ``goldfish train``'s, so a
     change ``goldfish train`` would resume through, such as logging, never makes a cell stale;
-    ``Pipeline.eval_fingerprint``: ``goldfish eval``'s settings) -- or whose unfinished training or evaluation was
+    ``Pipeline.evaluate.fingerprint``: ``goldfish eval``'s settings) -- or whose unfinished training or evaluation was
     started by another code version (which the trainer and ``goldfish eval`` would refuse to resume: said here,
     before any work)."""
     stale = {}
@@ -67,8 +67,9 @@ def stale_cells(plans: list[CellPlan], pipeline: Pipeline) -> dict[str, str]:
             continue  # nothing trained yet (e.g. a config error stopped it): a changed config is simply used
         diffs = []
         for name, path, cls, current, settings in (
-                ("train", plan.train_config_file, pipeline.train_config, plan.train_cfg, pipeline.train_fingerprint),
-                ("eval", plan.eval_config_file, pipeline.eval_config, plan.eval_cfg, pipeline.eval_fingerprint)):
+                ("train", plan.train_config_file, pipeline.train.config, plan.train_cfg, pipeline.train.fingerprint),
+                ("eval", plan.eval_config_file, pipeline.evaluate.config, plan.eval_cfg,
+                 pipeline.evaluate.fingerprint)):
             if not path.is_file():
                 continue
             settings = settings or _every_setting

@@ -59,7 +59,7 @@ class CellCore:
     sample_any_rate_ci_low: float | None = None
     sample_any_rate_ci_high: float | None = None
     adversary: dict | None = None
-    # membership: every attack's AUC, held-out loss, the attacks analysis (attacks.json)
+    # membership: every attack's AUC, held-out loss (the attacks analysis's own fields: its part)
     mia_aucs: dict[str, float | None] = dataclasses.field(default_factory=dict)
     # every attack's TPR at 1 % and 0.1 % FPR ({attack: {tpr_at_1pct_fpr, tpr_at_0_1pct_fpr}}); None in results
     # written before it (then only the headline attack's TPR is known)
@@ -68,21 +68,7 @@ class CellCore:
     heldout_loss_ci: list | None = None
     heldout_ppl: float | None = None
     member_loss: float | None = None
-    tf_accuracy: float | None = None
-    tf_kept_accuracy: float | None = None
-    tf_dropped_accuracy: float | None = None
-    heldout_accuracy: float | None = None
-    mia_by_exposure: dict | None = None
-    mia_by_exposure_ci: dict | None = None
-    leakage: dict | None = None
-    leakage_by_mask: dict | None = None
     mia_auc_loss: float | None = None
-    mia_auc_reference: float | None = None
-    mia_auc_reference_ci: list | None = None
-    mia_auc_kept_loss: float | None = None
-    mia_auc_kept_loss_ci: list | None = None
-    mia_auc_kept_reference: float | None = None
-    mia_auc_kept_reference_ci: list | None = None
     # the headline attack (mia_attack) and its exact statistics
     mia_attack: str | None = None
     mia_auc: float | None = None

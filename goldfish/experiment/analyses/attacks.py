@@ -1,5 +1,6 @@
-"""A cell's analysis, ``attacks.json``: per-token scores of its model on the member and nonmember documents (one pass
-of :mod:`goldfish.eval.scoring`), and what the experiment derives from them beyond ``goldfish eval``'s membership
+"""A cell's attacks analysis, the whole of it (:data:`ATTACKS`: its phase, its part of the cell summary): its
+``attacks.json``, per-token scores of its model on the member and nonmember documents (one pass of
+:mod:`goldfish.eval.scoring`), and what the experiment derives from them beyond ``goldfish eval``'s membership
 section. (The attacks themselves, functions of per-token values with no model inside, are
 :mod:`goldfish.eval.attacks`.)
 
@@ -61,6 +62,7 @@ Fields (the schema of ``attacks.json``; targets t = 1..L-1 of each document, doc
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -72,10 +74,11 @@ from goldfish.eval.membership import evaluate_attack, target_pass
 from goldfish.eval.stats import (difference_in_differences, minimum_detectable_effect, paired_difference,
                                  se_from_interval)
 
-from ..data import load_prepared
-from ..io import atomic_write_json, read_json, read_jsonl
-from ..masks import GoldfishConfig, config_mask
-from .plan import CellPlan
+from ...data import load_prepared
+from ...io import atomic_write_json, read_json, read_jsonl
+from ...masks import GoldfishConfig, config_mask
+from ..plan import CellFolder, CellPlan
+from .base import Analysis, Others
 
 AUC_FIELDS = ("auc", "auc_ci_low", "auc_ci_high", "tpr_at_1pct_fpr", "tpr_at_1pct_fpr_note", "tpr_at_0.1pct_fpr",
               "tpr_at_0.1pct_fpr_note", "roc_fpr", "roc_tpr", "n_members", "n_nonmembers")
@@ -319,3 +322,69 @@ def analyse_cell(plan: CellPlan, plans: Sequence[CellPlan], model: Any, control:
     return analyse(token_scores(plan, prepared, model), prepared, plan.attacks_file, gcfg, _reference(control),
                    n_bootstrap=plan.eval_cfg.membership.n_bootstrap, seed=plan.eval_cfg.seed,
                    control=plan.cell.control, own=own, audits=_other_masks(gcfg, plan, plans, prepared))
+
+
+CALIBRATED = ("reference", "kept_loss", "kept_reference")  # attacks.json's attacks beside LOSS
+
+
+@dataclasses.dataclass
+class AttacksSummary:
+    """The attacks analysis's part of the cell summary (SCHEMA.md, ``cells``), from ``attacks.json`` (None: a cell
+    without one): the kept / dropped teacher-forced accuracy, the calibrated and hash-aware AUCs with their CIs, the
+    AUC per exposure count and the leakage audit."""
+
+    tf_accuracy: float | None = None
+    tf_kept_accuracy: float | None = None
+    tf_dropped_accuracy: float | None = None
+    heldout_accuracy: float | None = None
+    mia_by_exposure: dict | None = None
+    mia_by_exposure_ci: dict | None = None
+    leakage: dict | None = None
+    leakage_by_mask: dict | None = None
+    mia_auc_reference: float | None = None
+    mia_auc_reference_ci: list | None = None
+    mia_auc_kept_loss: float | None = None
+    mia_auc_kept_loss_ci: list | None = None
+    mia_auc_kept_reference: float | None = None
+    mia_auc_kept_reference_ci: list | None = None
+
+
+def attack_numbers(attacks: dict | None) -> dict[str, Any]:
+    """What a cell's attacks.json adds: kept/dropped teacher-forced accuracy, the calibrated and hash-aware AUCs with
+    their CIs, the AUC per exposure count and the leakage audit."""
+    if not attacks:
+        return {}
+    acc = attacks.get("accuracy") or {}
+    out: dict[str, Any] = {"tf_accuracy": acc.get("accuracy"), "tf_kept_accuracy": acc.get("kept_accuracy"),
+                           "tf_dropped_accuracy": acc.get("dropped_accuracy"),
+                           "heldout_accuracy": attacks.get("heldout_accuracy"),
+                           "mia_by_exposure": attacks.get("by_exposure") or {},
+                           "mia_by_exposure_ci": attacks.get("by_exposure_ci") or {}, "leakage": attacks.get("leakage"),
+                           "leakage_by_mask": attacks.get("leakage_by_mask") or None}
+    for name in CALIBRATED:
+        a = (attacks.get("attacks") or {}).get(name) or {}
+        out[f"mia_auc_{name}"] = a.get("auc")
+        out[f"mia_auc_{name}_ci"] = [a.get("auc_ci_low"), a.get("auc_ci_high")] if a else None
+    return out
+
+
+def attacks_file(folder: CellFolder) -> Path:
+    """The cell's ``attacks.json`` (``CellFolder.attacks_file``)."""
+    return folder.attacks_file
+
+
+def collect(plan: CellPlan) -> AttacksSummary:
+    """The cell's :class:`AttacksSummary`, read from its ``attacks.json``."""
+    found = read_json(plan.attacks_file) if plan.attacks_file.is_file() else None
+    return AttacksSummary(**attack_numbers(found))
+
+
+def run(plan: CellPlan, model: Any, others: Others) -> dict:
+    """The phase: :func:`analyse_cell`, calibrated by the control of the cell's grid point."""
+    return analyse_cell(plan, others.plans, model, others.control)
+
+
+ATTACKS = Analysis(name="attacks", output=attacks_file, applies=lambda plan: True, run=run, part=AttacksSummary,
+                   collect=collect, summary_keys=tuple(f.name for f in dataclasses.fields(AttacksSummary)
+                                                       if f.name != "leakage_by_mask"),
+                   reads_control=True)

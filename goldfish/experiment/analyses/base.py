@@ -39,6 +39,16 @@ class Section:
 
 
 @dataclasses.dataclass(frozen=True)
+class Others:
+    """What an analysis that reads other cells' files (``Analysis.reads_control``) gets beside its own cell: every
+    cell of the study (``plans``) and the control that calibrates this one (``control``: the control of its grid point,
+    ``goldfish.experiment.tune.control_point``; None: none). Its phase waits until that control is done."""
+
+    plans: Sequence[CellPlan]
+    control: CellPlan | None
+
+
+@dataclasses.dataclass(frozen=True)
 class Analysis:
     """One per-cell analysis.
 
@@ -46,7 +56,9 @@ class Analysis:
     * ``output(folder)``: the file it writes into the cell's folder (``plan.CellFolder``); the phase is done once it
       exists (an analysis that does not apply to a cell writes none);
     * ``applies(plan)``: whether the cell has it; ``run(plan, model)`` writes ``output`` from the cell's shared model
-      handle (``goldfish.eval.loading.SharedModel``), after evaluation;
+      handle (``goldfish.eval.loading.SharedModel``), after evaluation; ``reads_control``: it also reads the files of
+      the control of its grid point (the attacks' reference, the leakage audit): ``run(plan, model, others)`` gets
+      :class:`Others`, and its phase waits for that control;
     * ``part``: a dataclass whose fields (each with a default: what a cell without the file gets) are its flat keys
       of ``results.json``'s cells (SCHEMA.md, section ``cells``); ``collect(plan)`` reads them from ``output``;
       ``summary_keys``: those of its fields ``summary.json`` lists;
@@ -71,3 +83,4 @@ class Analysis:
     headlines: Callable[[Any], dict[str, tuple[float | None, str | None]]] | None = None
     margins: Callable[[Any], dict[str, float]] | None = None
     tuning: bool = False
+    reads_control: bool = False

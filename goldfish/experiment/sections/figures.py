@@ -27,7 +27,7 @@ def mia_attack_name(cells: list[CellSummary]) -> str:
 
 def self_referenced(cell: CellSummary) -> bool:
     """The control scored by a reference attack: its reference is itself, so every score is 0 and its AUC 0.500 by
-    construction (goldfish.experiment.analysis), not a measurement."""
+    construction (goldfish.experiment.analyses.attacks), not a measurement."""
     return cell.arm == CONTROL and str(cell.mia_attack) in ("reference", "kept_reference")
 
 

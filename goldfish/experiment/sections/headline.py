@@ -13,7 +13,7 @@ from typing import Any
 from goldfish.eval.metrics import METRICS
 from goldfish.eval.tables import ci_suffix, fmt, markdown_section, markdown_table, plain_table, with_ci
 
-from ..analysis import blind_auc
+from ..analyses.attacks import blind_auc
 from ..glossary import define, refer
 from ..summary import CellSummary, Study, cells_of, one_per_arm
 
