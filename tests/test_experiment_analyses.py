@@ -40,6 +40,16 @@ def test_the_attacks_are_a_registered_analysis_and_the_pipeline_holds_only_the_t
     assert [f.name for f in dataclasses.fields(Pipeline)] == ["prepare", "train", "evaluate", "open_model", "analyses"]
 
 
+def test_summary_json_keys_are_the_summary_fields_metadata():
+    """summary.json's keys of a cell come from the typed parts' field metadata (``summary_key(place)``), the
+    analyses' ``summary_keys`` after them: no list of them is written by hand."""
+    placed = [f for f in dataclasses.fields(CellSummary) if "summary" in f.metadata]
+    assert SUMMARY_KEYS[:len(placed)] == tuple(f.name for f in sorted(placed, key=lambda f: f.metadata["summary"]))
+    assert SUMMARY_KEYS[0] == "cell" and len(set(SUMMARY_KEYS)) == len(SUMMARY_KEYS)
+    assert set(SUMMARY_KEYS) <= {f.name for f in dataclasses.fields(CellSummary)}
+    assert [f.name for f in dataclasses.fields(Pipeline)] == ["prepare", "train", "evaluate", "open_model", "analyses"]
+
+
 def test_each_analysis_part_is_in_the_cell_summary_and_its_keys_in_summary_json():
     fields = {f.name for f in dataclasses.fields(CellSummary)}
     core = {f.name for f in dataclasses.fields(CellCore)}

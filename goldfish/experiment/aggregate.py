@@ -13,36 +13,21 @@ import csv
 import io
 from typing import Any
 
-from goldfish.eval.metrics import ROUGE
-
 from ..config import to_dict
-from .analyses import ANALYSES
-from .collect import ADAPTIVE_KEYS, summarize_cell
+from .collect import summarize_cell
 from .config import ExperimentConfig
 from .plan import CellPlan
 from .sections import SECTIONS
 from .sections.readings import derive as derive_readings
-from .summary import CellSummary, Study
+from .summary import CellSummary, Study, summary_keys
 
 RESULTS_SCHEMA = "goldfish-experiment/1"
 # per cell in every row of results.csv, then the stratum's own columns (prefix_len, repetitions, n_windows, metrics)
 ROW_CELL_KEYS = ("params", "tokens_seen", "kept_tokens", "train_time_s", "mia_auc", "mia_auc_ci_low",
                  "mia_auc_ci_high", "final_kept_loss", "final_dropped_loss", "heldout_loss", "heldout_ppl")
-# the headline numbers of a cell in summary.json (an analysis's keys listed here keep their place)
-SUMMARY_KEYS = tuple(dict.fromkeys((
-                "cell", "params", "tokens_seen", "kept_tokens", "dropped_tokens", "train_time_s", "steps",
-                "n_windows", "exact_match_rate", *ROUGE, "token_match", "mia_attack", "mia_auc", "mia_auc_ci",
-                "mia_auc_ci_low", "mia_auc_ci_high", "mia_auc_p", "mia_tpr_at_1pct_fpr", "mia_tpr_at_1pct_fpr_note",
-                "mia_tpr_at_0_1pct_fpr", "mia_tpr_at_0_1pct_fpr_note", "mia_aucs", "mia_tprs",
-                "mia_auc_loss", "mia_auc_reference", "mia_auc_reference_ci", "mia_auc_kept_loss",
-                "mia_auc_kept_loss_ci", "mia_auc_kept_reference", "mia_auc_kept_reference_ci", "mia_by_exposure",
-                "mia_by_exposure_ci", "tf_accuracy", "tf_kept_accuracy", "tf_dropped_accuracy", "heldout_accuracy",
-                "final_kept_loss", "final_dropped_loss", "heldout_loss", "heldout_loss_ci", "heldout_ppl",
-                "member_loss", "by_prefix_len", "by_repetitions", "exact_match_ci_low", "exact_match_ci_high",
-                "extraction_ci", *ADAPTIVE_KEYS,
-                "beam_width", "n_samples", "sample_temperature", "sample_any_rate", "sample_any_rate_ci_low",
-                "sample_any_rate_ci_high", "adversary", "leakage", "precision", "eval_precision", "device",
-                *(k for a in ANALYSES for k in a.summary_keys))))
+# the headline numbers of a cell in summary.json: the summary fields declared with summary_key, by their places, then
+# the analyses' summary_keys
+SUMMARY_KEYS = summary_keys()
 
 
 def rows_of(cells: list[dict], axes: list[str]) -> list[dict]:

@@ -6,8 +6,9 @@ with :meth:`CellSummary.to_json` (the grid axes' values beside the fields, one k
 section's renderer with :meth:`CellSummary.from_json`, so a renderer reads typed attributes and a report re-renders
 from ``results.json`` alone. Every field is documented in ``goldfish/experiment/SCHEMA.md`` (section ``cells``); a
 field a cell did not compute is ``null``. :class:`CellSummary` composes the fields every cell has
-(:class:`CellCore`) with each per-cell analysis's part (``part`` of every entry of
-:data:`goldfish.experiment.analyses.ANALYSES`), flat: one key per field in ``results.json``.
+(:class:`CellCore`: :class:`CellId` and the typed parts of :data:`CORE_PARTS`) with each per-cell analysis's
+part (``part`` of every entry of :data:`goldfish.experiment.analyses.ANALYSES`), flat: one key per field in
+``results.json``; ``summary.json`` lists those declared with ``analyses.base.summary_key`` (:func:`summary_keys`).
 """
 
 from __future__ import annotations
@@ -16,85 +17,111 @@ import dataclasses
 from typing import Any, Sequence
 
 from .analyses import ANALYSES
+from .analyses.base import listed, summary_key
 from .config import ExperimentConfig
 from .plan import CellPlan
 
 
 @dataclasses.dataclass
-class CellCore:
-    """What every cell's summary holds beside the analyses' parts (``goldfish/experiment/SCHEMA.md``, section
-    ``cells``); :class:`CellSummary` is this with every part of :data:`~goldfish.experiment.analyses.ANALYSES`."""
+class TrainPart:
+    """Training (``train/summary.json``, ``metrics.jsonl``)."""
 
-    cell: str
-    arm: str
-    values: dict[str, Any] = dataclasses.field(default_factory=dict)  # grid axis label -> value (JSON: top level)
-    # training (train/summary.json, metrics.jsonl)
-    params: int | None = None
-    tokens_seen: int | None = None
-    train_time_s: float | None = None
-    steps: int | None = None
-    kept_tokens: int | None = None
-    dropped_tokens: int | None = None
-    final_kept_loss: float | None = None
-    final_dropped_loss: float | None = None
-    # extraction over the member windows (eval's summary)
-    n_windows: int | None = None
-    exact_match_rate: float | None = None
-    exact_match_ci_low: float | None = None
-    exact_match_ci_high: float | None = None
-    rouge_l_paper: float | None = None
-    rouge_l: float | None = None
-    token_match: float | None = None
-    # eval's adaptive extraction attacks (decoding.beam > 1, decoding.samples > 0)
-    beam_exact_match_rate: float | None = None
-    beam_exact_match_rate_ci_low: float | None = None
-    beam_exact_match_rate_ci_high: float | None = None
-    sample_rate: float | None = None
-    sample_rate_ci_low: float | None = None
-    sample_rate_ci_high: float | None = None
-    beam_width: int | None = None
-    n_samples: int | None = None
-    sample_temperature: float | None = None
-    sample_any_rate: float | None = None
-    sample_any_rate_ci_low: float | None = None
-    sample_any_rate_ci_high: float | None = None
-    adversary: dict | None = None
-    # membership: every attack's AUC, held-out loss (the attacks analysis's own fields: its part)
-    mia_aucs: dict[str, float | None] = dataclasses.field(default_factory=dict)
+    params: int | None = summary_key(1)
+    tokens_seen: int | None = summary_key(2)
+    train_time_s: float | None = summary_key(5)
+    steps: int | None = summary_key(6)
+    kept_tokens: int | None = summary_key(3)
+    dropped_tokens: int | None = summary_key(4)
+    final_kept_loss: float | None = summary_key(37)
+    final_dropped_loss: float | None = summary_key(38)
+
+
+@dataclasses.dataclass
+class ExtractionPart:
+    """Extraction over the member windows (eval's summary) and eval's adaptive extraction attacks
+    (``decoding.beam > 1``, ``decoding.samples > 0``, the mask-consistent adversary)."""
+
+    n_windows: int | None = summary_key(7)
+    exact_match_rate: float | None = summary_key(8)
+    exact_match_ci_low: float | None = summary_key(45)
+    exact_match_ci_high: float | None = summary_key(46)
+    rouge_l_paper: float | None = summary_key(9)
+    rouge_l: float | None = summary_key(10)
+    token_match: float | None = summary_key(11)
+    beam_exact_match_rate: float | None = summary_key(48)
+    beam_exact_match_rate_ci_low: float | None = summary_key(49)
+    beam_exact_match_rate_ci_high: float | None = summary_key(50)
+    sample_rate: float | None = summary_key(51)
+    sample_rate_ci_low: float | None = summary_key(52)
+    sample_rate_ci_high: float | None = summary_key(53)
+    beam_width: int | None = summary_key(54)
+    n_samples: int | None = summary_key(55)
+    sample_temperature: float | None = summary_key(56)
+    sample_any_rate: float | None = summary_key(57)
+    sample_any_rate_ci_low: float | None = summary_key(58)
+    sample_any_rate_ci_high: float | None = summary_key(59)
+    adversary: dict | None = summary_key(60)
+
+
+@dataclasses.dataclass
+class MembershipPart:
+    """Membership: every attack's AUC and TPRs, the held-out loss (the attacks analysis's own fields: its part)."""
+
+    mia_aucs: dict[str, float | None] = summary_key(22, default_factory=dict)
     # every attack's TPR at 1 % and 0.1 % FPR ({attack: {tpr_at_1pct_fpr, tpr_at_0_1pct_fpr}}); None in results
     # written before it (then only the headline attack's TPR is known)
-    mia_tprs: dict[str, dict] | None = None
-    heldout_loss: float | None = None
-    heldout_loss_ci: list | None = None
-    heldout_ppl: float | None = None
-    member_loss: float | None = None
-    mia_auc_loss: float | None = None
-    # the headline attack (mia_attack) and its exact statistics
-    mia_attack: str | None = None
-    mia_auc: float | None = None
-    mia_auc_ci_low: float | None = None
-    mia_auc_ci_high: float | None = None
-    mia_tpr_at_1pct_fpr: float | None = None
+    mia_tprs: dict[str, dict] | None = summary_key(23)
+    heldout_loss: float | None = summary_key(39)
+    heldout_loss_ci: list | None = summary_key(40)
+    heldout_ppl: float | None = summary_key(41)
+    member_loss: float | None = summary_key(42)
+    mia_auc_loss: float | None = summary_key(24)
+
+
+@dataclasses.dataclass
+class HeadlinePart:
+    """The headline attack (``mia_attack``) and the cell's exact statistics (``inference.cell_statistics``)."""
+
+    mia_attack: str | None = summary_key(12)
+    mia_auc: float | None = summary_key(13)
+    mia_auc_ci_low: float | None = summary_key(15)
+    mia_auc_ci_high: float | None = summary_key(16)
+    mia_tpr_at_1pct_fpr: float | None = summary_key(18)
     mia_roc: dict | None = None
-    mia_auc_ci: list | None = None
-    mia_auc_p: dict | None = None
-    mia_tpr_at_1pct_fpr_note: str | None = None
-    mia_tpr_at_0_1pct_fpr: float | None = None
-    mia_tpr_at_0_1pct_fpr_note: str | None = None
-    extraction_ci: dict | None = None
-    # strata
-    by_prefix_len: dict | None = None
-    by_repetitions: dict | None = None
+    mia_auc_ci: list | None = summary_key(14)
+    mia_auc_p: dict | None = summary_key(17)
+    mia_tpr_at_1pct_fpr_note: str | None = summary_key(19)
+    mia_tpr_at_0_1pct_fpr: float | None = summary_key(20)
+    mia_tpr_at_0_1pct_fpr_note: str | None = summary_key(21)
+    extraction_ci: dict | None = summary_key(47)
+
+
+@dataclasses.dataclass
+class StrataPart:
+    """Extraction per prefix length, per repetition stratum and per (prefix, stratum)."""
+
+    by_prefix_len: dict | None = summary_key(43)
+    by_repetitions: dict | None = summary_key(44)
     strata: list[dict] = dataclasses.field(default_factory=list)
-    # where the numbers came from
+
+
+@dataclasses.dataclass
+class ProvenancePart:
+    """Where the numbers came from."""
+
     exposures: dict | None = None
-    precision: str | None = None
-    eval_precision: str | None = None
-    device: dict | None = None
+    precision: str | None = summary_key(62)
+    eval_precision: str | None = summary_key(63)
+    device: dict | None = summary_key(64)
     versions: dict | None = None
     git: str | None = None
     code: str | None = None
-    # per-target losses (the size sweep's loss gaps), canaries, per-stratum attacks
+
+
+@dataclasses.dataclass
+class DetailPart:
+    """Per-target losses (the size sweep's loss gaps), canaries, per-stratum attacks."""
+
     target_losses: dict | None = None
     target_losses_by_split: dict | None = None
     canaries: dict | None = None
@@ -102,6 +129,22 @@ class CellCore:
     nonmembers: int | None = None
     stratum_extraction: dict | None = None
     stratum_membership: dict | None = None
+
+
+# the typed parts every cell's summary holds, in results.json's order
+CORE_PARTS: tuple[type, ...] = (TrainPart, ExtractionPart, MembershipPart, HeadlinePart, StrataPart, ProvenancePart,
+                                DetailPart)
+
+
+@dataclasses.dataclass
+class CellId:
+    """Which cell a summary is of, and its reading and writing as a ``results.json`` entry; :class:`CellCore` is this
+    with every part of :data:`CORE_PARTS`, :class:`CellSummary` that with every part of
+    :data:`~goldfish.experiment.analyses.ANALYSES` (``goldfish/experiment/SCHEMA.md``, section ``cells``)."""
+
+    cell: str = dataclasses.field(metadata={"summary": 0})  # summary.json's first key (summary_key's place 0)
+    arm: str
+    values: dict[str, Any] = dataclasses.field(default_factory=dict)  # grid axis label -> value (JSON: top level)
 
     def to_json(self) -> dict[str, Any]:
         """The ``results.json`` entry: ``cell``, ``arm``, one key per grid axis, then every other field."""
@@ -111,7 +154,7 @@ class CellCore:
         return out
 
     @classmethod
-    def from_json(cls, entry: dict[str, Any], axes: Sequence[str]) -> "CellCore":
+    def from_json(cls, entry: dict[str, Any], axes: Sequence[str]) -> "CellId":
         """A ``results.json`` entry read back (``axes``: the grid axes, results.json's ``axes``); keys a summary
         does not know are left out."""
         names = {f.name for f in dataclasses.fields(cls)} - {"values"}
@@ -124,9 +167,9 @@ class CellCore:
         return self.arm + " " + " ".join(f"{a}={self.values.get(a)}" for a in axes)
 
 
-def compose(core: type, parts: Sequence[type]) -> type:
-    """``core``'s dataclass with every field of ``parts`` after its own (their names are results.json's flat cell
-    keys, so no two may share one)."""
+def compose(core: type, parts: Sequence[type], name: str = "CellSummary") -> type:
+    """``core``'s dataclass with every field of ``parts`` after its own, named ``name`` (their names are
+    results.json's flat cell keys, so no two may share one; each keeps its metadata: :func:`summary_key`)."""
     names = [f.name for f in dataclasses.fields(core)]
     fields = []
     for part in parts:
@@ -134,12 +177,23 @@ def compose(core: type, parts: Sequence[type]) -> type:
             if f.name in names:
                 raise TypeError(f"{part.__name__}.{f.name}: a cell summary field already")
             names.append(f.name)
-            fields.append((f.name, f.type, dataclasses.field(default=f.default, default_factory=f.default_factory)))
-    return dataclasses.make_dataclass("CellSummary", fields, bases=(core,), namespace={"__module__": __name__})
+            fields.append((f.name, f.type, dataclasses.field(default=f.default, default_factory=f.default_factory,
+                                                              metadata=f.metadata)))
+    return dataclasses.make_dataclass(name, fields, bases=(core,), namespace={"__module__": __name__})
 
 
+# What every cell's summary holds beside the analyses' parts: the cell and the core parts, flat
+CellCore = compose(CellId, CORE_PARTS, "CellCore")
 # Everything known about one finished cell: the core fields and every analysis's part, flat (SCHEMA.md, ``cells``)
 CellSummary = compose(CellCore, [a.part for a in ANALYSES])
+
+
+def summary_keys() -> tuple[str, ...]:
+    """A cell's keys in ``summary.json``: the fields of :data:`CellSummary` declared with
+    :func:`~goldfish.experiment.analyses.base.summary_key`, in their places' order, then every analysis's
+    ``summary_keys`` not among them (in :data:`~goldfish.experiment.analyses.ANALYSES`'s order)."""
+    placed = listed(CellSummary)
+    return (*placed, *dict.fromkeys(k for a in ANALYSES for k in a.summary_keys if k not in placed))
 
 
 def cells_of(results: dict) -> list[CellSummary]:

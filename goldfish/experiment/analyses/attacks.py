@@ -78,7 +78,7 @@ from ...data import load_prepared
 from ...io import atomic_write_json, read_json, read_jsonl
 from ...masks import GoldfishConfig, config_mask
 from ..plan import CellFolder, CellPlan
-from .base import Analysis, Others
+from .base import Analysis, Others, listed, summary_key
 
 AUC_FIELDS = ("auc", "auc_ci_low", "auc_ci_high", "tpr_at_1pct_fpr", "tpr_at_1pct_fpr_note", "tpr_at_0.1pct_fpr",
               "tpr_at_0.1pct_fpr_note", "roc_fpr", "roc_tpr", "n_members", "n_nonmembers")
@@ -333,20 +333,21 @@ class AttacksSummary:
     without one): the kept / dropped teacher-forced accuracy, the calibrated and hash-aware AUCs with their CIs, the
     AUC per exposure count and the leakage audit."""
 
-    tf_accuracy: float | None = None
-    tf_kept_accuracy: float | None = None
-    tf_dropped_accuracy: float | None = None
-    heldout_accuracy: float | None = None
-    mia_by_exposure: dict | None = None
-    mia_by_exposure_ci: dict | None = None
-    leakage: dict | None = None
+    # summary_key(place): its position among summary.json's keys of a cell, between the core's
+    tf_accuracy: float | None = summary_key(33)
+    tf_kept_accuracy: float | None = summary_key(34)
+    tf_dropped_accuracy: float | None = summary_key(35)
+    heldout_accuracy: float | None = summary_key(36)
+    mia_by_exposure: dict | None = summary_key(31)
+    mia_by_exposure_ci: dict | None = summary_key(32)
+    leakage: dict | None = summary_key(61)
     leakage_by_mask: dict | None = None
-    mia_auc_reference: float | None = None
-    mia_auc_reference_ci: list | None = None
-    mia_auc_kept_loss: float | None = None
-    mia_auc_kept_loss_ci: list | None = None
-    mia_auc_kept_reference: float | None = None
-    mia_auc_kept_reference_ci: list | None = None
+    mia_auc_reference: float | None = summary_key(25)
+    mia_auc_reference_ci: list | None = summary_key(26)
+    mia_auc_kept_loss: float | None = summary_key(27)
+    mia_auc_kept_loss_ci: list | None = summary_key(28)
+    mia_auc_kept_reference: float | None = summary_key(29)
+    mia_auc_kept_reference_ci: list | None = summary_key(30)
 
 
 def attack_numbers(attacks: dict | None) -> dict[str, Any]:
@@ -385,6 +386,5 @@ def run(plan: CellPlan, model: Any, others: Others) -> dict:
 
 
 ATTACKS = Analysis(name="attacks", output=attacks_file, applies=lambda plan: True, run=run, part=AttacksSummary,
-                   collect=collect, summary_keys=tuple(f.name for f in dataclasses.fields(AttacksSummary)
-                                                       if f.name != "leakage_by_mask"),
+                   collect=collect, summary_keys=listed(AttacksSummary),
                    reads_control=True)

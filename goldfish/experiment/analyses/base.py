@@ -15,6 +15,22 @@ from typing import Any, Callable, Protocol, Sequence
 from ..plan import CellFolder, CellPlan
 
 
+def summary_key(place: int, **field: Any) -> Any:
+    """A cell summary field that ``summary.json`` lists (``dataclasses.field`` with ``metadata={"summary": place}``;
+    default None unless ``default_factory`` is given): ``place`` is its position among a cell's keys there (the
+    order committed studies' summary.json re-render in, byte for byte: ``goldfish.experiment.summary.summary_keys``
+    sorts by it)."""
+    if "default_factory" not in field:
+        field.setdefault("default", None)
+    return dataclasses.field(metadata={"summary": place}, **field)
+
+
+def listed(part: type) -> tuple[str, ...]:
+    """The fields of ``part`` that summary.json lists (:func:`summary_key`), in their place's order."""
+    return tuple(f.name for f in sorted((f for f in dataclasses.fields(part) if "summary" in f.metadata),
+                                        key=lambda f: f.metadata["summary"]))
+
+
 class Cell(Protocol):
     """What an analysis's renderer may read of a cell: a typed ``goldfish.experiment.summary.CellSummary`` (every
     field of SCHEMA.md's ``cells``, its own part's included, as attributes; these are the ones used here)."""
@@ -61,7 +77,8 @@ class Analysis:
       :class:`Others`, and its phase waits for that control;
     * ``part``: a dataclass whose fields (each with a default: what a cell without the file gets) are its flat keys
       of ``results.json``'s cells (SCHEMA.md, section ``cells``); ``collect(plan)`` reads them from ``output``;
-      ``summary_keys``: those of its fields ``summary.json`` lists;
+      ``summary_keys``: those of its fields ``summary.json`` lists, after the core's (a field declared with
+      :func:`summary_key` has its own place among them: ``listed(part)``);
     * ``sections``: its report sections;
     * ``tuning``: it computes what a tuning cell is read for (``goldfish.experiment.tune``: the validation loss),
       so a tuning cell that computes only that runs it;
