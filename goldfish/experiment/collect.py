@@ -12,11 +12,12 @@ What a summary takes from which file (``goldfish/experiment/SCHEMA.md`` document
 * membership, from one scoring pass (eval's membership section and the cell's ``attacks.json`` score the same
   documents with the same function, ``goldfish.eval.membership``): every attack's AUC (``mia_aucs``), the held-out
   and member loss (the LOSS scores' means), the headline attack (``mia_attack``) with its CI, ROC, exact p-value and
-  guarded TPR at 1 % FPR (``goldfish.experiment.inference``), and from ``attacks.json`` the kept / dropped
-  teacher-forced accuracy, the calibrated and hash-aware AUCs, the AUC per exposure count, the leakage audit and
-  the per-target losses the size sweep's loss gap is made of;
+  guarded TPR at 1 % FPR (``goldfish.experiment.inference``), and from ``attacks.json`` the per-target losses the
+  size sweep's loss gap is made of;
 * every per-cell analysis's part (``goldfish.experiment.analyses``: the k baseline's ``eval/k_baseline.json``,
-  the exposure counts' ``exposure.json``), each read by its own module.
+  the exposure counts' ``exposure.json``, the attacks' ``attacks.json``: the kept / dropped teacher-forced
+  accuracy, the calibrated and hash-aware AUCs, the AUC per exposure count, the leakage audit), each read by its
+  own module.
 """
 
 from __future__ import annotations
