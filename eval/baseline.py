@@ -38,7 +38,7 @@ documents of the same distribution (the nonmembers), every row also carries ``no
 model on the nonmembers' windows, the same prefix length and the same mask (positions it never trained on, so no
 leak can lower it), and the baselines and test recomputed with it (the member windows' own d_w and a). The two gs
 bracket the question: with no leak the member g is at least the nonmember one, up to what the memorised context
-teaches about the dropped positions (``goldfish.experiment.analysis``'s leakage audit measures that excess).
+teaches about the dropped positions (``goldfish.experiment.analyses.attacks``'s leakage audit measures that excess).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Every measure that reads a model's next-token distributions on true text comes from here: extraction's one-pass
 verdicts (``goldfish.eval.extraction.onepass``), the k baseline (``goldfish.eval.baseline``), a cell's
-``attacks.json`` (``goldfish.experiment.analysis``) and every membership attack (``goldfish.eval.membership``).
+``attacks.json`` (``goldfish.experiment.analyses.attacks``) and every membership attack (``goldfish.eval.membership``).
 
 A document of L tokens yields, for each target t = first..L-1 (``first`` = 1 by default: every token but the first):
 
