@@ -41,7 +41,8 @@ its scores right after its pass (:func:`target_pass`) and, given a ``cache`` (a 
 passes one backed by a JSONL file), stores them there and skips documents already in it, so a killed run resumes
 without rescoring. With ``keep_tokens`` the pass also keeps each target's log-prob and top-1 correctness in the cache:
 an experiment's attacks analysis (``goldfish.experiment.analyses.attacks``) reads them there instead of scoring the
-documents again, so eval's membership task and the experiment's ``attacks.json`` are one pipeline, one pass per document.
+documents again, so eval's membership task and the experiment's ``attacks.json`` are one pipeline, one pass per
+document.
 """
 
 from __future__ import annotations
