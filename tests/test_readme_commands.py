@@ -30,7 +30,7 @@ from goldfish.experiment.config import bundled_gguf
 # the documents whose commands run, in this order (the README first: its lines are a newcomer's first steps)
 DOCUMENTS = ("README.md", "docs/install.md", "docs/cli.md", "docs/training.md", "docs/evaluation.md",
              "docs/experiments.md", "docs/hf-trainer.md", "docs/api.md", "docs/goldfish-loss.md", "docs/reliability.md",
-             "docs/troubleshooting.md", "docs/development.md", "docs/results.md")
+             "docs/troubleshooting.md", "docs/development.md", "docs/results.md", "docs/report-glossary.md")
 # command prefix -> why it does not run here
 NOT_HERE = {
     "make demo": "the demo itself (~6 min on 2 cores; its measured time and disk are in the README)",
