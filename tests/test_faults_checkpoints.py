@@ -14,7 +14,6 @@ import shutil
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -305,7 +304,7 @@ def test_a_non_ascii_digit_in_the_environment_is_one_line_in_doctor_and_train(va
                                                                               monkeypatch):
     monkeypatch.setenv(variable, "\u00b2")  # "²": str.isdigit() is true, int() fails
     if variable == "LOCAL_WORLD_SIZE":
-        monkeypatch.delenv("OMP_NUM_THREADS")
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert_one_error(*cli(["doctor"], capsys), variable, f"{variable}=4")
     data = make_prepared(tmp_path / "prepared", rows=8, seq_len=16, vocab=64)
     assert_one_error(*cli(train_argv(data, tmp_path / "run"), capsys), variable)
@@ -324,10 +323,8 @@ def test_a_config_claiming_150000_layers_is_refused_without_building_anything(mo
         raise AssertionError("a model was built before the size check")
 
     monkeypatch.setattr(LlamaForCausalLM, "__init__", refuse)
-    start = time.perf_counter()
-    with pytest.raises(UserError, match="150000 layers"):
+    with pytest.raises(UserError, match="150000 layers"):  # before any model is built (refuse above)
         load_pretrained(claims)
-    assert time.perf_counter() - start < 5, "the size check is arithmetic on the headers"
     assert "torch" in sys.modules
 
 
