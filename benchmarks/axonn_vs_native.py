@@ -39,8 +39,8 @@ LAYOUTS = {
 def _step(engine, batch: dict[str, torch.Tensor], micro_rows: int) -> float:
     """One timed optimizer step on this rank's rows; returns seconds (ranks synchronised before and after)."""
     rows = batch["input_ids"].shape[0] // engine.dp_size
-    mine = {k: v[engine.dp_rank * rows:(engine.dp_rank + 1) * rows] for k, v in batch.items()}
-    micro = [{k: v[s:s + micro_rows] for k, v in mine.items()} for s in range(0, rows, micro_rows)]
+    mine = {k: v[engine.dp_rank * rows : (engine.dp_rank + 1) * rows] for k, v in batch.items()}
+    micro = [{k: v[s : s + micro_rows] for k, v in mine.items()} for s in range(0, rows, micro_rows)]
     normalizer = int(((batch["labels"][:, 1:] != -100) & ~batch["drop_mask"][:, 1:]).sum())
     dist.barrier()
     start = time.perf_counter()
@@ -62,8 +62,10 @@ def _worker(rank: int, world: int, folder: str, args: argparse.Namespace, grid: 
 
     model_cfg = ModelConfig(name=args.model)
     engines = {}
-    for name, engine_cls, section in (("native", NativeEngine, ParallelConfig()),
-                                      ("axonn", AxonnEngine, AxonnConfig(row=grid[0], col=grid[1], depth=grid[2]))):
+    for name, engine_cls, section in (
+        ("native", NativeEngine, ParallelConfig()),
+        ("axonn", AxonnEngine, AxonnConfig(row=grid[0], col=grid[1], depth=grid[2])),
+    ):
         engine = engine_cls(section, "fp32", EngineLoss())
         engine.setup(lambda: build_model(model_cfg, args.vocab, seed=0), lambda p: torch.optim.AdamW(p, lr=1e-3))
         engines[name] = engine
@@ -103,9 +105,20 @@ def main() -> int:
     for name, grid in layouts.items():
         times = measure(args, grid)
         native, axonn = statistics.median(times["native"]), statistics.median(times["axonn"])
-        results.append({"layout": name, "row": grid[0], "col": grid[1], "depth": grid[2],
-                        "data": args.world // (grid[0] * grid[1] * grid[2]), "native_s": native, "axonn_s": axonn,
-                        "ratio": axonn / native, "native_all_s": times["native"], "axonn_all_s": times["axonn"]})
+        results.append(
+            {
+                "layout": name,
+                "row": grid[0],
+                "col": grid[1],
+                "depth": grid[2],
+                "data": args.world // (grid[0] * grid[1] * grid[2]),
+                "native_s": native,
+                "axonn_s": axonn,
+                "ratio": axonn / native,
+                "native_all_s": times["native"],
+                "axonn_all_s": times["axonn"],
+            }
+        )
         print(f"{name:<10} {native * 1e3:>15.1f} {axonn * 1e3:>14.1f} {axonn / native:>14.2f}x", flush=True)
     if args.json:
         from goldfish.io import atomic_write_json

@@ -49,8 +49,14 @@ def run_arm(arm: str, tokens: int, hidden: int, vocab: int, chunk: int) -> dict:
         else:
             out = goldfish_loss(h, labels, GoldfishConfig(), head=head, chunk_tokens=chunk)
     out.loss.backward()
-    return {"arm": arm, "vocab": vocab, "saved_mib": saved / 2**20, "seconds": time.perf_counter() - start,
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "loss": float(out.loss)}
+    return {
+        "arm": arm,
+        "vocab": vocab,
+        "saved_mib": saved / 2**20,
+        "seconds": time.perf_counter() - start,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "loss": float(out.loss),
+    }
 
 
 def main() -> int:
@@ -70,17 +76,38 @@ def main() -> int:
     print(f"{'vocab':>6} {'arm':<8} {'kept for backward':>18} {'peak RSS':>10} {'seconds':>8}  loss")
     for vocab in args.vocabs:
         for arm in ("full", "chunked"):
-            child = subprocess.run([sys.executable, __file__, "--arm", arm, "--tokens", str(args.tokens), "--hidden",
-                                    str(args.hidden), "--vocabs", str(vocab), "--chunk", str(args.chunk)],
-                                   capture_output=True, text=True, check=True)
+            child = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--arm",
+                    arm,
+                    "--tokens",
+                    str(args.tokens),
+                    "--hidden",
+                    str(args.hidden),
+                    "--vocabs",
+                    str(vocab),
+                    "--chunk",
+                    str(args.chunk),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             r = json.loads(child.stdout.strip().splitlines()[-1])
             rows.append(r)
-            print(f"{vocab:>6} {arm:<8} {r['saved_mib']:>14.0f} MiB {r['peak_rss_mib']:>6.0f} MiB "
-                  f"{r['seconds']:>8.2f}  {r['loss']:.6f}", flush=True)
+            print(
+                f"{vocab:>6} {arm:<8} {r['saved_mib']:>14.0f} MiB {r['peak_rss_mib']:>6.0f} MiB "
+                f"{r['seconds']:>8.2f}  {r['loss']:.6f}",
+                flush=True,
+            )
         full, chunked = rows[-2], rows[-1]
-        print(f"{vocab:>6} saved: {full['peak_rss_mib'] - chunked['peak_rss_mib']:.0f} MiB peak, "
-              f"{full['saved_mib'] - chunked['saved_mib']:.0f} MiB kept for backward "
-              f"(fp32 logits alone: {args.tokens * vocab * 4 / 2**20:.0f} MiB)")
+        print(
+            f"{vocab:>6} saved: {full['peak_rss_mib'] - chunked['peak_rss_mib']:.0f} MiB peak, "
+            f"{full['saved_mib'] - chunked['saved_mib']:.0f} MiB kept for backward "
+            f"(fp32 logits alone: {args.tokens * vocab * 4 / 2**20:.0f} MiB)"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)

@@ -32,9 +32,19 @@ from goldfish.eval.generate import eos_disabled, generate
 
 def build_model(device: str, dtype: torch.dtype = torch.float32, seed: int = 0):
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=4096, hidden_size=384, num_hidden_layers=6, num_attention_heads=6,
-                      num_key_value_heads=6, intermediate_size=1024, tie_word_embeddings=True,
-                      max_position_embeddings=2048, bos_token_id=None, eos_token_id=0, pad_token_id=0)
+    cfg = LlamaConfig(
+        vocab_size=4096,
+        hidden_size=384,
+        num_hidden_layers=6,
+        num_attention_heads=6,
+        num_key_value_heads=6,
+        intermediate_size=1024,
+        tie_word_embeddings=True,
+        max_position_embeddings=2048,
+        bos_token_id=None,
+        eos_token_id=0,
+        pad_token_id=0,
+    )
     return LlamaForCausalLM(cfg).to(device=device, dtype=dtype).eval()
 
 
@@ -46,8 +56,9 @@ def batch1_loop(model, prefixes, s: int) -> list[list[int]]:
     with eos_disabled(model), torch.inference_mode():
         for p in prefixes:
             ids = torch.tensor([p], device=device)
-            outs.append(model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=cfg)[0, len(p):]
-                        .tolist())
+            outs.append(
+                model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=cfg)[0, len(p) :].tolist()
+            )
     return outs
 
 
@@ -68,18 +79,23 @@ def measure(model, n: int, prefix_len: int, s: int, batch_size: int) -> dict:
     generate(model, prefixes[:2], 4, batch_size=2, progress=False)  # warm-up (allocator, kernels)
 
     base_out, t_base = timed(lambda: batch1_loop(model, prefixes, s))
-    suffixes = [o if i % 2 == 0 else torch.randint(1, 4096, (s,), generator=g).tolist()
-                for i, o in enumerate(base_out)]
+    suffixes = [o if i % 2 == 0 else torch.randint(1, 4096, (s,), generator=g).tolist() for i, o in enumerate(base_out)]
     ours, t_gen = timed(lambda: generate(model, prefixes, s, batch_size=batch_size, progress=False))
     one, t_one = timed(lambda: onepass(model, prefixes, suffixes, batch_size=batch_size, progress=False))
     gen_verdict = [o == x for o, x in zip(ours, suffixes)]
-    return {"params": sum(p.numel() for p in model.parameters()), "windows": n, "prefix_len": prefix_len,
-            "suffix_len": s, "batch_size": batch_size,
-            "windows_per_s": {"batch1_generate": n / t_base, "batched_generate": n / t_gen, "onepass": n / t_one},
-            "speedup_vs_batch1": {"batched_generate": t_base / t_gen, "onepass": t_base / t_one},
-            "onepass_vs_batched": t_gen / t_one, "identical_tokens": sum(a == b for a, b in zip(ours, base_out)),
-            "identical_verdicts": sum(r["onepass_exact"] == v for r, v in zip(one, gen_verdict)),
-            "extractable": sum(gen_verdict)}
+    return {
+        "params": sum(p.numel() for p in model.parameters()),
+        "windows": n,
+        "prefix_len": prefix_len,
+        "suffix_len": s,
+        "batch_size": batch_size,
+        "windows_per_s": {"batch1_generate": n / t_base, "batched_generate": n / t_gen, "onepass": n / t_one},
+        "speedup_vs_batch1": {"batched_generate": t_base / t_gen, "onepass": t_base / t_one},
+        "onepass_vs_batched": t_gen / t_one,
+        "identical_tokens": sum(a == b for a, b in zip(ours, base_out)),
+        "identical_verdicts": sum(r["onepass_exact"] == v for r, v in zip(one, gen_verdict)),
+        "extractable": sum(gen_verdict),
+    }
 
 
 def main() -> None:
@@ -89,8 +105,12 @@ def main() -> None:
     ap.add_argument("--suffix-len", type=int, default=50)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
-                    help="weights and compute of all three methods (bf16 matmuls are ~4x faster on AMX CPUs)")
+    ap.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "bfloat16"],
+        help="weights and compute of all three methods (bf16 matmuls are ~4x faster on AMX CPUs)",
+    )
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     ap.add_argument("--json", default=None, help="also write the numbers to this JSON file")
     args = ap.parse_args()
@@ -99,20 +119,27 @@ def main() -> None:
     model = build_model(args.device, getattr(torch, args.dtype))
     r = measure(model, args.windows, args.prefix_len, args.suffix_len, args.batch_size)
     n, rate, speedup = r["windows"], r["windows_per_s"], r["speedup_vs_batch1"]
-    print(f"model: Llama {r['params'] / 1e6:.1f} M params on {args.device}; {n} windows, P={args.prefix_len}, "
-          f"S={args.suffix_len}; {args.dtype}; torch threads {torch.get_num_threads()}")
+    print(
+        f"model: Llama {r['params'] / 1e6:.1f} M params on {args.device}; {n} windows, P={args.prefix_len}, "
+        f"S={args.suffix_len}; {args.dtype}; torch threads {torch.get_num_threads()}"
+    )
     print(f"{'method':<32} {'windows/s':>10} {'vs batch-1':>11}")
     print(f"{'batch-1 generate (baseline)':<32} {rate['batch1_generate']:>10.1f} {1.0:>10.1f}x")
-    print(f"{f'batched generate (bs {args.batch_size})':<32} {rate['batched_generate']:>10.1f} "
-          f"{speedup['batched_generate']:>10.1f}x")
+    print(
+        f"{f'batched generate (bs {args.batch_size})':<32} {rate['batched_generate']:>10.1f} "
+        f"{speedup['batched_generate']:>10.1f}x"
+    )
     print(f"{f'one pass (bs {args.batch_size})':<32} {rate['onepass']:>10.1f} {speedup['onepass']:>10.1f}x")
     print(f"one pass vs batched generate: {r['onepass_vs_batched']:.1f}x faster (target >= 2x)")
-    print(f"batched == batch-1 tokens: {r['identical_tokens']}/{n} windows; one-pass == generated verdicts: "
-          f"{r['identical_verdicts']}/{n} ({r['extractable']} extractable windows)")
+    print(
+        f"batched == batch-1 tokens: {r['identical_tokens']}/{n} windows; one-pass == generated verdicts: "
+        f"{r['identical_verdicts']}/{n} ({r['extractable']} extractable windows)"
+    )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": args.device, "dtype": args.dtype, "threads": torch.get_num_threads(), **r}, f,
-                      indent=2)
+            json.dump(
+                {"device": args.device, "dtype": args.dtype, "threads": torch.get_num_threads(), **r}, f, indent=2
+            )
 
 
 if __name__ == "__main__":

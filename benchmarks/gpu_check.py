@@ -89,14 +89,23 @@ def train_arms(smoke: bool) -> list[dict]:
 
     from goldfish.train_config import LossConfig
 
-    args = argparse.Namespace(model="llama-demo" if smoke else "tinyllama-1.1B", vocab=512 if smoke else 32000,
-                              seq=64 if smoke else 2048, micro_rows=2 if smoke else 4, accum=2,
-                              warmup=1 if smoke else 3, steps=1 if smoke else 6, peak_tflops=None,
-                              precision="fp32" if smoke else "bf16")
+    args = argparse.Namespace(
+        model="llama-demo" if smoke else "tinyllama-1.1B",
+        vocab=512 if smoke else 32000,
+        seq=64 if smoke else 2048,
+        micro_rows=2 if smoke else 4,
+        accum=2,
+        warmup=1 if smoke else 3,
+        steps=1 if smoke else 6,
+        peak_tflops=None,
+        precision="fp32" if smoke else "bf16",
+    )
     chunk = 32 if smoke else 4096
-    arms = [("native", "native", {}),
-            ("native fast", "native", {"compile": not smoke, "loss": LossConfig(ce_chunk_tokens=chunk)}),
-            ("axonn", "axonn", {})]
+    arms = [
+        ("native", "native", {}),
+        ("native fast", "native", {"compile": not smoke, "loss": LossConfig(ce_chunk_tokens=chunk)}),
+        ("axonn", "axonn", {}),
+    ]
     return [run_engine(engine, args, options, label) for label, engine, options in arms]
 
 
@@ -115,15 +124,21 @@ def demo_verdicts(smoke: bool, out: Path) -> dict:
     start = time.perf_counter()
     # cwd = the checkout, so data/<recipe>.yaml resolves; -P keeps its goldfish/ folder off sys.path, so the
     # installed package (with goldfish.eval) is the one imported
-    done = subprocess.run([sys.executable, "-P", "-m", "goldfish", "experiment", str(config), f"out={out}"],
-                          capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-P", "-m", "goldfish", "experiment", str(config), f"out={out}"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     if done.returncode != 0:
         return {"error": (done.stderr.strip().splitlines() or ["exit %d" % done.returncode])[-1]}
     summary = json.loads((out / "summary.json").read_text())
     # summary.json: one object per arm, plus top-level numbers such as blind_auc / blind_auc_ci
-    return {"wall_s": time.perf_counter() - start, "blind_auc": summary.get("blind_auc"),
-            "exact_match": {name: cell.get("exact_match_rate") for name, cell in summary.items()
-                            if isinstance(cell, dict)}}
+    return {
+        "wall_s": time.perf_counter() - start,
+        "blind_auc": summary.get("blind_auc"),
+        "exact_match": {name: cell.get("exact_match_rate") for name, cell in summary.items() if isinstance(cell, dict)},
+    }
 
 
 def table(result: dict) -> str:
@@ -137,27 +152,40 @@ def table(result: dict) -> str:
         if m["identical"] is None:  # --cpu-smoke: one device, nothing to compare
             row(f"mask {strategy} (smoke, no device)", f"{m['ms']:.2f} ms on the cpu; parity not checked")
         else:
-            row(f"mask parity {strategy} ({m['compared']})",
-                f"{'identical' if m['identical'] else 'DIFFERENT'}, {m['ms']:.2f} ms", "identical")
+            row(
+                f"mask parity {strategy} ({m['compared']})",
+                f"{'identical' if m['identical'] else 'DIFFERENT'}, {m['ms']:.2f} ms",
+                "identical",
+            )
     arms = {a["engine"]: a for a in result.get("train", [])}
     for name, a in arms.items():
         mem = f", {a['peak_memory_gib']:.1f} GiB" if a.get("peak_memory_gib") is not None else ""
         mfu = f"{a['mfu']:.1%}" if a["mfu"] is not None else f"n/a ({a['mfu_peak']})"
-        row(f"train {name}", f"{a['tokens_per_s']:,.0f} tok/s, MFU {mfu}{mem}",
-            ">= 45 % MFU" if name == "native fast" else "")
+        row(
+            f"train {name}",
+            f"{a['tokens_per_s']:,.0f} tok/s, MFU {mfu}{mem}",
+            ">= 45 % MFU" if name == "native fast" else "",
+        )
     if "axonn" in arms and "native" in arms:  # same options on both sides (AxoNN takes no compile/chunked CE)
-        row("train axonn / native", f"{arms['axonn']['tokens_per_s'] / arms['native']['tokens_per_s']:.3f}x",
-            ">= 0.9x")
+        row("train axonn / native", f"{arms['axonn']['tokens_per_s'] / arms['native']['tokens_per_s']:.3f}x", ">= 0.9x")
     if ev := result.get("eval"):
         sp = ev["speedup_vs_batch1"]
-        row("eval batched / batch-1 generate", f"{sp['batched_generate']:.1f}x "
-            f"({ev['windows_per_s']['batched_generate']:.1f} windows/s)", ">= 30x")
+        row(
+            "eval batched / batch-1 generate",
+            f"{sp['batched_generate']:.1f}x ({ev['windows_per_s']['batched_generate']:.1f} windows/s)",
+            ">= 30x",
+        )
         row("eval one pass / batch-1 generate", f"{sp['onepass']:.1f}x", "")
-        row("eval identical tokens, verdicts", f"{ev['identical_tokens']}/{ev['windows']}, "
-            f"{ev['identical_verdicts']}/{ev['windows']}", "all")
+        row(
+            "eval identical tokens, verdicts",
+            f"{ev['identical_tokens']}/{ev['windows']}, {ev['identical_verdicts']}/{ev['windows']}",
+            "all",
+        )
     if demo := result.get("demo"):
-        value = demo.get("error") or ", ".join(f"{k} {v:.0%}" for k, v in demo["exact_match"].items()) + \
-            f" ({demo['wall_s']:.0f} s)"
+        value = (
+            demo.get("error")
+            or ", ".join(f"{k} {v:.0%}" for k, v in demo["exact_match"].items()) + f" ({demo['wall_s']:.0f} s)"
+        )
         row("demo exact match", value, "standard >= 80 %, goldfish <= 2 %, control <= 2 %")
     return "\n".join(lines)
 
@@ -166,12 +194,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny shapes on the CPU (tests the script, no GPU)")
     ap.add_argument("--json", type=Path, help="write the table and all numbers here")
-    ap.add_argument("--skip", nargs="*", default=[], choices=["mask", "train", "eval", "demo"],
-                    help="checks to leave out")
+    ap.add_argument(
+        "--skip", nargs="*", default=[], choices=["mask", "train", "eval", "demo"], help="checks to leave out"
+    )
     args = ap.parse_args()
     if not args.cpu_smoke and not torch.cuda.is_available():
-        print("error: benchmarks/gpu_check.py needs a CUDA GPU (torch.cuda.is_available() is False); run it on a GPU "
-              "machine, or pass --cpu-smoke for the tiny CPU dry run", file=sys.stderr)
+        print(
+            "error: benchmarks/gpu_check.py needs a CUDA GPU (torch.cuda.is_available() is False); run it on a GPU "
+            "machine, or pass --cpu-smoke for the tiny CPU dry run",
+            file=sys.stderr,
+        )
         return 2
     device = "cpu" if args.cpu_smoke else "cuda"
     # one process, no torchrun: the engines read these (AxoNN needs a process group even for one device)
@@ -179,8 +211,10 @@ def main() -> int:
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
     start = time.perf_counter()
-    result: dict = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu (smoke)",
-                    "torch": torch.__version__}
+    result: dict = {
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu (smoke)",
+        "torch": torch.__version__,
+    }
     import transformers
 
     result["transformers"] = transformers.__version__
@@ -195,8 +229,9 @@ def main() -> int:
             result["demo"] = demo_verdicts(args.cpu_smoke, Path(folder) / "demo")
     result["wall_s"] = time.perf_counter() - start
     result["table"] = table(result)
-    print(f"{result['device']}, torch {result['torch']}, transformers {result['transformers']}, "
-          f"{result['wall_s']:.0f} s")
+    print(
+        f"{result['device']}, torch {result['torch']}, transformers {result['transformers']}, {result['wall_s']:.0f} s"
+    )
     print(result["table"])
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

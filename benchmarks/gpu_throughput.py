@@ -83,11 +83,18 @@ def run_engine(name: str, args: argparse.Namespace, options: dict | None = None,
     else:  # the vendor peak of the device by name (CPU: measured), never above 100 % (goldfish.perf)
         meter = MfuMeter(flops, args.precision, device)
         mfu, peak_source = meter.mfu(tokens / step_s), meter.unavailable or meter.peak_source
-    result = {"engine": label or name, "step_s": step_s, "tokens_per_s": tokens / step_s,
-              "mfu": mfu, "mfu_peak": peak_source, "flops_per_token": flops,
-              "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None,
-              "last_kept_loss": stats.kept_loss, "all_step_s": times, "options": {k: str(v) for k, v in
-                                                                                  (options or {}).items()}}
+    result = {
+        "engine": label or name,
+        "step_s": step_s,
+        "tokens_per_s": tokens / step_s,
+        "mfu": mfu,
+        "mfu_peak": peak_source,
+        "flops_per_token": flops,
+        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None,
+        "last_kept_loss": stats.kept_loss,
+        "all_step_s": times,
+        "options": {k: str(v) for k, v in (options or {}).items()},
+    }
     engine.close()
     del engine
     gc.collect()
@@ -105,37 +112,55 @@ def main() -> int:
     p.add_argument("--accum", type=int, default=2, help="micro-batches per optimizer step")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per engine")
     p.add_argument("--steps", type=int, default=8, help="timed steps per engine")
-    p.add_argument("--peak-tflops", type=float, default=None,
-                   help="divide MFU by this peak instead of the device's vendor peak (goldfish.hardware.GPUS)")
+    p.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="divide MFU by this peak instead of the device's vendor peak (goldfish.hardware.GPUS)",
+    )
     p.add_argument("--precision", default="bf16", choices=["bf16", "fp32"], help="bf16 autocast or plain fp32")
     p.add_argument("--engines", nargs="*", default=["native", "axonn"])
     p.add_argument("--json", type=Path, help="also write the results here")
     args = p.parse_args()
     if not torch.cuda.is_available():
-        print("error: benchmarks/gpu_throughput.py needs a CUDA GPU (torch.cuda.is_available() is False); "
-              "run it on a GPU machine with a CUDA build of torch", file=sys.stderr)
+        print(
+            "error: benchmarks/gpu_throughput.py needs a CUDA GPU (torch.cuda.is_available() is False); "
+            "run it on a GPU machine with a CUDA build of torch",
+            file=sys.stderr,
+        )
         return 2
     # one process, no torchrun: the engines read these (AxoNN needs a process group even for one GPU)
-    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(_free_port()))
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
     torch.backends.cuda.matmul.allow_tf32 = True
-    print(f"{torch.cuda.get_device_name()}, {args.model}, {args.accum}×{args.micro_rows} rows × {args.seq} tokens "
-          f"per step, {args.precision}")
+    print(
+        f"{torch.cuda.get_device_name()}, {args.model}, {args.accum}×{args.micro_rows} rows × {args.seq} tokens "
+        f"per step, {args.precision}"
+    )
     print(f"{'engine':<8} {'ms/step':>9} {'tokens/s':>10} {'MFU':>7} {'peak GiB':>9}")
     results = []
     for name in args.engines:
         r = run_engine(name, args)
         results.append(r)
         mfu = f"{r['mfu']:>6.1%}" if r["mfu"] is not None else f"{'n/a':>6}"
-        print(f"{name:<8} {r['step_s'] * 1e3:>9.1f} {r['tokens_per_s']:>10.0f} {mfu} "
-              f"{r['peak_memory_gib']:>9.1f}   ({r['mfu_peak']})", flush=True)
+        print(
+            f"{name:<8} {r['step_s'] * 1e3:>9.1f} {r['tokens_per_s']:>10.0f} {mfu} "
+            f"{r['peak_memory_gib']:>9.1f}   ({r['mfu_peak']})",
+            flush=True,
+        )
     if len(results) == 2:
         print(f"axonn / native tokens/s: {results[1]['tokens_per_s'] / results[0]['tokens_per_s']:.3f}")
     if args.json:
         from goldfish.io import atomic_write_json
 
-        atomic_write_json(args.json, {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                                      "args": {k: str(v) for k, v in vars(args).items()}, "results": results})
+        atomic_write_json(
+            args.json,
+            {
+                "device": torch.cuda.get_device_name(),
+                "torch": torch.__version__,
+                "args": {k: str(v) for k, v in vars(args).items()},
+                "results": results,
+            },
+        )
     return 0
 
 

@@ -77,9 +77,11 @@ def doc_scores(stats) -> dict[str, np.ndarray]:
     """The membership scores of each document (members score higher): LOSS, Min-K% and Min-K%++ at 20 %."""
     from goldfish.eval.membership import lowest_k_mean
 
-    return {"loss": np.array([st.logp.mean() for st in stats]),
-            "min_k_20": np.array([lowest_k_mean(st.logp, 0.2) for st in stats]),
-            "min_k_pp_20": np.array([lowest_k_mean(st.z, 0.2) for st in stats])}
+    return {
+        "loss": np.array([st.logp.mean() for st in stats]),
+        "min_k_20": np.array([lowest_k_mean(st.logp, 0.2) for st in stats]),
+        "min_k_pp_20": np.array([lowest_k_mean(st.z, 0.2) for st in stats]),
+    }
 
 
 def discordant(a: np.ndarray, b: np.ndarray) -> float:
@@ -92,17 +94,20 @@ def discordant(a: np.ndarray, b: np.ndarray) -> float:
 def compare(full, stats, window: int) -> dict:
     """Changes of the per-token log-probs and the document scores of one setting against ``full``."""
     delta = [np.abs(s.logp - f.logp) for s, f in zip(stats, full)]
-    cut = [d[window - 1:] for d in delta]  # targets t >= window (index t - 1) have less context than in full
+    cut = [d[window - 1 :] for d in delta]  # targets t >= window (index t - 1) have less context than in full
     ref, got = doc_scores(full), doc_scores(stats)
-    return {"mean_abs_dlogp": float(np.concatenate(delta).mean()),
-            "mean_abs_dlogp_cut": float(np.concatenate(cut).mean()) if any(len(c) for c in cut) else 0.0,
-            "max_abs_dscore": {k: float(np.abs(got[k] - ref[k]).max()) for k in ref},
-            "score_spread": {k: float(ref[k].max() - ref[k].min()) for k in ref},
-            "discordant_pairs": {k: discordant(ref[k], got[k]) for k in ref}}
+    return {
+        "mean_abs_dlogp": float(np.concatenate(delta).mean()),
+        "mean_abs_dlogp_cut": float(np.concatenate(cut).mean()) if any(len(c) for c in cut) else 0.0,
+        "max_abs_dscore": {k: float(np.abs(got[k] - ref[k]).max()) for k in ref},
+        "score_spread": {k: float(ref[k].max() - ref[k].min()) for k in ref},
+        "discordant_pairs": {k: discordant(ref[k], got[k]) for k in ref},
+    }
 
 
-def lowercase_scores(model, docs: list[list[int]], logp: list[np.ndarray], tokenizer, head: int | None,
-                     window: int, stride: int) -> np.ndarray:
+def lowercase_scores(
+    model, docs: list[list[int]], logp: list[np.ndarray], tokenizer, head: int | None, window: int, stride: int
+) -> np.ndarray:
     """The lowercase attack, -NLL(text) / NLL(lowercased text), over the first ``head`` tokens (None: all)."""
     from goldfish.eval.membership import lowercase_docs
     from goldfish.eval.scoring import token_statistics
@@ -110,17 +115,26 @@ def lowercase_scores(model, docs: list[list[int]], logp: list[np.ndarray], token
     heads = [d[:head] if head else d for d in docs]
     lowered = lowercase_docs(heads, [tokenizer.decode(d, skip_special_tokens=True) for d in heads], tokenizer)
     lower = token_statistics(model, lowered, window=window, stride=stride, progress=False)
-    return np.array([lp[:len(h) - 1].mean() / -st.logp.mean() for lp, h, st in zip(logp, heads, lower)])
+    return np.array([lp[: len(h) - 1].mean() / -st.logp.mean() for lp, h, st in zip(logp, heads, lower)])
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--docs", type=int, default=6)
     ap.add_argument("--tokens", type=int, default=8192, help="tokens per article (SmolLM2's context: 8192)")
-    ap.add_argument("--settings", nargs="+", default=["full", "2048:1536", "1024:768", "512:384"],
-                    help="full, or W:S (window, stride)")
-    ap.add_argument("--lowercase", type=int, nargs="*", default=[1024],
-                    help="lowercase-attack bounds to compare with the whole document")
+    ap.add_argument(
+        "--settings",
+        nargs="+",
+        default=["full", "2048:1536", "1024:768", "512:384"],
+        help="full, or W:S (window, stride)",
+    )
+    ap.add_argument(
+        "--lowercase",
+        type=int,
+        nargs="*",
+        default=[1024],
+        help="lowercase-attack bounds to compare with the whole document",
+    )
     ap.add_argument("--lowercase-setting", default="2048:1536", help="W:S the lowercase comparison is scored at")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", help="write every number here")
@@ -134,26 +148,43 @@ def main() -> int:
     model = load_model(gguf, "fp32", "cpu")
     chosen = articles(args.docs, args.tokens, tokenizer)
     docs = [ids for _, ids in chosen]
-    result = {"cpu": cpu_model(), "capability": torch.backends.cpu.get_cpu_capability(), "threads": args.threads,
-              "torch": torch.__version__, "articles": [t for t, _ in chosen], "tokens_per_doc": args.tokens,
-              "settings": {}}
+    result = {
+        "cpu": cpu_model(),
+        "capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": args.threads,
+        "torch": torch.__version__,
+        "articles": [t for t, _ in chosen],
+        "tokens_per_doc": args.tokens,
+        "settings": {},
+    }
     full, seen = None, {}
     for setting in ["full"] + [s for s in args.settings if s != "full"]:
         window, stride = (None, None) if setting == "full" else map(int, setting.split(":"))
         stats, seconds, cpu = score(model, docs, window, stride)
         seen[setting] = stats
         tokens = sum(len(d) - 1 for d in docs)
-        row = {"seconds": seconds, "cpu_seconds": cpu, "tokens_per_s": tokens / seconds,
-               "tokens_per_cpu_s": tokens / cpu}
+        row = {
+            "seconds": seconds,
+            "cpu_seconds": cpu,
+            "tokens_per_s": tokens / seconds,
+            "tokens_per_cpu_s": tokens / cpu,
+        }
         if full is None:
             full = stats
         else:
             row.update(compare(full, stats, window))
         result["settings"][setting] = row
-        print(f"{setting:>10}  {row['tokens_per_s']:7.1f} tok/s, {row['tokens_per_cpu_s']:7.1f} tok/CPU-s" + (
-            f"  mean|dlogp| {row['mean_abs_dlogp']:.4f} (cut {row['mean_abs_dlogp_cut']:.4f})  "
-            f"max|dLOSS| {row['max_abs_dscore']['loss']:.4f} of spread {row['score_spread']['loss']:.3f}  "
-            f"discordant {row['discordant_pairs']}" if setting != "full" else ""), flush=True)
+        print(
+            f"{setting:>10}  {row['tokens_per_s']:7.1f} tok/s, {row['tokens_per_cpu_s']:7.1f} tok/CPU-s"
+            + (
+                f"  mean|dlogp| {row['mean_abs_dlogp']:.4f} (cut {row['mean_abs_dlogp_cut']:.4f})  "
+                f"max|dLOSS| {row['max_abs_dscore']['loss']:.4f} of spread {row['score_spread']['loss']:.3f}  "
+                f"discordant {row['discordant_pairs']}"
+                if setting != "full"
+                else ""
+            ),
+            flush=True,
+        )
         if args.json:  # after every setting: a long run killed midway keeps what it measured
             with open(args.json, "w", encoding="utf-8") as f:
                 json.dump(result, f, indent=2)
@@ -165,13 +196,20 @@ def main() -> int:
         result["lowercase"] = {"setting": args.lowercase_setting, "bounds": {}}
         for head in args.lowercase:
             got = lowercase_scores(model, docs, logp, tokenizer, head, window, stride)
-            row = {"max_abs_dscore": float(np.abs(got - whole).max()), "score_spread": float(whole.max() - whole.min()),
-                   "discordant_pairs": discordant(whole, got)}
+            row = {
+                "max_abs_dscore": float(np.abs(got - whole).max()),
+                "score_spread": float(whole.max() - whole.min()),
+                "discordant_pairs": discordant(whole, got),
+            }
             result["lowercase"]["bounds"][str(head)] = row
-            print(f"lowercase first {head} tokens vs whole: max|dscore| {row['max_abs_dscore']:.4f} of spread "
-                  f"{row['score_spread']:.3f}, discordant {row['discordant_pairs']:.3f}", flush=True)
-    print(f"{result['cpu']} ({result['capability']}), {args.threads} threads, {len(docs)} articles x {args.tokens} "
-          f"tokens")
+            print(
+                f"lowercase first {head} tokens vs whole: max|dscore| {row['max_abs_dscore']:.4f} of spread "
+                f"{row['score_spread']:.3f}, discordant {row['discordant_pairs']:.3f}",
+                flush=True,
+            )
+    print(
+        f"{result['cpu']} ({result['capability']}), {args.threads} threads, {len(docs)} articles x {args.tokens} tokens"
+    )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)

@@ -73,7 +73,7 @@ class Bigrams:
             cur = np.where(self.dead[cur], rng.choice(self.sentence_start, size=n), nxt)
         texts = []
         for i in range(n):
-            words = self.vocab[out[:lengths[i], i]].tolist()
+            words = self.vocab[out[: lengths[i], i]].tolist()
             texts.append(re.sub(r" ([.,;:!?])", r"\1", " ".join(words)))
         return texts
 
@@ -111,20 +111,33 @@ def main(argv: list[str] | None = None) -> int:
     while written < target_words:
         lengths = np.clip(rng.lognormal(np.log(args.median_words), 0.8, args.shard_documents), 20, 20_000)
         lengths = lengths.astype(np.int64)
-        lengths = lengths[:int(np.searchsorted(np.cumsum(lengths), target_words - written)) + 1]  # stop at the target
+        lengths = lengths[: int(np.searchsorted(np.cumsum(lengths), target_words - written)) + 1]  # stop at the target
         docs = []
         for lo in range(0, len(lengths), 2_000):
-            for text in model.sample(lengths[lo:lo + 2_000], rng):
+            for text in model.sample(lengths[lo : lo + 2_000], rng):
                 docs.append({"id": f"synth-{args.seed}-{n}", "text": text})
                 n += 1
         written += int(lengths.sum())
         write_shard(args.out / f"shard-{shard:05d}{suffix}", docs, args.format)
         shard += 1
-        print(f"{shard} shards, {written:,} words (~{written * TOKENS_PER_WORD / 1e6:,.1f} M tokens), "
-              f"{time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
-    print(json.dumps({"out": str(args.out), "shards": shard, "documents": n, "words": written,
-                      "approx_tokens": int(written * TOKENS_PER_WORD),
-                      "seconds": round(time.perf_counter() - started, 1)}))
+        print(
+            f"{shard} shards, {written:,} words (~{written * TOKENS_PER_WORD / 1e6:,.1f} M tokens), "
+            f"{time.perf_counter() - started:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+    print(
+        json.dumps(
+            {
+                "out": str(args.out),
+                "shards": shard,
+                "documents": n,
+                "words": written,
+                "approx_tokens": int(written * TOKENS_PER_WORD),
+                "seconds": round(time.perf_counter() - started, 1),
+            }
+        )
+    )
     return 0
 
 

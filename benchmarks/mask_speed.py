@@ -39,15 +39,23 @@ def mask_times() -> dict:
         ids = torch.randint(0, 50_257, shape)
         for strategy in ("hash", "hash-table", "canonical", "static"):
             out[f"{strategy} {shape[0]}x{shape[1]} ms"] = 1e3 * _time(
-                lambda: goldfish_mask(ids, 4, 13, strategy, fold=fold), 20)
+                lambda: goldfish_mask(ids, 4, 13, strategy, fold=fold), 20
+            )
     return out
 
 
 def step_ratio(steps: int) -> dict:
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=4096, hidden_size=320, intermediate_size=864, num_hidden_layers=6,
-                      num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=256,
-                      tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        vocab_size=4096,
+        hidden_size=320,
+        intermediate_size=864,
+        num_hidden_layers=6,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+    )
     model = LlamaForCausalLM(cfg)
     n_params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)

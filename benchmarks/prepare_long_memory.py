@@ -28,8 +28,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-WORDS = ("the of river city king war north people was built stone light market garden winter letter silver engine "
-         "harbor forest paper window morning voice island bridge valley castle don't 1999 é 日本 -- ...").split()
+WORDS = (
+    "the of river city king war north people was built stone light market garden winter letter silver engine "
+    "harbor forest paper window morning voice island bridge valley castle don't 1999 é 日本 -- ..."
+).split()
 
 
 def prose(chars: int, seed: int) -> str:
@@ -68,11 +70,22 @@ def write_corpus(root: Path, case: str, mb: int, tokenizer: str, where: str) -> 
         (root / "bg").mkdir()
         (root / "bg" / "part.jsonl").write_text("\n".join(bg) + "\n", encoding="utf-8")
     (root / "main.jsonl").write_text("\n".join(main) + "\n", encoding="utf-8")
-    recipe = {"name": "mem", "source": {"name": "local", "path": str(root / "main.jsonl"), "id_field": "id"},
-              "tokenizer": {"name": tokenizer, **({"vocab_size": 512} if tokenizer == "bpe" else {})},
-              "seq_len": 64, "packing": "pack", "min_tokens": 16, "doc_tokens": 24, "num_members": 8,
-              "repetitions": [1, 3], "nonmember_mode": "random_split", "num_nonmembers": 8, "num_background": None,
-              "background_chunk_tokens": 63, "shard_documents": 64}
+    recipe = {
+        "name": "mem",
+        "source": {"name": "local", "path": str(root / "main.jsonl"), "id_field": "id"},
+        "tokenizer": {"name": tokenizer, **({"vocab_size": 512} if tokenizer == "bpe" else {})},
+        "seq_len": 64,
+        "packing": "pack",
+        "min_tokens": 16,
+        "doc_tokens": 24,
+        "num_members": 8,
+        "repetitions": [1, 3],
+        "nonmember_mode": "random_split",
+        "num_nonmembers": 8,
+        "num_background": None,
+        "background_chunk_tokens": 63,
+        "shard_documents": 64,
+    }
     if where == "bg":
         recipe["background_source"] = {"name": "local", "path": str(root / "bg")}
     (root / "recipe.json").write_text(json.dumps(recipe))
@@ -84,19 +97,48 @@ def main() -> None:
     ap.add_argument("--tokenizer", default="gpt2", choices=["gpt2", "bpe"])
     ap.add_argument("--case", default="none", choices=["none", "text", "metadata", "arrays", "array-text"])
     ap.add_argument("--mb", type=int, default=30)
-    ap.add_argument("--where", default="bg", choices=["bg", "main"],
-                    help="the background in its own source (background_source) or in the main source")
+    ap.add_argument(
+        "--where",
+        default="bg",
+        choices=["bg", "main"],
+        help="the background in its own source (background_source) or in the main source",
+    )
     ap.add_argument("--keep", help="write the corpus and the prepared folder here (default: a temporary folder)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.keep or tmp)
         root.mkdir(parents=True, exist_ok=True)
         recipe = write_corpus(root, args.case, args.mb, args.tokenizer, args.where)
-        p = subprocess.run([sys.executable, "-m", "goldfish", "prepare", str(recipe), "--out", str(root / "out"),
-                            "--quiet", "--num-proc", "1"], capture_output=True, text=True)
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "goldfish",
+                "prepare",
+                str(recipe),
+                "--out",
+                str(root / "out"),
+                "--quiet",
+                "--num-proc",
+                "1",
+            ],
+            capture_output=True,
+            text=True,
+        )
         peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-        print(json.dumps({"case": args.case, "where": args.where, "mb": args.mb, "tokenizer": args.tokenizer, "rc": p.returncode,
-                          "peak_mib": round(peak, 1), "err": p.stderr.strip().splitlines()[-1:] if p.returncode else []}))
+        print(
+            json.dumps(
+                {
+                    "case": args.case,
+                    "where": args.where,
+                    "mb": args.mb,
+                    "tokenizer": args.tokenizer,
+                    "rc": p.returncode,
+                    "peak_mib": round(peak, 1),
+                    "err": p.stderr.strip().splitlines()[-1:] if p.returncode else [],
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

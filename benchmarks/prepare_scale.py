@@ -37,28 +37,46 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-WRAPPER = ("import json, resource, sys; from goldfish.cli import main; rc = main(sys.argv[1:]); "
-           "print('RUSAGE ' + json.dumps({'self_kb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
-           "'workers_kb': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}), file=sys.stderr); sys.exit(rc)")
+WRAPPER = (
+    "import json, resource, sys; from goldfish.cli import main; rc = main(sys.argv[1:]); "
+    "print('RUSAGE ' + json.dumps({'self_kb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
+    "'workers_kb': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}), file=sys.stderr); sys.exit(rc)"
+)
 
 
 # a fresh process opening the folder (verified, from the record prepare left) and building a 16-row global batch
-FIRST_BATCH = ("import sys, time; import numpy as np; from goldfish.data import load_prepared; "
-               "t = time.perf_counter(); p = load_prepared(sys.argv[1]); b = p.train.batch(np.arange(16)); "
-               "print(time.perf_counter() - t)")
+FIRST_BATCH = (
+    "import sys, time; import numpy as np; from goldfish.data import load_prepared; "
+    "t = time.perf_counter(); p = load_prepared(sys.argv[1]); b = p.train.batch(np.arange(16)); "
+    "print(time.perf_counter() - t)"
+)
 
 
 def recipe(background: Path, main: bool = False) -> dict:
     """``main``: the corpus is the main source itself -- members and nonmembers a seeded random split of its
     documents, the rest its background -- instead of a separate ``background_source`` beside Wikipedia targets."""
-    out = {"name": "scale", "source": {"name": "wikipedia"}, "tokenizer": {"name": "gpt2"}, "seq_len": 2048,
-           "packing": "pack", "min_tokens": 512, "doc_tokens": 512, "num_members": 48, "repetitions": [4],
-           "nonmember_mode": "random_split", "num_nonmembers": 32, "num_background": None,
-           "background_chunk_tokens": 2047, "background_source": {"name": "local", "path": str(background)},
-           "background_dedup": {"ngram": 13, "overlap": 0.2}, "shard_documents": 2000}
+    out = {
+        "name": "scale",
+        "source": {"name": "wikipedia"},
+        "tokenizer": {"name": "gpt2"},
+        "seq_len": 2048,
+        "packing": "pack",
+        "min_tokens": 512,
+        "doc_tokens": 512,
+        "num_members": 48,
+        "repetitions": [4],
+        "nonmember_mode": "random_split",
+        "num_nonmembers": 32,
+        "num_background": None,
+        "background_chunk_tokens": 2047,
+        "background_source": {"name": "local", "path": str(background)},
+        "background_dedup": {"ngram": 13, "overlap": 0.2},
+        "shard_documents": 2000,
+    }
     if main:
-        out.update(source={"name": "local", "path": str(background), "id_field": "id"}, background_source=None,
-                   min_tokens=128)
+        out.update(
+            source={"name": "local", "path": str(background), "id_field": "id"}, background_source=None, min_tokens=128
+        )
     return out
 
 
@@ -66,8 +84,19 @@ def corpus(work: Path, tokens: float) -> Path:
     out = work / f"corpus_{tokens / 1e6:g}M"
     if not (out / "done").is_file():
         shutil.rmtree(out, ignore_errors=True)
-        subprocess.run([sys.executable, str(HERE / "make_corpus.py"), str(out), "--tokens", str(tokens),
-                        "--shard-documents", "5000"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                sys.executable,
+                str(HERE / "make_corpus.py"),
+                str(out),
+                "--tokens",
+                str(tokens),
+                "--shard-documents",
+                "5000",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         (out / "done").write_text("")
     return out
 
@@ -80,8 +109,11 @@ def run_prepare(work: Path, background: Path, num_proc: int, main: bool = False)
     out = work / f"prepared_{background.name}_{kind}_{num_proc}"
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", WRAPPER, "prepare", str(rec), "--out", str(out), "--num-proc",
-                           str(num_proc), "--quiet"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", WRAPPER, "prepare", str(rec), "--out", str(out), "--num-proc", str(num_proc), "--quiet"],
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - t0
     if proc.returncode:
         raise SystemExit(f"prepare failed: {proc.stderr[-2000:]}")
@@ -92,10 +124,17 @@ def run_prepare(work: Path, background: Path, num_proc: int, main: bool = False)
     rows = sum((out / rel).stat().st_size for rel in manifest["files"] if not rel.startswith("tokenizer/"))
     folder = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     shutil.rmtree(out)
-    return {"train_tokens": tokens, "wall_s": round(wall, 1), "peak_rss_mb": round(max(usage.values()) / 1024, 1),
-            "main_rss_mb": round(usage["self_kb"] / 1024, 1), "worker_rss_mb": round(usage["workers_kb"] / 1024, 1),
-            "rows_bytes_per_token": round(rows / tokens, 3), "folder_bytes_per_token": round(folder / tokens, 3),
-            "tokens_per_s": round(tokens / wall), "first_batch_s": round(float(first.stdout.split()[-1]), 3)}
+    return {
+        "train_tokens": tokens,
+        "wall_s": round(wall, 1),
+        "peak_rss_mb": round(max(usage.values()) / 1024, 1),
+        "main_rss_mb": round(usage["self_kb"] / 1024, 1),
+        "worker_rss_mb": round(usage["workers_kb"] / 1024, 1),
+        "rows_bytes_per_token": round(rows / tokens, 3),
+        "folder_bytes_per_token": round(folder / tokens, 3),
+        "tokens_per_s": round(tokens / wall),
+        "first_batch_s": round(float(first.stdout.split()[-1]), 3),
+    }
 
 
 def tokenize_ratios(work: Path, background: Path, shards: int) -> dict:
@@ -120,14 +159,24 @@ def tokenize_ratios(work: Path, background: Path, shards: int) -> dict:
     backend = tok.backend_tokenizer
     backend.encode_special_tokens = True
     t0 = time.perf_counter()
-    count = sum(len(e.ids) for s in range(0, len(docs), 256) for e in backend.encode_batch(docs[s:s + 256],
-                                                                                          add_special_tokens=False))
+    count = sum(
+        len(e.ids)
+        for s in range(0, len(docs), 256)
+        for e in backend.encode_batch(docs[s : s + 256], add_special_tokens=False)
+    )
     own = time.perf_counter() - t0
 
     def spec(folder: Path) -> ShardSpec:
-        return ShardSpec(str(folder), json.loads((base / "prepare-state.json").read_text())["fingerprint"],
-                         cfg.background_source, n, cfg.min_tokens, cfg.background_chunk_tokens, "uint16",
-                         cfg.background_dedup)
+        return ShardSpec(
+            str(folder),
+            json.loads((base / "prepare-state.json").read_text())["fingerprint"],
+            cfg.background_source,
+            n,
+            cfg.min_tokens,
+            cfg.background_chunk_tokens,
+            "uint16",
+            cfg.background_dedup,
+        )
 
     def fresh(name: str) -> Path:
         folder = work / name
@@ -153,21 +202,35 @@ def tokenize_ratios(work: Path, background: Path, shards: int) -> dict:
         timings[workers] = time.perf_counter() - t0
     for name in ("ratio_base", "ratio_one", "ratio_plain", "ratio_1", "ratio_2"):
         shutil.rmtree(work / name, ignore_errors=True)
-    return {"documents": len(docs), "tokens": count, "tokenizer_tokens_per_s": round(count / own),
-            "worker_tokens_per_s": round(count / ours), "worker_vs_tokenizer": round(own / ours, 3),
-            "worker_without_dedup_vs_tokenizer": round(own / undeduped, 3),
-            "share_of_worker_time": {"encode": round(own / ours, 3), "dedup": round((ours - undeduped) / ours, 3),
-                                     "read_chunk_write": round((undeduped - own) / ours, 3)},
-            "two_vs_one_worker": round(timings[1] / timings[2], 3), "shards_timed": 2 * shards,
-            "cpus": len(os.sched_getaffinity(0)), "load_1min_at_end": round(os.getloadavg()[0], 2)}
+    return {
+        "documents": len(docs),
+        "tokens": count,
+        "tokenizer_tokens_per_s": round(count / own),
+        "worker_tokens_per_s": round(count / ours),
+        "worker_vs_tokenizer": round(own / ours, 3),
+        "worker_without_dedup_vs_tokenizer": round(own / undeduped, 3),
+        "share_of_worker_time": {
+            "encode": round(own / ours, 3),
+            "dedup": round((ours - undeduped) / ours, 3),
+            "read_chunk_write": round((undeduped - own) / ours, 3),
+        },
+        "two_vs_one_worker": round(timings[1] / timings[2], 3),
+        "shards_timed": 2 * shards,
+        "cpus": len(os.sched_getaffinity(0)),
+        "load_1min_at_end": round(os.getloadavg()[0], 2),
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "goldfish_prepare_scale")
     ap.add_argument("--big", action="store_true", help="also the ~200 M-token corpus")
-    ap.add_argument("--big-corpus", type=Path, default=None,
-                    help="an existing ~200 M-token corpus folder for --big (e.g. data/corpus/bg200m)")
+    ap.add_argument(
+        "--big-corpus",
+        type=Path,
+        default=None,
+        help="an existing ~200 M-token corpus folder for --big (e.g. data/corpus/bg200m)",
+    )
     ap.add_argument("--num-proc", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
@@ -189,10 +252,11 @@ def main() -> int:
         "main_source_rss_20M_over_2M": round(main_large["peak_rss_mb"] / main_small["peak_rss_mb"], 3),
         "main_source_rss_le_1.15x": main_large["peak_rss_mb"] <= 1.15 * main_small["peak_rss_mb"],
         "main_source_vs_background_source_wall_20M": round(main_large["wall_s"] / large["wall_s"], 3),
-        "rss_le_1.5GB": max(r["peak_rss_mb"] for k in ("prepare", "prepare_main_source")
-                            for r in result[k].values()) <= 1536,
-        "rows_le_4.5_bytes_per_token": all(r["rows_bytes_per_token"] <= 4.5 for k in ("prepare", "prepare_main_source")
-                                           for r in result[k].values()),
+        "rss_le_1.5GB": max(r["peak_rss_mb"] for k in ("prepare", "prepare_main_source") for r in result[k].values())
+        <= 1536,
+        "rows_le_4.5_bytes_per_token": all(
+            r["rows_bytes_per_token"] <= 4.5 for k in ("prepare", "prepare_main_source") for r in result[k].values()
+        ),
         "worker_ge_0.8_of_tokenizer": result["tokenize"]["worker_vs_tokenizer"] >= 0.8,
         "two_workers_ge_1.7x": result["tokenize"]["two_vs_one_worker"] >= 1.7,
     }

@@ -32,9 +32,30 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 # what a run reports about itself, not what it measured: left out of the comparison
-VOLATILE = {"created", "git", "code", "versions", "wall_time_s", "train_time_s", "mean_tokens_per_s", "mean_mfu",
-            "mfu_peak_flops", "mfu_peak_source", "seconds", "elapsed_s", "duration_s", "path", "out", "time_s",
-            "weights", "mfu_unavailable", "train_s", "eval_s", "tokens_per_s", "windows_per_s"}
+VOLATILE = {
+    "created",
+    "git",
+    "code",
+    "versions",
+    "wall_time_s",
+    "train_time_s",
+    "mean_tokens_per_s",
+    "mean_mfu",
+    "mfu_peak_flops",
+    "mfu_peak_source",
+    "seconds",
+    "elapsed_s",
+    "duration_s",
+    "path",
+    "out",
+    "time_s",
+    "weights",
+    "mfu_unavailable",
+    "train_s",
+    "eval_s",
+    "tokens_per_s",
+    "windows_per_s",
+}
 
 
 def _spin() -> None:
@@ -96,12 +117,21 @@ def against(config: str, committed: Path, work: Path) -> dict:
     seconds, _ = run(config, work / "run")
     equal, diffs, only = 0, [], []
     for name in ("summary.json", "results.json"):
-        a, b = (_blind_by_content(numbers(json.loads((folder / name).read_text().replace(str(folder), "<run>"))))
-                for folder in (committed, work / "run"))
+        a, b = (
+            _blind_by_content(numbers(json.loads((folder / name).read_text().replace(str(folder), "<run>"))))
+            for folder in (committed, work / "run")
+        )
         e, d, o = shared_differences(a, b, name)
         equal, diffs, only = equal + e, diffs + d, only + o
-    return {"config": config, "against": str(committed), "seconds": round(seconds, 1), "values_equal": equal,
-            "same_numbers": not diffs, "differences": diffs[:40], "new_fields": only}
+    return {
+        "config": config,
+        "against": str(committed),
+        "seconds": round(seconds, 1),
+        "values_equal": equal,
+        "same_numbers": not diffs,
+        "differences": diffs[:40],
+        "new_fields": only,
+    }
 
 
 def _console(text: str, out: Path) -> str:
@@ -111,8 +141,9 @@ def _console(text: str, out: Path) -> str:
 
 def run(config: str, out: Path) -> tuple[float, str]:
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "goldfish", "experiment", config, f"out={out}"], cwd=REPO,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "goldfish", "experiment", config, f"out={out}"], cwd=REPO, capture_output=True, text=True
+    )
     if done.returncode:
         sys.exit(f"the experiment failed:\n{done.stderr[-3000:]}")
     return time.perf_counter() - start, done.stdout
@@ -145,13 +176,22 @@ def main() -> int:
                 h.terminate()
         diffs = []
         for name in ("summary.json", "results.json"):
-            a, b = (numbers(json.loads((work / run_ / name).read_text().replace(str(work / run_), "<run>")))
-                    for run_ in ("idle", "loaded"))
+            a, b = (
+                numbers(json.loads((work / run_ / name).read_text().replace(str(work / run_), "<run>")))
+                for run_ in ("idle", "loaded")
+            )
             diffs += [f"{name}: {d}" for d in differences(a, b)]
         same_console = _console(idle_out, work / "idle") == _console(loaded_out, work / "loaded")
-        result = {"config": args.config, "hogs": args.hogs, "idle_s": round(idle_s, 1),
-                  "loaded_s": round(loaded_s, 1), "loaded_over_idle": round(loaded_s / idle_s, 2),
-                  "same_numbers": not diffs, "same_console_output": same_console, "differences": diffs}
+        result = {
+            "config": args.config,
+            "hogs": args.hogs,
+            "idle_s": round(idle_s, 1),
+            "loaded_s": round(loaded_s, 1),
+            "loaded_over_idle": round(loaded_s / idle_s, 2),
+            "same_numbers": not diffs,
+            "same_console_output": same_console,
+            "differences": diffs,
+        }
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -31,7 +31,7 @@ def old_windows(doc: EvalDocument, prefix_len: int, suffix_len: int) -> list[tup
         h = hashlib.sha256()
         h.update(f"goldfish-window/1|{prefix_len}|{suffix_len}|stride|{s}|".encode())
         h.update(struct.pack(f"<{len(toks)}q", *toks))
-        out.append((toks[s:s + p], toks[s + p:s + p + suffix_len], h.hexdigest()))
+        out.append((toks[s : s + p], toks[s + p : s + p + suffix_len], h.hexdigest()))
     return out
 
 

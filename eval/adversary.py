@@ -86,14 +86,19 @@ def resolve_mask(mask_section: Any, model_path: str | None, tokenizer) -> Goldfi
     found = run_folder_mask(model_path)
     trained = found["goldfish"] if found and found["type"] == "goldfish" else None
     if trained is None and not {"k", "h"} <= set(explicit):
-        why = ("was trained with the standard loss" if found else "is not a training run folder")
-        raise UserError(f"decoding.adversary=mask_consistent needs the Goldfish mask of the model, which {why}; "
-                        f"set goldfish.k and goldfish.h (and goldfish.strategy, goldfish.seed, goldfish.special_ids "
-                        f"if not the defaults), e.g. goldfish.k=4 goldfish.h=13")
+        why = "was trained with the standard loss" if found else "is not a training run folder"
+        raise UserError(
+            f"decoding.adversary=mask_consistent needs the Goldfish mask of the model, which {why}; "
+            f"set goldfish.k and goldfish.h (and goldfish.strategy, goldfish.seed, goldfish.special_ids "
+            f"if not the defaults), e.g. goldfish.k=4 goldfish.h=13"
+        )
     settings = {**(trained or {}), **explicit}
     specials = {int(i) for i in settings.get("special_ids") or []}
-    specials |= {int(v) for v in (getattr(tokenizer, a, None) for a in ("eos_token_id", "bos_token_id",
-                                                                          "pad_token_id")) if isinstance(v, int)}
+    specials |= {
+        int(v)
+        for v in (getattr(tokenizer, a, None) for a in ("eos_token_id", "bos_token_id", "pad_token_id"))
+        if isinstance(v, int)
+    }
     settings["special_ids"] = sorted(specials)
     try:
         gcfg = GoldfishConfig(**settings)
@@ -113,7 +118,7 @@ def told_drops(windows: Sequence[Any], gcfg: GoldfishConfig) -> list[np.ndarray]
     for w in windows:
         mask = config_mask(torch.as_tensor([list(w.doc.tokens)]), gcfg)[0].numpy()
         begin = w.start + len(w.prefix)
-        out.append(mask[begin: begin + len(w.suffix)])
+        out.append(mask[begin : begin + len(w.suffix)])
     return out
 
 
@@ -141,12 +146,20 @@ class MaskConsistentPicker:
     """A :data:`goldfish.eval.generate.Picker` for one batch: it keeps every row's context (prefix, left-padded with
     :data:`PAD`, then its own picks) to compute the candidates' drop decisions at each step."""
 
-    def __init__(self, prefixes: Sequence[Sequence[int]], max_new_tokens: int, gcfg: GoldfishConfig,
-                 told: Sequence[np.ndarray] | None, threshold: float, device: torch.device):
+    def __init__(
+        self,
+        prefixes: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        gcfg: GoldfishConfig,
+        told: Sequence[np.ndarray] | None,
+        threshold: float,
+        device: torch.device,
+    ):
         ids, mask, _ = left_pad(prefixes, 0, device)
         self.width = ids.shape[1]
-        self.context = torch.cat([ids.masked_fill(mask == 0, PAD),
-                                  torch.full((len(prefixes), max_new_tokens), PAD, device=device)], dim=1)
+        self.context = torch.cat(
+            [ids.masked_fill(mask == 0, PAD), torch.full((len(prefixes), max_new_tokens), PAD, device=device)], dim=1
+        )
         self.told = None if told is None else torch.as_tensor(np.stack(told), device=device)  # (B, S)
         self.gcfg, self.threshold, self.step = gcfg, threshold, 0
 
@@ -161,10 +174,18 @@ class MaskConsistentPicker:
         return picks
 
 
-def mask_consistent_generate(model, prefixes: Sequence[Sequence[int]], max_new_tokens: int, gcfg: GoldfishConfig,
-                             *, told: Sequence[np.ndarray] | None = None,
-                             threshold: float = DEFAULT_SWITCH_THRESHOLD, pad_id: int = 0,
-                             batch_size: int | str = 32, progress: bool = True) -> list[list[int]]:
+def mask_consistent_generate(
+    model,
+    prefixes: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    gcfg: GoldfishConfig,
+    *,
+    told: Sequence[np.ndarray] | None = None,
+    threshold: float = DEFAULT_SWITCH_THRESHOLD,
+    pad_id: int = 0,
+    batch_size: int | str = 32,
+    progress: bool = True,
+) -> list[list[int]]:
     """Mask-consistent greedy continuations of ``max_new_tokens`` tokens: the oracle variant with ``told`` (per
     prefix, the (S,) true drop decisions), the confidence-switch variant without. Batched and KV-cached like
     :func:`goldfish.eval.generate.generate` (left padding, length buckets, input order kept)."""
@@ -172,8 +193,9 @@ def mask_consistent_generate(model, prefixes: Sequence[Sequence[int]], max_new_t
 
     def run(idx: list[int]) -> list[list[int]]:
         batch = [prefixes[i] for i in idx]
-        picker = MaskConsistentPicker(batch, max_new_tokens, gcfg, None if told is None else [told[i] for i in idx],
-                                      threshold, device)
+        picker = MaskConsistentPicker(
+            batch, max_new_tokens, gcfg, None if told is None else [told[i] for i in idx], threshold, device
+        )
         return decode_batch(model, batch, max_new_tokens, pad_id, picker).tolist()
 
     desc = "mask-consistent (oracle)" if told is not None else "mask-consistent (switch)"
@@ -186,13 +208,21 @@ def _true_contexts(doc: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     width = int(positions.max())
     out = torch.full((len(positions), width), PAD, dtype=torch.int64, device=doc.device)
     for j, p in enumerate(positions.tolist()):
-        out[j, width - p:] = doc[:p]
+        out[j, width - p :] = doc[:p]
     return out
 
 
-def teacher_forced(model, prefixes: Sequence[Sequence[int]], suffixes: Sequence[Sequence[int]],
-                   told: Sequence[np.ndarray], gcfg: GoldfishConfig, threshold: float = DEFAULT_SWITCH_THRESHOLD, *,
-                   batch_size: int | str = 32, progress: bool = True) -> list[dict[str, int]]:
+def teacher_forced(
+    model,
+    prefixes: Sequence[Sequence[int]],
+    suffixes: Sequence[Sequence[int]],
+    told: Sequence[np.ndarray],
+    gcfg: GoldfishConfig,
+    threshold: float = DEFAULT_SWITCH_THRESHOLD,
+    *,
+    batch_size: int | str = 32,
+    progress: bool = True,
+) -> list[dict[str, int]]:
     """Per window, the top-1 hits on the dropped suffix positions given the true context: plain argmax
     (``tf_dropped_hits``), oracle-restricted (``tf_oracle_dropped_hits``) and switch-restricted
     (``tf_switch_dropped_hits``), from the one teacher-forced scoring pass (:mod:`goldfish.eval.scoring`, its
@@ -202,23 +232,34 @@ def teacher_forced(model, prefixes: Sequence[Sequence[int]], suffixes: Sequence[
     told_t = [torch.as_tensor(np.asarray(d, dtype=bool)) for d in told]
 
     def restricted_hits(i: int, positions: torch.Tensor, logits: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
-        drops = next_token_drops(_true_contexts(torch.as_tensor(docs[i], device=logits.device), positions), gcfg,
-                                 logits.shape[-1])  # (t, V)
+        drops = next_token_drops(
+            _true_contexts(torch.as_tensor(docs[i], device=logits.device), positions), gcfg, logits.shape[-1]
+        )  # (t, V)
         believed = told_t[i].to(logits.device)[positions - first[i]]  # (t,) the told decisions
         oracle = restrict(logits, drops, believed, True) == truth
         switch = restrict(logits, drops, switch_beliefs(logits, threshold), False) == truth
         return torch.stack([oracle, switch], dim=1)  # (t, 2)
 
-    stats = token_statistics(model, docs, first=first, token_budget=window_budget(model, [len(d) for d in docs],
-                                                                                   batch_size),
-                             desc="mask-consistent (teacher-forced)", progress=progress,
-                             fix="set a smaller decoding.batch_size", extra=restricted_hits)
+    stats = token_statistics(
+        model,
+        docs,
+        first=first,
+        token_budget=window_budget(model, [len(d) for d in docs], batch_size),
+        desc="mask-consistent (teacher-forced)",
+        progress=progress,
+        fix="set a smaller decoding.batch_size",
+        extra=restricted_hits,
+    )
     out = []
     for st, d in zip(stats, told_t):
         dropped = d.numpy()
-        out.append({"tf_dropped_hits": int((st.correct & dropped).sum()),
-                    "tf_oracle_dropped_hits": int((st.extra[:, 0] & dropped).sum()),
-                    "tf_switch_dropped_hits": int((st.extra[:, 1] & dropped).sum())})
+        out.append(
+            {
+                "tf_dropped_hits": int((st.correct & dropped).sum()),
+                "tf_oracle_dropped_hits": int((st.extra[:, 0] & dropped).sum()),
+                "tf_switch_dropped_hits": int((st.extra[:, 1] & dropped).sum()),
+            }
+        )
     return out
 
 
@@ -230,22 +271,34 @@ def _hits(gen: Sequence[int], truth: Sequence[int], dropped: np.ndarray) -> int:
     return int(sum(bool(d) and g == t for g, t, d in zip(gen, truth, dropped)))
 
 
-def window_records(model, windows: Sequence[Any], greedy: Sequence[Sequence[int]], gcfg: GoldfishConfig,
-                   threshold: float = DEFAULT_SWITCH_THRESHOLD, *, pad_id: int = 0, batch_size: int | str = 32,
-                   progress: bool = True) -> list[dict]:
+def window_records(
+    model,
+    windows: Sequence[Any],
+    greedy: Sequence[Sequence[int]],
+    gcfg: GoldfishConfig,
+    threshold: float = DEFAULT_SWITCH_THRESHOLD,
+    *,
+    pad_id: int = 0,
+    batch_size: int | str = 32,
+    progress: bool = True,
+) -> list[dict]:
     """Per window (one suffix length), the mask-consistent fields of results.json (eval/SCHEMA.md, windows):
     ``mask_dropped``, ``greedy_dropped_hits``, ``mc_oracle_*`` / ``mc_switch_*`` (``exact_match``, ``token_match``,
     ``dropped_hits``) and the teacher-forced ``tf_*dropped_hits``."""
     prefixes, suffixes = [list(w.prefix) for w in windows], [list(w.suffix) for w in windows]
     told = told_drops(windows, gcfg)
     kw = dict(pad_id=pad_id, batch_size=batch_size, progress=progress)
-    gens = {"mc_oracle": mask_consistent_generate(model, prefixes, len(suffixes[0]), gcfg, told=told, **kw),
-            "mc_switch": mask_consistent_generate(model, prefixes, len(suffixes[0]), gcfg, threshold=threshold, **kw)}
+    gens = {
+        "mc_oracle": mask_consistent_generate(model, prefixes, len(suffixes[0]), gcfg, told=told, **kw),
+        "mc_switch": mask_consistent_generate(model, prefixes, len(suffixes[0]), gcfg, threshold=threshold, **kw),
+    }
     tf = teacher_forced(model, prefixes, suffixes, told, gcfg, threshold, batch_size=batch_size, progress=progress)
     records = []
     for i, truth in enumerate(suffixes):
-        rec: dict[str, Any] = {"mask_dropped": int(told[i].sum()),
-                               "greedy_dropped_hits": _hits(greedy[i], truth, told[i])}
+        rec: dict[str, Any] = {
+            "mask_dropped": int(told[i].sum()),
+            "greedy_dropped_hits": _hits(greedy[i], truth, told[i]),
+        }
         for name, outs in gens.items():
             gen = outs[i]
             rec[f"{name}_exact_match"] = list(gen) == truth
@@ -277,17 +330,27 @@ def summarize(windows: Sequence[dict], n_bootstrap: int = 1000, seed: int = 0) -
         ws = [w for w in windows if (w["window"], w["prefix_len"]) == (placement, prefix_len) and "mask_dropped" in w]
         docs = [w["doc_id"] for w in ws]
         greedy = [bool(w["exact_match"]) for w in ws]
-        row: dict[str, Any] = {"window": placement, "prefix_len": prefix_len, "n_windows": len(ws),
-                               "n_dropped": int(sum(w["mask_dropped"] for w in ws)),
-                               "exact_match": {"greedy": cluster_bootstrap_mean(greedy, docs, n_bootstrap, seed)},
-                               "mcnemar_vs_greedy": {}, "dropped_accuracy": {}}
+        row: dict[str, Any] = {
+            "window": placement,
+            "prefix_len": prefix_len,
+            "n_windows": len(ws),
+            "n_dropped": int(sum(w["mask_dropped"] for w in ws)),
+            "exact_match": {"greedy": cluster_bootstrap_mean(greedy, docs, n_bootstrap, seed)},
+            "mcnemar_vs_greedy": {},
+            "dropped_accuracy": {},
+        }
         for name in VARIANTS:
             verdicts = [bool(w[f"{name}_exact_match"]) for w in ws]
             row["exact_match"][name] = cluster_bootstrap_mean(verdicts, docs, n_bootstrap, seed)
             row["mcnemar_vs_greedy"][name] = mcnemar_exact(verdicts, greedy)
-        for name, key in (("greedy", "greedy_dropped_hits"), ("mc_oracle", "mc_oracle_dropped_hits"),
-                          ("mc_switch", "mc_switch_dropped_hits"), ("tf", "tf_dropped_hits"),
-                          ("tf_oracle", "tf_oracle_dropped_hits"), ("tf_switch", "tf_switch_dropped_hits")):
+        for name, key in (
+            ("greedy", "greedy_dropped_hits"),
+            ("mc_oracle", "mc_oracle_dropped_hits"),
+            ("mc_switch", "mc_switch_dropped_hits"),
+            ("tf", "tf_dropped_hits"),
+            ("tf_oracle", "tf_oracle_dropped_hits"),
+            ("tf_switch", "tf_switch_dropped_hits"),
+        ):
             row["dropped_accuracy"][name] = _dropped_accuracy(ws, key, n_bootstrap, seed)
         rows.append(row)
     return rows
@@ -295,8 +358,15 @@ def summarize(windows: Sequence[dict], n_bootstrap: int = 1000, seed: int = 0) -
 
 def section(windows: Sequence[dict], gcfg: GoldfishConfig, cfg: Any) -> dict:
     """results.json's ``adversary``: the mask settings assumed, the switch threshold and :func:`summarize`'s rows."""
-    return {"name": cfg.decoding.adversary,
-            "mask": {"k": gcfg.k, "h": gcfg.h, "strategy": gcfg.strategy, "seed": gcfg.seed,
-                     "special_ids": list(gcfg.special_ids)},
-            "switch_threshold": cfg.decoding.switch_threshold or DEFAULT_SWITCH_THRESHOLD,
-            "rows": summarize(windows, cfg.membership.n_bootstrap, cfg.seed)}
+    return {
+        "name": cfg.decoding.adversary,
+        "mask": {
+            "k": gcfg.k,
+            "h": gcfg.h,
+            "strategy": gcfg.strategy,
+            "seed": gcfg.seed,
+            "special_ids": list(gcfg.special_ids),
+        },
+        "switch_threshold": cfg.decoding.switch_threshold or DEFAULT_SWITCH_THRESHOLD,
+        "rows": summarize(windows, cfg.membership.n_bootstrap, cfg.seed),
+    }

@@ -72,9 +72,7 @@ def _stratify(windows: Sequence[dict], field: str) -> dict[str, dict]:
     groups: dict[Any, list[dict]] = defaultdict(list)
     for w in windows:
         groups[w.get(field)].append(w)
-    return {
-        ("unknown" if k is None else str(k)): summarize_group(groups[k]) for k in sorted(groups, key=_sort_key)
-    }
+    return {("unknown" if k is None else str(k)): summarize_group(groups[k]) for k in sorted(groups, key=_sort_key)}
 
 
 def rank_documents(windows: Sequence[dict]) -> list[dict]:
@@ -85,13 +83,20 @@ def rank_documents(windows: Sequence[dict]) -> list[dict]:
         docs[(w.get("split"), w.get("doc_id"))].append(w)
     rows = []
     for (split, doc_id), ws in docs.items():
-        row = {"doc_id": doc_id, "title": ws[0].get("title"), "split": split, "group": ws[0].get("group"),
-               "repetitions": ws[0].get("repetitions"), "n_windows": len(ws)}
+        row = {
+            "doc_id": doc_id,
+            "title": ws[0].get("title"),
+            "split": split,
+            "group": ws[0].get("group"),
+            "repetitions": ws[0].get("repetitions"),
+            "n_windows": len(ws),
+        }
         for name in DOCUMENT_METRICS:
             row[METRICS[name].summary_key] = _mean(w.get(name) for w in ws)
         rows.append(row)
-    rows.sort(key=lambda r: tuple(_best_first(METRICS[name], r[METRICS[name].summary_key])
-                                  for name in DOCUMENT_METRICS[:2]))
+    rows.sort(
+        key=lambda r: tuple(_best_first(METRICS[name], r[METRICS[name].summary_key]) for name in DOCUMENT_METRICS[:2])
+    )
     return rows
 
 
@@ -104,8 +109,10 @@ def _best_first(metric: Metric, value: float | None) -> float:
 
 def metric_directions() -> dict[str, dict[str, Any]]:
     """The ``summary.metrics`` record: per summary key, the metric it aggregates, its aggregation and direction."""
-    return {m.summary_key: {"metric": m.name, "aggregation": m.aggregation, "higher_is_better": m.higher_is_better}
-            for m in METRICS.values()}
+    return {
+        m.summary_key: {"metric": m.name, "aggregation": m.aggregation, "higher_is_better": m.higher_is_better}
+        for m in METRICS.values()
+    }
 
 
 def summarize(windows: list[dict]) -> dict:

@@ -51,7 +51,7 @@ class AttackSpec:
         if key in (self.fixed_keys or (() if self.ratio_keys else (self.name,))):
             return True
         for prefix in self.ratio_keys:
-            percent = key[len(prefix) + 1:] if key.startswith(prefix + "_") else ""
+            percent = key[len(prefix) + 1 :] if key.startswith(prefix + "_") else ""
             if percent.isascii() and percent.isdigit():
                 return True
         return False
@@ -66,13 +66,15 @@ def declare_attack(spec: AttackSpec) -> AttackSpec:
     return spec
 
 
-for _spec in (AttackSpec("loss"),
-              AttackSpec("min_k", ratio_keys=("min_k", "min_k_pp")),
-              AttackSpec("zlib", needs=("tokenizer",), fixed_keys=("zlib_mimir", "zlib_ratio")),
-              AttackSpec("lowercase", needs=("tokenizer",)),
-              AttackSpec("reference", needs=("reference_model",)),
-              AttackSpec("recall", needs=("recall_prefix",)),
-              AttackSpec("dc_pdd", needs=("dc_pdd_counts",), token_scores=True)):
+for _spec in (
+    AttackSpec("loss"),
+    AttackSpec("min_k", ratio_keys=("min_k", "min_k_pp")),
+    AttackSpec("zlib", needs=("tokenizer",), fixed_keys=("zlib_mimir", "zlib_ratio")),
+    AttackSpec("lowercase", needs=("tokenizer",)),
+    AttackSpec("reference", needs=("reference_model",)),
+    AttackSpec("recall", needs=("recall_prefix",)),
+    AttackSpec("dc_pdd", needs=("dc_pdd_counts",), token_scores=True),
+):
     declare_attack(_spec)
 
 
@@ -83,5 +85,6 @@ def attack_of(key: str) -> AttackSpec | None:
 
 def score_key_examples() -> list[str]:
     """Every declared attack's score names, a Min-K ratio's as ``min_k_<percent>``, for messages and help texts."""
-    return [key for spec in ATTACK_SPECS.values() for key in ([f"{p}_<percent>" for p in spec.ratio_keys]
-                                                              or spec.keys(()))]
+    return [
+        key for spec in ATTACK_SPECS.values() for key in ([f"{p}_<percent>" for p in spec.ratio_keys] or spec.keys(()))
+    ]

@@ -46,8 +46,9 @@ def kept_scores(logprobs: Sequence[np.ndarray], kept: Sequence[np.ndarray]) -> n
     return np.array([_masked_mean(np.asarray(lp), np.asarray(k, dtype=bool)) for lp, k in zip(logprobs, kept)])
 
 
-def calibrated(logprobs: Sequence[np.ndarray], reference: Sequence[np.ndarray],
-               positions: Sequence[np.ndarray] | None = None) -> np.ndarray:
+def calibrated(
+    logprobs: Sequence[np.ndarray], reference: Sequence[np.ndarray], positions: Sequence[np.ndarray] | None = None
+) -> np.ndarray:
     """(n,) mean of ``log p_target - log p_reference`` over ``positions`` (all targets when None).
 
     Equals ``membership``'s ``reference`` score (reference NLL minus target NLL) when every position is used.
@@ -67,7 +68,10 @@ def teacher_forced_accuracy(correct: Sequence[np.ndarray], dropped: Sequence[np.
     """
     c = np.concatenate([np.asarray(x, dtype=bool) for x in correct]) if correct else np.zeros(0, bool)
     d = np.concatenate([np.asarray(x, dtype=bool) for x in dropped]) if dropped else np.zeros(0, bool)
-    return {"accuracy": float(c.mean()) if len(c) else float("nan"),
-            "kept_accuracy": float(c[~d].mean()) if (~d).any() else float("nan"),
-            "dropped_accuracy": float(c[d].mean()) if d.any() else float("nan"),
-            "n_kept": int((~d).sum()), "n_dropped": int(d.sum())}
+    return {
+        "accuracy": float(c.mean()) if len(c) else float("nan"),
+        "kept_accuracy": float(c[~d].mean()) if (~d).any() else float("nan"),
+        "dropped_accuracy": float(c[d].mean()) if d.any() else float("nan"),
+        "n_kept": int((~d).sum()),
+        "n_dropped": int(d.sum()),
+    }

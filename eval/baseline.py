@@ -57,8 +57,7 @@ from .stats import poisson_binomial
 def k_baseline(k: float, suffix_len: int, g: float) -> float:
     """(1 - g/k) ** S: the exact-match rate of a model that misses a dropped token with probability g and no other."""
     if not (k >= 1 and suffix_len >= 0 and 0.0 <= g <= 1.0):
-        raise ValueError(f"k_baseline needs k >= 1, suffix_len >= 0 and 0 <= g <= 1 (got k={k}, S={suffix_len}, "
-                         f"g={g})")
+        raise ValueError(f"k_baseline needs k >= 1, suffix_len >= 0 and 0 <= g <= 1 (got k={k}, S={suffix_len}, g={g})")
     return (1.0 - g / k) ** suffix_len
 
 
@@ -80,8 +79,9 @@ def dropped_miss_rate(hits: np.ndarray, dropped: np.ndarray) -> float | None:
     return None if n == 0 else float((dropped & ~hits).sum() / n)
 
 
-def window_predictions(model, docs: Sequence[Sequence[int]], prefix_len: int, suffix_len: int,
-                       goldfish: GoldfishConfig, **scoring: Any) -> tuple[np.ndarray, np.ndarray]:
+def window_predictions(
+    model, docs: Sequence[Sequence[int]], prefix_len: int, suffix_len: int, goldfish: GoldfishConfig, **scoring: Any
+) -> tuple[np.ndarray, np.ndarray]:
     """(hits, dropped), each (N, S) bool, for the window [0, P+S) of every document at least P+S tokens long.
 
     ``hits``: the suffix targets' top-1 correctness, teacher-forced (:mod:`goldfish.eval.scoring`; ``scoring``
@@ -93,8 +93,9 @@ def window_predictions(model, docs: Sequence[Sequence[int]], prefix_len: int, su
     windows = [list(d[:n]) for d in docs if len(d) >= n]
     if not windows:
         return np.zeros((0, suffix_len), bool), np.zeros((0, suffix_len), bool)
-    stats = token_statistics(model, windows, first=[prefix_len] * len(windows), desc="k baseline", progress=False,
-                             **scoring)
+    stats = token_statistics(
+        model, windows, first=[prefix_len] * len(windows), desc="k baseline", progress=False, **scoring
+    )
     hits = np.stack([st.correct for st in stats])  # (N, S)
     dropped = config_mask(torch.tensor(windows, dtype=torch.long), goldfish)[:, prefix_len:]  # (N, S)
     return hits, dropped.numpy()
@@ -107,20 +108,26 @@ def kept_baseline(a: float, g: float, dropped_counts: Sequence[int], suffix_len:
     return a ** (suffix_len - d) * (1.0 - g) ** d
 
 
-def _against(g: float | None, a: float | None, counts: np.ndarray, exact: int, k: float,
-             suffix_len: int) -> dict:
+def _against(g: float | None, a: float | None, counts: np.ndarray, exact: int, k: float, suffix_len: int) -> dict:
     """The baselines of a set of windows (their dropped counts ``counts``, ``exact`` of them verbatim) for a miss rate
     g and kept-token accuracy a: ``baseline_windows``, ``baseline_nominal`` (a = 1), ``baseline_kept`` (a measured)
     and ``test``, the verbatim count against the independent windows of ``baseline_kept``."""
     chances = None if g is None or a is None else kept_baseline(a, g, counts, suffix_len)
-    return {"baseline_windows": None if g is None else window_baseline(g, counts),
-            "baseline_nominal": None if g is None else k_baseline(k, suffix_len, g),
-            "baseline_kept": None if chances is None else float(chances.mean()),
-            "test": None if chances is None else poisson_binomial(chances, exact)}
+    return {
+        "baseline_windows": None if g is None else window_baseline(g, counts),
+        "baseline_nominal": None if g is None else k_baseline(k, suffix_len, g),
+        "baseline_kept": None if chances is None else float(chances.mean()),
+        "test": None if chances is None else poisson_binomial(chances, exact),
+    }
 
 
-def stratum_row(hits: np.ndarray, dropped: np.ndarray, k: float, suffix_len: int,
-                reference: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
+def stratum_row(
+    hits: np.ndarray,
+    dropped: np.ndarray,
+    k: float,
+    suffix_len: int,
+    reference: tuple[np.ndarray, np.ndarray] | None = None,
+) -> dict:
     """One row of :func:`baseline_rows` from a set of windows' (N, S) teacher-forced hits and dropped positions:
     windows, dropped positions, windows without a dropped suffix target, g, kept-token accuracy a, teacher-forced
     exact matches, the baselines (a = 1: ``baseline_windows``, ``baseline_nominal``; a measured: ``baseline_kept``)
@@ -134,20 +141,31 @@ def stratum_row(hits: np.ndarray, dropped: np.ndarray, k: float, suffix_len: int
     a = float(hits[kept].mean()) if kept.any() else None
     exact = int(hits.all(axis=1).sum()) if len(hits) else 0
     counts = dropped.sum(axis=1)
-    row = {"n_windows": int(len(hits)), "n_dropped": int(dropped.sum()),
-           "n_windows_no_drop": int((counts == 0).sum()), "g": g, "kept_acc": a, "onepass_exact": exact,
-           "onepass_exact_rate": exact / len(hits) if len(hits) else None,
-           **_against(g, a, counts, exact, k, suffix_len)}
+    row = {
+        "n_windows": int(len(hits)),
+        "n_dropped": int(dropped.sum()),
+        "n_windows_no_drop": int((counts == 0).sum()),
+        "g": g,
+        "kept_acc": a,
+        "onepass_exact": exact,
+        "onepass_exact_rate": exact / len(hits) if len(hits) else None,
+        **_against(g, a, counts, exact, k, suffix_len),
+    }
     if reference is not None:
         g_ref = dropped_miss_rate(*reference)
         against = _against(g_ref, a, counts, exact, k, suffix_len)
-        row["nonmember_g"] = {"g": g_ref, "n_windows": int(len(reference[0])), "n_dropped": int(reference[1].sum()),
-                              **{key: against[key] for key in ("baseline_windows", "baseline_kept", "test")}}
+        row["nonmember_g"] = {
+            "g": g_ref,
+            "n_windows": int(len(reference[0])),
+            "n_dropped": int(reference[1].sum()),
+            **{key: against[key] for key in ("baseline_windows", "baseline_kept", "test")},
+        }
     return row
 
 
-def _prefix_windows(model, docs: Sequence[Sequence[int]], prefix_len: int, suffix_len: int,
-                    goldfish: GoldfishConfig, **scoring: Any) -> tuple[list[int], np.ndarray, np.ndarray]:
+def _prefix_windows(
+    model, docs: Sequence[Sequence[int]], prefix_len: int, suffix_len: int, goldfish: GoldfishConfig, **scoring: Any
+) -> tuple[list[int], np.ndarray, np.ndarray]:
     """(order, hits, dropped) of every document's window at one prefix length (:func:`window_predictions`), ``order``
     the documents the windows come from. A prefix length <= 0 (``all``) means all but the last ``suffix_len`` tokens
     of each document (documents of equal length share one prefix length)."""
@@ -156,17 +174,26 @@ def _prefix_windows(model, docs: Sequence[Sequence[int]], prefix_len: int, suffi
         return (order, *window_predictions(model, docs, prefix_len, suffix_len, goldfish, **scoring))
     lengths = sorted({len(d) for d in docs if len(d) > suffix_len})
     groups = [[i for i, d in enumerate(docs) if len(d) == n] for n in lengths]
-    parts = [window_predictions(model, [docs[i] for i in g], n - suffix_len, suffix_len, goldfish, **scoring)
-             for g, n in zip(groups, lengths)]
+    parts = [
+        window_predictions(model, [docs[i] for i in g], n - suffix_len, suffix_len, goldfish, **scoring)
+        for g, n in zip(groups, lengths)
+    ]
     order = [i for g in groups for i in g]
     hits = np.concatenate([h for h, _ in parts]) if parts else np.zeros((0, suffix_len), bool)
     dropped = np.concatenate([d for _, d in parts]) if parts else np.zeros((0, suffix_len), bool)
     return order, hits, dropped
 
 
-def baseline_rows(model, docs: Sequence[Sequence[int]], prefix_lens: Sequence[int], suffix_len: int,
-                  goldfish: GoldfishConfig, repetitions: Sequence[int] | None = None,
-                  heldout: Sequence[Sequence[int]] | None = None, **scoring: Any) -> list[dict]:
+def baseline_rows(
+    model,
+    docs: Sequence[Sequence[int]],
+    prefix_lens: Sequence[int],
+    suffix_len: int,
+    goldfish: GoldfishConfig,
+    repetitions: Sequence[int] | None = None,
+    heldout: Sequence[Sequence[int]] | None = None,
+    **scoring: Any,
+) -> list[dict]:
     """Per prefix length, over all windows (``repetitions: "all"``) and, given the documents' ``repetitions``, per
     stratum: :func:`stratum_row`. A prefix length <= 0 (``all``) means all but the last ``suffix_len`` tokens of
     each document, as extraction with ``prefix_lens: [all]`` uses it. ``heldout``: documents of the same
@@ -177,12 +204,18 @@ def baseline_rows(model, docs: Sequence[Sequence[int]], prefix_lens: Sequence[in
     for p in prefix_lens:
         order, hits, dropped = _prefix_windows(model, docs, p, suffix_len, goldfish, **scoring)
         reference = _prefix_windows(model, heldout, p, suffix_len, goldfish, **scoring)[1:] if heldout else None
-        rows.append({"prefix_len": p, "repetitions": "all",
-                     **stratum_row(hits, dropped, goldfish.k, suffix_len, reference)})
+        rows.append(
+            {"prefix_len": p, "repetitions": "all", **stratum_row(hits, dropped, goldfish.k, suffix_len, reference)}
+        )
         window_reps = reps[order] if order else np.zeros(0, dtype=reps.dtype)  # (N,) each window's stratum
         if repetitions is not None:
             for r in sorted(set(window_reps.tolist())):
                 chosen = window_reps == r
-                rows.append({"prefix_len": p, "repetitions": int(r),
-                             **stratum_row(hits[chosen], dropped[chosen], goldfish.k, suffix_len, reference)})
+                rows.append(
+                    {
+                        "prefix_len": p,
+                        "repetitions": int(r),
+                        **stratum_row(hits[chosen], dropped[chosen], goldfish.k, suffix_len, reference),
+                    }
+                )
     return rows

@@ -61,17 +61,27 @@ def rank_exposure(canary: float, candidates: Sequence[float], bits: float, full:
     if values.size == 0:
         raise UserError("rank exposure needs at least one candidate secret")
     below = float(np.sum(values < canary) + 0.5 * np.sum(values == canary))
-    size = 2.0 ** bits
+    size = 2.0**bits
     rank = 1.0 + below if full else 1.0 + (size - 1.0) * below / values.size
     ranked = bits - math.log2(rank)
     if full:
-        return {"exposure": ranked, "rank": rank, "sampled_exposure": ranked, "saturated": False,
-                "extrapolated": ranked}
+        return {
+            "exposure": ranked,
+            "rank": rank,
+            "sampled_exposure": ranked,
+            "saturated": False,
+            "extrapolated": ranked,
+        }
     saturated = below == 0
     extrapolated = skewnorm_exposure(canary, values, bits)
     exposure = max(extrapolated, math.log2(values.size)) if saturated else ranked
-    return {"exposure": exposure, "rank": rank, "sampled_exposure": ranked, "saturated": saturated,
-            "extrapolated": extrapolated}
+    return {
+        "exposure": exposure,
+        "rank": rank,
+        "sampled_exposure": ranked,
+        "saturated": saturated,
+        "extrapolated": extrapolated,
+    }
 
 
 def skewnorm_exposure(canary: float, candidates: np.ndarray, bits: float) -> float:
@@ -102,30 +112,39 @@ def _next_log2_probs(model: Any, prefix: Sequence[int], partials: np.ndarray, al
     else:
         _, cache = forward(model, ids, mask, positions, use_cache=True)
         if not hasattr(cache, "batch_repeat_interleave"):
-            raise UserError(f"{type(model).__name__} returns no key-value cache that can be copied per row; enumerate "
-                            f"canary secrets with a Hugging Face causal LM, or set canaries.max_full below |R| to "
-                            f"sample candidates")
+            raise UserError(
+                f"{type(model).__name__} returns no key-value cache that can be copied per row; enumerate "
+                f"canary secrets with a Hugging Face causal LM, or set canaries.max_full below |R| to "
+                f"sample candidates"
+            )
         cache.batch_repeat_interleave(rows)
         new = torch.as_tensor(partials, dtype=torch.long, device=device)  # (N, j)
         width = len(prefix) + j
-        logits, _ = forward(model, new, torch.ones((rows, width), dtype=torch.long, device=device),
-                            torch.arange(len(prefix), width, device=device).expand(rows, j), cache, use_cache=False)
+        logits, _ = forward(
+            model,
+            new,
+            torch.ones((rows, width), dtype=torch.long, device=device),
+            torch.arange(len(prefix), width, device=device).expand(rows, j),
+            cache,
+            use_cache=False,
+        )
     lp = logits[:, -1].log_softmax(-1)[:, torch.as_tensor(alphabet, device=device)]  # (N, A) natural log
     return lp.double().cpu().numpy() / math.log(2.0)
 
 
-def enumerated_perplexities(model: Any, prefix: Sequence[int], alphabet: np.ndarray, secret_tokens: int,
-                            rows: int = ENUMERATE_ROWS) -> np.ndarray:
+def enumerated_perplexities(
+    model: Any, prefix: Sequence[int], alphabet: np.ndarray, secret_tokens: int, rows: int = ENUMERATE_ROWS
+) -> np.ndarray:
     """(A^m,) ``-log2 P(r | prefix)`` of every secret r of R = alphabet^m, r = alphabet[i_1], ..., alphabet[i_m] at
     index ``sum_j i_j A^(m-j)`` (row-major), by the chain rule over partial secrets (module docstring)."""
     a = len(alphabet)
     total = np.zeros(1)  # (A^j,) -log2 P of every partial secret of length j
     for j in range(secret_tokens):
-        partials = np.stack(np.unravel_index(np.arange(a ** j), (a,) * j), axis=1) if j else np.zeros((1, 0), int)
-        step = np.empty((a ** j, a))  # (A^j, A) log2 P of the next id after each partial
-        for start in range(0, a ** j, rows):
-            chunk = alphabet[partials[start:start + rows]]  # (n, j) ids
-            step[start:start + rows] = _next_log2_probs(model, prefix, chunk, alphabet)
+        partials = np.stack(np.unravel_index(np.arange(a**j), (a,) * j), axis=1) if j else np.zeros((1, 0), int)
+        step = np.empty((a**j, a))  # (A^j, A) log2 P of the next id after each partial
+        for start in range(0, a**j, rows):
+            chunk = alphabet[partials[start : start + rows]]  # (n, j) ids
+            step[start : start + rows] = _next_log2_probs(model, prefix, chunk, alphabet)
         total = (total[:, None] - step).reshape(-1)
     return total
 
@@ -138,9 +157,17 @@ def secret_perplexities(model: Any, prefix: Sequence[int], secrets: np.ndarray, 
     return np.array([-float(np.sum(st.logp[-m:])) for st in stats_]) / math.log(2.0)
 
 
-def canary_exposures(model: Any, canaries: Sequence[Sequence[int]], repetitions: Sequence[int],
-                     secret_tokens: int, alphabet: np.ndarray, n_candidates: int, seed: int = 0,
-                     max_full: int = MAX_FULL, **scoring: Any) -> dict[str, Any]:
+def canary_exposures(
+    model: Any,
+    canaries: Sequence[Sequence[int]],
+    repetitions: Sequence[int],
+    secret_tokens: int,
+    alphabet: np.ndarray,
+    n_candidates: int,
+    seed: int = 0,
+    max_full: int = MAX_FULL,
+    **scoring: Any,
+) -> dict[str, Any]:
     """Exposure of every canary (the last ``secret_tokens`` ids of each are its secret) -> the ``canaries``
     section of results.json: per canary ``{index, repetitions, exposure, rank, sampled_exposure, saturated,
     extrapolated}`` and per
@@ -157,26 +184,40 @@ def canary_exposures(model: Any, canaries: Sequence[Sequence[int]], repetitions:
             own = int(np.ravel_multi_index(tuple(np.searchsorted(alphabet, secret)), (len(alphabet),) * secret_tokens))
             mine, others = ppl[own], np.delete(ppl, own)
         else:
-            ppl = secret_perplexities(model, prefix, np.concatenate(
-                [secret[None, :], sampled_secrets(alphabet, secret_tokens, n_candidates, rng)]), **scoring)
+            ppl = secret_perplexities(
+                model,
+                prefix,
+                np.concatenate([secret[None, :], sampled_secrets(alphabet, secret_tokens, n_candidates, rng)]),
+                **scoring,
+            )
             mine, others = ppl[0], ppl[1:]
         n_others = len(others)
         rows.append({"index": c, "repetitions": int(reps), **rank_exposure(mine, others, bits, full)})
     by: dict[str, list[float]] = {}
     for r in rows:
         by.setdefault(str(r["repetitions"]), []).append(r["exposure"])
-    return {"method": "full" if rows and full else "sampled", "space_bits": bits, "alphabet": int(len(alphabet)),
-            "secret_tokens": secret_tokens, "n_candidates": n_others if rows else 0,
-            "resolution_bits": math.log2(n_others + 1) if rows else None, "canaries": rows,
-            "by_repetitions": {r: {"n": len(v), "mean_exposure": float(np.mean(v))} for r, v in
-                               sorted(by.items(), key=lambda kv: int(kv[0]))}}
+    return {
+        "method": "full" if rows and full else "sampled",
+        "space_bits": bits,
+        "alphabet": int(len(alphabet)),
+        "secret_tokens": secret_tokens,
+        "n_candidates": n_others if rows else 0,
+        "resolution_bits": math.log2(n_others + 1) if rows else None,
+        "canaries": rows,
+        "by_repetitions": {
+            r: {"n": len(v), "mean_exposure": float(np.mean(v))}
+            for r, v in sorted(by.items(), key=lambda kv: int(kv[0]))
+        },
+    }
 
 
 def check_task(tasks: Sequence[str], splits: dict) -> None:
     """Refuse, before any work, the ``canaries`` task on data without canaries."""
     if "canaries" in tasks and not splits.get("canaries"):
-        raise UserError("tasks has canaries but the data has no canaries split; prepare it with canaries.count=N "
-                        "(a prepared folder, see data/README.md), or leave canaries out of tasks")
+        raise UserError(
+            "tasks has canaries but the data has no canaries split; prepare it with canaries.count=N "
+            "(a prepared folder, see data/README.md), or leave canaries out of tasks"
+        )
 
 
 def canaries_section(model: Any, splits: dict, cfg: Any, prep: Any) -> dict[str, Any] | None:
@@ -188,11 +229,21 @@ def canaries_section(model: Any, splits: dict, cfg: Any, prep: Any) -> dict[str,
     alphabet = canary_alphabet(prep.tokenizer)
     recorded = prep.manifest["stats"].get("canary_alphabet")
     if recorded != len(alphabet):
-        raise UserError(f"the prepared tokenizer has {len(alphabet)} canary ids but the canaries were drawn from "
-                        f"{recorded}; prepare the data again")
+        raise UserError(
+            f"the prepared tokenizer has {len(alphabet)} canary ids but the canaries were drawn from "
+            f"{recorded}; prepare the data again"
+        )
     docs = splits["canaries"]
     m = cfg.membership
-    return canary_exposures(model, [d.tokens for d in docs], [d.repetitions for d in docs],
-                            int(prep.manifest["config"]["canaries"]["secret_tokens"]), alphabet,
-                            cfg.canaries.n_candidates, cfg.seed, cfg.canaries.max_full,
-                            token_budget=m.token_budget, chunk=m.chunk)
+    return canary_exposures(
+        model,
+        [d.tokens for d in docs],
+        [d.repetitions for d in docs],
+        int(prep.manifest["config"]["canaries"]["secret_tokens"]),
+        alphabet,
+        cfg.canaries.n_candidates,
+        cfg.seed,
+        cfg.canaries.max_full,
+        token_budget=m.token_budget,
+        chunk=m.chunk,
+    )

@@ -30,8 +30,9 @@ def tokens_needed(prefix_lens: Sequence[int], suffix_len: int) -> int:
     return min(suffix_len + (1 if p == ALL else p) for p in prefix_lens)
 
 
-def document_verdicts(docs: Sequence[EvalDocument], windows: Sequence[Mapping], prefix_lens: Sequence[int],
-                      suffix_len: int) -> list[dict]:
+def document_verdicts(
+    docs: Sequence[EvalDocument], windows: Sequence[Mapping], prefix_lens: Sequence[int], suffix_len: int
+) -> list[dict]:
     """One record per document of ``docs`` (in their order; ``windows``: the results' window records), with its
     verdict, windows, regurgitated windows and longest verbatim span (schema: eval/SCHEMA.md "documents")."""
     by_doc: dict[tuple, list[Mapping]] = {}
@@ -41,17 +42,31 @@ def document_verdicts(docs: Sequence[EvalDocument], windows: Sequence[Mapping], 
     out = []
     for d in docs:
         own = by_doc.get((d.split, d.id), [])
-        rec = {"doc_id": d.id, "title": d.title, "split": d.split, "n_tokens": len(d.tokens), "n_windows": len(own),
-               "tokens_needed": need, "regurgitated_windows": sum(bool(w.get("exact_match")) for w in own),
-               "short_window": any(w.get("window") == SHORT for w in own),
-               "longest_span": None, "longest_span_offset": None, "n_windows_in_span": None}
+        rec = {
+            "doc_id": d.id,
+            "title": d.title,
+            "split": d.split,
+            "n_tokens": len(d.tokens),
+            "n_windows": len(own),
+            "tokens_needed": need,
+            "regurgitated_windows": sum(bool(w.get("exact_match")) for w in own),
+            "short_window": any(w.get("window") == SHORT for w in own),
+            "longest_span": None,
+            "longest_span_offset": None,
+            "n_windows_in_span": None,
+        }
         if own:
             length, offset = longest_span(own)
-            rec.update(longest_span=length, longest_span_offset=offset,
-                       n_windows_in_span=sum(1 for w in own if _run(w)[1] > _run(w)[0]
-                                             and offset <= _run(w)[0] < offset + max(length, 1)))
-        rec["verdict"] = ("too_short" if not own else
-                          "regurgitated" if rec["regurgitated_windows"] else "not_regurgitated")
+            rec.update(
+                longest_span=length,
+                longest_span_offset=offset,
+                n_windows_in_span=sum(
+                    1 for w in own if _run(w)[1] > _run(w)[0] and offset <= _run(w)[0] < offset + max(length, 1)
+                ),
+            )
+        rec["verdict"] = (
+            "too_short" if not own else "regurgitated" if rec["regurgitated_windows"] else "not_regurgitated"
+        )
         out.append(rec)
     return out
 
@@ -83,13 +98,15 @@ def longest_span(windows: Sequence[Mapping]) -> tuple[int, int]:
 def regurgitated(documents: Sequence[Mapping]) -> list[Mapping]:
     """The regurgitated documents, longest verbatim span first, then most regurgitated windows, then id."""
     hits = [d for d in documents if d.get("verdict") == "regurgitated"]
-    return sorted(hits, key=lambda d: (-(d.get("longest_span") or 0), -(d.get("regurgitated_windows") or 0),
-                                       str(d.get("doc_id"))))
+    return sorted(
+        hits, key=lambda d: (-(d.get("longest_span") or 0), -(d.get("regurgitated_windows") or 0), str(d.get("doc_id")))
+    )
 
 
 def _ids(docs: Sequence[Mapping]) -> str:
-    return (", ".join(f"{d['doc_id']} ({d['n_tokens']})" for d in docs[:10])
-            + (f" and {len(docs) - 10} more" if len(docs) > 10 else ""))
+    return ", ".join(f"{d['doc_id']} ({d['n_tokens']})" for d in docs[:10]) + (
+        f" and {len(docs) - 10} more" if len(docs) > 10 else ""
+    )
 
 
 def too_short_line(documents: Sequence[Mapping], suffix_len: int) -> str | None:
@@ -99,12 +116,16 @@ def too_short_line(documents: Sequence[Mapping], suffix_len: int) -> str | None:
     short = [d for d in documents if d.get("verdict") == "too_short"]
     lines = []
     if fitted:
-        lines.append(f"{len(fitted)} of {len(documents)} documents are shorter than the requested windows "
-                     f"({fitted[0]['tokens_needed']} tokens: prefix + suffix_len={suffix_len}): each gets one window, "
-                     f"placement 'short', its last half (at most {suffix_len} tokens) as the suffix: {_ids(fitted)}")
+        lines.append(
+            f"{len(fitted)} of {len(documents)} documents are shorter than the requested windows "
+            f"({fitted[0]['tokens_needed']} tokens: prefix + suffix_len={suffix_len}): each gets one window, "
+            f"placement 'short', its last half (at most {suffix_len} tokens) as the suffix: {_ids(fitted)}"
+        )
     if short:
         floor = min(suffix_len, MIN_SHORT_SUFFIX)
-        lines.append(f"{len(short)} of {len(documents)} documents are too short for any window (fewer than "
-                     f"{2 * floor} tokens: its last half as the suffix, at least {floor} tokens), unanswered: "
-                     f"{_ids(short)}")
+        lines.append(
+            f"{len(short)} of {len(documents)} documents are too short for any window (fewer than "
+            f"{2 * floor} tokens: its last half as the suffix, at least {floor} tokens), unanswered: "
+            f"{_ids(short)}"
+        )
     return "\n".join(lines) or None

@@ -34,8 +34,14 @@ from .generate import generate, sampling_pick
 from .scoring import TokenStats, token_statistics, window_budget
 
 
-def onepass(model, prefixes: Sequence[Sequence[int]], suffixes: Sequence[Sequence[int]], *,
-            batch_size: int | str = 32, progress: bool = True) -> list[dict]:
+def onepass(
+    model,
+    prefixes: Sequence[Sequence[int]],
+    suffixes: Sequence[Sequence[int]],
+    *,
+    batch_size: int | str = 32,
+    progress: bool = True,
+) -> list[dict]:
     """Teacher-forced measures of each window (input order): one dict per window. Windows are scored in
     length-bucketed batches of at most ``batch_size`` rows of the longest window (``"auto"``: as decoding sizes
     them); only the suffix targets go through the output head."""
@@ -43,8 +49,15 @@ def onepass(model, prefixes: Sequence[Sequence[int]], suffixes: Sequence[Sequenc
     if not docs:
         return []
     budget = window_budget(model, [len(d) for d in docs], batch_size)
-    stats = token_statistics(model, docs, first=[len(p) for p in prefixes], token_budget=budget, desc="one-pass",
-                             progress=progress, fix="set a smaller decoding.batch_size")
+    stats = token_statistics(
+        model,
+        docs,
+        first=[len(p) for p in prefixes],
+        token_budget=budget,
+        desc="one-pass",
+        progress=progress,
+        fix="set a smaller decoding.batch_size",
+    )
     return [_onepass_record(st) for st in stats]
 
 
@@ -53,9 +66,14 @@ def _onepass_record(st: TokenStats) -> dict:
     hit = st.correct  # (S,)
     run = int(np.cumprod(hit).sum()) if len(hit) else 0  # correct run from the first suffix token
     lp = float(st.logp.sum())
-    return {"onepass_exact": bool(hit.all()), "extraction_strength": run / len(hit),
-            "onepass_token_acc": float(hit.mean()), "onepass_hits": "".join("1" if h else "0" for h in hit),
-            "suffix_logprob": lp, "p_suffix": math.exp(lp)}
+    return {
+        "onepass_exact": bool(hit.all()),
+        "extraction_strength": run / len(hit),
+        "onepass_token_acc": float(hit.mean()),
+        "onepass_hits": "".join("1" if h else "0" for h in hit),
+        "suffix_logprob": lp,
+        "p_suffix": math.exp(lp),
+    }
 
 
 def np_extraction(p_suffix: float | np.ndarray, n: int) -> float | np.ndarray:
@@ -66,9 +84,18 @@ def np_extraction(p_suffix: float | np.ndarray, n: int) -> float | np.ndarray:
     return float(out) if out.ndim == 0 else out
 
 
-def sample_hits(model, prefixes: Sequence[Sequence[int]], suffixes: Sequence[Sequence[int]], n: int, *,
-                temperature: float = 1.0, seed: int = 0, pad_id: int = 0, batch_size: int | str = 32,
-                progress: bool = True) -> list[int]:
+def sample_hits(
+    model,
+    prefixes: Sequence[Sequence[int]],
+    suffixes: Sequence[Sequence[int]],
+    n: int,
+    *,
+    temperature: float = 1.0,
+    seed: int = 0,
+    pad_id: int = 0,
+    batch_size: int | str = 32,
+    progress: bool = True,
+) -> list[int]:
     """Sampled extraction: for each window, how many of ``n`` samples (at ``temperature``) equal the true suffix.
 
     All ``n`` copies of a prefix are decoded in one batch stream from a generator seeded with ``seed``, so the
@@ -77,8 +104,16 @@ def sample_hits(model, prefixes: Sequence[Sequence[int]], suffixes: Sequence[Seq
     s = len(suffixes[0]) if suffixes else 0
     gen = torch.Generator().manual_seed(seed)
     flat = [p for p in prefixes for _ in range(n)]
-    outs = generate(model, flat, s, pad_id=pad_id, batch_size=batch_size,
-                    pick=sampling_pick(temperature, gen), progress=progress, desc="sampling")
+    outs = generate(
+        model,
+        flat,
+        s,
+        pad_id=pad_id,
+        batch_size=batch_size,
+        pick=sampling_pick(temperature, gen),
+        progress=progress,
+        desc="sampling",
+    )
     truth = [list(x) for x in suffixes for _ in range(n)]
     hits = np.array([o == t for o, t in zip(outs, truth)], dtype=np.int64).reshape(len(prefixes), n)
     return hits.sum(axis=1).tolist()

@@ -115,8 +115,14 @@ def static_kv_cache(model, max_len: int):
 
 
 @torch.inference_mode()
-def decode_batch(model, prefixes: Sequence[Sequence[int]], max_new_tokens: int, pad_id: int,
-                 pick: Picker = greedy_pick, static_cache: bool = False) -> torch.Tensor:
+def decode_batch(
+    model,
+    prefixes: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    pad_id: int,
+    pick: Picker = greedy_pick,
+    static_cache: bool = False,
+) -> torch.Tensor:
     """Decode ``max_new_tokens`` tokens after each prefix (no early stop at eos) -> ids (B, max_new_tokens).
 
     Every step reads views of tensors allocated once -- the attention mask (B, P + S), the cache positions (P + S,)
@@ -135,8 +141,9 @@ def decode_batch(model, prefixes: Sequence[Sequence[int]], max_new_tokens: int, 
     for step in range(1, max_new_tokens):
         last_pos = last_pos + 1
         cur = width + step  # tokens in the sequence once this step's input is appended
-        logits, past = forward(model, out[:, step - 1:step], full_mask[:, :cur], last_pos, past,
-                               cache_position=slots[cur - 1:cur])
+        logits, past = forward(
+            model, out[:, step - 1 : step], full_mask[:, :cur], last_pos, past, cache_position=slots[cur - 1 : cur]
+        )
         out[:, step] = pick(logits[:, -1])
     return out.cpu()
 
@@ -180,9 +187,16 @@ def auto_batch_size(model, max_len: int, n: int) -> int:
     return max(1, min(size, MAX_AUTO_BATCH, n))
 
 
-def run_batched(fn: Callable[[list[int]], list], lengths: Sequence[int], batch_size: int | str, model,
-                exact: bool = False, desc: str = "", progress: bool = True,
-                on_batch: Callable[[int], None] | None = None) -> list:
+def run_batched(
+    fn: Callable[[list[int]], list],
+    lengths: Sequence[int],
+    batch_size: int | str,
+    model,
+    exact: bool = False,
+    desc: str = "",
+    progress: bool = True,
+    on_batch: Callable[[int], None] | None = None,
+) -> list:
     """Apply ``fn(indices) -> per-index results`` over length buckets; halve the batch on CUDA out-of-memory.
     ``on_batch(n)`` is told each finished batch's size (a caller's progress count).
 
@@ -229,10 +243,20 @@ def run_batched(fn: Callable[[list[int]], list], lengths: Sequence[int], batch_s
     return results
 
 
-def generate(model, prefixes: Sequence[Sequence[int]], max_new_tokens: int, *, pad_id: int = 0,
-             batch_size: int | str = 32, pick: Picker = greedy_pick, progress: bool = True,
-             desc: str = "generate", static_cache: bool | None = None,
-             eos_id: int | None = None, on_batch: Callable[[int], None] | None = None) -> list[list[int]]:
+def generate(
+    model,
+    prefixes: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    *,
+    pad_id: int = 0,
+    batch_size: int | str = 32,
+    pick: Picker = greedy_pick,
+    progress: bool = True,
+    desc: str = "generate",
+    static_cache: bool | None = None,
+    eos_id: int | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[list[int]]:
     """``max_new_tokens`` tokens after every prefix, greedy by default -> one id list per prefix.
 
     Without ``eos_id``: exactly ``max_new_tokens`` tokens, token-identical to batch-1 ``model.generate(prefix,
@@ -269,13 +293,26 @@ def eos_disabled(model):
 
 
 @torch.inference_mode()
-def beam_generate(model, prefixes: Sequence[Sequence[int]], max_new_tokens: int, num_beams: int, *,
-                  pad_id: int = 0, batch_size: int | str = 8, progress: bool = True) -> list[list[int]]:
+def beam_generate(
+    model,
+    prefixes: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    num_beams: int,
+    *,
+    pad_id: int = 0,
+    batch_size: int | str = 8,
+    progress: bool = True,
+) -> list[list[int]]:
     """Beam search continuation of exactly ``max_new_tokens`` tokens (``model.generate(num_beams=...)``, eos off)."""
     from transformers import GenerationConfig
 
-    gen_cfg = GenerationConfig(do_sample=False, num_beams=num_beams, max_new_tokens=max_new_tokens,
-                               min_new_tokens=max_new_tokens, pad_token_id=pad_id)
+    gen_cfg = GenerationConfig(
+        do_sample=False,
+        num_beams=num_beams,
+        max_new_tokens=max_new_tokens,
+        min_new_tokens=max_new_tokens,
+        pad_token_id=pad_id,
+    )
 
     def run(idx: list[int]) -> list[list[int]]:
         ids, mask, _ = left_pad([prefixes[i] for i in idx], pad_id, model_device(model))

@@ -23,9 +23,18 @@ class Heartbeat:
     """``with Heartbeat("extraction", lambda: len(done), total=n, unit="windows"): ...`` (see the module docstring).
     ``interval``: default :data:`INTERVAL_S`; ``active``: default, when ``stream`` (stderr) is not a terminal."""
 
-    def __init__(self, what: str, count: Callable[[], int], total: int | None = None, unit: str = "",
-                 interval: float | None = None, stream: TextIO | None = None, active: bool | None = None,
-                 label: str | None = None, poll: float = 1.0):
+    def __init__(
+        self,
+        what: str,
+        count: Callable[[], int],
+        total: int | None = None,
+        unit: str = "",
+        interval: float | None = None,
+        stream: TextIO | None = None,
+        active: bool | None = None,
+        label: str | None = None,
+        poll: float = 1.0,
+    ):
         self.what, self.count, self.total, self.unit = what, count, total, unit
         self.label, self.poll = label, poll
         self.interval = INTERVAL_S if interval is None else interval
@@ -39,8 +48,11 @@ class Heartbeat:
     def line(self) -> str:
         done, elapsed = self.count(), time.monotonic() - self._start
         rate = (done - self._first) / elapsed if elapsed > 0 else 0.0
-        where = f"{done}" if self.total is None else f"{done}/{self.total}" + (
-            f" ({100 * done / self.total:.0f} %)" if self.total else "")
+        where = (
+            f"{done}"
+            if self.total is None
+            else f"{done}/{self.total}" + (f" ({100 * done / self.total:.0f} %)" if self.total else "")
+        )
         unit = f" {self.unit}" if self.unit else ""
         what = f"{self.what} [{self.label}]" if self.label else self.what
         return f"{what}: {where}{unit}, {elapsed / 60:.1f} min, {rate:.2f}{unit}/s"

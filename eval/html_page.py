@@ -33,21 +33,25 @@ def embed_json(data: Any) -> str:
 def page(title: str, body: str, data: Mapping | None = None) -> str:
     """One self-contained HTML document: ``body`` (already escaped HTML), the data island and the script."""
     island = embed_json(data or {"columns": [], "rows": []})
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
-            f"<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
-            f"style-src 'unsafe-inline'; script-src 'unsafe-inline'\">"
-            f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body><main>\n{body}\n</main>\n"
-            f"<script type=\"application/json\" id=\"gf-data\">{island}</script>\n<script>{JS}</script>\n"
-            f"</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f'<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src data:; '
+        f"style-src 'unsafe-inline'; script-src 'unsafe-inline'\">"
+        f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body><main>\n{body}\n</main>\n"
+        f'<script type="application/json" id="gf-data">{island}</script>\n<script>{JS}</script>\n'
+        f"</body></html>\n"
+    )
 
 
 def table(headers: Iterable[str], rows: Iterable[Iterable[Any]], numeric_from: int = 1) -> str:
     """A plain HTML table of escaped cells; columns from ``numeric_from`` on are right-aligned."""
     head = "".join(f"<th>{esc(str(h))}</th>" for h in headers)
     num = ' class="n"'
-    body = "".join("<tr>" + "".join(f"<td{num if i >= numeric_from else ''}>{esc(str(c))}</td>"
-                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td{num if i >= numeric_from else ''}>{esc(str(c))}</td>" for i, c in enumerate(r)) + "</tr>"
+        for r in rows
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -60,15 +64,14 @@ def definitions(items: Iterable[tuple[str, str]], summary: str = "Definitions") 
 def provenance(items: Iterable[tuple[str, Any]]) -> str:
     """A compact grid of (label, value), values missing (None, "") left out."""
     cells = "".join(f"<dt>{esc(k)}</dt><dd>{esc(str(v))}</dd>" for k, v in items if v not in (None, "", [], {}))
-    return f"<dl class=\"prov\">{cells}</dl>"
+    return f'<dl class="prov">{cells}</dl>'
 
 
 def figure(name: str, svg: bytes | str) -> str:
     """An SVG figure inline as an ``<img>`` data URI (an image cannot run script, whatever the file holds)."""
     raw = svg.encode("utf-8") if isinstance(svg, str) else svg
     uri = "data:image/svg+xml;base64," + base64.b64encode(raw).decode("ascii")
-    return (f"<figure><img alt=\"{esc(name)}\" src=\"{uri}\"><figcaption class=\"small\">{esc(name)}</figcaption>"
-            "</figure>")
+    return f'<figure><img alt="{esc(name)}" src="{uri}"><figcaption class="small">{esc(name)}</figcaption></figure>'
 
 
 def svg_figures(folder: Path, names: Iterable[str]) -> dict[str, bytes]:
@@ -84,8 +87,11 @@ def svg_figures(folder: Path, names: Iterable[str]) -> dict[str, bytes]:
 # ------------------------------------------------------------------------------------------------ Markdown
 
 
-_INLINE = [(re.compile(r"`([^`]+)`"), r"<code>\1</code>"), (re.compile(r"\*\*([^*]+)\*\*"), r"<b>\1</b>"),
-           (re.compile(r"(?<![\w*])\*([^*\s][^*]*)\*(?![\w*])"), r"<i>\1</i>")]
+_INLINE = [
+    (re.compile(r"`([^`]+)`"), r"<code>\1</code>"),
+    (re.compile(r"\*\*([^*]+)\*\*"), r"<b>\1</b>"),
+    (re.compile(r"(?<![\w*])\*([^*\s][^*]*)\*(?![\w*])"), r"<i>\1</i>"),
+]
 
 
 def _inline(text: str) -> str:
@@ -114,7 +120,7 @@ def markdown_html(text: str, figures: Mapping[str, bytes] | None = None) -> str:
             j = i + 1
             while j < len(lines) and not lines[j].startswith("```"):
                 j += 1
-            out.append(f"<pre>{esc(chr(10).join(lines[i + 1:j]))}</pre>")
+            out.append(f"<pre>{esc(chr(10).join(lines[i + 1 : j]))}</pre>")
             i = j + 1
             continue
         heading = re.match(r"(#{1,6})\s+(.*)", line)
@@ -124,8 +130,11 @@ def markdown_html(text: str, figures: Mapping[str, bytes] | None = None) -> str:
             out.append(f"<h{level}>{_inline(heading.group(2))}</h{level}>")
         elif image:
             stem = Path(image.group(2)).stem
-            out.append(figure(stem, figures[stem]) if stem in figures else f"<p class=\"small\">[figure "
-                       f"{esc(image.group(2))}]</p>")
+            out.append(
+                figure(stem, figures[stem])
+                if stem in figures
+                else f'<p class="small">[figure {esc(image.group(2))}]</p>'
+            )
         elif line.lstrip().startswith("|"):
             block = []
             while i < len(lines) and lines[i].lstrip().startswith("|"):
@@ -151,4 +160,4 @@ def markdown_html(text: str, figures: Mapping[str, bytes] | None = None) -> str:
                 para.append(lines[i])
             out.append(f"<p>{_inline(' '.join(para))}</p>")
         i += 1
-    return "<div class=\"md\">" + "\n".join(out) + "</div>"
+    return '<div class="md">' + "\n".join(out) + "</div>"

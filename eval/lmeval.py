@@ -37,8 +37,11 @@ def _extraction_tasks(results: dict) -> dict[str, dict]:
     windows = results.get("windows") or []
     tasks = {}
     # the members' windows (nonmembers extracted too are never pooled into a headline); older results: by_window
-    by_window = (summary["by_split_window"].get("members") or {} if "by_split_window" in summary
-                 else summary.get("by_window") or {})
+    by_window = (
+        summary["by_split_window"].get("members") or {}
+        if "by_split_window" in summary
+        else summary.get("by_window") or {}
+    )
     if "by_split_window" in summary:
         windows = [w for w in windows if (w.get("split") or "members") == "members"]
     for placement, row in by_window.items():
@@ -68,8 +71,7 @@ def _membership_task(results: dict) -> dict[str, dict]:
         entry[f"auc_{attack},{FILTER}"] = row.get("auc")
         entry[f"auc_{attack}_stderr,{FILTER}"] = (high - low) / (2 * Z95) if None not in (low, high) else "N/A"
     n = (section.get("n_members") or 0) + (section.get("n_nonmembers") or 0)
-    return {"goldfish_membership": {"results": entry, "higher_is_better": {f"auc_{a}": True for a in attacks},
-                                    "n": n}}
+    return {"goldfish_membership": {"results": entry, "higher_is_better": {f"auc_{a}": True for a in attacks}, "n": n}}
 
 
 def lm_eval_results(results: dict) -> dict:
@@ -84,29 +86,50 @@ def lm_eval_results(results: dict) -> dict:
     return {
         "results": {task: t["results"] for task, t in tasks.items()},
         "group_subtasks": {task: [] for task in tasks},
-        "configs": {task: {"task": task, "dataset_path": data.get("path"), "output_type": "generate_until"
-                           if task.startswith("goldfish_extraction") else "loglikelihood_rolling",
-                           "num_fewshot": 0, "metric_list": [{"metric": m, "aggregation": "mean", "higher_is_better": h}
-                                                             for m, h in t["higher_is_better"].items()],
-                           "generation_kwargs": {"do_sample": False, "max_gen_toks": ex.get("suffix_len"),
-                                                 "until": []},
-                           "metadata": {"goldfish_schema": results.get("schema"), "prefix_lens": ex.get("prefix_lens"),
-                                        "suffix_len": ex.get("suffix_len"), "stop_at_eos": dec.get("stop_at_eos"),
-                                        "data_sha256": data.get("sha256")}}
-                    for task, t in tasks.items()},
+        "configs": {
+            task: {
+                "task": task,
+                "dataset_path": data.get("path"),
+                "output_type": "generate_until" if task.startswith("goldfish_extraction") else "loglikelihood_rolling",
+                "num_fewshot": 0,
+                "metric_list": [
+                    {"metric": m, "aggregation": "mean", "higher_is_better": h}
+                    for m, h in t["higher_is_better"].items()
+                ],
+                "generation_kwargs": {"do_sample": False, "max_gen_toks": ex.get("suffix_len"), "until": []},
+                "metadata": {
+                    "goldfish_schema": results.get("schema"),
+                    "prefix_lens": ex.get("prefix_lens"),
+                    "suffix_len": ex.get("suffix_len"),
+                    "stop_at_eos": dec.get("stop_at_eos"),
+                    "data_sha256": data.get("sha256"),
+                },
+            }
+            for task, t in tasks.items()
+        },
         "versions": {task: results.get("schema") for task in tasks},
         "n-shot": {task: 0 for task in tasks},
         "higher_is_better": {task: t["higher_is_better"] for task, t in tasks.items()},
         "n-samples": {task: {"original": t["n"], "effective": t["n"]} for task, t in tasks.items()},
-        "config": {"model": "goldfish", "model_args": f"pretrained={name}"
-                   + (f",revision={model['revision']}" if model.get("revision") else "")
-                   + f",dtype={model.get('precision')}",
-                   "model_num_parameters": model.get("num_parameters"), "model_dtype": model.get("dtype"),
-                   "batch_size": dec.get("batch_size"), "batch_sizes": [], "device": device.get("type"),
-                   "use_cache": None, "limit": ex.get("max_docs"),
-                   "bootstrap_iters": (config.get("membership") or {}).get("n_bootstrap"), "gen_kwargs": None,
-                   "random_seed": config.get("seed"), "numpy_seed": config.get("seed"),
-                   "torch_seed": config.get("seed"), "fewshot_seed": config.get("seed")},
+        "config": {
+            "model": "goldfish",
+            "model_args": f"pretrained={name}"
+            + (f",revision={model['revision']}" if model.get("revision") else "")
+            + f",dtype={model.get('precision')}",
+            "model_num_parameters": model.get("num_parameters"),
+            "model_dtype": model.get("dtype"),
+            "batch_size": dec.get("batch_size"),
+            "batch_sizes": [],
+            "device": device.get("type"),
+            "use_cache": None,
+            "limit": ex.get("max_docs"),
+            "bootstrap_iters": (config.get("membership") or {}).get("n_bootstrap"),
+            "gen_kwargs": None,
+            "random_seed": config.get("seed"),
+            "numpy_seed": config.get("seed"),
+            "torch_seed": config.get("seed"),
+            "fewshot_seed": config.get("seed"),
+        },
         "git_hash": results.get("git"),
         "date": datetime.fromisoformat(created).timestamp() if created else None,
         "transformers_version": (results.get("versions") or {}).get("transformers"),

@@ -19,9 +19,20 @@ from goldfish.model_source import PICKLE_SUFFIXES, resolve_model_path
 from goldfish.models import check_same_tokenizer, load_model_tokenizer, load_pretrained
 from goldfish.precision import PRECISIONS, canonical_precision, resolve_precision, torch_dtype
 
-__all__ = ["PICKLE_SUFFIXES", "SharedModel", "check_reference", "check_same_tokenizer", "check_vocab", "load_model",
-           "load_model_tokenizer", "model_vocab_size", "num_parameters", "pad_id_of", "resolve_device",
-           "resolve_model_path"]
+__all__ = [
+    "PICKLE_SUFFIXES",
+    "SharedModel",
+    "check_reference",
+    "check_same_tokenizer",
+    "check_vocab",
+    "load_model",
+    "load_model_tokenizer",
+    "model_vocab_size",
+    "num_parameters",
+    "pad_id_of",
+    "resolve_device",
+    "resolve_model_path",
+]
 
 
 def resolve_device(device: str) -> torch.device:
@@ -35,15 +46,18 @@ def resolve_device(device: str) -> torch.device:
     if where.type == "cpu":
         return where
     if where.type == "meta":
-        raise UserError(f"device={device!r} holds no weights (a meta tensor has a shape but no values), so nothing can "
-                        f"be evaluated on it; use model.device=cpu (or model.device=auto)")
+        raise UserError(
+            f"device={device!r} holds no weights (a meta tensor has a shape but no values), so nothing can "
+            f"be evaluated on it; use model.device=cpu (or model.device=auto)"
+        )
     if where.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0 or (where.index is not None and where.index >= count):
             which = f" {where.index} (torch sees {count})" if count else ""
-            raise UserError(f"device={device!r}, but this machine has no usable CUDA device{which}; use "
-                            f"model.device=cpu (or model.device=auto"
-                            + (f", or cuda:0 .. cuda:{count - 1})" if count else ")"))
+            raise UserError(
+                f"device={device!r}, but this machine has no usable CUDA device{which}; use "
+                f"model.device=cpu (or model.device=auto" + (f", or cuda:0 .. cuda:{count - 1})" if count else ")")
+            )
         return where
     backend = torch.backends.mps if where.type == "mps" else getattr(torch, where.type, None)
     available = getattr(backend, "is_available", None)
@@ -52,13 +66,16 @@ def resolve_device(device: str) -> torch.device:
     except Exception:  # noqa: BLE001 - a backend that cannot even say: not usable here
         here = False
     if not here:
-        raise UserError(f"device={device!r}: there is no {where.type} device here (or this torch build cannot use "
-                        f"it); use model.device=cpu (or model.device=auto)")
+        raise UserError(
+            f"device={device!r}: there is no {where.type} device here (or this torch build cannot use "
+            f"it); use model.device=cpu (or model.device=auto)"
+        )
     return where
 
 
-def load_model(path: str | Path, dtype: str = "auto", device: str = "auto", allow_pickle: bool = False,
-               allow_partial: bool = False):
+def load_model(
+    path: str | Path, dtype: str = "auto", device: str = "auto", allow_pickle: bool = False, allow_partial: bool = False
+):
     """Load a causal LM for inference (``eval()`` mode, on ``device``) -> ``PreTrainedModel``; ``dtype`` is a
     precision name (:mod:`goldfish.precision`: auto | fp32 | bf16 | fp16 | checkpoint, or the long torch spellings;
     ``auto`` is resolved for ``device``)."""
@@ -98,12 +115,16 @@ def check_vocab(model, tokenizer=None, docs: Sequence[Sequence[int]] = (), what:
     """Raise a UserError when the tokenizer or the document token ids do not fit the model's vocabulary."""
     vocab = model_vocab_size(model)
     if tokenizer is not None and len(tokenizer) > vocab:
-        raise UserError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocabulary has {vocab}: they do "
-                        f"not belong together (use the tokenizer the model was trained with)")
+        raise UserError(
+            f"the tokenizer has {len(tokenizer)} tokens but the model's vocabulary has {vocab}: they do "
+            f"not belong together (use the tokenizer the model was trained with)"
+        )
     top = max((max(d) for d in docs if len(d)), default=-1)
     if top >= vocab:
-        raise UserError(f"{what} contain token id {top} but the model's vocabulary has only {vocab} ids: the data was "
-                        f"tokenised with a different tokenizer than the model's (re-prepare it with the model's)")
+        raise UserError(
+            f"{what} contain token id {top} but the model's vocabulary has only {vocab} ids: the data was "
+            f"tokenised with a different tokenizer than the model's (re-prepare it with the model's)"
+        )
 
 
 def check_reference(reference, path: str | Path, tokenizer, docs: Sequence[Sequence[int]]) -> None:
@@ -113,8 +134,11 @@ def check_reference(reference, path: str | Path, tokenizer, docs: Sequence[Seque
     without a tokenizer is checked by its vocabulary alone (with a warning)."""
     own = load_model_tokenizer(path)
     if own is None:
-        print(f"warning: reference model {path} stores no tokenizer; it is assumed to use the evaluated model's "
-              f"({len(tokenizer) if tokenizer is not None else 'unknown'} tokens)", file=sys.stderr)
+        print(
+            f"warning: reference model {path} stores no tokenizer; it is assumed to use the evaluated model's "
+            f"({len(tokenizer) if tokenizer is not None else 'unknown'} tokens)",
+            file=sys.stderr,
+        )
     elif tokenizer is not None:
         check_same_tokenizer(own, tokenizer, path, "the evaluated model and its data")
     try:

@@ -153,9 +153,16 @@ def dc_pdd_score(tokens: Sequence[int], logp: Sequence[float], counts: np.ndarra
     return float(np.minimum(alpha, clip).mean()) if len(alpha) else float("nan")
 
 
-def _scored_pass(model: Any, docs: Sequence[Sequence[int]], name: str, ratios: Sequence[float],
-                 cache: MutableMapping[str, dict] | None, loop: dict, head: int | None = None,
-                 keep_tokens: bool = False) -> list[dict]:
+def _scored_pass(
+    model: Any,
+    docs: Sequence[Sequence[int]],
+    name: str,
+    ratios: Sequence[float],
+    cache: MutableMapping[str, dict] | None,
+    loop: dict,
+    head: int | None = None,
+    keep_tokens: bool = False,
+) -> list[dict]:
     """Per document ``{"nll": mean NLL, "nll_sum": total NLL, "min_k_<k>": ..., "min_k_pp_<k>": ...}`` (Min-K only
     when ``ratios``; with ``head``, ``"nll_head"``: the mean NLL of the targets among the first ``head`` tokens; with
     ``keep_tokens``, ``"logp"`` and ``"correct"``: each target's log-probability and top-1 correctness, 0 or 1),
@@ -170,7 +177,7 @@ def _scored_pass(model: Any, docs: Sequence[Sequence[int]], name: str, ratios: S
     for j, st in stats:
         row = {"nll": float(-st.logp.mean()), "nll_sum": float(-st.logp.sum())}
         if head:
-            row["nll_head"] = float(-st.logp[:head - 1].mean())
+            row["nll_head"] = float(-st.logp[: head - 1].mean())
         for r in ratios:
             row[ratio_key("min_k", r)] = lowest_k_mean(st.logp, r)
             row[ratio_key("min_k_pp", r)] = lowest_k_mean(st.z, r)
@@ -180,11 +187,22 @@ def _scored_pass(model: Any, docs: Sequence[Sequence[int]], name: str, ratios: S
     return [cache[k] for k in keys]
 
 
-def target_pass(model: Any, docs: Sequence[Sequence[int]], *, min_k_ratios: Sequence[float] = (0.2,),
-                head: int | None = None, window: int | None = None, stride: int | None = None,
-                token_budget: int = DEFAULT_TOKEN_BUDGET, chunk: int = DEFAULT_CHUNK,
-                cache: MutableMapping[str, dict] | None = None, keep_tokens: bool = False,
-                reference_model: Any = None, progress: bool = True, logger: Any = None) -> list[dict]:
+def target_pass(
+    model: Any,
+    docs: Sequence[Sequence[int]],
+    *,
+    min_k_ratios: Sequence[float] = (0.2,),
+    head: int | None = None,
+    window: int | None = None,
+    stride: int | None = None,
+    token_budget: int = DEFAULT_TOKEN_BUDGET,
+    chunk: int = DEFAULT_CHUNK,
+    cache: MutableMapping[str, dict] | None = None,
+    keep_tokens: bool = False,
+    reference_model: Any = None,
+    progress: bool = True,
+    logger: Any = None,
+) -> list[dict]:
     """The one teacher-forced pass of the target model over whole documents that every membership score is reduced
     from (:func:`score_documents`; an experiment's attacks analysis reads its per-token values, ``keep_tokens``):
     per document ``{"nll", "nll_sum", "min_k_<k>", "min_k_pp_<k>"}``, ``"nll_head"`` (the first ``head`` tokens,
@@ -194,8 +212,7 @@ def target_pass(model: Any, docs: Sequence[Sequence[int]], *, min_k_ratios: Sequ
     window = scoring_window(window, model, reference_model)
     if window < 2:
         raise UserError(f"window={window} must be >= 2 tokens")
-    loop = dict(window=window, stride=stride, token_budget=token_budget, chunk=chunk, progress=progress,
-                logger=logger)
+    loop = dict(window=window, stride=stride, token_budget=token_budget, chunk=chunk, progress=progress, logger=logger)
     return _scored_pass(model, docs, "target", _check_ratios(min_k_ratios), cache, loop, head, keep_tokens)
 
 
@@ -261,6 +278,7 @@ def register_attack(name: str):
     def wrap(fn: Callable[[AttackInputs], dict[str, np.ndarray]]):
         ATTACKS[name] = Attack(name, fn, spec.needs, spec.keys, spec.token_scores)
         return fn
+
     return wrap
 
 
@@ -284,10 +302,12 @@ def _zlib(x: AttackInputs) -> dict[str, np.ndarray]:
 def _lowercase(x: AttackInputs) -> dict[str, np.ndarray]:
     head, tok = x.head, x.tokenizer
     heads = [list(d[:head]) for d in x.docs] if head else x.docs
-    lowered = lowercase_docs(heads, [tok.decode(d, skip_special_tokens=True) for d in heads] if head else
-                             x.texts(), tok)
-    return {"lowercase": -_column(x.rows, "nll_head" if head else "nll") / _lowercase_nll(x.model, lowered, x.cache,
-                                                                                          x.loop)}
+    lowered = lowercase_docs(
+        heads, [tok.decode(d, skip_special_tokens=True) for d in heads] if head else x.texts(), tok
+    )
+    return {
+        "lowercase": -_column(x.rows, "nll_head" if head else "nll") / _lowercase_nll(x.model, lowered, x.cache, x.loop)
+    }
 
 
 @register_attack("reference")
@@ -298,16 +318,30 @@ def _reference(x: AttackInputs) -> dict[str, np.ndarray]:
 
 @register_attack("recall")
 def _recall(x: AttackInputs) -> dict[str, np.ndarray]:
-    return {"recall": recall_scores(x.model, x.docs, x.recall_prefix, skip=x.recall_skip, cache=x.cache,
-                                    loop=x.loop, nll=x.nll)}
+    return {
+        "recall": recall_scores(
+            x.model, x.docs, x.recall_prefix, skip=x.recall_skip, cache=x.cache, loop=x.loop, nll=x.nll
+        )
+    }
 
 
 @register_attack("dc_pdd")
 def _dc_pdd(x: AttackInputs) -> dict[str, np.ndarray]:
     counts = np.asarray(x.dc_pdd_counts, dtype=np.int64)
-    return {"dc_pdd": np.array([
-        dc_pdd_score(d, r["logp"], counts - token_counts([d], len(counts)) if x.dc_pdd_leave_out else counts,
-                     x.dc_pdd_clip) for d, r in zip(x.docs, x.rows)], dtype=np.float64)}
+    return {
+        "dc_pdd": np.array(
+            [
+                dc_pdd_score(
+                    d,
+                    r["logp"],
+                    counts - token_counts([d], len(counts)) if x.dc_pdd_leave_out else counts,
+                    x.dc_pdd_clip,
+                )
+                for d, r in zip(x.docs, x.rows)
+            ],
+            dtype=np.float64,
+        )
+    }
 
 
 def score_documents(
@@ -349,22 +383,54 @@ def score_documents(
     ``dc_pdd_leave_out`` each document's own tokens taken out of the counts first (the documents are that corpus).
     """
     ratios = _check_ratios(min_k_ratios)
-    given = {"tokenizer": tokenizer, "reference_model": reference_model, "recall_prefix": recall_prefix,
-             "dc_pdd_counts": dc_pdd_counts}
+    given = {
+        "tokenizer": tokenizer,
+        "reference_model": reference_model,
+        "recall_prefix": recall_prefix,
+        "dc_pdd_counts": dc_pdd_counts,
+    }
     runnable = [a for a in ATTACKS.values() if all(given[n] is not None for n in a.needs)]
     if not docs:
         return {k: np.zeros(0) for a in runnable for k in a.keys(ratios)}
     _check_docs(docs, _vocab_size(model))
     head = lowercase_tokens if tokenizer is not None else None
-    rows = target_pass(model, docs, min_k_ratios=ratios, head=head, window=window, stride=stride,
-                       token_budget=token_budget, chunk=chunk, cache=cache,
-                       keep_tokens=keep_tokens or any(a.token_scores for a in runnable),
-                       reference_model=reference_model, progress=progress, logger=logger)
-    loop = dict(window=scoring_window(window, model, reference_model), stride=stride, token_budget=token_budget,
-                chunk=chunk, progress=progress, logger=logger)
-    ctx = AttackInputs(model=model, docs=docs, rows=rows, nll=_column(rows, "nll"), ratios=ratios, loop=loop,
-                       cache=cache, head=head, recall_skip=recall_skip, dc_pdd_clip=dc_pdd_clip,
-                       dc_pdd_leave_out=dc_pdd_leave_out, **given)
+    rows = target_pass(
+        model,
+        docs,
+        min_k_ratios=ratios,
+        head=head,
+        window=window,
+        stride=stride,
+        token_budget=token_budget,
+        chunk=chunk,
+        cache=cache,
+        keep_tokens=keep_tokens or any(a.token_scores for a in runnable),
+        reference_model=reference_model,
+        progress=progress,
+        logger=logger,
+    )
+    loop = dict(
+        window=scoring_window(window, model, reference_model),
+        stride=stride,
+        token_budget=token_budget,
+        chunk=chunk,
+        progress=progress,
+        logger=logger,
+    )
+    ctx = AttackInputs(
+        model=model,
+        docs=docs,
+        rows=rows,
+        nll=_column(rows, "nll"),
+        ratios=ratios,
+        loop=loop,
+        cache=cache,
+        head=head,
+        recall_skip=recall_skip,
+        dc_pdd_clip=dc_pdd_clip,
+        dc_pdd_leave_out=dc_pdd_leave_out,
+        **given,
+    )
     scores: dict[str, np.ndarray] = {}
     for attack in runnable:
         scores.update(attack.score(ctx))
@@ -409,8 +475,10 @@ def evaluate_attack(members: Any, nonmembers: Any, *, n_bootstrap: int = 1000, s
     if len(m) == 0 or len(n) == 0:
         given = np.size(members), np.size(nonmembers)
         fix = "add nonmembers" if 0 in given else "the model's log-probabilities are NaN or infinite: check its weights"
-        raise UserError(f"attack {name!r} has {len(m)} finite member scores (of {given[0]}) and {len(n)} finite "
-                        f"nonmember scores (of {given[1]}); an ROC needs both ({fix})")
+        raise UserError(
+            f"attack {name!r} has {len(m)} finite member scores (of {given[0]}) and {len(n)} finite "
+            f"nonmember scores (of {given[1]}); an ROC needs both ({fix})"
+        )
     y = np.concatenate([np.ones(len(m)), np.zeros(len(n))])
     s = np.concatenate([m, n])
     fpr, tpr, _ = roc_curve(y, s, drop_intermediate=False)

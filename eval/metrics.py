@@ -88,8 +88,14 @@ def _register(metric: Metric) -> None:
     METRICS[metric.name] = metric
 
 
-def register_metric(name: str, higher_is_better: bool, aggregation: str = "mean",
-                    bounds: Bounds = (-math.inf, math.inf), label: str = "", short: str = ""):
+def register_metric(
+    name: str,
+    higher_is_better: bool,
+    aggregation: str = "mean",
+    bounds: Bounds = (-math.inf, math.inf),
+    label: str = "",
+    short: str = "",
+):
     """Decorator adding a metric of the greedy generation, ``fn(gen_ids, truth_ids, gen_text, truth_text)``, to
     :data:`METRICS` under ``name``: computed for every window, summarised in every row of ``summary``; ``label`` and
     ``short``: its words in plots and table columns."""
@@ -101,9 +107,15 @@ def register_metric(name: str, higher_is_better: bool, aggregation: str = "mean"
     return wrap
 
 
-def register_measure(name: str, higher_is_better: bool, aggregation: str = "mean",
-                     bounds: Bounds = (-math.inf, math.inf), optional: bool = False, label: str = "",
-                     short: str = "") -> None:
+def register_measure(
+    name: str,
+    higher_is_better: bool,
+    aggregation: str = "mean",
+    bounds: Bounds = (-math.inf, math.inf),
+    optional: bool = False,
+    label: str = "",
+    short: str = "",
+) -> None:
     """Register a per-window measure that another pass writes into the window records (one pass, beam, samples),
     so the summaries aggregate it like every metric."""
     _register(Metric(name, None, higher_is_better, aggregation, bounds, optional, label, short))
@@ -132,8 +144,9 @@ def longest_common_substring(a: Ids, b: Ids) -> int:
     return best
 
 
-@register_metric("exact_match", higher_is_better=True, aggregation="rate", label="exact-match rate",
-                 short="exact match")
+@register_metric(
+    "exact_match", higher_is_better=True, aggregation="rate", label="exact-match rate", short="exact match"
+)
 def exact_match(gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = "") -> bool:
     return list(gen) == list(truth)
 
@@ -155,8 +168,9 @@ def longest_match_prefix(gen: Ids, truth: Ids, gen_text: str = "", truth_text: s
     return n
 
 
-@register_metric("rouge_l", higher_is_better=True, bounds=(0.0, 1.0), label="ROUGE-L (token ids)",
-                 short="ROUGE-L tokens")
+@register_metric(
+    "rouge_l", higher_is_better=True, bounds=(0.0, 1.0), label="ROUGE-L (token ids)", short="ROUGE-L tokens"
+)
 def rouge_l(gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = "") -> float:
     return f1_from_lcs(int(LCSseq.similarity(list(gen), list(truth))), len(gen), len(truth))
 
@@ -170,8 +184,13 @@ def rouge_l_words(gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = ""
 _PAPER_ROUGE = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
 
 
-@register_metric("rouge_l_paper", higher_is_better=True, bounds=(0.0, 1.0),
-                 label="ROUGE-L (rouge-score, the paper's)", short="ROUGE-L rouge-score")
+@register_metric(
+    "rouge_l_paper",
+    higher_is_better=True,
+    bounds=(0.0, 1.0),
+    label="ROUGE-L (rouge-score, the paper's)",
+    short="ROUGE-L rouge-score",
+)
 def rouge_l_paper(gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = "") -> float:
     return float(_PAPER_ROUGE.score(truth_text, gen_text)["rougeL"].fmeasure)
 
@@ -202,9 +221,9 @@ HEADLINE = ("exact_match", "rouge_l_paper", "rouge_l", "token_match")
 ROUGE = ("rouge_l_paper", "rouge_l")  # the ROUGE-Ls shown side by side: the paper's first, token ids beside it
 
 
-def compute_metrics(gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = "",
-                    names: Sequence[str] | None = None) -> dict[str, float | int | bool]:
+def compute_metrics(
+    gen: Ids, truth: Ids, gen_text: str = "", truth_text: str = "", names: Sequence[str] | None = None
+) -> dict[str, float | int | bool]:
     """Every registered metric of the generation (or ``names``) for one window -> ``{name: value}``."""
-    chosen = {n: m for n, m in METRICS.items() if m.fn is not None} if names is None else \
-        {n: METRICS[n] for n in names}
+    chosen = {n: m for n, m in METRICS.items() if m.fn is not None} if names is None else {n: METRICS[n] for n in names}
     return {name: m.fn(gen, truth, gen_text, truth_text) for name, m in chosen.items()}

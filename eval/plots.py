@@ -86,9 +86,16 @@ def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
     return path
 
 
-def bar_chart(values: Mapping[str, float], title: str, ylabel: str, path: str | os.PathLike, *,
-              errors: Mapping[str, tuple[float | None, float | None]] | None = None,
-              by_construction: Sequence[str] = (), xlabel: str = "arm") -> Path:
+def bar_chart(
+    values: Mapping[str, float],
+    title: str,
+    ylabel: str,
+    path: str | os.PathLike,
+    *,
+    errors: Mapping[str, tuple[float | None, float | None]] | None = None,
+    by_construction: Sequence[str] = (),
+    xlabel: str = "arm",
+) -> Path:
     """One bar per key (e.g. per arm), value printed on top; ``errors`` maps a key to a (low, high) interval. The y
     axis starts at 0 when no value or interval is negative (all-zero rates do not get a negative axis). A key in
     ``by_construction`` (e.g. the control's AUC of its own reference attack, 0.5 whatever the data) is hatched and
@@ -109,8 +116,14 @@ def bar_chart(values: Mapping[str, float], title: str, ylabel: str, path: str | 
         if k in by_construction:
             bar.set_hatch("//")
             bar.set_alpha(0.5)
-    ax.bar_label(bars, labels=[f"{h:.3g}" + (f"\n({BY_CONSTRUCTION})" if k in by_construction else "")
-                               for k, h in zip(names, heights)], padding=2, fontsize=8)
+    ax.bar_label(
+        bars,
+        labels=[
+            f"{h:.3g}" + (f"\n({BY_CONSTRUCTION})" if k in by_construction else "") for k, h in zip(names, heights)
+        ],
+        padding=2,
+        fontsize=8,
+    )
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -131,8 +144,18 @@ def _positive(xs: Sequence[float], ys: Sequence[float], logx: bool) -> tuple[np.
     return x[keep][order], y[keep][order]
 
 
-def line_plot(series: Series, title: str, xlabel: str, ylabel: str, path: str | os.PathLike, *,
-              logx: bool = True, fit: bool = True, bands: Series | None = None, unit_interval: bool = False) -> Path:
+def line_plot(
+    series: Series,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    path: str | os.PathLike,
+    *,
+    logx: bool = True,
+    fit: bool = True,
+    bands: Series | None = None,
+    unit_interval: bool = False,
+) -> Path:
     """Metric vs x, one line per series; with ``fit`` a dashed least-squares fit ``y = a + b log10 x`` per series
     (Carlini et al. 2022) whose slope per decade and r^2 go in the legend (skipped for a series with x <= 0 or a
     single x). On a log axis points with x <= 0 are left out. ``bands`` maps a series name to (lows, highs) aligned
@@ -156,8 +179,14 @@ def line_plot(series: Series, title: str, xlabel: str, ylabel: str, path: str | 
             f = loglinear_fit(x, y)
             grid = np.geomspace(x.min(), x.max(), 50)
             r2 = "n/a" if f["r2"] is None else f"{f['r2']:.2f}"
-            ax.plot(grid, predict(f, grid), linestyle="--", color=color, alpha=0.7,
-                    label=f"{name} fit: {f['slope']:+.3g}/decade, r²={r2}")
+            ax.plot(
+                grid,
+                predict(f, grid),
+                linestyle="--",
+                color=color,
+                alpha=0.7,
+                label=f"{name} fit: {f['slope']:+.3g}/decade, r²={r2}",
+            )
     if logx:
         ax.set_xscale("log")
         ticks = sorted({float(v) for xs, _ in series.values() for v in xs if v is not None and v > 0})
@@ -176,8 +205,9 @@ def line_plot(series: Series, title: str, xlabel: str, ylabel: str, path: str | 
     return save_figure(fig, path)
 
 
-def roc_plot(curves: Mapping[str, tuple[Sequence[float], Sequence[float], float | None]], title: str,
-             path: str | os.PathLike) -> Path:
+def roc_plot(
+    curves: Mapping[str, tuple[Sequence[float], Sequence[float], float | None]], title: str, path: str | os.PathLike
+) -> Path:
     """ROC curves (``name -> (fpr, tpr, auc)``) on linear axes and on log-log axes, where the low-FPR regime that
     matters for membership inference (Carlini et al. 2022) is visible. Curves that coincide (two arms both at AUC 1)
     stay visible: each later curve is drawn thinner and in its own dash pattern over the earlier, wider ones."""
@@ -191,8 +221,9 @@ def roc_plot(curves: Mapping[str, tuple[Sequence[float], Sequence[float], float 
         fpr, tpr = np.asarray(fpr, dtype=np.float64), np.asarray(tpr, dtype=np.float64)
         width = max(1.0, 3.5 - 0.6 * i)  # (later curves on top, thinner: an identical earlier one shows around it)
         for ax in (lin, logax):
-            ax.plot(fpr, tpr, color=colors[name], linestyle=styles[i % len(styles)], linewidth=width, label=label,
-                    alpha=0.9)
+            ax.plot(
+                fpr, tpr, color=colors[name], linestyle=styles[i % len(styles)], linewidth=width, label=label, alpha=0.9
+            )
         positive = np.concatenate([fpr[fpr > 0], tpr[tpr > 0]])
         if positive.size:
             floor = min(floor, positive.min())
@@ -215,8 +246,15 @@ def roc_plot(curves: Mapping[str, tuple[Sequence[float], Sequence[float], float 
     return save_figure(fig, path)
 
 
-def histogram(groups: Mapping[str, Sequence[float]], title: str, xlabel: str, path: str | os.PathLike, *,
-              bins: int = 20, value_range: tuple[float, float] | None = (0.0, 1.0)) -> Path:
+def histogram(
+    groups: Mapping[str, Sequence[float]],
+    title: str,
+    xlabel: str,
+    path: str | os.PathLike,
+    *,
+    bins: int = 20,
+    value_range: tuple[float, float] | None = (0.0, 1.0),
+) -> Path:
     """Overlaid histograms, one per group (e.g. members vs nonmembers), on shared bins."""
     fig = Figure(figsize=(6.4, 4.0))
     ax = fig.add_subplot()
@@ -244,8 +282,11 @@ def loss_curves(curves: Mapping[str, Sequence[Mapping]], path: str | os.PathLike
         kept = [(m["step"], m["kept_loss"]) for m in metrics if m.get("kept_loss") is not None]
         if kept:
             ax.plot(*zip(*kept), color=color, label=f"{name}: kept tokens")
-        dropped = [(m["step"], m["dropped_loss"]) for m in metrics
-                   if m.get("dropped_loss") is not None and (m.get("dropped_tokens") or 0) > 0]
+        dropped = [
+            (m["step"], m["dropped_loss"])
+            for m in metrics
+            if m.get("dropped_loss") is not None and (m.get("dropped_tokens") or 0) > 0
+        ]
         if dropped:
             ax.plot(*zip(*dropped), color=color, linestyle="--", label=f"{name}: dropped tokens (not trained)")
     ax.set_xlabel("optimizer step")

@@ -24,23 +24,40 @@ def recall_score(ll_conditional: float, ll_unconditional: float) -> float:
     return float(ll_conditional / ll_unconditional) if ll_unconditional != 0 else float("nan")
 
 
-def mean_ll_pass(model: Any, docs: Sequence[Sequence[int]], first: Sequence[int], name: str,
-                  cache: MutableMapping[str, dict] | None, loop: dict, context: Sequence[int] = ()) -> np.ndarray:
+def mean_ll_pass(
+    model: Any,
+    docs: Sequence[Sequence[int]],
+    first: Sequence[int],
+    name: str,
+    cache: MutableMapping[str, dict] | None,
+    loop: dict,
+    context: Sequence[int] = (),
+) -> np.ndarray:
     """Mean log-likelihood of each document's targets from ``first[i]`` on, read after ``context`` (its keys/values
     computed once), one cached pass; cached as ``context + document`` with targets from ``len(context) + first``."""
     cache, context = ({} if cache is None else cache), list(context)
-    keys = [document_key(context + list(d), f"{name}|{len(context) + f}|{loop.get('window')}")
-            for d, f in zip(docs, first)]
+    keys = [
+        document_key(context + list(d), f"{name}|{len(context) + f}|{loop.get('window')}") for d, f in zip(docs, first)
+    ]
     todo = [i for i, k in enumerate(keys) if k not in cache]
-    stats = iter_token_statistics(model, [docs[i] for i in todo], first=[first[i] for i in todo], desc=name,
-                                  context=context or None, **loop)
+    stats = iter_token_statistics(
+        model, [docs[i] for i in todo], first=[first[i] for i in todo], desc=name, context=context or None, **loop
+    )
     for j, st in stats:
         cache[keys[todo[j]]] = {"ll": float(st.logp.mean())}
     return np.array([cache[k]["ll"] for k in keys], dtype=np.float64)
 
 
-def recall_scores(model: Any, docs: Sequence[Sequence[int]], prefix: Sequence[int], *, skip: Sequence[int] = (),
-                  cache: MutableMapping[str, dict] | None = None, loop: dict, nll: Any = None) -> np.ndarray:
+def recall_scores(
+    model: Any,
+    docs: Sequence[Sequence[int]],
+    prefix: Sequence[int],
+    *,
+    skip: Sequence[int] = (),
+    cache: MutableMapping[str, dict] | None = None,
+    loop: dict,
+    nll: Any = None,
+) -> np.ndarray:
     """ReCaLL of each document (:func:`recall_score`) given the nonmember ``prefix`` (read once); NaN for the
     documents in ``skip`` (the prefix's own). Both likelihoods are over tokens 1 .. n-1 of the document's first n
     tokens, n = scoring window - len(prefix); ``nll`` (the target pass's, same window): a document of at most n
@@ -48,8 +65,10 @@ def recall_scores(model: Any, docs: Sequence[Sequence[int]], prefix: Sequence[in
     window = loop.get("window") or (len(prefix) + max(len(d) for d in docs))
     n = window - len(prefix)
     if n < 2:
-        raise UserError(f"the ReCaLL prefix of {len(prefix)} tokens leaves {n} of the scoring window's {window} for "
-                        f"the document; set a smaller membership.recall_prefix_tokens")
+        raise UserError(
+            f"the ReCaLL prefix of {len(prefix)} tokens leaves {n} of the scoring window's {window} for "
+            f"the document; set a smaller membership.recall_prefix_tokens"
+        )
     heads = [list(d[:n]) for d in docs]
     cut = [i for i, d in enumerate(docs) if nll is None or len(d) > n]  # the others: scored whole by the target pass
     plain = -np.asarray(nll if nll is not None else np.full(len(docs), np.nan), dtype=np.float64)
@@ -58,5 +77,3 @@ def recall_scores(model: Any, docs: Sequence[Sequence[int]], prefix: Sequence[in
     out = np.array([recall_score(c, u) for c, u in zip(conditional, plain)], dtype=np.float64)
     out[list(skip)] = np.nan
     return out
-
-

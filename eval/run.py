@@ -49,9 +49,19 @@ from .shard import Shard, current, process_group, splitting
 from .inputs import load_eval_documents
 from .lmeval import FILE as LM_EVAL_FILE
 from .lmeval import lm_eval_results
-from .loading import (SharedModel, check_reference, check_same_tokenizer, check_vocab, load_model,
-                      load_model_tokenizer, model_vocab_size, num_parameters, pad_id_of, resolve_device,
-                      resolve_model_path)
+from .loading import (
+    SharedModel,
+    check_reference,
+    check_same_tokenizer,
+    check_vocab,
+    load_model,
+    load_model_tokenizer,
+    model_vocab_size,
+    num_parameters,
+    pad_id_of,
+    resolve_device,
+    resolve_model_path,
+)
 from .metrics import compute_metrics
 from .html_report import write_html
 from .report import write_report
@@ -69,11 +79,16 @@ VERSIONED = ("torch", "transformers", "numpy")  # the libraries results.json nam
 
 
 def _require(cfg: EvalConfig) -> None:
-    missing = [flag for flag, value in (("--model", cfg.model.path), ("--data", cfg.data.path), ("--out", cfg.out))
-               if not value]
+    missing = [
+        flag
+        for flag, value in (("--model", cfg.model.path), ("--data", cfg.data.path), ("--out", cfg.out))
+        if not value
+    ]
     if missing:
-        raise UserError(f"missing {', '.join(missing)}: e.g. goldfish eval --model runs/demo/cells/standard/train "
-                        f"--data runs/demo/prepared/<hash> --out runs/demo/eval")
+        raise UserError(
+            f"missing {', '.join(missing)}: e.g. goldfish eval --model runs/demo/cells/standard/train "
+            f"--data runs/demo/prepared/<hash> --out runs/demo/eval"
+        )
     resolve_model_path(cfg.model.path)  # a wrong --model fails here, before documents are read
 
 
@@ -92,8 +107,9 @@ def _eos_id(model, tokenizer) -> int | None:
     return None
 
 
-def evaluate_chunk(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig, pad_id: int,
-                   mask=None, on_batch=None) -> list[dict]:
+def evaluate_chunk(
+    model, tokenizer, windows: Sequence[Window], cfg: EvalConfig, pad_id: int, mask=None, on_batch=None
+) -> list[dict]:
     """Greedy generation + one pass (+ beam / samples / the mask-consistent adversary, given the model's Goldfish
     ``mask``) + metrics for a list of windows -> result records; ``on_batch(n)``: n more windows decoded greedily.
     Windows of several suffix lengths (a short document's window, :func:`goldfish.eval.windows.short_window`) are
@@ -115,16 +131,28 @@ def evaluate_chunk(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig,
     gens = generate(model, prefixes, suffix_len, eos_id=eos, on_batch=on_batch, **kw)
     onepass = extraction.onepass(model, prefixes, suffixes, batch_size=dec.batch_size, progress=cfg.progress)
     beams = beam_generate(model, prefixes, suffix_len, dec.beam, **kw) if dec.beam > 1 else None
-    hits = (extraction.sample_hits(model, prefixes, suffixes, dec.samples, temperature=dec.temperature,
-                                   seed=cfg.seed, **kw) if dec.samples else None)
+    hits = (
+        extraction.sample_hits(model, prefixes, suffixes, dec.samples, temperature=dec.temperature, seed=cfg.seed, **kw)
+        if dec.samples
+        else None
+    )
     threshold = dec.switch_threshold or adversary.DEFAULT_SWITCH_THRESHOLD
     adv = adversary.window_records(model, windows, gens, mask, threshold, **kw) if mask is not None else None
     records = []
     for i, (w, gen) in enumerate(zip(windows, gens)):
         gen_text, truth_text = _decode(tokenizer, gen), _decode(tokenizer, w.suffix)
-        rec = {"doc_id": w.doc.id, "title": w.doc.title, "repetitions": w.doc.repetitions, "split": w.doc.split,
-               "group": w.doc.group, "prefix_len": w.prefix_len, "prefix_tokens": len(w.prefix),
-               "suffix_len": w.suffix_len, "window": w.placement, "start": w.start}
+        rec = {
+            "doc_id": w.doc.id,
+            "title": w.doc.title,
+            "repetitions": w.doc.repetitions,
+            "split": w.doc.split,
+            "group": w.doc.group,
+            "prefix_len": w.prefix_len,
+            "prefix_tokens": len(w.prefix),
+            "suffix_len": w.suffix_len,
+            "window": w.placement,
+            "start": w.start,
+        }
         rec.update(compute_metrics(gen, w.suffix, gen_text, truth_text))
         rec.update(onepass[i])
         rec["np_extraction"] = extraction.np_extraction(rec["p_suffix"], dec.n_samples_adversary)
@@ -134,14 +162,20 @@ def evaluate_chunk(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig,
         if hits is not None:
             rec["sample_hits"], rec["sample_rate"] = hits[i], hits[i] / dec.samples
         rec.update(adv[i] if adv is not None else {})
-        rec.update({"generation": gen_text, "truth": truth_text, "generation_ids": list(gen),
-                    "truth_ids": list(w.suffix), "sha256": w.key})
+        rec.update(
+            {
+                "generation": gen_text,
+                "truth": truth_text,
+                "generation_ids": list(gen),
+                "truth_ids": list(w.suffix),
+                "sha256": w.key,
+            }
+        )
         records.append(rec)
     return records
 
 
-def evaluate_windows(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig, out: Path,
-                     mask=None) -> list[dict]:
+def evaluate_windows(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig, out: Path, mask=None) -> list[dict]:
     """All window records in window order, computing only those not already in the partial file (rank 0's, under a
     split evaluation: every rank starts from what it holds)."""
     shard = current()
@@ -150,8 +184,13 @@ def evaluate_windows(model, tokenizer, windows: Sequence[Window], cfg: EvalConfi
     if done:
         log.info("resuming: %d of %d windows already done", len(windows) - len(todo), len(windows))
     pad_id = pad_id_of(tokenizer)
-    bar = tqdm(total=len(windows), initial=len(windows) - len(todo), desc="extraction", unit="win",
-               disable=None if cfg.progress and shard.main else True)  # None: drawn only on a terminal
+    bar = tqdm(
+        total=len(windows),
+        initial=len(windows) - len(todo),
+        desc="extraction",
+        unit="win",
+        disable=None if cfg.progress and shard.main else True,
+    )  # None: drawn only on a terminal
     decoded = [0]  # windows of the chunk in flight decoded so far: progress per batch, not per chunk
     began, told = time.perf_counter(), [not shard.main]
 
@@ -162,10 +201,13 @@ def evaluate_windows(model, tokenizer, windows: Sequence[Window], cfg: EvalConfi
             told[0] = True
             print(expected_time(len(todo), n, time.perf_counter() - began), file=sys.stderr)
 
-    with JsonlLogger(out / WINDOWS_PARTIAL, enabled=shard.main) as partial, \
-            JsonlLogger(out / "eval_log.jsonl", enabled=shard.main) as metrics_log, \
-            _heartbeat(shard, "extraction", lambda: len(done) + decoded[0], total=len(windows), unit="windows",
-                       label=_label(cfg)):
+    with (
+        JsonlLogger(out / WINDOWS_PARTIAL, enabled=shard.main) as partial,
+        JsonlLogger(out / "eval_log.jsonl", enabled=shard.main) as metrics_log,
+        _heartbeat(
+            shard, "extraction", lambda: len(done) + decoded[0], total=len(windows), unit="windows", label=_label(cfg)
+        ),
+    ):
         for lo in range(0, len(todo), CHUNK):
             chunk = todo[lo : lo + CHUNK]
             t0 = time.perf_counter()
@@ -175,9 +217,16 @@ def evaluate_windows(model, tokenizer, windows: Sequence[Window], cfg: EvalConfi
             for rec in records:
                 partial.log(rec)
                 done[rec["sha256"]] = rec
-            metrics_log.log({"event": "chunk", "windows": len(chunk), "seconds": round(seconds, 4),
-                             "windows_per_s": len(chunk) / max(seconds, 1e-9),
-                             "done": len(windows) - len(todo) + lo + len(chunk), "total": len(windows)})
+            metrics_log.log(
+                {
+                    "event": "chunk",
+                    "windows": len(chunk),
+                    "seconds": round(seconds, 4),
+                    "windows_per_s": len(chunk) / max(seconds, 1e-9),
+                    "done": len(windows) - len(todo) + lo + len(chunk),
+                    "total": len(windows),
+                }
+            )
     bar.close()
     return [_own_record(done[w.key], w) for w in windows]
 
@@ -188,8 +237,14 @@ def _own_record(rec: dict, w: Window) -> dict:
     doc = w.doc
     if rec.get("doc_id") == doc.id and rec.get("split") == doc.split:
         return rec
-    return {**rec, "doc_id": doc.id, "title": doc.title, "repetitions": doc.repetitions, "split": doc.split,
-            "group": doc.group}
+    return {
+        **rec,
+        "doc_id": doc.id,
+        "title": doc.title,
+        "repetitions": doc.repetitions,
+        "split": doc.split,
+        "group": doc.group,
+    }
 
 
 def expected_time(windows: int, first: int, seconds: float) -> str:
@@ -197,14 +252,21 @@ def expected_time(windows: int, first: int, seconds: float) -> str:
     ``first`` windows in ``seconds``; the one-pass scoring of each chunk and membership come on top)."""
     rate = first / max(seconds, 1e-9)
     left = (windows - first) / rate
-    return (f"extraction: {windows:,} windows to decode; the first {first} took {seconds:.1f} s "
-            f"({rate:.2f} windows/s): about {_duration(left)} more for greedy decoding (one-pass scoring and "
-            f"membership come on top)")
+    return (
+        f"extraction: {windows:,} windows to decode; the first {first} took {seconds:.1f} s "
+        f"({rate:.2f} windows/s): about {_duration(left)} more for greedy decoding (one-pass scoring and "
+        f"membership come on top)"
+    )
 
 
 def _duration(seconds: float) -> str:
-    return (f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min" if seconds < 5400
-            else f"{seconds / 3600:.1f} h")
+    return (
+        f"{seconds:.0f} s"
+        if seconds < 90
+        else f"{seconds / 60:.1f} min"
+        if seconds < 5400
+        else f"{seconds / 3600:.1f} h"
+    )
 
 
 def run_membership(model, reference, splits: dict, cfg: EvalConfig, tokenizer, out: Path) -> dict | None:
@@ -214,21 +276,40 @@ def run_membership(model, reference, splits: dict, cfg: EvalConfig, tokenizer, o
         return None
     m = cfg.membership
     shard = current()
-    with _score_cache(out / MEMBERSHIP_PARTIAL, cfg.resume, shard) as cache, \
-            JsonlLogger(out / "eval_log.jsonl", enabled=shard.main) as logger, \
-            _heartbeat(shard, "membership", lambda: len(cache), unit="scores", label=_label(cfg)):
-        kw = dict(reference_model=reference, min_k_ratios=tuple(m.min_k_ratios), tokenizer=tokenizer,
-                  window=m.window, stride=m.stride, token_budget=m.token_budget, chunk=m.chunk,
-                  lowercase_tokens=m.lowercase_tokens, cache=cache, keep_tokens=m.keep_tokens,
-                  progress=cfg.progress, logger=logger)
+    with (
+        _score_cache(out / MEMBERSHIP_PARTIAL, cfg.resume, shard) as cache,
+        JsonlLogger(out / "eval_log.jsonl", enabled=shard.main) as logger,
+        _heartbeat(shard, "membership", lambda: len(cache), unit="scores", label=_label(cfg)),
+    ):
+        kw = dict(
+            reference_model=reference,
+            min_k_ratios=tuple(m.min_k_ratios),
+            tokenizer=tokenizer,
+            window=m.window,
+            stride=m.stride,
+            token_budget=m.token_budget,
+            chunk=m.chunk,
+            lowercase_tokens=m.lowercase_tokens,
+            cache=cache,
+            keep_tokens=m.keep_tokens,
+            progress=cfg.progress,
+            logger=logger,
+        )
         kw.update(_reference_free(model, splits["nonmembers"], m))
         skip = kw.pop("recall_skip", ())
-        scores = {name: membership.score_documents(model, [list(d.tokens) for d in splits[name]], **kw,
-                                                   recall_skip=skip if name == "nonmembers" else (),
-                                                   dc_pdd_leave_out=name == "nonmembers")
-                  for name in ("members", "nonmembers")}
-    section = membership.membership_section(scores["members"], scores["nonmembers"], n_bootstrap=m.n_bootstrap,
-                                            seed=cfg.seed)
+        scores = {
+            name: membership.score_documents(
+                model,
+                [list(d.tokens) for d in splits[name]],
+                **kw,
+                recall_skip=skip if name == "nonmembers" else (),
+                dc_pdd_leave_out=name == "nonmembers",
+            )
+            for name in ("members", "nonmembers")
+        }
+    section = membership.membership_section(
+        scores["members"], scores["nonmembers"], n_bootstrap=m.n_bootstrap, seed=cfg.seed
+    )
     section["doc_ids"] = {name: [d.id for d in splits[name]] for name in ("members", "nonmembers")}  # scores' order
     return section
 
@@ -239,7 +320,7 @@ def _reference_free(model, nonmembers: Sequence, m) -> dict:
     remain, and DC-PDD's reference token counts (every nonmember)."""
     kw: dict = {"dc_pdd_clip": m.dc_pdd_clip}
     if m.recall_shots and len(nonmembers) > m.recall_shots:
-        prefix = [t for d in nonmembers[:m.recall_shots] for t in d.tokens][-m.recall_prefix_tokens:]
+        prefix = [t for d in nonmembers[: m.recall_shots] for t in d.tokens][-m.recall_prefix_tokens :]
         kw.update(recall_prefix=prefix, recall_skip=range(m.recall_shots))
     if m.dc_pdd:
         kw["dc_pdd_counts"] = membership.token_counts([d.tokens for d in nonmembers], model_vocab_size(model))
@@ -285,10 +366,28 @@ SAMPLES_FILE = "samples.jsonl"
 def write_samples(path: Path, windows: Sequence[dict], model: dict) -> None:
     """``--log-samples``: one JSON line per extraction window (lm-eval's per-sample log): the model it is of, where the
     window sits, the prompt's and the truth's token ids, the greedy continuation and its verdicts."""
-    keep = ("doc_id", "split", "window", "start", "prefix_tokens", "suffix_len", "exact_match", "longest_match_prefix",
-            "token_match", "generation", "truth", "generation_ids", "truth_ids", "sha256")
-    lines = [strict_json({"model": model.get("path"), "revision": model.get("revision"),
-                          **{k: w.get(k) for k in keep}}, indent=None) for w in windows]
+    keep = (
+        "doc_id",
+        "split",
+        "window",
+        "start",
+        "prefix_tokens",
+        "suffix_len",
+        "exact_match",
+        "longest_match_prefix",
+        "token_match",
+        "generation",
+        "truth",
+        "generation_ids",
+        "truth_ids",
+        "sha256",
+    )
+    lines = [
+        strict_json(
+            {"model": model.get("path"), "revision": model.get("revision"), **{k: w.get(k) for k in keep}}, indent=None
+        )
+        for w in windows
+    ]
     atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
@@ -307,9 +406,11 @@ def _check_context(model, windows: Sequence[Window], suffix_len: int) -> None:
     limit = context_length(model)
     longest = max((len(w.prefix) + w.suffix_len for w in windows), default=0)  # a short window: its own S
     if limit is not None and longest > limit:
-        raise UserError(f"a window of {longest} tokens (prefix + suffix_len={suffix_len}) exceeds the model's "
-                        f"context of {limit} tokens (max_position_embeddings); use a smaller data.prefix_lens than "
-                        f"'all' or shorter documents")
+        raise UserError(
+            f"a window of {longest} tokens (prefix + suffix_len={suffix_len}) exceeds the model's "
+            f"context of {limit} tokens (max_position_embeddings); use a smaller data.prefix_lens than "
+            f"'all' or shorter documents"
+        )
 
 
 def _check_finite(model, splits: dict, cfg: EvalConfig) -> None:
@@ -322,9 +423,11 @@ def _check_finite(model, splits: dict, cfg: EvalConfig) -> None:
     with torch.no_grad():
         logits = model(input_ids=ids).logits  # (1, T, V)
     if not torch.isfinite(logits).all():
-        raise UserError(f"model {cfg.model.path} computes NaN or infinite logits (on document {shown(doc.id)}): its "
-                        f"weights are broken (a diverged training run, a damaged conversion) or "
-                        f"dtype={cfg.model.dtype} overflows (try model.dtype=fp32); nothing was evaluated")
+        raise UserError(
+            f"model {cfg.model.path} computes NaN or infinite logits (on document {shown(doc.id)}): its "
+            f"weights are broken (a diverged training run, a damaged conversion) or "
+            f"dtype={cfg.model.dtype} overflows (try model.dtype=fp32); nothing was evaluated"
+        )
 
 
 def _extraction_windows(cfg: EvalConfig, splits: dict) -> tuple[list[Window], int]:
@@ -333,8 +436,9 @@ def _extraction_windows(cfg: EvalConfig, splits: dict) -> tuple[list[Window], in
     d = cfg.data
     to_extract = [doc for split in d.extract_splits for doc in splits.get(split, [])]
     if not to_extract:
-        raise UserError(f"no documents in data.extract_splits={d.extract_splits}; available splits: "
-                        f"{', '.join(splits)}")
+        raise UserError(
+            f"no documents in data.extract_splits={d.extract_splits}; available splits: {', '.join(splits)}"
+        )
     return build_windows(to_extract, d.prefix_lens, d.suffix_len, d.window, d.stride, d.offsets, d.max_offset)
 
 
@@ -368,8 +472,7 @@ def run_eval(cfg: EvalConfig, model: SharedModel | None = None) -> dict:
             return _evaluate(cfg, folder, model, shard, setting)
 
 
-def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, shard: Shard,
-              setting: str) -> dict:
+def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, shard: Shard, setting: str) -> dict:
     """The evaluation; under a split (:mod:`goldfish.eval.shard`) every rank runs it on the same inputs, computes
     its share of each batched pass, and rank 0 alone reads the resume state and writes."""
     out = folder.path  # a staging folder while replacing an earlier evaluation (rank 0's; others never write)
@@ -377,8 +480,9 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
     m = cfg.model
     reference = load_model(m.reference, m.dtype, m.device, m.allow_pickle) if m.reference else None
     tokenizer = load_model_tokenizer(m.path)  # None: the model folder has none (the data's is used)
-    splits, prep = load_eval_documents(cfg.data.path, cfg.data.nonmembers, tokenizer, cfg.data.max_docs,
-                                       cfg.data.group_field, cfg.data.text_field)
+    splits, prep = load_eval_documents(
+        cfg.data.path, cfg.data.nonmembers, tokenizer, cfg.data.max_docs, cfg.data.group_field, cfg.data.text_field
+    )
     if prep is not None and tokenizer is not None:  # ids of prepared data decode only with their own tokenizer
         check_same_tokenizer(tokenizer, prep.tokenizer, m.path, f"the prepared data {cfg.data.path}")
     elif prep is not None:
@@ -386,8 +490,16 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
     windows, skipped = _extraction_windows(cfg, splits)
     extracted = [doc for split in cfg.data.extract_splits for doc in splits.get(split, [])] if windows else []
     # which documents have a window: the too-short ones (and those given a short window) are said before any work
-    placed = [{"split": w.doc.split, "doc_id": w.doc.id, "start": w.start, "prefix_tokens": len(w.prefix),
-               "window": w.placement} for w in windows]
+    placed = [
+        {
+            "split": w.doc.split,
+            "doc_id": w.doc.id,
+            "start": w.start,
+            "prefix_tokens": len(w.prefix),
+            "window": w.placement,
+        }
+        for w in windows
+    ]
     audit = document_verdicts(extracted, placed, cfg.data.prefix_lens, cfg.data.suffix_len)
     short = too_short_line(audit, cfg.data.suffix_len)
     if short and shard.main:
@@ -400,9 +512,11 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
             _samples(out, cfg, finished)
         return finished
     if shard.split and cfg.decoding.samples:
-        raise UserError(f"decoding.samples={cfg.decoding.samples} draws from one random stream over the batches in "
-                        f"order, which {shard.world} processes would split differently; run sampled extraction in one "
-                        f"process (greedy, beam and membership split over processes)")
+        raise UserError(
+            f"decoding.samples={cfg.decoding.samples} draws from one random stream over the batches in "
+            f"order, which {shard.world} processes would split differently; run sampled extraction in one "
+            f"process (greedy, beam and membership split over processes)"
+        )
     weights = weights_stamp(m.path)  # before reading them: what --update-card checks the model folder against
     model = (model or SharedModel(m)).get()
     check_canary_task(cfg.tasks, splits)
@@ -425,18 +539,33 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
         "versions": versions(VERSIONED),
         "git": git_commit(),
         "config": to_dict(cfg),
-        "model": {"path": source.name(), "revision": source.revision, "nature": source.nature(),
-                  "num_parameters": num_parameters(model),
-                  "vocab_size": model_vocab_size(model), "dtype": str(next(model.parameters()).dtype),
-                  "precision": m.dtype, "checkpoint_precision": checkpoint_precision(m.path),
-                  "device": describe(next(model.parameters()).device), "weights": weights,
-                  "partial": getattr(model, "goldfish_partial", None)},
-        "data": {"path": str(cfg.data.path), "members": len(splits.get("members", [])),
-                 "nonmembers": len(splits.get("nonmembers", [])), "skipped_short": skipped,
-                 "sha256": windows_sha256(windows), "documents_sha256": print_["data_sha256"]},
+        "model": {
+            "path": source.name(),
+            "revision": source.revision,
+            "nature": source.nature(),
+            "num_parameters": num_parameters(model),
+            "vocab_size": model_vocab_size(model),
+            "dtype": str(next(model.parameters()).dtype),
+            "precision": m.dtype,
+            "checkpoint_precision": checkpoint_precision(m.path),
+            "device": describe(next(model.parameters()).device),
+            "weights": weights,
+            "partial": getattr(model, "goldfish_partial", None),
+        },
+        "data": {
+            "path": str(cfg.data.path),
+            "members": len(splits.get("members", [])),
+            "nonmembers": len(splits.get("nonmembers", [])),
+            "skipped_short": skipped,
+            "sha256": windows_sha256(windows),
+            "documents_sha256": print_["data_sha256"],
+        },
         "summary": summarize(records) if "extraction" in cfg.tasks else None,
-        "documents": (document_verdicts(extracted, records, cfg.data.prefix_lens, cfg.data.suffix_len)
-                      if "extraction" in cfg.tasks else None),
+        "documents": (
+            document_verdicts(extracted, records, cfg.data.prefix_lens, cfg.data.suffix_len)
+            if "extraction" in cfg.tasks
+            else None
+        ),
         "membership": run_membership(model, reference, splits, cfg, tokenizer, out),
         "canaries": canaries_section(model, splits, cfg, prep),
         "windows": records,

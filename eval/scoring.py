@@ -62,7 +62,6 @@ DEFAULT_TOKEN_BUDGET = 4096  # padded tokens per forward pass
 DEFAULT_WINDOW = 2048
 
 
-
 @dataclasses.dataclass
 class TokenStats:
     """One document's scores of targets t = first..L-1, each (L - first,)."""
@@ -146,7 +145,6 @@ def document_key(tokens: Sequence[int], what: str) -> str:
     return h.hexdigest()
 
 
-
 def plan_batches(segs: Sequence[Segment], token_budget: int) -> list[list[Segment]]:
     """Longest first (memory trouble shows at once), packed while rows × longest <= ``token_budget``."""
     batches: list[list[Segment]] = []
@@ -200,8 +198,9 @@ def available_bytes(device: torch.device) -> int | None:
         return None
 
 
-def check_memory(model: Any, batches: Sequence[Sequence[Segment]], chunk: int, token_budget: int,
-                 fix: str | None = None) -> int:
+def check_memory(
+    model: Any, batches: Sequence[Sequence[Segment]], chunk: int, token_budget: int, fix: str | None = None
+) -> int:
     """Raise one UserError naming the settings that make it fit (``fix``, default: the ``membership`` section's)
     when the largest batch would not fit in free memory; returns the estimated peak transient bytes of the plan."""
     if not batches:
@@ -210,10 +209,14 @@ def check_memory(model: Any, batches: Sequence[Sequence[Segment]], chunk: int, t
     free = available_bytes(next(model.parameters()).device)
     if free is not None and need > 0.9 * free:
         window = max(64, max(b[0].length for b in batches) // 2)
-        fix = fix or (f"set membership.token_budget={max(1, token_budget // 2)} and membership.window={window} (long "
-                      f"documents in shorter windows), or membership.chunk={max(1, chunk // 2)}")
-        raise UserError(f"teacher-forced scoring needs about {need / 2**30:.1f} GiB per batch but only "
-                        f"{free / 2**30:.1f} GiB are free; {fix}")
+        fix = fix or (
+            f"set membership.token_budget={max(1, token_budget // 2)} and membership.window={window} (long "
+            f"documents in shorter windows), or membership.chunk={max(1, chunk // 2)}"
+        )
+        raise UserError(
+            f"teacher-forced scoring needs about {need / 2**30:.1f} GiB per batch but only "
+            f"{free / 2**30:.1f} GiB are free; {fix}"
+        )
     return need
 
 
@@ -256,8 +259,12 @@ def _ranks(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 ExtraHook = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def _chunk_stats(logits: torch.Tensor, targets: torch.Tensor, want_pp: bool,
-                 extra: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> tuple[torch.Tensor, ...]:
+def _chunk_stats(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    want_pp: bool,
+    extra: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, ...]:
     """(t, V) logits and (t,) targets -> log p of the targets (t,), their ranks (t,), with ``want_pp`` the
     Min-K%++ z-scores (t,) and with ``extra`` its (t, m) columns."""
     logits = logits.float()  # (t, V) fp32: the order greedy decoding sees, and the log-softmax
@@ -296,14 +303,23 @@ def _context(model: Any, tokens: Sequence[int], device: torch.device) -> Context
     out = (parts[0] if parts is not None else model)(input_ids=ids, use_cache=True)
     past = out.get("cache") if out.get("cache") is not None else out.get("past_key_values")  # transformers 5.2x: cache
     if not hasattr(past, "batch_repeat_interleave"):
-        raise UserError(f"{type(model).__name__} returns no key-value cache that can be copied per row, which a "
-                        f"shared context (ReCaLL's prefix) needs; score with a Hugging Face causal LM")
+        raise UserError(
+            f"{type(model).__name__} returns no key-value cache that can be copied per row, which a "
+            f"shared context (ReCaLL's prefix) needs; score with a Hugging Face causal LM"
+        )
     return Context(len(tokens), past)
 
 
-def _score_batch(model, batch: Sequence[Segment], docs: Sequence[Sequence[int]], chunk: int, want_pp: bool,
-                 device: torch.device, extra: ExtraHook | None = None,
-                 context: Context | None = None) -> list[tuple[torch.Tensor, ...]]:
+def _score_batch(
+    model,
+    batch: Sequence[Segment],
+    docs: Sequence[Sequence[int]],
+    chunk: int,
+    want_pp: bool,
+    device: torch.device,
+    extra: ExtraHook | None = None,
+    context: Context | None = None,
+) -> list[tuple[torch.Tensor, ...]]:
     """Log-probs, ranks (and z-scores) of each segment's targets ``first..end-1``, one tuple per segment; with
     ``context``, each segment is read after the context's tokens (their keys/values reused, not recomputed)."""
     width = batch[0].length
@@ -318,8 +334,11 @@ def _score_batch(model, batch: Sequence[Segment], docs: Sequence[Sequence[int]],
     if context is not None:  # positions continue after the context's P tokens, which every row attends to
         net = parts[0] if parts is not None else model
         positions = torch.arange(context.length, context.length + width, device=device).expand(len(batch), width)
-        kw = {"cache" if accepts(net, "cache") else "past_key_values": context.expanded(len(batch)), "use_cache": True,
-              "position_ids": positions}
+        kw = {
+            "cache" if accepts(net, "cache") else "past_key_values": context.expanded(len(batch)),
+            "use_cache": True,
+            "position_ids": positions,
+        }
         mask = torch.cat([torch.ones(len(batch), context.length, dtype=mask.dtype, device=device), mask], 1)
     if parts is not None:
         body, head, post = parts
@@ -336,20 +355,35 @@ def _score_batch(model, batch: Sequence[Segment], docs: Sequence[Sequence[int]],
         for a in range(lo, hi, chunk):
             b = min(a + chunk, hi)
             # the hook sees the chunk's targets by their position in the document: begin + a + 1 .. begin + b
-            hook = None if extra is None else functools.partial(
-                extra, s.doc, torch.arange(s.begin + a + 1, s.begin + b + 1, device=ids.device))
+            hook = (
+                None
+                if extra is None
+                else functools.partial(extra, s.doc, torch.arange(s.begin + a + 1, s.begin + b + 1, device=ids.device))
+            )
             pieces.append(_chunk_stats(logits_of(r, a, b), ids[r, a + 1 : b + 1], want_pp, hook))
         out.append(tuple(torch.cat(col) for col in zip(*pieces)))
     return out
 
 
 @torch.inference_mode()
-def iter_token_statistics(model: Any, docs: Sequence[Sequence[int]], *, first: Sequence[int] | None = None,
-                          window: int | None = None, stride: int | None = None,
-                          token_budget: int = DEFAULT_TOKEN_BUDGET, chunk: int = DEFAULT_CHUNK, want_pp: bool = False,
-                          desc: str = "token scores", progress: bool = True, logger: Any = None,
-                          check: bool = True, fix: str | None = None, extra: ExtraHook | None = None,
-                          context: Sequence[int] | None = None) -> Iterator[tuple[int, TokenStats]]:
+def iter_token_statistics(
+    model: Any,
+    docs: Sequence[Sequence[int]],
+    *,
+    first: Sequence[int] | None = None,
+    window: int | None = None,
+    stride: int | None = None,
+    token_budget: int = DEFAULT_TOKEN_BUDGET,
+    chunk: int = DEFAULT_CHUNK,
+    want_pp: bool = False,
+    desc: str = "token scores",
+    progress: bool = True,
+    logger: Any = None,
+    check: bool = True,
+    fix: str | None = None,
+    extra: ExtraHook | None = None,
+    context: Sequence[int] | None = None,
+) -> Iterator[tuple[int, TokenStats]]:
     """Yield ``(index, TokenStats)`` per document as soon as all its segments are scored (any order).
 
     ``first[i]``: the first target of document i to score (default 1: all but the first token). ``window`` defaults
@@ -366,14 +400,24 @@ def iter_token_statistics(model: Any, docs: Sequence[Sequence[int]], *, first: S
     first = [1] * len(docs) if first is None else [int(f) for f in first]
     for i, (doc, f) in enumerate(zip(docs, first)):
         if len(doc) < 2 or not 1 <= f < len(doc):
-            raise UserError(f"document {i} has {len(doc)} token(s) and its first scored target is {f}; scoring needs "
-                            f"at least one target after the first token (drop empty documents)")
-    if context is not None and window is not None and (too := [i for i, d in enumerate(docs)
-                                                               if len(context) + len(d) > window]):
-        raise UserError(f"document {too[0]} ({len(docs[too[0]])} tokens) does not fit the scoring window of {window} "
-                        f"after its context of {len(context)} tokens; score its first {window - len(context)}")
-    segs = [s for i, d in enumerate(docs) for s in segments(i, len(d), None if context is not None else window,
-                                                             stride, first[i])]
+            raise UserError(
+                f"document {i} has {len(doc)} token(s) and its first scored target is {f}; scoring needs "
+                f"at least one target after the first token (drop empty documents)"
+            )
+    if (
+        context is not None
+        and window is not None
+        and (too := [i for i, d in enumerate(docs) if len(context) + len(d) > window])
+    ):
+        raise UserError(
+            f"document {too[0]} ({len(docs[too[0]])} tokens) does not fit the scoring window of {window} "
+            f"after its context of {len(context)} tokens; score its first {window - len(context)}"
+        )
+    segs = [
+        s
+        for i, d in enumerate(docs)
+        for s in segments(i, len(d), None if context is not None else window, stride, first[i])
+    ]
     batches = plan_batches(segs, token_budget)
     if check:
         check_memory(model, batches, chunk, token_budget, fix)
@@ -412,8 +456,15 @@ def iter_token_statistics(model: Any, docs: Sequence[Sequence[int]], *, first: S
                     ordered = [st for _, st in sorted(pieces.pop(s.doc), key=lambda p: p[0])]
                     yield s.doc, _collect(ordered, want_pp, extra is not None)
             if logger is not None:
-                logger.log({"event": "scoring_batch", "pass": desc, "docs": len({s.doc for s in batch}),
-                            "tokens": sum(s.length for s in batch), "seconds": round(time.perf_counter() - t0, 4)})
+                logger.log(
+                    {
+                        "event": "scoring_batch",
+                        "pass": desc,
+                        "docs": len({s.doc for s in batch}),
+                        "tokens": sum(s.length for s in batch),
+                        "seconds": round(time.perf_counter() - t0, 4),
+                    }
+                )
     finally:
         model.train(was_training)
 
@@ -421,8 +472,12 @@ def iter_token_statistics(model: Any, docs: Sequence[Sequence[int]], *, first: S
 def _collect(pieces: list[tuple[torch.Tensor, ...]], want_pp: bool, want_extra: bool) -> TokenStats:
     """A document's segment outputs, in order -> its :class:`TokenStats` on the host."""
     cols = [torch.cat(col).cpu().numpy() for col in zip(*pieces)]
-    return TokenStats(cols[0].astype(np.float64), cols[1].astype(np.int64),
-                      cols[2].astype(np.float64) if want_pp else None, cols[-1] if want_extra else None)
+    return TokenStats(
+        cols[0].astype(np.float64),
+        cols[1].astype(np.int64),
+        cols[2].astype(np.float64) if want_pp else None,
+        cols[-1] if want_extra else None,
+    )
 
 
 def token_statistics(model: Any, docs: Sequence[Sequence[int]], **kwargs: Any) -> list[TokenStats]:

@@ -15,8 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 KINDS = {0: "p", 1: "s", 2: "r"}
 
 
-def document_segments(tokens: Sequence[int], windows: Sequence[Mapping],
-                      decode: Callable[[Sequence[int]], str]) -> list[list]:
+def document_segments(
+    tokens: Sequence[int], windows: Sequence[Mapping], decode: Callable[[Sequence[int]], str]
+) -> list[list]:
     """``[[start, end, kind, text], ...]`` covering ``tokens`` in order (``windows``: the document's window records,
     with ``start``, ``prefix_tokens``, ``truth_ids`` or ``suffix_len``, ``longest_match_prefix``)."""
     n = len(tokens)
@@ -44,8 +45,9 @@ def document_segments(tokens: Sequence[int], windows: Sequence[Mapping],
     return out
 
 
-def attach_segments(documents: list[dict], docs: Sequence, windows: Sequence[Mapping],
-                    decode: Callable[[Sequence[int]], str]) -> None:
+def attach_segments(
+    documents: list[dict], docs: Sequence, windows: Sequence[Mapping], decode: Callable[[Sequence[int]], str]
+) -> None:
     """Add ``segments`` to each record of ``documents`` (aligned with the :class:`EvalDocument` list ``docs``, as
     :func:`goldfish.eval.documents.document_verdicts` returns them) from its window records."""
     by_doc: dict[tuple, list] = {}

@@ -42,8 +42,14 @@ from .state import OPERATIONAL, claim_folder, weights_stamp
 
 SOURCE = "source.json"
 MODELS = "models"
-SERIES_KEYS = ("series.models", "series.labels", "series.checkpoints", "series.keep_exports", "series.memorized",
-               "model.path")  # the list itself lives in each model's source.json; memorized only re-analyses
+SERIES_KEYS = (
+    "series.models",
+    "series.labels",
+    "series.checkpoints",
+    "series.keep_exports",
+    "series.memorized",
+    "model.path",
+)  # the list itself lives in each model's source.json; memorized only re-analyses
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,8 +79,10 @@ def _step_of(folder: Path, state: dict) -> int:
     """The step a checkpoint's trainer_state.json records; a damaged record is one line naming the checkpoint."""
     step = (state.get("progress") if isinstance(state.get("progress"), dict) else {}).get("step")
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-        raise UserError(f"checkpoint {folder} is damaged (its trainer_state.json records no step); delete it or "
-                        f"restore it, then rerun the series")
+        raise UserError(
+            f"checkpoint {folder} is damaged (its trainer_state.json records no step); delete it or "
+            f"restore it, then rerun the series"
+        )
     return step
 
 
@@ -92,22 +100,39 @@ def run_entries(run: str | Path) -> list[Entry]:
         if not (folder / COMPLETE).is_file():
             continue
         if fingerprint is None:
-            raise UserError(f"{run} has checkpoints but no fingerprint.json or config.yaml, so which run wrote them "
-                            "cannot be told; give the folder of the training run itself")
+            raise UserError(
+                f"{run} has checkpoints but no fingerprint.json or config.yaml, so which run wrote them "
+                "cannot be told; give the folder of the training run itself"
+            )
         state = read_json(folder / STATE_FILE, {}, expect=dict, fix=AGAIN)
-        refuse_mismatch(state.get("fingerprint"), fingerprint, f"checkpoint {folder}",
-                        f"it was not written by the run in {run}: move it out of {TrainRun(run).checkpoints}",
-                        TRAIN_OPTIONAL)
+        refuse_mismatch(
+            state.get("fingerprint"),
+            fingerprint,
+            f"checkpoint {folder}",
+            f"it was not written by the run in {run}: move it out of {TrainRun(run).checkpoints}",
+            TRAIN_OPTIONAL,
+        )
         progress = state.get("progress")
         step = _step_of(folder, state)
         if step != final_step:  # the last checkpoint holds the final model/'s weights: evaluate that once
             out.append(Entry(f"step_{step:06d}", str(folder), True, step, progress.get("tokens"), str(run)))
     if TrainRun(run).has_model():
-        out.append(Entry(f"step_{final_step:06d}" if final_step is not None else "final", str(TrainRun(run).model),
-                         False, final_step, summary.get("tokens"), str(run), final=True))
+        out.append(
+            Entry(
+                f"step_{final_step:06d}" if final_step is not None else "final",
+                str(TrainRun(run).model),
+                False,
+                final_step,
+                summary.get("tokens"),
+                str(run),
+                final=True,
+            )
+        )
     if not out:
-        raise UserError(f"{run} holds no complete checkpoint and no model/; train with checkpoint.every_steps=N "
-                        "checkpoint.keep_last=0 to keep a series of checkpoints")
+        raise UserError(
+            f"{run} holds no complete checkpoint and no model/; train with checkpoint.every_steps=N "
+            "checkpoint.keep_last=0 to keep a series of checkpoints"
+        )
     return out
 
 
@@ -115,8 +140,10 @@ def series_entries(series: SeriesSection) -> list[Entry]:
     """The models of ``series``, in order (labels unique)."""
     if series.checkpoints:
         return run_entries(series.checkpoints)
-    labels = series.labels or [Path(p).name if Path(p).name not in ("model", "train") else
-                               f"{Path(p).parent.name}-{Path(p).name}" for p in series.models]
+    labels = series.labels or [
+        Path(p).name if Path(p).name not in ("model", "train") else f"{Path(p).parent.name}-{Path(p).name}"
+        for p in series.models
+    ]
     for label, path in zip(labels, series.models):  # each names a folder <out>/models/<label>: it must stay inside
         problem = component_problem(label)
         if problem:
@@ -148,9 +175,11 @@ def _evaluate(cfg: EvalConfig, entry: Entry, folder: Path, shard: Shard) -> dict
         source = {**dataclasses.asdict(entry), "weights": entry.stamp()}
         saved = read_json(folder / SOURCE, {}, expect=dict, fix=AGAIN)
         if saved and saved != source:
-            raise UserError(f"{folder} holds the evaluation of another model ({saved.get('path')}, or these weights "
-                            "before they changed); use another out folder, or overwrite=true to evaluate the series "
-                            "again")
+            raise UserError(
+                f"{folder} holds the evaluation of another model ({saved.get('path')}, or these weights "
+                "before they changed); use another out folder, or overwrite=true to evaluate the series "
+                "again"
+            )
         results = folder / "eval" / "results.json"
         if saved == source and results.is_file():
             done = read_json(results, {}, expect=dict, fix=AGAIN)
@@ -163,19 +192,28 @@ def _evaluate(cfg: EvalConfig, entry: Entry, folder: Path, shard: Shard) -> dict
     if done is not None:
         return done
     model = str(folder / "model") if entry.checkpoint else entry.path
-    one = dataclasses.replace(cfg, out=str(folder / "eval"), report=False, series=SeriesSection(),
-                              model=dataclasses.replace(cfg.model, path=model))
+    one = dataclasses.replace(
+        cfg,
+        out=str(folder / "eval"),
+        report=False,
+        series=SeriesSection(),
+        model=dataclasses.replace(cfg.model, path=model),
+    )
     return run_eval(one)
 
 
 def run_series(cfg: EvalConfig) -> dict:
     """Evaluate every model of ``cfg.series`` on ``cfg.data`` into ``cfg.out`` and write the series analysis."""
     if cfg.model.path:
-        raise UserError("model.path (--model) and series.* are both set; a series evaluates series.models or "
-                        "series.checkpoints instead of one model")
+        raise UserError(
+            "model.path (--model) and series.* are both set; a series evaluates series.models or "
+            "series.checkpoints instead of one model"
+        )
     if not cfg.data.path or not cfg.out:
-        raise UserError("a series needs --data and --out, e.g. goldfish eval series.checkpoints=runs/x/cells/"
-                        "standard/train --data runs/x/prepared/<hash> --out runs/x/series_standard")
+        raise UserError(
+            "a series needs --data and --out, e.g. goldfish eval series.checkpoints=runs/x/cells/"
+            "standard/train --data runs/x/prepared/<hash> --out runs/x/series_standard"
+        )
     entries = series_entries(cfg.series)
     fingerprint = series_fingerprint(cfg)
     # overwrite=true: the series is evaluated afresh beside the old folder, which it replaces when finished

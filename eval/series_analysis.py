@@ -55,8 +55,10 @@ def _rate(k: int, n: int) -> dict[str, Any]:
 def _membership(results: dict) -> dict[str, Any]:
     m = results.get("membership") or {}
     nonmembers = ((m.get("scores") or {}).get("loss") or {}).get("nonmembers") or []
-    return {"heldout_loss": -float(np.mean(nonmembers)) if nonmembers else None,
-            "mia_auc": ((m.get("attacks") or {}).get("loss") or {}).get("auc")}
+    return {
+        "heldout_loss": -float(np.mean(nonmembers)) if nonmembers else None,
+        "mia_auc": ((m.get("attacks") or {}).get("loss") or {}).get("auc"),
+    }
 
 
 def model_rows(entries: Sequence[Any], results: Sequence[dict], memorized: float) -> list[dict]:
@@ -67,15 +69,24 @@ def model_rows(entries: Sequence[Any], results: Sequence[dict], memorized: float
         by: dict[str, list[dict]] = {}
         for w in windows:
             by.setdefault(str(w.get("repetitions")), []).append(w)
-        rows.append({"label": e.label, "step": e.step, "tokens": e.tokens, "final": e.final,
-                     "params": (r.get("model") or {}).get("num_parameters"),
-                     "exact_match": _rate(sum(bool(w["exact_match"]) for w in windows), len(windows)),
-                     "memorized": sum(w["token_match"] >= memorized for w in windows),
-                     "token_match": float(np.mean([w["token_match"] for w in windows])) if windows else None,
-                     "rouge_l": float(np.mean([w["rouge_l"] for w in windows])) if windows else None,
-                     "by_repetitions": {k: _rate(sum(bool(w["exact_match"]) for w in v), len(v))
-                                        for k, v in sorted(by.items(), key=lambda kv: _num(kv[0]))},
-                     **_membership(r)})
+        rows.append(
+            {
+                "label": e.label,
+                "step": e.step,
+                "tokens": e.tokens,
+                "final": e.final,
+                "params": (r.get("model") or {}).get("num_parameters"),
+                "exact_match": _rate(sum(bool(w["exact_match"]) for w in windows), len(windows)),
+                "memorized": sum(w["token_match"] >= memorized for w in windows),
+                "token_match": float(np.mean([w["token_match"] for w in windows])) if windows else None,
+                "rouge_l": float(np.mean([w["rouge_l"] for w in windows])) if windows else None,
+                "by_repetitions": {
+                    k: _rate(sum(bool(w["exact_match"]) for w in v), len(v))
+                    for k, v in sorted(by.items(), key=lambda kv: _num(kv[0]))
+                },
+                **_membership(r),
+            }
+        )
     return rows
 
 
@@ -97,13 +108,18 @@ def stratum_onsets(rows: list[dict]) -> dict[str, dict[str, Any]]:
                 first = r
             if half is None and v.get("rate") is not None and v["rate"] >= 0.5:
                 half = r
-        out[stratum] = {"first_exact": first and first["label"], "first_exact_step": first and first["step"],
-                        "half_exact": half and half["label"], "half_exact_step": half and half["step"]}
+        out[stratum] = {
+            "first_exact": first and first["label"],
+            "first_exact_step": first and first["step"],
+            "half_exact": half and half["label"],
+            "half_exact_step": half and half["step"],
+        }
     return out
 
 
-def trajectories(entries: Sequence[Any], results: Sequence[dict], memorized: float,
-                 reads: list[dict[str, int]] | None = None) -> list[dict]:
+def trajectories(
+    entries: Sequence[Any], results: Sequence[dict], memorized: float, reads: list[dict[str, int]] | None = None
+) -> list[dict]:
     """Per member window (in the first model's order): flags per model, first memorising model, whether it stays,
     and the target's reads by then (``reads[i]``: doc id -> reads up to model i's step)."""
     flags: dict[str, list[bool]] = {}
@@ -111,14 +127,19 @@ def trajectories(entries: Sequence[Any], results: Sequence[dict], memorized: flo
     for i, r in enumerate(results):
         for w in _members(r):
             flags.setdefault(w["sha256"], [False] * len(results))[i] = w["token_match"] >= memorized
-            meta.setdefault(w["sha256"], {k: w.get(k) for k in ("doc_id", "repetitions", "prefix_len", "window",
-                                                                 "start")})
+            meta.setdefault(
+                w["sha256"], {k: w.get(k) for k in ("doc_id", "repetitions", "prefix_len", "window", "start")}
+            )
     out = []
     for key, f in flags.items():
         first = next((i for i, v in enumerate(f) if v), None)
-        row = {**meta[key], "memorized": [int(v) for v in f], "first": None if first is None else entries[first].label,
-               "first_step": None if first is None else entries[first].step,
-               "stays": None if first is None else all(f[first:])}
+        row = {
+            **meta[key],
+            "memorized": [int(v) for v in f],
+            "first": None if first is None else entries[first].label,
+            "first_step": None if first is None else entries[first].step,
+            "stays": None if first is None else all(f[first:]),
+        }
         if reads is not None and first is not None:
             row["reads_at_first"] = reads[first].get(meta[key]["doc_id"])
         out.append(row)
@@ -138,10 +159,23 @@ def prediction(entries: Sequence[Any], results: Sequence[dict], memorized: float
         found = set_prediction([k in mine for k in keys], final)
         t = threshold_rule(reps, [k in mine for k in keys])
         rule = set_prediction([r >= t for r in reps], final)
-        out.append({"label": e.label, "step": e.step, "memorized": len(mine), "final_memorized": found["actual"],
-                    "both": found["both"], "precision": found["precision"], "recall": found["recall"],
-                    "rule": {"min_repetitions": None if math.isinf(t) else t, "predicted": rule["predicted"],
-                             "precision": rule["precision"], "recall": rule["recall"]}})
+        out.append(
+            {
+                "label": e.label,
+                "step": e.step,
+                "memorized": len(mine),
+                "final_memorized": found["actual"],
+                "both": found["both"],
+                "precision": found["precision"],
+                "recall": found["recall"],
+                "rule": {
+                    "min_repetitions": None if math.isinf(t) else t,
+                    "predicted": rule["predicted"],
+                    "precision": rule["precision"],
+                    "recall": rule["recall"],
+                },
+            }
+        )
     return out
 
 
@@ -167,21 +201,40 @@ def checkpoint_reads(entries: Sequence[Any], results: Sequence[dict]) -> list[di
     return out
 
 
-def analyse(entries: Sequence[Any], results: Sequence[dict], memorized: float,
-            reads: list[dict[str, int]] | None = None) -> dict[str, Any]:
+def analyse(
+    entries: Sequence[Any], results: Sequence[dict], memorized: float, reads: list[dict[str, int]] | None = None
+) -> dict[str, Any]:
     """The ``series.json`` object (module docstring)."""
     rows = model_rows(entries, results, memorized)
-    return {"schema": SERIES_SCHEMA, "memorized_threshold": memorized, "x": _axis(rows),
-            "models": [{"label": e.label, "path": e.path, "checkpoint": e.checkpoint, "step": e.step,
-                        "tokens": e.tokens, "final": e.final} for e in entries],
-            "rows": rows, "strata": stratum_onsets(rows), "prediction": prediction(entries, results, memorized),
-            "trajectories": trajectories(entries, results, memorized, reads)}
+    return {
+        "schema": SERIES_SCHEMA,
+        "memorized_threshold": memorized,
+        "x": _axis(rows),
+        "models": [
+            {
+                "label": e.label,
+                "path": e.path,
+                "checkpoint": e.checkpoint,
+                "step": e.step,
+                "tokens": e.tokens,
+                "final": e.final,
+            }
+            for e in entries
+        ],
+        "rows": rows,
+        "strata": stratum_onsets(rows),
+        "prediction": prediction(entries, results, memorized),
+        "trajectories": trajectories(entries, results, memorized, reads),
+    }
 
 
 def _axis(rows: list[dict]) -> str:
     """What the models differ in: ``step`` (a run's checkpoints) or ``params`` (a size family)."""
-    if all(r["step"] is not None for r in rows) and len({r["step"] for r in rows}) == len(rows) and \
-            len({r["params"] for r in rows}) == 1:
+    if (
+        all(r["step"] is not None for r in rows)
+        and len({r["step"] for r in rows}) == len(rows)
+        and len({r["params"] for r in rows}) == 1
+    ):
         return "step"
     return "params"
 
@@ -196,10 +249,16 @@ def _csv(rows: list[dict]) -> str:
 
 
 def _flat_row(r: dict) -> dict:
-    out = {k: r[k] for k in ("label", "step", "tokens", "params", "memorized", "token_match", "rouge_l",
-                             "heldout_loss", "mia_auc")}
-    out.update(exact_match=r["exact_match"]["rate"], exact_match_ci_low=r["exact_match"]["low"],
-               exact_match_ci_high=r["exact_match"]["high"], n_windows=r["exact_match"]["n"])
+    out = {
+        k: r[k]
+        for k in ("label", "step", "tokens", "params", "memorized", "token_match", "rouge_l", "heldout_loss", "mia_auc")
+    }
+    out.update(
+        exact_match=r["exact_match"]["rate"],
+        exact_match_ci_low=r["exact_match"]["low"],
+        exact_match_ci_high=r["exact_match"]["high"],
+        n_windows=r["exact_match"]["n"],
+    )
     out.update({f"exact_match_x{k}": v["rate"] for k, v in r["by_repetitions"].items()})
     return out
 
@@ -208,8 +267,14 @@ def write_series(analysis: dict, out: Path, report: bool = True) -> None:
     """series.json, series.csv, trajectories.csv and (``report``) report.md with plots."""
     atomic_write_json(out / "series.json", analysis)
     atomic_write_text(out / "series.csv", _csv([_flat_row(r) for r in analysis["rows"]]))
-    atomic_write_text(out / "trajectories.csv", _csv([{**{k: v for k, v in t.items() if k != "memorized"},
-                                                       "memorized": "".join(map(str, t["memorized"]))}
-                                                      for t in analysis["trajectories"]]))
+    atomic_write_text(
+        out / "trajectories.csv",
+        _csv(
+            [
+                {**{k: v for k, v in t.items() if k != "memorized"}, "memorized": "".join(map(str, t["memorized"]))}
+                for t in analysis["trajectories"]
+            ]
+        ),
+    )
     if report:
         write_series_report(analysis, out)

@@ -38,8 +38,20 @@ from .windows import EvalDocument
 WINDOWS_PARTIAL = "windows.partial.jsonl"
 MEMBERSHIP_PARTIAL = "membership.partial.jsonl"
 # config keys that change speed, resources or presentation but not one result value
-OPERATIONAL = ("out", "resume", "overwrite", "report", "log_samples", "progress", "model.threads", "model.device",
-               "decoding.batch_size", "membership.token_budget", "membership.chunk", "membership.keep_tokens")
+OPERATIONAL = (
+    "out",
+    "resume",
+    "overwrite",
+    "report",
+    "log_samples",
+    "progress",
+    "model.threads",
+    "model.device",
+    "decoding.batch_size",
+    "membership.token_budget",
+    "membership.chunk",
+    "membership.keep_tokens",
+)
 
 
 def documents_sha256(splits: dict[str, Sequence[EvalDocument]]) -> str:
@@ -64,9 +76,16 @@ def fingerprint(cfg: EvalConfig, splits: dict[str, Sequence[EvalDocument]]) -> d
     """What must match for finished work in an out folder to be reused (flat ``{"dotted.key": value}``): the code,
     the model and its weights, the documents and :func:`config_fingerprint` (keys ``config.*``)."""
     config = {f"config.{key}": value for key, value in config_fingerprint(cfg).items()}
-    return as_stored({"code": code_version(), "model": resolve_model_path(cfg.model.path).identity(),
-                      "weights": weights_stamp(cfg.model.path), "reference_weights": weights_stamp(cfg.model.reference),
-                      "data_sha256": documents_sha256(splits), **config})
+    return as_stored(
+        {
+            "code": code_version(),
+            "model": resolve_model_path(cfg.model.path).identity(),
+            "weights": weights_stamp(cfg.model.path),
+            "reference_weights": weights_stamp(cfg.model.reference),
+            "data_sha256": documents_sha256(splits),
+            **config,
+        }
+    )
 
 
 def claim_folder(folder: OutputFolder, print_: dict) -> None:
@@ -85,8 +104,10 @@ def claim_folder(folder: OutputFolder, print_: dict) -> None:
         old = {}  # results without a fingerprint: an older eval wrote them; treat as different
     if old is not None and old != print_:
         diff = differences(old, print_) if old else ["(no fingerprint)"]
-        raise UserError(f"{out} holds results of a different evaluation (differs in: {'; '.join(diff[:6])}); use "
-                        f"another out folder, or overwrite=true to replace them")
+        raise UserError(
+            f"{out} holds results of a different evaluation (differs in: {'; '.join(diff[:6])}); use "
+            f"another out folder, or overwrite=true to replace them"
+        )
     folder.mark(fingerprint_sha256(print_))
     write_fingerprint(out, print_)
 

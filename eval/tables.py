@@ -16,6 +16,7 @@ _MD_SPECIAL = set("\\`*_[]<>|~#")
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A GitHub-flavoured Markdown table (cells are str()-ed, pipes escaped)."""
+
     def cell(v: Any) -> str:
         return str(v).replace("|", "\\|")
 
@@ -80,8 +81,10 @@ def fmt_num(v: Any, digits: int = 3) -> str:
 
 def fmt_auc(a: Mapping) -> str:
     if a.get("auc_p_method") == "perfect":  # every resample separates too: the exact p, not a [1, 1] interval
-        return (f"{a['auc']:.3f} (perfect separation of {a.get('n_members')} vs {a.get('n_nonmembers')}: "
-                f"p = 10^{a['auc_log10_p']:.1f}, exact)")
+        return (
+            f"{a['auc']:.3f} (perfect separation of {a.get('n_members')} vs {a.get('n_nonmembers')}: "
+            f"p = 10^{a['auc_log10_p']:.1f}, exact)"
+        )
     if a.get("auc_ci_low") is None:
         return fmt_num(a.get("auc"))
     return f"{a['auc']:.3f} [{a['auc_ci_low']:.3f}, {a['auc_ci_high']:.3f}]"
@@ -98,8 +101,10 @@ def fmt_tpr(a: Mapping, key: str, pct: bool = False) -> str:
 def fmt_exact(row: Mapping) -> str:
     if row.get("exact_match_ci_low") is None:
         return fmt_pct(row.get("exact_match_rate"))
-    return f"{fmt_pct(row.get('exact_match_rate'))} [{100 * row['exact_match_ci_low']:.1f}, " \
-           f"{100 * row['exact_match_ci_high']:.1f}]"
+    return (
+        f"{fmt_pct(row.get('exact_match_rate'))} [{100 * row['exact_match_ci_low']:.1f}, "
+        f"{100 * row['exact_match_ci_high']:.1f}]"
+    )
 
 
 def fmt_ci(row: Mapping, key: str, digits: int = 3) -> str:
@@ -180,8 +185,10 @@ def bootstrap_text(d: Mapping | None, as_pct: bool = False) -> str:
     if not d or d.get("diff") is None:
         return "-"
     a, b = d.get("a"), d.get("b")
-    return (f"{num(a, as_pct)} / {num(b, as_pct)}, {num(d['diff'], as_pct)} [{num(d.get('ci_low'), as_pct)}, "
-            f"{num(d.get('ci_high'), as_pct)}] (p {p_text(d.get('p_value'))})")
+    return (
+        f"{num(a, as_pct)} / {num(b, as_pct)}, {num(d['diff'], as_pct)} [{num(d.get('ci_low'), as_pct)}, "
+        f"{num(d.get('ci_high'), as_pct)}] (p {p_text(d.get('p_value'))})"
+    )
 
 
 def did_text(d: Mapping | None, kind: str = "") -> str:
@@ -202,6 +209,8 @@ def mcnemar_text(em: Mapping) -> str:
     (``goldfish.eval.stats.document_mcnemar``); ``4 vs 0 discordant (p 0.125)`` with one window per document (and
     for an older result without the document counts)."""
     if em.get("test") == "document sign test":
-        return (f"{em['a_only_documents']} vs {em['b_only_documents']} discordant documents ({em['a_only']} vs "
-                f"{em['b_only']} windows; p {p_text(em['p_value'])})")
+        return (
+            f"{em['a_only_documents']} vs {em['b_only_documents']} discordant documents ({em['a_only']} vs "
+            f"{em['b_only']} windows; p {p_text(em['p_value'])})"
+        )
     return f"{em['a_only']} vs {em['b_only']} discordant (p {p_text(em['p_value'])})"

@@ -120,16 +120,27 @@ def _supremum(x: np.ndarray, k: np.ndarray, n: np.ndarray) -> dict:
         return {"t": -math.inf, "status": "below", "loglik": 0.0, "separation": "complete", "slope": None}
     low_success, high_failure = float(succ.min()), float(fail.max())
     if high_failure < low_success:  # every t between them has likelihood 1
-        return {"t": math.nan, "status": "separated", "loglik": 0.0, "separation": "complete", "slope": None,
-                "identified": (high_failure, low_success)}
+        return {
+            "t": math.nan,
+            "status": "separated",
+            "loglik": 0.0,
+            "separation": "complete",
+            "slope": None,
+            "identified": (high_failure, low_success),
+        }
     if high_failure == low_success:  # one mixed stratum between separated ones: the step there, as b -> inf
         j = int(np.flatnonzero(x == low_success)[0])
         q, loglik = k[j] / n[j], _at_its_rate(k[j], n[j])
         # the step approaches that stratum from above where fewer than half of it are extracted (t -> x_j+), from
         # below where more are: at the largest (smallest) exposure that is beyond the tested range, i.e. censored
         if (q < 0.5 and low_success == x.max()) or (q > 0.5 and low_success == x.min()):
-            return {"t": math.inf if q < 0.5 else -math.inf, "status": "above" if q < 0.5 else "below",
-                    "separation": "quasi", "slope": None, "loglik": loglik}
+            return {
+                "t": math.inf if q < 0.5 else -math.inf,
+                "status": "above" if q < 0.5 else "below",
+                "separation": "quasi",
+                "slope": None,
+                "loglik": loglik,
+            }
         return {"t": low_success, "status": "interior", "separation": "quasi", "slope": None, "loglik": loglik}
     design = np.stack([np.ones_like(x), x], axis=1)
     a, b = logistic_batch(design, k[None, :], n, firth=False)[0]  # the plain fit exists: no separation
@@ -137,12 +148,23 @@ def _supremum(x: np.ndarray, k: np.ndarray, n: np.ndarray) -> dict:
         p, loglik = float(k.sum() / n.sum()), _at_its_rate(k.sum(), n.sum())
         if p == 0.5:
             return {"t": math.nan, "status": "none", "separation": None, "slope": 0.0, "loglik": loglik}
-        return {"t": math.inf if p < 0.5 else -math.inf, "status": "above" if p < 0.5 else "below",
-                "separation": None, "slope": 0.0, "loglik": loglik}
+        return {
+            "t": math.inf if p < 0.5 else -math.inf,
+            "status": "above" if p < 0.5 else "below",
+            "separation": None,
+            "slope": 0.0,
+            "loglik": loglik,
+        }
     t = float(-a / b)
     status = "interior" if x.min() <= t <= x.max() else ("above" if t > x.max() else "below")
-    return {"t": t, "status": status, "separation": None, "slope": float(b), "intercept": float(a),
-            "loglik": float(_loglik(x, k, n, np.array([b]), np.array([t]))[0])}
+    return {
+        "t": t,
+        "status": status,
+        "separation": None,
+        "slope": float(b),
+        "intercept": float(a),
+        "loglik": float(_loglik(x, k, n, np.array([b]), np.array([t]))[0]),
+    }
 
 
 def _boundary(x: np.ndarray, k: np.ndarray, n: np.ndarray, inside: float, outside: float, cut: float) -> float:
@@ -187,22 +209,28 @@ def e50(exposures: Sequence[float], successes: Sequence[int], trials: Sequence[i
     low, high = profile_interval(x, k, n, top["loglik"])
     lo_x, hi_x = float(x.min()), float(x.max())
     slope = top.get("slope")
-    return {"e50": _exp2(top["t"]) if top["status"] == "interior" else None,
-            "log2_e50": top["t"] if top["status"] == "interior" else None, "status": top["status"],
-            "separation": top["separation"],
-            "identified": [_exp2(v) for v in top["identified"]] if "identified" in top else None,
-            "low": _exp2(low) if lo_x <= low <= hi_x else None, "high": _exp2(high) if lo_x <= high <= hi_x else None,
-            "low_status": _side(low, lo_x, hi_x), "high_status": _side(high, lo_x, hi_x),
-            "intercept": top.get("intercept"), "slope": slope if slope is None or slope < STEEP else None,
-            "slope_se": _slope_se(x, n, top["intercept"], slope) if top.get("intercept") is not None else None,
-            "n_targets": int(n.sum()), "method": "logistic regression on log2 exposures; 95 % profile-likelihood "
-            "interval of E50 (the slope profiled out over [0, inf], separation included)",
-            "strata": [{"exposures": float(ei), "extracted": int(ki), "targets": int(ni)}
-                       for ei, ki, ni in zip(e, k, n)]}
+    return {
+        "e50": _exp2(top["t"]) if top["status"] == "interior" else None,
+        "log2_e50": top["t"] if top["status"] == "interior" else None,
+        "status": top["status"],
+        "separation": top["separation"],
+        "identified": [_exp2(v) for v in top["identified"]] if "identified" in top else None,
+        "low": _exp2(low) if lo_x <= low <= hi_x else None,
+        "high": _exp2(high) if lo_x <= high <= hi_x else None,
+        "low_status": _side(low, lo_x, hi_x),
+        "high_status": _side(high, lo_x, hi_x),
+        "intercept": top.get("intercept"),
+        "slope": slope if slope is None or slope < STEEP else None,
+        "slope_se": _slope_se(x, n, top["intercept"], slope) if top.get("intercept") is not None else None,
+        "n_targets": int(n.sum()),
+        "method": "logistic regression on log2 exposures; 95 % profile-likelihood "
+        "interval of E50 (the slope profiled out over [0, inf], separation included)",
+        "strata": [{"exposures": float(ei), "extracted": int(ki), "targets": int(ni)} for ei, ki, ni in zip(e, k, n)],
+    }
 
 
 def _exp2(x: float) -> float | None:
-    return float(2.0 ** x) if math.isfinite(x) else None
+    return float(2.0**x) if math.isfinite(x) else None
 
 
 def _side(x: float, lo: float, hi: float) -> str:

@@ -36,16 +36,24 @@ class Question:
 
 QUESTIONS = {
     "difference": Question("higher", "lower", "none detected"),
-    "cost": Question("cost", "gain", "no cost detected"),           # a loss difference: higher = worse
+    "cost": Question("cost", "gain", "no cost detected"),  # a loss difference: higher = worse
     "leak": Question("leak detected", "below the null", "none detected"),
     "detected": Question("detected", "detected (negative)", "not detected"),  # a positive control read against a null
     "trend": Question("rising", "falling", "no trend detected"),
 }
 
 
-def verdict(question: str, ci_low: float | None, ci_high: float | None, n: int | None, *,
-            margin: float | None = None, ci90_low: float | None = None, ci90_high: float | None = None,
-            valid: bool = True) -> str:
+def verdict(
+    question: str,
+    ci_low: float | None,
+    ci_high: float | None,
+    n: int | None,
+    *,
+    margin: float | None = None,
+    ci90_low: float | None = None,
+    ci90_high: float | None = None,
+    valid: bool = True,
+) -> str:
     """The verdict word of one reading by the rule of this module's docstring."""
     words = QUESTIONS[question]
     if not n or n < 2 or ci_low is None or ci_high is None:

@@ -96,8 +96,15 @@ def window_key(tokens: Sequence[int], prefix_len: int, suffix_len: int, placemen
     return _key(document_identity(tokens), prefix_len, suffix_len, placement, start)
 
 
-def starts(n_tokens: int, prefix_len: int, suffix_len: int, placement: str, stride: int,
-           offsets: Sequence[int] = (), max_offset: int | None = None) -> tuple[list[int], int]:
+def starts(
+    n_tokens: int,
+    prefix_len: int,
+    suffix_len: int,
+    placement: str,
+    stride: int,
+    offsets: Sequence[int] = (),
+    max_offset: int | None = None,
+) -> tuple[list[int], int]:
     """Prefix start offsets of a document of ``n_tokens`` -> (starts, resolved P); no starts if too short."""
     if prefix_len == ALL:
         p = n_tokens - suffix_len
@@ -113,7 +120,7 @@ def starts(n_tokens: int, prefix_len: int, suffix_len: int, placement: str, stri
     if placement == "stride":
         found = list(range(0, last + 1, stride))
         if max_offset is None and found[-1] < last:  # a last window ending at the document's end: every token
-            found.append(last)                         # after the first P is in some window's suffix
+            found.append(last)  # after the first P is in some window's suffix
         return found, prefix_len
     return [o for o in offsets if o <= last], prefix_len
 
@@ -126,9 +133,15 @@ def short_window(n_tokens: int, suffix_len: int) -> tuple[int, int] | None:
     return (n_tokens - suffix, suffix) if suffix >= min(suffix_len, MIN_SHORT_SUFFIX) else None
 
 
-def build_windows(docs: Sequence[EvalDocument], prefix_lens: Sequence[int], suffix_len: int,
-                  placements: Sequence[str] = ("start",), stride: int | None = None, offsets: Sequence[int] = (),
-                  max_offset: int | None = None) -> tuple[list[Window], int]:
+def build_windows(
+    docs: Sequence[EvalDocument],
+    prefix_lens: Sequence[int],
+    suffix_len: int,
+    placements: Sequence[str] = ("start",),
+    stride: int | None = None,
+    offsets: Sequence[int] = (),
+    max_offset: int | None = None,
+) -> tuple[list[Window], int]:
     """All windows of ``docs`` for every P in ``prefix_lens`` and every placement -> (windows, skipped).
 
     ``skipped`` counts (document, P, placement) combinations with a document too short for the window; a document
@@ -151,20 +164,41 @@ def build_windows(docs: Sequence[EvalDocument], prefix_lens: Sequence[int], suff
                 if offs and identity is None:  # once per document: each key then hashes a bounded length
                     identity = document_identity(toks)
                 for s in offs:
-                    windows.append(Window(doc, p_req, suffix_len, placement, s, toks[s : s + p],
-                                          toks[s + p : s + p + suffix_len],
-                                          _key(identity, p_req, suffix_len, placement, s)))
+                    windows.append(
+                        Window(
+                            doc,
+                            p_req,
+                            suffix_len,
+                            placement,
+                            s,
+                            toks[s : s + p],
+                            toks[s + p : s + p + suffix_len],
+                            _key(identity, p_req, suffix_len, placement, s),
+                        )
+                    )
         fit = short_window(len(toks), suffix_len) if identity is None else None  # identity None: no window yet
         if fit is not None:
             p, n_suffix = fit
-            windows.append(Window(doc, ALL, n_suffix, SHORT, 0, toks[:p], toks[p:],
-                                  _key(document_identity(toks), ALL, n_suffix, SHORT, 0)))
+            windows.append(
+                Window(
+                    doc,
+                    ALL,
+                    n_suffix,
+                    SHORT,
+                    0,
+                    toks[:p],
+                    toks[p:],
+                    _key(document_identity(toks), ALL, n_suffix, SHORT, 0),
+                )
+            )
     if docs and not windows:
         longest = max(len(d.tokens) for d in docs)
         floor = min(suffix_len, MIN_SHORT_SUFFIX)
-        raise UserError(f"all {len(docs)} documents are too short for any window: a short document's window needs "
-                        f"{2 * floor} tokens (its last half as the suffix, at least {floor} tokens) but the longest "
-                        f"document has {longest}; evaluate longer documents")
+        raise UserError(
+            f"all {len(docs)} documents are too short for any window: a short document's window needs "
+            f"{2 * floor} tokens (its last half as the suffix, at least {floor} tokens) but the longest "
+            f"document has {longest}; evaluate longer documents"
+        )
     return windows, skipped
 
 

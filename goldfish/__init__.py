@@ -17,9 +17,17 @@ import importlib
 __version__ = "0.1.0"
 
 # public name -> the module that defines it
-_EXPORTS = {"GoldfishConfig": ".masks", "apply_goldfish": ".masks", "goldfish_mask": ".masks",
-            "GoldfishLossOutput": ".loss", "goldfish_loss": ".loss", "GoldfishCollator": ".collator",
-            "GoldfishTrainer": ".hf", "GoldfishSFTTrainer": ".hf", "GoldfishTrainerMixin": ".hf"}
+_EXPORTS = {
+    "GoldfishConfig": ".masks",
+    "apply_goldfish": ".masks",
+    "goldfish_mask": ".masks",
+    "GoldfishLossOutput": ".loss",
+    "goldfish_loss": ".loss",
+    "GoldfishCollator": ".collator",
+    "GoldfishTrainer": ".hf",
+    "GoldfishSFTTrainer": ".hf",
+    "GoldfishTrainerMixin": ".hf",
+}
 
 __all__ = [
     "GoldfishConfig",

@@ -106,8 +106,11 @@ def set_rng_state(tensors: dict[str, torch.Tensor], plain: dict[str, Any]) -> No
 
 
 def _is_tensor_map(value: Any) -> bool:
-    return isinstance(value, dict) and bool(value) and all(
-        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items())
+    return (
+        isinstance(value, dict)
+        and bool(value)
+        and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items())
+    )
 
 
 def _unshared(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -139,8 +142,16 @@ def write_rank_files(folder: Path, rank: int, engine_state: dict[str, Any]) -> N
             os.fsync(fh.fileno())
 
 
-def save_checkpoint(out: str | Path, trainer_state: dict[str, Any], engine_state: dict[str, Any], *, rank: int,
-                    is_main: bool, barrier: Callable[[], None], keep_last: int = 0) -> Path:
+def save_checkpoint(
+    out: str | Path,
+    trainer_state: dict[str, Any],
+    engine_state: dict[str, Any],
+    *,
+    rank: int,
+    is_main: bool,
+    barrier: Callable[[], None],
+    keep_last: int = 0,
+) -> Path:
     """Write a checkpoint of step ``trainer_state['step']`` atomically; all ranks call it (it synchronises)."""
     final = checkpoint_path(out, trainer_state["step"])
     tmp = final.with_name(f".{final.name}.tmp")
@@ -157,8 +168,10 @@ def save_checkpoint(out: str | Path, trainer_state: dict[str, Any], engine_state
     except _WRITE_ERRORS as e:
         if is_main:
             shutil.rmtree(tmp, ignore_errors=True)
-        raise UserError(f"could not write checkpoint {final} ({_reason(e)}); free disk space (or choose another "
-                        f"out=) and rerun to resume: the earlier checkpoints are intact") from None
+        raise UserError(
+            f"could not write checkpoint {final} ({_reason(e)}); free disk space (or choose another "
+            f"out=) and rerun to resume: the earlier checkpoints are intact"
+        ) from None
     if is_main:
         if final.exists():  # same step written again (a run restarted with resume=never): swap, then delete
             remove_tree(final)
@@ -182,13 +195,15 @@ def finish_checkpoints(out: str | Path, keep_last: int) -> None:
     lose the optimizer state (marked ``WEIGHTS_ONLY`` first, so a kill half-way leaves a checkpoint that says what it
     is) and older ones are deleted."""
     complete = [p for p in list_checkpoints(out) if (p / COMPLETE).is_file()]
-    kept = complete if keep_last <= 0 else complete[len(complete) - keep_last + 1:] if keep_last > 1 else []
+    kept = complete if keep_last <= 0 else complete[len(complete) - keep_last + 1 :] if keep_last > 1 else []
     for folder in complete:
         if folder not in kept:
             remove_tree(folder)
     for folder in kept:
-        atomic_write_text(folder / WEIGHTS_ONLY, "the run finished: model weights kept, optimizer state removed "
-                                                 "(checkpoint.keep_optimizer=false)\n")
+        atomic_write_text(
+            folder / WEIGHTS_ONLY,
+            "the run finished: model weights kept, optimizer state removed (checkpoint.keep_optimizer=false)\n",
+        )
         for f in folder.glob("optimizer_rank*.pt"):
             f.unlink()
         fsync_dir(folder)
@@ -224,8 +239,10 @@ def _read_rank_files(folder: Path, rank: int) -> tuple[dict[str, Any], dict[str,
             else:
                 continue
         except Exception as e:  # truncated / garbled files: safetensors and torch raise various types
-            raise BrokenCheckpoint(f"checkpoint file {f} is corrupt ({type(e).__name__}); delete {folder} or "
-                                   f"resume from another checkpoint") from None
+            raise BrokenCheckpoint(
+                f"checkpoint file {f} is corrupt ({type(e).__name__}); delete {folder} or "
+                f"resume from another checkpoint"
+            ) from None
         if key == "rng":
             rng_tensors = value
         else:
@@ -245,8 +262,9 @@ def _check_rng(path: Path, tensors: dict[str, torch.Tensor], plain: dict[str, An
         np.random.RandomState().set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
         torch.Generator().set_state(tensors["torch_cpu"])
     except Exception as e:  # wrong shapes, types or lengths: KeyError, TypeError, ValueError, RuntimeError...
-        raise BrokenCheckpoint(f"checkpoint file {path} is damaged (its generator states do not load: "
-                               f"{type(e).__name__})") from None
+        raise BrokenCheckpoint(
+            f"checkpoint file {path} is damaged (its generator states do not load: {type(e).__name__})"
+        ) from None
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -264,13 +282,21 @@ def _read_json(path: Path) -> dict[str, Any]:
 def _check_trainer_state(folder: Path, state: dict[str, Any]) -> None:
     """Refuse a trainer state whose step or progress is not what a checkpoint of that step records."""
     progress = state.get("progress")
-    numbers = isinstance(progress, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                 for v in progress.values())
+    numbers = isinstance(progress, dict) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in progress.values()
+    )
     step = state.get("step")
-    if not numbers or not isinstance(step, int) or progress.get("step") != step or \
-            _STEP_DIR.match(folder.name) and int(_STEP_DIR.match(folder.name).group(1)) != step:
-        raise BrokenCheckpoint(f"checkpoint file {folder / STATE_FILE} is damaged (its step and progress are not a "
-                               f"checkpoint's of {folder.name})")
+    if (
+        not numbers
+        or not isinstance(step, int)
+        or progress.get("step") != step
+        or _STEP_DIR.match(folder.name)
+        and int(_STEP_DIR.match(folder.name).group(1)) != step
+    ):
+        raise BrokenCheckpoint(
+            f"checkpoint file {folder / STATE_FILE} is damaged (its step and progress are not a "
+            f"checkpoint's of {folder.name})"
+        )
 
 
 def read_checkpoint(folder: str | Path, rank: int, world_size: int) -> dict[str, Any]:
@@ -282,22 +308,27 @@ def read_checkpoint(folder: str | Path, rank: int, world_size: int) -> dict[str,
     """
     folder = Path(folder)
     if not folder.is_dir():
-        raise UserError(f"checkpoint {folder} does not exist (checkpoint.resume takes auto, never or a checkpoint "
-                        f"folder such as runs/x/checkpoints/step_000100)")
+        raise UserError(
+            f"checkpoint {folder} does not exist (checkpoint.resume takes auto, never or a checkpoint "
+            f"folder such as runs/x/checkpoints/step_000100)"
+        )
     if not (folder / COMPLETE).is_file():
         raise BrokenCheckpoint(f"checkpoint {folder} is incomplete (no {COMPLETE} marker); resume from an earlier one")
     if (folder / WEIGHTS_ONLY).is_file():
-        raise UserError(f"checkpoint {folder} holds model weights only (its run finished and dropped the optimizer "
-                        f"state; checkpoint.keep_optimizer=true keeps it): it cannot be resumed; start a new run from "
-                        f"its weights (model.path=<its run>/model)")
+        raise UserError(
+            f"checkpoint {folder} holds model weights only (its run finished and dropped the optimizer "
+            f"state; checkpoint.keep_optimizer=true keeps it): it cannot be resumed; start a new run from "
+            f"its weights (model.path=<its run>/model)"
+        )
     trainer = _read_json(folder / STATE_FILE)
     _check_trainer_state(folder, trainer)
     if trainer.get("world_size") != world_size:
-        raise UserError(f"checkpoint {folder} was written by {trainer.get('world_size')} processes but this run has "
-                        f"{world_size}; resume with the same number of processes")
+        raise UserError(
+            f"checkpoint {folder} was written by {trainer.get('world_size')} processes but this run has "
+            f"{world_size}; resume with the same number of processes"
+        )
     engine, rng_tensors, rng_plain = _read_rank_files(folder, rank)
-    return {"trainer": trainer, "engine": engine, "rng_tensors": rng_tensors, "rng_plain": rng_plain,
-            "folder": folder}
+    return {"trainer": trainer, "engine": engine, "rng_tensors": rng_tensors, "rng_plain": rng_plain, "folder": folder}
 
 
 def all_ranks(ok: bool) -> bool:
@@ -322,8 +353,10 @@ def find_resume(out: str | Path, resume: str, rank: int, world_size: int) -> dic
     existing = list_checkpoints(out)
     if resume == "never":
         if existing:
-            raise UserError(f"{checkpoints_root(out)} already holds checkpoints; use checkpoint.resume=auto to "
-                            f"continue that run, or choose a new out= folder")
+            raise UserError(
+                f"{checkpoints_root(out)} already holds checkpoints; use checkpoint.resume=auto to "
+                f"continue that run, or choose a new out= folder"
+            )
         return None
     if resume != "auto":
         return read_checkpoint(resume, rank, world_size)
@@ -337,9 +370,11 @@ def find_resume(out: str | Path, resume: str, rank: int, world_size: int) -> dic
         if rank == 0:
             print(f"warning: skipping checkpoint {folder}: {problem or 'unreadable on another rank'}", file=sys.stderr)
     if existing:
-        raise UserError(f"no readable checkpoint in {checkpoints_root(out)}; pass --overwrite to train the run again "
-                        f"from the start (the old folder stays until the new run has finished), or delete the broken "
-                        f"checkpoints, or choose a new out= folder")
+        raise UserError(
+            f"no readable checkpoint in {checkpoints_root(out)}; pass --overwrite to train the run again "
+            f"from the start (the old folder stays until the new run has finished), or delete the broken "
+            f"checkpoints, or choose a new out= folder"
+        )
     return None
 
 
@@ -363,8 +398,10 @@ def checkpoint_weights(folder: str | Path) -> dict[str, torch.Tensor]:
         raise BrokenCheckpoint(f"checkpoint {folder} is incomplete (no {COMPLETE} marker); use a complete one")
     world = _read_json(folder / STATE_FILE).get("world_size")
     if world != 1:
-        raise UserError(f"checkpoint {folder} holds {world} processes' shards; exporting it needs a one-process "
-                        "checkpoint (or evaluate the run's final model/)")
+        raise UserError(
+            f"checkpoint {folder} holds {world} processes' shards; exporting it needs a one-process "
+            "checkpoint (or evaluate the run's final model/)"
+        )
     try:
         tensors = load_file(str(folder / "model_rank00000.safetensors"))
     except Exception as e:  # missing, truncated or garbled: safetensors raises various types
@@ -384,8 +421,10 @@ def export_checkpoint(folder: str | Path, model_dir: str | Path, out: str | Path
 
     model_dir, out = Path(model_dir), Path(out)
     if not (model_dir / "config.json").is_file():
-        raise UserError(f"{model_dir} has no config.json: a checkpoint is exported with the shape of its run's final "
-                        "model/, which an unfinished run does not have yet")
+        raise UserError(
+            f"{model_dir} has no config.json: a checkpoint is exported with the shape of its run's final "
+            "model/, which an unfinished run does not have yet"
+        )
     config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True, trust_remote_code=False)
     state = checkpoint_weights(folder)
     check_claimed_size(config, sum(t.numel() for t in state.values()), f"{model_dir} (with checkpoint {folder})")
@@ -393,13 +432,16 @@ def export_checkpoint(folder: str | Path, model_dir: str | Path, out: str | Path
         model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
     missing = sorted(set(model.state_dict()) - set(state))
     if missing:
-        raise UserError(f"checkpoint {folder} does not match the model of {model_dir}: {len(missing)} tensors "
-                        f"missing, e.g. {missing[0]}")
+        raise UserError(
+            f"checkpoint {folder} does not match the model of {model_dir}: {len(missing)} tensors "
+            f"missing, e.g. {missing[0]}"
+        )
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as e:
-        raise UserError(f"checkpoint {folder} does not match the model of {model_dir}: "
-                        f"{str(e).splitlines()[0][:200]}") from None
+        raise UserError(
+            f"checkpoint {folder} does not match the model of {model_dir}: {str(e).splitlines()[0][:200]}"
+        ) from None
     with atomic_directory(out, overwrite=True) as tmp:
         model.save_pretrained(str(tmp), safe_serialization=True)
         for f in model_dir.iterdir():  # tokenizer files (and the generation config the run saved)

@@ -35,12 +35,15 @@ class GoldfishCollator:
     train``; the no-leak twin (``replace_dropped``) is refused.
     """
 
-    def __init__(self, base: Callable[[list], dict], config: GoldfishConfig, tokenizer: Any = None,
-                 keep_unmasked: bool = False):
+    def __init__(
+        self, base: Callable[[list], dict], config: GoldfishConfig, tokenizer: Any = None, keep_unmasked: bool = False
+    ):
         if config.replace_dropped:
-            raise ConfigError("replace_dropped=true (the leakage audit's no-leak twin) is supported by `goldfish "
-                              "train` only: GoldfishCollator and GoldfishTrainer leave the model's input ids as "
-                              "they are, so the model would still see the dropped tokens")
+            raise ConfigError(
+                "replace_dropped=true (the leakage audit's no-leak twin) is supported by `goldfish "
+                "train` only: GoldfishCollator and GoldfishTrainer leave the model's input ids as "
+                "they are, so the model would still see the dropped tokens"
+            )
         self.base = base
         self.keep_unmasked = keep_unmasked
         specials = set(config.special_ids)

@@ -45,13 +45,23 @@ def _cuda_missing(exc: BaseException) -> bool:
     RuntimeError with its own wording)."""
     torch = sys.modules.get("torch")
     text = str(exc)
-    return (torch is not None and not torch.cuda.is_available()
-            and any(s in text for s in ("compiled with CUDA", "NVIDIA driver", "CUDA driver", "no CUDA GPUs")))
+    return (
+        torch is not None
+        and not torch.cuda.is_available()
+        and any(s in text for s in ("compiled with CUDA", "NVIDIA driver", "CUDA driver", "no CUDA GPUs"))
+    )
 
 
 # what gloo and NCCL say on a surviving process when another process of the group died
-_PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Socket Timeout",
-              "Timed out waiting", "NCCL communicator was aborted", "Connection refused")
+_PEER_LOST = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "Socket Timeout",
+    "Timed out waiting",
+    "NCCL communicator was aborted",
+    "Connection refused",
+)
 
 
 def peer_lost(exc: BaseException) -> bool:
@@ -60,8 +70,9 @@ def peer_lost(exc: BaseException) -> bool:
     torch = sys.modules.get("torch")
     backend_error = getattr(getattr(torch, "distributed", None), "DistBackendError", None)
     text = str(exc)
-    collective = ((backend_error is not None and isinstance(exc, backend_error))
-                  or any(s in text for s in ("gloo", "NCCL", "c10d", "ProcessGroup")))
+    collective = (backend_error is not None and isinstance(exc, backend_error)) or any(
+        s in text for s in ("gloo", "NCCL", "c10d", "ProcessGroup")
+    )
     return isinstance(exc, RuntimeError) and collective and any(s in text for s in _PEER_LOST)
 
 
@@ -100,19 +111,29 @@ def _message(exc: BaseException) -> str | None:
         return f"{exc.filename or 'a path'}: {_PATH_FIXES[exc.errno]}; check the path"
     if isinstance(exc, OSError) and exc.errno in _OS_FIXES:
         where = f" ({exc.filename})" if exc.filename else ""
-        return (f"{_OS_FIXES[exc.errno]}{where}; free disk space, or use a folder you can write to (out=/--out); "
-                f"earlier results are untouched")
+        return (
+            f"{_OS_FIXES[exc.errno]}{where}; free disk space, or use a folder you can write to (out=/--out); "
+            f"earlier results are untouched"
+        )
     if isinstance(exc, RuntimeError) and any(s in str(exc) for s in ("inline_container", "file write failed")):
-        return (f"writing a file failed ({str(exc).splitlines()[0][:100]}); check the free disk space of the output "
-                f"folder; earlier results are untouched")
+        return (
+            f"writing a file failed ({str(exc).splitlines()[0][:100]}); check the free disk space of the output "
+            f"folder; earlier results are untouched"
+        )
     if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and any(s in str(exc) for s in _NO_MEMORY)):
-        return (f"out of memory ({(str(exc).splitlines() or [type(exc).__name__])[0][:150]}); use a smaller model, "
-                f"batch (schedule.micro_batch_size, decoding.batch_size, membership.token_budget) or sequence length")
+        return (
+            f"out of memory ({(str(exc).splitlines() or [type(exc).__name__])[0][:150]}); use a smaller model, "
+            f"batch (schedule.micro_batch_size, decoding.batch_size, membership.token_budget) or sequence length"
+        )
     if peer_lost(exc):
-        return (f"another process of this distributed run stopped ({_first(exc)[:160]}), so this one stops too; see "
-                f"that process's own error above (or its log), fix it and run the same command again (files already "
-                f"written are kept)")
+        return (
+            f"another process of this distributed run stopped ({_first(exc)[:160]}), so this one stops too; see "
+            f"that process's own error above (or its log), fix it and run the same command again (files already "
+            f"written are kept)"
+        )
     if isinstance(exc, (AssertionError, RuntimeError)) and _cuda_missing(exc):
-        return (f"CUDA was requested but this machine has no usable CUDA device ({str(exc).splitlines()[0][:100]}); "
-                f"use model.device=cpu (or model.device=auto)")
+        return (
+            f"CUDA was requested but this machine has no usable CUDA device ({str(exc).splitlines()[0][:100]}); "
+            f"use model.device=cpu (or model.device=auto)"
+        )
     return None

@@ -100,9 +100,15 @@ def shape_of(model_cfg: ModelConfig, vocab_size: int) -> ModelShape:
     else:
         config = llama_config(model_cfg, vocab_size)
     heads = config.num_attention_heads
-    return ModelShape(vocab=vocab_size, hidden=config.hidden_size, layers=config.num_hidden_layers, heads=heads,
-                      kv_heads=config.num_key_value_heads or heads, intermediate=config.intermediate_size,
-                      tied=bool(config.tie_word_embeddings))
+    return ModelShape(
+        vocab=vocab_size,
+        hidden=config.hidden_size,
+        layers=config.num_hidden_layers,
+        heads=heads,
+        kv_heads=config.num_key_value_heads or heads,
+        intermediate=config.intermediate_size,
+        tied=bool(config.tie_word_embeddings),
+    )
 
 
 @functools.lru_cache(maxsize=8)
@@ -111,15 +117,21 @@ def _pretrained_config(path: str, mtime_ns: int, size: int) -> Any:
     49 k-entry vocabulary; a dry run asks once per cell). Keyed by the file's mtime and size, so an edit is re-read."""
     where = Path(path)
     gguf = dict(gguf_file=where.name) if where.suffix == ".gguf" else {}  # a GGUF holds its config
-    return AutoConfig.from_pretrained(str(where.parent if gguf else where), local_files_only=True,
-                                      trust_remote_code=False, **gguf)
+    return AutoConfig.from_pretrained(
+        str(where.parent if gguf else where), local_files_only=True, trust_remote_code=False, **gguf
+    )
 
 
 def _hf_like(shape: ModelShape) -> Any:
     """The LlamaConfig attributes the engines' layout checks read."""
-    return types.SimpleNamespace(num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
-                                 intermediate_size=shape.intermediate, num_hidden_layers=shape.layers,
-                                 hidden_size=shape.hidden, tie_word_embeddings=shape.tied)
+    return types.SimpleNamespace(
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        hidden_size=shape.hidden,
+        tie_word_embeddings=shape.tied,
+    )
 
 
 def layout_of(train_cfg: TrainConfig, shape: ModelShape, world: int) -> Layout:
@@ -169,23 +181,28 @@ def stage_params(shape: ModelShape, layout: Layout) -> float:
     return layers * per_layer + ends + shape.hidden  # + final norm
 
 
-def estimate_memory(shape: ModelShape, layout: Layout, micro_batch: int, seq_len: int,
-                    precision: str = "bf16") -> MemoryEstimate:
+def estimate_memory(
+    shape: ModelShape, layout: Layout, micro_batch: int, seq_len: int, precision: str = "bf16"
+) -> MemoryEstimate:
     """Per-device memory of training ``shape`` on ``layout`` (see the module docstring)."""
     local = stage_params(shape, layout) / layout.state_shard
     e = 2 if precision == "bf16" else 4
-    per_token_layer = 4 * shape.hidden + (2 * shape.hidden + 2 * shape.kv_heads * shape.head_dim
-                                          + 4 * shape.intermediate) / layout.activation_shard
+    per_token_layer = (
+        4 * shape.hidden
+        + (2 * shape.hidden + 2 * shape.kv_heads * shape.head_dim + 4 * shape.intermediate) / layout.activation_shard
+    )
     layers = math.ceil(shape.layers / layout.pp)
     tokens = micro_batch * seq_len
     activations = tokens * layout.activation_fraction * layers * per_token_layer * e
     logits = tokens * shape.vocab * (e + 4) / layout.logits_shard
-    return MemoryEstimate(weights=4 * local, grads=4 * local, optimizer=8 * local, activations=activations,
-                          logits=logits)
+    return MemoryEstimate(
+        weights=4 * local, grads=4 * local, optimizer=8 * local, activations=activations, logits=logits
+    )
 
 
-def estimate_time(total_tokens: float | None, flops_per_token: float, world: int, device: str,
-                  mfu: float) -> float | None:
+def estimate_time(
+    total_tokens: float | None, flops_per_token: float, world: int, device: str, mfu: float
+) -> float | None:
     """Seconds of training at ``mfu`` of the device's dense bf16 peak (None for CPU or an unknown budget)."""
     peak = DEVICES.get(device, (None, 0.0))[0]
     if peak is None or not total_tokens:

@@ -28,8 +28,9 @@ _SPACE_BYTES = b" \t\n\r\x0b\x0c"
 @lru_cache(maxsize=1)
 def _byte_alphabet() -> dict[str, int]:
     """GPT-2's ``bytes_to_unicode``, inverted: printable character -> the byte it spells."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars, extra = {}, 0
     for b in range(256):
         if b in printable:
@@ -92,5 +93,10 @@ def token_fold(tokenizer) -> TokenFold:
         blank.append(not folded)
     if not any(starts) and not any(ends):  # word-level vocabulary: the spaces live between tokens
         starts = [True] * len(starts)
-    return TokenFold(torch.tensor(piece, dtype=torch.int64), torch.tensor(scale, dtype=torch.int64),
-                     torch.tensor(starts), torch.tensor(ends), torch.tensor(blank))
+    return TokenFold(
+        torch.tensor(piece, dtype=torch.int64),
+        torch.tensor(scale, dtype=torch.int64),
+        torch.tensor(starts),
+        torch.tensor(ends),
+        torch.tensor(blank),
+    )

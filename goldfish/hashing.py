@@ -55,8 +55,12 @@ def special_positions(ids: torch.Tensor, special_ids: Iterable[int] = ()) -> tor
     return special
 
 
-def segment_ids(ids: torch.Tensor, special: torch.Tensor, document_ids: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None) -> torch.Tensor:
+def segment_ids(
+    ids: torch.Tensor,
+    special: torch.Tensor,
+    document_ids: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
+) -> torch.Tensor:
     """[B, T] int64: positions with equal values belong to the same document segment (the boundaries:
     :mod:`goldfish.masks`)."""
     new = torch.zeros_like(special)
@@ -87,8 +91,9 @@ def initial_state(seed: int, h: int, tag: int) -> int:
     return i64((seed * _GOLDEN) % (1 << 64)) ^ h ^ tag
 
 
-def window_hash(ids: torch.Tensor, h: int, seg: torch.Tensor, seed: int, offsets: range,
-                tag: int = 0) -> tuple[torch.Tensor, ...]:
+def window_hash(
+    ids: torch.Tensor, h: int, seg: torch.Tensor, seed: int, offsets: range, tag: int = 0
+) -> tuple[torch.Tensor, ...]:
     """[B, T] int64 hash of each position's window and [B, T] bool "the window is not empty".
 
     The window of position t: tokens ``t - j`` for j in ``offsets`` (oldest first) that lie in t's segment.

@@ -61,11 +61,15 @@ class GoldfishTrainerMixin:
         core = self.accelerator.unwrap_model(model)
         hidden: list[torch.Tensor] = []  # the backbone's last hidden states (B, T, H): what the output head reads
         counting = unmasked is not None and labels is not None and model.training and core.base_model is not core
-        hook = core.base_model.register_forward_hook(lambda m, a, out: hidden.append(_last_hidden(out))) \
-            if counting else None
+        hook = (
+            core.base_model.register_forward_hook(lambda m, a, out: hidden.append(_last_hidden(out)))
+            if counting
+            else None
+        )
         try:  # outputs only when the caller asks (TRL's fused head would run another forward for them)
-            result = super().compute_loss(model, inputs, return_outputs=return_outputs,
-                                          num_items_in_batch=num_items_in_batch)
+            result = super().compute_loss(
+                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
         finally:
             if hook is not None:
                 hook.remove()
@@ -73,14 +77,20 @@ class GoldfishTrainerMixin:
             self._goldfish_count(hidden[-1], core.get_output_embeddings(), unmasked, labels)
         return result
 
-    def _goldfish_count(self, hidden: torch.Tensor, head: torch.nn.Module, unmasked: torch.Tensor,
-                        labels: torch.Tensor) -> None:
+    def _goldfish_count(
+        self, hidden: torch.Tensor, head: torch.nn.Module, unmasked: torch.Tensor, labels: torch.Tensor
+    ) -> None:
         """Add this micro-batch's kept / dropped CE sums and counts: the output head applied to ``hidden`` in chunks
         (TRL's fused head computes no logits for dropped targets, so none are reused), without gradient."""
         with torch.no_grad():
             dropped = (unmasked != IGNORE_INDEX) & (labels == IGNORE_INDEX)  # (B, T): what the mask removed
-            out = goldfish_loss(hidden, unmasked.to(hidden.device), drop_mask=dropped.to(hidden.device), head=head,
-                                chunk_tokens=CHUNK_TOKENS)
+            out = goldfish_loss(
+                hidden,
+                unmasked.to(hidden.device),
+                drop_mask=dropped.to(hidden.device),
+                head=head,
+                chunk_tokens=CHUNK_TOKENS,
+            )
         sums = torch.stack([out.kept_sum, out.kept_count, out.dropped_sum, out.dropped_count])
         self._goldfish_sums += sums.to("cpu", torch.float64)
 
@@ -92,8 +102,11 @@ class GoldfishTrainerMixin:
             if self.accelerator.num_processes > 1:
                 sums = self.accelerator.reduce(sums, reduction="sum")
             kept, n_kept, dropped, n_dropped = sums.tolist()
-            values = (kept / n_kept if n_kept else None, dropped / n_dropped if n_dropped else None,
-                      n_dropped / (n_kept + n_dropped) if n_kept + n_dropped else None)
+            values = (
+                kept / n_kept if n_kept else None,
+                dropped / n_dropped if n_dropped else None,
+                n_dropped / (n_kept + n_dropped) if n_kept + n_dropped else None,
+            )
             logs = {**logs, **{k: v for k, v in zip(LOGGED, values) if v is not None}}
             self._goldfish_sums.zero_()
         super().log(logs, *args, **kwargs)

@@ -59,7 +59,7 @@ def naming(e: OSError, path: Path, tmp: Path | None = None) -> OSError:
     if name is None:
         name = str(path)
     elif tmp is not None and str(name).startswith(str(tmp)):
-        name = str(path) + str(name)[len(str(tmp)):]
+        name = str(path) + str(name)[len(str(tmp)) :]
     # OSError(errno, ...) builds the matching subclass again (PermissionError, FileNotFoundError, ...)
     return e if name == e.filename else OSError(e.errno, e.strerror, name)
 
@@ -127,8 +127,13 @@ def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2)
 _NO_DEFAULT: Any = object()
 
 
-def read_json(path: str | os.PathLike, default: Any = _NO_DEFAULT, *, expect: type | None = None,
-              fix: str = "delete it to have it written again, or restore it") -> Any:
+def read_json(
+    path: str | os.PathLike,
+    default: Any = _NO_DEFAULT,
+    *,
+    expect: type | None = None,
+    fix: str = "delete it to have it written again, or restore it",
+) -> Any:
     """The JSON value in ``path`` (UTF-8): the one JSON reader. ``default`` is returned when there is no such file
     (without one, a missing file stays ``FileNotFoundError``, which the CLI reports in one line too); a damaged file,
     or with ``expect`` (e.g. ``dict``) a value of another type, is one :class:`~goldfish.errors.UserError` naming it
@@ -186,8 +191,16 @@ STAGING = ".goldfish-staging.json"  # inside a folder goldfish builds or retires
 def _stamp(folder: Path, target: Path, role: str) -> None:
     """Record inside ``folder`` that goldfish made it beside ``target`` (``role``: ``new``, a replacement being
     built; ``old``, the folder being replaced), and which process: what lets a later run recognise its debris."""
-    atomic_write_json(folder / STAGING, {"target": target.name, "role": role, "pid": os.getpid(),
-                                         "host": socket.gethostname(), "written_by": "goldfish"})
+    atomic_write_json(
+        folder / STAGING,
+        {
+            "target": target.name,
+            "role": role,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "written_by": "goldfish",
+        },
+    )
 
 
 def _unstamp(folder: Path) -> None:

@@ -48,8 +48,14 @@ def token_losses(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int 
     ).view(targets.shape)
 
 
-def chunked_token_losses(hidden: torch.Tensor, head: nn.Module, targets: torch.Tensor, *,
-                         chunk_tokens: int = 1024, ignore_index: int = IGNORE_INDEX) -> torch.Tensor:
+def chunked_token_losses(
+    hidden: torch.Tensor,
+    head: nn.Module,
+    targets: torch.Tensor,
+    *,
+    chunk_tokens: int = 1024,
+    ignore_index: int = IGNORE_INDEX,
+) -> torch.Tensor:
     """Per-token CE of ``head(hidden)`` (B, T, V) against ``targets`` (B, T), without ever holding the whole logits.
 
     ``hidden`` (B, T, H) are the final-norm hidden states and ``head`` the output projection (``lm_head``). The
@@ -67,10 +73,14 @@ def chunked_token_losses(hidden: torch.Tensor, head: nn.Module, targets: torch.T
         return F.cross_entropy(head(h).float(), t, ignore_index=ignore_index, reduction="none")  # (chunk,)
 
     losses = [
-        checkpoint(chunk_ce, flat_hidden[start:start + chunk_tokens], flat_targets[start:start + chunk_tokens],
-                   use_reentrant=False)
+        checkpoint(
+            chunk_ce,
+            flat_hidden[start : start + chunk_tokens],
+            flat_targets[start : start + chunk_tokens],
+            use_reentrant=False,
+        )
         if torch.is_grad_enabled()
-        else chunk_ce(flat_hidden[start:start + chunk_tokens], flat_targets[start:start + chunk_tokens])
+        else chunk_ce(flat_hidden[start : start + chunk_tokens], flat_targets[start : start + chunk_tokens])
         for start in range(0, flat_targets.numel(), chunk_tokens)
     ]
     return torch.cat(losses).view(targets.shape)
@@ -128,7 +138,6 @@ def goldfish_loss(
     )
 
 
-
 class EngineLoss:
     """The trainer's loss function for the engines (:data:`goldfish.engines.base.LossFn`): Goldfish CE of the
     model's output against ``targets["labels"]`` (B, T) unshifted HF labels (-100: not supervised) with
@@ -146,10 +155,16 @@ class EngineLoss:
     def wants_hidden(self) -> bool:
         return self.chunk_tokens > 0
 
-    def __call__(self, outputs: torch.Tensor, targets: dict[str, torch.Tensor],
-                 head: nn.Module | None = None) -> GoldfishLossOutput:
+    def __call__(
+        self, outputs: torch.Tensor, targets: dict[str, torch.Tensor], head: nn.Module | None = None
+    ) -> GoldfishLossOutput:
         if head is None:  # outputs: logits (B, T, V)
             return goldfish_loss(outputs, targets["labels"], drop_mask=targets["drop_mask"], shift=True)
-        return goldfish_loss(outputs, targets["labels"], drop_mask=targets["drop_mask"], shift=True, head=head,
-                             chunk_tokens=self.chunk_tokens)
-
+        return goldfish_loss(
+            outputs,
+            targets["labels"],
+            drop_mask=targets["drop_mask"],
+            shift=True,
+            head=head,
+            chunk_tokens=self.chunk_tokens,
+        )

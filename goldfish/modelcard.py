@@ -40,8 +40,10 @@ CARD = "README.md"
 TAGS = ["memorization", "causal-lm"]  # every model of the toolkit; goldfish-loss only where Goldfish trained it
 WEIGHTS = "goldfish_weights"  # card metadata: the identity of the weights the card describes
 EVAL_START, EVAL_END = "<!-- goldfish:eval:start -->", "<!-- goldfish:eval:end -->"
-NO_EVAL = ("Not evaluated yet. `goldfish eval --model <this folder> --data ... --out ... --update-card` adds its "
-           "extraction and membership headlines here and to the `model-index` metadata.")
+NO_EVAL = (
+    "Not evaluated yet. `goldfish eval --model <this folder> --data ... --out ... --update-card` adds its "
+    "extraction and membership headlines here and to the `model-index` metadata."
+)
 
 
 # ------------------------------------------------------------------------------------------------ starting model
@@ -95,11 +97,15 @@ def _read(path: Path):
     try:
         return ModelCard(path.read_text(encoding="utf-8"), ignore_metadata_errors=True)
     except UnicodeDecodeError as e:
-        raise UserError(f"model card {path} is not UTF-8 text (invalid byte at offset {e.start}); re-encode it as "
-                        f"UTF-8 or remove it") from None
+        raise UserError(
+            f"model card {path} is not UTF-8 text (invalid byte at offset {e.start}); re-encode it as "
+            f"UTF-8 or remove it"
+        ) from None
     except (yaml.YAMLError, ValueError) as e:
-        raise UserError(f"model card {path} has metadata that is not plain YAML ({str(e).splitlines()[0][:100]}); "
-                        f"fix its --- header or remove the card") from None
+        raise UserError(
+            f"model card {path} has metadata that is not plain YAML ({str(e).splitlines()[0][:100]}); "
+            f"fix its --- header or remove the card"
+        ) from None
 
 
 def _loss_line(cfg: TrainConfig, summary: dict) -> str:
@@ -110,9 +116,11 @@ def _loss_line(cfg: TrainConfig, summary: dict) -> str:
     g = cfg.loss.goldfish
     frac = summary.get("dropped_frac")
     measured = f"; measured dropped fraction {frac:.4f}" if isinstance(frac, (int, float)) else ""
-    return (f"**Goldfish Loss** (Hans et al., NeurIPS 2024): k={g.k}, h={g.h}, strategy `{g.strategy}`, seed "
-            f"{g.seed} -- a pseudo-random 1/{g.k} of the target tokens, chosen by a hash of the {g.h} tokens ending at "
-            f"each, is left out of the loss, the same positions every time the same text is seen{measured}")
+    return (
+        f"**Goldfish Loss** (Hans et al., NeurIPS 2024): k={g.k}, h={g.h}, strategy `{g.strategy}`, seed "
+        f"{g.seed} -- a pseudo-random 1/{g.k} of the target tokens, chosen by a hash of the {g.h} tokens ending at "
+        f"each, is left out of the loss, the same positions every time the same text is seen{measured}"
+    )
 
 
 def _versions() -> str:
@@ -155,26 +163,41 @@ def _device(summary: dict) -> str:
     return f" on {dev.get('name')} ({dev.get('type')}{threads}; bf16 {bf16} than fp32 here: {dev.get('bf16_reason')})"
 
 
-def _training_body(cfg: TrainConfig, summary: dict, manifest: dict, data_sha256: str | None,
-                   start: dict[str, Any]) -> str:
+def _training_body(
+    cfg: TrainConfig, summary: dict, manifest: dict, data_sha256: str | None, start: dict[str, Any]
+) -> str:
     counts = manifest.get("counts", {})
-    start_text = (f"`{Path(start['path']).name}`" + (f" ([{start['hub_id']}](https://huggingface.co/"
-                                                      f"{start['hub_id']}))" if start.get("hub_id") else "")) \
-        if start else f"none: trained from scratch (`{cfg.model.name}`, seed {cfg.seed})"
+    start_text = (
+        (
+            f"`{Path(start['path']).name}`"
+            + (f" ([{start['hub_id']}](https://huggingface.co/{start['hub_id']}))" if start.get("hub_id") else "")
+        )
+        if start
+        else f"none: trained from scratch (`{cfg.model.name}`, seed {cfg.seed})"
+    )
     rows = [
         ("loss", _loss_line(cfg, summary)),
         ("starting model", start_text),
         ("parameters", f"{summary.get('params', 0):,}"),
-        ("data", f"`{manifest.get('name')}` from `{_short(manifest.get('source')) or 'unknown'}`, tokenizer "
-                 f"`{_short(manifest.get('tokenizer', {}).get('name'))}`; "
-                 + ", ".join(f"{v} {k}" for k, v in counts.items())),
+        (
+            "data",
+            f"`{manifest.get('name')}` from `{_short(manifest.get('source')) or 'unknown'}`, tokenizer "
+            f"`{_short(manifest.get('tokenizer', {}).get('name'))}`; "
+            + ", ".join(f"{v} {k}" for k, v in counts.items()),
+        ),
         ("training split sha256", f"`{data_sha256}`"),
-        ("budget", f"{summary.get('steps')} steps, {summary.get('epochs', 0):.2f} epochs, {summary.get('tokens'):,} "
-                   f"tokens ({summary.get('global_batch_size')} rows x {summary.get('seq_len')} tokens per step), "
-                   f"AdamW lr {cfg.optim.lr:g} (warmup + cosine), {summary.get('world_size')} process(es)"),
+        (
+            "budget",
+            f"{summary.get('steps')} steps, {summary.get('epochs', 0):.2f} epochs, {summary.get('tokens'):,} "
+            f"tokens ({summary.get('global_batch_size')} rows x {summary.get('seq_len')} tokens per step), "
+            f"AdamW lr {cfg.optim.lr:g} (warmup + cosine), {summary.get('world_size')} process(es)",
+        ),
         ("precision", f"{cfg.precision}{_device(summary)}"),
-        ("final training loss", f"kept {_num(summary.get('final_kept_loss'))}, dropped "
-                                f"{_num(summary.get('final_dropped_loss'))} (nats per token)"),
+        (
+            "final training loss",
+            f"kept {_num(summary.get('final_kept_loss'))}, dropped "
+            f"{_num(summary.get('final_dropped_loss'))} (nats per token)",
+        ),
         ("code", _versions()),
     ]
     exposures = summary.get("exposures") or {}
@@ -218,8 +241,9 @@ def _num(value: Any) -> str:
     return f"{value:.4f}" if isinstance(value, (int, float)) else "n/a"
 
 
-def write_training_card(model_dir: str | Path, cfg: TrainConfig, summary: dict, manifest: dict,
-                        data_sha256: str | None) -> Path:
+def write_training_card(
+    model_dir: str | Path, cfg: TrainConfig, summary: dict, manifest: dict, data_sha256: str | None
+) -> Path:
     """Write ``<model_dir>/README.md`` for a model trained per ``cfg`` (``summary``: the run's ``summary.json``
     values; ``manifest``: the prepared data's). Returns the card's path."""
     from huggingface_hub import ModelCard, ModelCardData
@@ -232,9 +256,15 @@ def write_training_card(model_dir: str | Path, cfg: TrainConfig, summary: dict, 
     else:
         tags = TAGS + ["standard-loss"]
     identity = {WEIGHTS: weights_id(weights_stamp(model_dir))} if (Path(model_dir) / "config.json").is_file() else {}
-    data = ModelCardData(library_name="transformers", pipeline_tag="text-generation", tags=tags,
-                         base_model=start.get("hub_id"), license=start.get("license"), model_name=model_name(cfg),
-                         **identity)
+    data = ModelCardData(
+        library_name="transformers",
+        pipeline_tag="text-generation",
+        tags=tags,
+        base_model=start.get("hub_id"),
+        license=start.get("license"),
+        model_name=model_name(cfg),
+        **identity,
+    )
     card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + _training_body(cfg, summary, manifest, data_sha256, start))
     path = Path(model_dir) / CARD
     atomic_write_text(path, str(card))
@@ -256,8 +286,11 @@ def data_revision(results: dict) -> str | None:
     data, config = results.get("data") or {}, results.get("config") or {}
     if not data:
         return None
-    what = {"documents": data.get("documents_sha256"), "windows": data.get("sha256"),
-            **{k: config.get(k) for k in ("tasks", "data", "decoding", "membership", "goldfish")}}
+    what = {
+        "documents": data.get("documents_sha256"),
+        "windows": data.get("sha256"),
+        **{k: config.get(k) for k in ("tasks", "data", "decoding", "membership", "goldfish")},
+    }
     what["data"] = {k: v for k, v in (what["data"] or {}).items() if k != "path"}  # the documents say what it is
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
@@ -271,35 +304,70 @@ def eval_results(results: dict | None = None, attacks: dict | None = None, sourc
     out = []
     results = results or {}
     config, data = results.get("config") or {}, results.get("data") or {}
-    dataset = {"dataset_type": "goldfish-prepared", "dataset_name": dataset_name(data.get("path")),
-               "dataset_revision": data_revision(results)}
+    dataset = {
+        "dataset_type": "goldfish-prepared",
+        "dataset_name": dataset_name(data.get("path")),
+        "dataset_revision": data_revision(results),
+    }
     counts = f"{data.get('members')} members, {data.get('nonmembers')} nonmembers" if data else "documents"
 
     def add(task_type: str, task_name: str, split: str, metric: str, value: Any, name: str, setting: str) -> None:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out.append(EvalResult(task_type=task_type, task_name=task_name, dataset_split=split, metric_type=metric,
-                                  metric_value=round(float(value), 6), metric_name=name, metric_config=setting,
-                                  metric_args={"source": source}, **dataset))
+            out.append(
+                EvalResult(
+                    task_type=task_type,
+                    task_name=task_name,
+                    dataset_split=split,
+                    metric_type=metric,
+                    metric_value=round(float(value), 6),
+                    metric_name=name,
+                    metric_config=setting,
+                    metric_args={"source": source},
+                    **dataset,
+                )
+            )
 
     ex = config.get("data") or {}
     summary = results.get("summary") or {}
     # the members' rows (a nonmember reproduced says nothing about training); results without them: by_window
-    members = (summary["by_split_window"].get("members") or {} if "by_split_window" in summary
-               else summary.get("by_window") or {})
+    members = (
+        summary["by_split_window"].get("members") or {}
+        if "by_split_window" in summary
+        else summary.get("by_window") or {}
+    )
     for placement, row in members.items():
-        setting = (f"greedy, window={placement}, prefix_lens={ex.get('prefix_lens')}, suffix_len={ex.get('suffix_len')}"
-                   f", {row.get('n_windows')} windows")
-        for metric, key, name in (("exact_match", "exact_match_rate", "exact match rate"),
-                                  ("rouge", "rouge_l_paper", "ROUGE-L (rouge-score, words)"),
-                                  ("rouge", "rouge_l", "ROUGE-L (tokens)"), ("accuracy", "token_match", "token match")):
+        setting = (
+            f"greedy, window={placement}, prefix_lens={ex.get('prefix_lens')}, suffix_len={ex.get('suffix_len')}"
+            f", {row.get('n_windows')} windows"
+        )
+        for metric, key, name in (
+            ("exact_match", "exact_match_rate", "exact match rate"),
+            ("rouge", "rouge_l_paper", "ROUGE-L (rouge-score, words)"),
+            ("rouge", "rouge_l", "ROUGE-L (tokens)"),
+            ("accuracy", "token_match", "token match"),
+        ):
             add("text-generation", "verbatim extraction", "members", metric, row.get(key), name, setting)
     sources = [(results.get("membership") or {}).get("attacks") or {}, (attacks or {}).get("attacks") or {}]
     for attack_set in sources:
         for attack, row in attack_set.items():
-            add("membership-inference", "membership inference", "members vs nonmembers", "roc_auc", row.get("auc"),
-                f"{attack} attack ROC-AUC", f"whole documents, {counts}")
-    add("text-generation", "held-out loss", "nonmembers", "loss", (attacks or {}).get("heldout_loss"),
-        "held-out loss (nats per token)", f"teacher-forced, {counts}")
+            add(
+                "membership-inference",
+                "membership inference",
+                "members vs nonmembers",
+                "roc_auc",
+                row.get("auc"),
+                f"{attack} attack ROC-AUC",
+                f"whole documents, {counts}",
+            )
+    add(
+        "text-generation",
+        "held-out loss",
+        "nonmembers",
+        "loss",
+        (attacks or {}).get("heldout_loss"),
+        "held-out loss (nats per token)",
+        f"teacher-forced, {counts}",
+    )
     return out
 
 
@@ -315,22 +383,36 @@ def dataset_name(path: str | None) -> str:
 
 
 def _key(r) -> tuple:
-    return (r.task_type, r.task_name, r.dataset_type, r.dataset_name, r.dataset_revision, r.dataset_split,
-            r.metric_type, r.metric_name, r.metric_config)
+    return (
+        r.task_type,
+        r.task_name,
+        r.dataset_type,
+        r.dataset_name,
+        r.dataset_revision,
+        r.dataset_split,
+        r.metric_type,
+        r.metric_name,
+        r.metric_config,
+    )
 
 
 def _eval_table(results: list) -> str:
     if not results:
         return NO_EVAL
     lines = ["| task | data | split | metric | setting | value | source |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r.task_name} | {r.dataset_name}" + (f" ({r.dataset_revision})" if r.dataset_revision else "")
-              + f" | {r.dataset_split} | {r.metric_name} | {r.metric_config} | {r.metric_value:.4f} | "
-              f"{(r.metric_args or {}).get('source', '')} |" for r in results]
+    lines += [
+        f"| {r.task_name} | {r.dataset_name}"
+        + (f" ({r.dataset_revision})" if r.dataset_revision else "")
+        + f" | {r.dataset_split} | {r.metric_name} | {r.metric_config} | {r.metric_value:.4f} | "
+        f"{(r.metric_args or {}).get('source', '')} |"
+        for r in results
+    ]
     return "\n".join(lines)
 
 
-def add_eval_results(model_dir: str | Path, new: list, weights: list | None = None,
-                     out: str | Path | None = None) -> Path:
+def add_eval_results(
+    model_dir: str | Path, new: list, weights: list | None = None, out: str | Path | None = None
+) -> Path:
     """Merge the ``EvalResult`` list ``new`` into ``<model_dir>/README.md`` (created if the folder has no card):
     equal results (same task, data and its revision, metric and setting) are replaced, others kept; the body's
     evaluation table is rewritten (appended at the end of a card that has none). Refuses a path that is not a model
@@ -344,8 +426,10 @@ def add_eval_results(model_dir: str | Path, new: list, weights: list | None = No
 
     folder = Path(model_dir)
     if not (folder / "config.json").is_file():
-        raise UserError(f"--update-card needs a Hugging Face model folder (with config.json); {folder} is not one "
-                        f"(a .gguf file or another folder keeps no card of ours)")
+        raise UserError(
+            f"--update-card needs a Hugging Face model folder (with config.json); {folder} is not one "
+            f"(a .gguf file or another folder keeps no card of ours)"
+        )
     target = Path(out) if out is not None else folder
     path = target / CARD
     check_card_path(path)
@@ -353,16 +437,17 @@ def add_eval_results(model_dir: str | Path, new: list, weights: list | None = No
     name = folder.parent.name if folder.name == "model" else folder.name  # a run folder's model/: the run's name
     if out is not None and folder.parent.name == "snapshots":  # models--ORG--NAME/snapshots/<revision>
         name = folder.parent.parent.name.removeprefix("models--").replace("--", "/")
-    card = (_read(source) if source.is_file()
-            else ModelCard(f"---\n{ModelCardData().to_yaml()}\n---\n\n# {name}\n"))
+    card = _read(source) if source.is_file() else ModelCard(f"---\n{ModelCardData().to_yaml()}\n---\n\n# {name}\n")
     if weights is not None:
         # a card read from a read-only model (into ``out``) records the weights where they were made (other file
         # times): only the files themselves are compared then
         recorded = card.data.to_dict().get(WEIGHTS) if source == path else None
         if weights_stamp(folder) != weights or recorded not in (None, weights_id(weights)):
-            raise UserError(f"the model in {folder} is not the one evaluated: its weights changed after the evaluation "
-                            f"read them (a training run replaced it?); its card is unchanged; evaluate it again to "
-                            f"add its numbers (the results are in the eval folder)")
+            raise UserError(
+                f"the model in {folder} is not the one evaluated: its weights changed after the evaluation "
+                f"read them (a training run replaced it?); its card is unchanged; evaluate it again to "
+                f"add its numbers (the results are in the eval folder)"
+            )
     merged = {_key(r): r for r in (card.data.eval_results or [])}
     merged.update({_key(r): r for r in new})
     card.data.eval_results = list(merged.values()) or None
@@ -384,6 +469,8 @@ def check_card_path(path: Path) -> None:
     and replaces no link of the user's."""
     for p in (path, path.parent):
         if p.is_symlink():
-            raise UserError(f"{p} is a symbolic link; goldfish does not write a model card through a link (nor "
-                            f"replace it): copy the model into a folder of its own and update that one's card, or "
-                            f"leave --update-card out")
+            raise UserError(
+                f"{p} is a symbolic link; goldfish does not write a model card through a link (nor "
+                f"replace it): copy the model into a folder of its own and update that one's card, or "
+                f"leave --update-card out"
+            )

@@ -72,10 +72,18 @@ def llama_config(cfg: "ModelConfig", vocab_size: int):
     rope_theta = fields.pop("rope_theta", 10000.0)
     heads, kv = fields["num_attention_heads"], fields["num_key_value_heads"]
     if fields["hidden_size"] % heads or heads % kv:
-        raise UserError(f"model shape is inconsistent: hidden_size={fields['hidden_size']} must be divisible by "
-                        f"num_heads={heads}, and num_heads by num_kv_heads={kv}")
-    return LlamaConfig(vocab_size=vocab_size, rms_norm_eps=1e-5, rope_parameters={"rope_type": "default",
-                       "rope_theta": rope_theta}, bos_token_id=None, eos_token_id=None, **fields)
+        raise UserError(
+            f"model shape is inconsistent: hidden_size={fields['hidden_size']} must be divisible by "
+            f"num_heads={heads}, and num_heads by num_kv_heads={kv}"
+        )
+    return LlamaConfig(
+        vocab_size=vocab_size,
+        rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "default", "rope_theta": rope_theta},
+        bos_token_id=None,
+        eos_token_id=None,
+        **fields,
+    )
 
 
 MAX_PARAMETERS = 10**13  # a model to build: beyond this (10 T) no machine trains it; refused before building
@@ -85,6 +93,7 @@ def parameters_at_least(config) -> int:
     """A lower bound on the parameters of a decoder-only transformer with Hugging Face ``config``: the embedding
     (vocabulary x width, counted once for tied heads) and per layer a quarter of a width x width attention projection
     plus the MLP's up projection (width x intermediate). Exact Python integers: no overflow, whatever the config."""
+
     def value(name: str) -> int:
         v = getattr(config, name, None)
         return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
@@ -142,12 +151,16 @@ def tensor_problems(config, stored: dict[str, list[int]]) -> list[str]:
 
 def _worded(missing: list[str], unexpected: list[str], shaped: list[str] = ()) -> list[str]:
     """``["2 tensors are missing (a, b)", "1 tensor is not part of the model (c)", ...]``, the empty kinds left out."""
+
     def counted(names, what: str, limit: int = 4) -> list[str]:
         n = len(names)
         return [f"{n} tensor{'s are' if n > 1 else ' is'} {what} ({_listed(list(names), limit)})"] if n else []
 
-    return (counted(missing, "missing") + counted(unexpected, "not part of the model")
-            + counted(shaped, "of another shape", 2))
+    return (
+        counted(missing, "missing")
+        + counted(unexpected, "not part of the model")
+        + counted(shaped, "of another shape", 2)
+    )
 
 
 def _converted_on_load(model, stored: dict) -> bool:
@@ -172,19 +185,23 @@ def _converted_on_load(model, stored: dict) -> bool:
 def check_whole(problems: list[str], where: str) -> None:
     """Refuse (one line) a checkpoint that is not the whole model: :func:`tensor_problems`'s ``problems``."""
     if problems:
-        raise UserError(f"{where}: its weights are not the whole model its config.json describes: "
-                        f"{'; '.join(problems)}; a model loaded from them would be partly random, so nothing is "
-                        f"evaluated or trained: restore the complete checkpoint (or the config that matches it)")
+        raise UserError(
+            f"{where}: its weights are not the whole model its config.json describes: "
+            f"{'; '.join(problems)}; a model loaded from them would be partly random, so nothing is "
+            f"evaluated or trained: restore the complete checkpoint (or the config that matches it)"
+        )
 
 
 def check_claimed_size(config, stored: int, where: str) -> None:
     """Refuse (one line) a config that describes more parameters than ``stored`` weight elements hold."""
     claimed = parameters_at_least(config)
     if claimed > stored * 1.01 + 4096:
-        raise UserError(f"{where}: its config.json describes at least {claimed:.3g} parameters "
-                        f"({getattr(config, 'num_hidden_layers', '?')} layers of width "
-                        f"{getattr(config, 'hidden_size', '?')}) but its weights hold {stored:.3g}; the config and the "
-                        f"weights belong to different models (or the config was altered)")
+        raise UserError(
+            f"{where}: its config.json describes at least {claimed:.3g} parameters "
+            f"({getattr(config, 'num_hidden_layers', '?')} layers of width "
+            f"{getattr(config, 'hidden_size', '?')}) but its weights hold {stored:.3g}; the config and the "
+            f"weights belong to different models (or the config was altered)"
+        )
 
 
 def build_model(cfg: "ModelConfig", vocab_size: int, seed: int, tokenizer=None) -> nn.Module:
@@ -198,9 +215,11 @@ def build_model(cfg: "ModelConfig", vocab_size: int, seed: int, tokenizer=None) 
         return load_local_model(cfg.path, vocab_size, tokenizer)
     config = llama_config(cfg, vocab_size)
     if parameters_at_least(config) > MAX_PARAMETERS:
-        raise UserError(f"model: {config.num_hidden_layers} layers of width {config.hidden_size} (MLP "
-                        f"{config.intermediate_size}) make at least {parameters_at_least(config):.3g} parameters, "
-                        f"beyond any machine ({MAX_PARAMETERS:.0e}); choose a smaller model.name or override")
+        raise UserError(
+            f"model: {config.num_hidden_layers} layers of width {config.hidden_size} (MLP "
+            f"{config.intermediate_size}) make at least {parameters_at_least(config):.3g} parameters, "
+            f"beyond any machine ({MAX_PARAMETERS:.0e}); choose a smaller model.name or override"
+        )
     config._attn_implementation = "sdpa"
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -268,8 +287,10 @@ def transformers_bars(show: bool):
 
 # a row of transformers' LOAD REPORT: "<key> | MISMATCH | Reinit due to size mismatch - ckpt: torch.Size([..]) vs
 # model:torch.Size([..])"
-_MISMATCH = re.compile(r"^(.+?)\s*\|\s*MISMATCH\b.*?ckpt:\s*torch\.Size\((\[[^\]]*\])\)"
-                       r"\s*vs\s*model:\s*torch\.Size\((\[[^\]]*\])\)")
+_MISMATCH = re.compile(
+    r"^(.+?)\s*\|\s*MISMATCH\b.*?ckpt:\s*torch\.Size\((\[[^\]]*\])\)"
+    r"\s*vs\s*model:\s*torch\.Size\((\[[^\]]*\])\)"
+)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -291,8 +312,10 @@ def _shape_mismatches(folder: Path) -> list[tuple[str, str, str]]:
 def _mismatch_line(rows: list[tuple[str, str, str]]) -> str:
     key, ckpt, config = rows[0]
     more = f" (and {len(rows) - 1} more tensors)" if len(rows) > 1 else ""
-    return (f"its weights do not fit its config.json: {key} is {ckpt} in the checkpoint but {config} by the "
-            f"config{more}; the config and the weights belong to different models")
+    return (
+        f"its weights do not fit its config.json: {key} is {ckpt} in the checkpoint but {config} by the "
+        f"config{more}; the config and the weights belong to different models"
+    )
 
 
 def _grouped_mismatches(stored: dict[str, list[int]], expected: dict[str, list[int]]) -> list[tuple[str, str, str]]:
@@ -302,19 +325,22 @@ def _grouped_mismatches(stored: dict[str, list[int]], expected: dict[str, list[i
     for key in sorted(set(stored) & set(expected)):
         if stored[key] != expected[key]:
             index = re.search(r"\.(\d+)\.", key)
-            pattern = key[:index.start(1)] + "{}" + key[index.end(1):] if index else key
+            pattern = key[: index.start(1)] + "{}" + key[index.end(1) :] if index else key
             ids = groups.setdefault((pattern, str(stored[key]), str(expected[key])), [])
             ids.append(index.group(1) if index else "")
-    return [(pattern.replace("{}", "{" + ", ".join(ids) + "}" if len(ids) > 1 else ids[0]), ckpt, config)
-            for (pattern, ckpt, config), ids in groups.items()]
+    return [
+        (pattern.replace("{}", "{" + ", ".join(ids) + "}" if len(ids) > 1 else ids[0]), ckpt, config)
+        for (pattern, ckpt, config), ids in groups.items()
+    ]
 
 
 def _load_failure(e: BaseException, messages: list[str], folder: Path | None = None) -> str:
     """What went wrong loading a model, in one line: a tensor shape mismatch named from transformers' report (which
     is not printed) or, where transformers names no tensor, from the file headers; else the exception's first
     line."""
-    rows = [m.groups() for text in messages for line in _ANSI.sub("", text).splitlines()
-            if (m := _MISMATCH.match(line))]
+    rows = [
+        m.groups() for text in messages for line in _ANSI.sub("", text).splitlines() if (m := _MISMATCH.match(line))
+    ]
     if not rows and folder is not None and "size mismatch" in str(e):
         rows = _shape_mismatches(folder)  # transformers 4.x names no tensor: "...state_dict for Linear: size mismatch"
     if not rows:
@@ -326,13 +352,16 @@ def loading_problems(info: dict) -> list[str]:
     """The missing, unexpected and mis-shaped tensors of transformers' ``output_loading_info``, as
     :func:`tensor_problems` words them (transformers itself only logs them, and initialises the missing randomly)."""
     missing, unexpected = sorted(info.get("missing_keys") or ()), sorted(info.get("unexpected_keys") or ())
-    shaped = sorted(f"{k[0]} is {list(k[1])} but {list(k[2])} by the config" if isinstance(k, tuple) and len(k) == 3
-                    else str(k) for k in info.get("mismatched_keys") or ())
+    shaped = sorted(
+        f"{k[0]} is {list(k[1])} but {list(k[2])} by the config" if isinstance(k, tuple) and len(k) == 3 else str(k)
+        for k in info.get("mismatched_keys") or ()
+    )
     return _worded(missing, unexpected, shaped)
 
 
-def load_pretrained(path: str | Path, dtype: torch.dtype | str = torch.float32, allow_pickle: bool = False,
-                    allow_partial: bool = False) -> nn.Module:
+def load_pretrained(
+    path: str | Path, dtype: torch.dtype | str = torch.float32, allow_pickle: bool = False, allow_partial: bool = False
+) -> nn.Module:
     """Load a local causal LM on CPU under the safety policy of the module docstring -> ``PreTrainedModel``.
 
     ``dtype``: a torch dtype or ``"auto"`` (the checkpoint's). A GGUF is dequantised once into the cache of
@@ -346,8 +375,9 @@ def load_pretrained(path: str | Path, dtype: torch.dtype | str = torch.float32, 
     # a GGUF is dequantised once into a cached safetensors folder (goldfish.gguf_cache), then loaded like any other
     folder = dequantised(src.folder / src.gguf_file) if src.gguf_file else src.folder
     safetensors = use_safetensors or bool(src.gguf_file)
-    kwargs = dict(dtype=dtype, local_files_only=True, trust_remote_code=False, weights_only=True,
-                  use_safetensors=safetensors)
+    kwargs = dict(
+        dtype=dtype, local_files_only=True, trust_remote_code=False, weights_only=True, use_safetensors=safetensors
+    )
     where = f"could not load a causal LM from {src.describe()}"
     with _quiet_transformers() as messages:
         try:
@@ -356,16 +386,21 @@ def load_pretrained(path: str | Path, dtype: torch.dtype | str = torch.float32, 
             problems = tensor_problems(config, _stored_shapes(Path(folder))) if safetensors else []
             if not allow_partial:
                 check_whole(problems, where)
-            model, info = AutoModelForCausalLM.from_pretrained(folder, config=config, output_loading_info=True,
-                                                               **kwargs)
+            model, info = AutoModelForCausalLM.from_pretrained(
+                folder, config=config, output_loading_info=True, **kwargs
+            )
             reported = loading_problems(info)  # what transformers itself reports (also for pickles)
             if not allow_partial or info.get("mismatched_keys"):
                 check_whole(reported, where)
             if reported or problems:
                 model.goldfish_partial = reported or problems
-                print(f"warning: {src.describe()} is not the whole model its config.json describes "
-                      f"({'; '.join(model.goldfish_partial)}); loaded anyway (model.allow_partial=true): its missing "
-                      f"tensors are random, and every number computed from it says so", file=sys.stderr, flush=True)
+                print(
+                    f"warning: {src.describe()} is not the whole model its config.json describes "
+                    f"({'; '.join(model.goldfish_partial)}); loaded anyway (model.allow_partial=true): its missing "
+                    f"tensors are random, and every number computed from it says so",
+                    file=sys.stderr,
+                    flush=True,
+                )
             return model
         except UserError as e:  # a damaged header, a partial checkpoint: said of this model
             raise UserError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
@@ -391,9 +426,11 @@ def load_model_tokenizer(path: str | Path):
         with _quiet_transformers():
             return AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     except Exception as e:  # truncated JSON, a foreign format, missing merges: various types
-        raise UserError(f"the tokenizer stored with model {src.describe()} is damaged or unreadable "
-                        f"({first_line(e)[:200]}); restore its tokenizer files, or remove them to use the data's "
-                        f"tokenizer") from None
+        raise UserError(
+            f"the tokenizer stored with model {src.describe()} is damaged or unreadable "
+            f"({first_line(e)[:200]}); restore its tokenizer files, or remove them to use the data's "
+            f"tokenizer"
+        ) from None
 
 
 def check_same_tokenizer(own, tokenizer, path: str | Path, what: str) -> None:
@@ -403,9 +440,11 @@ def check_same_tokenizer(own, tokenizer, path: str | Path, what: str) -> None:
     if own is None:
         return
     if tokenizer_sha256(own) != tokenizer_sha256(tokenizer):
-        raise UserError(f"the tokenizer of model {path} ({len(own)} tokens) is not the tokenizer of {what} "
-                        f"({len(tokenizer)} tokens): their vocabularies or merges differ, so token ids would mean "
-                        f"other text; prepare the data with the model's tokenizer (tokenizer.name={path})")
+        raise UserError(
+            f"the tokenizer of model {path} ({len(own)} tokens) is not the tokenizer of {what} "
+            f"({len(tokenizer)} tokens): their vocabularies or merges differ, so token ids would mean "
+            f"other text; prepare the data with the model's tokenizer (tokenizer.name={path})"
+        )
 
 
 def load_local_model(path: str | Path, vocab_size: int, tokenizer=None) -> nn.Module:
@@ -418,8 +457,10 @@ def load_local_model(path: str | Path, vocab_size: int, tokenizer=None) -> nn.Mo
     model_vocab = model.get_input_embeddings().num_embeddings
     padded = model_vocab > vocab_size and model_vocab % 64 == 0 and model_vocab - vocab_size < 128  # GPU padding
     if model_vocab != vocab_size and not padded:
-        raise UserError(f"vocabulary mismatch: model {path} has {model_vocab} token embeddings but the prepared "
-                        f"data's tokenizer has {vocab_size} tokens; prepare the data with this model's tokenizer")
+        raise UserError(
+            f"vocabulary mismatch: model {path} has {model_vocab} token embeddings but the prepared "
+            f"data's tokenizer has {vocab_size} tokens; prepare the data with this model's tokenizer"
+        )
     return model  # already fp32 (dtype=); GGUF weights are dequantised on load and refuse .float()
 
 

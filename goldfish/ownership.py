@@ -42,8 +42,12 @@ from .errors import UserError
 from .io import atomic_write_json, commit_directory, naming, new_temp_dir, recover_directory, staging_folders
 
 MARKER = ".goldfish-owner.json"
-KINDS = {"prepared": "prepared data (goldfish prepare)", "train": "a training run (goldfish train)",
-         "eval": "an evaluation (goldfish eval)", "experiment": "an experiment (goldfish experiment)"}
+KINDS = {
+    "prepared": "prepared data (goldfish prepare)",
+    "train": "a training run (goldfish train)",
+    "eval": "an evaluation (goldfish eval)",
+    "experiment": "an experiment (goldfish experiment)",
+}
 _REPOSITORY = Path(__file__).resolve().parents[1]  # the source checkout (or site-packages) holding this package
 
 
@@ -63,8 +67,10 @@ def read_owner(folder: str | Path) -> dict | None:
     except (json.JSONDecodeError, UnicodeDecodeError):
         value = None
     if not isinstance(value, dict) or value.get("kind") not in KINDS:
-        raise UserError(f"{path} is damaged (not a goldfish ownership marker); restore it, or delete the folder "
-                        f"{folder} yourself if it is no longer needed")
+        raise UserError(
+            f"{path} is damaged (not a goldfish ownership marker); restore it, or delete the folder "
+            f"{folder} yourself if it is no longer needed"
+        )
     return value
 
 
@@ -102,16 +108,16 @@ def check_target(path: str | Path, option: str = "out") -> Path:
         raise UserError(f"{option} is empty; give the output folder, e.g. {option}=runs/x")
     p = Path(path).expanduser()
     if p.is_symlink():
-        raise UserError(f"{option}={path} is a symbolic link (to {os.readlink(p)}); give the folder itself, not a "
-                        f"link to it")
+        raise UserError(
+            f"{option}={path} is a symbolic link (to {os.readlink(p)}); give the folder itself, not a link to it"
+        )
     try:
         resolved = p.resolve()
     except (RuntimeError, OSError):  # Python 3.11 raises RuntimeError for a loop of links
         raise UserError(f"{option}={path} runs into a loop of symbolic links; give a real folder") from None
     above = next((a for a in p.absolute().parents if a.exists() or a.is_symlink()), None)
     if above is not None and not above.is_dir():
-        raise UserError(f"{option}={path} lies under {above}, which is a file, not a folder; choose another "
-                        f"{option}")
+        raise UserError(f"{option}={path} lies under {above}, which is a file, not a folder; choose another {option}")
     problem = _protected(resolved)
     if problem:
         raise UserError(f"{option}={path} is {problem}; give a folder of its own, e.g. {option}=runs/x")
@@ -133,18 +139,25 @@ def claim(folder: Path, kind: str) -> None:
             raise UserError(f"{folder} holds {KINDS[owner['kind']]}, not {KINDS[kind]}; choose another output folder")
         return
     if _has_content(folder):
-        raise UserError(f"{folder} already holds files that goldfish did not write there (no {MARKER}); goldfish "
-                        f"writes only into a new or empty folder or one it made, so choose another output folder")
+        raise UserError(
+            f"{folder} already holds files that goldfish did not write there (no {MARKER}); goldfish "
+            f"writes only into a new or empty folder or one it made, so choose another output folder"
+        )
 
 
 def require_owned(folder: Path, kind: str, option: str) -> None:
     """Refuse (one line) to replace anything but a folder whose marker names ``kind``."""
     owner = read_owner(folder)
     if owner is None or owner["kind"] != kind:
-        held = f"it holds {KINDS[owner['kind']]}" if owner else f"it has no {MARKER} (not made by goldfish, or by a " \
-                                                                f"version before markers)"
-        raise UserError(f"{option} replaces only {KINDS[kind]}, and {folder} is not one: {held}; delete it yourself "
-                        f"if you are sure, or choose another output folder")
+        held = (
+            f"it holds {KINDS[owner['kind']]}"
+            if owner
+            else f"it has no {MARKER} (not made by goldfish, or by a version before markers)"
+        )
+        raise UserError(
+            f"{option} replaces only {KINDS[kind]}, and {folder} is not one: {held}; delete it yourself "
+            f"if you are sure, or choose another output folder"
+        )
 
 
 # ------------------------------------------------------------------------------------------------ locks
@@ -168,8 +181,9 @@ class FolderLock:
     ``shared``: several holders at once (the shards of one experiment), every exclusive writer refused meanwhile.
     ``wait``: a held lock is waited for instead of refused; ``on_wait(holder)`` is called once before waiting."""
 
-    def __init__(self, folder: Path, *, shared: bool = False, wait: bool = False,
-                 on_wait: Callable[[str], None] | None = None):
+    def __init__(
+        self, folder: Path, *, shared: bool = False, wait: bool = False, on_wait: Callable[[str], None] | None = None
+    ):
         self.folder = Path(folder)
         self.path = lock_path(self.folder)
         self.shared, self.wait, self.on_wait = shared, wait, on_wait
@@ -192,14 +206,19 @@ class FolderLock:
                 else:
                     os.close(fd)
                     if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                        raise UserError(f"{self.folder} is being written by another goldfish process "
-                                        f"({self._holder()}); wait for it to finish, or choose another output "
-                                        f"folder") from None
+                        raise UserError(
+                            f"{self.folder} is being written by another goldfish process "
+                            f"({self._holder()}); wait for it to finish, or choose another output "
+                            f"folder"
+                        ) from None
                     if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
                         raise
                     # a file system without locks (some network mounts): say so, and write unguarded
-                    print(f"warning: cannot lock {self.path} ({e.strerror}); a second writer of {self.folder} would "
-                          f"not be noticed", file=sys.stderr)
+                    print(
+                        f"warning: cannot lock {self.path} ({e.strerror}); a second writer of {self.folder} would "
+                        f"not be noticed",
+                        file=sys.stderr,
+                    )
                     return self
             if self._still_at_path(fd):  # a releasing holder unlinks the file: ours must still be the one there
                 break
@@ -239,8 +258,9 @@ class FolderLock:
             raise
         if header != LOCK_HEADER:
             os.close(fd)
-            raise self._foreign("a file goldfish did not write" if stat.S_ISREG(status.st_mode) else
-                                "not a regular file")
+            raise self._foreign(
+                "a file goldfish did not write" if stat.S_ISREG(status.st_mode) else "not a regular file"
+            )
         return fd
 
     def _create(self) -> bool:
@@ -270,8 +290,10 @@ class FolderLock:
                 os.unlink(tmp)
 
     def _foreign(self, what: str) -> UserError:
-        return UserError(f"{self.path} (the lock file of {self.folder}) is {what}; goldfish leaves it untouched: "
-                         f"move it away if it is yours, or choose another output folder")
+        return UserError(
+            f"{self.path} (the lock file of {self.folder}) is {what}; goldfish leaves it untouched: "
+            f"move it away if it is yours, or choose another output folder"
+        )
 
     def _still_at_path(self, fd: int) -> bool:
         try:
@@ -281,7 +303,7 @@ class FolderLock:
 
     def _holder(self) -> str:
         try:
-            lines = self.path.read_bytes()[len(LOCK_HEADER):].decode("utf-8", "replace").split()
+            lines = self.path.read_bytes()[len(LOCK_HEADER) :].decode("utf-8", "replace").split()
         except OSError:
             return "pid unknown"
         pid, host = (lines + ["?", "?"])[:2]
@@ -326,8 +348,9 @@ class OutputFolder:
             owner = None
         if owner is not None and owner["kind"] == self.kind and owner.get("fingerprint") == fingerprint:
             return
-        atomic_write_json(self.path / MARKER, {"kind": self.kind, "fingerprint": fingerprint,
-                                               "written_by": f"goldfish {__version__}"})
+        atomic_write_json(
+            self.path / MARKER, {"kind": self.kind, "fingerprint": fingerprint, "written_by": f"goldfish {__version__}"}
+        )
 
     def publish(self) -> None:
         """Put the finished staging folder in place of the old one: one atomic exchange, then the old folder is
@@ -342,9 +365,18 @@ class OutputFolder:
 
 
 @contextlib.contextmanager
-def writing(path: str | Path, kind: str, *, replace: bool = False, stage: bool = False, exist_ok: bool = True,
-            option: str = "--overwrite", main: bool = True, shared: bool = False,
-            resume: str | None = None) -> Iterator[OutputFolder]:
+def writing(
+    path: str | Path,
+    kind: str,
+    *,
+    replace: bool = False,
+    stage: bool = False,
+    exist_ok: bool = True,
+    option: str = "--overwrite",
+    main: bool = True,
+    shared: bool = False,
+    resume: str | None = None,
+) -> Iterator[OutputFolder]:
     """Lock ``path``, check that a ``kind`` writer may write it, and yield the :class:`OutputFolder` to write.
 
     ``replace``: the old folder (if it holds anything) must carry this kind's marker, and the new one is built beside
@@ -371,8 +403,9 @@ def writing(path: str | Path, kind: str, *, replace: bool = False, stage: bool =
             require_owned(final, kind, option)
             stage = True
         elif final.exists() and not exist_ok:
-            raise UserError(f"output folder {final} already exists; pass {option} to replace it, or choose another "
-                            f"output folder")
+            raise UserError(
+                f"output folder {final} already exists; pass {option} to replace it, or choose another output folder"
+            )
         else:
             claim(final, kind)
         if earlier is not None:
@@ -400,8 +433,12 @@ def _continued(final: Path, kind: str, resume: str | None) -> Path | None:
             owner = read_owner(folder)
         except UserError:
             continue
-        if record["role"] == "new" and owner is not None and owner["kind"] == kind and \
-                owner.get("fingerprint") == resume:
+        if (
+            record["role"] == "new"
+            and owner is not None
+            and owner["kind"] == kind
+            and owner.get("fingerprint") == resume
+        ):
             return folder
     return None
 

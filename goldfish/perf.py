@@ -27,8 +27,12 @@ from .hardware import device_name, gpu_peak_flops
 _PEAK_CACHE: dict[tuple, float] = {}
 
 
-def measure_matmul_peak(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", size: int | None = None,
-                        seconds: float = 0.5) -> float:
+def measure_matmul_peak(
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    size: int | None = None,
+    seconds: float = 0.5,
+) -> float:
     """Best observed FLOP/s of ``size x size`` products (``2·size³`` FLOPs each) in ``dtype`` on ``device``, over
     ``torch.matmul`` and ``F.linear`` (the two paths a transformer's matrix products take).
 
@@ -42,8 +46,10 @@ def measure_matmul_peak(dtype: torch.dtype = torch.float32, device: str | torch.
         gen = torch.Generator(device="cpu").manual_seed(0)
         a = torch.randn(size, size, generator=gen).to(device=device, dtype=dtype)
         b = torch.randn(size, size, generator=gen).to(device=device, dtype=dtype)
-        _PEAK_CACHE[key] = max(_best_rate(lambda: torch.matmul(a, b), size, device, seconds / 2),
-                               _best_rate(lambda: F.linear(a, b), size, device, seconds / 2))
+        _PEAK_CACHE[key] = max(
+            _best_rate(lambda: torch.matmul(a, b), size, device, seconds / 2),
+            _best_rate(lambda: F.linear(a, b), size, device, seconds / 2),
+        )
     return _PEAK_CACHE[key]
 
 
@@ -86,8 +92,16 @@ class MfuMeter:
     trustworthy peak exists, with the reason in ``unavailable``. ``measure`` and ``vendor_peak`` are injectable
     (tests feed a fake device name and a fake peak)."""
 
-    def __init__(self, flops_per_token: float, precision: str, device: torch.device | str, world: int = 1,
-                 enabled: bool = True, measure=measure_matmul_peak, vendor_peak=gpu_peak_flops):
+    def __init__(
+        self,
+        flops_per_token: float,
+        precision: str,
+        device: torch.device | str,
+        world: int = 1,
+        enabled: bool = True,
+        measure=measure_matmul_peak,
+        vendor_peak=gpu_peak_flops,
+    ):
         self.flops, self.world, self.measure = flops_per_token, world, measure
         self.device = torch.device(device)
         self.dtype = torch.bfloat16 if precision == "bf16" else torch.float32
@@ -120,8 +134,10 @@ class MfuMeter:
             self.peak = max(self.peak, self.measure(self.dtype, self.device, size=2048, seconds=1.0))
             value = mfu(tokens_per_s, self.flops, self.peak, self.world)
         if value > 1.0:
-            self.unavailable = (f"a step ran at {value:.0%} of the {self.peak_source} "
-                                f"({self.peak / 1e9:.1f} GFLOP/s): that peak is too low to divide by")
+            self.unavailable = (
+                f"a step ran at {value:.0%} of the {self.peak_source} "
+                f"({self.peak / 1e9:.1f} GFLOP/s): that peak is too low to divide by"
+            )
             self.peak = None
             return None
         return value

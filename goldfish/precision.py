@@ -24,8 +24,13 @@ import torch
 from .hardware import default_device, native_bf16
 from .ownership import is_main_process
 
-PRECISIONS: dict[str, torch.dtype | str] = {"auto": "auto", "fp32": torch.float32, "bf16": torch.bfloat16,
-                                            "fp16": torch.float16, "checkpoint": "checkpoint"}
+PRECISIONS: dict[str, torch.dtype | str] = {
+    "auto": "auto",
+    "fp32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "checkpoint": "checkpoint",
+}
 ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 _WARNED: set[str] = set()
 _ANNOUNCED: set[tuple[str, str]] = set()
@@ -37,8 +42,9 @@ def canonical_precision(value: object, allowed: tuple[str, ...] = tuple(PRECISIO
     return name if name in allowed else None
 
 
-def resolve_precision(precision: str, device: torch.device | str | None = None, *, bf16_ok: bool = True,
-                      warn: bool = True) -> str:
+def resolve_precision(
+    precision: str, device: torch.device | str | None = None, *, bf16_ok: bool = True, warn: bool = True
+) -> str:
     """The precision a run on ``device`` (default: :func:`goldfish.hardware.default_device`) computes in.
 
     ``auto`` -> ``bf16`` when bf16 is native and faster than fp32 on the device and ``bf16_ok`` (a caller that
@@ -55,8 +61,12 @@ def resolve_precision(precision: str, device: torch.device | str | None = None, 
         return "bf16" if native and bf16_ok else "fp32"
     if not native and warn and why not in _WARNED and is_main_process():
         _WARNED.add(why)
-        print(f"warning: precision=bf16 on {device.type} where it is not faster than fp32 ({why}); use "
-              f"precision=auto (or fp32) unless bf16 itself is under study", file=sys.stderr, flush=True)
+        print(
+            f"warning: precision=bf16 on {device.type} where it is not faster than fp32 ({why}); use "
+            f"precision=auto (or fp32) unless bf16 itself is under study",
+            file=sys.stderr,
+            flush=True,
+        )
     return precision
 
 

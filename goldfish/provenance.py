@@ -36,8 +36,13 @@ _PACKAGE = Path(__file__).resolve().parent
 def git_commit() -> str | None:
     """The commit of the git checkout holding this package's sources, or ``None`` (installed wheel, no git)."""
     try:
-        top, commit = subprocess.run(["git", "-C", str(_PACKAGE), "rev-parse", "--show-toplevel", "HEAD"],
-                                     capture_output=True, text=True, timeout=10, check=True).stdout.split()
+        top, commit = subprocess.run(
+            ["git", "-C", str(_PACKAGE), "rev-parse", "--show-toplevel", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.split()
     except (OSError, subprocess.SubprocessError, ValueError):
         return None
     # only this project's own checkout counts (not a repository that merely contains a site-packages folder)
@@ -108,8 +113,9 @@ def as_stored(fingerprint: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(fingerprint))
 
 
-def refuse_mismatch(saved: dict[str, Any] | None, current: dict[str, Any], what: str, fix: str,
-                    optional: Iterable[str] = ()) -> None:
+def refuse_mismatch(
+    saved: dict[str, Any] | None, current: dict[str, Any], what: str, fix: str, optional: Iterable[str] = ()
+) -> None:
     """One-line :class:`UserError` if ``saved`` (``None``: nothing saved) differs from ``current``."""
     if saved is None:
         return

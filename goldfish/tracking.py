@@ -40,8 +40,11 @@ LAYOUT = {"goldfish": {"kept vs dropped loss": ["Multiline", ["train/kept_loss",
 def scalars(record: dict[str, Any]) -> dict[str, float]:
     """``{"train/<key>": value}`` for every number of a metrics record but the step (None, e.g. the dropped loss of
     a standard run, is left out)."""
-    return {f"train/{k}": float(v) for k, v in record.items()
-            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {
+        f"train/{k}": float(v)
+        for k, v in record.items()
+        if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
 
 
 class Tracker:
@@ -121,8 +124,10 @@ def _run_id(folder: Path) -> str:
 def _wandb_run(cfg: TrainConfig, folder: Path):
     log = cfg.logging
     if log.wandb_mode == "online" and not has_api_key():
-        raise UserError("logging.wandb_mode=online needs your W&B API key: set WANDB_API_KEY or run `wandb login`; "
-                        "or keep the default offline mode and upload later with `wandb sync <out>/wandb/offline-run-*`")
+        raise UserError(
+            "logging.wandb_mode=online needs your W&B API key: set WANDB_API_KEY or run `wandb login`; "
+            "or keep the default offline mode and upload later with `wandb sync <out>/wandb/offline-run-*`"
+        )
     import wandb
 
     # the process-wide settings too: W&B's usage telemetry reads them, not wandb.init's mode, and would post to the
@@ -130,9 +135,16 @@ def _wandb_run(cfg: TrainConfig, folder: Path):
     wandb.setup(settings=wandb.Settings(mode=log.wandb_mode))
     folder.mkdir(parents=True, exist_ok=True)
     run = wandb.init(
-        project=log.project, entity=log.entity or None, group=log.group or None,
-        name=log.run_name or Path(cfg.out).resolve().name, job_type="train", tags=[cfg.loss.type],
-        config=to_dict(cfg), dir=str(folder.parent), id=_run_id(folder), resume="allow",
+        project=log.project,
+        entity=log.entity or None,
+        group=log.group or None,
+        name=log.run_name or Path(cfg.out).resolve().name,
+        job_type="train",
+        tags=[cfg.loss.type],
+        config=to_dict(cfg),
+        dir=str(folder.parent),
+        id=_run_id(folder),
+        resume="allow",
         mode=log.wandb_mode,  # wins over WANDB_MODE and the settings files: offline is never overridden to online
         settings=wandb.Settings(console="off", silent=True),  # stdout stays the trainer's own
     )

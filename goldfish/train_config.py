@@ -56,15 +56,27 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        check(self.name is not None or self.path is not None, problems,
-              "model: set model.name (a size, e.g. llama-1M) or model.path (a local model to fine-tune)")
-        for key in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
-                    "max_position_embeddings"):
+        check(
+            self.name is not None or self.path is not None,
+            problems,
+            "model: set model.name (a size, e.g. llama-1M) or model.path (a local model to fine-tune)",
+        )
+        for key in (
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+        ):
             value = getattr(self, key)
             check(value is None or _positive(value), problems, f"{key}={shown(value)} must be a positive integer")
         if self.name is not None and self.path is None:
-            check(self.name in SIZES, problems,
-                  f"name={shown(self.name)} is not a known size; choose one of: {', '.join(SIZES)}")
+            check(
+                self.name in SIZES,
+                problems,
+                f"name={shown(self.name)} is not a known size; choose one of: {', '.join(SIZES)}",
+            )
         raise_problems(problems)
 
 
@@ -74,15 +86,22 @@ class LossConfig:
 
     type: Literal["standard", "goldfish"] = option("standard", "standard | goldfish")
     goldfish: GoldfishConfig = option(factory=GoldfishConfig, help="Goldfish mask settings (used when type=goldfish)")
-    ce_chunk_tokens: int = option(0, "native engine: compute the CE from the final hidden states in chunks of this "
-                                     "many tokens, never holding the whole (tokens, vocab) logits (0: whole logits; "
-                                     "e.g. 1024 saves GiBs at vocab 32k-50k, costs one more head matmul)")
+    ce_chunk_tokens: int = option(
+        0,
+        "native engine: compute the CE from the final hidden states in chunks of this "
+        "many tokens, never holding the whole (tokens, vocab) logits (0: whole logits; "
+        "e.g. 1024 saves GiBs at vocab 32k-50k, costs one more head matmul)",
+    )
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        check(isinstance(self.ce_chunk_tokens, int) and not isinstance(self.ce_chunk_tokens, bool)
-              and self.ce_chunk_tokens >= 0, problems,
-              f"ce_chunk_tokens={shown(self.ce_chunk_tokens)} must be an integer >= 0 (0: whole logits)")
+        check(
+            isinstance(self.ce_chunk_tokens, int)
+            and not isinstance(self.ce_chunk_tokens, bool)
+            and self.ce_chunk_tokens >= 0,
+            problems,
+            f"ce_chunk_tokens={shown(self.ce_chunk_tokens)} must be an integer >= 0 (0: whole logits)",
+        )
         raise_problems(problems)
 
 
@@ -102,16 +121,25 @@ class OptimConfig:
     def __post_init__(self) -> None:
         problems: list[str] = []
         check(self.lr > 0, problems, f"lr={self.lr} must be > 0")
-        check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), problems,
-              f"betas={self.betas} must be two numbers in [0, 1)")
+        check(
+            len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
+            problems,
+            f"betas={self.betas} must be two numbers in [0, 1)",
+        )
         check(self.weight_decay >= 0, problems, f"weight_decay={self.weight_decay} must be >= 0")
         check(self.eps > 0, problems, f"eps={self.eps} must be > 0")
         check(0 <= self.warmup_frac < 1, problems, f"warmup_frac={self.warmup_frac} must be in [0, 1)")
-        check(self.warmup_steps is None or self.warmup_steps >= 0, problems,
-              f"warmup_steps={self.warmup_steps} must be >= 0")
+        check(
+            self.warmup_steps is None or self.warmup_steps >= 0,
+            problems,
+            f"warmup_steps={self.warmup_steps} must be >= 0",
+        )
         check(0 <= self.min_lr_ratio <= 1, problems, f"min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
-        check(self.max_grad_norm is None or self.max_grad_norm > 0, problems,
-              f"max_grad_norm={self.max_grad_norm} must be > 0 (or null for no clipping)")
+        check(
+            self.max_grad_norm is None or self.max_grad_norm > 0,
+            problems,
+            f"max_grad_norm={self.max_grad_norm} must be > 0 (or null for no clipping)",
+        )
         raise_problems(problems)
 
 
@@ -123,8 +151,11 @@ class ScheduleConfig:
     max_steps: int | None = option(None, "optimizer steps")
     max_tokens: int | None = option(None, "token budget: input tokens seen (rounded up to whole steps)")
     global_batch_size: int = option(8, "rows per optimizer step, summed over data-parallel ranks")
-    micro_batch_size: int = option(8, "rows per forward pass on one data-parallel rank (gradient accumulation = "
-                                      "global_batch_size / (micro_batch_size * dp))")
+    micro_batch_size: int = option(
+        8,
+        "rows per forward pass on one data-parallel rank (gradient accumulation = "
+        "global_batch_size / (micro_batch_size * dp))",
+    )
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -148,18 +179,27 @@ class ParallelConfig:
     pp_schedule: Literal["gpipe", "1f1b"] = option("1f1b", "pipeline schedule: gpipe | 1f1b")
     pp_microbatches: int = option(0, "pipeline micro-batches per micro-batch (0: one per stage)")
     fsdp: bool = option(False, "shard parameters, gradients and optimizer state over data-parallel ranks (FSDP2)")
-    fsdp_mixed_precision: bool = option(False, "with fsdp and precision=bf16: all-gather bf16 parameters and "
-                                               "reduce-scatter fp32 gradients (FSDP2 MixedPrecisionPolicy; half the "
-                                               "parameter traffic); fp32 master weights stay sharded")
+    fsdp_mixed_precision: bool = option(
+        False,
+        "with fsdp and precision=bf16: all-gather bf16 parameters and "
+        "reduce-scatter fp32 gradients (FSDP2 MixedPrecisionPolicy; half the "
+        "parameter traffic); fp32 master weights stay sharded",
+    )
 
     def __post_init__(self) -> None:
         problems: list[str] = []
         check(_positive(self.tp), problems, f"tp={shown(self.tp)} must be a positive integer")
         check(_positive(self.pp), problems, f"pp={shown(self.pp)} must be a positive integer")
-        check(isinstance(self.dp, int) and self.dp >= 0, problems,
-              f"dp={shown(self.dp)} must be an integer >= 0 (0: derived from the world size)")
-        check(isinstance(self.pp_microbatches, int) and self.pp_microbatches >= 0, problems,
-              f"pp_microbatches={shown(self.pp_microbatches)} must be an integer >= 0")
+        check(
+            isinstance(self.dp, int) and self.dp >= 0,
+            problems,
+            f"dp={shown(self.dp)} must be an integer >= 0 (0: derived from the world size)",
+        )
+        check(
+            isinstance(self.pp_microbatches, int) and self.pp_microbatches >= 0,
+            problems,
+            f"pp_microbatches={shown(self.pp_microbatches)} must be an integer >= 0",
+        )
         raise_problems(problems)
 
 
@@ -185,19 +225,29 @@ class CheckpointConfig:
     """Atomic checkpoints with exact resume."""
 
     every_steps: int = option(100, "save every N optimizer steps (0: only at the end)")
-    keep_last: int = option(2, "keep the newest N checkpoints (0: keep all); in a finished run model/ counts as the "
-                               "newest")
-    keep_optimizer: bool = option(False, "keep the optimizer state (and the final checkpoint) when the run finishes; "
-                                         "false: a finished run keeps model/ and its earlier checkpoints' weights "
-                                         "only (1/3 of the disk with AdamW), enough for a checkpoint series")
+    keep_last: int = option(
+        2, "keep the newest N checkpoints (0: keep all); in a finished run model/ counts as the newest"
+    )
+    keep_optimizer: bool = option(
+        False,
+        "keep the optimizer state (and the final checkpoint) when the run finishes; "
+        "false: a finished run keeps model/ and its earlier checkpoints' weights "
+        "only (1/3 of the disk with AdamW), enough for a checkpoint series",
+    )
     resume: str = option("auto", "auto (newest complete checkpoint in out/checkpoints) | never | <checkpoint path>")
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        check(isinstance(self.every_steps, int) and self.every_steps >= 0, problems,
-              f"every_steps={shown(self.every_steps)} must be an integer >= 0")
-        check(isinstance(self.keep_last, int) and self.keep_last >= 0, problems,
-              f"keep_last={shown(self.keep_last)} must be an integer >= 0")
+        check(
+            isinstance(self.every_steps, int) and self.every_steps >= 0,
+            problems,
+            f"every_steps={shown(self.every_steps)} must be an integer >= 0",
+        )
+        check(
+            isinstance(self.keep_last, int) and self.keep_last >= 0,
+            problems,
+            f"keep_last={shown(self.keep_last)} must be an integer >= 0",
+        )
         check(bool(self.resume), problems, "resume must be auto, never or a checkpoint path")
         raise_problems(problems)
 
@@ -207,13 +257,19 @@ class LoggingConfig:
     """Where each step's metrics go besides ``metrics.jsonl`` (the same scalars, written by the main process only;
     see :mod:`goldfish.tracking`). Changes nothing a run computes: not part of its fingerprint."""
 
-    tensorboard: bool = option(False, "write TensorBoard event files to <out>/tensorboard (needs the tensorboard "
-                                      "extra: pip install -e '.[tensorboard]' in the checkout, docs/install.md)")
-    wandb: bool = option(False, "log a Weights & Biases run in <out>/wandb (needs the wandb extra); offline unless "
-                                "wandb_mode=online")
+    tensorboard: bool = option(
+        False,
+        "write TensorBoard event files to <out>/tensorboard (needs the tensorboard "
+        "extra: pip install -e '.[tensorboard]' in the checkout, docs/install.md)",
+    )
+    wandb: bool = option(
+        False, "log a Weights & Biases run in <out>/wandb (needs the wandb extra); offline unless wandb_mode=online"
+    )
     wandb_mode: Literal["offline", "online"] = option(
-        "offline", "offline: no network, upload later with `wandb sync <out>/wandb/offline-run-*` | online: upload "
-                   "while training (needs your API key: WANDB_API_KEY or `wandb login`)")
+        "offline",
+        "offline: no network, upload later with `wandb sync <out>/wandb/offline-run-*` | online: upload "
+        "while training (needs your API key: WANDB_API_KEY or `wandb login`)",
+    )
     project: str = option("goldfish", "W&B project")
     entity: str = option("", "W&B entity (team or user; empty: your default entity)")
     group: str = option("", "W&B group (goldfish experiment sets the experiment's name)")
@@ -222,9 +278,12 @@ class LoggingConfig:
     def __post_init__(self) -> None:
         problems: list[str] = []
         for flag, package in (("tensorboard", "tensorboard"), ("wandb", "wandb")):
-            check(not getattr(self, flag) or importlib.util.find_spec(package) is not None, problems,
-                  f"logging.{flag}=true needs the {package} package: pip install {package} (the toolkit's "
-                  f"'{package}' extra) or set logging.{flag}=false")
+            check(
+                not getattr(self, flag) or importlib.util.find_spec(package) is not None,
+                problems,
+                f"logging.{flag}=true needs the {package} package: pip install {package} (the toolkit's "
+                f"'{package}' extra) or set logging.{flag}=false",
+            )
         raise_problems(problems)
 
 
@@ -240,20 +299,32 @@ class TrainConfig:
     loss: LossConfig = option(factory=LossConfig, help="standard or Goldfish loss")
     optim: OptimConfig = option(factory=OptimConfig, help="optimizer and learning-rate schedule")
     schedule: ScheduleConfig = option(factory=ScheduleConfig, help="training length and batch sizes")
-    precision: str = option("auto", "auto | fp32 | bf16 (auto: bf16 where it is native and faster than fp32 by the "
-                                    "device's class -- CUDA with bf16, CPUs with AMX, the AVX512-BF16 CPUs of "
-                                    "goldfish.hardware.CPU_CLASSES -- else fp32, never timed; bf16: autocast over "
-                                    "fp32 master weights; float32/bfloat16 are aliases; see goldfish.precision)")
-    threads: Union[int, None] = option(None, "CPU threads per process (torch.set_num_threads); default: the "
-                                             "physical cores divided among a launch's processes on this node "
-                                             "(OMP_NUM_THREADS when set) for the goldfish command; a library "
-                                             "call keeps its process's setting; how a run computes, not what: not in "
-                                             "the fingerprint")
-    compile: bool = option(False, "torch.compile every decoder layer (the first step pays the compilation; fuses "
-                                  "norms, rotary and SwiGLU kernels; under torchrun too with the native engine)")
-    activation_checkpointing: bool = option(False, "native engine: recompute each decoder layer's activations in "
-                                                   "backward instead of keeping them (less memory, ~1/3 more "
-                                                   "compute; lets a larger micro-batch fit)")
+    precision: str = option(
+        "auto",
+        "auto | fp32 | bf16 (auto: bf16 where it is native and faster than fp32 by the "
+        "device's class -- CUDA with bf16, CPUs with AMX, the AVX512-BF16 CPUs of "
+        "goldfish.hardware.CPU_CLASSES -- else fp32, never timed; bf16: autocast over "
+        "fp32 master weights; float32/bfloat16 are aliases; see goldfish.precision)",
+    )
+    threads: Union[int, None] = option(
+        None,
+        "CPU threads per process (torch.set_num_threads); default: the "
+        "physical cores divided among a launch's processes on this node "
+        "(OMP_NUM_THREADS when set) for the goldfish command; a library "
+        "call keeps its process's setting; how a run computes, not what: not in "
+        "the fingerprint",
+    )
+    compile: bool = option(
+        False,
+        "torch.compile every decoder layer (the first step pays the compilation; fuses "
+        "norms, rotary and SwiGLU kernels; under torchrun too with the native engine)",
+    )
+    activation_checkpointing: bool = option(
+        False,
+        "native engine: recompute each decoder layer's activations in "
+        "backward instead of keeping them (less memory, ~1/3 more "
+        "compute; lets a larger micro-batch fit)",
+    )
     engine: Literal["native", "axonn"] = option("native", "distributed engine: native | axonn")
     parallel: ParallelConfig = option(factory=ParallelConfig, help="native engine mesh")
     axonn: AxonnConfig = option(factory=AxonnConfig, help="AxoNN engine grid")
@@ -267,11 +338,17 @@ class TrainConfig:
     def __post_init__(self) -> None:
         problems: list[str] = []
         check(_positive(self.log_every), problems, f"log_every={shown(self.log_every)} must be a positive integer")
-        check(self.threads is None or _positive(self.threads), problems,
-              f"threads={shown(self.threads)} must be a positive integer (or unset: the physical cores)")
+        check(
+            self.threads is None or _positive(self.threads),
+            problems,
+            f"threads={shown(self.threads)} must be a positive integer (or unset: the physical cores)",
+        )
         precision = canonical_precision(self.precision, ("auto", "fp32", "bf16"))
-        check(precision is not None, problems,
-              f"precision={shown(self.precision)} must be auto, fp32 or bf16 for training")
+        check(
+            precision is not None,
+            problems,
+            f"precision={shown(self.precision)} must be auto, fp32 or bf16 for training",
+        )
         self.precision = precision or self.precision
         check(bool(self.out), problems, "out must name a run folder, e.g. out=runs/tiny")
         check_seed(self.seed, problems)
@@ -308,9 +385,11 @@ def check_batch(schedule: ScheduleConfig, dp_size: int) -> None:
         fit = m * dp_size * math.ceil(g / (m * dp_size))
         smaller = [d for d in range(m, 0, -1) if g % (d * dp_size) == 0]
         hint = f" or micro_batch_size={smaller[0]}" if smaller else ""
-        raise UserError(f"schedule.global_batch_size={g} is not divisible by micro_batch_size({m})·dp({dp_size})="
-                        f"{m * dp_size} (dp: processes reading distinct rows; every process with engine=axonn); "
-                        f"use global_batch_size={fit}{hint}")
+        raise UserError(
+            f"schedule.global_batch_size={g} is not divisible by micro_batch_size({m})·dp({dp_size})="
+            f"{m * dp_size} (dp: processes reading distinct rows; every process with engine=axonn); "
+            f"use global_batch_size={fit}{hint}"
+        )
 
 
 MAX_STEPS = 10**12  # optimizer steps of one run: far beyond any run (at 1 ms a step, 30 years)
@@ -334,9 +413,11 @@ def make_plan(schedule: ScheduleConfig, optim: OptimConfig, rows: int, seq_len: 
         budgets.append(math.ceil(schedule.max_tokens / (g * seq_len)))
     total = min(budgets) if budgets else steps_per_epoch
     if total > MAX_STEPS:
-        raise UserError(f"the schedule asks for {total:.3g} optimizer steps (schedule.epochs={schedule.epochs}, "
-                        f"max_steps={schedule.max_steps}, max_tokens={schedule.max_tokens}), beyond {MAX_STEPS:.0e}: "
-                        f"no run lasts that long; give a budget in steps, tokens or epochs that you mean")
+        raise UserError(
+            f"the schedule asks for {total:.3g} optimizer steps (schedule.epochs={schedule.epochs}, "
+            f"max_steps={schedule.max_steps}, max_tokens={schedule.max_tokens}), beyond {MAX_STEPS:.0e}: "
+            f"no run lasts that long; give a budget in steps, tokens or epochs that you mean"
+        )
     warmup = optim.warmup_steps if optim.warmup_steps is not None else int(optim.warmup_frac * total)
     return Plan(rows, seq_len, g, m, dp_size, steps_per_epoch, total, min(warmup, total))
 
@@ -438,7 +519,9 @@ def saved_train_fingerprint(out: str | Path) -> dict[str, Any] | None:
     try:
         implied = train_fingerprint(load_config(TrainConfig, legacy), None)
     except ConfigError as e:
-        raise UserError(f"{out} holds a run whose {legacy.name} this version cannot read ({e}); pass --fresh to train "
-                        f"in a new folder or --overwrite to replace it") from None
+        raise UserError(
+            f"{out} holds a run whose {legacy.name} this version cannot read ({e}); pass --fresh to train "
+            f"in a new folder or --overwrite to replace it"
+        ) from None
     del implied["code"]  # unknown: the code that trained it is not recorded
     return implied

@@ -18,9 +18,19 @@ import time
 import urllib.request
 from pathlib import Path
 
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-default-apps",
-         "--disable-extensions", "--mute-audio", "--hide-scrollbars")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-default-apps",
+    "--disable-extensions",
+    "--mute-audio",
+    "--hide-scrollbars",
+)
 
 
 def chromium_path() -> str | None:
@@ -37,9 +47,18 @@ class Browser:
 
     def __init__(self, profile: Path, width: int = 1280, height: int = 900, timeout: float = 60.0):
         self.timeout = timeout
-        self.proc = subprocess.Popen([chromium_path(), *FLAGS, f"--user-data-dir={profile}",
-                                      "--remote-debugging-port=0", f"--window-size={width},{height}", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                chromium_path(),
+                *FLAGS,
+                f"--user-data-dir={profile}",
+                "--remote-debugging-port=0",
+                f"--window-size={width},{height}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         port_file = Path(profile) / "DevToolsActivePort"
         deadline = time.monotonic() + timeout
         while not (port_file.is_file() and len(port_file.read_text().split()) >= 2):
@@ -56,8 +75,12 @@ class Browser:
     def _connect(self, port: int, path: str) -> socket.socket:
         sock = socket.create_connection(("127.0.0.1", port), timeout=self.timeout)
         key = base64.b64encode(os.urandom(16)).decode()
-        sock.sendall((f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
-                      f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+        sock.sendall(
+            (
+                f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
+        )
         head = b""
         while b"\r\n\r\n" not in head:
             head += sock.recv(1)
@@ -68,8 +91,13 @@ class Browser:
     def _send(self, text: str) -> None:
         data, mask = text.encode(), os.urandom(4)
         n = len(data)
-        header = bytes([0x81]) + (bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack(">H", n)
-                                  if n < 65536 else bytes([0x80 | 127]) + struct.pack(">Q", n))
+        header = bytes([0x81]) + (
+            bytes([0x80 | n])
+            if n < 126
+            else bytes([0x80 | 126]) + struct.pack(">H", n)
+            if n < 65536
+            else bytes([0x80 | 127]) + struct.pack(">Q", n)
+        )
         self.sock.sendall(header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
 
     def _exact(self, n: int) -> bytes:
@@ -124,9 +152,11 @@ class Browser:
 
     def click(self, selector: str) -> None:
         """A mouse press and release at the middle of the element (scrolled into view), as a person clicks."""
-        box = self.evaluate(f"(function(){{var e=document.querySelector({json.dumps(selector)});"
-                            f"e.scrollIntoView({{block:'center'}});var r=e.getBoundingClientRect();"
-                            f"return [r.left+r.width/2, r.top+r.height/2];}})()")
+        box = self.evaluate(
+            f"(function(){{var e=document.querySelector({json.dumps(selector)});"
+            f"e.scrollIntoView({{block:'center'}});var r=e.getBoundingClientRect();"
+            f"return [r.left+r.width/2, r.top+r.height/2];}})()"
+        )
         for kind in ("mousePressed", "mouseReleased"):
             self.call("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left", clickCount=1)
 
@@ -134,8 +164,9 @@ class Browser:
         params = {"format": "png"}
         if full:
             size = self.evaluate("[document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
-            params.update(captureBeyondViewport=True, clip={"x": 0, "y": 0, "width": size[0], "height": size[1],
-                                                            "scale": 1})
+            params.update(
+                captureBeyondViewport=True, clip={"x": 0, "y": 0, "width": size[0], "height": size[1], "scale": 1}
+            )
         Path(path).write_bytes(base64.b64decode(self.call("Page.captureScreenshot", **params)["data"]))
         return Path(path)
 

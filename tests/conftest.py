@@ -31,7 +31,8 @@ if os.environ.get("ATEN_CPU_CAPABILITY") and "TORCHINDUCTOR_CACHE_DIR" not in os
     import tempfile  # noqa: E402
 
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(
-        tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}_{os.environ['ATEN_CPU_CAPABILITY'].lower()}")
+        tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}_{os.environ['ATEN_CPU_CAPABILITY'].lower()}"
+    )
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -56,18 +57,52 @@ INTEGRATION_FIXTURES = frozenset({"micro_sweep", "data"})
 # that needs a group and has none is refused at collection (``check_xdist_group``), so the list cannot fall behind.
 SESSION_GROUPED = frozenset({"micro_sweep"})
 CHEAP_MODULE_FIXTURES = frozenset({("test_faults.py", "data")})
-XDIST_GROUPS = {f"tests/{name}.py": "micro_sweep" for name in (
-    "test_experiment_attacks", "test_experiment_e2e", "test_experiment_utility")} | {
-    f"tests/{name}.py": name for name in (
+XDIST_GROUPS = {
+    f"tests/{name}.py": "micro_sweep"
+    for name in ("test_experiment_attacks", "test_experiment_e2e", "test_experiment_utility")
+} | {
+    f"tests/{name}.py": name
+    for name in (
         "test_readme_commands",
-        "test_axonn_engine", "test_axonn_train", "test_canaries", "test_data_jsontext", "test_data_main_stream",
-        "test_data_prepare", "test_data_sources", "test_data_store", "test_data_stream", "test_data_tokenizers",
-        "test_docs_numbers", "test_eval_adversary", "test_eval_cli", "test_eval_conventions", "test_eval_distributed",
-        "test_eval_dtype", "test_eval_extraction", "test_eval_loading", "test_experiment_golden",
-        "test_experiment_start", "test_exposure_sweep", "test_exposures", "test_faults", "test_faults_bounded",
-        "test_faults_fooled", "test_faults_foreign", "test_faults_oneline", "test_faults_series", "test_golden",
-        "test_hf_trainer", "test_masks_canonical", "test_modelcard", "test_parallel_cli", "test_parallel_layouts",
-        "test_series", "test_size_sweep", "test_tracking")}
+        "test_axonn_engine",
+        "test_axonn_train",
+        "test_canaries",
+        "test_data_jsontext",
+        "test_data_main_stream",
+        "test_data_prepare",
+        "test_data_sources",
+        "test_data_store",
+        "test_data_stream",
+        "test_data_tokenizers",
+        "test_docs_numbers",
+        "test_eval_adversary",
+        "test_eval_cli",
+        "test_eval_conventions",
+        "test_eval_distributed",
+        "test_eval_dtype",
+        "test_eval_extraction",
+        "test_eval_loading",
+        "test_experiment_golden",
+        "test_experiment_start",
+        "test_exposure_sweep",
+        "test_exposures",
+        "test_faults",
+        "test_faults_bounded",
+        "test_faults_fooled",
+        "test_faults_foreign",
+        "test_faults_oneline",
+        "test_faults_series",
+        "test_golden",
+        "test_hf_trainer",
+        "test_masks_canonical",
+        "test_modelcard",
+        "test_parallel_cli",
+        "test_parallel_layouts",
+        "test_series",
+        "test_size_sweep",
+        "test_tracking",
+    )
+}
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -93,8 +128,10 @@ def check_xdist_group(item) -> None:
         return
     have = XDIST_GROUPS.get(module)
     if have is None or (want is not None and have != want):
-        raise pytest.UsageError(f"{item.nodeid} shares a costly fixture: tests/conftest.py's XDIST_GROUPS must put "
-                                f"{module} in group {want or module!r} (one worker runs the fixture once)")
+        raise pytest.UsageError(
+            f"{item.nodeid} shares a costly fixture: tests/conftest.py's XDIST_GROUPS must put "
+            f"{module} in group {want or module!r} (one worker runs the fixture once)"
+        )
 
 
 def _module_fixtures(item) -> set[str]:
@@ -103,8 +140,11 @@ def _module_fixtures(item) -> set[str]:
     if info is None:
         return set()
     module = item.nodeid.split("::")[0]
-    return {name for name, defs in info.name2fixturedefs.items()
-            if defs and defs[-1].scope != "function" and defs[-1].baseid == module}
+    return {
+        name
+        for name, defs in info.name2fixturedefs.items()
+        if defs and defs[-1].scope != "function" and defs[-1].baseid == module
+    }
 
 
 def pytest_collection_modifyitems(config, items):
@@ -117,8 +157,11 @@ def pytest_collection_modifyitems(config, items):
             listed.append(item)
     shared = {(item.module.__name__, name) for item in listed for name in _module_fixtures(item)}
     for item in items:
-        if item in listed or not INTEGRATION_FIXTURES.isdisjoint(item.fixturenames) or any(
-                (item.module.__name__, name) in shared for name in _module_fixtures(item)):
+        if (
+            item in listed
+            or not INTEGRATION_FIXTURES.isdisjoint(item.fixturenames)
+            or any((item.module.__name__, name) in shared for name in _module_fixtures(item))
+        ):
             item.add_marker(pytest.mark.integration)
 
 

@@ -40,11 +40,27 @@ from goldfish.masks import GoldfishConfig, config_mask
 # a rank costs its test's work; a spawned rank re-imported torch, transformers' Llama and the toolkit, 3-5 s of CPU
 # each (tests/test_parallel_layouts.py + test_axonn_engine.py: 75 -> 34 s of CPU, 2026-12-05). Each rank gets the
 # environment of the test that starts it, as a spawned one did.
-PRELOAD = ["torch", "torch.distributed.tensor", "transformers.models.llama.modeling_llama", "dist_utils",
-           "goldfish.engines.native", "goldfish.engines.axonn", "goldfish.loss", "goldfish.train_config",
-           "goldfish.train", "goldfish.commands.train", "goldfish.commands.evaluate", "goldfish.eval.run",
-           "goldfish.eval.series", "goldfish.commands.prepare", "goldfish.data.prepare", "goldfish.commands.experiment",
-           "goldfish.experiment.runner", "goldfish.experiment.dryrun", "goldfish.commands.doctor"]
+PRELOAD = [
+    "torch",
+    "torch.distributed.tensor",
+    "transformers.models.llama.modeling_llama",
+    "dist_utils",
+    "goldfish.engines.native",
+    "goldfish.engines.axonn",
+    "goldfish.loss",
+    "goldfish.train_config",
+    "goldfish.train",
+    "goldfish.commands.train",
+    "goldfish.commands.evaluate",
+    "goldfish.eval.run",
+    "goldfish.eval.series",
+    "goldfish.commands.prepare",
+    "goldfish.data.prepare",
+    "goldfish.commands.experiment",
+    "goldfish.experiment.runner",
+    "goldfish.experiment.dryrun",
+    "goldfish.commands.doctor",
+]
 
 
 def _worker(rank: int, world_size: int, folder: str, fn: Callable, args: tuple, environ: dict[str, str]) -> None:
@@ -84,16 +100,22 @@ def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any) -> list
         return [torch.load(Path(folder) / f"result_{r}.pt", weights_only=True) for r in range(world_size)]
 
 
-def _cli_process(rank: int, nproc: int | None, folder: str, argv: list[str], environ: dict[str, str],
-                 cwd: str) -> None:
+def _cli_process(rank: int, nproc: int | None, folder: str, argv: list[str], environ: dict[str, str], cwd: str) -> None:
     """One process of :func:`launch` (nproc ranks: torchrun's environment for this rank) or of
     :func:`run_goldfish` (nproc None: the environment as given): ``goldfish.cli.main`` as the ``goldfish`` command
     runs it, in ``cwd``, its output and exit status in files."""
     os.environ.clear()
     os.environ.update(environ)
     if nproc is not None:
-        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), GROUP_RANK="0", ROLE_RANK=str(rank),
-                          WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc), ROLE_WORLD_SIZE=str(nproc))
+        os.environ.update(
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            GROUP_RANK="0",
+            ROLE_RANK=str(rank),
+            WORLD_SIZE=str(nproc),
+            LOCAL_WORLD_SIZE=str(nproc),
+            ROLE_WORLD_SIZE=str(nproc),
+        )
     os.chdir(cwd)
     out = Path(folder)
     for stream, name in ((sys.stdout, "stdout"), (sys.stderr, "stderr")):
@@ -115,8 +137,9 @@ def _cli_process(rank: int, nproc: int | None, folder: str, argv: list[str], env
         (out / f"exit_{rank}").write_text(str(code))
 
 
-def _forked(argv: list[str], nproc: int | None, environ: dict[str, str], cwd: str | Path,
-            timeout: float) -> subprocess.CompletedProcess:
+def _forked(
+    argv: list[str], nproc: int | None, environ: dict[str, str], cwd: str | Path, timeout: float
+) -> subprocess.CompletedProcess:
     """Run :func:`_cli_process` in ``nproc`` forked processes (one when None) -> the first nonzero exit status and
     the processes' stdout and stderr, the first process's first."""
     count = 1 if nproc is None else nproc
@@ -131,9 +154,11 @@ def _forked(argv: list[str], nproc: int | None, environ: dict[str, str], cwd: st
         out = Path(folder)
         codes = [int((out / f"exit_{r}").read_text()) for r in range(count)]
         return subprocess.CompletedProcess(
-            ["goldfish", *argv], next((c for c in codes if c), 0),
+            ["goldfish", *argv],
+            next((c for c in codes if c), 0),
             "".join((out / f"stdout_{r}.txt").read_text() for r in range(count)),
-            "".join((out / f"stderr_{r}.txt").read_text() for r in range(count)))
+            "".join((out / f"stderr_{r}.txt").read_text() for r in range(count)),
+        )
 
 
 def launch(argv: list[str], nproc: int = 2, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -148,13 +173,19 @@ def launch(argv: list[str], nproc: int = 2, timeout: float = 300) -> subprocess.
     distributed eval (tests/test_eval_distributed.py), the accelerate run (tests/test_train_distributed.py) and a
     killed peer (tests/test_faults_oneline.py)."""
     require_dist_marker()
-    environ = dict(cli_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
-                   TORCHELASTIC_RUN_ID=f"goldfish-test-{os.getpid()}", TORCHELASTIC_RESTART_COUNT="0")
+    environ = dict(
+        cli_env(),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(_free_port()),
+        TORCHELASTIC_RUN_ID=f"goldfish-test-{os.getpid()}",
+        TORCHELASTIC_RESTART_COUNT="0",
+    )
     return _forked(argv, nproc, environ, REPO, timeout)
 
 
-def run_goldfish(argv: list[str], cwd: str | Path, env: dict[str, str],
-                 timeout: float = 900) -> subprocess.CompletedProcess:
+def run_goldfish(
+    argv: list[str], cwd: str | Path, env: dict[str, str], timeout: float = 900
+) -> subprocess.CompletedProcess:
     """What the ``goldfish`` command does with ``argv`` in ``cwd`` under ``env`` (one process, no launcher), forked
     from the preloaded server instead of a new interpreter: the command's imports (torch, transformers, the
     toolkit: 3-5 s of CPU) were most of a docs command's time at smoke size. The console script itself is
@@ -183,9 +214,19 @@ def adamw(params) -> torch.optim.Optimizer:
 
 def tiny_config(layers: int = 2, tied: bool = False) -> LlamaConfig:
     """Hidden 32, 4 query heads / 2 KV heads (grouped-query attention), eager attention, fp32."""
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      tie_word_embeddings=tied, pad_token_id=None, bos_token_id=None, eos_token_id=None)
+    cfg = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=tied,
+        pad_token_id=None,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
     cfg._attn_implementation = "eager"
     return cfg
 
@@ -195,8 +236,9 @@ def build_model(cfg: LlamaConfig, seed: int = 0) -> LlamaForCausalLM:
     return LlamaForCausalLM(cfg).float()
 
 
-def global_batches(steps: int = STEPS, rows: int = ROWS, seed: int = 1, packed: bool = False
-                   ) -> list[dict[str, torch.Tensor]]:
+def global_batches(
+    steps: int = STEPS, rows: int = ROWS, seed: int = 1, packed: bool = False
+) -> list[dict[str, torch.Tensor]]:
     """One global batch per step: ids, labels (first 3 targets of odd rows unsupervised), Goldfish drop mask, and
     with ``packed`` the ``position_ids`` of two documents per row (positions restart at token 6)."""
     g = torch.Generator().manual_seed(seed)
@@ -230,27 +272,38 @@ def reference_run(cfg: LlamaConfig, micro_rows: int = 2, packed: bool = False) -
         normalizer = kept_count(batch)
         stats = torch.zeros(4, dtype=torch.float64)
         for start in range(0, ROWS, micro_rows):
-            mb = {k: v[start:start + micro_rows] for k, v in batch.items()}
+            mb = {k: v[start : start + micro_rows] for k, v in batch.items()}
             # use_cache=False as in training: HF then masks attention across packed documents (position_ids restart)
             logits = model(input_ids=mb["input_ids"], position_ids=mb.get("position_ids"), use_cache=False).logits
             logit_scale = max(logit_scale, float(logits.detach().abs().max()))
             out = goldfish_loss(logits, mb["labels"], drop_mask=mb["drop_mask"])
             (out.kept_sum / normalizer).backward()
-            stats += torch.stack([out.kept_sum.detach().double(), out.kept_count.double(),
-                                  out.dropped_sum.double(), out.dropped_count.double()])
+            stats += torch.stack(
+                [
+                    out.kept_sum.detach().double(),
+                    out.kept_count.double(),
+                    out.dropped_sum.double(),
+                    out.dropped_count.double(),
+                ]
+            )
         norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)))
         for name, p in model.state_dict(keep_vars=True).items():  # tied weights: both names, one gradient
             grad_scale[name] = max(grad_scale.get(name, 0.0), float(p.grad.abs().max()))
         opt.step()
         opt.zero_grad()
         losses.append(stats)
-    return {"stats": torch.stack(losses), "norms": torch.tensor(norms, dtype=torch.float64),
-            "weights": {k: v.detach().clone() for k, v in model.state_dict().items()}, "logit_scale": logit_scale,
-            "grad_scale": grad_scale,
-            "moved": {k: float((v - init[k]).abs().max()) for k, v in model.state_dict().items()}}
+    return {
+        "stats": torch.stack(losses),
+        "norms": torch.tensor(norms, dtype=torch.float64),
+        "weights": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "logit_scale": logit_scale,
+        "grad_scale": grad_scale,
+        "moved": {k: float((v - init[k]).abs().max()) for k, v in model.state_dict().items()},
+    }
 
 
 # ------------------------------------------------------------------ how close a layout must come to the reference
+
 
 @dataclasses.dataclass(frozen=True)
 class Tolerance:
@@ -289,8 +342,12 @@ def parity_tolerance(ref: dict, layers: int = 2, precision: str = "fp32") -> Tol
         step_grad += rounding(2 * operands, U_BF16)
         grad += rounding(2 * operands, U_BF16)
     norm = grad + rounding(params)
-    weight = {name: adamw_drift([LR] * STEPS, step_grad * ref["grad_scale"][name], EPS, BETAS, norm,
-                                weight_scale=float(w.abs().max())) for name, w in ref["weights"].items()}
+    weight = {
+        name: adamw_drift(
+            [LR] * STEPS, step_grad * ref["grad_scale"][name], EPS, BETAS, norm, weight_scale=float(w.abs().max())
+        )
+        for name, w in ref["weights"].items()
+    }
     # every weight moved further than its tolerance: a layout that skipped an update cannot pass the comparison
     assert precision == "bf16" or all(ref["moved"][name] > weight[name] for name in weight), (ref["moved"], weight)
     return Tolerance(loss, norm, weight)

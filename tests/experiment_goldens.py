@@ -34,14 +34,22 @@ _SKIPPED_SUFFIXES = {".png", ".safetensors"}
 _SKIPPED_NAMES = {"windows.partial.jsonl", "membership.partial.jsonl", "eval_log.jsonl", "results.csv", "report.md"}
 MICRO = "experiments/micro.yaml"
 _DEMO = ["paper_numbers=true", "eval.decoding.adversary=mask_consistent", "eval.mask.k=4", "eval.mask.h=13"]
-_EXTREME = ["paper_numbers=true", "eval.decoding.beam=2", "eval.decoding.samples=2",
-            "grid={seed: [{label: 0, data.seed: 0, train.seed: 0}, {label: 1, data.seed: 1, train.seed: 1}]}"]
+_EXTREME = [
+    "paper_numbers=true",
+    "eval.decoding.beam=2",
+    "eval.decoding.samples=2",
+    "grid={seed: [{label: 0, data.seed: 0, train.seed: 0}, {label: 1, data.seed: 1, train.seed: 1}]}",
+]
 
 
 def _kept(path: Path, root: Path) -> bool:
     rel = path.relative_to(root)
-    return not (set(rel.parts[:-1]) & _SKIPPED_DIRS or path.suffix in _SKIPPED_SUFFIXES or rel.name in _SKIPPED_NAMES
-                or (len(rel.parts) == 1 and rel.name in OUTPUTS))
+    return not (
+        set(rel.parts[:-1]) & _SKIPPED_DIRS
+        or path.suffix in _SKIPPED_SUFFIXES
+        or rel.name in _SKIPPED_NAMES
+        or (len(rel.parts) == 1 and rel.name in OUTPUTS)
+    )
 
 
 def pack(out: Path, archive: Path) -> None:

@@ -28,9 +28,16 @@ def _row_starts(lengths: np.ndarray, seq_len: int) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(stride)[:-1]]).astype(np.int64)
 
 
-def build_rows(docs: list[np.ndarray], order: np.ndarray, seq_len: int, packing: str, eos_id: int, pad_id: int,
-               whole: int | np.ndarray | None = None,
-               owner: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], dict]:
+def build_rows(
+    docs: list[np.ndarray],
+    order: np.ndarray,
+    seq_len: int,
+    packing: str,
+    eos_id: int,
+    pad_id: int,
+    whole: int | np.ndarray | None = None,
+    owner: np.ndarray | None = None,
+) -> tuple[dict[str, np.ndarray], dict]:
     """Lay out ``order`` (document ids) into training rows; returns (columns, stats). See the module docstring.
 
     ``whole``: documents ``0 .. whole-1`` (the members), or those where a (D,) bool array is True (members and
@@ -66,13 +73,23 @@ def build_rows(docs: list[np.ndarray], order: np.ndarray, seq_len: int, packing:
     document_ids[dest] = (order if owner is None else np.asarray(owner, dtype=np.int64)[order])[occ]
     position_ids[dest] = pos
     attention_mask = (document_ids >= 0).astype(np.int64)
-    cols = {"input_ids": input_ids, "labels": labels, "document_ids": document_ids,
-            "position_ids": position_ids, "attention_mask": attention_mask}
+    cols = {
+        "input_ids": input_ids,
+        "labels": labels,
+        "document_ids": document_ids,
+        "position_ids": position_ids,
+        "attention_mask": attention_mask,
+    }
     cols = {k: v.reshape(n_rows, seq_len) for k, v in cols.items()}
     split = (starts // seq_len) != ((starts + lengths - 1) // seq_len)  # (O,) occurrence spans more than one row
     real = int(attention_mask.sum())
-    stats = {"rows": n_rows, "tokens": real, "padding": size - real, "occurrences": len(order),
-             "split_occurrences": int(split.sum())}
+    stats = {
+        "rows": n_rows,
+        "tokens": real,
+        "padding": size - real,
+        "occurrences": len(order),
+        "split_occurrences": int(split.sum()),
+    }
     return cols, stats
 
 
@@ -84,8 +101,9 @@ def occurrences(document_ids: np.ndarray, position_ids: np.ndarray, num_document
     return np.bincount(starts, minlength=num_documents)[:num_documents]
 
 
-def document_reads(cols: dict[str, np.ndarray], consumed: np.ndarray,
-                   num_documents: int) -> tuple[np.ndarray, np.ndarray]:
+def document_reads(
+    cols: dict[str, np.ndarray], consumed: np.ndarray, num_documents: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(copies read, tokens read) per document id over the rows ``consumed`` of the columns ``cols`` (format 1's
     counting: a copy starts where ``position_ids == 0``; EOS counts with the document it ends)."""
     times = np.bincount(np.asarray(consumed, dtype=np.int64), minlength=len(cols["document_ids"]))

@@ -16,7 +16,7 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 
 # the "module": an analysis writing the length of its cell's id, read back and rendered
-SCRIPT = r'''
+SCRIPT = r"""
 import dataclasses, sys
 sys.path.insert(0, sys.argv[1])
 import goldfish.experiment.analyses as registry
@@ -64,13 +64,18 @@ assert names.index("eval") < names.index("toy") < names.index("attacks"), names
 cfg = experiment(Path(sys.argv[2]), grid={"train.model": ["tiny"]})
 pipeline = dataclasses.replace(make_pipeline(Calls()), analyses=(TOY,))  # the fakes run only this analysis
 print(run_experiment(cfg, pipeline, progress=False))
-'''
+"""
 
 
 @pytest.mark.integration  # a subprocess: a fresh interpreter, the experiment package imported after the line
 def test_an_analysis_is_one_module_and_its_registry_line(tmp_path):
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(TESTS), str(tmp_path)], capture_output=True, text=True,
-                          cwd=TESTS.parent, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(TESTS), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=TESTS.parent,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     out = Path(done.stdout.strip().splitlines()[-1])
     cells = {"standard__model=tiny": 20, "goldfish__model=tiny": 20}  # len() of each cell id

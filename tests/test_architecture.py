@@ -35,14 +35,35 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("goldfish", "goldfish.config", "goldfish.io", "goldfish.ownership", "goldfish.errors", "goldfish.hashing",
-              "goldfish.masks", "goldfish.loss", "goldfish.collator", "goldfish.fold", "goldfish.perf",
-              "goldfish.sizes", "goldfish.precision", "goldfish.hardware", "goldfish.gguf_cache", "goldfish.provenance",
-              "goldfish.hf", "goldfish.run_folder")),
+    (
+        "base",
+        (
+            "goldfish",
+            "goldfish.config",
+            "goldfish.io",
+            "goldfish.ownership",
+            "goldfish.errors",
+            "goldfish.hashing",
+            "goldfish.masks",
+            "goldfish.loss",
+            "goldfish.collator",
+            "goldfish.fold",
+            "goldfish.perf",
+            "goldfish.sizes",
+            "goldfish.precision",
+            "goldfish.hardware",
+            "goldfish.gguf_cache",
+            "goldfish.provenance",
+            "goldfish.hf",
+            "goldfish.run_folder",
+        ),
+    ),
     ("data", ("goldfish.data",)),
     ("models and engines", ("goldfish.models", "goldfish.model_source", "goldfish.train_config", "goldfish.engines")),
-    ("trainer", ("goldfish.train", "goldfish.checkpoint", "goldfish.estimate", "goldfish.tracking",
-                 "goldfish.modelcard")),
+    (
+        "trainer",
+        ("goldfish.train", "goldfish.checkpoint", "goldfish.estimate", "goldfish.tracking", "goldfish.modelcard"),
+    ),
     ("evaluation", ("goldfish.eval",)),
     ("experiment and CLI", ("goldfish.experiment", "goldfish.commands", "goldfish.cli", "goldfish.__main__")),
 ]
@@ -73,7 +94,7 @@ def _targets(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
     else:
         if node.level:
             package = module.split(".") if MODULES[module].name == "__init__.py" else module.split(".")[:-1]
-            base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+            base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
         else:
             base = node.module or ""
         names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
@@ -107,6 +128,7 @@ def function_local_imports() -> dict[str, list[tuple[int, str]]]:
     """module -> [(line, our module)] of every import inside a function body (def, async def, lambda)."""
     found: dict[str, list[tuple[int, str]]] = {}
     for module, path in MODULES.items():
+
         def visit(node: ast.AST, inside: bool) -> None:
             for child in ast.iter_child_nodes(node):
                 if inside and isinstance(child, (ast.Import, ast.ImportFrom)):
@@ -144,7 +166,7 @@ def find_cycle(graph: dict[str, dict[str, int]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph.get(node, {})):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := visit(nxt)):
                 return cycle
         stack.pop()
@@ -170,8 +192,12 @@ def test_function_local_imports_only_in_the_cli_layer():
     """A function-local import of our modules hides an edge from whoever reads the module's imports: only a
     command's module may defer what its command runs (ARCHITECTURE.md)."""
     assert "goldfish.train" in {t for _, t in LOCAL.get("goldfish.commands.train", [])}  # the scan sees them
-    hidden = [f"{module}:{line} imports {target}" for module, edges in sorted(LOCAL.items())
-              if not module.startswith(LAZY_LAYER) for line, target in edges]
+    hidden = [
+        f"{module}:{line} imports {target}"
+        for module, edges in sorted(LOCAL.items())
+        if not module.startswith(LAZY_LAYER)
+        for line, target in edges
+    ]
     assert not hidden, "function-local imports outside the CLI layer: " + "; ".join(hidden)
 
 
@@ -192,8 +218,11 @@ def test_no_import_cycles_between_files():
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_imports_go_down_the_layers(module):
     here = layer_of(module)
-    upward = [f"{target} (line {line}, layer {LAYERS[layer_of(target)][0]})"
-              for target, line in GRAPH[module].items() if layer_of(target) > here]
+    upward = [
+        f"{target} (line {line}, layer {LAYERS[layer_of(target)][0]})"
+        for target, line in GRAPH[module].items()
+        if layer_of(target) > here
+    ]
     assert not upward, f"{module} (layer {LAYERS[here][0]}) imports upward: {', '.join(upward)}"
 
 
@@ -212,18 +241,28 @@ RULE = "split by job, not by length (ARCHITECTURE.md, 'Modules by job')"
 
 def lengths_over(limit: int) -> dict[str, int]:
     """Module -> lines, of the modules longer than ``limit``."""
-    return {module: n for module, path in MODULES.items()
-            if (n := len(path.read_text(encoding="utf-8").splitlines())) > limit}
+    return {
+        module: n
+        for module, path in MODULES.items()
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > limit
+    }
 
 
 def test_modules_are_split_by_job_not_by_length():
     """Modules over ``REVIEW_LINES`` are named in a warning (pytest's summary shows it) for the review to judge; a
     module over ``MAX_LINES`` fails, with the rule to split it by."""
-    assert lengths_over(0) and not lengths_over(10 ** 9)  # the scan reads every module
+    assert lengths_over(0) and not lengths_over(10**9)  # the scan reads every module
     review = lengths_over(REVIEW_LINES)
     if review:
-        warnings.warn(f"modules over {REVIEW_LINES} lines, for review -- does each still do one job? "
-                      + ", ".join(f"{m} ({n})" for m, n in sorted(review.items())) + f"; {RULE}", stacklevel=1)
+        warnings.warn(
+            f"modules over {REVIEW_LINES} lines, for review -- does each still do one job? "
+            + ", ".join(f"{m} ({n})" for m, n in sorted(review.items()))
+            + f"; {RULE}",
+            stacklevel=1,
+        )
     long = lengths_over(MAX_LINES)
-    assert not long, (f"modules over {MAX_LINES} lines: " + ", ".join(f"{m} ({n})" for m, n in sorted(long.items()))
-                      + f"; {RULE}: move each job it does into a module of its own")
+    assert not long, (
+        f"modules over {MAX_LINES} lines: "
+        + ", ".join(f"{m} ({n})" for m, n in sorted(long.items()))
+        + f"; {RULE}: move each job it does into a module of its own"
+    )

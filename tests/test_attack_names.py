@@ -79,8 +79,11 @@ def test_a_new_attack_is_one_function_and_its_spec_line_and_is_a_headline_with_n
     members = [tok(t, add_special_tokens=False)["input_ids"] for t in TEXTS]
     nonmembers = [d[:8] for d in members]
     kw = dict(progress=False, window=64)
-    section = membership.membership_section(membership.score_documents(model, members, **kw),
-                                            membership.score_documents(model, nonmembers, **kw), n_bootstrap=20)
+    section = membership.membership_section(
+        membership.score_documents(model, members, **kw),
+        membership.score_documents(model, nonmembers, **kw),
+        n_bootstrap=20,
+    )
     headline = headline_numbers("length_attack", section["attacks"])  # as a cell's summary reads eval's section
     assert headline["mia_attack"] == "length_attack" and headline["mia_auc"] == 1.0
     assert headline["mia_roc"]["auc"] == 1.0
@@ -90,6 +93,10 @@ def test_the_table_imports_nothing_but_the_standard_library():
     """The table stays light: no torch, numpy or scoring module of its own (``goldfish.eval``'s package root loads
     torch through its config, so what the module itself imports is what keeps it light)."""
     tree = ast.parse(Path(attack_names.__file__).read_text(encoding="utf-8"))
-    imported = {n.module if isinstance(n, ast.ImportFrom) else a.name for n in ast.walk(tree)
-                if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    imported = {
+        n.module if isinstance(n, ast.ImportFrom) else a.name
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names
+    }
     assert imported and imported <= {"__future__", "dataclasses", "typing"}, imported

@@ -26,11 +26,18 @@ def _patched_targets() -> list[tuple[object, str]]:
     from axonn import communication
     from axonn.intra_layer import asym_communication, communication as ic, fully_connected, overlap_communication
 
-    return [(communication.communication_handle, "__init__"), (fully_connected, "initialize_params"),
-            (asym_communication, "gather_batch_sizes"), (fully_connected, "gather_batch_sizes"),
-            (asym_communication, "_allgatherv"), (asym_communication, "_gather_batch_scatter_channels"),
-            (asym_communication, "_gather_channels_scatter_batch"), (ic, "_reduce_scatter"),
-            (fully_connected, "_reduce_scatter"), (overlap_communication, "clear_handles")]
+    return [
+        (communication.communication_handle, "__init__"),
+        (fully_connected, "initialize_params"),
+        (asym_communication, "gather_batch_sizes"),
+        (fully_connected, "gather_batch_sizes"),
+        (asym_communication, "_allgatherv"),
+        (asym_communication, "_gather_batch_scatter_channels"),
+        (asym_communication, "_gather_channels_scatter_batch"),
+        (ic, "_reduce_scatter"),
+        (fully_connected, "_reduce_scatter"),
+        (overlap_communication, "clear_handles"),
+    ]
 
 
 def test_enable_patches_each_target_and_disable_restores_the_originals() -> None:
@@ -111,10 +118,19 @@ def _uneven_worker(rank: int, world: int) -> dict:
     coords = engine.layout.coordinates(rank)
     from axonn import axonn as ax
 
-    placed = {"data": ax.config.data_parallel_rank, "depth": ax.config.intra_layer_depth_parallel_rank,
-              "row": ax.config.intra_layer_row_parallel_rank, "col": ax.config.intra_layer_column_parallel_rank}
-    out = {"weights": engine.full_state_dict(), "norm": norm, "kept_sum": stats.kept_sum, "coords_ok": coords == placed,
-           "groups": groups}
+    placed = {
+        "data": ax.config.data_parallel_rank,
+        "depth": ax.config.intra_layer_depth_parallel_rank,
+        "row": ax.config.intra_layer_row_parallel_rank,
+        "col": ax.config.intra_layer_column_parallel_rank,
+    }
+    out = {
+        "weights": engine.full_state_dict(),
+        "norm": norm,
+        "kept_sum": stats.kept_sum,
+        "coords_ok": coords == placed,
+        "groups": groups,
+    }
     foreign = engine.state_dict()
     foreign["axonn_layout"] = dict(foreign["axonn_layout"], row=1, col=2)  # a shard of another grid
     try:
@@ -136,8 +152,9 @@ def _uneven_worker(rank: int, world: int) -> dict:
 def _sgd_matrices_first(params) -> torch.optim.Optimizer:
     """Groups chosen by shape, as the trainer's weight-decay grouping does (AxoNN's shards are 1-D)."""
     params = list(params)
-    return torch.optim.SGD([{"params": [p for p in params if p.dim() >= 2]},
-                            {"params": [p for p in params if p.dim() < 2]}], lr=1.0)
+    return torch.optim.SGD(
+        [{"params": [p for p in params if p.dim() >= 2]}, {"params": [p for p in params if p.dim() < 2]}], lr=1.0
+    )
 
 
 def _uneven_parts() -> list[dict[str, torch.Tensor]]:
@@ -166,10 +183,17 @@ def test_uneven_rows_match_one_process_and_biases_and_foreign_shards_are_refused
         assert r["coords_ok"]
         assert r["norm"] == pytest.approx(norm, rel=rounding(grad_terms) + rounding(params), abs=0)
         assert r["kept_sum"] == pytest.approx(kept_sum, rel=rounding(forward + targets), abs=0)
-        assert r["groups"] == [sorted(n for n, p in model.named_parameters() if p.dim() >= 2),
-                               sorted(n for n, p in model.named_parameters() if p.dim() < 2)]
+        assert r["groups"] == [
+            sorted(n for n, p in model.named_parameters() if p.dim() >= 2),
+            sorted(n for n, p in model.named_parameters() if p.dim() < 2),
+        ]
         assert "biases when axonn.row·axonn.col > 1" in r["bias_error"]
         assert "row(1)·col(2)·depth(1)·data(1) but this is rank" in r["layout_error"]
     for name, p in model.named_parameters():  # one SGD step of lr 1: the gradient's rounding, then w - g's own
-        torch.testing.assert_close(results[0]["weights"][name], (p - p.grad).detach(), rtol=0,
-                                   atol=scaled(p.grad, grad_terms) + scaled(p.detach(), 1), msg=name)
+        torch.testing.assert_close(
+            results[0]["weights"][name],
+            (p - p.grad).detach(),
+            rtol=0,
+            atol=scaled(p.grad, grad_terms) + scaled(p.detach(), 1),
+            msg=name,
+        )

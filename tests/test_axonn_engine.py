@@ -18,8 +18,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from dist_utils import (LR, MAX_NORM, ROWS, adamw, assert_stats_close, build_model, global_batches, kept_count,
-                        parity_tolerance, reference_run, run_distributed, tiny_config)
+from dist_utils import (
+    LR,
+    MAX_NORM,
+    ROWS,
+    adamw,
+    assert_stats_close,
+    build_model,
+    global_batches,
+    kept_count,
+    parity_tolerance,
+    reference_run,
+    run_distributed,
+    tiny_config,
+)
 from goldfish.engines.axonn import AxonnEngine
 from goldfish.loss import EngineLoss
 from goldfish.train_config import AxonnConfig
@@ -30,19 +42,22 @@ MICRO_ROWS = 1  # rows per micro-batch: gradient accumulation on every layout (t
 
 
 def _engine(layout: dict, seed: int, tied: bool) -> AxonnEngine:
-    section = AxonnConfig(row=layout.get("row", 1), col=layout.get("col", 1), depth=layout.get("depth", 1),
-                          overlap_communication=layout.get("overlap", False))
+    section = AxonnConfig(
+        row=layout.get("row", 1),
+        col=layout.get("col", 1),
+        depth=layout.get("depth", 1),
+        overlap_communication=layout.get("overlap", False),
+    )
     engine = AxonnEngine(section, "fp32", EngineLoss())
-    engine.setup(lambda: build_model(tiny_config(tied=tied), seed=seed),
-                 adamw)
+    engine.setup(lambda: build_model(tiny_config(tied=tied), seed=seed), adamw)
     return engine
 
 
 def _step(engine: AxonnEngine, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, float]:
     """One optimizer step on this rank's rows of the global batch."""
     rows = ROWS // engine.dp_size
-    mine = {k: v[engine.dp_rank * rows:(engine.dp_rank + 1) * rows] for k, v in batch.items()}
-    micro = [{k: v[s:s + MICRO_ROWS] for k, v in mine.items()} for s in range(0, rows, MICRO_ROWS)]
+    mine = {k: v[engine.dp_rank * rows : (engine.dp_rank + 1) * rows] for k, v in batch.items()}
+    micro = [{k: v[s : s + MICRO_ROWS] for k, v in mine.items()} for s in range(0, rows, MICRO_ROWS)]
     st = engine.forward_backward(micro, kept_count(batch))
     stats = torch.tensor([st.kept_sum, st.kept_count, st.dropped_sum, st.dropped_count], dtype=torch.float64)
     return stats, engine.optimizer_step(LR, MAX_NORM)
@@ -73,8 +88,12 @@ def _worker(rank: int, world: int, layout: dict, folder: str) -> dict:
     resumed = _engine(layout, seed=123, tied=tied)  # different init: only the checkpoint can make it match
     resumed.load_state_dict(checkpoint)
     resumed_stats = [_step(resumed, batch)[0] for batch in batches[1:]]
-    out = {"stats": torch.stack(stats), "norms": torch.tensor(norms, dtype=torch.float64),
-           "resumed_stats": torch.stack(resumed_stats), "dp_size": engine.dp_size}
+    out = {
+        "stats": torch.stack(stats),
+        "norms": torch.tensor(norms, dtype=torch.float64),
+        "resumed_stats": torch.stack(resumed_stats),
+        "dp_size": engine.dp_size,
+    }
     if rank == 0:
         from transformers import LlamaForCausalLM
 
@@ -128,10 +147,18 @@ def _check(results: list[dict], layout: dict, world: int) -> None:
     # update would not pass the checks above by accident
 
 
-LAYOUTS_2 = {"R2": {"row": 2}, "C2": {"col": 2}, "D2-tied": {"depth": 2, "tied": True},
-             "R2-overlap": {"row": 2, "overlap": True}}
-LAYOUTS_4 = {"R2xdata2": {"row": 2}, "D2xdata2": {"depth": 2}, "R2xC2": {"row": 2, "col": 2},
-             "R2xC2-tied": {"row": 2, "col": 2, "tied": True}}
+LAYOUTS_2 = {
+    "R2": {"row": 2},
+    "C2": {"col": 2},
+    "D2-tied": {"depth": 2, "tied": True},
+    "R2-overlap": {"row": 2, "overlap": True},
+}
+LAYOUTS_4 = {
+    "R2xdata2": {"row": 2},
+    "D2xdata2": {"depth": 2},
+    "R2xC2": {"row": 2, "col": 2},
+    "R2xC2-tied": {"row": 2, "col": 2, "tied": True},
+}
 
 
 @pytest.fixture(scope="module")

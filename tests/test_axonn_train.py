@@ -39,8 +39,16 @@ def axonn_run(data, tmp_path_factory):
     """(config, run folder) of a 4-step row(2) AxoNN run with checkpoints at steps 2 and 4 (keep_optimizer: the
     finished run keeps them whole, for the resume test)."""
     out = tmp_path_factory.mktemp("axonn") / "run"
-    cfg = tiny_config(data, out, schedule=SCHEDULE, loss=LOSS, optim=OPTIM, engine="axonn", axonn={"row": 2},
-                      checkpoint={"every_steps": 2, "keep_last": 0, "keep_optimizer": True})
+    cfg = tiny_config(
+        data,
+        out,
+        schedule=SCHEDULE,
+        loss=LOSS,
+        optim=OPTIM,
+        engine="axonn",
+        axonn={"row": 2},
+        checkpoint={"every_steps": 2, "keep_last": 0, "keep_optimizer": True},
+    )
     done = _launch(cfg)
     assert done.returncode == 0, done.stderr[-3000:]
     return cfg, out
@@ -49,14 +57,19 @@ def axonn_run(data, tmp_path_factory):
 def test_row_parallel_axonn_run_matches_native_one_process(data, axonn_run, tmp_path):
     _, out = axonn_run
     torch.set_num_threads(1)
-    single = train(from_dict(TrainConfig, tiny_config(data, tmp_path / "single", schedule=SCHEDULE, loss=LOSS,
-                                                      optim=OPTIM)))
+    single = train(
+        from_dict(TrainConfig, tiny_config(data, tmp_path / "single", schedule=SCHEDULE, loss=LOSS, optim=OPTIM))
+    )
     assert len(read_jsonl(out / "metrics.jsonl")) == SCHEDULE["max_steps"]
     assert_same_training(single, out, EPS, tokens=SCHEDULE["global_batch_size"] * 32)
     ckpt = out / "checkpoints" / "step_000004"
     assert sorted(p.name for p in ckpt.glob("*_rank00001.*")) == [
-        "axonn_layout_rank00001.pt", "model_rank00001.safetensors", "optimizer_rank00001.pt",
-        "rng_rank00001.json", "rng_rank00001.safetensors"]
+        "axonn_layout_rank00001.pt",
+        "model_rank00001.safetensors",
+        "optimizer_rank00001.pt",
+        "rng_rank00001.json",
+        "rng_rank00001.safetensors",
+    ]
 
 
 @pytest.mark.slow
@@ -70,5 +83,6 @@ def test_resuming_from_a_checkpoint_is_exact(axonn_run, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     full, again = load_weights(out), load_weights(resumed)
     assert all(torch.equal(full[k], again[k]) for k in full)
-    assert [r["loss"] for r in read_jsonl(resumed / "metrics.jsonl")] == [r["loss"] for r in read_jsonl(
-        out / "metrics.jsonl")]
+    assert [r["loss"] for r in read_jsonl(resumed / "metrics.jsonl")] == [
+        r["loss"] for r in read_jsonl(out / "metrics.jsonl")
+    ]

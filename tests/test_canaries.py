@@ -24,14 +24,25 @@ from goldfish.config import from_dict
 from goldfish.data import PrepareConfig, load_prepared, prepare
 from goldfish.data.canaries import canary_alphabet
 from goldfish.errors import ConfigError
-from goldfish.eval.canaries import (canary_exposures, enumerated_perplexities, rank_exposure, sampled_secrets,
-                                    space_bits)
+from goldfish.eval.canaries import canary_exposures, enumerated_perplexities, rank_exposure, sampled_secrets, space_bits
+
 
 def _recipe(root, **extra) -> dict:
-    return {"name": "can", "source": {"name": "local", "path": str(root / "docs.jsonl")},
-            "tokenizer": {"name": "bpe", "vocab_size": 300}, "seq_len": 48, "packing": "pack", "min_tokens": 8,
-            "doc_tokens": 20, "num_members": 12, "repetitions": [1, 2, 3], "nonmember_mode": "random_split",
-            "num_nonmembers": 6, "num_background": 10, **extra}
+    return {
+        "name": "can",
+        "source": {"name": "local", "path": str(root / "docs.jsonl")},
+        "tokenizer": {"name": "bpe", "vocab_size": 300},
+        "seq_len": 48,
+        "packing": "pack",
+        "min_tokens": 8,
+        "doc_tokens": 20,
+        "num_members": 12,
+        "repetitions": [1, 2, 3],
+        "nonmember_mode": "random_split",
+        "num_nonmembers": 6,
+        "num_background": 10,
+        **extra,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +54,9 @@ def corpus(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def with_canaries(corpus):
-    cfg = from_dict(PrepareConfig, _recipe(corpus, num_validation=5,
-                                           canaries={"count": 6, "tokens": 12, "secret_tokens": 4}))
+    cfg = from_dict(
+        PrepareConfig, _recipe(corpus, num_validation=5, canaries={"count": 6, "tokens": 12, "secret_tokens": 4})
+    )
     return load_prepared(prepare(cfg, corpus / "with", progress=False))
 
 
@@ -54,7 +66,7 @@ def test_each_canary_is_read_its_label_whole_in_one_row_from_ordinary_ids(with_c
     assert c == 6 and list(p.canaries["repetitions"]) == [1, 2, 3, 1, 2, 3]  # the members' strata, round-robin
     rows = p.train.batch(np.arange(len(p.train)))
     seen = occurrences(rows["document_ids"], rows["position_ids"], m + b + c)
-    assert seen[m + b:].tolist() == list(p.canaries["repetitions"])
+    assert seen[m + b :].tolist() == list(p.canaries["repetitions"])
     alphabet = set(canary_alphabet(p.tokenizer).tolist())
     special = set(p.tokenizer.all_special_ids)
     for k, canary in enumerate(p.canaries["input_ids"]):
@@ -75,21 +87,26 @@ def test_canaries_and_validation_leave_members_and_nonmembers_alone(corpus, with
     assert not val & used
     # a validation document's text is never trained on: no background chunk begins like one of these documents
     # (the first chunk of the same article would)
-    heads = {tuple(x[:8]) for split in ("members", "nonmembers", "validation")
-             for x in getattr(with_canaries, split)["input_ids"]}
+    heads = {
+        tuple(x[:8])
+        for split in ("members", "nonmembers", "validation")
+        for x in getattr(with_canaries, split)["input_ids"]
+    }
     chunks = [with_canaries.background[i] for i in range(len(with_canaries.background))]
     assert chunks and not {tuple(c[:8].tolist()) for c in chunks} & heads
 
 
 def test_a_background_only_control_keeps_the_canaries_untrained(corpus, with_canaries):
-    cfg = from_dict(PrepareConfig, _recipe(corpus, num_validation=5, train_members=False,
-                                           canaries={"count": 6, "tokens": 12, "secret_tokens": 4}))
+    cfg = from_dict(
+        PrepareConfig,
+        _recipe(corpus, num_validation=5, train_members=False, canaries={"count": 6, "tokens": 12, "secret_tokens": 4}),
+    )
     control = load_prepared(prepare(cfg, corpus / "control", progress=False))
     assert control.canaries["input_ids"] == with_canaries.canaries["input_ids"]
     rows = control.train.batch(np.arange(len(control.train)))
     m, b = len(control.members), len(control.background)
     assert occurrences(rows["document_ids"], rows["position_ids"], m + b + 6)[:m].sum() == 0
-    assert occurrences(rows["document_ids"], rows["position_ids"], m + b + 6)[m + b:].sum() == 0
+    assert occurrences(rows["document_ids"], rows["position_ids"], m + b + 6)[m + b :].sum() == 0
 
 
 def test_canary_config_errors_are_one_line(corpus):
@@ -169,20 +186,21 @@ def test_exposure_of_a_real_model_matches_a_direct_ranking_of_the_whole_space():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=32, num_hidden_layers=1,
-                                         num_attention_heads=2, intermediate_size=64)).eval()
+    model = LlamaForCausalLM(
+        LlamaConfig(vocab_size=16, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    ).eval()
     alphabet = np.arange(2, 12)  # 10 ids, secrets of 2 tokens: |R| = 100, enumerated
     canaries = [[3, 9, 4, 5, 7], [11, 2, 2, 8, 6]]
     found = canary_exposures(model, canaries, [1, 4], 2, alphabet, n_candidates=10, max_full=100)
     # 2·log2(10) against log2(100): each one libm log2 (glibc: within 1 ulp, <= 2u relative), the doubling exact
-    assert found["method"] == "full" and found["space_bits"] == pytest.approx(math.log2(100), rel=rounding(2, U64),
-                                                                              abs=0)
+    assert found["method"] == "full" and found["space_bits"] == pytest.approx(
+        math.log2(100), rel=rounding(2, U64), abs=0
+    )
     with torch.no_grad():
         for row, canary in zip(found["canaries"], canaries):
             prefix, secret = canary[:3], canary[3:]
             mine = _direct_log2_prob(model, prefix, secret)
-            others = [_direct_log2_prob(model, prefix, (a, b)) for a in alphabet for b in alphabet
-                      if [a, b] != secret]
+            others = [_direct_log2_prob(model, prefix, (a, b)) for a in alphabet for b in alphabet if [a, b] != secret]
             # the two computations (a batched teacher-forced pass, a plain forward) are fp32 chains of
             # llama_terms + 2 (two tokens summed) rounded terms each, at the scale of the log-probabilities: a
             # candidate closer than that to the canary has no defined order, so none may be (then no ties either)
@@ -200,14 +218,16 @@ def test_the_chain_rule_enumeration_equals_scoring_every_secret_directly():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(1)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=24, hidden_size=32, num_hidden_layers=2,
-                                         num_attention_heads=2, intermediate_size=64)).eval()
+    model = LlamaForCausalLM(
+        LlamaConfig(vocab_size=24, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    ).eval()
     prefix = [5, 17, 3, 9]
     for alphabet, m in ((np.arange(1, 24), 1), (np.arange(2, 14), 2), (np.array([1, 4, 6, 8, 20]), 3)):
         found = enumerated_perplexities(model, prefix, alphabet, m, rows=7)  # rows=7: several chunks per level
         with torch.no_grad():
-            direct = np.array([-_direct_log2_prob(model, prefix, secret)
-                               for secret in itertools.product(alphabet.tolist(), repeat=m)])  # row-major order
+            direct = np.array(
+                [-_direct_log2_prob(model, prefix, secret) for secret in itertools.product(alphabet.tolist(), repeat=m)]
+            )  # row-major order
         # two fp32 chains (a cached forward and a plain one) of llama_terms + m rounded terms each, at the scale of
         # the log-probabilities, plus float64 sums of m terms
         tol = scaled(direct, llama_terms(32, 64, 2, 16, len(prefix) + m, 24) + m, U32)
@@ -219,5 +239,6 @@ def test_the_dry_run_counts_the_canaries_copies_in_the_stream(corpus, with_canar
 
     cfg = from_dict(PrepareConfig, _recipe(corpus, canaries={"count": 6, "tokens": 12, "secret_tokens": 4}))
     assert canary_copies_of(cfg) == (sum(with_canaries.canaries["repetitions"]), 12)  # 2 x (1 + 2 + 3)
-    assert canary_copies_of(from_dict(PrepareConfig, {**_recipe(corpus), "train_members": False,
-                                                      "canaries": {"count": 6}})) == (0, 0)
+    assert canary_copies_of(
+        from_dict(PrepareConfig, {**_recipe(corpus), "train_members": False, "canaries": {"count": 6}})
+    ) == (0, 0)

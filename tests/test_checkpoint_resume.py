@@ -31,8 +31,10 @@ def _one_thread(one_thread):
 def _cfg(data, out, **kw):
     """These tests resume runs, also finished ones: their checkpoints keep the optimizer state
     (checkpoint.keep_optimizer=true; a finished run drops it by default, test_finished_run_keeps_the_model_only)."""
-    base = {"loss": {"type": "goldfish", "goldfish": {"k": 4, "h": 13}},
-            "schedule": {"max_steps": 12, "global_batch_size": 4, "micro_batch_size": 2}}
+    base = {
+        "loss": {"type": "goldfish", "goldfish": {"k": 4, "h": 13}},
+        "schedule": {"max_steps": 12, "global_batch_size": 4, "micro_batch_size": 2},
+    }
     checkpoint = {"every_steps": 2, "keep_last": 0, "keep_optimizer": True, **kw.pop("checkpoint", {})}
     return tiny_config(data, out, **{**base, "checkpoint": checkpoint, **kw})
 
@@ -71,8 +73,9 @@ def test_sigkilled_run_resumes_bit_identically(data, tmp_path):
     killed = _cfg(data, tmp_path / "killed", schedule=schedule, checkpoint={"every_steps": 3, "keep_last": 2})
     assert _kill_after_first_checkpoint(killed, seed=int(time.time())) == -signal.SIGKILL
     assert not (tmp_path / "killed" / "summary.json").exists(), "the run finished before the kill; lengthen it"
-    resumed_from = max(int(p.name.split("_")[1]) for p in list_checkpoints(tmp_path / "killed")
-                       if (p / COMPLETE).exists())
+    resumed_from = max(
+        int(p.name.split("_")[1]) for p in list_checkpoints(tmp_path / "killed") if (p / COMPLETE).exists()
+    )
     train(from_dict(TrainConfig, killed))  # resume: auto (one thread here, as in the killed process)
     reference = train(from_dict(TrainConfig, {**killed, "out": str(tmp_path / "reference")}))
     _assert_same_weights(reference, tmp_path / "killed")
@@ -96,8 +99,12 @@ def test_auto_skips_a_corrupt_newest_checkpoint(data, tmp_path, capsys):
 
 
 def test_an_explicit_corrupt_checkpoint_is_one_clear_error(data, tmp_path):
-    run = train(from_dict(TrainConfig, _cfg(data, tmp_path / "run", schedule={
-        "max_steps": 4, "global_batch_size": 4, "micro_batch_size": 2})))
+    run = train(
+        from_dict(
+            TrainConfig,
+            _cfg(data, tmp_path / "run", schedule={"max_steps": 4, "global_batch_size": 4, "micro_batch_size": 2}),
+        )
+    )
     target = list_checkpoints(run)[0]
     (target / "optimizer_rank00000.pt").write_bytes(b"\x80\x04not a checkpoint")
     cfg = _cfg(data, tmp_path / "other", checkpoint={"every_steps": 2, "resume": str(target)})
@@ -118,18 +125,31 @@ def test_resume_never_refuses_to_overwrite_and_keep_last_prunes(data, tmp_path):
     with pytest.raises(UserError, match="already holds checkpoints"):
         train(from_dict(TrainConfig, _cfg(data, run, checkpoint={"every_steps": 1, "resume": "never"})))
     with pytest.raises(UserError, match="schedule.global_batch_size: 4 -> 8"):
-        train(from_dict(TrainConfig, _cfg(data, run, schedule={"max_steps": 20, "global_batch_size": 8,
-                                                                "micro_batch_size": 2})))
+        train(
+            from_dict(
+                TrainConfig, _cfg(data, run, schedule={"max_steps": 20, "global_batch_size": 8, "micro_batch_size": 2})
+            )
+        )
 
 
 def test_checkpoint_files_are_safe_formats(data, tmp_path):
     """Tensors in safetensors, the rest loadable with weights_only=True (no code runs on load)."""
-    run = train(from_dict(TrainConfig, _cfg(data, tmp_path / "run", schedule={
-        "max_steps": 2, "global_batch_size": 4, "micro_batch_size": 2})))
+    run = train(
+        from_dict(
+            TrainConfig,
+            _cfg(data, tmp_path / "run", schedule={"max_steps": 2, "global_batch_size": 4, "micro_batch_size": 2}),
+        )
+    )
     folder = list_checkpoints(run)[-1]
     names = sorted(p.name for p in folder.iterdir())
-    assert names == [COMPLETE, "model_rank00000.safetensors", "optimizer_rank00000.pt", "rng_rank00000.json",
-                     "rng_rank00000.safetensors", "trainer_state.json"]
+    assert names == [
+        COMPLETE,
+        "model_rank00000.safetensors",
+        "optimizer_rank00000.pt",
+        "rng_rank00000.json",
+        "rng_rank00000.safetensors",
+        "trainer_state.json",
+    ]
     opt = torch.load(folder / "optimizer_rank00000.pt", weights_only=True)
     assert opt["state"][0]["step"].item() == 2
 
@@ -151,19 +171,29 @@ def test_finished_run_keeps_the_model_only(data, tmp_path, capsys):
     assert [p.name for p in list_checkpoints(kept)] == ["step_000008", "step_000010", "step_000012"]
     assert [p.name for p in list_checkpoints(run)] == ["step_000008", "step_000010"]  # model/ is the third
     for folder in list_checkpoints(run):
-        assert sorted(p.name for p in folder.iterdir()) == [COMPLETE, WEIGHTS_ONLY, "model_rank00000.safetensors",
-                                                             "rng_rank00000.json", "rng_rank00000.safetensors",
-                                                             "trainer_state.json"]
+        assert sorted(p.name for p in folder.iterdir()) == [
+            COMPLETE,
+            WEIGHTS_ONLY,
+            "model_rank00000.safetensors",
+            "rng_rank00000.json",
+            "rng_rank00000.safetensors",
+            "trainer_state.json",
+        ]
         twin = kept / "checkpoints" / folder.name
-        assert (folder / "model_rank00000.safetensors").read_bytes() == \
-            (twin / "model_rank00000.safetensors").read_bytes()
+        assert (folder / "model_rank00000.safetensors").read_bytes() == (
+            twin / "model_rank00000.safetensors"
+        ).read_bytes()
         # AdamW keeps two moments per weight: without them a checkpoint is about a third of its size
         assert _size(folder) < 0.4 * _size(twin)
     exported = export_checkpoint(list_checkpoints(run)[-1], run / "model", tmp_path / "step10")
     assert (exported / "config.json").is_file()
     with pytest.raises(UserError, match="holds model weights only .*keep_optimizer=true keeps it"):
-        train(from_dict(TrainConfig, {**lean, "out": str(tmp_path / "again"),
-                                      "checkpoint": {"resume": str(list_checkpoints(run)[-1])}}))
+        train(
+            from_dict(
+                TrainConfig,
+                {**lean, "out": str(tmp_path / "again"), "checkpoint": {"resume": str(list_checkpoints(run)[-1])}},
+            )
+        )
     metrics = (run / "metrics.jsonl").read_bytes()
     capsys.readouterr()
     assert train(from_dict(TrainConfig, lean)) == run  # finished: nothing to train, nothing rewritten

@@ -45,8 +45,9 @@ def _grads(loss, hidden, head):
 def test_chunked_token_losses_equal_full_cross_entropy(chunk):
     hidden, head, labels = _inputs()
     weights = torch.rand(labels.shape, generator=torch.Generator().manual_seed(9))  # any per-token weighting
-    full = F.cross_entropy(head(hidden).reshape(-1, 101), labels.reshape(-1), ignore_index=-100,
-                           reduction="none").view(labels.shape)
+    full = F.cross_entropy(head(hidden).reshape(-1, 101), labels.reshape(-1), ignore_index=-100, reduction="none").view(
+        labels.shape
+    )
     g_full = _grads((full * weights).sum(), hidden, head)
     chunked = chunked_token_losses(hidden, head, labels, chunk_tokens=chunk)
     g_chunked = _grads((chunked * weights).sum(), hidden, head)
@@ -86,8 +87,7 @@ def test_chunked_under_bf16_autocast_matches_the_autocast_logits_path():
         out = goldfish_loss(hidden, labels, head=head, chunk_tokens=32)
     # the logits are rounded to bf16 after an fp32 sum: two sums in other orders may round one bf16 step (2^-7
     # relative) apart, and a cross-entropy moves by at most twice its logits' change; then fp32 rounding
-    torch.testing.assert_close(out.loss, ref.loss, rtol=rounding(TOKEN_TERMS + 111),
-                               atol=2 * 2 * U_BF16 * logit_scale)
+    torch.testing.assert_close(out.loss, ref.loss, rtol=rounding(TOKEN_TERMS + 111), atol=2 * 2 * U_BF16 * logit_scale)
     g_ref = _grads(ref.loss, hidden, head)
     g_out = _grads(out.loss, hidden, head)
     # a gradient goes through the forward head matmul and one backward matmul, each rounding both operands to bf16:

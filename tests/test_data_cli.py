@@ -19,9 +19,18 @@ def corpus(root: Path, n: int = 12, words: int = 40) -> Path:
 
 
 def recipe(tmp_path: Path, **extra) -> Path:
-    body = {"source": {"name": "local", "path": str(tmp_path / "corpus")}, "tokenizer": {"name": "bpe",
-            "vocab_size": 300}, "seq_len": 32, "packing": "pack", "min_tokens": 4, "doc_tokens": 24,
-            "num_members": 4, "repetitions": [1, 3], "nonmember_mode": "held_out", "num_nonmembers": 4}
+    body = {
+        "source": {"name": "local", "path": str(tmp_path / "corpus")},
+        "tokenizer": {"name": "bpe", "vocab_size": 300},
+        "seq_len": 32,
+        "packing": "pack",
+        "min_tokens": 4,
+        "doc_tokens": 24,
+        "num_members": 4,
+        "repetitions": [1, 3],
+        "nonmember_mode": "held_out",
+        "num_nonmembers": 4,
+    }
     body.update(extra)
     path = tmp_path / "tiny.yaml"
     path.write_text(json.dumps(body), encoding="utf-8")  # JSON is valid YAML
@@ -55,8 +64,11 @@ def test_existing_folder_is_left_untouched(tmp_path, capsys):
     one_error_line(capsys, ["prepare", str(recipe(tmp_path)), "--out", str(out)], "goldfish did not write there")
     assert [p.name for p in out.iterdir()] == ["precious.txt"] and (out / "precious.txt").read_text() == "keep me"
     # --overwrite replaces only a folder `goldfish prepare` made (its ownership marker), never the user's own
-    one_error_line(capsys, ["prepare", str(recipe(tmp_path)), "--out", str(out), "--overwrite"],
-                   "--overwrite replaces only prepared data")
+    one_error_line(
+        capsys,
+        ["prepare", str(recipe(tmp_path)), "--out", str(out), "--overwrite"],
+        "--overwrite replaces only prepared data",
+    )
     assert [p.name for p in out.iterdir()] == ["precious.txt"] and (out / "precious.txt").read_text() == "keep me"
     (out / "precious.txt").unlink()
     assert main(["prepare", str(recipe(tmp_path)), "--out", str(out), "--overwrite", "--quiet"]) == 0  # empty: fine
@@ -73,23 +85,38 @@ def test_empty_corpus(tmp_path, capsys):
 
 def test_all_documents_too_short(tmp_path, capsys):
     corpus(tmp_path / "corpus", words=3)
-    one_error_line(capsys, ["prepare", str(recipe(tmp_path)), "--out", str(tmp_path / "o"), "min_tokens=24"],
-                   "have fewer than min_tokens=24 tokens")
+    one_error_line(
+        capsys,
+        ["prepare", str(recipe(tmp_path)), "--out", str(tmp_path / "o"), "min_tokens=24"],
+        "have fewer than min_tokens=24 tokens",
+    )
 
 
 def test_non_utf8_file(tmp_path, capsys):
     corpus(tmp_path / "corpus")
     (tmp_path / "corpus" / "old.txt").write_bytes("na\xefve r\xe9sum\xe9".encode("latin-1"))
-    one_error_line(capsys, ["prepare", str(recipe(tmp_path)), "--out", str(tmp_path / "o")],
-                   f"{tmp_path / 'corpus' / 'old.txt'} is not UTF-8")
+    one_error_line(
+        capsys,
+        ["prepare", str(recipe(tmp_path)), "--out", str(tmp_path / "o")],
+        f"{tmp_path / 'corpus' / 'old.txt'} is not UTF-8",
+    )
 
 
 def test_unknown_key_and_bad_values(tmp_path, capsys):
     corpus(tmp_path / "corpus")
-    one_error_line(capsys, ["prepare", str(recipe(tmp_path, num_member=3)), "--out", str(tmp_path / "o")],
-                   "unknown config key 'num_member'")
-    one_error_line(capsys, ["prepare", str(recipe(tmp_path)), "packing=zigzag", "repetitions=[0]"],
-                   "packing='zigzag' is not one of")
-    one_error_line(capsys, ["prepare", str(recipe(tmp_path)), "nonmember_mode=later_chunk", "doc_tokens=null"],
-                   "later_chunk needs doc_tokens")
+    one_error_line(
+        capsys,
+        ["prepare", str(recipe(tmp_path, num_member=3)), "--out", str(tmp_path / "o")],
+        "unknown config key 'num_member'",
+    )
+    one_error_line(
+        capsys,
+        ["prepare", str(recipe(tmp_path)), "packing=zigzag", "repetitions=[0]"],
+        "packing='zigzag' is not one of",
+    )
+    one_error_line(
+        capsys,
+        ["prepare", str(recipe(tmp_path)), "nonmember_mode=later_chunk", "doc_tokens=null"],
+        "later_chunk needs doc_tokens",
+    )
     one_error_line(capsys, ["prepare", str(tmp_path / "missing.yaml")], "config file not found")

@@ -18,9 +18,10 @@ from goldfish.errors import ConfigError
 
 def _brute_contained(targets, doc, n):
     """Containment by Python sets of n-gram tuples: the documented rule, written independently."""
+
     def grams(x):
         x = list(x)
-        return {tuple(x)} if len(x) < n else {tuple(x[i:i + n]) for i in range(len(x) - n + 1)}
+        return {tuple(x)} if len(x) < n else {tuple(x[i : i + n]) for i in range(len(x) - n + 1)}
 
     d = grams(doc)
     return np.array([len(grams(t) & d) / len(grams(t)) for t in targets])
@@ -92,21 +93,33 @@ def _corpus(tmp_path):
         edited.append(" ".join(ws))
     others = [" ".join(rng.choice(words, size=120)) for _ in range(15)]
     bg = tmp_path / "bg.jsonl"
-    bg.write_text("".join(json.dumps({"id": f"copy{i}", "text": t}) + "\n" for i, t in enumerate(edited)) +
-                  "".join(json.dumps({"id": f"other{i}", "text": t}) + "\n" for i, t in enumerate(others)))
+    bg.write_text(
+        "".join(json.dumps({"id": f"copy{i}", "text": t}) + "\n" for i, t in enumerate(edited))
+        + "".join(json.dumps({"id": f"other{i}", "text": t}) + "\n" for i, t in enumerate(others))
+    )
     return main, bg
 
 
 def test_prepare_leaves_edited_copies_of_targets_out_of_the_background(tmp_path):
     main, bg = _corpus(tmp_path)
-    base = {"source": {"name": "local", "path": str(main), "id_field": "id"},
-            "background_source": {"name": "local", "path": str(bg), "id_field": "id"},
-            "tokenizer": {"name": "gpt2"}, "seq_len": 256, "min_tokens": 40, "doc_tokens": 100, "num_members": 10,
-            "num_nonmembers": 10, "nonmember_mode": "random_split", "num_background": None, "packing": "pack"}
+    base = {
+        "source": {"name": "local", "path": str(main), "id_field": "id"},
+        "background_source": {"name": "local", "path": str(bg), "id_field": "id"},
+        "tokenizer": {"name": "gpt2"},
+        "seq_len": 256,
+        "min_tokens": 40,
+        "doc_tokens": 100,
+        "num_members": 10,
+        "num_nonmembers": 10,
+        "nonmember_mode": "random_split",
+        "num_background": None,
+        "packing": "pack",
+    }
     on = load_prepared(prepare(from_dict(PrepareConfig, base), tmp_path / "on", progress=False))
     kept = np.load(on.path / "background" / "00000.tag.npy")  # the source position each chunk was cut from
     assert kept.tolist() == list(range(20, 35))  # every copy of a member or nonmember (positions 0..19) left out
     assert on.manifest["stats"]["background_near_duplicates"] == 20
-    off = load_prepared(prepare(from_dict(PrepareConfig, {**base, "background_dedup": None}), tmp_path / "off",
-                                progress=False))
+    off = load_prepared(
+        prepare(from_dict(PrepareConfig, {**base, "background_dedup": None}), tmp_path / "off", progress=False)
+    )
     assert len(off.background) == 35  # exact matching alone keeps all 20 edited copies

@@ -21,8 +21,9 @@ pytestmark = pytest.mark.integration  # prepares real corpora (the gpt2 tokenize
 
 
 def _jsonl(path: Path, texts: list[str], ids: bool) -> None:
-    path.write_text("".join(json.dumps({"id": f"m{i}", "text": t} if ids else {"text": t}) + "\n"
-                            for i, t in enumerate(texts)))
+    path.write_text(
+        "".join(json.dumps({"id": f"m{i}", "text": t} if ids else {"text": t}) + "\n" for i, t in enumerate(texts))
+    )
 
 
 def _recipe(root: Path) -> dict:
@@ -33,11 +34,23 @@ def _recipe(root: Path) -> dict:
     (root / "bg").mkdir()
     _jsonl(root / "bg" / "a.jsonl", texts[30:60], ids=False)
     _jsonl(root / "bg" / "b.jsonl", texts[60:], ids=False)
-    return {"name": "identity", "source": {"name": "local", "path": str(root / "main.jsonl"), "id_field": "id"},
-            "tokenizer": {"name": "gpt2"}, "seq_len": 64, "packing": "pack", "min_tokens": 16, "doc_tokens": 24,
-            "num_members": 8, "repetitions": [1, 3], "nonmember_mode": "random_split", "num_nonmembers": 8,
-            "num_background": None, "background_chunk_tokens": 63,
-            "background_source": {"name": "local", "path": str(root / "bg")}, "shard_documents": 16}
+    return {
+        "name": "identity",
+        "source": {"name": "local", "path": str(root / "main.jsonl"), "id_field": "id"},
+        "tokenizer": {"name": "gpt2"},
+        "seq_len": 64,
+        "packing": "pack",
+        "min_tokens": 16,
+        "doc_tokens": 24,
+        "num_members": 8,
+        "repetitions": [1, 3],
+        "nonmember_mode": "random_split",
+        "num_nonmembers": 8,
+        "num_background": None,
+        "background_chunk_tokens": 63,
+        "background_source": {"name": "local", "path": str(root / "bg")},
+        "shard_documents": 16,
+    }
 
 
 def _prepare_at(version: str, recipe: dict, out: Path, monkeypatch) -> Path:
@@ -61,8 +74,9 @@ def test_two_code_versions_that_change_no_preparing_code_give_the_same_training_
     assert a.train_sha256 == b.train_sha256 == a.manifest["sha256"]["train"] == b.manifest["sha256"]["train"]
     # a second implementation: the hash of every token file and layout file the rows use, and the stores' counts
     stores = a.manifest["train"]["stores"]
-    assert a.train_sha256 == train_sha256({f: v for f, v in tokens.items()
-                                           if f.startswith(("background/", "train/"))}, stores)
+    assert a.train_sha256 == train_sha256(
+        {f: v for f, v in tokens.items() if f.startswith(("background/", "train/"))}, stores
+    )
 
 
 def test_a_folder_whose_manifest_recorded_the_old_hash_loads_with_the_content_identity(tmp_path, monkeypatch):

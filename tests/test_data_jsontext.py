@@ -50,8 +50,10 @@ def test_a_long_text_decoded_in_pieces_is_the_whole_strings_text(chunk, monkeypa
 
 
 def test_the_text_field_is_found_at_the_top_level_only_and_the_last_one_wins():
-    line = b'{"meta": {"text": "inner"}, "list": ["text", {"text": "x"}], "te\\u0078t": "first", "n": 1.5, ' \
-           b'"text" : "second", "tail": null}'
+    line = (
+        b'{"meta": {"text": "inner"}, "list": ["text", {"text": "x"}], "te\\u0078t": "first", "n": 1.5, '
+        b'"text" : "second", "tail": null}'
+    )
     rest, (lo, hi) = split_long_row(line, "text")
     assert line[lo:hi] == b"second" and json.loads(rest)["meta"] == {"text": "inner"}
     assert json.loads(rest)["text"] == ""
@@ -61,12 +63,15 @@ def test_the_text_field_is_found_at_the_top_level_only_and_the_last_one_wins():
     assert split_long_row(b'{"text": "never closed', "text") is None
 
 
-@pytest.mark.parametrize("bad, message", [
-    (b"caf\xc3", "is not UTF-8 text"),  # a truncated character
-    (b"a \\x b", "is not valid JSON"),  # no such escape
-    (b"a \x01 b", "is not valid JSON"),  # a raw control character
-    (b"lone \\ud800 surrogate", "lone UTF-16 surrogate"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (b"caf\xc3", "is not UTF-8 text"),  # a truncated character
+        (b"a \\x b", "is not valid JSON"),  # no such escape
+        (b"a \x01 b", "is not valid JSON"),  # a raw control character
+        (b"lone \\ud800 surrogate", "lone UTF-16 surrogate"),
+    ],
+)
 def test_a_bad_long_line_fails_with_the_whole_lines_one_line_error(bad, message, tmp_path, monkeypatch):
     monkeypatch.setattr(sources, "LONG_LINE", 64)
     monkeypatch.setattr(jsontext, "CHUNK_BYTES", 16)
@@ -106,16 +111,23 @@ def test_long_documents_written_as_they_are_tokenized_are_the_whole_documents_ch
 
     rng = random.Random(11)
     main = [json.loads(line)["text"] for line in (corpus / "main.jsonl").read_text().splitlines()]
-    long = ["word " * (PIECE_CHARS // 3) + "".join(rng.choice(ALPHABET[:8]) for _ in range(PIECE_CHARS)),
-            " ".join(main) + " tail " * 9_000,  # holds every target: a near-duplicate, rolled back once written
-            "x" * (PIECE_CHARS + 7) + " end"]  # one huge word: cut blind, as pieces() does
+    long = [
+        "word " * (PIECE_CHARS // 3) + "".join(rng.choice(ALPHABET[:8]) for _ in range(PIECE_CHARS)),
+        " ".join(main) + " tail " * 9_000,  # holds every target: a near-duplicate, rolled back once written
+        "x" * (PIECE_CHARS + 7) + " end",
+    ]  # one huge word: cut blind, as pieces() does
     docs = texts(12, 300, 8)
     docs = docs[:3] + [long[0]] + docs[3:6] + [long[1]] + docs[6:9] + [long[2]] + docs[9:]
     bg = tmp_path / "bg"
     bg.mkdir()
     write_jsonl(bg / "part.jsonl", [{"text": t} for t in docs])
-    rec = recipe(corpus, background_source={"name": "local", "path": str(bg)}, background_chunk_tokens=chunk,
-                 background_dedup={"ngram": 13, "overlap": 0.2}, shard_documents=64)
+    rec = recipe(
+        corpus,
+        background_source={"name": "local", "path": str(bg)},
+        background_chunk_tokens=chunk,
+        background_dedup={"ngram": 13, "overlap": 0.2},
+        shard_documents=64,
+    )
     data = load_prepared(prepare(from_dict(PrepareConfig, rec), tmp_path / "p", progress=False, num_proc=1))
     tok = data.tokenizer
     want = []
@@ -123,7 +135,7 @@ def test_long_documents_written_as_they_are_tokenized_are_the_whole_documents_ch
         if t is long[1]:
             continue
         ids = tok(t.strip(), add_special_tokens=False, split_special_tokens=True)["input_ids"]
-        cuts = [ids] if chunk is None else [ids[s:s + chunk] for s in range(0, len(ids), chunk)]
+        cuts = [ids] if chunk is None else [ids[s : s + chunk] for s in range(0, len(ids), chunk)]
         want += [c for c in cuts if len(c) >= 16]
     assert [data.background[i].tolist() for i in range(len(data.background))] == want
     assert data.manifest["stats"]["background_near_duplicates"] == 1

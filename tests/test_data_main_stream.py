@@ -45,11 +45,24 @@ def corpus(tmp_path_factory) -> Path:
 
 
 def recipe(corpus: Path, **over) -> dict:
-    base = {"name": "main", "source": {"name": "local", "path": str(corpus), "id_field": "id", "min_words": 2},
-            "tokenizer": {"name": "gpt2"}, "seq_len": 64, "packing": "pack", "min_tokens": 16, "doc_tokens": 24,
-            "num_members": 10, "repetitions": [1, 3], "nonmember_mode": "random_split", "num_nonmembers": 8,
-            "num_validation": 3, "num_background": None, "background_chunk_tokens": 63, "shard_documents": 16,
-            "background_dedup": {"ngram": 8, "overlap": 0.2}}
+    base = {
+        "name": "main",
+        "source": {"name": "local", "path": str(corpus), "id_field": "id", "min_words": 2},
+        "tokenizer": {"name": "gpt2"},
+        "seq_len": 64,
+        "packing": "pack",
+        "min_tokens": 16,
+        "doc_tokens": 24,
+        "num_members": 10,
+        "repetitions": [1, 3],
+        "nonmember_mode": "random_split",
+        "num_nonmembers": 8,
+        "num_validation": 3,
+        "num_background": None,
+        "background_chunk_tokens": 63,
+        "shard_documents": 16,
+        "background_dedup": {"ngram": 8, "overlap": 0.2},
+    }
     base.update(over)
     return base
 
@@ -62,9 +75,15 @@ def items(its) -> list[tuple]:
     return [(it.id, tuple(it.ids.tolist()), it.repetitions) for it in its]
 
 
-@pytest.mark.parametrize("over", [{}, {"nonmember_mode": "later_chunk", "num_nonmembers": 6, "num_validation": 0},
-                                  {"num_background": 25, "seed": 3},
-                                  {"source": {"max_documents": 60}}])
+@pytest.mark.parametrize(
+    "over",
+    [
+        {},
+        {"nonmember_mode": "later_chunk", "num_nonmembers": 6, "num_validation": 0},
+        {"num_background": 25, "seed": 3},
+        {"source": {"max_documents": 60}},
+    ],
+)
 def test_the_streamed_split_and_background_are_the_in_memory_ones(corpus, tmp_path, over):
     raw = recipe(corpus, **over)
     if "source" in over:
@@ -74,8 +93,10 @@ def test_the_streamed_split_and_background_are_the_in_memory_ones(corpus, tmp_pa
     # brute force: every document in memory, tokenized whole, split by plan_splits, background from its pool
     docs = load_documents(cfg.source)
     tok = load_saved_tokenizer(data.path / "tokenizer")
-    tokens = [np.asarray(ids, dtype=np.int64)
-              for ids in tok([d.text for d in docs], add_special_tokens=False, split_special_tokens=True)["input_ids"]]
+    tokens = [
+        np.asarray(ids, dtype=np.int64)
+        for ids in tok([d.text for d in docs], add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    ]
     plan = plan_splits(cfg, docs, tokens)
     assert plan.stats["duplicates"] > 0 and plan.stats["below_min_tokens"] > 0  # the corpus exercises both
     assert rows(data.members) == items(plan.members)

@@ -53,8 +53,9 @@ def test_pack_background_fills_gaps():
 
 def test_one_per_row_by_hand():
     # Doc 1 (5 tokens) takes two rows of 4 with positions 0..4; no EOS; each occurrence starts a new row.
-    cols, stats = build_rows([np.array([1, 2, 3]), np.array([4, 5, 6, 7, 8])], np.array([1, 0]), 4, "one_per_row",
-                             EOS, PAD)
+    cols, stats = build_rows(
+        [np.array([1, 2, 3]), np.array([4, 5, 6, 7, 8])], np.array([1, 0]), 4, "one_per_row", EOS, PAD
+    )
     np.testing.assert_array_equal(cols["input_ids"], [[4, 5, 6, 7], [8, PAD, PAD, PAD], [1, 2, 3, PAD]])
     np.testing.assert_array_equal(cols["labels"], [[4, 5, 6, 7], [8, IGN, IGN, IGN], [1, 2, 3, IGN]])
     np.testing.assert_array_equal(cols["document_ids"], [[1, 1, 1, 1], [1, -1, -1, -1], [0, 0, 0, -1]])
@@ -69,8 +70,9 @@ def recover(cols: dict[str, np.ndarray]) -> list[tuple[int, list[int]]]:
     A new occurrence starts where position_ids is 0 on a real token; other tokens append to the open one.
     """
     out: list[tuple[int, list[int]]] = []
-    for ids, docs, pos, mask in zip(cols["input_ids"], cols["document_ids"], cols["position_ids"],
-                                    cols["attention_mask"]):
+    for ids, docs, pos, mask in zip(
+        cols["input_ids"], cols["document_ids"], cols["position_ids"], cols["attention_mask"]
+    ):
         for t, d, p, m in zip(ids.tolist(), docs.tolist(), pos.tolist(), mask.tolist()):
             if not m:
                 continue
@@ -120,26 +122,37 @@ def derived_rows(folder, docs, order, seq_len, packing, whole, owner=None, canar
     d = np.dtype(token_dtype(2**16, dtype))
     m = whole - canaries
     variants = 0 if owner is None else m - int(np.max(owner[:m])) - 1
-    middle = docs[m:len(docs) - canaries]
+    middle = docs[m : len(docs) - canaries]
     half = len(middle) // 2
     write_shard(folder / "train", "targets", docs[:m], d, None if owner is None else owner[:m])
     write_shard(folder / "background", "00000", middle[:half], d)
     write_shard(folder / "background", "00001", middle[half:] + [np.array([7, 7])], d)  # an unused last document
-    stores = [{"path": "train/targets", "documents": m}, {"path": "background/00000", "documents": half},
-              {"path": "background/00001", "documents": len(middle) - half}]
+    stores = [
+        {"path": "train/targets", "documents": m},
+        {"path": "background/00000", "documents": half},
+        {"path": "background/00001", "documents": len(middle) - half},
+    ]
     if canaries:
-        write_shard(folder / "train", "canaries", docs[len(docs) - canaries:], d)
+        write_shard(folder / "train", "canaries", docs[len(docs) - canaries :], d)
         stores.append({"path": "train/canaries", "documents": canaries})
     units = np.array([len(x) for x in docs])[order] + (packing == "pack")
     keep = np.zeros(len(docs), dtype=bool)
     keep[:m] = True
-    keep[len(docs) - canaries:] = True
+    keep[len(docs) - canaries :] = True
     starts = pack_starts(units, keep[order], seq_len) if packing == "pack" else row_starts(units, seq_len)
     write_file(folder / "train" / "order.npy", np.asarray(order, dtype=np.int64))
     write_file(folder / "train" / "starts.npy", starts)
     stats = layout_stats(starts, units, seq_len)
-    spec = {"dtype": dtype, "seq_len": seq_len, "packing": packing, "eos_id": EOS, "pad_id": PAD,
-            "rows": stats["rows"], "variants": variants, "stores": stores}
+    spec = {
+        "dtype": dtype,
+        "seq_len": seq_len,
+        "packing": packing,
+        "eos_id": EOS,
+        "pad_id": PAD,
+        "rows": stats["rows"],
+        "variants": variants,
+        "stores": stores,
+    }
     return TrainRows(folder, spec), stats
 
 

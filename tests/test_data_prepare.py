@@ -12,8 +12,17 @@ from goldfish.data import PrepareConfig, SourceConfig, load_documents, load_prep
 from goldfish.errors import UserError
 
 # 30 articles: 12 canaries, their 12 later chunks, background chunks from the other 18 (quick to prepare).
-CANARIES = dict(source=SourceConfig(max_documents=30), seq_len=64, packing="pack", doc_tokens=48, num_members=12,
-                repetitions=[1, 2, 4, 8], num_background=40, background_chunk_tokens=100, name="canaries")
+CANARIES = dict(
+    source=SourceConfig(max_documents=30),
+    seq_len=64,
+    packing="pack",
+    doc_tokens=48,
+    num_members=12,
+    repetitions=[1, 2, 4, 8],
+    num_background=40,
+    background_chunk_tokens=100,
+    name="canaries",
+)
 
 
 def columns(rows) -> dict[str, np.ndarray]:
@@ -47,8 +56,9 @@ def test_manifest_contract(demo):
     assert {"created", "versions"} <= set(m) and m["versions"]["gensim"] == "4.4.0"
     # the rows: a 4,096-id vocabulary stored as uint16, each member once, the layout beside it
     assert m["train"]["dtype"] == "uint16" and m["train"]["stores"] == [{"path": "train/targets", "documents": 50}]
-    assert set(m["files"]) == {"train/targets.bin", "train/targets.idx.npy", "train/order.npy", "train/starts.npy"} | \
-        {f"tokenizer/{p.name}" for p in (demo.path / "tokenizer").iterdir()}
+    assert set(m["files"]) == {"train/targets.bin", "train/targets.idx.npy", "train/order.npy", "train/starts.npy"} | {
+        f"tokenizer/{p.name}" for p in (demo.path / "tokenizer").iterdir()
+    }
     assert (demo.path / "train" / "targets.bin").stat().st_size == 2 * 6400  # 50 members x 128 tokens x 2 bytes
     assert demo.background is None
     assert demo.tokenizer.eos_token_id == 0 and len(demo.tokenizer) == 4096
@@ -70,8 +80,13 @@ def test_random_split_takes_the_same_stretch_of_other_articles(demo):
 
 def test_later_chunk_is_the_next_tokens_of_the_same_article(tmp_path):
     """Re-tokenize each article independently and check member = tokens[:128], nonmember = tokens[128:256]."""
-    later = load_prepared(prepare(PrepareConfig(source=SourceConfig(max_documents=30), num_members=20,
-                                                nonmember_mode="later_chunk"), tmp_path / "later", progress=False))
+    later = load_prepared(
+        prepare(
+            PrepareConfig(source=SourceConfig(max_documents=30), num_members=20, nonmember_mode="later_chunk"),
+            tmp_path / "later",
+            progress=False,
+        )
+    )
     articles = {d.id: d.text for d in load_documents(SourceConfig(max_documents=30))}
     tok = later.tokenizer
     members, nonmembers = later.members.to_list(), later.nonmembers.to_list()
@@ -156,8 +171,9 @@ def test_deterministic(canaries, tmp_path):
     assert again.manifest["files"] == canaries.manifest["files"]  # every token, layout and tokenizer file
     for rel in canaries.manifest["files"]:
         assert (canaries.path / rel).read_bytes() == (again.path / rel).read_bytes()
-    assert (canaries.path / "tokenizer" / "tokenizer.json").read_bytes() == \
-        (again.path / "tokenizer" / "tokenizer.json").read_bytes()
+    assert (canaries.path / "tokenizer" / "tokenizer.json").read_bytes() == (
+        again.path / "tokenizer" / "tokenizer.json"
+    ).read_bytes()
 
 
 def test_seed_changes_the_split(tmp_path):
@@ -167,15 +183,31 @@ def test_seed_changes_the_split(tmp_path):
     words = "river stone light quiet north garden signal paper window orbit".split()
     for i in range(30):
         (corpus / f"{i:02d}.txt").write_text(" ".join(rng.choice(words, size=60)), encoding="utf-8")
-    base = dict(source=SourceConfig(name="local", path=str(corpus)), doc_tokens=None, min_tokens=8, seq_len=128,
-                num_members=10, nonmember_mode="held_out", tokenizer={"name": "bpe", "vocab_size": 300})
+    base = dict(
+        source=SourceConfig(name="local", path=str(corpus)),
+        doc_tokens=None,
+        min_tokens=8,
+        seq_len=128,
+        num_members=10,
+        nonmember_mode="held_out",
+        tokenizer={"name": "bpe", "vocab_size": 300},
+    )
     from goldfish.config import from_dict
 
-    a = load_prepared(prepare(from_dict(PrepareConfig, {**base, "source": {"name": "local", "path": str(corpus)}}),
-                              tmp_path / "a", progress=False))
-    b = load_prepared(prepare(from_dict(PrepareConfig, {**base, "seed": 1, "source": {"name": "local",
-                                                                                       "path": str(corpus)}}),
-                              tmp_path / "b", progress=False))
+    a = load_prepared(
+        prepare(
+            from_dict(PrepareConfig, {**base, "source": {"name": "local", "path": str(corpus)}}),
+            tmp_path / "a",
+            progress=False,
+        )
+    )
+    b = load_prepared(
+        prepare(
+            from_dict(PrepareConfig, {**base, "seed": 1, "source": {"name": "local", "path": str(corpus)}}),
+            tmp_path / "b",
+            progress=False,
+        )
+    )
     assert a.manifest["counts"] == b.manifest["counts"] == {"members": 10, "nonmembers": 10, "train": 10}
     assert a.members["id"] != b.members["id"] and a.manifest["sha256"]["train"] != b.manifest["sha256"]["train"]
 

@@ -41,16 +41,23 @@ def test_wikipedia_min_words_and_cap():
 
 
 def test_clean_wikitext_by_hand():
-    raw = ("'''Foo''' is a ''bar'' ([[baz|qux]]) of {{cite web|x=y}} the [[city]].\n\n== History ==\nIt was "
-           "founded early.\n* \n* A list item with words\n\n== References ==\n* Some book, 1999.")
+    raw = (
+        "'''Foo''' is a ''bar'' ([[baz|qux]]) of {{cite web|x=y}} the [[city]].\n\n== History ==\nIt was "
+        "founded early.\n* \n* A list item with words\n\n== References ==\n* Some book, 1999."
+    )
     want = "Foo is a bar (qux) of the city.\n\nHistory\nIt was founded early.\nA list item with words"
     assert clean_wikitext(raw) == want
 
 
 def test_kjv_parse_by_hand():
-    lines = ["Ge1:1 In the beginning God created the heaven and the earth.", "Ge1:2 And the earth was void.",
-             "Ge2:1 Thus the heavens were finished.", "Exo1:1 Now these are the names.", "noise line",
-             "Rev22:21 The grace of our Lord."]
+    lines = [
+        "Ge1:1 In the beginning God created the heaven and the earth.",
+        "Ge1:2 And the earth was void.",
+        "Ge2:1 Thus the heavens were finished.",
+        "Exo1:1 Now these are the names.",
+        "noise line",
+        "Rev22:21 The grace of our Lord.",
+    ]
     got = list(parse_verses(lines))
     assert got == [
         ("Genesis.1", "Genesis 1", "In the beginning God created the heaven and the earth. And the earth was void."),
@@ -82,8 +89,10 @@ def test_local_txt_folder(tmp_path):
     (tmp_path / "empty.txt").write_text("   \n", encoding="utf-8")
     stats: dict = {}
     docs = load_documents(SourceConfig(name="local", path=str(tmp_path)), stats)
-    assert [(d.id, d.title, d.text) for d in docs] == [("b.txt", "b", "second document here"),
-                                                        ("sub/a.txt", "a", "first document")]
+    assert [(d.id, d.title, d.text) for d in docs] == [
+        ("b.txt", "b", "second document here"),
+        ("sub/a.txt", "a", "first document"),
+    ]
     assert stats == {"read": 3, "below_min_words": 1}
 
 

@@ -93,8 +93,12 @@ def test_background_chunks_and_cap():
     assert [it.id for it in items] == [f"e0#chunk{j}" for j in range(5)] + ["e1#chunk0", "e1#chunk1"]
     assert all(len(it.ids) == 10 and it.repetitions == 1 for it in items)
     assert items[6].ids.tolist() == extra_tokens[1][10:20].tolist()
-    capped = background_items(cfg(num_members=3, num_nonmembers=3, num_background=2, background_chunk_tokens=10),
-                              plan, extra_docs, extra_tokens)
+    capped = background_items(
+        cfg(num_members=3, num_nonmembers=3, num_background=2, background_chunk_tokens=10),
+        plan,
+        extra_docs,
+        extra_tokens,
+    )
     assert [it.id for it in capped] == ["e0#chunk0", "e0#chunk1"]
     assert background_items(cfg(num_members=3, num_nonmembers=3), plan, extra_docs, extra_tokens) == []
     # a background document carrying a member's id or text is skipped

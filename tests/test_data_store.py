@@ -22,17 +22,33 @@ from goldfish.io import remove_tree
 def corpus(tmp_path_factory) -> Path:
     rng = np.random.default_rng(0)
     path = tmp_path_factory.mktemp("store") / "main.jsonl"
-    path.write_text("".join(json.dumps({"id": f"d{i}", "text": " ".join(rng.choice(WORDS, int(rng.integers(20, 200))))})
-                            + "\n" for i in range(80)), encoding="utf-8")
+    path.write_text(
+        "".join(
+            json.dumps({"id": f"d{i}", "text": " ".join(rng.choice(WORDS, int(rng.integers(20, 200))))}) + "\n"
+            for i in range(80)
+        ),
+        encoding="utf-8",
+    )
     return path
 
 
 def recipe(corpus: Path, **over) -> PrepareConfig:
-    base = {"name": "s", "source": {"name": "local", "path": str(corpus), "id_field": "id"},
-            "tokenizer": {"name": "gpt2"},
-            "seq_len": 64, "packing": "pack", "min_tokens": 16, "doc_tokens": 24, "num_members": 10,
-            "repetitions": [1, 3], "num_nonmembers": 8, "num_background": 30, "background_chunk_tokens": 63,
-            "shard_documents": 16, "background_dedup": {"ngram": 8, "overlap": 0.2}}
+    base = {
+        "name": "s",
+        "source": {"name": "local", "path": str(corpus), "id_field": "id"},
+        "tokenizer": {"name": "gpt2"},
+        "seq_len": 64,
+        "packing": "pack",
+        "min_tokens": 16,
+        "doc_tokens": 24,
+        "num_members": 10,
+        "repetitions": [1, 3],
+        "num_nonmembers": 8,
+        "num_background": 30,
+        "background_chunk_tokens": 63,
+        "shard_documents": 16,
+        "background_dedup": {"ngram": 8, "overlap": 0.2},
+    }
     return from_dict(PrepareConfig, {**base, **over})
 
 
@@ -43,8 +59,9 @@ def shard_files(folder: Path) -> dict[str, Path]:
 def test_arms_and_control_share_one_background_copy(corpus, tmp_path):
     root = tmp_path / "prepared"
     arms = prepare(recipe(corpus), root / "arms", progress=False, num_proc=1)
-    control = prepare(recipe(corpus, train_members=False, num_background=40), root / "control", progress=False,
-                      num_proc=1)
+    control = prepare(
+        recipe(corpus, train_members=False, num_background=40), root / "control", progress=False, num_proc=1
+    )
     a, c = shard_files(arms), shard_files(control)
     common = sorted(set(a) & set(c))
     assert common and set(a) <= set(c)  # the control uses more chunks: it has the arms' shards and more
@@ -54,8 +71,12 @@ def test_arms_and_control_share_one_background_copy(corpus, tmp_path):
     stores = list((root / STORE).iterdir())
     assert len(stores) == 1
     # an independent expectation: the control's background equals one prepared with no store to share
-    alone = prepare(recipe(corpus, train_members=False, num_background=40), tmp_path / "alone" / "control",
-                    progress=False, num_proc=1)
+    alone = prepare(
+        recipe(corpus, train_members=False, num_background=40),
+        tmp_path / "alone" / "control",
+        progress=False,
+        num_proc=1,
+    )
     assert {n: p.read_bytes() for n, p in shard_files(alone).items()} == {n: p.read_bytes() for n, p in c.items()}
     assert all(p.stat().st_ino != c[n].stat().st_ino for n, p in shard_files(alone).items())
     want = [load_prepared(control).background[i].tolist() for i in range(40)]

@@ -47,16 +47,28 @@ def corpus(tmp_path_factory) -> Path:
     bg.mkdir()
     docs = texts(121, 300, 1)
     for k, lo in enumerate(range(0, len(docs), 50)):
-        write_jsonl(bg / f"part-{k}.jsonl", [{"text": t} for t in docs[lo:lo + 50]])
+        write_jsonl(bg / f"part-{k}.jsonl", [{"text": t} for t in docs[lo : lo + 50]])
     return root
 
 
 def recipe(corpus: Path, **over) -> dict:
-    base = {"name": "stream", "source": {"name": "local", "path": str(corpus / "main.jsonl"), "id_field": "id"},
-            "tokenizer": {"name": "gpt2"}, "seq_len": 64, "packing": "pack", "min_tokens": 16, "doc_tokens": 24,
-            "num_members": 8, "repetitions": [1, 3], "nonmember_mode": "random_split", "num_nonmembers": 8,
-            "num_background": None, "background_chunk_tokens": 63,
-            "background_source": {"name": "local", "path": str(corpus / "bg")}, "shard_documents": 16}
+    base = {
+        "name": "stream",
+        "source": {"name": "local", "path": str(corpus / "main.jsonl"), "id_field": "id"},
+        "tokenizer": {"name": "gpt2"},
+        "seq_len": 64,
+        "packing": "pack",
+        "min_tokens": 16,
+        "doc_tokens": 24,
+        "num_members": 8,
+        "repetitions": [1, 3],
+        "nonmember_mode": "random_split",
+        "num_nonmembers": 8,
+        "num_background": None,
+        "background_chunk_tokens": 63,
+        "background_source": {"name": "local", "path": str(corpus / "bg")},
+        "shard_documents": 16,
+    }
     base.update(over)
     return base
 
@@ -73,7 +85,8 @@ def files(folder: Path) -> dict[str, bytes]:
 
 def without_time(manifest: dict) -> dict:
     return {k: v for k, v in manifest.items() if k not in ("created", "stats")} | {
-        "stats": {k: v for k, v in manifest["stats"].items() if k != "seconds"}}
+        "stats": {k: v for k, v in manifest["stats"].items() if k != "seconds"}
+    }
 
 
 # ------------------------------------------------------------------------------------------------ sources
@@ -86,13 +99,12 @@ def test_a_source_read_from_a_position_is_the_tail_of_the_whole(tmp_path):
     docs = texts(23, 12, 2)
     (tmp_path / "jsonl").mkdir()
     for k, lo in enumerate(range(0, 23, 7)):  # shards of 7, 7, 7, 2; one gzipped; blank lines are not documents
-        write_jsonl(tmp_path / "jsonl" / f"s{k}.jsonl", [{"text": t} for t in docs[lo:lo + 7]], gz=k == 1)
+        write_jsonl(tmp_path / "jsonl" / f"s{k}.jsonl", [{"text": t} for t in docs[lo : lo + 7]], gz=k == 1)
     (tmp_path / "jsonl" / "s1.jsonl").rename(tmp_path / "jsonl" / "s1.jsonl.gz")
     (tmp_path / "jsonl" / "s2.jsonl").write_text("\n" + (tmp_path / "jsonl" / "s2.jsonl").read_text() + "\n\n")
     (tmp_path / "parquet").mkdir()
     for k, lo in enumerate(range(0, 23, 10)):  # row groups of 3 inside files of 10
-        pq.write_table(pa.table({"text": docs[lo:lo + 10]}), tmp_path / "parquet" / f"p{k}.parquet",
-                       row_group_size=3)
+        pq.write_table(pa.table({"text": docs[lo : lo + 10]}), tmp_path / "parquet" / f"p{k}.parquet", row_group_size=3)
     from datasets import Dataset
 
     Dataset.from_dict({"text": docs}).save_to_disk(str(tmp_path / "saved"))
@@ -136,7 +148,7 @@ def test_the_streamed_background_is_every_accepted_chunk_once(reference, corpus)
     for p in sorted((corpus / "bg").glob("*.jsonl")):
         for line in p.read_text().splitlines():
             ids = tok(json.loads(line)["text"], add_special_tokens=False)["input_ids"]
-            want += [ids[s:s + 63] for s in range(0, len(ids), 63) if len(ids[s:s + 63]) >= 16]
+            want += [ids[s : s + 63] for s in range(0, len(ids), 63) if len(ids[s : s + 63]) >= 16]
     assert [data.background[i].tolist() for i in range(len(data.background))] == want
     assert data.manifest["train"]["dtype"] == "uint16"
     rows = data.train.batch(np.arange(len(data.train)))
@@ -211,8 +223,9 @@ def test_a_corrupt_shard_is_one_line_at_merge_and_at_load(corpus, reference, tmp
 
 def test_caps_take_the_first_chunks_of_the_first_documents(corpus, reference, tmp_path):
     whole = load_prepared(reference)
-    capped = load_prepared(prepare(from_dict(PrepareConfig, recipe(corpus, num_background=37)), tmp_path / "n",
-                                   progress=False, num_proc=1))
+    capped = load_prepared(
+        prepare(from_dict(PrepareConfig, recipe(corpus, num_background=37)), tmp_path / "n", progress=False, num_proc=1)
+    )
     assert [capped.background[i].tolist() for i in range(37)] == [whole.background[i].tolist() for i in range(37)]
     assert len(capped.background) == 37 and len(list((capped.path / "background").glob("*.bin"))) < 8
     first = recipe(corpus)
@@ -228,8 +241,9 @@ def test_a_killed_prepare_resumes_to_the_same_bytes(corpus, tmp_path):
     big.mkdir()
     write_jsonl(big / "bg.jsonl", [{"text": t} for t in texts(960, 400, 3)])
     rec = tmp_path / "r.json"
-    rec.write_text(json.dumps(recipe(corpus, background_source={"name": "local", "path": str(big)},
-                                     shard_documents=20)))
+    rec.write_text(
+        json.dumps(recipe(corpus, background_source={"name": "local", "path": str(big)}, shard_documents=20))
+    )
     reference = tmp_path / "reference"
     assert main(["prepare", str(rec), "--out", str(reference), "--num-proc", "1", "--quiet"]) == 0
     out = tmp_path / "p"
@@ -257,7 +271,8 @@ def test_a_vocabulary_too_large_for_the_dtype_is_one_line(corpus, tmp_path, caps
     tok = Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="<eos>"))
     tok.pre_tokenizer = WhitespaceSplit()
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>").save_pretrained(
-        str(tmp_path / "tok"))
+        str(tmp_path / "tok")
+    )
     rec = tmp_path / "r.json"
     rec.write_text(json.dumps(recipe(corpus, tokenizer={"name": str(tmp_path / "tok")}, token_dtype="uint16")))
     assert main(["prepare", str(rec), "--out", str(tmp_path / "p")]) == 2

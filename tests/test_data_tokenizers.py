@@ -102,8 +102,24 @@ def test_prefix_tokenization_equals_the_whole_texts_tokens(gpt2):
     import numpy as np
 
     rng = np.random.default_rng(0)
-    pieces = ["word", " ", "  ", "\n", "\n\n", "\t", "Ünï", "漢字", "🐟", "1234", "'s", "--", "https://x.org/a_b",
-              "<|endoftext|>", "a" * 50, "   \n  "]
+    pieces = [
+        "word",
+        " ",
+        "  ",
+        "\n",
+        "\n\n",
+        "\t",
+        "Ünï",
+        "漢字",
+        "🐟",
+        "1234",
+        "'s",
+        "--",
+        "https://x.org/a_b",
+        "<|endoftext|>",
+        "a" * 50,
+        "   \n  ",
+    ]
     texts = ["".join(rng.choice(pieces, size=400)) for _ in range(12)]
     docs = [Document(str(i), "", t, "local") for i, t in enumerate(texts)]
     full = tokenize(gpt2, docs)

@@ -12,13 +12,23 @@ import pytest
 
 from goldfish.config import from_dict
 from goldfish.data import PrepareConfig, load_prepared, prepare
-from goldfish.data.variants import (GAPS, NearDuplicateConfig, edit_positions, insert_sentence, make_variants,
-                                    recase, respace, substitute)
+from goldfish.data.variants import (
+    GAPS,
+    NearDuplicateConfig,
+    edit_positions,
+    insert_sentence,
+    make_variants,
+    recase,
+    respace,
+    substitute,
+)
 from goldfish.errors import ConfigError
 
-TEXT = ("The tower was finished in March and opened to the public in May. Visitors climbed the stairs to the first "
-        "platform, where a restaurant served lunch. Engineers measured how the iron moved in the wind. The design "
-        "was criticised by artists at first, and later admired by almost everyone who saw it.")
+TEXT = (
+    "The tower was finished in March and opened to the public in May. Visitors climbed the stairs to the first "
+    "platform, where a restaurant served lunch. Engineers measured how the iron moved in the wind. The design "
+    "was criticised by artists at first, and later admired by almost everyone who saw it."
+)
 
 
 def rng(seed: int = 0) -> np.random.Generator:
@@ -48,7 +58,8 @@ def test_recase_changes_one_word_per_block_and_only_case():
     changed = [i for i, (a, b) in enumerate(zip(words, out.split(" "))) if a != b]
     assert len(changed) == len(edit_positions(len(words), 4, rng())) and len({i // 4 for i in changed}) == len(changed)
     assert recase(TEXT, 1, rng()).split() != TEXT.split() and all(  # every word with a letter re-cased
-        a != b for a, b in zip(TEXT.split(" "), recase(TEXT, 1, rng()).split(" ")))
+        a != b for a, b in zip(TEXT.split(" "), recase(TEXT, 1, rng()).split(" "))
+    )
 
 
 def test_respace_changes_one_gap_per_block_and_only_whitespace():
@@ -108,18 +119,30 @@ def test_prepared_folder_trains_on_variants_and_evaluates_the_member(tmp_path, e
         for i in range(30):
             r = np.random.default_rng(i)
             f.write(json.dumps({"id": f"d{i}", "text": ". ".join(r.permutation(sentences)) + f" Number {i}."}) + "\n")
-    cfg = from_dict(PrepareConfig, {
-        "name": "nd", "source": {"name": "local", "path": str(tmp_path / "docs.jsonl")}, "tokenizer": {"name": "gpt2"},
-        "seq_len": 64, "packing": "pack", "min_tokens": 8, "doc_tokens": 30, "num_members": 8,
-        "repetitions": [1, 4], "nonmember_mode": "held_out", "num_nonmembers": 4,
-        "near_duplicates": {"edit": edit, "every": 3}})
+    cfg = from_dict(
+        PrepareConfig,
+        {
+            "name": "nd",
+            "source": {"name": "local", "path": str(tmp_path / "docs.jsonl")},
+            "tokenizer": {"name": "gpt2"},
+            "seq_len": 64,
+            "packing": "pack",
+            "min_tokens": 8,
+            "doc_tokens": 30,
+            "num_members": 8,
+            "repetitions": [1, 4],
+            "nonmember_mode": "held_out",
+            "num_nonmembers": 4,
+            "near_duplicates": {"edit": edit, "every": 3},
+        },
+    )
     data = load_prepared(prepare(cfg, tmp_path / "prep", progress=False))
     assert data.manifest["stats"]["variants"] == 4 * 3
     rows = data.train.batch(np.arange(len(data.train)))
     for k, member in enumerate(data.members):
         ids = member["input_ids"]
         starts = np.argwhere((rows["document_ids"] == k) & (rows["position_ids"] == 0))
-        copies = [rows["input_ids"][r, c:c + len(ids)].tolist() for r, c in starts]
+        copies = [rows["input_ids"][r, c : c + len(ids)].tolist() for r, c in starts]
         assert len(copies) == member["repetitions"]  # r copies in the stream, all labelled with the member's id
         assert sum(c == ids for c in copies) == 1  # the member itself once, the others are variants
         if edit == "case":

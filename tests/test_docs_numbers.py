@@ -30,8 +30,11 @@ RESULTS = REPO / "experiments" / "results" / "default"
 # The paper's numbers the quick-start table sets beside ours (Hans et al. 2024, Fig. 1: Llama-2-7B, 100 articles x
 # 100 epochs): exact match and ROUGE-L of standard / Goldfish k=4 / the untouched model
 PAPER = {"standard": ("85 %", "0.96"), "goldfish": ("0 %", "0.51"), "control": ("0 %", "0.26")}
-QUICK_START_ROWS = (("standard", "standard"), ("goldfish", "Goldfish k=4, h=13"),
-                    ("control", "control (untouched SmolLM2)"))
+QUICK_START_ROWS = (
+    ("standard", "standard"),
+    ("goldfish", "Goldfish k=4, h=13"),
+    ("control", "control (untouched SmolLM2)"),
+)
 
 
 def _pct(x: float, digits: int = 0) -> str:
@@ -43,7 +46,7 @@ def _signed(x: float, digits: int = 1) -> str:
 
 
 def quick_start_of(readme: str) -> str:
-    section = readme[readme.index("## Quick start"):readme.index("## Goldfish Loss in your code")]
+    section = readme[readme.index("## Quick start") : readme.index("## Goldfish Loss in your code")]
     return "\n".join(" ".join(line.split()) for line in section.splitlines())  # one space between words
 
 
@@ -60,28 +63,37 @@ def quick_start_problems(readme: str, summary: dict) -> list[str]:
         cells = [c.strip() for c in line.strip("|").split("|")][1:]
         k = round(s["exact_match_rate"] * s["n_windows"])
         auc = f"{s['mia_auc']:.3f}"
-        want = [f"{_pct(s['exact_match_rate'])} ({k}/{s['n_windows']}) / {paper[0]}",
-                f"{s['rouge_l_paper']:.3f} / {paper[1]}", f"{s['heldout_loss']:.3f}",
-                f"{_pct(s['tf_kept_accuracy'], 1)} / {_pct(s['tf_dropped_accuracy'], 1)}"]
+        want = [
+            f"{_pct(s['exact_match_rate'])} ({k}/{s['n_windows']}) / {paper[0]}",
+            f"{s['rouge_l_paper']:.3f} / {paper[1]}",
+            f"{s['heldout_loss']:.3f}",
+            f"{_pct(s['tf_kept_accuracy'], 1)} / {_pct(s['tf_dropped_accuracy'], 1)}",
+        ]
         for got, expected in zip(cells, want):
             if got != expected:
                 problems.append(f"README quick start, row '{label}': '{got}' where summary.json gives '{expected}'")
         p = s.get("mia_auc_p") or {}
-        exact = (f"{auc} (p = 1/C({p.get('n_members', 0) + p.get('n_nonmembers', 0)}, {p.get('n_members')}))"
-                 if p.get("method") == "perfect" else None)
+        exact = (
+            f"{auc} (p = 1/C({p.get('n_members', 0) + p.get('n_nonmembers', 0)}, {p.get('n_members')}))"
+            if p.get("method") == "perfect"
+            else None
+        )
         if len(cells) < 5 or not cells[4].startswith(auc) or (exact and cells[4] != exact):
-            problems.append(f"README quick start, row '{label}': MIA AUC '{cells[4] if len(cells) > 4 else ''}' "
-                            f"where summary.json gives '{exact or auc}'")
+            problems.append(
+                f"README quick start, row '{label}': MIA AUC '{cells[4] if len(cells) > 4 else ''}' "
+                f"where summary.json gives '{exact or auc}'"
+            )
     prose = " ".join(quick.split())  # the prose wraps anywhere
     pair = next(p for p in summary["paired"] if {p["a"], p["b"]} == {"standard", "goldfish"})
     mantissa, exponent = f"{pair['exact_match']['p_value']:.1e}".split("e")
     audit = summary["goldfish"]["leakage"]
     did = audit["did"]["dropped"]["accuracy"]
-    for phrase in (f"p = {mantissa}e−{int(exponent[1:])}",
-                   f"{_signed(100 * did['did'])} points [{_signed(100 * did['ci_low'])}, "
-                   f"{_signed(100 * did['ci_high'])}]",
-                   f"it would see {100 * audit['mde']['accuracy']:.1f}",
-                   f"its placebo {_signed(100 * audit['placebo']['accuracy']['did'])}"):
+    for phrase in (
+        f"p = {mantissa}e−{int(exponent[1:])}",
+        f"{_signed(100 * did['did'])} points [{_signed(100 * did['ci_low'])}, {_signed(100 * did['ci_high'])}]",
+        f"it would see {100 * audit['mde']['accuracy']:.1f}",
+        f"its placebo {_signed(100 * audit['placebo']['accuracy']['did'])}",
+    ):
         if phrase not in prose:
             problems.append(f"README quick start: '{phrase}' (formatted from summary.json) is not in the text")
     return problems
@@ -108,29 +120,36 @@ CHECKED = re.compile(r"^experiments/results/([\w.-]+)/?$")
 BLOCK = re.compile(r"<!-- readings: .*? -->\n.*?<!-- /readings -->", re.S)
 
 # Numbers that are not results, recognised by pattern and cut out before the measured-looking ones are read.
-NOT_RESULTS = [re.compile(p) for p in (
-    r"\b\d{4}-\d{2}-\d{2}\b",                                           # dates
-    r"\b\d+\.\d+\.\d+\S*",                                              # versions: torch 2.13.0
-    r"[Pp]ython\s*[≥>=]+\s*\d+\.\d+",                                    # Python >= 3.10
-    r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b",             # commit ids
-    r"\b(?:k|h|m|seeds?|lr|epochs|prefix_len|repetitions|size|margin)\s*=\s*[\d.]+(?:e[−+-]?\d+)?",  # k=4, h=13
-    r"[x×]\s?\d+\b",                                                    # repetition strata: x16, ×50, 100 × 100
-    r"\b\d+(?:\.\d+)?\s?[MBk]\b",                                       # sizes of models and corpora: 0.9 M, 20 B
-    r"\b[A-Za-z][\w.]*-\d+(?:\.\d+)*\w*",                               # names: Llama-2-7B, SmolLM2-135M, Apache-2.0
-    r"\b\d+(?:\.\d+)? %(?= (?:and \d+(?:\.\d+)? % )?(?:CI|bootstrap|confidence|profile|t interval|intervals?|FPR|"
-    r"power)\b)",                                                       # levels: 95 % CI, TPR at 1 % and 0.1 % FPR
-    r"\bat 1 % FPR", r"\bmore than \d+ %",                              # the TPR's operating point, a threshold
-    r"\b2\.80 (?:SE|standard errors)", r"\b0\.5 = chance|\bnear 0\.5\b",  # the code's constants
-)]
-NUMBER = re.compile(r"(?P<sign>(?<![\w.)§])[+−-]|−)?(?<![\w.§])(?P<num>\d+(?:,\d{3})*(?:\.\d+)?(?:e[−+-]?\d+)?)"
-                    r"(?P<tail>\s?%|/\d+|\s?(?:min|s|h|GB|MB|GiB|MiB)\b)?")
+NOT_RESULTS = [
+    re.compile(p)
+    for p in (
+        r"\b\d{4}-\d{2}-\d{2}\b",  # dates
+        r"\b\d+\.\d+\.\d+\S*",  # versions: torch 2.13.0
+        r"[Pp]ython\s*[≥>=]+\s*\d+\.\d+",  # Python >= 3.10
+        r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b",  # commit ids
+        r"\b(?:k|h|m|seeds?|lr|epochs|prefix_len|repetitions|size|margin)\s*=\s*[\d.]+(?:e[−+-]?\d+)?",  # k=4, h=13
+        r"[x×]\s?\d+\b",  # repetition strata: x16, ×50, 100 × 100
+        r"\b\d+(?:\.\d+)?\s?[MBk]\b",  # sizes of models and corpora: 0.9 M, 20 B
+        r"\b[A-Za-z][\w.]*-\d+(?:\.\d+)*\w*",  # names: Llama-2-7B, SmolLM2-135M, Apache-2.0
+        r"\b\d+(?:\.\d+)? %(?= (?:and \d+(?:\.\d+)? % )?(?:CI|bootstrap|confidence|profile|t interval|intervals?|FPR|"
+        r"power)\b)",  # levels: 95 % CI, TPR at 1 % and 0.1 % FPR
+        r"\bat 1 % FPR",
+        r"\bmore than \d+ %",  # the TPR's operating point, a threshold
+        r"\b2\.80 (?:SE|standard errors)",
+        r"\b0\.5 = chance|\bnear 0\.5\b",  # the code's constants
+    )
+]
+NUMBER = re.compile(
+    r"(?P<sign>(?<![\w.)§])[+−-]|−)?(?<![\w.§])(?P<num>\d+(?:,\d{3})*(?:\.\d+)?(?:e[−+-]?\d+)?)"
+    r"(?P<tail>\s?%|/\d+|\s?(?:min|s|h|GB|MB|GiB|MiB)\b)?"
+)
 
 
 @dataclass(frozen=True)
 class Number:
-    text: str       # as the doc writes it (a fraction with its denominator)
+    text: str  # as the doc writes it (a fraction with its denominator)
     value: float
-    digits: int     # decimals shown; of the mantissa in scientific notation
+    digits: int  # decimals shown; of the mantissa in scientific notation
     sci: bool
     fraction: bool
     percent: bool = False
@@ -151,10 +170,16 @@ def measured_numbers(text: str) -> list[Number]:
             continue
         body = num.replace(",", "").replace("−", "-")
         mantissa = body.split("e")[0]
-        out.append(Number(sign + num + (tail if tail.startswith("/") else ""),
-                          float(body) * (-1 if sign in ("-", "−") else 1),
-                          len(mantissa.split(".")[1]) if "." in mantissa else 0, "e" in body, tail.startswith("/"),
-                          tail == "%"))
+        out.append(
+            Number(
+                sign + num + (tail if tail.startswith("/") else ""),
+                float(body) * (-1 if sign in ("-", "−") else 1),
+                len(mantissa.split(".")[1]) if "." in mantissa else 0,
+                "e" in body,
+                tail.startswith("/"),
+                tail == "%",
+            )
+        )
     return out
 
 
@@ -210,8 +235,10 @@ def block_problems(name: str, text: str, repo: Path = REPO) -> list[str]:
         return []
     bad = [b for b, w in zip(BLOCK.findall(text), BLOCK.findall(want)) if b != w]
     first = bad[0].splitlines()[0] if bad else "?"
-    return [f"{name}: {len(bad) or 1} readings block(s) differ from the committed results (first: {first}): run "
-            f"`make docs` and commit, never edit a block by hand"]
+    return [
+        f"{name}: {len(bad) or 1} readings block(s) differ from the committed results (first: {first}): run "
+        f"`make docs` and commit, never edit a block by hand"
+    ]
 
 
 def check_doc(name: str, text: str, repo: Path = REPO) -> list[str]:
@@ -226,19 +253,23 @@ def check_doc(name: str, text: str, repo: Path = REPO) -> list[str]:
 
         if marker is None:
             if numbers:
-                problems.append(f"{name}:{line_of(numbers[0])} (section '{heading}'): measured-looking numbers "
-                                f"{[n.text for n in numbers][:6]} without a source; quote a committed study through "
-                                f"a `<!-- readings: experiments/results/<config> -->` block, or mark them `<!-- "
-                                f"numbers: paper | pending <config> | unrecorded <path> | config <path> -->` "
-                                f"(experiments/results/README.md)")
+                problems.append(
+                    f"{name}:{line_of(numbers[0])} (section '{heading}'): measured-looking numbers "
+                    f"{[n.text for n in numbers][:6]} without a source; quote a committed study through "
+                    f"a `<!-- readings: experiments/results/<config> -->` block, or mark them `<!-- "
+                    f"numbers: paper | pending <config> | unrecorded <path> | config <path> -->` "
+                    f"(experiments/results/README.md)"
+                )
             continue
         for source in (s.strip() for s in marker.split(";")):
             kind, _, arg = source.partition(" ")
             if CHECKED.match(source):
                 if numbers:
-                    problems.append(f"{name}:{line_of(numbers[0])} (section '{heading}'): {numbers[0].text} typed by "
-                                    f"hand under {source}: quote the study through a readings block (`make docs`), "
-                                    f"or link its report")
+                    problems.append(
+                        f"{name}:{line_of(numbers[0])} (section '{heading}'): {numbers[0].text} typed by "
+                        f"hand under {source}: quote the study through a readings block (`make docs`), "
+                        f"or link its report"
+                    )
             elif kind == "quick-start" and CHECKED.match(arg) and name == "README.md":
                 pass  # formatted from summary.json: quick_start_problems
             elif source == "paper":
@@ -247,18 +278,25 @@ def check_doc(name: str, text: str, repo: Path = REPO) -> list[str]:
                 if not (repo / "experiments" / f"{arg}.yaml").is_file():
                     problems.append(f"{where}: 'pending {arg}' names no config experiments/{arg}.yaml")
                 if (repo / "experiments" / "results" / arg).exists():
-                    problems.append(f"{where}: 'pending {arg}' but experiments/results/{arg}/ is committed: quote "
-                                    f"it through a readings block")
+                    problems.append(
+                        f"{where}: 'pending {arg}' but experiments/results/{arg}/ is committed: quote "
+                        f"it through a readings block"
+                    )
             elif kind in ("unrecorded", "config") and arg:
                 if not (repo / arg).exists():
                     problems.append(f"{where}: '{kind} {arg}': no such file")
                 elif kind == "config":
                     body = (repo / arg).read_text(encoding="utf-8")
-                    problems += [f"{name}:{line_of(n)} (section '{heading}'): {n.text} is not a value of {arg}"
-                                 for n in numbers if _norm(n.text).rstrip(" %") not in body]
+                    problems += [
+                        f"{name}:{line_of(n)} (section '{heading}'): {n.text} is not a value of {arg}"
+                        for n in numbers
+                        if _norm(n.text).rstrip(" %") not in body
+                    ]
             else:
-                problems.append(f"{where}: unknown source {source!r} (paper, pending <config>, unrecorded <path>, "
-                                f"config <path>, quick-start experiments/results/default)")
+                problems.append(
+                    f"{where}: unknown source {source!r} (paper, pending <config>, unrecorded <path>, "
+                    f"config <path>, quick-start experiments/results/default)"
+                )
     return problems
 
 
@@ -275,13 +313,12 @@ def checked_numbers(text: str) -> list[tuple[int, int]]:
     for m in BLOCK.finditer(text):
         body_start = text.index("\n", m.start()) + 1
         body_end = text.rindex("<!-- /readings -->", m.start(), m.end())
-        out += [(body_start + n.start(), body_start + n.end())
-                for n in re.finditer(r"\d", text[body_start:body_end])]
+        out += [(body_start + n.start(), body_start + n.end()) for n in re.finditer(r"\d", text[body_start:body_end])]
     return out
 
 
 def _mutate(text: str, at: int) -> str:
-    return text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1:]
+    return text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1 :]
 
 
 @pytest.mark.parametrize("doc", DOCS)
@@ -295,7 +332,7 @@ def test_changing_any_quoted_number_fails_the_check(doc):
     missed = []
     for start, _ in digits:
         if _blocks_equal(_mutate(text, start), cache):
-            missed.append(text[max(0, start - 30):start + 10])
+            missed.append(text[max(0, start - 30) : start + 10])
     assert not missed, f"{len(missed)} of {len(digits)} changed digits pass: {missed[:3]}"
 
 
@@ -317,12 +354,18 @@ def test_changing_any_quick_start_number_fails_the_check():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     start = readme.index("<!-- numbers: quick-start experiments/results/default -->")
     end = readme.index("<!--", start + 10)
-    quoted = re.compile(r"^\|(?! arm ).*$|p = [\d.]+e−\d+|[+−]\d+\.\d+ points \[[^\]]*\]|would see \d+\.\d+|"
-                        r"placebo [+−]\d+\.\d+", re.M)
-    digits = [start + q.start() + d.start() for q in quoted.finditer(readme[start:end])
-              for d in re.finditer(r"\d", q.group(0))]
+    quoted = re.compile(
+        r"^\|(?! arm ).*$|p = [\d.]+e−\d+|[+−]\d+\.\d+ points \[[^\]]*\]|would see \d+\.\d+|"
+        r"placebo [+−]\d+\.\d+",
+        re.M,
+    )
+    digits = [
+        start + q.start() + d.start()
+        for q in quoted.finditer(readme[start:end])
+        for d in re.finditer(r"\d", q.group(0))
+    ]
     assert len(digits) > 40
-    missed = [readme[i - 25:i + 5] for i in digits if not quick_start_problems(_mutate(readme, i), summary)]
+    missed = [readme[i - 25 : i + 5] for i in digits if not quick_start_problems(_mutate(readme, i), summary)]
     assert not missed, f"{len(missed)} of {len(digits)} changed digits pass: {missed[:5]}"
 
 
@@ -385,13 +428,15 @@ def test_every_number_in_a_config_header_has_its_source(config):
     problems = check_doc(config, text)
     assert not problems, "\n".join(problems)
     assert not re.search(r"<!--\s*numbers:[^>]*experiments/results/", text), (
-        f"{config}: a header quotes a committed study; point to docs/results.md instead")
+        f"{config}: a header quotes a committed study; point to docs/results.md instead"
+    )
 
 
 def test_a_config_header_number_without_a_marker_is_caught(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("# The design: k=4, 20 articles.\n# Measured: 292 s, exact match 95 %.\nname: c\n", encoding="utf-8")
     assert "without a source" in check_doc("c.yaml", header_of(cfg))[0]
-    cfg.write_text("# <!-- numbers: unrecorded experiments/default.yaml -->\n# Measured: 292 s.\nname: c\n",
-                   encoding="utf-8")
+    cfg.write_text(
+        "# <!-- numbers: unrecorded experiments/default.yaml -->\n# Measured: 292 s.\nname: c\n", encoding="utf-8"
+    )
     assert check_doc("c.yaml", header_of(cfg)) == []

@@ -50,9 +50,8 @@ def _reference_decode(model, prefix: list[int], steps: int, gcfg: GoldfishConfig
             allowed = drops if told[step] else ~drops
         else:
             allowed = drops if torch.softmax(logits, -1).max() < threshold else torch.ones_like(drops)
-        seq.append(int(logits.masked_fill(~allowed, float("-inf")).argmax()) if allowed.any() else
-                   int(logits.argmax()))
-    return seq[len(prefix):]
+        seq.append(int(logits.masked_fill(~allowed, float("-inf")).argmax()) if allowed.any() else int(logits.argmax()))
+    return seq[len(prefix) :]
 
 
 @pytest.mark.parametrize("strategy", ["hash", "hash-table"])
@@ -64,8 +63,9 @@ def test_batched_mask_consistent_decoding_equals_the_per_step_reference(model, t
     rng = np.random.default_rng(0)
     told = [rng.random(steps) < 1 / 3 for _ in prefixes]
     for variant_told, threshold in ((told, 0.9), (None, 0.5)):
-        got = adversary.mask_consistent_generate(model, prefixes, steps, gcfg, told=variant_told,
-                                                 threshold=threshold, batch_size=4, progress=False)
+        got = adversary.mask_consistent_generate(
+            model, prefixes, steps, gcfg, told=variant_told, threshold=threshold, batch_size=4, progress=False
+        )
         for i, p in enumerate(prefixes):
             ref = _reference_decode(model, p, steps, gcfg, None if variant_told is None else told[i], threshold)
             assert got[i] == ref, (strategy, variant_told is None, i)
@@ -151,8 +151,11 @@ def _run_folder(root, tok, loss: dict):
 
 
 def test_mask_settings_from_the_run_folder_and_overrides(tmp_path, tok):
-    run = _run_folder(tmp_path, tok, {"type": "goldfish", "goldfish": {"k": 8, "h": 7, "strategy": "hash",
-                                                                      "seed": 2, "special_ids": [5]}})
+    run = _run_folder(
+        tmp_path,
+        tok,
+        {"type": "goldfish", "goldfish": {"k": 8, "h": 7, "strategy": "hash", "seed": 2, "special_ids": [5]}},
+    )
     from goldfish.eval.config import MaskSection
 
     gcfg = adversary.resolve_mask(MaskSection(), str(run), tok)
@@ -172,8 +175,20 @@ def test_goldfish_eval_with_the_mask_consistent_adversary(tmp_path, tok, capsys)
     run = _run_folder(tmp_path, tok, {"type": "goldfish", "goldfish": {"k": 3, "h": 5, "strategy": "hash"}})
     docs = write_jsonl(tmp_path / "docs.jsonl", TEXTS)
     out = tmp_path / "ev"
-    args = ["eval", "--model", str(run), "--data", str(docs), "--out", str(out), "data.prefix_lens=[8,12]",
-            "data.suffix_len=6", "progress=false", "membership.n_bootstrap=20", "report=false"]
+    args = [
+        "eval",
+        "--model",
+        str(run),
+        "--data",
+        str(docs),
+        "--out",
+        str(out),
+        "data.prefix_lens=[8,12]",
+        "data.suffix_len=6",
+        "progress=false",
+        "membership.n_bootstrap=20",
+        "report=false",
+    ]
     assert main(args + ["decoding.adversary=mask_consistent", "decoding.switch_threshold=0.6"]) == 0
     res = json.loads((out / "results.json").read_text())
     adv = res["adversary"]
@@ -182,10 +197,11 @@ def test_goldfish_eval_with_the_mask_consistent_adversary(tmp_path, tok, capsys)
     for w in res["windows"]:
         doc = tok(TEXTS[int(w["doc_id"][3:])])["input_ids"]
         gcfg = GoldfishConfig(k=3, h=5, special_ids=[0])
-        told = config_mask(torch.tensor([doc]), gcfg)[0, w["start"] + w["prefix_len"]:][:6].numpy()
+        told = config_mask(torch.tensor([doc]), gcfg)[0, w["start"] + w["prefix_len"] :][:6].numpy()
         assert w["mask_dropped"] == int(told.sum())
-        assert w["greedy_dropped_hits"] == sum(int(d and g == t) for g, t, d in
-                                               zip(w["generation_ids"], w["truth_ids"], told))
+        assert w["greedy_dropped_hits"] == sum(
+            int(d and g == t) for g, t, d in zip(w["generation_ids"], w["truth_ids"], told)
+        )
         assert 0 <= w["mc_oracle_dropped_hits"] <= w["mask_dropped"]
     doc = _documented()  # every field emitted is documented in eval/SCHEMA.md
     assert "adversary" in doc["top level"] and set(adv) <= doc["adversary"]
@@ -199,8 +215,9 @@ def test_goldfish_eval_with_the_mask_consistent_adversary(tmp_path, tok, capsys)
         hits = sum(w["tf_oracle_dropped_hits"] for w in ws)
         # the mean of 0/1 float64 values: an exact sum, one correctly rounded division, as here
         assert row["dropped_accuracy"]["tf_oracle"]["mean"] == hits / n_dropped
-    assert row["mcnemar_vs_greedy"]["mc_oracle"] == mcnemar_exact([w["mc_oracle_exact_match"] for w in ws],
-                                                                  [w["exact_match"] for w in ws])
+    assert row["mcnemar_vs_greedy"]["mc_oracle"] == mcnemar_exact(
+        [w["mc_oracle_exact_match"] for w in ws], [w["exact_match"] for w in ws]
+    )
     # a checkpoint without mask settings: one error line naming the keys, exit 2, nothing written
     plain = tmp_path / "ev2"
     hf = save_model_folder(tmp_path / "hf", tiny_llama(len(tok), seed=5), tok)  # no run folder around it

@@ -15,9 +15,17 @@ F64 = rounding(10, U64)  # float64 means, standard deviations and intervals of <
 
 
 def window(p, r, exact, tm, rouge, onepass=None, **extra):
-    w = {"prefix_len": p, "repetitions": r, "exact_match": exact, "token_match": tm, "rouge_l": rouge,
-         "rouge_l_words": rouge, "longest_match_prefix": int(tm * 10), "edit_distance": 1 - tm,
-         "onepass_exact": exact if onepass is None else onepass}
+    w = {
+        "prefix_len": p,
+        "repetitions": r,
+        "exact_match": exact,
+        "token_match": tm,
+        "rouge_l": rouge,
+        "rouge_l_words": rouge,
+        "longest_match_prefix": int(tm * 10),
+        "edit_distance": 1 - tm,
+        "onepass_exact": exact if onepass is None else onepass,
+    }
     w.update(extra)
     return w
 
@@ -34,8 +42,15 @@ WINDOWS = [
 def test_summary_matches_hand_computation():
     s = summarize(WINDOWS)
     o = s["overall"]
-    assert {"n_windows", "exact_match_rate", "exact_match_ci_low", "onepass_token_acc", "suffix_logprob",
-            "np_extraction", "onepass_disagreements"} <= set(o)
+    assert {
+        "n_windows",
+        "exact_match_rate",
+        "exact_match_ci_low",
+        "onepass_token_acc",
+        "suffix_logprob",
+        "np_extraction",
+        "onepass_disagreements",
+    } <= set(o)
     assert "beam_exact_match_rate" not in o and "sample_rate" not in o  # only with beams / samples
     assert o["n_windows"] == 5
     assert o["exact_match_rate"] == 2 / 5  # counts over a count and integer sums: exact
@@ -55,14 +70,56 @@ def test_summary_matches_hand_computation():
 
 
 def test_one_pass_measures_by_split_group_and_window_with_intervals():
-    ws = [window(8, None, False, 0.5, 0.5, split="members", group="famous", window="start", doc_id="a",
-                 onepass_token_acc=0.9, suffix_logprob=-2.0, np_extraction=0.5, beam_exact_match=True, sample_rate=0.5),
-          window(8, None, False, 0.1, 0.1, split="members", group="famous", window="end", doc_id="a",
-                 onepass_token_acc=0.7, suffix_logprob=-4.0, np_extraction=0.1, beam_exact_match=False,
-                 sample_rate=0.0),
-          window(8, 0, False, 0.0, 0.0, split="nonmembers", group=None, window="start", doc_id="z",
-                 onepass_token_acc=0.1, suffix_logprob=-60.0, np_extraction=0.0, beam_exact_match=False,
-                 sample_rate=0.0)]
+    ws = [
+        window(
+            8,
+            None,
+            False,
+            0.5,
+            0.5,
+            split="members",
+            group="famous",
+            window="start",
+            doc_id="a",
+            onepass_token_acc=0.9,
+            suffix_logprob=-2.0,
+            np_extraction=0.5,
+            beam_exact_match=True,
+            sample_rate=0.5,
+        ),
+        window(
+            8,
+            None,
+            False,
+            0.1,
+            0.1,
+            split="members",
+            group="famous",
+            window="end",
+            doc_id="a",
+            onepass_token_acc=0.7,
+            suffix_logprob=-4.0,
+            np_extraction=0.1,
+            beam_exact_match=False,
+            sample_rate=0.0,
+        ),
+        window(
+            8,
+            0,
+            False,
+            0.0,
+            0.0,
+            split="nonmembers",
+            group=None,
+            window="start",
+            doc_id="z",
+            onepass_token_acc=0.1,
+            suffix_logprob=-60.0,
+            np_extraction=0.0,
+            beam_exact_match=False,
+            sample_rate=0.0,
+        ),
+    ]
     s = summarize(ws)
     assert list(s["by_window"]) == ["end", "start"] and s["by_window"]["start"]["n_windows"] == 2
     assert list(s["by_split"]) == ["members", "nonmembers"]
@@ -71,8 +128,9 @@ def test_one_pass_measures_by_split_group_and_window_with_intervals():
     # mean ± 1.96·s/sqrt(n): values 0.9, 0.7 -> s = sqrt(0.02), half-width 1.96 · sqrt(0.02 / 2) = 0.196 exactly
     assert members["onepass_token_acc_ci_low"] == pytest.approx(0.8 - 0.196, rel=F64, abs=0)
     assert members["onepass_token_acc_ci_high"] == pytest.approx(min(1.0, 0.8 + 0.196), rel=F64, abs=0)
-    assert members["suffix_logprob_ci_high"] == pytest.approx(-3.0 + 1.96 * np.std([-2, -4], ddof=1) / np.sqrt(2),
-                                                              rel=F64, abs=0)
+    assert members["suffix_logprob_ci_high"] == pytest.approx(
+        -3.0 + 1.96 * np.std([-2, -4], ddof=1) / np.sqrt(2), rel=F64, abs=0
+    )
     assert members["beam_exact_match_rate"] == 0.5 and members["sample_rate"] == 0.25  # (0.5 + 0) / 2: exact
     assert list(s["by_group"]) == ["famous", "unknown"] and s["by_group"]["famous"]["np_extraction"] == 0.3
     assert [d["doc_id"] for d in s["documents"]] == ["a", "z"]  # ranked by one-pass top-1 accuracy

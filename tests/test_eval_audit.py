@@ -25,9 +25,19 @@ P, S = 4, 5
 def successor_model(vocab: int, succ: dict[int, int]):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=vocab, intermediate_size=8, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
-                      tie_word_embeddings=False, bos_token_id=None, eos_token_id=0, pad_token_id=0)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=vocab,
+        intermediate_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=0,
+        pad_token_id=0,
+    )
     model = LlamaForCausalLM(cfg).eval()
     with torch.no_grad():
         for p in model.parameters():
@@ -53,7 +63,7 @@ def expected(ids: list[int], succ: dict[int, int]) -> dict:
     exact = 0
     for s in starts:
         token, run = ids[s + P - 1], 0
-        for truth in ids[s + P: s + P + S]:
+        for truth in ids[s + P : s + P + S]:
             token = succ.get(token, 0)
             if token != truth:
                 break
@@ -68,8 +78,13 @@ def expected(ids: list[int], succ: dict[int, int]) -> dict:
             j += 1
         best = max(best, (j - i, -i)) if j > i else best
         i = j + 1
-    return {"verdict": "regurgitated" if exact else "not_regurgitated", "n_windows": len(starts),
-            "regurgitated_windows": exact, "longest_span": best[0], "longest_span_offset": -best[1]}
+    return {
+        "verdict": "regurgitated" if exact else "not_regurgitated",
+        "n_windows": len(starts),
+        "regurgitated_windows": exact,
+        "longest_span": best[0],
+        "longest_span_offset": -best[1],
+    }
 
 
 def test_a_corpus_is_audited_document_by_document(tmp_path, capsys):
@@ -81,9 +96,21 @@ def test_a_corpus_is_audited_document_by_document(tmp_path, capsys):
         for a, b in zip(ids, ids[1:]):
             succ.setdefault(a, b)  # the first successor wins: a repeated token breaks a later run
     model = save_model_folder(tmp_path / "model", successor_model(len(tok), succ), tok)
-    texts = (memorised + TEXTS[3:] + [" ".join(reversed(t.split())) for t in TEXTS]
-             + [TEXTS[0] + " " + TEXTS[4], TEXTS[5] + " " + TEXTS[1], TEXTS[2] * 3, TEXTS[3][:30], "Hi.", "Call me",
-                "The cat", "We hold"])
+    texts = (
+        memorised
+        + TEXTS[3:]
+        + [" ".join(reversed(t.split())) for t in TEXTS]
+        + [
+            TEXTS[0] + " " + TEXTS[4],
+            TEXTS[5] + " " + TEXTS[1],
+            TEXTS[2] * 3,
+            TEXTS[3][:30],
+            "Hi.",
+            "Call me",
+            "The cat",
+            "We hold",
+        ]
+    )
     assert len(texts) == 20
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"id": f"d{i:02d}", "body": t}) + "\n" for i, t in enumerate(texts)))
@@ -92,10 +119,26 @@ def test_a_corpus_is_audited_document_by_document(tmp_path, capsys):
     # the text sits under "body": one error line names the setting that reads it
     assert main(["eval", "--model", str(model), "--data", str(corpus), "--out", str(out), "progress=false"]) == 2
     err = capsys.readouterr().err
-    assert "line 1 has no \"text\" string" in err and "data.text_field=body" in err and "Traceback" not in err
+    assert 'line 1 has no "text" string' in err and "data.text_field=body" in err and "Traceback" not in err
 
-    assert main(["eval", "--model", str(model), "--data", str(corpus), "--out", str(out), "progress=false",
-                 "data.text_field=body", f"data.prefix_lens={P}", f"data.suffix_len={S}"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                str(model),
+                "--data",
+                str(corpus),
+                "--out",
+                str(out),
+                "progress=false",
+                "data.text_field=body",
+                f"data.prefix_lens={P}",
+                f"data.suffix_len={S}",
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     res = json.loads((out / "results.json").read_text())
     assert res["config"]["data"]["window"] == ["stride"]  # the default for a JSONL corpus: whole documents
@@ -116,8 +159,11 @@ def test_a_corpus_is_audited_document_by_document(tmp_path, capsys):
 
     report = (out / "report.md").read_text()
     audit = report.split("## Regurgitation audit")[1].split("\n## ")[0]
-    listed = [line.split("|")[2].strip() for line in audit.splitlines() if line.startswith("| ") and
-              line.split("|")[1].strip().isdigit()]
+    listed = [
+        line.split("|")[2].strip()
+        for line in audit.splitlines()
+        if line.startswith("| ") and line.split("|")[1].strip().isdigit()
+    ]
     order = sorted(hits, key=lambda d: (-want[d]["longest_span"], -want[d]["regurgitated_windows"], d))
     assert listed == order  # every regurgitated document, longest span first
     assert "20 documents (no membership split)" in report and "member" not in audit
@@ -137,8 +183,23 @@ def test_a_folder_of_text_files_is_a_corpus_too(tmp_path, capsys):
     for name, text in files.items():
         (corpus / name).write_text(text, encoding="utf-8")
     out = tmp_path / "audit"
-    assert main(["eval", "--model", str(model), "--data", str(corpus), "--out", str(out), "progress=false",
-                 f"data.prefix_lens={P}", f"data.suffix_len={S}"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                str(model),
+                "--data",
+                str(corpus),
+                "--out",
+                str(out),
+                "progress=false",
+                f"data.prefix_lens={P}",
+                f"data.suffix_len={S}",
+            ]
+        )
+        == 0
+    )
     res = json.loads((out / "results.json").read_text())
     assert res["config"]["data"]["window"] == ["stride"]
     got = {d["doc_id"]: d for d in res["documents"]}
@@ -187,7 +248,7 @@ def test_documents_shorter_than_the_window_are_answered_by_the_short_rule(tmp_pa
     tok = tiny_tokenizer()
     ids6 = tok(TEXTS[3][:30], add_special_tokens=False)["input_ids"]  # 20 tokens, no token twice in its last half
     succ: dict[int, int] = {}
-    firsts = [ids6[len(ids6) - len(ids6) // 2 - 1:]]
+    firsts = [ids6[len(ids6) - len(ids6) // 2 - 1 :]]
     for ids in firsts + [tok(t, add_special_tokens=False)["input_ids"] for t in TEXTS[:3]]:
         for a, b in zip(ids, ids[1:]):
             succ.setdefault(a, b)
@@ -196,13 +257,30 @@ def test_documents_shorter_than_the_window_are_answered_by_the_short_rule(tmp_pa
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
     out = tmp_path / "audit"
-    assert main(["eval", "--model", str(model), "--data", str(corpus), "--out", str(out), "progress=false",
-                 "decoding.batch_size=2"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                str(model),
+                "--data",
+                str(corpus),
+                "--out",
+                str(out),
+                "progress=false",
+                "decoding.batch_size=2",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     res = json.loads((out / "results.json").read_text())
     docs = {d["doc_id"]: d for d in res["documents"]}
-    assert re.search(rf"extraction: {len(res['windows'])} windows to decode; the first \d+ took [\d.]+ s "
-                     r"\([\d.]+ windows/s\): about [\d.]+ (s|min|h) more", err)  # the expected time, before the rest
+    assert re.search(
+        rf"extraction: {len(res['windows'])} windows to decode; the first \d+ took [\d.]+ s "
+        r"\([\d.]+ windows/s\): about [\d.]+ (s|min|h) more",
+        err,
+    )  # the expected time, before the rest
     lengths = {f"d{i}": len(tok(t, add_special_tokens=False)["input_ids"]) for i, t in enumerate(texts)}
     for doc_id, n in lengths.items():
         got = docs[doc_id]
@@ -215,17 +293,24 @@ def test_documents_shorter_than_the_window_are_answered_by_the_short_rule(tmp_pa
         ids = tok(texts[int(doc_id[1:])], add_special_tokens=False)["input_ids"]
         suffix = n // 2  # the rule by hand: the last half, at most S = 50 tokens
         token, run = ids[n - suffix - 1], 0
-        for truth in ids[n - suffix:]:
+        for truth in ids[n - suffix :]:
             token = succ.get(token, 0)
             if token != truth:
                 break
             run += 1
         assert got["short_window"] and got["n_windows"] == 1, doc_id
         assert (got["verdict"], got["longest_span"], got["longest_span_offset"]) == (
-            "regurgitated" if run == suffix else "not_regurgitated", run, n - suffix), doc_id
+            "regurgitated" if run == suffix else "not_regurgitated",
+            run,
+            n - suffix,
+        ), doc_id
         (w,) = [w for w in res["windows"] if w["doc_id"] == doc_id]
         assert (w["window"], w["prefix_tokens"], w["suffix_len"], len(w["generation_ids"])) == (
-            "short", n - suffix, suffix, suffix)
+            "short",
+            n - suffix,
+            suffix,
+            suffix,
+        )
     assert docs["d6"]["verdict"] == "regurgitated"  # its second half memorised first: a short window's verdict
     assert "short" in res["summary"]["by_window"]  # reported as its own placement, never pooled
     fitted = sum(16 <= n < 82 for n in lengths.values())

@@ -11,8 +11,14 @@ import torch
 from scipy.stats import binom
 from tolerances import U64, proportion_se, rounding
 
-from goldfish.eval.baseline import (baseline_rows, dropped_miss_rate, k_baseline, stratum_row, window_baseline,
-                                   window_predictions)
+from goldfish.eval.baseline import (
+    baseline_rows,
+    dropped_miss_rate,
+    k_baseline,
+    stratum_row,
+    window_baseline,
+    window_predictions,
+)
 from goldfish.experiment.analyses.kbaseline import k_baseline_table
 from goldfish.experiment.summary import cells_of
 from goldfish.masks import GoldfishConfig, goldfish_mask
@@ -22,7 +28,7 @@ def test_k_baseline_by_hand():
     assert k_baseline(4, 50, 0.0) == 1.0
     # the formula's own float64 operations, in the same order: exact
     assert k_baseline(2, 3, 0.5) == 0.421875  # (1 - 0.25)^3, exact in binary
-    assert k_baseline(4, 50, 1.0) == 0.75 ** 50  # 5.66e-7: a model that never guesses a drop
+    assert k_baseline(4, 50, 1.0) == 0.75**50  # 5.66e-7: a model that never guesses a drop
     assert k_baseline(128, 50, 0.8) == (1 - 0.8 / 128) ** 50
     with pytest.raises(ValueError, match="g=1.5"):
         k_baseline(4, 50, 1.5)
@@ -30,7 +36,7 @@ def test_k_baseline_by_hand():
 
 def test_window_baseline_uses_each_windows_own_dropped_count():
     # by hand: g = 1/2 and windows holding 0, 1 and 2 dropped targets: (1 + 1/2 + 1/4) / 3 = 7/12
-    assert window_baseline(0.5, [0, 1, 2]) == pytest.approx(7 / 12, abs=4 * 2.0 ** -53)
+    assert window_baseline(0.5, [0, 1, 2]) == pytest.approx(7 / 12, abs=4 * 2.0**-53)
     # the demo's case in the issue: at k = 32 many 50-token suffixes hold no dropped target; those are exact whenever
     # the kept tokens are, whatever g, so the per-window baseline is at least their share
     assert window_baseline(1.0, [0] * 8 + [2] * 12) == 8 / 20
@@ -96,7 +102,7 @@ def test_window_predictions_use_teacher_forcing_and_the_runs_mask():
     assert rows[0]["g"] == missed / dropped.sum()  # a count over a count
     assert rows[0]["baseline_nominal"] == (1 - rows[0]["g"] / 3) ** 20  # the formula's operations in the same order
     per_window = [(1 - rows[0]["g"]) ** int(n) for n in dropped.sum(axis=1)]  # each window's own dropped count
-    assert rows[0]["baseline_windows"] == pytest.approx(sum(per_window) / 2, abs=4 * 2.0 ** -53)
+    assert rows[0]["baseline_windows"] == pytest.approx(sum(per_window) / 2, abs=4 * 2.0**-53)
     assert rows[0]["n_windows_no_drop"] == int((dropped.sum(axis=1) == 0).sum())
     assert rows[0]["onepass_exact_rate"] == 0.5 and rows[0]["n_windows"] == 2
 
@@ -127,8 +133,8 @@ def test_the_baseline_with_kept_accuracy_and_its_test_by_hand():
     tol = rounding(12, U64)  # a few powers and products of numbers <= 1
     assert row["baseline_kept"] == pytest.approx((0.3645 + 0.3645 + 0.6561) / 3, abs=tol)
     # P(X <= 1) = P0 + P1 = 0.6355^2 0.3439 + 2 (0.3645 0.6355 0.3439) + 0.6355^2 0.6561, by hand
-    p0 = 0.6355 ** 2 * 0.3439
-    p1 = 2 * 0.3645 * 0.6355 * 0.3439 + 0.6355 ** 2 * 0.6561
+    p0 = 0.6355**2 * 0.3439
+    p1 = 2 * 0.3645 * 0.6355 * 0.3439 + 0.6355**2 * 0.6561
     assert row["test"]["p_at_most"] == pytest.approx(p0 + p1, abs=tol)
     assert row["test"]["expected"] == pytest.approx(0.3645 * 2 + 0.6561, abs=tol)
     # the kept-known baseline beside it: (1/2 + 1/2 + 1) / 3
@@ -144,8 +150,11 @@ def test_baseline_rows_split_by_stratum():
     assert [r["repetitions"] for r in rows] == ["all", 4, 16]
     hits, dropped = window_predictions(NextIsPlusOne(), docs, 10, 20, cfg)
     for r, chosen in ((rows[1], slice(0, 3)), (rows[2], slice(3, 6))):  # each stratum its own windows
-        assert r == {"prefix_len": 10, "repetitions": r["repetitions"],
-                     **stratum_row(hits[chosen], dropped[chosen], 3, 20)}
+        assert r == {
+            "prefix_len": 10,
+            "repetitions": r["repetitions"],
+            **stratum_row(hits[chosen], dropped[chosen], 3, 20),
+        }
     assert rows[1]["onepass_exact"] == 2 and rows[2]["onepass_exact"] == 3 and rows[0]["onepass_exact"] == 5
 
 
@@ -176,20 +185,53 @@ def test_nonmember_g_comes_from_heldout_windows_not_the_judged_ones():
 
 
 def test_report_table_sits_next_to_exact_match():
-    kb = {"k": 4, "h": 13, "strategy": "hash", "suffix_len": 50,
-          "rows": [{"prefix_len": 32, "repetitions": "all", "n_windows": 100, "n_dropped": 1250, "g": 0.9,
-                    "kept_acc": 0.99, "n_windows_no_drop": 3, "onepass_exact": 0, "onepass_exact_rate": 0.0,
-                    "baseline_windows": 0.031, "baseline_nominal": k_baseline(4, 50, 0.9), "baseline_kept": 0.02,
-                    "test": {"expected": 2.0, "p_value": 0.27, "p_at_most": 0.135},
-                    "nonmember_g": {"g": 0.95, "n_windows": 50, "n_dropped": 600, "baseline_windows": 0.01,
-                                    "baseline_kept": 0.008, "test": {"expected": 0.8, "p_value": 1.0,
-                                                                     "p_at_most": 0.449}}}]}
-    results = {"axes": [], "cells": [
-        {"cell": "goldfish-k4", "arm": "goldfish-k4", "k_baseline": kb,
-         "by_prefix_len": {"32": {"exact_match_rate": 0.0}}},
-        {"cell": "standard", "arm": "standard", "k_baseline": None, "by_prefix_len": {}}]}
+    kb = {
+        "k": 4,
+        "h": 13,
+        "strategy": "hash",
+        "suffix_len": 50,
+        "rows": [
+            {
+                "prefix_len": 32,
+                "repetitions": "all",
+                "n_windows": 100,
+                "n_dropped": 1250,
+                "g": 0.9,
+                "kept_acc": 0.99,
+                "n_windows_no_drop": 3,
+                "onepass_exact": 0,
+                "onepass_exact_rate": 0.0,
+                "baseline_windows": 0.031,
+                "baseline_nominal": k_baseline(4, 50, 0.9),
+                "baseline_kept": 0.02,
+                "test": {"expected": 2.0, "p_value": 0.27, "p_at_most": 0.135},
+                "nonmember_g": {
+                    "g": 0.95,
+                    "n_windows": 50,
+                    "n_dropped": 600,
+                    "baseline_windows": 0.01,
+                    "baseline_kept": 0.008,
+                    "test": {"expected": 0.8, "p_value": 1.0, "p_at_most": 0.449},
+                },
+            }
+        ],
+    }
+    results = {
+        "axes": [],
+        "cells": [
+            {
+                "cell": "goldfish-k4",
+                "arm": "goldfish-k4",
+                "k_baseline": kb,
+                "by_prefix_len": {"32": {"exact_match_rate": 0.0}},
+            },
+            {"cell": "standard", "arm": "standard", "k_baseline": None, "by_prefix_len": {}},
+        ],
+    }
     table = k_baseline_table(results, cells_of(results))
     assert "goldfish-k4" in table and "standard" not in table
     # windows, exact match, g, kept accuracy, the kept-known baseline (nominal), the measured-a one, the test
-    assert ("| 32 | all | 100 (3) | 0.0 % | 0.900 | 99.0 % | 3.1 % (0.0 %) | 2.0 % | 0 vs 2.0 expected, p 0.27 "
-            "(P(X <= 0) 0.14) | g 0.950: 0.8 %; 0 vs 0.8 expected, p 1 (P(X <= 0) 0.45) |") in table
+    assert (
+        "| 32 | all | 100 (3) | 0.0 % | 0.900 | 99.0 % | 3.1 % (0.0 %) | 2.0 % | 0 vs 2.0 expected, p 0.27 "
+        "(P(X <= 0) 0.14) | g 0.950: 0.8 %; 0 vs 0.8 expected, p 1 (P(X <= 0) 0.45) |"
+    ) in table

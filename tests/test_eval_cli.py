@@ -23,11 +23,36 @@ from goldfish.eval.state import MEMBERSHIP_PARTIAL, WINDOWS_PARTIAL
 
 from eval_fixtures import TEXTS, save_model_folder, schema_fields, tiny_llama, tiny_tokenizer, write_jsonl
 
-WINDOW_KEYS = {"doc_id", "title", "repetitions", "split", "group", "prefix_len", "suffix_len", "window", "start",
-               "exact_match", "token_match", "longest_match_prefix", "rouge_l", "rouge_l_words", "rouge_l_paper",
-               "lcs_len", "edit_distance", "onepass_exact", "extraction_strength", "onepass_token_acc",
-               "suffix_logprob", "p_suffix", "np_extraction", "generation", "truth", "generation_ids", "truth_ids",
-               "sha256"}
+WINDOW_KEYS = {
+    "doc_id",
+    "title",
+    "repetitions",
+    "split",
+    "group",
+    "prefix_len",
+    "suffix_len",
+    "window",
+    "start",
+    "exact_match",
+    "token_match",
+    "longest_match_prefix",
+    "rouge_l",
+    "rouge_l_words",
+    "rouge_l_paper",
+    "lcs_len",
+    "edit_distance",
+    "onepass_exact",
+    "extraction_strength",
+    "onepass_token_acc",
+    "suffix_logprob",
+    "p_suffix",
+    "np_extraction",
+    "generation",
+    "truth",
+    "generation_ids",
+    "truth_ids",
+    "sha256",
+}
 
 
 @pytest.fixture(scope="module")
@@ -42,16 +67,35 @@ def setup(tmp_path_factory):
 
 def _args(setup, out, *extra):
     root, model, docs, non = setup
-    return ["eval", "--model", str(root / "run"), "--data", str(docs), "--nonmembers", str(non), "--out", str(out),
-            "data.prefix_lens=8,all", "data.suffix_len=6", "data.window=[start]", "progress=false",
-            "membership.n_bootstrap=20", *extra]
+    return [
+        "eval",
+        "--model",
+        str(root / "run"),
+        "--data",
+        str(docs),
+        "--nonmembers",
+        str(non),
+        "--out",
+        str(out),
+        "data.prefix_lens=8,all",
+        "data.suffix_len=6",
+        "data.window=[start]",
+        "progress=false",
+        "membership.n_bootstrap=20",
+        *extra,
+    ]
 
 
 def _cfg(setup, out, **sections) -> EvalConfig:
     root, model, docs, non = setup
-    data = {"model": {"path": str(model)}, "data": {"path": str(docs), "prefix_lens": [8], "suffix_len": 6,
-                                                    "window": ["start"]},
-            "out": str(out), "report": False, "progress": False, "membership": {"n_bootstrap": 10}}
+    data = {
+        "model": {"path": str(model)},
+        "data": {"path": str(docs), "prefix_lens": [8], "suffix_len": 6, "window": ["start"]},
+        "out": str(out),
+        "report": False,
+        "progress": False,
+        "membership": {"n_bootstrap": 10},
+    }
     for key, value in sections.items():
         data[key] = {**data[key], **value} if isinstance(value, dict) else value
     return from_dict(EvalConfig, data)
@@ -84,8 +128,9 @@ def test_cli_writes_results_following_the_schema(setup, tmp_path, capsys):
     assert set(s["by_prefix_len"]) == {"8", "-1"} and set(s["by_window"]) == {"start"}
     assert s["overall"]["onepass_disagreements"] == 0 and "beam_exact_match_rate" in s["by_split"]["members"]
     # every registered attack but the one needing a reference model (none given): its keys at the default Min-K 20 %
-    assert set(res["membership"]["attacks"]) == {k for a in ATTACK_SPECS.values() if "reference_model" not in a.needs
-                                                 for k in a.keys([0.2])}
+    assert set(res["membership"]["attacks"]) == {
+        k for a in ATTACK_SPECS.values() if "reference_model" not in a.needs for k in a.keys([0.2])
+    }
     assert len(res["membership"]["scores"]["loss"]["members"]) == len(TEXTS)
     assert "exact_match" in (out / "results.csv").read_text().splitlines()[0].split(",")
     assert yaml.safe_load((out / "eval_config.yaml").read_text())["data"]["suffix_len"] == 6
@@ -97,11 +142,17 @@ def test_cli_writes_results_following_the_schema(setup, tmp_path, capsys):
     assert set(res) <= doc["top level"]
     for section in ("versions", "model", "data", "summary", "membership"):
         assert set(res[section]) <= doc[section], section
-    rows = [r for key, strata in s.items() if key not in ("overall", "documents", "metrics", "by_split_window")
-            for r in strata.values()] + [r for strata in s["by_split_window"].values() for r in strata.values()]
+    rows = [
+        r
+        for key, strata in s.items()
+        if key not in ("overall", "documents", "metrics", "by_split_window")
+        for r in strata.values()
+    ] + [r for strata in s["by_split_window"].values() for r in strata.values()]
     assert set().union(*map(set, rows + [s["overall"]])) <= doc["summary row"]
-    assert set(s["metrics"]) <= doc["summary row"] and set().union(*map(set, s["metrics"].values())) <= \
-        doc["summary.metrics"]
+    assert (
+        set(s["metrics"]) <= doc["summary row"]
+        and set().union(*map(set, s["metrics"].values())) <= doc["summary.metrics"]
+    )
     assert set().union(*map(set, s["documents"])) <= doc["summary.documents"]
     assert set().union(*map(set, res["windows"])) <= doc["windows"]
     assert len(res["documents"]) == len(TEXTS) and set().union(*map(set, res["documents"])) <= doc["documents"]
@@ -120,15 +171,28 @@ def test_resume_refusal_and_overwrite(setup, tmp_path, capsys):
     lines = [json.dumps(w) for w in first["windows"]]
     rec = dict(first["windows"][0], generation="MARKER")
     (out / "results.json").unlink()
-    (out / WINDOWS_PARTIAL).write_text("\n".join([json.dumps(rec)] + lines[1:]) + "\n{\"doc_id\": \"torn")
+    (out / WINDOWS_PARTIAL).write_text("\n".join([json.dumps(rec)] + lines[1:]) + '\n{"doc_id": "torn')
     second = run_eval(cfg)
     assert second["windows"][0]["generation"] == "MARKER"  # reused, not recomputed
     assert [w["generation_ids"] for w in second["windows"][1:]] == [w["generation_ids"] for w in first["windows"][1:]]
     assert len(second["windows"]) == len(TEXTS) and not (out / WINDOWS_PARTIAL).exists()  # torn line gone
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     capsys.readouterr()
-    code = main(["eval", "--model", str(model), "--data", str(docs), "--out", str(out), "data.prefix_lens=[8]",
-                 "data.suffix_len=6", "report=false", "model.dtype=float16"])
+    code = main(
+        [
+            "eval",
+            "--model",
+            str(model),
+            "--data",
+            str(docs),
+            "--out",
+            str(out),
+            "data.prefix_lens=[8]",
+            "data.suffix_len=6",
+            "report=false",
+            "model.dtype=float16",
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and "different evaluation" in err and "config.model.dtype" in err and "\n" not in err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing written
@@ -181,7 +245,7 @@ def test_killed_membership_run_resumes_without_rescoring(setup, tmp_path, monkey
     # likelihood is the target pass's own where the document fits beside the prefix: no pass of its own)
     assert len(lines) == 3 * 2 * len(TEXTS)
     kept = lines[: len(lines) - 5]
-    partial.write_text("\n".join(kept) + "\n{\"key\": \"torn")  # killed: 5 results lost, a torn line left
+    partial.write_text("\n".join(kept) + '\n{"key": "torn')  # killed: 5 results lost, a torn line left
     scored = []
     real = scoring._score_batch
     monkeypatch.setattr(scoring, "_score_batch", lambda m, batch, *a: scored.extend(batch) or real(m, batch, *a))
@@ -208,8 +272,11 @@ def test_membership_only_mode(setup, tmp_path):
 def test_groups_from_a_jsonl_field(setup, tmp_path):
     root, model, docs, non = setup
     data = tmp_path / "grouped.jsonl"
-    data.write_text("".join(json.dumps({"id": f"d{i}", "text": t, "source": ["book", "web"][i % 2]}) + "\n"
-                            for i, t in enumerate(TEXTS)))
+    data.write_text(
+        "".join(
+            json.dumps({"id": f"d{i}", "text": t, "source": ["book", "web"][i % 2]}) + "\n" for i, t in enumerate(TEXTS)
+        )
+    )
     res = run_eval(_cfg(setup, tmp_path / "ev", data={"path": str(data), "group_field": "source"}))
     assert set(res["summary"]["by_group"]) == {"book", "web"}
     assert res["summary"]["by_group"]["book"]["n_windows"] == 3
@@ -220,8 +287,22 @@ def test_groups_from_a_jsonl_field(setup, tmp_path):
 def test_context_and_reference_are_checked_before_anything_is_written(setup, tmp_path, capsys):
     root, model, docs, non = setup
     long = write_jsonl(tmp_path / "long.jsonl", [" ".join(TEXTS * 8)])  # > 512 tokens: the model's context
-    assert main(["eval", "--model", str(model), "--data", str(long), "--out", str(tmp_path / "a"),
-                 "data.prefix_lens=all", "data.suffix_len=6"]) == 2
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                str(model),
+                "--data",
+                str(long),
+                "--out",
+                str(tmp_path / "a"),
+                "data.prefix_lens=all",
+                "data.suffix_len=6",
+            ]
+        )
+        == 2
+    )
     assert "exceeds the model's context of 512" in capsys.readouterr().err and not (tmp_path / "a").exists()
     assert main(_args(setup, tmp_path / "b", "model.reference=/nonexistent/ref")) == 2
     assert "model path not found: /nonexistent/ref" in capsys.readouterr().err and not (tmp_path / "b").exists()
@@ -235,24 +316,39 @@ def test_config_precedence_defaults_yaml_command_line(setup, tmp_path, capsys):
     cfg = evaluate.build_config(parser.parse_args([str(conf)]))
     assert (cfg.data.suffix_len, cfg.decoding.beam, cfg.data.prefix_lens, cfg.decoding.samples) == (7, 2, [16], 0)
     assert cfg.data.window == ["start"] and cfg.tasks == ["extraction", "membership"]  # the defaults
-    cfg = evaluate.build_config(parser.parse_args([str(conf), "data.suffix_len=8", "decoding.samples=3",
-                                                   "--offsets", "0,100,200", "--max-offset", "150",
-                                                   "--threads", "1"]))
+    cfg = evaluate.build_config(
+        parser.parse_args(
+            [
+                str(conf),
+                "data.suffix_len=8",
+                "decoding.samples=3",
+                "--offsets",
+                "0,100,200",
+                "--max-offset",
+                "150",
+                "--threads",
+                "1",
+            ]
+        )
+    )
     assert (cfg.data.suffix_len, cfg.decoding.samples, cfg.model.threads) == (8, 3, 1)
     assert (cfg.data.offsets, cfg.data.max_offset, cfg.data.window) == ([0, 100, 200], 150, ["offsets"])
     assert main(["eval", str(conf), "--out", "x", "out=y"]) == 2
     assert "--out and out= both given" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["data.prefix_lens=0"], "prefix_lens"),
-    (["decoding.batch_size=many"], "batch_size"),
-    (["data.stride=0", "decoding.beam=0"], "stride=0 must be >= 1"),
-    (["data.window=[offsets]"], "needs data.offsets"),
-    (["--model", "/nonexistent/model"], "model path not found"),
-    (["--threads", "0"], "threads=0"),
-    (["prefix_lens=8"], "unknown config key 'prefix_lens'"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["data.prefix_lens=0"], "prefix_lens"),
+        (["decoding.batch_size=many"], "batch_size"),
+        (["data.stride=0", "decoding.beam=0"], "stride=0 must be >= 1"),
+        (["data.window=[offsets]"], "needs data.offsets"),
+        (["--model", "/nonexistent/model"], "model path not found"),
+        (["--threads", "0"], "threads=0"),
+        (["prefix_lens=8"], "unknown config key 'prefix_lens'"),
+    ],
+)
 def test_user_errors_are_one_line(setup, tmp_path, capsys, extra, message):
     args = _args(setup, tmp_path / "ev", *extra)
     if extra[0] == "--model":
@@ -281,17 +377,37 @@ def test_prepared_folder_input(tmp_path):
 
     texts = [f"Part {i}: {t} {TEXTS[(i + 1) % 6]}" for i, t in enumerate(TEXTS * 2)]  # 12 distinct openings
     corpus = write_jsonl(tmp_path / "corpus.jsonl", texts)
-    pcfg = from_dict(PrepareConfig, {"name": "t", "source": {"name": "local", "path": str(corpus)},
-                                     "tokenizer": {"name": "bpe", "vocab_size": 300}, "seq_len": 48,
-                                     "min_tokens": 8, "doc_tokens": 40, "num_members": 8, "repetitions": [1, 4],
-                                     "nonmember_mode": "held_out", "num_nonmembers": 4})
+    pcfg = from_dict(
+        PrepareConfig,
+        {
+            "name": "t",
+            "source": {"name": "local", "path": str(corpus)},
+            "tokenizer": {"name": "bpe", "vocab_size": 300},
+            "seq_len": 48,
+            "min_tokens": 8,
+            "doc_tokens": 40,
+            "num_members": 8,
+            "repetitions": [1, 4],
+            "nonmember_mode": "held_out",
+            "num_nonmembers": 4,
+        },
+    )
     prepared = prepare(pcfg, out=tmp_path / "prep", progress=False)
     data = load_prepared(prepared)
     model = save_model_folder(tmp_path / "m", tiny_llama(len(data.tokenizer)))  # no tokenizer: the data's is used
-    res = run_eval(from_dict(EvalConfig, {
-        "model": {"path": str(model)}, "data": {"path": str(prepared), "prefix_lens": [16], "suffix_len": 8,
-                                                "window": ["end"]},
-        "out": str(tmp_path / "ev"), "report": False, "progress": False, "membership": {"n_bootstrap": 10}}))
+    res = run_eval(
+        from_dict(
+            EvalConfig,
+            {
+                "model": {"path": str(model)},
+                "data": {"path": str(prepared), "prefix_lens": [16], "suffix_len": 8, "window": ["end"]},
+                "out": str(tmp_path / "ev"),
+                "report": False,
+                "progress": False,
+                "membership": {"n_bootstrap": 10},
+            },
+        )
+    )
     assert res["data"]["members"] == 8 and res["data"]["nonmembers"] == 4
     assert sorted({w["repetitions"] for w in res["windows"]}) == [1, 4]
     assert set(res["summary"]["by_repetitions"]) == {"1", "4"}
@@ -316,8 +432,11 @@ def test_a_newly_registered_metric_reaches_every_summary_row(setup, tmp_path):
     hits = [w["generation_ids"][0] == w["truth_ids"][0] for w in windows]
     assert [w["first_token_match"] for w in windows] == hits  # computed for every window
     s = res["summary"]
-    assert s["metrics"]["first_token_match_rate"] == {"metric": "first_token_match", "aggregation": "rate",
-                                                      "higher_is_better": True}
+    assert s["metrics"]["first_token_match_rate"] == {
+        "metric": "first_token_match",
+        "aggregation": "rate",
+        "higher_is_better": True,
+    }
     for row in [s["overall"], *s["by_window"].values(), *s["by_prefix_len"].values(), *s["by_split"].values()]:
         assert {"first_token_match_rate", "first_token_match_rate_ci_low", "first_token_match_rate_ci_high"} <= set(row)
     assert s["overall"]["first_token_match_rate"] == sum(hits) / len(hits)  # a count over a count: exact

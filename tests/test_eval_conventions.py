@@ -68,16 +68,29 @@ def offline_cache(tmp_path, monkeypatch):
 def test_a_hub_id_is_evaluated_from_the_hf_cache_offline(setup, offline_cache, tmp_path, capsys):
     root, model, docs, non = setup
     snapshot = fake_hub_cache(offline_cache, "acme/tiny-llama", model)
-    args = ["eval", "--model", "acme/tiny-llama", "--data", str(docs), "--out", str(tmp_path / "ev_hub"),
-            "data.prefix_lens=[8]", "data.suffix_len=6", "data.window=[start]", "tasks=[extraction]"]
+    args = [
+        "eval",
+        "--model",
+        "acme/tiny-llama",
+        "--data",
+        str(docs),
+        "--out",
+        str(tmp_path / "ev_hub"),
+        "data.prefix_lens=[8]",
+        "data.suffix_len=6",
+        "data.window=[start]",
+        "tasks=[extraction]",
+    ]
     assert main(args + ["--log-samples"]) == 0, capsys.readouterr().err
     out = tmp_path / "ev_hub"
     hub = json.loads((out / "results.json").read_text())
     # provenance as lm-eval gives it: the Hub id and the snapshot's commit, never the cache path
     assert snapshot.name == COMMIT and (hub["model"]["path"], hub["model"]["revision"]) == ("acme/tiny-llama", COMMIT)
     lm = json.loads((out / LM_EVAL_FILE).read_text())
-    assert lm["model_name"] == "acme/tiny-llama" and f"pretrained=acme/tiny-llama,revision={COMMIT}," in \
-        lm["config"]["model_args"]
+    assert (
+        lm["model_name"] == "acme/tiny-llama"
+        and f"pretrained=acme/tiny-llama,revision={COMMIT}," in lm["config"]["model_args"]
+    )
     assert f"`acme/tiny-llama` at revision `{COMMIT}`" in (out / "report.md").read_text()
     for name in ("results.json", LM_EVAL_FILE, "report.md"):
         assert str(offline_cache) not in (out / name).read_text(), name
@@ -103,8 +116,10 @@ def test_hub_ids_that_cannot_be_used_are_one_error_line(setup, offline_cache, tm
     (pickled / "config.json").write_text((model / "config.json").read_text())
     (pickled / "pytorch_model.bin").write_bytes(b"not fetched")
     fake_hub_cache(offline_cache, "acme/pickled", pickled)
-    for repo_id, needle in (("acme/absent", "is not in the Hugging Face cache"),
-                            ("acme/pickled", "has no safetensors weights on the Hub")):
+    for repo_id, needle in (
+        ("acme/absent", "is not in the Hugging Face cache"),
+        ("acme/pickled", "has no safetensors weights on the Hub"),
+    ):
         capsys.readouterr()
         assert main(["eval", "--model", repo_id, "--data", str(docs), "--out", str(tmp_path / "x")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
@@ -141,17 +156,47 @@ def test_lm_eval_flags_and_results_layout(setup, tmp_path):
     windows (recomputed here with numpy), the AUCs with their bootstrap stderr, and config/versions/n-samples."""
     root, model, docs, non = setup
     out = tmp_path / "ev"
-    args = ["eval", "--model", str(model), "--data", str(docs), "--nonmembers", str(non), "--out", str(out),
-            "--device", "cpu", "--batch_size", "3", "--limit", "5", "data.prefix_lens=[8]", "data.suffix_len=6",
-            "data.window=[start,end]", "membership.n_bootstrap=50", "report=false", "progress=false"]
+    args = [
+        "eval",
+        "--model",
+        str(model),
+        "--data",
+        str(docs),
+        "--nonmembers",
+        str(non),
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "--batch_size",
+        "3",
+        "--limit",
+        "5",
+        "data.prefix_lens=[8]",
+        "data.suffix_len=6",
+        "data.window=[start,end]",
+        "membership.n_bootstrap=50",
+        "report=false",
+        "progress=false",
+    ]
     assert main(args) == 0
     saved = yaml.safe_load((out / "eval_config.yaml").read_text())
     assert (saved["model"]["device"], saved["decoding"]["batch_size"], saved["data"]["max_docs"]) == ("cpu", 3, 5)
     assert main([*args[:-2], "--batch-size", "3", "--out", str(tmp_path / "dash")]) == 0  # lm-eval's other spelling
     results = json.loads((out / "results.json").read_text())
     lm = json.loads((out / LM_EVAL_FILE).read_text())
-    assert set(lm) >= {"results", "configs", "versions", "n-shot", "higher_is_better", "n-samples", "config",
-                       "git_hash", "date", "model_name"}
+    assert set(lm) >= {
+        "results",
+        "configs",
+        "versions",
+        "n-shot",
+        "higher_is_better",
+        "n-samples",
+        "config",
+        "git_hash",
+        "date",
+        "model_name",
+    }
     assert lm["config"]["device"] == "cpu" and lm["config"]["batch_size"] == 3 and lm["config"]["limit"] == 5
     assert set(lm["results"]) == {"goldfish_extraction_start", "goldfish_extraction_end", "goldfish_membership"}
     for placement in ("start", "end"):
@@ -161,17 +206,26 @@ def test_lm_eval_flags_and_results_layout(setup, tmp_path):
         assert entry["exact_match,none"] == row["exact_match_rate"] and entry["rouge_l,none"] == row["rouge_l"]
         for metric in ("exact_match", "token_match", "rouge_l_paper"):
             values = np.array([float(w[metric]) for w in windows])
-            assert entry[f"{metric}_stderr,none"] == pytest.approx(values.std(ddof=1) / math.sqrt(len(values)),
-                                                                   rel=1e-12, abs=1e-15)
+            assert entry[f"{metric}_stderr,none"] == pytest.approx(
+                values.std(ddof=1) / math.sqrt(len(values)), rel=1e-12, abs=1e-15
+            )
         assert lm["n-samples"][task] == {"original": len(windows), "effective": len(windows)} and len(windows) == 5
     loss = results["membership"]["attacks"]["loss"]
     assert lm["results"]["goldfish_membership"]["auc_loss,none"] == loss["auc"]
     assert lm["results"]["goldfish_membership"]["auc_loss_stderr,none"] == pytest.approx(
-        (loss["auc_ci_high"] - loss["auc_ci_low"]) / (2 * 1.959963984540054), rel=1e-12)
+        (loss["auc_ci_high"] - loss["auc_ci_low"]) / (2 * 1.959963984540054), rel=1e-12
+    )
     rows = _lm_eval_table(lm)
-    assert ("goldfish_extraction_end", "goldfish-eval/1", "none", "0", "exact_match", True,
-            results["summary"]["by_window"]["end"]["exact_match_rate"],
-            lm["results"]["goldfish_extraction_end"]["exact_match_stderr,none"]) in rows
+    assert (
+        "goldfish_extraction_end",
+        "goldfish-eval/1",
+        "none",
+        "0",
+        "exact_match",
+        True,
+        results["summary"]["by_window"]["end"]["exact_match_rate"],
+        lm["results"]["goldfish_extraction_end"]["exact_match_stderr,none"],
+    ) in rows
     assert not list(out.glob("*.partial.jsonl"))  # a finished folder keeps no partial files
 
 
@@ -212,8 +266,21 @@ def test_eval_without_a_terminal_logs_each_phase(setup, tmp_path, monkeypatch, c
     monkeypatch.setattr(heartbeat, "INTERVAL_S", 0.01)
     chunk = run_module.evaluate_chunk
     monkeypatch.setattr(run_module, "evaluate_chunk", lambda *a, **k: time.sleep(0.1) or chunk(*a, **k))  # a slow batch
-    args = ["eval", "--model", str(model), "--data", str(docs), "--nonmembers", str(non), "--out", str(tmp_path / "ev"),
-            "data.prefix_lens=[8]", "data.suffix_len=6", "membership.n_bootstrap=10", "report=false"]
+    args = [
+        "eval",
+        "--model",
+        str(model),
+        "--data",
+        str(docs),
+        "--nonmembers",
+        str(non),
+        "--out",
+        str(tmp_path / "ev"),
+        "data.prefix_lens=[8]",
+        "data.suffix_len=6",
+        "membership.n_bootstrap=10",
+        "report=false",
+    ]
     assert main(args) == 0
     err = capsys.readouterr().err
     label = "/".join((tmp_path / "ev").parts[-3:])  # an experiment's out folder cells/<cell>/eval names its cell
@@ -225,8 +292,16 @@ def test_the_first_heartbeat_line_comes_after_the_first_batch_with_its_measured_
     """Not "0/35 (0 %) ... 0.00 windows/s" for minutes: once the count moves a line says so, long before the
     interval."""
     log, done = _Log(), [0]
-    with Heartbeat("extraction", lambda: done[0], total=12, unit="windows", interval=3600, stream=log,
-                   label="cells/standard_x4/eval", poll=0.01):
+    with Heartbeat(
+        "extraction",
+        lambda: done[0],
+        total=12,
+        unit="windows",
+        interval=3600,
+        stream=log,
+        label="cells/standard_x4/eval",
+        poll=0.01,
+    ):
         time.sleep(0.2)  # the first batch
         done[0] = 4
         deadline = time.monotonic() + 30
@@ -255,11 +330,30 @@ def test_extraction_progress_moves_per_batch_not_per_chunk(setup, tmp_path, monk
         def batch(n):
             on_batch(n)
             seen.append(counts[0]())
+
         return real(*args, on_batch=batch, **kwargs)
 
     monkeypatch.setattr(run_module, "_heartbeat", spy)
     monkeypatch.setattr(run_module, "generate", generate)
-    assert main(["eval", "--model", str(model), "--data", str(docs), "--out", str(tmp_path / "ev"), "report=false",
-                 "data.prefix_lens=[8]", "data.suffix_len=6", "data.window=[start]", "tasks=[extraction]",
-                 "decoding.batch_size=2", "progress=false"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                str(model),
+                "--data",
+                str(docs),
+                "--out",
+                str(tmp_path / "ev"),
+                "report=false",
+                "data.prefix_lens=[8]",
+                "data.suffix_len=6",
+                "data.window=[start]",
+                "tasks=[extraction]",
+                "decoding.batch_size=2",
+                "progress=false",
+            ]
+        )
+        == 0
+    )
     assert seen == [2, 4, 6]

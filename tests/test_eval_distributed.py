@@ -23,8 +23,14 @@ from goldfish.hardware import physical_cores
 
 pytestmark = pytest.mark.dist
 
-SETTINGS = ["decoding.batch_size=4", "membership.token_budget=256", "data.prefix_lens=[16,32]", "data.suffix_len=16",
-            "decoding.beam=2", "report=false"]
+SETTINGS = [
+    "decoding.batch_size=4",
+    "membership.token_budget=256",
+    "data.prefix_lens=[16,32]",
+    "data.suffix_len=16",
+    "decoding.beam=2",
+    "report=false",
+]
 
 
 def _port() -> int:
@@ -36,9 +42,20 @@ def _port() -> int:
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("dist_eval")
-    data = prepare(PrepareConfig(source=SourceConfig(max_documents=60), tokenizer=TokenizerConfig(name="gpt2"),
-                                 doc_tokens=64, num_members=20, num_nonmembers=20, nonmember_mode="random_split",
-                                 seq_len=64, min_tokens=64), root / "data", progress=False)
+    data = prepare(
+        PrepareConfig(
+            source=SourceConfig(max_documents=60),
+            tokenizer=TokenizerConfig(name="gpt2"),
+            doc_tokens=64,
+            num_members=20,
+            num_nonmembers=20,
+            nonmember_mode="random_split",
+            seq_len=64,
+            min_tokens=64,
+        ),
+        root / "data",
+        progress=False,
+    )
     model = save_model_folder(root / "model", tiny_llama(vocab_size=50257, hidden=32, layers=2))
     return root, data, model
 
@@ -49,8 +66,19 @@ def _default_env() -> dict:
 
 
 def _eval(launcher: list[str], root: Path, data: Path, model: Path, out: str):
-    cmd = [*launcher, "-m", "goldfish", "eval", "--model", str(model), "--data", str(data), "--out", str(root / out),
-           *SETTINGS]
+    cmd = [
+        *launcher,
+        "-m",
+        "goldfish",
+        "eval",
+        "--model",
+        str(model),
+        "--data",
+        str(data),
+        "--out",
+        str(root / out),
+        *SETTINGS,
+    ]
     return subprocess.run(cmd, env=_default_env(), cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
@@ -76,10 +104,21 @@ def test_two_processes_equal_one_in_every_number(setup, one_process, launcher):
     require_dist_marker()
     root, data, model = setup
     port = str(_port())
-    cmd = ([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}"]
-           if launcher == "torchrun" else
-           [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes=2", "--num_machines=1",
-            "--mixed_precision=no", "--dynamo_backend=no", f"--main_process_port={port}"])
+    cmd = (
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}"]
+        if launcher == "torchrun"
+        else [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",
+            "--num_processes=2",
+            "--num_machines=1",
+            "--mixed_precision=no",
+            "--dynamo_backend=no",
+            f"--main_process_port={port}",
+        ]
+    )
     done = _eval(cmd, root, data, model, launcher)
     assert done.returncode == 0, done.stderr[-3000:]
     split = json.loads((root / launcher / "results.json").read_text())
@@ -90,8 +129,9 @@ def test_two_processes_equal_one_in_every_number(setup, one_process, launcher):
     assert _numbers(split) == _numbers(one_process)
     assert len(one_process["windows"]) == 40 and one_process["membership"]["attacks"]
     assert done.stdout.count("results: ") == 1  # rank 0 prints, once
-    assert sorted(p.name for p in (root / launcher).iterdir() if not p.name.startswith(".")) == \
-        sorted(p.name for p in (root / "one").iterdir() if not p.name.startswith("."))
+    assert sorted(p.name for p in (root / launcher).iterdir() if not p.name.startswith(".")) == sorted(
+        p.name for p in (root / "one").iterdir() if not p.name.startswith(".")
+    )
 
 
 def test_a_split_checkpoint_series_equals_one_process(setup, tmp_path):
@@ -99,13 +139,25 @@ def test_a_split_checkpoint_series_equals_one_process(setup, tmp_path):
     process, model by model."""
     root, data, model = setup
     other = save_model_folder(tmp_path / "other", tiny_llama(vocab_size=50257, hidden=32, layers=2, seed=1))
-    argv = ["eval", "--data", str(data), "model.threads=1", *SETTINGS, f"series.models=[{model},{other}]",
-            "series.labels=[a,b]"]
+    argv = [
+        "eval",
+        "--data",
+        str(data),
+        "model.threads=1",
+        *SETTINGS,
+        f"series.models=[{model},{other}]",
+        "series.labels=[a,b]",
+    ]
     assert goldfish_main([*argv, "--out", str(tmp_path / "one")]) == 0  # in this process (one thread: conftest)
     two = launch([*argv, "--out", str(tmp_path / "two")], nproc=2, timeout=600)
     assert two.returncode == 0, two.stderr[-3000:]
-    outs = {name: {label: _numbers(json.loads((tmp_path / name / "models" / label / "eval" / "results.json")
-                                              .read_text())) for label in ("a", "b")} for name in ("one", "two")}
+    outs = {
+        name: {
+            label: _numbers(json.loads((tmp_path / name / "models" / label / "eval" / "results.json").read_text()))
+            for label in ("a", "b")
+        }
+        for name in ("one", "two")
+    }
     assert outs["one"] == outs["two"]
     assert outs["one"]["a"] != outs["one"]["b"]  # two models: a rank that evaluated one model twice would differ
     assert os.path.isfile(tmp_path / "two" / "series.json")

@@ -37,9 +37,15 @@ def test_checkpoint_precision_is_the_saved_dtype(tmp_path):
 def _hf_greedy(model, prefix: list[int]) -> list[int]:
     """Batch-1 ``model.generate`` greedy, exactly S new tokens, eos neither stopping nor banned."""
     with eos_disabled(model), torch.no_grad():
-        out = model.generate(torch.tensor([prefix]), attention_mask=torch.ones(1, len(prefix), dtype=torch.long),
-                             do_sample=False, max_new_tokens=S, min_new_tokens=S, pad_token_id=0)
-    return out[0, len(prefix):].tolist()
+        out = model.generate(
+            torch.tensor([prefix]),
+            attention_mask=torch.ones(1, len(prefix), dtype=torch.long),
+            do_sample=False,
+            max_new_tokens=S,
+            min_new_tokens=S,
+            pad_token_id=0,
+        )
+    return out[0, len(prefix) :].tolist()
 
 
 def char_tokenizer():
@@ -52,8 +58,13 @@ def char_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     alphabet = [c for c in pre_tokenizers.ByteLevel.alphabet() if c.isascii() and c.isprintable()]
-    trainer = trainers.BpeTrainer(vocab_size=len(alphabet) + 1, special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=alphabet, limit_alphabet=len(alphabet), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=len(alphabet) + 1,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=alphabet,
+        limit_alphabet=len(alphabet),
+        show_progress=False,
+    )
     tok.train_from_iterator(TEXTS, trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
 
@@ -81,9 +92,27 @@ def corpus(tmp_path_factory):
 
 def _eval(root, folder, docs, name, *extra) -> dict:
     out = root / name
-    assert main(["eval", "--model", str(folder), "--data", str(docs), "--out", str(out), "tasks=[extraction]",
-                 f"data.prefix_lens=[{P}]", f"data.suffix_len={S}", "data.window=[stride]", "data.stride=7",
-                 "report=true", *extra]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                str(folder),
+                "--data",
+                str(docs),
+                "--out",
+                str(out),
+                "tasks=[extraction]",
+                f"data.prefix_lens=[{P}]",
+                f"data.suffix_len={S}",
+                "data.window=[stride]",
+                "data.stride=7",
+                "report=true",
+                *extra,
+            ]
+        )
+        == 0
+    )
     return json.loads((out / "results.json").read_text())
 
 
@@ -98,8 +127,8 @@ def test_eval_of_an_fp32_checkpoint_agrees_with_batch1_generate(corpus):
     assert len(windows) >= 2 * len(TEXTS)
     for w in windows:
         ids = tokens[w["doc_id"]]
-        prefix = ids[w["start"]:w["start"] + w["prefix_tokens"]]
-        truth = ids[w["start"] + w["prefix_tokens"]:][:S]
+        prefix = ids[w["start"] : w["start"] + w["prefix_tokens"]]
+        truth = ids[w["start"] + w["prefix_tokens"] :][:S]
         ref = _hf_greedy(model, prefix)
         assert w["exact_match"] == (ref == truth), w["doc_id"]
         assert w["token_match"] == pytest.approx(sum(a == b for a, b in zip(ref, truth)) / S, abs=1e-12)

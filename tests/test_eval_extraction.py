@@ -36,7 +36,7 @@ def test_window_geometry_by_hand():
     covered = {t for w in stride for t in w.suffix}
     assert covered == set(range(105, 120))
     exact, _ = build_windows([_doc(21)], [5], 4, ["stride"], stride=4)  # 0, 4, 8, 12: the last one already ends
-    assert [w.start for w in exact] == [0, 4, 8, 12]                     # at token 21, no extra window
+    assert [w.start for w in exact] == [0, 4, 8, 12]  # at token 21, no extra window
     for placement in ("end", "start", "stride"):
         (w,), _ = build_windows([doc], [ALL], 4, [placement])
         assert (w.start, len(w.prefix), w.suffix) == (0, 16, tuple(range(116, 120)))
@@ -49,8 +49,13 @@ def test_offsets_and_max_offset_by_hand():
     assert [w.start for w in offs] == [0, 10, 31]  # 32 + 5 + 4 = 41 > 40 tokens: no window there
     assert offs[1].prefix == tuple(range(110, 115)) and offs[1].suffix == tuple(range(115, 119))
     capped, _ = build_windows([doc], [5], 4, ["offsets", "stride"], stride=6, offsets=[0, 10, 31], max_offset=12)
-    assert [(w.placement, w.start) for w in capped] == [("offsets", 0), ("offsets", 10), ("stride", 0),
-                                                         ("stride", 6), ("stride", 12)]
+    assert [(w.placement, w.start) for w in capped] == [
+        ("offsets", 0),
+        ("offsets", 10),
+        ("stride", 0),
+        ("stride", 6),
+        ("stride", 12),
+    ]
     (start,), _ = build_windows([doc], [5], 4, ["start"], max_offset=0)  # start windows are not capped away
     assert start.start == 0
 
@@ -70,9 +75,13 @@ def test_window_keys_are_stable_and_specific():
     toks = tuple(range(30))
     k = window_key(toks, 5, 8, "end", 17)
     assert k == window_key(list(toks), 5, 8, "end", 17)
-    others = {window_key(toks, 6, 8, "end", 17), window_key(toks, 5, 9, "end", 17),
-              window_key(toks, 5, 8, "start", 17), window_key(toks, 5, 8, "end", 16),
-              window_key(toks[:-1] + (99,), 5, 8, "end", 17)}
+    others = {
+        window_key(toks, 6, 8, "end", 17),
+        window_key(toks, 5, 9, "end", 17),
+        window_key(toks, 5, 8, "start", 17),
+        window_key(toks, 5, 8, "end", 16),
+        window_key(toks[:-1] + (99,), 5, 8, "end", 17),
+    }
     assert k not in others and len(others) == 5
     w1, _ = build_windows([_doc(30)], [5, 10], 8)
     w2, _ = build_windows([_doc(30)], [10, 5], 8)
@@ -97,7 +106,7 @@ def _cases(model, n=12, seed=0):
             suffixes.append(gen), expect_run.append(S)
         elif kind == 1:
             j = i % S
-            suffixes.append(gen[:j] + [(gen[j] + 1) % 128] + gen[j + 1:]), expect_run.append(j)
+            suffixes.append(gen[:j] + [(gen[j] + 1) % 128] + gen[j + 1 :]), expect_run.append(j)
         else:
             suffixes.append(torch.randint(1, 128, (S,), generator=g).tolist()), expect_run.append(None)
     return prefixes, suffixes, greedy, expect_run
@@ -156,8 +165,11 @@ def test_a_document_too_short_for_every_window_gets_one_by_the_short_rule():
 
     docs = [_doc(60, "a"), _doc(16, "b"), _doc(15, "c"), _doc(200, "d")]
     windows, skipped = build_windows(docs, [32], 50, ["stride"])
-    short = [(w.doc.id, w.placement, w.prefix_len, w.start, len(w.prefix), len(w.suffix), w.suffix_len)
-             for w in windows if w.placement == "short"]
+    short = [
+        (w.doc.id, w.placement, w.prefix_len, w.start, len(w.prefix), len(w.suffix), w.suffix_len)
+        for w in windows
+        if w.placement == "short"
+    ]
     assert short == [("a", "short", ALL, 0, 30, 30, 30), ("b", "short", ALL, 0, 8, 8, 8)]  # c: 7 < 8, no window
     assert skipped == 3 and {w.doc.id for w in windows if w.placement == "stride"} == {"d"}
     (a,) = [w for w in windows if w.doc.id == "a"]

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import (GenerationConfig, GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM,
-                          LlamaConfig, LlamaForCausalLM)
+from transformers import (
+    GenerationConfig,
+    GPT2Config,
+    GPT2LMHeadModel,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+)
 
 from goldfish.eval.generate import beam_generate, buckets, eos_disabled, generate, left_pad, run_batched, sampling_pick
 
@@ -14,20 +21,49 @@ S = 10
 
 
 def _llama():
-    return LlamaForCausalLM(LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=2, initializer_range=0.3,
-                                        bos_token_id=1, eos_token_id=2))
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=V,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            initializer_range=0.3,
+            bos_token_id=1,
+            eos_token_id=2,
+        )
+    )
 
 
 def _gpt2():
-    return GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=128,
-                                      initializer_range=0.3, bos_token_id=1, eos_token_id=2))
+    return GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=V,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            n_positions=128,
+            initializer_range=0.3,
+            bos_token_id=1,
+            eos_token_id=2,
+        )
+    )
 
 
 def _neox():  # Pythia's architecture (rotary on part of each head, parallel residual)
-    return GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                            num_attention_heads=4, initializer_range=0.3, bos_token_id=1,
-                                            eos_token_id=2))
+    return GPTNeoXForCausalLM(
+        GPTNeoXConfig(
+            vocab_size=V,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            initializer_range=0.3,
+            bos_token_id=1,
+            eos_token_id=2,
+        )
+    )
 
 
 ARCHS = {"llama": _llama, "gpt2": _gpt2, "gpt_neox": _neox}
@@ -48,9 +84,10 @@ def hf_reference(model, prefix: list[int], s: int, **kw) -> list[int]:
     """Batch-1 ``model.generate``: greedy (or beam), exactly ``s`` new tokens, eos neither stopping nor banned."""
     cfg = GenerationConfig(do_sample=False, max_new_tokens=s, min_new_tokens=s, pad_token_id=0, **kw)
     with eos_disabled(model), torch.no_grad():
-        out = model.generate(torch.tensor([prefix]), attention_mask=torch.ones(1, len(prefix), dtype=torch.long),
-                             generation_config=cfg)
-    return out[0, len(prefix):].tolist()
+        out = model.generate(
+            torch.tensor([prefix]), attention_mask=torch.ones(1, len(prefix), dtype=torch.long), generation_config=cfg
+        )
+    return out[0, len(prefix) :].tolist()
 
 
 @pytest.mark.parametrize("static_cache", [False, True], ids=["dynamic-cache", "static-cache"])
@@ -68,8 +105,10 @@ def test_batched_greedy_equals_batch1_generate(arch, static_cache):
 def test_batch_size_does_not_change_tokens():
     model = _model("llama", seed=3)
     prefixes = _prefixes(10, seed=4)
-    outs = [generate(model, prefixes, S, pad_id=pad, batch_size=bs, progress=False)
-            for bs, pad in ((1, 0), (4, 0), (10, 7), ("auto", 0))]
+    outs = [
+        generate(model, prefixes, S, pad_id=pad, batch_size=bs, progress=False)
+        for bs, pad in ((1, 0), (4, 0), (10, 7), ("auto", 0))
+    ]
     assert all(o == outs[0] for o in outs[1:])
 
 
@@ -83,8 +122,9 @@ def test_eos_neither_stops_nor_is_banned():
     assert generate(model, [prefix], S, progress=False)[0] == free
     stopped = model.generate(torch.tensor([prefix]), do_sample=False, max_new_tokens=S, pad_token_id=0)
     assert stopped.shape[1] - len(prefix) == 3  # what we avoid: eos ends decoding early
-    banned = model.generate(torch.tensor([prefix]), do_sample=False, max_new_tokens=S, min_new_tokens=S,
-                            pad_token_id=0)[0, len(prefix):].tolist()
+    banned = model.generate(
+        torch.tensor([prefix]), do_sample=False, max_new_tokens=S, min_new_tokens=S, pad_token_id=0
+    )[0, len(prefix) :].tolist()
     assert banned[:2] == free[:2] and banned[2] != free[2]  # and min_new_tokens alone changes the argmax
     assert model.generation_config.eos_token_id == free[2]  # eos_disabled restored the user's setting
 
@@ -102,8 +142,13 @@ def test_stop_at_eos_matches_plain_generate_both_ways(arch):
     stopped = generate(model, prefixes, S, batch_size=3, progress=False, eos_id=eos)
     for prefix, ours, full in zip(prefixes, stopped, free):
         with torch.no_grad():
-            ref = model.generate(torch.tensor([prefix]), attention_mask=torch.ones(1, len(prefix), dtype=torch.long),
-                                 do_sample=False, max_new_tokens=S, pad_token_id=0)[0, len(prefix):].tolist()
+            ref = model.generate(
+                torch.tensor([prefix]),
+                attention_mask=torch.ones(1, len(prefix), dtype=torch.long),
+                do_sample=False,
+                max_new_tokens=S,
+                pad_token_id=0,
+            )[0, len(prefix) :].tolist()
         assert ours == ref
         assert ours == (full[: full.index(eos) + 1] if eos in full else full)
     assert len(stopped[0]) == free[0].index(eos) + 1 <= 4  # it did stop early

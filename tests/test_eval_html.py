@@ -28,49 +28,94 @@ def decode(ids) -> str:
 
 
 def _window(doc: EvalDocument, start: int, p: int, s: int, reproduced: int) -> dict:
-    truth = list(doc.tokens[start + p:start + p + s])
+    truth = list(doc.tokens[start + p : start + p + s])
     gen = truth[:reproduced] + [(t + 1) % 60 for t in truth[reproduced:]]
-    return {"doc_id": doc.id, "title": doc.title, "split": doc.split, "repetitions": None, "group": None,
-            "prefix_len": p, "prefix_tokens": p, "suffix_len": s, "window": "stride", "start": start,
-            "exact_match": reproduced == s, "longest_match_prefix": reproduced, "token_match": reproduced / s,
-            "onepass_token_acc": reproduced / s, "onepass_hits": "1" * reproduced + "0" * (s - reproduced),
-            "rouge_l_paper": reproduced / s, "truth": decode(truth),
-            "generation": decode(gen), "truth_ids": truth, "generation_ids": gen}
+    return {
+        "doc_id": doc.id,
+        "title": doc.title,
+        "split": doc.split,
+        "repetitions": None,
+        "group": None,
+        "prefix_len": p,
+        "prefix_tokens": p,
+        "suffix_len": s,
+        "window": "stride",
+        "start": start,
+        "exact_match": reproduced == s,
+        "longest_match_prefix": reproduced,
+        "token_match": reproduced / s,
+        "onepass_token_acc": reproduced / s,
+        "onepass_hits": "1" * reproduced + "0" * (s - reproduced),
+        "rouge_l_paper": reproduced / s,
+        "truth": decode(truth),
+        "generation": decode(gen),
+        "truth_ids": truth,
+        "generation_ids": gen,
+    }
 
 
 def small_results() -> dict:
     """Four documents, P = S = 8: d-long (two verbatim windows in a row, then 3 tokens), d-xss (markup in its text,
     2 tokens reproduced), d-non (a nonmember, nothing), d-short (5 tokens: no window)."""
-    docs = [EvalDocument("d-long", tuple(range(40)), "Long one"),
-            EvalDocument("d-xss", (0, 1, 2, 60, 3, 4, 5, 6, 61, 7, 62, 8, 9, 10, 11, 12), "<b>bold</b> title"),
-            EvalDocument("d-non", tuple(range(20, 44)), "Held out", split="nonmembers"),
-            EvalDocument("d-short", (1, 2, 3, 4, 5), "Short")]
+    docs = [
+        EvalDocument("d-long", tuple(range(40)), "Long one"),
+        EvalDocument("d-xss", (0, 1, 2, 60, 3, 4, 5, 6, 61, 7, 62, 8, 9, 10, 11, 12), "<b>bold</b> title"),
+        EvalDocument("d-non", tuple(range(20, 44)), "Held out", split="nonmembers"),
+        EvalDocument("d-short", (1, 2, 3, 4, 5), "Short"),
+    ]
     TOKENS.update((d.id, d.tokens) for d in docs)
     plan = {"d-long": [8, 8, 3, 0], "d-xss": [2], "d-non": [0, 1]}
     windows = [_window(d, 8 * i, 8, 8, r) for d in docs for i, r in enumerate(plan.get(d.id, []))]
     documents = document_verdicts(docs, windows, [8], 8)
     for record, doc in zip(documents, docs):
         record["segments"] = document_segments(doc.tokens, [w for w in windows if w["doc_id"] == doc.id], decode)
-    attack = {"auc": 0.75, "auc_ci_low": 0.5, "auc_ci_high": 1.0, "tpr_at_1pct_fpr": 0.5, "n_members": 2,
-              "n_nonmembers": 1, "tpr_at_1pct_fpr_note": None}
-    return {"schema": "goldfish-eval/1", "code": "0.1+git.abc", "created": "2026-01-01T00:00:00+00:00",
-            "model": {"path": "runs/x/model", "revision": None, "precision": "fp32",
-                      "weights": [["model.safetensors", 1234, "ef" * 32]],
-                      "device": {"type": "cpu", "name": "test cpu"}},
-            "data": {"path": "docs.jsonl", "members": 3, "nonmembers": 1, "sha256": "ab" * 32,
-                     "documents_sha256": "cd" * 32},
-            "config": {"data": {"prefix_lens": [8], "suffix_len": 8, "window": ["stride"]}},
-            "documents": documents, "windows": windows,
-            "membership": {"n_members": 2, "n_nonmembers": 1, "attacks": {"loss": attack},
-                           "scores": {"loss": {"members": [-1.5, -2.5], "nonmembers": [-3.0]}},
-                           "doc_ids": {"members": ["d-long", "d-xss"], "nonmembers": ["d-non"]}}}
+    attack = {
+        "auc": 0.75,
+        "auc_ci_low": 0.5,
+        "auc_ci_high": 1.0,
+        "tpr_at_1pct_fpr": 0.5,
+        "n_members": 2,
+        "n_nonmembers": 1,
+        "tpr_at_1pct_fpr_note": None,
+    }
+    return {
+        "schema": "goldfish-eval/1",
+        "code": "0.1+git.abc",
+        "created": "2026-01-01T00:00:00+00:00",
+        "model": {
+            "path": "runs/x/model",
+            "revision": None,
+            "precision": "fp32",
+            "weights": [["model.safetensors", 1234, "ef" * 32]],
+            "device": {"type": "cpu", "name": "test cpu"},
+        },
+        "data": {
+            "path": "docs.jsonl",
+            "members": 3,
+            "nonmembers": 1,
+            "sha256": "ab" * 32,
+            "documents_sha256": "cd" * 32,
+        },
+        "config": {"data": {"prefix_lens": [8], "suffix_len": 8, "window": ["stride"]}},
+        "documents": documents,
+        "windows": windows,
+        "membership": {
+            "n_members": 2,
+            "n_nonmembers": 1,
+            "attacks": {"loss": attack},
+            "scores": {"loss": {"members": [-1.5, -2.5], "nonmembers": [-3.0]}},
+            "doc_ids": {"members": ["d-long", "d-xss"], "nonmembers": ["d-non"]},
+        },
+    }
 
 
 def test_segments_cut_the_document_where_its_verdicts_change():
     tokens = list(range(20))
-    windows = [{"start": 0, "prefix_tokens": 4, "suffix_len": 4, "longest_match_prefix": 4},
-               {"start": 4, "prefix_tokens": 4, "suffix_len": 4, "longest_match_prefix": 1},
-               {"start": 12, "prefix_tokens": 4, "suffix_len": 4, "longest_match_prefix": 0}]
+    windows = [
+        {"start": 0, "prefix_tokens": 4, "suffix_len": 4, "longest_match_prefix": 4},
+        {"start": 4, "prefix_tokens": 4, "suffix_len": 4, "longest_match_prefix": 1},
+        {"start": 12, "prefix_tokens": 4, "suffix_len": 4, "longest_match_prefix": 0},
+    ]
     segs = document_segments(tokens, windows, decode)
     # prompt 0-4, reproduced 4-9 (4 + 1 joined), evaluated 9-12, prompt-only gap 12-16, evaluated 16-20
     assert [s[:3] for s in segs] == [[0, 4, "p"], [4, 9, "r"], [9, 12, "s"], [12, 16, "p"], [16, 20, "s"]]
@@ -80,8 +125,15 @@ def test_segments_cut_the_document_where_its_verdicts_change():
 def test_the_accuracy_profile_is_per_token_where_the_results_hold_it():
     from goldfish.eval.html_report import profile
 
-    w = {"start": 0, "prefix_tokens": 4, "suffix_len": 12, "longest_match_prefix": 4, "exact_match": False,
-         "onepass_token_acc": 8 / 12, "onepass_hits": "111100001111"}  # suffix tokens 4-15
+    w = {
+        "start": 0,
+        "prefix_tokens": 4,
+        "suffix_len": 12,
+        "longest_match_prefix": 4,
+        "exact_match": False,
+        "onepass_token_acc": 8 / 12,
+        "onepass_hits": "111100001111",
+    }  # suffix tokens 4-15
     # bars of 8 document tokens: 4-7 all right and reproduced, 8-15 half right (a local passage, hidden in the mean)
     assert profile([w]) == [[4, 8, 1.0, True], [8, 16, 0.5, False]]
     w2 = dict(w, start=8, longest_match_prefix=0, onepass_hits="0" * 12)  # tokens 12-23: 12-15 scored twice
@@ -144,11 +196,16 @@ def test_report_html_in_a_real_browser(tmp_path):
         assert headline < 900  # the headline fits the first screen
         for d in results["documents"]:
             b.click(f"#docs tr.doc[data-doc='{d['doc_id']}']")
-            marks = b.evaluate("[...document.querySelectorAll('tr.detail mark')].map(m => "
-                               "[+m.dataset.start, +m.dataset.end, m.textContent])")
+            marks = b.evaluate(
+                "[...document.querySelectorAll('tr.detail mark')].map(m => "
+                "[+m.dataset.start, +m.dataset.end, m.textContent])"
+            )
             text = b.evaluate("document.querySelector('tr.detail .doctext').textContent")
-            runs = [(w["start"] + w["prefix_tokens"], w["start"] + w["prefix_tokens"] + w["longest_match_prefix"])
-                    for w in results["windows"] if w["doc_id"] == d["doc_id"] and w["longest_match_prefix"]]
+            runs = [
+                (w["start"] + w["prefix_tokens"], w["start"] + w["prefix_tokens"] + w["longest_match_prefix"])
+                for w in results["windows"]
+                if w["doc_id"] == d["doc_id"] and w["longest_match_prefix"]
+            ]
             assert _merged([(s, e) for s, e, _ in marks]) == _merged(runs)  # highlighted = reproduced tokens
             longest = max(_merged([(s, e) for s, e, _ in marks]), key=lambda r: (r[1] - r[0], -r[0]), default=None)
             if d["verdict"] != "too_short":
@@ -165,8 +222,10 @@ def test_report_html_in_a_real_browser(tmp_path):
         assert b.evaluate("typeof window.__pwned") == "undefined"
         assert b.evaluate("document.querySelectorAll('#docs img, #docs script').length") == 0
         assert not [e for e in b.events if e.get("method") == "Page.javascriptDialogOpening"]
-        assert b.evaluate("document.querySelector('#docs tr.doc[data-doc=\"d-xss\"] td:nth-child(2)').textContent") \
+        assert (
+            b.evaluate("document.querySelector('#docs tr.doc[data-doc=\"d-xss\"] td:nth-child(2)').textContent")
             == "<b>bold</b> title"
+        )
         b.screenshot(tmp_path / "page.png")
         assert (tmp_path / "page.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         b.click("#docs th[data-key='longest_span']")  # numbers: largest first, missing last
@@ -193,10 +252,24 @@ def test_study_page_from_the_committed_demo_results():
     island = re.search(r'<script type="application/json" id="gf-data">(.*?)</script>', html, re.DOTALL).group(1)
     rows = json.loads(island)["rows"]
     assert len(rows) == sum(len(e["windows"]) for e in results["examples"])
-    hostile = dict(results, description="<script>alert(1)</script>",
-                   examples=[dict(results["examples"][0], arm="a<b>", windows=[dict(
-                       results["examples"][0]["windows"][0], doc_id="<img src=x onerror=alert(1)>", truth="</script>",
-                       title="<b>t</b>")])])
+    hostile = dict(
+        results,
+        description="<script>alert(1)</script>",
+        examples=[
+            dict(
+                results["examples"][0],
+                arm="a<b>",
+                windows=[
+                    dict(
+                        results["examples"][0]["windows"][0],
+                        doc_id="<img src=x onerror=alert(1)>",
+                        truth="</script>",
+                        title="<b>t</b>",
+                    )
+                ],
+            )
+        ],
+    )
     out = study_html(hostile)
     assert "<script>alert(1)" not in out and "<img src=x" not in out and "a<b>" not in out and "<b>t</b>" not in out
 
@@ -205,24 +278,36 @@ def test_study_page_from_the_committed_demo_results():
 def test_report_html_pages_and_filters_a_large_table(tmp_path):
     if chromium_path() is None:
         pytest.skip("chromium is not installed (apt-get install chromium): the browser test cannot run here")
-    docs = [EvalDocument(f"doc-{i:03d}", tuple((i + j) % 60 for j in range(24)), f"Title {i}",
-                         split="members" if i % 5 else "nonmembers") for i in range(250)]
+    docs = [
+        EvalDocument(
+            f"doc-{i:03d}",
+            tuple((i + j) % 60 for j in range(24)),
+            f"Title {i}",
+            split="members" if i % 5 else "nonmembers",
+        )
+        for i in range(250)
+    ]
     windows = [_window(d, 0, 8, 8, i % 9) for i, d in enumerate(docs)]
-    results = {"model": {"path": "m"}, "data": {"members": 200, "nonmembers": 50},
-               "documents": document_verdicts(docs, windows, [8], 8), "windows": windows}
+    results = {
+        "model": {"path": "m"},
+        "data": {"members": 200, "nonmembers": 50},
+        "documents": document_verdicts(docs, windows, [8], 8),
+        "windows": windows,
+    }
     path = write_html(results, tmp_path)
     shown = "[...document.querySelectorAll('#docs tbody tr.doc')].map(r => r.dataset.doc)"
     with Browser(tmp_path / "profile") as b:  # pytest removes it later: Chromium's helpers may still write there
         b.open(path.as_uri())
         first = b.evaluate(shown)
         assert first == [d.id for d in docs[:100]]  # 100 rows a page, in the results' order
-        assert b.evaluate("document.getElementById('pageinfo').textContent") == \
-            "250 of 250 documents; page 1 of 3"
+        assert b.evaluate("document.getElementById('pageinfo').textContent") == "250 of 250 documents; page 1 of 3"
         b.click("#next")
         b.click("#next")
         assert b.evaluate(shown) == [d.id for d in docs[200:]]
-        b.evaluate("(s => { s.value = 'nonmembers'; s.dispatchEvent(new Event('change')); })"
-                   "(document.querySelector(\"select[data-key='split']\"))")
+        b.evaluate(
+            "(s => { s.value = 'nonmembers'; s.dispatchEvent(new Event('change')); })"
+            "(document.querySelector(\"select[data-key='split']\"))"
+        )
         assert b.evaluate(shown) == [d.id for d in docs if d.split == "nonmembers"]  # 50: one page, from the first
         b.evaluate("(q => { q.value = 'doc-02'; q.dispatchEvent(new Event('input')); })(document.getElementById('q'))")
         assert b.evaluate(shown) == ["doc-020", "doc-025"]  # id filter and split filter together

@@ -57,11 +57,14 @@ def test_gguf_resolution(tmp_path):
         resolve_model_path(tmp_path)
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda p: p / "missing", "model path not found"),
-    (lambda p: p, "not a model folder"),
-    (lambda p: (p / "w.txt").write_text("x") and p / "w.txt", "not a .gguf"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: p / "missing", "model path not found"),
+        (lambda p: p, "not a model folder"),
+        (lambda p: (p / "w.txt").write_text("x") and p / "w.txt", "not a .gguf"),
+    ],
+)
 def test_bad_paths_give_one_line(tmp_path, make, message):
     with pytest.raises(UserError, match=message) as err:
         load_model(make(tmp_path))
@@ -144,4 +147,3 @@ def test_vocabulary_checks(saved, tok):
         check_vocab(small, tok)
     with pytest.raises(UserError, match="token id 64"):
         check_vocab(small, None, [[1, 2], [64, 3]])
-

@@ -47,8 +47,14 @@ class CharTokenizer:
 def tiny_llama(seed: int = 0, vocab: int = 64) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     cfg = LlamaConfig(
-        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=4, max_position_embeddings=128, tie_word_embeddings=False,
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
     )
     return LlamaForCausalLM(cfg).eval()
 
@@ -158,8 +164,9 @@ def test_zlib_lowercase_and_reference_match_direct_computation():
     model, ref = tiny_llama(seed=7), tiny_llama(seed=8)
     s = score_documents(model, docs, tokenizer=tok, reference_model=ref, token_budget=70)
     for i, (text, doc) in enumerate(zip(texts, docs)):
-        lp, lp_lower, lp_ref = (direct_token_logprobs(m, d)[0] for m, d in
-                                ((model, doc), (model, tok.encode(text.lower())), (ref, doc)))
+        lp, lp_lower, lp_ref = (
+            direct_token_logprobs(m, d)[0] for m, d in ((model, doc), (model, tok.encode(text.lower())), (ref, doc))
+        )
         nll, nll_lower, nll_ref = -lp.mean(), -lp_lower.mean(), -lp_ref.mean()
         zbytes = len(zlib.compress(text.encode("utf-8")))
         # each NLL within mean_tol; a quotient moves by the sum of its parts' relative errors
@@ -167,8 +174,9 @@ def test_zlib_lowercase_and_reference_match_direct_computation():
         # total NLL in bits over zlib bits: (len(doc) - 1) predicted tokens
         bits = (len(doc) - 1) / np.log(2) / (8 * zbytes)
         assert s["zlib_ratio"][i] == pytest.approx(-nll * bits, abs=mean_tol(lp) * bits)
-        assert s["lowercase"][i] == pytest.approx(-nll / nll_lower,
-                                                  rel=mean_tol(lp) / nll + mean_tol(lp_lower) / nll_lower)
+        assert s["lowercase"][i] == pytest.approx(
+            -nll / nll_lower, rel=mean_tol(lp) / nll + mean_tol(lp_lower) / nll_lower
+        )
         assert s["reference"][i] == pytest.approx(nll_ref - nll, abs=mean_tol(lp) + mean_tol(lp_ref))
     given = {"tokenizer", "reference_model"}  # every registered attack that needs no more than these ran
     assert set(s) == {k for a in ATTACKS.values() if given >= set(a.needs) for k in a.keys([0.2])}
@@ -180,9 +188,9 @@ def test_zlib_lowercase_and_reference_match_direct_computation():
         lp_head_lower = direct_token_logprobs(model, tok.encode(tok.decode(doc[:12], True).lower()))[0]
         head, head_lower = -lp_head.mean(), -lp_head_lower.mean()
         # as above: a quotient of two NLLs, each within mean_tol (was rel=1e-5)
-        assert bounded["lowercase"][i] == pytest.approx(-head / head_lower,
-                                                        rel=mean_tol(lp_head) / head
-                                                        + mean_tol(lp_head_lower) / head_lower)
+        assert bounded["lowercase"][i] == pytest.approx(
+            -head / head_lower, rel=mean_tol(lp_head) / head + mean_tol(lp_head_lower) / head_lower
+        )
         assert bounded["loss"][i] == s["loss"][i]  # every other attack still reads the whole document
 
 
@@ -195,8 +203,12 @@ def test_real_fast_tokenizer_interface():
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(texts, trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    bpe.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>")
     eot = tok.eos_token_id
     docs = [[eot] + tok.encode(t, add_special_tokens=False) for t in texts]
@@ -207,8 +219,9 @@ def test_real_fast_tokenizer_interface():
         lp_lower = direct_token_logprobs(model, [eot] + tok.encode(text.lower(), add_special_tokens=False))[0]
         nll, nll_lower, zbytes = -lp.mean(), -lp_lower.mean(), len(zlib.compress(text.encode("utf-8")))
         assert s["zlib_mimir"][i] == pytest.approx(-nll / zbytes, abs=mean_tol(lp) / zbytes)
-        assert s["lowercase"][i] == pytest.approx(-nll / nll_lower,
-                                                  rel=mean_tol(lp) / nll + mean_tol(lp_lower) / nll_lower)
+        assert s["lowercase"][i] == pytest.approx(
+            -nll / nll_lower, rel=mean_tol(lp) / nll + mean_tol(lp_lower) / nll_lower
+        )
 
 
 def sliding_window_logprobs(model, doc: list[int], window: int, stride: int) -> np.ndarray:
@@ -383,8 +396,15 @@ def test_non_finite_scores_are_dropped_and_section_follows_schema(caplog):
     assert section["n_members"] == 3 and section["n_nonmembers"] == 3
     attack = section["attacks"]["loss"]
     assert attack["auc"] == 1.0 and attack["n_members"] == 2
-    assert set(attack) >= {"auc", "auc_ci_low", "auc_ci_high", "tpr_at_1pct_fpr", "tpr_at_0.1pct_fpr", "roc_fpr",
-                           "roc_tpr"}
+    assert set(attack) >= {
+        "auc",
+        "auc_ci_low",
+        "auc_ci_high",
+        "tpr_at_1pct_fpr",
+        "tpr_at_0.1pct_fpr",
+        "roc_fpr",
+        "roc_tpr",
+    }
     assert section["scores"]["loss"]["nonmembers"] == [1.0, 2.0, np.inf]
 
 

@@ -60,8 +60,12 @@ def test_rouge_l_matches_rouge_score_on_random_ids():
 
 def test_rouge_l_words_matches_rouge_score_on_text():
     truth = "We hold these truths to be self-evident, that all men are created equal"
-    gens = ["We hold these truths to be self-evident, that all people are equal",
-            "we HOLD truths self-evident, that men are created equal and free", "", "nothing in common here"]
+    gens = [
+        "We hold these truths to be self-evident, that all people are equal",
+        "we HOLD truths self-evident, that men are created equal and free",
+        "",
+        "nothing in common here",
+    ]
     for gen in gens:
         ref = SCORER.score(truth, gen)["rougeL"].fmeasure
         assert metrics.rouge_l_words([], [], gen, truth) == pytest.approx(ref, rel=F_MEASURE, abs=0)
@@ -115,15 +119,33 @@ def test_edit_distance_against_textbook_dp():
 
 def test_registry_metadata():
     generation = {n for n, m in METRICS.items() if m.fn is not None}
-    assert generation == {"exact_match", "token_match", "longest_match_prefix", "rouge_l", "rouge_l_words",
-                          "rouge_l_paper", "lcs_len", "edit_distance"}
+    assert generation == {
+        "exact_match",
+        "token_match",
+        "longest_match_prefix",
+        "rouge_l",
+        "rouge_l_words",
+        "rouge_l_paper",
+        "lcs_len",
+        "edit_distance",
+    }
     assert set(compute_metrics([1], [1])) == generation  # measures of other passes are not computed here
-    assert set(METRICS) - generation == {"onepass_exact", "extraction_strength", "onepass_token_acc",
-                                         "suffix_logprob", "np_extraction", "beam_exact_match", "sample_rate"}
+    assert set(METRICS) - generation == {
+        "onepass_exact",
+        "extraction_strength",
+        "onepass_token_acc",
+        "suffix_logprob",
+        "np_extraction",
+        "beam_exact_match",
+        "sample_rate",
+    }
     assert not METRICS["edit_distance"].higher_is_better
     assert all(m.higher_is_better for n, m in METRICS.items() if n != "edit_distance")
-    assert {n for n, m in METRICS.items() if m.aggregation == "rate"} == {"exact_match", "onepass_exact",
-                                                                          "beam_exact_match"}
+    assert {n for n, m in METRICS.items() if m.aggregation == "rate"} == {
+        "exact_match",
+        "onepass_exact",
+        "beam_exact_match",
+    }
     assert METRICS["exact_match"].summary_key == "exact_match_rate" and METRICS["rouge_l"].summary_key == "rouge_l"
     with pytest.raises(ValueError):
         metrics.register_metric("exact_match", True)(lambda *a: 0)

@@ -35,16 +35,29 @@ def test_a_missing_bundle_is_one_error_naming_the_install(monkeypatch, tmp_path)
 def test_gguf_quantisation_from_the_file_name():
     assert ModelSource(Path("/m"), "model.Q8_0.gguf").nature() == "GGUF Q8_0: 8-bit quantised, dequantised to load"
     assert ModelSource(Path("/m"), "tiny-F16.gguf").nature() == "GGUF F16, dequantised to load"
-    assert ModelSource(Path("/m"), "x-Instruct.Q4_K_M.gguf").nature().endswith("4-bit quantised, dequantised to load; "
-                                                                               "instruction-tuned")
+    assert (
+        ModelSource(Path("/m"), "x-Instruct.Q4_K_M.gguf")
+        .nature()
+        .endswith("4-bit quantised, dequantised to load; instruction-tuned")
+    )
     assert ModelSource(Path("/m")).nature() is None and ModelSource(Path("/m")).name() == "/m"
 
 
 def test_the_report_states_what_the_model_is(tmp_path):
-    results = {"model": {"path": "smollm2", "revision": None, "num_parameters": 134_515_008, "dtype": "torch.float32",
-                         "nature": "SmolLM2-135M-Instruct: instruction-tuned, 4-bit quantised (GGUF Q4_1)"},
-               "data": {"path": "d.jsonl", "members": 3, "nonmembers": 0}, "windows": []}
+    results = {
+        "model": {
+            "path": "smollm2",
+            "revision": None,
+            "num_parameters": 134_515_008,
+            "dtype": "torch.float32",
+            "nature": "SmolLM2-135M-Instruct: instruction-tuned, 4-bit quantised (GGUF Q4_1)",
+        },
+        "data": {"path": "d.jsonl", "members": 3, "nonmembers": 0},
+        "windows": [],
+    }
     write_report(results, tmp_path)
     header = (tmp_path / "report.md").read_text().splitlines()[2]
-    assert header == ("- model: `smollm2`, 134.52 M parameters, torch.float32 (SmolLM2-135M-Instruct: "
-                      "instruction-tuned, 4-bit quantised (GGUF Q4_1))")
+    assert header == (
+        "- model: `smollm2`, 134.52 M parameters, torch.float32 (SmolLM2-135M-Instruct: "
+        "instruction-tuned, 4-bit quantised (GGUF Q4_1))"
+    )

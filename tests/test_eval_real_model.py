@@ -22,25 +22,25 @@ pytestmark = pytest.mark.slow
 
 FAMOUS = {
     "declaration": "When in the Course of human events, it becomes necessary for one people to dissolve the political "
-                   "bands which have connected them with another, and to assume among the powers of the earth, the "
-                   "separate and equal station to which the Laws of Nature and of Nature's God entitle them, a decent "
-                   "respect to the opinions of mankind requires that they should declare the causes which impel them "
-                   "to the separation. We hold these truths to be self-evident, that all men are created equal, that "
-                   "they are endowed by their Creator with certain unalienable Rights, that among these are Life, "
-                   "Liberty and the pursuit of Happiness.",
+    "bands which have connected them with another, and to assume among the powers of the earth, the "
+    "separate and equal station to which the Laws of Nature and of Nature's God entitle them, a decent "
+    "respect to the opinions of mankind requires that they should declare the causes which impel them "
+    "to the separation. We hold these truths to be self-evident, that all men are created equal, that "
+    "they are endowed by their Creator with certain unalienable Rights, that among these are Life, "
+    "Liberty and the pursuit of Happiness.",
     "two_cities": "It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of "
-                  "foolishness, it was the epoch of belief, it was the epoch of incredulity, it was the season of "
-                  "Light, it was the season of Darkness, it was the spring of hope, it was the winter of despair, we "
-                  "had everything before us, we had nothing before us, we were all going direct to Heaven, we were all "
-                  "going direct the other way.",
+    "foolishness, it was the epoch of belief, it was the epoch of incredulity, it was the season of "
+    "Light, it was the season of Darkness, it was the spring of hope, it was the winter of despair, we "
+    "had everything before us, we had nothing before us, we were all going direct to Heaven, we were all "
+    "going direct the other way.",
     "genesis": "In the beginning God created the heaven and the earth. And the earth was without form, and void; and "
-               "darkness was upon the face of the deep. And the Spirit of God moved upon the face of the waters. And "
-               "God said, Let there be light: and there was light. And God saw the light, that it was good: and God "
-               "divided the light from the darkness.",
+    "darkness was upon the face of the deep. And the Spirit of God moved upon the face of the waters. And "
+    "God said, Let there be light: and there was light. And God saw the light, that it was good: and God "
+    "divided the light from the darkness.",
     "constitution": "We the People of the United States, in Order to form a more perfect Union, establish Justice, "
-                    "insure domestic Tranquility, provide for the common defence, promote the general Welfare, and "
-                    "secure the Blessings of Liberty to ourselves and our Posterity, do ordain and establish this "
-                    "Constitution for the United States of America.",
+    "insure domestic Tranquility, provide for the common defence, promote the general Welfare, and "
+    "secure the Blessings of Liberty to ourselves and our Posterity, do ordain and establish this "
+    "Constitution for the United States of America.",
 }
 KJV = Path("/usr/share/bible-kjv")
 
@@ -84,20 +84,34 @@ def test_smollm2_regurgitates_famous_openings(tmp_path, capsys):
     data.write_text("".join(json.dumps({"id": k, "text": v}) + "\n" for k, v in texts.items()))
     prose = tmp_path / "prose.jsonl"
     prose.write_text("".join(json.dumps({"id": f"prose{i}", "text": t}) + "\n" for i, t in enumerate(_random_prose(4))))
-    cfg = from_dict(EvalConfig, {
-        "model": {"path": str(gguf), "device": "cpu"}, "out": str(tmp_path / "ev"), "progress": False,
-        "data": {"path": str(data), "nonmembers": str(prose), "prefix_lens": [16, 32], "suffix_len": 16,
-                 "window": ["start"], "extract_splits": ["members", "nonmembers"]},
-        "membership": {"n_bootstrap": 100}})
+    cfg = from_dict(
+        EvalConfig,
+        {
+            "model": {"path": str(gguf), "device": "cpu"},
+            "out": str(tmp_path / "ev"),
+            "progress": False,
+            "data": {
+                "path": str(data),
+                "nonmembers": str(prose),
+                "prefix_lens": [16, 32],
+                "suffix_len": 16,
+                "window": ["start"],
+                "extract_splits": ["members", "nonmembers"],
+            },
+            "membership": {"n_bootstrap": 100},
+        },
+    )
     res = run_eval(cfg)  # the user's dequantisation cache (one parse of the GGUF into a new cache: test_gguf_cache)
     famous = [w for w in res["windows"] if w["split"] == "members"]
     random_ = [w for w in res["windows"] if w["split"] == "nonmembers"]
     with capsys.disabled():
         print("\nSmolLM2-135M-Instruct (Q4_1 GGUF), prefix P tokens from the start -> 16 greedy tokens:")
         for w in res["windows"]:
-            print(f"  P={w['prefix_len']:<3} {w['doc_id']:<13} exact={w['exact_match']!s:<5} "
-                  f"token_match={w['token_match']:.2f} teacher-forced acc={w['onepass_token_acc']:.2f} "
-                  f"log p(suffix)={w['suffix_logprob']:7.1f}  {w['generation']!r}")
+            print(
+                f"  P={w['prefix_len']:<3} {w['doc_id']:<13} exact={w['exact_match']!s:<5} "
+                f"token_match={w['token_match']:.2f} teacher-forced acc={w['onepass_token_acc']:.2f} "
+                f"log p(suffix)={w['suffix_logprob']:7.1f}  {w['generation']!r}"
+            )
         print(f"  MIA LOSS AUC famous vs random prose: {res['membership']['attacks']['loss']['auc']:.2f}")
     mean = lambda ws, k: sum(w[k] for w in ws) / len(ws)  # noqa: E731
     # The 135 M 4-bit model knows these texts (most next tokens right under teacher forcing, suffixes ~1e60 times

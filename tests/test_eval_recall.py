@@ -21,7 +21,7 @@ def _mean_logp(model, ids: list[int], first: int) -> float:
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([ids])).logits[0].double()  # (T, V)
     logp = torch.log_softmax(logits, -1)[torch.arange(len(ids) - 1), torch.tensor(ids[1:])]  # (T-1,)
-    return float(logp[first - 1:].mean())
+    return float(logp[first - 1 :].mean())
 
 
 class Passes:
@@ -44,14 +44,15 @@ def _embedded(model) -> list[tuple[int, ...]]:
 def test_recall_equals_the_two_pass_computation_with_one_pass_per_document():
     tok = tiny_tokenizer()
     model = tiny_llama(len(tok), seed=3)
-    docs = [tok(t, add_special_tokens=False)["input_ids"][:6 + 3 * i] for i, t in enumerate(TEXTS)]  # 6 .. 21
+    docs = [tok(t, add_special_tokens=False)["input_ids"][: 6 + 3 * i] for i, t in enumerate(TEXTS)]  # 6 .. 21
     prefix = tok(TEXTS[5], add_special_tokens=False)["input_ids"][:10]
     window = 24
     n = window - len(prefix)  # each document's first n tokens are scored beside the prefix
     assert sum(len(d) <= n for d in docs) >= 2 and sum(len(d) > n for d in docs) >= 2  # both kinds below
     shapes, passes = _embedded(model), Passes()
-    got = score_documents(model, docs, recall_prefix=prefix, recall_skip=[1], window=window, progress=False,
-                          logger=passes)["recall"]
+    got = score_documents(
+        model, docs, recall_prefix=prefix, recall_skip=[1], window=window, progress=False, logger=passes
+    )["recall"]
     # the prefix went through the model once, alone (batch 1); no batch read it again: the only batch wider than n
     # tokens is the target pass's (every document whole, one batch)
     assert shapes.count((1, len(prefix))) == 1 and [w for _, w in shapes if w > n] == [max(map(len, docs))]
@@ -73,7 +74,7 @@ def test_scores_after_a_shared_context_equal_those_of_the_joined_sequence():
     target exactly as the context + document sequence scored whole: log p, rank and Min-K%++ z."""
     tok = tiny_tokenizer()
     model = tiny_llama(len(tok), seed=4)
-    docs = [tok(t, add_special_tokens=False)["input_ids"][:8 + 2 * i] for i, t in enumerate(TEXTS[:5])]
+    docs = [tok(t, add_special_tokens=False)["input_ids"][: 8 + 2 * i] for i, t in enumerate(TEXTS[:5])]
     context = tok(TEXTS[5], add_special_tokens=False)["input_ids"][:9]
     first = [1 + i % 3 for i in range(len(docs))]
     kw = dict(window=64, token_budget=40, progress=False, want_pp=True)  # token_budget: several padded batches

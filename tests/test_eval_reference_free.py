@@ -39,7 +39,7 @@ def _mean_logp(model, ids: list[int], first: int) -> float:
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([ids])).logits[0].double()  # (T, V)
     logp = torch.log_softmax(logits, -1)[torch.arange(len(ids) - 1), torch.tensor(ids[1:])]  # (T-1,)
-    return float(logp[first - 1:].mean())
+    return float(logp[first - 1 :].mean())
 
 
 def test_recall_scores_equal_plain_forward_passes():
@@ -63,9 +63,26 @@ def test_both_attacks_are_in_the_membership_table(tmp_path):
     docs = write_jsonl(tmp_path / "docs.jsonl", TEXTS)
     non = write_jsonl(tmp_path / "non.jsonl", [" ".join(reversed(t.split())) for t in TEXTS], "non")
     out = tmp_path / "ev"
-    assert main(["eval", "--model", str(model), "--data", str(docs), "--nonmembers", str(non), "--out", str(out),
-                 "tasks=[membership]", "progress=false", "membership.n_bootstrap=50",
-                 "membership.recall_shots=2"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                str(model),
+                "--data",
+                str(docs),
+                "--nonmembers",
+                str(non),
+                "--out",
+                str(out),
+                "tasks=[membership]",
+                "progress=false",
+                "membership.n_bootstrap=50",
+                "membership.recall_shots=2",
+            ]
+        )
+        == 0
+    )
     res = json.loads((out / "results.json").read_text())
     attacks = res["membership"]["attacks"]
     for name in ("recall", "dc_pdd"):
@@ -89,7 +106,10 @@ def test_a_registered_attack_joins_the_table(monkeypatch):
     members = [tok(t, add_special_tokens=False)["input_ids"] for t in TEXTS]
     nonmembers = [d[:8] for d in members]
     kw = dict(progress=False, window=64)
-    section = membership.membership_section(membership.score_documents(model, members, **kw),
-                                            membership.score_documents(model, nonmembers, **kw), n_bootstrap=20)
+    section = membership.membership_section(
+        membership.score_documents(model, members, **kw),
+        membership.score_documents(model, nonmembers, **kw),
+        n_bootstrap=20,
+    )
     assert list(section["attacks"])[-1] == "length" and section["attacks"]["length"]["auc"] == 1.0
     assert list(section["attacks"])[:3] == ["loss", "min_k_20", "min_k_pp_20"]  # the registered order

@@ -20,12 +20,33 @@ def _window(i: int, p: int, r: int, tm: float, split: str = "members") -> dict:
     words = truth.split()
     n_wrong = round((1 - tm) * len(words))
     gen = " ".join(words[: len(words) - n_wrong] + ["X"] * n_wrong)
-    return {"doc_id": f"d{i}", "title": f"Doc {i}", "repetitions": r, "split": split, "prefix_len": p,
-            "suffix_len": 10, "window": "end", "start": 0, "exact_match": tm == 1.0, "token_match": tm,
-            "longest_match_prefix": int(10 * tm), "rouge_l": tm, "rouge_l_words": tm, "lcs_len": int(10 * tm),
-            "edit_distance": 1 - tm, "onepass_exact": tm == 1.0, "extraction_strength": tm, "suffix_logprob": -1.0,
-            "p_suffix": 0.3, "np_extraction": 0.5, "generation": gen, "truth": truth, "generation_ids": [],
-            "truth_ids": [], "sha256": "0" * 64}
+    return {
+        "doc_id": f"d{i}",
+        "title": f"Doc {i}",
+        "repetitions": r,
+        "split": split,
+        "prefix_len": p,
+        "suffix_len": 10,
+        "window": "end",
+        "start": 0,
+        "exact_match": tm == 1.0,
+        "token_match": tm,
+        "longest_match_prefix": int(10 * tm),
+        "rouge_l": tm,
+        "rouge_l_words": tm,
+        "lcs_len": int(10 * tm),
+        "edit_distance": 1 - tm,
+        "onepass_exact": tm == 1.0,
+        "extraction_strength": tm,
+        "suffix_logprob": -1.0,
+        "p_suffix": 0.3,
+        "np_extraction": 0.5,
+        "generation": gen,
+        "truth": truth,
+        "generation_ids": [],
+        "truth_ids": [],
+        "sha256": "0" * 64,
+    }
 
 
 def synthetic_results(prefix_lens=(32, 64), reps=(1, 4, 16), membership=True) -> dict:
@@ -37,14 +58,22 @@ def synthetic_results(prefix_lens=(32, 64), reps=(1, 4, 16), membership=True) ->
                 windows.append(_window(i, p, r, tm))
                 i += 1
     windows.append(_window(i, prefix_lens[0], 0, 0.1, split="nonmembers"))
-    results = {"schema": "goldfish-eval/1", "created": "2026-11-29T20:00:00Z", "git": "abc123",
-               "model": {"path": "runs/x/model", "num_parameters": 1_500_000, "vocab_size": 512, "dtype": "float32"},
-               "data": {"path": "prepared/x", "members": 9, "nonmembers": 4, "skipped_short": 1},
-               "windows": windows, "summary": summarize(windows), "membership": None}
+    results = {
+        "schema": "goldfish-eval/1",
+        "created": "2026-11-29T20:00:00Z",
+        "git": "abc123",
+        "model": {"path": "runs/x/model", "num_parameters": 1_500_000, "vocab_size": 512, "dtype": "float32"},
+        "data": {"path": "prepared/x", "members": 9, "nonmembers": 4, "skipped_short": 1},
+        "windows": windows,
+        "summary": summarize(windows),
+        "membership": None,
+    }
     if membership:
         results["membership"] = membership_section(
             {"loss": [-1.0, -1.2, -0.5, -2.5], "min_k_20": [-3.0, -2.0, -2.5, -6.0]},
-            {"loss": [-3.0, -2.0, -2.6, -2.2], "min_k_20": [-5.0, -6.0, -2.2, -5.5]}, n_bootstrap=50)
+            {"loss": [-3.0, -2.0, -2.6, -2.2], "min_k_20": [-5.0, -6.0, -2.2, -5.5]},
+            n_bootstrap=50,
+        )
     return results
 
 
@@ -66,13 +95,27 @@ def test_write_report_full(tmp_path):
     paths = write_report(results, tmp_path)
     names = {p.name for p in paths}
     assert paths[0] == tmp_path / "report.md"
-    assert names == {"report.md", "memorisation_vs_prefix_len.png", "memorisation_vs_repetitions.png", "roc.png",
-                     "token_match_hist.png"}
+    assert names == {
+        "report.md",
+        "memorisation_vs_prefix_len.png",
+        "memorisation_vs_repetitions.png",
+        "roc.png",
+        "token_match_hist.png",
+    }
     for p in paths[1:]:
         assert p.read_bytes()[:8] == PNG_MAGIC
     md = (tmp_path / "report.md").read_text()
-    for heading in ("# Memorisation evaluation", "## Headline", "## By prefix length", "## By repetition count",
-                    "## Membership inference", "## Examples", "### Best memorised", "### Worst memorised", "## Plots"):
+    for heading in (
+        "# Memorisation evaluation",
+        "## Headline",
+        "## By prefix length",
+        "## By repetition count",
+        "## Membership inference",
+        "## Examples",
+        "### Best memorised",
+        "### Worst memorised",
+        "## Plots",
+    ):
         assert f"\n{heading}\n" in f"\n{md}"
     # headline, each split apart (issue 58): 18 member windows, 10 exact (3 strata x 2 prefix lengths: r=1 has 1
     # exact, r=4 and r=16 have 2 each), and the one nonmember window -- never the pooled 10 of 19
@@ -129,8 +172,15 @@ def test_markdown_table_escapes_pipes():
 def test_plot_primitives(tmp_path):
     p = bar_chart({"a": 0.2, "b": 0.5}, "t", "y", tmp_path / "bar.png", errors={"a": (0.1, 0.3)})
     assert p.read_bytes()[:8] == PNG_MAGIC
-    p = line_plot({"s": ([1, 10, 100], [0.1, 0.2, 0.3]), "t": ([0, 5], [1.0, 2.0])}, "t", "x", "y",
-                  tmp_path / "line.png", logx=True, fit=True)
+    p = line_plot(
+        {"s": ([1, 10, 100], [0.1, 0.2, 0.3]), "t": ([0, 5], [1.0, 2.0])},
+        "t",
+        "x",
+        "y",
+        tmp_path / "line.png",
+        logx=True,
+        fit=True,
+    )
     assert p.read_bytes()[:8] == PNG_MAGIC
     p = line_plot({"s": ([0, 16, 32], [0.1, 0.2, 0.3])}, "t", "x", "y", tmp_path / "lin.png", logx=False, fit=True)
     assert p.read_bytes()[:8] == PNG_MAGIC  # x = 0 on a linear axis: drawn, not fitted
@@ -147,8 +197,9 @@ def test_one_colour_per_arm_in_every_figure_and_a_vector_copy(tmp_path):
     assert colors_for(["my-arm"]) == {"my-arm": two["my-arm"]} and two["my-arm"] not in ARM_COLORS.values()
     many = colors_for([f"arm{i}" for i in range(7)])
     assert len(set(many.values())) == 7  # names that would collide get the next free colour
-    p = bar_chart({"standard": 1.0, "control": 0.5}, "AUC", "ROC-AUC", tmp_path / "auc.png",
-                  by_construction=["control"])
+    p = bar_chart(
+        {"standard": 1.0, "control": 0.5}, "AUC", "ROC-AUC", tmp_path / "auc.png", by_construction=["control"]
+    )
     svg = p.with_suffix(".svg").read_text()
     assert p.read_bytes()[:8] == PNG_MAGIC and svg.lstrip().startswith("<?xml") and "<svg" in svg
     assert "by construction" in svg  # the control's 0.500 says it is not a measurement
@@ -160,16 +211,32 @@ def test_report_without_windows_or_membership(tmp_path, bad):
     assert [p.name for p in paths] == ["report.md"]
 
 
-
 def test_every_curve_of_the_per_run_plots_has_its_interval():
     from goldfish.eval.report import strata_bands, strata_series
 
     # the one word-level ROUGE-L of the figures is the paper's (rouge-score); token-id ROUGE-L is not drawn
-    strata = {"1": {"exact_match_rate": 0.0, "exact_match_ci_low": 0.0, "exact_match_ci_high": 0.2,
-                    "rouge_l_paper": 0.3, "rouge_l_paper_ci_low": 0.25, "rouge_l_paper_ci_high": 0.35, "rouge_l": 0.9},
-              "4": {"exact_match_rate": 0.5, "exact_match_ci_low": 0.3, "exact_match_ci_high": 0.7,
-                    "rouge_l_paper": 0.6, "rouge_l_paper_ci_low": 0.5, "rouge_l_paper_ci_high": 0.7, "rouge_l": 0.9},
-              "0": {"exact_match_rate": 0.0, "rouge_l_paper": 0.1}, "unknown": {"exact_match_rate": 0.0}}  # no points
+    strata = {
+        "1": {
+            "exact_match_rate": 0.0,
+            "exact_match_ci_low": 0.0,
+            "exact_match_ci_high": 0.2,
+            "rouge_l_paper": 0.3,
+            "rouge_l_paper_ci_low": 0.25,
+            "rouge_l_paper_ci_high": 0.35,
+            "rouge_l": 0.9,
+        },
+        "4": {
+            "exact_match_rate": 0.5,
+            "exact_match_ci_low": 0.3,
+            "exact_match_ci_high": 0.7,
+            "rouge_l_paper": 0.6,
+            "rouge_l_paper_ci_low": 0.5,
+            "rouge_l_paper_ci_high": 0.7,
+            "rouge_l": 0.9,
+        },
+        "0": {"exact_match_rate": 0.0, "rouge_l_paper": 0.1},
+        "unknown": {"exact_match_rate": 0.0},
+    }  # no points
     series, bands = strata_series(strata), strata_bands(strata)
     paper = "ROUGE-L (rouge-score, the paper's)"
     assert set(series) == set(bands) == {"exact match", paper}

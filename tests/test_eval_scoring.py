@@ -87,9 +87,9 @@ def test_scoring_from_a_later_target_equals_the_tail_of_scoring_everything(windo
     for w, t, f in zip(whole, tail, first):
         # the two passes batch and pad differently: two fp32 forwards rounding in other orders, each over a context
         # of at most the window (or the 50-token document)
-        atol = scaled(w.logp[f - 1:], forward_terms(window or 50, 60), U32)
-        np.testing.assert_allclose(t.logp, w.logp[f - 1:], rtol=0, atol=atol)
-        assert t.rank.tolist() == w.rank[f - 1:].tolist()
+        atol = scaled(w.logp[f - 1 :], forward_terms(window or 50, 60), U32)
+        np.testing.assert_allclose(t.logp, w.logp[f - 1 :], rtol=0, atol=atol)
+        assert t.rank.tolist() == w.rank[f - 1 :].tolist()
     if window is not None:  # the segments before `first` are never computed
         kept = segments(0, 50, window, stride, first=31)
         assert kept and all(s.end > 31 for s in kept) and len(kept) < len(segments(0, 50, window, stride))
@@ -101,7 +101,7 @@ def test_onepass_records_come_from_the_suffix_scores(monkeypatch):
     suffixes = [[7, 8, 9], [10, 11, 12]]
     got = onepass(model, prefixes, suffixes, batch_size=2, progress=False)
     for p, x, rec in zip(prefixes, suffixes, got):
-        logits = full_logits(model, p + x)[len(p) - 1:]  # (S, V): the rows that predict the suffix
+        logits = full_logits(model, p + x)[len(p) - 1 :]  # (S, V): the rows that predict the suffix
         hit = [int(row.argmax()) == t for row, t in zip(logits, x)]
         lp = torch.tensor(logits).double().log_softmax(-1).numpy()
         logp = sum(lp[i, t] for i, t in enumerate(x))
@@ -112,13 +112,15 @@ def test_onepass_records_come_from_the_suffix_scores(monkeypatch):
         # a batched fp32 pass against an unpadded one (log-softmax here in float64, a subset of the same roundings),
         # and the sum of S terms: S times the per-term bound at the terms' scale
         terms = np.array([lp[i, t] for i, t in enumerate(x)])
-        assert rec["suffix_logprob"] == pytest.approx(logp, rel=0, abs=len(x) * scaled(terms, forward_terms(
-            len(p + x), 40) + len(x), U32))
+        assert rec["suffix_logprob"] == pytest.approx(
+            logp, rel=0, abs=len(x) * scaled(terms, forward_terms(len(p + x), 40) + len(x), U32)
+        )
     # only the suffix targets are scored: each window's prefix is context, never a target
     seen = []
     real = scoring._score_batch
-    monkeypatch.setattr(scoring, "_score_batch",
-                        lambda m, batch, *a: seen.extend((s.first, s.end) for s in batch) or real(m, batch, *a))
+    monkeypatch.setattr(
+        scoring, "_score_batch", lambda m, batch, *a: seen.extend((s.first, s.end) for s in batch) or real(m, batch, *a)
+    )
     onepass(model, prefixes, suffixes, batch_size=2, progress=False)
     assert sorted(seen) == [(2, 5), (4, 7)]
 
@@ -140,8 +142,9 @@ def test_the_extra_hook_sees_each_target_with_its_position_and_logits():
 
     def hook(doc, positions, logits, targets):  # columns: the position, the argmax, the target's logit
         seen.append(doc)
-        return torch.stack([positions.float(), logits.argmax(-1).float(), logits.gather(-1, targets[:, None])[:, 0]],
-                           dim=1)
+        return torch.stack(
+            [positions.float(), logits.argmax(-1).float(), logits.gather(-1, targets[:, None])[:, 0]], dim=1
+        )
 
     stats = token_statistics(model, docs, first=[30, 5], window=16, stride=12, chunk=4, extra=hook)
     for doc, first, st in zip(docs, [30, 5], stats):

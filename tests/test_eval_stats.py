@@ -65,12 +65,18 @@ def test_auc_p_value_exact_against_enumeration_and_scipy_permutation_test():
     # permutation test divide one count by 462 (exact up to one rounding)
     mwu = rounding(34, U64)
     assert out["p_value"] == pytest.approx(_enumerated_p(m, n), abs=mwu)
-    scipy_p = permutation_test((m, n), lambda x, y: stats.auc_of(x, y), permutation_type="independent",
-                               alternative="greater", n_resamples=np.inf).pvalue
+    scipy_p = permutation_test(
+        (m, n),
+        lambda x, y: stats.auc_of(x, y),
+        permutation_type="independent",
+        alternative="greater",
+        n_resamples=np.inf,
+    ).pvalue
     assert out["p_value"] == pytest.approx(scipy_p, abs=mwu)
     # perfect separation with 3 vs 4 by enumeration: exactly 1 / C(7, 3) = 1/35
-    assert stats.auc_pvalue([5, 6, 7], [1, 2, 3, 4])["p_value"] == pytest.approx(1 / 35, rel=_pow10_rel(
-        math.log10(35)), abs=0)
+    assert stats.auc_pvalue([5, 6, 7], [1, 2, 3, 4])["p_value"] == pytest.approx(
+        1 / 35, rel=_pow10_rel(math.log10(35)), abs=0
+    )
     assert _enumerated_p(np.array([5.0, 6, 7]), np.array([1.0, 2, 3, 4])) == 1 / 35  # 1 of 35 labellings
 
 
@@ -83,7 +89,7 @@ def test_auc_p_value_with_ties_is_the_normal_approximation():
     pooled = np.concatenate([m, n])
     _, t = np.unique(pooled, return_counts=True)
     N = 11
-    sd = math.sqrt(6 * 5 / 12 * ((N + 1) - (t ** 3 - t).sum() / (N * (N - 1))))
+    sd = math.sqrt(6 * 5 / 12 * ((N + 1) - (t**3 - t).sum() / (N * (N - 1))))
     z = (u - 15 - 0.5) / sd
     # z carries <= 12 roundings on each side (U, the tie term, sd, z), relative; p = Phi(-z) moves relatively by
     # phi(z)/Phi(-z)·|z|·that <= (z² + 1)·that (the Mills-ratio bound), plus erfc's and scipy's ndtr's few ulp
@@ -146,8 +152,7 @@ def test_mcnemar_exact_by_hand_and_against_statsmodels():
     assert out["p_value"] == pytest.approx(contingency.mcnemar(table, exact=True).pvalue, abs=boost)
     # 20/20 vs 0/20 (the demo's standard vs Goldfish): p = 2 / 2**20, exact in binary; the two tails as above
     # (relative, since the value is 1.9e-6)
-    assert stats.mcnemar_exact([True] * 20, [False] * 20)["p_value"] == pytest.approx(2 / 2 ** 20, rel=boost,
-                                                                                      abs=0)
+    assert stats.mcnemar_exact([True] * 20, [False] * 20)["p_value"] == pytest.approx(2 / 2**20, rel=boost, abs=0)
     assert stats.mcnemar_exact([True, False], [True, False])["p_value"] == 1.0
 
 
@@ -246,8 +251,9 @@ def test_tpr_at_fpr_is_the_roc_read_at_that_fpr_with_ties_and_few_nonmembers():
     for n_members, n_nonmembers, fpr in ((30, 300, 0.01), (25, 40, 0.01), (50, 1000, 0.001), (10, 7, 0.25)):
         members = rng.integers(0, 12, n_members).astype(float)
         nonmembers = rng.integers(0, 10, n_nonmembers).astype(float)
-        roc_fpr, roc_tpr, _ = roc_curve(np.r_[np.ones(n_members), np.zeros(n_nonmembers)],
-                                        np.r_[members, nonmembers], drop_intermediate=False)
+        roc_fpr, roc_tpr, _ = roc_curve(
+            np.r_[np.ones(n_members), np.zeros(n_nonmembers)], np.r_[members, nonmembers], drop_intermediate=False
+        )
         found = stats.tpr_at_fpr(members, nonmembers, fpr)
         # counts over n_members on both sides (tps / tps[-1], a mean of booleans): one rounding each, exact
         assert found["roc_tpr"] == roc_tpr[roc_fpr <= fpr + 1e-12].max()
@@ -306,8 +312,15 @@ def test_paired_difference_on_known_per_token_arrays():
     arm = [np.ones(12) for _ in dropped]  # right everywhere
     control = [np.where(np.arange(12) % 2 == 1, 1.0, 0.0) for _ in dropped]  # right at odd positions: 3, 7 and 11
     out = stats.paired_difference(arm, control, dropped, n_bootstrap=200, seed=0)
-    assert out == {"arm": 1.0, "control": 1.0, "diff": 0.0, "diff_ci_low": 0.0, "diff_ci_high": 0.0,
-                   "n_documents": 20, "n_positions": 60}
+    assert out == {
+        "arm": 1.0,
+        "control": 1.0,
+        "diff": 0.0,
+        "diff_ci_low": 0.0,
+        "diff_ci_high": 0.0,
+        "n_documents": 20,
+        "n_positions": 60,
+    }
     control = [np.where(np.arange(12) == 3, 1.0, 0.0) for _ in dropped]  # right at 3 only: 1 of 3 dropped
     assert stats.paired_difference(arm, control, dropped, n_bootstrap=0)["diff"] == pytest.approx(2 / 3, abs=RATE)
     # documents differ: the control is right on all dropped positions of half the documents, none of the others
@@ -331,7 +344,7 @@ def test_document_mcnemar_counts_documents_not_windows():
     boost = 1e-12  # scipy's binomial tails: see test_mcnemar_exact_by_hand_and_against_statsmodels
     assert (out["a_only"], out["b_only"]) == (8, 0) and (out["a_only_documents"], out["b_only_documents"]) == (4, 0)
     assert out["p_value"] == pytest.approx(0.125, abs=boost) and out["test"] == "document sign test"
-    assert stats.mcnemar_exact(a, b)["p_value"] == pytest.approx(2 / 2 ** 8, abs=boost)  # what it was
+    assert stats.mcnemar_exact(a, b)["p_value"] == pytest.approx(2 / 2**8, abs=boost)  # what it was
     assert out["n_documents"] == 6
     # a document where each arm wins one window has difference 0: it is not discordant
     mixed = stats.document_mcnemar([True, False, True, True], [False, True, False, False], [0, 0, 1, 1])
@@ -411,8 +424,9 @@ def test_clustered_logistic_bootstrap_agrees_with_the_cluster_robust_standard_er
     sm = pytest.importorskip("statsmodels.api")
     x, y, clusters, strata = _logistic_data(400, 2)
     found = stats.clustered_logistic(x, y, clusters, None, ["a", "b", "c"], n_bootstrap=1000, seed=3, firth=False)
-    robust = sm.GLM(y, x, family=sm.families.Binomial()).fit(cov_type="cluster",
-                                                              cov_kwds={"groups": np.array(clusters)})
+    robust = sm.GLM(y, x, family=sm.families.Binomial()).fit(
+        cov_type="cluster", cov_kwds={"groups": np.array(clusters)}
+    )
     # two estimates of one standard error: the bootstrap's (B = 1000: a relative sampling error of 1/sqrt(2B) =
     # 2.2 %) and the sandwich (its own finite-sample error with 400 clusters, ~1/sqrt(400) = 5 %): 4 of the two
     # combined errors is 22 %
@@ -422,12 +436,14 @@ def test_clustered_logistic_bootstrap_agrees_with_the_cluster_robust_standard_er
     # ignoring the clusters misstates the errors: it understates that of a target's exposures (the same for all its
     # rows, whose outcomes are correlated) and overstates that of the size, which varies within a target (a paired
     # comparison), as the sandwich does too
-    naive = stats.clustered_logistic(x, y, list(range(len(y))), None, ["a", "b", "c"], n_bootstrap=1000, seed=3,
-                                     firth=False)
+    naive = stats.clustered_logistic(
+        x, y, list(range(len(y))), None, ["a", "b", "c"], n_bootstrap=1000, seed=3, firth=False
+    )
     assert naive["se"]["b"] < found["se"]["b"] and naive["se"]["c"] > found["se"]["c"]
     # derived quantities get the same percentile interval; stratified resampling keeps each stratum's size
-    ratio = stats.clustered_logistic(x, y, clusters, strata, ["a", "b", "c"], {"c/b": lambda b: b[:, 2] / b[:, 1]},
-                                     n_bootstrap=200, seed=4)
+    ratio = stats.clustered_logistic(
+        x, y, clusters, strata, ["a", "b", "c"], {"c/b": lambda b: b[:, 2] / b[:, 1]}, n_bootstrap=200, seed=4
+    )
     d = ratio["derived"]["c/b"]
     assert d["value"] == pytest.approx(ratio["coef"]["c"] / ratio["coef"]["b"], rel=rounding(2, U64))
     assert d["ci_low"] < d["value"] < d["ci_high"]

@@ -15,11 +15,14 @@ from goldfish.eval.stats import minimum_detectable_effect, slope_over_runs
 from goldfish.eval.stats import run_logits, size_effect_over_runs, size_slope_over_runs, t_over_runs
 
 
-
 def _statsmodels():
     """statsmodels (the test extra) as the second implementation: (statsmodels.api, its formula api, pandas)."""
-    return (pytest.importorskip("statsmodels.api"), pytest.importorskip("statsmodels.formula.api"),
-            pytest.importorskip("pandas"))
+    return (
+        pytest.importorskip("statsmodels.api"),
+        pytest.importorskip("statsmodels.formula.api"),
+        pytest.importorskip("pandas"),
+    )
+
 
 # the size sweep's design (experiments/size_sweep.yaml): five sizes, seven exposure strata of eight targets
 PARAMS = np.log10([0.9e6, 1.5e6, 4.2e6, 12.2e6, 44.9e6])
@@ -43,8 +46,11 @@ def test_slope_over_runs_is_each_runs_linregress_then_a_t_over_runs():
     x = [[0.0, 0.05, 0.1, 0.25], [0.0, 0.05, 0.1, 0.25], [0.0, 0.06, 0.1, 0.24]]
     y = [[0.01, 0.02, 0.05, 0.09], [-0.01, 0.03, 0.02, 0.1], [0.0, 0.01, None, 0.07]]  # a missing point
     found = slope_over_runs(x, y)
-    fits = [sps.linregress(x[0], y[0]), sps.linregress(x[1], y[1]),
-            sps.linregress([0.0, 0.06, 0.24], [0.0, 0.01, 0.07])]
+    fits = [
+        sps.linregress(x[0], y[0]),
+        sps.linregress(x[1], y[1]),
+        sps.linregress([0.0, 0.06, 0.24], [0.0, 0.01, 0.07]),
+    ]
     assert found["per_run"] == pytest.approx([f.slope for f in fits], rel=1e-12)
     assert found["intercept"] == pytest.approx(np.mean([f.intercept for f in fits]), rel=1e-12)
     ref = sps.ttest_1samp([f.slope for f in fits], 0.0)
@@ -90,8 +96,9 @@ def test_stage_two_is_statsmodels_ols_and_its_f_test():
     logits[2, 4] = np.nan  # one run missing
     found = size_slope_over_runs(logits, PARAMS)
     seed, size = np.nonzero(np.isfinite(logits))
-    frame = pd.DataFrame({"y": logits[seed, size], "seed": seed.astype(str), "size": size.astype(str),
-                          "x": PARAMS[size]})
+    frame = pd.DataFrame(
+        {"y": logits[seed, size], "seed": seed.astype(str), "size": size.astype(str), "x": PARAMS[size]}
+    )
     linear = smf.ols("y ~ C(seed) + x", data=frame).fit()
     factor = smf.ols("y ~ C(seed) + C(size)", data=frame).fit()
     run = found["run_level"]
@@ -128,8 +135,7 @@ def test_from_windows_is_the_two_stages_and_keeps_the_per_run_table():
     assert [r["exact"] for r in found["runs"][:5]] == [int(k[0, size_index == j].sum()) for j in range(5)]
     assert size_effect_over_runs([1, 0], [2.0, 2.0], [6.0, 6.0], ["0", "0"])["why_not"] == "1 size(s)"
     # the window-level likelihood-ratio test of log-linearity: statsmodels' Logit, factor vs linear, per seed, summed
-    frame = pd.DataFrame({"y": np.concatenate(y), "x": np.concatenate(xs), "reads": np.concatenate(xr),
-                          "seed": seeds})
+    frame = pd.DataFrame({"y": np.concatenate(y), "x": np.concatenate(xs), "reads": np.concatenate(xr), "seed": seeds})
     lr = 0.0
     for _, part in frame.groupby("seed"):
         factor = smf.logit("y ~ 0 + C(x) + reads", data=part).fit(disp=0)
@@ -204,11 +210,18 @@ def test_the_size_section_reads_the_size_effect_across_runs(monkeypatch):
     counted = []
     for s in range(3):
         for j, params in enumerate(PARAMS):
-            windows = [{"repetitions": r, "exact_match": t < k[0, s, j * 7 + e]}
-                       for e, r in enumerate(labels) for t in range(TARGETS)]
-            cell = SimpleNamespace(arm="standard", start_model=None, params=10 ** params,
-                                   values={"size": f"s{j}", "lr": "0.003", "seed": str(s)},
-                                   exposures={str(r): [r, r] for r in labels})
+            windows = [
+                {"repetitions": r, "exact_match": t < k[0, s, j * 7 + e]}
+                for e, r in enumerate(labels)
+                for t in range(TARGETS)
+            ]
+            cell = SimpleNamespace(
+                arm="standard",
+                start_model=None,
+                params=10**params,
+                values={"size": f"s{j}", "lr": "0.003", "seed": str(s)},
+                exposures={str(r): [r, r] for r in labels},
+            )
             counted.append((SimpleNamespace(windows=windows), cell))
     control = SimpleNamespace(arm="control", start_model=None, params=1e6, values={}, exposures={})
     counted.append((SimpleNamespace(windows=[]), control))
@@ -227,7 +240,11 @@ def test_the_size_section_says_when_log_linearity_is_rejected():
     from goldfish.experiment.sections import size as section
 
     logits = np.array([[-3.0, 1.0, -2.0, 2.0, 0.0], [-3.1, 0.9, -2.1, 2.2, 0.1], [-2.9, 1.1, -1.9, 1.9, -0.1]])
-    found = {"arm": "standard", **size_slope_over_runs(logits, PARAMS), "runs": [],
-             "per_seed": [{"seed": f"seed={i}", "slope": 0.0} for i in range(3)]}
+    found = {
+        "arm": "standard",
+        **size_slope_over_runs(logits, PARAMS),
+        "runs": [],
+        "per_seed": [{"seed": f"seed={i}", "slope": 0.0} for i in range(3)],
+    }
     assert found["linearity"]["p_value"] < 0.001
     assert "log-linearity rejected" in "\n".join(section.size_runs_markdown([found]))

@@ -23,7 +23,7 @@ def test_each_analysis_is_a_phase_between_eval_and_the_card_those_reading_their_
     names = [p.name for p in PHASES]
     assert len(set(names)) == len(names)
     own = [a.name for a in ANALYSES if not a.reads_control]
-    assert names[names.index("eval") + 1:names.index("card")] == own + [a.name for a in ANALYSES if a.reads_control]
+    assert names[names.index("eval") + 1 : names.index("card")] == own + [a.name for a in ANALYSES if a.reads_control]
 
 
 def test_the_attacks_are_a_registered_analysis_and_the_pipeline_holds_only_the_tools():
@@ -44,7 +44,7 @@ def test_summary_json_keys_are_the_summary_fields_metadata():
     """summary.json's keys of a cell come from the typed parts' field metadata (``summary_key(place)``), the
     analyses' ``summary_keys`` after them: no list of them is written by hand."""
     placed = [f for f in dataclasses.fields(CellSummary) if "summary" in f.metadata]
-    assert SUMMARY_KEYS[:len(placed)] == tuple(f.name for f in sorted(placed, key=lambda f: f.metadata["summary"]))
+    assert SUMMARY_KEYS[: len(placed)] == tuple(f.name for f in sorted(placed, key=lambda f: f.metadata["summary"]))
     assert SUMMARY_KEYS[0] == "cell" and len(set(SUMMARY_KEYS)) == len(SUMMARY_KEYS)
     assert set(SUMMARY_KEYS) <= {f.name for f in dataclasses.fields(CellSummary)}
     assert [f.name for f in dataclasses.fields(Pipeline)] == ["prepare", "train", "evaluate", "open_model", "analyses"]

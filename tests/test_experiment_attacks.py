@@ -25,8 +25,10 @@ def test_each_exposure_count_gets_an_auc_with_a_bootstrap_ci():
     reps = np.array([1] * 20 + [4] * 20)
     nonmembers = rng.normal(0.0, 1.0, 30)
     members = np.concatenate([rng.normal(0.0, 1.0, 20), rng.normal(3.0, 1.0, 20)])  # only x4 is separable
-    scores = {"loss": {"members": members, "nonmembers": nonmembers},
-              "kept_loss": {"members": members, "nonmembers": nonmembers}}  # not broken down by exposure
+    scores = {
+        "loss": {"members": members, "nonmembers": nonmembers},
+        "kept_loss": {"members": members, "nonmembers": nonmembers},
+    }  # not broken down by exposure
     aucs, cis = exposure_aucs(scores, reps, n_bootstrap=200, seed=0)
     assert set(aucs) == set(cis) == {"1", "4"} and set(aucs["4"]) == {"loss"}
     for r in (1, 4):
@@ -39,11 +41,19 @@ def test_each_exposure_count_gets_an_auc_with_a_bootstrap_ci():
 
 
 def test_the_exposure_table_shows_each_auc_with_its_ci():
-    cell = {"cell": "goldfish", "arm": "goldfish", "mia_attack": "loss",
-            "mia_by_exposure": {"1": {"loss": 0.5}, "4": {"loss": 0.9}},
-            "mia_by_exposure_ci": {"1": {"loss": [0.4, 0.6]}, "4": {"loss": [0.8, 0.97]}}}
-    old = {"cell": "standard", "arm": "standard", "mia_attack": "loss",
-           "mia_by_exposure": {"1": {"loss": 0.7}, "4": {"loss": 1.0}}}
+    cell = {
+        "cell": "goldfish",
+        "arm": "goldfish",
+        "mia_attack": "loss",
+        "mia_by_exposure": {"1": {"loss": 0.5}, "4": {"loss": 0.9}},
+        "mia_by_exposure_ci": {"1": {"loss": [0.4, 0.6]}, "4": {"loss": [0.8, 0.97]}},
+    }
+    old = {
+        "cell": "standard",
+        "arm": "standard",
+        "mia_attack": "loss",
+        "mia_by_exposure": {"1": {"loss": 0.7}, "4": {"loss": 1.0}},
+    }
     table = exposure_table({"cells": [cell, old], "axes": []})
     assert "| goldfish | 0.500 [0.400, 0.600] | 0.900 [0.800, 0.970] |" in table
     assert "| standard | 0.700 | 1.000 |" in table  # an attacks.json written before the CI was added
@@ -59,13 +69,23 @@ def test_leakage_audit_is_a_difference_in_differences_against_held_out_text():
 
     dropped = _docs(10, 8, 4)  # members: targets 3 and 7 dropped, 20 dropped and 60 kept positions
     held = [np.arange(6) % 2 == 0 for _ in range(5)]  # the control is right on half of every held-out target
-    arm = {"logp": {"members": [np.full(8, np.log(0.5)) for _ in dropped],  # the arm: p = 1/2 on every target
-                    "nonmembers": [np.full(6, np.log(0.5)) for _ in held]},
-           "correct": {"members": [np.ones(8, np.int8) for _ in dropped], "nonmembers": [np.ones(6, np.int8)] * 5}}
-    control = {"logp": {"members": [np.where(d, np.log(0.25), np.log(0.5)) for d in dropped],
-                        "nonmembers": [np.full(6, np.log(0.25)) for _ in held]},  # worse on held-out text everywhere
-               "correct": {"members": [(~d).astype(int).tolist() for d in dropped],  # as attacks.json stores it
-                           "nonmembers": [h.astype(int).tolist() for h in held]}}
+    arm = {
+        "logp": {
+            "members": [np.full(8, np.log(0.5)) for _ in dropped],  # the arm: p = 1/2 on every target
+            "nonmembers": [np.full(6, np.log(0.5)) for _ in held],
+        },
+        "correct": {"members": [np.ones(8, np.int8) for _ in dropped], "nonmembers": [np.ones(6, np.int8)] * 5},
+    }
+    control = {
+        "logp": {
+            "members": [np.where(d, np.log(0.25), np.log(0.5)) for d in dropped],
+            "nonmembers": [np.full(6, np.log(0.25)) for _ in held],
+        },  # worse on held-out text everywhere
+        "correct": {
+            "members": [(~d).astype(int).tolist() for d in dropped],  # as attacks.json stores it
+            "nonmembers": [h.astype(int).tolist() for h in held],
+        },
+    }
     audit = leakage_audit(arm, control, dropped, n_bootstrap=100, seed=0)
     loss = rounding(60, U64) * np.log(4)  # float64 means of <= 60 log-probs, relative to their scale
     # the old members-only reading, kept beside: arm - control on the member positions
@@ -111,10 +131,18 @@ def _planted(leak: float, confound: float, seed: int, n_docs: int = 60, length: 
         return (rng.random(len(p)) < p).astype(np.int8)
 
     base = 0.3
-    control = {"correct": {"members": [draw(np.full(length, base)) for _ in member_drop],
-                           "nonmembers": [draw(np.full(length, base)) for _ in held_drop]}}
-    arm = {"correct": {"members": [draw(base + 0.1 + (leak + confound) * d) for d in member_drop],
-                       "nonmembers": [draw(base + 0.1 + confound * d) for d in held_drop]}}
+    control = {
+        "correct": {
+            "members": [draw(np.full(length, base)) for _ in member_drop],
+            "nonmembers": [draw(np.full(length, base)) for _ in held_drop],
+        }
+    }
+    arm = {
+        "correct": {
+            "members": [draw(base + 0.1 + (leak + confound) * d) for d in member_drop],
+            "nonmembers": [draw(base + 0.1 + confound * d) for d in held_drop],
+        }
+    }
     for who in (arm, control):  # the loss side: -log of a constant, unused by these checks
         who["logp"] = {k: [np.full(length, -1.0) for _ in v] for k, v in who["correct"].items()}
     return arm, control, member_drop, held_drop
@@ -161,11 +189,27 @@ def test_the_supervised_fraction_of_the_audited_positions():
 
 
 def _audit(diff: float) -> dict:
-    side = {"arm": 0.9, "control": 0.9 - diff, "diff": diff, "diff_ci_low": diff - 0.1, "diff_ci_high": diff + 0.1,
-            "n_documents": 16, "n_positions": 100}
-    did = {"member_diff": diff, "heldout_diff": 0.25, "did": diff - 0.25, "ci_low": diff - 0.35,
-           "ci_high": diff - 0.15, "p_value": 0.002, "n_member_documents": 16, "n_member_positions": 100,
-           "n_heldout_documents": 40, "n_heldout_positions": 900}
+    side = {
+        "arm": 0.9,
+        "control": 0.9 - diff,
+        "diff": diff,
+        "diff_ci_low": diff - 0.1,
+        "diff_ci_high": diff + 0.1,
+        "n_documents": 16,
+        "n_positions": 100,
+    }
+    did = {
+        "member_diff": diff,
+        "heldout_diff": 0.25,
+        "did": diff - 0.25,
+        "ci_low": diff - 0.35,
+        "ci_high": diff - 0.15,
+        "p_value": 0.002,
+        "n_member_documents": 16,
+        "n_member_positions": 100,
+        "n_heldout_documents": 40,
+        "n_heldout_positions": 900,
+    }
     out = {p: {"accuracy": side, "loss": {**side, "arm": 2.0, "control": 2.5}} for p in ("dropped", "kept")}
     return {**out, "did": {p: {"accuracy": did, "loss": did} for p in ("dropped", "kept")}}
 
@@ -179,24 +223,37 @@ def test_the_leakage_section_has_a_table_or_says_why_not():
     assert "## Dropped-token leakage audit" in text
     assert "## Dropped-token leakage audit (difference in differences)" in text
     # the difference in differences with its CI and p, on the dropped and the kept positions
-    assert ("| goldfish | Goldfish | dropped | 16 / 40 | 25.0 % [15.0 %, 35.0 %] (p 0.002) | - | 0.250 [0.150, 0.350] "
-            "(p 0.002) | - | - | - |") in text
+    assert (
+        "| goldfish | Goldfish | dropped | 16 / 40 | 25.0 % [15.0 %, 35.0 %] (p 0.002) | - | 0.250 [0.150, 0.350] "
+        "(p 0.002) | - | - | - |"
+    ) in text
     assert "| goldfish |  | kept | 16 / 40 | 25.0 % [15.0 %, 35.0 %] (p 0.002) |" in text
     # with its validity: the placebo, the minimum detectable DiD, the reading, the share trained on; and a positive
     # control on another arm's mask (one row: its dropped positions)
     placebo = {"did": 0.01, "ci_low": -0.03, "ci_high": 0.05, "p_value": 0.6}
-    valid = {**_audit(0.5), "placebo": {"accuracy": placebo, "loss": placebo}, "mde": {"accuracy": 0.08, "loss": 0.2},
-             "reading": {"accuracy": "leak", "loss": "none detected"}, "supervised_fraction": 0.0}
+    valid = {
+        **_audit(0.5),
+        "placebo": {"accuracy": placebo, "loss": placebo},
+        "mde": {"accuracy": 0.08, "loss": 0.2},
+        "reading": {"accuracy": "leak", "loss": "none detected"},
+        "supervised_fraction": 0.0,
+    }
     other = {**valid, "supervised_fraction": 0.75, "reading": {"accuracy": "leak", "loss": "leak"}}
     gold2 = {**gold, "k_baseline": {"rows": []}, "leakage": valid, "leakage_by_mask": {"goldfish_seed1": other}}
     text = "\n".join(leakage_section({"cells": [control, gold2], "axes": []}))
-    assert ("| goldfish | goldfish (trained on 0.0 %) | dropped | 16 / 40 | 25.0 % [15.0 %, 35.0 %] (p 0.002) | "
-            "1.0 % [-3.0 %, 5.0 %] (p 0.6) |") in text
+    assert (
+        "| goldfish | goldfish (trained on 0.0 %) | dropped | 16 / 40 | 25.0 % [15.0 %, 35.0 %] (p 0.002) | "
+        "1.0 % [-3.0 %, 5.0 %] (p 0.6) |"
+    ) in text
     assert "| 8.0 % / 0.200 | leak / none detected |" in text
     assert "| goldfish | goldfish_seed1 (trained on 75.0 %) | dropped |" in text and "| leak / leak |" in text
     # a grid with two points, one without its control; a grid point whose data has no Goldfish mask
-    cells = [{**control, "model": "a"}, {**gold, "model": "a"}, {**gold, "cell": "goldfish__model=b", "model": "b"},
-             {"cell": "standard__model=a", "arm": "standard", "model": "a", "tf_accuracy": 0.5, "leakage": None}]
+    cells = [
+        {**control, "model": "a"},
+        {**gold, "model": "a"},
+        {**gold, "cell": "goldfish__model=b", "model": "b"},
+        {"cell": "standard__model=a", "arm": "standard", "model": "a", "tf_accuracy": 0.5, "leakage": None},
+    ]
     text = "\n".join(leakage_section({"cells": cells, "axes": ["model"]}))
     assert "| goldfish model=a |  | kept |" in text and "goldfish model=b |" not in text
     assert "No control cell at model=b (`control: false`): no leakage audit there." in text
@@ -213,9 +270,17 @@ def test_the_adaptive_table_appears_only_when_some_cell_ran_beam_or_samples():
 
     plain = {"cell": "standard", "arm": "standard", "n_windows": 16, "exact_match_rate": 0.5}
     assert adaptive_table({"cells": [plain], "axes": []}) is None
-    beam = {**plain, "cell": "goldfish", "arm": "goldfish", "exact_match_ci_low": 0.3, "exact_match_ci_high": 0.7,
-            "beam_exact_match_rate": 0.75, "beam_exact_match_rate_ci_low": 0.5, "beam_exact_match_rate_ci_high": 0.9,
-            "beam_width": 2}
+    beam = {
+        **plain,
+        "cell": "goldfish",
+        "arm": "goldfish",
+        "exact_match_ci_low": 0.3,
+        "exact_match_ci_high": 0.7,
+        "beam_exact_match_rate": 0.75,
+        "beam_exact_match_rate_ci_low": 0.5,
+        "beam_exact_match_rate_ci_high": 0.9,
+        "beam_width": 2,
+    }
     table = adaptive_table({"cells": [plain, beam], "axes": []})
     assert "| goldfish | 16 | 50.0 % [30.0 %, 70.0 %] | 75.0 % [50.0 %, 90.0 %] (beam 2) | - | - |" in table
     assert "| standard | 16 | 50.0 % | - | - | - |" in table
@@ -244,7 +309,8 @@ def test_beam_and_sampling_summaries_equal_a_recomputation_from_the_windows(micr
         beam = sum(bool(w["beam_exact_match"]) for w in windows)
         assert c["beam_exact_match_rate"] == beam / n  # a count over a count
         assert [c["beam_exact_match_rate_ci_low"], c["beam_exact_match_rate_ci_high"]] == pytest.approx(
-            _wilson(beam, n), abs=RATE)
+            _wilson(beam, n), abs=RATE
+        )
         assert c["sample_rate"] == pytest.approx(sum(w["sample_hits"] / 2 for w in windows) / n, abs=RATE)
         hit = sum(w["sample_hits"] > 0 for w in windows)
         assert c["sample_any_rate"] == hit / n
@@ -302,6 +368,7 @@ def _check_did(attacks: dict, control: dict, dropped: list) -> None:
     """The difference in differences recomputed from the stored per-token values, by plain pooled means."""
     for side, keep in (("dropped", dropped), ("kept", [~d for d in dropped])):
         for measure, field, sign in (("accuracy", "correct", 1.0), ("loss", "logprobs", -1.0)):
+
             def pooled(found: dict, split: str, positions) -> float:
                 docs = [sign * np.asarray(x, float) for x in found[field][split]]
                 if positions is not None:
@@ -325,8 +392,11 @@ def test_paired_tests_equal_a_recomputation_from_the_cells_files(micro):
     results = json.loads((micro / "results.json").read_text())
     summary = json.loads((micro / "summary.json").read_text())
     assert summary["paired"] == results["paired"]
-    assert [(t["a"], t["b"]) for t in results["paired"]] == [("goldfish", "standard"), ("standard", "control"),
-                                                             ("goldfish", "control")]
+    assert [(t["a"], t["b"]) for t in results["paired"]] == [
+        ("goldfish", "standard"),
+        ("standard", "control"),
+        ("goldfish", "control"),
+    ]
 
     def cell(name: str) -> tuple[dict, dict]:
         windows = json.loads((micro / "cells" / name / "eval" / "results.json").read_text())["windows"]
@@ -374,12 +444,18 @@ def test_the_membership_comparison_equals_a_recomputation_from_the_attacks_files
     for stratum, found in entry["strata"].items():
         chosen = np.ones(len(reps), bool) if stratum == "all" else reps == int(stratum)
         sa, sb = a["scores"][attack], b["scores"][attack]
-        want = paired_auc_difference(np.asarray(sa["members"])[chosen], sa["nonmembers"],
-                                     np.asarray(sb["members"])[chosen], sb["nonmembers"], n_bootstrap=0)
+        want = paired_auc_difference(
+            np.asarray(sa["members"])[chosen],
+            sa["nonmembers"],
+            np.asarray(sb["members"])[chosen],
+            sb["nonmembers"],
+            n_bootstrap=0,
+        )
         assert found["diff"] == want["diff"] and found["groups"][0]["a"] == want["a"]  # the same rank counts
         assert found["n_members"] == [int(chosen.sum())] and found["tpr_a"] == [None]  # 8 nonmembers: withheld
         assert found["ci90_low"] >= found["ci_low"] and found["equivalent"] == (
-            -0.1 < found["ci90_low"] and found["ci90_high"] < 0.1)
+            -0.1 < found["ci90_low"] and found["ci90_high"] < 0.1
+        )
     assert set(entry["strata"]) == {"all", "1", "2"}
     assert "## Membership inference between arms" in (out / "report.md").read_text()
     members, nonmembers = len(prepared.members), len(prepared.nonmembers)
@@ -390,8 +466,11 @@ def test_the_membership_comparison_equals_a_recomputation_from_the_attacks_files
 
 def _stratum(auc_pairs, tpr_pairs):
     """A membership_comparison stratum as compute builds it, from each replicate's (AUC a, AUC b) and TPRs."""
-    return {"groups": [{"a": a, "b": b, "diff": a - b} for a, b in auc_pairs],
-            "tpr_a": [t[0] for t in tpr_pairs], "tpr_b": [t[1] for t in tpr_pairs]}
+    return {
+        "groups": [{"a": a, "b": b, "diff": a - b} for a, b in auc_pairs],
+        "tpr_a": [t[0] for t in tpr_pairs],
+        "tpr_b": [t[1] for t in tpr_pairs],
+    }
 
 
 def test_the_membership_reading_is_made_over_training_runs():

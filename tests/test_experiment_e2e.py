@@ -53,8 +53,16 @@ def test_every_phase_wrote_its_files(micro):
         assert (cell / "eval" / "results.json").is_file()
         assert json.loads((cell / "cell.json").read_text())["arm"] == arm
     assert len(list((micro / "prepared").iterdir())) == 1  # both arms share one prepared dataset
-    for name in ("results.csv", "results.json", "summary.json", "report.md", "experiment.yaml", "loss_curves.png",
-                 "exact_match_rate_by_arm.png", "roc_by_arm.png"):
+    for name in (
+        "results.csv",
+        "results.json",
+        "summary.json",
+        "report.md",
+        "experiment.yaml",
+        "loss_curves.png",
+        "exact_match_rate_by_arm.png",
+        "roc_by_arm.png",
+    ):
         assert (micro / name).is_file(), name
 
 
@@ -70,24 +78,32 @@ def test_summary_and_table_agree_with_the_cells(micro):
         assert s["tokens_seen"] == train["tokens"] and s["params"] == train["params"]
         assert 0.0 <= s["rouge_l"] <= 1.0 and s["heldout_loss"] > 0
         # the resolved precision and the device, as the trainer and the evaluation recorded them
-        assert s["precision"] == train["precision"] == results["config"]["model"]["dtype"] == \
-            s["eval_precision"] in ("fp32", "bf16")
+        assert (
+            s["precision"]
+            == train["precision"]
+            == results["config"]["model"]["dtype"]
+            == s["eval_precision"]
+            in ("fp32", "bf16")
+        )
         assert s["device"]["type"] == "cpu" and s["device"]["name"] == results["model"]["device"]["name"]
     report = (micro / "report.md").read_text()
     device = summary["standard"]["device"]
-    assert f"Computed on {device['name']}" in report and f"Training precision {summary['standard']['precision']}" \
-        in report
+    assert (
+        f"Computed on {device['name']}" in report and f"Training precision {summary['standard']['precision']}" in report
+    )
     # same token budget; Goldfish trains on ~3/4 of the targets and measures loss on the dropped ~1/4
     assert summary["standard"]["tokens_seen"] == summary["goldfish"]["tokens_seen"]
     assert summary["standard"]["dropped_tokens"] == 0 and summary["standard"]["final_dropped_loss"] is None
-    frac = summary["goldfish"]["dropped_tokens"] / (summary["goldfish"]["dropped_tokens"]
-                                                   + summary["goldfish"]["kept_tokens"])
+    frac = summary["goldfish"]["dropped_tokens"] / (
+        summary["goldfish"]["dropped_tokens"] + summary["goldfish"]["kept_tokens"]
+    )
     assert 0.15 < frac < 0.35
     with open(micro / "results.csv") as f:
         rows = list(csv.DictReader(f))
     # 3 cells x 1 prefix length x 2 repetition strata (repetitions [1, 2])
     assert sorted((r["cell"], r["prefix_len"], r["repetitions"]) for r in rows) == sorted(
-        (a, "16", r) for a in ("control", "standard", "goldfish") for r in ("1", "2"))
+        (a, "16", r) for a in ("control", "standard", "goldfish") for r in ("1", "2")
+    )
     assert sum(int(r["n_windows"]) for r in rows if r["cell"] == "standard") == 16
 
 
@@ -139,8 +155,9 @@ def test_kept_and_dropped_positions_are_the_ones_training_dropped(micro):
     plan = make_plan(train_cfg.schedule, train_cfg.optim, len(rows), rows.seq_len, 1)
     order = consumed_rows(plan, train_cfg.seed, train_cfg.data.shuffle)
     logged = [r["dropped_tokens"] for r in map(json.loads, (cell / "train" / "metrics.jsonl").read_text().splitlines())]
-    steps = np.split(order, np.cumsum([min(plan.global_batch, len(order) - i) for i in
-                                       range(0, len(order), plan.global_batch)])[:-1])
+    steps = np.split(
+        order, np.cumsum([min(plan.global_batch, len(order) - i) for i in range(0, len(order), plan.global_batch)])[:-1]
+    )
     for step, (index, count) in enumerate(zip(steps, logged)):
         t = {k: torch.from_numpy(v) for k, v in rows.batch(index).items()}
         dropped = config_mask(t["labels"], ours, document_ids=t["document_ids"], position_ids=t["position_ids"])
@@ -148,10 +165,10 @@ def test_kept_and_dropped_positions_are_the_ones_training_dropped(micro):
     assert len(logged) == plan.total_steps and sum(logged) > 0
     checked = 0
     for ids in prepared.members["input_ids"]:  # one document per row: the row that starts with it
-        row = next(r for r in prepared.train if list(r["input_ids"][:len(ids)]) == list(ids))
+        row = next(r for r in prepared.train if list(r["input_ids"][: len(ids)]) == list(ids))
         t = {k: torch.tensor([row[k]]) for k in ("labels", "document_ids", "position_ids")}
         trained = config_mask(t["labels"], ours, document_ids=t["document_ids"], position_ids=t["position_ids"])
-        assert trained[0, 1:len(ids)].tolist() == dropped_targets([ids], ours)[0].tolist()
+        assert trained[0, 1 : len(ids)].tolist() == dropped_targets([ids], ours)[0].tolist()
         checked += 1
     assert checked == 16
 
@@ -196,6 +213,7 @@ def test_every_cell_model_card_holds_its_headline_numbers(micro):
         attacks = json.loads((cell / "attacks.json").read_text())
         got = {(r.task_name, r.metric_name): r.metric_value for r in card.data.eval_results}
         row = results["summary"]["by_window"]["start"]
+
         def as_written(value):  # the card keeps 6 decimals (goldfish.modelcard: round(value, 6))
             return pytest.approx(value, rel=0, abs=decimals(value, 6))
 
@@ -264,10 +282,12 @@ def test_finished_cells_kept_without_prepared_data_or_weights_render_the_same_st
         capsys.readouterr()
         assert run_micro_experiment(micro, *MICRO_OVERRIDES, "--report-only") == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert err[-1] == (f"error: {remade} was prepared again for the finished cell goldfish, but holds other "
-                           f"documents than it was evaluated on (sha256 {documents} vs {'0' * 64}): the recipe or the "
-                           f"code that prepares it changed; restore the cells' prepared data, or use a new out=... "
-                           f"folder and run them again")
+        assert err[-1] == (
+            f"error: {remade} was prepared again for the finished cell goldfish, but holds other "
+            f"documents than it was evaluated on (sha256 {documents} vs {'0' * 64}): the recipe or the "
+            f"code that prepares it changed; restore the cells' prepared data, or use a new out=... "
+            f"folder and run them again"
+        )
         assert {name: (micro / name).read_bytes() for name in study} == written
     finally:  # the session's micro folder as it was, for the tests after this one
         fingerprint.write_text(recorded)

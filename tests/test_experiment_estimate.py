@@ -17,13 +17,16 @@ def shape(name: str, vocab: int) -> ModelShape:
     return shape_of(ModelConfig(name=name), vocab)
 
 
-@pytest.mark.parametrize("name, vocab, published", [
-    ("llama2-7B", 32000, 6_738_415_616),        # meta-llama/Llama-2-7b-hf
-    ("llama2-13B", 32000, 13_015_864_320),      # meta-llama/Llama-2-13b-hf
-    ("llama2-70B", 32000, 68_976_648_192),      # meta-llama/Llama-2-70b-hf
-    ("llama3.1-405B", 128256, 405_853_388_800),  # meta-llama/Llama-3.1-405B
-    ("tinyllama-1.1B", 32000, 1_100_048_384),   # TinyLlama/TinyLlama-1.1B
-])
+@pytest.mark.parametrize(
+    "name, vocab, published",
+    [
+        ("llama2-7B", 32000, 6_738_415_616),  # meta-llama/Llama-2-7b-hf
+        ("llama2-13B", 32000, 13_015_864_320),  # meta-llama/Llama-2-13b-hf
+        ("llama2-70B", 32000, 68_976_648_192),  # meta-llama/Llama-2-70b-hf
+        ("llama3.1-405B", 128256, 405_853_388_800),  # meta-llama/Llama-3.1-405B
+        ("tinyllama-1.1B", 32000, 1_100_048_384),  # TinyLlama/TinyLlama-1.1B
+    ],
+)
 def test_parameter_counts_match_the_published_models(name, vocab, published):
     assert shape(name, vocab).params == published
 
@@ -39,8 +42,10 @@ def test_shape_and_flops_agree_with_a_built_model():
     """A second implementation: count the weights of a real (tiny) HF model and use the trainer's FLOP formula."""
     from goldfish.models import build_model, count_parameters, flops_per_token
 
-    for cfg in (ModelConfig(name="llama-demo"), ModelConfig(name="llama-40M", hidden_size=64, num_layers=2,
-                                                              num_heads=4, intermediate_size=96)):
+    for cfg in (
+        ModelConfig(name="llama-demo"),
+        ModelConfig(name="llama-40M", hidden_size=64, num_layers=2, num_heads=4, intermediate_size=96),
+    ):
         model = build_model(cfg, vocab_size=300, seed=0)
         s = shape_of(cfg, 300)
         assert s.params == count_parameters(model)
@@ -77,8 +82,9 @@ def test_fsdp_shards_state_over_data_ranks_and_pipeline_holds_fewer_layers():
     assert piped.weights == 4 * (8 * (202_375_168 + 8192) + 32000 * 4096 + 4096)
     # 1F1B with 8 chunks keeps min(pp, 8) = 4 of 8 chunks in flight: half the micro-batch's activations
     one_f = estimate_memory(s, NativeEngine.layout_for(ParallelConfig(pp=4, pp_microbatches=8), 4), 1, 4096)
-    gpipe = estimate_memory(s, NativeEngine.layout_for(ParallelConfig(pp=4, pp_microbatches=8, pp_schedule="gpipe"),
-                                                       4), 1, 4096)
+    gpipe = estimate_memory(
+        s, NativeEngine.layout_for(ParallelConfig(pp=4, pp_microbatches=8, pp_schedule="gpipe"), 4), 1, 4096
+    )
     assert one_f.activations == gpipe.activations / 2
 
 
@@ -121,8 +127,16 @@ def test_expected_rows_of_one_epoch_before_preparation():
     from goldfish.experiment.dryrun import expected_rows
 
     def cfg(**kw) -> PrepareConfig:
-        base = dict(seq_len=2048, min_tokens=256, doc_tokens=256, num_members=1000, repetitions=[1],
-                    num_background=20000, background_chunk_tokens=2048, packing="pack")
+        base = dict(
+            seq_len=2048,
+            min_tokens=256,
+            doc_tokens=256,
+            num_members=1000,
+            repetitions=[1],
+            num_background=20000,
+            background_chunk_tokens=2048,
+            packing="pack",
+        )
         return PrepareConfig(**{**base, **kw})
 
     assert expected_rows(cfg()) == -(-(1000 * 257 + 20000 * 2049) // 2048)  # 20,136: each document + EOS
@@ -138,13 +152,30 @@ def _budget_experiment(tmp_path, **top):
     from goldfish.config import from_dict
     from goldfish.experiment import ExperimentConfig
 
-    data = {"name": "bud", "tokenizer": {"name": "gpt2"}, "seq_len": 256, "packing": "pack", "min_tokens": 255,
-            "doc_tokens": 255, "num_members": 100, "repetitions": [2, 4], "nonmember_mode": "random_split",
-            "num_background": 900, "background_chunk_tokens": 255}
-    base = {"name": "bud", "out": str(tmp_path / "exp"), "data": data, "control_mode": "background",
-            "train": {"model": {"name": "llama-demo"}, "schedule": {"epochs": 3, "global_batch_size": 8,
-                                                                    "micro_batch_size": 8}},
-            "arms": {"standard": {"train.loss.type": "standard"}}}
+    data = {
+        "name": "bud",
+        "tokenizer": {"name": "gpt2"},
+        "seq_len": 256,
+        "packing": "pack",
+        "min_tokens": 255,
+        "doc_tokens": 255,
+        "num_members": 100,
+        "repetitions": [2, 4],
+        "nonmember_mode": "random_split",
+        "num_background": 900,
+        "background_chunk_tokens": 255,
+    }
+    base = {
+        "name": "bud",
+        "out": str(tmp_path / "exp"),
+        "data": data,
+        "control_mode": "background",
+        "train": {
+            "model": {"name": "llama-demo"},
+            "schedule": {"epochs": 3, "global_batch_size": 8, "micro_batch_size": 8},
+        },
+        "arms": {"standard": {"train.loss.type": "standard"}},
+    }
     return from_dict(ExperimentConfig, {**base, **top})
 
 
@@ -174,14 +205,22 @@ def test_dry_run_prints_the_targets_share_and_reads_and_refuses_a_cycling_backgr
     allowed = _budget_experiment(tmp_path, allow_background_cycles=True)
     assert dry_run(allowed, plan_cells(allowed, default_pipeline()))[1] == []
     # one epoch reads the background once: no problem; a token budget of half an epoch halves every read
-    once = _budget_experiment(tmp_path, train={"model": {"name": "llama-demo"},
-                                               "schedule": {"epochs": 1, "global_batch_size": 8,
-                                                            "micro_batch_size": 8}})
+    once = _budget_experiment(
+        tmp_path,
+        train={
+            "model": {"name": "llama-demo"},
+            "schedule": {"epochs": 1, "global_batch_size": 8, "micro_batch_size": 8},
+        },
+    )
     rows, problems = dry_run(once, plan_cells(once, default_pipeline()))
     assert problems == [] and rows[1]["budget"].reads == [2.0, 4.0]
-    half = _budget_experiment(tmp_path, train={"model": {"name": "llama-demo"},
-                                               "schedule": {"max_tokens": 600 * 256, "global_batch_size": 8,
-                                                            "micro_batch_size": 8}})
+    half = _budget_experiment(
+        tmp_path,
+        train={
+            "model": {"name": "llama-demo"},
+            "schedule": {"max_tokens": 600 * 256, "global_batch_size": 8, "micro_batch_size": 8},
+        },
+    )
     assert dry_run(half, plan_cells(half, default_pipeline()))[0][1]["budget"].passes == 0.5  # 75 of 150 steps
     # the command line: one error line, exit 2
     import yaml

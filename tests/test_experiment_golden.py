@@ -80,8 +80,10 @@ def test_the_study_outputs_are_the_pinned_ones(recomputed):
     sweep, found = recomputed
     pinned = {name: (GOLDEN / sweep / name).read_text(encoding="utf-8") for name in found}
     assert found["report.md"] == pinned["report.md"]  # every table, byte for byte
-    assert list(csv.reader(io.StringIO(found["results.csv"])))[0] == \
-        list(csv.reader(io.StringIO(pinned["results.csv"])))[0]  # the same columns in the same order
+    assert (
+        list(csv.reader(io.StringIO(found["results.csv"])))[0]
+        == list(csv.reader(io.StringIO(pinned["results.csv"])))[0]
+    )  # the same columns in the same order
     assert same(_csv(found["results.csv"]), _csv(pinned["results.csv"])) == []
     for name in ("results.json", "summary.json"):
         assert same(json.loads(found[name]), json.loads(pinned[name]), name) == []

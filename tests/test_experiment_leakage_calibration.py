@@ -23,38 +23,47 @@ from goldfish.masks import GoldfishConfig
 
 SCHEMA = Path(goldfish.experiment.__file__).parent / "SCHEMA.md"
 MASK = {"k": 4, "h": 13, "strategy": "hash", "seed": 0}
-ARMS = {"standard": None, "goldfish": GoldfishConfig(**MASK),
-        "goldfish_seed1": GoldfishConfig(**{**MASK, "seed": 1}),
-        "twin": GoldfishConfig(**MASK, replace_dropped=True),
-        "pc10": GoldfishConfig(**MASK, supervised_fraction=0.1),
-        "pc20": GoldfishConfig(**MASK, supervised_fraction=0.2)}
+ARMS = {
+    "standard": None,
+    "goldfish": GoldfishConfig(**MASK),
+    "goldfish_seed1": GoldfishConfig(**{**MASK, "seed": 1}),
+    "twin": GoldfishConfig(**MASK, replace_dropped=True),
+    "pc10": GoldfishConfig(**MASK, supervised_fraction=0.1),
+    "pc20": GoldfishConfig(**MASK, supervised_fraction=0.2),
+}
 # per seed: (Goldfish DiD, twin DiD, pc10's (fraction, DiD), pc20's (fraction, DiD)) in accuracy; loss = -2 x these
-RUNS = {0: (0.02, 0.01, (0.1, 0.04), (0.2, 0.06)),
-        1: (0.00, 0.00, (0.1, 0.03), (0.2, 0.04)),
-        2: (0.03, 0.00, (0.1, 0.04), (0.2, 0.07))}
+RUNS = {
+    0: (0.02, 0.01, (0.1, 0.04), (0.2, 0.06)),
+    1: (0.00, 0.00, (0.1, 0.03), (0.2, 0.04)),
+    2: (0.03, 0.00, (0.1, 0.04), (0.2, 0.07)),
+}
 
 
 def _plan(arm: str, mask: GoldfishConfig | None) -> SimpleNamespace:
     loss = SimpleNamespace(type="standard" if mask is None else "goldfish", goldfish=mask)
-    return SimpleNamespace(train_cfg=SimpleNamespace(loss=loss), cell=SimpleNamespace(arm=arm), data_dir="d",
-                           mask=lambda prepared: mask)
+    return SimpleNamespace(
+        train_cfg=SimpleNamespace(loss=loss), cell=SimpleNamespace(arm=arm), data_dir="d", mask=lambda prepared: mask
+    )
 
 
 def _leakage(did: float, fraction: float) -> dict:
-    return {"did": {"dropped": {"accuracy": {"did": did}, "loss": {"did": -2 * did}}},
-            "supervised_fraction": fraction}
+    return {"did": {"dropped": {"accuracy": {"did": did}, "loss": {"did": -2 * did}}}, "supervised_fraction": fraction}
 
 
 def _study() -> tuple[list, list]:
     plans, cells = [], []
     for seed, (gold, twin, pc10, pc20) in RUNS.items():
-        audits = {"goldfish": _leakage(gold, 0.0), "twin": _leakage(twin, 0.0), "pc10": _leakage(pc10[1], pc10[0]),
-                  "pc20": _leakage(pc20[1], pc20[0]), "standard": _leakage(0.5, 1.0),
-                  "goldfish_seed1": _leakage(0.01, 0.0)}
+        audits = {
+            "goldfish": _leakage(gold, 0.0),
+            "twin": _leakage(twin, 0.0),
+            "pc10": _leakage(pc10[1], pc10[0]),
+            "pc20": _leakage(pc20[1], pc20[0]),
+            "standard": _leakage(0.5, 1.0),
+            "goldfish_seed1": _leakage(0.01, 0.0),
+        }
         for arm, mask in ARMS.items():
             plans.append(_plan(arm, mask))
-            cells.append(CellSummary(cell=f"{arm}_seed={seed}", arm=arm, values={"seed": seed},
-                                     leakage=audits[arm]))
+            cells.append(CellSummary(cell=f"{arm}_seed={seed}", arm=arm, values={"seed": seed}, leakage=audits[arm]))
     return plans, cells
 
 

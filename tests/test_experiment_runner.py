@@ -22,8 +22,16 @@ from train_helpers import REPO
 
 from goldfish.config import check, from_dict, option, raise_problems, save_config
 from goldfish.errors import ConfigError, UserError
-from goldfish.experiment import (DONE, ExperimentConfig, Pipeline, default_pipeline, expand_cells, load_experiment,
-                                 plan_cells, run_experiment)
+from goldfish.experiment import (
+    DONE,
+    ExperimentConfig,
+    Pipeline,
+    default_pipeline,
+    expand_cells,
+    load_experiment,
+    plan_cells,
+    run_experiment,
+)
 from goldfish.experiment.analyses.attacks import ATTACKS
 from goldfish.experiment.plan import Evaluate, Step, Train
 from goldfish.experiment.runner import stale_cells
@@ -115,8 +123,10 @@ def make_pipeline(calls: Calls) -> Pipeline:
         docs = [{"doc": d, "repetitions": cfg.repetitions[d % len(cfg.repetitions)]} for d in range(cfg.num_members)]
         atomic_write_json(out / "docs.json", docs)
         atomic_write_json(out / "cfg.json", {"train_members": cfg.train_members})
-        atomic_write_json(out / "manifest.json", {"format": "goldfish-prepared/1", "counts": {"train": 8},
-                                                  "tokenizer": {"vocab_size": 100}})
+        atomic_write_json(
+            out / "manifest.json",
+            {"format": "goldfish-prepared/1", "counts": {"train": 8}, "tokenizer": {"vocab_size": 100}},
+        )
         return out
 
     def train(cfg: FakeTrain) -> Path:
@@ -129,13 +139,24 @@ def make_pipeline(calls: Calls) -> Pipeline:
         lines = []
         for step in range(1, cfg.steps + 1):
             kept, dropped = 100 - (100 // k if k > 1 else 0), (100 // k if k > 1 else 0)
-            lines.append(json.dumps({"step": step, "kept_loss": 10.0 / step, "dropped_loss": 5.0 if dropped else None,
-                                     "kept_tokens": kept, "dropped_tokens": dropped}))
+            lines.append(
+                json.dumps(
+                    {
+                        "step": step,
+                        "kept_loss": 10.0 / step,
+                        "dropped_loss": 5.0 if dropped else None,
+                        "kept_tokens": kept,
+                        "dropped_tokens": dropped,
+                    }
+                )
+            )
         (out / "metrics.jsonl").write_text("\n".join(lines) + "\n")
         (out / "model").mkdir(exist_ok=True)
         atomic_write_json(out / "fake_config.json", {"k": k, "data": cfg.data.path, "steps": cfg.steps})
-        atomic_write_json(out / "summary.json", {"steps": cfg.steps, "params": SIZES[cfg.model],
-                                                 "tokens": 100 * cfg.steps, "train_time_s": 1.5})  # the trainer's names
+        atomic_write_json(
+            out / "summary.json",
+            {"steps": cfg.steps, "params": SIZES[cfg.model], "tokens": 100 * cfg.steps, "train_time_s": 1.5},
+        )  # the trainer's names
         return out
 
     def initial_model(cfg: FakeTrain, out: Path) -> Path:  # the untrained model: memorises (almost) nothing
@@ -152,43 +173,78 @@ def make_pipeline(calls: Calls) -> Pipeline:
         for p in cfg.data.prefix_lens:
             for d in docs:
                 hit = (d["doc"] + d["repetitions"]) % run["k"] == 0
-                windows.append({"doc_id": f"d{d['doc']}", "title": f"Doc {d['doc']}", "split": "members",
-                                "repetitions": d["repetitions"], "prefix_len": p, "suffix_len": 4,
-                                "exact_match": hit, "token_match": 1.0 if hit else 0.5,
-                                "rouge_l": 1.0 if hit else 0.25, "generation": "a b c d" if hit else "a x c y",
-                                "truth": "a b c d"})
+                windows.append(
+                    {
+                        "doc_id": f"d{d['doc']}",
+                        "title": f"Doc {d['doc']}",
+                        "split": "members",
+                        "repetitions": d["repetitions"],
+                        "prefix_len": p,
+                        "suffix_len": 4,
+                        "exact_match": hit,
+                        "token_match": 1.0 if hit else 0.5,
+                        "rouge_l": 1.0 if hit else 0.25,
+                        "generation": "a b c d" if hit else "a x c y",
+                        "truth": "a b c d",
+                    }
+                )
         members = [-1.0] * len(docs)
         nonmembers = [-(3.0 + abs(run.get("steps", 20) - 20) / 10)] * len(docs)  # held-out loss: best at 20 steps
-        results = {"schema": "goldfish-eval/1", "windows": windows,
-                   "summary": {"overall": {"n_windows": len(windows),
-                                           "exact_match_rate": sum(w["exact_match"] for w in windows) / len(windows),
-                                           "rouge_l": sum(w["rouge_l"] for w in windows) / len(windows),
-                                           "token_match": sum(w["token_match"] for w in windows) / len(windows)}},
-                   "membership": {"attacks": {"loss": {"auc": 0.9 if run["k"] == 1 else 0.6, "auc_ci_low": 0.5,
-                                                       "auc_ci_high": 1.0, "tpr_at_1pct_fpr": 0.1,
-                                                       "roc_fpr": [0, 0.5, 1], "roc_tpr": [0, 0.9, 1]}},
-                                  "scores": {"loss": {"members": members, "nonmembers": nonmembers}}}}
+        results = {
+            "schema": "goldfish-eval/1",
+            "windows": windows,
+            "summary": {
+                "overall": {
+                    "n_windows": len(windows),
+                    "exact_match_rate": sum(w["exact_match"] for w in windows) / len(windows),
+                    "rouge_l": sum(w["rouge_l"] for w in windows) / len(windows),
+                    "token_match": sum(w["token_match"] for w in windows) / len(windows),
+                }
+            },
+            "membership": {
+                "attacks": {
+                    "loss": {
+                        "auc": 0.9 if run["k"] == 1 else 0.6,
+                        "auc_ci_low": 0.5,
+                        "auc_ci_high": 1.0,
+                        "tpr_at_1pct_fpr": 0.1,
+                        "roc_fpr": [0, 0.5, 1],
+                        "roc_tpr": [0, 0.9, 1],
+                    }
+                },
+                "scores": {"loss": {"members": members, "nonmembers": nonmembers}},
+            },
+        }
         atomic_write_json(Path(cfg.out) / "results.json", results)
         return results
 
-    return Pipeline(Step(FakePrepare, prepare), Train(FakeTrain, train, initial_model=initial_model),
-                    Evaluate(FakeEval, evaluate), analyses=())  # the fakes run no per-cell analysis
+    return Pipeline(
+        Step(FakePrepare, prepare),
+        Train(FakeTrain, train, initial_model=initial_model),
+        Evaluate(FakeEval, evaluate),
+        analyses=(),
+    )  # the fakes run no per-cell analysis
 
 
 def with_run(pipeline: Pipeline, **runs) -> Pipeline:
     """``pipeline`` with the ``run`` of some steps replaced: ``with_run(p, train=fake_train)``."""
-    return dataclasses.replace(pipeline, **{step: dataclasses.replace(getattr(pipeline, step), run=run)
-                                            for step, run in runs.items()})
+    return dataclasses.replace(
+        pipeline, **{step: dataclasses.replace(getattr(pipeline, step), run=run) for step, run in runs.items()}
+    )
 
 
 def experiment(tmp_path: Path, **extra) -> ExperimentConfig:
     data = {
-        "name": "fake", "out": str(tmp_path / "exp"), "control": False,
+        "name": "fake",
+        "out": str(tmp_path / "exp"),
+        "control": False,
         "data": {"seq_len": 16, "repetitions": [1, 2]},
         "train": {"steps": 20},
         "eval": {"data": {"prefix_lens": [4, 8]}},
-        "arms": {"standard": {"train.loss.type": "standard"},
-                 "goldfish": {"train.loss.type": "goldfish", "train.loss.k": 2}},
+        "arms": {
+            "standard": {"train.loss.type": "standard"},
+            "goldfish": {"train.loss.type": "goldfish", "train.loss.k": 2},
+        },
         "grid": {"train.model": ["tiny", "big"]},
     }
     data.update(extra)
@@ -196,15 +252,25 @@ def experiment(tmp_path: Path, **extra) -> ExperimentConfig:
 
 
 def test_cells_are_arms_times_grid_with_readable_ids(tmp_path):
-    cfg = experiment(tmp_path, grid={"train.model": ["tiny", "big"], "train.seed": [0, 1],
-                                     "data_axis": [{"label": "short", "data.seq_len": 8},
-                                                   {"label": "long", "data.seq_len": 32}]})
+    cfg = experiment(
+        tmp_path,
+        grid={
+            "train.model": ["tiny", "big"],
+            "train.seed": [0, 1],
+            "data_axis": [{"label": "short", "data.seq_len": 8}, {"label": "long", "data.seq_len": 32}],
+        },
+    )
     cells = expand_cells(cfg)
     assert len(cells) == 2 * 2 * 2 * 2
     assert cells[0].id == "standard__model=tiny__seed=0__data_axis=short"
     assert cells[1].id == "goldfish__model=tiny__seed=0__data_axis=short"
-    assert cells[1].overrides == {"train.loss.type": "goldfish", "train.loss.k": 2, "train.model": "tiny",
-                                  "train.seed": 0, "data.seq_len": 8}
+    assert cells[1].overrides == {
+        "train.loss.type": "goldfish",
+        "train.loss.k": 2,
+        "train.model": "tiny",
+        "train.seed": 0,
+        "data.seq_len": 8,
+    }
     assert cells[-1].values == {"model": "big", "seed": 1, "data_axis": "long"}
 
 
@@ -222,8 +288,9 @@ def test_cells_with_equal_data_share_one_prepared_folder(tmp_path):
 
 def test_every_cell_is_validated_before_anything_runs(tmp_path):
     calls = Calls()
-    cfg = experiment(tmp_path, grid={"train.model": ["tiny", "huge"]},
-                     arms={"a": {"train.loss.k": 1}, "b": {"train.loss.k": 4}})
+    cfg = experiment(
+        tmp_path, grid={"train.model": ["tiny", "huge"]}, arms={"a": {"train.loss.k": 1}, "b": {"train.loss.k": 4}}
+    )
     with pytest.raises(ConfigError) as info:
         run_experiment(cfg, make_pipeline(calls), progress=False)
     message = str(info.value)
@@ -316,8 +383,14 @@ def test_aggregation_matches_a_hand_computation(tmp_path):
     assert float(r["final_kept_loss"]) == 10.0 / 20  # last 5 % of 20 steps = the last step
     assert float(r["final_dropped_loss"]) == 5.0
     summary = json.loads((out / "summary.json").read_text())
-    assert set(summary) == {"standard__model=tiny", "goldfish__model=tiny", "standard__model=big",
-                            "goldfish__model=big", "paired", "readings"}  # the paired tests and the readings beside
+    assert set(summary) == {
+        "standard__model=tiny",
+        "goldfish__model=tiny",
+        "standard__model=big",
+        "goldfish__model=big",
+        "paired",
+        "readings",
+    }  # the paired tests and the readings beside
     assert summary["standard__model=tiny"]["final_dropped_loss"] is None  # nothing dropped by the standard loss
 
 
@@ -333,9 +406,18 @@ def test_summary_is_keyed_by_arm_when_each_arm_has_one_cell(tmp_path):
     assert summary["standard"]["mia_auc"] == 0.9 and summary["goldfish"]["tokens_seen"] == 2000
 
 
-DRAWN = ("exact_match_rate_by_arm.png", "rouge_l_by_arm.png", "roc_by_arm.png", "loss_curves.png",
-         "exact_match_rate_vs_size.png", "exact_match_rate_vs_repetitions.png", "exact_match_rate_vs_prefix_len.png",
-         "exact_match_rate_rep1_vs_size.png", "rouge_l_vs_size.png", "rouge_l_vs_repetitions.png")
+DRAWN = (
+    "exact_match_rate_by_arm.png",
+    "rouge_l_by_arm.png",
+    "roc_by_arm.png",
+    "loss_curves.png",
+    "exact_match_rate_vs_size.png",
+    "exact_match_rate_vs_repetitions.png",
+    "exact_match_rate_vs_prefix_len.png",
+    "exact_match_rate_rep1_vs_size.png",
+    "rouge_l_vs_size.png",
+    "rouge_l_vs_repetitions.png",
+)
 
 
 @pytest.mark.render(*DRAWN)  # these figures drawn for real (the report's others are placeholders, tests/conftest.py)
@@ -344,8 +426,13 @@ def test_report_has_the_expected_tables_and_plots(tmp_path):
     run_experiment(cfg, make_pipeline(Calls()), progress=False)
     out = tmp_path / "exp"
     report = (out / "report.md").read_text()
-    for heading in ("## Headline", "## By prefix length", "## By repetition count",
-                    "## Repetition-1 memorisation", "## Example generations"):
+    for heading in (
+        "## Headline",
+        "## By prefix length",
+        "## By repetition count",
+        "## Repetition-1 memorisation",
+        "## Example generations",
+    ):
         assert heading in report
     assert "| goldfish model=big |" in report
     # no beam search / samples in eval, no attacks.json: no empty adaptive or leakage table
@@ -361,14 +448,33 @@ def test_the_mask_consistent_attack_of_each_goldfish_cell_is_a_report_table(tmp_
     discordant window (1.0) and of four (2 x 1/2^4 = 0.125)."""
     from goldfish.eval.adversary import summarize
 
-    hits = {"greedy_dropped_hits": [1, 0, 0, 1], "mc_oracle_dropped_hits": [2, 2, 1, 1],
-            "mc_switch_dropped_hits": [2, 1, 1, 1], "tf_dropped_hits": [1, 1, 0, 1],
-            "tf_oracle_dropped_hits": [2, 2, 2, 1], "tf_switch_dropped_hits": [2, 1, 1, 1]}
-    windows = [{"doc_id": f"d{i}", "window": "start", "prefix_len": 4, "mask_dropped": 2, "exact_match": False,
-                "mc_oracle_exact_match": i < 4, "mc_switch_exact_match": i == 0,
-                **{key: values[i] for key, values in hits.items()}} for i in range(4)]
-    section = {"name": "mask_consistent", "mask": {"k": 2, "h": 13, "strategy": "hash", "seed": 0, "special_ids": []},
-               "switch_threshold": 0.9, "rows": summarize(windows, n_bootstrap=200)}
+    hits = {
+        "greedy_dropped_hits": [1, 0, 0, 1],
+        "mc_oracle_dropped_hits": [2, 2, 1, 1],
+        "mc_switch_dropped_hits": [2, 1, 1, 1],
+        "tf_dropped_hits": [1, 1, 0, 1],
+        "tf_oracle_dropped_hits": [2, 2, 2, 1],
+        "tf_switch_dropped_hits": [2, 1, 1, 1],
+    }
+    windows = [
+        {
+            "doc_id": f"d{i}",
+            "window": "start",
+            "prefix_len": 4,
+            "mask_dropped": 2,
+            "exact_match": False,
+            "mc_oracle_exact_match": i < 4,
+            "mc_switch_exact_match": i == 0,
+            **{key: values[i] for key, values in hits.items()},
+        }
+        for i in range(4)
+    ]
+    section = {
+        "name": "mask_consistent",
+        "mask": {"k": 2, "h": 13, "strategy": "hash", "seed": 0, "special_ids": []},
+        "switch_threshold": 0.9,
+        "rows": summarize(windows, n_bootstrap=200),
+    }
     base = make_pipeline(Calls())
 
     def evaluate(c, model=None):
@@ -402,8 +508,11 @@ def test_each_value_of_an_axis_is_tested_against_the_reference_per_stratum_pooli
     (repetition 1, prefixes 4 and 8, 2 seeds) are verbatim beyond tiny's: 4 discordant windows of 2 documents (d0
     in each seed's pair of cells: independent models), McNemar over documents p = 2 x (1/2)^2 = 0.5 in stratum 1 and
     over all -- not the 0.125 of the 4 windows; none in stratum 2 or for standard (verbatim everywhere)."""
-    cfg = experiment(tmp_path, grid={"train.model": ["tiny", "big"], "train.seed": [0, 1]},
-                     compare={"axis": "model", "reference": "tiny", "pool": ["seed"]})
+    cfg = experiment(
+        tmp_path,
+        grid={"train.model": ["tiny", "big"], "train.seed": [0, 1]},
+        compare={"axis": "model", "reference": "tiny", "pool": ["seed"]},
+    )
     base = make_pipeline(Calls())
 
     def evaluate(c, model=None):
@@ -426,23 +535,32 @@ def test_each_value_of_an_axis_is_tested_against_the_reference_per_stratum_pooli
     assert (g1["exact_match"]["a_only"], g1["exact_match"]["b_only"]) == (4, 0)
     assert (g1["exact_match"]["a_only_documents"], g1["exact_match"]["b_only_documents"]) == (2, 0)
     assert g1["exact_match"]["p_value"] == pytest.approx(0.5, abs=U64)
-    assert sorted(g1["cells"]) == [["goldfish__model=big__seed=0", "goldfish__model=tiny__seed=0"],
-                                   ["goldfish__model=big__seed=1", "goldfish__model=tiny__seed=1"]]
+    assert sorted(g1["cells"]) == [
+        ["goldfish__model=big__seed=0", "goldfish__model=tiny__seed=0"],
+        ["goldfish__model=big__seed=1", "goldfish__model=tiny__seed=1"],
+    ]
     assert found[("goldfish", "big", "all")]["exact_match"]["a_only"] == 4
     assert found[("goldfish", "big", 2)]["exact_match"]["p_value"] == 1.0
     assert found[("standard", "big", "all")]["exact_match"]["a_rate"] == 1.0
     report = (tmp_path / "exp" / "report.md").read_text()
     assert "## Paired against model=tiny (same arm, pooled over seed" in report
-    assert ("| goldfish | big | 1 | 8 (4) | 50.0 % / 0.0 %; 2 vs 0 discordant documents (4 vs 0 windows; p 0.5) |"
-            in report)
+    assert (
+        "| goldfish | big | 1 | 8 (4) | 50.0 % / 0.0 %; 2 vs 0 discordant documents (4 vs 0 windows; p 0.5) |" in report
+    )
 
 
-@pytest.mark.parametrize("compare, message", [
-    ({"axis": "size"}, r"compare.axis='size' is not a grid axis; choose one of: model"),
-    ({"axis": "model", "reference": "huge"}, r"compare.reference='huge' is not a value of grid axis model; choose "
-                                             r"one of: tiny, big"),
-    ({"axis": "model", "reference": "tiny", "pool": ["model"]}, r"compare.pool=\['model'\] must name other grid"),
-])
+@pytest.mark.parametrize(
+    "compare, message",
+    [
+        ({"axis": "size"}, r"compare.axis='size' is not a grid axis; choose one of: model"),
+        (
+            {"axis": "model", "reference": "huge"},
+            r"compare.reference='huge' is not a value of grid axis model; choose "
+            r"one of: tiny, big",
+        ),
+        ({"axis": "model", "reference": "tiny", "pool": ["model"]}, r"compare.pool=\['model'\] must name other grid"),
+    ],
+)
 def test_a_compare_section_names_a_grid_axis_and_one_of_its_values(tmp_path, compare, message):
     with pytest.raises(ConfigError, match=message):
         experiment(tmp_path, grid={"train.model": ["tiny", "big"]}, compare=compare)
@@ -453,18 +571,39 @@ def test_torchrun_command_fills_nodes_and_processes_per_cell(tmp_path):
 
     from goldfish.experiment.phases import torchrun_command
 
-    cfg = experiment(tmp_path, grid={"size": [{"label": "small", "hardware.gpus": 4},
-                                               {"label": "big", "hardware.gpus": 16},
-                                               {"label": "odd", "hardware.gpus": 6}]},
-                     hardware={"gpus_per_node": 4}, launcher="torchrun",
-                     launcher_prefix=["srun", "--nodes={nnodes}", "--ntasks-per-node=1"],
-                     torchrun_args=["--rdzv-backend=c10d", "--rdzv-endpoint=head:29500"])
+    cfg = experiment(
+        tmp_path,
+        grid={
+            "size": [
+                {"label": "small", "hardware.gpus": 4},
+                {"label": "big", "hardware.gpus": 16},
+                {"label": "odd", "hardware.gpus": 6},
+            ]
+        },
+        hardware={"gpus_per_node": 4},
+        launcher="torchrun",
+        launcher_prefix=["srun", "--nodes={nnodes}", "--ntasks-per-node=1"],
+        torchrun_args=["--rdzv-backend=c10d", "--rdzv-endpoint=head:29500"],
+    )
     plans = {p.cell.id: p for p in plan_cells(cfg, make_pipeline(Calls()))}
     big = plans["goldfish__size=big"]
     cmd = torchrun_command(cfg, big, Path("cfg.yaml"))
-    assert cmd == ["srun", "--nodes=4", "--ntasks-per-node=1", sys.executable, "-m", "torch.distributed.run",
-                   "--nnodes=4", "--nproc_per_node=4", "--rdzv-backend=c10d", "--rdzv-endpoint=head:29500",
-                   "-m", "goldfish", "train", "cfg.yaml"]
+    assert cmd == [
+        "srun",
+        "--nodes=4",
+        "--ntasks-per-node=1",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=4",
+        "--nproc_per_node=4",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=head:29500",
+        "-m",
+        "goldfish",
+        "train",
+        "cfg.yaml",
+    ]
     small = torchrun_command(cfg, plans["standard__size=small"], Path("c.yaml"))
     assert small[:2] == ["srun", "--nodes=1"] and "--nproc_per_node=4" in small
     with pytest.raises(UserError, match=r"hardware.gpus=6 is not a multiple of hardware.gpus_per_node=4"):
@@ -474,8 +613,11 @@ def test_torchrun_command_fills_nodes_and_processes_per_cell(tmp_path):
 def test_a_changed_config_does_not_reuse_finished_cells(tmp_path):
     run_experiment(experiment(tmp_path, grid={}), make_pipeline(Calls()), progress=False)
     changed = experiment(tmp_path, grid={}, train={"steps": 30})
-    with pytest.raises(UserError, match=r"cells were started with a different config: "
-                       r"standard \(train.steps: 20 -> 30\); goldfish \(train.steps: 20 -> 30\)"):
+    with pytest.raises(
+        UserError,
+        match=r"cells were started with a different config: "
+        r"standard \(train.steps: 20 -> 30\); goldfish \(train.steps: 20 -> 30\)",
+    ):
         run_experiment(changed, make_pipeline(Calls()), progress=False)
 
 
@@ -492,6 +634,7 @@ def test_only_runs_matching_cells_but_reports_every_finished_one(tmp_path):
 def _shard(cfg, pipeline, only, errors: list) -> threading.Thread:
     """One ``--only`` run of ``cfg`` in a thread (a process of its own would hold its own locks the same way: flock
     locks belong to open files, not to processes); an exception is kept in ``errors``."""
+
     def run() -> None:
         try:
             run_experiment(cfg, pipeline, progress=False, only=only)
@@ -527,8 +670,9 @@ def test_two_shards_run_side_by_side_into_one_folder(tmp_path):
     assert len(calls.prepared) == 1  # the second shard waited for the first's preparation, then reused it
     results = json.loads((tmp_path / "exp" / "results.json").read_text())
     assert results["n_done"] == 2 and results["missing"] == []
-    leftover = sorted(p.name for p in (tmp_path / "exp").rglob(".*.lock")) + \
-        sorted(p.name for p in tmp_path.glob(".*.lock"))
+    leftover = sorted(p.name for p in (tmp_path / "exp").rglob(".*.lock")) + sorted(
+        p.name for p in tmp_path.glob(".*.lock")
+    )
     assert leftover == []  # every lock released and removed by its last holder
 
 
@@ -591,8 +735,9 @@ def test_a_shard_without_the_control_leaves_its_arms_attacks_until_the_control_i
 
     pipeline = dataclasses.replace(make_pipeline(calls), analyses=(dataclasses.replace(ATTACKS, run=analyse),))
     run_experiment(cfg, pipeline, progress=False, only=lambda cid: cid == "goldfish")
-    assert "[goldfish] trained and evaluated; its attacks wait for control, which is not done" in \
-        capsys.readouterr().err
+    assert (
+        "[goldfish] trained and evaluated; its attacks wait for control, which is not done" in capsys.readouterr().err
+    )
     assert analysed == [] and not (tmp_path / "exp" / "cells" / "goldfish" / DONE).exists()
     trained = len(calls.trained)
     run_experiment(cfg, pipeline, progress=False)
@@ -620,13 +765,20 @@ def test_the_control_cell_trains_nothing_and_is_evaluated_like_the_arms(tmp_path
     calls = Calls()
     cfg = experiment(tmp_path, grid={"train.model": ["tiny", "big"]}, control=True)
     cells = expand_cells(cfg)
-    assert [c.id for c in cells] == ["control__model=tiny", "standard__model=tiny", "goldfish__model=tiny",
-                                     "control__model=big", "standard__model=big", "goldfish__model=big"]
+    assert [c.id for c in cells] == [
+        "control__model=tiny",
+        "standard__model=tiny",
+        "goldfish__model=tiny",
+        "control__model=big",
+        "standard__model=big",
+        "goldfish__model=big",
+    ]
     assert cells[0].control and not cells[1].control and cells[0].overrides == {"train.model": "tiny"}
     run_experiment(cfg, make_pipeline(calls), progress=False)
     out = tmp_path / "exp"
     assert sorted(Path(t).parent.name for t in calls.trained) == sorted(
-        f"{a}__model={m}" for a in ("standard", "goldfish") for m in ("tiny", "big"))
+        f"{a}__model={m}" for a in ("standard", "goldfish") for m in ("tiny", "big")
+    )
     assert sorted(Path(t).parent.name for t in calls.initialised) == ["control__model=big", "control__model=tiny"]
     assert len(calls.evaluated) == 6
     train = json.loads((out / "cells" / "control__model=tiny" / "train" / "summary.json").read_text())
@@ -656,8 +808,14 @@ def test_a_cell_is_stale_by_the_commands_own_fingerprints(tmp_path, monkeypatch)
         save_config(plan.eval_cfg, plan.eval_config_file)
         plan.train_dir.mkdir(parents=True)
     assert stale_cells(plans(), pipeline) == {}
-    same = ["train.logging.tensorboard=true", "train.checkpoint.every_steps=5", "train.progress=true",
-            "eval.membership.token_budget=512", "eval.progress=true", "eval.report=true"]
+    same = [
+        "train.logging.tensorboard=true",
+        "train.checkpoint.every_steps=5",
+        "train.progress=true",
+        "eval.membership.token_budget=512",
+        "eval.progress=true",
+        "eval.report=true",
+    ]
     assert stale_cells(plans(*same), pipeline) == {}
     found = stale_cells(plans("train.optim.lr=0.02", "eval.data.prefix_lens=[8]"), pipeline)
     assert set(found) == {"control", "standard", "goldfish"}

@@ -21,8 +21,15 @@ SEEDS = (0, 1, 2, 3)
 
 
 def _cell(arm: str, seed: int, loss: float, em: float = 0.1, utility: dict | None = None) -> CellSummary:
-    return CellSummary(cell=f"{arm}__seed={seed}", arm=arm, values={"seed": seed}, heldout_loss=loss,
-                       exact_match_rate=em, mia_auc=0.5 + loss / 100, utility=utility)
+    return CellSummary(
+        cell=f"{arm}__seed={seed}",
+        arm=arm,
+        values={"seed": seed},
+        heldout_loss=loss,
+        exact_match_rate=em,
+        mia_auc=0.5 + loss / 100,
+        utility=utility,
+    )
 
 
 def _study(cells: list[CellSummary], **cfg) -> Study:
@@ -35,8 +42,9 @@ LOSS = {"standard": [3.10, 3.25, 3.02, 3.18], "goldfish": [3.15, 3.22, 3.11, 3.3
 
 
 def _cells(skip: tuple[str, int] | None = None) -> list[CellSummary]:
-    return [_cell(arm, s, LOSS[arm][s]) for arm in ("standard", "goldfish", "control") for s in SEEDS
-            if (arm, s) != skip]
+    return [
+        _cell(arm, s, LOSS[arm][s]) for arm in ("standard", "goldfish", "control") for s in SEEDS if (arm, s) != skip
+    ]
 
 
 def _t_interval(x):
@@ -63,8 +71,7 @@ def test_paired_differences_are_matched_by_seed_later_minus_earlier_and_minus_co
     out = runs.compute(_study(_cells()))["runs"]
     [g] = out["groups"]
     pairs = {(p["a"], p["b"], p["headline"]): p for p in g["paired"]}
-    assert {(a, b) for a, b, _ in pairs} == {("goldfish", "standard"), ("standard", "control"),
-                                             ("goldfish", "control")}
+    assert {(a, b) for a, b, _ in pairs} == {("goldfish", "standard"), ("standard", "control"), ("goldfish", "control")}
     p = pairs[("goldfish", "standard", "heldout_loss")]
     diffs = np.subtract(LOSS["goldfish"], LOSS["standard"])
     assert [x["diff"] for x in p["pairs"]] == pytest.approx(diffs.tolist(), rel=1e-12)
@@ -79,8 +86,9 @@ def test_a_missing_seed_drops_its_pair_and_never_shifts_the_others():
     p = next(p for p in g["paired"] if (p["a"], p["b"], p["headline"]) == ("goldfish", "standard", "heldout_loss"))
     kept = [0, 2, 3]
     assert [x["replicate"] for x in p["pairs"]] == [f"seed={s}" for s in kept]
-    assert [x["diff"] for x in p["pairs"]] == pytest.approx([LOSS["goldfish"][s] - LOSS["standard"][s]
-                                                              for s in kept], rel=1e-12)
+    assert [x["diff"] for x in p["pairs"]] == pytest.approx(
+        [LOSS["goldfish"][s] - LOSS["standard"][s] for s in kept], rel=1e-12
+    )
     assert p["dropped"] == [{"replicate": "seed=1", "why": "no goldfish run"}]
     assert p["over_runs"]["n"] == 3
 
@@ -91,8 +99,9 @@ def test_reading_in_words_from_the_interval():
     by = {(p["a"], p["b"], p["headline"]): p["reading"] for p in g["paired"]}
     # the verdict word by the rule (goldfish/eval/verdicts.py), then the interval it was read from
     assert by[("standard", "control", "heldout_loss")].startswith("**lower**: standard below control")  # ~ -0.9
-    assert by[("goldfish", "standard", "exact_match_rate")] == ("**none detected**: every one of the 4 runs gives "
-                                                                "+0.0 pts: no spread between runs")
+    assert by[("goldfish", "standard", "exact_match_rate")] == (
+        "**none detected**: every one of the 4 runs gives +0.0 pts: no spread between runs"
+    )
     assert by[("goldfish", "standard", "heldout_loss")].startswith("**none detected**: no difference detected over 4")
     text = runs.render({"runs": out})
     assert "## Across training runs" in text and "mean [95 % t] (sd)" in text and "within-run detail" in text
@@ -100,9 +109,15 @@ def test_reading_in_words_from_the_interval():
 
 def test_utility_pairs_only_the_same_documents_and_decides_against_the_stated_margin():
     def util(loss, sha="same"):
-        return {"documents": 32, "tokens": 128,
-                "corpora": {"wikipedia": {"loss": loss, "loss_ci": None, "n_documents": 32, "documents_sha256": sha},
-                            "kjv": {"note": "skipped: not installed"}}}
+        return {
+            "documents": 32,
+            "tokens": 128,
+            "corpora": {
+                "wikipedia": {"loss": loss, "loss_ci": None, "n_documents": 32, "documents_sha256": sha},
+                "kjv": {"note": "skipped: not installed"},
+            },
+        }
+
     gold = [5.001, 5.012, 4.995, 5.004]
     std = [5.0, 5.01, 5.0, 5.0]
     cells = [_cell("standard", s, 3.0, utility=util(std[s])) for s in SEEDS]
@@ -139,8 +154,10 @@ def test_tpr_at_0_1pct_fpr_needs_1000_nonmembers_like_1pct_needs_100():
     rng = np.random.default_rng(0)
     members = rng.normal(1.0, 1.0, 200).tolist()
     few = cell_statistics({"members": members, "nonmembers": rng.normal(0, 1, 999).tolist()}, [])
-    assert few["mia_tpr_at_0_1pct_fpr"] is None and "needs >= 1000 nonmembers (has 999)" in \
-        few["mia_tpr_at_0_1pct_fpr_note"]
+    assert (
+        few["mia_tpr_at_0_1pct_fpr"] is None
+        and "needs >= 1000 nonmembers (has 999)" in few["mia_tpr_at_0_1pct_fpr_note"]
+    )
     assert few["mia_tpr_at_1pct_fpr"] is not None
     nonmembers = rng.normal(0, 1, 1000).tolist()
     enough = cell_statistics({"members": members, "nonmembers": nonmembers}, [])
@@ -153,8 +170,9 @@ def test_tpr_at_0_1pct_fpr_needs_1000_nonmembers_like_1pct_needs_100():
 
 def test_replicate_axes_are_the_pool_axes_else_the_seed_axis():
     assert ExperimentConfig(grid={"seed": [0, 1], "k": [2, 4]}).replicate_axes == ["seed"]
-    assert ExperimentConfig(grid={"split": [0, 1]}, equivalence=EquivalenceConfig(0.05, ["split"])
-                            ).replicate_axes == ["split"]
+    assert ExperimentConfig(grid={"split": [0, 1]}, equivalence=EquivalenceConfig(0.05, ["split"])).replicate_axes == [
+        "split"
+    ]
     assert ExperimentConfig(grid={"k": [2, 4]}).replicate_axes == []
 
 

@@ -12,8 +12,12 @@ from goldfish.experiment.config import bundled_gguf
 
 
 def _experiment(tmp_path, **extra) -> ExperimentConfig:
-    data = {"name": "ft", "out": str(tmp_path / "exp"), "data_recipe": "data/wikipedia_demo.yaml",
-            "arms": {"standard": {"train.loss.type": "standard"}, "goldfish": {"train.loss.type": "goldfish"}}}
+    data = {
+        "name": "ft",
+        "out": str(tmp_path / "exp"),
+        "data_recipe": "data/wikipedia_demo.yaml",
+        "arms": {"standard": {"train.loss.type": "standard"}, "goldfish": {"train.loss.type": "goldfish"}},
+    }
     data.update(extra)
     return from_dict(ExperimentConfig, data)
 
@@ -22,9 +26,11 @@ def test_tokenizer_and_control_follow_the_starting_model(tmp_path):
     base, other = tmp_path / "base_model", tmp_path / "other_model"
     base.mkdir()
     other.mkdir()
-    cfg = _experiment(tmp_path, base_model=str(base),
-                      arms={"standard": {"train.loss.type": "standard"},
-                            "other": {"train.model.path": str(other)}})
+    cfg = _experiment(
+        tmp_path,
+        base_model=str(base),
+        arms={"standard": {"train.loss.type": "standard"}, "other": {"train.model.path": str(other)}},
+    )
     plans = {p.cell.id: p for p in plan_cells(cfg, default_pipeline())}
     assert list(plans) == ["control", "standard", "other"]
     control, standard, own = plans["control"], plans["standard"], plans["other"]
@@ -55,13 +61,26 @@ def test_base_model_per_grid_item_and_per_arm(tmp_path):
     small, big, top = tmp_path / "small", tmp_path / "big", tmp_path / "top"
     for folder in (small, big, top):
         folder.mkdir()
-    cfg = _experiment(tmp_path, base_model=str(top),
-                      arms={"standard": {"train.loss.type": "standard"}, "scratch": {"base_model": ""}},
-                      grid={"size": [{"label": "s", "base_model": str(small)},
-                                     {"label": "b", "base_model": str(big), "train.model.name": "llama2-7B"}]})
+    cfg = _experiment(
+        tmp_path,
+        base_model=str(top),
+        arms={"standard": {"train.loss.type": "standard"}, "scratch": {"base_model": ""}},
+        grid={
+            "size": [
+                {"label": "s", "base_model": str(small)},
+                {"label": "b", "base_model": str(big), "train.model.name": "llama2-7B"},
+            ]
+        },
+    )
     plans = {p.cell.id: p for p in plan_cells(cfg, default_pipeline())}
-    assert list(plans) == ["control__size=s", "standard__size=s", "scratch__size=s",
-                           "control__size=b", "standard__size=b", "scratch__size=b"]
+    assert list(plans) == [
+        "control__size=s",
+        "standard__size=s",
+        "scratch__size=s",
+        "control__size=b",
+        "standard__size=b",
+        "scratch__size=b",
+    ]
     for label, model in (("s", small), ("b", big)):
         control, standard = plans[f"control__size={label}"], plans[f"standard__size={label}"]
         assert control.start_model == standard.start_model == str(model)
@@ -70,8 +89,10 @@ def test_base_model_per_grid_item_and_per_arm(tmp_path):
         assert control.data_dir == standard.data_dir
     assert plans["control__size=s"].data_dir != plans["control__size=b"].data_dir
     assert plans["scratch__size=s"].start_model == str(small)  # precedence arm < grid item: the item's model wins
-    only_arm = plan_cells(_experiment(tmp_path, base_model=str(top),
-                                      arms={"standard": {}, "scratch": {"base_model": ""}}), default_pipeline())
+    only_arm = plan_cells(
+        _experiment(tmp_path, base_model=str(top), arms={"standard": {}, "scratch": {"base_model": ""}}),
+        default_pipeline(),
+    )
     by_id = {p.cell.id: p for p in only_arm}
     assert by_id["standard"].start_model == str(top) and by_id["scratch"].start_model is None
     assert by_id["scratch"].train_cfg.model.path is None and by_id["scratch"].prepare_cfg.tokenizer.name == "bpe"
@@ -93,10 +114,16 @@ def test_a_missing_per_cell_model_plans_and_dry_runs_but_does_not_run(tmp_path):
     from goldfish.experiment.dryrun import dry_run, format_estimates
 
     missing = tmp_path / "Llama-2-7b-hf"
-    cfg = _experiment(tmp_path, hardware={"vocab_size": 32000, "gpu": "h200"},
-                      train={"model": {"name": "llama2-7B"}, "precision": "bf16",
-                             "schedule": {"global_batch_size": 1, "micro_batch_size": 1, "max_steps": 2}},
-                      grid={"size": [{"label": "7b", "base_model": str(missing)}]})
+    cfg = _experiment(
+        tmp_path,
+        hardware={"vocab_size": 32000, "gpu": "h200"},
+        train={
+            "model": {"name": "llama2-7B"},
+            "precision": "bf16",
+            "schedule": {"global_batch_size": 1, "micro_batch_size": 1, "max_steps": 2},
+        },
+        grid={"size": [{"label": "7b", "base_model": str(missing)}]},
+    )
     plans = plan_cells(cfg, default_pipeline())
     assert {p.start_model for p in plans} == {str(missing)}
     rows, problems = dry_run(cfg, plans)
@@ -105,8 +132,9 @@ def test_a_missing_per_cell_model_plans_and_dry_runs_but_does_not_run(tmp_path):
     with pytest.raises(ConfigError, match=f"starting model not found: {missing}"):
         run_experiment(cfg, progress=False)
     assert not (tmp_path / "exp").exists()
-    unnamed = _experiment(tmp_path, hardware={"vocab_size": 32000}, grid={"size": [{"label": "x",
-                                                                                    "base_model": str(missing)}]})
+    unnamed = _experiment(
+        tmp_path, hardware={"vocab_size": 32000}, grid={"size": [{"label": "x", "base_model": str(missing)}]}
+    )
     _, problems = dry_run(unnamed, plan_cells(unnamed, default_pipeline()))
     assert problems and all("name its shape with train.model.name" in p for p in problems)
 
@@ -131,19 +159,48 @@ def fine_tune(tmp_path_factory):
     root = tmp_path_factory.mktemp("ft")
     base = root / "base"
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=50257, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                         intermediate_size=64, max_position_embeddings=128))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=50257,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=128,
+        )
+    )
     model.save_pretrained(str(base), safe_serialization=True)
     gpt2_tokenizer().save_pretrained(str(base))
-    cfg = from_dict(ExperimentConfig, {
-        "name": "ft", "out": str(root / "run"), "base_model": str(base), "data_recipe": "data/wikipedia_demo.yaml",
-        "data": {"name": "ft", "source": {"max_documents": 30}, "seq_len": 32, "doc_tokens": 32,
-                 "num_members": 8, "num_nonmembers": 8, "nonmember_mode": "random_split"},
-        "train": {"optim": {"lr": 1e-2}, "schedule": {"epochs": 2, "global_batch_size": 4, "micro_batch_size": 4},
-                  "checkpoint": {"every_steps": 0}},
-        "eval": {"tasks": ["extraction"], "data": {"prefix_lens": [16], "suffix_len": 16, "window": ["start"]},
-                 "membership": {"n_bootstrap": 20}, "report": False},
-        "arms": {"standard": {"train.loss.type": "standard"}, "goldfish": {"train.loss.type": "goldfish"}}})
+    cfg = from_dict(
+        ExperimentConfig,
+        {
+            "name": "ft",
+            "out": str(root / "run"),
+            "base_model": str(base),
+            "data_recipe": "data/wikipedia_demo.yaml",
+            "data": {
+                "name": "ft",
+                "source": {"max_documents": 30},
+                "seq_len": 32,
+                "doc_tokens": 32,
+                "num_members": 8,
+                "num_nonmembers": 8,
+                "nonmember_mode": "random_split",
+            },
+            "train": {
+                "optim": {"lr": 1e-2},
+                "schedule": {"epochs": 2, "global_batch_size": 4, "micro_batch_size": 4},
+                "checkpoint": {"every_steps": 0},
+            },
+            "eval": {
+                "tasks": ["extraction"],
+                "data": {"prefix_lens": [16], "suffix_len": 16, "window": ["start"]},
+                "membership": {"n_bootstrap": 20},
+                "report": False,
+            },
+            "arms": {"standard": {"train.loss.type": "standard"}, "goldfish": {"train.loss.type": "goldfish"}},
+        },
+    )
     run_experiment(cfg, progress=False)
     return root / "run", base
 
@@ -175,5 +232,7 @@ def test_a_fine_tune_prepares_with_the_model_tokenizer_and_calibrates_by_the_con
         return [sum(t) / len(t) - sum(c) / len(c) for t, c in zip(std["logprobs"][split], ctrl[split])]
 
     # an AUC is a count of ordered pairs over m·n: rounding can only change it by flipping a pair, so it is exact
-    assert evaluate_attack(score("members"), score("nonmembers"), n_bootstrap=0)["auc"] == \
-        std["attacks"]["reference"]["auc"]
+    assert (
+        evaluate_attack(score("members"), score("nonmembers"), n_bootstrap=0)["auc"]
+        == std["attacks"]["reference"]["auc"]
+    )

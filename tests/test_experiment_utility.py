@@ -40,7 +40,7 @@ def _keys(ids=(), texts=(), starts=()):
 def test_selection_is_the_first_documents_outside_the_prepared_data_in_source_order():
     docs = [_doc(i, 20) for i in range(10)]
     docs[3] = _doc(3, 5)  # too short for 8 tokens
-    start_of_2 = tuple(WordTokenizer()(docs[2].text)["input_ids"][:utility.KEY_TOKENS])
+    start_of_2 = tuple(WordTokenizer()(docs[2].text)["input_ids"][: utility.KEY_TOKENS])
     keys = _keys(ids={"src:0"}, texts={text_sha256(docs[1].text)}, starts={start_of_2})
     chosen = utility.select_documents(iter(docs), WordTokenizer(), keys, 3, 8)
     assert [d.id for d, _ in chosen] == ["src:4", "src:5", "src:6"]
@@ -54,8 +54,17 @@ def test_loss_is_the_mean_over_documents_of_the_mean_nll_of_every_token_after_th
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+        )
+    )
     model.eval()
     gen = torch.Generator().manual_seed(1)
     docs = [torch.randint(0, VOCAB, (n,), generator=gen).tolist() for n in (24, 24, 17)]
@@ -76,22 +85,26 @@ def _micro_plans(micro):
     from goldfish.config import load_config
     from goldfish.experiment import ExperimentConfig, default_pipeline, plan_cells
 
-    cfg = load_config(ExperimentConfig, micro / "experiment.yaml",
-                      [f"out={micro}", "utility.corpora=[wikipedia,kjv]", "utility.documents=8",
-                       "utility.tokens=64"])
+    cfg = load_config(
+        ExperimentConfig,
+        micro / "experiment.yaml",
+        [f"out={micro}", "utility.corpora=[wikipedia,kjv]", "utility.documents=8", "utility.tokens=64"],
+    )
     return plan_cells(cfg, default_pipeline())
 
 
-def test_on_the_micro_run_the_prepared_documents_are_left_out_and_every_cell_scores_the_same(micro_sweep,
-                                                                                          tmp_path):
+def test_on_the_micro_run_the_prepared_documents_are_left_out_and_every_cell_scores_the_same(micro_sweep, tmp_path):
     from goldfish.data import load_prepared
     from goldfish.eval.loading import SharedModel
 
     plans = _micro_plans(micro_sweep)
     prepared = load_prepared(plans[0].data_dir, verify=False)
     held = {str(i) for split in (prepared.members, prepared.nonmembers) for i in split["id"]}
-    texts = {hashlib.sha256(t.encode()).hexdigest() for split in (prepared.members, prepared.nonmembers)
-             for t in split["text"]}
+    texts = {
+        hashlib.sha256(t.encode()).hexdigest()
+        for split in (prepared.members, prepared.nonmembers)
+        for t in split["text"]
+    }
     seconds, shas = {}, {}
     for plan in plans:
         copy = dataclasses.replace(plan, dir=tmp_path / plan.cell.id)  # never write into the session's run

@@ -24,29 +24,64 @@ from goldfish.experiment import default_pipeline, plan_cells
 from goldfish.experiment.config import ExperimentConfig
 from goldfish.experiment.runner import run_experiment
 
+
 def _config(root) -> ExperimentConfig:
-    tiny = {"train.model.name": "llama-demo", "train.model.num_layers": 1, "train.model.num_heads": 2,
-            "train.model.intermediate_size": 64}
-    return from_dict(ExperimentConfig, {
-        "name": "sweep", "out": str(root / "exp"), "control_mode": "background",
-        "tune": {"axis": "lr", "by": "validation_loss", "per": ["size"]},
-        "compare": {"axis": "size", "reference": "s16"},
-        "data": {"name": "sweep", "source": {"name": "local", "path": str(root / "docs.jsonl")},
-                 "tokenizer": {"name": "bpe", "vocab_size": 300}, "seq_len": 48, "packing": "pack",
-                 "min_tokens": 8, "doc_tokens": 16, "num_members": 12, "repetitions": [1, 2, 4],
-                 "nonmember_mode": "random_split", "num_nonmembers": 8, "num_validation": 6,
-                 "num_background": 20, "canaries": {"count": 6, "tokens": 12, "secret_tokens": 4}},
-        "train": {"optim": {"warmup_frac": 0.0}, "schedule": {"epochs": 1, "global_batch_size": 4,
-                                                             "micro_batch_size": 4},
-                  "checkpoint": {"every_steps": 0}},
-        "eval": {"tasks": ["extraction", "membership", "canaries"], "canaries": {"n_candidates": 40},
-                 "data": {"prefix_lens": [8], "suffix_len": 8}, "membership": {"n_bootstrap": 20},
-                 "report": False, "progress": False},
-        "grid": {"size": [{"label": "s16", **tiny, "train.model.hidden_size": 16},
-                          {"label": "s32", **tiny, "train.model.hidden_size": 32}],
-                 "train.optim.lr": [3.0e-3, 1.0e-2]},
-        "arms": {"standard": {"train.loss.type": "standard"},
-                 "goldfish": {"train.loss.type": "goldfish", "train.loss.goldfish.k": 4}}})
+    tiny = {
+        "train.model.name": "llama-demo",
+        "train.model.num_layers": 1,
+        "train.model.num_heads": 2,
+        "train.model.intermediate_size": 64,
+    }
+    return from_dict(
+        ExperimentConfig,
+        {
+            "name": "sweep",
+            "out": str(root / "exp"),
+            "control_mode": "background",
+            "tune": {"axis": "lr", "by": "validation_loss", "per": ["size"]},
+            "compare": {"axis": "size", "reference": "s16"},
+            "data": {
+                "name": "sweep",
+                "source": {"name": "local", "path": str(root / "docs.jsonl")},
+                "tokenizer": {"name": "bpe", "vocab_size": 300},
+                "seq_len": 48,
+                "packing": "pack",
+                "min_tokens": 8,
+                "doc_tokens": 16,
+                "num_members": 12,
+                "repetitions": [1, 2, 4],
+                "nonmember_mode": "random_split",
+                "num_nonmembers": 8,
+                "num_validation": 6,
+                "num_background": 20,
+                "canaries": {"count": 6, "tokens": 12, "secret_tokens": 4},
+            },
+            "train": {
+                "optim": {"warmup_frac": 0.0},
+                "schedule": {"epochs": 1, "global_batch_size": 4, "micro_batch_size": 4},
+                "checkpoint": {"every_steps": 0},
+            },
+            "eval": {
+                "tasks": ["extraction", "membership", "canaries"],
+                "canaries": {"n_candidates": 40},
+                "data": {"prefix_lens": [8], "suffix_len": 8},
+                "membership": {"n_bootstrap": 20},
+                "report": False,
+                "progress": False,
+            },
+            "grid": {
+                "size": [
+                    {"label": "s16", **tiny, "train.model.hidden_size": 16},
+                    {"label": "s32", **tiny, "train.model.hidden_size": 32},
+                ],
+                "train.optim.lr": [3.0e-3, 1.0e-2],
+            },
+            "arms": {
+                "standard": {"train.loss.type": "standard"},
+                "goldfish": {"train.loss.type": "goldfish", "train.loss.goldfish.k": 4},
+            },
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +94,14 @@ def sweep(tmp_path_factory):
     read: dict[str, list[np.ndarray]] = defaultdict(list)
     real_step = T._train_step
     mp = pytest.MonkeyPatch()
-    mp.setattr(T, "_train_step", lambda c, engine, plan, rows, index, *rest: (
-        read[str(c.out)].append(np.asarray(index)), real_step(c, engine, plan, rows, index, *rest))[1])
+    mp.setattr(
+        T,
+        "_train_step",
+        lambda c, engine, plan, rows, index, *rest: (
+            read[str(c.out)].append(np.asarray(index)),
+            real_step(c, engine, plan, rows, index, *rest),
+        )[1],
+    )
     try:
         run_experiment(cfg, progress=False)
     finally:
@@ -76,10 +117,15 @@ def _recount(plan, consumed: np.ndarray) -> dict:
     rows = data.train.batch(np.arange(len(data.train)))
     docs, pos = rows["document_ids"][consumed], rows["position_ids"][consumed]  # (steps x rows, T)
     starts = np.bincount(docs[(pos == 0) & (docs >= 0)], minlength=m + b + c)
-    return {"tokens": int(rows["attention_mask"][consumed].sum()), "members": int(((docs >= 0) & (docs < m)).sum()),
-            "canaries": int((docs >= m + b).sum()), "member_starts": starts[:m], "canary_starts": starts[m + b:],
-            "member_labels": np.asarray(evaluated.members["repetitions"]),
-            "canary_labels": np.asarray(evaluated.canaries["repetitions"])}
+    return {
+        "tokens": int(rows["attention_mask"][consumed].sum()),
+        "members": int(((docs >= 0) & (docs < m)).sum()),
+        "canaries": int((docs >= m + b).sum()),
+        "member_starts": starts[:m],
+        "canary_starts": starts[m + b :],
+        "member_labels": np.asarray(evaluated.members["repetitions"]),
+        "canary_labels": np.asarray(evaluated.canaries["repetitions"]),
+    }
 
 
 def test_the_exposure_counts_are_what_the_training_loop_read(sweep):
@@ -92,10 +138,13 @@ def test_the_exposure_counts_are_what_the_training_loop_read(sweep):
         s = found["stream"]
         assert (s["tokens"], s["members"], s["canaries"]) == (mine["tokens"], mine["members"], mine["canaries"])
         assert s["member_share"] == mine["members"] / mine["tokens"]  # a count over a count: one rounding, exact
-        for kind, starts, labels in (("members", mine["member_starts"], mine["member_labels"]),
-                                     ("canaries", mine["canary_starts"], mine["canary_labels"])):
-            expected = {str(r): [int(starts[labels == r].min()), int(starts[labels == r].max())]
-                        for r in np.unique(labels)}
+        for kind, starts, labels in (
+            ("members", mine["member_starts"], mine["member_labels"]),
+            ("canaries", mine["canary_starts"], mine["canary_labels"]),
+        ):
+            expected = {
+                str(r): [int(starts[labels == r].min()), int(starts[labels == r].max())] for r in np.unique(labels)
+            }
             assert found["reads"][kind] == expected
             if plan.cell.control:  # trained on the background alone
                 assert all(v == [0, 0] for v in expected.values())
@@ -143,8 +192,11 @@ def test_the_loss_gap_split_by_the_mask_equals_a_recount_from_the_cells_files(sw
     cfg, plans, _ = sweep
     results = json.loads((cfg.out_dir / "results.json").read_text())
     chosen = {g["per"]["size"]: str(g["chosen"]) for g in results["tune"]["groups"]}
-    cell = {(p.cell.arm, p.cell.values["size"]): p for p in plans.values()
-            if str(p.cell.values["lr"]) == chosen[p.cell.values["size"]]}
+    cell = {
+        (p.cell.arm, p.cell.values["size"]): p
+        for p in plans.values()
+        if str(p.cell.values["lr"]) == chosen[p.cell.values["size"]]
+    }
     checked = 0
     for row in (r for r in results["scaling"]["rows"] if r["arm"] != "control"):
         gold = cell[("goldfish", row["size"])]
@@ -152,22 +204,28 @@ def test_the_loss_gap_split_by_the_mask_equals_a_recount_from_the_cells_files(sw
         gcfg = goldfish_config(load_config(TrainConfig, gold.dir / "train_config.yaml", []), prepared)
         dropped = dropped_targets([list(x) for x in prepared.members["input_ids"]], gcfg)
         reps = np.asarray(prepared.members["repetitions"])
-        arm, control = (json.loads((cell[(who, row["size"])].dir / "attacks.json").read_text())
-                        for who in (row["arm"], "control"))
+        arm, control = (
+            json.loads((cell[(who, row["size"])].dir / "attacks.json").read_text()) for who in (row["arm"], "control")
+        )
 
         def nll(found, split, positions=None):
             docs = [-np.asarray(x, float) for x in found["logprobs"][split]]
-            return [x[p].mean() if p is not None else x.mean() for x, p in
-                    zip(docs, positions if positions is not None else [None] * len(docs))]
+            return [
+                x[p].mean() if p is not None else x.mean()
+                for x, p in zip(docs, positions if positions is not None else [None] * len(docs))
+            ]
 
         shift = np.mean(np.subtract(nll(control, "nonmembers"), nll(arm, "nonmembers")))
         for side, keep in (("kept", [~d for d in dropped]), ("dropped", dropped)):
             for r in np.unique(reps):
-                gaps = [c - a - shift for c, a, k, rr in zip(nll(control, "members", keep), nll(arm, "members", keep),
-                                                              keep, reps) if rr == r and k.any()]
+                gaps = [
+                    c - a - shift
+                    for c, a, k, rr in zip(nll(control, "members", keep), nll(arm, "members", keep), keep, reps)
+                    if rr == r and k.any()
+                ]
                 found = row["strata"][str(r)][f"loss_gap_{side}"]
                 # float64 means of <= 16 per-token NLLs below 50 nats, in another order, and their differences
-                assert found["gap"] == pytest.approx(np.mean(gaps), abs=64 * 2.0 ** -52 * 50)
+                assert found["gap"] == pytest.approx(np.mean(gaps), abs=64 * 2.0**-52 * 50)
                 assert found["n"] == len(gaps) and found["low"] <= found["gap"] <= found["high"]
                 checked += 1
     assert checked == 2 * 2 * 2 * 3  # standard and goldfish, two sizes, kept and dropped, three strata
@@ -181,8 +239,11 @@ def test_sizes_are_compared_on_the_same_targets_each_at_its_own_chosen_learning_
     cfg, plans, _ = sweep
     results = json.loads((cfg.out_dir / "results.json").read_text())
     chosen = {g["per"]["size"]: str(g["chosen"]) for g in results["tune"]["groups"]}
-    at = {(p.cell.arm, p.cell.values["size"]): p for p in plans.values()
-          if not p.cell.control and str(p.cell.values["lr"]) == chosen[p.cell.values["size"]]}
+    at = {
+        (p.cell.arm, p.cell.values["size"]): p
+        for p in plans.values()
+        if not p.cell.control and str(p.cell.values["lr"]) == chosen[p.cell.values["size"]]
+    }
     tests = {(t["arm"], t["repetitions"]): t for t in results["paired_axis"]}
     assert set(tests) == {(arm, r) for arm in ("standard", "goldfish") for r in (1, 2, 4, "all")}
     for arm in ("standard", "goldfish"):
@@ -192,8 +253,10 @@ def test_sizes_are_compared_on_the_same_targets_each_at_its_own_chosen_learning_
         by_sha = {w["sha256"]: w for w in wb if w["split"] == "members"}
         pairs = [(w, by_sha[w["sha256"]]) for w in wa if w["split"] == "members"]
         assert tests[(arm, "all")]["n_windows"] == len(pairs) > 0
-        assert tests[(arm, "all")]["exact_match"]["a_only"] == sum(x["exact_match"] and not y["exact_match"]
-                                                                   for x, y in pairs)
-        assert tests[(arm, "all")]["exact_match"]["b_only"] == sum(y["exact_match"] and not x["exact_match"]
-                                                                   for x, y in pairs)
+        assert tests[(arm, "all")]["exact_match"]["a_only"] == sum(
+            x["exact_match"] and not y["exact_match"] for x, y in pairs
+        )
+        assert tests[(arm, "all")]["exact_match"]["b_only"] == sum(
+            y["exact_match"] and not x["exact_match"] for x, y in pairs
+        )
     assert "## Paired against size=s16" in (cfg.out_dir / "report.md").read_text()

@@ -17,13 +17,15 @@ from goldfish.data.packing import training_order, variant_layout
 from goldfish.train_config import OptimConfig, ScheduleConfig, TrainConfig, make_plan
 
 EOS, PAD = 1, 0
-WORDS = ("river stone light north market garden winter letter silver engine harbor forest paper window "
-         "morning voice island bridge valley castle thunder mirror candle meadow planet signal").split()
+WORDS = (
+    "river stone light north market garden winter letter silver engine harbor forest paper window "
+    "morning voice island bridge valley castle thunder mirror candle meadow planet signal"
+).split()
 
 
 def _count_subsequence(stream: list[int], needle: list[int]) -> int:
     n = len(needle)
-    return sum(stream[i:i + n] == needle for i in range(len(stream) - n + 1))
+    return sum(stream[i : i + n] == needle for i in range(len(stream) - n + 1))
 
 
 @pytest.mark.parametrize("packing", ["pack", "one_per_row"])
@@ -63,11 +65,23 @@ def prepared(tmp_path_factory):
     with open(root / "docs.jsonl", "w") as f:
         for i in range(60):
             f.write(json.dumps({"id": f"d{i}", "text": " ".join(rng.choice(WORDS, 60))}) + "\n")
-    cfg = from_dict(PrepareConfig, {
-        "name": "exp", "source": {"name": "local", "path": str(root / "docs.jsonl")},
-        "tokenizer": {"name": "bpe", "vocab_size": 300}, "seq_len": 48, "packing": "pack", "min_tokens": 8,
-        "doc_tokens": 20, "num_members": 12, "repetitions": [1, 2, 3], "nonmember_mode": "held_out",
-        "num_nonmembers": 6, "num_background": 10})
+    cfg = from_dict(
+        PrepareConfig,
+        {
+            "name": "exp",
+            "source": {"name": "local", "path": str(root / "docs.jsonl")},
+            "tokenizer": {"name": "bpe", "vocab_size": 300},
+            "seq_len": 48,
+            "packing": "pack",
+            "min_tokens": 8,
+            "doc_tokens": 20,
+            "num_members": 12,
+            "repetitions": [1, 2, 3],
+            "nonmember_mode": "held_out",
+            "num_nonmembers": 6,
+            "num_background": 10,
+        },
+    )
     return load_prepared(prepare(cfg, root / "prep", progress=False))
 
 
@@ -79,10 +93,16 @@ def _exposures(prepared, schedule: dict) -> dict[str, list[int]]:
 def test_a_budget_of_whole_epochs_multiplies_every_label_exactly(prepared):
     rows = len(prepared.train)
     batch = next(g for g in (4, 5, 7) if rows % g)  # an epoch that does not end on a full batch
-    assert _exposures(prepared, {"epochs": 1, "global_batch_size": batch, "micro_batch_size": 1}) == \
-        {"1": [1, 1], "2": [2, 2], "3": [3, 3]}
-    assert _exposures(prepared, {"epochs": 3, "global_batch_size": batch, "micro_batch_size": 1}) == \
-        {"1": [3, 3], "2": [6, 6], "3": [9, 9]}
+    assert _exposures(prepared, {"epochs": 1, "global_batch_size": batch, "micro_batch_size": 1}) == {
+        "1": [1, 1],
+        "2": [2, 2],
+        "3": [3, 3],
+    }
+    assert _exposures(prepared, {"epochs": 3, "global_batch_size": batch, "micro_batch_size": 1}) == {
+        "1": [3, 3],
+        "2": [6, 6],
+        "3": [9, 9],
+    }
     # a token budget of 1.5 epochs: some members are read once more than others, and the summary says so
     half = _exposures(prepared, {"max_tokens": int(1.5 * rows * 48), "global_batch_size": 1, "micro_batch_size": 1})
     assert all(int(r) <= lo <= hi <= 2 * int(r) for r, (lo, hi) in half.items())
@@ -103,11 +123,24 @@ def test_the_training_loop_reads_exactly_the_counted_rows(prepared, tmp_path, mo
     monkeypatch.setattr(T, "_train_step", recording_step)
     rows = len(prepared.train)
     batch = next(g for g in (4, 5, 7) if rows % g)
-    cfg = from_dict(TrainConfig, {
-        "data": {"path": str(prepared.path)}, "out": str(tmp_path / "run"), "progress": False, "log_every": 1000,
-        "model": {"name": "llama-demo", "hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
-        "schedule": {"epochs": 2, "global_batch_size": batch, "micro_batch_size": 1},
-        "checkpoint": {"every_steps": 0}})
+    cfg = from_dict(
+        TrainConfig,
+        {
+            "data": {"path": str(prepared.path)},
+            "out": str(tmp_path / "run"),
+            "progress": False,
+            "log_every": 1000,
+            "model": {
+                "name": "llama-demo",
+                "hidden_size": 32,
+                "num_layers": 1,
+                "num_heads": 2,
+                "intermediate_size": 64,
+            },
+            "schedule": {"epochs": 2, "global_batch_size": batch, "micro_batch_size": 1},
+            "checkpoint": {"every_steps": 0},
+        },
+    )
     out = train(cfg)
     stream = np.concatenate(seen)
     assert len(stream) == 2 * rows and sorted(stream.tolist()) == sorted(list(range(rows)) * 2)

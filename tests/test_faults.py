@@ -33,6 +33,7 @@ from goldfish.checkpoint import COMPLETE, list_checkpoints
 from goldfish.cli import main
 from goldfish.data.prepared import load_prepared, split_sha256
 
+
 @pytest.fixture(autouse=True)
 def _one_thread(one_thread):
     """One torch thread: in-process runs are bit-identical to the one-thread subprocesses they are compared to."""
@@ -55,8 +56,11 @@ def hashes(folder: Path) -> dict[str, str]:
     """{relative path: sha256} of every file under ``folder`` (empty if it does not exist)."""
     if not Path(folder).exists():
         return {}
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(Path(folder).rglob("*"))
+        if p.is_file()
+    }
 
 
 def cli(argv: list[str], capsys) -> tuple[int, str]:
@@ -76,10 +80,12 @@ def assert_one_error(rc: int, err: str, *needles: str) -> str:
 
 
 def train_argv(data: Path, out: Path, **kw) -> list[str]:
-    base = {"loss": {"type": "goldfish", "goldfish": {"k": 4, "h": 13}},
-            "schedule": {"max_steps": 6, "global_batch_size": 4, "micro_batch_size": 2},
-            # keep_optimizer: as_killed_at_step_4 turns a finished run into a killed one, whose checkpoints resume
-            "checkpoint": {"every_steps": 2, "keep_last": 0, "keep_optimizer": True}}
+    base = {
+        "loss": {"type": "goldfish", "goldfish": {"k": 4, "h": 13}},
+        "schedule": {"max_steps": 6, "global_batch_size": 4, "micro_batch_size": 2},
+        # keep_optimizer: as_killed_at_step_4 turns a finished run into a killed one, whose checkpoints resume
+        "checkpoint": {"every_steps": 2, "keep_last": 0, "keep_optimizer": True},
+    }
     return ["train", *overrides_of(tiny_config(data, out, **{**base, **kw}))]
 
 
@@ -92,19 +98,23 @@ def as_killed_at_step_4(run: Path) -> None:
 
 def leftovers(folder: Path) -> list[str]:
     """Temporary or half-deleted folders and files (``.x.tmp``, ``.x.old``, ``.x.deleting``) anywhere under it."""
-    return sorted(str(p.relative_to(folder)) for p in Path(folder).rglob(".*")
-                  if p.name.endswith((".tmp", ".old", ".deleting")))
+    return sorted(
+        str(p.relative_to(folder)) for p in Path(folder).rglob(".*") if p.name.endswith((".tmp", ".old", ".deleting"))
+    )
 
 
 # ------------------------------------------------------------------------------------------------ changed config
 
 
-@pytest.mark.parametrize("change, key", [
-    ({"loss__type": "standard"}, "loss.type: goldfish -> standard"),
-    ({"optim__lr": 0.0083}, "optim.lr: 0.01 -> 0.0083"),
-    ({"loss__goldfish__k": 3}, "loss.goldfish.k: 4 -> 3"),
-    ({"seed": 1}, "seed: 0 -> 1"),
-])
+@pytest.mark.parametrize(
+    "change, key",
+    [
+        ({"loss__type": "standard"}, "loss.type: goldfish -> standard"),
+        ({"optim__lr": 0.0083}, "optim.lr: 0.01 -> 0.0083"),
+        ({"loss__goldfish__k": 3}, "loss.goldfish.k: 4 -> 3"),
+        ({"seed": 1}, "seed: 0 -> 1"),
+    ],
+)
 def test_resuming_a_killed_run_with_another_setting_is_refused(data, tmp_path, capsys, change, key):
     run = tmp_path / "run"
     assert cli(train_argv(data, run), capsys)[0] == 0
@@ -147,8 +157,9 @@ def test_fresh_trains_beside_and_overwrite_replaces(data, tmp_path, capsys):
     assert read_lrs(run) == read_lrs(tmp_path / "run_2")  # a clean run: no step of the old one is left
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "mine.txt").write_text("keep me")
-    assert_one_error(*cli([*train_argv(data, tmp_path / "notes"), "--overwrite"], capsys),
-                     "replaces only a training run")
+    assert_one_error(
+        *cli([*train_argv(data, tmp_path / "notes"), "--overwrite"], capsys), "replaces only a training run"
+    )
     assert (tmp_path / "notes" / "mine.txt").read_text() == "keep me"
 
 
@@ -248,13 +259,17 @@ def _torch_zip_failure(*args, **kwargs):
     raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
 
 
-@pytest.mark.parametrize("target, attribute, failure, needle", [
-    ("os", "fsync", _raise_enospc, "no space left on device"),                # every atomic file write
-    ("torch", "save", _torch_zip_failure, "could not write checkpoint"),    # optimizer state
-    ("goldfish.checkpoint", "save_file", _raise_enospc, "could not write checkpoint"),  # weights, RNG
-])
-def test_a_full_disk_while_training_is_one_line_and_leaves_earlier_checkpoints(data, tmp_path, capsys, monkeypatch,
-                                                                                target, attribute, failure, needle):
+@pytest.mark.parametrize(
+    "target, attribute, failure, needle",
+    [
+        ("os", "fsync", _raise_enospc, "no space left on device"),  # every atomic file write
+        ("torch", "save", _torch_zip_failure, "could not write checkpoint"),  # optimizer state
+        ("goldfish.checkpoint", "save_file", _raise_enospc, "could not write checkpoint"),  # weights, RNG
+    ],
+)
+def test_a_full_disk_while_training_is_one_line_and_leaves_earlier_checkpoints(
+    data, tmp_path, capsys, monkeypatch, target, attribute, failure, needle
+):
     import importlib
 
     run = tmp_path / "run"
@@ -285,8 +300,19 @@ def test_a_full_disk_while_preparing_keeps_the_old_folder(data, tmp_path, capsys
     import datasets
 
     corpus = _corpus(tmp_path / "corpus.jsonl", docs=30)
-    argv = ["prepare", "data/local_jsonl.yaml", f"source.path={corpus}", "seq_len=32", "doc_tokens=32",
-            "min_tokens=16", "num_nonmembers=5", "repetitions=[1]", "--out", tmp_path / "prep", "--quiet"]
+    argv = [
+        "prepare",
+        "data/local_jsonl.yaml",
+        f"source.path={corpus}",
+        "seq_len=32",
+        "doc_tokens=32",
+        "min_tokens=16",
+        "num_nonmembers=5",
+        "repetitions=[1]",
+        "--out",
+        tmp_path / "prep",
+        "--quiet",
+    ]
     monkeypatch.chdir(REPO)
     assert cli(argv, capsys)[0] == 0
     before = hashes(tmp_path / "prep")
@@ -300,8 +326,19 @@ def test_a_full_disk_while_preparing_keeps_the_old_folder(data, tmp_path, capsys
 def test_a_full_disk_while_evaluating_keeps_earlier_results(data, tmp_path, capsys, monkeypatch):
     run = tmp_path / "run"
     assert cli(train_argv(data, run), capsys)[0] == 0
-    argv = ["eval", "--model", run / "model", "--data", data, "--out", tmp_path / "ev", "data.prefix_lens=[4]",
-            "data.suffix_len=4", "report=false", "progress=false"]
+    argv = [
+        "eval",
+        "--model",
+        run / "model",
+        "--data",
+        data,
+        "--out",
+        tmp_path / "ev",
+        "data.prefix_lens=[4]",
+        "data.suffix_len=4",
+        "report=false",
+        "progress=false",
+    ]
     assert cli(argv, capsys)[0] == 0
     before = hashes(tmp_path / "ev")
     monkeypatch.setattr(os, "fsync", _raise_enospc)
@@ -333,8 +370,20 @@ def test_no_cuda_is_one_line(data, tmp_path, capsys):
         pytest.skip("this machine has CUDA")
     run = tmp_path / "run"
     assert cli(train_argv(data, run), capsys)[0] == 0
-    argv = ["eval", "--model", run / "model", "--data", data, "--out", tmp_path / "ev", "model.device=cuda",
-            "data.prefix_lens=[4]", "data.suffix_len=4", "report=false", "progress=false"]
+    argv = [
+        "eval",
+        "--model",
+        run / "model",
+        "--data",
+        data,
+        "--out",
+        tmp_path / "ev",
+        "model.device=cuda",
+        "data.prefix_lens=[4]",
+        "data.suffix_len=4",
+        "report=false",
+        "progress=false",
+    ]
     assert_one_error(*cli(argv, capsys), "no usable CUDA device", "model.device=cpu")
 
 
@@ -356,12 +405,17 @@ def test_the_readme_axonn_batch_divides_and_the_message_says_what_dp_counts():
     from goldfish.train_config import OptimConfig, ScheduleConfig
 
     # axonn row=2 col=2 on 4 processes: every process reads its own rows, so dp = 4 for the batch split
-    with pytest.raises(UserError, match=r"micro_batch_size\(10\)·dp\(4\)=40 \(dp: processes reading distinct "
-                                        r"rows; every process with engine=axonn\); use global_batch_size=40"):
+    with pytest.raises(
+        UserError,
+        match=r"micro_batch_size\(10\)·dp\(4\)=40 \(dp: processes reading distinct "
+        r"rows; every process with engine=axonn\); use global_batch_size=40",
+    ):
         make_plan(ScheduleConfig(global_batch_size=10, micro_batch_size=10), OptimConfig(), 100, 32, 4)
     readme = (REPO / "docs" / "training.md").read_text()
-    assert ("engine=axonn axonn.row=2 axonn.col=2 \\\n    schedule.global_batch_size=8 schedule.micro_batch_size=2"
-            in readme)
+    assert (
+        "engine=axonn axonn.row=2 axonn.col=2 \\\n    schedule.global_batch_size=8 schedule.micro_batch_size=2"
+        in readme
+    )
     plan = make_plan(ScheduleConfig(global_batch_size=8, micro_batch_size=2, max_steps=1), OptimConfig(), 100, 32, 4)
     assert (plan.global_batch // (plan.micro_batch * plan.dp_size), plan.global_batch // plan.dp_size) == (1, 2)
 
@@ -459,8 +513,15 @@ def test_damaged_prepared_data_is_one_line(data, tmp_path, capsys, damage):
 def _tiny_llama_folder(folder: Path, vocab: int = 64) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     LlamaForCausalLM(config).save_pretrained(str(folder))
     return folder
 
@@ -479,8 +540,9 @@ def test_a_broken_or_hostile_model_to_fine_tune_is_one_line_and_runs_nothing(dat
         (model / "pytorch_model.bin").write_bytes(pickle.dumps(_Evil(pwned)))
     else:
         config = json.loads((model / "config.json").read_text())
-        config.update(model_type="evil", auto_map={"AutoConfig": "evil.EvilConfig",
-                                                  "AutoModelForCausalLM": "evil.EvilModel"})
+        config.update(
+            model_type="evil", auto_map={"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.EvilModel"}
+        )
         (model / "config.json").write_text(json.dumps(config))
         (model / "evil.py").write_text(f"from pathlib import Path\nPath({str(pwned)!r}).touch()\n")
     argv = train_argv(data, tmp_path / "run", model={"path": str(model)})
@@ -544,20 +606,31 @@ def test_replacement_is_one_atomic_exchange_where_the_os_has_it(tmp_path, monkey
 def test_json_is_strict_and_says_which_values_were_not_finite(tmp_path):
     import numpy as np
 
-    gio.atomic_write_json(tmp_path / "r.json", {"loss": float("nan"), "ppl": np.float32("inf"),
-                                                "curve": [1.0, float("-inf")], "ok": 2.5})
+    gio.atomic_write_json(
+        tmp_path / "r.json", {"loss": float("nan"), "ppl": np.float32("inf"), "curve": [1.0, float("-inf")], "ok": 2.5}
+    )
     text = (tmp_path / "r.json").read_text()
     value = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
-    assert value == {"loss": None, "ppl": None, "curve": [1.0, None], "ok": 2.5,
-                     "json_nulls": {"loss": "nan", "ppl": "inf", "curve[1]": "-inf"}}
+    assert value == {
+        "loss": None,
+        "ppl": None,
+        "curve": [1.0, None],
+        "ok": 2.5,
+        "json_nulls": {"loss": "nan", "ppl": "inf", "curve[1]": "-inf"},
+    }
 
 
 # ------------------------------------------------------------------------------------------------ kills
 
 
 def _spawn(argv: list[str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "goldfish", *map(str, argv)], env=cli_env(), cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "goldfish", *map(str, argv)],
+        env=cli_env(),
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _kill_after(proc: subprocess.Popen, seconds: float) -> bool:
@@ -584,13 +657,16 @@ def _killed(start: Callable[[], subprocess.Popen], seconds: float, reset: Callab
             return seconds
         reset()
         seconds /= 2
-    pytest.fail(f"the process finished before each of {KILL_TRIES} kills (the last after {seconds * 2:.2f} s): "
-                "nothing was killed, so nothing was tested")
+    pytest.fail(
+        f"the process finished before each of {KILL_TRIES} kills (the last after {seconds * 2:.2f} s): "
+        "nothing was killed, so nothing was tested"
+    )
 
 
 def test_a_kill_that_comes_too_late_is_retried_and_never_passes_silently():
     """The kill tests' guard: a process that finishes before its kill is started again with half the delay (what it
     changed put back first), and a test whose every try finished first fails instead of passing untested."""
+
     class Process:  # a process that exits ``seconds`` after it starts (what _kill_after asks of a Popen)
         def __init__(self, seconds: float):
             self.ends, self.killed = time.monotonic() + seconds, False
@@ -618,8 +694,9 @@ def test_a_kill_that_comes_too_late_is_retried_and_never_passes_silently():
 def _corpus(path: Path, docs: int, seed: int = 1) -> Path:
     rng = random.Random(seed)
     words = ["the", "of", "river", "city", "king", "war", "north", "people", "was", "built"]
-    path.write_text("".join(json.dumps({"text": " ".join(rng.choice(words) for _ in range(80))}) + "\n"
-                            for _ in range(docs)))
+    path.write_text(
+        "".join(json.dumps({"text": " ".join(rng.choice(words) for _ in range(80))}) + "\n" for _ in range(docs))
+    )
     return path
 
 
@@ -628,15 +705,26 @@ def test_prepare_killed_at_random_moments_gives_the_same_bytes(tmp_path, capsys,
     and the run that finishes writes the same Arrow bytes as an uninterrupted one."""
     monkeypatch.chdir(REPO)
     corpus = _corpus(tmp_path / "corpus.jsonl", docs=40)
-    argv = ["prepare", "data/local_jsonl.yaml", f"source.path={corpus}", "seq_len=32", "doc_tokens=32",
-            "min_tokens=16", "num_nonmembers=5", "repetitions=[1,2]", "--quiet"]
+    argv = [
+        "prepare",
+        "data/local_jsonl.yaml",
+        f"source.path={corpus}",
+        "seq_len=32",
+        "doc_tokens=32",
+        "min_tokens=16",
+        "num_nonmembers=5",
+        "repetitions=[1,2]",
+        "--quiet",
+    ]
     reference, out = tmp_path / "reference", tmp_path / "prep"
     assert cli([*argv, "--out", reference], capsys)[0] == 0
     shutil.copytree(reference, out)
     seed = int(time.time())
     for attempt in range(2):  # a finished run leaves a complete new folder: the next try replaces that one
-        _killed(lambda: _spawn([*argv, "--out", out, "--overwrite", f"seed={attempt + 1}"]),
-                random.Random(seed + attempt).uniform(0.5, 6.0))
+        _killed(
+            lambda: _spawn([*argv, "--out", out, "--overwrite", f"seed={attempt + 1}"]),
+            random.Random(seed + attempt).uniform(0.5, 6.0),
+        )
         load_prepared(out)  # complete and matching its own checksums, old or new (a reader restores an .old)
     assert cli([*argv, "--out", out, "--overwrite"], capsys)[0] == 0
     assert hashes(out / "train") == hashes(reference / "train"), seed
@@ -645,27 +733,47 @@ def test_prepare_killed_at_random_moments_gives_the_same_bytes(tmp_path, capsys,
 
 def test_eval_killed_at_a_random_moment_resumes_to_the_same_results(data, tmp_path, capsys):
     run = tmp_path / "run"
-    assert cli(train_argv(data, run, schedule={"max_steps": 2, "global_batch_size": 4, "micro_batch_size": 4}),
-               capsys)[0] == 0
-    argv = ["eval", "--model", run / "model", "--data", data, "data.prefix_lens=[4,8]", "data.suffix_len=8",
-            "report=false", "progress=false", "decoding.batch_size=1"]
+    assert (
+        cli(train_argv(data, run, schedule={"max_steps": 2, "global_batch_size": 4, "micro_batch_size": 4}), capsys)[0]
+        == 0
+    )
+    argv = [
+        "eval",
+        "--model",
+        run / "model",
+        "--data",
+        data,
+        "data.prefix_lens=[4,8]",
+        "data.suffix_len=8",
+        "report=false",
+        "progress=false",
+        "decoding.batch_size=1",
+    ]
     assert cli([*argv, "--out", tmp_path / "reference"], capsys)[0] == 0
     seed = int(time.time())
-    _killed(lambda: _spawn([*argv, "--out", tmp_path / "killed"]), random.Random(seed).uniform(1.0, 8.0),
-            reset=lambda: shutil.rmtree(tmp_path / "killed"))
+    _killed(
+        lambda: _spawn([*argv, "--out", tmp_path / "killed"]),
+        random.Random(seed).uniform(1.0, 8.0),
+        reset=lambda: shutil.rmtree(tmp_path / "killed"),
+    )
     rc, err = cli([*argv, "--out", tmp_path / "killed"], capsys)
     assert rc == 0, (seed, err)
-    assert _results(tmp_path / "killed", tmp_path / "killed") == _results(tmp_path / "reference",
-                                                                          tmp_path / "reference"), seed
+    assert _results(tmp_path / "killed", tmp_path / "killed") == _results(
+        tmp_path / "reference", tmp_path / "reference"
+    ), seed
 
 
 def _results(folder: Path, root: Path) -> dict:
     """results.json without what depends on the run's moment and place (times, host, the weight files' mtimes in
     ``model.weights``; ``root`` in paths)."""
+
     def strip(value):
         if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items()
-                    if not any(s in k for s in ("time", "seconds", "created", "finished", "host", "weights"))}
+            return {
+                k: strip(v)
+                for k, v in value.items()
+                if not any(s in k for s in ("time", "seconds", "created", "finished", "host", "weights"))
+            }
         if isinstance(value, list):
             return [strip(v) for v in value]
         return value
@@ -705,8 +813,11 @@ def test_experiment_killed_at_a_random_moment_resumes_bit_identically(tmp_path, 
     assert cli([*argv, f"out={tmp_path / 'reference'}"], capsys)[0] == 0
     took = time.monotonic() - began
     seed = int(time.time())
-    _killed(lambda: _spawn([*argv, f"out={tmp_path / 'killed'}"]), random.Random(seed).uniform(1.0, 1.0 + took),
-            reset=lambda: shutil.rmtree(tmp_path / "killed"))
+    _killed(
+        lambda: _spawn([*argv, f"out={tmp_path / 'killed'}"]),
+        random.Random(seed).uniform(1.0, 1.0 + took),
+        reset=lambda: shutil.rmtree(tmp_path / "killed"),
+    )
     rc, err = cli([*argv, f"out={tmp_path / 'killed'}"], capsys)
     assert rc == 0, (seed, err)
     for arm in ("standard", "goldfish"):
@@ -731,13 +842,37 @@ def _user_folder(folder: Path) -> Path:
 
 
 def _prepare_argv(corpus: Path, out: Path, *extra: str) -> list:
-    return ["prepare", REPO / "data" / "local_jsonl.yaml", f"source.path={corpus}", "seq_len=32", "doc_tokens=32",
-            "min_tokens=16", "num_nonmembers=5", "repetitions=[1]", "--out", out, "--quiet", *extra]
+    return [
+        "prepare",
+        REPO / "data" / "local_jsonl.yaml",
+        f"source.path={corpus}",
+        "seq_len=32",
+        "doc_tokens=32",
+        "min_tokens=16",
+        "num_nonmembers=5",
+        "repetitions=[1]",
+        "--out",
+        out,
+        "--quiet",
+        *extra,
+    ]
 
 
 def _eval_argv(model: Path, data: Path, out: Path, *extra: str) -> list:
-    return ["eval", "--model", model, "--data", data, "--out", out, "data.prefix_lens=[4]", "data.suffix_len=4",
-            "report=false", "progress=false", *extra]
+    return [
+        "eval",
+        "--model",
+        model,
+        "--data",
+        data,
+        "--out",
+        out,
+        "data.prefix_lens=[4]",
+        "data.suffix_len=4",
+        "report=false",
+        "progress=false",
+        *extra,
+    ]
 
 
 def _ownership_case(case: str, data: Path, tmp: Path, capsys, monkeypatch) -> tuple[Path, list, str]:
@@ -749,8 +884,11 @@ def _ownership_case(case: str, data: Path, tmp: Path, capsys, monkeypatch) -> tu
         needle = "replaces only a training run" if extra else "goldfish did not write there"
         return mine, [*train_argv(data, mine), *extra], needle
     if case == "prepare_overwrite_user_folder":
-        return mine, _prepare_argv(_corpus(tmp / "corpus.jsonl", docs=30), mine, "--overwrite"), \
-            "replaces only prepared data"
+        return (
+            mine,
+            _prepare_argv(_corpus(tmp / "corpus.jsonl", docs=30), mine, "--overwrite"),
+            "replaces only prepared data",
+        )
     if case == "experiment_into_user_folder":
         return mine, ["experiment", micro, f"out={mine}", "--no-progress"], "goldfish did not write there"
     run = tmp / "run"
@@ -776,10 +914,20 @@ def _ownership_case(case: str, data: Path, tmp: Path, capsys, monkeypatch) -> tu
     return mine, ["experiment", micro, "out=.", "--no-progress"], "is the current folder"
 
 
-OWNERSHIP_CASES = ["train_overwrite_user_folder", "train_into_user_folder", "prepare_overwrite_user_folder",
-                   "experiment_into_user_folder", "eval_overwrite_train_run", "train_overwrite_symlink",
-                   "out_symlink_loop", "out_is_a_file", "train_out_dot", "fresh_out_dotdot", "experiment_name_dotdot",
-                   "experiment_out_dot"]
+OWNERSHIP_CASES = [
+    "train_overwrite_user_folder",
+    "train_into_user_folder",
+    "prepare_overwrite_user_folder",
+    "experiment_into_user_folder",
+    "eval_overwrite_train_run",
+    "train_overwrite_symlink",
+    "out_symlink_loop",
+    "out_is_a_file",
+    "train_out_dot",
+    "fresh_out_dotdot",
+    "experiment_name_dotdot",
+    "experiment_out_dot",
+]
 
 
 @pytest.mark.parametrize("case", OWNERSHIP_CASES)
@@ -798,8 +946,9 @@ def test_commands_write_only_into_folders_of_their_own_kind(data, tmp_path, caps
         # the rerun is a session of the same run: only summary.json's wall_time_s (this session's) may change
         again = json.loads((guarded / "summary.json").read_text())
         assert {**again, "wall_time_s": None} == {**summary, "wall_time_s": None}
-        assert {k: v for k, v in hashes(guarded).items() if k != "summary.json"} == \
-            {k: v for k, v in before.items() if k != "summary.json"}
+        assert {k: v for k, v in hashes(guarded).items() if k != "summary.json"} == {
+            k: v for k, v in before.items() if k != "summary.json"
+        }
     if case == "train_overwrite_symlink":
         assert (tmp_path / "link").is_symlink() and (tmp_path / "link").resolve() == guarded
 
@@ -829,8 +978,11 @@ def _nan_model(source: Path, folder: Path) -> Path:
 
     shutil.copytree(source, folder)
     weights = load_file(str(folder / "model.safetensors"))
-    save_file({k: torch.full_like(v, float("nan")) for k, v in weights.items()}, str(folder / "model.safetensors"),
-              metadata={"format": "pt"})
+    save_file(
+        {k: torch.full_like(v, float("nan")) for k, v in weights.items()},
+        str(folder / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     return folder
 
 
@@ -843,8 +995,11 @@ def _replacement_case(case: str, data: Path, tmp: Path, capsys) -> tuple[Path, l
     if case == "train_logging_to_tensorboard_failing_before_its_first_checkpoint":  # the logger writes the new folder
         pytest.importorskip("tensorboard")
         assert cli([*train_argv(data, run), "logging.tensorboard=true"], capsys)[0] == 0
-        return run, [*train_argv(data, run, optim__lr=1e30), "logging.tensorboard=true", "--overwrite"], \
-            "training diverged"
+        return (
+            run,
+            [*train_argv(data, run, optim__lr=1e30), "logging.tensorboard=true", "--overwrite"],
+            "training diverged",
+        )
     assert cli(train_argv(data, run), capsys)[0] == 0
     if case == "train_with_a_mistyped_data_path":  # the run was deleted before the new one could even start
         return run, [*train_argv(tmp / "typo", run, optim__lr=0.005), "--overwrite"], "prepared data not found"
@@ -857,10 +1012,16 @@ def _replacement_case(case: str, data: Path, tmp: Path, capsys) -> tuple[Path, l
     return ev, _eval_argv(_nan_model(run / "model", tmp / "nan"), data, ev, "overwrite=true"), "NaN or infinite"
 
 
-@pytest.mark.parametrize("case", ["prepare_with_a_missing_source", "train_with_a_mistyped_data_path",
-                                  "train_failing_before_its_first_checkpoint",
-                                  "train_logging_to_tensorboard_failing_before_its_first_checkpoint",
-                                  "eval_of_a_nan_model"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "prepare_with_a_missing_source",
+        "train_with_a_mistyped_data_path",
+        "train_failing_before_its_first_checkpoint",
+        "train_logging_to_tensorboard_failing_before_its_first_checkpoint",
+        "eval_of_a_nan_model",
+    ],
+)
 def test_a_failed_replacement_leaves_the_old_outputs_whole(data, tmp_path, capsys, case):
     """A replacement is built beside the old outputs and swapped in only when it is done (a training run: at its
     first checkpoint); failing earlier leaves every old byte, and no temporary folder."""
@@ -869,8 +1030,15 @@ def test_a_failed_replacement_leaves_the_old_outputs_whole(data, tmp_path, capsy
     assert_one_error(*cli(argv, capsys), needle)
     assert hashes(guarded) == before and leftovers(tmp_path) == []
     if case == "eval_of_a_nan_model":  # a replacement that succeeds leaves nothing of the old evaluation behind
-        assert cli(_eval_argv(tmp_path / "run" / "model", data, guarded, "overwrite=true", "report=true",
-                              "tasks=[extraction]"), capsys)[0] == 0
+        assert (
+            cli(
+                _eval_argv(
+                    tmp_path / "run" / "model", data, guarded, "overwrite=true", "report=true", "tasks=[extraction]"
+                ),
+                capsys,
+            )[0]
+            == 0
+        )
         assert not (guarded / "roc.png").exists() and not (guarded / "membership.partial.jsonl").exists()
         assert json.loads((guarded / "results.json").read_text())["membership"] is None
 
@@ -881,8 +1049,7 @@ def test_membership_scores_of_a_nan_model_are_strict_json(tmp_path):
     with JsonlDict(tmp_path / "m.jsonl") as cache:
         cache["doc"] = {"nll": float("nan"), "nll_sum": 3.0}
     line = (tmp_path / "m.jsonl").read_text()
-    assert json.loads(line, parse_constant=lambda c: pytest.fail(f"bare {c}"))["value"] == {"nll": None,
-                                                                                            "nll_sum": 3.0}
+    assert json.loads(line, parse_constant=lambda c: pytest.fail(f"bare {c}"))["value"] == {"nll": None, "nll_sum": 3.0}
     with JsonlDict(tmp_path / "m.jsonl") as cache:  # reloaded: the column reads it back as NaN
         assert np.isnan(np.array([cache["doc"]["nll"]], dtype=np.float64)[0])
 
@@ -923,16 +1090,35 @@ def test_a_stale_experiment_cell_is_replaced_only_when_its_rerun_is_done(tmp_pat
 def _killed_replacement(case: str, data: Path, tmp: Path, capsys) -> tuple[Path, list, Callable[[Path], bool]]:
     """(folder, argv of the replacing command, whether the folder holds the complete new outputs)."""
     run = tmp / "run"
-    assert cli(train_argv(data, run, schedule={"max_steps": 40, "global_batch_size": 4, "micro_batch_size": 2}),
-               capsys)[0] == 0
+    assert (
+        cli(train_argv(data, run, schedule={"max_steps": 40, "global_batch_size": 4, "micro_batch_size": 2}), capsys)[0]
+        == 0
+    )
     if case == "train":
-        argv = train_argv(data, run, optim__lr=0.005,
-                          schedule={"max_steps": 40, "global_batch_size": 4, "micro_batch_size": 2})
-        return run, [*argv, "--overwrite"], lambda f: json.loads((f / "fingerprint.json").read_text())[
-            "optim.lr"] == 0.005 and any((c / COMPLETE).is_file() for c in list_checkpoints(f))
+        argv = train_argv(
+            data, run, optim__lr=0.005, schedule={"max_steps": 40, "global_batch_size": 4, "micro_batch_size": 2}
+        )
+        return (
+            run,
+            [*argv, "--overwrite"],
+            lambda f: (
+                json.loads((f / "fingerprint.json").read_text())["optim.lr"] == 0.005
+                and any((c / COMPLETE).is_file() for c in list_checkpoints(f))
+            ),
+        )
     ev = tmp / "ev"
-    argv = ["eval", "--model", run / "model", "--data", data, "data.prefix_lens=[4,8]", "data.suffix_len=8",
-            "report=false", "progress=false", "decoding.batch_size=1"]
+    argv = [
+        "eval",
+        "--model",
+        run / "model",
+        "--data",
+        data,
+        "data.prefix_lens=[4,8]",
+        "data.suffix_len=8",
+        "report=false",
+        "progress=false",
+        "decoding.batch_size=1",
+    ]
     assert cli([*argv, "--out", ev], capsys)[0] == 0
     argv = [*argv, "data.suffix_len=6", "--out", ev, "overwrite=true"]
     return ev, argv, lambda f: json.loads((f / "results.json").read_text())["config"]["data"]["suffix_len"] == 6
@@ -1008,9 +1194,18 @@ def test_a_second_writer_of_a_folder_gets_one_line_naming_the_first(data, tmp_pa
 
 def test_a_lock_left_by_a_killed_process_is_taken_over(data, tmp_path, capsys):
     run = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from goldfish.ownership import FolderLock; "
-                               "FolderLock(sys.argv[1]).__enter__(); print('locked', flush=True); time.sleep(600)",
-                               str(run)], env=cli_env(), stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from goldfish.ownership import FolderLock; "
+            "FolderLock(sys.argv[1]).__enter__(); print('locked', flush=True); time.sleep(600)",
+            str(run),
+        ],
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "locked"
     holder.kill()
     holder.wait()
@@ -1026,8 +1221,10 @@ def test_two_prepares_into_one_folder_write_it_once(tmp_path, capsys):
     corpus = _corpus(tmp_path / "corpus.jsonl", docs=40)
     assert cli(_prepare_argv(corpus, tmp_path / "reference"), capsys)[0] == 0
     argv = [sys.executable, "-m", "goldfish", *map(str, _prepare_argv(corpus, tmp_path / "prep"))]
-    procs = [subprocess.Popen(argv, env=cli_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(argv, env=cli_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     outcomes = sorted((p.wait(), p.stderr.read()) for p in procs)
     assert [rc for rc, _ in outcomes] in ([0, 0], [0, 2]), outcomes
     if outcomes[1][0] == 2:
@@ -1055,8 +1252,15 @@ def _model_with_tokenizer(folder: Path, tokenizer) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("case", ["eval_other_merges", "fine_tune_other_merges", "eval_damaged_model_tokenizer",
-                                  "fine_tune_damaged_model_tokenizer"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "eval_other_merges",
+        "fine_tune_other_merges",
+        "eval_damaged_model_tokenizer",
+        "fine_tune_damaged_model_tokenizer",
+    ],
+)
 def test_model_and_data_tokenizers_are_compared_by_identity_not_size(tmp_path, capsys, monkeypatch, case):
     """A model whose tokenizer has the same size as the data's but other merges would decode every id as other text;
     a tokenizer file that does not load would have been replaced by the data's. Both are one line."""
@@ -1106,8 +1310,13 @@ def test_prepared_data_keeps_a_gguf_tokenizer_s_identity(tmp_path):
 # ------------------------------------------------------------------------------------------------ bounded input
 
 
-BILLION_LAUGHS = "a: &a [" + ", ".join(["lol"] * 9) + "]\n" + "".join(
-    f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefg", "bcdefgh")) + "seed: *h\n"  # 9**8 values
+BILLION_LAUGHS = (
+    "a: &a ["
+    + ", ".join(["lol"] * 9)
+    + "]\n"
+    + "".join(f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefg", "bcdefgh"))
+    + "seed: *h\n"
+)  # 9**8 values
 
 
 @pytest.fixture(scope="module")
@@ -1142,13 +1351,19 @@ def _hostile_case(case: str, data: Path, run: Path, tmp: Path) -> tuple[list, st
         corpus.write_text(corpus.read_text() + line + "\n")
         return _prepare_argv(corpus, tmp / "prep"), "nests JSON" if "deep" in case else "lone UTF-16 surrogate"
     if case == "launcher_placeholder":
-        return ["experiment", REPO / "experiments" / "micro.yaml", f"out={tmp / 'exp'}", "launcher=torchrun",
-                "launcher_prefix=[srun, '--nodes={nodes}']"], "placeholder other than {nnodes}"
+        return [
+            "experiment",
+            REPO / "experiments" / "micro.yaml",
+            f"out={tmp / 'exp'}",
+            "launcher=torchrun",
+            "launcher_prefix=[srun, '--nodes={nodes}']",
+        ], "placeholder other than {nnodes}"
     if case.startswith("gguf_with_a_huge_metadata_array"):
         gguf = _gguf_claiming_a_huge_array(tmp / "huge.gguf")
         if case.endswith("prepare"):
-            return _prepare_argv(_corpus(tmp / "corpus.jsonl", docs=30), tmp / "prep", f"tokenizer.name={gguf}"), \
-                str(gguf)
+            return _prepare_argv(_corpus(tmp / "corpus.jsonl", docs=30), tmp / "prep", f"tokenizer.name={gguf}"), str(
+                gguf
+            )
         return _eval_argv(gguf, data, tmp / "ev"), f"could not load a causal LM from {gguf}"
     assert case == "weights_that_do_not_fit_config_json"
     model = shutil.copytree(run / "model", tmp / "model")
@@ -1177,10 +1392,24 @@ def _gguf_claiming_a_huge_array(path: Path) -> Path:
 
 
 @pytest.mark.timeout(300)  # each case is seconds of work; unbounded, several ran for minutes or into a MemoryError
-@pytest.mark.parametrize("case", ["yaml_billion_laughs", "override_billion_laughs", "canonical_h_1e8", "h_1e20",
-                                  "seed_negative", "seed_1e23", "a_value_of_100k_characters", "jsonl_nested_100k_deep",
-                                  "jsonl_lone_surrogate", "launcher_placeholder", "gguf_with_a_huge_metadata_array",
-                                  "gguf_with_a_huge_metadata_array_prepare", "weights_that_do_not_fit_config_json"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "yaml_billion_laughs",
+        "override_billion_laughs",
+        "canonical_h_1e8",
+        "h_1e20",
+        "seed_negative",
+        "seed_1e23",
+        "a_value_of_100k_characters",
+        "jsonl_nested_100k_deep",
+        "jsonl_lone_surrogate",
+        "launcher_placeholder",
+        "gguf_with_a_huge_metadata_array",
+        "gguf_with_a_huge_metadata_array_prepare",
+        "weights_that_do_not_fit_config_json",
+    ],
+)
 def test_hostile_input_is_bounded_work_and_one_short_line(data, finished_run, tmp_path, capsys, monkeypatch, case):
     """Alias bombs, huge numbers and values, deep or broken JSON lines, bad placeholders, hostile GGUF metadata and
     mismatched weights: exit 2 with one short line (no traceback, no library report) and no byte written anywhere

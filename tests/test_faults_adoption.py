@@ -34,9 +34,10 @@ def _users_copy_of_a_run(data, tmp_path, capsys):
     return mine
 
 
-@pytest.mark.parametrize("extra, needle", [([], "goldfish did not write there"),
-                                           (["--overwrite"], "replaces only a training run"),
-                                           (["--fresh"], None)])
+@pytest.mark.parametrize(
+    "extra, needle",
+    [([], "goldfish did not write there"), (["--overwrite"], "replaces only a training run"), (["--fresh"], None)],
+)
 def test_train_does_not_adopt_a_copy_of_a_run(data, tmp_path, capsys, extra, needle):
     mine = _users_copy_of_a_run(data, tmp_path, capsys)
     before = hashes(mine)
@@ -97,8 +98,11 @@ def test_experiment_does_not_adopt_a_folder_holding_an_experiments_files(tmp_pat
 
     mine = tmp_path / "mine"
     mine.mkdir()
-    for name, text in (("experiment.yaml", "name: mine\n"), ("report.md", "# my report\n"),
-                       ("summary.json", '{"mine": true}\n')):
+    for name, text in (
+        ("experiment.yaml", "name: mine\n"),
+        ("report.md", "# my report\n"),
+        ("summary.json", '{"mine": true}\n'),
+    ):
         (mine / name).write_text(text)
     before = hashes(mine)
     argv = ["experiment", REPO / "experiments" / "micro.yaml", f"out={mine}", "--no-progress", *flags]

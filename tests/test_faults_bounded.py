@@ -31,8 +31,10 @@ from goldfish.data.prepare import worker_count
 from goldfish.data.stream import PIECE_CHARS, Encoder, has_words, pieces
 from goldfish.data.tokenizer import gpt2_tokenizer
 
-WORDS = ("the of river city king war north people was built stone light market garden winter letter silver engine "
-         "harbor forest paper window morning voice island bridge valley castle don't 1999 é 日本 -- ...").split()
+WORDS = (
+    "the of river city king war north people was built stone light market garden winter letter silver engine "
+    "harbor forest paper window morning voice island bridge valley castle don't 1999 é 日本 -- ..."
+).split()
 
 
 def long_text(chars: int, seed: int) -> str:
@@ -51,7 +53,7 @@ def test_pieces_cover_the_text_and_respect_the_bound():
     parts = list(pieces(text))
     assert "".join(parts) == text and len(parts) > 5
     assert all(len(p) <= PIECE_CHARS for p in parts) and all(len(p) >= PIECE_CHARS // 2 for p in parts[:-1])
-    assert all(not p[-1].isspace() and text[sum(map(len, parts[:i + 1]))].isspace() for i, p in enumerate(parts[:-1]))
+    assert all(not p[-1].isspace() and text[sum(map(len, parts[: i + 1]))].isspace() for i, p in enumerate(parts[:-1]))
     blind = "x" * (3 * PIECE_CHARS)  # no whitespace at all: cut at the bound
     assert [len(p) for p in pieces(blind)] == [PIECE_CHARS] * 3
 
@@ -68,8 +70,9 @@ def test_a_long_document_tokenized_in_pieces_has_exactly_the_whole_documents_ids
     assert list(got[0]) == list(got[2]) == tok(short, add_special_tokens=False)["input_ids"]
     # special-token text stays text in a piece too
     special = text[:PIECE_CHARS] + " <|endoftext|> " + text[PIECE_CHARS:]
-    assert encoder([special])[0].tolist() == tok(special, add_special_tokens=False,
-                                                 split_special_tokens=True)["input_ids"]
+    assert (
+        encoder([special])[0].tolist() == tok(special, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    )
     assert 50256 not in encoder([special])[0].tolist()
 
 
@@ -77,7 +80,7 @@ def test_ngram_keys_of_a_long_document_come_in_blocks_equal_to_the_whole():
     rng = np.random.default_rng(0)
     ids = rng.integers(0, 50000, size=3 * BLOCK_TOKENS + 77)
     assert np.array_equal(np.concatenate(list(block_keys(ids, 13))), window_keys(ids, 13))
-    target = ids[BLOCK_TOKENS - 20:BLOCK_TOKENS + 40]  # straddles a block boundary
+    target = ids[BLOCK_TOKENS - 20 : BLOCK_TOKENS + 40]  # straddles a block boundary
     index = ShingleIndex([target, rng.integers(0, 50000, size=60)], DedupConfig(ngram=13, overlap=0.8))
     assert index.near_duplicate(ids) and list(index.contained(ids)) == [1.0, 0.0]
     assert not index.near_duplicate(rng.integers(0, 50000, size=2 * BLOCK_TOKENS))
@@ -117,10 +120,15 @@ def _peak(tmp_path: Path, name: str, corpus: Path, line_mb: int) -> float:  # no
         lines.insert(60, json.dumps({"text": long_text(line_mb * 10**6, seed=5)}))
     (bg / "part.jsonl").write_text("\n".join(lines) + "\n")
     rec = tmp_path / f"{name}.json"
-    rec.write_text(json.dumps(recipe(corpus, background_source={"name": "local", "path": str(bg)},
-                                     shard_documents=64)))
-    run = subprocess.run([sys.executable, "-c", MEASURE, str(rec), str(tmp_path / name)], env=cli_env(), cwd=REPO,
-                         capture_output=True, text=True, timeout=600)
+    rec.write_text(json.dumps(recipe(corpus, background_source={"name": "local", "path": str(bg)}, shard_documents=64)))
+    run = subprocess.run(
+        [sys.executable, "-c", MEASURE, str(rec), str(tmp_path / name)],
+        env=cli_env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     result = json.loads(run.stdout)
     assert result["rc"] == 0, result["err"]
     return result["peak_mib"]

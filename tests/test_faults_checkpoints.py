@@ -70,8 +70,7 @@ def eval_argv(model: Path | str, docs: Path, out: Path, *extra: str) -> list:
 # ------------------------------------------------------------------------------------------------ whole or nothing
 
 
-def test_a_checkpoint_missing_a_tensor_is_refused_in_one_line_not_evaluated_half_random(model, docs, tmp_path,
-                                                                                       capsys):
+def test_a_checkpoint_missing_a_tensor_is_refused_in_one_line_not_evaluated_half_random(model, docs, tmp_path, capsys):
     # q_proj of layer 0: 1,024 of ~29 k elements, well inside the size check's slack (the issue's case)
     broken = edited(model, tmp_path / "broken", lambda t: t.pop(Q_PROJ))
     line = assert_one_error(*cli(eval_argv(broken, docs, tmp_path / "ev"), capsys), str(broken), Q_PROJ, "missing")
@@ -104,12 +103,15 @@ def test_a_partial_load_is_only_by_choice_and_said_in_results_and_report(model, 
         load_pretrained(misshaped, allow_partial=True)
 
 
-@pytest.mark.parametrize("damage, needles", [
-    ("missing", [Q_PROJ, "1 tensor is missing"]),
-    ("two_missing", ["2 tensors are missing", "model.norm.weight"]),
-    ("unexpected", ["model.layers.9.mlp.up_proj.weight", "not part of the model"]),
-    ("mis_shaped", ["model.norm.weight is [5] in the checkpoint but [32] by the config"]),
-])
+@pytest.mark.parametrize(
+    "damage, needles",
+    [
+        ("missing", [Q_PROJ, "1 tensor is missing"]),
+        ("two_missing", ["2 tensors are missing", "model.norm.weight"]),
+        ("unexpected", ["model.layers.9.mlp.up_proj.weight", "not part of the model"]),
+        ("mis_shaped", ["model.norm.weight is [5] in the checkpoint but [32] by the config"]),
+    ],
+)
 def test_missing_unexpected_or_mis_shaped_tensors_are_named(model, tmp_path, damage, needles):
     def edit(t: dict) -> None:
         if damage in ("missing", "two_missing"):
@@ -131,8 +133,15 @@ def test_missing_unexpected_or_mis_shaped_tensors_are_named(model, tmp_path, dam
 def test_a_tied_output_head_is_not_missing(tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         num_key_value_heads=2, intermediate_size=64, tie_word_embeddings=True)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        tie_word_embeddings=True,
+    )
     LlamaForCausalLM(config).save_pretrained(tmp_path / "tied")
     assert "lm_head.weight" not in load_file(tmp_path / "tied" / "model.safetensors")  # stored once
     loaded = load_pretrained(tmp_path / "tied")
@@ -144,8 +153,15 @@ def test_a_checkpoint_whose_keys_transformers_converts_loads_whole_and_is_still_
     the header check leaves them to the loading report -- a whole one loads, a missing tensor is still refused."""
     from transformers import MixtralConfig, MixtralForCausalLM
 
-    config = MixtralConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                           num_key_value_heads=2, intermediate_size=64, num_local_experts=2)
+    config = MixtralConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        num_local_experts=2,
+    )
     MixtralForCausalLM(config).save_pretrained(tmp_path / "moe")
     assert any(".experts.0.w1." in k for k in load_file(tmp_path / "moe" / "model.safetensors"))
     load_pretrained(tmp_path / "moe")
@@ -189,8 +205,10 @@ def test_a_gguf_missing_tensors_is_refused_not_cached_half_random(tmp_path, monk
     gguf.write_bytes(b"GGUF" + bytes(60))
     with pytest.raises(UserError, match=f"its tensors are not the whole model.*{Q_PROJ}"):
         gguf_cache.dequantised(gguf)
-    assert not any(p.name.endswith(f"transformers-{gguf_cache.transformers_version()}")
-                   for p in (tmp_path / "cache" / "gguf").iterdir())
+    assert not any(
+        p.name.endswith(f"transformers-{gguf_cache.transformers_version()}")
+        for p in (tmp_path / "cache" / "gguf").iterdir()
+    )
 
 
 # ------------------------------------------------------------------------------------------------ bounded headers
@@ -202,8 +220,9 @@ def test_a_safetensors_header_length_past_the_file_is_corrupt_in_one_line(model,
     raw = bytearray((broken / "model.safetensors").read_bytes())
     struct.pack_into("<Q", raw, 0, length)
     (broken / "model.safetensors").write_bytes(bytes(raw))
-    line = assert_one_error(*cli(eval_argv(broken, docs, tmp_path / "ev"), capsys), "model.safetensors",
-                            "header is corrupt")
+    line = assert_one_error(
+        *cli(eval_argv(broken, docs, tmp_path / "ev"), capsys), "model.safetensors", "header is corrupt"
+    )
     assert "out of memory" not in line and "Overflow" not in line
     assert checkpoint_precision(broken) in ("fp32", "bf16", "fp16")  # never a traceback either
 
@@ -244,8 +263,9 @@ def absolute_paths(value) -> list[str]:
     return [value] if isinstance(value, str) and ("/" + "tmp" in value or value.startswith("/")) else []
 
 
-def test_an_eval_fingerprint_of_a_hub_id_holds_no_absolute_path(model, docs, offline_cache, tmp_path, capsys,
-                                                                monkeypatch):
+def test_an_eval_fingerprint_of_a_hub_id_holds_no_absolute_path(
+    model, docs, offline_cache, tmp_path, capsys, monkeypatch
+):
     fake_hub_cache(offline_cache, "acme/tiny", model)
     shutil.copy(docs, tmp_path / "docs.jsonl")
     monkeypatch.chdir(tmp_path)  # the user's paths are relative: every absolute path would be goldfish's own
@@ -287,8 +307,7 @@ def test_a_hub_cache_without_refs_main_uses_its_snapshot_and_a_revision_can_be_c
     assert resolve_model_path("acme/norefs").folder == snapshot  # not "absent"
     pinned = resolve_model_path(f"acme/norefs@{COMMIT}")
     assert (pinned.hub_id, pinned.revision) == ("acme/norefs", COMMIT)
-    cfg = load_config(EvalConfig, None, ["model.path=acme/norefs", f"model.revision={COMMIT}", "data.path=x",
-                                         "out=ev"])
+    cfg = load_config(EvalConfig, None, ["model.path=acme/norefs", f"model.revision={COMMIT}", "data.path=x", "out=ev"])
     assert resolve_model_path(cfg.model.path).revision == COMMIT and cfg.model.revision == COMMIT
     with pytest.raises(UserError, match="not in the Hugging Face cache"):
         resolve_model_path("acme/norefs@" + "f" * 40)
@@ -300,8 +319,7 @@ def test_a_hub_cache_without_refs_main_uses_its_snapshot_and_a_revision_can_be_c
 
 
 @pytest.mark.parametrize("variable", ["OMP_NUM_THREADS", "LOCAL_WORLD_SIZE"])
-def test_a_non_ascii_digit_in_the_environment_is_one_line_in_doctor_and_train(variable, tmp_path, capsys,
-                                                                              monkeypatch):
+def test_a_non_ascii_digit_in_the_environment_is_one_line_in_doctor_and_train(variable, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv(variable, "\u00b2")  # "²": str.isdigit() is true, int() fails
     if variable == "LOCAL_WORLD_SIZE":
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -311,8 +329,7 @@ def test_a_non_ascii_digit_in_the_environment_is_one_line_in_doctor_and_train(va
     assert not (tmp_path / "run" / "model").exists()
 
 
-def test_a_config_claiming_150000_layers_is_refused_without_building_anything(model, tmp_path, capsys,
-                                                                             monkeypatch):
+def test_a_config_claiming_150000_layers_is_refused_without_building_anything(model, tmp_path, capsys, monkeypatch):
     from transformers import LlamaForCausalLM
 
     claims = shutil.copytree(model, tmp_path / "claims")
@@ -328,8 +345,9 @@ def test_a_config_claiming_150000_layers_is_refused_without_building_anything(mo
     assert "torch" in sys.modules
 
 
-def test_a_weights_hash_is_remembered_across_processes_and_forgotten_when_the_file_changes(model, tmp_path,
-                                                                                         monkeypatch):
+def test_a_weights_hash_is_remembered_across_processes_and_forgotten_when_the_file_changes(
+    model, tmp_path, monkeypatch
+):
     monkeypatch.setenv("GOLDFISH_CACHE", str(tmp_path / "cache"))
     model_source._sha256.cache_clear()
     first = weights_stamp(model)

@@ -46,8 +46,13 @@ def snapshot(out: Path) -> dict[str, str]:
         rel = p.relative_to(out.parent)
         if rel.parts[0] in (out.name, f".{out.name}.lock"):
             continue
-        found[str(rel)] = ("-> " + os.readlink(p) if p.is_symlink() else "dir" if p.is_dir() else
-                           hashlib.sha256(p.read_bytes()).hexdigest())
+        found[str(rel)] = (
+            "-> " + os.readlink(p)
+            if p.is_symlink()
+            else "dir"
+            if p.is_dir()
+            else hashlib.sha256(p.read_bytes()).hexdigest()
+        )
     return found
 
 
@@ -104,8 +109,9 @@ def test_a_staging_record_naming_another_output_is_not_this_writers_debris(tmp_p
     target = tmp_path / "run"
     other = tmp_path / ".run.a1b2.tmp"
     other.mkdir()
-    (other / gio.STAGING).write_text(json.dumps({"target": "other", "role": "new", "pid": 1, "host": "h",
-                                                 "written_by": "goldfish"}))
+    (other / gio.STAGING).write_text(
+        json.dumps({"target": "other", "role": "new", "pid": 1, "host": "h", "written_by": "goldfish"})
+    )
     gio.recover_directory(target)
     assert other.is_dir() and gio.staged_for(other, target) is None
 
@@ -133,4 +139,3 @@ def test_a_published_folder_carries_no_staging_record(data, tmp_path, capsys):
     assert cli(train_argv(data, run), capsys)[0] == 0
     assert cli([*train_argv(data, run, optim__lr=0.005), "--overwrite"], capsys)[0] == 0
     assert not list(tmp_path.rglob(gio.STAGING)) and leftovers(tmp_path) == []
-

@@ -57,8 +57,8 @@ def test_window_keys_on_small_documents_are_the_old_ones():
     for w in windows:
         toks = w.doc.tokens
         assert w.key == _old_key(toks, w.prefix_len, 5, w.placement, w.start)
-        assert w.prefix == toks[w.start:w.start + w.prefix_len]
-        assert w.suffix == toks[w.start + w.prefix_len:w.start + w.prefix_len + 5]
+        assert w.prefix == toks[w.start : w.start + w.prefix_len]
+        assert w.suffix == toks[w.start + w.prefix_len : w.start + w.prefix_len + 5]
 
 
 class _CountingSha256:
@@ -115,8 +115,12 @@ def test_long_document_keys_name_the_document_and_the_window():
 
 def test_a_repeated_id_is_one_error_naming_both_lines(tmp_path):
     corpus = tmp_path / "corpus.jsonl"
-    lines = [{"id": "a", "text": "one"}, {"id": "m1", "text": "two"}, {"id": "b", "text": "three"},
-             {"id": "m1", "text": "four"}]
+    lines = [
+        {"id": "a", "text": "one"},
+        {"id": "m1", "text": "two"},
+        {"id": "b", "text": "three"},
+        {"id": "m1", "text": "four"},
+    ]
     corpus.write_text("".join(json.dumps(r) + "\n" for r in lines))
     with pytest.raises(UserError) as e:
         tokenize_jsonl(corpus, None)
@@ -143,8 +147,18 @@ def test_a_repeated_text_gets_its_own_verdict(tmp_path, capsys):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"id": k, "text": t, "title": f"t-{k}"}) + "\n" for k, t in texts.items()))
     out = tmp_path / "audit"
-    args = ["eval", "--model", str(model), "--data", str(corpus), "--out", str(out), "progress=false",
-            f"data.prefix_lens={P}", f"data.suffix_len={S}"]
+    args = [
+        "eval",
+        "--model",
+        str(model),
+        "--data",
+        str(corpus),
+        "--out",
+        str(out),
+        "progress=false",
+        f"data.prefix_lens={P}",
+        f"data.suffix_len={S}",
+    ]
     assert main(args) == 0
     res = json.loads((out / "results.json").read_text())
     got = {d["doc_id"]: d for d in res["documents"]}

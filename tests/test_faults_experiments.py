@@ -39,8 +39,11 @@ def test_a_cell_finished_meanwhile_with_another_config_is_refused(tmp_path, monk
     second = experiment(tmp_path, grid={}, train={"steps": 30})
     _meanwhile(monkeypatch, lambda: run_experiment(first, make_pipeline(Calls()), progress=False))
     calls = Calls()
-    with pytest.raises(UserError, match=r"cell standard was run meanwhile by another goldfish process with a "
-                                        r"different config \(train.steps: 20 -> 30\)"):
+    with pytest.raises(
+        UserError,
+        match=r"cell standard was run meanwhile by another goldfish process with a "
+        r"different config \(train.steps: 20 -> 30\)",
+    ):
         run_experiment(second, make_pipeline(calls), progress=False)
     assert calls.trained == []  # nothing of the second run's own was trained or reported
     assert "steps: 30" not in (tmp_path / "exp" / "experiment.yaml").read_text()
@@ -76,7 +79,7 @@ def test_report_only_refuses_cells_made_with_another_config(tmp_path, capsys, mo
 
     config = tmp_path / "fake.yaml"
     config.write_text(f"""name: fake
-out: {tmp_path / 'exp'}
+out: {tmp_path / "exp"}
 control: false
 data: {{seq_len: 16, repetitions: [1, 2]}}
 train: {{steps: 20}}
@@ -88,8 +91,11 @@ arms:
     monkeypatch.setattr(goldfish.experiment, "default_pipeline", lambda: make_pipeline(Calls()))
     assert cli(["experiment", config, "--no-progress"], capsys)[0] == 0
     before = hashes(tmp_path / "exp")
-    assert_one_error(*cli(["experiment", config, "--no-progress", "--report-only", "train.steps=30"], capsys),
-                     "started with a different config", "train.steps: 20 -> 30")
+    assert_one_error(
+        *cli(["experiment", config, "--no-progress", "--report-only", "train.steps=30"], capsys),
+        "started with a different config",
+        "train.steps: 20 -> 30",
+    )
     assert hashes(tmp_path / "exp") == before
     assert cli(["experiment", config, "--no-progress", "--report-only"], capsys)[0] == 0
 

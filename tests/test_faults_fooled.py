@@ -27,7 +27,6 @@ from goldfish.data import load_prepared
 from goldfish.errors import UserError
 
 
-
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("GOLDFISH_CACHE", str(tmp_path / "cache"))
@@ -61,8 +60,12 @@ def _edit_manifest(data: Path, edit) -> None:
 def _killed_after_step_2(tmp_path: Path, data: Path) -> dict:
     """A run of 4 steps with a checkpoint at step 2, then left as a kill after that checkpoint leaves it."""
     torch.set_num_threads(1)
-    cfg = tiny_config(data, tmp_path / "run", schedule={"max_steps": 4},
-                      checkpoint={"every_steps": 2, "keep_optimizer": True, "keep_last": 0})
+    cfg = tiny_config(
+        data,
+        tmp_path / "run",
+        schedule={"max_steps": 4},
+        checkpoint={"every_steps": 2, "keep_optimizer": True, "keep_last": 0},
+    )
     assert main(["train", *overrides_of(cfg)]) == 0
     run = tmp_path / "run"
     shutil.rmtree(run / "model")
@@ -116,8 +119,9 @@ def test_merge_refuses_shards_written_while_the_source_changed_between_jobs(corp
     assert main(["prepare", str(rec), "--out", str(out), "--shards", "0:3", "--quiet"]) == 0
     # the source gains documents at its front between the jobs: positions now name other documents
     first = bg / "part-0.jsonl"
-    write_jsonl(first, [{"text": t} for t in texts(5, 300, 9)] + [json.loads(line) for line in
-                                                                  first.read_text().splitlines()])
+    write_jsonl(
+        first, [{"text": t} for t in texts(5, 300, 9)] + [json.loads(line) for line in first.read_text().splitlines()]
+    )
     assert main(["prepare", str(rec), "--out", str(out), "--shards", "3:12", "--quiet"]) == 0
     capsys.readouterr()
     assert main(["prepare", str(rec), "--out", str(out), "--merge"]) == 2
@@ -146,8 +150,7 @@ def test_a_source_rewritten_in_place_with_its_size_and_mtime_kept_is_another_sou
     with open(part, "r+") as fh:  # in place: the same inode
         fh.write("\n".join(reversed(lines)) + "\n")
     os.utime(part, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert (part.stat().st_size, part.stat().st_mtime_ns, part.stat().st_ino) == (st.st_size, st.st_mtime_ns,
-                                                                                   st.st_ino)
+    assert (part.stat().st_size, part.stat().st_mtime_ns, part.stat().st_ino) == (st.st_size, st.st_mtime_ns, st.st_ino)
     assert main(["prepare", str(rec), "--out", str(out), "--shards", "3:12", "--quiet"]) == 0
     capsys.readouterr()
     assert main(["prepare", str(rec), "--out", str(out), "--merge"]) == 2

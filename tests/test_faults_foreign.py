@@ -45,13 +45,18 @@ def snapshot_of(folder: Path) -> dict[str, str]:
     return out
 
 
-
 # ------------------------------------------------------------------------------------------------ 1 clean-up
 
 
-USERS = {"00042.csv": "a,b\n1,2\n", "00007.bin.bak": "my backup\n", "00009.json.orig": "{}\n",
-         ".00003.bin.mine.tmp": "mine\n", ".notes.tmp": "mine\n", "99999": "a file named by a number\n",
-         "README": "what these shards are\n"}
+USERS = {
+    "00042.csv": "a,b\n1,2\n",
+    "00007.bin.bak": "my backup\n",
+    "00009.json.orig": "{}\n",
+    ".00003.bin.mine.tmp": "mine\n",
+    ".notes.tmp": "mine\n",
+    "99999": "a file named by a number\n",
+    "README": "what these shards are\n",
+}
 
 
 def _capped_shards(corpus: Path, tmp_path: Path, name: str = "p") -> tuple[Path, Path]:  # noqa: F811
@@ -124,17 +129,15 @@ def test_an_entry_naming_files_of_another_shard_deletes_none_of_them(corpus, tmp
 # ------------------------------------------------------------------------------------------------ 2 the HF cache
 
 
-
-
-
 @pytest.fixture
 def cached_model(tmp_path, monkeypatch):
     """A tiny model with an upstream card, in an offline Hugging Face cache of this test's own."""
     tok = tiny_tokenizer()
     model = save_model_folder(tmp_path / "upstream", tiny_llama(len(tok), seed=5), tok)
     # a card made where the weights were trained records their identity there (other file times than the cache's)
-    (model / "README.md").write_text("---\nlicense: apache-2.0\ngoldfish_weights: 0123456789abcdef\n---\n\n"
-                                     "# Upstream model\n\nThe authors' card.\n")
+    (model / "README.md").write_text(
+        "---\nlicense: apache-2.0\ngoldfish_weights: 0123456789abcdef\n---\n\n# Upstream model\n\nThe authors' card.\n"
+    )
     cache = tmp_path / "hub"
     cache.mkdir()
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
@@ -152,8 +155,9 @@ def test_update_card_of_a_hub_id_writes_the_card_into_the_eval_folder_not_the_ca
     cache, snapshot, docs = cached_model
     before = snapshot_of(cache)
     out = tmp_path / "ev"
-    assert main(["eval", "--model", "acme/upstream", "--data", str(docs), "--out", str(out), "--update-card",
-                 *EVAL]) == 0, capsys.readouterr().err
+    assert (
+        main(["eval", "--model", "acme/upstream", "--data", str(docs), "--out", str(out), "--update-card", *EVAL]) == 0
+    ), capsys.readouterr().err
     assert snapshot_of(cache) == before  # not one byte, link or name of the cache changed
     card = ModelCard.load(out / "model_card" / "README.md")
     assert card.data.license == "apache-2.0" and "The authors' card." in card.text  # the upstream card, extended
@@ -161,16 +165,18 @@ def test_update_card_of_a_hub_id_writes_the_card_into_the_eval_folder_not_the_ca
     assert "Hugging Face cache" in capsys.readouterr().out
 
 
-def test_update_card_of_a_cached_snapshot_given_as_a_folder_or_a_link_to_it_leaves_the_cache(cached_model, tmp_path,
-                                                                                            capsys):
+def test_update_card_of_a_cached_snapshot_given_as_a_folder_or_a_link_to_it_leaves_the_cache(
+    cached_model, tmp_path, capsys
+):
     cache, snapshot, docs = cached_model
     before = snapshot_of(cache)
     link = tmp_path / "mymodel"
     link.symlink_to(snapshot)  # a user's link to the cached snapshot
     for i, model in enumerate((snapshot, link)):
         out = tmp_path / f"ev{i}"
-        assert main(["eval", "--model", str(model), "--data", str(docs), "--out", str(out), "--update-card",
-                     *EVAL]) == 0, capsys.readouterr().err
+        assert (
+            main(["eval", "--model", str(model), "--data", str(docs), "--out", str(out), "--update-card", *EVAL]) == 0
+        ), capsys.readouterr().err
         assert snapshot_of(cache) == before
         assert ModelCard.load(out / "model_card" / "README.md").data.eval_results
     assert link.is_symlink() and os.readlink(link) == str(snapshot)
@@ -184,8 +190,12 @@ def test_update_card_through_a_linked_card_is_refused_before_the_work(tmp_path, 
     theirs.write_text("# a card kept elsewhere\n")
     (model / "README.md").symlink_to(theirs)
     docs = write_jsonl(tmp_path / "docs.jsonl", TEXTS)
-    assert main(["eval", "--model", str(model), "--data", str(docs), "--out", str(tmp_path / "ev"), "--update-card",
-                 *EVAL]) == 2
+    assert (
+        main(
+            ["eval", "--model", str(model), "--data", str(docs), "--out", str(tmp_path / "ev"), "--update-card", *EVAL]
+        )
+        == 2
+    )
     one_error(capsys, "README.md is a symbolic link", "--update-card")
     assert theirs.read_text() == "# a card kept elsewhere\n" and (model / "README.md").is_symlink()
     assert not (tmp_path / "ev").exists()

@@ -89,10 +89,10 @@ def test_a_goldfish_lock_file_is_recognisable_at_every_moment(tmp_path):
     out = tmp_path / "run"
     with FolderLock(out):
         text = (tmp_path / ".run.lock").read_bytes()
-        assert text.startswith(LOCK_HEADER) and text[len(LOCK_HEADER):].split()[0] == str(os.getpid()).encode()
+        assert text.startswith(LOCK_HEADER) and text[len(LOCK_HEADER) :].split()[0] == str(os.getpid()).encode()
     assert not (tmp_path / ".run.lock").exists()
     with FolderLock(out, shared=True), FolderLock(out, shared=True):
-        lines = (tmp_path / ".run.lock").read_bytes()[len(LOCK_HEADER):].decode().splitlines()
+        lines = (tmp_path / ".run.lock").read_bytes()[len(LOCK_HEADER) :].decode().splitlines()
         assert [line.split()[0] for line in lines] == [str(os.getpid())] * 2
     assert not (tmp_path / ".run.lock").exists() and sorted(p.name for p in tmp_path.iterdir()) == []
 

@@ -22,7 +22,6 @@ from goldfish.errors import one_line, peer_lost
 from eval_fixtures import TEXTS, save_model_folder, tiny_llama, tiny_tokenizer, write_jsonl
 
 
-
 @pytest.mark.parametrize("device", ["mps", "meta", "xla", "hpu", "cuda:7"])
 def test_a_device_this_machine_lacks_is_one_line(device, tmp_path, capsys):
     if device == "mps" and torch.backends.mps.is_available():
@@ -32,8 +31,24 @@ def test_a_device_this_machine_lacks_is_one_line(device, tmp_path, capsys):
     tok = tiny_tokenizer()
     model = save_model_folder(tmp_path / "model", tiny_llama(len(tok), seed=1), tok)
     docs = write_jsonl(tmp_path / "docs.jsonl", TEXTS)
-    rc = main(["eval", "--model", str(model), "--data", str(docs), "--out", str(tmp_path / "ev"), "--device", device,
-               "data.prefix_lens=[8]", "data.suffix_len=6", "report=false", "tasks=[extraction]", "progress=false"])
+    rc = main(
+        [
+            "eval",
+            "--model",
+            str(model),
+            "--data",
+            str(docs),
+            "--out",
+            str(tmp_path / "ev"),
+            "--device",
+            device,
+            "data.prefix_lens=[8]",
+            "data.suffix_len=6",
+            "report=false",
+            "tasks=[extraction]",
+            "progress=false",
+        ]
+    )
     assert rc == 2
     one_error(capsys, f"device={device!r}", "model.device=cpu")
     assert not (tmp_path / "ev" / "results.json").exists()
@@ -72,9 +87,16 @@ def test_a_damaged_prepare_state_is_one_line(corpus, tmp_path, capsys, damage): 
     assert not (out / "background" / "00002.json").exists()
 
 
-@pytest.mark.parametrize("edit", [lambda e: e.pop("sha256"), lambda e: e.update(positions="0-16"),
-                                  lambda e: e.update(sha256={"../../config.yaml": "x"}),
-                                  lambda e: e.update(documents=-4), lambda e: e.update(shard=9)])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda e: e.pop("sha256"),
+        lambda e: e.update(positions="0-16"),
+        lambda e: e.update(sha256={"../../config.yaml": "x"}),
+        lambda e: e.update(documents=-4),
+        lambda e: e.update(shard=9),
+    ],
+)
 def test_a_damaged_shard_entry_is_one_line(corpus, tmp_path, capsys, edit):  # noqa: F811
     rec = tmp_path / "r.json"
     rec.write_text(json.dumps(recipe(corpus)))
@@ -111,11 +133,14 @@ def test_a_shard_range_past_any_source_is_one_line(corpus, tmp_path, capsys):  #
 def test_a_peers_death_in_a_collective_is_one_line_on_every_survivor():
     """What gloo raises on a survivor when its peer was killed mid-collective (the texts torch 2.x gives), and what
     a bug in our code raises, which keeps its traceback."""
-    gloo = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
-                        "[127.0.0.1]:29500")
+    gloo = RuntimeError(
+        "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:29500"
+    )
     backend_error = getattr(torch.distributed, "DistBackendError", RuntimeError)
-    reset = backend_error("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms "
-                          "for recv operation to complete")
+    reset = backend_error(
+        "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms "
+        "for recv operation to complete"
+    )
     for exc in (gloo, reset):
         assert peer_lost(exc)
         line = one_line(exc)
@@ -170,9 +195,23 @@ def test_a_survivor_of_a_killed_peer_prints_one_error_line_under_torchrun(tmp_pa
     # --monitor-interval: torchrun's agent polls its workers every 0.1 s by default and sends the survivor SIGTERM
     # as soon as it sees the peer's death, which on a loaded machine can come before the survivor has read the
     # broken connection and printed its line (CI found the race); 5 s leaves the survivor time to speak for itself
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--monitor-interval=5",
-                          f"--master_port={_free_port()}", "--tee=3", str(tmp_path / "peer.py")], env=env, cwd=REPO,
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            "--monitor-interval=5",
+            f"--master_port={_free_port()}",
+            "--tee=3",
+            str(tmp_path / "peer.py"),
+        ],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     survivor = [line for line in run.stderr.splitlines() if line.startswith("[default0]")]
     text = "\n".join(line.split(":", 1)[1] for line in survivor)
     errors = [line for line in text.splitlines() if line.startswith("error:")]

@@ -26,16 +26,24 @@ def _one_thread(one_thread):
     """One torch thread, as the rest of the fault suite."""
 
 
-@pytest.mark.parametrize("case, needle", [("under_a_file", "which is a file, not a folder"),
-                                          ("symlink_loop", "loop of symbolic links"),
-                                          ("name_of_300_characters", "too long"),
-                                          ("path_beyond_the_longest", "too long")])
+@pytest.mark.parametrize(
+    "case, needle",
+    [
+        ("under_a_file", "which is a file, not a folder"),
+        ("symlink_loop", "loop of symbolic links"),
+        ("name_of_300_characters", "too long"),
+        ("path_beyond_the_longest", "too long"),
+    ],
+)
 def test_a_bad_output_path_is_one_line(data, tmp_path, capsys, case, needle):
     (tmp_path / "file").write_text("mine")
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
-    out = {"under_a_file": tmp_path / "file" / "run", "symlink_loop": tmp_path / "loop" / "run",
-           "name_of_300_characters": tmp_path / ("r" * 300),
-           "path_beyond_the_longest": tmp_path.joinpath(*(["d" * 200] * 25))}[case]
+    out = {
+        "under_a_file": tmp_path / "file" / "run",
+        "symlink_loop": tmp_path / "loop" / "run",
+        "name_of_300_characters": tmp_path / ("r" * 300),
+        "path_beyond_the_longest": tmp_path.joinpath(*(["d" * 200] * 25)),
+    }[case]
     before = hashes(tmp_path)
     assert_one_error(*cli(train_argv(data, out), capsys), needle)
     assert hashes(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["file", "loop"]
@@ -74,8 +82,17 @@ def test_a_source_that_is_a_fifo_is_one_line_not_a_hang(tmp_path, capsys):
     assert_one_error(*cli(_prepare_argv(tmp_path / "corpus.jsonl", tmp_path / "prep"), capsys), "not a regular file")
 
 
-@pytest.mark.parametrize("damage", ["rng_truncated", "rng_wrong_shape", "rng_tensor_garbled", "state_wrong_step",
-                                    "state_progress_text", "state_a_list"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "rng_truncated",
+        "rng_wrong_shape",
+        "rng_tensor_garbled",
+        "state_wrong_step",
+        "state_progress_text",
+        "state_a_list",
+    ],
+)
 def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(data, tmp_path, capsys, damage):
     """Auto-resume skips it with a warning and finishes from step 2 -- bit-identical to the uninterrupted run --
     instead of failing on it at every rerun."""
@@ -120,8 +137,14 @@ def test_every_checkpoint_damaged_says_how_to_proceed(data, tmp_path, capsys):
     assert (run / "model" / "model.safetensors").is_file()
 
 
-@pytest.mark.parametrize("card", [b"---\nlicense: !!python/object/apply:os.system ['touch PWNED']\n---\n# card\n",
-                                  b"---\nlicense: mit\n---\n# caf\xe9\n", b"---\nbase_model: [unclosed\n---\n"])
+@pytest.mark.parametrize(
+    "card",
+    [
+        b"---\nlicense: !!python/object/apply:os.system ['touch PWNED']\n---\n# card\n",
+        b"---\nlicense: mit\n---\n# caf\xe9\n",
+        b"---\nbase_model: [unclosed\n---\n",
+    ],
+)
 def test_fine_tuning_a_model_whose_card_is_damaged_finishes(data, tmp_path, capsys, monkeypatch, card):
     """The base model's card only says what license and hub id it declares: unreadable, the new card says neither,
     with a warning -- the fine-tune (read at export, after all the training) is not lost on it."""
@@ -142,8 +165,9 @@ def test_update_card_on_a_damaged_card_is_one_line_after_the_results_are_written
     assert cli(train_argv(data, run), capsys)[0] == 0
     (run / "model" / "README.md").write_bytes(b"---\nlicense: mit\n---\n\xff\xfe")
     before = (run / "model" / "README.md").read_bytes()
-    assert_one_error(*cli([*_eval_argv(run / "model", data, tmp_path / "ev"), "--update-card"], capsys),
-                     "README.md", "not UTF-8")
+    assert_one_error(
+        *cli([*_eval_argv(run / "model", data, tmp_path / "ev"), "--update-card"], capsys), "README.md", "not UTF-8"
+    )
     assert (run / "model" / "README.md").read_bytes() == before and (tmp_path / "ev" / "results.json").is_file()
 
 
@@ -157,5 +181,6 @@ def test_a_nul_character_or_non_utf8_text_in_a_path_setting_is_one_line(data, tm
 
 def test_prepare_source_path_under_a_file_is_one_line(tmp_path, capsys):
     (tmp_path / "file").write_text("x")
-    assert_one_error(*cli(_prepare_argv(tmp_path / "file" / "corpus.jsonl", tmp_path / "prep"), capsys),
-                     "source.path not found")
+    assert_one_error(
+        *cli(_prepare_argv(tmp_path / "file" / "corpus.jsonl", tmp_path / "prep"), capsys), "source.path not found"
+    )

@@ -36,8 +36,9 @@ def finished(data, tmp_path, capsys):
     return run
 
 
-def test_a_replacement_diverging_after_its_first_checkpoint_leaves_the_old_run(data, finished, tmp_path, capsys,
-                                                                              monkeypatch):
+def test_a_replacement_diverging_after_its_first_checkpoint_leaves_the_old_run(
+    data, finished, tmp_path, capsys, monkeypatch
+):
     """Checkpoints every 2 steps; from the 3rd step on the learning rate is 1e30: step 2 is checkpointed, step 4's
     loss is no longer finite. (Before issue 33 the new run took the old one's place at its first checkpoint.)"""
     import goldfish.train as train
@@ -45,8 +46,9 @@ def test_a_replacement_diverging_after_its_first_checkpoint_leaves_the_old_run(d
     real = train.learning_rate
     monkeypatch.setattr(train, "learning_rate", lambda step, plan, opt: 1e30 if step >= 2 else real(step, plan, opt))
     before = hashes(finished)
-    assert_one_error(*cli([*train_argv(data, finished, optim__lr=0.005), "--overwrite"], capsys),
-                     "training diverged at step 4")
+    assert_one_error(
+        *cli([*train_argv(data, finished, optim__lr=0.005), "--overwrite"], capsys), "training diverged at step 4"
+    )
     assert hashes(finished) == before and leftovers(tmp_path) == []
 
 
@@ -55,8 +57,9 @@ def test_a_replacement_whose_weights_turn_non_finite_leaves_the_old_run(data, fi
     checkpoint (and so the export) is refused."""
     schedule = {"max_steps": 1, "global_batch_size": 4, "micro_batch_size": 2}
     before = hashes(finished)
-    argv = train_argv(data, finished, optim__lr=1e300, optim__warmup_steps=0, optim__max_grad_norm=None,
-                      schedule=schedule)
+    argv = train_argv(
+        data, finished, optim__lr=1e300, optim__warmup_steps=0, optim__max_grad_norm=None, schedule=schedule
+    )
     assert_one_error(*cli([*argv, "--overwrite"], capsys), "weights are no longer finite")
     assert hashes(finished) == before and leftovers(tmp_path) == []
 
@@ -66,8 +69,9 @@ def test_a_replacement_failing_at_export_leaves_the_old_run(data, finished, tmp_
 
     before = hashes(finished)
     monkeypatch.setattr(PreTrainedModel, "save_pretrained", _raise_enospc)
-    assert_one_error(*cli([*train_argv(data, finished, optim__lr=0.005), "--overwrite"], capsys),
-                     "no space left on device")
+    assert_one_error(
+        *cli([*train_argv(data, finished, optim__lr=0.005), "--overwrite"], capsys), "no space left on device"
+    )
     assert hashes(finished) == before and leftovers(tmp_path) == []
 
 
@@ -87,8 +91,13 @@ def test_a_killed_replacement_keeps_the_old_run_and_the_same_command_continues_i
     schedule = {"max_steps": 30, "global_batch_size": 4, "micro_batch_size": 2}
     argv = [*train_argv(data, finished, optim__lr=0.005, schedule=schedule), "--overwrite"]
     before = hashes(finished)
-    proc = subprocess.Popen([sys.executable, "-m", "goldfish", *map(str, argv)], env=cli_env(), cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "goldfish", *map(str, argv)],
+        env=cli_env(),
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 300
     while not list(tmp_path.glob(f".run.*.tmp/checkpoints/step_000004/{COMPLETE}")):
         assert proc.poll() is None and time.monotonic() < deadline, "the replacement ended before it was killed"

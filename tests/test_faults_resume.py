@@ -38,8 +38,12 @@ def test_resuming_a_killed_run_with_another_micro_batch_size_is_refused(data, tm
     assert cli(train_argv(data, run, schedule=_schedule(2)), capsys)[0] == 0
     as_killed_at_step_4(run)
     before = hashes(run)
-    assert_one_error(*cli(train_argv(data, run, schedule=_schedule(4)), capsys),
-                     "schedule.micro_batch_size: 2 -> 4", "--fresh", "--overwrite")
+    assert_one_error(
+        *cli(train_argv(data, run, schedule=_schedule(4)), capsys),
+        "schedule.micro_batch_size: 2 -> 4",
+        "--fresh",
+        "--overwrite",
+    )
     assert hashes(run) == before
     assert cli(train_argv(data, run, schedule=_schedule(2)), capsys)[0] == 0  # the same config resumes
 

@@ -38,11 +38,29 @@ def bpe_data(tmp_path_factory):
     rng = random.Random(1)
     words = ["the", "of", "river", "city", "king", "war", "north", "people", "was", "built"]
     corpus = tmp / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"text": " ".join(rng.choice(words) for _ in range(80))}) + "\n"
-                              for _ in range(40)))
-    assert main(["prepare", str(REPO / "data" / "local_jsonl.yaml"), f"source.path={corpus}", "seq_len=32",
-                 "doc_tokens=32", "min_tokens=16", "num_nonmembers=5", "repetitions=[1]", "tokenizer.name=bpe",
-                 "tokenizer.vocab_size=300", "--out", str(tmp / "prep"), "--quiet"]) == 0
+    corpus.write_text(
+        "".join(json.dumps({"text": " ".join(rng.choice(words) for _ in range(80))}) + "\n" for _ in range(40))
+    )
+    assert (
+        main(
+            [
+                "prepare",
+                str(REPO / "data" / "local_jsonl.yaml"),
+                f"source.path={corpus}",
+                "seq_len=32",
+                "doc_tokens=32",
+                "min_tokens=16",
+                "num_nonmembers=5",
+                "repetitions=[1]",
+                "tokenizer.name=bpe",
+                "tokenizer.vocab_size=300",
+                "--out",
+                str(tmp / "prep"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     return tmp / "prep"
 
 
@@ -56,8 +74,18 @@ def bpe_run(bpe_data, tmp_path_factory):
 
 
 def _series(data, out, *extra):
-    return ["eval", "--data", data, "--out", out, "data.prefix_lens=[4]", "data.suffix_len=4", "report=false",
-            "progress=false", *extra]
+    return [
+        "eval",
+        "--data",
+        data,
+        "--out",
+        out,
+        "data.prefix_lens=[4]",
+        "data.suffix_len=4",
+        "report=false",
+        "progress=false",
+        *extra,
+    ]
 
 
 def test_a_checkpoint_copied_from_another_run_is_refused(data, tmp_path, capsys):
@@ -69,17 +97,28 @@ def test_a_checkpoint_copied_from_another_run_is_refused(data, tmp_path, capsys)
     state = json.loads((foreign / "trainer_state.json").read_text())
     state["step"] = state["progress"]["step"] = 3  # passes for the run's step 3
     (foreign / "trainer_state.json").write_text(json.dumps(state))
-    assert_one_error(*cli(_series(data, tmp_path / "s", f"series.checkpoints={run}"), capsys), str(foreign),
-                     "optim.lr: 0.02 -> 0.01")
+    assert_one_error(
+        *cli(_series(data, tmp_path / "s", f"series.checkpoints={run}"), capsys), str(foreign), "optim.lr: 0.02 -> 0.01"
+    )
     assert not (tmp_path / "s").exists()
     shutil.rmtree(foreign)  # the run's own checkpoints are evaluated
     assert cli(_series(data, tmp_path / "s", f"series.checkpoints={run}", "tasks=[extraction]"), capsys)[0] == 0
-    assert sorted(p.name for p in (tmp_path / "s" / "models").iterdir()) == ["step_000002", "step_000004",
-                                                                               "step_000006"]
+    assert sorted(p.name for p in (tmp_path / "s" / "models").iterdir()) == [
+        "step_000002",
+        "step_000004",
+        "step_000006",
+    ]
 
 
-@pytest.mark.parametrize("damage, needle", [("summary", "summary.json"), ("state_progress", "step_000002"),
-                                            ("state_list", "trainer_state.json"), ("state_garbled", "trainer_state")])
+@pytest.mark.parametrize(
+    "damage, needle",
+    [
+        ("summary", "summary.json"),
+        ("state_progress", "step_000002"),
+        ("state_list", "trainer_state.json"),
+        ("state_garbled", "trainer_state"),
+    ],
+)
 def test_damaged_run_files_of_a_series_are_one_line(data, tmp_path, capsys, damage, needle):
     run = tmp_path / "run"
     assert cli(train_argv(data, run), capsys)[0] == 0
@@ -96,8 +135,16 @@ def test_damaged_run_files_of_a_series_are_one_line(data, tmp_path, capsys, dama
     assert not (tmp_path / "s").exists()
 
 
-@pytest.mark.parametrize("labels, needle", [("[x/y, z]", "x/y"), ("['..', z]", "'..'"), ("[a, '.']", "'.'"),
-                                            ("['/tmp/elsewhere', z]", "/tmp/elsewhere"), ("['', z]", "is empty")])
+@pytest.mark.parametrize(
+    "labels, needle",
+    [
+        ("[x/y, z]", "x/y"),
+        ("['..', z]", "'..'"),
+        ("[a, '.']", "'.'"),
+        ("['/tmp/elsewhere', z]", "/tmp/elsewhere"),
+        ("['', z]", "is empty"),
+    ],
+)
 def test_a_series_label_must_be_one_folder_name(data, tmp_path, capsys, labels, needle):
     run = tmp_path / "run"
     assert cli(train_argv(data, run), capsys)[0] == 0

@@ -29,8 +29,9 @@ def test_hidden_folders_are_skipped_like_hidden_files(tmp_path):
     _jsonl(data / "sub" / ".cache" / "part-9.jsonl", ["stale"])
     _jsonl(data / ".hidden.jsonl", ["hidden file"])
     docs = [d for _, d in iter_source(SourceConfig(name="local", path=str(data)))]
-    assert [(d.id, d.text) for d in docs] == [(f"part-0:{i}", f"document {i}") for i in range(4)] + \
-        [("sub/part-1:0", "document 4")]
+    assert [(d.id, d.text) for d in docs] == [(f"part-0:{i}", f"document {i}") for i in range(4)] + [
+        ("sub/part-1:0", "document 4")
+    ]
     assert [row[0] for row in files_identity(data)] == ["part-0.jsonl", "sub/part-1.jsonl"]
 
     texts = tmp_path / "texts"
@@ -58,8 +59,15 @@ def test_a_bpe_trained_a_piece_at_a_time_is_the_whole_texts_bpe():
     whole = Tokenizer(models.BPE())
     whole.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     whole.decoder = decoders.ByteLevel()
-    whole.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=600, special_tokens=[EOT], show_progress=False,
-                                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    whole.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=600,
+            special_tokens=[EOT],
+            show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     got = train_bpe(texts, vocab_size=600)
     assert tokenizer_sha256(got) == tokenizer_sha256(_wrapped(whole))
 
@@ -133,17 +141,31 @@ def test_a_long_lines_unused_fields_are_skipped_without_being_built(tmp_path, mo
     from goldfish.data.sources import jsonl_objects
 
     parsed = _recording_parses(monkeypatch)
-    row = {"id": "d7", "title": "T", "meta": "x" * 20_000, "text": "  a short text \\ \"quoted\" ",
-           "arrays": [[]] * 5000, "nested": {"k": ["]", "}\"", {"a": [1, 2.5e3, None, True]}] * 300},
-           "n": -1.5e-3, "tail": [1]}
+    row = {
+        "id": "d7",
+        "title": "T",
+        "meta": "x" * 20_000,
+        "text": '  a short text \\ "quoted" ',
+        "arrays": [[]] * 5000,
+        "nested": {"k": ["]", '}"', {"a": [1, 2.5e3, None, True]}] * 300},
+        "n": -1.5e-3,
+        "tail": [1],
+    }
     path = tmp_path / "one.jsonl"
     path.write_text(json.dumps({"text": "first", "title": ""}) + "\n" + json.dumps(row) + "\n", encoding="utf-8")
     (_, first), (lineno, got) = list(jsonl_objects(path, long_field="text", keep=("title",)))
     assert first == {"text": "first", "title": ""} and lineno == 2
     assert isinstance(got["text"], LongText) and "".join(got["text"].chunks()) == row["text"]
     # every long value unused by the reader is skipped (None); short ones and the kept title are read
-    assert {k: v for k, v in got.items() if k != "text"} == {"id": "d7", "title": "T", "meta": None, "arrays": None,
-                                                            "nested": None, "n": -1.5e-3, "tail": [1]}
+    assert {k: v for k, v in got.items() if k != "text"} == {
+        "id": "d7",
+        "title": "T",
+        "meta": None,
+        "arrays": None,
+        "nested": None,
+        "n": -1.5e-3,
+        "tail": [1],
+    }
     assert max(parsed) < 200  # the first line, then the rest of the long one without its long values
 
     cfg = SourceConfig(name="local", path=str(path), title_field="title")
@@ -157,8 +179,10 @@ def test_a_text_field_of_the_wrong_type_is_refused_before_the_line_is_parsed(tmp
     parsed = _recording_parses(monkeypatch)
     path = tmp_path / "bad.jsonl"
     for value, kind in (([f"part {i}" for i in range(3000)], "array"), ({"body": "y" * 5000}, "object")):
-        path.write_text(json.dumps({"id": "a", "text": "fine"}) + "\n" + json.dumps({"id": "b", "text": value}) + "\n",
-                        encoding="utf-8")
+        path.write_text(
+            json.dumps({"id": "a", "text": "fine"}) + "\n" + json.dumps({"id": "b", "text": value}) + "\n",
+            encoding="utf-8",
+        )
         parsed.clear()
         with pytest.raises(UserError) as e:
             list(iter_source(SourceConfig(name="local", path=str(path), id_field="id"), long_texts=True))
@@ -176,7 +200,7 @@ def test_skipped_values_end_where_json_says(monkeypatch):
     monkeypatch.setattr(jsontext, "SCAN_BYTES", 5)
     monkeypatch.setattr(jsontext, "SKIP_BYTES", 30)
     rng = random.Random(11)
-    atoms = ["]", "[", "}", "{", "\"", "\\", "a", " ", "é", "\\\"]", ","]
+    atoms = ["]", "[", "}", "{", '"', "\\", "a", " ", "é", '\\"]', ","]
 
     def value(depth: int):
         r = rng.random()

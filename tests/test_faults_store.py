@@ -31,8 +31,13 @@ def corpus(tmp_path) -> Path:
     """test_data_store's corpus (80 documents), per test."""
     rng = np.random.default_rng(0)
     path = tmp_path / "main.jsonl"
-    path.write_text("".join(json.dumps({"id": f"d{i}", "text": " ".join(rng.choice(WORDS, int(rng.integers(20, 200))))})
-                            + "\n" for i in range(80)), encoding="utf-8")
+    path.write_text(
+        "".join(
+            json.dumps({"id": f"d{i}", "text": " ".join(rng.choice(WORDS, int(rng.integers(20, 200))))}) + "\n"
+            for i in range(80)
+        ),
+        encoding="utf-8",
+    )
     return path
 
 
@@ -140,20 +145,26 @@ def test_an_edited_shard_entry_document_count_is_one_line_at_merge(corpus, tmp_p
     entry = json.loads(entry_file.read_text())
     entry["documents"] += 9  # the issue: an IndexError inside the merge's layout
     entry_file.write_text(json.dumps(entry))
-    with pytest.raises(UserError, match=f"records {entry['documents']} documents .* but its shard holds "
-                                        f"{entry['documents'] - 9} documents") as e:
+    with pytest.raises(
+        UserError,
+        match=f"records {entry['documents']} documents .* but its shard holds {entry['documents'] - 9} documents",
+    ) as e:
         prepare(cfg, folder, progress=False, num_proc=1, merge_only=True)
     assert str(entry_file) in str(e.value) and "prepare again" in str(e.value)
 
 
-@pytest.mark.parametrize("key, value", [("rows", 17), ("rows", 12), ("seq_len", 64), ("seq_len", 16),
-                                        ("occurrences", 3)])
+@pytest.mark.parametrize(
+    "key, value", [("rows", 17), ("rows", 12), ("seq_len", 64), ("seq_len", 16), ("occurrences", 3)]
+)
 def test_an_edited_manifest_train_field_is_one_line_before_training(tmp_path, capsys, key, value):
     data = make_prepared(tmp_path / "prepared", rows=16, seq_len=32, vocab=64)
     manifest = json.loads((data / "manifest.json").read_text())
     manifest["train"][key] = value
     (data / "manifest.json").write_text(json.dumps(manifest))
-    line = assert_one_error(*cli(train_argv(data, tmp_path / "run"), capsys), "manifest.json",
-                            f"train.{key if key != 'seq_len' else 'rows'}=")
+    line = assert_one_error(
+        *cli(train_argv(data, tmp_path / "run"), capsys),
+        "manifest.json",
+        f"train.{key if key != 'seq_len' else 'rows'}=",
+    )
     assert "does not describe its training rows" in line and "IndexError" not in line
     assert not (tmp_path / "run" / "model").exists()

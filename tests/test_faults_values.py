@@ -16,21 +16,47 @@ from goldfish.errors import ConfigError
 from goldfish.train_config import TrainConfig
 
 
-@pytest.mark.parametrize("text", ["0123", "12:30", "yes", "no", "on", "off", "2024-01-01", "0x1F", "0o17", "1_000",
-                                  "runs/x #1", "a: b", "&anchor x", "*alias", "!!str x", "~x", "+1x", ".5.5",
-                                  "1e-3x", "Yes", "NULLx", "- item"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "0123",
+        "12:30",
+        "yes",
+        "no",
+        "on",
+        "off",
+        "2024-01-01",
+        "0x1F",
+        "0o17",
+        "1_000",
+        "runs/x #1",
+        "a: b",
+        "&anchor x",
+        "*alias",
+        "!!str x",
+        "~x",
+        "+1x",
+        ".5.5",
+        "1e-3x",
+        "Yes",
+        "NULLx",
+        "- item",
+    ],
+)
 def test_a_str_setting_gets_the_text_as_typed(text):
     assert load_config(TrainConfig, None, [f"out={text}"]).out == text
 
 
-@pytest.mark.parametrize("text, value", [("'0123'", "0123"), ('"12:30"', "12:30"), ("'it''s'", "it's"),
-                                         ('"tab\\there"', "tab\there")])
+@pytest.mark.parametrize(
+    "text, value", [("'0123'", "0123"), ('"12:30"', "12:30"), ("'it''s'", "it's"), ('"tab\\there"', "tab\there")]
+)
 def test_a_quoted_value_is_the_text_inside_the_quotes(text, value):
     assert load_config(TrainConfig, None, [f"out={text}"]).out == value
 
 
-@pytest.mark.parametrize("text, value", [("1e-3", 1e-3), ("1.0e-3", 1e-3), (".5", 0.5), ("3", 3.0), ("+2.5", 2.5),
-                                         ("1.", 1.0)])
+@pytest.mark.parametrize(
+    "text, value", [("1e-3", 1e-3), ("1.0e-3", 1e-3), (".5", 0.5), ("3", 3.0), ("+2.5", 2.5), ("1.", 1.0)]
+)
 def test_a_float_setting_reads_decimal_numbers(text, value):
     assert load_config(TrainConfig, None, [f"optim.lr={text}"]).optim.lr == value
 
@@ -64,11 +90,14 @@ def test_a_line_break_in_a_value_on_the_command_line_writes_nothing(data, tmp_pa
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("yaml_text, key, lines", [
-    ("out: a\nseed: 1\nout: b\n", "out", "lines 1 and 3"),
-    ("optim:\n  lr: 0.1\n  eps: 1.0e-8\n  lr: 0.2\n", "lr", "lines 2 and 4"),
-    ("a: &x {k: 1}\nb:\n  <<: *x\n  k: 2\nb: 3\n", "b", "lines 2 and 5"),
-])
+@pytest.mark.parametrize(
+    "yaml_text, key, lines",
+    [
+        ("out: a\nseed: 1\nout: b\n", "out", "lines 1 and 3"),
+        ("optim:\n  lr: 0.1\n  eps: 1.0e-8\n  lr: 0.2\n", "lr", "lines 2 and 4"),
+        ("a: &x {k: 1}\nb:\n  <<: *x\n  k: 2\nb: 3\n", "b", "lines 2 and 5"),
+    ],
+)
 def test_a_key_given_twice_is_one_error_naming_key_and_lines(tmp_path, yaml_text, key, lines):
     path = tmp_path / "c.yaml"
     path.write_text(yaml_text)

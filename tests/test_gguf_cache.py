@@ -17,12 +17,14 @@ from goldfish.errors import UserError
 
 def _fake_convert(calls: list, barrier: threading.Barrier | None = None):
     """Stand-in for the GGUF conversion: a tiny HF folder whose weight encodes the file's first byte."""
+
     def convert(gguf_path: Path, folder: Path) -> None:
         calls.append(gguf_path)
         if barrier is not None:
             barrier.wait(timeout=10)  # both builders are inside the build at the same time
         (folder / "config.json").write_text("{}")
         torch.save({"w": torch.tensor([gguf_path.read_bytes()[0]])}, folder / "weights.pt")
+
     return convert
 
 

@@ -67,8 +67,10 @@ def test_golden_losses(golden_data, tmp_path, one_thread, name):
         stored[name] = got
         GOLDEN.write_text(json.dumps(stored, indent=1) + "\n")
         # never a pass: a run that wrote the expectations cannot also check against them
-        pytest.fail(f"rewrote the golden {name!r} run in {GOLDEN}; review the diff, then rerun without "
-                    "GOLDFISH_UPDATE_GOLDEN to check it")
+        pytest.fail(
+            f"rewrote the golden {name!r} run in {GOLDEN}; review the diff, then rerun without "
+            "GOLDFISH_UPDATE_GOLDEN to check it"
+        )
     expected = json.loads(GOLDEN.read_text())[name]
     assert len(got) == len(expected) == 6
     exact = _same_arithmetic(got, expected)
@@ -78,8 +80,9 @@ def test_golden_losses(golden_data, tmp_path, one_thread, name):
             if exact or key not in STEP_KEYS or e[key] is None:
                 assert g[key] == e[key], f"{name} step {step} {key}: {g[key]} != golden {e[key]} (exact: {exact})"
             else:
-                assert g[key] == pytest.approx(e[key], rel=step_tolerance(key, step, TOKENS, params), abs=0), \
+                assert g[key] == pytest.approx(e[key], rel=step_tolerance(key, step, TOKENS, params), abs=0), (
                     f"{name} step {step} {key}"
+                )
     if name == "goldfish":  # the golden run really exercises the mask: some targets dropped every step
         assert all(e["dropped_tokens"] > 0 and e["dropped_loss"] is not None for e in expected)
     else:

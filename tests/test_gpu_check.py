@@ -17,8 +17,9 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
 def test_refuses_without_cuda_in_one_line(tmp_path):
-    done = subprocess.run([sys.executable, str(SCRIPT), "--json", str(tmp_path / "out.json")], capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--json", str(tmp_path / "out.json")], capture_output=True, text=True
+    )
     assert done.returncode == 2
     assert done.stderr.startswith("error: ") and len(done.stderr.strip().splitlines()) == 1
     assert "--cpu-smoke" in done.stderr and not (tmp_path / "out.json").exists()
@@ -27,8 +28,9 @@ def test_refuses_without_cuda_in_one_line(tmp_path):
 @pytest.mark.slow
 def test_cpu_smoke_runs_every_check_and_writes_the_table(tmp_path):
     out = tmp_path / "check.json"
-    done = subprocess.run([sys.executable, str(SCRIPT), "--cpu-smoke", "--json", str(out)], capture_output=True,
-                          text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--cpu-smoke", "--json", str(out)], capture_output=True, text=True, timeout=900
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["table"] in done.stdout

@@ -24,8 +24,16 @@ def tiny_llama(seed: int = 0):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    return LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
-                                        num_attention_heads=2, intermediate_size=INTER, max_position_embeddings=128))
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=HIDDEN,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=2,
+            intermediate_size=INTER,
+            max_position_embeddings=128,
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +47,10 @@ def tokenizer(tmp_path_factory):
 
 def texts(n: int = BATCH * ACCUMULATE * STEPS) -> list[str]:
     rng = torch.Generator().manual_seed(0)
-    return [" ".join(f"w{int(i)}" for i in torch.randint(3, VOCAB, (int(m),), generator=rng))
-            for m in torch.randint(20, 40, (n,), generator=rng)]
+    return [
+        " ".join(f"w{int(i)}" for i in torch.randint(3, VOCAB, (int(m),), generator=rng))
+        for m in torch.randint(20, 40, (n,), generator=rng)
+    ]
 
 
 class Recorder:
@@ -63,8 +73,9 @@ class Recorder:
     def _batch(self, module, args, kwargs):
         if module.training:
             ids, attention = kwargs["input_ids"].clone(), kwargs["attention_mask"].clone()
-            self.steps[-1]["batches"].append({"input_ids": ids, "attention_mask": attention,
-                                              "plain": ids.masked_fill(attention == 0, -100)})
+            self.steps[-1]["batches"].append(
+                {"input_ids": ids, "attention_mask": attention, "plain": ids.masked_fill(attention == 0, -100)}
+            )
 
 
 def step_sums(steps: list[dict], specials: list[int]) -> list[torch.Tensor]:
@@ -80,8 +91,10 @@ def step_sums(steps: list[dict], specials: list[int]) -> list[torch.Tensor]:
             with torch.no_grad():
                 logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
             o = goldfish_loss(logits, b["plain"], drop_mask=mask)
-            sums += torch.tensor([float(o.kept_sum), float(o.kept_count), float(o.dropped_sum),
-                                  float(o.dropped_count)], dtype=torch.float64)
+            sums += torch.tensor(
+                [float(o.kept_sum), float(o.kept_count), float(o.dropped_sum), float(o.dropped_count)],
+                dtype=torch.float64,
+            )
         assert len(step["batches"]) == ACCUMULATE
         out.append(sums)
     return out
@@ -92,14 +105,25 @@ def label_counts(steps: list[dict], specials: list[int]) -> list[int]:
     the shift, so each row's first label (never a target) counts too."""
     out = []
     for step in steps:
-        out.append(sum(int((b["plain"].masked_fill(goldfish_mask(b["plain"], k=4, h=13, special_ids=specials), -100)
-                            != -100).sum()) for b in step["batches"]))
+        out.append(
+            sum(
+                int(
+                    (
+                        b["plain"].masked_fill(goldfish_mask(b["plain"], k=4, h=13, special_ids=specials), -100) != -100
+                    ).sum()
+                )
+                for b in step["batches"]
+            )
+        )
     return out
 
 
 def logged_values(sums: torch.Tensor) -> dict:
-    return {"kept_loss": float(sums[0] / sums[1]), "dropped_loss": float(sums[2] / sums[3]),
-            "dropped_frac": float(sums[3] / (sums[1] + sums[3]))}
+    return {
+        "kept_loss": float(sums[0] / sums[1]),
+        "dropped_loss": float(sums[2] / sums[3]),
+        "dropped_frac": float(sums[3] / (sums[1] + sums[3])),
+    }
 
 
 # a logged loss accumulates the CE of every token of ACCUMULATE x BATCH rows through the forward path, in another
@@ -136,7 +160,7 @@ def check_logs(trainer, recorder, specials: list[int], output_dir) -> None:
         scalars = events.Scalars(f"train/{key}")
         assert [s.step for s in scalars] == [e["step"] for e in logged]
         # TensorBoard stores float32: one rounding of each value
-        assert [s.value for s in scalars] == pytest.approx([e[key] for e in logged], rel=2 ** -23)
+        assert [s.value for s in scalars] == pytest.approx([e[key] for e in logged], rel=2**-23)
 
 
 def test_hf_trainer_logs_what_goldfish_drops(tokenizer, tmp_path):
@@ -146,13 +170,30 @@ def test_hf_trainer_logs_what_goldfish_drops(tokenizer, tmp_path):
     rows = Dataset.from_dict({"text": texts()}).map(lambda r: tokenizer(r["text"]), remove_columns=["text"])
     model = tiny_llama()
     recorder = Recorder(model)
-    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=STEPS, per_device_train_batch_size=BATCH,
-                             gradient_accumulation_steps=ACCUMULATE, learning_rate=5e-3, logging_steps=1,
-                             report_to=["tensorboard"], save_strategy="no", use_cpu=True, seed=0, data_seed=0,
-                             disable_tqdm=True, dataloader_num_workers=0)
-    trainer = GoldfishTrainer(model=model, args=args, train_dataset=rows, processing_class=tokenizer,
-                              data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
-                              goldfish=GoldfishConfig(k=4, h=13), callbacks=[recorder.callback])
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        max_steps=STEPS,
+        per_device_train_batch_size=BATCH,
+        gradient_accumulation_steps=ACCUMULATE,
+        learning_rate=5e-3,
+        logging_steps=1,
+        report_to=["tensorboard"],
+        save_strategy="no",
+        use_cpu=True,
+        seed=0,
+        data_seed=0,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    trainer = GoldfishTrainer(
+        model=model,
+        args=args,
+        train_dataset=rows,
+        processing_class=tokenizer,
+        data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
+        goldfish=GoldfishConfig(k=4, h=13),
+        callbacks=[recorder.callback],
+    )
     trainer.train()
     check_logs(trainer, recorder, sorted(tokenizer.all_special_ids), tmp_path / "out")
 
@@ -165,12 +206,29 @@ def test_a_log_over_several_steps_weights_every_token_once(tokenizer, tmp_path):
     rows = Dataset.from_dict({"text": texts()}).map(lambda r: tokenizer(r["text"]), remove_columns=["text"])
     model = tiny_llama()
     recorder = Recorder(model)
-    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=STEPS, per_device_train_batch_size=BATCH,
-                             gradient_accumulation_steps=ACCUMULATE, learning_rate=5e-3, logging_steps=STEPS,
-                             report_to=[], save_strategy="no", use_cpu=True, seed=0, data_seed=0, disable_tqdm=True)
-    trainer = GoldfishTrainer(model=model, args=args, train_dataset=rows, processing_class=tokenizer,
-                              data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
-                              goldfish=GoldfishConfig(k=4, h=13), callbacks=[recorder.callback])
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        max_steps=STEPS,
+        per_device_train_batch_size=BATCH,
+        gradient_accumulation_steps=ACCUMULATE,
+        learning_rate=5e-3,
+        logging_steps=STEPS,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        seed=0,
+        data_seed=0,
+        disable_tqdm=True,
+    )
+    trainer = GoldfishTrainer(
+        model=model,
+        args=args,
+        train_dataset=rows,
+        processing_class=tokenizer,
+        data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
+        goldfish=GoldfishConfig(k=4, h=13),
+        callbacks=[recorder.callback],
+    )
     trainer.train()
     (logged,) = [e for e in trainer.state.log_history if "kept_loss" in e]
     want = logged_values(sum(step_sums(recorder.steps, sorted(tokenizer.all_special_ids))))
@@ -187,13 +245,30 @@ def test_trl_sft_trainer_logs_what_goldfish_drops(tokenizer, tmp_path):
 
     model = tiny_llama()
     recorder = Recorder(model)
-    args = SFTConfig(output_dir=str(tmp_path / "out"), max_steps=STEPS, per_device_train_batch_size=BATCH,
-                     gradient_accumulation_steps=ACCUMULATE, learning_rate=5e-3, logging_steps=1, bf16=False,
-                     report_to=["tensorboard"], save_strategy="no", use_cpu=True, seed=0, data_seed=0,
-                     disable_tqdm=True, dataloader_num_workers=0)
-    trainer = GoldfishSFTTrainer(model=model, args=args, train_dataset=Dataset.from_dict({"text": texts()}),
-                                 processing_class=tokenizer, goldfish=GoldfishConfig(k=4, h=13),
-                                 callbacks=[recorder.callback])
+    args = SFTConfig(
+        output_dir=str(tmp_path / "out"),
+        max_steps=STEPS,
+        per_device_train_batch_size=BATCH,
+        gradient_accumulation_steps=ACCUMULATE,
+        learning_rate=5e-3,
+        logging_steps=1,
+        bf16=False,
+        report_to=["tensorboard"],
+        save_strategy="no",
+        use_cpu=True,
+        seed=0,
+        data_seed=0,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    trainer = GoldfishSFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_dict({"text": texts()}),
+        processing_class=tokenizer,
+        goldfish=GoldfishConfig(k=4, h=13),
+        callbacks=[recorder.callback],
+    )
     trainer.train()
     check_logs(trainer, recorder, sorted(tokenizer.all_special_ids), tmp_path / "out")
 
@@ -206,11 +281,25 @@ def test_evaluation_logs_pass_unchanged_and_the_model_never_sees_the_unmasked_la
     seen: list[set] = []
     model = tiny_llama()
     model.register_forward_pre_hook(lambda m, a, kw: seen.append(set(kw)), with_kwargs=True)
-    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=2,
-                             logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True)
-    trainer = GoldfishTrainer(model=model, args=args, train_dataset=rows, eval_dataset=rows, processing_class=tokenizer,
-                              data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
-                              goldfish=GoldfishConfig(k=4, h=13))
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        max_steps=1,
+        per_device_train_batch_size=2,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    trainer = GoldfishTrainer(
+        model=model,
+        args=args,
+        train_dataset=rows,
+        eval_dataset=rows,
+        processing_class=tokenizer,
+        data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
+        goldfish=GoldfishConfig(k=4, h=13),
+    )
     trainer.train()
     metrics = trainer.evaluate()
     assert "eval_loss" in metrics and not any(k in metrics for k in ("eval_kept_loss", "kept_loss"))

@@ -31,8 +31,16 @@ def tiny_llama(vocab: int = 64, seed: int = 0):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    return LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                        intermediate_size=64, max_position_embeddings=128))
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=128,
+        )
+    )
 
 
 def test_the_goldfish_sft_trainer_example_runs_as_written_on_cpu(tmp_path, monkeypatch):
@@ -63,15 +71,23 @@ def test_trl_sft_trainer_trains_on_the_goldfish_labels(tmp_path, monkeypatch):
     _tokenizer(64, tmp_path / "tok")
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tok")
     rng = torch.Generator().manual_seed(0)
-    texts = [" ".join(f"w{int(i)}" for i in torch.randint(3, 64, (int(n),), generator=rng))
-             for n in torch.randint(20, 40, (8,), generator=rng)]
+    texts = [
+        " ".join(f"w{int(i)}" for i in torch.randint(3, 64, (int(n),), generator=rng))
+        for n in torch.randint(20, 40, (8,), generator=rng)
+    ]
     model, seen = tiny_llama(), []
-    model.register_forward_pre_hook(lambda m, args, kw: seen.append({k: kw[k].clone() for k in
-                                                                      ("input_ids", "attention_mask", "labels")}),
-                                    with_kwargs=True)
+    model.register_forward_pre_hook(
+        lambda m, args, kw: seen.append({k: kw[k].clone() for k in ("input_ids", "attention_mask", "labels")}),
+        with_kwargs=True,
+    )
     monkeypatch.chdir(tmp_path)  # the example's output_dir is relative
-    env = {"model": model, "tokenizer": tokenizer, "train_ds": Dataset.from_dict({"text": texts}),
-           "GoldfishCollator": GoldfishCollator, "GoldfishConfig": GoldfishConfig}
+    env = {
+        "model": model,
+        "tokenizer": tokenizer,
+        "train_ds": Dataset.from_dict({"text": texts}),
+        "GoldfishCollator": GoldfishCollator,
+        "GoldfishConfig": GoldfishConfig,
+    }
     exec(readme_example("trl"), env)
     assert env["trainer"].state.global_step == 4 and len(seen) == 4
     specials = sorted(tokenizer.all_special_ids)
@@ -92,7 +108,8 @@ def _accelerate_harness(folder, batch_size: int) -> str:
     final weights to ``folder/weights.safetensors`` (main process), then ends by ``os._exit(0)`` as docs/api.md
     advises: with DDP on gloo a process aborted at exit now and then even after ``end_training()`` ("terminate called
     without an active exception"; 1 in ~20 runs of this script on 2 loaded cores, 2026-12-05; why: goldfish.cli.run)."""
-    return textwrap.dedent(f"""
+    return (
+        textwrap.dedent(f"""
         import torch
         from safetensors.torch import save_file
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -105,13 +122,16 @@ def _accelerate_harness(folder, batch_size: int) -> str:
         loader = torch.utils.data.DataLoader(rows, batch_size={batch_size})
         opt = torch.optim.SGD(model.parameters(), lr=0.5)
         cfg = GoldfishConfig(k=4, h=13)
-    """) + readme_example("accelerate") + textwrap.dedent(f"""
+    """)
+        + readme_example("accelerate")
+        + textwrap.dedent(f"""
         if accelerator.is_main_process:
             state = accelerator.unwrap_model(model).state_dict()
             save_file({{k: v.contiguous() for k, v in state.items()}}, {str(folder / "weights.safetensors")!r})
         import os
         os._exit(0)
     """)
+    )
 
 
 def _run_accelerate_example(folder, nproc: int, batch_size: int) -> dict:
@@ -123,9 +143,18 @@ def _run_accelerate_example(folder, nproc: int, batch_size: int) -> dict:
     launch = [sys.executable, str(script)]
     if nproc > 1:
         require_dist_marker()
-        launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", f"--num_processes={nproc}",
-                  "--num_machines=1", "--mixed_precision=no", "--dynamo_backend=no", "--main_process_port=0",
-                  str(script)]
+        launch = [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",
+            f"--num_processes={nproc}",
+            "--num_machines=1",
+            "--mixed_precision=no",
+            "--dynamo_backend=no",
+            "--main_process_port=0",
+            str(script),
+        ]
     env = {**cli_env(), "ACCELERATE_USE_CPU": "1"}  # Accelerator's multi-CPU (gloo) mode; GPUs need nothing
     done = subprocess.run(launch, env=env, cwd=folder, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

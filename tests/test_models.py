@@ -18,32 +18,46 @@ def _meta_model(name: str, vocab: int):
         return LlamaForCausalLM(llama_config(ModelConfig(name=name), vocab))
 
 
-@pytest.mark.parametrize("name,vocab,published", [
-    ("tinyllama-1.1B", 32000, 1_100_048_384),  # TinyLlama/TinyLlama-1.1B model card / safetensors index
-    ("llama2-7B", 32000, 6_738_415_616),  # meta-llama/Llama-2-7b-hf
-    ("llama2-70B", 32000, 68_976_648_192),  # meta-llama/Llama-2-70b-hf
-    ("llama3.1-405B", 128256, 405_853_388_800),  # meta-llama/Llama-3.1-405B
-])
+@pytest.mark.parametrize(
+    "name,vocab,published",
+    [
+        ("tinyllama-1.1B", 32000, 1_100_048_384),  # TinyLlama/TinyLlama-1.1B model card / safetensors index
+        ("llama2-7B", 32000, 6_738_415_616),  # meta-llama/Llama-2-7b-hf
+        ("llama2-70B", 32000, 68_976_648_192),  # meta-llama/Llama-2-70b-hf
+        ("llama3.1-405B", 128256, 405_853_388_800),  # meta-llama/Llama-3.1-405B
+    ],
+)
 def test_paper_shapes_have_the_published_parameter_counts(name, vocab, published):
     assert count_parameters(_meta_model(name, vocab)) == published
 
 
-@pytest.mark.parametrize("name,target", [("llama-1M", 1e6), ("llama-3M", 3e6), ("llama-10M", 10e6),
-                                         ("llama-40M", 40e6)])
+@pytest.mark.parametrize(
+    "name,target", [("llama-1M", 1e6), ("llama-3M", 3e6), ("llama-10M", 10e6), ("llama-40M", 40e6)]
+)
 def test_tiny_sizes_are_named_by_their_non_embedding_parameters(name, target):
     model = _meta_model(name, 4096)
-    embeddings = sum(p.numel() for p in {id(p): p for p in (model.get_input_embeddings().weight,
-                                                            model.get_output_embeddings().weight)}.values())
+    embeddings = sum(
+        p.numel()
+        for p in {
+            id(p): p for p in (model.get_input_embeddings().weight, model.get_output_embeddings().weight)
+        }.values()
+    )
     assert abs(count_parameters(model) - embeddings - target) / target < 0.1
 
 
 def test_demo_shape_is_about_0_9M_with_a_4096_vocabulary():
     cfg = SIZES["llama-demo"]
-    assert (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["intermediate_size"],
-            cfg["tie_word_embeddings"]) == (128, 2, 4, 320, True)
+    assert (
+        cfg["hidden_size"],
+        cfg["num_hidden_layers"],
+        cfg["num_attention_heads"],
+        cfg["intermediate_size"],
+        cfg["tie_word_embeddings"],
+    ) == (128, 2, 4, 320, True)
     # by hand: embedding 4096·128 + 2 layers·(4·128² attention + 3·128·320 MLP + 2·128 norms) + 128 final norm
-    assert count_parameters(_meta_model("llama-demo", 4096)) == 4096 * 128 + 2 * (4 * 128**2 + 3 * 128 * 320
-                                                                                 + 256) + 128
+    assert (
+        count_parameters(_meta_model("llama-demo", 4096)) == 4096 * 128 + 2 * (4 * 128**2 + 3 * 128 * 320 + 256) + 128
+    )
 
 
 def test_flops_per_token_by_hand():
@@ -58,7 +72,11 @@ def test_flops_per_token_by_hand():
 def test_overrides_and_consistency_checks():
     cfg = llama_config(ModelConfig(name="llama-demo", hidden_size=64, num_heads=2, tie_embeddings=False), 100)
     assert (cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.tie_word_embeddings) == (
-        64, 2, 2, False)
+        64,
+        2,
+        2,
+        False,
+    )
     with pytest.raises(UserError, match="divisible"):
         llama_config(ModelConfig(name="llama-demo", hidden_size=100, num_heads=3), 100)
 
@@ -75,8 +93,9 @@ def test_same_seed_same_weights_and_the_global_rng_is_untouched():
 
 
 def test_local_model_loads_and_a_vocabulary_mismatch_is_one_clear_error(tmp_path):
-    config = LlamaConfig(vocab_size=96, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=64)
+    config = LlamaConfig(
+        vocab_size=96, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    )
     LlamaForCausalLM(config).save_pretrained(str(tmp_path / "m"))
     assert load_local_model(tmp_path / "m", 96).config.vocab_size == 96
     with pytest.raises(UserError, match="vocabulary mismatch.*96 token embeddings.*64 tokens"):

@@ -27,8 +27,10 @@ def declared() -> dict[str, str]:
     """{normalised distribution: where declared} for the dependencies and every optional extra."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     out = {}
-    for where, requirements in [("dependencies", project["dependencies"]),
-                                *((f"extra {k}", v) for k, v in project["optional-dependencies"].items())]:
+    for where, requirements in [
+        ("dependencies", project["dependencies"]),
+        *((f"extra {k}", v) for k, v in project["optional-dependencies"].items()),
+    ]:
         for requirement in requirements:
             out.setdefault(_normalise(re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0]), where)
     return out
@@ -48,8 +50,10 @@ def imports() -> dict[str, list[str]]:
                 continue
             for name in names:
                 key = next((k for k in INDIRECT if name == k or name.startswith(k + ".")), name.split(".")[0])
-                if key.split(".")[0] not in sys.stdlib_module_names and key.split(".")[0] not in ("goldfish",
-                                                                                                  "__future__"):
+                if key.split(".")[0] not in sys.stdlib_module_names and key.split(".")[0] not in (
+                    "goldfish",
+                    "__future__",
+                ):
                     found.setdefault(key, []).append(str(path.relative_to(REPO)))
     return found
 
@@ -91,5 +95,5 @@ def test_every_code_folder_is_a_package_of_the_wheel():
     for init in [*(REPO / "goldfish").rglob("__init__.py"), *(REPO / "eval").rglob("__init__.py")]:
         rel = init.parent.relative_to(REPO).as_posix()
         top = next(f for f in sorted(where, key=len, reverse=True) if rel == f or rel.startswith(f + "/"))
-        code.add(".".join([where[top], *rel[len(top):].strip("/").split("/")]).strip("."))
+        code.add(".".join([where[top], *rel[len(top) :].strip("/").split("/")]).strip("."))
     assert code and code <= set(tool["packages"]), f"not in [tool.setuptools] packages: {code - set(tool['packages'])}"

@@ -41,8 +41,9 @@ def single(data, tmp_path_factory):
     return train(from_dict(TrainConfig, cfg))
 
 
-@pytest.mark.parametrize("parallel", [{"tp": 2}, {"pp": 2, "pp_schedule": "gpipe", "pp_microbatches": 4}],
-                         ids=["tp2", "pp2-gpipe"])
+@pytest.mark.parametrize(
+    "parallel", [{"tp": 2}, {"pp": 2, "pp_schedule": "gpipe", "pp_microbatches": 4}], ids=["tp2", "pp2-gpipe"]
+)
 def test_tensor_and_pipeline_runs_match_one_process(data, single, tmp_path, parallel):
     cfg = tiny_config(data, tmp_path / "multi", schedule=SCHEDULE, loss=LOSS, optim=OPTIM, parallel=parallel)
     done = _launch(cfg)
@@ -53,9 +54,15 @@ def test_tensor_and_pipeline_runs_match_one_process(data, single, tmp_path, para
 
 
 def test_pipeline_run_resumes_exactly(data, single, tmp_path):
-    cfg = tiny_config(data, tmp_path / "multi", schedule=SCHEDULE, loss=LOSS, optim=OPTIM,
-                      parallel={"pp": 2, "pp_schedule": "1f1b"},
-                      checkpoint={"every_steps": 2, "keep_last": 2, "keep_optimizer": True})
+    cfg = tiny_config(
+        data,
+        tmp_path / "multi",
+        schedule=SCHEDULE,
+        loss=LOSS,
+        optim=OPTIM,
+        parallel={"pp": 2, "pp_schedule": "1f1b"},
+        checkpoint={"every_steps": 2, "keep_last": 2, "keep_optimizer": True},
+    )
     assert _launch(cfg).returncode == 0
     run = tmp_path / "multi"
     full = read_jsonl(run / "metrics.jsonl")

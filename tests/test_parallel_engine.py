@@ -9,8 +9,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from dist_utils import (LR, MAX_NORM, ROWS, STEPS, adamw, assert_stats_close, build_model, global_batches, kept_count,
-                        parity_tolerance, reference_run, run_distributed, tiny_config)
+from dist_utils import (
+    LR,
+    MAX_NORM,
+    ROWS,
+    STEPS,
+    adamw,
+    assert_stats_close,
+    build_model,
+    global_batches,
+    kept_count,
+    parity_tolerance,
+    reference_run,
+    run_distributed,
+    tiny_config,
+)
 
 MICRO_ROWS = 2
 
@@ -23,20 +36,26 @@ def _engine(layout: dict):
     # "train": further TrainConfig fields (performance options), applied on top of fp32
     cfg = TrainConfig(parallel=ParallelConfig(**layout["parallel"]), **{"precision": "fp32", **layout.get("train", {})})
     model_cfg = tiny_config(layers=layout.get("layers", 2), tied=layout.get("tied", False))
-    engine = NativeEngine(cfg.parallel, cfg.precision, EngineLoss(cfg.loss.ce_chunk_tokens), compile=cfg.compile,
-                          activation_checkpointing=cfg.activation_checkpointing)
+    engine = NativeEngine(
+        cfg.parallel,
+        cfg.precision,
+        EngineLoss(cfg.loss.ce_chunk_tokens),
+        compile=cfg.compile,
+        activation_checkpointing=cfg.activation_checkpointing,
+    )
     engine.setup(lambda: build_model(model_cfg), adamw)
     return engine
 
 
 def _step(engine, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, float]:
     rows = ROWS // engine.dp_size
-    mine = {k: v[engine.dp_rank * rows:(engine.dp_rank + 1) * rows] for k, v in batch.items()}
-    micro = [{k: v[s:s + MICRO_ROWS] for k, v in mine.items()} for s in range(0, rows, MICRO_ROWS)]
+    mine = {k: v[engine.dp_rank * rows : (engine.dp_rank + 1) * rows] for k, v in batch.items()}
+    micro = [{k: v[s : s + MICRO_ROWS] for k, v in mine.items()} for s in range(0, rows, MICRO_ROWS)]
     stats = engine.forward_backward(micro, kept_count(batch))
     norm = engine.optimizer_step(LR, MAX_NORM)
-    return torch.tensor([stats.kept_sum, stats.kept_count, stats.dropped_sum, stats.dropped_count],
-                        dtype=torch.float64), norm
+    return torch.tensor(
+        [stats.kept_sum, stats.kept_count, stats.dropped_sum, stats.dropped_count], dtype=torch.float64
+    ), norm
 
 
 def _clone(state):
@@ -70,18 +89,28 @@ def _engine_worker(rank: int, world: int, layouts: list[dict], folder: str) -> l
         resumed = _engine(layout)
         resumed.load_state_dict(checkpoint)
         _step(resumed, batches[-1])
-        diff = max(float((a - b).abs().max()) for a, b in
-                   zip(_local_weights(engine).values(), _local_weights(resumed).values()))
-        results.append({"stats": torch.stack(stats), "norms": torch.tensor(norms, dtype=torch.float64),
-                        "resume_diff": diff, "dp": (engine.dp_rank, engine.dp_size), "main": engine.is_main})
+        diff = max(
+            float((a - b).abs().max())
+            for a, b in zip(_local_weights(engine).values(), _local_weights(resumed).values())
+        )
+        results.append(
+            {
+                "stats": torch.stack(stats),
+                "norms": torch.tensor(norms, dtype=torch.float64),
+                "resume_diff": diff,
+                "dp": (engine.dp_rank, engine.dp_size),
+                "main": engine.is_main,
+            }
+        )
     return results
 
 
 def _check(results: list[dict], layout: dict, export: Path) -> None:
     from transformers import LlamaForCausalLM
 
-    ref = reference_run(tiny_config(layers=layout.get("layers", 2), tied=layout.get("tied", False)),
-                        packed=layout.get("packed", False))
+    ref = reference_run(
+        tiny_config(layers=layout.get("layers", 2), tied=layout.get("tied", False)), packed=layout.get("packed", False)
+    )
     precision = layout.get("train", {}).get("precision", "fp32")
     tol = parity_tolerance(ref, layout.get("layers", 2), precision)
     for res in results:
@@ -109,23 +138,33 @@ def _run_layouts(world: int, layouts: dict[str, dict]) -> None:
 
 @pytest.mark.dist
 def test_engine_tp_pp_fsdp_match_one_process():
-    _run_layouts(2, {
-        "tp2": {"parallel": {"tp": 2}, "dp": [(0, 1), (0, 1)]},
-        "pp2-1f1b-packed-tied": {"parallel": {"pp": 2, "pp_schedule": "1f1b"}, "packed": True, "tied": True},
-        "dp2-fsdp": {"parallel": {"fsdp": True}, "dp": [(0, 2), (1, 2)]},
-        "dp2-ddp": {"parallel": {"fsdp": False}, "packed": True, "tied": True, "dp": [(0, 2), (1, 2)]},
-    })
+    _run_layouts(
+        2,
+        {
+            "tp2": {"parallel": {"tp": 2}, "dp": [(0, 1), (0, 1)]},
+            "pp2-1f1b-packed-tied": {"parallel": {"pp": 2, "pp_schedule": "1f1b"}, "packed": True, "tied": True},
+            "dp2-fsdp": {"parallel": {"fsdp": True}, "dp": [(0, 2), (1, 2)]},
+            "dp2-ddp": {"parallel": {"fsdp": False}, "packed": True, "tied": True, "dp": [(0, 2), (1, 2)]},
+        },
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.dist
 def test_engine_3d_mesh_matches_one_process():
     """pp(2)·dp(2)·tp(2) = 8 gloo processes: TP -> PP (GPipe and 1F1B) -> FSDP2 or replicated DP together."""
-    _run_layouts(8, {
-        "3d-1f1b-fsdp": {"parallel": {"pp": 2, "tp": 2, "fsdp": True, "pp_schedule": "1f1b"}, "layers": 3,
-                         "packed": True, "dp": [(0, 2)] * 4 + [(1, 2)] * 4},
-        "3d-gpipe-replicate-tied": {"parallel": {"pp": 2, "tp": 2, "pp_schedule": "gpipe"}, "tied": True},
-    })
+    _run_layouts(
+        8,
+        {
+            "3d-1f1b-fsdp": {
+                "parallel": {"pp": 2, "tp": 2, "fsdp": True, "pp_schedule": "1f1b"},
+                "layers": 3,
+                "packed": True,
+                "dp": [(0, 2)] * 4 + [(1, 2)] * 4,
+            },
+            "3d-gpipe-replicate-tied": {"parallel": {"pp": 2, "tp": 2, "pp_schedule": "gpipe"}, "tied": True},
+        },
+    )
 
 
 def _single_process_run(precision: str, tmp_path: Path) -> tuple[torch.Tensor, torch.Tensor]:
@@ -175,23 +214,47 @@ def _perf(**fields):
 def test_chunked_ce_and_activation_checkpointing_train_like_one_process():
     """loss.ce_chunk_tokens (7: ragged chunks across rows) and activation_checkpointing change memory, not math:
     one process, TP (vocab-parallel lm_head), a pipeline's last stage and FSDP2 all match the reference."""
-    _run_layouts(1, {"one-chunked-ac": {"parallel": {},
-                                        "train": _perf(ce_chunk_tokens=7, activation_checkpointing=True),
-                                        "packed": True, "tied": True}})
-    _run_layouts(2, {
-        "tp2-chunked": {"parallel": {"tp": 2}, "train": _perf(ce_chunk_tokens=7)},
-        "pp2-chunked-ac-tied": {"parallel": {"pp": 2, "pp_schedule": "1f1b"}, "tied": True,
-                                "train": _perf(ce_chunk_tokens=7, activation_checkpointing=True)},
-        "dp2-fsdp-chunked-ac": {"parallel": {"fsdp": True}, "packed": True,
-                                "train": _perf(ce_chunk_tokens=7, activation_checkpointing=True)},
-    })
+    _run_layouts(
+        1,
+        {
+            "one-chunked-ac": {
+                "parallel": {},
+                "train": _perf(ce_chunk_tokens=7, activation_checkpointing=True),
+                "packed": True,
+                "tied": True,
+            }
+        },
+    )
+    _run_layouts(
+        2,
+        {
+            "tp2-chunked": {"parallel": {"tp": 2}, "train": _perf(ce_chunk_tokens=7)},
+            "pp2-chunked-ac-tied": {
+                "parallel": {"pp": 2, "pp_schedule": "1f1b"},
+                "tied": True,
+                "train": _perf(ce_chunk_tokens=7, activation_checkpointing=True),
+            },
+            "dp2-fsdp-chunked-ac": {
+                "parallel": {"fsdp": True},
+                "packed": True,
+                "train": _perf(ce_chunk_tokens=7, activation_checkpointing=True),
+            },
+        },
+    )
 
 
 @pytest.mark.dist
 def test_fsdp_mixed_precision_stays_close_to_fp32():
     """parallel.fsdp_mixed_precision: bf16 all-gathers/compute, fp32 reduce-scatter; close to fp32 like autocast."""
-    _run_layouts(2, {"dp2-fsdp-bf16-params": {
-        "parallel": {"fsdp": True, "fsdp_mixed_precision": True}, "train": {"precision": "bf16"}}})
+    _run_layouts(
+        2,
+        {
+            "dp2-fsdp-bf16-params": {
+                "parallel": {"fsdp": True, "fsdp_mixed_precision": True},
+                "train": {"precision": "bf16"},
+            }
+        },
+    )
 
 
 @pytest.mark.slow
@@ -200,12 +263,17 @@ def test_compile_under_torchrun_with_fsdp_ddp_and_pipeline():
     """compile=true under a process group (2 gloo ranks): compiled layers inside FSDP2 units, under DDP, and in a
     pipeline stage (with the chunked CE) train like the eager one-process reference (fused kernels only reorder float
     operations: the same rounding bounds) and resume bit for bit."""
-    _run_layouts(2, {
-        "dp2-fsdp-compiled": {"parallel": {"fsdp": True}, "train": _perf(compile=True)},
-        "dp2-ddp-compiled": {"parallel": {"fsdp": False}, "packed": True, "train": _perf(compile=True)},
-        "pp2-compiled-chunked": {"parallel": {"pp": 2, "pp_schedule": "1f1b"},
-                                 "train": _perf(compile=True, ce_chunk_tokens=7)},
-    })
+    _run_layouts(
+        2,
+        {
+            "dp2-fsdp-compiled": {"parallel": {"fsdp": True}, "train": _perf(compile=True)},
+            "dp2-ddp-compiled": {"parallel": {"fsdp": False}, "packed": True, "train": _perf(compile=True)},
+            "pp2-compiled-chunked": {
+                "parallel": {"pp": 2, "pp_schedule": "1f1b"},
+                "train": _perf(compile=True, ce_chunk_tokens=7),
+            },
+        },
+    )
 
 
 def test_option_conflicts_are_one_line_errors():

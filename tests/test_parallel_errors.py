@@ -55,8 +55,15 @@ def test_1f1b_needs_a_microbatch_per_stage():
     assert parallel_dims(pp=4, dp=1, tp=1, world_size=4, schedule="gpipe", microbatches=2).pp == 4
 
 
-@pytest.mark.parametrize("layers,pp,expected", [(4, 2, [[0, 1], [2, 3]]), (5, 2, [[0, 1, 2], [3, 4]]),
-                                                (3, 3, [[0], [1], [2]]), (7, 3, [[0, 1, 2], [3, 4], [5, 6]])])
+@pytest.mark.parametrize(
+    "layers,pp,expected",
+    [
+        (4, 2, [[0, 1], [2, 3]]),
+        (5, 2, [[0, 1, 2], [3, 4]]),
+        (3, 3, [[0], [1], [2]]),
+        (7, 3, [[0, 1, 2], [3, 4], [5, 6]]),
+    ],
+)
 def test_stage_layers_cover_every_layer_once(layers, pp, expected):
     assert [list(stage_layers(layers, pp, s)) for s in range(pp)] == expected
 

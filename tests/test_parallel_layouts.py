@@ -13,8 +13,19 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from dist_utils import (MAX_NORM, ROWS, adamw, assert_stats_close, build_model, global_batches, kept_count,
-                        parity_tolerance, reference_run, run_distributed, tiny_config)
+from dist_utils import (
+    MAX_NORM,
+    ROWS,
+    adamw,
+    assert_stats_close,
+    build_model,
+    global_batches,
+    kept_count,
+    parity_tolerance,
+    reference_run,
+    run_distributed,
+    tiny_config,
+)
 from goldfish.engines import parallelize as par
 from goldfish.loss import EngineLoss
 
@@ -22,8 +33,10 @@ pytestmark = pytest.mark.dist  # every test here runs in gloo processes (dist_ut
 
 
 def _full_weights(stage: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {name: (p.full_tensor() if isinstance(p, DTensor) else p).detach().clone()
-            for name, p in stage.named_parameters()}
+    return {
+        name: (p.full_tensor() if isinstance(p, DTensor) else p).detach().clone()
+        for name, p in stage.named_parameters()
+    }
 
 
 def _train(world: int, layout: dict) -> dict:
@@ -42,12 +55,15 @@ def _train(world: int, layout: dict) -> dict:
     opt = adamw(params)
     dp_rank, rows = mesh["dp"].get_local_rank(), ROWS // dims.dp
     loss_fn = par.StageLoss(EngineLoss())
-    pipe = par.build_pipeline(stage, mesh["pp"], layout.get("schedule", "gpipe"), 2, loss_fn, torch.device("cpu")) \
-        if dims.pp > 1 else None
+    pipe = (
+        par.build_pipeline(stage, mesh["pp"], layout.get("schedule", "gpipe"), 2, loss_fn, torch.device("cpu"))
+        if dims.pp > 1
+        else None
+    )
     all_stats, norms = [], []
     for batch in global_batches():
         normalizer = kept_count(batch)
-        mine = {k: v[dp_rank * rows:(dp_rank + 1) * rows] for k, v in batch.items()}
+        mine = {k: v[dp_rank * rows : (dp_rank + 1) * rows] for k, v in batch.items()}
         loss_fn.reset(normalizer)
         if pipe is not None:
             target = loss_fn.pack({"labels": mine["labels"], "drop_mask": mine["drop_mask"]})
@@ -55,7 +71,7 @@ def _train(world: int, layout: dict) -> dict:
             pipe.step(mine["input_ids"] if first else None, target=target)
         else:
             for start in range(0, rows, 2):
-                mb = {k: v[start:start + 2] for k, v in mine.items()}
+                mb = {k: v[start : start + 2] for k, v in mine.items()}
                 target = loss_fn.pack({"labels": mb["labels"], "drop_mask": mb["drop_mask"]})
                 loss_fn(stage(mb["input_ids"]), target).backward()
         if dims.dp > 1 and not layout.get("fsdp"):
@@ -68,8 +84,11 @@ def _train(world: int, layout: dict) -> dict:
         for dim in ("pp", "dp"):
             dist.all_reduce(stats, group=mesh[dim].get_group())
         all_stats.append(stats)
-    return {"stats": torch.stack(all_stats), "norms": torch.tensor(norms, dtype=torch.float64),
-            "weights": _full_weights(stage)}
+    return {
+        "stats": torch.stack(all_stats),
+        "norms": torch.tensor(norms, dtype=torch.float64),
+        "weights": _full_weights(stage),
+    }
 
 
 def _worker(rank: int, world: int, layouts: list[dict]) -> list[dict]:

@@ -45,12 +45,16 @@ def test_the_committed_choice():
     chosen = found["chosen"]
     assert chosen["nonmembers"] >= 1000 and chosen["power_1pct"] >= 0.8 and chosen["power_0_1pct"] >= 0.8
     for fpr, key in ((0.01, "power_1pct"), (0.001, "power_0_1pct")):
-        row = next(r for r in found["rows"] if (r["fpr"], r["nonmembers"], r["runs"]) ==
-                   (fpr, chosen["nonmembers"], chosen["runs"]))
+        row = next(
+            r
+            for r in found["rows"]
+            if (r["fpr"], r["nonmembers"], r["runs"]) == (fpr, chosen["nonmembers"], chosen["runs"])
+        )
         assert row["power"] == chosen[key]
     fewer = [r for r in found["rows"] if r["nonmembers"] == chosen["nonmembers"] and r["runs"] < chosen["runs"]]
     assert all(r["power"] < 0.8 for r in fewer if r["fpr"] == 0.001) or all(
-        r["power"] < 0.8 for r in fewer if r["fpr"] == 0.01)  # no cheaper design with that many nonmembers
+        r["power"] < 0.8 for r in fewer if r["fpr"] == 0.01
+    )  # no cheaper design with that many nonmembers
     # the committed design (5 runs, 500 nonmembers) is underpowered, as the issue measured (0.59)
     old = next(r for r in found["rows"] if r["fpr"] == 0.01 and r["nonmembers"] == 500 and r["runs"] == 5)
     assert 0.4 < old["power"] < 0.7

@@ -21,16 +21,20 @@ from goldfish.perf import MfuMeter
 from goldfish.train import train
 from goldfish.train_config import TrainConfig
 
-AMX = CpuFeatures(amx=True, avx512_bf16=True, aten_capability="AVX512", onednn_isa_cap=None,
-                  vendor="GenuineIntel", family=6)
+AMX = CpuFeatures(
+    amx=True, avx512_bf16=True, aten_capability="AVX512", onednn_isa_cap=None, vendor="GenuineIntel", family=6
+)
 # this machine's class (issue 34): a 2-core AMD EPYC (Zen 4, family 25) with AVX512-BF16 and no AMX
-EPYC = CpuFeatures(amx=False, avx512_bf16=True, aten_capability="AVX512", onednn_isa_cap=None,
-                   vendor="AuthenticAMD", family=25)
+EPYC = CpuFeatures(
+    amx=False, avx512_bf16=True, aten_capability="AVX512", onednn_isa_cap=None, vendor="AuthenticAMD", family=25
+)
 # a Xeon whose AMX its hypervisor hid (measured: a bf16 GEMM at 0.9x fp32, a SmolLM2 step at 1/1.8x)
-XEON_HIDDEN = CpuFeatures(amx=False, avx512_bf16=True, aten_capability="AVX512", onednn_isa_cap=None,
-                          vendor="GenuineIntel", family=6)
-AVX2 = CpuFeatures(amx=False, avx512_bf16=False, aten_capability="AVX2", onednn_isa_cap=None,
-                   vendor="GenuineIntel", family=6)
+XEON_HIDDEN = CpuFeatures(
+    amx=False, avx512_bf16=True, aten_capability="AVX512", onednn_isa_cap=None, vendor="GenuineIntel", family=6
+)
+AVX2 = CpuFeatures(
+    amx=False, avx512_bf16=False, aten_capability="AVX2", onednn_isa_cap=None, vendor="GenuineIntel", family=6
+)
 
 
 @pytest.fixture
@@ -45,23 +49,26 @@ def never_timed(monkeypatch):
     monkeypatch.setattr(hardware, "measure_bf16_speedup", timed)
 
 
-@pytest.mark.parametrize("features, bf16", [
-    (AMX, True),
-    (EPYC, True),  # the table's AMD Zen 4 row, measured 3.7-4.9x
-    (XEON_HIDDEN, False),  # the table's Intel row, measured 0.9x
-    (dataclasses.replace(EPYC, vendor="HygonGenuine", family=24), False),  # not in the table: fp32
-    (dataclasses.replace(EPYC, family=26), False),  # AMD Zen 5: not measured by the project, so not in the table
-    (AVX2, False),  # AVX2 laptop: bf16 emulated
-    (CpuFeatures(amx=False, avx512_bf16=False, aten_capability="AVX512", onednn_isa_cap=None), False),  # AVX-512
-    # AMX hidden by the runtime: ATen at AVX2, or oneDNN capped below AMX -> the class's row (Intel: fp32)
-    (dataclasses.replace(AMX, aten_capability="AVX2"), False),
-    (dataclasses.replace(AMX, onednn_isa_cap="avx2"), False),
-    (dataclasses.replace(AMX, onednn_isa_cap="avx512_core"), False),
-    (dataclasses.replace(AMX, onednn_isa_cap="avx512_core_bf16"), False),
-    (dataclasses.replace(AMX, onednn_isa_cap="avx512_core_amx"), True),
-    (dataclasses.replace(AMX, onednn_isa_cap="all"), True),
-    (dataclasses.replace(EPYC, onednn_isa_cap="avx512_core"), False),  # the cap emulates an AVX-512-only CPU
-])
+@pytest.mark.parametrize(
+    "features, bf16",
+    [
+        (AMX, True),
+        (EPYC, True),  # the table's AMD Zen 4 row, measured 3.7-4.9x
+        (XEON_HIDDEN, False),  # the table's Intel row, measured 0.9x
+        (dataclasses.replace(EPYC, vendor="HygonGenuine", family=24), False),  # not in the table: fp32
+        (dataclasses.replace(EPYC, family=26), False),  # AMD Zen 5: not measured by the project, so not in the table
+        (AVX2, False),  # AVX2 laptop: bf16 emulated
+        (CpuFeatures(amx=False, avx512_bf16=False, aten_capability="AVX512", onednn_isa_cap=None), False),  # AVX-512
+        # AMX hidden by the runtime: ATen at AVX2, or oneDNN capped below AMX -> the class's row (Intel: fp32)
+        (dataclasses.replace(AMX, aten_capability="AVX2"), False),
+        (dataclasses.replace(AMX, onednn_isa_cap="avx2"), False),
+        (dataclasses.replace(AMX, onednn_isa_cap="avx512_core"), False),
+        (dataclasses.replace(AMX, onednn_isa_cap="avx512_core_bf16"), False),
+        (dataclasses.replace(AMX, onednn_isa_cap="avx512_core_amx"), True),
+        (dataclasses.replace(AMX, onednn_isa_cap="all"), True),
+        (dataclasses.replace(EPYC, onednn_isa_cap="avx512_core"), False),  # the cap emulates an AVX-512-only CPU
+    ],
+)
 def test_cpu_rule_decides_every_class_without_a_timing(features, bf16, never_timed):
     decided, why = features.bf16_rule()
     assert decided is bf16 and why
@@ -74,8 +81,7 @@ def test_the_table_rows_say_what_was_measured(never_timed):
     assert "not in goldfish.hardware.CPU_CLASSES" in unknown and "goldfish doctor" in unknown
 
 
-@pytest.mark.parametrize("features, chosen", [(EPYC, "bf16"), (XEON_HIDDEN, "fp32"), (AMX, "bf16"),
-                                              (AVX2, "fp32")])
+@pytest.mark.parametrize("features, chosen", [(EPYC, "bf16"), (XEON_HIDDEN, "fp32"), (AMX, "bf16"), (AVX2, "fp32")])
 def test_auto_is_the_same_on_every_thread_count_and_load(monkeypatch, never_timed, features, chosen):
     """The issue's failure: a timed probe chose fp32 at 2 threads under load and bf16 at 1 thread. By rule, the
     answer cannot depend on either (any timing would fail through never_timed)."""
@@ -154,8 +160,9 @@ def test_environment_cap_reaches_auto(monkeypatch, never_timed):
 # ------------------------------------------------------------------------------------------------ threads
 
 # two packages of two cores with two hardware threads each (8 logical CPUs), as /proc/cpuinfo lists them
-CPUINFO = "\n\n".join(f"processor\t: {cpu}\nphysical id\t: {cpu // 4}\ncore id\t\t: {cpu % 4 // 2}\n"
-                        for cpu in range(8))
+CPUINFO = "\n\n".join(
+    f"processor\t: {cpu}\nphysical id\t: {cpu // 4}\ncore id\t\t: {cpu % 4 // 2}\n" for cpu in range(8)
+)
 
 
 def test_physical_cores_counts_cores_not_hardware_threads(monkeypatch):
@@ -194,13 +201,20 @@ def test_the_command_sleeps_its_openmp_threads_unless_told(tmp_path):
     import subprocess
     import sys
 
-    code = ("import os, sys; from goldfish.cli import passive_openmp; assert 'torch' not in sys.modules; "
-            "passive_openmp(); print(os.environ.get('OMP_WAIT_POLICY'))")
+    code = (
+        "import os, sys; from goldfish.cli import passive_openmp; assert 'torch' not in sys.modules; "
+        "passive_openmp(); print(os.environ.get('OMP_WAIT_POLICY'))"
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     plain = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert plain.stdout.strip() == "PASSIVE"
-    own = subprocess.run([sys.executable, "-c", code], env=env | {"OMP_WAIT_POLICY": "ACTIVE"},
-                         capture_output=True, text=True, check=True)
+    own = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env | {"OMP_WAIT_POLICY": "ACTIVE"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert own.stdout.strip() == "ACTIVE"
 
 
@@ -223,11 +237,20 @@ def test_resolved_precision_is_what_a_training_run_records(tmp_path, data, monke
 # ------------------------------------------------------------------------------------------------ MFU
 
 
-@pytest.mark.parametrize("name, kind", [
-    ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA H200", "h200"),
-    ("NVIDIA GH200 480GB", "gh200"), ("NVIDIA A100-SXM4-40GB", "a100-40gb"), ("NVIDIA A100 80GB PCIe", "a100"),
-    ("AMD Instinct MI250X", "mi250x-gcd"), ("AMD Instinct MI300X", "mi300x"), ("NVIDIA GeForce RTX 4090", None),
-])
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        ("NVIDIA H100 80GB HBM3", "h100"),
+        ("NVIDIA H100 PCIe", "h100-pcie"),
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA GH200 480GB", "gh200"),
+        ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
+        ("NVIDIA A100 80GB PCIe", "a100"),
+        ("AMD Instinct MI250X", "mi250x-gcd"),
+        ("AMD Instinct MI300X", "mi300x"),
+        ("NVIDIA GeForce RTX 4090", None),
+    ],
+)
 def test_gpu_peaks_by_device_name(name, kind):
     spec = gpu_spec(name)
     assert (spec.kind if spec else None) == kind
@@ -260,6 +283,7 @@ def test_mfu_never_exceeds_one_on_a_cpu():
         def measure(dtype, device, size=None, seconds=0.5):
             calls.append(size)
             return low if len(calls) == 1 else high
+
         return measure
 
     meter = MfuMeter(1e6, "fp32", "cpu", measure=fake_peak(1e9, 1e12))
@@ -285,8 +309,11 @@ def test_measured_peak_takes_the_faster_of_matmul_and_linear(monkeypatch):
     from goldfish import perf
 
     seen = []
-    monkeypatch.setattr(perf, "_best_rate", lambda product, size, device, seconds: seen.append(product) or
-                        (1.0 if len(seen) == 1 else 7.0))
+    monkeypatch.setattr(
+        perf,
+        "_best_rate",
+        lambda product, size, device, seconds: seen.append(product) or (1.0 if len(seen) == 1 else 7.0),
+    )
     assert perf.measure_matmul_peak(torch.float32, "cpu", size=8, seconds=0.01) == 7.0
     assert len(seen) == 2
 

@@ -28,9 +28,22 @@ from train_helpers import REPO, cli_env, require_dist_marker
 from goldfish.experiment.config import bundled_gguf
 
 # the documents whose commands run, in this order (the README first: its lines are a newcomer's first steps)
-DOCUMENTS = ("README.md", "docs/install.md", "docs/cli.md", "docs/training.md", "docs/evaluation.md",
-             "docs/experiments.md", "docs/hf-trainer.md", "docs/api.md", "docs/goldfish-loss.md", "docs/reliability.md",
-             "docs/troubleshooting.md", "docs/development.md", "docs/results.md", "docs/report-glossary.md")
+DOCUMENTS = (
+    "README.md",
+    "docs/install.md",
+    "docs/cli.md",
+    "docs/training.md",
+    "docs/evaluation.md",
+    "docs/experiments.md",
+    "docs/hf-trainer.md",
+    "docs/api.md",
+    "docs/goldfish-loss.md",
+    "docs/reliability.md",
+    "docs/troubleshooting.md",
+    "docs/development.md",
+    "docs/results.md",
+    "docs/report-glossary.md",
+)
 # command prefix -> why it does not run here
 NOT_HERE = {
     "make demo": "the demo itself (~6 min on 2 cores; its measured time and disk are in the README)",
@@ -44,8 +57,9 @@ NOT_HERE = {
     "goldfish eval --model runs/demo/": "the outputs of make demo (runs/demo)",
     "goldfish eval --model model.gguf": "model.gguf, docs.jsonl, heldout.jsonl: your own files",
     "goldfish eval eval.yaml": "eval.yaml, model.gguf, docs.jsonl: your own files",
-    "goldfish eval series.checkpoints=runs/standard_setting/":
-        "the outputs of standard_setting.yaml (~1.5 h on 2 cores)",
+    "goldfish eval series.checkpoints=runs/standard_setting/": (
+        "the outputs of standard_setting.yaml (~1.5 h on 2 cores)"
+    ),
     "goldfish experiment experiments/size_sweep.yaml --only": "~20 min of training",
     "make install": "the install itself (CI installs the checkout; .ci/wheel installs the wheel in a clean venv)",
     "python -m venv": "the install itself (.ci/wheel does these steps in a clean venv)",
@@ -56,18 +70,22 @@ NOT_HERE = {
     "goldfish eval --model runs/x/": "runs/x: a training run of yours",
     "accelerate launch --multi_gpu --num_processes 8": "8 GPUs",
     ".venv/bin/python tests/probe/reliability_probe.py": "the probe itself (tests/test_reliability_probe.py runs its "
-                                                         "quick subset)",
+    "quick subset)",
 }
 # command prefix -> (overrides appended, why): a command that runs as written but is cut to a budget here. The docs'
 # commands run at smoke size: what they check here is that each line parses, starts and writes a model; what a whole
 # run computes is tested elsewhere (the parity tests of every parallel layout, tests/test_train_*.py, the goldens)
 SMOKE = "whole runs are tested elsewhere (tests/test_train_loop.py, the goldens): here 2 steps"
-LAYOUT = "the layout's numbers are the parity tests' (tests/test_parallel_layouts.py, test_train_distributed.py, " \
-         "test_axonn_train.py): here 2 steps, as the one-process commands that write the same run folder (a run " \
-         "folder refuses a later command with another max_steps)"
+LAYOUT = (
+    "the layout's numbers are the parity tests' (tests/test_parallel_layouts.py, test_train_distributed.py, "
+    "test_axonn_train.py): here 2 steps, as the one-process commands that write the same run folder (a run "
+    "folder refuses a later command with another max_steps)"
+)
 SHORTENED = {
     "goldfish train data.path=data/prepared/wiki_gguf": (
-        ["schedule.max_steps=1"], "a whole fine-tune of SmolLM2-135M (7 steps, ~1.5 min on 2 cores): its first step"),
+        ["schedule.max_steps=1"],
+        "a whole fine-tune of SmolLM2-135M (7 steps, ~1.5 min on 2 cores): its first step",
+    ),
     "goldfish train experiments/train_tiny.yaml": (["schedule.max_steps=2"], f"~70 steps, ~1 min on 2 cores; {SMOKE}"),
     "goldfish train train_tiny": (["schedule.max_steps=2"], f"~70 steps, ~1 min on 2 cores; {SMOKE}"),
     "torchrun --nproc_per_node": (["schedule.max_steps=2"], LAYOUT),
@@ -78,8 +96,9 @@ LAUNCHERS = ("torchrun", "accelerate")
 # run what it runs, forked (run_here)
 REAL_START = ["goldfish", "mask"]
 # what a command reads -> the README command that makes it (run first when a selection left it out, e.g. -m dist)
-PREREQUISITES = {"experiments/train_tiny.yaml": ("data/prepared/wikipedia_demo",
-                                                 "goldfish prepare data/wikipedia_demo.yaml")}
+PREREQUISITES = {
+    "experiments/train_tiny.yaml": ("data/prepared/wikipedia_demo", "goldfish prepare data/wikipedia_demo.yaml")
+}
 
 
 def readme_commands() -> dict[str, str]:
@@ -104,8 +123,7 @@ def readme_commands() -> dict[str, str]:
 def listed(table: dict, command: str):
     """The value of the first entry of ``table`` (:data:`NOT_HERE`, :data:`SHORTENED`) whose prefix starts
     ``command``, or None."""
-    return next((value for prefix, value in table.items() if shlex.join(shlex.split(command)).startswith(prefix)),
-                None)
+    return next((value for prefix, value in table.items() if shlex.join(shlex.split(command)).startswith(prefix)), None)
 
 
 def skip_reason(command: str) -> str | None:
@@ -193,9 +211,20 @@ def test_a_launch_error_is_one_line_once(data, tmp_path):
     """The README's accelerate line with a batch its 2 processes cannot split: one `error:` line (the first process
     prints it), exit status non-zero, not one per process."""
     require_dist_marker()
-    args = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "-m", "goldfish", "train",
-            "experiments/train_tiny.yaml", "schedule.micro_batch_size=5", f"out={tmp_path / 'run'}",
-            f"data.path={data}"]
+    args = [
+        "accelerate",
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "-m",
+        "goldfish",
+        "train",
+        "experiments/train_tiny.yaml",
+        "schedule.micro_batch_size=5",
+        f"out={tmp_path / 'run'}",
+        f"data.path={data}",
+    ]
     done = run_here(args, REPO)
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode != 0 and len(errors) == 1, done.stderr[-3000:]

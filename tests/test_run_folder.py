@@ -20,8 +20,13 @@ def test_the_names_of_a_run_folder(tmp_path):
     run = TrainRun(str(tmp_path))  # a str or a path
     assert run.path == tmp_path
     assert (run.model, run.summary, run.metrics, run.mask, run.config, run.checkpoints) == (
-        tmp_path / "model", tmp_path / "summary.json", tmp_path / "metrics.jsonl", tmp_path / "mask.json",
-        tmp_path / "config.yaml", tmp_path / "checkpoints")
+        tmp_path / "model",
+        tmp_path / "summary.json",
+        tmp_path / "metrics.jsonl",
+        tmp_path / "mask.json",
+        tmp_path / "config.yaml",
+        tmp_path / "checkpoints",
+    )
 
 
 def test_a_run_is_finished_with_its_summary_and_its_exported_model(tmp_path):

@@ -24,6 +24,9 @@ def test_values_both_runs_hold_are_compared_and_new_fields_listed_apart():
     assert m.shared_differences(m.numbers(committed), m.numbers(newer)) == (3, [], ["cells[0].note", "cells[1].tprs"])
     changed = {**newer, "cells": [{"auc": 0.61, "note": "n"}, {"auc": 1.0}]}
     assert m.shared_differences(m.numbers(committed), m.numbers(changed)) == (
-        2, ["cells[0].auc: 0.6 != 0.61"], ["cells[0].note"])
+        2,
+        ["cells[0].auc: 0.6 != 0.61"],
+        ["cells[0].note"],
+    )
     blind = [m._blind_by_content({"blind": {path: {"auc": 0.613}}}) for path in ("runs/demo/p/1", "/x/p/2")]
     assert blind[0] == blind[1] == {"blind": {"<prepared>": {"auc": 0.613}}}

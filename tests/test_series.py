@@ -24,27 +24,51 @@ from goldfish.eval.config import EvalConfig
 from goldfish.eval.series_analysis import analyse
 from goldfish.train_config import TrainConfig
 
+
 def _window(key, doc, reps, tm):
-    return {"sha256": key, "doc_id": doc, "repetitions": reps, "split": "members", "prefix_len": 4,
-            "window": "start", "start": 0, "token_match": tm, "exact_match": tm == 1.0, "rouge_l": tm}
+    return {
+        "sha256": key,
+        "doc_id": doc,
+        "repetitions": reps,
+        "split": "members",
+        "prefix_len": 4,
+        "window": "start",
+        "start": 0,
+        "token_match": tm,
+        "exact_match": tm == 1.0,
+        "rouge_l": tm,
+    }
 
 
 def test_the_analysis_of_constructed_results_by_hand():
-    entries = [SimpleNamespace(label=f"m{i}", path="", checkpoint=True, step=10 * (i + 1), tokens=None,
-                               final=i == 2) for i in range(3)]
+    entries = [
+        SimpleNamespace(label=f"m{i}", path="", checkpoint=True, step=10 * (i + 1), tokens=None, final=i == 2)
+        for i in range(3)
+    ]
     # token match of windows a..e (a, b: x1; c, d, e: x4) in three models
-    table = {"a": (0.0, 1.0, 1.0), "b": (1.0, 0.5, 0.0), "c": (0.0, 0.0, 1.0), "d": (1.0, 1.0, 1.0),
-             "e": (0.5, 0.9, 0.9)}
+    table = {
+        "a": (0.0, 1.0, 1.0),
+        "b": (1.0, 0.5, 0.0),
+        "c": (0.0, 0.0, 1.0),
+        "d": (1.0, 1.0, 1.0),
+        "e": (0.5, 0.9, 0.9),
+    }
     reps = {"a": 1, "b": 1, "c": 4, "d": 4, "e": 4}
-    results = [{"model": {"num_parameters": 100}, "windows": [_window(k, k, reps[k], v[i]) for k, v in table.items()]}
-               for i in range(3)]
+    results = [
+        {"model": {"num_parameters": 100}, "windows": [_window(k, k, reps[k], v[i]) for k, v in table.items()]}
+        for i in range(3)
+    ]
     found = analyse(entries, results, memorized=1.0)
     assert found["x"] == "step"
     assert [r["exact_match"]["k"] for r in found["rows"]] == [2, 2, 3]
     assert found["rows"][0]["by_repetitions"]["1"]["k"] == 1 and found["rows"][2]["by_repetitions"]["4"]["k"] == 2
     # x1: m0 has b (1 of 2 = half); x4: m0 has d (1 of 3), m2 has c and d (2 of 3: half first reached at m2)
-    assert found["strata"]["1"] == {"first_exact": "m0", "first_exact_step": 10, "half_exact": "m0",
-                                    "half_exact_step": 10}
+    assert found["strata"]["1"] == {
+        "first_exact": "m0",
+        "first_exact_step": 10,
+        "half_exact": "m0",
+        "half_exact_step": 10,
+    }
     assert found["strata"]["4"]["first_exact"] == "m0" and found["strata"]["4"]["half_exact"] == "m2"
     traj = {t["doc_id"]: t for t in found["trajectories"]}
     assert traj["a"]["first"] == "m1" and traj["a"]["stays"] and traj["a"]["memorized"] == [0, 1, 1]
@@ -79,24 +103,60 @@ def run(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("series")
     word_corpus(root / "docs.jsonl", 40, 40, seed=3)
-    data = prepare(from_dict(PrepareConfig, {
-        "name": "s", "source": {"name": "local", "path": str(root / "docs.jsonl")},
-        "tokenizer": {"name": "bpe", "vocab_size": 300}, "seq_len": 32, "packing": "pack", "min_tokens": 8,
-        "doc_tokens": 16, "num_members": 8, "repetitions": [1, 4], "nonmember_mode": "random_split",
-        "num_nonmembers": 4, "num_background": 6}), root / "prep", progress=False)
-    cfg = from_dict(TrainConfig, {
-        "data": {"path": str(data)}, "out": str(root / "run"), "progress": False, "log_every": 1000,
-        "model": {"name": "llama-demo", "hidden_size": 64, "num_layers": 2, "num_heads": 2, "intermediate_size": 128},
-        "optim": {"lr": 3e-3, "warmup_frac": 0.0}, "schedule": {"epochs": 12, "global_batch_size": 4,
-                                                                "micro_batch_size": 4},
-        # keep_optimizer: the final checkpoint too, which test_the_last_checkpoint_exports_the_final_weights compares
-        # with model/ (a finished run's weights-only checkpoints: test_checkpoint_resume.py)
-        "checkpoint": {"every_steps": 33, "keep_last": 0, "keep_optimizer": True}})
+    data = prepare(
+        from_dict(
+            PrepareConfig,
+            {
+                "name": "s",
+                "source": {"name": "local", "path": str(root / "docs.jsonl")},
+                "tokenizer": {"name": "bpe", "vocab_size": 300},
+                "seq_len": 32,
+                "packing": "pack",
+                "min_tokens": 8,
+                "doc_tokens": 16,
+                "num_members": 8,
+                "repetitions": [1, 4],
+                "nonmember_mode": "random_split",
+                "num_nonmembers": 4,
+                "num_background": 6,
+            },
+        ),
+        root / "prep",
+        progress=False,
+    )
+    cfg = from_dict(
+        TrainConfig,
+        {
+            "data": {"path": str(data)},
+            "out": str(root / "run"),
+            "progress": False,
+            "log_every": 1000,
+            "model": {
+                "name": "llama-demo",
+                "hidden_size": 64,
+                "num_layers": 2,
+                "num_heads": 2,
+                "intermediate_size": 128,
+            },
+            "optim": {"lr": 3e-3, "warmup_frac": 0.0},
+            "schedule": {"epochs": 12, "global_batch_size": 4, "micro_batch_size": 4},
+            # keep_optimizer: the final checkpoint too, which
+            # test_the_last_checkpoint_exports_the_final_weights compares with model/ (a finished run's weights-only
+            # checkpoints: test_checkpoint_resume.py)
+            "checkpoint": {"every_steps": 33, "keep_last": 0, "keep_optimizer": True},
+        },
+    )
     steps: list[np.ndarray] = []
     real_step = T._train_step
     mp = pytest.MonkeyPatch()
-    mp.setattr(T, "_train_step", lambda cfg_, engine, plan, rows, index, *rest: (
-        steps.append(np.asarray(index)), real_step(cfg_, engine, plan, rows, index, *rest))[1])
+    mp.setattr(
+        T,
+        "_train_step",
+        lambda cfg_, engine, plan, rows, index, *rest: (
+            steps.append(np.asarray(index)),
+            real_step(cfg_, engine, plan, rows, index, *rest),
+        )[1],
+    )
     try:
         T.train(cfg)
     finally:
@@ -105,9 +165,16 @@ def run(tmp_path_factory):
 
 
 def _eval_config(run, out, **series):
-    return from_dict(EvalConfig, {"out": str(out), "tasks": ["extraction"], "progress": False,
-                                  "data": {"path": str(run.data), "prefix_lens": [8], "suffix_len": 8},
-                                  "series": {"checkpoints": str(run.run), **series}})
+    return from_dict(
+        EvalConfig,
+        {
+            "out": str(out),
+            "tasks": ["extraction"],
+            "progress": False,
+            "data": {"path": str(run.data), "prefix_lens": [8], "suffix_len": 8},
+            "series": {"checkpoints": str(run.run), **series},
+        },
+    )
 
 
 def test_a_runs_checkpoints_are_exported_evaluated_and_recounted(run, tmp_path):
@@ -118,8 +185,7 @@ def test_a_runs_checkpoints_are_exported_evaluated_and_recounted(run, tmp_path):
     total = json.loads((run.run / "summary.json").read_text())["steps"]
     steps = list(range(33, total, 33)) + [total]
     assert [r["step"] for r in found["rows"]] == steps and found["x"] == "step"
-    per_model = [json.loads((out / "models" / r["label"] / "eval" / "results.json").read_text())
-                 for r in found["rows"]]
+    per_model = [json.loads((out / "models" / r["label"] / "eval" / "results.json").read_text()) for r in found["rows"]]
     flags = []
     for row, res in zip(found["rows"], per_model):
         windows = [w for w in res["windows"] if w["split"] == "members"]
@@ -186,5 +252,9 @@ def test_series_settings_errors_are_one_line(tmp_path):
         run_series(from_dict(EvalConfig, {"model": {"path": "m"}, "series": {"models": ["a"]}}))
     with pytest.raises(UserError, match="no complete checkpoint"):
         (tmp_path / "empty").mkdir()
-        run_series(from_dict(EvalConfig, {"out": str(tmp_path / "o"), "data": {"path": "x"},
-                                          "series": {"checkpoints": str(tmp_path / "empty")}}))
+        run_series(
+            from_dict(
+                EvalConfig,
+                {"out": str(tmp_path / "o"), "data": {"path": "x"}, "series": {"checkpoints": str(tmp_path / "empty")}},
+            )
+        )

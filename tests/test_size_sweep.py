@@ -31,10 +31,14 @@ from goldfish.io import atomic_write_json
 
 from test_experiment_runner import Calls, experiment, make_pipeline
 
-WORDS = ("river stone light north market garden winter letter silver engine harbor forest paper window "
-         "morning voice island bridge valley castle thunder mirror candle meadow planet signal").split()
-OTHER = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa quebec "
-         "romeo sierra tango uniform victor whiskey xray yankee zulu").split()
+WORDS = (
+    "river stone light north market garden winter letter silver engine harbor forest paper window "
+    "morning voice island bridge valley castle thunder mirror candle meadow planet signal"
+).split()
+OTHER = (
+    "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa quebec "
+    "romeo sierra tango uniform victor whiskey xray yankee zulu"
+).split()
 
 
 def _corpus(path, words, n, seed):
@@ -54,10 +58,20 @@ def corpora(tmp_path_factory):
 
 def _recipe(corpora, **extra) -> PrepareConfig:
     root, main, other = corpora
-    data = {"name": "s", "source": {"name": "local", "path": main},
-            "tokenizer": {"name": "bpe", "vocab_size": 300, "source": {"name": "local", "path": other}},
-            "seq_len": 48, "packing": "pack", "min_tokens": 8, "doc_tokens": 16, "num_members": 12,
-            "repetitions": [1, 3], "nonmember_mode": "random_split", "num_nonmembers": 8, "num_background": 10}
+    data = {
+        "name": "s",
+        "source": {"name": "local", "path": main},
+        "tokenizer": {"name": "bpe", "vocab_size": 300, "source": {"name": "local", "path": other}},
+        "seq_len": 48,
+        "packing": "pack",
+        "min_tokens": 8,
+        "doc_tokens": 16,
+        "num_members": 12,
+        "repetitions": [1, 3],
+        "nonmember_mode": "random_split",
+        "num_nonmembers": 8,
+        "num_background": 10,
+    }
     data.update(extra)
     return from_dict(PrepareConfig, data)
 
@@ -79,15 +93,16 @@ def test_background_only_rows_hold_no_member_and_keep_the_evaluation_splits(corp
     bare = load_prepared(prepare(_recipe(corpora, train_members=False), tmp_path / "bare", progress=False))
     for split in ("members", "nonmembers"):  # the same texts, ids and labels to evaluate on
         assert getattr(full, split).to_pandas().equals(getattr(bare, split).to_pandas())
-    assert (full.path / "tokenizer" / "tokenizer.json").read_text() == \
-        (bare.path / "tokenizer" / "tokenizer.json").read_text()
+    assert (full.path / "tokenizer" / "tokenizer.json").read_text() == (
+        bare.path / "tokenizer" / "tokenizer.json"
+    ).read_text()
 
     def stream(p):
         cols = p.train.batch(np.arange(len(p.train)))
         return cols["input_ids"][cols["attention_mask"] == 1].tolist()
 
     def count(s, needle):
-        return sum(s[i:i + len(needle)] == needle for i in range(len(s) - len(needle) + 1))
+        return sum(s[i : i + len(needle)] == needle for i in range(len(s) - len(needle) + 1))
 
     full_stream, bare_stream = stream(full), stream(bare)
     members = [list(m["input_ids"]) for m in full.members]
@@ -102,8 +117,13 @@ def test_background_only_rows_hold_no_member_and_keep_the_evaluation_splits(corp
 
 def test_tuning_picks_each_size_value_from_background_controls_then_runs_the_arms_there(tmp_path):
     calls = Calls()
-    cfg = experiment(tmp_path, control=True, control_mode="background", tune={"axis": "steps", "per": ["model"]},
-                     grid={"train.model": ["tiny", "big"], "train.steps": [10, 20, 40], "train.seed": [0, 1]})
+    cfg = experiment(
+        tmp_path,
+        control=True,
+        control_mode="background",
+        tune={"axis": "steps", "per": ["model"]},
+        grid={"train.model": ["tiny", "big"], "train.steps": [10, 20, 40], "train.seed": [0, 1]},
+    )
     run_experiment(cfg, make_pipeline(calls), progress=False)
     out = tmp_path / "exp"
     trained = [t.split("/")[-2] for t in calls.trained]
@@ -111,13 +131,21 @@ def test_tuning_picks_each_size_value_from_background_controls_then_runs_the_arm
     assert trained[:6] == tuning  # the tuning cells first, every one of them trained (none initialised)
     assert calls.initialised == []
     # the fake held-out loss is 3 + |steps - 20| / 10: 20 wins for both sizes; nothing runs at 10 or 40 after that
-    assert sorted(trained[6:]) == sorted([f"{a}__model={m}__steps=20__seed={s}" for m in ("tiny", "big")
-                                          for s in (0, 1) for a in ("standard", "goldfish")]
-                                         + [f"control__model={m}__steps=20__seed=1" for m in ("tiny", "big")])
+    assert sorted(trained[6:]) == sorted(
+        [
+            f"{a}__model={m}__steps=20__seed={s}"
+            for m in ("tiny", "big")
+            for s in (0, 1)
+            for a in ("standard", "goldfish")
+        ]
+        + [f"control__model={m}__steps=20__seed=1" for m in ("tiny", "big")]
+    )
     assert len(trained) == 6 + 10
     results = json.loads((out / "results.json").read_text())
-    assert [(g["per"], g["chosen"]) for g in results["tune"]["groups"]] == [({"model": "tiny"}, 20),
-                                                                            ({"model": "big"}, 20)]
+    assert [(g["per"], g["chosen"]) for g in results["tune"]["groups"]] == [
+        ({"model": "tiny"}, 20),
+        ({"model": "big"}, 20),
+    ]
     assert results["tune"]["groups"][0]["losses"] == {"10": 4.0, "20": 3.0, "40": 5.0}
     assert results["missing"] == [] and results["n_cells"] == 16
     # --report-only writes what the full run wrote at its end: the same cells counted, the same tuning block
@@ -129,23 +157,34 @@ def test_tuning_picks_each_size_value_from_background_controls_then_runs_the_arm
     report_only(cfg, plan_cells(cfg, pipeline), pipeline)
     assert {name: (out / name).read_bytes() for name in study} == written
     # the control trained on the background-only data, and was evaluated on the arms' data
-    control = json.loads((out / "cells" / "control__model=big__steps=20__seed=1" / "train" /
-                          "fake_config.json").read_text())
+    control = json.loads(
+        (out / "cells" / "control__model=big__steps=20__seed=1" / "train" / "fake_config.json").read_text()
+    )
     cell = out / "cells" / "standard__model=big__steps=20__seed=1"
     arm = json.loads((cell / "train" / "fake_config.json").read_text())
     assert control["data"] != arm["data"]
-    assert json.loads((out / "prepared" / control["data"].rsplit("/", 1)[-1] / "cfg.json").read_text())[
-        "train_members"] is False
+    assert (
+        json.loads((out / "prepared" / control["data"].rsplit("/", 1)[-1] / "cfg.json").read_text())["train_members"]
+        is False
+    )
     evals = [e for e in calls.evaluated if "control__model=big__steps=20__seed=1" in e]
-    assert evals and (out / "cells" / "control__model=big__steps=20__seed=1" / "eval_config.yaml").read_text().count(
-        arm["data"]) == 1
+    assert (
+        evals
+        and (out / "cells" / "control__model=big__steps=20__seed=1" / "eval_config.yaml").read_text().count(arm["data"])
+        == 1
+    )
 
 
 def test_control_data_gives_the_background_control_its_own_data_keys(tmp_path):
     # e.g. more background, so the control reads as many tokens as the arms (which also read the targets)
     # (the fake pipeline's data config has seq_len and num_members: a longer stream stands in for more background)
-    cfg = experiment(tmp_path, control=True, control_mode="background", control_data={"num_members": 7},
-                     grid={"train.model": ["tiny"]})
+    cfg = experiment(
+        tmp_path,
+        control=True,
+        control_mode="background",
+        control_data={"num_members": 7},
+        grid={"train.model": ["tiny"]},
+    )
     plans = {p.cell.arm: p for p in plan_cells(cfg, make_pipeline(Calls()))}
     control_data, _ = plans["control"].train_data
     assert (control_data.train_members, control_data.num_members) == (False, 7)
@@ -204,12 +243,19 @@ def test_the_shipped_size_sweep_measures_the_exposure_threshold_over_a_decade_an
 
 
 def _cell(arm, size, params, seed, exact, losses, nonmember_losses):
-    strata = [{"prefix_len": 16, "repetitions": r, "n_windows": n, "exact_match_rate": k / n}
-              for r, (k, n) in exact.items()]
-    return CellSummary(f"{arm}__size={size}__seed={seed}", arm, {"size": size, "seed": seed}, params=params,
-                       heldout_loss=5.0 + seed, strata=strata,
-                       target_losses={**{str(r): v for r, v in losses.items()}, "0": nonmember_losses},
-                       exposures={"1": [1, 1], "9": [9, 9]} if arm != "control" else {"1": [0, 0], "9": [0, 0]})
+    strata = [
+        {"prefix_len": 16, "repetitions": r, "n_windows": n, "exact_match_rate": k / n} for r, (k, n) in exact.items()
+    ]
+    return CellSummary(
+        f"{arm}__size={size}__seed={seed}",
+        arm,
+        {"size": size, "seed": seed},
+        params=params,
+        heldout_loss=5.0 + seed,
+        strata=strata,
+        target_losses={**{str(r): v for r, v in losses.items()}, "0": nonmember_losses},
+        exposures={"1": [1, 1], "9": [9, 9]} if arm != "control" else {"1": [0, 0], "9": [0, 0]},
+    )
 
 
 def test_loss_gap_is_a_difference_in_differences_against_the_paired_control():
@@ -225,8 +271,10 @@ def test_loss_gap_split_by_the_mask_leaves_out_targets_without_such_positions():
     from goldfish.experiment.analyses.attacks import member_nll_by_split
 
     # two members: log-probs by hand, the first drops its 2nd target, the second drops none
-    split = member_nll_by_split([np.array([-1.0, -3.0, -2.0]), np.array([-0.5, -1.5])],
-                               [np.array([False, True, False]), np.array([False, False])])
+    split = member_nll_by_split(
+        [np.array([-1.0, -3.0, -2.0]), np.array([-0.5, -1.5])],
+        [np.array([False, True, False]), np.array([False, False])],
+    )
     assert split == {"kept": [1.5, 1.0], "dropped": [3.0, None]}  # means of halves and integers: exact in binary
     arm = CellSummary("arm", "arm", target_losses_by_split={"dropped": {"1": [3.0, None], "0": [4.0]}})
     control = CellSummary("control", "control", target_losses_by_split={"dropped": {"1": [4.5, 2.0], "0": [4.25]}})
@@ -240,11 +288,15 @@ def test_size_analysis_pools_seeds_with_wilson_and_fits_only_off_the_floor():
     sizes = {"1M": 1e6, "3M": 3e6, "10M": 1e7}
     for seed in (0, 1):
         for size, params in sizes.items():
-            cells.append(_cell("control", size, params, seed, {1: (0, 50), 9: (1, 50)}, {1: [5.0] * 3, 9: [5.0] * 3},
-                               [5.0] * 3))
+            cells.append(
+                _cell("control", size, params, seed, {1: (0, 50), 9: (1, 50)}, {1: [5.0] * 3, 9: [5.0] * 3}, [5.0] * 3)
+            )
             hits = {"1M": 5, "3M": 10, "10M": 20}[size]
-            cells.append(_cell("standard", size, params, seed, {1: (0, 50), 9: (hits, 50)},
-                               {1: [4.9] * 3, 9: [3.0] * 3}, [4.8] * 3))
+            cells.append(
+                _cell(
+                    "standard", size, params, seed, {1: (0, 50), 9: (hits, 50)}, {1: [4.9] * 3, 9: [3.0] * 3}, [4.8] * 3
+                )
+            )
     scaling = size_analysis(cells, ["size", "seed"])
     row = next(r for r in scaling["rows"] if r["arm"] == "standard" and r["size"] == "3M")
     assert row["cells"] == 2 and row["strata"]["9"]["exact"] == 20 and row["strata"]["9"]["n"] == 100
@@ -278,9 +330,22 @@ def test_smaller_to_larger_prediction_beside_the_repetition_rule_by_hand(tmp_pat
     plans, cells = [], []
     for size, params in (("small", 1e6), ("large", 1e7)):
         path = tmp_path / f"{size}.json"
-        path.write_text(json.dumps({"windows": [
-            {"doc_id": d, "split": "members", "prefix_len": 16, "repetitions": r, "exact_match": d in memorised[size]}
-            for d, r in reps.items()]}))
+        path.write_text(
+            json.dumps(
+                {
+                    "windows": [
+                        {
+                            "doc_id": d,
+                            "split": "members",
+                            "prefix_len": 16,
+                            "repetitions": r,
+                            "exact_match": d in memorised[size],
+                        }
+                        for d, r in reps.items()
+                    ]
+                }
+            )
+        )
         plans.append(SimpleNamespace(results_file=path, data_dir=tmp_path / "data0"))
         cells.append(CellSummary(f"standard__size={size}", "standard", {"size": size}, params=int(params)))
     study = SimpleNamespace(axes=["size"], done=plans, cells=cells, tune=None)
@@ -294,7 +359,8 @@ def test_smaller_to_larger_prediction_beside_the_repetition_rule_by_hand(tmp_pat
     assert entry["rule"]["min_repetitions"] == [4.0]
     assert entry["rule"]["precision"]["rate"] == 1.0 and entry["rule"]["recall"]["rate"] == 1.0
     assert "| standard | small -> large | 3 / 4 | 100 % [44, 100] (3/3) | 75 % [30, 95] (3/4) | >= x4 |" in render(
-        compute(study))
+        compute(study)
+    )
 
 
 def test_prefix_collisions_by_hand_and_none_in_a_prepared_folder_of_unique_texts(corpora, tmp_path):
@@ -311,8 +377,10 @@ def test_prefix_collisions_by_hand_and_none_in_a_prepared_folder_of_unique_texts
     # numbered words never repeat: no prefix collides in a real prepared folder
     real = prefix_collisions(prepare(_recipe(corpora), tmp_path / "p", progress=False), 8)
     assert real["members"] == 12 and real["background_tokens"] > 0
-    assert all(real[k] == [] for k in ("member_member", "member_nonmember", "member_background",
-                                       "nonmember_background", "nonmember_member"))
+    assert all(
+        real[k] == []
+        for k in ("member_member", "member_nonmember", "member_background", "nonmember_background", "nonmember_member")
+    )
 
 
 def test_tuning_per_arm_gives_each_arm_its_own_choice_and_says_when_it_is_at_the_edge(tmp_path):
@@ -341,37 +409,63 @@ def test_tuning_per_arm_gives_each_arm_its_own_choice_and_says_when_it_is_at_the
         atomic_write_json(plan.attacks_file, {"attacks": {}})
         return {}
 
-    pipeline = dataclasses.replace(pipeline, evaluate=dataclasses.replace(pipeline.evaluate, run=goldfish_prefers_40),
-                                   analyses=(dataclasses.replace(ATTACKS, run=analyse),))
-    cfg = experiment(tmp_path, control=True, control_mode="background",
-                     tune={"axis": "steps", "per": ["model", "arm"]},
-                     grid={"train.model": ["tiny", "big"], "train.steps": [10, 20, 40], "train.seed": [0, 1]})
+    pipeline = dataclasses.replace(
+        pipeline,
+        evaluate=dataclasses.replace(pipeline.evaluate, run=goldfish_prefers_40),
+        analyses=(dataclasses.replace(ATTACKS, run=analyse),),
+    )
+    cfg = experiment(
+        tmp_path,
+        control=True,
+        control_mode="background",
+        tune={"axis": "steps", "per": ["model", "arm"]},
+        grid={"train.model": ["tiny", "big"], "train.steps": [10, 20, 40], "train.seed": [0, 1]},
+    )
     run_experiment(cfg, pipeline, progress=False)  # one run finishes every cell: no arm waits for a control
     assert all((tmp_path / "exp" / "cells" / c / DONE).is_file() for c in calibrated) and len(calibrated) == 24
     # every arm, whatever steps it runs at (Goldfish's 40, a tuning cell's 10), is calibrated by the control at the
     # control's own choice (20) and the same seed -- the run the report pairs it with -- done before its attacks
-    assert calibrated == {f"{a}__model={m}__steps={s}__seed={seed}":
-                          None if a == "control" else (f"control__model={m}__steps=20__seed={seed}", True)
-                          for m in ("tiny", "big") for a in ("control", "standard", "goldfish")
-                          for seed, steps in ((0, (10, 20, 40)), (1, (40 if a == "goldfish" else 20,)))
-                          for s in steps}
+    assert calibrated == {
+        f"{a}__model={m}__steps={s}__seed={seed}": None
+        if a == "control"
+        else (f"control__model={m}__steps=20__seed={seed}", True)
+        for m in ("tiny", "big")
+        for a in ("control", "standard", "goldfish")
+        for seed, steps in ((0, (10, 20, 40)), (1, (40 if a == "goldfish" else 20,)))
+        for s in steps
+    }
     trained = [t.split("/")[-2] for t in calls.trained]
-    tuning = {f"{a}__model={m}__steps={s}__seed=0" for a in ("control", "standard", "goldfish") for s in (10, 20, 40)
-              for m in ("tiny", "big")}
+    tuning = {
+        f"{a}__model={m}__steps={s}__seed=0"
+        for a in ("control", "standard", "goldfish")
+        for s in (10, 20, 40)
+        for m in ("tiny", "big")
+    }
     assert set(trained[:18]) == tuning  # every arm's tuning cells first
-    assert sorted(trained[18:]) == sorted(f"{a}__model={m}__steps={s}__seed=1" for m in ("tiny", "big")
-                                          for a, s in (("control", 20), ("standard", 20), ("goldfish", 40)))
+    assert sorted(trained[18:]) == sorted(
+        f"{a}__model={m}__steps={s}__seed=1"
+        for m in ("tiny", "big")
+        for a, s in (("control", 20), ("standard", 20), ("goldfish", 40))
+    )
     results = json.loads((tmp_path / "exp" / "results.json").read_text())
     groups = {(g["per"]["model"], g["per"]["arm"]): (g["chosen"], g["interior"]) for g in results["tune"]["groups"]}
-    assert groups == {(m, a): (40, False) if a == "goldfish" else (20, True)
-                      for m in ("tiny", "big") for a in ("control", "standard", "goldfish")}
+    assert groups == {
+        (m, a): (40, False) if a == "goldfish" else (20, True)
+        for m in ("tiny", "big")
+        for a in ("control", "standard", "goldfish")
+    }
     text = "\n".join(tune_lines(results["tune"]))  # the size section's tuning table (fakes have no size section)
     assert "Tuning: each arm's own held-out loss (the nonmembers) per steps" in text
-    assert "At the grid's edge (no value tried beyond it, so the optimum may lie outside): model=tiny, arm=goldfish; " \
+    assert (
+        "At the grid's edge (no value tried beyond it, so the optimum may lie outside): model=tiny, arm=goldfish; "
         "model=big, arm=goldfish." in text
+    )
     assert "| model=tiny, arm=goldfish | 6.000 | 5.000 | **3.000** |" in text  # 3 + |steps - 40| / 10
-    control_only = {**results["tune"], "per": ["model"],
-                    "groups": [g for g in results["tune"]["groups"] if g["per"]["arm"] == "control"]}
+    control_only = {
+        **results["tune"],
+        "per": ["model"],
+        "groups": [g for g in results["tune"]["groups"] if g["per"]["arm"] == "control"],
+    }
     assert "the control's held-out loss" in "\n".join(tune_lines(control_only))
     assert "Every choice has a value tried on each side." in "\n".join(tune_lines(control_only))
 
@@ -392,10 +486,17 @@ def test_e50_per_run_and_its_geometric_mean_over_runs_by_hand():
     from goldfish.experiment.scaling import e50_runs
 
     def run(seed, low, high, k=(1, 3)):
-        strata = [{"prefix_len": 16, "repetitions": r, "n_windows": 4, "exact_match_rate": kk / 4}
-                  for r, kk in zip(("a", "b"), k)]
-        return CellSummary(f"standard__seed={seed}", "standard", {"size": "s", "seed": seed, "lr": 1e-3},
-                           strata=strata, exposures={"a": [low, low], "b": [high, high]})
+        strata = [
+            {"prefix_len": 16, "repetitions": r, "n_windows": 4, "exact_match_rate": kk / 4}
+            for r, kk in zip(("a", "b"), k)
+        ]
+        return CellSummary(
+            f"standard__seed={seed}",
+            "standard",
+            {"size": "s", "seed": seed, "lr": 1e-3},
+            strata=strata,
+            exposures={"a": [low, low], "b": [high, high]},
+        )
 
     found = e50_runs([run(0, 4, 16), run(1, 16, 64), run(2, 4, 16)], ["seed", "lr"])
     assert [r["values"] for r in found["e50_runs"]] == [{"seed": s, "lr": 1e-3} for s in (0, 1, 2)]
@@ -408,12 +509,17 @@ def test_e50_per_run_and_its_geometric_mean_over_runs_by_hand():
     assert (over["ci_low"], over["ci_high"]) == pytest.approx((2 ** (logs.mean() - half), 2 ** (logs.mean() + half)))
     assert over["sd_log2"] == pytest.approx(logs.std(ddof=1))
     beyond = e50_runs([run(0, 4, 16), run(1, 4, 16, k=(0, 0)), run(2, 4, 16)], ["seed"])["e50_over_runs"]
-    assert beyond == {"n_runs": 3, "n_points": 2, "why_not": "2 of 3 runs have an E50 inside the tested exposures "
-                                                             "(the others: 1 above): no interval over runs"}
+    assert beyond == {
+        "n_runs": 3,
+        "n_points": 2,
+        "why_not": "2 of 3 runs have an E50 inside the tested exposures (the others: 1 above): no interval over runs",
+    }
     from goldfish.experiment.sections.threshold import e50_runs_markdown
 
     table = "\n".join(e50_runs_markdown([{"arm": "standard", "size": "s", **found}], "lr"))
     assert "| arm | size | seed=0 | seed=1 | seed=2 | over runs [95 % t] |" in table  # the tuned lr is no label
-    assert (f"| standard | s | 8 | 32 | 8 | {2 ** logs.mean():.3g} [{2 ** (logs.mean() - half):.3g}, "
-            f"{2 ** (logs.mean() + half):.3g}]; SD {logs.std(ddof=1):.2f} |") in table
+    assert (
+        f"| standard | s | 8 | 32 | 8 | {2 ** logs.mean():.3g} [{2 ** (logs.mean() - half):.3g}, "
+        f"{2 ** (logs.mean() + half):.3g}]; SD {logs.std(ddof=1):.2f} |"
+    ) in table
     assert e50_runs_markdown([{"arm": "standard", "size": "s", **e50_runs([run(0, 4, 16)], ["seed"])}], None) == []

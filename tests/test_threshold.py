@@ -31,8 +31,9 @@ def logistic_fit(x, successes, trials, firth: bool = True) -> dict[str, float]:
     """``logit P = intercept + slope * x`` fitted to grouped binary outcomes by ``stats.logistic_batch`` (one row)."""
     xs = np.asarray(x, dtype=np.float64)
     design = np.stack([np.ones_like(xs), xs], axis=1)
-    intercept, slope = logistic_batch(design, np.asarray(successes, dtype=np.float64)[None, :],
-                                      np.asarray(trials, dtype=np.float64), firth)[0]
+    intercept, slope = logistic_batch(
+        design, np.asarray(successes, dtype=np.float64)[None, :], np.asarray(trials, dtype=np.float64), firth
+    )[0]
     return {"intercept": float(intercept), "slope": float(slope)}
 
 
@@ -66,7 +67,7 @@ def test_the_plain_fit_matches_scikit_learn_on_one_row_per_target():
     w = np.asarray(n) * fitted * (1 - fitted)  # (4,) Fisher weights
     design = np.stack([np.ones(4), x], axis=1)
     lam = np.linalg.eigvalsh(design.T @ (w[:, None] * design) / sum(n)).min()
-    lbfgs = math.sqrt(2 * 64 * 2.0 ** -52 / lam) + NEWTON
+    lbfgs = math.sqrt(2 * 64 * 2.0**-52 / lam) + NEWTON
     assert mine["slope"] == pytest.approx(ref.coef_[0, 0], rel=0, abs=lbfgs)
     assert mine["intercept"] == pytest.approx(ref.intercept_[0], rel=0, abs=lbfgs)
 
@@ -83,8 +84,7 @@ def _profile_interval_by_scipy(x, k, n):
         return float(np.sum(k * -np.logaddexp(0, -z) + (n - k) * -np.logaddexp(0, z)))
 
     def prof(t):
-        return -minimize_scalar(lambda b: -loglik(b, t), bounds=(0, 50), method="bounded",
-                                options={"xatol": 1e-10}).fun
+        return -minimize_scalar(lambda b: -loglik(b, t), bounds=(0, 50), method="bounded", options={"xatol": 1e-10}).fun
 
     design = np.stack([np.ones_like(x), x], axis=1)
     from goldfish.eval.stats import logistic_batch
@@ -193,9 +193,15 @@ def test_a_rate_that_does_not_rise_with_exposure_is_censored_by_its_level():
 
 
 def _cell(arm, size, params, seed, pretrained=False):
-    return CellSummary(f"{arm}__size={size}__seed={seed}", arm, {"size": size, "seed": seed}, params=params,
-                       heldout_loss=5.0, exposures={str(r): [r, r] for r in (2, 8, 32, 128)},
-                       start_model="smollm2.gguf" if pretrained else None)
+    return CellSummary(
+        f"{arm}__size={size}__seed={seed}",
+        arm,
+        {"size": size, "seed": seed},
+        params=params,
+        heldout_loss=5.0,
+        exposures={str(r): [r, r] for r in (2, 8, 32, 128)},
+        start_model="smollm2.gguf" if pretrained else None,
+    )
 
 
 def test_the_joint_model_recovers_a_known_size_effect(tmp_path):
@@ -217,8 +223,15 @@ def test_the_joint_model_recovers_a_known_size_effect(tmp_path):
             windows = []
             for doc, (r, u) in enumerate(zip(reps, effects)):
                 p = 1 / (1 + math.exp(-(-6.0 + 1.5 * math.log2(r) + 1.0 * math.log10(params) - 5.0 + u)))
-                windows.append({"doc_id": f"d{doc}", "split": "members", "prefix_len": 16, "repetitions": r,
-                                "exact_match": bool(rng.random() < p)})
+                windows.append(
+                    {
+                        "doc_id": f"d{doc}",
+                        "split": "members",
+                        "prefix_len": 16,
+                        "repetitions": r,
+                        "exact_match": bool(rng.random() < p),
+                    }
+                )
             folder = tmp_path / f"seed{seed}" / label
             folder.mkdir(parents=True)
             (folder / "results.json").write_text(json.dumps({"windows": windows}))
@@ -241,9 +254,22 @@ def test_the_joint_model_recovers_a_known_size_effect(tmp_path):
     # an arm that extracts nothing (Goldfish): no model, and why
     none_plans = []
     for label in sizes:
-        (tmp_path / f"none_{label}.json").write_text(json.dumps({"windows": [
-            {"doc_id": f"d{i}", "split": "members", "prefix_len": 16, "repetitions": 2, "exact_match": False}
-            for i in range(8)]}))
+        (tmp_path / f"none_{label}.json").write_text(
+            json.dumps(
+                {
+                    "windows": [
+                        {
+                            "doc_id": f"d{i}",
+                            "split": "members",
+                            "prefix_len": 16,
+                            "repetitions": 2,
+                            "exact_match": False,
+                        }
+                        for i in range(8)
+                    ]
+                }
+            )
+        )
         none_plans.append(SimpleNamespace(results_file=tmp_path / f"none_{label}.json", data_dir=tmp_path / "d"))
     (nothing,) = size_model(none_plans, [_cell("goldfish", s, p, 0) for s, p in sizes.items()], n_bootstrap=10)
     assert nothing["why_not"] == "0 of 24 target windows extracted: the model is not identified"

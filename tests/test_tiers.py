@@ -18,8 +18,9 @@ def test_functions(module: str) -> set[str]:
         return set()
     tree = ast.parse(path.read_text(encoding="utf-8"))
     nodes = [*tree.body, *(n for c in tree.body if isinstance(c, ast.ClassDef) for n in c.body)]
-    return {n.name for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and n.name.startswith("test")}
+    return {
+        n.name for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test")
+    }
 
 
 test_functions.__test__ = False  # a helper, not a test
@@ -28,9 +29,12 @@ test_functions.__test__ = False  # a helper, not a test
 def stale_names(listed: dict[str, set[str]]) -> list[str]:
     """The entries of a tiers list (module -> test names, "*" for the whole module) that name no existing test."""
     missing = [f"{module}.py is no test module" for module in listed if not (TESTS / f"{module}.py").is_file()]
-    return missing + [f"{module}::{name}" for module, names in sorted(listed.items())
-                      if (TESTS / f"{module}.py").is_file()
-                      for name in sorted(set(names) - {"*"} - test_functions(module))]
+    return missing + [
+        f"{module}::{name}"
+        for module, names in sorted(listed.items())
+        if (TESTS / f"{module}.py").is_file()
+        for name in sorted(set(names) - {"*"} - test_functions(module))
+    ]
 
 
 stale_names.__test__ = False
@@ -44,5 +48,6 @@ def test_the_check_finds_a_stale_name():
 def test_every_name_in_tiers_is_a_test_that_exists():
     assert len(INTEGRATION) > 10  # the list is read
     missing = stale_names(INTEGRATION)
-    assert not missing, ("tests/tiers.py names tests that do not exist (renamed or removed? update the list): "
-                         + ", ".join(missing))
+    assert not missing, (
+        "tests/tiers.py names tests that do not exist (renamed or removed? update the list): " + ", ".join(missing)
+    )

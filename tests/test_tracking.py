@@ -48,8 +48,8 @@ def wandb_records(run_dir: Path) -> list:
         if block - pos % block < 7:  # a block's tail too short for a header is padding
             pos += block - pos % block
             continue
-        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
-        pending += data[pos + 7:pos + 7 + length]
+        length, kind = int.from_bytes(data[pos + 4 : pos + 6], "little"), data[pos + 6]
+        pending += data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):
             record = pb.Record()
@@ -102,15 +102,35 @@ def logged_run(tmp_path_factory):
     every HTTP(S) route (W&B base URL, proxies) leads to a connection recorder."""
     root = tmp_path_factory.mktemp("tracked")
     data = make_prepared(root / "data")
-    cfg = tiny_config(data, root / "run", loss=GOLDFISH, logging={"tensorboard": True, "wandb": True,
-                                                                   "run_name": "tiny", "group": "g"})
+    cfg = tiny_config(
+        data,
+        root / "run",
+        loss=GOLDFISH,
+        logging={"tensorboard": True, "wandb": True, "run_name": "tiny", "group": "g"},
+    )
     recorder = ConnectionRecorder()
     env = {k: v for k, v in cli_env().items() if not k.startswith("WANDB_")}
-    env.update({"WANDB_BASE_URL": recorder.url, "WANDB_MODE": "online",  # the config's offline must win
-                "HTTP_PROXY": recorder.url, "HTTPS_PROXY": recorder.url, "http_proxy": recorder.url,
-                "https_proxy": recorder.url, "NO_PROXY": "", "no_proxy": "", "HOME": str(root / "home")})
-    done = subprocess.run([sys.executable, "-m", "goldfish", "train", *overrides_of(cfg)], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
+    env.update(
+        {
+            "WANDB_BASE_URL": recorder.url,
+            "WANDB_MODE": "online",  # the config's offline must win
+            "HTTP_PROXY": recorder.url,
+            "HTTPS_PROXY": recorder.url,
+            "http_proxy": recorder.url,
+            "https_proxy": recorder.url,
+            "NO_PROXY": "",
+            "no_proxy": "",
+            "HOME": str(root / "home"),
+        }
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "goldfish", "train", *overrides_of(cfg)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     recorder.close()
     assert done.returncode == 0, done.stderr[-3000:]
     return root / "run", recorder.connections
@@ -121,8 +141,20 @@ def test_tensorboard_holds_every_metrics_jsonl_scalar(logged_run):
     records = read_jsonl(run / "metrics.jsonl")
     events = tensorboard_scalars(run / "tensorboard")
     expected = {tag for r in records for tag in scalars(r)}
-    assert {"train/kept_loss", "train/dropped_loss", "train/kept_tokens", "train/dropped_tokens", "train/lr",
-            "train/grad_norm", "train/tokens_per_s", "train/mfu"} <= expected == set(events)
+    assert (
+        {
+            "train/kept_loss",
+            "train/dropped_loss",
+            "train/kept_tokens",
+            "train/dropped_tokens",
+            "train/lr",
+            "train/grad_norm",
+            "train/tokens_per_s",
+            "train/mfu",
+        }
+        <= expected
+        == set(events)
+    )
     for r in records:
         for tag, value in scalars(r).items():
             # event files store float32: one rounding to nearest, within u32 of the value relative
@@ -156,8 +188,9 @@ def test_a_resumed_session_replaces_the_steps_after_its_checkpoint(tmp_path):
 
 
 def test_only_the_main_process_writes(tmp_path):
-    cfg = from_dict(TrainConfig, tiny_config(tmp_path / "d", tmp_path / "run",
-                                             logging={"tensorboard": True, "wandb": True}))
+    cfg = from_dict(
+        TrainConfig, tiny_config(tmp_path / "d", tmp_path / "run", logging={"tensorboard": True, "wandb": True})
+    )
     with Tracker(cfg, enabled=False) as tracker:
         tracker.log({"step": 1, "loss": 1.0})
     assert not (tmp_path / "run").exists()
@@ -167,8 +200,9 @@ def test_online_wandb_without_a_key_is_refused(tmp_path, monkeypatch):
     for key in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
-    cfg = from_dict(TrainConfig, tiny_config(tmp_path / "d", tmp_path / "run",
-                                             logging={"wandb": True, "wandb_mode": "online"}))
+    cfg = from_dict(
+        TrainConfig, tiny_config(tmp_path / "d", tmp_path / "run", logging={"wandb": True, "wandb_mode": "online"})
+    )
     with pytest.raises(UserError, match="needs your W&B API key: set WANDB_API_KEY or run `wandb login`"):
         Tracker(cfg)
     assert not (tmp_path / "run").exists()
@@ -183,7 +217,8 @@ def test_a_missing_extra_is_refused_in_one_line(tmp_path, monkeypatch, capsys, e
     assert main(["train", *overrides_of(cfg)]) == 2
     assert capsys.readouterr().err.splitlines() == [
         f"error: logging: logging.{extra}=true needs the {extra} package: pip install {extra} (the toolkit's "
-        f"'{extra}' extra) or set logging.{extra}=false"]
+        f"'{extra}' extra) or set logging.{extra}=false"
+    ]
     assert not (tmp_path / "run").exists()
 
 

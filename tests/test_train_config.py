@@ -90,8 +90,10 @@ def test_cli_errors_are_one_line(data, tmp_path, capsys):
     assert "\n" not in err
     code, err = _cli(["optim.lr=fast"], capsys)
     assert code == 2 and err == "error: optim.lr='fast' is not a number"
-    code, err = _cli([f"data.path={data}", f"out={tmp_path / 'run'}", "schedule.global_batch_size=6",
-                      "schedule.micro_batch_size=4"], capsys)
+    code, err = _cli(
+        [f"data.path={data}", f"out={tmp_path / 'run'}", "schedule.global_batch_size=6", "schedule.micro_batch_size=4"],
+        capsys,
+    )
     assert code == 2 and "micro_batch_size(4)·dp(1)=4" in err and "\n" not in err
     assert not (tmp_path / "run").exists()  # nothing written for a run that could not start
 
@@ -99,8 +101,9 @@ def test_cli_errors_are_one_line(data, tmp_path, capsys):
 def test_vocabulary_mismatch_of_a_fine_tuned_model(data, tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=500, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=64)
+    config = LlamaConfig(
+        vocab_size=500, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    )
     LlamaForCausalLM(config).save_pretrained(str(tmp_path / "other"))
     cfg = tiny_config(data, tmp_path / "run", model={"path": str(tmp_path / "other")})
     with pytest.raises(UserError, match="vocabulary mismatch"):
@@ -110,19 +113,25 @@ def test_vocabulary_mismatch_of_a_fine_tuned_model(data, tmp_path):
 def test_fine_tuning_a_local_model_with_the_same_vocabulary(data, tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=64)
+    config = LlamaConfig(
+        vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    )
     start = LlamaForCausalLM(config)
     start.save_pretrained(str(tmp_path / "base"))
-    cfg = tiny_config(data, tmp_path / "run", model={"path": str(tmp_path / "base")},
-                      schedule={"max_steps": 2, "global_batch_size": 4, "micro_batch_size": 4})
+    cfg = tiny_config(
+        data,
+        tmp_path / "run",
+        model={"path": str(tmp_path / "base")},
+        schedule={"max_steps": 2, "global_batch_size": 4, "micro_batch_size": 4},
+    )
     out = train(from_dict(TrainConfig, cfg))
     from train_helpers import load_weights
 
     tuned = load_weights(out)
     assert tuned["model.embed_tokens.weight"].shape == (64, 32)
-    assert not torch.equal(tuned["model.layers.0.mlp.up_proj.weight"],
-                           start.state_dict()["model.layers.0.mlp.up_proj.weight"])
+    assert not torch.equal(
+        tuned["model.layers.0.mlp.up_proj.weight"], start.state_dict()["model.layers.0.mlp.up_proj.weight"]
+    )
 
 
 def test_resolved_config_is_saved_and_reloads(data, tmp_path):

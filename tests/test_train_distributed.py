@@ -34,17 +34,27 @@ def test_two_data_parallel_ranks_match_one_process(data, tmp_path, fsdp):
     schedule = {"max_steps": 4, "global_batch_size": 8, "micro_batch_size": 2}
     loss = {"type": "goldfish", "goldfish": {"k": 4, "h": 13}}
     optim = {"lr": 1e-2, "warmup_steps": 2, "eps": EPS}
-    multi = tiny_config(data, tmp_path / "multi", schedule=schedule, loss=loss, optim=optim, parallel={"fsdp": fsdp},
-                        checkpoint={"every_steps": 2, "keep_last": 1, "keep_optimizer": True})  # step 4's shards kept
+    multi = tiny_config(
+        data,
+        tmp_path / "multi",
+        schedule=schedule,
+        loss=loss,
+        optim=optim,
+        parallel={"fsdp": fsdp},
+        checkpoint={"every_steps": 2, "keep_last": 1, "keep_optimizer": True},
+    )  # step 4's shards kept
     done = _launch(multi)
     assert done.returncode == 0, done.stderr[-3000:]
     torch.set_num_threads(1)
-    single = train(from_dict(TrainConfig, tiny_config(data, tmp_path / "single", schedule=schedule, loss=loss,
-                                                      optim=optim)))
+    single = train(
+        from_dict(TrainConfig, tiny_config(data, tmp_path / "single", schedule=schedule, loss=loss, optim=optim))
+    )
     assert_same_training(single, tmp_path / "multi", EPS, tokens=8 * 32)
     ckpt = tmp_path / "multi" / "checkpoints" / "step_000004"
-    assert sorted(p.name for p in ckpt.glob("model_rank*")) == ["model_rank00000.safetensors",
-                                                                "model_rank00001.safetensors"]
+    assert sorted(p.name for p in ckpt.glob("model_rank*")) == [
+        "model_rank00000.safetensors",
+        "model_rank00001.safetensors",
+    ]
 
 
 def test_accelerate_launch_matches_one_process(data, tmp_path):
@@ -56,6 +66,7 @@ def test_accelerate_launch_matches_one_process(data, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((tmp_path / "multi" / "summary.json").read_text())["world_size"] == 2
     torch.set_num_threads(1)
-    single = train(from_dict(TrainConfig, tiny_config(data, tmp_path / "single", schedule=schedule, loss=loss,
-                                                      optim=optim)))
+    single = train(
+        from_dict(TrainConfig, tiny_config(data, tmp_path / "single", schedule=schedule, loss=loss, optim=optim))
+    )
     assert_same_training(single, tmp_path / "multi", EPS, tokens=8 * 32)

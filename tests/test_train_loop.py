@@ -35,8 +35,9 @@ def run(cfg: dict):
 
 
 def test_loss_decreases_from_uniform(data, tmp_path):
-    _, records = run(tiny_config(data, tmp_path / "r", schedule={"max_steps": 40, "global_batch_size": 4,
-                                                                      "micro_batch_size": 4}))
+    _, records = run(
+        tiny_config(data, tmp_path / "r", schedule={"max_steps": 40, "global_batch_size": 4, "micro_batch_size": 4})
+    )
     losses = [r["loss"] for r in records]
     assert [r["step"] for r in records] == list(range(1, 41))
     assert abs(losses[0] - math.log(64)) < 0.3  # an untrained model is close to uniform over the 64-token vocabulary
@@ -46,8 +47,12 @@ def test_loss_decreases_from_uniform(data, tmp_path):
 @pytest.mark.parametrize("k", [2, 4])
 def test_goldfish_drops_one_in_k(data, tmp_path, k):
     """One epoch (every row once): dropped / droppable ≈ 1/k, where EOS targets are never droppable."""
-    cfg = tiny_config(data, tmp_path / "r", loss={"type": "goldfish", "goldfish": {"k": k, "h": 13}},
-                      schedule={"epochs": 1, "global_batch_size": 4, "micro_batch_size": 4})
+    cfg = tiny_config(
+        data,
+        tmp_path / "r",
+        loss={"type": "goldfish", "goldfish": {"k": k, "h": 13}},
+        schedule={"epochs": 1, "global_batch_size": 4, "micro_batch_size": 4},
+    )
     out, records = run(cfg)
     labels = torch.from_numpy(load_prepared(data).train.batch(np.arange(16))["labels"])
     eos_targets = int((labels[:, 1:] == EOS).sum())
@@ -72,16 +77,21 @@ def _per_document_logits(model, ids, docs, positions):
 
 def test_logged_losses_equal_a_hand_computation(data, tmp_path):
     """Step 1's kept and dropped losses = F.cross_entropy(ignore_index=-100) after apply_goldfish, per document."""
-    cfg = tiny_config(data, tmp_path / "r", loss={"type": "goldfish", "goldfish": {"k": 3, "h": 4}},
-                      schedule={"max_steps": 1, "global_batch_size": 8, "micro_batch_size": 4})
+    cfg = tiny_config(
+        data,
+        tmp_path / "r",
+        loss={"type": "goldfish", "goldfish": {"k": 3, "h": 4}},
+        schedule={"max_steps": 1, "global_batch_size": 8, "micro_batch_size": 4},
+    )
     _, records = run(cfg)
     config = from_dict(TrainConfig, cfg)
     rows = epoch_order(16, 0, config.seed, True)[:8].tolist()
     batch = {k: torch.from_numpy(v) for k, v in load_prepared(data).train.batch(np.array(rows)).items()}
     model = build_model(config.model, 64, config.seed).eval()
     gf = GoldfishConfig(k=3, h=4, special_ids=[0, 1, 2])
-    gf_labels = apply_goldfish(batch["labels"], gf, document_ids=batch["document_ids"],
-                               position_ids=batch["position_ids"])
+    gf_labels = apply_goldfish(
+        batch["labels"], gf, document_ids=batch["document_ids"], position_ids=batch["position_ids"]
+    )
     with torch.no_grad():
         logits = _per_document_logits(model, batch["input_ids"], batch["document_ids"], batch["position_ids"])
     flat = logits[:, :-1].reshape(-1, 64)
@@ -107,15 +117,24 @@ def test_gradient_accumulation_matches_one_big_batch(data, tmp_path):
     weights by 5e-3, far outside the bounds of train_helpers.assert_same_training (1.3e-4 and 1.8e-4)."""
     eps = 1e-2
     cfg = lambda name, micro: tiny_config(  # noqa: E731
-        data, tmp_path / name, loss={"type": "goldfish", "goldfish": {"k": 4, "h": 13}},
+        data,
+        tmp_path / name,
+        loss={"type": "goldfish", "goldfish": {"k": 4, "h": 13}},
         optim={"lr": 1e-2, "warmup_steps": 2, "eps": eps},
-        schedule={"max_steps": 4, "global_batch_size": 4, "micro_batch_size": micro})
+        schedule={"max_steps": 4, "global_batch_size": 4, "micro_batch_size": micro},
+    )
     assert_same_training(run(cfg("a", 4))[0], run(cfg("b", 1))[0], eps, tokens=4 * 32)
 
 
 def test_same_config_same_metrics(data, tmp_path):
-    cfg = lambda name: tiny_config(data, tmp_path / name, loss={"type": "goldfish"},  # noqa: E731
-                                   schedule={"max_steps": 5, "global_batch_size": 4, "micro_batch_size": 2})
+    def cfg(name):
+        return tiny_config(
+            data,
+            tmp_path / name,
+            loss={"type": "goldfish"},
+            schedule={"max_steps": 5, "global_batch_size": 4, "micro_batch_size": 2},
+        )
+
     _, first = run(cfg("a"))
     _, second = run(cfg("b"))
     strip = lambda rs: [{k: v for k, v in r.items() if k not in TIMING} for r in rs]  # noqa: E731
@@ -125,8 +144,14 @@ def test_same_config_same_metrics(data, tmp_path):
 
 
 def test_bf16_autocast_trains_with_fp32_master_weights(data, tmp_path):
-    out, records = run(tiny_config(data, tmp_path / "r", precision="bf16",
-                                   schedule={"max_steps": 20, "global_batch_size": 4, "micro_batch_size": 4}))
+    out, records = run(
+        tiny_config(
+            data,
+            tmp_path / "r",
+            precision="bf16",
+            schedule={"max_steps": 20, "global_batch_size": 4, "micro_batch_size": 4},
+        )
+    )
     from train_helpers import load_weights
 
     assert all(t.dtype == torch.float32 for t in load_weights(out).values())
@@ -185,14 +210,21 @@ def test_the_no_leak_twin_trains_without_ever_seeing_a_dropped_token(data, tmp_p
     steps = {"max_steps": 2, "global_batch_size": 4, "micro_batch_size": 4}
     for name, twin in (("goldfish", False), ("twin", True), ("again", True)):
         seen.append([])
-        _, records = run(tiny_config(data, tmp_path / name, schedule=steps,
-                                     loss={"type": "goldfish", "goldfish": {"k": 3, "h": 4, "replace_dropped": twin}}))
+        _, records = run(
+            tiny_config(
+                data,
+                tmp_path / name,
+                schedule=steps,
+                loss={"type": "goldfish", "goldfish": {"k": 3, "h": 4, "replace_dropped": twin}},
+            )
+        )
         assert all(r["dropped_tokens"] > 0 for r in records)
     for gold, twin, again in zip(*seen):
         dropped = twin["drop_mask"]
         assert torch.equal(dropped, gold["drop_mask"])  # the Goldfish arm's positions
         assert (twin["input_ids"][dropped] != twin["labels"][dropped]).all()  # never the original token
         assert torch.equal(twin["input_ids"][~dropped], gold["input_ids"][~dropped])
-        assert torch.equal(twin["labels"], gold["labels"]) and torch.equal(gold["input_ids"][dropped],
-                                                                          gold["labels"][dropped])
+        assert torch.equal(twin["labels"], gold["labels"]) and torch.equal(
+            gold["input_ids"][dropped], gold["labels"][dropped]
+        )
         assert torch.equal(again["input_ids"], twin["input_ids"])  # bit-identical on a rerun

@@ -24,6 +24,7 @@ GRID = {"train.model": ["tiny", "big"], "train.steps": [10, 20, 40], "train.seed
 
 def _validation_phase(written: list[str]) -> phases.Phase:
     """The exposure phase's stand-in: the validation loss 3 + |steps - 20| / 10 of the cell's (fake) model."""
+
     def run(r: phases.CellRun) -> None:
         steps = json.loads((r.plan.train_dir / "fake_config.json").read_text())["steps"]
         written.append(r.plan.cell.id)
@@ -33,8 +34,14 @@ def _validation_phase(written: list[str]) -> phases.Phase:
 
 
 def _cfg(tmp_path: Path, cost: dict | None = None, **tune):
-    return experiment(tmp_path, control=True, control_mode="background", grid=GRID, cost=cost or {},
-                      tune={"axis": "steps", "by": "validation_loss", "per": ["model"], **tune})
+    return experiment(
+        tmp_path,
+        control=True,
+        control_mode="background",
+        grid=GRID,
+        cost=cost or {},
+        tune={"axis": "steps", "by": "validation_loss", "per": ["model"], **tune},
+    )
 
 
 def _run(tmp_path: Path, monkeypatch, **tune) -> tuple[Calls, list[str], Path]:
@@ -64,8 +71,10 @@ def test_tuning_cells_compute_only_their_validation_loss_and_the_chosen_ones_are
         assert (out / "cells" / c / DONE).is_file() == chosen
         assert (out / "cells" / c / "exposure.json").is_file()  # what the choice read
     results = json.loads((out / "results.json").read_text())
-    assert [(g["per"], g["chosen"]) for g in results["tune"]["groups"]] == [({"model": "tiny"}, 20),
-                                                                            ({"model": "big"}, 20)]
+    assert [(g["per"], g["chosen"]) for g in results["tune"]["groups"]] == [
+        ({"model": "tiny"}, 20),
+        ({"model": "big"}, 20),
+    ]
     assert results["tune"]["groups"][0]["losses"] == {"10": 4.0, "20": 3.0, "40": 5.0}  # every value's loss kept
     assert results["missing"] == [] and results["n_cells"] == 12  # the cells at 10 and 40 are in the tune block only
     assert {c["cell"] for c in results["cells"]} == set(evaluated)
@@ -83,19 +92,30 @@ def test_tune_evaluate_evaluates_every_tuning_cell_as_before(tmp_path, monkeypat
 
 
 def test_the_dry_run_prints_the_study_time_from_measured_cell_costs_and_what_tuning_saves(tmp_path):
-    cost = {"axis": "model", "train_s": {"tiny": 10, "big": 100}, "rest_s": {"tiny": 20, "big": 200},
-            "measured": "by hand"}
+    cost = {
+        "axis": "model",
+        "train_s": {"tiny": 10, "big": 100},
+        "rest_s": {"tiny": 20, "big": 200},
+        "measured": "by hand",
+    }
     for evaluate in (False, True):
         cfg = _cfg(tmp_path, cost, evaluate=evaluate)
         lines = study_time(cfg, plan_cells(cfg, make_pipeline(Calls())))
         # 16 cells run (6 tuning cells, 10 at the chosen value), 8 per model: 8 x 30 s + 8 x 300 s = 44 min; the 4
         # tuning cells at values not chosen (2 per model) would skip 2 x 20 s + 2 x 200 s = 440 s of evaluation
-        assert lines[0] == "study time from the measured per-cell costs (by hand): 16 cells, 44.0 min of cell time " \
-                           "with every cell evaluated"
-        assert lines[1].startswith("  4 tuning cells at values not chosen: 7.3 min of evaluation (17 %) "
-                                   + ("not saved" if evaluate else "saved"))
+        assert (
+            lines[0] == "study time from the measured per-cell costs (by hand): 16 cells, 44.0 min of cell time "
+            "with every cell evaluated"
+        )
+        assert lines[1].startswith(
+            "  4 tuning cells at values not chosen: 7.3 min of evaluation (17 %) "
+            + ("not saved" if evaluate else "saved")
+        )
         assert lines[1].endswith(f"this study: {'44.0' if evaluate else '36.7'} min")
     assert study_time(experiment(tmp_path, grid=GRID), []) == []  # no measured costs: no estimate
-    with pytest.raises(ConfigError, match=r"cost.rest_s must give seconds >= 0 for each value of grid axis model "
-                                          r"\(tiny, big\), no other; big"):
+    with pytest.raises(
+        ConfigError,
+        match=r"cost.rest_s must give seconds >= 0 for each value of grid axis model "
+        r"\(tiny, big\), no other; big",
+    ):
         _cfg(tmp_path, {**cost, "rest_s": {"tiny": 20}})

@@ -18,8 +18,8 @@ def test_the_rule_in_its_order():
     assert verdict("cost", -0.21, -0.03, 5) == "gain"
     assert verdict("cost", -0.01, 0.21, 5) == "no cost detected"
     assert verdict("leak", 0.001, 0.02, 5) == "leak detected"
-    assert verdict("leak", 0.001, 0.02, 5, valid=False) == INCONCLUSIVE   # the placebo failed: no reading
-    assert verdict("leak", 0.001, 0.02, 1) == NOT_TESTED                 # one run: no interval over runs
+    assert verdict("leak", 0.001, 0.02, 5, valid=False) == INCONCLUSIVE  # the placebo failed: no reading
+    assert verdict("leak", 0.001, 0.02, 1) == NOT_TESTED  # one run: no interval over runs
     assert verdict("difference", None, None, 5) == NOT_TESTED
     # a margin stated: the 90 % interval decides, whatever the 95 % one says
     assert verdict("difference", -0.026, 0.000, 5, margin=0.05, ci90_low=-0.024, ci90_high=-0.002) == EQUIVALENT
@@ -51,8 +51,9 @@ def _brute(events, trials):
     return num / den
 
 
-@pytest.mark.parametrize("events, trials", [([0, 1, 3], [6, 6, 6]), ([2, 0, 1, 2], [4, 5, 3, 4]),
-                                            ([0, 0, 2], [5, 5, 5])])
+@pytest.mark.parametrize(
+    "events, trials", [([0, 1, 3], [6, 6, 6]), ([2, 0, 1, 2], [4, 5, 3, 4]), ([0, 0, 2], [5, 5, 5])]
+)
 def test_exact_trend_is_the_enumeration(events, trials):
     assert exact_trend(events, trials)["p_greater"] == pytest.approx(_brute(events, trials), rel=1e-9)
 
@@ -67,6 +68,6 @@ def test_the_size_sweeps_goldfish_counts():
     r = exact_trend([0, 0, 2, 3, 5], [280] * 5)
     assert r["statistic"] == 33 and r["expected"] == pytest.approx(20.0)
     assert 0.001 < r["p_greater"] < 0.003 and r["p_value"] == pytest.approx(2 * r["p_greater"], rel=0.05)
-    assert exact_trend([0, 0, 0], [10, 10, 10])["p_value"] == 1.0    # no event: nothing to test
+    assert exact_trend([0, 0, 0], [10, 10, 10])["p_value"] == 1.0  # no event: nothing to test
     with pytest.raises(ValueError):
         exact_trend([3], [2])

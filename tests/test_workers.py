@@ -32,6 +32,10 @@ def test_under_xdist_this_worker_and_its_commands_run_its_share():
     if worker_threads({**os.environ, "OMP_NUM_THREADS": ""}, len(os.sched_getaffinity(0))) != int(share):
         pytest.skip(f"OMP_NUM_THREADS={share} is the developer's own")
     assert torch.get_num_threads() == int(share)
-    child = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
-                           capture_output=True, text=True, check=True)
+    child = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert child.stdout.strip() == share

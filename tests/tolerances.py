@@ -16,9 +16,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-U32 = 2.0 ** -24  # fp32 unit roundoff
-U64 = 2.0 ** -53  # float64 unit roundoff
-U_BF16 = 2.0 ** -8  # bfloat16 unit roundoff: 8 significant bits
+U32 = 2.0**-24  # fp32 unit roundoff
+U64 = 2.0**-53  # float64 unit roundoff
+U_BF16 = 2.0**-8  # bfloat16 unit roundoff: 8 significant bits
 LAMBDA = 6.0  # probabilistic bound: exceeded with probability <= 2n·exp(-18) = n·3e-8 per value
 
 
@@ -56,8 +56,14 @@ def llama_terms(hidden: int, intermediate: int, layers: int, head_dim: int, seq:
     return layers * per_layer + 2 * hidden + vocab
 
 
-def adamw_drift(lrs: Sequence[float], grad_error: float, eps: float, betas: Sequence[float],
-                norm_error: float = 0.0, weight_scale: float = 1.0) -> float:
+def adamw_drift(
+    lrs: Sequence[float],
+    grad_error: float,
+    eps: float,
+    betas: Sequence[float],
+    norm_error: float = 0.0,
+    weight_scale: float = 1.0,
+) -> float:
     """Largest weight difference between two AdamW runs from the same weights whose gradients differ by at most
     ``grad_error`` per component at each step (learning rates ``lrs``, one per step), and whose gradient-clipping
     factors differ by at most ``norm_error`` relative.
@@ -78,8 +84,8 @@ def adamw_drift(lrs: Sequence[float], grad_error: float, eps: float, betas: Sequ
     beta1, beta2 = betas
     drift = 0.0
     for t, lr in enumerate(lrs, start=1):
-        a = [(1 - beta1) * beta1 ** (t - i) / (1 - beta1 ** t) for i in range(1, t + 1)]
-        b = [(1 - beta2) * beta2 ** (t - i) / (1 - beta2 ** t) for i in range(1, t + 1)]
+        a = [(1 - beta1) * beta1 ** (t - i) / (1 - beta1**t) for i in range(1, t + 1)]
+        b = [(1 - beta2) * beta2 ** (t - i) / (1 - beta2**t) for i in range(1, t + 1)]
         c = math.sqrt(sum(x * x / y for x, y in zip(a, b)))
         drift += lr * ((1 + c) * grad_error / eps + 2 * c * norm_error) + 2 * U32 * weight_scale
     return drift
@@ -96,4 +102,4 @@ def decimals(value: float, places: int) -> float:
     """Absolute difference allowed between ``value`` and ``round(value, places)`` as written and read back (a model
     card's numbers): half a unit of the last decimal kept, plus the float64 rounding of that decimal and of the
     half unit itself."""
-    return 0.5 * 10.0 ** -places * (1 + 2 * U64) + U64 * abs(value)
+    return 0.5 * 10.0**-places * (1 + 2 * U64) + U64 * abs(value)

@@ -27,8 +27,9 @@ DIST_MARKED = [False]  # set by conftest.pytest_runtest_setup: is the running te
 def require_dist_marker() -> None:
     """Fail a test that starts a process group (gloo ranks or torchrun) without ``@pytest.mark.dist``."""
     if not DIST_MARKED[0]:
-        raise AssertionError("this test starts several processes: mark it @pytest.mark.dist (make test-fast skips "
-                             "those)")
+        raise AssertionError(
+            "this test starts several processes: mark it @pytest.mark.dist (make test-fast skips those)"
+        )
 
 
 def _tokenizer(vocab: int, folder: Path) -> None:
@@ -56,8 +57,10 @@ def _greedy_starts(lengths: list[int], seq_len: int) -> np.ndarray:
     return np.asarray(starts, dtype=np.int64)
 
 
-WORDS = ("river stone light north market garden winter letter silver engine harbor forest paper window "
-         "morning voice island bridge valley castle thunder mirror candle meadow planet signal").split()
+WORDS = (
+    "river stone light north market garden winter letter silver engine harbor forest paper window "
+    "morning voice island bridge valley castle thunder mirror candle meadow planet signal"
+).split()
 
 
 def word_corpus(path: str | Path, documents: int, words: int, seed: int) -> Path:
@@ -93,20 +96,42 @@ def make_prepared(folder: str | Path, rows: int = 16, seq_len: int = 32, vocab: 
     write_file(folder / "train" / "starts.npy", starts)
     for split in ("members", "nonmembers"):
         ids = [d.tolist() for d in docs[:2]]
-        cols = {"id": [f"{split}{i}" for i in range(2)], "title": ["t", "t"], "source": ["test", "test"],
-                "text": [" ".join(f"w{i}" for i in d) for d in ids], "input_ids": pa.array(ids, pa.list_(pa.int64())),
-                "repetitions": [1 if split == "members" else 0] * 2, "split": [split] * 2}
+        cols = {
+            "id": [f"{split}{i}" for i in range(2)],
+            "title": ["t", "t"],
+            "source": ["test", "test"],
+            "text": [" ".join(f"w{i}" for i in d) for d in ids],
+            "input_ids": pa.array(ids, pa.list_(pa.int64())),
+            "repetitions": [1 if split == "members" else 0] * 2,
+            "split": [split] * 2,
+        }
         save_table({c: cols[c] for c in DOC_COLUMNS}, folder / split)
     _tokenizer(vocab, folder / "tokenizer")
     files = {f"{sub}/{f.name}": file_sha256(f) for sub in ("tokenizer", "train") for f in (folder / sub).iterdir()}
     stores = [{"path": "train/targets", "documents": used}]
-    train = {"dtype": "uint16", "seq_len": seq_len, "packing": "one_per_row", "eos_id": EOS, "pad_id": PAD,
-             "rows": rows, "tokens": int(sum(len(d) for d in docs)), "occurrences": used, "variants": 0,
-             "stores": stores}  # one_per_row: the documents carry their EOS, none is added
-    manifest = {"format": FORMAT, "name": "test", "seq_len": seq_len, "packing": "pack",
-                "tokenizer": {"name": "wordlevel", "vocab_size": vocab, "eos_id": EOS, "bos_id": BOS, "pad_id": PAD},
-                "counts": {"members": 2, "nonmembers": 2, "train": rows}, "files": files, "train": train,
-                "sha256": {"train": train_sha256(files, stores)}}
+    train = {
+        "dtype": "uint16",
+        "seq_len": seq_len,
+        "packing": "one_per_row",
+        "eos_id": EOS,
+        "pad_id": PAD,
+        "rows": rows,
+        "tokens": int(sum(len(d) for d in docs)),
+        "occurrences": used,
+        "variants": 0,
+        "stores": stores,
+    }  # one_per_row: the documents carry their EOS, none is added
+    manifest = {
+        "format": FORMAT,
+        "name": "test",
+        "seq_len": seq_len,
+        "packing": "pack",
+        "tokenizer": {"name": "wordlevel", "vocab_size": vocab, "eos_id": EOS, "bos_id": BOS, "pad_id": PAD},
+        "counts": {"members": 2, "nonmembers": 2, "train": rows},
+        "files": files,
+        "train": train,
+        "sha256": {"train": train_sha256(files, stores)},
+    }
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return folder
 
@@ -142,8 +167,9 @@ def assert_same_training(run_a: Path, run_b: Path, eps: float, tokens: int) -> N
     from goldfish.train_config import OptimConfig
 
     ra, rb = read_jsonl(Path(run_a) / "metrics.jsonl"), read_jsonl(Path(run_b) / "metrics.jsonl")
-    assert [(r["kept_tokens"], r["dropped_tokens"], r["lr"]) for r in ra] == \
-        [(r["kept_tokens"], r["dropped_tokens"], r["lr"]) for r in rb]
+    assert [(r["kept_tokens"], r["dropped_tokens"], r["lr"]) for r in ra] == [
+        (r["kept_tokens"], r["dropped_tokens"], r["lr"]) for r in rb
+    ]
     a, b = load_weights(run_a), load_weights(run_b)
     assert a.keys() == b.keys()
     params = sum(t.numel() for t in a.values())
@@ -156,9 +182,14 @@ def assert_same_training(run_a: Path, run_b: Path, eps: float, tokens: int) -> N
     # a clipped gradient has |g_i| <= ||g|| <= max_grad_norm, so a component differs by at most rounding(n) times
     # that per step; AdamW turns it into at most adamw_drift(...) per weight
     optim, n = OptimConfig(), 2 * TINY_FORWARD + tokens
-    drift = adamw_drift([r["lr"] for r in ra], rounding(n) * optim.max_grad_norm, eps, optim.betas,
-                        norm_error=rounding(n) + rounding(params),
-                        weight_scale=max(t.abs().max().item() for t in a.values()))
+    drift = adamw_drift(
+        [r["lr"] for r in ra],
+        rounding(n) * optim.max_grad_norm,
+        eps,
+        optim.betas,
+        norm_error=rounding(n) + rounding(params),
+        weight_scale=max(t.abs().max().item() for t in a.values()),
+    )
     worst = max((a[k] - b[k]).abs().max().item() for k in a)
     assert worst <= drift, (worst, drift)
 
@@ -212,9 +243,21 @@ def accelerate_train(cfg: dict, nproc: int = 2, timeout: int = 300) -> subproces
     """``accelerate launch --multi_gpu --num_processes nproc -m goldfish train key=value...`` on a free local port
     (``--multi_gpu`` is accelerate's torchrun launcher; on CPUs the processes join with gloo)."""
     require_dist_marker()
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", f"--num_processes={nproc}",
-           "--num_machines=1", "--mixed_precision=no", "--dynamo_backend=no", f"--main_process_port={_free_port()}",
-           "-m", "goldfish", "train", *overrides_of(cfg)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        f"--num_processes={nproc}",
+        "--num_machines=1",
+        "--mixed_precision=no",
+        "--dynamo_backend=no",
+        f"--main_process_port={_free_port()}",
+        "-m",
+        "goldfish",
+        "train",
+        *overrides_of(cfg),
+    ]
     return subprocess.run(cmd, env=cli_env(), cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
@@ -264,8 +307,9 @@ def run_counting_loads(out: Path, run: str, *overrides: str) -> int:
         return passes(model, docs, **kwargs)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(loading, "load_pretrained",
-                   lambda path, *a, **k: LOADS[run].append(str(path)) or real(path, *a, **k))
+        mp.setattr(
+            loading, "load_pretrained", lambda path, *a, **k: LOADS[run].append(str(path)) or real(path, *a, **k)
+        )
         mp.setattr(scoring, "iter_token_statistics", counting)  # token_statistics' pass, and membership's:
         mp.setattr(membership, "iter_token_statistics", counting)
         return run_micro_experiment(out, *overrides)

@@ -21,13 +21,26 @@ Every bootstrap interval is a 95 % percentile bootstrap from ``numpy.random.defa
 interval); ``replicate_tost``'s are Student's t over runs, the others closed forms.
 """
 
-
 from .auc import EXACT_MAX_ITEMS, auc_of, auc_pvalue, bootstrap_auc, paired_auc_difference, rank_auc, tpr_at_fpr
-from .bootstrap import (bootstrap_p, cluster_bootstrap_mean, difference_in_differences, document_sums, paired_bootstrap,
-                        paired_difference)
+from .bootstrap import (
+    bootstrap_p,
+    cluster_bootstrap_mean,
+    difference_in_differences,
+    document_sums,
+    paired_bootstrap,
+    paired_difference,
+)
 from .exact import document_mcnemar, exact_trend, mcnemar_exact, poisson_binomial
 from .fits import LOGIT_MAX_ITER, LOGIT_MAX_STEP, clustered_logistic, logistic_batch, loglinear_fit, predict
 from .intervals import CI, Z95, mde_range, mean_interval, minimum_detectable_effect, se_from_interval, wilson_interval
 from .prediction import set_prediction, threshold_rule
-from .runs import (loglinearity_lr, pooled_paired_auc_difference, replicate_tost, run_logits, size_effect_over_runs,
-                   size_slope_over_runs, slope_over_runs, t_over_runs)
+from .runs import (
+    loglinearity_lr,
+    pooled_paired_auc_difference,
+    replicate_tost,
+    run_logits,
+    size_effect_over_runs,
+    size_slope_over_runs,
+    slope_over_runs,
+    t_over_runs,
+)

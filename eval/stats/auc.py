@@ -70,14 +70,20 @@ def auc_pvalue(members: Any, nonmembers: Any) -> dict[str, Any]:
     ``exact`` | ``asymptotic``), ``n_members``, ``n_nonmembers``; non-finite scores are left out.
     """
     m, n = finite(members), finite(nonmembers)
-    out: dict[str, Any] = {"auc": None, "p_value": None, "log10_p": None, "method": None,
-                           "n_members": int(len(m)), "n_nonmembers": int(len(n))}
+    out: dict[str, Any] = {
+        "auc": None,
+        "p_value": None,
+        "log10_p": None,
+        "method": None,
+        "n_members": int(len(m)),
+        "n_nonmembers": int(len(n)),
+    }
     if not len(m) or not len(n):
         return out
     out["auc"] = auc_of(m, n)
     if m.min() > n.max():  # the only labelling of the pooled scores with every member above every nonmember
         log10_p = -math.log10(math.comb(len(m) + len(n), len(m)))
-        out.update(p_value=10.0 ** log10_p, log10_p=log10_p, method="perfect")
+        out.update(p_value=10.0**log10_p, log10_p=log10_p, method="perfect")
         return out
     ties = len(np.unique(np.concatenate([m, n]))) < len(m) + len(n)
     method = "exact" if not ties and len(m) + len(n) <= EXACT_MAX_ITEMS else "asymptotic"
@@ -97,8 +103,14 @@ def tpr_at_fpr(members: Any, nonmembers: Any, fpr: float) -> dict[str, Any]:
     """
     m, n = finite(members), finite(nonmembers)
     needed = math.ceil(1 / fpr - 1e-9)
-    out: dict[str, Any] = {"fpr": fpr, "roc_tpr": None, "tpr": None, "n_nonmembers": int(len(n)), "needed": needed,
-                           "note": None}
+    out: dict[str, Any] = {
+        "fpr": fpr,
+        "roc_tpr": None,
+        "tpr": None,
+        "n_nonmembers": int(len(n)),
+        "needed": needed,
+        "note": None,
+    }
     if len(m):
         allowed = math.floor(fpr * len(n) + 1e-9)  # false positives allowed
         # threshold t: members with score > t count; the (allowed+1)-th highest nonmember score is the lowest t
@@ -115,8 +127,9 @@ def tpr_at_fpr(members: Any, nonmembers: Any, fpr: float) -> dict[str, Any]:
     return out
 
 
-def paired_auc_difference(a_members: Any, a_nonmembers: Any, b_members: Any, b_nonmembers: Any,
-                          n_bootstrap: int = 1000, seed: int = 0) -> dict[str, Any]:
+def paired_auc_difference(
+    a_members: Any, a_nonmembers: Any, b_members: Any, b_nonmembers: Any, n_bootstrap: int = 1000, seed: int = 0
+) -> dict[str, Any]:
     """AUC of arm ``a`` minus AUC of arm ``b``, both scoring the same member and the same nonmember documents (in
     the same order), with a 95 % interval and a two-sided bootstrap p-value: each resample draws member and
     nonmember documents separately and uses the same draws for both arms. Returns ``a``, ``b``, ``diff``,
@@ -128,8 +141,16 @@ def paired_auc_difference(a_members: Any, a_nonmembers: Any, b_members: Any, b_n
     ok_m = np.isfinite(am) & np.isfinite(bm)
     ok_n = np.isfinite(an) & np.isfinite(bn)
     am, bm, an, bn = am[ok_m], bm[ok_m], an[ok_n], bn[ok_n]
-    out: dict[str, Any] = {"a": None, "b": None, "diff": None, "ci_low": None, "ci_high": None, "p_value": None,
-                           "n_members": int(len(am)), "n_nonmembers": int(len(an))}
+    out: dict[str, Any] = {
+        "a": None,
+        "b": None,
+        "diff": None,
+        "ci_low": None,
+        "ci_high": None,
+        "p_value": None,
+        "n_members": int(len(am)),
+        "n_nonmembers": int(len(an)),
+    }
     if not len(am) or not len(an):
         return out
     a_auc, b_auc = auc_of(am, an), auc_of(bm, bn)

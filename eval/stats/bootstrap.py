@@ -56,8 +56,9 @@ def resampled_ratio(sums: np.ndarray, counts: np.ndarray, n_bootstrap: int, rng:
     return sums[idx].sum(1) / counts[idx].sum(1)
 
 
-def cluster_bootstrap_mean(values: Any, clusters: Sequence[Any] | None = None, n_bootstrap: int = 1000,
-                           seed: int = 0) -> dict[str, Any]:
+def cluster_bootstrap_mean(
+    values: Any, clusters: Sequence[Any] | None = None, n_bootstrap: int = 1000, seed: int = 0
+) -> dict[str, Any]:
     """Item-weighted mean of ``values`` (booleans: a rate) with a 95 % interval resampling whole clusters.
 
     ``clusters[i]``: the document of item i (None: every item its own cluster, the ordinary bootstrap). Returns
@@ -65,8 +66,13 @@ def cluster_bootstrap_mean(values: Any, clusters: Sequence[Any] | None = None, n
     """
     v = np.asarray(values, dtype=np.float64).reshape(-1)
     index = cluster_index(clusters, len(v))
-    out: dict[str, Any] = {"mean": None, "ci_low": None, "ci_high": None, "n_items": int(len(v)),
-                           "n_clusters": int(len(np.unique(index)))}
+    out: dict[str, Any] = {
+        "mean": None,
+        "ci_low": None,
+        "ci_high": None,
+        "n_items": int(len(v)),
+        "n_clusters": int(len(np.unique(index))),
+    }
     if not len(v):
         return out
     out["mean"] = float(v.mean())
@@ -78,8 +84,9 @@ def cluster_bootstrap_mean(values: Any, clusters: Sequence[Any] | None = None, n
     return out
 
 
-def paired_bootstrap(a: Any, b: Any, clusters: Sequence[Any] | None = None, n_bootstrap: int = 1000,
-                     seed: int = 0) -> dict[str, Any]:
+def paired_bootstrap(
+    a: Any, b: Any, clusters: Sequence[Any] | None = None, n_bootstrap: int = 1000, seed: int = 0
+) -> dict[str, Any]:
     """Mean of ``a - b`` over paired items (two arms on the same windows) with a 95 % interval and a two-sided
     bootstrap p-value; ``clusters`` (the document of each item) resamples documents instead of items.
 
@@ -90,19 +97,28 @@ def paired_bootstrap(a: Any, b: Any, clusters: Sequence[Any] | None = None, n_bo
     if x.shape != y.shape:
         raise ValueError(f"paired values of different lengths: {len(x)} and {len(y)}")
     d = cluster_bootstrap_mean(x - y, clusters, n_bootstrap, seed)
-    out = {"a": float(x.mean()) if len(x) else None, "b": float(y.mean()) if len(y) else None, "diff": d["mean"],
-           "ci_low": d["ci_low"], "ci_high": d["ci_high"], "p_value": None, "n_items": d["n_items"],
-           "n_clusters": d["n_clusters"]}
+    out = {
+        "a": float(x.mean()) if len(x) else None,
+        "b": float(y.mean()) if len(y) else None,
+        "diff": d["mean"],
+        "ci_low": d["ci_low"],
+        "ci_high": d["ci_high"],
+        "p_value": None,
+        "n_items": d["n_items"],
+        "n_clusters": d["n_clusters"],
+    }
     if n_bootstrap > 0 and len(x):
         sums, counts = cluster_sums(x - y, cluster_index(clusters, len(x)))
         keep = counts > 0
-        out["p_value"] = bootstrap_p(resampled_ratio(sums[keep], counts[keep], n_bootstrap,
-                                                      np.random.default_rng(seed)))
+        out["p_value"] = bootstrap_p(
+            resampled_ratio(sums[keep], counts[keep], n_bootstrap, np.random.default_rng(seed))
+        )
     return out
 
 
-def paired_difference(arm: Sequence[Any], control: Sequence[Any], positions: Sequence[Any], n_bootstrap: int = 1000,
-                      seed: int = 0) -> dict[str, float | int | None]:
+def paired_difference(
+    arm: Sequence[Any], control: Sequence[Any], positions: Sequence[Any], n_bootstrap: int = 1000, seed: int = 0
+) -> dict[str, float | int | None]:
     """Token-weighted mean of a per-token measure of two models over the same ``positions`` of the same documents,
     and arm - control with a 95 % bootstrap CI that resamples documents (a document's tokens stay together).
 
@@ -115,8 +131,15 @@ def paired_difference(arm: Sequence[Any], control: Sequence[Any], positions: Seq
     c, _ = document_sums(control, positions)
     some = n > 0
     a, c, n = a[some], c[some], n[some]
-    out: dict[str, float | int | None] = {"arm": None, "control": None, "diff": None, "diff_ci_low": None,
-                                          "diff_ci_high": None, "n_documents": int(len(n)), "n_positions": int(n.sum())}
+    out: dict[str, float | int | None] = {
+        "arm": None,
+        "control": None,
+        "diff": None,
+        "diff_ci_low": None,
+        "diff_ci_high": None,
+        "n_documents": int(len(n)),
+        "n_positions": int(n.sum()),
+    }
     if not len(n):
         return out
     out.update(arm=float(a.sum() / n.sum()), control=float(c.sum() / n.sum()), diff=float((a - c).sum() / n.sum()))
@@ -140,10 +163,16 @@ def document_sums(values: Sequence[Any], positions: Sequence[Any] | None = None)
     return np.array(sums, dtype=np.float64), np.array(counts, dtype=np.float64)
 
 
-def difference_in_differences(arm_members: Sequence[Any], control_members: Sequence[Any],
-                              member_positions: Sequence[Any], arm_heldout: Sequence[Any],
-                              control_heldout: Sequence[Any], heldout_positions: Sequence[Any] | None = None,
-                              n_bootstrap: int = 1000, seed: int = 0) -> dict[str, Any]:
+def difference_in_differences(
+    arm_members: Sequence[Any],
+    control_members: Sequence[Any],
+    member_positions: Sequence[Any],
+    arm_heldout: Sequence[Any],
+    control_heldout: Sequence[Any],
+    heldout_positions: Sequence[Any] | None = None,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+) -> dict[str, Any]:
     """(arm - control) on the chosen member positions minus (arm - control) on held-out text.
 
     Per-token measures (e.g. top-1 correct, or -log p) of an arm and of the control on the same documents:
@@ -160,10 +189,18 @@ def difference_in_differences(arm_members: Sequence[Any], control_members: Seque
     c_h, _ = document_sums(control_heldout, heldout_positions)
     dm, dh = (a_m - c_m)[n_m > 0], (a_h - c_h)[n_h > 0]
     n_m, n_h = n_m[n_m > 0], n_h[n_h > 0]
-    out: dict[str, Any] = {"member_diff": None, "heldout_diff": None, "did": None, "ci_low": None, "ci_high": None,
-                           "p_value": None, "n_member_documents": int(len(n_m)),
-                           "n_member_positions": int(n_m.sum()), "n_heldout_documents": int(len(n_h)),
-                           "n_heldout_positions": int(n_h.sum())}
+    out: dict[str, Any] = {
+        "member_diff": None,
+        "heldout_diff": None,
+        "did": None,
+        "ci_low": None,
+        "ci_high": None,
+        "p_value": None,
+        "n_member_documents": int(len(n_m)),
+        "n_member_positions": int(n_m.sum()),
+        "n_heldout_documents": int(len(n_h)),
+        "n_heldout_positions": int(n_h.sum()),
+    }
     if not len(n_m) or not len(n_h):
         return out
     member_diff, heldout_diff = float(dm.sum() / n_m.sum()), float(dh.sum() / n_h.sum())

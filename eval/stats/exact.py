@@ -35,8 +35,15 @@ def mcnemar_exact(a: Sequence[bool], b: Sequence[bool]) -> dict[str, Any]:
     discordant = a_only + b_only
     p = float(binomtest(a_only, discordant, 0.5).pvalue) if discordant else 1.0
     n = len(x)
-    return {"n": n, "a_rate": float(x.mean()) if n else None, "b_rate": float(y.mean()) if n else None,
-            "diff": float(x.mean() - y.mean()) if n else None, "a_only": a_only, "b_only": b_only, "p_value": p}
+    return {
+        "n": n,
+        "a_rate": float(x.mean()) if n else None,
+        "b_rate": float(y.mean()) if n else None,
+        "diff": float(x.mean() - y.mean()) if n else None,
+        "a_only": a_only,
+        "b_only": b_only,
+        "p_value": p,
+    }
 
 
 def document_mcnemar(a: Sequence[bool], b: Sequence[bool], clusters: Sequence[Any] | None = None) -> dict[str, Any]:
@@ -59,8 +66,14 @@ def document_mcnemar(a: Sequence[bool], b: Sequence[bool], clusters: Sequence[An
     d = np.bincount(index, x.astype(np.float64) - y.astype(np.float64), minlength=n_docs)  # (D,) per document
     a_docs, b_docs = int((d > 0).sum()), int((d < 0).sum())
     p = float(binomtest(a_docs, a_docs + b_docs, 0.5).pvalue) if a_docs + b_docs else 1.0
-    return {**windows, "n_documents": n_docs, "a_only_documents": a_docs, "b_only_documents": b_docs,
-            "p_value": p, "test": "McNemar exact" if n_docs == len(x) else "document sign test"}
+    return {
+        **windows,
+        "n_documents": n_docs,
+        "a_only_documents": a_docs,
+        "b_only_documents": b_docs,
+        "p_value": p,
+        "test": "McNemar exact" if n_docs == len(x) else "document sign test",
+    }
 
 
 def poisson_binomial(probs: Sequence[float], observed: int | None = None) -> dict[str, Any]:
@@ -72,13 +85,20 @@ def poisson_binomial(probs: Sequence[float], observed: int | None = None) -> dic
     pmf = np.ones(1)
     for q in p:  # (n + 1,) after every event: P(X = j)
         pmf = np.convolve(pmf, [1.0 - q, q])
-    out: dict[str, Any] = {"n": int(len(p)), "expected": float(p.sum()),
-                           "sd": float(math.sqrt(float((p * (1 - p)).sum()))), "observed": observed,
-                           "p_at_most": None, "p_at_least": None, "p_value": None}
+    out: dict[str, Any] = {
+        "n": int(len(p)),
+        "expected": float(p.sum()),
+        "sd": float(math.sqrt(float((p * (1 - p)).sum()))),
+        "observed": observed,
+        "p_at_most": None,
+        "p_at_least": None,
+        "p_value": None,
+    }
     if observed is not None:
         at_most, at_least = float(pmf[: observed + 1].sum()), float(pmf[observed:].sum())
-        out.update(p_at_most=min(1.0, at_most), p_at_least=min(1.0, at_least),
-                   p_value=min(1.0, 2.0 * min(at_most, at_least)))
+        out.update(
+            p_at_most=min(1.0, at_most), p_at_least=min(1.0, at_least), p_value=min(1.0, 2.0 * min(at_most, at_least))
+        )
     return out
 
 
@@ -118,6 +138,13 @@ def exact_trend(events: Sequence[int], trials: Sequence[int]) -> dict[str, Any]:
     expected = float((probs * t_values).sum())
     tol = 1e-9 * max(1.0, expected)
     far = np.abs(t_values - expected) >= abs(t_obs - expected) - tol
-    return {"statistic": t_obs, "expected": expected, "p_greater": float(min(1.0, probs[t_values >= t_obs].sum())),
-            "p_less": float(min(1.0, probs[t_values <= t_obs].sum())), "p_value": float(min(1.0, probs[far].sum())),
-            "events": k, "trials": n, "rates": [a / b if b else None for a, b in zip(k, n)]}
+    return {
+        "statistic": t_obs,
+        "expected": expected,
+        "p_greater": float(min(1.0, probs[t_values >= t_obs].sum())),
+        "p_less": float(min(1.0, probs[t_values <= t_obs].sum())),
+        "p_value": float(min(1.0, probs[far].sum())),
+        "events": k,
+        "trials": n,
+        "rates": [a / b if b else None for a, b in zip(k, n)],
+    }

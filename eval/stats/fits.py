@@ -45,8 +45,13 @@ def loglinear_fit(x: Sequence[float], y: Sequence[float]) -> dict[str, float | i
     resid = ys - (intercept + slope * lx)
     ss_res, ss_tot = float(np.sum(resid**2)), float(np.sum((ys - ys.mean()) ** 2))
     se = math.sqrt(ss_res / (n - 2) / sxx) if n > 2 else float("nan")
-    return {"slope": slope, "intercept": intercept, "slope_se": se,
-            "r2": 1.0 - ss_res / ss_tot if ss_tot > 0 else None, "n": n}
+    return {
+        "slope": slope,
+        "intercept": intercept,
+        "slope_se": se,
+        "r2": 1.0 - ss_res / ss_tot if ss_tot > 0 else None,
+        "n": n,
+    }
 
 
 def predict(fit: dict, x: float | Sequence[float]) -> np.ndarray:
@@ -86,9 +91,17 @@ def logistic_batch(design: np.ndarray, successes: np.ndarray, trials: np.ndarray
     return beta
 
 
-def clustered_logistic(design: Any, outcomes: Any, clusters: Sequence[Any], strata: Sequence[Any] | None = None,
-                       names: Sequence[str] | None = None, derived: dict[str, Any] | None = None,
-                       n_bootstrap: int = 1000, seed: int = 0, firth: bool = True) -> dict[str, Any]:
+def clustered_logistic(
+    design: Any,
+    outcomes: Any,
+    clusters: Sequence[Any],
+    strata: Sequence[Any] | None = None,
+    names: Sequence[str] | None = None,
+    derived: dict[str, Any] | None = None,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+    firth: bool = True,
+) -> dict[str, Any]:
     """One logistic regression of binary ``outcomes`` (n,) on ``design`` (n, P) (include a column of ones for the
     intercept), with a 95 % interval per coefficient from a cluster bootstrap: the rows of one cluster (a target,
     measured at several sizes) are resampled together, clusters drawn with replacement within their stratum
@@ -120,11 +133,20 @@ def clustered_logistic(design: Any, outcomes: Any, clusters: Sequence[Any], stra
         np.add.at(counts, (np.arange(n_bootstrap)[:, None], members[draws]), 1.0)
     weights = counts[:, index]  # (B, n)
     boot = logistic_batch(x, weights * y[None, :], weights, firth) if n_bootstrap > 0 else np.zeros((0, x.shape[1]))
-    out: dict[str, Any] = {"coef": {}, "ci_low": {}, "ci_high": {}, "se": {}, "derived": {}, "n_rows": int(len(y)),
-                           "n_events": int(y.sum()), "n_clusters": n_clusters, "n_bootstrap": int(n_bootstrap),
-                           "method": ("Firth-penalised" if firth else "maximum-likelihood") + " logistic regression; "
-                           f"95 % percentile cluster bootstrap ({n_bootstrap} draws, clusters resampled within "
-                           "strata)"}
+    out: dict[str, Any] = {
+        "coef": {},
+        "ci_low": {},
+        "ci_high": {},
+        "se": {},
+        "derived": {},
+        "n_rows": int(len(y)),
+        "n_events": int(y.sum()),
+        "n_clusters": n_clusters,
+        "n_bootstrap": int(n_bootstrap),
+        "method": ("Firth-penalised" if firth else "maximum-likelihood") + " logistic regression; "
+        f"95 % percentile cluster bootstrap ({n_bootstrap} draws, clusters resampled within "
+        "strata)",
+    }
     for j, name in enumerate(names):
         out["coef"][name] = float(point[0, j])
         if n_bootstrap > 0:

@@ -34,8 +34,9 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float | Non
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def mean_interval(values: Sequence[float], bounds: tuple[float, float] = (-math.inf, math.inf),
-                  z: float = Z95) -> tuple[float | None, float | None]:
+def mean_interval(
+    values: Sequence[float], bounds: tuple[float, float] = (-math.inf, math.inf), z: float = Z95
+) -> tuple[float | None, float | None]:
     """Normal-approximation 95 % interval of a mean, mean ± z·s/sqrt(n) (s: sample std), clipped to ``bounds``;
     None below 2 values. Windows of one document are not independent: read it as a lower bound on the uncertainty."""
     vals = np.asarray([float(v) for v in values if v is not None], dtype=np.float64)
@@ -57,8 +58,9 @@ def se_from_interval(low: float | None, high: float | None, z: float = Z95) -> f
     return (float(high) - float(low)) / (2.0 * z)
 
 
-def minimum_detectable_effect(se: float | None, alpha: float = 0.05, power: float = 0.8,
-                              df: int | None = None) -> float | None:
+def minimum_detectable_effect(
+    se: float | None, alpha: float = 0.05, power: float = 0.8, df: int | None = None
+) -> float | None:
     """The smallest true difference a two-sided test at level ``alpha`` detects with probability ``power``, for an
     estimate with standard error ``se``: (z_{1-alpha/2} + z_power) x se (2.80 se at 5 % and 80 %); with ``df`` (a
     t test over runs, the standard error itself estimated) Student's quantiles instead, (t_{1-alpha/2, df} +
@@ -70,8 +72,9 @@ def minimum_detectable_effect(se: float | None, alpha: float = 0.05, power: floa
     return float((norm.ppf(1.0 - alpha / 2.0) + norm.ppf(power)) * se)
 
 
-def mde_range(se: float | None, df: int | None, level: float = 0.95, alpha: float = 0.05,
-              power: float = 0.8) -> tuple[float, float] | None:
+def mde_range(
+    se: float | None, df: int | None, level: float = 0.95, alpha: float = 0.05, power: float = 0.8
+) -> tuple[float, float] | None:
     """The uncertainty of a minimum detectable effect over runs: the MDE is a plug-in of a standard error estimated
     from ``df`` degrees of freedom, so its ``level`` range follows the SD's chi-square interval, MDE x sqrt(df /
     chi2_{(1 +- level) / 2, df}) (at df = 4 a range of 0.60x to 2.87x the plug-in). None without ``se`` or ``df``."""

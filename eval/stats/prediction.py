@@ -28,8 +28,14 @@ def set_prediction(predicted: Sequence[bool], actual: Sequence[bool]) -> dict[st
         low, high = wilson_interval(k, n)
         return {"k": k, "n": n, "rate": k / n if n else None, "low": low, "high": high}
 
-    return {"n": int(len(p)), "predicted": int(p.sum()), "actual": int(a.sum()), "both": both,
-            "precision": rate(both, int(p.sum())), "recall": rate(both, int(a.sum()))}
+    return {
+        "n": int(len(p)),
+        "predicted": int(p.sum()),
+        "actual": int(a.sum()),
+        "both": both,
+        "precision": rate(both, int(p.sum())),
+        "recall": rate(both, int(a.sum())),
+    }
 
 
 def threshold_rule(counts: Sequence[float], labels: Sequence[bool]) -> float:

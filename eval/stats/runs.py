@@ -49,8 +49,9 @@ from .fits import logistic_batch
 from .intervals import percentiles
 
 
-def pooled_paired_auc_difference(groups: Sequence[tuple[Any, Any, Any, Any]], n_bootstrap: int = 1000,
-                                 seed: int = 0, margin: float | None = None) -> dict[str, Any]:
+def pooled_paired_auc_difference(
+    groups: Sequence[tuple[Any, Any, Any, Any]], n_bootstrap: int = 1000, seed: int = 0, margin: float | None = None
+) -> dict[str, Any]:
     """AUC_a - AUC_b over independent groups (seeds: each its own members, nonmembers and models), each group
     ``(a_members, a_nonmembers, b_members, b_nonmembers)`` scored on the same documents by both arms.
 
@@ -73,9 +74,19 @@ def pooled_paired_auc_difference(groups: Sequence[tuple[Any, Any, Any, Any]], n_
             inn = rng.integers(0, len(an_), size=(n_bootstrap, len(an_)))  # (B, n)
             samples.append(rank_auc(am_[im], an_[inn]) - rank_auc(bm_[im], bn_[inn]))
     diffs = [g["diff"] for g in per_group if g["diff"] is not None]
-    out: dict[str, Any] = {"diff": float(np.mean(diffs)) if diffs else None, "ci_low": None, "ci_high": None,
-                           "p_value": None, "ci90_low": None, "ci90_high": None, "margin": margin,
-                           "equivalent": None, "tost_p": None, "n_groups": len(diffs), "groups": per_group}
+    out: dict[str, Any] = {
+        "diff": float(np.mean(diffs)) if diffs else None,
+        "ci_low": None,
+        "ci_high": None,
+        "p_value": None,
+        "ci90_low": None,
+        "ci90_high": None,
+        "margin": margin,
+        "equivalent": None,
+        "tost_p": None,
+        "n_groups": len(diffs),
+        "groups": per_group,
+    }
     if samples and len(samples) == len(diffs):
         pooled = np.mean(np.stack(samples), axis=0)  # (B,)
         out["ci_low"], out["ci_high"] = percentiles(pooled)
@@ -97,9 +108,20 @@ def replicate_tost(values: Sequence[float | None], margin: float | None = None) 
     one run cannot say how much runs differ. The within-run bootstrap of :func:`pooled_paired_auc_difference` treats
     each model as fixed; this one does not."""
     x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
-    out: dict[str, Any] = {"n": int(len(x)), "mean": float(x.mean()) if len(x) else None, "sd": None, "se": None,
-                           "ci_low": None, "ci_high": None, "p_value": None, "ci90_low": None, "ci90_high": None,
-                           "margin": margin, "tost_p": None, "equivalent": None}
+    out: dict[str, Any] = {
+        "n": int(len(x)),
+        "mean": float(x.mean()) if len(x) else None,
+        "sd": None,
+        "se": None,
+        "ci_low": None,
+        "ci_high": None,
+        "p_value": None,
+        "ci90_low": None,
+        "ci90_high": None,
+        "margin": margin,
+        "tost_p": None,
+        "equivalent": None,
+    }
     if len(x) < 2:
         return out
     df = len(x) - 1
@@ -130,8 +152,17 @@ def t_over_runs(values: Sequence[float | None], level: float = 0.95) -> dict[str
     ``n``, ``mean``, ``sd`` (the between-run spread), ``se``, ``df``, ``ci_low``, ``ci_high``, ``p_value`` (mean =
     0). Non-finite values are left out; fewer than two values: no spread and no interval (``None``)."""
     x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
-    out: dict[str, Any] = {"n": int(len(x)), "mean": float(x.mean()) if len(x) else None, "sd": None, "se": None,
-                           "df": None, "ci_low": None, "ci_high": None, "p_value": None, "level": level}
+    out: dict[str, Any] = {
+        "n": int(len(x)),
+        "mean": float(x.mean()) if len(x) else None,
+        "sd": None,
+        "se": None,
+        "df": None,
+        "ci_low": None,
+        "ci_high": None,
+        "p_value": None,
+        "level": level,
+    }
     if len(x) < 2:
         return out
     df = len(x) - 1
@@ -144,8 +175,9 @@ def t_over_runs(values: Sequence[float | None], level: float = 0.95) -> dict[str
     return out
 
 
-def slope_over_runs(x_by_run: Sequence[Sequence[float]], y_by_run: Sequence[Sequence[float | None]],
-                    level: float = 0.95) -> dict[str, Any]:
+def slope_over_runs(
+    x_by_run: Sequence[Sequence[float]], y_by_run: Sequence[Sequence[float | None]], level: float = 0.95
+) -> dict[str, Any]:
     """A dose-response line with the run as the unit: each run's least-squares slope of ``y`` on ``x`` (its points,
     non-finite y left out; None with fewer than two distinct x), then :func:`t_over_runs` of the slopes (``mean``,
     the t interval over runs, ``sd``: the between-run SD of the slope), with ``per_run`` (the slopes, in order)
@@ -159,7 +191,7 @@ def slope_over_runs(x_by_run: Sequence[Sequence[float]], y_by_run: Sequence[Sequ
             slopes.append(None)
             continue
         xc = x - x.mean()
-        slope = float((xc * (y - y.mean())).sum() / (xc ** 2).sum())
+        slope = float((xc * (y - y.mean())).sum() / (xc**2).sum())
         slopes.append(slope)
         intercepts.append(float(y.mean() - slope * x.mean()))
     out = t_over_runs(slopes, level)
@@ -167,8 +199,14 @@ def slope_over_runs(x_by_run: Sequence[Sequence[float]], y_by_run: Sequence[Sequ
     return out
 
 
-def run_logits(successes: np.ndarray, trials: np.ndarray, size_index: Sequence[int], log2_reads: Sequence[float],
-               n_sizes: int, firth: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def run_logits(
+    successes: np.ndarray,
+    trials: np.ndarray,
+    size_index: Sequence[int],
+    log2_reads: Sequence[float],
+    n_sizes: int,
+    firth: bool = True,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Stage 1, vectorised over B seeds that share one design of G groups (a group: one size and one exposure count).
 
     ``successes`` (B, G) exact-match counts, ``trials`` (G,) or (B, G) windows per group (0 = the seed lacks the
@@ -220,15 +258,22 @@ def size_slope_over_runs(logits: Any, log10_params: Sequence[float], level: floa
         slope = None
         if ok.sum() >= 2 and np.ptp(xs[ok]) > 0:
             xc = xs[ok] - xs[ok].mean()
-            slope = float((xc * (row[ok] - row[ok].mean())).sum() / (xc ** 2).sum())
+            slope = float((xc * (row[ok] - row[ok].mean())).sum() / (xc**2).sum())
         per_seed.append({"slope": slope, "sizes": int(ok.sum())})
     two_stage = t_over_runs([s["slope"] for s in per_seed], level)
     seed_i, size_j = np.nonzero(np.isfinite(y))
     obs = y[seed_i, size_j]
     seeds_in = np.unique(seed_i)
     seed_dummies = (seed_i[:, None] == seeds_in[None, :]).astype(np.float64)
-    out: dict[str, Any] = {"n_seeds": int(len(seeds_in)), "n_runs": int(len(obs)), "per_seed": per_seed,
-                           "two_stage": two_stage, "run_level": None, "linearity": None, "level": level}
+    out: dict[str, Any] = {
+        "n_seeds": int(len(seeds_in)),
+        "n_runs": int(len(obs)),
+        "per_seed": per_seed,
+        "two_stage": two_stage,
+        "run_level": None,
+        "linearity": None,
+        "level": level,
+    }
     linear = np.column_stack([seed_dummies, xs[size_j]])
     coef, rss_lin, df_lin, inv = _ols(linear, obs)
     sizes_in = np.unique(size_j)
@@ -239,14 +284,24 @@ def size_slope_over_runs(logits: Any, log10_params: Sequence[float], level: floa
         half = float(student_t.ppf(0.5 + level / 2, df_lin)) * se
         slope = float(coef[-1])
         p = (1.0 if slope == 0 else 0.0) if se == 0 else float(2 * student_t.sf(abs(slope) / se, df_lin))
-        out["run_level"] = {"slope": slope, "se": se, "df": int(df_lin), "ci_low": slope - half,
-                            "ci_high": slope + half, "p_value": p,
-                            "between_run_sd": math.sqrt(rss_fac / df_fac) if df_fac > 0 else None}
+        out["run_level"] = {
+            "slope": slope,
+            "se": se,
+            "df": int(df_lin),
+            "ci_low": slope - half,
+            "ci_high": slope + half,
+            "p_value": p,
+            "between_run_sd": math.sqrt(rss_fac / df_fac) if df_fac > 0 else None,
+        }
     df1 = df_lin - df_fac
     if len(sizes_in) >= 3 and df_fac > 0 and df1 > 0:
         f_stat = ((rss_lin - rss_fac) / df1) / (rss_fac / df_fac) if rss_fac > 0 else math.inf
-        out["linearity"] = {"F": float(f_stat), "df1": int(df1), "df2": int(df_fac),
-                            "p_value": float(f_dist.sf(f_stat, df1, df_fac))}
+        out["linearity"] = {
+            "F": float(f_stat),
+            "df1": int(df1),
+            "df2": int(df_fac),
+            "p_value": float(f_dist.sf(f_stat, df1, df_fac)),
+        }
     return out
 
 
@@ -256,8 +311,9 @@ def _binomial_loglik(beta: np.ndarray, design: np.ndarray, k: np.ndarray, n: np.
     return (k * -np.logaddexp(0.0, -eta) + (n - k) * -np.logaddexp(0.0, eta)).sum(axis=1)
 
 
-def loglinearity_lr(successes: Any, trials: Any, size_index: Sequence[int], log2_reads: Sequence[float],
-                    log10_params: Sequence[float]) -> dict[str, Any]:
+def loglinearity_lr(
+    successes: Any, trials: Any, size_index: Sequence[int], log2_reads: Sequence[float], log10_params: Sequence[float]
+) -> dict[str, Any]:
     """The window-level likelihood-ratio test of log-linearity in size, per seed and summed: maximum likelihood with
     size as a factor (one intercept per size) against ``a + c log10 params``, both with the seed's exposure slope.
     ``successes`` / ``trials`` (B seeds, G groups), ``size_index`` (G,) into ``log10_params``, ``log2_reads`` (G,).
@@ -284,8 +340,14 @@ def loglinearity_lr(successes: Any, trials: Any, size_index: Sequence[int], log2
     return {"LR": lr, "df": df, "p_value": float(chi2.sf(lr, df))}
 
 
-def size_effect_over_runs(exact: Sequence[Any], log2_reads: Sequence[float], log10_params: Sequence[float],
-                          seeds: Sequence[Any], firth: bool = True, level: float = 0.95) -> dict[str, Any]:
+def size_effect_over_runs(
+    exact: Sequence[Any],
+    log2_reads: Sequence[float],
+    log10_params: Sequence[float],
+    seeds: Sequence[Any],
+    firth: bool = True,
+    level: float = 0.95,
+) -> dict[str, Any]:
     """The size effect with the training run as the unit, from per-window exact match (0/1), log2 exposures read,
     log10 parameters of the window's model and its seed (a run = one seed at one size). Stage 1
     (:func:`run_logits`) per seed, stage 2 (:func:`size_slope_over_runs`) across runs and seeds. Returns stage 2's
@@ -319,13 +381,29 @@ def size_effect_over_runs(exact: Sequence[Any], log2_reads: Sequence[float], log
         for j, x in enumerate(sizes):
             here = [gi for gi, g in enumerate(groups) if g[0] == x]
             if n[i, here].sum() > 0:
-                runs.append({"seed": s, "log10_params": x, "logit": float(alpha[i, j]), "se": float(se[i, j]),
-                             "windows": int(n[i, here].sum()), "exact": int(k[i, here].sum())})
+                runs.append(
+                    {
+                        "seed": s,
+                        "log10_params": x,
+                        "logit": float(alpha[i, j]),
+                        "se": float(se[i, j]),
+                        "windows": int(n[i, here].sum()),
+                        "exact": int(k[i, here].sum()),
+                    }
+                )
     for entry, s in zip(out["per_seed"], seed_names):
         entry["seed"] = s
-    out.update(seeds=seed_names, sizes=sizes, runs=runs, exposure_slope=dict(zip(seed_names, b.tolist())),
-               method=("stage 1: per seed, " + ("Firth-penalised" if firth else "maximum-likelihood")
-                       + " logistic regression of exact match on log2 exposures read with one intercept per size "
-                       "(each run's logit); stage 2: each seed's least-squares slope of its runs' logits on log10 "
-                       "params, t interval over seeds"))
+    out.update(
+        seeds=seed_names,
+        sizes=sizes,
+        runs=runs,
+        exposure_slope=dict(zip(seed_names, b.tolist())),
+        method=(
+            "stage 1: per seed, "
+            + ("Firth-penalised" if firth else "maximum-likelihood")
+            + " logistic regression of exact match on log2 exposures read with one intercept per size "
+            "(each run's logit); stage 2: each seed's least-squares slope of its runs' logits on log10 "
+            "params, t interval over seeds"
+        ),
+    )
     return out

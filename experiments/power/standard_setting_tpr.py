@@ -31,12 +31,12 @@ from scipy.stats import t as student_t
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE.parent / "results" / "standard_setting" / "results.json"
-MARGIN = 0.10            # equivalence.tpr_margin of experiments/standard_setting.yaml, stated before the 5-seed run
+MARGIN = 0.10  # equivalence.tpr_margin of experiments/standard_setting.yaml, stated before the 5-seed run
 MEMBERS = 144
 RUNS = (5, 8, 10, 15)
 NONMEMBERS = (500, 1000, 2000)
 SIMULATIONS = 2000
-KJV_NONMEMBERS = 1000    # the King James Bible's 1,189 chapters less the 144 targets, rounded down
+KJV_NONMEMBERS = 1000  # the King James Bible's 1,189 chapters less the 144 targets, rounded down
 SEED = 0
 
 
@@ -61,8 +61,9 @@ def tpr_at(members: np.ndarray, nonmembers: np.ndarray, fpr: float) -> np.ndarra
     return (members > threshold[:, None]).mean(axis=1)
 
 
-def paired_differences(rng: np.random.Generator, d: float, rho: float, runs: int, nonmembers: int,
-                       fpr: float, sims: int) -> np.ndarray:
+def paired_differences(
+    rng: np.random.Generator, d: float, rho: float, runs: int, nonmembers: int, fpr: float, sims: int
+) -> np.ndarray:
     """(sims, runs) paired TPR differences of two arms with the same true d on the same documents."""
     out = np.empty((sims, runs))
     shared, own = math.sqrt(rho), math.sqrt(1 - rho)
@@ -108,20 +109,48 @@ def main() -> dict:
                 continue
             for runs in RUNS:
                 diffs = paired_differences(rng, d, rho, runs, n_non, fpr, SIMULATIONS)
-                rows.append({"fpr": fpr, "nonmembers": n_non, "runs": runs,
-                             "between_run_sd": float(diffs.std(axis=1, ddof=1).mean()),
-                             "power": tost_power(diffs, MARGIN)})
+                rows.append(
+                    {
+                        "fpr": fpr,
+                        "nonmembers": n_non,
+                        "runs": runs,
+                        "between_run_sd": float(diffs.std(axis=1, ddof=1).mean()),
+                        "power": tost_power(diffs, MARGIN),
+                    }
+                )
     # the fewest runs (training is most of a cell's cost) with >= 0.8 power at 1 % and at 0.1 % FPR, among the
     # designs the KJV pool can hold (1,189 chapters: 144 targets and at most ~1,000 nonmember openings)
     power = {(r["fpr"], r["nonmembers"], r["runs"]): r["power"] for r in rows}
-    feasible = [(n, runs) for n in NONMEMBERS for runs in RUNS if n <= KJV_NONMEMBERS
-                and power.get((0.01, n, runs), 0) >= 0.8 and power.get((0.001, n, runs), 0) >= 0.8]
+    feasible = [
+        (n, runs)
+        for n in NONMEMBERS
+        for runs in RUNS
+        if n <= KJV_NONMEMBERS and power.get((0.01, n, runs), 0) >= 0.8 and power.get((0.001, n, runs), 0) >= 0.8
+    ]
     best = min(feasible, key=lambda x: (x[1], x[0]), default=None)
-    chosen = None if best is None else {"nonmembers": best[0], "runs": best[1], "power_1pct": power[(0.01, *best)],
-                                        "power_0_1pct": power[(0.001, *best)]}
-    out = {"question": "TOST of Goldfish - standard TPR at 1 % FPR within +-0.10 over runs, at a true difference of 0",
-           "committed_auc": auc, "committed_between_run_sd": sd_diff, "d": d, "rho": rho, "members": MEMBERS,
-           "margin": MARGIN, "simulations": SIMULATIONS, "seed": SEED, "rows": rows, "chosen": chosen}
+    chosen = (
+        None
+        if best is None
+        else {
+            "nonmembers": best[0],
+            "runs": best[1],
+            "power_1pct": power[(0.01, *best)],
+            "power_0_1pct": power[(0.001, *best)],
+        }
+    )
+    out = {
+        "question": "TOST of Goldfish - standard TPR at 1 % FPR within +-0.10 over runs, at a true difference of 0",
+        "committed_auc": auc,
+        "committed_between_run_sd": sd_diff,
+        "d": d,
+        "rho": rho,
+        "members": MEMBERS,
+        "margin": MARGIN,
+        "simulations": SIMULATIONS,
+        "seed": SEED,
+        "rows": rows,
+        "chosen": chosen,
+    }
     (HERE / "standard_setting_tpr.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
     return out
 
@@ -129,6 +158,8 @@ def main() -> dict:
 if __name__ == "__main__":
     found = main()
     for r in found["rows"]:
-        print(f"FPR {r['fpr']:g}  nonmembers {r['nonmembers']:5d}  runs {r['runs']:2d}  "
-              f"SD {100 * r['between_run_sd']:.1f} pts  power {r['power']:.2f}")
+        print(
+            f"FPR {r['fpr']:g}  nonmembers {r['nonmembers']:5d}  runs {r['runs']:2d}  "
+            f"SD {100 * r['between_run_sd']:.1f} pts  power {r['power']:.2f}"
+        )
     print("chosen:", found["chosen"])

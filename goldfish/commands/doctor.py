@@ -20,8 +20,12 @@ examples:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--measure", action=argparse.BooleanOptionalAction, default=True,
-                   help="time bf16 vs fp32 linear layers (about a second; default on)")
+    p.add_argument(
+        "--measure",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="time bf16 vs fp32 linear layers (about a second; default on)",
+    )
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
 
@@ -29,8 +33,15 @@ def report(measure: bool) -> dict:
     """Everything ``goldfish doctor`` prints, as a mapping."""
     import torch
 
-    from ..hardware import (cpu_features, cpu_model, default_device, default_threads, measure_bf16_speedup,
-                            native_bf16, physical_cores)
+    from ..hardware import (
+        cpu_features,
+        cpu_model,
+        default_device,
+        default_threads,
+        measure_bf16_speedup,
+        native_bf16,
+        physical_cores,
+    )
     from ..precision import resolve_precision
 
     device = default_device()
@@ -38,12 +49,22 @@ def report(measure: bool) -> dict:
     native, why = native_bf16(device)
     known = features.cpu_class()
     out = {
-        "device": str(device), "cpu": cpu_model(), "vendor": features.vendor, "family": features.family,
-        "avx512_bf16": features.avx512_bf16, "amx": features.amx, "aten_capability": features.aten_capability,
-        "onednn_isa_cap": features.onednn_isa_cap, "cpu_class": known.name if known else None,
-        "precision_auto": resolve_precision("auto", device, warn=False), "bf16_native_and_faster": native,
-        "reason": why, "physical_cores": physical_cores(), "logical_cpus": os.cpu_count(),
-        "default_threads": default_threads(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "device": str(device),
+        "cpu": cpu_model(),
+        "vendor": features.vendor,
+        "family": features.family,
+        "avx512_bf16": features.avx512_bf16,
+        "amx": features.amx,
+        "aten_capability": features.aten_capability,
+        "onednn_isa_cap": features.onednn_isa_cap,
+        "cpu_class": known.name if known else None,
+        "precision_auto": resolve_precision("auto", device, warn=False),
+        "bf16_native_and_faster": native,
+        "reason": why,
+        "physical_cores": physical_cores(),
+        "logical_cpus": os.cpu_count(),
+        "default_threads": default_threads(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "torch": torch.__version__,
     }
     if measure and device.type == "cpu":
@@ -58,14 +79,20 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
         return 0
     print(f"device:     {out['device']} ({out['cpu']}; {out['vendor'] or '?'} family {out['family']})")
-    print(f"features:   AVX512-BF16 {'yes' if out['avx512_bf16'] else 'no'}, AMX {'yes' if out['amx'] else 'no'}, "
-          f"ATen {out['aten_capability']}, oneDNN cap {out['onednn_isa_cap'] or 'none'}")
+    print(
+        f"features:   AVX512-BF16 {'yes' if out['avx512_bf16'] else 'no'}, AMX {'yes' if out['amx'] else 'no'}, "
+        f"ATen {out['aten_capability']}, oneDNN cap {out['onednn_isa_cap'] or 'none'}"
+    )
     print(f"precision:  auto -> {out['precision_auto']} ({out['reason']})")
-    print(f"threads:    {out['default_threads']} by default ({out['physical_cores']} physical cores, "
-          f"{out['logical_cpus']} logical CPUs; OMP_NUM_THREADS or threads= overrides); OpenMP wait policy "
-          f"{out['omp_wait_policy'] or 'unset'}")
+    print(
+        f"threads:    {out['default_threads']} by default ({out['physical_cores']} physical cores, "
+        f"{out['logical_cpus']} logical CPUs; OMP_NUM_THREADS or threads= overrides); OpenMP wait policy "
+        f"{out['omp_wait_policy'] or 'unset'}"
+    )
     measured = out.get("bf16_measured")
     if measured:
-        print(f"measured:   bf16 {measured['speedup']:.2f}x the fp32 rate of training-shaped linear layers on "
-              f"{measured['threads']} threads, now (a reading under the current load; runs never use it)")
+        print(
+            f"measured:   bf16 {measured['speedup']:.2f}x the fp32 rate of training-shaped linear layers on "
+            f"{measured['threads']} threads, now (a reading under the current load; runs never use it)"
+        )
     return 0

@@ -32,20 +32,35 @@ examples (after `make demo`: one prepared folder in runs/demo/prepared/, models 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from goldfish.eval.config import SHORTHANDS, EvalConfig
 
-    p.add_argument("args", nargs="*", metavar="[CONFIG.yaml] [key=value ...]",
-                   help="optional YAML config, then key=value overrides of any config key")
+    p.add_argument(
+        "args",
+        nargs="*",
+        metavar="[CONFIG.yaml] [key=value ...]",
+        help="optional YAML config, then key=value overrides of any config key",
+    )
     for flag, key in SHORTHANDS.items():
         spellings = [flag] + ([flag.replace("-", "_").replace("__", "--", 1)] if "-" in flag[2:] else [])
         p.add_argument(*spellings, dest=key, default=None, metavar="VALUE", help=f"= {key}=VALUE")
-    p.add_argument("--overwrite", action="store_true",
-                   help="= overwrite=true: replace an out folder that holds another evaluation (built beside it, "
-                        "swapped in when finished)")
-    p.add_argument("--log-samples", "--log_samples", dest="log_samples", action="store_true",
-                   help="= log_samples=true: also write samples.jsonl, one line per extraction window")
-    p.add_argument("--update-card", action="store_true",
-                   help="append the headline numbers (extraction per window placement, membership AUCs) to the model "
-                        "folder's README.md model card, in model-index form (a Hugging Face folder or a training run "
-                        "folder; the card is created if absent)")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="= overwrite=true: replace an out folder that holds another evaluation (built beside it, "
+        "swapped in when finished)",
+    )
+    p.add_argument(
+        "--log-samples",
+        "--log_samples",
+        dest="log_samples",
+        action="store_true",
+        help="= log_samples=true: also write samples.jsonl, one line per extraction window",
+    )
+    p.add_argument(
+        "--update-card",
+        action="store_true",
+        help="append the headline numbers (extraction per window placement, membership AUCs) to the model "
+        "folder's README.md model card, in model-index form (a Hugging Face folder or a training run "
+        "folder; the card is created if absent)",
+    )
     p.epilog = "config keys:\n" + "\n".join(describe(EvalConfig))
 
 
@@ -90,8 +105,10 @@ def run(args: argparse.Namespace) -> int:
             analysis = run_series(cfg)
             if shard.main:
                 print(model_table(analysis))
-                print(f"\nresults: {cfg.out}/series.json, {cfg.out}/series.csv, {cfg.out}/trajectories.csv"
-                      + (f", {cfg.out}/report.md" if cfg.report else ""))
+                print(
+                    f"\nresults: {cfg.out}/series.json, {cfg.out}/series.csv, {cfg.out}/trajectories.csv"
+                    + (f", {cfg.out}/report.md" if cfg.report else "")
+                )
             return 0
         # a wrong target fails before the work; a model of the Hugging Face cache gets its card in the eval folder
         folder, card_out = card_folder(cfg.model.path, cfg.out) if args.update_card else (None, None)
@@ -105,9 +122,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nresults: {cfg.out}/results.json, {cfg.out}/results.csv{report}")
     if folder is not None:
         weights = (results.get("model") or {}).get("weights")  # the weights the numbers are of
-        print(f"model card: {add_eval_results(folder, eval_results(results), weights=weights, out=card_out)}"
-              + (" (the model is read-only in the Hugging Face cache: its card there is unchanged)" if card_out
-                 else ""))
+        print(
+            f"model card: {add_eval_results(folder, eval_results(results), weights=weights, out=card_out)}"
+            + (" (the model is read-only in the Hugging Face cache: its card there is unchanged)" if card_out else "")
+        )
     return 0
 
 
@@ -123,8 +141,10 @@ def card_folder(model_path: str | None, out: str | Path) -> tuple[Path, Path | N
         raise ConfigError("--update-card needs --model (the model folder whose card gets the results)")
     src = resolve_model_path(model_path)
     if src.gguf_file:
-        raise ConfigError(f"--update-card writes a Hugging Face model folder's README.md; {src.describe()} is a GGUF "
-                          f"file (export it to a folder first, or leave --update-card out)")
+        raise ConfigError(
+            f"--update-card writes a Hugging Face model folder's README.md; {src.describe()} is a GGUF "
+            f"file (export it to a folder first, or leave --update-card out)"
+        )
     folder = Path(src.folder)
     if is_hub_id(model_path) or in_hub_cache(folder):
         return folder, Path(out) / "model_card"

@@ -33,22 +33,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..experiment import ExperimentConfig
 
     parser.description = DESCRIPTION + "\n".join(describe(ExperimentConfig))
-    parser.add_argument("config", help="experiment YAML (e.g. experiments/default.yaml), or a shipped experiment's "
-                                       "name (default, k_sweep, paper/llama2_7b_extreme: from any folder)")
+    parser.add_argument(
+        "config",
+        help="experiment YAML (e.g. experiments/default.yaml), or a shipped experiment's "
+        "name (default, k_sweep, paper/llama2_7b_extreme: from any folder)",
+    )
     parser.add_argument("overrides", nargs="*", help="key=value overrides (e.g. out=runs/x train.seed=1)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="validate every cell, the parallel layout and print memory/time estimates; train nothing")
-    parser.add_argument("--world-size", type=int, default=None,
-                        help="devices per cell for --dry-run (default: hardware.gpus of each cell)")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate every cell, the parallel layout and print memory/time estimates; train nothing",
+    )
+    parser.add_argument(
+        "--world-size",
+        type=int,
+        default=None,
+        help="devices per cell for --dry-run (default: hardware.gpus of each cell)",
+    )
     parser.add_argument("--list", action="store_true", help="list the cells and their state, then exit")
     parser.add_argument("--only", default=None, help="run only cells whose id matches this glob (e.g. 'goldfish*')")
-    parser.add_argument("--report-only", action="store_true",
-                        help="aggregate the finished cells and rewrite results and report as a full run does at its "
-                             "end, without running anything")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="aggregate the finished cells and rewrite results and report as a full run does at its "
+        "end, without running anything",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--rerun-stale", action="store_true",
-                        help="rerun cells started with a different config from scratch, each replacing its old "
-                             "cell only when done (default: refuse to run)")
+    parser.add_argument(
+        "--rerun-stale",
+        action="store_true",
+        help="rerun cells started with a different config from scratch, each replacing its old "
+        "cell only when done (default: refuse to run)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

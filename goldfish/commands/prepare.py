@@ -37,13 +37,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help="output folder (default: data/prepared/<name>)")
     parser.add_argument("--overwrite", action="store_true", help="replace the output folder if it exists")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
-    parser.add_argument("--num-proc", type=int, default=None, metavar="N",
-                        help="worker processes tokenizing a streamed background (default: the CPUs available; never "
-                             "more than those CPUs, nor than the shards there are to write)")
-    parser.add_argument("--shards", default=None, metavar="A:B",
-                        help="write only background shards A..B-1 (one job of several into one folder); no merge")
-    parser.add_argument("--merge", action="store_true",
-                        help="merge the background shards other jobs wrote (a missing one is an error)")
+    parser.add_argument(
+        "--num-proc",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes tokenizing a streamed background (default: the CPUs available; never "
+        "more than those CPUs, nor than the shards there are to write)",
+    )
+    parser.add_argument(
+        "--shards",
+        default=None,
+        metavar="A:B",
+        help="write only background shards A..B-1 (one job of several into one folder); no merge",
+    )
+    parser.add_argument(
+        "--merge", action="store_true", help="merge the background shards other jobs wrote (a missing one is an error)"
+    )
     parser.epilog = "recipe keys:\n" + "\n".join(describe(PrepareConfig))
 
 
@@ -81,12 +91,22 @@ def run(args: argparse.Namespace) -> int:
     show = not args.quiet
     terminal = sys.stderr.isatty()
     log = None if not show or terminal else (lambda line: print(line, file=sys.stderr, flush=True))
-    out = prepare(cfg, out=args.out, overwrite=args.overwrite, progress=show and terminal, num_proc=args.num_proc,
-                  shards=shards, merge_only=args.merge, log=log)
+    out = prepare(
+        cfg,
+        out=args.out,
+        overwrite=args.overwrite,
+        progress=show and terminal,
+        num_proc=args.num_proc,
+        shards=shards,
+        merge_only=args.merge,
+        log=log,
+    )
     if shards is not None:
         if show:
-            print(f"wrote background shards {shards[0]}..{shards[1] - 1} into {out} (the last ones may lie past the "
-                  f"end of the source); when every job is done: goldfish prepare {args.config} --out {out} --merge")
+            print(
+                f"wrote background shards {shards[0]}..{shards[1] - 1} into {out} (the last ones may lie past the "
+                f"end of the source); when every job is done: goldfish prepare {args.config} --out {out} --merge"
+            )
     elif show:
         print(summary(out))
     return 0

@@ -36,17 +36,27 @@ examples:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..train_config import TrainConfig
 
-    parser.add_argument("config", nargs="?", default=None,
-                        help="training config: a YAML file, or a shipped config's name (train_tiny = "
-                             "experiments/train_tiny.yaml, from any folder); optional: a key=value-only run starts "
-                             "from the defaults")
+    parser.add_argument(
+        "config",
+        nargs="?",
+        default=None,
+        help="training config: a YAML file, or a shipped config's name (train_tiny = "
+        "experiments/train_tiny.yaml, from any folder); optional: a key=value-only run starts "
+        "from the defaults",
+    )
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="override config keys (e.g. optim.lr=3e-4)")
     fresh = parser.add_mutually_exclusive_group()
-    fresh.add_argument("--fresh", action="store_true",
-                       help="if out= already holds a run, train in a new folder beside it (out_2, out_3, ...)")
-    fresh.add_argument("--overwrite", action="store_true",
-                       help="if out= already holds a training run, replace it by a new one (built beside it and "
-                            "swapped in at its first checkpoint; any other folder is refused)")
+    fresh.add_argument(
+        "--fresh",
+        action="store_true",
+        help="if out= already holds a run, train in a new folder beside it (out_2, out_3, ...)",
+    )
+    fresh.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="if out= already holds a training run, replace it by a new one (built beside it and "
+        "swapped in at its first checkpoint; any other folder is refused)",
+    )
     parser.epilog = "config keys:\n" + "\n".join(describe(TrainConfig))
 
 
@@ -78,14 +88,18 @@ def check_accelerate_launch(precision: str) -> None:
     if mixed is None:
         return
     if "MASTER_ADDR" in os.environ and "WORLD_SIZE" not in os.environ:
-        raise UserError("accelerate launch started one process although --num_processes asked for several (its "
-                        "one-process launcher, chosen on machines without GPUs); add --multi_gpu, which starts them "
-                        "with torchrun (gloo on CPUs): accelerate launch --multi_gpu --num_processes 2 -m goldfish "
-                        "train ...")
+        raise UserError(
+            "accelerate launch started one process although --num_processes asked for several (its "
+            "one-process launcher, chosen on machines without GPUs); add --multi_gpu, which starts them "
+            "with torchrun (gloo on CPUs): accelerate launch --multi_gpu --num_processes 2 -m goldfish "
+            "train ..."
+        )
     if mixed not in ("no", precision):
-        raise UserError(f"accelerate launch --mixed_precision {mixed} does not set goldfish train's precision "
-                        f"(now {precision}); set precision=bf16 or precision=fp32 in the config or as an override, "
-                        f"and leave --mixed_precision out")
+        raise UserError(
+            f"accelerate launch --mixed_precision {mixed} does not set goldfish train's precision "
+            f"(now {precision}); set precision=bf16 or precision=fp32 in the config or as an override, "
+            f"and leave --mixed_precision out"
+        )
 
 
 def fresh_folder(out: Path) -> Path:
@@ -94,8 +108,9 @@ def fresh_folder(out: Path) -> Path:
     from ..ownership import check_target
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise UserError("--fresh chooses the run folder in one process only; under torchrun give a new out= folder "
-                        "instead")
+        raise UserError(
+            "--fresh chooses the run folder in one process only; under torchrun give a new out= folder instead"
+        )
     out = check_target(out)
     if not out.exists() or not any(out.iterdir()):
         return out

@@ -25,7 +25,31 @@ package root is their one public face: callers import from ``goldfish.config``.
 """
 
 from .grammar import MAX_DIGITS, SHOWN_CHARS, YAML_MAX_VALUES, load_yaml, read_yaml, scalar, shown
-from .overrides import (flatten, get_dotted, merged, parse_override, parse_overrides, pop_dotted, set_dotted,
-                        split_arguments)
-from .schema import (INT_LIMIT, SEED_MAX, SHIPPED, aliases, check, check_at_most, check_seed, describe, find_config,
-                     from_dict, load_config, option, raise_problems, runtime_option, save_config, to_dict)
+from .overrides import (
+    flatten,
+    get_dotted,
+    merged,
+    parse_override,
+    parse_overrides,
+    pop_dotted,
+    set_dotted,
+    split_arguments,
+)
+from .schema import (
+    INT_LIMIT,
+    SEED_MAX,
+    SHIPPED,
+    aliases,
+    check,
+    check_at_most,
+    check_seed,
+    describe,
+    find_config,
+    from_dict,
+    load_config,
+    option,
+    raise_problems,
+    runtime_option,
+    save_config,
+    to_dict,
+)

@@ -23,12 +23,13 @@ _REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict, _REPR.maxlevel = 
 def shown(value: Any) -> str:
     """A short ``repr`` of a user's value for an error message: bounded work and length, whatever the value."""
     text = value.text if isinstance(value, (_Int, _Float)) else _REPR.repr(value)
-    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
 
 
 def _remembering(base: type) -> type:
     """``base`` (int or float) whose values remember the text of the plain scalar they were read from (``0123``,
     ``1.10``): what a ``str`` setting gets. They compare, hash, print and serialise as plain numbers."""
+
     def __new__(cls, value, text: str):
         number = base.__new__(cls, value)
         number.text = text
@@ -38,8 +39,17 @@ def _remembering(base: type) -> type:
         return base(self), self.text
 
     name = f"_{base.__name__.title()}"
-    return type(name, (base,), {"__new__": __new__, "__getnewargs__": __getnewargs__, "__module__": __name__,
-                                "__qualname__": name, "__doc__": _remembering.__doc__})
+    return type(
+        name,
+        (base,),
+        {
+            "__new__": __new__,
+            "__getnewargs__": __getnewargs__,
+            "__module__": __name__,
+            "__qualname__": name,
+            "__doc__": _remembering.__doc__,
+        },
+    )
 
 
 _Int = _remembering(int)
@@ -50,8 +60,10 @@ _Float = _remembering(float)
 _NULL = re.compile(r"^(?:~|null|Null|NULL|)$")
 _BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
 _INT = re.compile(r"^[-+]?[0-9]+$")
-_FLOAT = re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-                    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+_FLOAT = re.compile(
+    r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
 MAX_DIGITS = 100  # a number written with more characters is refused before Python converts it (bounded work)
 
 
@@ -94,8 +106,10 @@ class _StrictLoader(yaml.SafeLoader):
                     continue
                 line = key_node.start_mark.line + 1
                 if key_node.value in seen:
-                    raise ConfigError(f"{self.where}: key '{shown(key_node.value)[1:-1]}' is given twice (lines "
-                                      f"{seen[key_node.value]} and {line}); keep one")
+                    raise ConfigError(
+                        f"{self.where}: key '{shown(key_node.value)[1:-1]}' is given twice (lines "
+                        f"{seen[key_node.value]} and {line}); keep one"
+                    )
                 seen[key_node.value] = line
         return super().construct_mapping(node, deep)
 
@@ -104,15 +118,18 @@ class _StrictLoader(yaml.SafeLoader):
 
 
 _StrictLoader.yaml_implicit_resolvers = {}
-for _tag, _pattern, _first in (("bool", _BOOL, "tTfF"), ("int", _INT, "-+0123456789"),
-                               ("float", _FLOAT, "-+0123456789."), ("null", _NULL, ["~", "n", "N", ""]),
-                               ("merge", re.compile(r"^(?:<<)$"), "<")):
+for _tag, _pattern, _first in (
+    ("bool", _BOOL, "tTfF"),
+    ("int", _INT, "-+0123456789"),
+    ("float", _FLOAT, "-+0123456789."),
+    ("null", _NULL, ["~", "n", "N", ""]),
+    ("merge", re.compile(r"^(?:<<)$"), "<"),
+):
     _StrictLoader.add_implicit_resolver(f"tag:yaml.org,2002:{_tag}", _pattern, list(_first))
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_number)
 _StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_yaml_number)
 for _type, _represent in ((_Int, yaml.SafeDumper.represent_int), (_Float, yaml.SafeDumper.represent_float)):
     yaml.SafeDumper.add_representer(_type, _represent)  # a value read here dumps as the plain number it is
-
 
 
 def _expanded_values(node: yaml.Node, memo: dict[int, int]) -> int:
@@ -139,8 +156,10 @@ def load_yaml(text: str, where: str) -> Any:
             return None
         size = _expanded_values(node, {})
         if size > YAML_MAX_VALUES:
-            raise ConfigError(f"{where} expands to {size:.3g} values through YAML aliases (&anchor / *alias), more "
-                              f"than the {YAML_MAX_VALUES:,} a config may hold; write the values out")
+            raise ConfigError(
+                f"{where} expands to {size:.3g} values through YAML aliases (&anchor / *alias), more "
+                f"than the {YAML_MAX_VALUES:,} a config may hold; write the values out"
+            )
         return loader.construct_document(node)
     except RecursionError:
         raise ConfigError(f"{where} nests too deeply to read; flatten it") from None
@@ -152,8 +171,10 @@ def read_yaml(path: str | Path) -> dict:
     """Read a YAML mapping, with one-line errors for a missing or malformed file."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file not found: {path} (check the path or the shipped config's name, or run without "
-                          f"a file to use the defaults)")
+        raise ConfigError(
+            f"config file not found: {path} (check the path or the shipped config's name, or run without "
+            f"a file to use the defaults)"
+        )
     try:
         data = load_yaml(path.read_text(encoding="utf-8"), f"config file {path}")
     except yaml.YAMLError as e:
@@ -167,4 +188,3 @@ def read_yaml(path: str | Path) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of keys to values, not {type(data).__name__}")
     return data
-

@@ -13,6 +13,7 @@ import yaml
 from ..errors import ConfigError
 from .grammar import load_yaml, scalar, shown
 
+
 def _parts(key: str | Sequence[str]) -> list[str]:
     return key.split(".") if isinstance(key, str) else list(key)
 
@@ -113,6 +114,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         except yaml.YAMLError as e:
             what = {"[": "list", "{": "mapping"}.get(value[0], "quoted string")
             why = getattr(e, "problem", None) or e
-            raise ConfigError(f"{where}: {shown(value)} is not a valid YAML {what} ({why}); check its brackets and "
-                              f"quotes") from None
+            raise ConfigError(
+                f"{where}: {shown(value)} is not a valid YAML {what} ({why}); check its brackets and quotes"
+            ) from None
     return key.split("."), scalar(value, where)

@@ -116,7 +116,7 @@ def _coerce(value: Any, tp: Any, key: str, problems: list[str]) -> Any:
             errors.extend(trial)
         reason = ""
         if len(errors) == 1 and errors[0].startswith(f"{key}={shown(value)} is "):  # `float | None`: the float's
-            reason = f" ({errors[0][len(f'{key}={shown(value)} is '):]})"
+            reason = f" ({errors[0][len(f'{key}={shown(value)} is ') :]})"
         problems.append(f"{key}={shown(value)} is not a valid {_type_name(tp)}{reason}")
         return None
     if origin in (list, tuple):
@@ -233,8 +233,10 @@ def _apply_aliases(cls: Any, data: dict, prefix: str, problems: list[str]) -> di
         elif isinstance(node[last], dict) and isinstance(value, dict) and not set(node[last]) & set(value):
             node[last] = {**node[last], **value}
         else:
-            problems.append(f"{prefix}{old} and {prefix}{new} both given: they name one setting ({prefix}{old} is "
-                            f"the alias); keep {prefix}{new}")
+            problems.append(
+                f"{prefix}{old} and {prefix}{new} both given: they name one setting ({prefix}{old} is "
+                f"the alias); keep {prefix}{new}"
+            )
     return data
 
 
@@ -294,8 +296,9 @@ def find_config(spec: str | Path, folder: str) -> Path:
     if path.is_file() or path.is_absolute():
         return path
     yaml_suffix = path.suffix in (".yaml", ".yml")
-    candidates = ([path] if yaml_suffix or "/" in str(spec) else []) + ([] if yaml_suffix else
-                                                                         [Path(folder) / f"{spec}.yaml"])
+    candidates = ([path] if yaml_suffix or "/" in str(spec) else []) + (
+        [] if yaml_suffix else [Path(folder) / f"{spec}.yaml"]
+    )
     package = Path(__file__).resolve().parents[1]  # goldfish/
     checkout = package.parent if (package.parent / "pyproject.toml").is_file() else None
     for relative in candidates:
@@ -347,14 +350,20 @@ def check(condition: bool, problems: list[str], message: str) -> None:
 def check_at_most(value: object, high: int, problems: list[str], key: str, why: str) -> None:
     """Collect a problem when the integer ``value`` exceeds ``high``: a count that sizes work or memory is refused
     where the config is read, not after the work it would have cost (``why``: what grows with it)."""
-    check(not isinstance(value, int) or value <= high, problems,
-          f"{key}={shown(value)} is beyond {high:,}, the most this setting takes ({why})")
+    check(
+        not isinstance(value, int) or value <= high,
+        problems,
+        f"{key}={shown(value)} is beyond {high:,}, the most this setting takes ({why})",
+    )
 
 
 def check_seed(seed: object, problems: list[str], key: str = "seed") -> None:
     """Collect a problem unless ``seed`` is an integer in 0 ... :data:`SEED_MAX`."""
-    check(isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed <= SEED_MAX, problems,
-          f"{key}={shown(seed)} must be an integer between 0 and {SEED_MAX} (2**32 - 1)")
+    check(
+        isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed <= SEED_MAX,
+        problems,
+        f"{key}={shown(seed)} must be an integer between 0 and {SEED_MAX} (2**32 - 1)",
+    )
 
 
 def raise_problems(problems: list[str]) -> None:

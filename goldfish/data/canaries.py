@@ -28,20 +28,32 @@ class CanaryConfig:
 
     count: int = option(0, "number of canaries (random token sequences); 0 = none")
     tokens: int = option(24, "length of a canary in tokens: its random prefix followed by its secret")
-    secret_tokens: int = option(8, "the last N tokens of a canary are its secret, whose rank-based exposure "
-                                   "log2|R| - log2 rank is measured (R = alphabet^N)")
-    repetitions: list[int] | None = option(None, "copies per canary in the training rows, assigned round-robin "
-                                                 "(null = the members' repetitions: the same strata)")
+    secret_tokens: int = option(
+        8,
+        "the last N tokens of a canary are its secret, whose rank-based exposure "
+        "log2|R| - log2 rank is measured (R = alphabet^N)",
+    )
+    repetitions: list[int] | None = option(
+        None,
+        "copies per canary in the training rows, assigned round-robin "
+        "(null = the members' repetitions: the same strata)",
+    )
 
     def __post_init__(self) -> None:
         problems: list[str] = []
         check(self.count >= 0, problems, f"canaries.count={self.count} must be >= 0")
         check(self.secret_tokens >= 1, problems, f"canaries.secret_tokens={self.secret_tokens} must be >= 1")
-        check(self.tokens > self.secret_tokens, problems,
-              f"canaries.tokens={self.tokens} must exceed secret_tokens={self.secret_tokens} (a canary needs a "
-              "prefix of at least one token before its secret)")
-        check(self.repetitions is None or (len(self.repetitions) >= 1 and all(r >= 1 for r in self.repetitions)),
-              problems, f"canaries.repetitions={self.repetitions} must be a non-empty list of counts >= 1 (or null)")
+        check(
+            self.tokens > self.secret_tokens,
+            problems,
+            f"canaries.tokens={self.tokens} must exceed secret_tokens={self.secret_tokens} (a canary needs a "
+            "prefix of at least one token before its secret)",
+        )
+        check(
+            self.repetitions is None or (len(self.repetitions) >= 1 and all(r >= 1 for r in self.repetitions)),
+            problems,
+            f"canaries.repetitions={self.repetitions} must be a non-empty list of counts >= 1 (or null)",
+        )
         raise_problems(problems)
 
     @property
@@ -55,8 +67,9 @@ def canary_alphabet(tokenizer) -> np.ndarray:
     return np.asarray([i for i in range(len(tokenizer)) if i not in special], dtype=np.int64)
 
 
-def make_canaries(cfg: CanaryConfig, alphabet: np.ndarray, repetitions: list[int], seed: int
-                  ) -> tuple[np.ndarray, list[int]]:
+def make_canaries(
+    cfg: CanaryConfig, alphabet: np.ndarray, repetitions: list[int], seed: int
+) -> tuple[np.ndarray, list[int]]:
     """``(ids (count, tokens) int64, copies per canary)``: the canaries of ``cfg`` drawn from ``alphabet``.
 
     ``repetitions``: the members' strata, used when ``cfg.repetitions`` is null.

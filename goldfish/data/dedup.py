@@ -37,13 +37,17 @@ class DedupConfig:
     """Near-duplicate removal of members and nonmembers from the background (``background_dedup:`` of a recipe)."""
 
     ngram: int = option(13, "shingle length in tokens (GPT-3's contamination n-gram is 13)")
-    overlap: float = option(0.2, "a background document holding at least this fraction of a target's distinct "
-                                 "n-grams is left out (0 < overlap <= 1; 1 = only copies holding every n-gram)")
+    overlap: float = option(
+        0.2,
+        "a background document holding at least this fraction of a target's distinct "
+        "n-grams is left out (0 < overlap <= 1; 1 = only copies holding every n-gram)",
+    )
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        check(isinstance(self.ngram, int) and self.ngram >= 1, problems,
-              f"ngram={self.ngram!r} must be an integer >= 1")
+        check(
+            isinstance(self.ngram, int) and self.ngram >= 1, problems, f"ngram={self.ngram!r} must be an integer >= 1"
+        )
         check(0 < self.overlap <= 1, problems, f"overlap={self.overlap} must be in (0, 1]")
         raise_problems(problems)
 
@@ -92,8 +96,8 @@ def window_keys(ids: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
     width = min(n, len(arr))
     up, down = _powers(len(arr) + 1)
     prefix = np.zeros(len(arr) + 1, dtype=np.uint64)
-    np.cumsum(arr * down[:len(arr)], dtype=np.uint64, out=prefix[1:])
-    sums = up[width - 1:len(arr)] * (prefix[width:] - prefix[:len(arr) - width + 1])
+    np.cumsum(arr * down[: len(arr)], dtype=np.uint64, out=prefix[1:])
+    sums = up[width - 1 : len(arr)] * (prefix[width:] - prefix[: len(arr) - width + 1])
     return _mix(sums ^ np.uint64(width))
 
 
@@ -108,7 +112,7 @@ def block_keys(ids: Sequence[int] | np.ndarray, n: int) -> Iterator[np.ndarray]:
         yield window_keys(ids, n)
         return
     for s in range(0, len(ids) - n + 1, BLOCK_TOKENS):
-        yield window_keys(ids[s:s + BLOCK_TOKENS + n - 1], n)
+        yield window_keys(ids[s : s + BLOCK_TOKENS + n - 1], n)
 
 
 def shingles(ids: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
@@ -134,8 +138,9 @@ class ShingleIndex:
     def contained(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
         """(T,) fraction of each target's shingles that occur in ``ids``."""
         # the document's distinct n-grams that some target has (the others count for no target), a block at a time
-        return self._fractions(np.unique(np.concatenate([self._known(keys)
-                                                         for keys in block_keys(ids, self.config.ngram)])))
+        return self._fractions(
+            np.unique(np.concatenate([self._known(keys) for keys in block_keys(ids, self.config.ngram)]))
+        )
 
     def _fractions(self, doc: np.ndarray) -> np.ndarray:
         """(T,) fraction of each target's shingles among ``doc`` (distinct keys some target has)."""
@@ -195,7 +200,7 @@ class ShingleScan:
             self.tail = buf
             return
         self.found += [self.index._known(keys) for keys in block_keys(buf, self.n)]
-        self.tail, self.windows = buf[len(buf) - self.n + 1:], True
+        self.tail, self.windows = buf[len(buf) - self.n + 1 :], True
 
     def near_duplicate(self) -> bool:
         found = self.found if self.windows else [self.index._known(window_keys(self.tail, self.n))]

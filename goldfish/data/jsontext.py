@@ -58,8 +58,14 @@ class LongText:
     ``where`` names the line (``path:lineno``) and ``column`` is the 1-based column of the raw bytes' first byte in
     it, for one-line errors."""
 
-    def __init__(self, raw: memoryview, where: str, column: int,
-                 _measured: tuple[int, int, int] | None = None, _stripped: bool = False):
+    def __init__(
+        self,
+        raw: memoryview,
+        where: str,
+        column: int,
+        _measured: tuple[int, int, int] | None = None,
+        _stripped: bool = False,
+    ):
         self._raw, self._where, self._column = raw, where, column
         self.nbytes = len(raw)
         if _measured is None:  # the one checking pass: every piece decodes; the length and the edges measured
@@ -106,20 +112,25 @@ class LongText:
         try:
             text = piece.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise UserError(f"{self._where} is not UTF-8 text (invalid byte at column "
-                            f"{self._column + offset + e.start}); re-encode the file as UTF-8, e.g. iconv -f latin1 "
-                            f"-t utf-8") from None
+            raise UserError(
+                f"{self._where} is not UTF-8 text (invalid byte at column "
+                f"{self._column + offset + e.start}); re-encode the file as UTF-8, e.g. iconv -f latin1 "
+                f"-t utf-8"
+            ) from None
         try:
             value = json.loads('"' + text + '"')
         except json.JSONDecodeError as e:
-            raise UserError(f"{self._where} is not valid JSON ({e.msg}); the file needs one JSON object per "
-                            f"line") from None
+            raise UserError(
+                f"{self._where} is not valid JSON ({e.msg}); the file needs one JSON object per line"
+            ) from None
         if "\\u" in text:  # an escape may spell a lone surrogate, which is not text
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError as e:
-                raise UserError(f"{self._where} holds a lone UTF-16 surrogate ({e.object[e.start]!a}), which is not "
-                                f"Unicode text; fix the escape in that line") from None
+                raise UserError(
+                    f"{self._where} holds a lone UTF-16 surrogate ({e.object[e.start]!a}), which is not "
+                    f"Unicode text; fix the escape in that line"
+                ) from None
         return value
 
 
@@ -131,11 +142,11 @@ def _safe_cut(raw: memoryview, pos: int, end: int) -> int:
     for _ in range(3):  # a UTF-8 continuation byte after the cut: back to its character's first byte
         if 0x80 <= raw[end] < 0xC0:
             end -= 1
-    tail = bytes(raw[end - 6:end])
+    tail = bytes(raw[end - 6 : end])
     b = tail.rfind(b"\\")
     if b >= 0 and _starts_escape(raw, end - 6 + b, pos):  # the cut may split that escape (at most 6 bytes)
         end = end - 6 + b
-    if _HIGH_SURROGATE.fullmatch(bytes(raw[end - 6:end])) and _starts_escape(raw, end - 6, pos):
+    if _HIGH_SURROGATE.fullmatch(bytes(raw[end - 6 : end])) and _starts_escape(raw, end - 6, pos):
         end -= 6  # a high surrogate's escape: its low surrogate follows
     return end
 
@@ -148,8 +159,9 @@ def _starts_escape(raw: memoryview, b: int, pos: int) -> bool:
     return run % 2 == 1
 
 
-def split_long_row(raw: bytes | bytearray, field: str, keep: Collection[str] = (),
-                   where: str = "the line") -> tuple[bytes, tuple[int, int] | None] | None:
+def split_long_row(
+    raw: bytes | bytearray, field: str, keep: Collection[str] = (), where: str = "the line"
+) -> tuple[bytes, tuple[int, int] | None] | None:
     """A long line read without building what it does not need -> (the rest of the line, the span of the raw bytes of
     its top-level ``field``'s string value without the quotes, or None when it has no such string).
 
@@ -175,10 +187,17 @@ def split_long_row(raw: bytes | bytearray, field: str, keep: Collection[str] = (
         i = _skip_space(raw, i + 1)
         first = raw[i] if i < n else None
         if first in (0x5B, 0x7B) and key == field:
-            raise UserError(f"{where}: field {field!r} is a JSON {'array' if first == 0x5B else 'object'}, not text; "
-                            f"give each line's {field!r} a string")
-        vend = (_string_end(raw, i) if first == 0x22 else _container_end(raw, i) if first in (0x5B, 0x7B)
-                else _SCALAR.match(raw, i).end())
+            raise UserError(
+                f"{where}: field {field!r} is a JSON {'array' if first == 0x5B else 'object'}, not text; "
+                f"give each line's {field!r} a string"
+            )
+        vend = (
+            _string_end(raw, i)
+            if first == 0x22
+            else _container_end(raw, i)
+            if first in (0x5B, 0x7B)
+            else _SCALAR.match(raw, i).end()
+        )
         if vend is None or vend == i:
             return None
         values.append((key, i, vend))
@@ -191,8 +210,11 @@ def split_long_row(raw: bytes | bytearray, field: str, keep: Collection[str] = (
         return None
     own = [v for v in values if v[0] == field]
     last = own[-1] if own and raw[own[-1][1]] == 0x22 else None
-    cuts = [(b, e, b'""' if (k, b, e) == last else b"null") for k, b, e in values
-            if (k, b, e) == last or (k not in keep and e - b > SKIP_BYTES)]
+    cuts = [
+        (b, e, b'""' if (k, b, e) == last else b"null")
+        for k, b, e in values
+        if (k, b, e) == last or (k not in keep and e - b > SKIP_BYTES)
+    ]
     parts, at = [], 0
     for b, e, put in cuts:
         parts += [bytes(raw[at:b]), put]

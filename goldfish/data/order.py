@@ -52,7 +52,7 @@ def next_batch(plan: Any, orders: EpochOrders, at: Any) -> np.ndarray:
     up. ``plan``: ``steps_per_epoch`` and ``global_batch``. The one place that decides which rows the trainer reads."""
     if at.position >= plan.steps_per_epoch * plan.global_batch:
         at.epoch, at.position = at.epoch + 1, 0  # next epoch, next permutation
-    return orders[at.epoch][at.position: at.position + plan.global_batch]
+    return orders[at.epoch][at.position : at.position + plan.global_batch]
 
 
 def consumed_rows(plan: Any, seed: int, shuffle: bool) -> np.ndarray:

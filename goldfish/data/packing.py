@@ -10,15 +10,22 @@ from __future__ import annotations
 import numpy as np
 
 
-def training_order(repetitions: list[int], num_background: int, seed: int,
-                   extra: list[int] | tuple[int, ...] = ()) -> np.ndarray:
+def training_order(
+    repetitions: list[int], num_background: int, seed: int, extra: list[int] | tuple[int, ...] = ()
+) -> np.ndarray:
     """Document ids to train on: member k repeated ``repetitions[k]`` times, background M+k once, then document
     M+B+c (a canary) repeated ``extra[c]`` times, shuffled by seed (without ``extra``, the order of older data)."""
     m = len(repetitions)
-    ids = np.concatenate([np.repeat(np.arange(m, dtype=np.int64), np.asarray(repetitions, dtype=np.int64)),
-                          np.arange(m, m + num_background, dtype=np.int64),
-                          np.repeat(np.arange(m + num_background, m + num_background + len(extra), dtype=np.int64),
-                                    np.asarray(extra, dtype=np.int64))])
+    ids = np.concatenate(
+        [
+            np.repeat(np.arange(m, dtype=np.int64), np.asarray(repetitions, dtype=np.int64)),
+            np.arange(m, m + num_background, dtype=np.int64),
+            np.repeat(
+                np.arange(m + num_background, m + num_background + len(extra), dtype=np.int64),
+                np.asarray(extra, dtype=np.int64),
+            ),
+        ]
+    )
     # A separate stream from the split's permutation, so changing num_background does not reshuffle members.
     return np.random.default_rng([seed, 1]).permutation(ids)
 

@@ -85,8 +85,11 @@ def estimate_needs(cfg: PrepareConfig, vocab_size: int) -> dict | None:
     ``num_background`` and ``background_chunk_tokens``; None otherwise): every background chunk full, the token
     shards at ``token_dtype``'s width for ``vocab_size``, the layout, the document splits; memory at the merge (the
     peak: the targets phase streams the main source, ~50 bytes a document)."""
-    if cfg.doc_tokens is None or cfg.num_background is None or (cfg.num_background and
-                                                               cfg.background_chunk_tokens is None):
+    if (
+        cfg.doc_tokens is None
+        or cfg.num_background is None
+        or (cfg.num_background and cfg.background_chunk_tokens is None)
+    ):
         return None
     itemsize = token_dtype(vocab_size, cfg.token_dtype).itemsize
     reps = list(cfg.repetitions)
@@ -97,20 +100,35 @@ def estimate_needs(cfg: PrepareConfig, vocab_size: int) -> dict | None:
     background_tokens = chunks * (cfg.background_chunk_tokens or 0)
     target_tokens = members * cfg.doc_tokens
     occurrences = copies + chunks
-    disk = ((background_tokens + target_tokens) * itemsize + chunks * INDEX_BYTES_PER_CHUNK
-            + occurrences * LAYOUT_BYTES_PER_OCCURRENCE
-            + (members + nonmembers + cfg.num_validation) * cfg.doc_tokens * SPLIT_BYTES_PER_TOKEN)
-    return {"disk_bytes": disk, "memory_bytes": PROCESS_BYTES + occurrences * MERGE_BYTES_PER_OCCURRENCE,
-            "tokens": background_tokens + copies * cfg.doc_tokens, "chunks": chunks, "occurrences": occurrences,
-            "dtype": f"uint{8 * itemsize}"}
+    disk = (
+        (background_tokens + target_tokens) * itemsize
+        + chunks * INDEX_BYTES_PER_CHUNK
+        + occurrences * LAYOUT_BYTES_PER_OCCURRENCE
+        + (members + nonmembers + cfg.num_validation) * cfg.doc_tokens * SPLIT_BYTES_PER_TOKEN
+    )
+    return {
+        "disk_bytes": disk,
+        "memory_bytes": PROCESS_BYTES + occurrences * MERGE_BYTES_PER_OCCURRENCE,
+        "tokens": background_tokens + copies * cfg.doc_tokens,
+        "chunks": chunks,
+        "occurrences": occurrences,
+        "dtype": f"uint{8 * itemsize}",
+    }
 
 
 # ------------------------------------------------------------------------------------------------ entry point
 
 
-def prepare(cfg: PrepareConfig, out: str | Path | None = None, overwrite: bool = False, progress: bool = True,
-            num_proc: int | None = None, shards: tuple[int, int] | None = None, merge_only: bool = False,
-            log: Callable[[str], None] | None = None) -> Path:
+def prepare(
+    cfg: PrepareConfig,
+    out: str | Path | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    num_proc: int | None = None,
+    shards: tuple[int, int] | None = None,
+    merge_only: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> Path:
     """Build (or finish) the prepared folder for ``cfg`` at ``out`` (default ``data/prepared/<name>``); returns its
     path. A finished folder is refused unless ``overwrite``; an unfinished one of the same recipe is continued.
 
@@ -122,9 +140,11 @@ def prepare(cfg: PrepareConfig, out: str | Path | None = None, overwrite: bool =
     started = time.perf_counter()
     out = Path(out).expanduser() if out is not None else cfg.default_out()
     if shards is not None and shards[1] * cfg.shard_documents >= 2**62:
-        raise UserError(f"--shards {shards[0]}:{shards[1]} reaches document {shards[1] * cfg.shard_documents:,} of "
-                        f"the source, past any source's end; give shard numbers below "
-                        f"{2**62 // cfg.shard_documents:,}")
+        raise UserError(
+            f"--shards {shards[0]}:{shards[1]} reaches document {shards[1] * cfg.shard_documents:,} of "
+            f"the source, past any source's end; give shard numbers below "
+            f"{2**62 // cfg.shard_documents:,}"
+        )
     num_proc = worker_count(cfg, num_proc, shards)
     job = _Job(cfg, num_proc, progress, log)
     if overwrite:
@@ -137,8 +157,10 @@ def prepare(cfg: PrepareConfig, out: str | Path | None = None, overwrite: bool =
         return out
     with writing(out, "prepared", shared=True):  # shard jobs of one folder run side by side
         if (out / "manifest.json").is_file():
-            raise UserError(f"output folder {out} already holds a finished prepare; pass --overwrite to replace it, "
-                            f"or choose another output folder")
+            raise UserError(
+                f"output folder {out} already holds a finished prepare; pass --overwrite to replace it, "
+                f"or choose another output folder"
+            )
         if not (out / STATE).is_file():
             _targets_beside(job, out)
         files = job.run(out, started, shards, merge_only)
@@ -159,8 +181,6 @@ def worker_count(cfg: PrepareConfig, requested: int | None, shards: tuple[int, i
     if docs is not None:
         n = min(n, -(-docs // cfg.shard_documents))
     return max(1, n)
-
-
 
 
 def _targets_beside(job: "_Job", out: Path) -> None:
@@ -196,8 +216,9 @@ class _Job:
         self.cfg, self.num_proc, self.progress, self.log = cfg, num_proc, progress, log
         self.fingerprint = recipe_fingerprint(cfg)
 
-    def run(self, folder: Path, started: float, shards: tuple[int, int] | None = None,
-            merge_only: bool = False) -> dict[str, str] | None:
+    def run(
+        self, folder: Path, started: float, shards: tuple[int, int] | None = None, merge_only: bool = False
+    ) -> dict[str, str] | None:
         """The phases this call owns; returns the finished folder's files (None: a shard job, or another process
         finished the folder meanwhile)."""
         with _exclusive(folder):
@@ -205,8 +226,17 @@ class _Job:
                 return None
             state = self.state(folder)
         if streamed(self.cfg):
-            cap = stream_background(self.cfg, folder, state, self.fingerprint, shards=shards, merge_only=merge_only,
-                                    num_proc=self.num_proc, progress=self.progress, log=self.log)
+            cap = stream_background(
+                self.cfg,
+                folder,
+                state,
+                self.fingerprint,
+                shards=shards,
+                merge_only=merge_only,
+                num_proc=self.num_proc,
+                progress=self.progress,
+                log=self.log,
+            )
             if cap is None:  # a shard job: its shards are written, the merge is another call's
                 return None
             used, entries = cap.used, cap.entries
@@ -222,8 +252,10 @@ class _Job:
         if path.is_file():
             state = read_state(folder)
             if state.get("fingerprint") != self.fingerprint:
-                raise UserError(f"{folder} holds an unfinished prepare of another recipe (or of other code); finish "
-                                f"it with that recipe, pass --overwrite to replace it, or choose another output folder")
+                raise UserError(
+                    f"{folder} holds an unfinished prepare of another recipe (or of other code); finish "
+                    f"it with that recipe, pass --overwrite to replace it, or choose another output folder"
+                )
             return state
         state = write_targets(self.cfg, folder, self.progress)
         state["fingerprint"] = self.fingerprint
@@ -250,22 +282,32 @@ def summary(path: str | Path) -> str:
         f"({m['config']['nonmember_mode']})",
     ]
     if "background" in m["counts"]:
-        lines.append(f"  background  {m['counts']['background']} docs, {m['tokens']['background']} tokens "
-                     f"from {s['background_source']}")
+        lines.append(
+            f"  background  {m['counts']['background']} docs, {m['tokens']['background']} tokens "
+            f"from {s['background_source']}"
+        )
     if "validation" in m["counts"]:
-        lines.append(f"  validation  {m['counts']['validation']} docs, {m['tokens']['validation']} tokens (never "
-                     "trained on: for tuning)")
+        lines.append(
+            f"  validation  {m['counts']['validation']} docs, {m['tokens']['validation']} tokens (never "
+            "trained on: for tuning)"
+        )
     if "canaries" in m["counts"]:
         c = m["config"]["canaries"]
-        lines.append(f"  canaries    {m['counts']['canaries']} x {c['tokens']} random tokens (secret: the last "
-                     f"{c['secret_tokens']}, from {s['canary_alphabet']} ids)")
+        lines.append(
+            f"  canaries    {m['counts']['canaries']} x {c['tokens']} random tokens (secret: the last "
+            f"{c['secret_tokens']}, from {s['canary_alphabet']} ids)"
+        )
     size = sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
-    lines.append(f"  train       {m['counts']['train']} rows x {m['seq_len']} ({m['packing']}): {m['tokens']['train']} "
-                 f"tokens, {s['padding']} padding, {s['split_occurrences']} documents split across rows; "
-                 f"{m['train']['dtype']} ids, folder {size / 1e6:.1f} MB")
+    lines.append(
+        f"  train       {m['counts']['train']} rows x {m['seq_len']} ({m['packing']}): {m['tokens']['train']} "
+        f"tokens, {s['padding']} padding, {s['split_occurrences']} documents split across rows; "
+        f"{m['train']['dtype']} ids, folder {size / 1e6:.1f} MB"
+    )
     if "variants" in s:
         nd = m["config"]["near_duplicates"]
-        lines.append(f"  variants    {s['variants']} near-duplicate copies ({nd['edit']}, every {nd['every']}) "
-                     "in place of repeated members")
+        lines.append(
+            f"  variants    {s['variants']} near-duplicate copies ({nd['edit']}, every {nd['every']}) "
+            "in place of repeated members"
+        )
     lines.append(f"  sha256      train {m['sha256']['train'][:16]}, members {m['sha256']['members'][:16]}")
     return "\n".join(lines)

@@ -19,21 +19,45 @@ from .store import background_fingerprint, check_store, store_path
 from .sources import source_identity
 from .stream import BACKGROUND, Progress, ShardSpec, read_entry, run_shards, stem
 
-def stream_background(cfg: PrepareConfig, folder: Path, state: dict, fingerprint: str, *,
-                      shards: tuple[int, int] | None, merge_only: bool, num_proc: int, progress: bool,
-                      log: Callable[[str], None] | None) -> Cap | None:
+
+def stream_background(
+    cfg: PrepareConfig,
+    folder: Path,
+    state: dict,
+    fingerprint: str,
+    *,
+    shards: tuple[int, int] | None,
+    merge_only: bool,
+    num_proc: int,
+    progress: bool,
+    log: Callable[[str], None] | None,
+) -> Cap | None:
     """Write the background shards this call owns (``num_proc`` workers; ``progress`` and ``log`` as
     :class:`~goldfish.data.stream.Progress` takes them); returns the shards' entries and how many chunks of each the
     rows use (None for a shard job), once the shards are known to come from one state of the source."""
     source = cfg.background_source or cfg.source
-    settings = {"source": to_dict(source), "shard_documents": cfg.shard_documents, "min_tokens": cfg.min_tokens,
-                "chunk_tokens": cfg.background_chunk_tokens, "dtype": state["dtype"],
-                "dedup": to_dict(cfg.background_dedup) if cfg.background_dedup is not None else None}
+    settings = {
+        "source": to_dict(source),
+        "shard_documents": cfg.shard_documents,
+        "min_tokens": cfg.min_tokens,
+        "chunk_tokens": cfg.background_chunk_tokens,
+        "dtype": state["dtype"],
+        "dedup": to_dict(cfg.background_dedup) if cfg.background_dedup is not None else None,
+    }
     shared = background_fingerprint(settings, folder, state, code_version())
     check_store(store_path(folder, shared))  # another user's store is refused before anything is shared with it
-    spec = ShardSpec(str(folder), fingerprint, source, cfg.shard_documents, cfg.min_tokens,
-                     cfg.background_chunk_tokens, state["dtype"], cfg.background_dedup,
-                     str(store_path(folder, shared)), shared)
+    spec = ShardSpec(
+        str(folder),
+        fingerprint,
+        source,
+        cfg.shard_documents,
+        cfg.min_tokens,
+        cfg.background_chunk_tokens,
+        state["dtype"],
+        cfg.background_dedup,
+        str(store_path(folder, shared)),
+        shared,
+    )
     bar = Progress(progress, log)
     try:
         if shards is not None:
@@ -49,9 +73,11 @@ def stream_background(cfg: PrepareConfig, folder: Path, state: dict, fingerprint
             for i in itertools.count():
                 entry = read_entry(folder, i, fingerprint)
                 if entry is None:
-                    raise UserError(f"background shard {stem(i)} is missing from {folder / BACKGROUND} (its job did "
-                                    f"not finish); write it with: goldfish prepare RECIPE --out {folder} --shards "
-                                    f"{i}:{i + 1}, or merge without --merge to write it here")
+                    raise UserError(
+                        f"background shard {stem(i)} is missing from {folder / BACKGROUND} (its job did "
+                        f"not finish); write it with: goldfish prepare RECIPE --out {folder} --shards "
+                        f"{i}:{i + 1}, or merge without --merge to write it here"
+                    )
                 if done(entry):
                     break
         else:
@@ -89,7 +115,6 @@ class Cap:
         return self.items <= 0 or last >= self.positions or entry["end_of_source"]
 
 
-
 def _one_source(folder: Path, entries: list[dict], source: SourceConfig) -> None:
     """One line when the shards were read from different states of the background source (a file of it changed
     between shard jobs: documents read twice, others never), naming the shards to write again."""
@@ -100,7 +125,9 @@ def _one_source(folder: Path, entries: list[dict], source: SourceConfig) -> None
     if len(stale) == len(entries):
         stale = [stem(e["shard"]) for e in entries]
     names = ", ".join(stale[:6]) + (f" and {len(stale) - 6} more" if len(stale) > 6 else "")
-    raise UserError(f"background source {source.path} changed between shard jobs: shards {names} were read from "
-                    f"another state of it than the others (their documents would be read twice, others never); "
-                    f"delete {folder / BACKGROUND}/NNNNN.* of those shards and run the same goldfish prepare command "
-                    f"again to write them from the source as it is now (or pass --overwrite to start over)")
+    raise UserError(
+        f"background source {source.path} changed between shard jobs: shards {names} were read from "
+        f"another state of it than the others (their documents would be read twice, others never); "
+        f"delete {folder / BACKGROUND}/NNNNN.* of those shards and run the same goldfish prepare command "
+        f"again to write them from the source as it is now (or pass --overwrite to start over)"
+    )

@@ -25,9 +25,9 @@ from .stream import BACKGROUND, STATE, entry_path, stem
 from .tokens import TokenShard, file_sha256, write_file
 
 
-
-def merge(cfg: PrepareConfig, folder: Path, state: dict, used: list[int], entries: list[dict],
-           started: float) -> dict[str, str]:
+def merge(
+    cfg: PrepareConfig, folder: Path, state: dict, used: list[int], entries: list[dict], started: float
+) -> dict[str, str]:
     """The training layout over the targets and the used background chunks, then the manifest (written last);
     returns the manifest's ``files`` (every file's sha256)."""
     dtype = np.dtype(state["dtype"])
@@ -54,19 +54,22 @@ def merge(cfg: PrepareConfig, folder: Path, state: dict, used: list[int], entrie
     else:
         order = training_order(state["member_reps"], b, cfg.seed, state["canary_reps"])
     whole = np.zeros(len(lengths), dtype=bool)  # members, their variants and canaries are never cut by a row
-    whole[:m + v] = True
-    whole[len(lengths) - canaries:] = True
+    whole[: m + v] = True
+    whole[len(lengths) - canaries :] = True
     units = lengths[order] + int(cfg.packing == "pack")
-    starts = (pack_starts(units, whole[order], cfg.seq_len) if cfg.packing == "pack"
-              else row_starts(units, cfg.seq_len))
+    starts = pack_starts(units, whole[order], cfg.seq_len) if cfg.packing == "pack" else row_starts(units, cfg.seq_len)
     row_stats = layout_stats(starts, units, cfg.seq_len)
     _check_copies(order, state, targets.tags, m, v, b)
-    layout = {"train/order.npy": write_file(folder / "train" / "order.npy", np.asarray(order, dtype=np.int64)),
-              "train/starts.npy": write_file(folder / "train" / "starts.npy", starts)}
+    layout = {
+        "train/order.npy": write_file(folder / "train" / "order.npy", np.asarray(order, dtype=np.int64)),
+        "train/starts.npy": write_file(folder / "train" / "starts.npy", starts),
+    }
     _remove_unused(folder, len(used))
-    files = {**_data_files(folder, shard_entries[:len(used)]), **layout}
-    atomic_write_json(folder / "manifest.json", _manifest(cfg, state, stores, row_stats, files, entries, b,
-                                                          int(lengths[m + v:m + v + b].sum()), started))
+    files = {**_data_files(folder, shard_entries[: len(used)]), **layout}
+    atomic_write_json(
+        folder / "manifest.json",
+        _manifest(cfg, state, stores, row_stats, files, entries, b, int(lengths[m + v : m + v + b].sum()), started),
+    )
     (folder / STATE).unlink()
     _default_permissions(folder)
     return files
@@ -78,9 +81,11 @@ def _checked_shard(folder: Path, entry: dict, dtype: np.dtype) -> TokenShard:
     for f, sha in entry["sha256"].items():
         path = folder / BACKGROUND / f
         if not path.is_file() or file_sha256(path) != sha:
-            raise UserError(f"background shard {name} is damaged ({f} is missing or differs from its entry); delete "
-                            f"{folder / BACKGROUND}/{name}.* and run the same goldfish prepare command again to "
-                            f"write it anew")
+            raise UserError(
+                f"background shard {name} is damaged ({f} is missing or differs from its entry); delete "
+                f"{folder / BACKGROUND}/{name}.* and run the same goldfish prepare command again to "
+                f"write it anew"
+            )
     return TokenShard(folder / BACKGROUND, name, dtype)
 
 
@@ -89,9 +94,11 @@ def _check_copies(order: np.ndarray, state: dict, owners: np.ndarray | None, m: 
     counts = np.bincount(order, minlength=m + v + b + len(state["canary_reps"]))
     members = counts[:m].copy()
     if v:  # a member's copies are itself and its variants
-        members += np.bincount(np.asarray(owners[m:m + v]), weights=counts[m:m + v], minlength=m).astype(np.int64)
-    for name, got, want in (("members", members, state["member_reps"]),
-                            ("canaries", counts[m + v + b:], state["canary_reps"])):
+        members += np.bincount(np.asarray(owners[m : m + v]), weights=counts[m : m + v], minlength=m).astype(np.int64)
+    for name, got, want in (
+        ("members", members, state["member_reps"]),
+        ("canaries", counts[m + v + b :], state["canary_reps"]),
+    ):
         if not np.array_equal(got, want):
             raise RuntimeError(f"bug: the training layout holds {name} {got.tolist()} times, labelled {want}")
 
@@ -99,13 +106,17 @@ def _check_copies(order: np.ndarray, state: dict, owners: np.ndarray | None, m: 
 # the temporary files prepare's own writers leave when killed: a shard writer's ``.<stem>.bin.<pid>.tmp``, a link
 # from the shared store's ``.<file>.<pid>.link.tmp`` (store._link) and an atomic write's ``.<name>.<8 random
 # characters>.tmp`` (``tempfile.mkstemp``), of the files prepare writes there
-_SHARD_TMP = re.compile(r"\.\d{5,}\.(bin\.\d+|(bin|idx\.npy|tag\.npy)\.\d+\.link"
-                        r"|(bin|idx\.npy|tag\.npy|json)\.[a-z0-9_]{8})\.tmp")
+_SHARD_TMP = re.compile(
+    r"\.\d{5,}\.(bin\.\d+|(bin|idx\.npy|tag\.npy)\.\d+\.link"
+    r"|(bin|idx\.npy|tag\.npy|json)\.[a-z0-9_]{8})\.tmp"
+)
 # a shard's files, renamed into place before its entry: without an entry, a worker's unfinished shard (the pool is
 # terminated once the cap is reached, see stream.run_shards)
 _SHARD_FILE = re.compile(r"(\d{5,})\.(bin|idx\.npy|tag\.npy)")
-_TRAIN_TMP = re.compile(r"\.((targets|canaries)\.(bin\.\d+|(bin|idx\.npy|tag\.npy)\.[a-z0-9_]{8})"
-                        r"|(order|starts)\.npy\.[a-z0-9_]{8})\.tmp")
+_TRAIN_TMP = re.compile(
+    r"\.((targets|canaries)\.(bin\.\d+|(bin|idx\.npy|tag\.npy)\.[a-z0-9_]{8})"
+    r"|(order|starts)\.npy\.[a-z0-9_]{8})\.tmp"
+)
 
 
 def _remove_unused(folder: Path, shards: int) -> None:
@@ -117,13 +128,13 @@ def _remove_unused(folder: Path, shards: int) -> None:
     background = folder / BACKGROUND
     if background.is_dir() and not background.is_symlink():
         for path in sorted(background.iterdir()):
-            head = path.name[:-len(".json")]
+            head = path.name[: -len(".json")]
             unfinished = _SHARD_FILE.fullmatch(path.name)
             if path.name.endswith(".json") and head.isdigit() and len(head) >= 5 and int(head) >= shards:
                 _remove_entry(path, head)
             elif _SHARD_TMP.fullmatch(path.name) or (
-                    unfinished and int(unfinished[1]) >= shards
-                    and not (background / f"{unfinished[1]}.json").exists()):
+                unfinished and int(unfinished[1]) >= shards and not (background / f"{unfinished[1]}.json").exists()
+            ):
                 _unlink_file(path)
     train = folder / "train"
     if train.is_dir() and not train.is_symlink():
@@ -170,8 +181,17 @@ def _data_files(folder: Path, shards: list[dict]) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def _manifest(cfg: PrepareConfig, state: dict, stores: list[dict], row_stats: dict, files: dict, entries: list[dict],
-              b: int, b_tokens: int, started: float) -> dict:
+def _manifest(
+    cfg: PrepareConfig,
+    state: dict,
+    stores: list[dict],
+    row_stats: dict,
+    files: dict,
+    entries: list[dict],
+    b: int,
+    b_tokens: int,
+    started: float,
+) -> dict:
     counts = {k: v for k, v in state["counts"].items() if v or k in ("members", "nonmembers")}
     tokens = {k: v for k, v in state["tokens"].items() if k in counts}
     if cfg.num_background != 0:
@@ -183,25 +203,50 @@ def _manifest(cfg: PrepareConfig, state: dict, stores: list[dict], row_stats: di
     for r in state["repetitions"]:
         strata[str(r)] = strata.get(str(r), 0) + 1
     bg = _background_stats(entries)
-    stats = {**state["stats"], **row_stats, **bg, "repetition_strata": strata,
-             "background_source": _source_label(cfg.background_source or cfg.source),
-             "tokenizer_corpus": (_source_label(cfg.tokenizer.source) if cfg.tokenizer.source
-                                  else "the recipe's documents"),
-             "members_trained": cfg.train_members, "seconds": round(time.perf_counter() - started, 2)}
+    stats = {
+        **state["stats"],
+        **row_stats,
+        **bg,
+        "repetition_strata": strata,
+        "background_source": _source_label(cfg.background_source or cfg.source),
+        "tokenizer_corpus": (_source_label(cfg.tokenizer.source) if cfg.tokenizer.source else "the recipe's documents"),
+        "members_trained": cfg.train_members,
+        "seconds": round(time.perf_counter() - started, 2),
+    }
     if state["variants"]:
         stats["variants"] = state["variants"]
     if state["canary_alphabet"] is not None:
         stats["canary_alphabet"] = state["canary_alphabet"]
-    rows = {"dtype": state["dtype"], "seq_len": cfg.seq_len, "packing": cfg.packing,
-            "eos_id": state["tokenizer"]["eos_id"], "pad_id": state["tokenizer"]["pad_id"], "rows": row_stats["rows"],
-            "tokens": row_stats["tokens"], "occurrences": row_stats["occurrences"], "variants": state["variants"],
-            "stores": stores}
+    rows = {
+        "dtype": state["dtype"],
+        "seq_len": cfg.seq_len,
+        "packing": cfg.packing,
+        "eos_id": state["tokenizer"]["eos_id"],
+        "pad_id": state["tokenizer"]["pad_id"],
+        "rows": row_stats["rows"],
+        "tokens": row_stats["tokens"],
+        "occurrences": row_stats["occurrences"],
+        "variants": state["variants"],
+        "stores": stores,
+    }
     return {
-        "format": FORMAT, "name": cfg.name, "source": _source_label(cfg.source), "tokenizer": state["tokenizer"],
-        "seed": cfg.seed, "seq_len": cfg.seq_len, "packing": cfg.packing, "counts": counts, "tokens": tokens,
-        "sha256": sha, "files": files, "train": rows,
+        "format": FORMAT,
+        "name": cfg.name,
+        "source": _source_label(cfg.source),
+        "tokenizer": state["tokenizer"],
+        "seed": cfg.seed,
+        "seq_len": cfg.seq_len,
+        "packing": cfg.packing,
+        "counts": counts,
+        "tokens": tokens,
+        "sha256": sha,
+        "files": files,
+        "train": rows,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "config": to_dict(cfg), "code": code_version(), "versions": versions(_libraries(cfg)), "stats": stats,
+        "config": to_dict(cfg),
+        "code": code_version(),
+        "versions": versions(_libraries(cfg)),
+        "stats": stats,
     }
 
 
@@ -221,14 +266,15 @@ def _default_permissions(folder: Path) -> None:
     os.chmod(folder, 0o777 & ~umask)
 
 
-
 def _libraries(cfg: PrepareConfig) -> list[str]:
     """The libraries the prepared bytes depend on, for the manifest's versions (gensim when Wikipedia is read)."""
-    wiki = "wikipedia" in (cfg.source.name, getattr(cfg.background_source, "name", None),
-                           getattr(cfg.tokenizer.source, "name", None))
+    wiki = "wikipedia" in (
+        cfg.source.name,
+        getattr(cfg.background_source, "name", None),
+        getattr(cfg.tokenizer.source, "name", None),
+    )
     return ["numpy", "datasets", "pyarrow", "tokenizers", "transformers"] + ["gensim"] * wiki
 
 
 def _source_label(src: SourceConfig) -> str:
     return src.name + (f":{src.path}" if src.path else "")
-

@@ -34,13 +34,19 @@ _WORD_END = re.compile(r"\S\s")  # a non-space character followed by whitespace
 
 
 def _bar(total: int, desc: str, enabled: bool, unit: str = "doc", position: int = 1):
-    return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, leave=False, dynamic_ncols=True,
-                position=position)
+    return tqdm(
+        total=total, desc=desc, unit=unit, disable=not enabled, leave=False, dynamic_ncols=True, position=position
+    )
 
 
-def tokenize(tok, docs: list[Document], progress: bool = False, desc: str = "tokenize",
-             max_tokens: int | None = None, encode: Callable[[list[str]], list[list[int]]] | None = None
-             ) -> list[np.ndarray]:
+def tokenize(
+    tok,
+    docs: list[Document],
+    progress: bool = False,
+    desc: str = "tokenize",
+    max_tokens: int | None = None,
+    encode: Callable[[list[str]], list[list[int]]] | None = None,
+) -> list[np.ndarray]:
     """Token ids of each document (no BOS/EOS); literal special-token text is split, never turned into EOS.
 
     ``encode``: texts -> ids (default: the tokenizer's call; the split pass passes the background's
@@ -53,7 +59,7 @@ def tokenize(tok, docs: list[Document], progress: bool = False, desc: str = "tok
     out: list[np.ndarray] = []
     with _bar(len(docs), desc, progress) as bar:
         for s in range(0, len(docs), TOKENIZE_BATCH):
-            texts = [d.text for d in docs[s:s + TOKENIZE_BATCH]]
+            texts = [d.text for d in docs[s : s + TOKENIZE_BATCH]]
             heads = [_prefix(t, max_tokens) for t in texts] if cut else texts
             enc = encode(heads)
             for i, ids in enumerate(enc):
@@ -86,8 +92,7 @@ def _prefix(text: str | LongText, max_tokens: int) -> str:
     if isinstance(text, LongText):  # its first piece of at least the budget, decoded a chunk at a time
         return next(pieces(text, 2 * budget))
     m = _WORD_END.search(text, budget - 1)
-    return text[:m.start() + 1] if m else text
-
+    return text[: m.start() + 1] if m else text
 
 
 def _needed_tokens(cfg: PrepareConfig) -> int | None:
@@ -95,8 +100,6 @@ def _needed_tokens(cfg: PrepareConfig) -> int | None:
     if cfg.doc_tokens is None:
         return None  # whole documents
     return max(cfg.doc_tokens * (2 if cfg.nonmember_mode == "later_chunk" else 1), cfg.min_tokens)
-
-
 
 
 SCAN_BATCH = 256  # documents tokenized at a time by the split pass
@@ -163,9 +166,13 @@ def _scan(cfg: PrepareConfig, tok, progress: bool) -> _Scan:
         doc = next(d for p, d in iter_source(src, int(positions[first])))
         raise UserError(f"source {where} has duplicate document id {doc.id!r}; choose a unique source.id_field")
     k = 2 if cfg.nonmember_mode == "later_chunk" and cfg.doc_tokens is not None else 1
-    return _Scan(np.frombuffer(positions, dtype=np.int64), np.frombuffer(lengths, dtype=np.int64),
-                 np.frombuffer(bytes(digests), dtype=np.uint8).reshape(len(positions), k, 16), end,
-                 {"read": read, "below_min_words": short})
+    return _Scan(
+        np.frombuffer(positions, dtype=np.int64),
+        np.frombuffer(lengths, dtype=np.int64),
+        np.frombuffer(bytes(digests), dtype=np.uint8).reshape(len(positions), k, 16),
+        end,
+        {"read": read, "below_min_words": short},
+    )
 
 
 def _fetch(cfg: PrepareConfig, tok, scan: _Scan, wanted: set[int]) -> tuple[dict[int, Document], dict[int, np.ndarray]]:
@@ -222,8 +229,14 @@ def write_targets(cfg: PrepareConfig, folder: Path, progress: bool) -> dict:
     variants: list[np.ndarray] = []
     owners = None
     if cfg.near_duplicates is not None and cfg.train_members:
-        copies = make_variants([it.ids for it in plan.members], reps, cfg.near_duplicates, cfg.seed, _decoder(tok),
-                               lambda text: _encode(tok, [text])[0])
+        copies = make_variants(
+            [it.ids for it in plan.members],
+            reps,
+            cfg.near_duplicates,
+            cfg.seed,
+            _decoder(tok),
+            lambda text: _encode(tok, [text])[0],
+        )
         variants = [v for vs in copies for v in vs]
         owners = np.concatenate([np.arange(len(reps)), np.repeat(np.arange(len(reps)), [len(vs) for vs in copies])])
 
@@ -231,26 +244,39 @@ def write_targets(cfg: PrepareConfig, folder: Path, progress: bool) -> dict:
     tok.save_pretrained(str(folder / "tokenizer"))
     text_of = _decoder(tok)
     decode = lambda ids: text_of(ids.tolist())  # noqa: E731 - the text a row holds (the cut chunk)
-    splits = {"members": plan.members, "nonmembers": plan.nonmembers, "validation": plan.validation,
-              "canaries": plan.canaries}
-    sha = {name: save_table(doc_columns(items, name, decode), folder / name)
-           for name, items in splits.items() if items or name in ("members", "nonmembers")}
+    splits = {
+        "members": plan.members,
+        "nonmembers": plan.nonmembers,
+        "validation": plan.validation,
+        "canaries": plan.canaries,
+    }
+    sha = {
+        name: save_table(doc_columns(items, name, decode), folder / name)
+        for name, items in splits.items()
+        if items or name in ("members", "nonmembers")
+    }
     write_shard(folder / "train", "targets", [it.ids for it in plan.members] + variants, dtype, owners)
     if plan.canaries:
         write_shard(folder / "train", "canaries", [it.ids for it in plan.canaries], dtype)
     targets = plan.members + plan.nonmembers + plan.validation
     dropped = [docs[i].id for i in choice.duplicates]  # their chunks repeat a target's: never background either
     return {
-        "dtype": dtype.name, "tokenizer": tokenizer_info(tok, cfg.tokenizer.name), "sha256": sha,
+        "dtype": dtype.name,
+        "tokenizer": tokenizer_info(tok, cfg.tokenizer.name),
+        "sha256": sha,
         "counts": {name: len(items) for name, items in splits.items()},
         "tokens": {name: int(sum(len(it.ids) for it in items)) for name, items in splits.items()},
-        "repetitions": [int(it.repetitions) for it in plan.members], "member_reps": reps,
+        "repetitions": [int(it.repetitions) for it in plan.members],
+        "member_reps": reps,
         "canary_reps": [it.repetitions if cfg.train_members else 0 for it in plan.canaries],
-        "variants": len(variants), "stats": plan.stats,
+        "variants": len(variants),
+        "stats": plan.stats,
         "canary_alphabet": len(canary_alphabet(tok)) if plan.canaries else None,
         "source_end": scan.end if cfg.background_source is None else None,
-        "exclude": {"ids": sorted({it.doc.id for it in targets} | set(dropped)),
-                    "text_sha256": sorted({text_sha256(it.doc.text) for it in targets})},
+        "exclude": {
+            "ids": sorted({it.doc.id for it in targets} | set(dropped)),
+            "text_sha256": sorted({text_sha256(it.doc.text) for it in targets}),
+        },
     }
 
 
@@ -260,15 +286,18 @@ def _canaries(cfg: PrepareConfig, tok) -> list[Item]:
     if cfg.canaries is None or cfg.canaries.count == 0:
         return []
     if cfg.packing == "pack" and cfg.canaries.tokens + 1 > cfg.seq_len:
-        raise UserError(f"canaries.tokens={cfg.canaries.tokens} + EOS does not fit in seq_len={cfg.seq_len}; "
-                        "shorten the canaries or lengthen the rows")
+        raise UserError(
+            f"canaries.tokens={cfg.canaries.tokens} + EOS does not fit in seq_len={cfg.seq_len}; "
+            "shorten the canaries or lengthen the rows"
+        )
     ids, reps = make_canaries(cfg.canaries, canary_alphabet(tok), cfg.repetitions, cfg.seed)
     text = _decoder(tok)
-    return [Item(Document(f"canary:{c}", f"canary {c}", text(ids[c].tolist()), "canary"), ids[c], reps[c])
-            for c in range(len(ids))]
+    return [
+        Item(Document(f"canary:{c}", f"canary {c}", text(ids[c].tolist()), "canary"), ids[c], reps[c])
+        for c in range(len(ids))
+    ]
 
 
 def _decoder(tok):
     """ids -> the text they spell (no clean-up, special tokens kept): what a row of these ids holds."""
     return lambda ids: tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-

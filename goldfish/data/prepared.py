@@ -174,7 +174,6 @@ class Prepared:
     def tokenizer(self):
         """The saved tokenizer (loaded on first use from the verified files; never remote code)."""
         if self._tokenizer is None:
-
             with tempfile.TemporaryDirectory(prefix="goldfish-tokenizer-") as tmp:
                 self.copy_tokenizer(Path(tmp))
                 self._tokenizer = load_saved_tokenizer(Path(tmp), self.path / "tokenizer")
@@ -230,8 +229,9 @@ def load_saved_tokenizer(path: Path, shown: Path | None = None):
         return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
     except Exception as e:  # OSError/ValueError for a missing or damaged folder
         where = shown or path
-        raise UserError(f"cannot load the tokenizer of prepared data {where}: {str(e).splitlines()[0][:160]}; "
-                        f"{_hint(where.parent)}") from None
+        raise UserError(
+            f"cannot load the tokenizer of prepared data {where}: {str(e).splitlines()[0][:160]}; {_hint(where.parent)}"
+        ) from None
 
 
 def read_tokenizer_files(path: Path, manifest: dict) -> dict[str, bytes]:
@@ -247,8 +247,9 @@ def read_tokenizer_files(path: Path, manifest: dict) -> dict[str, bytes]:
             raise UserError(f"tokenizer file {f} is missing or not a regular file; {_hint(path)}")
         data = f.read_bytes()
         if hashlib.sha256(data).hexdigest() != sha:
-            raise UserError(f"tokenizer file {f} does not match the sha256 in its manifest (modified or damaged); "
-                            f"{_hint(path)}")
+            raise UserError(
+                f"tokenizer file {f} does not match the sha256 in its manifest (modified or damaged); {_hint(path)}"
+            )
         out[name] = data
     return out
 
@@ -256,15 +257,19 @@ def read_tokenizer_files(path: Path, manifest: dict) -> dict[str, bytes]:
 def _read_manifest(path: Path) -> dict:
     recover_directory(path, clean=False)  # a `prepare --overwrite` killed between its two renames left .<name>.old
     if not path.is_dir():
-        raise UserError(f"prepared data not found: {path} (create it with: goldfish prepare RECIPE.yaml --out {path}, "
-                        f"the recipe it is made from, e.g. data/wikipedia_demo.yaml)")
+        raise UserError(
+            f"prepared data not found: {path} (create it with: goldfish prepare RECIPE.yaml --out {path}, "
+            f"the recipe it is made from, e.g. data/wikipedia_demo.yaml)"
+        )
     mf = path / "manifest.json"
     try:
         manifest = json.loads(mf.read_text(encoding="utf-8"))
     except FileNotFoundError:
         if (path / "prepare-state.json").is_file() or (path / "background").is_dir():
-            raise UserError(f"{path} is an unfinished prepare (no manifest.json yet); finish it by running the same "
-                            f"goldfish prepare command again (it resumes), or {_hint(path)}") from None
+            raise UserError(
+                f"{path} is an unfinished prepare (no manifest.json yet); finish it by running the same "
+                f"goldfish prepare command again (it resumes), or {_hint(path)}"
+            ) from None
         raise UserError(f"{path} is not a prepared folder (no manifest.json); {_hint(path)}") from None
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise UserError(f"{mf} is corrupt (not JSON); {_hint(path)}") from None
@@ -284,15 +289,17 @@ def _load_split(path: Path, name: str, columns: tuple[str, ...], manifest: dict,
     try:
         ds = datasets.load_from_disk(str(folder))
     except Exception as e:  # truncated/garbled Arrow, missing state.json, ...
-        raise UserError(f"split {folder} is corrupt ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
-                        f"{_hint(path)}") from None
+        raise UserError(
+            f"split {folder} is corrupt ({type(e).__name__}: {str(e).splitlines()[0][:120]}); {_hint(path)}"
+        ) from None
     missing = [c for c in columns if c not in ds.column_names]
     if missing:
         raise UserError(f"split {folder} lacks columns {', '.join(missing)}; {_hint(path)}")
     expected = manifest.get("sha256", {}).get(name)
     if verify and expected and split_sha256(folder) != expected:
-        raise UserError(f"split {folder} does not match the sha256 in its manifest (modified or damaged); "
-                        f"{_hint(path)}")
+        raise UserError(
+            f"split {folder} does not match the sha256 in its manifest (modified or damaged); {_hint(path)}"
+        )
     return ds
 
 
@@ -303,9 +310,12 @@ def train_sha256(files: dict[str, str], stores: list[dict], entries: bool = Fals
     out, as its recipe fingerprint holds the preparing code's version (``entries``: the hash manifests recorded
     before 2026-12-06, which counted it, so a folder prepared then still loads)."""
     used = tuple(s["path"] + "." for s in stores) + ("train/order.npy", "train/starts.npy")
-    return fingerprint_sha256({"documents": [s["documents"] for s in stores],
-                               "files": {k: v for k, v in files.items()
-                                         if k.startswith(used) and (entries or not k.endswith(".json"))}})
+    return fingerprint_sha256(
+        {
+            "documents": [s["documents"] for s in stores],
+            "files": {k: v for k, v in files.items() if k.startswith(used) and (entries or not k.endswith(".json"))},
+        }
+    )
 
 
 _STORE = re.compile(r"train/(targets|canaries)|background/\d{5,}")
@@ -323,25 +333,35 @@ def check_train_section(path: Path, manifest: dict) -> None:
         for s in stores:
             store = s["path"]
             if not isinstance(store, str) or not _STORE.fullmatch(store):
-                raise UserError(f"{mf} names the token store {store!r}, which is not one of its folder's "
-                                f"(train/targets, train/canaries, background/NNNNN): the manifest was edited or "
-                                f"damaged; {_hint(path)}")
+                raise UserError(
+                    f"{mf} names the token store {store!r}, which is not one of its folder's "
+                    f"(train/targets, train/canaries, background/NNNNN): the manifest was edited or "
+                    f"damaged; {_hint(path)}"
+                )
             if f"{store}.bin" not in files or f"{store}.idx.npy" not in files:
-                raise UserError(f"{mf} names the token store {store} but not its files' sha256: the manifest was "
-                                f"edited or damaged; {_hint(path)}")
+                raise UserError(
+                    f"{mf} names the token store {store} but not its files' sha256: the manifest was "
+                    f"edited or damaged; {_hint(path)}"
+                )
             if not isinstance(s["documents"], int) or s["documents"] < 0:
-                raise UserError(f"{mf} gives the store {store} {s['documents']!r} documents: the manifest was edited "
-                                f"or damaged; {_hint(path)}")
+                raise UserError(
+                    f"{mf} gives the store {store} {s['documents']!r} documents: the manifest was edited "
+                    f"or damaged; {_hint(path)}"
+                )
         if recorded not in (train_sha256(files, stores), train_sha256(files, stores, entries=True)):
-            raise UserError(f"{mf}'s token stores or document counts no longer give the training rows' recorded "
-                            f"sha256 (the manifest was edited); {_hint(path)}")
+            raise UserError(
+                f"{mf}'s token stores or document counts no longer give the training rows' recorded "
+                f"sha256 (the manifest was edited); {_hint(path)}"
+            )
         for key in ("rows", "seq_len"):
             if not isinstance(train[key], int) or train[key] < 1:
-                raise UserError(f"{mf} gives train.{key}={train[key]!r}: the manifest was edited or damaged; "
-                                f"{_hint(path)}")
+                raise UserError(
+                    f"{mf} gives train.{key}={train[key]!r}: the manifest was edited or damaged; {_hint(path)}"
+                )
     except (KeyError, TypeError, AttributeError) as e:
-        raise UserError(f"{mf} lacks or garbles its training section ({type(e).__name__}: {e}); "
-                        f"{_hint(path)}") from None
+        raise UserError(
+            f"{mf} lacks or garbles its training section ({type(e).__name__}: {e}); {_hint(path)}"
+        ) from None
 
 
 def _record_path(path: Path) -> Path:
@@ -399,24 +419,32 @@ def load_prepared(path: str | Path, verify: bool = True) -> Prepared:
     path = Path(path).expanduser()
     manifest = _read_manifest(path)
     splits = {name: _load_split(path, name, DOC_COLUMNS, manifest, verify) for name in ("members", "nonmembers")}
-    optional = {name: _load_split(path, name, DOC_COLUMNS, manifest, verify)
-                for name in OPTIONAL_SPLITS if name in manifest.get("counts", {})}
+    optional = {
+        name: _load_split(path, name, DOC_COLUMNS, manifest, verify)
+        for name in OPTIONAL_SPLITS
+        if name in manifest.get("counts", {})
+    }
     if not (path / "tokenizer").is_dir():
         raise UserError(f"prepared data {path} is missing its tokenizer/ folder; {_hint(path)}")
     files = {k: v for k, v in manifest.get("files", {}).items() if not k.startswith("tokenizer/")}
     if verify:
         check_train_section(path, manifest)
-        verify_files(path, {**files, **{k: v for k, v in manifest.get("files", {}).items()
-                                        if k.startswith("tokenizer/")}})
+        verify_files(
+            path, {**files, **{k: v for k, v in manifest.get("files", {}).items() if k.startswith("tokenizer/")}}
+        )
     try:
         train = TrainRows(path, manifest["train"])
     except (OSError, ValueError, KeyError) as e:
-        raise UserError(f"the training rows of {path} cannot be read ({type(e).__name__}: "
-                        f"{str(e).splitlines()[0][:120] if str(e) else ''}); {_hint(path)}") from None
+        raise UserError(
+            f"the training rows of {path} cannot be read ({type(e).__name__}: "
+            f"{str(e).splitlines()[0][:120] if str(e) else ''}); {_hint(path)}"
+        ) from None
     problems = train.layout_problems(manifest["train"])  # an edited train.rows or train.seq_len: before any step
     if problems:
-        raise UserError(f"{path / 'manifest.json'} does not describe its training rows ({'; '.join(problems)}): the "
-                        f"manifest was edited or damaged; {_hint(path)}")
+        raise UserError(
+            f"{path / 'manifest.json'} does not describe its training rows ({'; '.join(problems)}): the "
+            f"manifest was edited or damaged; {_hint(path)}"
+        )
     background = None
     if "background" in manifest.get("counts", {}):
         targets = manifest["train"]["stores"][0]["documents"]

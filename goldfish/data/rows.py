@@ -43,8 +43,8 @@ def pack_starts(units: np.ndarray, keep_whole: np.ndarray, seq_len: int, block: 
     starts = np.empty(len(units), dtype=np.int64)
     slot = 0
     for lo in range(0, len(units), block):
-        part = starts[lo:lo + block]
-        for i, (n, whole) in enumerate(zip(units[lo:lo + block].tolist(), keep_whole[lo:lo + block].tolist())):
+        part = starts[lo : lo + block]
+        for i, (n, whole) in enumerate(zip(units[lo : lo + block].tolist(), keep_whole[lo : lo + block].tolist())):
             used = slot % seq_len
             if whole and n <= seq_len and used + n > seq_len:
                 slot += seq_len - used
@@ -66,8 +66,13 @@ def layout_stats(starts: np.ndarray, units: np.ndarray, seq_len: int) -> dict:
     rows = -(-int(starts[-1] + units[-1]) // seq_len)
     tokens = int(np.sum(units, dtype=np.int64))
     split = (starts // seq_len) != ((starts + units - 1) // seq_len)
-    return {"rows": rows, "tokens": tokens, "padding": rows * seq_len - tokens, "occurrences": len(units),
-            "split_occurrences": int(split.sum())}
+    return {
+        "rows": rows,
+        "tokens": tokens,
+        "padding": rows * seq_len - tokens,
+        "occurrences": len(units),
+        "split_occurrences": int(split.sum()),
+    }
 
 
 # ------------------------------------------------------------------------------------------------ reading
@@ -90,8 +95,9 @@ class TrainRows:
         self.rows = int(spec["rows"])
         self.variants = int(spec.get("variants", 0))
         dtype = DTYPES[spec["dtype"]]
-        self._stores = [TokenShard(self.folder / Path(s["path"]).parent, Path(s["path"]).name, dtype)
-                        for s in spec["stores"]]
+        self._stores = [
+            TokenShard(self.folder / Path(s["path"]).parent, Path(s["path"]).name, dtype) for s in spec["stores"]
+        ]
         used = [int(s["documents"]) for s in spec["stores"]]
         self._first = np.concatenate([[0], np.cumsum(used)[:-1]]).astype(np.int64)  # (S,) first document of each
         self.documents = int(sum(used))
@@ -115,9 +121,11 @@ class TrainRows:
             return [f"its layout reads document {int(order.max())} but its stores hold {self.documents} documents"]
         units = self.units()
         stats = layout_stats(starts, units, self.seq_len)
-        return [f"train.{key}={spec[key]!r} but its layout and shards give {stats[key]} (at train.seq_len="
-                f"{self.seq_len})" for key in ("rows", "occurrences", "tokens")
-                if key in spec and spec[key] != stats[key]]
+        return [
+            f"train.{key}={spec[key]!r} but its layout and shards give {stats[key]} (at train.seq_len={self.seq_len})"
+            for key in ("rows", "occurrences", "tokens")
+            if key in spec and spec[key] != stats[key]
+        ]
 
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:
         """Row ``i`` as (T,) int64 columns: ``TrainRows`` is a map-style dataset (a ``torch`` DataLoader or an HF
@@ -152,10 +160,12 @@ class TrainRows:
         """The (B, T) int64 columns of rows ``index`` (:data:`COLUMNS`), derived from the layout."""
         index = np.asarray(index, dtype=np.int64)
         T, B = self.seq_len, len(index)
-        cols = {"input_ids": np.full((B, T), self.pad_id, dtype=np.int64),
-                "labels": np.full((B, T), IGNORE_INDEX, dtype=np.int64),
-                "document_ids": np.full((B, T), -1, dtype=np.int64),
-                "position_ids": np.zeros((B, T), dtype=np.int64)}
+        cols = {
+            "input_ids": np.full((B, T), self.pad_id, dtype=np.int64),
+            "labels": np.full((B, T), IGNORE_INDEX, dtype=np.int64),
+            "document_ids": np.full((B, T), -1, dtype=np.int64),
+            "position_ids": np.zeros((B, T), dtype=np.int64),
+        }
         if B:
             if int(index.min()) < 0 or int(index.max()) >= self.rows:
                 raise IndexError(f"row index out of range 0..{self.rows - 1}")
@@ -178,13 +188,14 @@ class TrainRows:
                 continue
             dst = slice(a - lo, e - lo)
             k0, k1 = a - start, e - start  # offsets inside the occurrence
-            tokens = np.asarray(ids[k0:min(k1, len(ids))], dtype=np.int64)
+            tokens = np.asarray(ids[k0 : min(k1, len(ids))], dtype=np.int64)
             if k1 > len(ids):  # the EOS slot is inside this row
                 tokens = np.append(tokens, self.eos)
             cols["input_ids"][b, dst] = tokens
             cols["labels"][b, dst] = tokens
-            cols["document_ids"][b, dst] = int(self._owner[d]) if self._owner is not None and d < len(self._owner) \
-                else d - self.variants
+            cols["document_ids"][b, dst] = (
+                int(self._owner[d]) if self._owner is not None and d < len(self._owner) else d - self.variants
+            )
             cols["position_ids"][b, dst] = np.arange(k0, k1)
 
     def units(self) -> np.ndarray:

@@ -75,8 +75,9 @@ def iter_source(cfg: SourceConfig, start: int = 0, long_texts: bool = False) -> 
     JSONL line longer than :data:`~goldfish.data.jsontext.LONG_LINE` bytes gives a document whose ``text`` is a
     :class:`~goldfish.data.jsontext.LongText` (for readers that take one: the streamed background)."""
     if cfg.name == "wikipedia":
-        raw = (Document(f"enwiki:{page_id}", title, text, "wikipedia")
-               for page_id, title, text in iter_articles(cfg.path))
+        raw = (
+            Document(f"enwiki:{page_id}", title, text, "wikipedia") for page_id, title, text in iter_articles(cfg.path)
+        )
         yield from _numbered(raw, start)
     elif cfg.name == "kjv":
         raw = (Document(f"kjv:{cid}", title, text, "kjv") for cid, title, text in iter_chapters(cfg.path))
@@ -104,8 +105,11 @@ def visible_files(folder: Path) -> list[Path]:
     """The files below ``folder`` in path order, hidden ones left out: a name starting with ``.``, or any folder on
     the way to it so named (a Jupyter ``.ipynb_checkpoints/part-0-checkpoint.jsonl`` beside ``part-0.jsonl`` is a
     copy, not more data; ``.git``, ``.cache`` alike)."""
-    return sorted(p for p in folder.rglob("*")
-                  if not any(part.startswith(".") for part in p.relative_to(folder).parts) and p.is_file())
+    return sorted(
+        p
+        for p in folder.rglob("*")
+        if not any(part.startswith(".") for part in p.relative_to(folder).parts) and p.is_file()
+    )
 
 
 def _suffix(path: Path) -> str:
@@ -124,8 +128,10 @@ def _iter_local(cfg: SourceConfig, start: int, long_texts: bool = False) -> Iter
         data = [f for f in files if _suffix(f) in DATA_SUFFIXES]
         texts = [f for f in files if f.suffix == ".txt"]
         if data and texts:
-            raise UserError(f"source.path {path} mixes .txt files with data files ({data[0].name}); point it at a "
-                            "folder of one kind (one document per .txt file, or .jsonl/.parquet shards)")
+            raise UserError(
+                f"source.path {path} mixes .txt files with data files ({data[0].name}); point it at a "
+                "folder of one kind (one document per .txt file, or .jsonl/.parquet shards)"
+            )
         if data:  # a folder of shards: their rows in file-name order
             yield from _iter_files(data, path, cfg, start, long_texts)
         else:
@@ -135,9 +141,11 @@ def _iter_local(cfg: SourceConfig, start: int, long_texts: bool = False) -> Iter
     elif _suffix(path) in DATA_SUFFIXES:
         yield from _iter_files([path], path.parent, cfg, start, long_texts)
     else:
-        raise UserError(f"source.path {path} has an unsupported type; use a folder of .txt files (or of .jsonl / "
-                        ".parquet shards), a .txt, .jsonl, .json or .parquet file (.jsonl.gz too), or a datasets "
-                        "save_to_disk folder")
+        raise UserError(
+            f"source.path {path} has an unsupported type; use a folder of .txt files (or of .jsonl / "
+            ".parquet shards), a .txt, .jsonl, .json or .parquet file (.jsonl.gz too), or a datasets "
+            "save_to_disk folder"
+        )
 
 
 def _text_document(f: Path, root: Path) -> Document:
@@ -146,19 +154,21 @@ def _text_document(f: Path, root: Path) -> Document:
     try:  # the name becomes the document's id and title: text, not the bytes of another encoding
         name.encode("utf-8")
     except UnicodeEncodeError:
-        raise UserError(f"{os.fsencode(f)!r}: the file name is not UTF-8; rename it (e.g. convmv -f latin1 "
-                        f"-t utf-8)") from None
+        raise UserError(
+            f"{os.fsencode(f)!r}: the file name is not UTF-8; rename it (e.g. convmv -f latin1 -t utf-8)"
+        ) from None
     return Document(name, f.stem, _read_utf8(f).strip(), "local")
 
 
-def _iter_files(files: list[Path], root: Path, cfg: SourceConfig, start: int,
-                long_texts: bool = False) -> Iterator[tuple[int, Document]]:
+def _iter_files(
+    files: list[Path], root: Path, cfg: SourceConfig, start: int, long_texts: bool = False
+) -> Iterator[tuple[int, Document]]:
     """Rows of data files in order, numbered across files; a file wholly before ``start`` is skipped by its row count
     (parquet metadata, or its non-empty lines counted without parsing)."""
     first = 0  # position of the current file's first row
     for f in files:
         name = f.relative_to(root).as_posix() if len(files) > 1 else f.name
-        stem = name[:len(name) - len(_suffix(f))]  # ids: <stem>:<row> (the file name without its data suffix)
+        stem = name[: len(name) - len(_suffix(f))]  # ids: <stem>:<row> (the file name without its data suffix)
         count = _row_count(f) if start > first else None
         if count is not None and first + count <= start:
             first += count
@@ -192,13 +202,14 @@ def _read_utf8(path: Path) -> str:
     try:
         return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as e:
-        raise UserError(f"{path} is not UTF-8 text (invalid byte at offset {e.start}); re-encode it as UTF-8, e.g. "
-                        f"iconv -f latin1 -t utf-8") from None
+        raise UserError(
+            f"{path} is not UTF-8 text (invalid byte at offset {e.start}); re-encode it as UTF-8, e.g. "
+            f"iconv -f latin1 -t utf-8"
+        ) from None
 
 
 def _open_binary(path: Path):
     if path.name.lower().endswith(".gz"):
-
         return gzip.open(path, "rb")
     return open(path, "rb")
 
@@ -229,8 +240,9 @@ def _boxed_lines(path: Path) -> Iterator[tuple[int, list]]:
         raise UserError(f"cannot read {path}: {e}") from None
 
 
-def jsonl_objects(path: Path, skip: int = 0, long_field: str | None = None,
-                  keep: tuple[str, ...] = ()) -> Iterator[tuple[int, dict]]:
+def jsonl_objects(
+    path: Path, skip: int = 0, long_field: str | None = None, keep: tuple[str, ...] = ()
+) -> Iterator[tuple[int, dict]]:
     """``(line number, object)`` for each non-empty line of a UTF-8 JSONL file after the first ``skip`` ones (which
     are not parsed); one-line errors for bad lines. A line is held as bytes, then as text, then as the object, each
     freed before the next is complete beyond the one before it (memory: about twice the longest line). With
@@ -242,15 +254,18 @@ def jsonl_objects(path: Path, skip: int = 0, long_field: str | None = None,
         raw = box.pop()
         if n < skip:
             continue
-        split = (split_long_row(raw, long_field, keep, f"{path}:{lineno}")
-                 if long_field is not None and len(raw) > LONG_LINE else None)
+        split = (
+            split_long_row(raw, long_field, keep, f"{path}:{lineno}")
+            if long_field is not None and len(raw) > LONG_LINE
+            else None
+        )
         if split is None:
             yield lineno, _parse_line(raw, path, lineno)
             continue
         rest, span = split
         row = _parse_line(rest, path, lineno)
         if span is not None:
-            row[long_field] = LongText(memoryview(raw)[span[0]:span[1]], f"{path}:{lineno}", span[0] + 1)
+            row[long_field] = LongText(memoryview(raw)[span[0] : span[1]], f"{path}:{lineno}", span[0] + 1)
         del raw, rest  # the line lives on only in its LongText
         yield lineno, row
 
@@ -260,8 +275,10 @@ def _parse_line(raw: bytes | bytearray, path: Path, lineno: int) -> dict:
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise UserError(f"{path}:{lineno} is not UTF-8 text (invalid byte at column {e.start + 1}); re-encode "
-                        f"the file as UTF-8, e.g. iconv -f latin1 -t utf-8") from None
+        raise UserError(
+            f"{path}:{lineno} is not UTF-8 text (invalid byte at column {e.start + 1}); re-encode "
+            f"the file as UTF-8, e.g. iconv -f latin1 -t utf-8"
+        ) from None
     escaped = b"\\u" in raw
     del raw
     try:
@@ -270,17 +287,21 @@ def _parse_line(raw: bytes | bytearray, path: Path, lineno: int) -> dict:
         if escaped:  # an escape may spell a lone surrogate ("\ud800"), which is not text
             json.dumps(row, ensure_ascii=False).encode("utf-8")
     except json.JSONDecodeError as e:
-        raise UserError(f"{path}:{lineno} is not valid JSON ({e.msg}); the file needs one JSON object per "
-                        "line") from None
+        raise UserError(
+            f"{path}:{lineno} is not valid JSON ({e.msg}); the file needs one JSON object per line"
+        ) from None
     except RecursionError:
-        raise UserError(f"{path}:{lineno} nests JSON arrays or objects too deeply to read; the file needs one "
-                        "flat JSON object per line") from None
+        raise UserError(
+            f"{path}:{lineno} nests JSON arrays or objects too deeply to read; the file needs one "
+            "flat JSON object per line"
+        ) from None
     except UnicodeEncodeError as e:
-        raise UserError(f"{path}:{lineno} holds a lone UTF-16 surrogate ({e.object[e.start]!a}), which is not "
-                        "Unicode text; fix the escape in that line") from None
+        raise UserError(
+            f"{path}:{lineno} holds a lone UTF-16 surrogate ({e.object[e.start]!a}), which is not "
+            "Unicode text; fix the escape in that line"
+        ) from None
     except ValueError as e:  # a number beyond what Python converts (an integer of more than 4300 digits)
-        raise UserError(f"{path}:{lineno} holds a value that cannot be read ({str(e)[:80]}); fix that "
-                        "line") from None
+        raise UserError(f"{path}:{lineno} holds a value that cannot be read ({str(e)[:80]}); fix that line") from None
     if not isinstance(row, dict):
         raise UserError(f"{path}:{lineno} is a JSON {type(row).__name__}, not an object with a text field")
     return row
@@ -334,7 +355,7 @@ def _iter_saved(path: Path, cfg: SourceConfig, start: int) -> Iterator[tuple[int
             raise UserError(f"{path} has no split {cfg.split!r}; set source.split to one of: {', '.join(ds)}")
         ds = ds[cfg.split]
     for lo in range(start, len(ds), 1024):
-        part = ds[lo:lo + 1024]
+        part = ds[lo : lo + 1024]
         for j in range(len(next(iter(part.values()), []))):
             i = lo + j
             yield i, _document({k: v[j] for k, v in part.items()}, cfg, path, path.name, i)
@@ -342,8 +363,10 @@ def _iter_saved(path: Path, cfg: SourceConfig, start: int) -> Iterator[tuple[int
 
 def _document(row: dict, cfg: SourceConfig, path: Path | str, stem: str, i: int) -> Document:
     if cfg.text_field not in row:
-        raise UserError(f"row {i} of {path} has no field {cfg.text_field!r}; set source.text_field to one "
-                        f"of: {', '.join(map(str, row))}")
+        raise UserError(
+            f"row {i} of {path} has no field {cfg.text_field!r}; set source.text_field to one "
+            f"of: {', '.join(map(str, row))}"
+        )
     text = row[cfg.text_field]
     if not isinstance(text, (str, LongText)):
         raise UserError(f"row {i} of {path}: field {cfg.text_field!r} is {type(text).__name__}, not text")
@@ -367,8 +390,10 @@ def _iter_hub(cfg: SourceConfig, start: int) -> Iterator[tuple[int, Document]]:
     try:
         ds = datasets.load_dataset(cfg.path, cfg.subset, split=cfg.split, streaming=True)
     except Exception as e:  # network, missing dataset, bad subset: all the user's to fix
-        raise UserError(f"datasets.load_dataset({cfg.path!r}, {cfg.subset!r}, split={cfg.split!r}, streaming=True) "
-                        f"failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        raise UserError(
+            f"datasets.load_dataset({cfg.path!r}, {cfg.subset!r}, split={cfg.split!r}, streaming=True) "
+            f"failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        ) from None
     stem = cfg.path.replace("/", "_")
     for i, row in enumerate(ds.skip(start) if start else ds, start):
         yield i, _document(row, cfg, cfg.path, stem, i)
@@ -392,8 +417,15 @@ def files_identity(path: Path) -> list:
     out = []
     for f in files:
         st = f.stat()
-        out.append([f.relative_to(path).as_posix() if path.is_dir() else f.name, st.st_size, st.st_mtime_ns,
-                    st.st_ctime_ns, st.st_ino])
+        out.append(
+            [
+                f.relative_to(path).as_posix() if path.is_dir() else f.name,
+                st.st_size,
+                st.st_mtime_ns,
+                st.st_ctime_ns,
+                st.st_ino,
+            ]
+        )
     return out
 
 
@@ -404,6 +436,8 @@ def check_documents_read(cfg: SourceConfig, read: int, kept: int, floor: int) ->
     if read == 0:
         raise UserError(f"source {where} holds no documents (empty corpus); point source.path at some text")
     if not kept:
-        raise UserError(f"all {read} documents of source {where} have fewer than min_words={floor} words; "
-                        "lower source.min_words or use longer documents")
+        raise UserError(
+            f"all {read} documents of source {where} have fewer than min_words={floor} words; "
+            "lower source.min_words or use longer documents"
+        )
     return where

@@ -68,7 +68,7 @@ def _chunks(ids: np.ndarray, cfg: PrepareConfig) -> tuple[np.ndarray, np.ndarray
     d = cfg.doc_tokens
     if d is None:
         return ids, None
-    return ids[:d], (ids[d:2 * d] if cfg.nonmember_mode == "later_chunk" else None)
+    return ids[:d], (ids[d : 2 * d] if cfg.nonmember_mode == "later_chunk" else None)
 
 
 def _needed_length(cfg: PrepareConfig) -> int:
@@ -80,8 +80,14 @@ def _needed_length(cfg: PrepareConfig) -> int:
     return cfg.min_tokens
 
 
-def _eligible(cfg: PrepareConfig, lengths: np.ndarray, keys: Callable[[int], list[bytes]], order: np.ndarray,
-              stats: dict, dropped: set[int]) -> list[int]:
+def _eligible(
+    cfg: PrepareConfig,
+    lengths: np.ndarray,
+    keys: Callable[[int], list[bytes]],
+    order: np.ndarray,
+    stats: dict,
+    dropped: set[int],
+) -> list[int]:
     """Indices (in permutation order) of documents long enough and not duplicating another's chunks.
 
     ``lengths[i]``: document ``i``'s token count (it may be capped at any value >= ``min_tokens`` and the needed
@@ -92,8 +98,10 @@ def _eligible(cfg: PrepareConfig, lengths: np.ndarray, keys: Callable[[int], lis
     need = _needed_length(cfg)
     stats["below_min_tokens"] = int((lengths < cfg.min_tokens).sum())
     if stats["below_min_tokens"] == len(lengths):
-        raise UserError(f"all {len(lengths)} documents have fewer than min_tokens={cfg.min_tokens} tokens (longest: "
-                        f"{int(lengths.max(initial=0))}); lower min_tokens or use longer documents")
+        raise UserError(
+            f"all {len(lengths)} documents have fewer than min_tokens={cfg.min_tokens} tokens (longest: "
+            f"{int(lengths.max(initial=0))}); lower min_tokens or use longer documents"
+        )
     stats["too_short_for_later_chunk"] = int(((lengths >= cfg.min_tokens) & (lengths < need)).sum())
     seen: set[bytes] = set()
     keep, dupes = [], 0
@@ -109,8 +117,10 @@ def _eligible(cfg: PrepareConfig, lengths: np.ndarray, keys: Callable[[int], lis
         keep.append(int(i))
     stats["duplicates"] = dupes
     if not keep:
-        raise UserError(f"no document has the {need} tokens that nonmember_mode={cfg.nonmember_mode} needs "
-                        f"(doc_tokens={cfg.doc_tokens}); lower doc_tokens")
+        raise UserError(
+            f"no document has the {need} tokens that nonmember_mode={cfg.nonmember_mode} needs "
+            f"(doc_tokens={cfg.doc_tokens}); lower doc_tokens"
+        )
     return keep
 
 
@@ -125,18 +135,24 @@ def _sizes(cfg: PrepareConfig, n: int) -> tuple[int, int]:
     held out after them); one clear error when too few."""
     if cfg.num_validation:
         if cfg.num_validation >= n:
-            raise UserError(f"num_validation={cfg.num_validation} leaves no members among the {n} eligible "
-                            "documents; lower num_validation")
+            raise UserError(
+                f"num_validation={cfg.num_validation} leaves no members among the {n} eligible "
+                "documents; lower num_validation"
+            )
         n -= cfg.num_validation
     if cfg.nonmember_mode == "later_chunk":
         n_mem = cfg.num_members if cfg.num_members is not None else n
         n_non = n_mem if cfg.num_nonmembers is None else cfg.num_nonmembers
         if n_mem > n:
-            raise UserError(f"num_members={n_mem} but only {n} documents have 2*doc_tokens={2 * cfg.doc_tokens} "
-                            "tokens; lower num_members (or doc_tokens)")
+            raise UserError(
+                f"num_members={n_mem} but only {n} documents have 2*doc_tokens={2 * cfg.doc_tokens} "
+                "tokens; lower num_members (or doc_tokens)"
+            )
         if n_non > n_mem:
-            raise UserError(f"num_nonmembers={n_non} exceeds num_members={n_mem}: later_chunk takes one later chunk "
-                            "per member; lower num_nonmembers or use nonmember_mode=held_out")
+            raise UserError(
+                f"num_nonmembers={n_non} exceeds num_members={n_mem}: later_chunk takes one later chunk "
+                "per member; lower num_nonmembers or use nonmember_mode=held_out"
+            )
         return n_mem, n_non
     if cfg.num_nonmembers is not None:
         n_non = cfg.num_nonmembers
@@ -145,12 +161,16 @@ def _sizes(cfg: PrepareConfig, n: int) -> tuple[int, int]:
     else:
         n_non = n // 2
     if cfg.num_members is None and n_non >= n:
-        raise UserError(f"num_nonmembers={n_non} leaves no members among the {n} eligible documents; lower "
-                        "num_nonmembers (or use more documents)")
+        raise UserError(
+            f"num_nonmembers={n_non} leaves no members among the {n} eligible documents; lower "
+            "num_nonmembers (or use more documents)"
+        )
     n_mem = cfg.num_members if cfg.num_members is not None else n - n_non
     if n_mem < 1 or n_mem + n_non > n:
-        raise UserError(f"num_members={n_mem} and num_nonmembers={n_non} do not fit the {n} eligible documents "
-                        f"(need >= 1 member and members + nonmembers <= {n}); lower one of them")
+        raise UserError(
+            f"num_members={n_mem} and num_nonmembers={n_non} do not fit the {n} eligible documents "
+            f"(need >= 1 member and members + nonmembers <= {n}); lower one of them"
+        )
     return n_mem, n_non
 
 
@@ -181,13 +201,14 @@ def choose(cfg: PrepareConfig, lengths: np.ndarray, keys: Callable[[int], list[b
     if cfg.nonmember_mode == "later_chunk":
         members, nonmembers = keep[:n_mem], keep[:n_non]
     else:
-        nonmembers, members = keep[:n_non], keep[n_non:n_non + n_mem]
-    validation = keep[n_non + n_mem:n_non + n_mem + cfg.num_validation]
+        nonmembers, members = keep[:n_non], keep[n_non : n_non + n_mem]
+    validation = keep[n_non + n_mem : n_non + n_mem + cfg.num_validation]
     return Choice(order, members, nonmembers, validation, duplicates, stats)
 
 
-def split_items(cfg: PrepareConfig, choice: Choice, doc: Callable[[int], Document],
-                ids: Callable[[int], np.ndarray]) -> tuple[list[Item], list[Item], list[Item]]:
+def split_items(
+    cfg: PrepareConfig, choice: Choice, doc: Callable[[int], Document], ids: Callable[[int], np.ndarray]
+) -> tuple[list[Item], list[Item], list[Item]]:
     """(members, nonmembers, validation) as items, from the chosen documents' texts and token ids."""
     reps = cfg.repetitions
     members = [Item(doc(i), _chunks(ids(i), cfg)[0], reps[j % len(reps)]) for j, i in enumerate(choice.members)]
@@ -231,8 +252,11 @@ def background_items(cfg: PrepareConfig, plan: SplitPlan, docs: list[Document], 
         if index is not None and index.near_duplicate(ids):
             plan.stats["background_near_duplicates"] += 1
             continue
-        pieces = [(ids, "")] if size is None else [(ids[s:s + size], f"#chunk{s // size}")
-                                                   for s in range(0, len(ids), size)]
+        pieces = (
+            [(ids, "")]
+            if size is None
+            else [(ids[s : s + size], f"#chunk{s // size}") for s in range(0, len(ids), size)]
+        )
         for piece, suffix in pieces:
             if len(piece) >= cfg.min_tokens:
                 items.append(Item(doc, piece, 1, suffix))

@@ -58,8 +58,15 @@ def background_fingerprint(spec: dict, folder: Path, state: dict, code: str) -> 
     settings (source config as a dict, shard size, min_tokens, chunk length, dtype, dedup config as a dict)."""
     tokenizer = {f.name: file_sha256(f) for f in sorted((folder / "tokenizer").iterdir()) if f.is_file()}
     targets = {k: v for k, v in state["sha256"].items() if k in ("members", "nonmembers", "validation")}
-    return fingerprint_sha256({"spec": {**spec, "source": _source_identity(spec["source"])}, "tokenizer": tokenizer,
-                               "exclude": state["exclude"], "targets": targets, "code": code})
+    return fingerprint_sha256(
+        {
+            "spec": {**spec, "source": _source_identity(spec["source"])},
+            "tokenizer": tokenizer,
+            "exclude": state["exclude"],
+            "targets": targets,
+            "code": code,
+        }
+    )
 
 
 def store_path(folder: Path, fingerprint: str) -> Path:
@@ -91,10 +98,12 @@ def check_store(store: Path) -> None:
     for folder in (Path(store).parent, Path(store)):
         why = _foreign(folder) if os.path.lexists(folder) else None
         if why:
-            raise UserError(f"the shared background store {folder} {why}, so another user could put other token ids "
-                            f"into this folder's background; remove it (rm -r {folder.parent / STORE}) if it is yours, "
-                            f"or make it your own (chmod go-w), or prepare into a folder whose parent only you can "
-                            f"write")
+            raise UserError(
+                f"the shared background store {folder} {why}, so another user could put other token ids "
+                f"into this folder's background; remove it (rm -r {folder.parent / STORE}) if it is yours, "
+                f"or make it your own (chmod go-w), or prepare into a folder whose parent only you can "
+                f"write"
+            )
 
 
 def _own_folder(folder: Path) -> None:

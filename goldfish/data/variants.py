@@ -36,17 +36,22 @@ _SENTENCE_END = re.compile(r"(?<=[.!?]) ")
 class NearDuplicateConfig:
     """How a member's repeated copies differ (the ``near_duplicates:`` section of a recipe)."""
 
-    edit: Edit = option("substitute", "substitute (one token in every `every`) | case (one word in every `every` "
-                                      "re-cased) | whitespace (one word gap in every `every` changed) | insert "
-                                      "(one sentence of another member inserted)")
-    every: int = option(13, "edit rate: one edited token / word / gap per block of this many (>= 1); ignored by "
-                            "insert")
+    edit: Edit = option(
+        "substitute",
+        "substitute (one token in every `every`) | case (one word in every `every` "
+        "re-cased) | whitespace (one word gap in every `every` changed) | insert "
+        "(one sentence of another member inserted)",
+    )
+    every: int = option(13, "edit rate: one edited token / word / gap per block of this many (>= 1); ignored by insert")
 
     def __post_init__(self) -> None:
         problems: list[str] = []
         check(self.edit in EDITS, problems, f"edit={self.edit!r} is unknown; choose one of: {', '.join(EDITS)}")
-        check(isinstance(self.every, int) and self.every >= 1, problems, f"every={self.every!r} must be an "
-              "integer >= 1 (one edit per block of that many tokens/words)")
+        check(
+            isinstance(self.every, int) and self.every >= 1,
+            problems,
+            f"every={self.every!r} must be an integer >= 1 (one edit per block of that many tokens/words)",
+        )
         raise_problems(problems)
 
 
@@ -101,8 +106,14 @@ def _sentences(text: str) -> list[str]:
     return [s for s in _SENTENCE_END.split(text) if len(s.split()) >= 4]
 
 
-def make_variants(members: list[np.ndarray], counts: list[int], cfg: NearDuplicateConfig, seed: int,
-                  decode: Callable[[list[int]], str], encode: Callable[[str], list[int]]) -> list[list[np.ndarray]]:
+def make_variants(
+    members: list[np.ndarray],
+    counts: list[int],
+    cfg: NearDuplicateConfig,
+    seed: int,
+    decode: Callable[[list[int]], str],
+    encode: Callable[[str], list[int]],
+) -> list[list[np.ndarray]]:
     """For member i, ``counts[i] - 1`` variants (int64 id arrays), each different from the member's ids.
 
     Every variant draws its edits from its own stream ``default_rng([seed, 3, i, j])``, so adding members or
@@ -127,8 +138,10 @@ def make_variants(members: list[np.ndarray], counts: list[int], cfg: NearDuplica
                 text = insert_sentence(texts[i], pool[int(rng.integers(len(pool)))].strip() + " ", rng)
             variant = np.asarray(encode(text), dtype=np.int64)
             if np.array_equal(variant, ids):  # e.g. a text without any cased word: nothing could be edited
-                raise UserError(f"member {i} has no {cfg.edit} edit that changes it; choose another "
-                                "near_duplicates.edit or other documents")
+                raise UserError(
+                    f"member {i} has no {cfg.edit} edit that changes it; choose another "
+                    "near_duplicates.edit or other documents"
+                )
             copies.append(variant)
         out.append(copies)
     return out

@@ -24,9 +24,23 @@ DUMP_NAME = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz
 
 # Sections after which an article is bibliography, not prose.
 _TAIL_SECTIONS = {
-    "see also", "references", "notes", "external links", "further reading", "bibliography", "sources",
-    "citations", "footnotes", "notes and references", "references and notes", "works cited", "primary sources",
-    "secondary sources", "online sources", "external link", "related articles",
+    "see also",
+    "references",
+    "notes",
+    "external links",
+    "further reading",
+    "bibliography",
+    "sources",
+    "citations",
+    "footnotes",
+    "notes and references",
+    "references and notes",
+    "works cited",
+    "primary sources",
+    "secondary sources",
+    "online sources",
+    "external link",
+    "related articles",
 }
 _HEADING = re.compile(r"^\s*(=+)\s*(.*?)\s*\1\s*$")
 _EMPTY_BRACKETS = re.compile(r"\(\s*[,;:.]?\s*\)|\[\s*\]")
@@ -40,8 +54,10 @@ def dump_path(path: str | None = None) -> Path:
     if path:
         p = Path(path).expanduser()
         if not p.is_file():
-            raise UserError(f"Wikipedia dump not found: {p} (give a .xml.bz2 pages-articles dump, or omit "
-                            "source.path to use the one shipped with gensim)")
+            raise UserError(
+                f"Wikipedia dump not found: {p} (give a .xml.bz2 pages-articles dump, or omit "
+                "source.path to use the one shipped with gensim)"
+            )
         return p
     try:
         from gensim.test.utils import datapath
@@ -49,8 +65,10 @@ def dump_path(path: str | None = None) -> Path:
         raise UserError("the wikipedia source needs gensim: pip install gensim==4.4.0") from None
     p = Path(datapath(DUMP_NAME))
     if not p.is_file():
-        raise UserError(f"the gensim wheel has no {DUMP_NAME} (installed gensim lacks its test data; "
-                        "pip install --force-reinstall gensim==4.4.0)")
+        raise UserError(
+            f"the gensim wheel has no {DUMP_NAME} (installed gensim lacks its test data; "
+            "pip install --force-reinstall gensim==4.4.0)"
+        )
     return p
 
 

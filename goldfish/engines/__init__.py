@@ -27,8 +27,9 @@ def engine_class(name: str) -> type[Engine]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise UserError(f"engine={name!r} cannot be imported ({e}); install its extra, e.g. "
-                        f"pip install -e '.[{name}]'") from None
+        raise UserError(
+            f"engine={name!r} cannot be imported ({e}); install its extra, e.g. pip install -e '.[{name}]'"
+        ) from None
     return getattr(module, class_name)
 
 
@@ -44,8 +45,13 @@ def get_engine(cfg: TrainConfig, loss_fn: LossFn) -> Engine:
     joins the process group."""
     cls = engine_class(cfg.engine)
     engine_layout(cfg, current_world_size())  # fail before joining any process group
-    return cls(getattr(cfg, cls.section), cfg.precision, loss_fn, compile=cfg.compile,
-               activation_checkpointing=cfg.activation_checkpointing)
+    return cls(
+        getattr(cfg, cls.section),
+        cfg.precision,
+        loss_fn,
+        compile=cfg.compile,
+        activation_checkpointing=cfg.activation_checkpointing,
+    )
 
 
 __all__ = ["ENGINES", "Engine", "Layout", "LossFn", "StepStats", "engine_class", "engine_layout", "get_engine"]

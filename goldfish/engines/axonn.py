@@ -69,15 +69,21 @@ class AxonnLayout:
         """The layout for ``world_size`` processes; a one-line :class:`UserError` naming every factor otherwise."""
         grid = row * col * depth
         if world_size % grid:
-            raise UserError(f"axonn grid row({row})·col({col})·depth({depth})={grid} does not divide world size "
-                            f"{world_size}; choose axonn.row/col/depth whose product divides the number of processes")
+            raise UserError(
+                f"axonn grid row({row})·col({col})·depth({depth})={grid} does not divide world size "
+                f"{world_size}; choose axonn.row/col/depth whose product divides the number of processes"
+            )
         return cls(row, col, depth, world_size // grid)
 
     def coordinates(self, rank: int) -> dict[str, int]:
         """AxoNN's placement of global ``rank`` in the grid (see ``axonn.communication.communication_handle``)."""
         grid_rank = rank % self.grid
-        return {"data": rank // self.grid, "depth": grid_rank // (self.row * self.col),
-                "row": (grid_rank // self.col) % self.row, "col": grid_rank % self.col}
+        return {
+            "data": rank // self.grid,
+            "depth": grid_rank // (self.row * self.col),
+            "row": (grid_rank // self.col) % self.row,
+            "col": grid_rank % self.col,
+        }
 
     def describe(self) -> str:
         return f"row({self.row})·col({self.col})·depth({self.depth})·data({self.data})"
@@ -97,19 +103,36 @@ class AxonnEngine(Engine):
 
     section = "axonn"
 
-    def __init__(self, axonn: AxonnConfig, precision: str, loss_fn: LossFn, *, compile: bool = False,
-                 activation_checkpointing: bool = False):
+    def __init__(
+        self,
+        axonn: AxonnConfig,
+        precision: str,
+        loss_fn: LossFn,
+        *,
+        compile: bool = False,
+        activation_checkpointing: bool = False,
+    ):
         super().__init__(precision, loss_fn)
         axonn_compat.check_installed()
-        native_only = [name for name, on in (("compile", compile),
-                                             ("activation_checkpointing", activation_checkpointing),
-                                             ("loss.ce_chunk_tokens", getattr(loss_fn, "wants_hidden", False))) if on]
+        native_only = [
+            name
+            for name, on in (
+                ("compile", compile),
+                ("activation_checkpointing", activation_checkpointing),
+                ("loss.ce_chunk_tokens", getattr(loss_fn, "wants_hidden", False)),
+            )
+            if on
+        ]
         if native_only:
-            raise UserError(f"{', '.join(native_only)}: native-engine options that engine=axonn does not apply; "
-                            f"drop them or use engine=native")
+            raise UserError(
+                f"{', '.join(native_only)}: native-engine options that engine=axonn does not apply; "
+                f"drop them or use engine=native"
+            )
         if precision == "bf16" and self.device.type != "cuda":
-            raise UserError("precision=bf16 with engine=axonn needs a CUDA GPU (AxoNN's Linear re-enters autocast "
-                            "only on CUDA in backward); use precision=fp32 on CPU")
+            raise UserError(
+                "precision=bf16 with engine=axonn needs a CUDA GPU (AxoNN's Linear re-enters autocast "
+                "only on CUDA in backward); use precision=fp32 on CPU"
+            )
         a = axonn
         self.layout = AxonnLayout.for_world(a.row, a.col, a.depth, self.world_size)
         self.join_process_group(always=True)  # AxoNN needs a process group even for one process
@@ -118,36 +141,63 @@ class AxonnEngine(Engine):
         from axonn import axonn as ax
 
         gpus_per_node = torch.cuda.device_count() if self.device.type == "cuda" else None
-        ax.init(G_data=self.layout.data, G_inter=1, G_intra_r=a.row, G_intra_c=a.col, G_intra_d=a.depth,
-                gpus_per_node=gpus_per_node)
+        ax.init(
+            G_data=self.layout.data,
+            G_inter=1,
+            G_intra_r=a.row,
+            G_intra_c=a.col,
+            G_intra_d=a.depth,
+            gpus_per_node=gpus_per_node,
+        )
         # AxoNN folds overlapped reduce-scatters into .grad after they complete, which on gloo rests on the compat
         # layer's wait (see axonn_compat); there is no compute stream to overlap with on CPU, so only CUDA uses it.
-        self.overlap = {"overlap_all_reduce": a.overlap_communication,
-                        "overlap_reduce_scatter": a.overlap_communication and self.device.type == "cuda"}
+        self.overlap = {
+            "overlap_all_reduce": a.overlap_communication,
+            "overlap_reduce_scatter": a.overlap_communication and self.device.type == "cuda",
+        }
         self.model: nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
         if self.is_main:
-            log.info("axonn: %s on %d processes (%s%s)", self.layout.describe(), self.world_size, self.device.type,
-                     ", CPU/gloo compatibility layer" if self.compat_active else "")
+            log.info(
+                "axonn: %s on %d processes (%s%s)",
+                self.layout.describe(),
+                self.world_size,
+                self.device.type,
+                ", CPU/gloo compatibility layer" if self.compat_active else "",
+            )
 
     @classmethod
-    def layout_for(cls, section: AxonnConfig, world_size: int, model_config: Any = None,
-                   micro_batch_size: int | None = None) -> Layout:
+    def layout_for(
+        cls, section: AxonnConfig, world_size: int, model_config: Any = None, micro_batch_size: int | None = None
+    ) -> Layout:
         """AxoNN's easy mode: every rank is a data-parallel rank; the grid shards layer matrices and an untied head
         over row·col·depth, activations and logits over row·col (see the module docstring)."""
         a = section
         grid = AxonnLayout.for_world(a.row, a.col, a.depth, world_size)
         if model_config is not None:
             heads = model_config.num_attention_heads
-            widths = {"hidden_size": model_config.hidden_size, "intermediate_size": model_config.intermediate_size,
-                      "kv_width": (model_config.num_key_value_heads or heads) * (model_config.hidden_size // heads)}
-            bad = [f"axonn.{name}={n} does not divide {what}={size}" for name, n in (("row", a.row), ("col", a.col))
-                   for what, size in widths.items() if size % n]
+            widths = {
+                "hidden_size": model_config.hidden_size,
+                "intermediate_size": model_config.intermediate_size,
+                "kv_width": (model_config.num_key_value_heads or heads) * (model_config.hidden_size // heads),
+            }
+            bad = [
+                f"axonn.{name}={n} does not divide {what}={size}"
+                for name, n in (("row", a.row), ("col", a.col))
+                for what, size in widths.items()
+                if size % n
+            ]
             if bad:
                 raise UserError("; ".join(bad))
-        return Layout(world=world_size, dp=world_size, weight_shard=grid.grid, head_shard=grid.grid,
-                      activation_shard=a.row * a.col, logits_shard=a.row * a.col,
-                      description=f"axonn row={a.row} col={a.col} depth={a.depth} data={grid.data}")
+        return Layout(
+            world=world_size,
+            dp=world_size,
+            weight_shard=grid.grid,
+            head_shard=grid.grid,
+            activation_shard=a.row * a.col,
+            logits_shard=a.row * a.col,
+            description=f"axonn row={a.row} col={a.col} depth={a.depth} data={grid.data}",
+        )
 
     # ------------------------------------------------------------------------------------------ topology
 
@@ -161,8 +211,11 @@ class AxonnEngine(Engine):
 
     # ------------------------------------------------------------------------------------------ setup
 
-    def setup(self, build_model: Callable[[], nn.Module],
-              build_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]) -> None:
+    def setup(
+        self,
+        build_model: Callable[[], nn.Module],
+        build_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer],
+    ) -> None:
         plain = build_model()  # the one-process model: its weights are the reference every shard is cut from
         self.model = self._parallelize(plain).to(self.device)
         self.model.train()
@@ -184,8 +237,12 @@ class AxonnEngine(Engine):
         linears = axonn_linears(model)
         total = sum(isinstance(m, nn.Linear) for m in model.modules()) + len(linears)
         if self.is_main:
-            log.info("axonn: %d of %d linear layers tensor-parallel (the rest are replicated: dimensions not "
-                     "divisible by the grid, or tied to the embedding)", len(linears), total)
+            log.info(
+                "axonn: %d of %d linear layers tensor-parallel (the rest are replicated: dimensions not "
+                "divisible by the grid, or tied to the embedding)",
+                len(linears),
+                total,
+            )
         return model
 
     # ------------------------------------------------------------------------------------------ step
@@ -199,8 +256,12 @@ class AxonnEngine(Engine):
             # The context's exit waits for async collectives and folds deferred weight gradients into .grad.
             with optimize_communication(**self.overlap):
                 with self.autocast():
-                    logits = self.model(input_ids=mb["input_ids"], position_ids=mb.get("position_ids"),
-                                        attention_mask=mb.get("attention_mask"), use_cache=False).logits  # (B, T, V)
+                    logits = self.model(
+                        input_ids=mb["input_ids"],
+                        position_ids=mb.get("position_ids"),
+                        attention_mask=mb.get("attention_mask"),
+                        use_cache=False,
+                    ).logits  # (B, T, V)
                 parts = self.loss_fn(logits, split_targets(mb))
                 (parts.kept_sum / max(normalizer, 1)).backward()
             totals += stats_vector(parts)
@@ -224,17 +285,22 @@ class AxonnEngine(Engine):
     def state_dict(self) -> dict[str, Any]:
         """This rank's shards and optimizer state, plus the grid they belong to (checked on load)."""
         layout = dataclasses.asdict(self.layout) | {"rank": self.rank}
-        return {"model": {k: v.detach() for k, v in self.model.state_dict().items()},
-                "optimizer": self.optimizer.state_dict(), "axonn_layout": layout}
+        return {
+            "model": {k: v.detach() for k, v in self.model.state_dict().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "axonn_layout": layout,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         saved = state.get("axonn_layout")
         here = dataclasses.asdict(self.layout) | {"rank": self.rank}
         if saved is not None and dict(saved) != here:
-            raise UserError(f"checkpoint shard was written by rank {saved.get('rank')} of axonn layout "
-                            f"row({saved.get('row')})·col({saved.get('col')})·depth({saved.get('depth')})·"
-                            f"data({saved.get('data')}) but this is rank {self.rank} of {self.layout.describe()}; "
-                            f"resume with the same axonn.row/col/depth and world size")
+            raise UserError(
+                f"checkpoint shard was written by rank {saved.get('rank')} of axonn layout "
+                f"row({saved.get('row')})·col({saved.get('col')})·depth({saved.get('depth')})·"
+                f"data({saved.get('data')}) but this is rank {self.rank} of {self.layout.describe()}; "
+                f"resume with the same axonn.row/col/depth and world size"
+            )
         self.load_model_state(self.model, state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
 
@@ -261,8 +327,9 @@ class AxonnEngine(Engine):
 # ---------------------------------------------------------------------------------------------- model surgery
 
 
-def _optimizer_over_shards(build_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer],
-                           plain: nn.Module, model: nn.Module) -> torch.optim.Optimizer:
+def _optimizer_over_shards(
+    build_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer], plain: nn.Module, model: nn.Module
+) -> torch.optim.Optimizer:
     """The optimizer ``build_optimizer`` makes for the *plain* model, holding this rank's parameters instead.
 
     Parameter groups are often chosen by shape (weight decay on matrices, not on vectors), and AxoNN's shards are
@@ -294,10 +361,12 @@ def _refuse_biases(model: nn.Module) -> None:
 
     biased = [name for name, m in axonn_linears(model) if m.bias is not None]
     if biased and ax.config.G_intra_r * ax.config.G_intra_c > 1:
-        raise UserError(f"engine=axonn cannot train tensor-parallel linear layers with biases when "
-                        f"axonn.row·axonn.col > 1 (AxoNN 0.2.0 computes their gradients wrongly), e.g. {biased[0]}; "
-                        f"use a model without linear biases (Llama: attention_bias=false, mlp_bias=false) or "
-                        f"axonn.row=1 axonn.col=1")
+        raise UserError(
+            f"engine=axonn cannot train tensor-parallel linear layers with biases when "
+            f"axonn.row·axonn.col > 1 (AxoNN 0.2.0 computes their gradients wrongly), e.g. {biased[0]}; "
+            f"use a model without linear biases (Llama: attention_bias=false, mlp_bias=false) or "
+            f"axonn.row=1 axonn.col=1"
+        )
 
 
 @torch.no_grad()

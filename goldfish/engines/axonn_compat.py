@@ -71,8 +71,11 @@ def check_installed() -> None:
             f"axonn {version} is installed but the CPU/gloo compatibility layer (goldfish/engines/axonn_compat.py) "
             f"was written and tested for axonn {SUPPORTED_VERSION}; install axonn=={SUPPORTED_VERSION} or run on CUDA"
         )
-    warnings.warn(f"engine=axonn was tested with axonn {SUPPORTED_VERSION}, not the installed {version}; its bias "
-                  f"refusal and sharded checkpoints assume {SUPPORTED_VERSION}'s layout", stacklevel=2)
+    warnings.warn(
+        f"engine=axonn was tested with axonn {SUPPORTED_VERSION}, not the installed {version}; its bias "
+        f"refusal and sharded checkpoints assume {SUPPORTED_VERSION}'s layout",
+        stacklevel=2,
+    )
 
 
 def needed() -> bool:
@@ -97,8 +100,11 @@ def enable() -> bool:
     from axonn.intra_layer import fully_connected as fc
     from axonn.intra_layer import overlap_communication as oc
 
-    _replace(comm_mod.communication_handle, "__init__", _cpu_communication_handle_init(
-        comm_mod.communication_handle.__init__))
+    _replace(
+        comm_mod.communication_handle,
+        "__init__",
+        _cpu_communication_handle_init(comm_mod.communication_handle.__init__),
+    )
     _replace(fc, "initialize_params", _initialize_params_on_cpu(fc.initialize_params))
     for module in (asym, fc):
         _replace(module, "gather_batch_sizes", gather_batch_sizes)
@@ -148,8 +154,10 @@ def _cpu_communication_handle_init(original: Callable) -> Callable:
     def init(self: Any, *args: Any, gpus_per_node: int | None = None, **kwargs: Any) -> None:
         if not dist.is_initialized():
             raise RuntimeError("initialise torch.distributed (gloo) before axonn.axonn.init on a CPU-only machine")
-        with _swapped(torch.cuda, "set_device", lambda device: None), \
-                _swapped(dist, "new_group", new_group_default_backend):
+        with (
+            _swapped(torch.cuda, "set_device", lambda device: None),
+            _swapped(dist, "new_group", new_group_default_backend),
+        ):
             original(self, *args, gpus_per_node=gpus_per_node or 1, **kwargs)
 
     return init
@@ -188,49 +196,55 @@ def _all_to_all_rows(send: torch.Tensor, send_rows: list[int], recv_rows: list[i
 
     gloo's list ``all_to_all`` requires equal sizes everywhere; ``all_to_all_single`` with split sizes does not."""
     recv = torch.empty((sum(recv_rows), *send.shape[1:]), device=send.device, dtype=send.dtype)
-    dist.all_to_all_single(recv, send.contiguous(), output_split_sizes=recv_rows, input_split_sizes=send_rows,
-                           group=group)
+    dist.all_to_all_single(
+        recv, send.contiguous(), output_split_sizes=recv_rows, input_split_sizes=send_rows, group=group
+    )
     return recv
 
 
 @torch.no_grad()
-def _allgatherv(tensor: torch.Tensor, rank_local_batch_sizes: torch.Tensor, process_group: Any = None
-                ) -> torch.Tensor:
+def _allgatherv(tensor: torch.Tensor, rank_local_batch_sizes: torch.Tensor, process_group: Any = None) -> torch.Tensor:
     """Patch 4a: (m_own, k) on every rank -> (sum_i m_i, k): AxoNN's all-gather of unequal row counts."""
     world_size = dist.get_world_size(process_group)
     send = torch.cat([tensor] * world_size, dim=0)  # (G * m_own, k): the same rows for every rank
-    return _all_to_all_rows(send, [tensor.shape[0]] * world_size, [int(m) for m in rank_local_batch_sizes],
-                            process_group)
+    return _all_to_all_rows(
+        send, [tensor.shape[0]] * world_size, [int(m) for m in rank_local_batch_sizes], process_group
+    )
 
 
 @torch.no_grad()
-def _gather_batch_scatter_channels(input_: torch.Tensor, rank_local_batch_sizes: torch.Tensor,
-                                   process_group: Any = None) -> torch.Tensor:
+def _gather_batch_scatter_channels(
+    input_: torch.Tensor, rank_local_batch_sizes: torch.Tensor, process_group: Any = None
+) -> torch.Tensor:
     """Patch 4b: (m_own, k) -> (sum_i m_i, k/G): everyone's rows, this rank's slice of the channels."""
     world_size = dist.get_world_size(process_group)
     if input_.shape[-1] % world_size:
         raise RuntimeError(f"last dimension {input_.shape[-1]} is not divisible by the group size {world_size}")
     send = torch.cat(torch.chunk(input_, world_size, dim=-1), dim=0)  # (G * m_own, k/G): channel slice j for rank j
-    return _all_to_all_rows(send, [input_.shape[0]] * world_size, [int(m) for m in rank_local_batch_sizes],
-                            process_group)
+    return _all_to_all_rows(
+        send, [input_.shape[0]] * world_size, [int(m) for m in rank_local_batch_sizes], process_group
+    )
 
 
 @torch.no_grad()
-def _gather_channels_scatter_batch(input_: torch.Tensor, rank_local_batch_sizes: torch.Tensor,
-                                   process_group: Any = None) -> torch.Tensor:
+def _gather_channels_scatter_batch(
+    input_: torch.Tensor, rank_local_batch_sizes: torch.Tensor, process_group: Any = None
+) -> torch.Tensor:
     """Patch 4c: (sum_i m_i, k/G) -> (m_own, k), the inverse of 4b."""
     world_size = dist.get_world_size(process_group)
     own_rows = int(rank_local_batch_sizes[dist.get_rank(process_group)])
-    recv = _all_to_all_rows(input_, [int(m) for m in rank_local_batch_sizes], [own_rows] * world_size,
-                            process_group)  # (G * m_own, k/G), rank j's channel slice in block j
+    recv = _all_to_all_rows(
+        input_, [int(m) for m in rank_local_batch_sizes], [own_rows] * world_size, process_group
+    )  # (G * m_own, k/G), rank j's channel slice in block j
     return torch.cat(recv.reshape(world_size, own_rows, *recv.shape[1:]).unbind(0), dim=-1)
 
 
 # ------------------------------------------------------------------------------------------- 5-6: reduce-scatter
 
 
-def _reduce_scatter(input_: torch.Tensor, dim: int, process_group: Any = None, overlap_comm: bool = False
-                    ) -> torch.Tensor:
+def _reduce_scatter(
+    input_: torch.Tensor, dim: int, process_group: Any = None, overlap_comm: bool = False
+) -> torch.Tensor:
     """Patch 5: AxoNN's dim-0 reduce-scatter (sum) with the output on the input's device."""
     from axonn.intra_layer import overlap_communication
 
@@ -241,8 +255,7 @@ def _reduce_scatter(input_: torch.Tensor, dim: int, process_group: Any = None, o
         return input_
     if input_.shape[0] % world_size:
         raise RuntimeError(f"dimension 0 ({input_.shape[0]}) is not divisible by the group size {world_size}")
-    output = torch.empty((input_.shape[0] // world_size, *input_.shape[1:]), dtype=input_.dtype,
-                         device=input_.device)
+    output = torch.empty((input_.shape[0] // world_size, *input_.shape[1:]), dtype=input_.dtype, device=input_.device)
     reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor  # renamed, 2.10
     handle = reduce_scatter(output, input_.contiguous(), group=process_group, async_op=overlap_comm)
     if overlap_comm:

@@ -61,8 +61,7 @@ class _DistWithoutOneRankAllReduce:
         return getattr(dist, name)
 
     @staticmethod
-    def all_reduce(tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any = None, async_op: bool = False
-                   ) -> Any:
+    def all_reduce(tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any = None, async_op: bool = False) -> Any:
         if _one_rank(group):
             return None
         return dist.all_reduce(tensor, op=op, group=group, async_op=async_op)
@@ -74,8 +73,11 @@ def enable() -> None:
         return
     from axonn.intra_layer import fully_connected as fc
 
-    replacements = {"gather_batch_sizes": _batch_sizes(fc.gather_batch_sizes), "dist": _DistWithoutOneRankAllReduce(),
-                    **{name: _IdentityOnOneRank(getattr(fc, name)) for name in _REDISTRIBUTIONS}}
+    replacements = {
+        "gather_batch_sizes": _batch_sizes(fc.gather_batch_sizes),
+        "dist": _DistWithoutOneRankAllReduce(),
+        **{name: _IdentityOnOneRank(getattr(fc, name)) for name in _REDISTRIBUTIONS},
+    }
     for name, value in replacements.items():
         _originals.append((fc, name, getattr(fc, name)))
         setattr(fc, name, value)

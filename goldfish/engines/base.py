@@ -73,8 +73,14 @@ def split_targets(micro_batch: dict[str, torch.Tensor]) -> dict[str, torch.Tenso
 
 def stats_vector(parts: LossParts) -> torch.Tensor:
     """(4,) float64, detached: kept_sum, kept_count, dropped_sum, dropped_count (summed over micro-batches/ranks)."""
-    return torch.stack([parts.kept_sum.detach().double(), parts.kept_count.double(), parts.dropped_sum.double(),
-                        parts.dropped_count.double()])
+    return torch.stack(
+        [
+            parts.kept_sum.detach().double(),
+            parts.kept_count.double(),
+            parts.dropped_sum.double(),
+            parts.dropped_count.double(),
+        ]
+    )
 
 
 @dataclasses.dataclass
@@ -150,8 +156,9 @@ class Engine(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def layout_for(cls, section: Any, world_size: int, model_config: Any = None,
-                   micro_batch_size: int | None = None) -> Layout:
+    def layout_for(
+        cls, section: Any, world_size: int, model_config: Any = None, micro_batch_size: int | None = None
+    ) -> Layout:
         """Validate the layout of ``section`` on ``world_size`` devices (against the model's shape when
         ``model_config`` -- HF ``LlamaConfig`` attribute names -- is given, and the micro-batch when given) and
         describe it; raises one :class:`UserError` naming every factor. Builds nothing."""
@@ -186,14 +193,18 @@ class Engine(abc.ABC):
         current = model.state_dict()
         missing = sorted(set(current) - set(saved))
         if missing:
-            raise UserError(f"checkpoint does not match this rank's model: missing {len(missing)} tensors, e.g. "
-                            f"{missing[0]} (different model or parallel layout)")
+            raise UserError(
+                f"checkpoint does not match this rank's model: missing {len(missing)} tensors, e.g. "
+                f"{missing[0]} (different model or parallel layout)"
+            )
         with torch.no_grad():
             for name, tensor in current.items():
                 target = tensor.to_local() if isinstance(tensor, DTensor) else tensor
                 if target.shape != saved[name].shape:
-                    raise UserError(f"checkpoint tensor {name} has shape {tuple(saved[name].shape)} but this rank "
-                                    f"expects {tuple(target.shape)} (different model or parallel layout)")
+                    raise UserError(
+                        f"checkpoint tensor {name} has shape {tuple(saved[name].shape)} but this rank "
+                        f"expects {tuple(target.shape)} (different model or parallel layout)"
+                    )
                 target.copy_(saved[name])
 
     # ------------------------------------------------------------------------------------------ topology
@@ -216,8 +227,11 @@ class Engine(abc.ABC):
     # ------------------------------------------------------------------------------------------ training
 
     @abc.abstractmethod
-    def setup(self, build_model: Callable[[], nn.Module],
-              build_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]) -> None:
+    def setup(
+        self,
+        build_model: Callable[[], nn.Module],
+        build_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer],
+    ) -> None:
         """Build the model (same initial weights as a single process with the same seed), parallelise it, and
         create the optimizer over this rank's (possibly sharded) parameters."""
 

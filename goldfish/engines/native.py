@@ -50,22 +50,33 @@ class NativeEngine(Engine):
     name = "native"
     section = "parallel"
 
-    def __init__(self, parallel: ParallelConfig, precision: str, loss_fn: LossFn, *, compile: bool = False,
-                 activation_checkpointing: bool = False):
+    def __init__(
+        self,
+        parallel: ParallelConfig,
+        precision: str,
+        loss_fn: LossFn,
+        *,
+        compile: bool = False,
+        activation_checkpointing: bool = False,
+    ):
         super().__init__(precision, loss_fn)
         self.parallel = p = parallel
         self.pp_microbatches = p.pp_microbatches or p.pp
         if compile and p.tp > 1:
             # compiled layers on DTensor shards fail in backward (DTensor redistribute gets a plain gradient,
             # torch 2.13); FSDP2, DDP and pipeline stages compile fine
-            raise UserError("compile=true with parallel.tp>1 is not supported (compiled tensor-parallel layers fail "
-                            "in backward); drop compile or use parallel.tp=1 with fsdp/pp")
+            raise UserError(
+                "compile=true with parallel.tp>1 is not supported (compiled tensor-parallel layers fail "
+                "in backward); drop compile or use parallel.tp=1 with fsdp/pp"
+            )
         if p.fsdp_mixed_precision and (precision != "bf16" or not p.fsdp):
-            raise UserError("parallel.fsdp_mixed_precision=true needs parallel.fsdp=true and precision=bf16; set "
-                            "both or drop it")
+            raise UserError(
+                "parallel.fsdp_mixed_precision=true needs parallel.fsdp=true and precision=bf16; set both or drop it"
+            )
         self.compile, self.activation_checkpointing = compile, activation_checkpointing
-        self.dims = par.parallel_dims(p.pp, p.dp, p.tp, self.world_size, schedule=p.pp_schedule,
-                                      microbatches=self.pp_microbatches)
+        self.dims = par.parallel_dims(
+            p.pp, p.dp, p.tp, self.world_size, schedule=p.pp_schedule, microbatches=self.pp_microbatches
+        )
         self.mesh = None
         if self.world_size > 1:
             self.join_process_group()
@@ -78,17 +89,25 @@ class NativeEngine(Engine):
         self._pipe_key: tuple | None = None
 
     @classmethod
-    def layout_for(cls, section: ParallelConfig, world_size: int, model_config: Any = None,
-                   micro_batch_size: int | None = None) -> Layout:
+    def layout_for(
+        cls, section: ParallelConfig, world_size: int, model_config: Any = None, micro_batch_size: int | None = None
+    ) -> Layout:
         """The (pp, dp, tp) mesh: TP shards layer matrices and activations (embedding and untied head stay
         replicated), FSDP shards all state over dp, pipeline stages hold a share of the layers and of the chunks."""
         p = section
         chunks = p.pp_microbatches or p.pp
         dims = par.parallel_dims(p.pp, p.dp, p.tp, world_size, model_config, p.pp_schedule, chunks, micro_batch_size)
         in_flight = (min(dims.pp, chunks) if p.pp_schedule == "1f1b" else chunks) / chunks if dims.pp > 1 else 1.0
-        return Layout(world=world_size, dp=dims.dp, pp=dims.pp, weight_shard=dims.tp, activation_shard=dims.tp,
-                      state_shard=dims.dp if p.fsdp else 1, activation_fraction=in_flight,
-                      description=f"native tp={dims.tp} pp={dims.pp} dp={dims.dp}" + (" fsdp" if p.fsdp else ""))
+        return Layout(
+            world=world_size,
+            dp=dims.dp,
+            pp=dims.pp,
+            weight_shard=dims.tp,
+            activation_shard=dims.tp,
+            state_shard=dims.dp if p.fsdp else 1,
+            activation_fraction=in_flight,
+            description=f"native tp={dims.tp} pp={dims.pp} dp={dims.dp}" + (" fsdp" if p.fsdp else ""),
+        )
 
     # ------------------------------------------------------------------------------------------ topology
 
@@ -123,8 +142,11 @@ class NativeEngine(Engine):
 
     # ------------------------------------------------------------------------------------------ setup
 
-    def setup(self, build_model: Callable[[], nn.Module],
-              build_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]) -> None:
+    def setup(
+        self,
+        build_model: Callable[[], nn.Module],
+        build_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer],
+    ) -> None:
         model = build_model()  # same seed on every rank -> the same initial weights everywhere
         p = self.parallel
         par.parallel_dims(p.pp, p.dp, p.tp, self.world_size, model.config, p.pp_schedule, self.pp_microbatches)
@@ -145,8 +167,9 @@ class NativeEngine(Engine):
         elif self.dims.dp > 1 and self._ddp:
             self._forward = par.apply_ddp(stage, self.mesh["dp"], self.device)
         elif self.dims.dp > 1:
-            par.log_main("applied replicated data parallelism (dp=%d): gradients all-reduced (sum) after backward",
-                         self.dims.dp)
+            par.log_main(
+                "applied replicated data parallelism (dp=%d): gradients all-reduced (sum) after backward", self.dims.dp
+            )
         # a weight tied across the first and last stage: two copies whose gradients are summed every step
         self._tied_group = par.tied_weight_group(self.mesh) if stage.split_tie else None
         self.model = stage
@@ -200,13 +223,16 @@ class NativeEngine(Engine):
         since stages infer their send/receive shapes on the first step)."""
         rows, n = mb["input_ids"].shape[0], self.pp_microbatches
         if rows % n:
-            raise UserError(f"parallel.pp_microbatches={n} must divide the rows of each micro-batch ({rows}); "
-                            f"set schedule.micro_batch_size to a multiple of {n} or change parallel.pp_microbatches")
+            raise UserError(
+                f"parallel.pp_microbatches={n} must divide the rows of each micro-batch ({rows}); "
+                f"set schedule.micro_batch_size to a multiple of {n} or change parallel.pp_microbatches"
+            )
         kwargs = self._model_kwargs(mb)
         key = (tuple(mb["input_ids"].shape), tuple(sorted(kwargs)))
         if key != self._pipe_key:
-            self._pipe = par.build_pipeline(self.model, self.mesh["pp"], self.parallel.pp_schedule, n,
-                                            self.stage_loss, self.device)
+            self._pipe = par.build_pipeline(
+                self.model, self.mesh["pp"], self.parallel.pp_schedule, n, self.stage_loss, self.device
+            )
             self._pipe_key = key
         args = (mb["input_ids"],) if self.is_first_stage else ()
         with self.autocast():
@@ -241,15 +267,18 @@ class NativeEngine(Engine):
             p = params[int(index)]
             state[index] = {
                 k: DTensor.from_local(v.to(self.device), p.device_mesh, p.placements, shape=p.shape, stride=p.stride())
-                if isinstance(p, DTensor) and isinstance(v, torch.Tensor) and v.dim() > 0 else v
+                if isinstance(p, DTensor) and isinstance(v, torch.Tensor) and v.dim() > 0
+                else v
                 for k, v in entries.items()
             }
         return {"state": state, "param_groups": opt_state["param_groups"]}
 
     def export_hf(self, out_dir: Path) -> None:
         # full tensors of this stage: a collective over the tp and dp ranks that share it
-        state = {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().cpu()
-                 for k, v in self.model.state_dict().items()}
+        state = {
+            k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().cpu()
+            for k, v in self.model.state_dict().items()
+        }
         if self.dims.pp > 1 and self._coord("dp") == 0 and self._coord("tp") == 0:
             stages: list[Any] | None = [None] * self.dims.pp if self.is_main else None
             dist.gather_object(state, stages, dst=0, group=self._group("pp"))  # global rank 0 = stage 0

@@ -68,8 +68,16 @@ class ParallelDims:
         return self.pp * self.dp * self.tp
 
 
-def parallel_dims(pp: int, dp: int, tp: int, world_size: int, model_config: Any = None, schedule: str = "gpipe",
-                 microbatches: int | None = None, micro_batch_rows: int | None = None) -> ParallelDims:
+def parallel_dims(
+    pp: int,
+    dp: int,
+    tp: int,
+    world_size: int,
+    model_config: Any = None,
+    schedule: str = "gpipe",
+    microbatches: int | None = None,
+    micro_batch_rows: int | None = None,
+) -> ParallelDims:
     """Resolve ``dp=0`` (auto: ``world / (pp*tp)``) and validate the layout against the world, the model (when
     given) and the pipeline schedule (``microbatches`` pipeline chunks per micro-batch of ``micro_batch_rows``
     rows; None: pp chunks, rows unchecked).
@@ -80,33 +88,54 @@ def parallel_dims(pp: int, dp: int, tp: int, world_size: int, model_config: Any 
         check(value >= 1, problems, f"parallel.{name}={value} must be >= 1")
     check(dp >= 0, problems, f"parallel.dp={dp} must be >= 1, or 0 for auto (world size / (pp*tp))")
     raise_problems(problems)
-    check(schedule in PP_SCHEDULES, problems,
-          f"parallel.pp_schedule={schedule!r} is not one of {', '.join(PP_SCHEDULES)}")
+    check(
+        schedule in PP_SCHEDULES, problems, f"parallel.pp_schedule={schedule!r} is not one of {', '.join(PP_SCHEDULES)}"
+    )
     microbatches = microbatches or pp
-    check(not (pp > 1 and schedule == "1f1b" and microbatches < pp), problems,
-          f"parallel.pp_microbatches={microbatches} must be >= parallel.pp={pp} for the 1f1b schedule; "
-          f"raise it or use parallel.pp_schedule=gpipe")
-    check(not (pp > 1 and micro_batch_rows and micro_batch_rows % microbatches), problems,
-          f"parallel.pp_microbatches={microbatches} must divide schedule.micro_batch_size={micro_batch_rows} (each "
-          f"micro-batch is split into that many pipeline chunks); change one of them")
+    check(
+        not (pp > 1 and schedule == "1f1b" and microbatches < pp),
+        problems,
+        f"parallel.pp_microbatches={microbatches} must be >= parallel.pp={pp} for the 1f1b schedule; "
+        f"raise it or use parallel.pp_schedule=gpipe",
+    )
+    check(
+        not (pp > 1 and micro_batch_rows and micro_batch_rows % microbatches),
+        problems,
+        f"parallel.pp_microbatches={microbatches} must divide schedule.micro_batch_size={micro_batch_rows} (each "
+        f"micro-batch is split into that many pipeline chunks); change one of them",
+    )
     if dp == 0:
-        check(world_size % (pp * tp) == 0, problems,
-              f"pp({pp})·tp({tp})={pp * tp} does not divide world size {world_size}; "
-              f"set parallel.pp/parallel.tp so their product divides the number of processes")
+        check(
+            world_size % (pp * tp) == 0,
+            problems,
+            f"pp({pp})·tp({tp})={pp * tp} does not divide world size {world_size}; "
+            f"set parallel.pp/parallel.tp so their product divides the number of processes",
+        )
         dp = max(world_size // (pp * tp), 1)
     else:
-        check(pp * dp * tp == world_size, problems,
-              f"pp({pp})·dp({dp})·tp({tp})={pp * dp * tp} ≠ world size {world_size}; "
-              f"launch {pp * dp * tp} processes or set parallel.dp=0 (auto)")
+        check(
+            pp * dp * tp == world_size,
+            problems,
+            f"pp({pp})·dp({dp})·tp({tp})={pp * dp * tp} ≠ world size {world_size}; "
+            f"launch {pp * dp * tp} processes or set parallel.dp=0 (auto)",
+        )
     if model_config is not None:
-        heads, kv_heads = model_config.num_attention_heads, model_config.num_key_value_heads or \
-            model_config.num_attention_heads
-        for what, n in (("num_attention_heads", heads), ("num_key_value_heads", kv_heads),
-                        ("intermediate_size", model_config.intermediate_size)):
+        heads, kv_heads = (
+            model_config.num_attention_heads,
+            model_config.num_key_value_heads or model_config.num_attention_heads,
+        )
+        for what, n in (
+            ("num_attention_heads", heads),
+            ("num_key_value_heads", kv_heads),
+            ("intermediate_size", model_config.intermediate_size),
+        ):
             check(n % tp == 0, problems, f"parallel.tp={tp} must divide the model's {what} ({n})")
         layers = model_config.num_hidden_layers
-        check(pp <= layers, problems,
-              f"parallel.pp={pp} exceeds the model's {layers} decoder layers; use parallel.pp <= {layers}")
+        check(
+            pp <= layers,
+            problems,
+            f"parallel.pp={pp} exceeds the model's {layers} decoder layers; use parallel.pp <= {layers}",
+        )
     raise_problems(problems)
     return ParallelDims(pp=pp, dp=dp, tp=tp)
 
@@ -137,8 +166,12 @@ class ReplicateParallel(ParallelStyle):
                     mod.register_parameter(pname, dparam)
 
         def to_dtensor(_mod: nn.Module, inputs: tuple, mesh: DeviceMesh) -> tuple:
-            return tuple(DTensor.from_local(x, mesh, [Replicate()], run_check=False)
-                         if isinstance(x, torch.Tensor) and not isinstance(x, DTensor) else x for x in inputs)
+            return tuple(
+                DTensor.from_local(x, mesh, [Replicate()], run_check=False)
+                if isinstance(x, torch.Tensor) and not isinstance(x, DTensor)
+                else x
+                for x in inputs
+            )
 
         def to_local(_mod: nn.Module, output: Any, _mesh: DeviceMesh) -> Any:
             return output.to_local() if isinstance(output, DTensor) else output
@@ -153,10 +186,15 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh) -> None:
     unchanged on the local ``num_heads / tp`` heads. Activations between blocks stay replicated (no sequence
     parallelism), so the plain residual stream and the rotary embedding need no change."""
     block_plan = {
-        "self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
-        "self_attn.v_proj": ColwiseParallel(), "self_attn.o_proj": RowwiseParallel(),
-        "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(), "mlp.down_proj": RowwiseParallel(),
-        "input_layernorm": ReplicateParallel(), "post_attention_layernorm": ReplicateParallel(),
+        "self_attn.q_proj": ColwiseParallel(),
+        "self_attn.k_proj": ColwiseParallel(),
+        "self_attn.v_proj": ColwiseParallel(),
+        "self_attn.o_proj": RowwiseParallel(),
+        "mlp.gate_proj": ColwiseParallel(),
+        "mlp.up_proj": ColwiseParallel(),
+        "mlp.down_proj": RowwiseParallel(),
+        "input_layernorm": ReplicateParallel(),
+        "post_attention_layernorm": ReplicateParallel(),
     }
     for block in model.model.layers:
         parallelize_module(block, tp_mesh, block_plan)
@@ -166,11 +204,16 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh) -> None:
         model.lm_head.weight = model.model.embed_tokens.weight
         edge_plan: dict[str, ParallelStyle] = {"lm_head": ReplicateParallel()}
     else:
-        edge_plan = {"model.embed_tokens": RowwiseParallel(input_layouts=Replicate()),  # vocab-parallel lookup
-                     "lm_head": ColwiseParallel(output_layouts=Replicate())}  # vocab-parallel, logits gathered
+        edge_plan = {
+            "model.embed_tokens": RowwiseParallel(input_layouts=Replicate()),  # vocab-parallel lookup
+            "lm_head": ColwiseParallel(output_layouts=Replicate()),
+        }  # vocab-parallel, logits gathered
     parallelize_module(model, tp_mesh, {**edge_plan, "model.norm": ReplicateParallel()})
-    log_main("applied tensor parallelism (tp=%d): column-wise q/k/v/gate/up, row-wise o/down, %s embedding/lm_head",
-             tp_mesh.size(), "replicated tied" if model.config.tie_word_embeddings else "vocab-parallel")
+    log_main(
+        "applied tensor parallelism (tp=%d): column-wise q/k/v/gate/up, row-wise o/down, %s embedding/lm_head",
+        tp_mesh.size(),
+        "replicated tied" if model.config.tie_word_embeddings else "vocab-parallel",
+    )
 
 
 # --------------------------------------------------------------------------------------------- pipeline parallel
@@ -183,8 +226,9 @@ def stage_layers(num_layers: int, pp: int, stage: int) -> range:
     return range(start, start + base + (stage < extra))
 
 
-def causal_mask(config: Any, hidden: torch.Tensor, attention_mask: torch.Tensor | None,
-                position_ids: torch.Tensor) -> Any:
+def causal_mask(
+    config: Any, hidden: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor
+) -> Any:
     """Hugging Face's attention mask for a cache-free forward of ``hidden`` (B, T, H), on every supported release.
 
     ``create_causal_mask`` changed its parameters: 4.56 takes ``input_embeds``, ``past_key_values`` and a required
@@ -193,8 +237,11 @@ def causal_mask(config: Any, hidden: torch.Tensor, attention_mask: torch.Tensor 
     from transformers.masking_utils import create_causal_mask
 
     params = _mask_params()
-    kwargs: dict[str, Any] = {"attention_mask": attention_mask, "position_ids": position_ids,
-                              "cache" if "cache" in params else "past_key_values": None}
+    kwargs: dict[str, Any] = {
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "cache" if "cache" in params else "past_key_values": None,
+    }
     if "cache_position" in params:
         kwargs["cache_position"] = torch.arange(hidden.shape[1], device=hidden.device)
     return create_causal_mask(config, hidden, **kwargs)
@@ -233,16 +280,22 @@ class StageModule(nn.Module):
         """This stage's copy of a weight tied across stages (None when the tie stays inside one module)."""
         if not self.split_tie:
             return None
-        return self.model.embed_tokens.weight if self.model.embed_tokens is not None else \
-            self.lm_head.weight if self.lm_head is not None else None
+        return (
+            self.model.embed_tokens.weight
+            if self.model.embed_tokens is not None
+            else self.lm_head.weight
+            if self.lm_head is not None
+            else None
+        )
 
     @property
     def norm_duplicate(self) -> nn.Parameter | None:
         """The last stage's tied copy: its gradient is counted in the global norm by the first stage already."""
         return self.tied_weight if self.split_tie and self.model.embed_tokens is None else None
 
-    def forward(self, x: torch.Tensor, position_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, position_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         hidden = self.model.embed_tokens(x) if self.model.embed_tokens is not None else x  # (B, T, H)
         if position_ids is None:
             position_ids = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0)  # (1, T)
@@ -250,8 +303,14 @@ class StageModule(nn.Module):
         rotary = self.model.rotary_emb(hidden, position_ids=position_ids)  # (cos, sin), each (B, T, head_dim)
         for layer in self.model.layers.values():
             if self.checkpoint_layers:
-                hidden = checkpoint(layer, hidden, attention_mask=mask, position_ids=position_ids,
-                                    position_embeddings=rotary, use_reentrant=False)
+                hidden = checkpoint(
+                    layer,
+                    hidden,
+                    attention_mask=mask,
+                    position_ids=position_ids,
+                    position_embeddings=rotary,
+                    use_reentrant=False,
+                )
             else:
                 hidden = layer(hidden, attention_mask=mask, position_ids=position_ids, position_embeddings=rotary)
         if self.model.norm is not None:
@@ -267,9 +326,11 @@ def split_stage(model: nn.Module, pp_mesh: DeviceMesh | None) -> StageModule:
     layers = stage_layers(model.config.num_hidden_layers, pp, stage)
     module = StageModule(model, layers, first=stage == 0, last=stage == pp - 1)
     if pp > 1:
-        log_main("applied pipeline parallelism (pp=%d): layers %s", pp,
-                 ", ".join(f"stage {s}: {list(stage_layers(model.config.num_hidden_layers, pp, s))}"
-                           for s in range(pp)))
+        log_main(
+            "applied pipeline parallelism (pp=%d): layers %s",
+            pp,
+            ", ".join(f"stage {s}: {list(stage_layers(model.config.num_hidden_layers, pp, s))}" for s in range(pp)),
+        )
     return module
 
 
@@ -352,8 +413,14 @@ class StageLoss:
         return torch.stack(records).sum(0) if records else torch.zeros(4, dtype=torch.float64)
 
 
-def build_pipeline(stage_module: nn.Module, pp_mesh: DeviceMesh, schedule: str, n_microbatches: int,
-                   loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], device: torch.device) -> Any:
+def build_pipeline(
+    stage_module: nn.Module,
+    pp_mesh: DeviceMesh,
+    schedule: str,
+    n_microbatches: int,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    device: torch.device,
+) -> Any:
     """A ``PipelineStage`` for this rank wrapped in a GPipe or 1F1B schedule.
 
     ``scale_grads=False``: the loss is already normalised by the global kept-token count, so the schedule must not
@@ -369,16 +436,20 @@ def build_pipeline(stage_module: nn.Module, pp_mesh: DeviceMesh, schedule: str, 
 # --------------------------------------------------------------------------------------------- data parallel
 
 
-def apply_fsdp(stage_module: StageModule, dp_mesh: DeviceMesh, mp_policy: Any = None,
-               reshard_after_forward: bool = True) -> None:
+def apply_fsdp(
+    stage_module: StageModule, dp_mesh: DeviceMesh, mp_policy: Any = None, reshard_after_forward: bool = True
+) -> None:
     """FSDP2 ``fully_shard`` over the ``dp`` mesh: one unit per decoder layer plus the stage root.
 
     Every unit's gradient divide factor is 1, so reduce-scatter *sums* gradients over data-parallel ranks (the loss
     is already divided by the global kept-token count). Parameters that TP made DTensors become 2-D (dp, tp)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    kwargs = {"mesh": dp_mesh, "mp_policy": mp_policy or MixedPrecisionPolicy(),
-              "reshard_after_forward": reshard_after_forward}
+    kwargs = {
+        "mesh": dp_mesh,
+        "mp_policy": mp_policy or MixedPrecisionPolicy(),
+        "reshard_after_forward": reshard_after_forward,
+    }
     units = [fully_shard(layer, **kwargs) for layer in stage_module.model.layers.values()]
     # the root unit (embedding, final norm, lm_head) stays unsharded from forward to backward, FSDP2's own heuristic
     # for a root (its weights are all-gathered again at once for backward); the chunked CE also runs lm_head after
@@ -387,8 +458,7 @@ def apply_fsdp(stage_module: StageModule, dp_mesh: DeviceMesh, mp_policy: Any = 
     for unit in units:
         unit.set_gradient_divide_factor(1.0)
         unit.set_force_sum_reduction_for_comms(True)  # plain SUM: gloo has no PREMUL_SUM; factor 1 = no scaling
-    log_main("applied FSDP2 (dp=%d): %d units, gradients summed over data-parallel ranks", dp_mesh.size(),
-             len(units))
+    log_main("applied FSDP2 (dp=%d): %d units, gradients summed over data-parallel ranks", dp_mesh.size(), len(units))
 
 
 def _allreduce_sum_hook(group, bucket):  # unannotated: DDP rejects string annotations (postponed evaluation)
@@ -401,8 +471,9 @@ def apply_ddp(module: nn.Module, dp_mesh: DeviceMesh, device: torch.device) -> n
     """``DistributedDataParallel`` over the ``dp`` mesh (bucketed all-reduce overlapped with backward), summing
     gradients. Only for plain modules: DTensor (TP) parameters and pipeline stages use :func:`allreduce_gradients`."""
     group = dp_mesh.get_group()
-    ddp = nn.parallel.DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None,
-                                              process_group=group)
+    ddp = nn.parallel.DistributedDataParallel(
+        module, device_ids=[device.index] if device.type == "cuda" else None, process_group=group
+    )
     ddp.register_comm_hook(group, _allreduce_sum_hook)
     log_main("applied DDP (dp=%d): gradients summed over data-parallel ranks", dp_mesh.size())
     return ddp
@@ -428,8 +499,12 @@ def allreduce_gradients(params: Sequence[nn.Parameter], group: dist.ProcessGroup
 # --------------------------------------------------------------------------------------------- optimisation
 
 
-def clip_grad_norm_(params: Sequence[nn.Parameter], max_norm: float | None,
-                    pp_group: dist.ProcessGroup | None = None, duplicate: nn.Parameter | None = None) -> float:
+def clip_grad_norm_(
+    params: Sequence[nn.Parameter],
+    max_norm: float | None,
+    pp_group: dist.ProcessGroup | None = None,
+    duplicate: nn.Parameter | None = None,
+) -> float:
     """Global L2 norm of all gradients across TP/FSDP shards and pipeline stages; scale them to ``max_norm``.
 
     DTensor norms reduce over their own mesh (sharded dims are summed, replicated ones counted once); the squared

@@ -23,8 +23,19 @@ from .summary import CellSummary, Study, summary_keys
 
 RESULTS_SCHEMA = "goldfish-experiment/1"
 # per cell in every row of results.csv, then the stratum's own columns (prefix_len, repetitions, n_windows, metrics)
-ROW_CELL_KEYS = ("params", "tokens_seen", "kept_tokens", "train_time_s", "mia_auc", "mia_auc_ci_low",
-                 "mia_auc_ci_high", "final_kept_loss", "final_dropped_loss", "heldout_loss", "heldout_ppl")
+ROW_CELL_KEYS = (
+    "params",
+    "tokens_seen",
+    "kept_tokens",
+    "train_time_s",
+    "mia_auc",
+    "mia_auc_ci_low",
+    "mia_auc_ci_high",
+    "final_kept_loss",
+    "final_dropped_loss",
+    "heldout_loss",
+    "heldout_ppl",
+)
 # the headline numbers of a cell in summary.json: the summary fields declared with summary_key, by their places, then
 # the analyses' summary_keys
 SUMMARY_KEYS = summary_keys()
@@ -63,8 +74,9 @@ def summary_of(results: dict) -> dict[str, Any]:
     cells = results["cells"]
     arms = [c["arm"] for c in cells]
     one_per_arm = len(set(arms)) == len(arms)
-    summary: dict[str, Any] = {(c["arm"] if one_per_arm else c["cell"]): {k: c.get(k) for k in SUMMARY_KEYS}
-                               for c in cells}
+    summary: dict[str, Any] = {
+        (c["arm"] if one_per_arm else c["cell"]): {k: c.get(k) for k in SUMMARY_KEYS} for c in cells
+    }
     if results.get("blind_auc") is not None:
         summary.update(blind_auc=results["blind_auc"], blind_auc_ci=results["blind_auc_ci"])
     summary["paired"] = results["paired"]
@@ -80,12 +92,21 @@ def aggregate(cfg: ExperimentConfig, plans: list[CellPlan], tune: dict | None = 
     axes = list(plans[0].cell.values) if plans else []
     entries = [c.to_json() for c in cells]
     results: dict[str, Any] = {
-        "schema": RESULTS_SCHEMA, "experiment": cfg.name, "description": cfg.description, "config": to_dict(cfg),
-        "axes": axes, "arms": list(dict.fromkeys(p.cell.arm for p in plans)), "n_cells": len(plans),
-        "n_done": len(done), "mia_attack": cfg.mia_attack, "cells": entries, "rows": rows_of(entries, axes),
+        "schema": RESULTS_SCHEMA,
+        "experiment": cfg.name,
+        "description": cfg.description,
+        "config": to_dict(cfg),
+        "axes": axes,
+        "arms": list(dict.fromkeys(p.cell.arm for p in plans)),
+        "n_cells": len(plans),
+        "n_done": len(done),
+        "mia_attack": cfg.mia_attack,
+        "cells": entries,
+        "rows": rows_of(entries, axes),
         "missing": [p.cell.id for p in plans if not p.done],
         "start_model": next((p.start_model for p in plans if p.start_model), None),
-        "control_mode": cfg.control_mode, "tune": tune,
+        "control_mode": cfg.control_mode,
+        "tune": tune,
     }
     study = Study(cfg, plans, done, cells, tune, results)
     for section in SECTIONS:

@@ -55,7 +55,7 @@ def final_losses(metrics: list[dict]) -> dict[str, float | None]:
         "kept_tokens": sum(int(m.get("kept_tokens") or 0) for m in metrics),
         "dropped_tokens": sum(int(m.get("dropped_tokens") or 0) for m in metrics),
     }
-    tail = metrics[-max(1, math.ceil(len(metrics) * _TAIL_FRACTION)):] if metrics else []
+    tail = metrics[-max(1, math.ceil(len(metrics) * _TAIL_FRACTION)) :] if metrics else []
     for kind in ("kept", "dropped"):
         pairs = [(m.get(f"{kind}_loss"), m.get(f"{kind}_tokens") or 0) for m in tail]
         pairs = [(loss, n) for loss, n in pairs if loss is not None and n and not math.isnan(loss)]
@@ -93,9 +93,14 @@ def headline_numbers(attack: str, found: dict[str, dict]) -> dict[str, Any]:
     eval's membership section hold it); None where the cell did not run that attack."""
     a = found.get(attack) or {}
     roc = {"fpr": a.get("roc_fpr") or [], "tpr": a.get("roc_tpr") or [], "auc": a.get("auc")} if a else None
-    return {"mia_attack": attack, "mia_auc": a.get("auc"), "mia_auc_ci_low": a.get("auc_ci_low"),
-            "mia_auc_ci_high": a.get("auc_ci_high"), "mia_auc_ci": [a.get("auc_ci_low"), a.get("auc_ci_high")],
-            "mia_roc": roc}
+    return {
+        "mia_attack": attack,
+        "mia_auc": a.get("auc"),
+        "mia_auc_ci_low": a.get("auc_ci_low"),
+        "mia_auc_ci_high": a.get("auc_ci_high"),
+        "mia_auc_ci": [a.get("auc_ci_low"), a.get("auc_ci_high")],
+        "mia_roc": roc,
+    }
 
 
 def adaptive_numbers(results: dict) -> dict[str, Any]:
@@ -110,8 +115,11 @@ def adaptive_numbers(results: dict) -> dict[str, Any]:
     hits = [w["sample_hits"] for w in results.get("windows") or [] if w.get("sample_hits") is not None]
     if hits:
         n_any = sum(h > 0 for h in hits)
-        out.update(n_samples=decoding.get("samples"), sample_temperature=decoding.get("temperature"),
-                   sample_any_rate=n_any / len(hits))
+        out.update(
+            n_samples=decoding.get("samples"),
+            sample_temperature=decoding.get("temperature"),
+            sample_any_rate=n_any / len(hits),
+        )
         out["sample_any_rate_ci_low"], out["sample_any_rate_ci_high"] = wilson_interval(n_any, len(hits))
     return out
 
@@ -168,15 +176,21 @@ def stratum_membership(membership: dict | None, reps: np.ndarray, seed: int = 0)
     nonmember (scores in the members' order, as eval scored them)."""
     out: dict[str, dict[str, dict]] = {}
     for attack, scores in ((membership or {}).get("scores") or {}).items():
-        members, nonmembers = np.asarray(scores.get("members") or [], float), np.asarray(scores.get("nonmembers")
-                                                                                        or [], float)
+        members, nonmembers = (
+            np.asarray(scores.get("members") or [], float),
+            np.asarray(scores.get("nonmembers") or [], float),
+        )
         if len(members) != len(reps) or not len(nonmembers) or not np.all(np.isfinite(members)):
             continue
         out[attack] = {}
         for r in np.unique(reps):
             found = evaluate_attack(members[reps == r], nonmembers, n_bootstrap=N_BOOTSTRAP, seed=seed)
-            out[attack][str(int(r))] = {"auc": found["auc"], "low": found["auc_ci_low"],
-                                        "high": found["auc_ci_high"], "n_members": int((reps == r).sum())}
+            out[attack][str(int(r))] = {
+                "auc": found["auc"],
+                "low": found["auc_ci_low"],
+                "high": found["auc_ci_high"],
+                "n_members": int((reps == r).sum()),
+            }
     return out
 
 
@@ -190,8 +204,11 @@ def target_losses(attacks: dict, reps: list[int], split: str | None = None) -> d
     if not logprobs.get("members"):
         return None
     out: dict[str, list[float | None]] = {}
-    members = [(-sum(lp) / len(lp)) if lp else None for lp in logprobs["members"]] if split is None \
+    members = (
+        [(-sum(lp) / len(lp)) if lp else None for lp in logprobs["members"]]
+        if split is None
         else attacks["member_nll_by_split"][split]
+    )
     pairs = list(zip(reps, members, logprobs["members"]))
     pairs += [(0, -sum(lp) / len(lp) if lp else None, lp) for lp in logprobs.get("nonmembers") or []]
     for r, nll, lp in pairs:
@@ -210,8 +227,11 @@ def _losses(attacks: dict | None, data_dir: Path) -> dict[str, Any]:
     if not attacks:
         return {"target_losses": None, "target_losses_by_split": None}
     reps = [int(r) for r in _member_repetitions(data_dir)] if (attacks.get("logprobs") or {}).get("members") else []
-    split = {s: target_losses(attacks, reps, s) for s in ("kept", "dropped")} \
-        if attacks.get("member_nll_by_split") else None
+    split = (
+        {s: target_losses(attacks, reps, s) for s in ("kept", "dropped")}
+        if attacks.get("member_nll_by_split")
+        else None
+    )
     return {"target_losses": target_losses(attacks, reps), "target_losses_by_split": split}
 
 
@@ -219,22 +239,27 @@ def _extras(plan: CellPlan, results: dict) -> dict[str, Any]:
     """What a summary takes from eval's per-stratum numbers and canaries, and the plan (``start_model``)."""
     canaries = results.get("canaries") or None
     if canaries:
-        canaries = {k: canaries.get(k) for k in ("method", "space_bits", "n_candidates", "resolution_bits",
-                                                 "canaries")}
+        canaries = {k: canaries.get(k) for k in ("method", "space_bits", "n_candidates", "resolution_bits", "canaries")}
     membership = results.get("membership") or {}
     by_stratum = {}
     if membership.get("scores") and (Path(plan.data_dir) / "members").is_dir():  # a real prepared folder
         reps = _member_repetitions(plan.data_dir)
-        reps = reps[:int((results.get("data") or {}).get("members") or len(reps))]
+        reps = reps[: int((results.get("data") or {}).get("members") or len(reps))]
         by_stratum = stratum_membership(membership, reps, plan.eval_cfg.seed)
-    return {"canaries": canaries, "start_model": plan.start_model,
-            "nonmembers": (results.get("data") or {}).get("nonmembers"),
-            "stratum_extraction": stratum_extraction(results.get("windows") or []), "stratum_membership": by_stratum}
+    return {
+        "canaries": canaries,
+        "start_model": plan.start_model,
+        "nonmembers": (results.get("data") or {}).get("nonmembers"),
+        "stratum_extraction": stratum_extraction(results.get("windows") or []),
+        "stratum_membership": by_stratum,
+    }
 
 
 def _strata_of(summary: dict, key: str) -> dict[str, dict]:
-    return {str(v): {k: row.get(k) for k in ("n_windows", "exact_match_rate", *ROUGE)}
-            for v, row in (summary.get(key) or {}).items()}
+    return {
+        str(v): {k: row.get(k) for k in ("n_windows", "exact_match_rate", *ROUGE)}
+        for v, row in (summary.get(key) or {}).items()
+    }
 
 
 def summarize_cell(plan: CellPlan, mia_attack: str = "auto") -> CellSummary:
@@ -255,28 +280,58 @@ def summarize_cell(plan: CellPlan, mia_attack: str = "auto") -> CellSummary:
     mia_aucs = {name: a.get("auc") for name, a in found.items()}
     # every attack's TPR at the low FPRs (None where too few nonmembers resolve that FPR -- fewer than 1 / FPR: the
     # value is then the TPR at zero false positives)
-    mia_tprs = {name: {k: a.get(src) if (a.get("n_nonmembers") or 0) * fpr >= 1 else None
-                       for k, src, fpr in (("tpr_at_1pct_fpr", "tpr_at_1pct_fpr", 0.01),
-                                           ("tpr_at_0_1pct_fpr", "tpr_at_0.1pct_fpr", 0.001))}
-                for name, a in found.items()}
+    mia_tprs = {
+        name: {
+            k: a.get(src) if (a.get("n_nonmembers") or 0) * fpr >= 1 else None
+            for k, src, fpr in (
+                ("tpr_at_1pct_fpr", "tpr_at_1pct_fpr", 0.01),
+                ("tpr_at_0_1pct_fpr", "tpr_at_0.1pct_fpr", 0.001),
+            )
+        }
+        for name, a in found.items()
+    }
     return CellSummary(
-        cell=plan.cell.id, arm=plan.cell.arm, values=dict(plan.cell.values),
+        cell=plan.cell.id,
+        arm=plan.cell.arm,
+        values=dict(plan.cell.values),
         params=train.params or model.get("num_parameters"),  # a control's: the model it evaluates
-        tokens_seen=train.tokens, train_time_s=train.train_time_s, steps=train.steps, **final_losses(metrics),
-        **{k: overall.get(k) for k in ("n_windows", "exact_match_rate", "exact_match_ci_low", "exact_match_ci_high",
-                                       *ROUGE, "token_match")},
-        **adaptive_numbers(results), adversary=adversary_numbers(results),
-        mia_aucs=mia_aucs, mia_tprs=mia_tprs, **loss_numbers(scores),
+        tokens_seen=train.tokens,
+        train_time_s=train.train_time_s,
+        steps=train.steps,
+        **final_losses(metrics),
+        **{
+            k: overall.get(k)
+            for k in (
+                "n_windows",
+                "exact_match_rate",
+                "exact_match_ci_low",
+                "exact_match_ci_high",
+                *ROUGE,
+                "token_match",
+            )
+        },
+        **adaptive_numbers(results),
+        adversary=adversary_numbers(results),
+        mia_aucs=mia_aucs,
+        mia_tprs=mia_tprs,
+        **loss_numbers(scores),
         mia_auc_loss=mia_aucs.get("loss"),
-        **headline, **cell_statistics(scores.get(headline["mia_attack"]), results.get("windows") or []),
-        by_prefix_len=_strata_of(summary, "by_prefix_len"), by_repetitions=_strata_of(summary, "by_repetitions"),
+        **headline,
+        **cell_statistics(scores.get(headline["mia_attack"]), results.get("windows") or []),
+        by_prefix_len=_strata_of(summary, "by_prefix_len"),
+        by_repetitions=_strata_of(summary, "by_repetitions"),
         strata=stratum_rows(results.get("windows") or []),
         exposures=train.exposures,
         precision=train.precision,  # resolved by the trainer; None for a control that trains nothing
-        eval_precision=model.get("precision"), device=model.get("device") or train.device,
-        versions=results.get("versions"), git=results.get("git"), code=results.get("code"),
-        **_losses(attacks, plan.data_dir), **_extras(plan, results),
-        **{k: v for a in ANALYSES for k, v in vars(a.collect(plan)).items()})
+        eval_precision=model.get("precision"),
+        device=model.get("device") or train.device,
+        versions=results.get("versions"),
+        git=results.get("git"),
+        code=results.get("code"),
+        **_losses(attacks, plan.data_dir),
+        **_extras(plan, results),
+        **{k: v for a in ANALYSES for k, v in vars(a.collect(plan)).items()},
+    )
 
 
 def tuning_loss(plan: CellPlan, by: str) -> float | None:

@@ -25,7 +25,14 @@ def export_initial_model(train_cfg: Any, out: Path) -> Path:
     with atomic_directory(out, overwrite=True) as tmp:
         model.save_pretrained(str(tmp), safe_serialization=True)
         prepared.copy_tokenizer(tmp)
-        untrained = {"steps": 0, "epochs": 0.0, "tokens": 0, "params": count_parameters(model), "world_size": 1,
-                     "global_batch_size": train_cfg.schedule.global_batch_size, "seq_len": prepared.manifest["seq_len"]}
+        untrained = {
+            "steps": 0,
+            "epochs": 0.0,
+            "tokens": 0,
+            "params": count_parameters(model),
+            "world_size": 1,
+            "global_batch_size": train_cfg.schedule.global_batch_size,
+            "seq_len": prepared.manifest["seq_len"],
+        }
         write_training_card(tmp, train_cfg, untrained, prepared.manifest, prepared.train_sha256)
     return out

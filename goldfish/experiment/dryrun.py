@@ -52,8 +52,10 @@ def vocab_size(cfg: ExperimentConfig, plan: CellPlan) -> int:
         return int(tok.vocab_size)
     if name and Path(name).expanduser().exists():  # a local tokenizer: a starting model's, a folder or a .gguf
         return _local_vocab(name)
-    raise ConfigError(f"cell {plan.cell.id}: the vocabulary size is unknown before the data is prepared; "
-                      f"set hardware.vocab_size=N (e.g. 32000 for Llama-2, 128256 for Llama-3)")
+    raise ConfigError(
+        f"cell {plan.cell.id}: the vocabulary size is unknown before the data is prepared; "
+        f"set hardware.vocab_size=N (e.g. 32000 for Llama-2, 128256 for Llama-3)"
+    )
 
 
 def model_for_estimate(plan: CellPlan) -> tuple[ModelConfig, str]:
@@ -64,8 +66,10 @@ def model_for_estimate(plan: CellPlan) -> tuple[ModelConfig, str]:
     if not model.path or Path(model.path).expanduser().exists():
         return model, ""
     if model.name == ModelConfig().name:
-        raise ConfigError(f"cell {plan.cell.id}: the starting model {model.path} is not here; name its shape with "
-                          f"train.model.name (e.g. llama2-7B) to dry-run without it")
+        raise ConfigError(
+            f"cell {plan.cell.id}: the starting model {model.path} is not here; name its shape with "
+            f"train.model.name (e.g. llama2-7B) to dry-run without it"
+        )
     return dataclasses.replace(model, path=None), f"{model.path} absent: shape of {model.name} assumed"
 
 
@@ -114,8 +118,11 @@ def expected_rows(prepare_cfg: Any) -> int | None:
     copies = sum(reps[i % len(reps)] for i in range(members)) if p.train_members else 0
     canary_copies, canary_len = canary_copies_of(p)
     if p.packing == "one_per_row":
-        return (copies * -(-doc // p.seq_len) + background * -(-(chunk or 0) // p.seq_len)
-                + canary_copies * -(-canary_len // p.seq_len))
+        return (
+            copies * -(-doc // p.seq_len)
+            + background * -(-(chunk or 0) // p.seq_len)
+            + canary_copies * -(-canary_len // p.seq_len)
+        )
     return -(-(copies * (doc + 1) + background * ((chunk or 0) + 1) + canary_copies * (canary_len + 1)) // p.seq_len)
 
 
@@ -183,8 +190,11 @@ def data_budget(plan: CellPlan) -> DataBudget | None:
         return None
     prepare_cfg = _train_prepare_cfg(plan)
     manifest = manifest_of(plan.train_data_dir)
-    epoch = (_epoch_from_manifest(json.loads(manifest.read_text(encoding="utf-8"))) if manifest.is_file()
-             else _epoch_from_config(prepare_cfg))
+    epoch = (
+        _epoch_from_manifest(json.loads(manifest.read_text(encoding="utf-8")))
+        if manifest.is_file()
+        else _epoch_from_config(prepare_cfg)
+    )
     if epoch is None:
         return None
     targets, background, rows, strata = epoch
@@ -195,8 +205,9 @@ def data_budget(plan: CellPlan) -> DataBudget | None:
         return None
     copies, length = canary_copies_of(prepare_cfg)
     eos = 1 if prepare_cfg.packing == "pack" else 0
-    return DataBudget(targets, background, rows, strata, steps.total_steps / steps.steps_per_epoch,
-                      float(copies * (length + eos)))
+    return DataBudget(
+        targets, background, rows, strata, steps.total_steps / steps.steps_per_epoch, float(copies * (length + eos))
+    )
 
 
 def cycling_problem(plan: CellPlan, budget: DataBudget | None) -> str | None:
@@ -205,9 +216,11 @@ def cycling_problem(plan: CellPlan, budget: DataBudget | None) -> str | None:
     if budget is None or not budget.background_tokens or budget.passes <= 1 + 1e-9:
         return None
     reads = ", ".join(f"{r:g}" for r in budget.reads)
-    return (f"cell {plan.cell.id} reads its background {budget.passes:.2f} times (its targets {reads} times, "
-            f"{100 * budget.share:.2f} % of the tokens): give it more background (data.num_background) or a "
-            f"smaller budget (train.schedule), or set allow_background_cycles: true if the repetition is intended")
+    return (
+        f"cell {plan.cell.id} reads its background {budget.passes:.2f} times (its targets {reads} times, "
+        f"{100 * budget.share:.2f} % of the tokens): give it more background (data.num_background) or a "
+        f"smaller budget (train.schedule), or set allow_background_cycles: true if the repetition is intended"
+    )
 
 
 def target_precision(plan: CellPlan) -> str:
@@ -230,12 +243,22 @@ def estimate_cell(cfg: ExperimentConfig, plan: CellPlan, world_size: int | None)
     mem = estimate_memory(shape, layout, plan.train_cfg.schedule.micro_batch_size, seq_len, target_precision(plan))
     tokens = total_tokens(plan, seq_len)
     flops = shape.flops_per_token(seq_len)
-    return {"cell": plan.cell.id, "world": world, "layout": layout.description, "params": shape.params,
-            "seq_len": seq_len, "memory_gib": mem.as_gib(), "device_gib": device_memory_gib(hw.gpu, hw.memory_gb),
-            "device": hw.gpu, "tokens": tokens, "flops_per_token": flops,
-            "total_flops": tokens * flops if tokens else None,
-            "time_s": 0.0 if not plan.trains else estimate_time(tokens, flops, world, hw.gpu, hw.mfu),
-            "note": note, "budget": data_budget(plan)}
+    return {
+        "cell": plan.cell.id,
+        "world": world,
+        "layout": layout.description,
+        "params": shape.params,
+        "seq_len": seq_len,
+        "memory_gib": mem.as_gib(),
+        "device_gib": device_memory_gib(hw.gpu, hw.memory_gb),
+        "device": hw.gpu,
+        "tokens": tokens,
+        "flops_per_token": flops,
+        "total_flops": tokens * flops if tokens else None,
+        "time_s": 0.0 if not plan.trains else estimate_time(tokens, flops, world, hw.gpu, hw.mfu),
+        "note": note,
+        "budget": data_budget(plan),
+    }
 
 
 def _fmt_time(seconds: float | None) -> str:
@@ -259,19 +282,26 @@ def _fmt_budget(b: DataBudget | None) -> str:
 
 def format_estimates(rows: list[dict]) -> str:
     """The dry-run table: one line per cell."""
-    header = (f"{'cell':<34} {'world':>5} {'layout':<34} {'params':>9} {'weights+grads+adam':>18} {'activ.':>8} "
-              f"{'logits':>7} {'total/dev':>9} {'device':>10} {'tokens':>9} {'time':>9} {'targets':>8} "
-              f"{'reads/target':>12} {'bg reads':>8}")
+    header = (
+        f"{'cell':<34} {'world':>5} {'layout':<34} {'params':>9} {'weights+grads+adam':>18} {'activ.':>8} "
+        f"{'logits':>7} {'total/dev':>9} {'device':>10} {'tokens':>9} {'time':>9} {'targets':>8} "
+        f"{'reads/target':>12} {'bg reads':>8}"
+    )
     lines = [header, "-" * len(header)]
     for r in rows:
         m = r["memory_gib"]
         state = m["weights"] + m["grads"] + m["optimizer"]
         dev = f"{r['device_gib']:.0f} GiB" if r["device_gib"] else r["device"]
-        tokens = "?" if not r["tokens"] else (f"{r['tokens'] / 1e9:.2f} B" if r["tokens"] >= 1e8
-                                              else f"{r['tokens'] / 1e6:.2f} M")
-        lines.append(f"{r['cell'][:34]:<34} {r['world']:>5} {r['layout'][:34]:<34} {r['params'] / 1e9:>8.3f}B "
-                     f"{state:>14.1f} GiB {m['activations']:>4.1f} GiB {m['logits']:>3.1f} GiB {m['total']:>5.1f} GiB "
-                     f"{dev:>10} {tokens:>9} {_fmt_time(r['time_s']):>9} {_fmt_budget(r.get('budget'))}")
+        tokens = (
+            "?"
+            if not r["tokens"]
+            else (f"{r['tokens'] / 1e9:.2f} B" if r["tokens"] >= 1e8 else f"{r['tokens'] / 1e6:.2f} M")
+        )
+        lines.append(
+            f"{r['cell'][:34]:<34} {r['world']:>5} {r['layout'][:34]:<34} {r['params'] / 1e9:>8.3f}B "
+            f"{state:>14.1f} GiB {m['activations']:>4.1f} GiB {m['logits']:>3.1f} GiB {m['total']:>5.1f} GiB "
+            f"{dev:>10} {tokens:>9} {_fmt_time(r['time_s']):>9} {_fmt_budget(r.get('budget'))}"
+        )
     notes = sorted({r["note"] for r in rows if r.get("note")})
     lines += [f"note: {n}" for n in notes]
     return "\n".join(lines)
@@ -298,23 +328,31 @@ def preparation_needs(cfg: ExperimentConfig, plans: list[CellPlan]) -> list[str]
             except (ConfigError, UserError):
                 needs = None
             if needs is None:
-                lines.append(f"prepare {folder}: lengths open until prepared (num_background: null or whole "
-                             f"documents); disk and memory not estimated")
+                lines.append(
+                    f"prepare {folder}: lengths open until prepared (num_background: null or whole "
+                    f"documents); disk and memory not estimated"
+                )
                 continue
             source = (prepare_cfg.background_source or prepare_cfg.source).name
-            how = (f"; the background streams from {source} in shards of "
-                   f"{prepare_cfg.shard_documents:,} documents (--num-proc workers; --shards A:B jobs, then --merge)"
-                   if streamed(prepare_cfg) else "")
-            tokens = (f"{needs['tokens'] / 1e9:.3g} B" if needs["tokens"] >= 1e8 else f"{needs['tokens'] / 1e6:.3g} M")
-            lines.append(f"prepare {folder}: {tokens} training tokens as {needs['dtype']} in "
-                         f"{needs['chunks']:,} background chunks -> ~{_gib(needs['disk_bytes'])} on disk, peak memory "
-                         f"~{_gib(needs['memory_bytes'])} (the merge's layout of {needs['occurrences']:,} "
-                         f"occurrences){how}")
+            how = (
+                f"; the background streams from {source} in shards of "
+                f"{prepare_cfg.shard_documents:,} documents (--num-proc workers; --shards A:B jobs, then --merge)"
+                if streamed(prepare_cfg)
+                else ""
+            )
+            tokens = f"{needs['tokens'] / 1e9:.3g} B" if needs["tokens"] >= 1e8 else f"{needs['tokens'] / 1e6:.3g} M"
+            lines.append(
+                f"prepare {folder}: {tokens} training tokens as {needs['dtype']} in "
+                f"{needs['chunks']:,} background chunks -> ~{_gib(needs['disk_bytes'])} on disk, peak memory "
+                f"~{_gib(needs['memory_bytes'])} (the merge's layout of {needs['occurrences']:,} "
+                f"occurrences){how}"
+            )
     return lines
 
 
-def dry_run(cfg: ExperimentConfig, plans: list[CellPlan],
-            world_size: int | None = None) -> tuple[list[dict], list[str]]:
+def dry_run(
+    cfg: ExperimentConfig, plans: list[CellPlan], world_size: int | None = None
+) -> tuple[list[dict], list[str]]:
     """Estimate every cell: (rows of the valid cells, problems: invalid layouts and cells that do not fit)."""
     rows, problems = [], []
     for plan in plans:
@@ -329,9 +367,11 @@ def dry_run(cfg: ExperimentConfig, plans: list[CellPlan],
             problems.append(cycling)
         need, have = row["memory_gib"]["total"], row["device_gib"]
         if have and need > FIT_FRACTION * have:
-            problems.append(f"cell {plan.cell.id} needs ~{need:.1f} GiB per device but {plan.hardware.gpu} has "
-                            f"{have:.0f} GiB; raise tp/pp (or axonn row/col/depth), enable parallel.fsdp, or lower "
-                            f"micro_batch_size")
+            problems.append(
+                f"cell {plan.cell.id} needs ~{need:.1f} GiB per device but {plan.hardware.gpu} has "
+                f"{have:.0f} GiB; raise tp/pp (or axonn row/col/depth), enable parallel.fsdp, or lower "
+                f"micro_batch_size"
+            )
     return rows, problems
 
 
@@ -345,23 +385,36 @@ def study_time(cfg: ExperimentConfig, plans: list[CellPlan]) -> list[str]:
     if not c.axis:
         return []
     first = first_values(plans)
-    runs = [p for p in plans if not cfg.tune.axis or is_tuning(cfg, p, first)
-            or p.cell.values[cfg.tune.axis] == first[cfg.tune.axis]]
-    unchosen = [p for p in runs if cfg.tune.axis and is_tuning(cfg, p, first)
-                and p.cell.values[cfg.tune.axis] != first[cfg.tune.axis]]  # all but one value per group
+    runs = [
+        p
+        for p in plans
+        if not cfg.tune.axis or is_tuning(cfg, p, first) or p.cell.values[cfg.tune.axis] == first[cfg.tune.axis]
+    ]
+    unchosen = [
+        p
+        for p in runs
+        if cfg.tune.axis and is_tuning(cfg, p, first) and p.cell.values[cfg.tune.axis] != first[cfg.tune.axis]
+    ]  # all but one value per group
 
     def seconds(cells: list[CellPlan], table: dict) -> float:
         return sum(float(table[str(p.cell.values[c.axis])]) for p in cells)
 
     full = seconds(runs, c.train_s) + seconds(runs, c.rest_s)
     saved = seconds(unchosen, c.rest_s)
-    lines = [f"study time from the measured per-cell costs ({c.measured or 'cost'}): {len(runs)} cells, "
-             f"{_fmt_time(full)} of cell time with every cell evaluated"]
+    lines = [
+        f"study time from the measured per-cell costs ({c.measured or 'cost'}): {len(runs)} cells, "
+        f"{_fmt_time(full)} of cell time with every cell evaluated"
+    ]
     if unchosen:
         now = full - saved if loss_only(cfg) else full
-        how = ("tuning cells compute only their validation loss until their value is chosen" if loss_only(cfg) else
-               "tune.evaluate: true (or tune.by: heldout_loss) evaluates every tuning cell")
-        lines.append(f"  {len(unchosen)} tuning cells at values not chosen: {_fmt_time(saved)} of evaluation "
-                     f"({100 * saved / full:.0f} %) {'saved' if loss_only(cfg) else 'not saved'} ({how}); this "
-                     f"study: {_fmt_time(now)}")
+        how = (
+            "tuning cells compute only their validation loss until their value is chosen"
+            if loss_only(cfg)
+            else "tune.evaluate: true (or tune.by: heldout_loss) evaluates every tuning cell"
+        )
+        lines.append(
+            f"  {len(unchosen)} tuning cells at values not chosen: {_fmt_time(saved)} of evaluation "
+            f"({100 * saved / full:.0f} %) {'saved' if loss_only(cfg) else 'not saved'} ({how}); this "
+            f"study: {_fmt_time(now)}"
+        )
     return lines

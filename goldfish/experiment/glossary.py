@@ -29,10 +29,13 @@ def refer(*terms: str) -> str:
 
 def markdown() -> str:
     """Every registered definition, in the order of the report's sections."""
-    lines = ["# The study report's glossary", "",
-             "What the columns and tests of an experiment's report.md mean. Each section of a report names its entry "
-             "here (`Definitions: *term*`); generated from goldfish/experiment/glossary.py's registry by `make docs`.",
-             ""]
+    lines = [
+        "# The study report's glossary",
+        "",
+        "What the columns and tests of an experiment's report.md mean. Each section of a report names its entry "
+        "here (`Definitions: *term*`); generated from goldfish/experiment/glossary.py's registry by `make docs`.",
+        "",
+    ]
     for term, text in GLOSSARY.items():
         lines += [f"## {term}", "", text, ""]
     return "\n".join(lines)

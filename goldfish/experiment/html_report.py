@@ -33,14 +33,29 @@ def headline_rows(results: Mapping) -> list[list[Any]]:
         p = c.get("mia_auc_p") or {}
         auc = fmt_auc(mia) if c.get("mia_auc") is not None else "-"
         if isinstance(p, Mapping) and p.get("method") == "perfect":
-            auc = (f"{fmt(c.get('mia_auc'))} (perfect separation of {p.get('n_members')} vs {p.get('n_nonmembers')}: "
-                   f"p = 10^{p.get('log10_p'):.1f}, exact)")
-        tpr = (f"- ({c['mia_tpr_at_1pct_fpr_note'].split(':')[0]})" if c.get("mia_tpr_at_1pct_fpr_note")
-               else fmt(c.get("mia_tpr_at_1pct_fpr"), "pct"))
-        rows.append([c.get("cell"), c.get("arm"), c.get("mia_attack") or "-", fmt(c.get("n_windows"), "int"),
-                     with_ci(c.get("exact_match_rate"), c.get("exact_match_ci_low"), c.get("exact_match_ci_high"),
-                             "pct"), fmt(c.get("rouge_l_paper")), fmt(c.get("token_match")), auc, tpr,
-                     fmt(c.get("heldout_loss"))])
+            auc = (
+                f"{fmt(c.get('mia_auc'))} (perfect separation of {p.get('n_members')} vs {p.get('n_nonmembers')}: "
+                f"p = 10^{p.get('log10_p'):.1f}, exact)"
+            )
+        tpr = (
+            f"- ({c['mia_tpr_at_1pct_fpr_note'].split(':')[0]})"
+            if c.get("mia_tpr_at_1pct_fpr_note")
+            else fmt(c.get("mia_tpr_at_1pct_fpr"), "pct")
+        )
+        rows.append(
+            [
+                c.get("cell"),
+                c.get("arm"),
+                c.get("mia_attack") or "-",
+                fmt(c.get("n_windows"), "int"),
+                with_ci(c.get("exact_match_rate"), c.get("exact_match_ci_low"), c.get("exact_match_ci_high"), "pct"),
+                fmt(c.get("rouge_l_paper")),
+                fmt(c.get("token_match")),
+                auc,
+                tpr,
+                fmt(c.get("heldout_loss")),
+            ]
+        )
     return rows
 
 
@@ -49,19 +64,31 @@ def provenance_items(results: Mapping) -> list[tuple[str, Any]]:
     first = cells[0]
     dev = first.get("device") or {}
     cfg = results.get("config") or {}
-    return [("experiment", results.get("experiment")), ("start model", results.get("start_model")),
-            ("data", cfg.get("data_recipe")), ("data settings", cfg.get("data")),
-            ("code", ", ".join(dict.fromkeys(str(c.get("code")) for c in cells if c.get("code"))) or None),
-            ("git", first.get("git")), ("device", " ".join(str(x) for x in (dev.get("type"), dev.get("name")) if x)),
-            ("training precision",
-             ", ".join(dict.fromkeys(str(c.get("precision")) for c in cells if c.get("precision")))),
-            ("evaluation precision", ", ".join(dict.fromkeys(str(c.get("eval_precision")) for c in cells
-                                                              if c.get("eval_precision"))))]
+    return [
+        ("experiment", results.get("experiment")),
+        ("start model", results.get("start_model")),
+        ("data", cfg.get("data_recipe")),
+        ("data settings", cfg.get("data")),
+        ("code", ", ".join(dict.fromkeys(str(c.get("code")) for c in cells if c.get("code"))) or None),
+        ("git", first.get("git")),
+        ("device", " ".join(str(x) for x in (dev.get("type"), dev.get("name")) if x)),
+        ("training precision", ", ".join(dict.fromkeys(str(c.get("precision")) for c in cells if c.get("precision")))),
+        (
+            "evaluation precision",
+            ", ".join(dict.fromkeys(str(c.get("eval_precision")) for c in cells if c.get("eval_precision"))),
+        ),
+    ]
 
 
-COLUMNS = (("doc_id", "document", False), ("title", "title", False), ("arm", "arm", False),
-           ("verdict", "verdict", False), ("prefix_len", "prefix", True), ("rouge_l_paper", "ROUGE-L", True),
-           ("rouge_l", "ROUGE-L (tokens)", True))
+COLUMNS = (
+    ("doc_id", "document", False),
+    ("title", "title", False),
+    ("arm", "arm", False),
+    ("verdict", "verdict", False),
+    ("prefix_len", "prefix", True),
+    ("rouge_l_paper", "ROUGE-L", True),
+    ("rouge_l", "ROUGE-L (tokens)", True),
+)
 
 
 def example_data(results: Mapping) -> dict:
@@ -69,12 +96,26 @@ def example_data(results: Mapping) -> dict:
     rows, details = [], []
     for ex in results.get("examples") or []:
         for w in ex.get("windows") or []:
-            rows.append([w.get("doc_id"), w.get("title") or "", ex.get("arm"),
-                         "verbatim" if w.get("exact_match") else "not verbatim", w.get("prefix_len"),
-                         w.get("rouge_l_paper"), w.get("rouge_l"), len(details)])
-            details.append({"pairs": [[None, None, None, w.get("truth") or "", w.get("generation") or ""]]
-                            if not w.get("exact_match") else [],
-                            "segments": [[0, 0, "r" if w.get("exact_match") else "s", w.get("truth") or ""]]})
+            rows.append(
+                [
+                    w.get("doc_id"),
+                    w.get("title") or "",
+                    ex.get("arm"),
+                    "verbatim" if w.get("exact_match") else "not verbatim",
+                    w.get("prefix_len"),
+                    w.get("rouge_l_paper"),
+                    w.get("rouge_l"),
+                    len(details),
+                ]
+            )
+            details.append(
+                {
+                    "pairs": [[None, None, None, w.get("truth") or "", w.get("generation") or ""]]
+                    if not w.get("exact_match")
+                    else [],
+                    "segments": [[0, 0, "r" if w.get("exact_match") else "s", w.get("truth") or ""]],
+                }
+            )
     columns = [{"key": k, "label": label, "num": num, "float": k.startswith("rouge")} for k, label, num in COLUMNS]
     columns.append({"key": "detail", "label": "", "num": True, "hidden": True})
     return {"columns": columns, "rows": rows, "details": details, "page_size": 100}
@@ -84,15 +125,32 @@ def render_html(results: Mapping, figures: Mapping[str, bytes] | None = None) ->
     """The study's page: a pure function of ``results`` (and the optional ``{name: SVG}`` figures)."""
     name = results.get("experiment") or "experiment"
     data = example_data(results)
-    head = [f"<h1>Study {esc(str(name))}</h1>", f"<p>{esc(str(results.get('description') or ''))}</p>",
-            table(["cell", "arm", "membership attack", "windows", "exact match [95 % CI]", "ROUGE-L (rouge-score)",
-                   "token match", "membership AUC [95 % CI]", "TPR @ 1 % FPR", "held-out loss"], headline_rows(results),
-                  numeric_from=3),
-            provenance(provenance_items(results))]
-    body = "<section id=\"headline\">" + "\n".join(head) + "</section>"
+    head = [
+        f"<h1>Study {esc(str(name))}</h1>",
+        f"<p>{esc(str(results.get('description') or ''))}</p>",
+        table(
+            [
+                "cell",
+                "arm",
+                "membership attack",
+                "windows",
+                "exact match [95 % CI]",
+                "ROUGE-L (rouge-score)",
+                "token match",
+                "membership AUC [95 % CI]",
+                "TPR @ 1 % FPR",
+                "held-out loss",
+            ],
+            headline_rows(results),
+            numeric_from=3,
+        ),
+        provenance(provenance_items(results)),
+    ]
+    body = '<section id="headline">' + "\n".join(head) + "</section>"
     if data["rows"]:
-        body += documents_html(data, "Example windows (truth; the model's continuation where it diverges)",
-                               choices=("arm", "verdict"))
+        body += documents_html(
+            data, "Example windows (truth; the model's continuation where it diverges)", choices=("arm", "verdict")
+        )
     body += "<h2>The report</h2>" + markdown_html(render(dict(results)), figures)
     return page(f"goldfish experiment: {name}", body, data)
 

@@ -63,8 +63,9 @@ def cell_statistics(scores: dict | None, windows: Sequence[dict], seed: int = 0)
     for name in EXTRACTION:
         kept = [w for w in ws if w.get(name) is not None]
         if kept:
-            found = stats.cluster_bootstrap_mean([float(w[name]) for w in kept], [w.get("doc_id") for w in kept],
-                                                 N_BOOTSTRAP, seed)
+            found = stats.cluster_bootstrap_mean(
+                [float(w[name]) for w in kept], [w.get("doc_id") for w in kept], N_BOOTSTRAP, seed
+            )
             found["method"] = "cluster bootstrap"
             if name == "exact_match":
                 found.update(rate_interval(found))
@@ -113,8 +114,9 @@ def _nan(values: list) -> list[float]:
     return [float("nan") if v is None else float(v) for v in values]
 
 
-def window_tests(wa: Sequence[dict], wb: Sequence[dict], seed: int = 0,
-                 clusters: Sequence[Any] | None = None) -> dict[str, Any]:
+def window_tests(
+    wa: Sequence[dict], wb: Sequence[dict], seed: int = 0, clusters: Sequence[Any] | None = None
+) -> dict[str, Any]:
     """Paired tests of matched windows (``wa[i]`` and ``wb[i]``: one window of one document): ``n_windows``,
     ``n_documents``, ``exact_match`` (McNemar's test over documents, :func:`goldfish.eval.stats.document_mcnemar`:
     the windows of one document -- placements, prefix lengths -- are one cluster), ``rouge_l_paper`` / ``rouge_l``
@@ -122,14 +124,26 @@ def window_tests(wa: Sequence[dict], wb: Sequence[dict], seed: int = 0,
     it (pooled pairs of cells: a text that is a target in two seeds' cells is two documents, scored by independent
     models); default the windows' ``doc_id``."""
     docs = list(clusters) if clusters is not None else [w.get("doc_id") for w in wa]
-    out: dict[str, Any] = {"n_windows": len(wa), "n_documents": len(set(docs)),
-                           "exact_match": stats.document_mcnemar([bool(w.get("exact_match")) for w in wa],
-                                                                 [bool(w.get("exact_match")) for w in wb], docs)}
+    out: dict[str, Any] = {
+        "n_windows": len(wa),
+        "n_documents": len(set(docs)),
+        "exact_match": stats.document_mcnemar(
+            [bool(w.get("exact_match")) for w in wa], [bool(w.get("exact_match")) for w in wb], docs
+        ),
+    }
     for name in EXTRACTION[1:]:
-        pairs = [(x[name], y[name], d) for x, y, d in zip(wa, wb, docs)
-                 if x.get(name) is not None and y.get(name) is not None]
-        out[name] = stats.paired_bootstrap([p[0] for p in pairs], [p[1] for p in pairs], [p[2] for p in pairs],
-                                           N_BOOTSTRAP, seed) if pairs else None
+        pairs = [
+            (x[name], y[name], d)
+            for x, y, d in zip(wa, wb, docs)
+            if x.get(name) is not None and y.get(name) is not None
+        ]
+        out[name] = (
+            stats.paired_bootstrap(
+                [p[0] for p in pairs], [p[1] for p in pairs], [p[2] for p in pairs], N_BOOTSTRAP, seed
+            )
+            if pairs
+            else None
+        )
     return out
 
 
@@ -139,9 +153,21 @@ def compare(a: dict, b: dict, attack: str, seed: int = 0) -> dict[str, Any]:
     per-document scores)."""
     out = window_tests(*_pair_windows(a["windows"], b["windows"]), seed)
     scores = _pair_scores(a["attacks"], b["attacks"], attack)
-    out["auc"] = None if scores is None else {"attack": attack, **stats.paired_auc_difference(
-        _nan(scores["members"][0]), _nan(scores["nonmembers"][0]), _nan(scores["members"][1]),
-        _nan(scores["nonmembers"][1]), N_BOOTSTRAP, seed)}
+    out["auc"] = (
+        None
+        if scores is None
+        else {
+            "attack": attack,
+            **stats.paired_auc_difference(
+                _nan(scores["members"][0]),
+                _nan(scores["nonmembers"][0]),
+                _nan(scores["members"][1]),
+                _nan(scores["nonmembers"][1]),
+                N_BOOTSTRAP,
+                seed,
+            ),
+        }
+    )
     return out
 
 
@@ -153,8 +179,9 @@ def arm_pairs(arms: Sequence[str]) -> list[tuple[str, str]]:
     return pairs + ([(a, CONTROL) for a in trained] if CONTROL in arms else [])
 
 
-def paired_tests(plans: Sequence[CellPlan], attacks: Sequence[str | None], axes: Sequence[str],
-                 seed: int = 0) -> list[dict]:
+def paired_tests(
+    plans: Sequence[CellPlan], attacks: Sequence[str | None], axes: Sequence[str], seed: int = 0
+) -> list[dict]:
     """Every arm pair of every grid point among the finished cells (``plans``, and the headline attack of each,
     ``attacks``, in the same order): ``{a, b, cell_a, cell_b, <axis values>, attack, n_windows, n_documents,
     exact_match, rouge_l_paper, rouge_l, auc}``; arm a's headline attack is compared."""
@@ -166,8 +193,10 @@ def paired_tests(plans: Sequence[CellPlan], attacks: Sequence[str | None], axes:
 
     def load(plan: CellPlan) -> dict:
         if plan.cell.id not in loaded:
-            loaded[plan.cell.id] = {"windows": read_json(plan.results_file, {}).get("windows") or [],
-                                    "attacks": read_json(plan.attacks_file, {})}
+            loaded[plan.cell.id] = {
+                "windows": read_json(plan.results_file, {}).get("windows") or [],
+                "attacks": read_json(plan.attacks_file, {}),
+            }
         return loaded[plan.cell.id]
 
     out = []
@@ -175,14 +204,29 @@ def paired_tests(plans: Sequence[CellPlan], attacks: Sequence[str | None], axes:
         for a, b in arm_pairs(list(arms)):
             (pa, attack_a), (pb, _) = arms[a], arms[b]
             attack = str(attack_a)
-            out.append({"a": a, "b": b, "cell_a": pa.cell.id, "cell_b": pb.cell.id,
-                        **{x: pa.cell.values.get(x) for x in axes}, "attack": attack,
-                        **compare(load(pa), load(pb), attack, seed)})
+            out.append(
+                {
+                    "a": a,
+                    "b": b,
+                    "cell_a": pa.cell.id,
+                    "cell_b": pb.cell.id,
+                    **{x: pa.cell.values.get(x) for x in axes},
+                    "attack": attack,
+                    **compare(load(pa), load(pb), attack, seed),
+                }
+            )
     return out
 
 
-def axis_tests(plans: Sequence[CellPlan], axes: Sequence[str], axis: str, reference: str, pool: Sequence[str] = (),
-               seed: int = 0, free: Sequence[str] = ()) -> list[dict]:
+def axis_tests(
+    plans: Sequence[CellPlan],
+    axes: Sequence[str],
+    axis: str,
+    reference: str,
+    pool: Sequence[str] = (),
+    seed: int = 0,
+    free: Sequence[str] = (),
+) -> list[dict]:
     """Each value of grid ``axis`` against its ``reference`` value: a cell is paired with the finished cell of the same
     arm and the same other axis values at the reference, their member windows matched by sha256; the cells that differ
     only in ``pool`` axes are pooled (matched windows concatenated). ``free`` axes are not matched: an axis tuned per
@@ -203,22 +247,31 @@ def axis_tests(plans: Sequence[CellPlan], axes: Sequence[str], axis: str, refere
         values, arm = shown(plan, matched), plan.cell.arm
         if values[at] == str(reference) or arm == CONTROL:
             continue
-        ref = key_of.get((arm, values[:at] + (str(reference),) + values[at + 1:]))
+        ref = key_of.get((arm, values[:at] + (str(reference),) + values[at + 1 :]))
         if ref is not None:
             groups.setdefault((arm, values[at], shown(plan, kept)), []).append((plan, ref))
     out = []
     for (arm, value, rest), pairs in groups.items():
         wa, wb, docs = [], [], []
         for i, (plan, ref) in enumerate(pairs):
-            a, b = _pair_windows(read_json(plan.results_file, {}).get("windows") or [],
-                                 read_json(ref.results_file, {}).get("windows") or [])
+            a, b = _pair_windows(
+                read_json(plan.results_file, {}).get("windows") or [],
+                read_json(ref.results_file, {}).get("windows") or [],
+            )
             wa, wb, docs = wa + a, wb + b, docs + [f"{i}/{w.get('doc_id')}" for w in a]  # a document of one pair
         strata = sorted({w.get("repetitions") for w in wa if w.get("repetitions") is not None})
         for stratum in strata + ["all"]:
             both = [(x, y, d) for x, y, d in zip(wa, wb, docs) if stratum == "all" or x.get("repetitions") == stratum]
-            out.append({"arm": arm, "axis": axis, "value": value, "reference": str(reference),
-                        **dict(zip(kept, rest)), "repetitions": stratum,
-                        "cells": [[p.cell.id, r.cell.id] for p, r in pairs],
-                        **window_tests([x for x, _, _ in both], [y for _, y, _ in both], seed,
-                                       [d for _, _, d in both])})
+            out.append(
+                {
+                    "arm": arm,
+                    "axis": axis,
+                    "value": value,
+                    "reference": str(reference),
+                    **dict(zip(kept, rest)),
+                    "repetitions": stratum,
+                    "cells": [[p.cell.id, r.cell.id] for p, r in pairs],
+                    **window_tests([x for x, _, _ in both], [y for _, y, _ in both], seed, [d for _, _, d in both]),
+                }
+            )
     return out

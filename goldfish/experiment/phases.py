@@ -113,13 +113,26 @@ def torchrun_command(cfg: ExperimentConfig, plan: CellPlan, config_path: Path) -
     hw = plan.hardware
     nproc = min(hw.gpus, hw.gpus_per_node)
     if hw.gpus % nproc:
-        raise UserError(f"cell {plan.cell.id}: hardware.gpus={hw.gpus} is not a multiple of "
-                        f"hardware.gpus_per_node={hw.gpus_per_node}; use whole nodes")
+        raise UserError(
+            f"cell {plan.cell.id}: hardware.gpus={hw.gpus} is not a multiple of "
+            f"hardware.gpus_per_node={hw.gpus_per_node}; use whole nodes"
+        )
     fields = {"nnodes": hw.gpus // nproc, "nproc_per_node": nproc}
     prefix = [w.format(**fields) for w in cfg.launcher_prefix]
     extra = [w.format(**fields) for w in cfg.torchrun_args]
-    return [*prefix, sys.executable, "-m", "torch.distributed.run", f"--nnodes={fields['nnodes']}",
-            f"--nproc_per_node={nproc}", *extra, "-m", "goldfish", "train", str(config_path)]
+    return [
+        *prefix,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={fields['nnodes']}",
+        f"--nproc_per_node={nproc}",
+        *extra,
+        "-m",
+        "goldfish",
+        "train",
+        str(config_path),
+    ]
 
 
 def _torchrun_train(cfg: ExperimentConfig, plan: CellPlan) -> None:
@@ -128,8 +141,10 @@ def _torchrun_train(cfg: ExperimentConfig, plan: CellPlan) -> None:
     print(f"[{plan.cell.id}] {shlex.join(cmd)}", file=sys.stderr)
     rc = subprocess.call(cmd)
     if rc != 0:
-        raise UserError(f"training cell {plan.cell.id} failed (exit status {rc}); its log is above; rerun the "
-                        f"experiment to resume from the last checkpoint")
+        raise UserError(
+            f"training cell {plan.cell.id} failed (exit status {rc}); its log is above; rerun the "
+            f"experiment to resume from the last checkpoint"
+        )
 
 
 def _train(run: CellRun) -> None:
@@ -158,8 +173,10 @@ def _control_not_done(run: CellRun) -> str | None:
     """The attacks of an arm are calibrated by its control (at its grid point; at the control's own choice where
     each arm is tuned): wait for a run that holds it, then stop this cell if the control is still not done."""
     if not run.plan.cell.control and control_point(run.cfg, run.plans, run.plan) is None:
-        return (f"trained and evaluated; its attacks wait for the control's {run.cfg.tune.axis} choice, whose tuning "
-                f"cells are not all done: run them (their shard, or the experiment without --only) and this one again")
+        return (
+            f"trained and evaluated; its attacks wait for the control's {run.cfg.tune.axis} choice, whose tuning "
+            f"cells are not all done: run them (their shard, or the experiment without --only) and this one again"
+        )
     control = _control(run)
     if control is None or control.done:
         return None
@@ -167,8 +184,10 @@ def _control_not_done(run: CellRun) -> str | None:
         pass
     if control.done:
         return None
-    return (f"trained and evaluated; its attacks wait for {control.cell.id}, which is not done: run that cell (its "
-            f"shard, or the experiment without --only) and this one again")
+    return (
+        f"trained and evaluated; its attacks wait for {control.cell.id}, which is not done: run that cell (its "
+        f"shard, or the experiment without --only) and this one again"
+    )
 
 
 def _analysis_of(run: CellRun, analysis: Analysis) -> Analysis | None:
@@ -188,23 +207,32 @@ def _run_analysis(run: CellRun, analysis: Analysis) -> None:
 def analysis_phase(analysis: Analysis) -> Phase:
     """A per-cell analysis's phase: done once its output exists; runs where the pipeline lists it and it applies; one
     that reads its control's files waits for that control (:func:`_control_not_done`)."""
-    return Phase(analysis.name, lambda p: [analysis.output(p)],
-                 lambda r: _analysis_of(r, analysis) is not None and analysis.applies(r.plan),
-                 lambda r: _run_analysis(r, analysis), tuning=analysis.tuning,
-                 blocked=_control_not_done if analysis.reads_control else None)
+    return Phase(
+        analysis.name,
+        lambda p: [analysis.output(p)],
+        lambda r: _analysis_of(r, analysis) is not None and analysis.applies(r.plan),
+        lambda r: _run_analysis(r, analysis),
+        tuning=analysis.tuning,
+        blocked=_control_not_done if analysis.reads_control else None,
+    )
 
 
 PHASES: tuple[Phase, ...] = (
     Phase("prepare", lambda p: [manifest_of(d) for _, d in p.prepared], lambda r: True, _prepare, tuning=True),
     Phase("configs", lambda p: [], lambda r: True, _save_configs, tuning=True),
     Phase("train", lambda p: [p.train_summary], lambda r: True, _train, tuning=True),
-    Phase("eval", lambda p: [p.results_file], lambda r: True,
-          lambda r: r.pipeline.evaluate.run(r.plan.eval_cfg, r.model)),
+    Phase(
+        "eval", lambda p: [p.results_file], lambda r: True, lambda r: r.pipeline.evaluate.run(r.plan.eval_cfg, r.model)
+    ),
     # the analyses in ANALYSES's order, those that read their control's files after the others
     *(analysis_phase(a) for a in ANALYSES if not a.reads_control),
     *(analysis_phase(a) for a in ANALYSES if a.reads_control),
-    Phase("card", lambda p: [],  # the same numbers replace themselves when an interrupted cell runs this again
-          lambda r: r.pipeline.evaluate.card is not None, lambda r: r.pipeline.evaluate.card(r.plan)),
+    Phase(
+        "card",
+        lambda p: [],  # the same numbers replace themselves when an interrupted cell runs this again
+        lambda r: r.pipeline.evaluate.card is not None,
+        lambda r: r.pipeline.evaluate.card(r.plan),
+    ),
 )
 
 
@@ -212,16 +240,26 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
-             phase: Callable[[str], None] = lambda _: None, plans: list[CellPlan] = (),
-             tuning_only: bool = False) -> dict:
+def run_cell(
+    cfg: ExperimentConfig,
+    plan: CellPlan,
+    pipeline: Pipeline,
+    phase: Callable[[str], None] = lambda _: None,
+    plans: list[CellPlan] = (),
+    tuning_only: bool = False,
+) -> dict:
     """Run (or resume) one cell's :data:`PHASES`; returns its record (also written to ``cell.json``), or {} when a
     phase is blocked (its attacks wait for a control that is not done; a later run finishes it). ``phase(name)`` is
     told each phase as it starts; ``plans`` (all cells) lets the attacks find the control that calibrates them.
     ``tuning_only``: only the phases a tuning cell is read for (``Phase.tuning``: training and the validation loss),
     then {} -- the cell is not done; run it again without it where its value is chosen."""
-    run = CellRun(cfg, plan, list(plans), pipeline,
-                  pipeline.open_model(plan.eval_cfg) if pipeline.open_model is not None else None)
+    run = CellRun(
+        cfg,
+        plan,
+        list(plans),
+        pipeline,
+        pipeline.open_model(plan.eval_cfg) if pipeline.open_model is not None else None,
+    )
     times: dict[str, float] = {}
     for step in PHASES:
         if not step.applies(run) or step.done(plan) or (tuning_only and not step.tuning):
@@ -236,8 +274,15 @@ def run_cell(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline,
         times[f"{step.name.replace(' ', '_')}_s"] = time.perf_counter() - t0
     if tuning_only:
         return {}
-    record = {"cell": plan.cell.id, "arm": plan.cell.arm, "values": plan.cell.values, "overrides": plan.cell.overrides,
-              "data_dir": str(plan.data_dir), "finished": _now(), "phase_seconds_this_run": times}
+    record = {
+        "cell": plan.cell.id,
+        "arm": plan.cell.arm,
+        "values": plan.cell.values,
+        "overrides": plan.cell.overrides,
+        "data_dir": str(plan.data_dir),
+        "finished": _now(),
+        "phase_seconds_this_run": times,
+    }
     atomic_write_json(plan.record_file, record)
     atomic_write_json(plan.done_file, {"finished": record["finished"]})  # last: the cell is complete
     return record

@@ -29,16 +29,19 @@ def add_to_card(plan: CellPlan) -> None:
     if Path(plan.eval_cfg.model.path) != plan.model_dir or not (plan.model_dir / "config.json").is_file():
         return
     attacks = read_json(plan.attacks_file) if plan.attacks_file.is_file() else None
-    add_eval_results(plan.model_dir, eval_results(read_json(plan.results_file), attacks,
-                                                  source="goldfish experiment"))
+    add_eval_results(plan.model_dir, eval_results(read_json(plan.results_file), attacks, source="goldfish experiment"))
 
 
 def default_pipeline() -> Pipeline:
     """The toolkit's own data, training and evaluation; every per-cell analysis of ``ANALYSES``."""
     return Pipeline(
         prepare=Step(PrepareConfig, prepare),
-        train=Train(TrainConfig, train, fingerprint=lambda train_cfg: train_fingerprint(train_cfg, None),
-                    initial_model=export_initial_model),
+        train=Train(
+            TrainConfig,
+            train,
+            fingerprint=lambda train_cfg: train_fingerprint(train_cfg, None),
+            initial_model=export_initial_model,
+        ),
         evaluate=Evaluate(EvalConfig, run_eval, fingerprint=config_fingerprint, card=add_to_card),
         open_model=lambda eval_cfg: SharedModel(eval_cfg.model),
     )

@@ -190,9 +190,11 @@ class CellFolder:
     def lock(self, wait: bool = True) -> FolderLock:
         """The exclusive lock on running this cell (``cells/.<id>.lock``): another run of the experiment holding it is
         waited for (one line says which), or with ``wait=False`` refused (UserError)."""
+
         def waiting(holder: str) -> None:
-            print(f"[{self.dir.name}] being run by another goldfish process ({holder}): waiting for it",
-                  file=sys.stderr)
+            print(
+                f"[{self.dir.name}] being run by another goldfish process ({holder}): waiting for it", file=sys.stderr
+            )
 
         return FolderLock(self.dir, wait=wait, on_wait=waiting)
 
@@ -349,14 +351,14 @@ def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dic
         data = merged(data, {TOKENIZER_KEY: start, TOKENIZER_SOURCE_KEY: None})
     prepare_cfg = build(pipeline.prepare.config, data, "data")
     if cfg.tune.axis and cfg.tune.by == "validation_loss" and not getattr(prepare_cfg, "num_validation", 1):
-        problems.append("data: tune.by=validation_loss needs validation documents: set data.num_validation "
-                        "(e.g. 100)")
+        problems.append("data: tune.by=validation_loss needs validation documents: set data.num_validation (e.g. 100)")
     data_dir = prepared_folder(cfg, prepare_cfg) if prepare_cfg is not None else cfg.prepared_dir / "invalid"
     folder = CellFolder(StudyFiles(cfg.out_dir).cells / cell.id)
     train_data = None
     if cell.control and cfg.control_mode == "background" and prepare_cfg is not None:
-        background_cfg = build(pipeline.prepare.config, merged(data, {**BACKGROUND_ONLY, **flatten(cfg.control_data)}),
-                               "data")
+        background_cfg = build(
+            pipeline.prepare.config, merged(data, {**BACKGROUND_ONLY, **flatten(cfg.control_data)}), "data"
+        )
         train_data = (background_cfg, prepared_folder(cfg, background_cfg))
     if start:
         train = merged(train, {MODEL_PATH_KEY: start})
@@ -365,24 +367,35 @@ def plan_cell(cfg: ExperimentConfig, cell: Cell, pipeline: Pipeline, recipe: dic
     train = _tracked(_quiet(train, pipeline.train.config), pipeline.train.config, cfg.name, cell.id)
     train_cfg = build(pipeline.train.config, train, "train")
     ev = merged(cfg.eval, routed["eval"])
-    if cfg.threads is not None and "model.threads" not in flatten(ev) and _has_key(pipeline.evaluate.config,
-                                                                                  "model.threads"):
+    if (
+        cfg.threads is not None
+        and "model.threads" not in flatten(ev)
+        and _has_key(pipeline.evaluate.config, "model.threads")
+    ):
         ev = merged(ev, {"model.threads": cfg.threads})
     model = start if (cell.control and start and train_data is None) else str(folder.model_dir)
-    ev = merged(ev, {EVAL_WIRING["model"]: model, EVAL_WIRING["data"]: str(data_dir),
-                     EVAL_WIRING["out"]: str(folder.eval_dir),
-                     **{k: v for k, v in EVAL_KEEPS_TOKENS.items() if _has_key(pipeline.evaluate.config, k)}})
+    ev = merged(
+        ev,
+        {
+            EVAL_WIRING["model"]: model,
+            EVAL_WIRING["data"]: str(data_dir),
+            EVAL_WIRING["out"]: str(folder.eval_dir),
+            **{k: v for k, v in EVAL_KEEPS_TOKENS.items() if _has_key(pipeline.evaluate.config, k)},
+        },
+    )
     eval_cfg = build(pipeline.evaluate.config, _quiet(ev, pipeline.evaluate.config), "eval")
     try:
-        hardware = hardware_for(cfg, {k.partition(".")[2]: v for k, v in cell.overrides.items()
-                                      if k.startswith("hardware.")})
+        hardware = hardware_for(
+            cfg, {k.partition(".")[2]: v for k, v in cell.overrides.items() if k.startswith("hardware.")}
+        )
     except ConfigError as e:
         problems.append(f"hardware: {e}")
         hardware = cfg.hardware
     if problems:
         raise _CellProblems(problems)
-    return CellPlan(folder.dir, cell, data_dir, prepare_cfg, train_cfg, eval_cfg, hardware, start or None, train_data,
-                    cfg.utility)
+    return CellPlan(
+        folder.dir, cell, data_dir, prepare_cfg, train_cfg, eval_cfg, hardware, start or None, train_data, cfg.utility
+    )
 
 
 def plan_cells(cfg: ExperimentConfig, pipeline: Pipeline) -> list[CellPlan]:
@@ -414,5 +427,4 @@ def control_of(plan: CellPlan, plans: Sequence[CellPlan], values: dict | None = 
     if plan.cell.control:
         return None
     values = plan.cell.values if values is None else values
-    return next((p for p in plans if p.cell.control and p.cell.values == values and p.data_dir == plan.data_dir),
-                None)
+    return next((p for p in plans if p.cell.control and p.cell.values == values and p.data_dir == plan.data_dir), None)

@@ -22,16 +22,28 @@ from .summary import CellSummary
 N_BOOTSTRAP = 1000
 
 
-def bar_chart(values: dict[str, float | None], title: str, ylabel: str, path: Path,
-              errors: dict[str, tuple[float | None, float | None]] | None = None,
-              by_construction: tuple[str, ...] = ()) -> Path | None:
+def bar_chart(
+    values: dict[str, float | None],
+    title: str,
+    ylabel: str,
+    path: Path,
+    errors: dict[str, tuple[float | None, float | None]] | None = None,
+    by_construction: tuple[str, ...] = (),
+) -> Path | None:
     """One bar per arm/cell (cells without a value are left out); ``errors``: optional (low, high) per bar;
     ``by_construction``: the bars whose value is fixed by the method, not measured (marked in the figure)."""
     values = {k: v for k, v in values.items() if v is not None}
     if not values:
         return None
-    return plots.bar_chart(values, title=title, ylabel=ylabel, path=path, errors=errors,
-                           by_construction=by_construction, xlabel="arm / cell")
+    return plots.bar_chart(
+        values,
+        title=title,
+        ylabel=ylabel,
+        path=path,
+        errors=errors,
+        by_construction=by_construction,
+        xlabel="arm / cell",
+    )
 
 
 def roc_curves(curves: dict[str, dict], attack: str, path: Path) -> Path | None:
@@ -40,8 +52,11 @@ def roc_curves(curves: dict[str, dict], attack: str, path: Path) -> Path | None:
     curves = {k: v for k, v in curves.items() if v.get("fpr")}
     if not curves:
         return None
-    plots.roc_plot({k: (v["fpr"], v["tpr"], v.get("auc")) for k, v in curves.items()},
-                   title=f"membership inference ({attack} attack)", path=path)
+    plots.roc_plot(
+        {k: (v["fpr"], v["tpr"], v.get("auc")) for k, v in curves.items()},
+        title=f"membership inference ({attack} attack)",
+        path=path,
+    )
     return Path(path)
 
 
@@ -74,8 +89,9 @@ def _series(points: list[WindowPoint], rate: bool) -> tuple[dict, dict]:
     return series, bands
 
 
-def metric_vs_x(cells: list[CellSummary], windows: list[list[dict]], metric: str, metric_name: str,
-                out: Path) -> list[Path]:
+def metric_vs_x(
+    cells: list[CellSummary], windows: list[list[dict]], metric: str, metric_name: str, out: Path
+) -> list[Path]:
     """Memorisation vs model size (overall and of repetition-1 documents), vs repetitions and vs prefix length, each
     point the mean over the member windows of the cells it pools (``windows[i]``: cell i's) with a 95 % interval
     band over documents.
@@ -89,31 +105,68 @@ def metric_vs_x(cells: list[CellSummary], windows: list[list[dict]], metric: str
     sizes = {c.params for c in cells if c.params}
 
     def points(name_of, x_of) -> list[WindowPoint]:
-        return [(name_of(c), x_of(c, w), w[key], (c.cell, w.get("doc_id"))) for c, ws in zip(cells, windows)
-                for w in ws if w.get(key) is not None and x_of(c, w) is not None]
+        return [
+            (name_of(c), x_of(c, w), w[key], (c.cell, w.get("doc_id")))
+            for c, ws in zip(cells, windows)
+            for w in ws
+            if w.get(key) is not None and x_of(c, w) is not None
+        ]
 
     if len(sizes) > 1:
         series, bands = _series(points(lambda c: c.arm, lambda c, w: c.params), rate)
-        paths.append(plots.line_plot(series, title=f"{metric_name} vs model size", xlabel="parameters",
-                                     ylabel=label, path=out / f"{metric}_vs_size.png", logx=True, fit=False,
-                                     bands=bands))
+        paths.append(
+            plots.line_plot(
+                series,
+                title=f"{metric_name} vs model size",
+                xlabel="parameters",
+                ylabel=label,
+                path=out / f"{metric}_vs_size.png",
+                logx=True,
+                fit=False,
+                bands=bands,
+            )
+        )
         reps = {w.get("repetitions") for ws in windows for w in ws}
         if 1 in reps and len(reps) > 1:
-            series, bands = _series(points(lambda c: c.arm, lambda c, w: c.params if w.get("repetitions") == 1
-                                           else None), rate)
-            paths.append(plots.line_plot(series, title=f"{metric_name} of repetition-1 documents vs model size",
-                                         xlabel="parameters", ylabel=label, path=out / f"{metric}_rep1_vs_size.png",
-                                         logx=True, fit=False, bands=bands))
+            series, bands = _series(
+                points(lambda c: c.arm, lambda c, w: c.params if w.get("repetitions") == 1 else None), rate
+            )
+            paths.append(
+                plots.line_plot(
+                    series,
+                    title=f"{metric_name} of repetition-1 documents vs model size",
+                    xlabel="parameters",
+                    ylabel=label,
+                    path=out / f"{metric}_rep1_vs_size.png",
+                    logx=True,
+                    fit=False,
+                    bands=bands,
+                )
+            )
     for by, xlabel, logx in (("repetitions", "repetitions in training", True), ("prefix_len", "prefix length", False)):
         # positive values only: prefix length -1 ("all") is a placement, not a length; repetitions 0 are nonmembers
         values = {w.get(by) for ws in windows for w in ws if (w.get(by) or 0) > 0}
         if len(values) < 2:
             continue
-        series, bands = _series(points(lambda c: c.arm if not c.params or len(sizes) < 2
-                                       else f"{c.arm} {c.params / 1e6:.1f}M",
-                                       lambda c, w: w.get(by) if (w.get(by) or 0) > 0 else None), rate)
-        paths.append(plots.line_plot(series, title=f"{metric_name} vs {xlabel}", xlabel=xlabel, ylabel=label,
-                                     path=out / f"{metric}_vs_{by}.png", logx=logx, fit=logx, bands=bands))
+        series, bands = _series(
+            points(
+                lambda c: c.arm if not c.params or len(sizes) < 2 else f"{c.arm} {c.params / 1e6:.1f}M",
+                lambda c, w: w.get(by) if (w.get(by) or 0) > 0 else None,
+            ),
+            rate,
+        )
+        paths.append(
+            plots.line_plot(
+                series,
+                title=f"{metric_name} vs {xlabel}",
+                xlabel=xlabel,
+                ylabel=label,
+                path=out / f"{metric}_vs_{by}.png",
+                logx=logx,
+                fit=logx,
+                bands=bands,
+            )
+        )
     return [Path(p) for p in paths if p is not None]
 
 
@@ -138,9 +191,18 @@ def threshold_plots(results: dict, out: Path) -> list[Path]:
         series[model["arm"]] = ([p for _, p in sizes], [_log2(f.get("value")) for f in found])
         bands[model["arm"]] = ([_log2(f.get("ci_low")) for f in found], [_log2(f.get("ci_high")) for f in found])
     if series:
-        paths.append(plots.line_plot(series, title="exposure threshold E50 vs model size (the joint model)",
-                                     xlabel="parameters", ylabel="log2 E50 (95 % cluster-bootstrap band)",
-                                     path=out / "e50_vs_size.png", logx=True, fit=False, bands=bands))
+        paths.append(
+            plots.line_plot(
+                series,
+                title="exposure threshold E50 vs model size (the joint model)",
+                xlabel="parameters",
+                ylabel="log2 E50 (95 % cluster-bootstrap band)",
+                path=out / "e50_vs_size.png",
+                logx=True,
+                fit=False,
+                bands=bands,
+            )
+        )
     canary_rows = [r for r in rows if r.get("canaries")]
     if canary_rows:
         series, bands = {}, {}
@@ -149,7 +211,16 @@ def threshold_plots(results: dict, out: Path) -> list[Path]:
             name = f"{r['arm']} {r['size']}"
             series[name] = ([int(k) for k, _ in strata], [v["mean"] for _, v in strata])
             bands[name] = ([v["low"] for _, v in strata], [v["high"] for _, v in strata])
-        paths.append(plots.line_plot(series, title="canary exposure vs repetitions", xlabel="repetitions in "
-                                     "training", ylabel="exposure (bits)", path=out / "canary_exposure.png",
-                                     logx=True, fit=False, bands=bands))
+        paths.append(
+            plots.line_plot(
+                series,
+                title="canary exposure vs repetitions",
+                xlabel="repetitions in training",
+                ylabel="exposure (bits)",
+                path=out / "canary_exposure.png",
+                logx=True,
+                fit=False,
+                bands=bands,
+            )
+        )
     return [Path(p) for p in paths]

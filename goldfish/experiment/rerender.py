@@ -36,8 +36,11 @@ def rendered(folder: Path) -> dict[str, str]:
     return {"report.md": render(results), "summary.json": strict_json(summary_of(results), 2) + "\n"}
 
 
-BLOCK = re.compile(r"(<!-- readings: (?P<folder>\S+)(?: \| (?P<questions>[^>]*?))? -->\n)"
-                   r"(?P<body>.*?)(<!-- /readings -->)", re.S)
+BLOCK = re.compile(
+    r"(<!-- readings: (?P<folder>\S+)(?: \| (?P<questions>[^>]*?))? -->\n)"
+    r"(?P<body>.*?)(<!-- /readings -->)",
+    re.S,
+)
 
 
 def render_blocks(text: str, repo: Path) -> str:
@@ -58,11 +61,17 @@ def render_blocks(text: str, repo: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m goldfish.experiment.rerender", description=__doc__)
     parser.add_argument("folders", nargs="*", type=Path)
-    parser.add_argument("--docs", nargs="*", type=Path, default=[],
-                        help="Markdown files whose <!-- readings: ... --> blocks are filled from the studies")
+    parser.add_argument(
+        "--docs",
+        nargs="*",
+        type=Path,
+        default=[],
+        help="Markdown files whose <!-- readings: ... --> blocks are filled from the studies",
+    )
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file would change")
-    parser.add_argument("--glossary", type=Path, default=None,
-                        help="write the report glossary here (docs/report-glossary.md)")
+    parser.add_argument(
+        "--glossary", type=Path, default=None, help="write the report glossary here (docs/report-glossary.md)"
+    )
     args = parser.parse_args(argv)
     stale = []
     for folder in args.folders:

@@ -67,9 +67,9 @@ def stale_cells(plans: list[CellPlan], pipeline: Pipeline) -> dict[str, str]:
             continue  # nothing trained yet (e.g. a config error stopped it): a changed config is simply used
         diffs = []
         for name, path, cls, current, settings in (
-                ("train", plan.train_config_file, pipeline.train.config, plan.train_cfg, pipeline.train.fingerprint),
-                ("eval", plan.eval_config_file, pipeline.evaluate.config, plan.eval_cfg,
-                 pipeline.evaluate.fingerprint)):
+            ("train", plan.train_config_file, pipeline.train.config, plan.train_cfg, pipeline.train.fingerprint),
+            ("eval", plan.eval_config_file, pipeline.evaluate.config, plan.eval_cfg, pipeline.evaluate.fingerprint),
+        ):
             if not path.is_file():
                 continue
             settings = settings or _every_setting
@@ -96,8 +96,10 @@ def check_not_stale(plans: list[CellPlan], pipeline: Pipeline) -> None:
     if stale:
         shown = "; ".join(f"{cid} ({what})" for cid, what in list(stale.items())[:4])
         more = f"; and {len(stale) - 4} more cells" if len(stale) > 4 else ""
-        raise UserError(f"cells were started with a different config: {shown}{more}; use a new out=... folder, or "
-                        f"pass --rerun-stale to run those cells again (each replaced when its new run is done)")
+        raise UserError(
+            f"cells were started with a different config: {shown}{more}; use a new out=... folder, or "
+            f"pass --rerun-stale to run those cells again (each replaced when its new run is done)"
+        )
 
 
 def recover_replaced(plans: list[CellPlan]) -> None:
@@ -164,10 +166,12 @@ def restore_prepared(plans: list[CellPlan], pipeline: Pipeline) -> None:
         if key not in hashes:
             hashes[key] = documents_sha256(load_eval_documents(*key[:2], None, *key[2:])[0])
         if hashes[key] != recorded:
-            raise UserError(f"{plan.data_dir} was prepared again for the finished cell {plan.cell.id}, but holds other "
-                            f"documents than it was evaluated on (sha256 {hashes[key]} vs {recorded}): the recipe or "
-                            f"the code that prepares it changed; restore the cells' prepared data, or use a new "
-                            f"out=... folder and run them again")
+            raise UserError(
+                f"{plan.data_dir} was prepared again for the finished cell {plan.cell.id}, but holds other "
+                f"documents than it was evaluated on (sha256 {hashes[key]} vs {recorded}): the recipe or "
+                f"the code that prepares it changed; restore the cells' prepared data, or use a new "
+                f"out=... folder and run them again"
+            )
 
 
 def check_start_models(plans: list[CellPlan]) -> None:
@@ -178,10 +182,13 @@ def check_start_models(plans: list[CellPlan]) -> None:
         if plan.start_model and not Path(plan.start_model).expanduser().exists():
             missing.setdefault(plan.start_model, []).append(plan.cell.id)
     if missing:
-        where = "; ".join(f"{path} (cells {', '.join(ids[:3])}{' ...' if len(ids) > 3 else ''})"
-                          for path, ids in missing.items())
-        raise ConfigError(f"starting model not found: {where}; give local Hugging Face folders (base_model or "
-                          f"train.model.path), or run the other cells with --only")
+        where = "; ".join(
+            f"{path} (cells {', '.join(ids[:3])}{' ...' if len(ids) > 3 else ''})" for path, ids in missing.items()
+        )
+        raise ConfigError(
+            f"starting model not found: {where}; give local Hugging Face folders (base_model or "
+            f"train.model.path), or run the other cells with --only"
+        )
 
 
 def experiment_folder(cfg: ExperimentConfig):
@@ -205,8 +212,14 @@ def mark_experiment(folder: OutputFolder, cfg: ExperimentConfig) -> None:
         folder.mark(fingerprint_sha256(to_dict(cfg)))
 
 
-def run_experiment(cfg: ExperimentConfig, pipeline: Pipeline | None = None, *, progress: bool = True,
-                   only: Callable[[str], bool] | None = None, rerun_stale: bool = False) -> Path:
+def run_experiment(
+    cfg: ExperimentConfig,
+    pipeline: Pipeline | None = None,
+    *,
+    progress: bool = True,
+    only: Callable[[str], bool] | None = None,
+    rerun_stale: bool = False,
+) -> Path:
     """Run every unfinished cell, then aggregate results and write the report. Returns the output folder.
 
     Started cells whose saved configs differ from the current ones are refused (one line, nothing written), or
@@ -247,8 +260,14 @@ def report_only(cfg: ExperimentConfig, plans: list[CellPlan], pipeline: Pipeline
         return finish(cfg, plans)
 
 
-def _run_cells(cfg: ExperimentConfig, plans: list[CellPlan], todo: list[CellPlan], pipeline: Pipeline,
-               progress: bool, rerun: dict[str, str]) -> None:
+def _run_cells(
+    cfg: ExperimentConfig,
+    plans: list[CellPlan],
+    todo: list[CellPlan],
+    pipeline: Pipeline,
+    progress: bool,
+    rerun: dict[str, str],
+) -> None:
     """Run the cells ``todo`` (tuning cells first); ``rerun``: {cell id: what changed} of stale cells to replace.
     With :func:`goldfish.experiment.tune.loss_only`, every tuning cell first computes only its validation loss; then
     each is evaluated in full only where its value is chosen."""
@@ -256,8 +275,9 @@ def _run_cells(cfg: ExperimentConfig, plans: list[CellPlan], todo: list[CellPlan
     if cfg.tune.axis:  # the tuning cells first, the control's among them (an arm's attacks wait for its choice)
         todo = sorted(todo, key=lambda p: (not is_tuning(cfg, p, first), not p.cell.control))
     chosen = None
-    bar = tqdm(total=len(todo), unit="cell", desc=cfg.name,
-               disable=None if progress else True, dynamic_ncols=True)  # None: drawn only on a terminal
+    bar = tqdm(
+        total=len(todo), unit="cell", desc=cfg.name, disable=None if progress else True, dynamic_ncols=True
+    )  # None: drawn only on a terminal
     try:
         for plan in [p for p in todo if light and is_tuning(cfg, p, first)]:  # what the choice reads, first
             _run_one(cfg, plan, pipeline, plans, rerun, bar, tuning_only=True)
@@ -269,11 +289,16 @@ def _run_cells(cfg: ExperimentConfig, plans: list[CellPlan], todo: list[CellPlan
                 runs = selected(cfg, plan, chosen)
                 if not runs:
                     if runs is None:
-                        print(f"[{plan.cell.id}] " + (
-                            f"trained, its validation loss written; its evaluation waits for the choice of "
-                            f"{cfg.tune.axis}, whose other tuning cells are not done: run them, then this again"
-                            if tuning else f"skipped: its tuning cells ({cfg.tune.axis}) are not done; run them "
-                                           "first"), file=sys.stderr)
+                        print(
+                            f"[{plan.cell.id}] "
+                            + (
+                                f"trained, its validation loss written; its evaluation waits for the choice of "
+                                f"{cfg.tune.axis}, whose other tuning cells are not done: run them, then this again"
+                                if tuning
+                                else f"skipped: its tuning cells ({cfg.tune.axis}) are not done; run them first"
+                            ),
+                            file=sys.stderr,
+                        )
                     bar.update(1)
                     continue
             _run_one(cfg, plan, pipeline, plans, rerun, bar)
@@ -282,9 +307,17 @@ def _run_cells(cfg: ExperimentConfig, plans: list[CellPlan], todo: list[CellPlan
         bar.close()
 
 
-def _run_one(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline, plans: list[CellPlan],
-             rerun: dict[str, str], bar: Any, tuning_only: bool = False) -> None:
+def _run_one(
+    cfg: ExperimentConfig,
+    plan: CellPlan,
+    pipeline: Pipeline,
+    plans: list[CellPlan],
+    rerun: dict[str, str],
+    bar: Any,
+    tuning_only: bool = False,
+) -> None:
     """Run (or resume) one cell under its lock (``tuning_only``: the phases a tuning cell is read for)."""
+
     def phase(name: str, _id: str = plan.cell.id) -> None:
         bar.set_postfix_str(f"{_id}: {name}")
 
@@ -297,9 +330,11 @@ def _run_one(cfg: ExperimentConfig, plan: CellPlan, pipeline: Pipeline, plans: l
             with _replacing(plan):
                 run_cell(cfg, plan, pipeline, phase, plans, tuning_only=tuning_only)
         elif changed:
-            raise UserError(f"cell {plan.cell.id} was run meanwhile by another goldfish process with a different "
-                            f"config ({changed}); it is not this run's: use another out= folder, or pass "
-                            f"--rerun-stale to replace it")
+            raise UserError(
+                f"cell {plan.cell.id} was run meanwhile by another goldfish process with a different "
+                f"config ({changed}); it is not this run's: use another out= folder, or pass "
+                f"--rerun-stale to replace it"
+            )
         elif not plan.done:  # another run may have finished it while this one waited
             run_cell(cfg, plan, pipeline, phase, plans, tuning_only=tuning_only)
 

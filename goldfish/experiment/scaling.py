@@ -40,8 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from goldfish.eval.stats import (cluster_bootstrap_mean, clustered_logistic, loglinear_fit, t_over_runs,
-                                 wilson_interval)
+from goldfish.eval.stats import cluster_bootstrap_mean, clustered_logistic, loglinear_fit, t_over_runs, wilson_interval
 from goldfish.eval.threshold import e50
 
 from ..io import read_json
@@ -71,8 +70,12 @@ def _target_losses(cell: CellSummary | None, split: str | None) -> dict | None:
     return cell.target_losses if split is None else (cell.target_losses_by_split or {}).get(split)
 
 
-def loss_gaps(pairs: list[tuple[CellSummary, CellSummary | None]], n_bootstrap: int = 1000, seed: int = 0,
-              split: str | None = None) -> dict[int, dict[str, float]]:
+def loss_gaps(
+    pairs: list[tuple[CellSummary, CellSummary | None]],
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+    split: str | None = None,
+) -> dict[int, dict[str, float]]:
     """``{repetitions: {gap, low, high, n}}``: per target, control NLL minus arm NLL less the mean of the same
     difference over the nonmembers (stratum "0"), pooled over (arm cell, its control cell) pairs, with a bootstrap
     interval over targets. ``split`` ("kept" | "dropped"): the targets' NLL over only the positions the Goldfish
@@ -87,8 +90,9 @@ def loss_gaps(pairs: list[tuple[CellSummary, CellSummary | None]], n_bootstrap: 
         shift = float(np.mean(held)) if held else 0.0
         for r, losses in mine.items():
             if r != "0":
-                diffs[int(r)] += [b - a - shift for a, b in zip(losses, theirs.get(r) or [])
-                                  if a is not None and b is not None]
+                diffs[int(r)] += [
+                    b - a - shift for a, b in zip(losses, theirs.get(r) or []) if a is not None and b is not None
+                ]
     out = {}
     for r, values in sorted(diffs.items()):
         found = cluster_bootstrap_mean(values, None, n_bootstrap, seed)
@@ -116,23 +120,37 @@ def size_analysis(cells: list[CellSummary], axes: list[str]) -> dict | None:
             low, high = wilson_interval(k, n)
             strata[str(r)] = {"exact": k, "n": n, "rate": k / n if n else None, "low": low, "high": high}
         for split in (None, "kept", "dropped"):
-            gaps = loss_gaps([(c, controls.get(point[id(c)])) for c in group], split=split) \
-                if arm != "control" else {}
+            gaps = loss_gaps([(c, controls.get(point[id(c)])) for c in group], split=split) if arm != "control" else {}
             for r, g in gaps.items():
                 strata.setdefault(str(r), {})["loss_gap" if split is None else f"loss_gap_{split}"] = g
         exposures = [c.exposures for c in group if c.exposures]
-        by_cell = [{"cell": c.cell, "values": {a: c.values.get(a) for a in axes if a != SIZE_AXIS},
-                    "strata": {str(r): list(kn) for r, kn in sorted(_pool([c]).items())}} for c in group]
-        rows.append({"arm": arm, "size": size, "params": group[0].params, "cells": len(group), "by_cell": by_cell,
-                     "heldout_loss": float(np.mean(held)) if held else None,
-                     "heldout_loss_sd": float(np.std(held, ddof=1)) if len(held) > 1 else None,
-                     "tokens_seen": group[0].tokens_seen, "strata": strata,
-                     "exposures": exposures[0] if exposures else None,
-                     "exposures_agree": all(e == exposures[0] for e in exposures) if exposures else None,
-                     "pretrained": any(c.start_model for c in group),
-                     "e50": group_e50(group) if arm != "control" else None,
-                     **(e50_runs(group, [a for a in axes if a != SIZE_AXIS]) if arm != "control" else {}),
-                     "canaries": canary_strata(group)})
+        by_cell = [
+            {
+                "cell": c.cell,
+                "values": {a: c.values.get(a) for a in axes if a != SIZE_AXIS},
+                "strata": {str(r): list(kn) for r, kn in sorted(_pool([c]).items())},
+            }
+            for c in group
+        ]
+        rows.append(
+            {
+                "arm": arm,
+                "size": size,
+                "params": group[0].params,
+                "cells": len(group),
+                "by_cell": by_cell,
+                "heldout_loss": float(np.mean(held)) if held else None,
+                "heldout_loss_sd": float(np.std(held, ddof=1)) if len(held) > 1 else None,
+                "tokens_seen": group[0].tokens_seen,
+                "strata": strata,
+                "exposures": exposures[0] if exposures else None,
+                "exposures_agree": all(e == exposures[0] for e in exposures) if exposures else None,
+                "pretrained": any(c.start_model for c in group),
+                "e50": group_e50(group) if arm != "control" else None,
+                **(e50_runs(group, [a for a in axes if a != SIZE_AXIS]) if arm != "control" else {}),
+                "canaries": canary_strata(group),
+            }
+        )
     return {"rows": rows, "fits": _fits(rows)}
 
 
@@ -141,8 +159,9 @@ def _fits(rows: list[dict]) -> list[dict]:
     control = {r["size"]: r for r in rows if r["arm"] == "control"}
     fits = []
     for arm in dict.fromkeys(r["arm"] for r in rows if r["arm"] != "control"):
-        arm_rows = sorted((r for r in rows if r["arm"] == arm and not r.get("pretrained")),
-                          key=lambda r: r["params"] or 0)
+        arm_rows = sorted(
+            (r for r in rows if r["arm"] == arm and not r.get("pretrained")), key=lambda r: r["params"] or 0
+        )
         strata = sorted({int(s) for r in arm_rows for s, v in r["strata"].items() if v.get("n")})
         for s in strata:
             points, floor = [], []
@@ -160,8 +179,9 @@ def _fits(rows: list[dict]) -> list[dict]:
             if len(points) >= MIN_FIT_POINTS:
                 entry.update(loglinear_fit([p for p, _ in points], [y for _, y in points]))
             else:
-                entry["why_not"] = (f"{len(points)} of {len(arm_rows)} sizes off the floor (need "
-                                    f"{MIN_FIT_POINTS}): no fit")
+                entry["why_not"] = (
+                    f"{len(points)} of {len(arm_rows)} sizes off the floor (need {MIN_FIT_POINTS}): no fit"
+                )
             fits.append(entry)
     return fits
 
@@ -181,8 +201,9 @@ def group_e50(cells: list[CellSummary]) -> dict | None:
     windows at their first prefix length, pooled by the exposures actually read (not the labels); None without
     two exposure values read."""
     pooled: dict[float, list[int]] = defaultdict(lambda: [0, 0])
-    prefix = min((s["prefix_len"] for c in cells for s in c.strata or [] if s.get("prefix_len") is not None),
-                 default=None)
+    prefix = min(
+        (s["prefix_len"] for c in cells for s in c.strata or [] if s.get("prefix_len") is not None), default=None
+    )
     for c in cells:
         for s in c.strata or []:
             reads = _reads(c, str(s.get("repetitions")))
@@ -195,9 +216,11 @@ def group_e50(cells: list[CellSummary]) -> dict | None:
         return None
     xs = sorted(pooled)
     found = e50(xs, [pooled[x][0] for x in xs], [pooled[x][1] for x in xs])
-    return {**found, "prefix_len": prefix,
-            "exact_reads": all(len({*(c.exposures or {}).get(k, [0])}) == 1 for c in cells
-                               for k in (c.exposures or {}))}
+    return {
+        **found,
+        "prefix_len": prefix,
+        "exact_reads": all(len({*(c.exposures or {}).get(k, [0])}) == 1 for c in cells for k in (c.exposures or {})),
+    }
 
 
 def e50_runs(cells: list[CellSummary], axes: list[str]) -> dict:
@@ -212,16 +235,26 @@ def e50_runs(cells: list[CellSummary], axes: list[str]) -> dict:
     over: dict[str, Any] = {"n_runs": len(runs), "n_points": len(points)}
     if len(points) == len(runs) and len(runs) >= 2:
         found = t_over_runs(points)
-        over.update(geo_mean=2.0 ** found["mean"], ci_low=2.0 ** found["ci_low"], ci_high=2.0 ** found["ci_high"],
-                    sd_log2=found["sd"], df=found["df"])
+        over.update(
+            geo_mean=2.0 ** found["mean"],
+            ci_low=2.0 ** found["ci_low"],
+            ci_high=2.0 ** found["ci_high"],
+            sd_log2=found["sd"],
+            df=found["df"],
+        )
     elif len(runs) < 2:
         over["why_not"] = "one run: no interval over runs"
     else:  # above / below the tested exposures, separated (only identified between two strata), none (no fit)
-        others = [r["e50"]["status"] if r["e50"] else "none" for r in runs
-                  if not (r["e50"] and r["e50"].get("log2_e50") is not None)]
-        over["why_not"] = (f"{len(points)} of {len(runs)} runs have an E50 inside the tested exposures (the others: "
-                           + ", ".join(f"{others.count(s)} {s}" for s in dict.fromkeys(others))
-                           + "): no interval over runs")
+        others = [
+            r["e50"]["status"] if r["e50"] else "none"
+            for r in runs
+            if not (r["e50"] and r["e50"].get("log2_e50") is not None)
+        ]
+        over["why_not"] = (
+            f"{len(points)} of {len(runs)} runs have an E50 inside the tested exposures (the others: "
+            + ", ".join(f"{others.count(s)} {s}" for s in dict.fromkeys(others))
+            + "): no interval over runs"
+        )
     return {"e50_runs": runs, "e50_over_runs": over}
 
 
@@ -241,10 +274,14 @@ def canary_strata(cells: list[CellSummary], n_bootstrap: int = 1000, seed: int =
     out: dict[str, Any] = {"method": method, "strata": {}}
     for r, rows in sorted(by.items()):
         found = cluster_bootstrap_mean([x["exposure"] for x in rows], None, n_bootstrap, seed)
-        out["strata"][str(r)] = {"mean": found["mean"], "low": found["ci_low"], "high": found["ci_high"],
-                                 "n": len(rows),
-                                 "saturated": sum(bool(x.get("saturated")) for x in rows),
-                                 "extrapolated": float(np.mean([x["extrapolated"] for x in rows]))}
+        out["strata"][str(r)] = {
+            "mean": found["mean"],
+            "low": found["ci_low"],
+            "high": found["ci_high"],
+            "n": len(rows),
+            "saturated": sum(bool(x.get("saturated")) for x in rows),
+            "extrapolated": float(np.mean([x["extrapolated"] for x in rows])),
+        }
     return out
 
 
@@ -265,14 +302,15 @@ def _elasticity(beta: np.ndarray) -> np.ndarray:
 
 def _e50_at(params: float):
     """(B, 3) coefficients -> (B,) E50 the model implies at ``params`` parameters."""
+
     def fn(beta: np.ndarray) -> np.ndarray:
         b = np.where(beta[:, 1] > 0, beta[:, 1], np.nan)
         return 2.0 ** (-(beta[:, 0] + beta[:, 2] * math.log10(params)) / b)
+
     return fn
 
 
-def size_model(plans: list[CellPlan], cells: list[CellSummary], n_bootstrap: int = 1000,
-               seed: int = 0) -> list[dict]:
+def size_model(plans: list[CellPlan], cells: list[CellSummary], n_bootstrap: int = 1000, seed: int = 0) -> list[dict]:
     """Per arm (not the control): ``logit P(exact) = a + b log2(exposures read) + c log10(params)`` over every member
     window (first prefix length) of its from-scratch cells (``plans`` and their summaries ``cells``, aligned), one
     row per target and size; a target is a cluster (the prepared folder -- its seed's split -- and its document id),
@@ -300,8 +338,11 @@ def size_model(plans: list[CellPlan], cells: list[CellSummary], n_bootstrap: int
                 splits.append(str(plan.data_dir))
         entry: dict[str, Any] = {"arm": arm, "sizes": sizes, "n_rows": len(y), "n_events": int(sum(y))}
         if len(sizes) < 2 or not y or 0 < sum(y) == len(y) or not sum(y):
-            entry["why_not"] = (f"{len(sizes)} from-scratch size(s)" if len(sizes) < 2 else
-                                f"{int(sum(y))} of {len(y)} target windows extracted: the model is not identified")
+            entry["why_not"] = (
+                f"{len(sizes)} from-scratch size(s)"
+                if len(sizes) < 2
+                else f"{int(sum(y))} of {len(y)} target windows extracted: the model is not identified"
+            )
             out.append(entry)
             continue
         names = ["intercept", "log2_exposures", "log10_params"]
@@ -312,9 +353,21 @@ def size_model(plans: list[CellPlan], cells: list[CellSummary], n_bootstrap: int
         for split in dict.fromkeys(splits):
             rows = [i for i, s in enumerate(splits) if s == split]
             if 0 < yy[rows].sum() < len(rows):
-                found = clustered_logistic(x[rows], yy[rows], [clusters[i] for i in rows], [strata[i] for i in rows],
-                                           names, None, n_bootstrap, seed)
-                entry["by_split"].append({"split": split.rsplit("/", 1)[-1], **{k: found[k][names[2]] for k in
-                                                                               ("coef", "ci_low", "ci_high")}})
+                found = clustered_logistic(
+                    x[rows],
+                    yy[rows],
+                    [clusters[i] for i in rows],
+                    [strata[i] for i in rows],
+                    names,
+                    None,
+                    n_bootstrap,
+                    seed,
+                )
+                entry["by_split"].append(
+                    {
+                        "split": split.rsplit("/", 1)[-1],
+                        **{k: found[k][names[2]] for k in ("coef", "ci_low", "ci_high")},
+                    }
+                )
         out.append(entry)
     return out

@@ -132,8 +132,15 @@ class DetailPart:
 
 
 # the typed parts every cell's summary holds, in results.json's order
-CORE_PARTS: tuple[type, ...] = (TrainPart, ExtractionPart, MembershipPart, HeadlinePart, StrataPart, ProvenancePart,
-                                DetailPart)
+CORE_PARTS: tuple[type, ...] = (
+    TrainPart,
+    ExtractionPart,
+    MembershipPart,
+    HeadlinePart,
+    StrataPart,
+    ProvenancePart,
+    DetailPart,
+)
 
 
 @dataclasses.dataclass
@@ -149,8 +156,9 @@ class CellId:
     def to_json(self) -> dict[str, Any]:
         """The ``results.json`` entry: ``cell``, ``arm``, one key per grid axis, then every other field."""
         out: dict[str, Any] = {"cell": self.cell, "arm": self.arm, **self.values}
-        out.update({f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                    if f.name not in ("cell", "arm", "values")})
+        out.update(
+            {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("cell", "arm", "values")}
+        )
         return out
 
     @classmethod
@@ -177,8 +185,13 @@ def compose(core: type, parts: Sequence[type], name: str = "CellSummary") -> typ
             if f.name in names:
                 raise TypeError(f"{part.__name__}.{f.name}: a cell summary field already")
             names.append(f.name)
-            fields.append((f.name, f.type, dataclasses.field(default=f.default, default_factory=f.default_factory,
-                                                              metadata=f.metadata)))
+            fields.append(
+                (
+                    f.name,
+                    f.type,
+                    dataclasses.field(default=f.default, default_factory=f.default_factory, metadata=f.metadata),
+                )
+            )
     return dataclasses.make_dataclass(name, fields, bases=(core,), namespace={"__module__": __name__})
 
 

@@ -94,8 +94,12 @@ def active(cfg: ExperimentConfig, plans: list[CellPlan]) -> list[CellPlan]:
     if not cfg.tune.axis:
         return plans
     first, chosen, light = first_values(plans), choice(cfg, plans), loss_only(cfg)
-    return [p for p in plans if selected(cfg, p, chosen) or (
-        is_tuning(cfg, p, first) and (not light or p.done or _key(cfg, p) not in chosen))]
+    return [
+        p
+        for p in plans
+        if selected(cfg, p, chosen)
+        or (is_tuning(cfg, p, first) and (not light or p.done or _key(cfg, p) not in chosen))
+    ]
 
 
 def control_point(cfg: ExperimentConfig, plans: list[CellPlan], plan: CellPlan) -> dict[str, Any] | None:
@@ -127,7 +131,13 @@ def summary(cfg: ExperimentConfig, plans: list[CellPlan]) -> dict | None:
     if not cfg.tune.axis:
         return None
     chosen = choice(cfg, plans)
-    groups = [{"per": dict(zip(cfg.tune.per, key)), "losses": {str(v): loss for v, loss in losses.items()},
-               "chosen": chosen.get(key), "interior": interior(list(losses), chosen.get(key))}
-              for key, losses in sweep(cfg, plans).items()]
+    groups = [
+        {
+            "per": dict(zip(cfg.tune.per, key)),
+            "losses": {str(v): loss for v, loss in losses.items()},
+            "chosen": chosen.get(key),
+            "interior": interior(list(losses), chosen.get(key)),
+        }
+        for key, losses in sweep(cfg, plans).items()
+    ]
     return {"axis": cfg.tune.axis, "by": cfg.tune.by, "per": cfg.tune.per, "groups": groups}

@@ -8,8 +8,22 @@ import os
 import shutil
 from pathlib import Path
 
-from harness import (Probe, Unchanged, case, corpus, eval_argv, exists, fail, goldfish, in_child, ok, one_error,
-                     prepare_argv, train_argv, tree)
+from harness import (
+    Probe,
+    Unchanged,
+    case,
+    corpus,
+    eval_argv,
+    exists,
+    fail,
+    goldfish,
+    in_child,
+    ok,
+    one_error,
+    prepare_argv,
+    train_argv,
+    tree,
+)
 
 # ------------------------------------------------------------------------------------------------ 1 debris
 
@@ -17,8 +31,11 @@ from harness import (Probe, Unchanged, case, corpus, eval_argv, exists, fail, go
 def _look_alikes(p: Probe, out: Path) -> list[Path]:
     """The user's folders named like goldfish's debris of ``out``: ``.<out>.old``, ``.<out>.<x>.tmp``, and an
     ``.<out>.old`` that is a file."""
-    made = [p.user_folder(out.parent / f".{out.name}.old"), p.user_folder(out.parent / f".{out.name}.mine.tmp"),
-            p.user_folder(out.parent / f".{out.name}.k2j4.old")]
+    made = [
+        p.user_folder(out.parent / f".{out.name}.old"),
+        p.user_folder(out.parent / f".{out.name}.mine.tmp"),
+        p.user_folder(out.parent / f".{out.name}.k2j4.old"),
+    ]
     return made
 
 
@@ -104,8 +121,9 @@ def a_staging_folder_made_for_another_output_stays(p: Probe) -> None:
     """goldfish's own staging record, but naming another output: not this writer's debris."""
     run = p.run()
     other = p.user_folder(p.work / ".run.a1b2.tmp")
-    (other / ".goldfish-staging.json").write_text(json.dumps({"target": "other", "role": "new", "pid": 1,
-                                                             "host": "h", "written_by": "goldfish"}))
+    (other / ".goldfish-staging.json").write_text(
+        json.dumps({"target": "other", "role": "new", "pid": 1, "host": "h", "written_by": "goldfish"})
+    )
     with Unchanged(other):
         ok(goldfish(*train_argv(p.prepared, run, "--overwrite", schedule__max_steps=2)))
 
@@ -114,6 +132,7 @@ def a_staging_folder_made_for_another_output_stays(p: Probe) -> None:
 def goldfish_removes_its_own_debris(p: Probe) -> None:
     """The positive control: a staging folder goldfish made (its record) and a kill left is deleted by the next
     writer; the user's look-alike beside it stays."""
+
     def leave_debris() -> None:
         from goldfish.io import new_temp_dir
 
@@ -262,7 +281,7 @@ def _micro(p: Probe, control: bool = True) -> Path:
     source = corpus(p.work / "exp_corpus.jsonl", docs=30)
     config = p.work / "micro.yaml"
     config.write_text(f"""name: probe
-data_recipe: {Path(__file__).resolve().parents[2] / 'data' / 'local_jsonl.yaml'}
+data_recipe: {Path(__file__).resolve().parents[2] / "data" / "local_jsonl.yaml"}
 data: {{source: {{path: {source}}}, seq_len: 32, doc_tokens: 32, min_tokens: 16, num_nonmembers: 5,
        repetitions: [1, 2], tokenizer: {{name: bpe, vocab_size: 300}}}}
 train:
@@ -274,7 +293,7 @@ eval: {{data: {{prefix_lens: [8], suffix_len: 8}}, membership: {{n_bootstrap: 10
 arms:
   standard: {{train.loss.type: standard}}
   goldfish: {{train.loss.type: goldfish, train.loss.goldfish: {{k: 4, h: 13}}}}
-control: {'true' if control else 'false'}
+control: {"true" if control else "false"}
 """)
     return config
 
@@ -324,9 +343,20 @@ def eval_does_not_adopt_a_look_alike_evaluation(p: Probe) -> None:
 def series_does_not_adopt_a_look_alike_folder(p: Probe) -> None:
     mine = p.user_folder(p.work / "mine", **{"fingerprint.json": "{}"})
     with Unchanged(mine):
-        one_error(goldfish("eval", f"series.checkpoints={p.finished}", "--data", p.prepared, "--out", mine,
-                           "data.prefix_lens=[4]", "data.suffix_len=4", "progress=false"),
-                  "goldfish did not write there")
+        one_error(
+            goldfish(
+                "eval",
+                f"series.checkpoints={p.finished}",
+                "--data",
+                p.prepared,
+                "--out",
+                mine,
+                "data.prefix_lens=[4]",
+                "data.suffix_len=4",
+                "progress=false",
+            ),
+            "goldfish did not write there",
+        )
 
 
 @case("3")
@@ -338,19 +368,24 @@ def experiment_does_not_adopt_a_look_alike_folder(p: Probe) -> None:
 
 @case("3", fast=True)
 def report_only_does_not_overwrite_a_users_folder(p: Probe) -> None:
-    mine = p.user_folder(p.work / "mine", **{"experiment.yaml": "name: mine\n", "report.md": "# my report\n",
-                                             "summary.json": '{"mine": true}\n'})
+    mine = p.user_folder(
+        p.work / "mine",
+        **{"experiment.yaml": "name: mine\n", "report.md": "# my report\n", "summary.json": '{"mine": true}\n'},
+    )
     with Unchanged(mine):
-        one_error(goldfish("experiment", _micro(p), f"out={mine}", "--report-only", "--no-progress"),
-                  "goldfish did not write there")
+        one_error(
+            goldfish("experiment", _micro(p), f"out={mine}", "--report-only", "--no-progress"),
+            "goldfish did not write there",
+        )
 
 
 @case("3")
 def report_only_does_not_write_into_another_kinds_folder(p: Probe) -> None:
     run = p.run()
     with Unchanged(run):
-        one_error(goldfish("experiment", _micro(p), f"out={run}", "--report-only", "--no-progress"),
-                  "holds a training run")
+        one_error(
+            goldfish("experiment", _micro(p), f"out={run}", "--report-only", "--no-progress"), "holds a training run"
+        )
 
 
 @case("3")
@@ -373,9 +408,20 @@ def an_empty_folder_is_used(p: Probe) -> None:
 def overwrite_diverging_after_its_first_checkpoint_keeps_the_old_run(p: Probe) -> None:
     run = p.run()
     with Unchanged(run):  # a checkpoint every step: step 1's is written, step 2's loss is no longer finite
-        one_error(goldfish(*train_argv(p.prepared, run, "--overwrite", optim__lr=1e30, optim__warmup_steps=0,
-                                       optim__max_grad_norm="null", checkpoint__every_steps=1)),
-                  "diverged at step 2")
+        one_error(
+            goldfish(
+                *train_argv(
+                    p.prepared,
+                    run,
+                    "--overwrite",
+                    optim__lr=1e30,
+                    optim__warmup_steps=0,
+                    optim__max_grad_norm="null",
+                    checkpoint__every_steps=1,
+                )
+            ),
+            "diverged at step 2",
+        )
     _no_debris(p.work)
 
 
@@ -432,8 +478,20 @@ def overwrite_failing_at_export_keeps_the_old_run(p: Probe) -> None:
 def overwrite_with_an_infinite_lr_one_step_keeps_the_old_run(p: Probe) -> None:
     run = p.run()
     with Unchanged(run):
-        one_error(goldfish(*train_argv(p.prepared, run, "--overwrite", optim__lr=1e300, optim__warmup_steps=0,
-                                       optim__max_grad_norm="null", schedule__max_steps=1)), "diverged")
+        one_error(
+            goldfish(
+                *train_argv(
+                    p.prepared,
+                    run,
+                    "--overwrite",
+                    optim__lr=1e300,
+                    optim__warmup_steps=0,
+                    optim__max_grad_norm="null",
+                    schedule__max_steps=1,
+                )
+            ),
+            "diverged",
+        )
 
 
 @case("4")
@@ -467,8 +525,17 @@ def rerun_stale_failing_keeps_the_old_cell(p: Probe) -> None:
     out = p.work / "exp"
     ok(goldfish("experiment", config, f"out={out}", "--no-progress"))
     with Unchanged(out / "cells" / "standard", out / "cells" / "goldfish"):  # the untrained control does succeed
-        one_error(goldfish("experiment", config, f"out={out}", "--no-progress", "--rerun-stale",
-                           "train.optim.lr=1e30", "train.optim.warmup_steps=0", "train.optim.max_grad_norm=null"),
-                  "diverged")
+        one_error(
+            goldfish(
+                "experiment",
+                config,
+                f"out={out}",
+                "--no-progress",
+                "--rerun-stale",
+                "train.optim.lr=1e30",
+                "train.optim.warmup_steps=0",
+                "train.optim.max_grad_norm=null",
+            ),
+            "diverged",
+        )
     _no_debris(p.work)
-

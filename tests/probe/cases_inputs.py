@@ -9,15 +9,41 @@ import shutil
 from pathlib import Path
 
 from cases_folders import _micro
-from harness import (Probe, Unchanged, case, corpus, eval_argv, exists, fail, goldfish, in_child, ok, one_error,
-                     prepare_argv, start_goldfish, train_argv, tree)
+from harness import (
+    Probe,
+    Unchanged,
+    case,
+    corpus,
+    eval_argv,
+    exists,
+    fail,
+    goldfish,
+    in_child,
+    ok,
+    one_error,
+    prepare_argv,
+    start_goldfish,
+    train_argv,
+    tree,
+)
 
 # ------------------------------------------------------------------------------------------------ 6 series, reference
 
 
 def _series_argv(p: Probe, out: Path, *extra) -> list:
-    return ["eval", "--data", p.prepared, "--out", out, "data.prefix_lens=[4]", "data.suffix_len=4",
-            "report=false", "progress=false", "membership.n_bootstrap=10", *extra]
+    return [
+        "eval",
+        "--data",
+        p.prepared,
+        "--out",
+        out,
+        "data.prefix_lens=[4]",
+        "data.suffix_len=4",
+        "report=false",
+        "progress=false",
+        "membership.n_bootstrap=10",
+        *extra,
+    ]
 
 
 @case("6", fast=True)
@@ -30,16 +56,18 @@ def series_refuses_a_checkpoint_copied_from_another_run(p: Probe) -> None:
     state = json.loads((foreign / "trainer_state.json").read_text())
     state["step"] = state["progress"]["step"] = 3
     (foreign / "trainer_state.json").write_text(json.dumps(state))
-    one_error(goldfish(*_series_argv(p, p.work / "series", f"series.checkpoints={run}")), str(foreign),
-              "optim.lr")
+    one_error(goldfish(*_series_argv(p, p.work / "series", f"series.checkpoints={run}")), str(foreign), "optim.lr")
     exists(p.work / "series", False)
 
 
 def _label_refused(p: Probe, labels: str, needle: str) -> None:
     """A series of the finished model twice with ``series.labels=LABELS``: one line, nothing written anywhere."""
     model = p.finished / "model"
-    one_error(goldfish(*_series_argv(p, p.work / "s", f"series.models=[{model},{model}]", f"series.labels={labels}")),
-              needle, "series.labels")
+    one_error(
+        goldfish(*_series_argv(p, p.work / "s", f"series.models=[{model},{model}]", f"series.labels={labels}")),
+        needle,
+        "series.labels",
+    )
     if list(p.work.iterdir()):
         fail(f"wrote {sorted(f.name for f in p.work.iterdir())}")
 
@@ -106,9 +134,17 @@ def _reference_model(p: Probe, vocab: int, foreign: bool) -> Path:
             rng = random.Random(7)
             words = ["".join(rng.choice("qwxyzjkv") for _ in range(6)) for _ in range(60)]
             tok = train_bpe([" ".join(rng.choice(words) for _ in range(50)) for _ in range(40)], vocab)
-        LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                     num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64)
-                         ).save_pretrained(str(folder))
+        LlamaForCausalLM(
+            LlamaConfig(
+                vocab_size=vocab,
+                hidden_size=32,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                num_key_value_heads=2,
+                intermediate_size=64,
+                max_position_embeddings=64,
+            )
+        ).save_pretrained(str(folder))
         tok.save_pretrained(str(folder))
 
     ok(in_child(build), "building a reference model")
@@ -122,16 +158,18 @@ def _vocab(p: Probe) -> int:
 @case("6", fast=True)
 def a_reference_model_with_a_same_size_foreign_tokenizer_is_refused(p: Probe) -> None:
     ref = _reference_model(p, _vocab(p), foreign=True)
-    one_error(goldfish(*eval_argv(p.finished / "model", p.prepared, p.work / "ev", f"model.reference={ref}")),
-              str(ref), "tokenizer")
+    one_error(
+        goldfish(*eval_argv(p.finished / "model", p.prepared, p.work / "ev", f"model.reference={ref}")),
+        str(ref),
+        "tokenizer",
+    )
     exists(p.work / "ev", False)
 
 
 @case("6")
 def a_smaller_reference_model_is_refused(p: Probe) -> None:
     ref = _reference_model(p, 260, foreign=True)
-    one_error(goldfish(*eval_argv(p.finished / "model", p.prepared, p.work / "ev", f"model.reference={ref}")),
-              str(ref))
+    one_error(goldfish(*eval_argv(p.finished / "model", p.prepared, p.work / "ev", f"model.reference={ref}")), str(ref))
     exists(p.work / "ev", False)
 
 
@@ -203,8 +241,10 @@ def a_second_experiment_with_another_config_does_not_report_the_firsts_cell(p: P
     lr) as its own: exactly one succeeds, the other is one line naming the cell and the difference."""
     config = _micro(p, control=False)  # --only standard: no control cell to wait for
     out = p.work / "exp"
-    runs = [start_goldfish("experiment", config, f"out={out}", "--no-progress", "--only", "standard", *extra)
-            for extra in ([], ["train.optim.lr=0.002"])]
+    runs = [
+        start_goldfish("experiment", config, f"out={out}", "--no-progress", "--only", "standard", *extra)
+        for extra in ([], ["train.optim.lr=0.002"])
+    ]
     results = [r.wait() for r in runs]
     if sorted(r.rc for r in results) != [0, 2]:
         fail(f"exit codes {[r.rc for r in results]}: {results[0].tail(150)} / {results[1].tail(150)}")
@@ -217,8 +257,11 @@ def a_rerun_of_a_finished_cell_with_another_config_is_refused(p: Probe) -> None:
     out = p.work / "exp"
     ok(goldfish("experiment", config, f"out={out}", "--no-progress", "--only", "standard"))
     with Unchanged(out / "cells"):
-        one_error(goldfish("experiment", config, f"out={out}", "--no-progress", "--only", "standard",
-                           "train.optim.lr=0.002"), "standard", "train.optim.lr")
+        one_error(
+            goldfish("experiment", config, f"out={out}", "--no-progress", "--only", "standard", "train.optim.lr=0.002"),
+            "standard",
+            "train.optim.lr",
+        )
 
 
 # ------------------------------------------------------------------------------------------------ 8 values
@@ -234,6 +277,7 @@ def _writes_exactly(p: Probe, value: str, folder: str | None = None) -> None:
 
 def _writes_case(family: str, name: str, value: str, folder: str | None = None, fast: bool = False) -> None:
     """Register the case ``name``: ``out=VALUE`` writes exactly the folder ``folder`` (default: VALUE)."""
+
     def check(p: Probe) -> None:
         _writes_exactly(p, value, folder)
 
@@ -241,12 +285,14 @@ def _writes_case(family: str, name: str, value: str, folder: str | None = None, 
     case(family, fast)(check)
 
 
-for _name, _value, _folder, _fast in (("out_0123_is_the_folder_0123", "0123", None, True),
-                                      ("out_12_30_is_the_folder_12_30", "12:30", None, False),
-                                      ("out_yes_is_the_folder_yes", "yes", None, False),
-                                      ("out_with_a_hash_keeps_the_whole_text", "run #2", None, False),
-                                      ("out_2024_01_01_is_text_not_a_date", "2024-01-01", None, False),
-                                      ("a_quoted_value_is_the_text_inside_the_quotes", "'007'", "007", False)):
+for _name, _value, _folder, _fast in (
+    ("out_0123_is_the_folder_0123", "0123", None, True),
+    ("out_12_30_is_the_folder_12_30", "12:30", None, False),
+    ("out_yes_is_the_folder_yes", "yes", None, False),
+    ("out_with_a_hash_keeps_the_whole_text", "run #2", None, False),
+    ("out_2024_01_01_is_text_not_a_date", "2024-01-01", None, False),
+    ("a_quoted_value_is_the_text_inside_the_quotes", "'007'", "007", False),
+):
     _writes_case("8", _name, _value, _folder, _fast)
 _writes_case("10", "out_with_spaces_and_unicode_works", "my run ü 🐟")
 
@@ -335,8 +381,10 @@ def an_infinite_learning_rate_is_refused_at_config_load(p: Probe) -> None:
 
 @case("9")
 def infinite_epochs_are_refused_at_config_load(p: Probe) -> None:
-    one_error(goldfish(*train_argv(p.prepared, p.work / "run", "schedule.epochs=.inf", schedule__max_steps="null")),
-              "schedule.epochs")
+    one_error(
+        goldfish(*train_argv(p.prepared, p.work / "run", "schedule.epochs=.inf", schedule__max_steps="null")),
+        "schedule.epochs",
+    )
 
 
 @case("9", fast=True)
@@ -347,29 +395,35 @@ def an_enormous_seq_len_is_refused_at_config_load(p: Probe) -> None:
 
 @case("9")
 def an_enormous_vocab_size_is_refused_at_config_load(p: Probe) -> None:
-    one_error(goldfish(*prepare_argv(corpus(p.work / "c.jsonl"), p.work / "prep", f"tokenizer.vocab_size={2**62}")),
-              "vocab_size")
+    one_error(
+        goldfish(*prepare_argv(corpus(p.work / "c.jsonl"), p.work / "prep", f"tokenizer.vocab_size={2**62}")),
+        "vocab_size",
+    )
     exists(p.work / "prep", False)
 
 
 @case("9", fast=True)
 def an_enormous_bootstrap_count_is_refused_at_config_load(p: Probe) -> None:
-    one_error(goldfish(*eval_argv(p.finished / "model", p.prepared, p.work / "ev", f"membership.n_bootstrap={2**62}")),
-              "n_bootstrap")
+    one_error(
+        goldfish(*eval_argv(p.finished / "model", p.prepared, p.work / "ev", f"membership.n_bootstrap={2**62}")),
+        "n_bootstrap",
+    )
     exists(p.work / "ev", False)
 
 
 @case("9")
 def enormous_repetitions_are_refused_at_config_load(p: Probe) -> None:
-    one_error(goldfish(*prepare_argv(corpus(p.work / "c.jsonl"), p.work / "prep", f"repetitions=[1,{2**62}]")),
-              "repetitions")
+    one_error(
+        goldfish(*prepare_argv(corpus(p.work / "c.jsonl"), p.work / "prep", f"repetitions=[1,{2**62}]")), "repetitions"
+    )
 
 
 @case("9")
 def an_enormous_beam_or_sample_count_is_refused_at_config_load(p: Probe) -> None:
     for key in ("decoding.beam", "decoding.samples", "canaries.n_candidates"):
-        one_error(goldfish(*eval_argv(p.finished / "model", p.prepared, p.work / "ev", f"{key}={2**62}")),
-                  key.split(".")[1])
+        one_error(
+            goldfish(*eval_argv(p.finished / "model", p.prepared, p.work / "ev", f"{key}={2**62}")), key.split(".")[1]
+        )
     exists(p.work / "ev", False)
 
 
@@ -396,8 +450,12 @@ def fine_tuning_a_config_json_claiming_200000_layers_is_refused(p: Probe) -> Non
 
 @case("9")
 def a_config_json_claiming_enormous_widths_is_refused(p: Probe) -> None:
-    for claim in ({"hidden_size": 2**40}, {"intermediate_size": 2**40}, {"vocab_size": 2**40},
-                  {"num_attention_heads": 2**40}):
+    for claim in (
+        {"hidden_size": 2**40},
+        {"intermediate_size": 2**40},
+        {"vocab_size": 2**40},
+        {"num_attention_heads": 2**40},
+    ):
         model = _claiming(p, **claim)
         one_error(goldfish(*eval_argv(model, p.prepared, p.work / "ev")), str(model))
         shutil.rmtree(model)
@@ -413,8 +471,19 @@ def an_enormous_model_override_is_one_line(p: Probe) -> None:
 @case("9", fast=True)
 def a_run_whose_weights_become_non_finite_exports_no_model_or_card(p: Probe) -> None:
     run = p.work / "run"
-    one_error(goldfish(*train_argv(p.prepared, run, optim__lr=1e300, optim__warmup_steps=0,
-                                   optim__max_grad_norm="null", schedule__max_steps=1)), "diverged")
+    one_error(
+        goldfish(
+            *train_argv(
+                p.prepared,
+                run,
+                optim__lr=1e300,
+                optim__warmup_steps=0,
+                optim__max_grad_norm="null",
+                schedule__max_steps=1,
+            )
+        ),
+        "diverged",
+    )
     exists(run / "model", False)
     exists(run / "summary.json", False)
 
@@ -422,8 +491,15 @@ def a_run_whose_weights_become_non_finite_exports_no_model_or_card(p: Probe) -> 
 @case("9")
 def a_run_diverging_at_its_last_step_exports_nothing_and_a_rerun_says_so_again(p: Probe) -> None:
     run = p.work / "run"
-    argv = train_argv(p.prepared, run, optim__lr=1e30, optim__warmup_steps=0, optim__max_grad_norm="null",
-                      schedule__max_steps=3, checkpoint__every_steps=1)
+    argv = train_argv(
+        p.prepared,
+        run,
+        optim__lr=1e30,
+        optim__warmup_steps=0,
+        optim__max_grad_norm="null",
+        schedule__max_steps=3,
+        checkpoint__every_steps=1,
+    )
     one_error(goldfish(*argv), "diverged")
     one_error(goldfish(*argv), "diverged")
     exists(run / "model", False)
@@ -523,9 +599,15 @@ def an_rng_file_of_the_wrong_shape_falls_back_or_is_one_line(p: Probe) -> None:
 
 @case("10")
 def a_trainer_state_of_the_wrong_shape_falls_back_or_is_one_line(p: Probe) -> None:
-    _resumes_past(p, "trainer_state.json", ('{"progress": "x", "world_size": 1}', "[1, 2]",
-                                            '{"world_size": 1, "rows": 16, "seq_len": 32, "global_batch_size": 4, '
-                                            '"progress": {"step": "four"}}'))
+    _resumes_past(
+        p,
+        "trainer_state.json",
+        (
+            '{"progress": "x", "world_size": 1}',
+            "[1, 2]",
+            '{"world_size": 1, "rows": 16, "seq_len": 32, "global_batch_size": 4, "progress": {"step": "four"}}',
+        ),
+    )
 
 
 @case("10")
@@ -623,8 +705,10 @@ def resuming_with_the_same_config_continues(p: Probe) -> None:
 @case("11")
 def resuming_from_another_runs_checkpoint_with_another_micro_batch_is_refused(p: Probe) -> None:
     step = p.finished / "checkpoints" / "step_000004"
-    one_error(goldfish(*train_argv(p.prepared, p.work / "run", schedule__micro_batch_size=4,
-                                   checkpoint__resume=step)), "schedule.micro_batch_size")
+    one_error(
+        goldfish(*train_argv(p.prepared, p.work / "run", schedule__micro_batch_size=4, checkpoint__resume=step)),
+        "schedule.micro_batch_size",
+    )
     exists(p.work / "run", False)
 
 
@@ -654,8 +738,9 @@ def eval_of_a_run_folder_without_a_model_is_one_line(p: Probe) -> None:
 @case("12")
 def eval_nonmembers_that_is_a_folder_without_manifest_is_one_line(p: Probe) -> None:
     (p.work / "nm").mkdir()
-    one_error(goldfish(*eval_argv(p.finished / "model", p.prepared, p.work / "ev", "--nonmembers", p.work / "nm")),
-              "nm")
+    one_error(
+        goldfish(*eval_argv(p.finished / "model", p.prepared, p.work / "ev", "--nonmembers", p.work / "nm")), "nm"
+    )
 
 
 @case("12")
@@ -719,6 +804,8 @@ def a_finished_run_is_left_alone_by_a_rerun(p: Probe) -> None:
 @case("9")
 def a_finite_but_endless_schedule_is_one_line(p: Probe) -> None:
     for key, value in (("schedule.epochs", "1e300"), ("schedule.max_tokens", str(2**62))):
-        one_error(goldfish(*train_argv(p.prepared, p.work / "run", schedule__max_steps="null"), f"{key}={value}"),
-                  "optimizer steps")
+        one_error(
+            goldfish(*train_argv(p.prepared, p.work / "run", schedule__max_steps="null"), f"{key}={value}"),
+            "optimizer steps",
+        )
     exists(p.work / "run", False)

@@ -10,8 +10,21 @@ import os
 import shutil
 from pathlib import Path
 
-from harness import (Probe, Unchanged, case, corpus, eval_argv, exists, fail, goldfish, in_child, ok, one_error,
-                     prepare_argv, train_argv)
+from harness import (
+    Probe,
+    Unchanged,
+    case,
+    corpus,
+    eval_argv,
+    exists,
+    fail,
+    goldfish,
+    in_child,
+    ok,
+    one_error,
+    prepare_argv,
+    train_argv,
+)
 
 
 def _streamed_argv(p: Probe, out: Path, *extra) -> list:
@@ -21,9 +34,16 @@ def _streamed_argv(p: Probe, out: Path, *extra) -> list:
     if not bg.is_dir():
         bg.mkdir()
         corpus(bg / "part.jsonl", docs=60, seed=7, words=120)
-    return prepare_argv(corpus(p.work / "c.jsonl"), out, "background_source.name=local",
-                        f"background_source.path={bg}", "num_background=12", "background_chunk_tokens=31",
-                        "shard_documents=6", *extra)
+    return prepare_argv(
+        corpus(p.work / "c.jsonl"),
+        out,
+        "background_source.name=local",
+        f"background_source.path={bg}",
+        "num_background=12",
+        "background_chunk_tokens=31",
+        "shard_documents=6",
+        *extra,
+    )
 
 
 def _shards(p: Probe, out: Path, spec: str = "0:10") -> None:
@@ -94,6 +114,7 @@ def _eval_offline(cache: Path, argv: list):
         constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE = str(cache), True
         hub_snapshot.cache_clear()
         return main([str(a) for a in argv])
+
     return in_child(run)
 
 
@@ -203,8 +224,10 @@ def a_background_document_of_30_mb_is_tokenized_in_bounded_memory(p: Probe) -> N
 @case("17", fast=True)
 def eval_on_a_device_this_machine_lacks_is_one_line(p: Probe) -> None:
     for device in ("xla", "meta"):
-        one_error(goldfish(*eval_argv(p.finished / "model", p.prepared, p.work / f"ev_{device}"), "--device",
-                           device), f"device='{device}'")
+        one_error(
+            goldfish(*eval_argv(p.finished / "model", p.prepared, p.work / f"ev_{device}"), "--device", device),
+            f"device='{device}'",
+        )
         exists(p.work / f"ev_{device}" / "results.json", False)
 
 

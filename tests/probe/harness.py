@@ -62,9 +62,11 @@ CASES: list[Case] = []
 
 def case(family: str, fast: bool = False) -> Callable:
     """Register a case of ``family`` (its function's name is the case's name)."""
+
     def register(fn: Callable[["Probe"], None]) -> Callable[["Probe"], None]:
         CASES.append(Case(family, fn.__name__, fn, fast))
         return fn
+
     return register
 
 
@@ -140,8 +142,14 @@ class Child:
         return Result(os.waitstatus_to_exitcode(status), out, err, seconds, peak)
 
 
-def in_child(fn: Callable[[], Any], *, cwd: Path | None = None, stdin: bytes | None = None,
-             timeout: float = TIMEOUT_S, kill_when: Callable[[], bool] | None = None) -> Result:
+def in_child(
+    fn: Callable[[], Any],
+    *,
+    cwd: Path | None = None,
+    stdin: bytes | None = None,
+    timeout: float = TIMEOUT_S,
+    kill_when: Callable[[], bool] | None = None,
+) -> Result:
     """Run ``fn()`` in a forked :class:`Child` and wait for it."""
     return Child(fn, cwd, stdin).wait(timeout, kill_when)
 
@@ -154,8 +162,7 @@ def _read(f) -> str:
 def _cli(argv: tuple) -> Callable[[], int]:
     from goldfish.cli import main
 
-    return lambda: main([a if isinstance(a, str) else os.fsdecode(a) if isinstance(a, bytes) else str(a)
-                         for a in argv])
+    return lambda: main([a if isinstance(a, str) else os.fsdecode(a) if isinstance(a, bytes) else str(a) for a in argv])
 
 
 def goldfish(*argv: Any, **kw: Any) -> Result:
@@ -246,29 +253,61 @@ def exists(path: Path, expected: bool = True) -> None:
 # ------------------------------------------------------------------------------------------------ inputs
 
 
-WORDS = ("the of river city king war north people was built stone light market garden winter letter silver engine "
-         "harbor forest paper window morning voice island bridge valley castle").split()
+WORDS = (
+    "the of river city king war north people was built stone light market garden winter letter silver engine "
+    "harbor forest paper window morning voice island bridge valley castle"
+).split()
 
 
 def corpus(path: Path, docs: int = 40, seed: int = 1, words: int = 80) -> Path:
     """A JSONL corpus of ``docs`` random texts (``{"id", "text"}``)."""
     rng = random.Random(seed)
-    path.write_text("".join(json.dumps({"id": f"d{i}", "text": " ".join(rng.choice(WORDS) for _ in range(words))})
-                            + "\n" for i in range(docs)), encoding="utf-8")
+    path.write_text(
+        "".join(
+            json.dumps({"id": f"d{i}", "text": " ".join(rng.choice(WORDS) for _ in range(words))}) + "\n"
+            for i in range(docs)
+        ),
+        encoding="utf-8",
+    )
     return path
 
 
 def prepare_argv(source: Path, out: Path, *extra: Any) -> list:
-    return ["prepare", REPO / "data" / "local_jsonl.yaml", f"source.path={source}", "seq_len=32", "doc_tokens=32",
-            "min_tokens=16", "num_nonmembers=5", "repetitions=[1,2]", "tokenizer.name=bpe", "tokenizer.vocab_size=300",
-            "--out", out, "--quiet", *extra]
+    return [
+        "prepare",
+        REPO / "data" / "local_jsonl.yaml",
+        f"source.path={source}",
+        "seq_len=32",
+        "doc_tokens=32",
+        "min_tokens=16",
+        "num_nonmembers=5",
+        "repetitions=[1,2]",
+        "tokenizer.name=bpe",
+        "tokenizer.vocab_size=300",
+        "--out",
+        out,
+        "--quiet",
+        *extra,
+    ]
 
 
-TINY = {"model.name": "llama-demo", "model.hidden_size": 32, "model.num_layers": 1, "model.num_heads": 2,
-        "model.intermediate_size": 64, "optim.lr": 0.01, "optim.warmup_steps": 2, "schedule.max_steps": 6,
-        "schedule.global_batch_size": 4, "schedule.micro_batch_size": 2, "checkpoint.every_steps": 2,
-        "checkpoint.keep_last": 0, "checkpoint.keep_optimizer": "true",  # the cases resume and read the last one
-        "progress": "false", "log_every": 1000}
+TINY = {
+    "model.name": "llama-demo",
+    "model.hidden_size": 32,
+    "model.num_layers": 1,
+    "model.num_heads": 2,
+    "model.intermediate_size": 64,
+    "optim.lr": 0.01,
+    "optim.warmup_steps": 2,
+    "schedule.max_steps": 6,
+    "schedule.global_batch_size": 4,
+    "schedule.micro_batch_size": 2,
+    "checkpoint.every_steps": 2,
+    "checkpoint.keep_last": 0,
+    "checkpoint.keep_optimizer": "true",  # the cases resume and read the last one
+    "progress": "false",
+    "log_every": 1000,
+}
 
 
 def train_argv(data: Path, out: Path, *extra: Any, **settings: Any) -> list:
@@ -278,8 +317,21 @@ def train_argv(data: Path, out: Path, *extra: Any, **settings: Any) -> list:
 
 
 def eval_argv(model: Path, data: Path, out: Path, *extra: Any) -> list:
-    return ["eval", "--model", model, "--data", data, "--out", out, "data.prefix_lens=[4]", "data.suffix_len=4",
-            "report=false", "progress=false", "membership.n_bootstrap=10", *extra]
+    return [
+        "eval",
+        "--model",
+        model,
+        "--data",
+        data,
+        "--out",
+        out,
+        "data.prefix_lens=[4]",
+        "data.suffix_len=4",
+        "report=false",
+        "progress=false",
+        "membership.n_bootstrap=10",
+        *extra,
+    ]
 
 
 class Probe:
@@ -301,22 +353,28 @@ class Probe:
     @property
     def prepared(self) -> Path:
         """A prepared folder (BPE of 300 tokens, rows of 32): read only -- copy it to change it."""
+
         def build(path: Path) -> None:
             ok(goldfish(*prepare_argv(corpus(path.parent / "corpus.jsonl"), path)), "preparing the fixture")
+
         return self._fixture("prepared", build)
 
     @property
     def finished(self) -> Path:
         """A finished 6-step run with checkpoints at steps 2, 4, 6: read only -- use :meth:`run` to change one."""
+
         def build(path: Path) -> None:
             ok(goldfish(*train_argv(self.prepared, path)), "training the fixture")
+
         return self._fixture("run", build)
 
     @property
     def evaluated(self) -> Path:
         """An evaluation of :attr:`finished`: read only."""
+
         def build(path: Path) -> None:
             ok(goldfish(*eval_argv(self.finished / "model", self.prepared, path)), "evaluating the fixture")
+
         return self._fixture("eval", build)
 
     def copy(self, source: Path, name: str | None = None) -> Path:

@@ -57,8 +57,13 @@ def _warm_imports() -> None:
 
 
 def selected(families: list[str], names: list[str], fast: bool) -> list:
-    return [c for c in CASES if (not families or c.family in families)
-            and (not names or any(n in c.name for n in names)) and (c.fast or not fast)]
+    return [
+        c
+        for c in CASES
+        if (not families or c.family in families)
+        and (not names or any(n in c.name for n in names))
+        and (c.fast or not fast)
+    ]
 
 
 def run_cases(cases: list, root: Path, keep: bool = False, echo=print) -> list[tuple]:

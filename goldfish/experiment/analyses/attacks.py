@@ -71,8 +71,12 @@ import torch
 
 from goldfish.eval import attacks
 from goldfish.eval.membership import evaluate_attack, target_pass
-from goldfish.eval.stats import (difference_in_differences, minimum_detectable_effect, paired_difference,
-                                 se_from_interval)
+from goldfish.eval.stats import (
+    difference_in_differences,
+    minimum_detectable_effect,
+    paired_difference,
+    se_from_interval,
+)
 
 from ...data import load_prepared
 from ...io import atomic_write_json, read_json, read_jsonl
@@ -80,8 +84,19 @@ from ...masks import GoldfishConfig, config_mask
 from ..plan import CellFolder, CellPlan
 from .base import Analysis, Others, listed, summary_key
 
-AUC_FIELDS = ("auc", "auc_ci_low", "auc_ci_high", "tpr_at_1pct_fpr", "tpr_at_1pct_fpr_note", "tpr_at_0.1pct_fpr",
-              "tpr_at_0.1pct_fpr_note", "roc_fpr", "roc_tpr", "n_members", "n_nonmembers")
+AUC_FIELDS = (
+    "auc",
+    "auc_ci_low",
+    "auc_ci_high",
+    "tpr_at_1pct_fpr",
+    "tpr_at_1pct_fpr_note",
+    "tpr_at_0.1pct_fpr",
+    "tpr_at_0.1pct_fpr_note",
+    "roc_fpr",
+    "roc_tpr",
+    "n_members",
+    "n_nonmembers",
+)
 
 
 def dropped_targets(docs: Sequence[Sequence[int]], gcfg: GoldfishConfig) -> list[np.ndarray]:
@@ -93,11 +108,14 @@ def dropped_targets(docs: Sequence[Sequence[int]], gcfg: GoldfishConfig) -> list
 def member_nll_by_split(logp: Sequence[np.ndarray], dropped: Sequence[np.ndarray]) -> dict[str, list]:
     """``{"kept" | "dropped": [mean -log p over each document's kept / dropped targets, or None where it has
     none]}``."""
+
     def mean_nll(lp: np.ndarray, where: np.ndarray) -> float | None:
         return float(-np.asarray(lp)[where].mean()) if where.any() else None
 
-    return {"kept": [mean_nll(lp, ~np.asarray(d, bool)) for lp, d in zip(logp, dropped)],
-            "dropped": [mean_nll(lp, np.asarray(d, bool)) for lp, d in zip(logp, dropped)]}
+    return {
+        "kept": [mean_nll(lp, ~np.asarray(d, bool)) for lp, d in zip(logp, dropped)],
+        "dropped": [mean_nll(lp, np.asarray(d, bool)) for lp, d in zip(logp, dropped)],
+    }
 
 
 def _auc(members: np.ndarray, nonmembers: np.ndarray, n_bootstrap: int, seed: int) -> dict:
@@ -105,15 +123,23 @@ def _auc(members: np.ndarray, nonmembers: np.ndarray, n_bootstrap: int, seed: in
     return {k: result[k] for k in AUC_FIELDS}
 
 
-def exposure_aucs(scores: dict[str, dict[str, np.ndarray]], reps: np.ndarray, n_bootstrap: int,
-                  seed: int) -> tuple[dict, dict]:
+def exposure_aucs(
+    scores: dict[str, dict[str, np.ndarray]], reps: np.ndarray, n_bootstrap: int, seed: int
+) -> tuple[dict, dict]:
     """The LOSS and reference AUC per exposure count r (members with r copies vs all nonmembers):
     ``({r: {attack: auc}}, {r: {attack: [ci_low, ci_high]}})``, the CI bootstrapped like every other AUC."""
-    found = {str(int(r)): {name: _auc(s["members"][reps == r], s["nonmembers"], n_bootstrap, seed)
-                           for name, s in scores.items() if name in ("loss", "reference")}
-             for r in np.unique(reps)}
-    return ({r: {name: a["auc"] for name, a in by.items()} for r, by in found.items()},
-            {r: {name: [a["auc_ci_low"], a["auc_ci_high"]] for name, a in by.items()} for r, by in found.items()})
+    found = {
+        str(int(r)): {
+            name: _auc(s["members"][reps == r], s["nonmembers"], n_bootstrap, seed)
+            for name, s in scores.items()
+            if name in ("loss", "reference")
+        }
+        for r in np.unique(reps)
+    }
+    return (
+        {r: {name: a["auc"] for name, a in by.items()} for r, by in found.items()},
+        {r: {name: [a["auc_ci_low"], a["auc_ci_high"]] for name, a in by.items()} for r, by in found.items()},
+    )
 
 
 def _reading(measure: str, did: dict, placebo: dict | None) -> str:
@@ -128,10 +154,15 @@ def _reading(measure: str, did: dict, placebo: dict | None) -> str:
     return "leak" if better else "negative"
 
 
-def leakage_audit(arm: dict[str, dict[str, list]], control: dict[str, dict[str, list]],
-                  dropped: Sequence[np.ndarray], n_bootstrap: int, seed: int,
-                  nonmember_dropped: Sequence[np.ndarray] | None = None,
-                  supervised: Sequence[np.ndarray] | None = None) -> dict[str, Any]:
+def leakage_audit(
+    arm: dict[str, dict[str, list]],
+    control: dict[str, dict[str, list]],
+    dropped: Sequence[np.ndarray],
+    n_bootstrap: int,
+    seed: int,
+    nonmember_dropped: Sequence[np.ndarray] | None = None,
+    supervised: Sequence[np.ndarray] | None = None,
+) -> dict[str, Any]:
     """The dropped-token leakage audit. ``arm`` / ``control``: ``{"logp" | "correct": {"members" | "nonmembers":
     [(L-1,) per document]}}`` of the cell and of its grid point's control (``control["correct"]`` may lack a split
     its file predates); ``dropped``: the members' (L-1,) drop masks of the audited mask.
@@ -149,8 +180,12 @@ def leakage_audit(arm: dict[str, dict[str, list]], control: dict[str, dict[str, 
     ``mde``: 2.80 x the DiD's standard error (from its interval); ``supervised_fraction`` (given ``supervised``,
     the members' (L-1,) positions the cell's own loss trained on): the share of the audited positions trained on;
     ``reading`` per measure (:func:`_reading`)."""
-    measures = {"loss": ({k: [-np.asarray(x) for x in v] for k, v in arm["logp"].items()},
-                         {k: [-np.asarray(x) for x in v] for k, v in control["logp"].items()})}
+    measures = {
+        "loss": (
+            {k: [-np.asarray(x) for x in v] for k, v in arm["logp"].items()},
+            {k: [-np.asarray(x) for x in v] for k, v in control["logp"].items()},
+        )
+    }
     if control["correct"].get("members") is not None:
         measures["accuracy"] = (arm["correct"], control["correct"])
     out: dict[str, Any] = {"did": {}}
@@ -160,8 +195,8 @@ def leakage_audit(arm: dict[str, dict[str, list]], control: dict[str, dict[str, 
             out[name][measure] = paired_difference(a["members"], c["members"], positions, n_bootstrap, seed)
             if c.get("nonmembers") is not None and len(a["nonmembers"]):
                 out["did"][name][measure] = difference_in_differences(
-                    a["members"], c["members"], positions, a["nonmembers"], c["nonmembers"], None, n_bootstrap,
-                    seed)
+                    a["members"], c["members"], positions, a["nonmembers"], c["nonmembers"], None, n_bootstrap, seed
+                )
     out["placebo"], out["mde"], out["reading"] = {}, {}, {}
     for measure, (a, c) in measures.items():
         did = out["did"]["dropped"].get(measure)
@@ -170,8 +205,15 @@ def leakage_audit(arm: dict[str, dict[str, list]], control: dict[str, dict[str, 
         if nonmember_dropped is not None and c.get("nonmembers") is not None and len(a["nonmembers"]) >= 2:
             half = slice(0, None, 2), slice(1, None, 2)  # even-indexed nonmembers stand in for members
             out["placebo"][measure] = difference_in_differences(
-                a["nonmembers"][half[0]], c["nonmembers"][half[0]], list(nonmember_dropped)[half[0]],
-                a["nonmembers"][half[1]], c["nonmembers"][half[1]], None, n_bootstrap, seed)
+                a["nonmembers"][half[0]],
+                c["nonmembers"][half[0]],
+                list(nonmember_dropped)[half[0]],
+                a["nonmembers"][half[1]],
+                c["nonmembers"][half[1]],
+                None,
+                n_bootstrap,
+                seed,
+            )
         out["mde"][measure] = minimum_detectable_effect(se_from_interval(did.get("ci_low"), did.get("ci_high")))
         out["reading"][measure] = _reading(measure, did, out["placebo"].get(measure))
     if supervised is not None:
@@ -183,13 +225,24 @@ def leakage_audit(arm: dict[str, dict[str, list]], control: dict[str, dict[str, 
 
 def documents(prepared: Any) -> dict[str, list[list[int]]]:
     """The members' and nonmembers' token ids, in the prepared folder's order (the order eval scores them)."""
-    return {"members": [list(x) for x in prepared.members["input_ids"]],
-            "nonmembers": [list(x) for x in prepared.nonmembers["input_ids"]]}
+    return {
+        "members": [list(x) for x in prepared.members["input_ids"]],
+        "nonmembers": [list(x) for x in prepared.nonmembers["input_ids"]],
+    }
 
 
-def analyse(tokens: dict[str, list[dict]], prepared: Any, out: Path, gcfg: GoldfishConfig | None,
-            reference: dict | None, n_bootstrap: int = 1000, seed: int = 0, control: bool = False,
-            own: GoldfishConfig | None = None, audits: dict[str, GoldfishConfig] | None = None) -> dict:
+def analyse(
+    tokens: dict[str, list[dict]],
+    prepared: Any,
+    out: Path,
+    gcfg: GoldfishConfig | None,
+    reference: dict | None,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+    control: bool = False,
+    own: GoldfishConfig | None = None,
+    audits: dict[str, GoldfishConfig] | None = None,
+) -> dict:
     """Compute and write the attacks file ``out`` for one cell from its per-token scores ``tokens`` (``{"members" |
     "nonmembers": [{"logp", "correct"} per document]}`` in :func:`documents`' order: the rows of
     :func:`goldfish.eval.membership.target_pass` with ``keep_tokens``); ``reference`` is the control cell's
@@ -205,20 +258,23 @@ def analyse(tokens: dict[str, list[dict]], prepared: Any, out: Path, gcfg: Goldf
     reps = np.asarray(prepared.members["repetitions"])
     logp = {name: [np.asarray(r["logp"], dtype=np.float64) for r in rows] for name, rows in tokens.items()}
     correct = {name: [np.asarray(r["correct"], dtype=bool) for r in rows] for name, rows in tokens.items()}
-    result: dict[str, Any] = {"logprobs": {k: [v.tolist() for v in vs] for k, vs in logp.items()},
-                              "correct": {k: [c.astype(np.int8).tolist() for c in cs] for k, cs in correct.items()},
-                              "doc_ids": {"members": list(prepared.members["id"]),
-                                          "nonmembers": list(prepared.nonmembers["id"])}}
+    result: dict[str, Any] = {
+        "logprobs": {k: [v.tolist() for v in vs] for k, vs in logp.items()},
+        "correct": {k: [c.astype(np.int8).tolist() for c in cs] for k, cs in correct.items()},
+        "doc_ids": {"members": list(prepared.members["id"]), "nonmembers": list(prepared.nonmembers["id"])},
+    }
     loss = {name: np.array([lp.mean() for lp in lps]) for name, lps in logp.items()}  # minus mean NLL per doc
     result["heldout_loss"] = float(-loss["nonmembers"].mean()) if len(loss["nonmembers"]) else None
     result["member_loss"] = float(-loss["members"].mean()) if len(loss["members"]) else None
-    dropped = {k: dropped_targets(d, gcfg) if gcfg else [np.zeros(len(c), bool) for c in correct[k]]
-               for k, d in docs.items()}
+    dropped = {
+        k: dropped_targets(d, gcfg) if gcfg else [np.zeros(len(c), bool) for c in correct[k]] for k, d in docs.items()
+    }
     result["accuracy"] = attacks.teacher_forced_accuracy(correct["members"], dropped["members"])
     if gcfg is not None:
         result["member_nll_by_split"] = member_nll_by_split(logp["members"], dropped["members"])
-    result["heldout_accuracy"] = attacks.teacher_forced_accuracy(correct["nonmembers"],
-                                                                 dropped["nonmembers"])["accuracy"]
+    result["heldout_accuracy"] = attacks.teacher_forced_accuracy(correct["nonmembers"], dropped["nonmembers"])[
+        "accuracy"
+    ]
     scores: dict[str, dict[str, np.ndarray]] = {"loss": loss}
     ref = logp if control else None
     if reference is not None:
@@ -234,17 +290,28 @@ def analyse(tokens: dict[str, list[dict]], prepared: Any, out: Path, gcfg: Goldf
         ref_correct = reference.get("correct") or {}
         mine = {"logp": logp, "correct": correct}
         theirs = {"logp": ref, "correct": {k: ref_correct.get(k) for k in docs}}
-        trained = ([~m for m in dropped_targets(docs["members"], own)] if own is not None
-                   else [np.ones(len(c), bool) for c in correct["members"]])  # what the cell's own loss supervised
-        result["leakage"] = leakage_audit(mine, theirs, dropped["members"], n_bootstrap, seed, dropped["nonmembers"],
-                                          trained)
+        trained = (
+            [~m for m in dropped_targets(docs["members"], own)]
+            if own is not None
+            else [np.ones(len(c), bool) for c in correct["members"]]
+        )  # what the cell's own loss supervised
+        result["leakage"] = leakage_audit(
+            mine, theirs, dropped["members"], n_bootstrap, seed, dropped["nonmembers"], trained
+        )
         result["leakage_by_mask"] = {
-            arm: leakage_audit(mine, theirs, dropped_targets(docs["members"], mask), n_bootstrap, seed,
-                               dropped_targets(docs["nonmembers"], mask), trained)
-            for arm, mask in (audits or {}).items()}
+            arm: leakage_audit(
+                mine,
+                theirs,
+                dropped_targets(docs["members"], mask),
+                n_bootstrap,
+                seed,
+                dropped_targets(docs["nonmembers"], mask),
+                trained,
+            )
+            for arm, mask in (audits or {}).items()
+        }
     if docs["members"] and docs["nonmembers"]:
-        result["attacks"] = {name: _auc(s["members"], s["nonmembers"], n_bootstrap, seed)
-                             for name, s in scores.items()}
+        result["attacks"] = {name: _auc(s["members"], s["nonmembers"], n_bootstrap, seed) for name, s in scores.items()}
         result["scores"] = {name: {k: [float(x) for x in v] for k, v in s.items()} for name, s in scores.items()}
         result["by_exposure"], result["by_exposure_ci"] = exposure_aucs(scores, reps, n_bootstrap, seed)
     atomic_write_json(out, result)
@@ -270,8 +337,9 @@ def _goldfish_plan(plan: CellPlan, plans: Sequence[CellPlan]) -> CellPlan | None
     return next((p for p in plans if _is_goldfish(p) and p.data_dir == plan.data_dir), None)
 
 
-def _other_masks(measured: GoldfishConfig | None, plan: CellPlan, plans: Sequence[CellPlan],
-                 prepared: Any) -> dict[str, GoldfishConfig]:
+def _other_masks(
+    measured: GoldfishConfig | None, plan: CellPlan, plans: Sequence[CellPlan], prepared: Any
+) -> dict[str, GoldfishConfig]:
     """The distinct Goldfish masks of the other arms on the cell's data (by arm, first cell of each mask; their
     positions: each arm's ``base`` mask, so an audit control is no other mask), without the one the cell is measured
     on: what the leakage audit also reads as positive controls."""
@@ -302,10 +370,24 @@ def token_scores(plan: CellPlan, prepared: Any, model: Any) -> dict[str, list[di
     cache = {r["key"]: r["value"] for r in read_jsonl(scored) if "key" in r} if scored.is_file() else {}
     loaded = model.get()
     head = m.lowercase_tokens if "membership" in plan.eval_cfg.tasks else None  # as eval's pass keys its rows
-    return {name: target_pass(loaded, docs, min_k_ratios=m.min_k_ratios, head=head, window=m.window, stride=m.stride,
-                              token_budget=m.token_budget, chunk=m.chunk, cache=cache, keep_tokens=True,
-                              progress=False) if docs else []
-            for name, docs in documents(prepared).items()}
+    return {
+        name: target_pass(
+            loaded,
+            docs,
+            min_k_ratios=m.min_k_ratios,
+            head=head,
+            window=m.window,
+            stride=m.stride,
+            token_budget=m.token_budget,
+            chunk=m.chunk,
+            cache=cache,
+            keep_tokens=True,
+            progress=False,
+        )
+        if docs
+        else []
+        for name, docs in documents(prepared).items()
+    }
 
 
 def analyse_cell(plan: CellPlan, plans: Sequence[CellPlan], model: Any, control: CellPlan | None) -> dict:
@@ -319,9 +401,18 @@ def analyse_cell(plan: CellPlan, plans: Sequence[CellPlan], model: Any, control:
     trained = source.mask(prepared) if source is not None else None  # the mask training applied
     gcfg = trained.base if trained is not None else None  # its positions, without an audit control
     own = trained if source is plan else None
-    return analyse(token_scores(plan, prepared, model), prepared, plan.attacks_file, gcfg, _reference(control),
-                   n_bootstrap=plan.eval_cfg.membership.n_bootstrap, seed=plan.eval_cfg.seed,
-                   control=plan.cell.control, own=own, audits=_other_masks(gcfg, plan, plans, prepared))
+    return analyse(
+        token_scores(plan, prepared, model),
+        prepared,
+        plan.attacks_file,
+        gcfg,
+        _reference(control),
+        n_bootstrap=plan.eval_cfg.membership.n_bootstrap,
+        seed=plan.eval_cfg.seed,
+        control=plan.cell.control,
+        own=own,
+        audits=_other_masks(gcfg, plan, plans, prepared),
+    )
 
 
 CALIBRATED = ("reference", "kept_loss", "kept_reference")  # attacks.json's attacks beside LOSS
@@ -356,12 +447,16 @@ def attack_numbers(attacks: dict | None) -> dict[str, Any]:
     if not attacks:
         return {}
     acc = attacks.get("accuracy") or {}
-    out: dict[str, Any] = {"tf_accuracy": acc.get("accuracy"), "tf_kept_accuracy": acc.get("kept_accuracy"),
-                           "tf_dropped_accuracy": acc.get("dropped_accuracy"),
-                           "heldout_accuracy": attacks.get("heldout_accuracy"),
-                           "mia_by_exposure": attacks.get("by_exposure") or {},
-                           "mia_by_exposure_ci": attacks.get("by_exposure_ci") or {}, "leakage": attacks.get("leakage"),
-                           "leakage_by_mask": attacks.get("leakage_by_mask") or None}
+    out: dict[str, Any] = {
+        "tf_accuracy": acc.get("accuracy"),
+        "tf_kept_accuracy": acc.get("kept_accuracy"),
+        "tf_dropped_accuracy": acc.get("dropped_accuracy"),
+        "heldout_accuracy": attacks.get("heldout_accuracy"),
+        "mia_by_exposure": attacks.get("by_exposure") or {},
+        "mia_by_exposure_ci": attacks.get("by_exposure_ci") or {},
+        "leakage": attacks.get("leakage"),
+        "leakage_by_mask": attacks.get("leakage_by_mask") or None,
+    }
     for name in CALIBRATED:
         a = (attacks.get("attacks") or {}).get(name) or {}
         out[f"mia_auc_{name}"] = a.get("auc")
@@ -385,6 +480,13 @@ def run(plan: CellPlan, model: Any, others: Others) -> dict:
     return analyse_cell(plan, others.plans, model, others.control)
 
 
-ATTACKS = Analysis(name="attacks", output=attacks_file, applies=lambda plan: True, run=run, part=AttacksSummary,
-                   collect=collect, summary_keys=listed(AttacksSummary),
-                   reads_control=True)
+ATTACKS = Analysis(
+    name="attacks",
+    output=attacks_file,
+    applies=lambda plan: True,
+    run=run,
+    part=AttacksSummary,
+    collect=collect,
+    summary_keys=listed(AttacksSummary),
+    reads_control=True,
+)

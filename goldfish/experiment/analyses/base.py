@@ -27,8 +27,12 @@ def summary_key(place: int, **field: Any) -> Any:
 
 def listed(part: type) -> tuple[str, ...]:
     """The fields of ``part`` that summary.json lists (:func:`summary_key`), in their place's order."""
-    return tuple(f.name for f in sorted((f for f in dataclasses.fields(part) if "summary" in f.metadata),
-                                        key=lambda f: f.metadata["summary"]))
+    return tuple(
+        f.name
+        for f in sorted(
+            (f for f in dataclasses.fields(part) if "summary" in f.metadata), key=lambda f: f.metadata["summary"]
+        )
+    )
 
 
 class Cell(Protocol):

@@ -53,14 +53,19 @@ def stream_numbers(prepared, consumed: np.ndarray, labels: dict[str, np.ndarray]
     m, c = len(labels["members"]), len(labels["canaries"])
     b = int(prepared.manifest["counts"].get("background", 0))
     starts, tokens = prepared.train.reads(consumed, m + b + c)
-    parts = {"members": tokens[:m].sum(), "background": tokens[m:m + b].sum(), "canaries": tokens[m + b:].sum()}
+    parts = {"members": tokens[:m].sum(), "background": tokens[m : m + b].sum(), "canaries": tokens[m + b :].sum()}
     total = int(tokens.sum())
-    out: dict[str, Any] = {"stream": {"tokens": total, **{k: int(v) for k, v in parts.items()},
-                                      "member_share": parts["members"] / total if total else None,
-                                      "canary_share": parts["canaries"] / total if total else None},
-                           "reads": {"members": _by_label(starts[:m], labels["members"])}}
+    out: dict[str, Any] = {
+        "stream": {
+            "tokens": total,
+            **{k: int(v) for k, v in parts.items()},
+            "member_share": parts["members"] / total if total else None,
+            "canary_share": parts["canaries"] / total if total else None,
+        },
+        "reads": {"members": _by_label(starts[:m], labels["members"])},
+    }
     if c:
-        out["reads"]["canaries"] = _by_label(starts[m + b:], labels["canaries"])
+        out["reads"]["canaries"] = _by_label(starts[m + b :], labels["canaries"])
     return out
 
 
@@ -80,9 +85,16 @@ def validation_loss(model: Any, prepared, membership: Any) -> dict[str, Any]:
         return {}
 
     loaded = model.get()
-    stats = token_statistics(loaded, [list(x) for x in prepared.validation["input_ids"]], progress=False,
-                             window=scoring_window(membership.window, loaded), stride=membership.stride,
-                             token_budget=membership.token_budget, chunk=membership.chunk, desc="validation loss")
+    stats = token_statistics(
+        loaded,
+        [list(x) for x in prepared.validation["input_ids"]],
+        progress=False,
+        window=scoring_window(membership.window, loaded),
+        stride=membership.stride,
+        token_budget=membership.token_budget,
+        chunk=membership.chunk,
+        desc="validation loss",
+    )
     nll = [-float(np.mean(st.logp)) for st in stats]
     return {"validation_loss": float(np.mean(nll)), "validation_documents": len(nll)}
 
@@ -91,15 +103,20 @@ def write_exposure(plan: CellPlan, model: Any) -> dict[str, Any]:
     """Compute and write the cell's ``exposure.json`` (module docstring); ``model``: the cell's shared model
     handle."""
     evaluated = load_prepared(plan.data_dir, verify=False)
-    labels = {"members": np.asarray(evaluated.members["repetitions"]),
-              "canaries": np.asarray(evaluated.canaries["repetitions"]) if evaluated.canaries is not None
-              else np.zeros(0, dtype=np.int64)}
+    labels = {
+        "members": np.asarray(evaluated.members["repetitions"]),
+        "canaries": np.asarray(evaluated.canaries["repetitions"])
+        if evaluated.canaries is not None
+        else np.zeros(0, dtype=np.int64),
+    }
     if plan.trains:
         trained = load_prepared(plan.train_data_dir, verify=False)
         result = stream_numbers(trained, _consumed(plan, trained), labels)
     else:  # nothing trained: nothing read
-        result = {"stream": {"tokens": 0}, "reads": {k: {str(int(r)): [0, 0] for r in np.unique(v)}
-                                                     for k, v in labels.items() if len(v)}}
+        result = {
+            "stream": {"tokens": 0},
+            "reads": {k: {str(int(r)): [0, 0] for r in np.unique(v)} for k, v in labels.items() if len(v)},
+        }
     result.update(validation_loss(model, evaluated, plan.eval_cfg.membership))
     atomic_write_json(exposure_file(plan), result)
     return result
@@ -128,21 +145,36 @@ def render(results: dict, cells: Sequence[Cell]) -> str:
         s = c.stream or {}
         if not s.get("tokens"):
             continue
-        reads = "; ".join(f"{kind} " + ", ".join(f"x{r}: {lo}" + ("" if lo == hi else f"-{hi}")
-                                                  for r, (lo, hi) in sorted(v.items(), key=lambda kv: int(kv[0])))
-                          for kind, v in (c.reads or {}).items())
+        reads = "; ".join(
+            f"{kind} "
+            + ", ".join(
+                f"x{r}: {lo}" + ("" if lo == hi else f"-{hi}")
+                for r, (lo, hi) in sorted(v.items(), key=lambda kv: int(kv[0]))
+            )
+            for kind, v in (c.reads or {}).items()
+        )
         canary = f", canaries {s['canaries']:,} ({pct(s['canary_share'])} %)" if s.get("canaries") else ""
-        lines.append(f"- `{c.cell}`: {s['tokens']:,} tokens read; targets {s['members']:,} "
-                     f"({pct(s['member_share'])} %){canary}; copies read per label: {reads or '-'}.")
+        lines.append(
+            f"- `{c.cell}`: {s['tokens']:,} tokens read; targets {s['members']:,} "
+            f"({pct(s['member_share'])} %){canary}; copies read per label: {reads or '-'}."
+        )
     if not lines:
         return ""
     nonmembers = {c.nonmembers for c in cells if c.nonmembers}
-    return markdown_section("Training stream (counted from the rows training read)", "\n".join(lines),
-                            "Nonmembers (held-out documents of the same pool): "
-                            f"{', '.join(str(n) for n in sorted(nonmembers))}.")
+    return markdown_section(
+        "Training stream (counted from the rows training read)",
+        "\n".join(lines),
+        f"Nonmembers (held-out documents of the same pool): {', '.join(str(n) for n in sorted(nonmembers))}.",
+    )
 
 
 EXPOSURE = Analysis(
-    name="exposure", output=exposure_file, applies=lambda plan: True,  # what the model read (the rows it consumed)
-    run=write_exposure, part=ExposureSummary, collect=collect,
-    sections=(Section(after="size", render=render),), tuning=True)  # the validation loss a tuning cell is read for
+    name="exposure",
+    output=exposure_file,
+    applies=lambda plan: True,  # what the model read (the rows it consumed)
+    run=write_exposure,
+    part=ExposureSummary,
+    collect=collect,
+    sections=(Section(after="size", render=render),),
+    tuning=True,
+)  # the validation loss a tuning cell is read for

@@ -21,19 +21,23 @@ from ..plan import CellFolder, CellPlan
 from .base import Analysis, Cell, Section
 
 
-BASELINE_TERMS = define("mask baseline", (
-    "g: fraction of the suffix positions the cell's own mask dropped whose teacher-forced argmax is wrong; a: "
-    "fraction of the kept suffix positions whose argmax is right. The baseline is the exact-match rate of a model "
-    "whose misses are independent across positions: with a = 1 (kept tokens known, the old assumption) the mean "
-    "over windows of (1-g)^d_w, d_w the dropped targets in window w's suffix as the mask placed them (the "
-    "nominal (1-g/k)^S in brackets assumes every target dropped with probability 1/k); with a measured, "
-    "a^(S-d_w) (1-g)^d_w. Per stratum, since g and a differ between targets read 4 and 256 times. The last "
-    "column tests the teacher-forced verbatim count against that many independent windows with the "
-    "measured-a chances (exact Poisson-binomial, two-sided; P(X <= observed) for 'below'). A count near the "
-    "baseline is explained by per-position accuracy alone; below it, misses cluster in some windows; above it, "
-    "hits do. A g measured on the windows it judges moves with any leak it should detect (a leaked dropped "
-    "token lowers g and so raises the baseline), so the last column takes g from the same model on the "
-    "nonmembers' windows (same prefix length and mask, text it never trained on) instead."))
+BASELINE_TERMS = define(
+    "mask baseline",
+    (
+        "g: fraction of the suffix positions the cell's own mask dropped whose teacher-forced argmax is wrong; a: "
+        "fraction of the kept suffix positions whose argmax is right. The baseline is the exact-match rate of a model "
+        "whose misses are independent across positions: with a = 1 (kept tokens known, the old assumption) the mean "
+        "over windows of (1-g)^d_w, d_w the dropped targets in window w's suffix as the mask placed them (the "
+        "nominal (1-g/k)^S in brackets assumes every target dropped with probability 1/k); with a measured, "
+        "a^(S-d_w) (1-g)^d_w. Per stratum, since g and a differ between targets read 4 and 256 times. The last "
+        "column tests the teacher-forced verbatim count against that many independent windows with the "
+        "measured-a chances (exact Poisson-binomial, two-sided; P(X <= observed) for 'below'). A count near the "
+        "baseline is explained by per-position accuracy alone; below it, misses cluster in some windows; above it, "
+        "hits do. A g measured on the windows it judges moves with any leak it should detect (a leaked dropped "
+        "token lowers g and so raises the baseline), so the last column takes g from the same model on the "
+        "nonmembers' windows (same prefix length and mask, text it never trained on) instead."
+    ),
+)
 
 
 def k_baseline_file(folder: CellFolder) -> Path:
@@ -53,12 +57,28 @@ def write_k_baseline(plan: CellPlan, model: Any) -> Path | None:
     docs = [m["input_ids"] for m in prepared.members]
     reps = [int(r) for r in prepared.members["repetitions"]]
     heldout = [m["input_ids"] for m in prepared.nonmembers]
-    rows = baseline_rows(model.get(), docs, plan.eval_cfg.data.prefix_lens, plan.eval_cfg.data.suffix_len, gcfg, reps,
-                         heldout=heldout, token_budget=plan.eval_cfg.membership.token_budget,
-                         chunk=plan.eval_cfg.membership.chunk)
+    rows = baseline_rows(
+        model.get(),
+        docs,
+        plan.eval_cfg.data.prefix_lens,
+        plan.eval_cfg.data.suffix_len,
+        gcfg,
+        reps,
+        heldout=heldout,
+        token_budget=plan.eval_cfg.membership.token_budget,
+        chunk=plan.eval_cfg.membership.chunk,
+    )
     out = k_baseline_file(plan)
-    atomic_write_json(out, {"k": gcfg.k, "h": gcfg.h, "strategy": gcfg.strategy,
-                            "suffix_len": plan.eval_cfg.data.suffix_len, "rows": rows})
+    atomic_write_json(
+        out,
+        {
+            "k": gcfg.k,
+            "h": gcfg.h,
+            "strategy": gcfg.strategy,
+            "suffix_len": plan.eval_cfg.data.suffix_len,
+            "rows": rows,
+        },
+    )
     return out
 
 
@@ -87,8 +107,10 @@ def _test_text(r: dict, t: dict | None) -> str:
     """``3 vs 4.1 expected, p 0.72 (P(<=) 0.41)``: the verbatim count of row ``r`` against a baseline's test ``t``."""
     if not t:
         return "-"
-    return (f"{r['onepass_exact']} vs {t['expected']:.1f} expected, p {p_text(t['p_value'])} "
-            f"(P(X <= {r['onepass_exact']}) {t['p_at_most']:.2g})")
+    return (
+        f"{r['onepass_exact']} vs {t['expected']:.1f} expected, p {p_text(t['p_value'])} "
+        f"(P(X <= {r['onepass_exact']}) {t['p_at_most']:.2g})"
+    )
 
 
 def _nonmember_text(r: dict) -> str:
@@ -116,19 +138,41 @@ def k_baseline_table(results: dict, cells: Sequence[Cell]) -> str | None:
                 continue  # one stratum: its row is the 'all' row
             shown = str(r["prefix_len"]) if r["prefix_len"] > 0 else "all"
             nominal = r.get("baseline_nominal", r.get("baseline"))
-            rows.append([c.label(axes, one), f"{kb['strategy']} k={kb['k']}", shown,
-                         "all" if stratum == "all" else f"x{stratum}",
-                         f"{fmt(r['n_windows'], 'int')} ({fmt(r.get('n_windows_no_drop'), 'int')})",
-                         fmt(_greedy(c, r["prefix_len"], stratum), "pct"), fmt(r["g"]), fmt(r["kept_acc"], "pct"),
-                         f"{fmt(r.get('baseline_windows'), 'pct')} ({fmt(nominal, 'pct')})",
-                         fmt(r.get("baseline_kept"), "pct"), _test_text(r, r.get("test")), _nonmember_text(r)])
+            rows.append(
+                [
+                    c.label(axes, one),
+                    f"{kb['strategy']} k={kb['k']}",
+                    shown,
+                    "all" if stratum == "all" else f"x{stratum}",
+                    f"{fmt(r['n_windows'], 'int')} ({fmt(r.get('n_windows_no_drop'), 'int')})",
+                    fmt(_greedy(c, r["prefix_len"], stratum), "pct"),
+                    fmt(r["g"]),
+                    fmt(r["kept_acc"], "pct"),
+                    f"{fmt(r.get('baseline_windows'), 'pct')} ({fmt(nominal, 'pct')})",
+                    fmt(r.get("baseline_kept"), "pct"),
+                    _test_text(r, r.get("test")),
+                    _nonmember_text(r),
+                ]
+            )
     if not rows:
         return None
-    return markdown_table(["cell", "mask", "prefix", "stratum", "windows (without a dropped token)", "exact match",
-                           "g (dropped missed)", "kept-token acc. a", "baseline a = 1: mean (1-g)^d_w (nominal)",
-                           "baseline a measured: mean a^(S-d_w) (1-g)^d_w", "verbatim vs baseline (exact test)",
-                          "with g from the nonmembers: baseline a measured; verbatim vs it"],
-                          rows)
+    return markdown_table(
+        [
+            "cell",
+            "mask",
+            "prefix",
+            "stratum",
+            "windows (without a dropped token)",
+            "exact match",
+            "g (dropped missed)",
+            "kept-token acc. a",
+            "baseline a = 1: mean (1-g)^d_w (nominal)",
+            "baseline a measured: mean a^(S-d_w) (1-g)^d_w",
+            "verbatim vs baseline (exact test)",
+            "with g from the nonmembers: baseline a measured; verbatim vs it",
+        ],
+        rows,
+    )
 
 
 def render(results: dict, cells: Sequence[Cell]) -> str:
@@ -137,13 +181,16 @@ def render(results: dict, cells: Sequence[Cell]) -> str:
     table = k_baseline_table(results, cells)
     if not table:
         return ""
-    return markdown_section(
-        "Exact match against the mask baseline", table,
-        BASELINE_TERMS)
+    return markdown_section("Exact match against the mask baseline", table, BASELINE_TERMS)
 
 
 K_BASELINE = Analysis(
-    name="k baseline", output=k_baseline_file,
+    name="k baseline",
+    output=k_baseline_file,
     applies=lambda plan: not plan.cell.control,  # a standard-loss cell writes none
-    run=write_k_baseline, part=KBaselineSummary, collect=collect, summary_keys=("k_baseline",),
-    sections=(Section(after="repetition1", render=render),))
+    run=write_k_baseline,
+    part=KBaselineSummary,
+    collect=collect,
+    summary_keys=("k_baseline",),
+    sections=(Section(after="repetition1", render=render),),
+)

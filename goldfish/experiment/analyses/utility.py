@@ -66,8 +66,9 @@ def prepared_keys(folders: Sequence[Path]) -> dict[str, set]:
     return keys
 
 
-def select_documents(documents: Iterator[Document], tokenizer: Any, keys: dict[str, set], count: int,
-                     tokens: int) -> list[tuple[Document, list[int]]]:
+def select_documents(
+    documents: Iterator[Document], tokenizer: Any, keys: dict[str, set], count: int, tokens: int
+) -> list[tuple[Document, list[int]]]:
     """The first ``count`` of ``documents`` (source order) with at least ``tokens`` tokens that ``keys``
     (:func:`prepared_keys`) does not hold, each with its first ``tokens`` token ids (no BOS/EOS, as prepare
     tokenizes)."""
@@ -93,8 +94,16 @@ def score_corpus(model: Any, docs: list[list[int]], membership: Any) -> dict[str
     """Held-out loss of ``docs`` under ``model`` (a loaded model) by eval's membership pass: ``loss`` (mean over
     documents of their mean NLL per target, nats/token), its 95 % normal interval over documents (within-run)
     and each document's ``nll``."""
-    rows = target_pass(model, docs, min_k_ratios=(), window=membership.window, stride=membership.stride,
-                       token_budget=membership.token_budget, chunk=membership.chunk, progress=False)
+    rows = target_pass(
+        model,
+        docs,
+        min_k_ratios=(),
+        window=membership.window,
+        stride=membership.stride,
+        token_budget=membership.token_budget,
+        chunk=membership.chunk,
+        progress=False,
+    )
     nll = [float(r["nll"]) for r in rows]
     low, high = mean_interval(nll)
     return {"loss": float(np.mean(nll)), "loss_ci": None if low is None else [low, high], "nll": nll}
@@ -119,10 +128,15 @@ def write_utility(plan: CellPlan, model: Any) -> dict[str, Any]:
             continue
         found = score_corpus(model.get(), [ids for _, ids in chosen], plan.eval_cfg.membership)
         shas = [text_sha256(doc.text) for doc, _ in chosen]
-        corpora[name] = {"loss": found["loss"], "loss_ci": found["loss_ci"], "n_documents": len(chosen),
-                         "documents_sha256": hashlib.sha256("".join(shas).encode()).hexdigest(),
-                         "documents": [{"id": doc.id, "sha256": sha, "nll": nll}
-                                       for (doc, _), sha, nll in zip(chosen, shas, found["nll"])]}
+        corpora[name] = {
+            "loss": found["loss"],
+            "loss_ci": found["loss_ci"],
+            "n_documents": len(chosen),
+            "documents_sha256": hashlib.sha256("".join(shas).encode()).hexdigest(),
+            "documents": [
+                {"id": doc.id, "sha256": sha, "nll": nll} for (doc, _), sha, nll in zip(chosen, shas, found["nll"])
+            ],
+        }
     result = {"documents": cfg.documents, "tokens": cfg.tokens, "corpora": corpora}
     atomic_write_json(utility_file(plan), result)
     return result
@@ -170,8 +184,12 @@ def render(results: dict, cells: Sequence[Cell]) -> str:
     if not found:
         return ""
     corpora = list(dict.fromkeys(name for c in found for name in c.utility["corpora"]))
-    notes = {f"{name}: {c.utility['corpora'][name]['note']}" for c in found for name in corpora
-             if "note" in c.utility["corpora"].get(name, {})}
+    notes = {
+        f"{name}: {c.utility['corpora'][name]['note']}"
+        for c in found
+        for name in corpora
+        if "note" in c.utility["corpora"].get(name, {})
+    }
     one = len({c.arm for c in cells}) == len(cells)
     rows = []
     for c in found:
@@ -183,16 +201,25 @@ def render(results: dict, cells: Sequence[Cell]) -> str:
         rows.append(row)
     first = found[0].utility
     return markdown_section(
-        "Utility: held-out loss on other corpora", markdown_table(["cell"] + [f"{n} loss [95 %] (docs)"
-                                                                        for n in corpora], rows),
+        "Utility: held-out loss on other corpora",
+        markdown_table(["cell"] + [f"{n} loss [95 %] (docs)" for n in corpora], rows),
         f"Mean per-token NLL (nats) of the first {first['tokens']} tokens of up to {first['documents']} documents per "
         "corpus that no prepared folder of the cell holds (by source id, text and first tokens), scored by eval's "
         "membership pass; the interval resamples documents inside one trained model (within-run). The reading, "
         "paired by seed against a margin stated before the run, is in 'Across training runs'."
-        + "".join(f"\n\n{n}" for n in sorted(notes)))
+        + "".join(f"\n\n{n}" for n in sorted(notes)),
+    )
 
 
 UTILITY = Analysis(
-    name="utility", output=utility_file, applies=lambda plan: bool(plan.utility.corpora),
-    run=write_utility, part=UtilitySummary, collect=collect, summary_keys=("utility",),
-    sections=(Section(after="membership", render=render),), headlines=headlines, margins=margins)
+    name="utility",
+    output=utility_file,
+    applies=lambda plan: bool(plan.utility.corpora),
+    run=write_utility,
+    part=UtilitySummary,
+    collect=collect,
+    summary_keys=("utility",),
+    sections=(Section(after="membership", render=render),),
+    headlines=headlines,
+    margins=margins,
+)

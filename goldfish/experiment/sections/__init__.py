@@ -22,9 +22,30 @@ from typing import Any, Sequence
 from ..analyses import ANALYSES
 from ..analyses.base import Section
 from ..summary import Study, cells_of
-from . import (adaptive, adversary, by_stratum, collisions, examples, figures, headline, leakage, membership,
-               mia_by_exposure, overview, paired, paired_axis, paper, prediction, readings, repetition1, runs, size,
-               spread, strata, threshold)
+from . import (
+    adaptive,
+    adversary,
+    by_stratum,
+    collisions,
+    examples,
+    figures,
+    headline,
+    leakage,
+    membership,
+    mia_by_exposure,
+    overview,
+    paired,
+    paired_axis,
+    paper,
+    prediction,
+    readings,
+    repetition1,
+    runs,
+    size,
+    spread,
+    strata,
+    threshold,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +76,30 @@ def placed(sections: Sequence[ModuleType], added: Sequence[Section]) -> tuple[An
 
 
 # report order; ``overview`` (the header) renders always, the others once a cell has finished
-SECTIONS = placed((overview, readings, headline, runs, paper, spread, size, collisions, strata, threshold, prediction,
-                   mia_by_exposure, membership, leakage, paired, paired_axis, adaptive, adversary, by_stratum,
-                   repetition1, figures, examples),
-                  [s for a in ANALYSES for s in a.sections])
+SECTIONS = placed(
+    (
+        overview,
+        readings,
+        headline,
+        runs,
+        paper,
+        spread,
+        size,
+        collisions,
+        strata,
+        threshold,
+        prediction,
+        mia_by_exposure,
+        membership,
+        leakage,
+        paired,
+        paired_axis,
+        adaptive,
+        adversary,
+        by_stratum,
+        repetition1,
+        figures,
+        examples,
+    ),
+    [s for a in ANALYSES for s in a.sections],
+)

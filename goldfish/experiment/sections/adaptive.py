@@ -23,14 +23,21 @@ def adaptive_table(results: dict) -> str | None:
     if not any(c.beam_exact_match_rate is not None or c.sample_rate is not None for c in cells):
         return None
     one = one_per_arm(cells)
-    rows = [[c.label(results["axes"], one), fmt(c.n_windows, "int"),
-             _rate(c, "exact_match_rate", "exact_match_ci_low", "exact_match_ci_high"),
-             _rate(c, "beam_exact_match_rate") + (f" (beam {c.beam_width})" if c.beam_width else ""),
-             _rate(c, "sample_rate"),
-             _rate(c, "sample_any_rate") + (f" ({c.n_samples} samples, T={c.sample_temperature})"
-                                            if c.n_samples else "")] for c in cells]
-    return markdown_table(["cell", "windows", "greedy exact match", "beam exact match", "sample rate",
-                           "any sample exact"], rows)
+    rows = [
+        [
+            c.label(results["axes"], one),
+            fmt(c.n_windows, "int"),
+            _rate(c, "exact_match_rate", "exact_match_ci_low", "exact_match_ci_high"),
+            _rate(c, "beam_exact_match_rate") + (f" (beam {c.beam_width})" if c.beam_width else ""),
+            _rate(c, "sample_rate"),
+            _rate(c, "sample_any_rate")
+            + (f" ({c.n_samples} samples, T={c.sample_temperature})" if c.n_samples else ""),
+        ]
+        for c in cells
+    ]
+    return markdown_table(
+        ["cell", "windows", "greedy exact match", "beam exact match", "sample rate", "any sample exact"], rows
+    )
 
 
 def render(results: dict) -> str:
@@ -38,7 +45,9 @@ def render(results: dict) -> str:
     if not table:
         return ""
     return markdown_section(
-        "Adaptive extraction attacks (beam search, sampling)", table,
+        "Adaptive extraction attacks (beam search, sampling)",
+        table,
         "Exact match of the suffix by greedy decoding, by beam search, and by temperature samples (sample "
         "rate: mean fraction of a window's samples that reproduce it; any sample exact: windows with at "
-        "least one). 95 % intervals: Wilson for rates over windows, normal for the mean sample rate.")
+        "least one). 95 % intervals: Wilson for rates over windows, normal for the mean sample rate.",
+    )

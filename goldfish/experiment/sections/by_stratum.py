@@ -41,16 +41,26 @@ def stratum_table(results: dict, by: str) -> str:
     rows = []
     for c in cells:
         agg = mean_over(c.strata, by)
-        rows.append([c.label(axes, one)] + [
-            " / ".join(fmt(agg[v][METRICS[m].summary_key], "pct" if m == "exact_match" else "")
-                       for m in ("exact_match", *ROUGE)) if v in agg else "-"
-            for v in values])
+        rows.append(
+            [c.label(axes, one)]
+            + [
+                " / ".join(
+                    fmt(agg[v][METRICS[m].summary_key], "pct" if m == "exact_match" else "")
+                    for m in ("exact_match", *ROUGE)
+                )
+                if v in agg
+                else "-"
+                for v in values
+            ]
+        )
     return markdown_table(header, rows)
 
 
 def render(results: dict) -> str:
     """A table per key with more than one value; one value only repeats the headline's row and is left out."""
     cells = cells_of(results)
-    return "\n".join(markdown_section(f"{title} ({TITLE})", stratum_table(results, by))
-                     for by, title in (("prefix_len", "By prefix length"), ("repetitions", "By repetition count"))
-                     if len({s[by] for c in cells for s in c.strata if s[by] is not None}) > 1)
+    return "\n".join(
+        markdown_section(f"{title} ({TITLE})", stratum_table(results, by))
+        for by, title in (("prefix_len", "By prefix length"), ("repetitions", "By repetition count"))
+        if len({s[by] for c in cells for s in c.strata if s[by] is not None}) > 1
+    )

@@ -41,7 +41,7 @@ def _in_background(keys: set[bytes], docs: Any, p: int) -> set[bytes]:
             continue
         windows = window_keys(arr, p)
         for i in np.flatnonzero(np.isin(windows, hashes)):
-            key = arr[i:i + p].tobytes()
+            key = arr[i : i + p].tobytes()
             if key == wanted[int(windows[i])]:
                 found.add(key)
         if len(found) == len(keys):
@@ -58,21 +58,29 @@ def collisions_of(members: dict[str, Any], nonmembers: dict[str, Any], backgroun
     theirs = {i: _key(x, p) for i, x in nonmembers.items()}
     grams = _in_background({k for k in (*mine.values(), *theirs.values()) if k is not None}, background, p)
     member_keys, nonmember_keys = Counter(mine.values()), set(theirs.values())
-    return {"prefix_tokens": p, "members": len(mine), "nonmembers": len(theirs),
-            "background_tokens": int(sum(len(x) for x in background)),
-            "member_member": [i for i, k in mine.items() if k is not None and member_keys[k] > 1],
-            "member_nonmember": [i for i, k in mine.items() if k is not None and k in nonmember_keys],
-            "member_background": [i for i, k in mine.items() if k is not None and k in grams],
-            "nonmember_background": [i for i, k in theirs.items() if k is not None and k in grams],
-            "nonmember_member": [i for i, k in theirs.items() if k is not None and k in member_keys]}
+    return {
+        "prefix_tokens": p,
+        "members": len(mine),
+        "nonmembers": len(theirs),
+        "background_tokens": int(sum(len(x) for x in background)),
+        "member_member": [i for i, k in mine.items() if k is not None and member_keys[k] > 1],
+        "member_nonmember": [i for i, k in mine.items() if k is not None and k in nonmember_keys],
+        "member_background": [i for i, k in mine.items() if k is not None and k in grams],
+        "nonmember_background": [i for i, k in theirs.items() if k is not None and k in grams],
+        "nonmember_member": [i for i, k in theirs.items() if k is not None and k in member_keys],
+    }
 
 
 def prefix_collisions(data_dir: Any, p: int) -> dict[str, Any]:
     """:func:`collisions_of` of one prepared folder's members, nonmembers and background."""
     prepared = load_prepared(data_dir, verify=False)
     background = prepared.background if prepared.background is not None else []  # memory-mapped documents
-    return collisions_of(dict(zip(prepared.members["id"], prepared.members["input_ids"])),
-                         dict(zip(prepared.nonmembers["id"], prepared.nonmembers["input_ids"])), background, p)
+    return collisions_of(
+        dict(zip(prepared.members["id"], prepared.members["input_ids"])),
+        dict(zip(prepared.nonmembers["id"], prepared.nonmembers["input_ids"])),
+        background,
+        p,
+    )
 
 
 def compute(study: Study) -> dict:
@@ -96,17 +104,36 @@ def render(results: dict) -> str:
     found = results.get("prefix_collisions") or {}
     if not found:
         return ""
-    rows = [[folder.rsplit("/", 1)[-1], str(c["prefix_tokens"]), f"{c['members']} / {c['nonmembers']} / "
-             f"{c['background_tokens']:,}", _ids(c["member_member"]), _ids(c["member_nonmember"]),
-             _ids(c["member_background"]), _ids(c["nonmember_background"]), _ids(c["nonmember_member"])]
-            for folder, c in found.items()]
+    rows = [
+        [
+            folder.rsplit("/", 1)[-1],
+            str(c["prefix_tokens"]),
+            f"{c['members']} / {c['nonmembers']} / {c['background_tokens']:,}",
+            _ids(c["member_member"]),
+            _ids(c["member_nonmember"]),
+            _ids(c["member_background"]),
+            _ids(c["nonmember_background"]),
+            _ids(c["nonmember_member"]),
+        ]
+        for folder, c in found.items()
+    ]
     return markdown_section(
         "Prefix collisions (are the targets' prefixes their own?)",
-        markdown_table(["prepared folder", "prefix tokens P", "members / nonmembers / background tokens",
-                        "members whose prefix opens another member", "... opens a nonmember",
-                        "... occurs in the background", "nonmembers whose prefix occurs in the background",
-                        "... opens a member"], rows),
+        markdown_table(
+            [
+                "prepared folder",
+                "prefix tokens P",
+                "members / nonmembers / background tokens",
+                "members whose prefix opens another member",
+                "... opens a nonmember",
+                "... occurs in the background",
+                "nonmembers whose prefix occurs in the background",
+                "... opens a member",
+            ],
+            rows,
+        ),
         "A target is extracted from its first P tokens. Where they also open another target, a nonmember or occur "
         "in the background, a model's continuation from them is not the target's alone (the other text may be what "
         "it reproduces, or what keeps it from reproducing the target), and a nonmember whose opening is trained "
-        "text is not a clean nonmember. 0 everywhere: every prefix is the target's own.")
+        "text is not a clean nonmember. 0 everywhere: every prefix is the target's own.",
+    )

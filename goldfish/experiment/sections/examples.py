@@ -29,8 +29,12 @@ def compute(study: Study) -> dict:
         if chosen is None:
             chosen = [(w["doc_id"], w["prefix_len"]) for w in windows[:shown]]
         by_key = {(w["doc_id"], w["prefix_len"]): w for w in windows}
-        out.append({"arm": arm, "windows": [{k: by_key[key][k] for k in KEPT if k in by_key[key]}
-                                            for key in chosen if key in by_key]})
+        out.append(
+            {
+                "arm": arm,
+                "windows": [{k: by_key[key][k] for k in KEPT if k in by_key[key]} for key in chosen if key in by_key],
+            }
+        )
     return {"examples": out}
 
 
@@ -40,12 +44,17 @@ def render(results: dict) -> str:
     rows = []
     for entry in results.get("examples") or []:
         for w in entry["windows"]:
-            verdict = "verbatim" if w["exact_match"] else \
-                f"ROUGE-L {w.get('rouge_l_paper', w['rouge_l']):.2f} (rouge-score), {w['rouge_l']:.2f} (tokens)"
+            verdict = (
+                "verbatim"
+                if w["exact_match"]
+                else f"ROUGE-L {w.get('rouge_l_paper', w['rouge_l']):.2f} (rouge-score), {w['rouge_l']:.2f} (tokens)"
+            )
             placement = "all" if w["prefix_len"] == -1 else str(w["prefix_len"])
             rows.append([entry["arm"], w.get("title") or w["doc_id"], placement, verdict])
     if not rows:
         return ""
-    return markdown_section("Example generations", markdown_table(["arm", "document", "prefix tokens", "verdict"],
-                                                                  rows),
-                            "The generations beside the truth, differences marked: report.html.")
+    return markdown_section(
+        "Example generations",
+        markdown_table(["arm", "document", "prefix tokens", "verdict"], rows),
+        "The generations beside the truth, differences marked: report.html.",
+    )

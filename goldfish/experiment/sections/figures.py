@@ -42,25 +42,48 @@ def draw(study: Study, out: Path) -> list[Path]:
         for name in ("exact_match", *(names[key] for key in ROUGE)):  # the paper's ROUGE-L first
             m = METRICS[name].summary_key
             ci = {label[c.cell]: ((c.extraction_ci or {}).get(name) or {}) for c in cells}
-            paths.append(bar_chart({label[c.cell]: getattr(c, m) for c in cells}, LABEL[m] + " per arm (95 % CI)",
-                                   LABEL[m], out / f"{m}_by_arm.png",
-                                   errors={k: (v.get("ci_low"), v.get("ci_high")) for k, v in ci.items()}))
+            paths.append(
+                bar_chart(
+                    {label[c.cell]: getattr(c, m) for c in cells},
+                    LABEL[m] + " per arm (95 % CI)",
+                    LABEL[m],
+                    out / f"{m}_by_arm.png",
+                    errors={k: (v.get("ci_low"), v.get("ci_high")) for k, v in ci.items()},
+                )
+            )
         attack = mia_attack_name(cells)
-        paths.append(bar_chart({label[c.cell]: c.mia_auc for c in cells}, "membership inference AUC "
-                               f"({attack} attack, 95 % CI)", "ROC-AUC (0.5 = chance)", out / "mia_auc_by_arm.png",
-                               errors={label[c.cell]: (c.mia_auc_ci_low, c.mia_auc_ci_high) for c in cells},
-                               by_construction=tuple(label[c.cell] for c in cells if self_referenced(c))))
-        paths.append(bar_chart({label[c.cell]: c.heldout_loss for c in cells}, "held-out (nonmember) loss per arm "
-                               "(95 % CI)", "mean NLL (nats/token)", out / "heldout_loss_by_arm.png",
-                               errors={label[c.cell]: tuple(c.heldout_loss_ci or (None, None)) for c in cells}))
+        paths.append(
+            bar_chart(
+                {label[c.cell]: c.mia_auc for c in cells},
+                f"membership inference AUC ({attack} attack, 95 % CI)",
+                "ROC-AUC (0.5 = chance)",
+                out / "mia_auc_by_arm.png",
+                errors={label[c.cell]: (c.mia_auc_ci_low, c.mia_auc_ci_high) for c in cells},
+                by_construction=tuple(label[c.cell] for c in cells if self_referenced(c)),
+            )
+        )
+        paths.append(
+            bar_chart(
+                {label[c.cell]: c.heldout_loss for c in cells},
+                "held-out (nonmember) loss per arm (95 % CI)",
+                "mean NLL (nats/token)",
+                out / "heldout_loss_by_arm.png",
+                errors={label[c.cell]: tuple(c.heldout_loss_ci or (None, None)) for c in cells},
+            )
+        )
         roc = {label[c.cell]: c.mia_roc for c in cells if c.mia_roc}
         if roc:
             paths.append(roc_curves(roc, attack, out / "roc_by_arm.png"))
-        curves = {label[c.cell]: read_jsonl(p.metrics_file) for p, c in zip(study.done, cells)
-                  if p.metrics_file.is_file()}  # not an untrained control
+        curves = {
+            label[c.cell]: read_jsonl(p.metrics_file) for p, c in zip(study.done, cells) if p.metrics_file.is_file()
+        }  # not an untrained control
         paths.append(loss_curves(curves, out / "loss_curves.png"))
-    windows = [[w for w in read_json(p.results_file).get("windows") or [] if w.get("split") in (None, "members")]
-               if p.results_file.is_file() else [] for p in study.done]
+    windows = [
+        [w for w in read_json(p.results_file).get("windows") or [] if w.get("split") in (None, "members")]
+        if p.results_file.is_file()
+        else []
+        for p in study.done
+    ]
     for m in dict.fromkeys((study.cfg.headline_metric, *ROUGE)):  # exact match is all-or-nothing; ROUGE-L: partial
         paths += metric_vs_x(cells, windows, m, LABEL[m], out)
     paths += threshold_plots(study.results, out)

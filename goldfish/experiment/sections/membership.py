@@ -35,8 +35,10 @@ CEILING = 0.99  # both arms at or above this AUC in every replicate: no room lef
 def _scores(attacks: dict, attack: str) -> dict[str, dict[Any, float]]:
     """``{"members" | "nonmembers": {document id: score}}`` of one attack in a cell's attacks.json."""
     scores, ids = (attacks.get("scores") or {}).get(attack) or {}, attacks.get("doc_ids") or {}
-    return {s: {i: (np.nan if v is None else float(v)) for i, v in zip(ids.get(s) or [], scores.get(s) or [])}
-            for s in ("members", "nonmembers")}
+    return {
+        s: {i: (np.nan if v is None else float(v)) for i, v in zip(ids.get(s) or [], scores.get(s) or [])}
+        for s in ("members", "nonmembers")
+    }
 
 
 def _group(plan_a: Any, plan_b: Any, attack: str) -> dict[str, tuple] | None:
@@ -95,8 +97,18 @@ def compute(study: Study) -> dict:
                 found["n_nonmembers"] = [len(s[1]) for s in sets]
                 found.update(_run_level(found, cfg.equivalence.margin, cfg.equivalence.tpr_margin))
                 strata[stratum] = found
-            out.append({"a": a, "b": b, "attack": attack, **dict(zip(kept, key)), "margin": cfg.equivalence.margin,
-                        "tpr_margin": cfg.equivalence.tpr_margin, "replicates": labels, "strata": strata})
+            out.append(
+                {
+                    "a": a,
+                    "b": b,
+                    "attack": attack,
+                    **dict(zip(kept, key)),
+                    "margin": cfg.equivalence.margin,
+                    "tpr_margin": cfg.equivalence.tpr_margin,
+                    "replicates": labels,
+                    "strata": strata,
+                }
+            )
     return {"membership_comparison": out}
 
 
@@ -107,17 +119,24 @@ def _run_level(found: dict, margin: float, tpr_margin: float) -> dict:
     groups = found["groups"]
     runs = replicate_tost([g["diff"] for g in groups], margin)
     pairs = list(zip(found["tpr_a"], found["tpr_b"]))
-    tpr_runs = (replicate_tost([a - b for a, b in pairs], tpr_margin)
-                if tpr_margin and pairs and all(a is not None and b is not None for a, b in pairs) else None)
-    ceiling = bool(groups) and all(g["a"] is not None and g["b"] is not None and min(g["a"], g["b"]) >= CEILING
-                                   for g in groups)
+    tpr_runs = (
+        replicate_tost([a - b for a, b in pairs], tpr_margin)
+        if tpr_margin and pairs and all(a is not None and b is not None for a, b in pairs)
+        else None
+    )
+    ceiling = bool(groups) and all(
+        g["a"] is not None and g["b"] is not None and min(g["a"], g["b"]) >= CEILING for g in groups
+    )
     if ceiling:
         verdict = "uninformative (ceiling)"
     elif runs["equivalent"] is None:
         verdict = "one run"
     else:
-        shown = runs["equivalent"] and (tpr_runs is None or tpr_runs["equivalent"] is True) and \
-            not (tpr_margin and tpr_runs is None)
+        shown = (
+            runs["equivalent"]
+            and (tpr_runs is None or tpr_runs["equivalent"] is True)
+            and not (tpr_margin and tpr_runs is None)
+        )
         verdict = "equivalent" if shown else "not shown"
     return {"runs": runs, "tpr_runs": tpr_runs, "ceiling": ceiling, "verdict": verdict}
 
@@ -143,31 +162,49 @@ def comparison_table(entries: list[dict]) -> str | None:
     rows = []
     tpr = any(e.get("tpr_margin") for e in entries)
     for e in entries:
-        where = " ".join(f"{k}={v}" for k, v in e.items() if k not in ("a", "b", "attack", "margin", "tpr_margin",
-                                                                          "replicates", "strata"))
+        where = " ".join(
+            f"{k}={v}"
+            for k, v in e.items()
+            if k not in ("a", "b", "attack", "margin", "tpr_margin", "replicates", "strata")
+        )
         for stratum, s in e["strata"].items():
             groups = s["groups"]
             runs = s.get("runs") or {}
-            ci90 = (f"[{fmt(runs['ci90_low'])}, {fmt(runs['ci90_high'])}]" if runs.get("ci90_low") is not None
-                    else "-")
-            row = [f"{e['a']} vs {e['b']}" + (f" ({where})" if where else ""),
-                   "all" if stratum == "all" else f"x{stratum}",
-                   f"{'/'.join(str(n) for n in s['n_members'])} vs {'/'.join(str(n) for n in s['n_nonmembers'])}",
-                   _per_replicate([g["a"] for g in groups]), _per_replicate([g["b"] for g in groups]),
-                   _t_cell(runs), f"{ci90} within +-{e['margin']:g}",
-                   f"{_per_replicate(s['tpr_a'], 'pct')} / {_per_replicate(s['tpr_b'], 'pct')}"]
+            ci90 = f"[{fmt(runs['ci90_low'])}, {fmt(runs['ci90_high'])}]" if runs.get("ci90_low") is not None else "-"
+            row = [
+                f"{e['a']} vs {e['b']}" + (f" ({where})" if where else ""),
+                "all" if stratum == "all" else f"x{stratum}",
+                f"{'/'.join(str(n) for n in s['n_members'])} vs {'/'.join(str(n) for n in s['n_nonmembers'])}",
+                _per_replicate([g["a"] for g in groups]),
+                _per_replicate([g["b"] for g in groups]),
+                _t_cell(runs),
+                f"{ci90} within +-{e['margin']:g}",
+                f"{_per_replicate(s['tpr_a'], 'pct')} / {_per_replicate(s['tpr_b'], 'pct')}",
+            ]
             if tpr:
                 row.append(_t_cell(s.get("tpr_runs"), "pct"))
-            row += [s.get("verdict", "-"),
-                    f"{fmt(s['diff'])} [{fmt(s['ci_low'])}, {fmt(s['ci_high'])}] (p {p_text(s['p_value'])})"]
+            row += [
+                s.get("verdict", "-"),
+                f"{fmt(s['diff'])} [{fmt(s['ci_low'])}, {fmt(s['ci_high'])}] (p {p_text(s['p_value'])})",
+            ]
             rows.append(row)
     if not rows:
         return None
-    return markdown_table(["a vs b", "stratum", "members vs nonmembers per replicate", "AUC a: mean (each)",
-                           "AUC b: mean (each)", "a - b over runs [95 % t CI] (between-run sd)",
-                           "90 % t CI over runs (TOST)", "TPR at 1 % FPR a / b"]
-                          + (["TPR a - b over runs [95 % t CI] (sd)"] if tpr else [])
-                          + ["reading", "within-run detail: pooled a - b [95 % bootstrap CI] (p)"], rows)
+    return markdown_table(
+        [
+            "a vs b",
+            "stratum",
+            "members vs nonmembers per replicate",
+            "AUC a: mean (each)",
+            "AUC b: mean (each)",
+            "a - b over runs [95 % t CI] (between-run sd)",
+            "90 % t CI over runs (TOST)",
+            "TPR at 1 % FPR a / b",
+        ]
+        + (["TPR a - b over runs [95 % t CI] (sd)"] if tpr else [])
+        + ["reading", "within-run detail: pooled a - b [95 % bootstrap CI] (p)"],
+        rows,
+    )
 
 
 def render(results: dict) -> str:
@@ -178,7 +215,8 @@ def render(results: dict) -> str:
     e = entries[0]
     pooled = ", ".join(sorted({k for r in e["replicates"] for k in r})) or "none"
     return markdown_section(
-        "Membership inference between arms (equivalence margin stated before the run)", table,
+        "Membership inference between arms (equivalence margin stated before the run)",
+        table,
         f"The headline attack ({e['attack']}) of arm a on both cells' scores of the same documents, per repetition "
         f"stratum (members with r copies vs every nonmember) and over all members. Replicates (pooled axes: "
         f"{pooled}) are independent: each has its own split, order and models, and the training run is the unit: "
@@ -189,4 +227,5 @@ def render(results: dict) -> str:
         "exists); 'uninformative (ceiling)' where both arms reach AUC >= 0.99 in every run (no room to differ); "
         "'one run' where there is nothing to read across runs. Within-run detail: the mean of the paired "
         "differences with a bootstrap resampling members and nonmembers within each run (every model held fixed). "
-        "TPR at 1 % FPR: the ROC read at 1 % of the nonmembers (>= 100 of them).")
+        "TPR at 1 % FPR: the ROC read at 1 % of the nonmembers (>= 100 of them).",
+    )

@@ -34,6 +34,9 @@ def render(results: dict) -> str:
     table = exposure_table(results)
     if not table:
         return ""
-    return markdown_section("MIA AUC by exposure count", table,
-                            "Members with r copies vs all nonmembers, 95 % bootstrap CI in brackets; the attack is "
-                            "the headline one of each cell.")
+    return markdown_section(
+        "MIA AUC by exposure count",
+        table,
+        "Members with r copies vs all nonmembers, 95 % bootstrap CI in brackets; the attack is "
+        "the headline one of each cell.",
+    )

@@ -12,6 +12,7 @@ def compute(study: Study) -> dict:
 
 def provenance_line(cells: list[CellSummary]) -> str:
     """Where the numbers were computed: device, resolved precisions, versions, code commit (from the cells)."""
+
     def values(key: str) -> str:
         found = sorted({str(getattr(c, key)) for c in cells if getattr(c, key)})
         return " / ".join(found) or "-"
@@ -25,9 +26,12 @@ def provenance_line(cells: list[CellSummary]) -> str:
     shown = ", ".join(f"{k} {v}" for k, v in versions.items() if v)
     # the code version names the commit of a git checkout, else a hash of the sources (goldfish.provenance)
     code = next((c.code or c.git[:12] for c in cells if c.code or c.git), None)
-    return (f"Computed on {where}; {bf16}. Training precision {values('precision')}, evaluation precision "
-            f"{values('eval_precision')} (precision=auto resolved on this device). {shown}"
-            + (f"; code {code}" if code else "") + ".")
+    return (
+        f"Computed on {where}; {bf16}. Training precision {values('precision')}, evaluation precision "
+        f"{values('eval_precision')} (precision=auto resolved on this device). {shown}"
+        + (f"; code {code}" if code else "")
+        + "."
+    )
 
 
 def render(results: dict) -> str:
@@ -35,8 +39,12 @@ def render(results: dict) -> str:
     lines = [f"# Experiment `{results['experiment']}`", ""]
     if results.get("description"):
         lines += [results["description"], ""]
-    lines += [f"{results['n_done']} of {results['n_cells']} cells finished"
-              + (f"; missing: {', '.join(results['missing'])}" if results["missing"] else "") + ".", ""]
+    lines += [
+        f"{results['n_done']} of {results['n_cells']} cells finished"
+        + (f"; missing: {', '.join(results['missing'])}" if results["missing"] else "")
+        + ".",
+        "",
+    ]
     if cells:
         lines += [provenance_line(cells), ""]
     return "\n".join(lines)

@@ -20,8 +20,10 @@ from .size import tuning_only
 
 def _memorised(plan) -> dict:
     """``{document id: (repetitions, exact match)}`` of a cell's member windows at its first prefix length."""
-    return {w.get("doc_id"): (float(w.get("repetitions") or 0), bool(w.get("exact_match")))
-            for w in first_prefix_windows(plan)}
+    return {
+        w.get("doc_id"): (float(w.get("repetitions") or 0), bool(w.get("exact_match")))
+        for w in first_prefix_windows(plan)
+    }
 
 
 def compute(study: Study) -> dict:
@@ -56,9 +58,16 @@ def compute(study: Study) -> dict:
                 rule += [small[i][0] >= t for i in ids]
                 actual += [big[i][1] for i in ids]
             if actual:
-                out.append({"arm": arm, "size": size, "largest": largest, "splits": len(thresholds),
-                            "model": set_prediction(predicted, actual),
-                            "rule": {"min_repetitions": thresholds, **set_prediction(rule, actual)}})
+                out.append(
+                    {
+                        "arm": arm,
+                        "size": size,
+                        "largest": largest,
+                        "splits": len(thresholds),
+                        "model": set_prediction(predicted, actual),
+                        "rule": {"min_repetitions": thresholds, **set_prediction(rule, actual)},
+                    }
+                )
     return {"size_prediction": out}
 
 
@@ -72,15 +81,35 @@ def render(results: dict) -> str:
     entries = results.get("size_prediction") or []
     if not entries:
         return ""
-    rows = [[e["arm"], f"{e['size']} -> {e['largest']}", f"{e['model']['predicted']} / {e['model']['actual']}",
-             _rate(e["model"]["precision"]), _rate(e["model"]["recall"]),
-             ", ".join("none" if t is None else f">= x{t:g}" for t in e["rule"]["min_repetitions"]),
-             _rate(e["rule"]["precision"]), _rate(e["rule"]["recall"])] for e in entries]
+    rows = [
+        [
+            e["arm"],
+            f"{e['size']} -> {e['largest']}",
+            f"{e['model']['predicted']} / {e['model']['actual']}",
+            _rate(e["model"]["precision"]),
+            _rate(e["model"]["recall"]),
+            ", ".join("none" if t is None else f">= x{t:g}" for t in e["rule"]["min_repetitions"]),
+            _rate(e["rule"]["precision"]),
+            _rate(e["rule"]["recall"]),
+        ]
+        for e in entries
+    ]
     return markdown_section(
         "Does a smaller model predict what a larger one memorises? (Biderman et al. 2023)",
-        markdown_table(["arm", "size -> largest", "memorised: smaller / largest", "precision", "recall",
-                        "rule fitted on the smaller (per seed): memorised iff copies", "rule precision",
-                        "rule recall"], rows),
+        markdown_table(
+            [
+                "arm",
+                "size -> largest",
+                "memorised: smaller / largest",
+                "precision",
+                "recall",
+                "rule fitted on the smaller (per seed): memorised iff copies",
+                "rule precision",
+                "rule recall",
+            ],
+            rows,
+        ),
         "The same targets in each seed (windows matched by document id), pooled over seeds; Wilson 95 % intervals. "
         "The rule is the trivial predictor, fitted on the smaller model's own memorised set: the smaller model "
-        "predicts the larger one's memorisation beyond the repetition count only where it beats the rule.")
+        "predicts the larger one's memorisation beyond the repetition count only where it beats the rule.",
+    )

@@ -38,13 +38,17 @@ TITLE = "Readings"
 NONMEMBERS_FOR = {"tpr_at_1pct_fpr": 100, "tpr_at_0_1pct_fpr": 1000}  # a TPR at an FPR is resolved from 1 / FPR on
 
 
-RULE = define("readings", (
-    "Each verdict word comes from its interval by one rule (goldfish/eval/verdicts.py): fewer than two runs "
-    "-> 'not tested'; a placebo whose interval excludes 0 -> 'inconclusive'; with a margin stated before the "
-    "run, 'equivalent' when the 90 % interval lies inside it, else 'not shown'; otherwise the question's "
-    "word for an interval above 0 ('higher', 'cost', 'leak detected', 'detected'), below 0 ('lower', "
-    "'gain') or including 0 ('none detected', 'no cost detected'). Membership is read on each arm's "
-    "strongest attack, the mask-aware ones included."))
+RULE = define(
+    "readings",
+    (
+        "Each verdict word comes from its interval by one rule (goldfish/eval/verdicts.py): fewer than two runs "
+        "-> 'not tested'; a placebo whose interval excludes 0 -> 'inconclusive'; with a margin stated before the "
+        "run, 'equivalent' when the 90 % interval lies inside it, else 'not shown'; otherwise the question's "
+        "word for an interval above 0 ('higher', 'cost', 'leak detected', 'detected'), below 0 ('lower', "
+        "'gain') or including 0 ('none detected', 'no cost detected'). Membership is read on each arm's "
+        "strongest attack, the mask-aware ones included."
+    ),
+)
 
 
 def compute(study: Study) -> dict:
@@ -78,38 +82,82 @@ def _groups(results: dict) -> list[tuple[dict, dict[str, dict[str, CellSummary]]
     by_id = {c.cell: c for c in cells_of(results)}
     runs = results.get("runs") or {}
     if runs.get("groups"):
-        return [(g["point"], {a["arm"]: {r["replicate"]: by_id[r["cell"]] for r in a["runs"]} for a in g["arms"]})
-                for g in runs["groups"]]
+        return [
+            (g["point"], {a["arm"]: {r["replicate"]: by_id[r["cell"]] for r in a["runs"]} for a in g["arms"]})
+            for g in runs["groups"]
+        ]
     arms: dict[str, dict[str, CellSummary]] = {}
     for c in by_id.values():
         arms.setdefault(c.arm, {})["-"] = c
     return [({}, arms)]
 
 
-def _paired(runs_a: dict[str, CellSummary], runs_b: dict[str, CellSummary], value_a, value_b,
-            margin: float | None = None) -> dict:
-    diffs = [value_a(runs_a[r]) - value_b(runs_b[r]) for r in runs_a
-             if r in runs_b and value_a(runs_a[r]) is not None and value_b(runs_b[r]) is not None]
+def _paired(
+    runs_a: dict[str, CellSummary], runs_b: dict[str, CellSummary], value_a, value_b, margin: float | None = None
+) -> dict:
+    diffs = [
+        value_a(runs_a[r]) - value_b(runs_b[r])
+        for r in runs_a
+        if r in runs_b and value_a(runs_a[r]) is not None and value_b(runs_b[r]) is not None
+    ]
     return replicate_tost(diffs, margin or None)
 
 
-def _reading(question: str, kind: str, d: dict, word: str, *, a: str, b: str | None, test: str, null: str,
-             attack: str, note: str = "", point: dict | None = None) -> dict[str, Any]:
-    return {"point": point or {}, "question": question, "a": a, "b": b, "kind": kind, "estimate": d.get("mean"),
-            "ci_low": d.get("ci_low"), "ci_high": d.get("ci_high"), "n": d.get("n"), "margin": d.get("margin"),
-            "ci90_low": d.get("ci90_low"), "ci90_high": d.get("ci90_high"), "word": word, "test": test,
-            "null": null, "attack": attack, "note": note}
+def _reading(
+    question: str,
+    kind: str,
+    d: dict,
+    word: str,
+    *,
+    a: str,
+    b: str | None,
+    test: str,
+    null: str,
+    attack: str,
+    note: str = "",
+    point: dict | None = None,
+) -> dict[str, Any]:
+    return {
+        "point": point or {},
+        "question": question,
+        "a": a,
+        "b": b,
+        "kind": kind,
+        "estimate": d.get("mean"),
+        "ci_low": d.get("ci_low"),
+        "ci_high": d.get("ci_high"),
+        "n": d.get("n"),
+        "margin": d.get("margin"),
+        "ci90_low": d.get("ci90_low"),
+        "ci90_high": d.get("ci90_high"),
+        "word": word,
+        "test": test,
+        "null": null,
+        "attack": attack,
+        "note": note,
+    }
 
 
 def _word(question: str, d: dict, valid: bool = True) -> str:
-    return verdict(question, d.get("ci_low"), d.get("ci_high"), d.get("n"), margin=d.get("margin"),
-                   ci90_low=d.get("ci90_low"), ci90_high=d.get("ci90_high"), valid=valid)
+    return verdict(
+        question,
+        d.get("ci_low"),
+        d.get("ci_high"),
+        d.get("n"),
+        margin=d.get("margin"),
+        ci90_low=d.get("ci90_low"),
+        ci90_high=d.get("ci90_high"),
+        valid=valid,
+    )
 
 
 def strongest(runs: dict[str, CellSummary]) -> str | None:
     """The attack with the highest mean AUC over an arm's runs among those every run has (the first on a tie)."""
-    names = [n for n in next(iter(runs.values())).mia_aucs or {} if all((c.mia_aucs or {}).get(n) is not None
-                                                                        for c in runs.values())]
+    names = [
+        n
+        for n in next(iter(runs.values())).mia_aucs or {}
+        if all((c.mia_aucs or {}).get(n) is not None for c in runs.values())
+    ]
     means = {n: sum(c.mia_aucs[n] for c in runs.values()) / len(runs) for n in names}
     return max(means, key=lambda n: means[n]) if means else None
 
@@ -133,26 +181,80 @@ def _membership(point: dict, g: str, s: str, arms: dict, equivalence: dict) -> l
     attack = f"strongest per arm: {g} {sg} (AUC {mean[g]['mean']:.3f}), {s} {ss} (AUC {mean[s]['mean']:.3f})"
     d = _paired(arms[g], arms[s], lambda c: c.mia_aucs[sg], lambda c: c.mia_aucs[ss], margin)
     test = "paired t over runs" + (", two one-sided tests against the stated margin" if margin else "")
-    out = [_reading("membership AUC", "", d, _word("difference", d), a=g, b=s, test=test, null="no difference",
-                    attack=attack, point=point)]
+    out = [
+        _reading(
+            "membership AUC",
+            "",
+            d,
+            _word("difference", d),
+            a=g,
+            b=s,
+            test=test,
+            null="no difference",
+            attack=attack,
+            point=point,
+        )
+    ]
     n_non = max(int(c.nonmembers or 0) for runs in (arms[g], arms[s]) for c in runs.values())
     for key, label in (("tpr_at_1pct_fpr", "TPR at 1 % FPR"), ("tpr_at_0_1pct_fpr", "TPR at 0.1 % FPR")):
         if n_non < NONMEMBERS_FOR[key]:
-            out.append(_reading(f"membership {label}", "pct", {}, NOT_TESTED, a=g, b=s, test="-", null="-",
-                                attack=attack, point=point, note=f"{n_non} nonmembers: needs >= "
-                                                                 f"{NONMEMBERS_FOR[key]} to resolve it"))
+            out.append(
+                _reading(
+                    f"membership {label}",
+                    "pct",
+                    {},
+                    NOT_TESTED,
+                    a=g,
+                    b=s,
+                    test="-",
+                    null="-",
+                    attack=attack,
+                    point=point,
+                    note=f"{n_non} nonmembers: needs >= {NONMEMBERS_FOR[key]} to resolve it",
+                )
+            )
             continue
-        stored = all(tpr(c, sg, key) is not None for c in arms[g].values()) and \
-            all(tpr(c, ss, key) is not None for c in arms[s].values())
+        stored = all(tpr(c, sg, key) is not None for c in arms[g].values()) and all(
+            tpr(c, ss, key) is not None for c in arms[s].values()
+        )
         if not stored:
-            out.append(_reading(f"membership {label}", "pct", {}, NOT_TESTED, a=g, b=s, test="-", null="-",
-                                attack=attack, point=point, note="not stored for the strongest attacks (results "
-                                                                 "before per-attack TPRs): rerun to read it"))
+            out.append(
+                _reading(
+                    f"membership {label}",
+                    "pct",
+                    {},
+                    NOT_TESTED,
+                    a=g,
+                    b=s,
+                    test="-",
+                    null="-",
+                    attack=attack,
+                    point=point,
+                    note="not stored for the strongest attacks (results before per-attack TPRs): rerun to read it",
+                )
+            )
             continue
-        d = _paired(arms[g], arms[s], lambda c: tpr(c, sg, key), lambda c: tpr(c, ss, key),
-                    tpr_margin if key == "tpr_at_1pct_fpr" else None)
-        out.append(_reading(f"membership {label}", "pct", d, _word("difference", d), a=g, b=s, test=test,
-                            null="no difference", attack=attack, point=point))
+        d = _paired(
+            arms[g],
+            arms[s],
+            lambda c: tpr(c, sg, key),
+            lambda c: tpr(c, ss, key),
+            tpr_margin if key == "tpr_at_1pct_fpr" else None,
+        )
+        out.append(
+            _reading(
+                f"membership {label}",
+                "pct",
+                d,
+                _word("difference", d),
+                a=g,
+                b=s,
+                test=test,
+                null="no difference",
+                attack=attack,
+                point=point,
+            )
+        )
     return out
 
 
@@ -173,38 +275,85 @@ def _leakage(point: dict, g: str, arms: dict, results: dict, roles_: dict) -> li
     valid = placebo.get("ci_low") is None or placebo["ci_low"] <= 0 <= placebo["ci_high"]
     twins = [a for a in arms if roles_.get(a) == "twin"]
     mde = minimum_detectable_effect(did.get("se"), df=did.get("df"))
-    note = (f"placebo {_pts(placebo.get('mean'))} [{_pts(placebo.get('ci_low'))}, {_pts(placebo.get('ci_high'))}]"
-            f"{'' if valid else ' excludes 0: the held-out text is no valid reference'}; across-run MDE "
-            f"{_size(mde)}")
+    note = (
+        f"placebo {_pts(placebo.get('mean'))} [{_pts(placebo.get('ci_low'))}, {_pts(placebo.get('ci_high'))}]"
+        f"{'' if valid else ' excludes 0: the held-out text is no valid reference'}; across-run MDE "
+        f"{_size(mde)}"
+    )
     if not twins:
         note += "; no no-leak twin or positive control in this design: its sensitivity is not measured here"
-    out = [_reading("leak on dropped positions (accuracy DiD)", "pct", did, _word("leak", did, valid), a=g, b=None,
-                    test="t over runs of each run's DiD", null="the control, with held-out text as reference",
-                    attack="teacher-forced top-1 on the dropped positions", note=note, point=point)]
+    out = [
+        _reading(
+            "leak on dropped positions (accuracy DiD)",
+            "pct",
+            did,
+            _word("leak", did, valid),
+            a=g,
+            b=None,
+            test="t over runs of each run's DiD",
+            null="the control, with held-out text as reference",
+            attack="teacher-forced top-1 on the dropped positions",
+            note=note,
+            point=point,
+        )
+    ]
     for twin in twins:
         d = _paired(runs, arms[twin], lambda c: _dropped(c, "did"), lambda c: _dropped(c, "did"))
         df = d["n"] - 1 if d.get("n") else None
         rng = mde_range(d.get("se"), df)
         mde = minimum_detectable_effect(d.get("se"), df=df)
-        out.append(_reading("leak against the no-leak twin (accuracy DiD)", "pct", d, _word("leak", d), a=g, b=twin,
-                            test="paired t over runs", null=f"{twin}: dropped tokens replaced in its input",
-                            attack="teacher-forced top-1 on the dropped positions", point=point,
-                            note=f"MDE {_size(mde)} (95 % range {_size(rng[0]) if rng else '-'} to "
-                                 f"{_size(rng[1]) if rng else '-'}: an SD from {df} df)"))
+        out.append(
+            _reading(
+                "leak against the no-leak twin (accuracy DiD)",
+                "pct",
+                d,
+                _word("leak", d),
+                a=g,
+                b=twin,
+                test="paired t over runs",
+                null=f"{twin}: dropped tokens replaced in its input",
+                attack="teacher-forced top-1 on the dropped positions",
+                point=point,
+                note=f"MDE {_size(mde)} (95 % range {_size(rng[0]) if rng else '-'} to "
+                f"{_size(rng[1]) if rng else '-'}: an SD from {df} df)",
+            )
+        )
         kept = _paired(runs, arms[twin], lambda c: _dropped(c, "did", "kept"), lambda c: _dropped(c, "did", "kept"))
         means = [t_over_runs([_dropped(c, "did", "kept") for c in arms[a].values()]).get("mean") for a in (g, twin)]
-        out.append(_reading("null matched on kept context (kept-position DiD)", "pct", kept,
-                            _word("difference", kept), a=g, b=twin, test="paired t over runs",
-                            null="the twin learns the members' kept context as Goldfish does", attack="-",
-                            point=point, note=f"kept-position DiD {g} {_pts(means[0])}, {twin} {_pts(means[1])}; "
-                                              "'none detected' = matched within the interval"))
+        out.append(
+            _reading(
+                "null matched on kept context (kept-position DiD)",
+                "pct",
+                kept,
+                _word("difference", kept),
+                a=g,
+                b=twin,
+                test="paired t over runs",
+                null="the twin learns the members' kept context as Goldfish does",
+                attack="-",
+                point=point,
+                note=f"kept-position DiD {g} {_pts(means[0])}, {twin} {_pts(means[1])}; "
+                "'none detected' = matched within the interval",
+            )
+        )
         for p in (a for a in arms if roles_.get(a) == "positive"):
             d = _paired(arms[p], arms[twin], lambda c: _dropped(c, "did"), lambda c: _dropped(c, "did"))
             frac = next(iter(arms[p].values())).leakage or {}
-            out.append(_reading("positive control against the same twin", "pct", d, _word("detected", d), a=p,
-                                b=twin, test="paired t over runs", null=f"{twin}",
-                                attack="teacher-forced top-1 on the dropped positions", point=point,
-                                note=f"trained on {_pct(frac.get('supervised_fraction'))} of them"))
+            out.append(
+                _reading(
+                    "positive control against the same twin",
+                    "pct",
+                    d,
+                    _word("detected", d),
+                    a=p,
+                    b=twin,
+                    test="paired t over runs",
+                    null=f"{twin}",
+                    attack="teacher-forced top-1 on the dropped positions",
+                    point=point,
+                    note=f"trained on {_pct(frac.get('supervised_fraction'))} of them",
+                )
+            )
     return out
 
 
@@ -222,32 +371,65 @@ def _size_trend(results: dict, roles_: dict) -> list[dict]:
         if len(sizes) < 2 or not all(trials):
             continue
         t = exact_trend(events, trials)
-        out.append({"point": {}, "question": "extraction trend across sizes", "a": arm, "b": None, "kind": "trend",
-                    "estimate": t["statistic"] - t["expected"], "ci_low": None, "ci_high": None, "n": len(sizes),
-                    "p_value": t["p_value"], "word": p_verdict("trend", t["p_value"], t["statistic"] - t["expected"]),
-                    "test": "exact Cochran-Armitage trend test (two-sided), sizes scored 0..G-1",
-                    "null": "the same extraction rate at every size", "attack": "greedy decoding",
-                    "note": ", ".join(f"{s}: {e}/{n}" for s, e, n in zip(sizes, events, trials)) + " windows"})
+        out.append(
+            {
+                "point": {},
+                "question": "extraction trend across sizes",
+                "a": arm,
+                "b": None,
+                "kind": "trend",
+                "estimate": t["statistic"] - t["expected"],
+                "ci_low": None,
+                "ci_high": None,
+                "n": len(sizes),
+                "p_value": t["p_value"],
+                "word": p_verdict("trend", t["p_value"], t["statistic"] - t["expected"]),
+                "test": "exact Cochran-Armitage trend test (two-sided), sizes scored 0..G-1",
+                "null": "the same extraction rate at every size",
+                "attack": "greedy decoding",
+                "note": ", ".join(f"{s}: {e}/{n}" for s, e, n in zip(sizes, events, trials)) + " windows",
+            }
+        )
     return out
 
 
 def _extraction(results: dict, point: dict, g: str, s: str, arms: dict, ex: dict) -> dict:
     """Goldfish - standard exact match over runs; with one run, the within-run exact McNemar test of results.json's
     ``paired`` (documents are then the unit, and the reading says so)."""
-    reading = _reading("extraction (exact match)", "pct", ex, _word("difference", ex), a=g, b=s,
-                       test="paired t over runs", null="no difference", attack="greedy decoding", point=point)
+    reading = _reading(
+        "extraction (exact match)",
+        "pct",
+        ex,
+        _word("difference", ex),
+        a=g,
+        b=s,
+        test="paired t over runs",
+        null="no difference",
+        attack="greedy decoding",
+        point=point,
+    )
     if (ex.get("n") or 0) >= 2:
         return reading
     cells = {next(iter(arms[g].values())).cell, next(iter(arms[s].values())).cell}
-    pair = next((p for p in results.get("paired") or [] if {p.get("cell_a"), p.get("cell_b")} == cells
-                 or ({p.get("a"), p.get("b")} == {g, s} and not p.get("cell_a"))), None)
+    pair = next(
+        (
+            p
+            for p in results.get("paired") or []
+            if {p.get("cell_a"), p.get("cell_b")} == cells
+            or ({p.get("a"), p.get("b")} == {g, s} and not p.get("cell_a"))
+        ),
+        None,
+    )
     test = (pair or {}).get("exact_match") or {}
     if test.get("p_value") is None:
         return reading
     sign = 1 if pair["a"] == g else -1
-    reading.update(word=p_verdict("difference", test["p_value"], sign * (test.get("diff") or 0.0)),
-                   p_value=test["p_value"], test="exact McNemar test over the same documents, within one run",
-                   note="one training run: documents, not runs, are the unit; no reading across runs")
+    reading.update(
+        word=p_verdict("difference", test["p_value"], sign * (test.get("diff") or 0.0)),
+        p_value=test["p_value"],
+        test="exact McNemar test over the same documents, within one run",
+        note="one training run: documents, not runs, are the unit; no reading across runs",
+    )
     return reading
 
 
@@ -263,8 +445,20 @@ def derive(results: dict) -> list[dict]:
                 out.append(_extraction(results, point, g, s, arms, ex))
                 out += _membership(point, g, s, arms, equivalence)
                 loss = _paired(arms[g], arms[s], lambda c: c.heldout_loss, lambda c: c.heldout_loss)
-                out.append(_reading("utility (held-out loss, nats)", "", loss, _word("cost", loss), a=g, b=s,
-                                    test="paired t over runs", null="no difference", attack="-", point=point))
+                out.append(
+                    _reading(
+                        "utility (held-out loss, nats)",
+                        "",
+                        loss,
+                        _word("cost", loss),
+                        a=g,
+                        b=s,
+                        test="paired t over runs",
+                        null="no difference",
+                        attack="-",
+                        point=point,
+                    )
+                )
             out += _leakage(point, g, arms, results, roles_)
     return out + _size_trend(results, roles_)
 
@@ -313,16 +507,44 @@ def render(results: dict) -> str:
         return ""
     tested = [r for r in found if r["word"] != NOT_TESTED]
     points = any(r["point"] for r in found)  # a grid: the point of each reading; else no column for it
-    rows = [[", ".join(f"{k}={v}" for k, v in r["point"].items()) or "-"][:points] + [
-             r["question"], _arms(r), quantity(r), f"**{r['word']}**",
-             f"{r['test']}; null: {r['null']}; attack: {_attack(r)}", r["note"] or "-"] for r in tested]
-    untested = [f"{r['question']}" + "".join(f" at {k}={v}" for k, v in r["point"].items())
-                + (f" ({_arms(r)}: {quantity(r)})" if r["estimate"] is not None
-                   else "")
-                + (f": {r['note']}" if r["note"] and r["estimate"] is None else "") for r in found if r not in tested]
-    blocks = [markdown_table(["grid point"][:points] + ["question", "arms (a - b)", "quantity [95 % t over runs]",
-                                                        "verdict", "test; null; attack", "what it rests on"], rows)
-              ] if rows else []
+    rows = [
+        [", ".join(f"{k}={v}" for k, v in r["point"].items()) or "-"][:points]
+        + [
+            r["question"],
+            _arms(r),
+            quantity(r),
+            f"**{r['word']}**",
+            f"{r['test']}; null: {r['null']}; attack: {_attack(r)}",
+            r["note"] or "-",
+        ]
+        for r in tested
+    ]
+    untested = [
+        f"{r['question']}"
+        + "".join(f" at {k}={v}" for k, v in r["point"].items())
+        + (f" ({_arms(r)}: {quantity(r)})" if r["estimate"] is not None else "")
+        + (f": {r['note']}" if r["note"] and r["estimate"] is None else "")
+        for r in found
+        if r not in tested
+    ]
+    blocks = (
+        [
+            markdown_table(
+                ["grid point"][:points]
+                + [
+                    "question",
+                    "arms (a - b)",
+                    "quantity [95 % t over runs]",
+                    "verdict",
+                    "test; null; attack",
+                    "what it rests on",
+                ],
+                rows,
+            )
+        ]
+        if rows
+        else []
+    )
     if untested:
         blocks.append("**Not tested** (fewer than two training runs, or not resolved): " + "; ".join(untested) + ".")
     return markdown_section(TITLE, *blocks, RULE)
@@ -333,8 +555,17 @@ def table(results: dict, questions: list[str] | None = None) -> str:
     --docs``): a compact table of :func:`derive`'s readings whose question starts with one of ``questions`` (all when
     None), word for word as the report gives them."""
     found = [r for r in derive(results) if not questions or any(r["question"].startswith(q) for q in questions)]
-    rows = [[", ".join(f"{k}={v}" for k, v in r["point"].items()) or "-", r["question"],
-             r["a"] + (f" - {r['b']}" if r["b"] else ""), quantity(r), f"**{r['word']}**", r["note"] or "-"]
-            for r in found]
-    return markdown_table(["grid point", "question", "arms (a - b)", "quantity [95 % t over runs]", "verdict",
-                           "what it rests on"], rows)
+    rows = [
+        [
+            ", ".join(f"{k}={v}" for k, v in r["point"].items()) or "-",
+            r["question"],
+            r["a"] + (f" - {r['b']}" if r["b"] else ""),
+            quantity(r),
+            f"**{r['word']}**",
+            r["note"] or "-",
+        ]
+        for r in found
+    ]
+    return markdown_table(
+        ["grid point", "question", "arms (a - b)", "quantity [95 % t over runs]", "verdict", "what it rests on"], rows
+    )

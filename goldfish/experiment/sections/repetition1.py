@@ -22,8 +22,14 @@ def repetition1_table(results: dict) -> str | None:
     for c in sorted(cells, key=lambda c: (c.arm, c.params or 0)):
         agg = mean_over(c.strata, "repetitions")
         if 1 in agg:
-            rows.append([c.label(axes, False), fmt(c.params, "params"), fmt(agg[1]["exact_match_rate"], "pct"),
-                         *(fmt(agg[1][m]) for m in ROUGE)])
+            rows.append(
+                [
+                    c.label(axes, False),
+                    fmt(c.params, "params"),
+                    fmt(agg[1]["exact_match_rate"], "pct"),
+                    *(fmt(agg[1][m]) for m in ROUGE),
+                ]
+            )
     if not rows:
         return None
     return markdown_table(["cell", "params", *(f"{METRICS[m].short} (rep. 1)" for m in ("exact_match", *ROUGE))], rows)

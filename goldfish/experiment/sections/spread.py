@@ -10,11 +10,16 @@ from goldfish.eval.tables import fmt, markdown_section, markdown_table
 from ..summary import Study, cells_of, one_per_arm
 
 # (cell summary field, column, format): the headline extraction metrics (the registry's words), then per-cell numbers
-SPREAD_METRICS = tuple((METRICS[m].summary_key, METRICS[m].short, "pct" if METRICS[m].aggregation == "rate" else "")
-                       for m in ("exact_match", *ROUGE)) + (
-    ("heldout_loss", "held-out loss", ""), ("tf_kept_accuracy", "TF acc kept", "pct"),
-    ("tf_dropped_accuracy", "TF acc dropped", "pct"), ("mia_auc", "MIA AUC", ""),
-    ("mia_auc_kept_reference", "MIA AUC kept tokens", ""))
+SPREAD_METRICS = tuple(
+    (METRICS[m].summary_key, METRICS[m].short, "pct" if METRICS[m].aggregation == "rate" else "")
+    for m in ("exact_match", *ROUGE)
+) + (
+    ("heldout_loss", "held-out loss", ""),
+    ("tf_kept_accuracy", "TF acc kept", "pct"),
+    ("tf_dropped_accuracy", "TF acc dropped", "pct"),
+    ("mia_auc", "MIA AUC", ""),
+    ("mia_auc_kept_reference", "MIA AUC kept tokens", ""),
+)
 
 
 def compute(study: Study) -> dict:
@@ -44,8 +49,13 @@ def spread_table(results: dict) -> str | None:
     rows = []
     for arm, metrics in arm_means(results).items():
         n = max((v[2] for v in metrics.values()), default=0)
-        rows.append([arm, str(n)] + [f"{fmt(metrics[k][0], kind)} +- {fmt(metrics[k][1], kind)}"
-                                     if k in metrics else "-" for k, _, kind in SPREAD_METRICS])
+        rows.append(
+            [arm, str(n)]
+            + [
+                f"{fmt(metrics[k][0], kind)} +- {fmt(metrics[k][1], kind)}" if k in metrics else "-"
+                for k, _, kind in SPREAD_METRICS
+            ]
+        )
     return markdown_table(["arm", "cells"] + [name for _, name, _ in SPREAD_METRICS], rows)
 
 

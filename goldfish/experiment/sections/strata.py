@@ -18,11 +18,18 @@ def attacks_only(results: dict) -> str:
     """Every membership attack's AUC per cell (its one stratum), without the extraction the headline shows."""
     cells, axes = cells_of(results), results.get("axes") or []
     attacks = list(dict.fromkeys(a for c in cells for a in c.stratum_membership or {}))
-    rows = [[c.arm + "".join(f" {a}={c.values.get(a)}" for a in axes),
-             *[interval(next(iter(((c.stratum_membership or {}).get(a) or {}).values()), None)) for a in attacks]]
-            for c in cells]
-    return markdown_section("Every membership attack", markdown_table(["cell", *[f"AUC {a}" for a in attacks]], rows),
-                            "AUC [95 % bootstrap CI], members against all nonmembers (0.5 = chance).")
+    rows = [
+        [
+            c.arm + "".join(f" {a}={c.values.get(a)}" for a in axes),
+            *[interval(next(iter(((c.stratum_membership or {}).get(a) or {}).values()), None)) for a in attacks],
+        ]
+        for c in cells
+    ]
+    return markdown_section(
+        "Every membership attack",
+        markdown_table(["cell", *[f"AUC {a}" for a in attacks]], rows),
+        "AUC [95 % bootstrap CI], members against all nonmembers (0.5 = chance).",
+    )
 
 
 def render(results: dict) -> str:
@@ -40,14 +47,30 @@ def render(results: dict) -> str:
         for r, e in sorted(extraction.items(), key=lambda kv: int(kv[0])):
             low, high = (ref_ci.get(r) or {}).get("reference") or (None, None)
             reference = {"auc": (ref.get(r) or {}).get("reference"), "low": low, "high": high}
-            rows.append([label, f"x{r}", f"{pct(e['rate'])} % [{pct(e['low'])}, {pct(e['high'])}] "
-                         f"({e['exact']}/{e['n']})", *[interval(e.get(name), "mean") for name in ROUGE],
-                         *[interval((mia.get(a) or {}).get(r)) for a in attacks], interval(reference)])
+            rows.append(
+                [
+                    label,
+                    f"x{r}",
+                    f"{pct(e['rate'])} % [{pct(e['low'])}, {pct(e['high'])}] ({e['exact']}/{e['n']})",
+                    *[interval(e.get(name), "mean") for name in ROUGE],
+                    *[interval((mia.get(a) or {}).get(r)) for a in attacks],
+                    interval(reference),
+                ]
+            )
     return markdown_section(
         "Per repetition stratum: extraction and every membership attack",
-        markdown_table(["cell", "stratum", "exact match % [95 % CI]",
-                        *[f"{METRICS[name].short} [95 % CI]" for name in ROUGE],
-                        *[f"AUC {a}" for a in attacks], "AUC reference (control)"], rows),
+        markdown_table(
+            [
+                "cell",
+                "stratum",
+                "exact match % [95 % CI]",
+                *[f"{METRICS[name].short} [95 % CI]" for name in ROUGE],
+                *[f"AUC {a}" for a in attacks],
+                "AUC reference (control)",
+            ],
+            rows,
+        ),
         "Members labelled x r against all nonmembers; AUC with a 95 % bootstrap CI (0.5 = chance). Exact "
         "match: Wilson interval; ROUGE-L: normal interval over windows. The reference attack is calibrated by "
-        "the control's model (attacks.json).")
+        "the control's model (attacks.json).",
+    )

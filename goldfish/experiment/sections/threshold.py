@@ -56,14 +56,21 @@ def e50_runs_markdown(rows: list[dict], tuned: str | None) -> list[str]:
     for r in rows:
         by = {label(x["values"]): x["e50"] for x in r["e50_runs"]}
         over = r["e50_over_runs"]
-        across = (f"{over['geo_mean']:.3g} [{over['ci_low']:.3g}, {over['ci_high']:.3g}]; SD {over['sd_log2']:.2f}"
-                  if "geo_mean" in over else over["why_not"])
+        across = (
+            f"{over['geo_mean']:.3g} [{over['ci_low']:.3g}, {over['ci_high']:.3g}]; SD {over['sd_log2']:.2f}"
+            if "geo_mean" in over
+            else over["why_not"]
+        )
         table.append([r["arm"], r["size"], *(_e50_point(by[k]) if by.get(k) else "-" for k in runs), across])
-    return ["", "E50 per training run (each run's own fit, 95 % profile interval in results.json), and over runs: "
-            "the geometric mean with a 95 % t interval over runs on log2 E50 and the between-run SD (log2 units), "
-            "only where every run has an E50 inside the tested exposures. The pooled E50 above fits every run's "
-            "targets as one sample (within-run detail).", "",
-            markdown_table(["arm", "size", *runs, "over runs [95 % t]"], table)]
+    return [
+        "",
+        "E50 per training run (each run's own fit, 95 % profile interval in results.json), and over runs: "
+        "the geometric mean with a 95 % t interval over runs on log2 E50 and the between-run SD (log2 units), "
+        "only where every run has an E50 inside the tested exposures. The pooled E50 above fits every run's "
+        "targets as one sample (within-run detail).",
+        "",
+        markdown_table(["arm", "size", *runs, "over runs [95 % t]"], table),
+    ]
 
 
 def _ci(entry: dict, name: str, digits: str = ".2f", sign: bool = False) -> str:
@@ -94,27 +101,51 @@ def size_model_markdown(models: list[dict], runs: list[dict] | None = None) -> l
             rows.append([m["arm"], f"{m['n_events']}/{m['n_rows']}", m["why_not"], "-", "-", "-"])
             continue
         splits = ", ".join(f"{s['coef']:+.2f} [{s['ci_low']:+.2f}, {s['ci_high']:+.2f}]" for s in m["by_split"])
-        rows.append([m["arm"], f"{m['n_events']}/{m['n_rows']} ({m['n_clusters']} targets)",
-                     _ci(m, "log10_params", sign=True), _ci(m, "log2_exposures"),
-                     _derived(m["derived"].get("e50_elasticity"), ".2f", sign=True), splits or "-"])
+        rows.append(
+            [
+                m["arm"],
+                f"{m['n_events']}/{m['n_rows']} ({m['n_clusters']} targets)",
+                _ci(m, "log10_params", sign=True),
+                _ci(m, "log2_exposures"),
+                _derived(m["derived"].get("e50_elasticity"), ".2f", sign=True),
+                splits or "-",
+            ]
+        )
         if m["arm"] in rejected:
             e50_rows.append([m["arm"]] + ["- (log-linearity rejected)" for _ in m["sizes"]])
         else:
             e50_rows.append([m["arm"]] + [_derived(m["derived"].get(f"e50_{s}")) for s in m["sizes"]])
     sizes = list(dict.fromkeys(s for m in models if "why_not" not in m for s in m["sizes"]))
-    lines = ["", "The size effect in ONE model: logit P(exact) = a + b log2(exposures read) + c log10(params), fitted "
-             "to every target window of the from-scratch sizes (Firth-penalised), with 95 % intervals from a cluster "
-             "bootstrap that resamples targets (each with all its sizes) within seed x stratum. c > 0: a larger "
-             "model extracts more at the same exposures. The E50 elasticity -log10(2) c / b is d log10 E50 / d "
-             "log10 params (< 0: larger models need fewer exposures). Per seed: c fitted to that seed's targets "
-             "alone. The intervals resample targets: they hold the targets' variation, and the training runs' "
-             "only through the seeds' agreement.", "",
-             markdown_table(["arm", "extracted / target windows", "c: size (logit per 10x params)",
-                             "b: exposures (logit per doubling)", "E50 elasticity", "c per seed"], rows)]
+    lines = [
+        "",
+        "The size effect in ONE model: logit P(exact) = a + b log2(exposures read) + c log10(params), fitted "
+        "to every target window of the from-scratch sizes (Firth-penalised), with 95 % intervals from a cluster "
+        "bootstrap that resamples targets (each with all its sizes) within seed x stratum. c > 0: a larger "
+        "model extracts more at the same exposures. The E50 elasticity -log10(2) c / b is d log10 E50 / d "
+        "log10 params (< 0: larger models need fewer exposures). Per seed: c fitted to that seed's targets "
+        "alone. The intervals resample targets: they hold the targets' variation, and the training runs' "
+        "only through the seeds' agreement.",
+        "",
+        markdown_table(
+            [
+                "arm",
+                "extracted / target windows",
+                "c: size (logit per 10x params)",
+                "b: exposures (logit per doubling)",
+                "E50 elasticity",
+                "c per seed",
+            ],
+            rows,
+        ),
+    ]
     if e50_rows:
-        lines += ["", "E50 the joint model implies per size [95 % cluster-bootstrap interval]; not shown for an arm "
-                  "whose log-linearity the run-level F test rejects (p < 0.05): read the per-size fits above:", "",
-                  markdown_table(["arm"] + sizes, e50_rows)]
+        lines += [
+            "",
+            "E50 the joint model implies per size [95 % cluster-bootstrap interval]; not shown for an arm "
+            "whose log-linearity the run-level F test rejects (p < 0.05): read the per-size fits above:",
+            "",
+            markdown_table(["arm"] + sizes, e50_rows),
+        ]
     return lines
 
 
@@ -125,22 +156,32 @@ def threshold_markdown(results: dict) -> str | None:
     rows = scaling.get("rows") or []
     if not any(r.get("e50") or r.get("canaries") for r in rows):
         return None
-    ordered = sorted(rows, key=lambda r: (r["arm"] != "control", r["arm"], r.get("pretrained", False),
-                                          r["params"] or 0))
-    lines = ["E50: the exposures at which half of the targets are extracted (exact match), from a logistic fit of "
-             "exact match on log2 exposures read, with its 95 % profile-likelihood interval (the slope profiled "
-             "out, separation included). Where the strata separate (none extracted up to one stratum, all from the "
-             "next) the data identify E50 only as the range between them: shown as `a-b (identified)`, never as a "
-             "point; `quasi-separated`: one mixed stratum between separated ones, whose exposure is then the "
-             "estimate. Censored as > max / < min where the rate stays below / above one half over the tested "
-             "exposures.", ""]
-    table = [[r["arm"], r["size"] + (" (pretrained)" if r.get("pretrained") else ""),
-              f"{(r['params'] or 0) / 1e6:.2f} M", _e50_text(r.get("e50")),
-              "-" if not r.get("e50") else " / ".join(f"{s['extracted']}" for s in r["e50"]["strata"]),
-              "-" if not r.get("e50") else str(r["e50"]["n_targets"])]
-             for r in ordered if r["arm"] != "control"]
-    lines.append(markdown_table(["arm", "size", "params", "E50 [95 % CI]", "extracted per stratum", "targets"],
-                                table))
+    ordered = sorted(
+        rows, key=lambda r: (r["arm"] != "control", r["arm"], r.get("pretrained", False), r["params"] or 0)
+    )
+    lines = [
+        "E50: the exposures at which half of the targets are extracted (exact match), from a logistic fit of "
+        "exact match on log2 exposures read, with its 95 % profile-likelihood interval (the slope profiled "
+        "out, separation included). Where the strata separate (none extracted up to one stratum, all from the "
+        "next) the data identify E50 only as the range between them: shown as `a-b (identified)`, never as a "
+        "point; `quasi-separated`: one mixed stratum between separated ones, whose exposure is then the "
+        "estimate. Censored as > max / < min where the rate stays below / above one half over the tested "
+        "exposures.",
+        "",
+    ]
+    table = [
+        [
+            r["arm"],
+            r["size"] + (" (pretrained)" if r.get("pretrained") else ""),
+            f"{(r['params'] or 0) / 1e6:.2f} M",
+            _e50_text(r.get("e50")),
+            "-" if not r.get("e50") else " / ".join(f"{s['extracted']}" for s in r["e50"]["strata"]),
+            "-" if not r.get("e50") else str(r["e50"]["n_targets"]),
+        ]
+        for r in ordered
+        if r["arm"] != "control"
+    ]
+    lines.append(markdown_table(["arm", "size", "params", "E50 [95 % CI]", "extracted per stratum", "targets"], table))
     lines += e50_runs_markdown(ordered, (results.get("tune") or {}).get("axis"))
     lines += size_model_markdown(scaling.get("size_model") or [], scaling.get("size_runs") or [])
     lines += canary_markdown(ordered)
@@ -160,21 +201,34 @@ def canary_markdown(rows: list[dict]) -> list[str]:
         cols = [r["arm"], r["size"] + (" (pretrained)" if r.get("pretrained") else "")]
         for s in strata:
             v = r["canaries"]["strata"].get(str(s))
-            cols.append("-" if not v else f"{v['mean']:.1f} [{v['low']:.1f}, {v['high']:.1f}]" + (
-                f" (n {v['n']})" if full else f" ({v['saturated']}/{v['n']} sat., extrap. {v['extrapolated']:.1f})"))
+            cols.append(
+                "-"
+                if not v
+                else f"{v['mean']:.1f} [{v['low']:.1f}, {v['high']:.1f}]"
+                + (f" (n {v['n']})" if full else f" ({v['saturated']}/{v['n']} sat., extrap. {v['extrapolated']:.1f})")
+            )
         table.append(cols)
     space = method.get("space_bits")
     if full:
-        how = (f"|R| = 2^{space:.1f} secrets, every one of them scored (the chain rule over partial secrets): the "
-               "rank is exact, the largest exposure log2|R| (rank 1).")
+        how = (
+            f"|R| = 2^{space:.1f} secrets, every one of them scored (the chain rule over partial secrets): the "
+            "rank is exact, the largest exposure log2|R| (rank 1)."
+        )
     else:
-        how = (f"|R| = 2^{space:.1f} secrets, rank estimated from {method.get('n_candidates')} sampled candidates "
-               f"(resolves ~{method.get('resolution_bits') or 0:.1f} bits; 'sat.' = canaries no sampled candidate "
-               "beats, whose exposure is the paper's skew-normal extrapolation instead, at least what the sample "
-               "resolves; 'extrap.' = that extrapolation's mean over all canaries: model-based, not a rank).")
-    return ["", "Canaries (Carlini et al. 2019): mean exposure log2|R| - log2 rank in bits per stratum (95 % "
-            f"bootstrap interval over canaries); {how} A model that never saw a canary scores 1/ln 2 = 1.44 bits on "
-            "average.", "", markdown_table(["arm", "size"] + [f"x{s}" for s in strata], table)]
+        how = (
+            f"|R| = 2^{space:.1f} secrets, rank estimated from {method.get('n_candidates')} sampled candidates "
+            f"(resolves ~{method.get('resolution_bits') or 0:.1f} bits; 'sat.' = canaries no sampled candidate "
+            "beats, whose exposure is the paper's skew-normal extrapolation instead, at least what the sample "
+            "resolves; 'extrap.' = that extrapolation's mean over all canaries: model-based, not a rank)."
+        )
+    return [
+        "",
+        "Canaries (Carlini et al. 2019): mean exposure log2|R| - log2 rank in bits per stratum (95 % "
+        f"bootstrap interval over canaries); {how} A model that never saw a canary scores 1/ln 2 = 1.44 bits on "
+        "average.",
+        "",
+        markdown_table(["arm", "size"] + [f"x{s}" for s in strata], table),
+    ]
 
 
 def render(results: dict) -> str:
