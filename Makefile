@@ -52,10 +52,11 @@ test-fast: install
 test-unit: install
 	$(PY) -m pytest -q -m "not slow and not dist and not integration" -p no:cacheprovider
 
-# the linter: ruff with the rules of pyproject.toml's [tool.ruff] (pycodestyle E/W at 120 columns, pyflakes F). Its
-# formatter is configured there too but not run here: the tree has not been formatted by it in one commit yet
+# the linter and the formatter: ruff with the rules of pyproject.toml's [tool.ruff] (pycodestyle E/W at 120 columns,
+# pyflakes F) and its formatter's check (the tree was formatted once, in its own commit: `ruff format .` keeps it so)
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 bench: install
 	$(PY) benchmarks/mask_speed.py
