@@ -86,3 +86,17 @@ def test_placed_puts_sections_after_the_named_one_and_refuses_an_unknown_name():
     assert out[0] is repetition1 and out[1] == AnalysisSection(added) and out[2] is figures
     with pytest.raises(ValueError, match="nowhere"):
         placed((repetition1,), [Section(after="nowhere", render=added.render)])
+
+
+def test_the_csv_cell_columns_come_from_the_fields_metadata():
+    """results.csv's cell columns are the summary fields declared with a csv place, in that order: no hand list."""
+    import dataclasses
+
+    from goldfish.experiment.aggregate import ROW_CELL_KEYS, rows_of
+    from goldfish.experiment.summary import CellSummary
+
+    marked = sorted((f.metadata["csv"], f.name) for f in dataclasses.fields(CellSummary) if "csv" in f.metadata)
+    assert ROW_CELL_KEYS == tuple(name for _, name in marked) and ROW_CELL_KEYS[0] == "params"
+    cell = {"cell": "c", "arm": "a", "seed": 1, "params": 7, "strata": [{"prefix_len": 8, "n_windows": 2}]}
+    (row,) = rows_of([cell], ["seed"])
+    assert list(row)[:4] == ["cell", "arm", "seed", "params"] and row["params"] == 7 and row["n_windows"] == 2

@@ -19,23 +19,12 @@ from .config import ExperimentConfig
 from .plan import CellPlan
 from .sections import SECTIONS
 from .sections.readings import derive as derive_readings
-from .summary import CellSummary, Study, summary_keys
+from .summary import CellSummary, Study, csv_keys, summary_keys
 
 RESULTS_SCHEMA = "goldfish-experiment/1"
-# per cell in every row of results.csv, then the stratum's own columns (prefix_len, repetitions, n_windows, metrics)
-ROW_CELL_KEYS = (
-    "params",
-    "tokens_seen",
-    "kept_tokens",
-    "train_time_s",
-    "mia_auc",
-    "mia_auc_ci_low",
-    "mia_auc_ci_high",
-    "final_kept_loss",
-    "final_dropped_loss",
-    "heldout_loss",
-    "heldout_ppl",
-)
+# per cell in every row of results.csv (the fields declared with summary_key(..., csv=n)), then the stratum's own
+# columns (prefix_len, repetitions, n_windows, metrics)
+ROW_CELL_KEYS = csv_keys()
 # the headline numbers of a cell in summary.json: the summary fields declared with summary_key, by their places, then
 # the analyses' summary_keys
 SUMMARY_KEYS = summary_keys()

@@ -26,14 +26,14 @@ from .plan import CellPlan
 class TrainPart:
     """Training (``train/summary.json``, ``metrics.jsonl``)."""
 
-    params: int | None = summary_key(1)
-    tokens_seen: int | None = summary_key(2)
-    train_time_s: float | None = summary_key(5)
+    params: int | None = summary_key(1, csv=1)
+    tokens_seen: int | None = summary_key(2, csv=2)
+    train_time_s: float | None = summary_key(5, csv=4)
     steps: int | None = summary_key(6)
-    kept_tokens: int | None = summary_key(3)
+    kept_tokens: int | None = summary_key(3, csv=3)
     dropped_tokens: int | None = summary_key(4)
-    final_kept_loss: float | None = summary_key(37)
-    final_dropped_loss: float | None = summary_key(38)
+    final_kept_loss: float | None = summary_key(37, csv=8)
+    final_dropped_loss: float | None = summary_key(38, csv=9)
 
 
 @dataclasses.dataclass
@@ -71,9 +71,9 @@ class MembershipPart:
     # every attack's TPR at 1 % and 0.1 % FPR ({attack: {tpr_at_1pct_fpr, tpr_at_0_1pct_fpr}}); None in results
     # written before it (then only the headline attack's TPR is known)
     mia_tprs: dict[str, dict] | None = summary_key(23)
-    heldout_loss: float | None = summary_key(39)
+    heldout_loss: float | None = summary_key(39, csv=10)
     heldout_loss_ci: list | None = summary_key(40)
-    heldout_ppl: float | None = summary_key(41)
+    heldout_ppl: float | None = summary_key(41, csv=11)
     member_loss: float | None = summary_key(42)
     mia_auc_loss: float | None = summary_key(24)
 
@@ -83,9 +83,9 @@ class HeadlinePart:
     """The headline attack (``mia_attack``) and the cell's exact statistics (``inference.cell_statistics``)."""
 
     mia_attack: str | None = summary_key(12)
-    mia_auc: float | None = summary_key(13)
-    mia_auc_ci_low: float | None = summary_key(15)
-    mia_auc_ci_high: float | None = summary_key(16)
+    mia_auc: float | None = summary_key(13, csv=5)
+    mia_auc_ci_low: float | None = summary_key(15, csv=6)
+    mia_auc_ci_high: float | None = summary_key(16, csv=7)
     mia_tpr_at_1pct_fpr: float | None = summary_key(18)
     mia_roc: dict | None = None
     mia_auc_ci: list | None = summary_key(14)
@@ -207,6 +207,12 @@ def summary_keys() -> tuple[str, ...]:
     ``summary_keys`` not among them (in :data:`~goldfish.experiment.analyses.ANALYSES`'s order)."""
     placed = listed(CellSummary)
     return (*placed, *dict.fromkeys(k for a in ANALYSES for k in a.summary_keys if k not in placed))
+
+
+def csv_keys() -> tuple[str, ...]:
+    """The cell's columns in every results.csv row: the fields declared with ``summary_key(..., csv=n)``, by n."""
+    found = [(f.metadata["csv"], f.name) for f in dataclasses.fields(CellSummary) if "csv" in f.metadata]
+    return tuple(name for _, name in sorted(found))
 
 
 def cells_of(results: dict) -> list[CellSummary]:

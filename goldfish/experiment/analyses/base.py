@@ -15,14 +15,16 @@ from typing import Any, Callable, Protocol, Sequence
 from ..plan import CellFolder, CellPlan
 
 
-def summary_key(place: int, **field: Any) -> Any:
+def summary_key(place: int, csv: int | None = None, **field: Any) -> Any:
     """A cell summary field that ``summary.json`` lists (``dataclasses.field`` with ``metadata={"summary": place}``;
     default None unless ``default_factory`` is given): ``place`` is its position among a cell's keys there (the
     order committed studies' summary.json re-render in, byte for byte: ``goldfish.experiment.summary.summary_keys``
-    sorts by it)."""
+    sorts by it); ``csv``, where given, its position among the cell columns of every results.csv row
+    (``goldfish.experiment.summary.csv_keys``)."""
     if "default_factory" not in field:
         field.setdefault("default", None)
-    return dataclasses.field(metadata={"summary": place}, **field)
+    metadata = {"summary": place} if csv is None else {"summary": place, "csv": csv}
+    return dataclasses.field(metadata=metadata, **field)
 
 
 def listed(part: type) -> tuple[str, ...]:
