@@ -56,5 +56,5 @@ def render(results: dict) -> str:
     return markdown_section(
         "Example generations",
         markdown_table(["arm", "document", "prefix tokens", "verdict"], rows),
-        "The generations beside the truth, differences marked: report.html.",
+        "Generations beside the truth: report.html.",
     )
