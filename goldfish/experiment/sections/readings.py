@@ -197,7 +197,15 @@ def _membership(point: dict, g: str, s: str, arms: dict, equivalence: dict) -> l
     ]
     n_non = max(int(c.nonmembers or 0) for runs in (arms[g], arms[s]) for c in runs.values())
     for key, label in (("tpr_at_1pct_fpr", "TPR at 1 % FPR"), ("tpr_at_0_1pct_fpr", "TPR at 0.1 % FPR")):
+        why_not = None
         if n_non < NONMEMBERS_FOR[key]:
+            why_not = f"{n_non} nonmembers: needs >= {NONMEMBERS_FOR[key]} to resolve it"
+        elif not (
+            all(tpr(c, sg, key) is not None for c in arms[g].values())
+            and all(tpr(c, ss, key) is not None for c in arms[s].values())
+        ):
+            why_not = "not stored for the strongest attacks (results before per-attack TPRs): rerun to read it"
+        if why_not:
             out.append(
                 _reading(
                     f"membership {label}",
@@ -210,27 +218,7 @@ def _membership(point: dict, g: str, s: str, arms: dict, equivalence: dict) -> l
                     null="-",
                     attack=attack,
                     point=point,
-                    note=f"{n_non} nonmembers: needs >= {NONMEMBERS_FOR[key]} to resolve it",
-                )
-            )
-            continue
-        stored = all(tpr(c, sg, key) is not None for c in arms[g].values()) and all(
-            tpr(c, ss, key) is not None for c in arms[s].values()
-        )
-        if not stored:
-            out.append(
-                _reading(
-                    f"membership {label}",
-                    "pct",
-                    {},
-                    NOT_TESTED,
-                    a=g,
-                    b=s,
-                    test="-",
-                    null="-",
-                    attack=attack,
-                    point=point,
-                    note="not stored for the strongest attacks (results before per-attack TPRs): rerun to read it",
+                    note=why_not,
                 )
             )
             continue
