@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from .generate import generate, sampling_pick
-from .scoring import TokenStats, token_statistics, window_budget
+from .scoring import ScoreMemo, TokenStats, token_statistics, window_budget
 
 
 def onepass(
@@ -41,10 +41,12 @@ def onepass(
     *,
     batch_size: int | str = 32,
     progress: bool = True,
+    memo: ScoreMemo | None = None,
 ) -> list[dict]:
     """Teacher-forced measures of each window (input order): one dict per window. Windows are scored in
     length-bucketed batches of at most ``batch_size`` rows of the longest window (``"auto"``: as decoding sizes
-    them); only the suffix targets go through the output head."""
+    them); only the suffix targets go through the output head, or with a ``memo`` every target (a whole-document
+    window is then read again from it by membership's target pass)."""
     docs = [list(p) + list(x) for p, x in zip(prefixes, suffixes)]
     if not docs:
         return []
@@ -57,6 +59,7 @@ def onepass(
         desc="one-pass",
         progress=progress,
         fix="set a smaller decoding.batch_size",
+        memo=memo,
     )
     return [_onepass_record(st) for st in stats]
 

@@ -19,6 +19,8 @@ from goldfish.model_source import PICKLE_SUFFIXES, resolve_model_path
 from goldfish.models import check_same_tokenizer, load_model_tokenizer, load_pretrained
 from goldfish.precision import PRECISIONS, canonical_precision, resolve_precision, torch_dtype
 
+from .scoring import ScoreMemo
+
 __all__ = [
     "PICKLE_SUFFIXES",
     "SharedModel",
@@ -90,11 +92,15 @@ def load_model(
 class SharedModel:
     """The model of an eval config's ``model`` section, loaded on the first :meth:`get` and the same object after:
     an experiment cell hands one to its evaluation, k baseline and attacks, so the model is read once per cell
-    (``goldfish.experiment.runner.run_cell``). Nothing is loaded when no phase asks for it (a resumed cell)."""
+    (``goldfish.experiment.runner.run_cell``). Nothing is loaded when no phase asks for it (a resumed cell).
+    ``memo``: the scores of the segments this model has scored (:class:`goldfish.eval.scoring.ScoreMemo`), so the
+    phases that score the same windows (extraction's one pass, membership's target pass, the mask baseline) compute
+    them once."""
 
     def __init__(self, section):
         self.section = section
         self._model = None
+        self.memo = ScoreMemo()
 
     def get(self):
         if self._model is None:

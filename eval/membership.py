@@ -60,7 +60,14 @@ from goldfish.errors import UserError
 
 from .attack_names import ATTACK_SPECS, ratio_key
 from .recall import recall_score, recall_scores  # noqa: F401  (ReCaLL: eval/recall.py; named here as before)
-from .scoring import DEFAULT_CHUNK, DEFAULT_TOKEN_BUDGET, document_key, iter_token_statistics, scoring_window
+from .scoring import (
+    DEFAULT_CHUNK,
+    DEFAULT_TOKEN_BUDGET,
+    ScoreMemo,
+    document_key,
+    iter_token_statistics,
+    scoring_window,
+)
 from .stats import auc_pvalue, bootstrap_auc, tpr_at_fpr
 
 log = logging.getLogger(__name__)
@@ -162,18 +169,21 @@ def _scored_pass(
     loop: dict,
     head: int | None = None,
     keep_tokens: bool = False,
+    memo: ScoreMemo | None = None,
 ) -> list[dict]:
     """Per document ``{"nll": mean NLL, "nll_sum": total NLL, "min_k_<k>": ..., "min_k_pp_<k>": ...}`` (Min-K only
     when ``ratios``; with ``head``, ``"nll_head"``: the mean NLL of the targets among the first ``head`` tokens; with
     ``keep_tokens``, ``"logp"`` and ``"correct"``: each target's log-probability and top-1 correctness, 0 or 1),
-    reusing and filling ``cache``."""
+    reusing and filling ``cache``; ``memo``: the model's :class:`goldfish.eval.scoring.ScoreMemo`."""
     cache = {} if cache is None else cache
     what = f"{name}|{loop.get('window')}|{loop.get('stride')}|{','.join(map(str, ratios))}"
     what += f"|{head}" if head else ""
     what += "|tokens" if keep_tokens else ""
     keys = [document_key(d, what) for d in docs]
     todo = [i for i, k in enumerate(keys) if k not in cache]
-    stats = iter_token_statistics(model, [docs[i] for i in todo], want_pp=bool(ratios), desc=name, **loop)
+    stats = iter_token_statistics(
+        model, [docs[i] for i in todo], want_pp=bool(ratios), want_rank=keep_tokens, desc=name, memo=memo, **loop
+    )
     for j, st in stats:
         row = {"nll": float(-st.logp.mean()), "nll_sum": float(-st.logp.sum())}
         if head:
@@ -202,18 +212,20 @@ def target_pass(
     reference_model: Any = None,
     progress: bool = True,
     logger: Any = None,
+    memo: ScoreMemo | None = None,
 ) -> list[dict]:
     """The one teacher-forced pass of the target model over whole documents that every membership score is reduced
     from (:func:`score_documents`; an experiment's attacks analysis reads its per-token values, ``keep_tokens``):
     per document ``{"nll", "nll_sum", "min_k_<k>", "min_k_pp_<k>"}``, ``"nll_head"`` (the first ``head`` tokens,
     for the lowercase attack) and with ``keep_tokens`` ``"logp"`` and ``"correct"`` per target. ``window`` is
     capped by the models' context (:func:`goldfish.eval.scoring.scoring_window`); ``cache``: rows already scored
-    with the same settings are reused, new ones added."""
+    with the same settings are reused, new ones added; ``memo``: segments the model already scored (extraction's
+    whole-document windows) are read from it (:class:`goldfish.eval.scoring.ScoreMemo`)."""
     window = scoring_window(window, model, reference_model)
     if window < 2:
         raise UserError(f"window={window} must be >= 2 tokens")
     loop = dict(window=window, stride=stride, token_budget=token_budget, chunk=chunk, progress=progress, logger=logger)
-    return _scored_pass(model, docs, "target", _check_ratios(min_k_ratios), cache, loop, head, keep_tokens)
+    return _scored_pass(model, docs, "target", _check_ratios(min_k_ratios), cache, loop, head, keep_tokens, memo)
 
 
 def _column(rows: list[dict], key: str) -> np.ndarray:
@@ -365,6 +377,7 @@ def score_documents(
     dc_pdd_counts: np.ndarray | None = None,
     dc_pdd_clip: float = 0.01,
     dc_pdd_leave_out: bool = False,
+    memo: ScoreMemo | None = None,
 ) -> dict[str, np.ndarray]:
     """Membership scores of each token-id document, higher = more likely a training member.
 
@@ -381,6 +394,8 @@ def score_documents(
     (:func:`target_pass`). ``recall_prefix`` (token ids of nonmember text) adds ``recall``, NaN for the documents
     in ``recall_skip``; ``dc_pdd_counts`` (the reference corpus' :func:`token_counts`) adds ``dc_pdd``, with
     ``dc_pdd_leave_out`` each document's own tokens taken out of the counts first (the documents are that corpus).
+    ``memo`` (:class:`goldfish.eval.scoring.ScoreMemo` of ``model``): the target pass reads the segments the model
+    already scored from it.
     """
     ratios = _check_ratios(min_k_ratios)
     given = {
@@ -408,6 +423,7 @@ def score_documents(
         reference_model=reference_model,
         progress=progress,
         logger=logger,
+        memo=memo,
     )
     loop = dict(
         window=scoring_window(window, model, reference_model),

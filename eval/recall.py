@@ -41,7 +41,13 @@ def mean_ll_pass(
     ]
     todo = [i for i, k in enumerate(keys) if k not in cache]
     stats = iter_token_statistics(
-        model, [docs[i] for i in todo], first=[first[i] for i in todo], desc=name, context=context or None, **loop
+        model,
+        [docs[i] for i in todo],
+        first=[first[i] for i in todo],
+        want_rank=False,
+        desc=name,
+        context=context or None,
+        **loop,
     )
     for j, st in stats:
         cache[keys[todo[j]]] = {"ll": float(st.logp.mean())}

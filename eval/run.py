@@ -108,18 +108,19 @@ def _eos_id(model, tokenizer) -> int | None:
 
 
 def evaluate_chunk(
-    model, tokenizer, windows: Sequence[Window], cfg: EvalConfig, pad_id: int, mask=None, on_batch=None
+    model, tokenizer, windows: Sequence[Window], cfg: EvalConfig, pad_id: int, mask=None, on_batch=None, memo=None
 ) -> list[dict]:
     """Greedy generation + one pass (+ beam / samples / the mask-consistent adversary, given the model's Goldfish
     ``mask``) + metrics for a list of windows -> result records; ``on_batch(n)``: n more windows decoded greedily.
     Windows of several suffix lengths (a short document's window, :func:`goldfish.eval.windows.short_window`) are
-    decoded per length, each to its own suffix's length; the records keep the windows' order."""
+    decoded per length, each to its own suffix's length; the records keep the windows' order. ``memo``: the
+    model's :class:`goldfish.eval.scoring.ScoreMemo`, which the one pass reads and fills."""
     lengths = sorted({w.suffix_len for w in windows})
     if len(lengths) > 1:
         found: dict[int, dict] = {}
         for n in lengths:
             group = [i for i, w in enumerate(windows) if w.suffix_len == n]
-            records = evaluate_chunk(model, tokenizer, [windows[i] for i in group], cfg, pad_id, mask, on_batch)
+            records = evaluate_chunk(model, tokenizer, [windows[i] for i in group], cfg, pad_id, mask, on_batch, memo)
             found.update(zip(group, records))
         return [found[i] for i in range(len(windows))]
     suffix_len = lengths[0] if lengths else cfg.data.suffix_len
@@ -129,7 +130,7 @@ def evaluate_chunk(
     kw = dict(pad_id=pad_id, batch_size=dec.batch_size, progress=cfg.progress)
     eos = _eos_id(model, tokenizer) if dec.stop_at_eos else None
     gens = generate(model, prefixes, suffix_len, eos_id=eos, on_batch=on_batch, **kw)
-    onepass = extraction.onepass(model, prefixes, suffixes, batch_size=dec.batch_size, progress=cfg.progress)
+    onepass = extraction.onepass(model, prefixes, suffixes, batch_size=dec.batch_size, progress=cfg.progress, memo=memo)
     beams = beam_generate(model, prefixes, suffix_len, dec.beam, **kw) if dec.beam > 1 else None
     hits = (
         extraction.sample_hits(model, prefixes, suffixes, dec.samples, temperature=dec.temperature, seed=cfg.seed, **kw)
@@ -175,7 +176,9 @@ def evaluate_chunk(
     return records
 
 
-def evaluate_windows(model, tokenizer, windows: Sequence[Window], cfg: EvalConfig, out: Path, mask=None) -> list[dict]:
+def evaluate_windows(
+    model, tokenizer, windows: Sequence[Window], cfg: EvalConfig, out: Path, mask=None, memo=None
+) -> list[dict]:
     """All window records in window order, computing only those not already in the partial file (rank 0's, under a
     split evaluation: every rank starts from what it holds)."""
     shard = current()
@@ -211,7 +214,7 @@ def evaluate_windows(model, tokenizer, windows: Sequence[Window], cfg: EvalConfi
         for lo in range(0, len(todo), CHUNK):
             chunk = todo[lo : lo + CHUNK]
             t0 = time.perf_counter()
-            records = evaluate_chunk(model, tokenizer, chunk, cfg, pad_id, mask, on_batch=batch_done)
+            records = evaluate_chunk(model, tokenizer, chunk, cfg, pad_id, mask, on_batch=batch_done, memo=memo)
             seconds = time.perf_counter() - t0
             decoded[0] = 0  # before done grows: a beat in between undercounts, never counts a window twice
             for rec in records:
@@ -269,9 +272,10 @@ def _duration(seconds: float) -> str:
     )
 
 
-def run_membership(model, reference, splits: dict, cfg: EvalConfig, tokenizer, out: Path) -> dict | None:
+def run_membership(model, reference, splits: dict, cfg: EvalConfig, tokenizer, out: Path, memo=None) -> dict | None:
     """The ``membership`` section (members vs nonmembers, whole documents), or None when not run; scores already
-    in ``membership.partial.jsonl`` are reused."""
+    in ``membership.partial.jsonl`` are reused; ``memo``: the model's :class:`goldfish.eval.scoring.ScoreMemo` (the
+    target pass reads the windows extraction scored)."""
     if "membership" not in cfg.tasks or not splits.get("nonmembers"):
         return None
     m = cfg.membership
@@ -294,6 +298,7 @@ def run_membership(model, reference, splits: dict, cfg: EvalConfig, tokenizer, o
             keep_tokens=m.keep_tokens,
             progress=cfg.progress,
             logger=logger,
+            memo=memo,
         )
         kw.update(_reference_free(model, splits["nonmembers"], m))
         skip = kw.pop("recall_skip", ())
@@ -518,7 +523,8 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
             f"process (greedy, beam and membership split over processes)"
         )
     weights = weights_stamp(m.path)  # before reading them: what --update-card checks the model folder against
-    model = (model or SharedModel(m)).get()
+    shared = model or SharedModel(m)
+    model, memo = shared.get(), shared.memo
     check_canary_task(cfg.tasks, splits)
     for name, docs in splits.items():
         check_vocab(model, tokenizer, [d.tokens for d in docs], what=f"the {name} documents")
@@ -530,7 +536,7 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
     if shard.main:
         claim_folder(folder, print_)  # refuses a different evaluation before anything is written, then marks it
     announce(setting, next(model.parameters()).device)  # auto's choice, once the evaluation is about to compute
-    records = evaluate_windows(model, tokenizer, windows, cfg, out, mask) if windows else []
+    records = evaluate_windows(model, tokenizer, windows, cfg, out, mask, memo) if windows else []
     source = resolve_model_path(m.path)
     results = {
         "schema": SCHEMA,
@@ -566,7 +572,7 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
             if "extraction" in cfg.tasks
             else None
         ),
-        "membership": run_membership(model, reference, splits, cfg, tokenizer, out),
+        "membership": run_membership(model, reference, splits, cfg, tokenizer, out, memo),
         "canaries": canaries_section(model, splits, cfg, prep),
         "windows": records,
     }

@@ -36,6 +36,7 @@ the scores of the targets that are computed equal those of scoring the whole doc
 
 from __future__ import annotations
 
+import collections
 import copy
 import dataclasses
 import functools
@@ -43,6 +44,7 @@ import hashlib
 import os
 import struct
 import time
+import weakref
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -67,13 +69,15 @@ class TokenStats:
     """One document's scores of targets t = first..L-1, each (L - first,)."""
 
     logp: np.ndarray  # float64: log p(x_t | x_<t)
-    rank: np.ndarray  # int64: ids ranked before x_t (higher logit, or equal logit and lower id); 0 = top-1
+    rank: np.ndarray | None  # int64: ids ranked before x_t (higher logit, or equal logit and lower id); 0 = top-1
     z: np.ndarray | None = None  # float64 Min-K%++ z-scores (want_pp), else None
     extra: np.ndarray | None = None  # (L - first, m) columns of the ``extra`` hook, else None
 
     @property
     def correct(self) -> np.ndarray:
         """(L - first,) bool: the target is the argmax (what greedy decoding emits given the true prefix)."""
+        if self.rank is None:
+            raise ValueError("these scores were computed without ranks (want_rank=False)")
         return self.rank == 0
 
 
@@ -247,16 +251,25 @@ def _ranks(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """(t, V) logits, (t,) targets -> (t,) ids ranked before each target: a higher logit, or an equal one at a lower
     id (``argmax`` returns the first maximum, so ``rank == 0`` exactly when the argmax is the target)."""
     own = logits.gather(-1, targets[:, None])  # (t, 1)
-    rank = (logits > own).sum(-1)
-    tied = (logits == own).sum(-1) > 1  # the target always equals itself; rare in fp32
+    rank = _count(logits > own)
+    tied = _count(logits == own) > 1  # the target always equals itself; rare in fp32
     if tied.any():
         before = torch.arange(logits.shape[-1], device=logits.device) < targets[tied, None]  # (n_tied, V)
-        rank[tied] += ((logits[tied] == own[tied]) & before).sum(-1)
+        rank[tied] += _count((logits[tied] == own[tied]) & before)
     return rank
+
+
+def _count(flags: torch.Tensor) -> torch.Tensor:
+    """(t, V) bool -> (t,) int64 count of True per row. Summed as bytes into int32 (exact for any vocabulary under
+    2^31), several times faster on a CPU than ``flags.sum(-1)``, which widens every flag to int64 first."""
+    return flags.view(torch.uint8).sum(-1, dtype=torch.int32).long()
 
 
 # extra(doc index, target positions in the document (t,), fp32 logits (t, V), targets (t,)) -> (t, m) columns
 ExtraHook = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+Columns = dict[str, torch.Tensor]  # a segment's scores: "logp", "rank", "z", "extra" (those asked for), each (t, ...)
 
 
 def _chunk_stats(
@@ -264,21 +277,25 @@ def _chunk_stats(
     targets: torch.Tensor,
     want_pp: bool,
     extra: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, ...]:
-    """(t, V) logits and (t,) targets -> log p of the targets (t,), their ranks (t,), with ``want_pp`` the
-    Min-K%++ z-scores (t,) and with ``extra`` its (t, m) columns."""
+    want_rank: bool = True,
+) -> Columns:
+    """(t, V) logits and (t,) targets -> ``logp``: log p of the targets (t,); with ``want_rank`` their ranks (t,),
+    with ``want_pp`` the Min-K%++ z-scores (t,) and with ``extra`` its (t, m) columns."""
     logits = logits.float()  # (t, V) fp32: the order greedy decoding sees, and the log-softmax
     lp = logits.log_softmax(-1)  # (t, V)
     token_lp = lp.gather(-1, targets[:, None]).squeeze(-1)  # (t,)
-    rank = _ranks(logits, targets)
-    more = (extra(logits, targets),) if extra is not None else ()
-    if not want_pp:
-        return (token_lp, rank, *more)
-    p = lp.exp()
-    mu = (p * lp).sum(-1)  # (t,) E_{z~p}[log p(z)]  (= minus the entropy)
-    # (t,) Var_{z~p}[log p(z)], centred: E[lp^2] - mu^2 cancels catastrophically in fp32 for flat p
-    var = (p * (lp - mu[:, None]).square()).sum(-1)
-    return (token_lp, rank, (token_lp - mu) / var.clamp(min=1e-12).sqrt(), *more)
+    cols = {"logp": token_lp}
+    if want_rank:
+        cols["rank"] = _ranks(logits, targets)
+    if want_pp:
+        p = lp.exp()
+        mu = (p * lp).sum(-1)  # (t,) E_{z~p}[log p(z)]  (= minus the entropy)
+        # (t,) Var_{z~p}[log p(z)], centred: E[lp^2] - mu^2 cancels catastrophically in fp32 for flat p
+        var = (p * (lp - mu[:, None]).square()).sum(-1)
+        cols["z"] = (token_lp - mu) / var.clamp(min=1e-12).sqrt()
+    if extra is not None:
+        cols["extra"] = extra(logits, targets)
+    return cols
 
 
 @dataclasses.dataclass(frozen=True)
@@ -319,9 +336,10 @@ def _score_batch(
     device: torch.device,
     extra: ExtraHook | None = None,
     context: Context | None = None,
-) -> list[tuple[torch.Tensor, ...]]:
-    """Log-probs, ranks (and z-scores) of each segment's targets ``first..end-1``, one tuple per segment; with
-    ``context``, each segment is read after the context's tokens (their keys/values reused, not recomputed)."""
+    want_rank: bool = True,
+) -> list[Columns]:
+    """Log-probs, ranks (and z-scores) of each segment's targets ``first..end-1``, one :data:`Columns` per segment;
+    with ``context``, each segment is read after the context's tokens (their keys/values reused, not recomputed)."""
     width = batch[0].length
     ids = torch.zeros(len(batch), width, dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -360,9 +378,60 @@ def _score_batch(
                 if extra is None
                 else functools.partial(extra, s.doc, torch.arange(s.begin + a + 1, s.begin + b + 1, device=ids.device))
             )
-            pieces.append(_chunk_stats(logits_of(r, a, b), ids[r, a + 1 : b + 1], want_pp, hook))
-        out.append(tuple(torch.cat(col) for col in zip(*pieces)))
+            pieces.append(_chunk_stats(logits_of(r, a, b), ids[r, a + 1 : b + 1], want_pp, hook, want_rank))
+        out.append({name: torch.cat([c[name] for c in pieces]) for name in pieces[0]})
     return out
+
+
+class ScoreMemo:
+    """The per-target scores of the segments one model has already scored, so a segment scored twice in one
+    evaluation goes through the model once: an experiment cell's extraction one-pass, membership target pass and
+    mask baseline all score the members' windows, which for whole-document windows (``prefix_lens: [all]``) are the
+    same token sequences. A segment's scores are a function of its tokens alone (right padding and the attention
+    mask make a row's log-probs those of the segment alone), so the memo is keyed by the tokens; a memoised segment
+    is scored whole (every target after its first token, with ranks and z-scores) and a request for its later
+    targets reads a slice. Bound to one model (a second one is refused: its scores would be another model's) whose
+    weights must not change while the memo lives (:class:`goldfish.eval.loading.SharedModel` holds one per loaded
+    model); at most ``max_targets`` targets are kept, the least recently used dropped first."""
+
+    def __init__(self, max_targets: int = 16_000_000) -> None:
+        self.max_targets = max_targets
+        self._model: Any = None
+        self._rows: collections.OrderedDict[bytes, Columns] = collections.OrderedDict()
+        self._held = 0
+        self.hits = 0  # segments answered from the memo (tests and logs read it)
+
+    def bind(self, model: Any) -> None:
+        if self._model is None:
+            self._model = weakref.ref(model)
+        elif self._model() is not model:
+            raise ValueError("a ScoreMemo holds one model's scores; this is another model")
+
+    @staticmethod
+    def key(tokens: Sequence[int]) -> bytes:
+        return hashlib.sha256(struct.pack(f"<{len(tokens)}q", *tokens)).digest()
+
+    def get(self, key: bytes) -> Columns | None:
+        found = self._rows.get(key)
+        if found is not None:
+            self._rows.move_to_end(key)
+        return found
+
+    def put(self, key: bytes, cols: Columns) -> None:
+        if key in self._rows:
+            return
+        self._rows[key] = cols
+        self._held += len(cols["logp"])
+        while self._held > self.max_targets and len(self._rows) > 1:
+            _, dropped = self._rows.popitem(last=False)
+            self._held -= len(dropped["logp"])
+
+
+def _from_memo(cols: Columns, seg: Segment, want_pp: bool, want_rank: bool) -> Columns:
+    """A request for targets ``seg.first..`` of a segment memoised whole (targets ``seg.begin + 1..``)."""
+    lo = seg.first - seg.begin - 1
+    keep = ["logp"] + (["rank"] if want_rank else []) + (["z"] if want_pp else [])
+    return {name: cols[name][lo:] for name in keep}
 
 
 @torch.inference_mode()
@@ -376,6 +445,7 @@ def iter_token_statistics(
     token_budget: int = DEFAULT_TOKEN_BUDGET,
     chunk: int = DEFAULT_CHUNK,
     want_pp: bool = False,
+    want_rank: bool = True,
     desc: str = "token scores",
     progress: bool = True,
     logger: Any = None,
@@ -383,17 +453,21 @@ def iter_token_statistics(
     fix: str | None = None,
     extra: ExtraHook | None = None,
     context: Sequence[int] | None = None,
+    memo: ScoreMemo | None = None,
 ) -> Iterator[tuple[int, TokenStats]]:
     """Yield ``(index, TokenStats)`` per document as soon as all its segments are scored (any order).
 
     ``first[i]``: the first target of document i to score (default 1: all but the first token). ``window`` defaults
     to no windowing (membership passes :func:`scoring_window`); ``stride`` to :func:`default_stride`. ``want_pp``
-    adds the Min-K%++ z-scores; ``extra`` (:data:`ExtraHook`) adds its columns. ``check`` refuses, before any work,
-    a plan whose largest batch would not fit in free memory (``fix``: the settings that error names). ``logger``
-    (e.g. ``goldfish.io.JsonlLogger``) receives ``{"event": "scoring_batch", "pass", "docs", "tokens", "seconds"}``
-    per batch. ``context``: tokens read before every document and never scored (ReCaLL's prefix): computed once,
-    their keys/values reused by every batch, so each document is scored as ``context + document`` in one segment
-    (``window`` then bounds the context and the document together).
+    adds the Min-K%++ z-scores; ``want_rank=False`` leaves the ranks out (a pass that reads log-probs alone: they
+    cost a comparison over the vocabulary per target); ``extra`` (:data:`ExtraHook`) adds its columns. ``check``
+    refuses, before any work, a plan whose largest batch would not fit in free memory (``fix``: the settings that
+    error names). ``logger`` (e.g. ``goldfish.io.JsonlLogger``) receives ``{"event": "scoring_batch", "pass", "docs",
+    "tokens", "seconds"}`` per batch. ``context``: tokens read before every document and never scored (ReCaLL's
+    prefix): computed once, their keys/values reused by every batch, so each document is scored as ``context +
+    document`` in one segment (``window`` then bounds the context and the document together). ``memo``
+    (:class:`ScoreMemo`, without ``context`` or ``extra``): segments it holds are read from it, the others scored
+    whole and added to it.
     """
     if token_budget < 1 or chunk < 1:
         raise UserError(f"token_budget={token_budget} and chunk={chunk} must be >= 1")
@@ -418,43 +492,62 @@ def iter_token_statistics(
         for i, d in enumerate(docs)
         for s in segments(i, len(d), None if context is not None else window, stride, first[i])
     ]
-    batches = plan_batches(segs, token_budget)
+    if memo is not None and (context or extra is not None):
+        memo = None  # a context or a hook makes the scores more than a function of the segment's tokens
+    if memo is not None:
+        memo.bind(model)
+    keys = {s: ScoreMemo.key(docs[s.doc][s.begin : s.end]) for s in segs} if memo is not None else {}
+    known = {s: found for s in segs if memo is not None and (found := memo.get(keys[s])) is not None}
+    # a memoised segment is scored whole, with everything a later request may ask of it
+    todo = [dataclasses.replace(s, first=s.begin + 1) if memo is not None else s for s in segs if s not in known]
+    asked = {(s.doc, s.begin): s for s in segs}
+    pp, ranks = (True, True) if memo is not None else (want_pp, want_rank)
+    batches = plan_batches(todo, token_budget)
     if check:
         check_memory(model, batches, chunk, token_budget, fix)
     device = next(model.parameters()).device
     remaining = np.bincount([s.doc for s in segs], minlength=len(docs))
-    pieces: dict[int, list[tuple[int, tuple[torch.Tensor, ...]]]] = {}
+    pieces: dict[int, list[tuple[int, Columns]]] = {}
     was_training = model.training
     model.eval()
     shard = current()
+
+    def finish(seg: Segment, cols: Columns) -> Iterator[tuple[int, TokenStats]]:
+        """One requested segment's scores in; its document out once all of the document's segments are in."""
+        if memo is not None:
+            if seg in known:
+                memo.hits += 1
+            else:
+                memo.put(keys[seg], cols)
+            cols = _from_memo(cols, seg, want_pp, want_rank)
+        pieces.setdefault(seg.doc, []).append((seg.first, cols))
+        remaining[seg.doc] -= 1
+        if remaining[seg.doc] == 0:
+            ordered = [c for _, c in sorted(pieces.pop(seg.doc), key=lambda p: p[0])]
+            yield seg.doc, _collect(ordered)
+
     try:
-        ctx = _context(model, context, device) if context and segs else None
+        for seg, cols in known.items():
+            yield from finish(seg, cols)
+        ctx = _context(model, context, device) if context and todo else None
         if shard.split:  # the same batches as one process; this rank scores its share, every rank gets all
             bar = tqdm(total=len(batches), desc=desc, disable=None if progress and shard.main else True, unit="batch")
             for mine, round_ in shard.rounds(len(batches)):
                 part = []
                 if mine is not None:
                     batch = batches[mine]
-                    scored = _score_batch(model, batch, docs, chunk, want_pp, device, extra, ctx)
-                    part = [(s.doc, s.first, tuple(t.cpu() for t in stats)) for s, stats in zip(batch, scored)]
+                    scored = _score_batch(model, batch, docs, chunk, pp, device, extra, ctx, ranks)
+                    part = [(s.doc, s.begin, {k: t.cpu() for k, t in cols.items()}) for s, cols in zip(batch, scored)]
                 for got in shard.gather(part):
-                    for doc, first, stats in got:
-                        pieces.setdefault(doc, []).append((first, stats))
-                        remaining[doc] -= 1
-                        if remaining[doc] == 0:
-                            ordered = [st for _, st in sorted(pieces.pop(doc), key=lambda p: p[0])]
-                            yield doc, _collect(ordered, want_pp, extra is not None)
+                    for doc, begin, cols in got:
+                        yield from finish(asked[doc, begin], cols)
                 bar.update(len(round_))
             bar.close()
             return
         for batch in tqdm(batches, desc=desc, disable=None if progress else True, unit="batch"):
             t0 = time.perf_counter()
-            for s, stats in zip(batch, _score_batch(model, batch, docs, chunk, want_pp, device, extra, ctx)):
-                pieces.setdefault(s.doc, []).append((s.first, stats))
-                remaining[s.doc] -= 1
-                if remaining[s.doc] == 0:
-                    ordered = [st for _, st in sorted(pieces.pop(s.doc), key=lambda p: p[0])]
-                    yield s.doc, _collect(ordered, want_pp, extra is not None)
+            for s, cols in zip(batch, _score_batch(model, batch, docs, chunk, pp, device, extra, ctx, ranks)):
+                yield from finish(asked[s.doc, s.begin], cols)
             if logger is not None:
                 logger.log(
                     {
@@ -469,14 +562,14 @@ def iter_token_statistics(
         model.train(was_training)
 
 
-def _collect(pieces: list[tuple[torch.Tensor, ...]], want_pp: bool, want_extra: bool) -> TokenStats:
+def _collect(pieces: list[Columns]) -> TokenStats:
     """A document's segment outputs, in order -> its :class:`TokenStats` on the host."""
-    cols = [torch.cat(col).cpu().numpy() for col in zip(*pieces)]
+    cols = {name: torch.cat([p[name] for p in pieces]).cpu().numpy() for name in pieces[0]}
     return TokenStats(
-        cols[0].astype(np.float64),
-        cols[1].astype(np.int64),
-        cols[2].astype(np.float64) if want_pp else None,
-        cols[-1] if want_extra else None,
+        cols["logp"].astype(np.float64),
+        cols["rank"].astype(np.int64) if "rank" in cols else None,
+        cols["z"].astype(np.float64) if "z" in cols else None,
+        cols.get("extra"),
     )
 
 

@@ -157,3 +157,91 @@ def test_the_extra_hook_sees_each_target_with_its_position_and_logits():
     # over the vocabulary, at the logits' scale
     want = full_logits(model, docs[1])[np.arange(4, 22), docs[1][5:]]
     np.testing.assert_allclose(whole.extra[:, 2], want, rtol=0, atol=scaled(want, forward_terms(23, 60) - 60, U32))
+
+
+def test_rank_counts_equal_a_plain_sum_at_a_large_vocabulary_with_ties():
+    # the byte count (scoring._count) against torch's own bool sum; rows of many exact ties included
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(40, 70_000, generator=g).bfloat16().float()  # bf16 values: many equal logits per row
+    logits[5] = 0.0  # a row where every id ties with the target
+    targets = torch.randint(0, 70_000, (40,), generator=g)
+    own = logits.gather(-1, targets[:, None])
+    ids = torch.arange(70_000)
+    want = (logits > own).sum(-1) + ((logits == own) & (ids < targets[:, None])).sum(-1)
+    assert torch.equal(scoring._ranks(logits, targets), want)
+    assert scoring._ranks(logits, targets)[5] == targets[5]  # all tied: the ids below it come first
+
+
+def test_a_pass_without_ranks_gives_the_same_log_probs_and_refuses_correctness():
+    model = tiny_llama(vocab_size=50, seed=6)
+    docs = [torch.randint(1, 50, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (20, 9)]
+    full = token_statistics(model, docs, want_pp=True)
+    bare = token_statistics(model, docs, want_pp=True, want_rank=False)
+    for a, b in zip(full, bare):
+        assert b.rank is None and np.array_equal(a.logp, b.logp) and np.array_equal(a.z, b.z)
+        with pytest.raises(ValueError, match="without ranks"):
+            b.correct
+
+
+def counted_batches(monkeypatch) -> list[int]:
+    """Rows of every batch the model is run on from now on."""
+    rows: list[int] = []
+    real = scoring._score_batch
+    monkeypatch.setattr(scoring, "_score_batch", lambda m, batch, *a: rows.append(len(batch)) or real(m, batch, *a))
+    return rows
+
+
+@pytest.mark.parametrize("window,stride", [(None, None), (16, 12)])
+def test_a_memo_answers_a_segment_scored_before_with_the_same_numbers(monkeypatch, window, stride):
+    model = tiny_llama(vocab_size=60, seed=7)
+    docs = [torch.randint(1, 60, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (40, 24, 11)]
+    kw = dict(window=window, stride=stride, token_budget=200)
+    plain = token_statistics(model, docs, want_pp=True, **kw)  # the second implementation: no memo at all
+    plain_tail = token_statistics(model, docs, first=[30, 12, 5], **kw)
+    memo = scoring.ScoreMemo()
+    rows = counted_batches(monkeypatch)
+    tail = token_statistics(model, docs, first=[30, 12, 5], memo=memo, **kw)  # its segments scored whole
+    whole = token_statistics(model, docs, want_pp=True, memo=memo, **kw)  # only the segments before 30 are new
+    computed = len(rows)
+    again = token_statistics(model, docs, want_pp=True, memo=memo, **kw)
+    assert computed > 0 and len(rows) == computed  # the third call ran no batch
+    tail_segments = sum(len(segments(i, len(d), window, stride, f)) for i, (d, f) in enumerate(zip(docs, [30, 12, 5])))
+    all_segments = sum(len(segments(i, len(d), window, stride)) for i, d in enumerate(docs))
+    assert memo.hits == tail_segments + all_segments
+    for p, w, a in zip(plain, whole, again):
+        assert np.array_equal(a.logp, w.logp) and np.array_equal(a.rank, w.rank) and np.array_equal(a.z, w.z)
+        assert np.array_equal(p.rank, w.rank)
+        if window is None:  # one segment a document, batched as without the memo: the same numbers, not close ones
+            assert np.array_equal(p.logp, w.logp) and np.array_equal(p.z, w.z)
+        np.testing.assert_allclose(w.logp, p.logp, rtol=0, atol=scaled(p.logp, forward_terms(40, 60), U32))
+    for p, t in zip(plain_tail, tail):
+        assert t.z is None and np.array_equal(p.rank, t.rank)
+        np.testing.assert_allclose(t.logp, p.logp, rtol=0, atol=scaled(p.logp, forward_terms(40, 60), U32))
+
+
+def test_a_memo_belongs_to_one_model_and_skips_a_shared_context(monkeypatch):
+    docs = [[1, 2, 3, 4, 5, 6]]
+    memo = scoring.ScoreMemo()
+    token_statistics(tiny_llama(vocab_size=20, seed=1), docs, memo=memo)
+    with pytest.raises(ValueError, match="one model"):
+        token_statistics(tiny_llama(vocab_size=20, seed=2), docs, memo=memo)
+    model = tiny_llama(vocab_size=20, seed=3)
+    fresh = scoring.ScoreMemo()
+    rows = counted_batches(monkeypatch)
+    for _ in range(2):  # scores read after a context are a function of the context too: never memoised
+        token_statistics(model, docs, context=[7, 8], memo=fresh)
+    assert len(rows) == 2 and fresh.hits == 0
+
+
+def test_a_memo_keeps_at_most_its_bound_dropping_the_least_recently_used():
+    model = tiny_llama(vocab_size=30, seed=4)
+    docs = [[i, i + 1, i + 2, i + 3, i + 4] for i in range(1, 6)]  # 4 targets each
+    memo = scoring.ScoreMemo(max_targets=12)
+    token_statistics(model, docs[:3], memo=memo)  # 12 targets: all kept
+    token_statistics(model, docs[:1], memo=memo)  # doc 0 used again: doc 1 is now the oldest
+    token_statistics(model, docs[3:4], memo=memo)  # 16 > 12: doc 1 dropped
+    before = memo.hits
+    token_statistics(model, [docs[0], docs[2], docs[3]], memo=memo)
+    assert memo.hits - before == 3
+    token_statistics(model, docs[1:2], memo=memo)
+    assert memo.hits - before == 3  # doc 1 was scored again

@@ -67,6 +67,7 @@ def write_k_baseline(plan: CellPlan, model: Any) -> Path | None:
         heldout=heldout,
         token_budget=plan.eval_cfg.membership.token_budget,
         chunk=plan.eval_cfg.membership.chunk,
+        memo=model.memo,  # the windows evaluation scored (whole documents under prefix_lens [all]) are not rescored
     )
     out = k_baseline_file(plan)
     atomic_write_json(
