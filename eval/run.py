@@ -1,10 +1,12 @@
-"""``run_eval(cfg)``: load -> read documents -> windows -> generate + one pass -> metrics -> membership -> files.
+"""``run_eval(cfg)``: load -> read documents -> windows -> membership -> generate + one pass -> metrics -> files.
 
 Order of work, cheapest checks first: the out folder is locked and its ownership checked
 (:func:`goldfish.ownership.writing`), then the reference model (a bad path fails at once), the tokenizer and the
 model (one read of a GGUF file for both), the documents, the windows and the model's context length; then the out
 folder is claimed (:func:`goldfish.eval.state.claim_folder`: a folder holding a different evaluation is refused
-with one line), extraction runs, membership scores, and the final files are written together: ``results.json``
+with one line), membership scores (first: the documents its target pass scores are in the model's memo when
+extraction's one pass reads a whole-document window), extraction runs, and the final files are written together:
+``results.json``
 (schema in eval/SCHEMA.md), ``results.csv``, ``eval_config.yaml`` (the config of these results), report and plots,
 each atomically. Extraction windows and membership scores are appended to partial files as they finish, so a
 killed evaluation resumes where it stopped (see :mod:`goldfish.eval.state`); ``eval_log.jsonl`` gets one
@@ -536,6 +538,9 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
     if shard.main:
         claim_folder(folder, print_)  # refuses a different evaluation before anything is written, then marks it
     announce(setting, next(model.parameters()).device)  # auto's choice, once the evaluation is about to compute
+    # membership first: its target pass scores whole documents, which extraction's one pass (whole-document windows)
+    # and the mask baseline then read from the model's memo instead of scoring them again
+    membership_section = run_membership(model, reference, splits, cfg, tokenizer, out, memo)
     records = evaluate_windows(model, tokenizer, windows, cfg, out, mask, memo) if windows else []
     source = resolve_model_path(m.path)
     results = {
@@ -572,7 +577,7 @@ def _evaluate(cfg: EvalConfig, folder: OutputFolder, model: SharedModel | None, 
             if "extraction" in cfg.tasks
             else None
         ),
-        "membership": run_membership(model, reference, splits, cfg, tokenizer, out, memo),
+        "membership": membership_section,
         "canaries": canaries_section(model, splits, cfg, prep),
         "windows": records,
     }

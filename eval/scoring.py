@@ -260,9 +260,9 @@ def _ranks(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def _count(flags: torch.Tensor) -> torch.Tensor:
-    """(t, V) bool -> (t,) int64 count of True per row. Summed as bytes into int32 (exact for any vocabulary under
+    """(t, V) bool -> (t,) int32 count of True per row. Summed as bytes into int32 (exact for any vocabulary under
     2^31), several times faster on a CPU than ``flags.sum(-1)``, which widens every flag to int64 first."""
-    return flags.view(torch.uint8).sum(-1, dtype=torch.int32).long()
+    return flags.view(torch.uint8).sum(-1, dtype=torch.int32)
 
 
 # extra(doc index, target positions in the document (t,), fp32 logits (t, V), targets (t,)) -> (t, m) columns
@@ -388,16 +388,18 @@ class ScoreMemo:
     evaluation goes through the model once: an experiment cell's extraction one-pass, membership target pass and
     mask baseline all score the members' windows, which for whole-document windows (``prefix_lens: [all]``) are the
     same token sequences. A segment's scores are a function of its tokens alone (right padding and the attention
-    mask make a row's log-probs those of the segment alone), so the memo is keyed by the tokens; a memoised segment
-    is scored whole (every target after its first token, with ranks and z-scores) and a request for its later
-    targets reads a slice. Bound to one model (a second one is refused: its scores would be another model's) whose
-    weights must not change while the memo lives (:class:`goldfish.eval.loading.SharedModel` holds one per loaded
-    model); at most ``max_targets`` targets are kept, the least recently used dropped first."""
+    mask make a row's log-probs those of the segment alone), so the memo is keyed by the tokens and holds what was
+    computed: the targets from the first one asked for, their ranks (always: a byte count per target) and the
+    z-scores when asked for. A later request is answered when those cover it (its first target at or after the
+    stored one, z-scores there if it wants them), as a slice; otherwise the segment is scored again and the wider
+    scores kept. Bound to one model (a second one is refused: its scores would be another model's) whose weights
+    must not change while the memo lives (:class:`goldfish.eval.loading.SharedModel` holds one per loaded model);
+    at most ``max_targets`` targets are kept, on the host, the least recently used dropped first."""
 
     def __init__(self, max_targets: int = 16_000_000) -> None:
         self.max_targets = max_targets
         self._model: Any = None
-        self._rows: collections.OrderedDict[bytes, Columns] = collections.OrderedDict()
+        self._rows: collections.OrderedDict[bytes, tuple[int, Columns]] = collections.OrderedDict()
         self._held = 0
         self.hits = 0  # segments answered from the memo (tests and logs read it)
 
@@ -411,27 +413,31 @@ class ScoreMemo:
     def key(tokens: Sequence[int]) -> bytes:
         return hashlib.sha256(struct.pack(f"<{len(tokens)}q", *tokens)).digest()
 
-    def get(self, key: bytes) -> Columns | None:
+    def get(self, key: bytes, seg: Segment, want_pp: bool) -> Columns | None:
+        """The columns of ``seg``'s targets ``seg.first..`` when the memo's cover them, else None."""
         found = self._rows.get(key)
-        if found is not None:
-            self._rows.move_to_end(key)
-        return found
+        if found is None:
+            return None
+        offset, cols = found  # the segment's targets from position ``offset`` in it on
+        lo = seg.first - seg.begin - 1
+        if lo < offset or (want_pp and "z" not in cols):
+            return None
+        self._rows.move_to_end(key)
+        return {name: col[lo - offset :] for name, col in cols.items() if name != "z" or want_pp}
 
-    def put(self, key: bytes, cols: Columns) -> None:
-        if key in self._rows:
-            return
-        self._rows[key] = cols
+    def put(self, key: bytes, seg: Segment, cols: Columns) -> None:
+        """Keep ``seg``'s computed columns (targets ``seg.first..``) unless the memo already covers them."""
+        offset = seg.first - seg.begin - 1
+        held = self._rows.get(key)
+        if held is not None:
+            if held[0] <= offset and ("z" in held[1] or "z" not in cols):
+                return
+            self._held -= len(self._rows.pop(key)[1]["logp"])
+        self._rows[key] = (offset, {name: col.cpu() for name, col in cols.items()})
         self._held += len(cols["logp"])
         while self._held > self.max_targets and len(self._rows) > 1:
-            _, dropped = self._rows.popitem(last=False)
+            _, (_, dropped) = self._rows.popitem(last=False)
             self._held -= len(dropped["logp"])
-
-
-def _from_memo(cols: Columns, seg: Segment, want_pp: bool, want_rank: bool) -> Columns:
-    """A request for targets ``seg.first..`` of a segment memoised whole (targets ``seg.begin + 1..``)."""
-    lo = seg.first - seg.begin - 1
-    keep = ["logp"] + (["rank"] if want_rank else []) + (["z"] if want_pp else [])
-    return {name: cols[name][lo:] for name in keep}
 
 
 @torch.inference_mode()
@@ -466,8 +472,8 @@ def iter_token_statistics(
     "tokens", "seconds"}`` per batch. ``context``: tokens read before every document and never scored (ReCaLL's
     prefix): computed once, their keys/values reused by every batch, so each document is scored as ``context +
     document`` in one segment (``window`` then bounds the context and the document together). ``memo``
-    (:class:`ScoreMemo`, without ``context`` or ``extra``): segments it holds are read from it, the others scored
-    whole and added to it.
+    (:class:`ScoreMemo`, without ``context`` or ``extra``): segments whose scores it holds are read from it, the others
+    scored (with ranks) and added to it.
     """
     if token_budget < 1 or chunk < 1:
         raise UserError(f"token_budget={token_budget} and chunk={chunk} must be >= 1")
@@ -497,11 +503,10 @@ def iter_token_statistics(
     if memo is not None:
         memo.bind(model)
     keys = {s: ScoreMemo.key(docs[s.doc][s.begin : s.end]) for s in segs} if memo is not None else {}
-    known = {s: found for s in segs if memo is not None and (found := memo.get(keys[s])) is not None}
-    # a memoised segment is scored whole, with everything a later request may ask of it
-    todo = [dataclasses.replace(s, first=s.begin + 1) if memo is not None else s for s in segs if s not in known]
+    known = {s: found for s in segs if memo is not None and (found := memo.get(keys[s], s, want_pp)) is not None}
+    todo = [s for s in segs if s not in known]
     asked = {(s.doc, s.begin): s for s in segs}
-    pp, ranks = (True, True) if memo is not None else (want_pp, want_rank)
+    ranks = want_rank or memo is not None  # what the memo keeps: ranks for any later request (a byte count each)
     batches = plan_batches(todo, token_budget)
     if check:
         check_memory(model, batches, chunk, token_budget, fix)
@@ -518,8 +523,9 @@ def iter_token_statistics(
             if seg in known:
                 memo.hits += 1
             else:
-                memo.put(keys[seg], cols)
-            cols = _from_memo(cols, seg, want_pp, want_rank)
+                memo.put(keys[seg], seg, cols)
+            if not want_rank:
+                cols = {name: col for name, col in cols.items() if name != "rank"}
         pieces.setdefault(seg.doc, []).append((seg.first, cols))
         remaining[seg.doc] -= 1
         if remaining[seg.doc] == 0:
@@ -536,7 +542,7 @@ def iter_token_statistics(
                 part = []
                 if mine is not None:
                     batch = batches[mine]
-                    scored = _score_batch(model, batch, docs, chunk, pp, device, extra, ctx, ranks)
+                    scored = _score_batch(model, batch, docs, chunk, want_pp, device, extra, ctx, ranks)
                     part = [(s.doc, s.begin, {k: t.cpu() for k, t in cols.items()}) for s, cols in zip(batch, scored)]
                 for got in shard.gather(part):
                     for doc, begin, cols in got:
@@ -546,7 +552,7 @@ def iter_token_statistics(
             return
         for batch in tqdm(batches, desc=desc, disable=None if progress else True, unit="batch"):
             t0 = time.perf_counter()
-            for s, cols in zip(batch, _score_batch(model, batch, docs, chunk, pp, device, extra, ctx, ranks)):
+            for s, cols in zip(batch, _score_batch(model, batch, docs, chunk, want_pp, device, extra, ctx, ranks)):
                 yield from finish(asked[s.doc, s.begin], cols)
             if logger is not None:
                 logger.log(

@@ -192,31 +192,46 @@ def counted_batches(monkeypatch) -> list[int]:
 
 
 @pytest.mark.parametrize("window,stride", [(None, None), (16, 12)])
-def test_a_memo_answers_a_segment_scored_before_with_the_same_numbers(monkeypatch, window, stride):
+def test_a_memo_answers_the_targets_it_covers_with_the_same_numbers(monkeypatch, window, stride):
     model = tiny_llama(vocab_size=60, seed=7)
     docs = [torch.randint(1, 60, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (40, 24, 11)]
+    first = [30, 12, 5]
     kw = dict(window=window, stride=stride, token_budget=200)
     plain = token_statistics(model, docs, want_pp=True, **kw)  # the second implementation: no memo at all
-    plain_tail = token_statistics(model, docs, first=[30, 12, 5], **kw)
     memo = scoring.ScoreMemo()
     rows = counted_batches(monkeypatch)
-    tail = token_statistics(model, docs, first=[30, 12, 5], memo=memo, **kw)  # its segments scored whole
-    whole = token_statistics(model, docs, want_pp=True, memo=memo, **kw)  # only the segments before 30 are new
+    tail = token_statistics(model, docs, first=first, memo=memo, **kw)  # no z-scores, targets from `first`
+    after_tail = len(rows)
+    whole = token_statistics(model, docs, want_pp=True, memo=memo, **kw)  # wider and with z: scored again
+    assert len(rows) == 2 * after_tail or window is not None  # every segment again (no window: one a document)
+    assert memo.hits == 0
     computed = len(rows)
+    again_tail = token_statistics(model, docs, first=first, memo=memo, **kw)  # covered by `whole`: no batch
     again = token_statistics(model, docs, want_pp=True, memo=memo, **kw)
-    assert computed > 0 and len(rows) == computed  # the third call ran no batch
-    tail_segments = sum(len(segments(i, len(d), window, stride, f)) for i, (d, f) in enumerate(zip(docs, [30, 12, 5])))
+    assert len(rows) == computed > 0
     all_segments = sum(len(segments(i, len(d), window, stride)) for i, d in enumerate(docs))
-    assert memo.hits == tail_segments + all_segments
-    for p, w, a in zip(plain, whole, again):
+    tail_segments = sum(len(segments(i, len(d), window, stride, f)) for i, (d, f) in enumerate(zip(docs, first)))
+    assert memo.hits == all_segments + tail_segments
+    for p, w, a, t in zip(plain, whole, again, again_tail):
+        # the same batches (plan and padding) as without the memo: the same numbers, not merely close ones
+        assert np.array_equal(p.logp, w.logp) and np.array_equal(p.rank, w.rank) and np.array_equal(p.z, w.z)
         assert np.array_equal(a.logp, w.logp) and np.array_equal(a.rank, w.rank) and np.array_equal(a.z, w.z)
-        assert np.array_equal(p.rank, w.rank)
-        if window is None:  # one segment a document, batched as without the memo: the same numbers, not close ones
-            assert np.array_equal(p.logp, w.logp) and np.array_equal(p.z, w.z)
-        np.testing.assert_allclose(w.logp, p.logp, rtol=0, atol=scaled(p.logp, forward_terms(40, 60), U32))
-    for p, t in zip(plain_tail, tail):
-        assert t.z is None and np.array_equal(p.rank, t.rank)
-        np.testing.assert_allclose(t.logp, p.logp, rtol=0, atol=scaled(p.logp, forward_terms(40, 60), U32))
+        n = len(t.logp)  # a later first target: the tail of the whole document's scores
+        assert t.z is None and np.array_equal(t.logp, w.logp[-n:]) and np.array_equal(t.rank, w.rank[-n:])
+    for t, a in zip(tail, again_tail):
+        assert np.array_equal(t.rank, a.rank)
+        np.testing.assert_allclose(t.logp, a.logp, rtol=0, atol=scaled(a.logp, forward_terms(40, 60), U32))
+
+
+def test_a_pass_that_asks_for_no_ranks_still_leaves_them_in_the_memo(monkeypatch):
+    model = tiny_llama(vocab_size=40, seed=8)
+    docs = [[3, 4, 5, 6, 7, 8, 9], [9, 8, 7, 6]]
+    memo = scoring.ScoreMemo()
+    bare = token_statistics(model, docs, want_rank=False, memo=memo)
+    rows = counted_batches(monkeypatch)
+    ranked = token_statistics(model, docs, memo=memo)
+    assert not rows and memo.hits == 2 and all(b.rank is None for b in bare)
+    assert [r.rank.tolist() for r in ranked] == [r.rank.tolist() for r in token_statistics(model, docs)]
 
 
 def test_a_memo_belongs_to_one_model_and_skips_a_shared_context(monkeypatch):
@@ -235,7 +250,7 @@ def test_a_memo_belongs_to_one_model_and_skips_a_shared_context(monkeypatch):
 
 def test_a_memo_keeps_at_most_its_bound_dropping_the_least_recently_used():
     model = tiny_llama(vocab_size=30, seed=4)
-    docs = [[i, i + 1, i + 2, i + 3, i + 4] for i in range(1, 6)]  # 4 targets each
+    docs = [[i, i + 1, i + 2, i + 3, i + 4] for i in range(1, 6)]  # 4 targets each (distinct token sequences)
     memo = scoring.ScoreMemo(max_targets=12)
     token_statistics(model, docs[:3], memo=memo)  # 12 targets: all kept
     token_statistics(model, docs[:1], memo=memo)  # doc 0 used again: doc 1 is now the oldest
