@@ -45,8 +45,9 @@ def onepass(
 ) -> list[dict]:
     """Teacher-forced measures of each window (input order): one dict per window. Windows are scored in
     length-bucketed batches of at most ``batch_size`` rows of the longest window (``"auto"``: as decoding sizes
-    them); only the suffix targets go through the output head, or with a ``memo`` every target (a whole-document
-    window is then read again from it by membership's target pass)."""
+    them); only the suffix targets go through the output head. ``memo`` (the model's
+    :class:`goldfish.eval.scoring.ScoreMemo`): a window membership's target pass has scored (a whole document) is read
+    from it."""
     docs = [list(p) + list(x) for p, x in zip(prefixes, suffixes)]
     if not docs:
         return []
