@@ -202,7 +202,7 @@ def mask_consistent_generate(
     return run_batched(run, [len(p) for p in prefixes], batch_size, model, False, desc, progress)
 
 
-def _true_contexts(doc: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+def true_contexts(doc: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """(t, W) contexts of the targets at ``positions`` (t,) of ``doc``: row j is ``doc[:positions[j]]`` (everything
     before the target, the true context), left-padded with :data:`PAD` to the longest, W = max position."""
     width = int(positions.max())
@@ -233,7 +233,7 @@ def teacher_forced(
 
     def restricted_hits(i: int, positions: torch.Tensor, logits: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
         drops = next_token_drops(
-            _true_contexts(torch.as_tensor(docs[i], device=logits.device), positions), gcfg, logits.shape[-1]
+            true_contexts(torch.as_tensor(docs[i], device=logits.device), positions), gcfg, logits.shape[-1]
         )  # (t, V)
         believed = told_t[i].to(logits.device)[positions - first[i]]  # (t,) the told decisions
         oracle = restrict(logits, drops, believed, True) == truth

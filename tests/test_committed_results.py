@@ -91,3 +91,28 @@ def test_positive_controls_are_read_against_the_twin():
         _, lo, hi, _, _ = _by_hand([did[(arm, s)] - did[("goldfish_twin", s)] for s in range(5)])
         assert words[arm] == ("detected" if lo > 0 else "not detected")
     assert words["supervised_25pct"] == "detected" and words["supervised_5pct"] == "not detected"
+
+
+def test_the_exchangeable_value_test_is_read_against_its_exact_null():
+    # leakage_audit's cells with a value test added by hand: Goldfish's ranks scatter around 0.5, the positive
+    # control's and the standard arm's lie above it
+    results = read_results(RESULTS / "leakage_audit")
+    ranks = {
+        "goldfish": [0.51, 0.49, 0.50, 0.52, 0.50],
+        "supervised_25pct": [0.60, 0.62, 0.58, 0.61, 0.63],
+        "standard": [0.95, 0.97, 0.96, 0.94, 0.98],
+    }
+    for cell in results["cells"]:
+        if cell["arm"] in ranks:
+            rank = ranks[cell["arm"]][int(cell["seed"])]
+            mask = {"arm": "goldfish", "k": 4, "h": 13, "strategy": "hash", "seed": 0}
+            cell["value_audit"] = {"mask": mask, "null_rank": 0.5, "dropped": {"mean_rank": rank, "positions": 90}}
+    found = {x["a"]: x for x in derive(results) if "exact null" in x["question"] or "canary" in x["question"]}
+    assert set(found) == set(ranks)  # the arms without a value test give no reading
+    for arm, values in ranks.items():
+        mean, lo, hi, _, _ = _by_hand([v - 0.5 for v in values])
+        r = found[arm]
+        assert r["estimate"] == pytest.approx(mean) and (r["ci_low"], r["ci_high"]) == pytest.approx((lo, hi))
+    assert found["goldfish"]["word"] == "none detected" and "MDE" in found["goldfish"]["note"]
+    assert found["supervised_25pct"]["word"] == found["standard"]["word"] == "detected"
+    assert found["goldfish"]["question"].startswith("leak on dropped canary tokens")

@@ -260,3 +260,25 @@ def test_sizes_are_compared_on_the_same_targets_each_at_its_own_chosen_learning_
             y["exact_match"] and not x["exact_match"] for x, y in pairs
         )
     assert "## Paired against size=s16" in (cfg.out_dir / "report.md").read_text()
+
+
+def test_every_evaluated_cell_ranks_its_canaries_on_the_goldfish_positions(sweep):
+    from goldfish.experiment.analyses.attacks import dropped_targets
+
+    cfg, plans, _ = sweep
+    evaluated = [p for p in plans.values() if p.results_file.is_file()]
+    audited = [p for p in evaluated if (p.dir / "values.json").is_file()]
+    assert audited and {p.cell.arm for p in audited} == {"standard", "goldfish", "control"}
+    for plan in audited:
+        found = json.loads((plan.dir / "values.json").read_text())
+        prepared = load_prepared(plan.data_dir, verify=False)
+        gold = next(p for p in plans.values() if p.cell.arm == "goldfish" and p.data_dir == plan.data_dir)
+        dropped = np.concatenate(dropped_targets(prepared.canaries["input_ids"], gold.mask(prepared).base))
+        assert found["mask"]["arm"] == "goldfish" and found["null_rank"] == 0.5
+        # every canary target counted once, in the class the Goldfish cell's own mask puts it in
+        assert (found["dropped"]["positions"], found["kept"]["positions"]) == (
+            int(dropped.sum()),
+            int((~dropped).sum()),
+        )
+        assert all(0 <= found[k]["mean_rank"] <= 1 for k in ("dropped", "kept"))
+        assert set(found["by_label"]) == {str(r) for r in prepared.canaries["repetitions"]}

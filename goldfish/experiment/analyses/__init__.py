@@ -11,12 +11,14 @@ from .base import Analysis, Cell, Others, Section
 from .exposure import EXPOSURE
 from .kbaseline import K_BASELINE
 from .utility import UTILITY
+from .values import VALUES
 
 ANALYSES: tuple[Analysis, ...] = (
     K_BASELINE,
     EXPOSURE,
     UTILITY,
     ATTACKS,
+    VALUES,
 )
 
 __all__ = ["ANALYSES", "Analysis", "Cell", "Others", "Section"]

@@ -329,7 +329,7 @@ def _is_goldfish(p: CellPlan) -> bool:
     return getattr(getattr(p.train_cfg, "loss", None), "type", None) == "goldfish"
 
 
-def _goldfish_plan(plan: CellPlan, plans: Sequence[CellPlan]) -> CellPlan | None:
+def goldfish_plan(plan: CellPlan, plans: Sequence[CellPlan]) -> CellPlan | None:
     """The cell whose Goldfish mask defines kept/dropped positions: the cell itself if Goldfish, else the first
     Goldfish cell on the same data (so standard and control are measured on the same positions)."""
     if _is_goldfish(plan):
@@ -397,7 +397,7 @@ def analyse_cell(plan: CellPlan, plans: Sequence[CellPlan], model: Any, control:
     on (``own``: the effective mask) giving the ``supervised_fraction``; ``control``'s scores (None: none) calibrate
     the reference attacks."""
     prepared = load_prepared(plan.data_dir)
-    source = _goldfish_plan(plan, plans)
+    source = goldfish_plan(plan, plans)
     trained = source.mask(prepared) if source is not None else None  # the mask training applied
     gcfg = trained.base if trained is not None else None  # its positions, without an audit control
     own = trained if source is plan else None

@@ -18,6 +18,9 @@ arm and a standard arm:
   validity check; with a no-leak twin and positive controls (``leakage_calibration``) the leak against the twin, the
   twin's match on kept context, each positive control against the same twin, and the minimum detectable leak with
   its own range;
+* ``values``: with canaries, the exchangeable-value test (``goldfish.eval.value_audit``): Goldfish's mean rank of
+  its dropped canary tokens against the exact null 0.5 (a leak), with its MDE, and each positive control's and the
+  standard arm's against the same null (the test's sensitivity where the loss trained);
 * ``size trend``: over a ``size`` axis, the exact trend test of Goldfish's extracted windows across sizes (events of
   every run pooled per size: :func:`goldfish.eval.stats.exact_trend`), instead of a penalised slope.
 """
@@ -345,6 +348,63 @@ def _leakage(point: dict, g: str, arms: dict, results: dict, roles_: dict) -> li
     return out
 
 
+def _value_rank(c: CellSummary) -> float | None:
+    """A cell's mean rank of its canary tokens on the dropped positions minus the exact null (0.5)."""
+    dropped = ((c.value_audit or {}).get("dropped") or {}).get("mean_rank")
+    return None if dropped is None else dropped - (c.value_audit or {}).get("null_rank", 0.5)
+
+
+VALUE_ROLES = ("goldfish", "twin", "positive", "standard")  # the arms the exchangeable-value test reads, in order
+
+
+def _values(point: dict, arms: dict, roles_: dict) -> list[dict]:
+    """The exchangeable-value test (``goldfish.eval.value_audit``) of every arm that ran it: Goldfish's (and a
+    twin's) dropped-position rank against the exact null 0.5 (a leak), each positive control's and the standard
+    arm's against the same null (the test's sensitivity, on positions they trained on), with Goldfish's MDE."""
+    out = []
+    goldfish = None  # the first Goldfish arm's t summary: its SE gives the MDE
+    for arm in sorted((a for a in arms if roles_.get(a) in VALUE_ROLES), key=lambda a: VALUE_ROLES.index(roles_[a])):
+        d = t_over_runs([_value_rank(c) for c in arms[arm].values()])
+        if not d.get("n"):
+            continue
+        leak = roles_[arm] in ("goldfish", "twin")
+        goldfish = d if goldfish is None and roles_[arm] == "goldfish" else goldfish
+        audit = next(iter(arms[arm].values())).value_audit or {}
+        mask = audit.get("mask") or {}
+        note = (
+            f"mask of {mask.get('arm')} (k={mask.get('k')}, {mask.get('strategy')}); "
+            f"{(audit.get('dropped') or {}).get('positions')} dropped canary positions a run"
+        )
+        if leak and goldfish is not None and goldfish.get("se") is not None:
+            rng = mde_range(goldfish["se"], goldfish.get("df"))
+            note += (
+                f"; MDE {_rank(minimum_detectable_effect(goldfish['se'], df=goldfish.get('df')))} of rank (95 % "
+                f"range {_rank(rng[0]) if rng else '-'} to {_rank(rng[1]) if rng else '-'})"
+            )
+        out.append(
+            _reading(
+                "leak on dropped canary tokens (exchangeable-value rank - 0.5)"
+                if leak
+                else "positive control against the exact null (rank - 0.5)",
+                "",
+                d,
+                _word("leak" if leak else "detected", d),
+                a=arm,
+                b=None,
+                test="t over runs of each run's mean rank",
+                null="0.5 exactly: the true token is one uniform draw from the ids the mask treats alike",
+                attack="the model's logit rank among those ids, teacher-forced",
+                note=note,
+                point=point,
+            )
+        )
+    return out
+
+
+def _rank(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
 def _size_trend(results: dict, roles_: dict) -> list[dict]:
     if "size" not in (results.get("axes") or []):
         return []
@@ -448,6 +508,7 @@ def derive(results: dict) -> list[dict]:
                     )
                 )
             out += _leakage(point, g, arms, results, roles_)
+        out += _values(point, arms, roles_)
     return out + _size_trend(results, roles_)
 
 
