@@ -1,7 +1,8 @@
 """The exchangeable-value leak test on a cell's canaries, the whole analysis (``goldfish.eval.value_audit``): its
 ``values.json``, the cell summary's ``value_audit`` and the report section.
 
-Every cell of a study whose evaluation scores canaries (``eval.tasks`` lists ``canaries``) is read on the positions
+Every cell of a study whose data has canaries (``data.canaries.count``; the ``canaries`` eval task, their exposure,
+is not needed) is read on the positions
 of one Goldfish mask: its own base mask for a Goldfish arm (a positive control's too: its supervised share lies among
 those positions), else the first Goldfish cell's on the same data (the standard arm and the control are read on the
 positions Goldfish drops). Per position class (dropped, kept) the mean over targets of the true token's rank among
@@ -132,7 +133,7 @@ def run(plan: CellPlan, model: Any, others: Others) -> dict | None:
 VALUES = Analysis(
     name="values",
     output=values_file,
-    applies=lambda plan: "canaries" in plan.eval_cfg.tasks,
+    applies=lambda plan: bool(getattr(plan.prepare_cfg.canaries, "count", 0)),
     run=run,
     part=ValuesSummary,
     collect=collect,
