@@ -19,6 +19,12 @@ on (standard loss, kept positions, a positive control's supervised share) moves 
 memorised. The null is the Goldfish model itself on the positions it never trained on, so it is matched to Goldfish
 on everything else by construction: no twin, no held-out text.
 
+Where the knowledge sits: the same ranking of a dropped token in *another* canary's context at the same position
+(``foreign``: the next canary's, among the ids that context's mask treats as it treats that token) is 0.5 under no
+knowledge of the token at all, and above it when the model favours tokens it has seen anywhere (a token read as
+input moves its embedding, which a tied output head reads everywhere). The own-context rank above the foreign one is
+knowledge of the token at its own position.
+
 One caveat is stated, not hidden. The mask decisions of the h - 1 positions after t also read the token at t, so
 which of them were trained depends on it. A model would have to learn the hash to use that; the test counts it as
 part of the leak it measures.
@@ -31,7 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from goldfish.masks import GoldfishConfig, next_token_drops
+from goldfish.masks import GoldfishConfig, config_mask, next_token_drops
 
 from .adversary import true_contexts
 from .scoring import token_statistics
@@ -49,9 +55,22 @@ def value_ranks(
     chunk: int = 512,
 ) -> list[dict[str, np.ndarray]]:
     """Per sequence (a canary), per target t = 1..L-1: ``rank`` (float64: the true token's rank among its exchangeable
-    set C_t, module docstring), ``dropped`` (bool: the mask ``gcfg`` drops t) and ``size`` (int64: |C_t|).
+    set C_t, module docstring), ``dropped`` (bool: the mask ``gcfg`` drops t), ``size`` (int64: |C_t|) and
+    ``foreign`` (float64: the next sequence's token at t ranked in this one's context among the ids its mask treats
+    as it treats that token; NaN where that token was kept in its own sequence or the sequence is shorter).
     ``alphabet``: the ids the tokens were drawn from (:func:`goldfish.data.canaries.canary_alphabet`)."""
     docs = [list(map(int, s)) for s in seqs]
+    own_dropped = [config_mask(torch.as_tensor([d]), gcfg)[0].tolist() for d in docs]  # (L,) per sequence
+
+    def rank_among(logits: torch.Tensor, token: torch.Tensor, drops: torch.Tensor, allowed: torch.Tensor):
+        """(t,) rank of ``token`` among the ids its row's mask treats alike, and whether that class is "dropped"."""
+        dropped = drops.gather(-1, token[:, None]).squeeze(-1)  # (t,)
+        same = torch.where(dropped[:, None], drops, allowed & ~drops)  # (t, V) C_t
+        own = logits.gather(-1, token[:, None])
+        below = ((logits < own) & same).sum(-1)
+        tied = ((logits == own) & same).sum(-1) - 1  # the token ties with itself
+        size = same.sum(-1)
+        return (below + 0.5 * tied).double() / (size - 1).clamp(min=1).double(), dropped, size
 
     def ranks(i: int, positions: torch.Tensor, logits: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
         vocab = logits.shape[-1]
@@ -59,14 +78,21 @@ def value_ranks(
         allowed[torch.as_tensor(list(alphabet), device=logits.device)] = True
         contexts = true_contexts(torch.as_tensor(docs[i], device=logits.device), positions)
         drops = next_token_drops(contexts, gcfg, vocab) & allowed  # (t, V)
-        dropped = drops.gather(-1, truth[:, None]).squeeze(-1)  # (t,) the mask's decision at each target
-        same = torch.where(dropped[:, None], drops, allowed & ~drops)  # (t, V) C_t
-        own = logits.gather(-1, truth[:, None])
-        below = ((logits < own) & same).sum(-1)
-        tied = ((logits == own) & same).sum(-1) - 1  # the true token ties with itself
-        size = same.sum(-1)
-        rank = (below + 0.5 * tied).double() / (size - 1).clamp(min=1).double()
-        return torch.stack([rank, dropped.double(), size.double()], dim=1)
+        rank, dropped, size = rank_among(logits, truth, drops, allowed)
+        other = docs[(i + 1) % len(docs)]
+        at = [p if p < len(other) else 0 for p in positions.tolist()]
+        usable = torch.tensor(
+            [
+                p < len(other) and bool(own_dropped[(i + 1) % len(docs)][p]) and len(docs) > 1
+                for p in positions.tolist()
+            ],
+            device=logits.device,
+        )
+        foreign, _, _ = rank_among(
+            logits, torch.as_tensor([other[p] for p in at], device=logits.device), drops, allowed
+        )
+        foreign = torch.where(usable, foreign, torch.full_like(foreign, float("nan")))
+        return torch.stack([rank, dropped.double(), size.double(), foreign], dim=1)
 
     stats = token_statistics(
         model, docs, want_rank=False, token_budget=token_budget, chunk=chunk, extra=ranks, progress=False
@@ -76,14 +102,16 @@ def value_ranks(
             "rank": st.extra[:, 0].astype(np.float64),
             "dropped": st.extra[:, 1].astype(bool),
             "size": st.extra[:, 2].astype(np.int64),
+            "foreign": st.extra[:, 3].astype(np.float64),
         }
         for st in stats
     ]
 
 
 def mean_ranks(per_seq: Sequence[dict[str, np.ndarray]], labels: Sequence[int] | None = None) -> dict[str, Any]:
-    """``{"dropped": {mean_rank, positions}, "kept": {...}}`` over all sequences, and ``by_label`` (the canaries'
-    repetition labels) the same per label."""
+    """``{"dropped": {mean_rank, positions}, "kept": {...}, "foreign_dropped": {...}}`` over all sequences (the last:
+    dropped tokens ranked in the next sequence's context), and ``by_label`` (the canaries' repetition labels) the
+    dropped and kept ranks per label."""
 
     def part(rows: Sequence[dict[str, np.ndarray]]) -> dict[str, Any]:
         out = {}
@@ -93,6 +121,11 @@ def mean_ranks(per_seq: Sequence[dict[str, np.ndarray]], labels: Sequence[int] |
         return out
 
     result = part(per_seq)
+    foreign = np.concatenate([r["foreign"][~np.isnan(r["foreign"])] for r in per_seq]) if per_seq else np.zeros(0)
+    result["foreign_dropped"] = {
+        "mean_rank": float(foreign.mean()) if len(foreign) else None,
+        "positions": int(len(foreign)),
+    }
     if labels is not None:
         result["by_label"] = {
             str(label): part([r for r, lab in zip(per_seq, labels) if lab == label]) for label in sorted(set(labels))

@@ -106,8 +106,19 @@ def test_the_exchangeable_value_test_is_read_against_its_exact_null():
         if cell["arm"] in ranks:
             rank = ranks[cell["arm"]][int(cell["seed"])]
             mask = {"arm": "goldfish", "k": 4, "h": 13, "strategy": "hash", "seed": 0}
-            cell["value_audit"] = {"mask": mask, "null_rank": 0.5, "dropped": {"mean_rank": rank, "positions": 90}}
-    found = {x["a"]: x for x in derive(results) if "exact null" in x["question"] or "canary" in x["question"]}
+            foreign = {"mean_rank": rank - 0.01 * int(cell["seed"]), "positions": 80}
+            cell["value_audit"] = {
+                "mask": mask,
+                "null_rank": 0.5,
+                "dropped": {"mean_rank": rank, "positions": 90},
+                "foreign_dropped": foreign,
+            }
+    readings = derive(results)
+    place = [x for x in readings if x["question"].startswith("of which in place")]
+    assert [x["a"] for x in place] == ["goldfish"]  # read for the leak only
+    mean, lo, hi, _, _ = _by_hand([0.01 * s for s in range(5)])  # own - foreign, by construction
+    assert place[0]["estimate"] == pytest.approx(mean) and place[0]["ci_low"] == pytest.approx(lo)
+    found = {x["a"]: x for x in readings if "exact null" in x["question"] or "canary tokens" in x["question"]}
     assert set(found) == set(ranks)  # the arms without a value test give no reading
     for arm, values in ranks.items():
         mean, lo, hi, _, _ = _by_hand([v - 0.5 for v in values])

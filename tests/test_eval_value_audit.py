@@ -92,3 +92,20 @@ def test_a_model_that_knows_the_tokens_ranks_them_first():
     summary = mean_ranks(value_ranks(Fixed(oracle), docs, GCFG, ALPHABET), labels=[1] * 10 + [2] * 10)
     assert summary["dropped"]["mean_rank"] == 1.0 and summary["kept"]["mean_rank"] == 1.0
     assert set(summary["by_label"]) == {"1", "2"}
+    # knowledge of each token at its own position only: in another sequence's context it is one id among the rest
+    # (every other id ties at logit 0 there, so its rank is 0.5 up to the one id the oracle puts above it)
+    foreign = summary["foreign_dropped"]
+    assert foreign["positions"] > 0 and abs(foreign["mean_rank"] - 0.5) < 0.05
+
+
+def test_a_model_that_favours_every_id_it_has_seen_ranks_them_high_in_any_context():
+    vocab, docs = 2000, torch.randint(2, 2000, (20, 12), generator=torch.Generator().manual_seed(6)).tolist()
+    seen = torch.zeros(vocab)
+    seen[sorted({t for d in docs for t in d})] = 3.0  # +3 for every id the sequences hold (~11 % of the ids)
+    noise = torch.randn(vocab, vocab, generator=torch.Generator().manual_seed(7))
+    frequency = Fixed(lambda ids: noise[ids] + seen)  # knows which ids occurred, not where
+    summary = mean_ranks(value_ranks(frequency, docs, GCFG, list(range(2, vocab))))
+    # a seen id ranks above the ~89 % unseen ones wherever it is read: in its own context and in another's alike,
+    # which is how the foreign rank tells token-level knowledge from knowledge of the token in its place
+    for part in ("dropped", "foreign_dropped"):
+        assert summary[part]["mean_rank"] > 0.8, (part, summary)

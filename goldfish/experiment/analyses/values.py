@@ -107,6 +107,7 @@ def render(results: dict, cells: Sequence[Cell]) -> str:
                 fmt_num(audit["dropped"]["mean_rank"], 3),
                 str(audit["dropped"]["positions"]),
                 fmt_num(audit["kept"]["mean_rank"], 3),
+                fmt_num((audit.get("foreign_dropped") or {}).get("mean_rank"), 3),
                 "; ".join(
                     f"x{lab}: {fmt_num(v['dropped']['mean_rank'], 3)} / {fmt_num(v['kept']['mean_rank'], 3)}"
                     for lab, v in sorted(labels.items(), key=lambda kv: int(kv[0]))
@@ -116,12 +117,22 @@ def render(results: dict, cells: Sequence[Cell]) -> str:
     if not rows:
         return ""
     table = markdown_table(
-        ["cell", "mask of", "dropped: mean rank", "positions", "kept: mean rank", "dropped / kept by copies"], rows
+        [
+            "cell",
+            "mask of",
+            "dropped: mean rank",
+            "positions",
+            "kept: mean rank",
+            "dropped, in another canary's context",
+            "dropped / kept by copies",
+        ],
+        rows,
     )
     return markdown_section(
         "Exchangeable-value test on the canaries",
         f"Mean rank of each canary token among the ids exchangeable with it ({VALUE_TERMS}); {NULL_RANK} under no "
-        "leak, exactly.",
+        "leak, exactly. In another canary's context (the same position of the next canary) a dropped token's rank "
+        "is 0.5 unless the model favours the tokens it has seen anywhere; above that, the model knows it in place.",
         table,
     )
 

@@ -357,6 +357,13 @@ def _value_rank(c: CellSummary) -> float | None:
 VALUE_ROLES = ("goldfish", "twin", "positive", "standard")  # the arms the exchangeable-value test reads, in order
 
 
+def _in_place(c: CellSummary) -> float | None:
+    """A cell's dropped-token rank in its own context minus in another canary's (knowledge of the token in place)."""
+    audit = c.value_audit or {}
+    own, other = (audit.get("dropped") or {}).get("mean_rank"), (audit.get("foreign_dropped") or {}).get("mean_rank")
+    return None if own is None or other is None else own - other
+
+
 def _values(point: dict, arms: dict, roles_: dict) -> list[dict]:
     """The exchangeable-value test (``goldfish.eval.value_audit``) of every arm that ran it: Goldfish's (and a
     twin's) dropped-position rank against the exact null 0.5 (a leak), each positive control's and the standard
@@ -398,7 +405,32 @@ def _values(point: dict, arms: dict, roles_: dict) -> list[dict]:
                 point=point,
             )
         )
+        place = t_over_runs([_in_place(c) for c in arms[arm].values()])
+        if leak and place.get("n"):
+            foreign = t_over_runs(
+                [_value_rank(c) - _in_place(c) for c in arms[arm].values() if _in_place(c) is not None]
+            )
+            out.append(
+                _reading(
+                    "of which in place (own-context rank - another canary's context)",
+                    "",
+                    place,
+                    _word("leak", place),
+                    a=arm,
+                    b=None,
+                    test="t over runs of each run's paired difference",
+                    null="no difference: a token known only as a seen id ranks alike in any context",
+                    attack="the same rank at the same position in the next canary's context",
+                    note=f"in another canary's context: rank - 0.5 {_signed(foreign.get('mean'))} "
+                    f"[{_signed(foreign.get('ci_low'))}, {_signed(foreign.get('ci_high'))}] (token-level knowledge)",
+                    point=point,
+                )
+            )
     return out
+
+
+def _signed(v: float | None) -> str:
+    return "-" if v is None else f"{v:+.3f}"
 
 
 def _rank(v: float | None) -> str:
