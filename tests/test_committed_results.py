@@ -115,7 +115,10 @@ def test_the_exchangeable_value_test_is_read_against_its_exact_null():
             }
     readings = derive(results)
     place = [x for x in readings if x["question"].startswith("of which in place")]
-    assert [x["a"] for x in place] == ["goldfish"]  # read for the leak only
+    assert [x["a"] for x in place] == ["goldfish"]  # the leak; the others as positive controls in place
+    controls = [x for x in readings if x["question"].startswith("positive control in place")]
+    assert [x["a"] for x in controls] == ["supervised_25pct", "standard"]
+    assert all(x["estimate"] == pytest.approx(place[0]["estimate"]) for x in controls)  # the same construction
     mean, lo, hi, _, _ = _by_hand([0.01 * s for s in range(5)])  # own - foreign, by construction
     assert place[0]["estimate"] == pytest.approx(mean) and place[0]["ci_low"] == pytest.approx(lo)
     found = {x["a"]: x for x in readings if "exact null" in x["question"] or "canary tokens" in x["question"]}

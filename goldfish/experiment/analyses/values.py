@@ -130,9 +130,9 @@ def render(results: dict, cells: Sequence[Cell]) -> str:
     )
     return markdown_section(
         "Exchangeable-value test on the canaries",
-        f"Mean rank of each canary token among the ids exchangeable with it ({VALUE_TERMS}); {NULL_RANK} under no "
-        "leak, exactly. In another canary's context (the same position of the next canary) a dropped token's rank "
-        "is 0.5 unless the model favours the tokens it has seen anywhere; above that, the model knows it in place.",
+        f"Mean rank of each canary token among the ids its mask treats alike: {NULL_RANK} under no leak, exactly. In "
+        "another canary's context (the same position of the next canary) a dropped token's rank is 0.5 unless the "
+        "model favours the tokens it has seen anywhere; above that, the model knows it in place. " + VALUE_TERMS,
         table,
     )
 

@@ -367,7 +367,8 @@ def _in_place(c: CellSummary) -> float | None:
 def _values(point: dict, arms: dict, roles_: dict) -> list[dict]:
     """The exchangeable-value test (``goldfish.eval.value_audit``) of every arm that ran it: Goldfish's (and a
     twin's) dropped-position rank against the exact null 0.5 (a leak), each positive control's and the standard
-    arm's against the same null (the test's sensitivity, on positions they trained on), with Goldfish's MDE."""
+    arm's against the same null (the test's sensitivity, on positions they trained on), with Goldfish's MDE; then for
+    each the part known in place: the rank in its own context minus in another canary's, paired by run."""
     out = []
     goldfish = None  # the first Goldfish arm's t summary: its SE gives the MDE
     for arm in sorted((a for a in arms if roles_.get(a) in VALUE_ROLES), key=lambda a: VALUE_ROLES.index(roles_[a])):
@@ -406,23 +407,30 @@ def _values(point: dict, arms: dict, roles_: dict) -> list[dict]:
             )
         )
         place = t_over_runs([_in_place(c) for c in arms[arm].values()])
-        if leak and place.get("n"):
+        if place.get("n"):
             foreign = t_over_runs(
                 [_value_rank(c) - _in_place(c) for c in arms[arm].values() if _in_place(c) is not None]
             )
             out.append(
                 _reading(
-                    "of which in place (own-context rank - another canary's context)",
+                    "of which in place (own-context rank - another canary's context)"
+                    if leak
+                    else "positive control in place (own-context rank - another canary's context)",
                     "",
                     place,
-                    _word("leak", place),
+                    _word("leak" if leak else "detected", place),
                     a=arm,
                     b=None,
                     test="t over runs of each run's paired difference",
                     null="no difference: a token known only as a seen id ranks alike in any context",
                     attack="the same rank at the same position in the next canary's context",
                     note=f"in another canary's context: rank - 0.5 {_signed(foreign.get('mean'))} "
-                    f"[{_signed(foreign.get('ci_low'))}, {_signed(foreign.get('ci_high'))}] (token-level knowledge)",
+                    f"[{_signed(foreign.get('ci_low'))}, {_signed(foreign.get('ci_high'))}] (token-level knowledge)"
+                    + (
+                        f"; MDE {_rank(minimum_detectable_effect(place['se'], df=place.get('df')))} of rank"
+                        if leak and place.get("se") is not None
+                        else ""
+                    ),
                     point=point,
                 )
             )
