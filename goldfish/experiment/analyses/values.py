@@ -87,11 +87,6 @@ def collect(plan: CellPlan) -> ValuesSummary:
     return ValuesSummary(read_json(found) if found.is_file() else None)
 
 
-def dropped_rank(c: Any) -> float | None:
-    """A cell's mean rank on the dropped positions (None without the test)."""
-    return (((c.value_audit or {}).get("dropped")) or {}).get("mean_rank")
-
-
 def render(results: dict, cells: Sequence[Cell]) -> str:
     """Per cell, the mean rank of the canary tokens on the dropped and the kept positions, per repetition label."""
     rows = []
