@@ -130,3 +130,34 @@ def test_the_exchangeable_value_test_is_read_against_its_exact_null():
     assert found["goldfish"]["word"] == "none detected" and "MDE" in found["goldfish"]["note"]
     assert found["supervised_25pct"]["word"] == found["standard"]["word"] == "detected"
     assert found["goldfish"]["question"].startswith("leak on dropped canary tokens")
+
+
+def test_tpr_at_both_fprs_is_read_against_the_stated_margin_with_its_stated_power():
+    # standard_setting's committed cells given what the rerun stores (1,000 nonmembers, every attack's TPRs) and the
+    # config's power: both TPR readings are two one-sided tests at tpr_margin, each quoting its stated power
+    import copy
+
+    results = copy.deepcopy(read_results(RESULTS / "standard_setting"))
+    results["config"]["equivalence"]["power"] = {"tpr_at_1pct_fpr": 0.9955, "tpr_at_0_1pct_fpr": 0.911}
+    rng = np.random.default_rng(0)
+    made = {}
+    for c in results["cells"]:
+        c["nonmembers"] = 1000
+        c["mia_tprs"] = {
+            a: {"tpr_at_1pct_fpr": float(rng.uniform(0.3, 0.6)), "tpr_at_0_1pct_fpr": float(rng.uniform(0.1, 0.3))}
+            for a in c["mia_aucs"]
+        }
+        made[c["cell"]] = c["mia_tprs"]
+    seeds = range(5)
+    for key, label, power in (("tpr_at_1pct_fpr", "1 %", "0.9955"), ("tpr_at_0_1pct_fpr", "0.1 %", "0.911")):
+        diffs = [
+            made[f"goldfish_k4__seed={s}"]["kept_reference"][key] - made[f"standard__seed={s}"]["reference"][key]
+            for s in seeds
+        ]
+        mean, lo, hi, lo90, hi90 = _by_hand(diffs)
+        r = next(x for x in derive(results) if x["question"] == f"membership TPR at {label} FPR")
+        assert r["estimate"] == pytest.approx(mean) and r["margin"] == 0.10
+        assert r["ci90_low"] == pytest.approx(lo90) and r["ci90_high"] == pytest.approx(hi90)
+        inside = -0.10 < lo90 and hi90 < 0.10
+        assert r["word"] == ("equivalent" if inside else "not shown")
+        assert f"power {float(power):.2f} at a true difference of 0" in r["note"]

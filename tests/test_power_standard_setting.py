@@ -59,3 +59,17 @@ def test_the_committed_choice():
     old = next(r for r in found["rows"] if r["fpr"] == 0.01 and r["nonmembers"] == 500 and r["runs"] == 5)
     assert 0.4 < old["power"] < 0.7
     assert found["committed_between_run_sd"] == pytest.approx(old["between_run_sd"], abs=0.01)
+
+
+def test_the_config_runs_the_chosen_design_and_quotes_its_power():
+    """standard_setting.yaml runs what the calculation chose (its runs, its nonmembers) and the readings quote the
+    calculation's powers, not retyped ones."""
+    from goldfish.experiment import load_experiment
+
+    chosen = json.loads((HERE / "standard_setting_tpr.json").read_text(encoding="utf-8"))["chosen"]
+    cfg = load_experiment(HERE.parent / "standard_setting.yaml")
+    assert len(cfg.grid["seed"]) == chosen["runs"] and cfg.data["num_nonmembers"] == chosen["nonmembers"]
+    assert cfg.equivalence.power == {
+        "tpr_at_1pct_fpr": chosen["power_1pct"],
+        "tpr_at_0_1pct_fpr": chosen["power_0_1pct"],
+    }

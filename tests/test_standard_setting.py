@@ -1,10 +1,10 @@
 """The shipped standard setting (experiments/standard_setting.yaml): the paper's design at CPU scale.
 
 Planned through the real dataclasses: SmolLM2 continued pretraining in one pass, the three arms and a control
-trained on the background alone, >= 8 targets per stratum, >= 1,000 random-split nonmembers, Wikipedia as background;
-the real data (slow: KJV and Wikipedia prepared with SmolLM2's tokenizer) keeps the targets under a fifth of the stream, and the GPU override's background
-brings them to ~1 %. What training reads is counted in each cell's ``exposure.json``, whose counts
-``tests/test_exposure_sweep.py`` checks against the rows the training loop asked for.
+trained on the background alone, >= 8 targets per stratum, >= 1,000 random-split nonmembers, Wikipedia as
+background; the real data (slow: KJV and Wikipedia prepared with SmolLM2's tokenizer) keeps the targets under a fifth
+of the stream, and the GPU override's background brings them to ~1 %. What training reads is counted in each cell's
+``exposure.json``, whose counts ``tests/test_exposure_sweep.py`` checks against the rows the training loop asked for.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ def _repo_root(monkeypatch):
 def test_the_standard_setting_is_the_papers_design_at_cpu_scale():
     """Powered for membership (issues 32, 54): 144 targets (64 x1, 64 x4, 16 x16), 1,000 random-split nonmembers
     (TPR at 0.1 % FPR resolved), 10 seeds (issue 38: the seed is the unit of the equivalence test; issue 54's power
-    calculation), standard vs Goldfish k=4 vs a background control on the arms' token budget, the margins in the file."""
+    calculation), standard vs Goldfish k=4 vs a background control on the arms' token budget, the margins in the
+    file."""
     from collections import Counter
 
     cfg = load_experiment("experiments/standard_setting.yaml")
@@ -41,7 +42,9 @@ def test_the_standard_setting_is_the_papers_design_at_cpu_scale():
     by_arm = {p.cell.arm: p for p in plans}
     assert by_arm["goldfish_k4"].train_cfg.loss.goldfish.k == 4 and by_arm["standard"].train_cfg.loss.type == "standard"
     assert all(p.train_cfg.schedule.epochs == 1 and p.train_cfg.precision == "auto" for p in plans)
-    assert cfg.equivalence.margin == 0.05 and cfg.equivalence.tpr_margin == 0.10 and list(cfg.equivalence.pool) == ["seed"]
+    assert (
+        cfg.equivalence.margin == 0.05 and cfg.equivalence.tpr_margin == 0.10 and list(cfg.equivalence.pool) == ["seed"]
+    )
     recipe = by_arm["standard"].prepare_cfg
     assert by_arm["control"].prepare_cfg == recipe  # evaluated on the arms' documents ...
     control = by_arm["control"].train_data[0]  # ... trained on background alone

@@ -167,9 +167,14 @@ class EquivalenceConfig:
     )
     tpr_margin: float = option(
         0.0,
-        "equivalence margin of the difference in TPR at 1 % FPR, e.g. 0.10, decided "
-        "like the AUC's over the replicates; 0 = none (an AUC margin alone allows TPR "
+        "equivalence margin of the difference in TPR at 1 % FPR (and, in the readings, at 0.1 % FPR), e.g. 0.10, "
+        "decided like the AUC's over the replicates; 0 = none (an AUC margin alone allows TPR "
         "at low FPR to move far more than the AUC)",
+    )
+    power: dict = option(
+        factory=dict,
+        help="quantity (auc, tpr_at_1pct_fpr, tpr_at_0_1pct_fpr) -> the power of its equivalence test at a true "
+        "difference of 0 with this design, from a power calculation made before the run: quoted beside the reading",
     )
 
 

@@ -11,8 +11,9 @@ arm and a standard arm:
 * ``extraction``: Goldfish - standard exact match, paired by run (a t interval over runs);
 * ``membership``: each arm's strongest attack (the highest mean AUC over runs among every attack the cells ran, the
   mask-aware ones included), Goldfish's AUC on its strongest minus standard's on its own, paired by run, against the
-  margin the config stated (``equivalence.margin``) -- then TPR at 1 % FPR the same way (``tpr_margin``), where both
-  attacks' TPRs are stored;
+  margin the config stated (``equivalence.margin``) -- then TPR at 1 % and at 0.1 % FPR the same way (``tpr_margin``),
+  where both attacks' TPRs are stored and the nonmembers resolve them; each with the power its design was stated to
+  have before the run (``equivalence.power``);
 * ``utility``: Goldfish - standard held-out loss (a cost when higher);
 * ``leakage``: Goldfish's DiD on its dropped positions against the control on held-out text, its placebo as the
   validity check; with a no-leak twin and positive controls (``leakage_calibration``) the leak against the twin, the
@@ -196,6 +197,7 @@ def _membership(point: dict, g: str, s: str, arms: dict, equivalence: dict) -> l
             null="no difference",
             attack=attack,
             point=point,
+            note=_power(equivalence, "auc", margin),
         )
     ]
     n_non = max(int(c.nonmembers or 0) for runs in (arms[g], arms[s]) for c in runs.values())
@@ -230,7 +232,7 @@ def _membership(point: dict, g: str, s: str, arms: dict, equivalence: dict) -> l
             arms[s],
             lambda c: tpr(c, sg, key),
             lambda c: tpr(c, ss, key),
-            tpr_margin if key == "tpr_at_1pct_fpr" else None,
+            tpr_margin,
         )
         out.append(
             _reading(
@@ -244,9 +246,18 @@ def _membership(point: dict, g: str, s: str, arms: dict, equivalence: dict) -> l
                 null="no difference",
                 attack=attack,
                 point=point,
+                note=_power(equivalence, key, tpr_margin),
             )
         )
     return out
+
+
+def _power(equivalence: dict, key: str, margin: float | None) -> str:
+    """The power the config stated for one equivalence test (``equivalence.power``), said beside its reading."""
+    power = (equivalence.get("power") or {}).get(key)
+    if power is None or not margin:
+        return ""
+    return f"power {power:.2f} at a true difference of 0 within +-{margin:g} (stated before the run)"
 
 
 def _dropped(c: CellSummary, part: str, positions: str = "dropped") -> float | None:
