@@ -11,9 +11,11 @@ nothing.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Callable, TextIO
 
 INTERVAL_S = 60.0
@@ -85,3 +87,15 @@ class Heartbeat:
             self._thread.join()
         if self.lines and exc_type is None:
             self._print(self.line() + " (done)")
+
+
+def label(out) -> str:
+    """What the heartbeat lines name: an out folder's last parts (an experiment's cells/<cell>/eval names its
+    cell)."""
+    return "/".join(Path(str(out)).parts[-3:])
+
+
+def for_shard(shard, *args, **kwargs):
+    """A log line at least once a minute from rank 0 (:class:`Heartbeat`); nothing from the other ranks of a
+    split evaluation (``shard``: :class:`goldfish.eval.shard.Shard`)."""
+    return Heartbeat(*args, **kwargs) if shard.main else contextlib.nullcontext()

@@ -212,7 +212,7 @@ def test_resume_refusal_and_overwrite(setup, tmp_path, capsys):
 
 
 def test_a_failed_rerun_without_resume_keeps_the_earlier_results(setup, tmp_path, monkeypatch):
-    import goldfish.eval.run as run_module
+    import goldfish.eval.extraction_task as task
 
     out = tmp_path / "ev"
     run_eval(_cfg(setup, out))
@@ -221,7 +221,7 @@ def test_a_failed_rerun_without_resume_keeps_the_earlier_results(setup, tmp_path
     def crash(*args, **kwargs):
         raise RuntimeError("killed")
 
-    monkeypatch.setattr(run_module, "evaluate_chunk", crash)
+    monkeypatch.setattr(task, "evaluate_chunk", crash)
     with pytest.raises(RuntimeError):
         run_eval(_cfg(setup, out, resume=False))  # recomputes every window: the first chunk dies
     after = {p.name: p.read_bytes() for p in out.iterdir() if p.name != "eval_log.jsonl"}
@@ -232,12 +232,12 @@ def test_a_failed_rerun_without_resume_keeps_the_earlier_results(setup, tmp_path
 
 def test_killed_membership_run_resumes_without_rescoring(setup, tmp_path, monkeypatch):
     root, model, docs, non = setup
-    import goldfish.eval.run as run_module
+    import goldfish.eval.membership_task as task
 
     cfg = _cfg(setup, tmp_path / "ev", tasks=["membership"], data={"nonmembers": str(non)})
     full = run_eval(dataclasses.replace(cfg, out=str(tmp_path / "full")))
     with monkeypatch.context() as patch:  # killed after scoring, before the results were written
-        patch.setattr(run_module.membership, "membership_section", lambda *a, **k: 1 / 0)
+        patch.setattr(task.membership, "membership_section", lambda *a, **k: 1 / 0)
         with pytest.raises(ZeroDivisionError):
             run_eval(cfg)
     partial = tmp_path / "ev" / MEMBERSHIP_PARTIAL

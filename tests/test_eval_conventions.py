@@ -259,13 +259,13 @@ def test_a_heartbeat_line_comes_while_a_long_phase_runs_without_a_terminal():
 
 def test_eval_without_a_terminal_logs_each_phase(setup, tmp_path, monkeypatch, capsys):
     """The CLI in a log file: extraction and membership each print heartbeat lines (interval shortened), no bar."""
+    import goldfish.eval.extraction_task as task
     import goldfish.eval.heartbeat as heartbeat
-    import goldfish.eval.run as run_module
 
     root, model, docs, non = setup
     monkeypatch.setattr(heartbeat, "INTERVAL_S", 0.01)
-    chunk = run_module.evaluate_chunk
-    monkeypatch.setattr(run_module, "evaluate_chunk", lambda *a, **k: time.sleep(0.1) or chunk(*a, **k))  # a slow batch
+    chunk = task.evaluate_chunk
+    monkeypatch.setattr(task, "evaluate_chunk", lambda *a, **k: time.sleep(0.1) or chunk(*a, **k))  # a slow batch
     args = [
         "eval",
         "--model",
@@ -315,7 +315,7 @@ def test_the_first_heartbeat_line_comes_after_the_first_batch_with_its_measured_
 
 def test_extraction_progress_moves_per_batch_not_per_chunk(setup, tmp_path, monkeypatch):
     """The heartbeat's count advances after every decoding batch of a chunk (6 windows, batches of 2)."""
-    import goldfish.eval.run as run_module
+    import goldfish.eval.extraction_task as task
 
     root, model, docs, non = setup
     seen, counts = [], []
@@ -324,7 +324,7 @@ def test_extraction_progress_moves_per_batch_not_per_chunk(setup, tmp_path, monk
         counts.append(count)
         return contextlib.nullcontext()
 
-    real = run_module.generate
+    real = task.generate
 
     def generate(*args, on_batch=None, **kwargs):
         def batch(n):
@@ -333,8 +333,8 @@ def test_extraction_progress_moves_per_batch_not_per_chunk(setup, tmp_path, monk
 
         return real(*args, on_batch=batch, **kwargs)
 
-    monkeypatch.setattr(run_module, "_heartbeat", spy)
-    monkeypatch.setattr(run_module, "generate", generate)
+    monkeypatch.setattr(task, "for_shard", spy)
+    monkeypatch.setattr(task, "generate", generate)
     assert (
         main(
             [
