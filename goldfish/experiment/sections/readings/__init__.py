@@ -33,9 +33,9 @@ from goldfish.eval.verdicts import NOT_TESTED
 
 from ...glossary import define
 from ...summary import Study
-from .comparison import extraction, membership, size_trend, strongest
+from .comparison import comparison, size_trend, strongest
 from .leakage import leakage, values
-from .rule import groups, paired, reading, roles, word
+from .rule import groups, roles
 
 __all__ = ["compute", "derive", "quantity", "render", "strongest", "table"]
 
@@ -66,24 +66,7 @@ def derive(results: dict) -> list[dict]:
     for point, arms in groups(results):
         for g in (a for a in arms if roles_.get(a) == "goldfish"):
             for s in (a for a in arms if roles_.get(a) == "standard"):
-                ex = paired(arms[g], arms[s], lambda c: c.exact_match_rate, lambda c: c.exact_match_rate)
-                out.append(extraction(results, point, g, s, arms, ex))
-                out += membership(point, g, s, arms, equivalence)
-                loss = paired(arms[g], arms[s], lambda c: c.heldout_loss, lambda c: c.heldout_loss)
-                out.append(
-                    reading(
-                        "utility (held-out loss, nats)",
-                        "",
-                        loss,
-                        word("cost", loss),
-                        a=g,
-                        b=s,
-                        test="paired t over runs",
-                        null="no difference",
-                        attack="-",
-                        point=point,
-                    )
-                )
+                out += comparison(results, point, g, s, arms, equivalence)
             out += leakage(point, g, arms, results, roles_)
         out += values(point, arms, roles_)
     return out + size_trend(results, roles_)

@@ -1,6 +1,6 @@
 """The readings of a Goldfish arm against a standard arm: exact match, membership on each arm's strongest attack
-(AUC, then TPR at 1 % and 0.1 % FPR) against the margins and powers stated before the run, and the extraction trend
-across model sizes."""
+(AUC, then TPR at 1 % and 0.1 % FPR) against the margins and powers stated before the run, held-out loss, and the
+extraction trend across model sizes."""
 
 from __future__ import annotations
 
@@ -11,6 +11,25 @@ from ...summary import CellSummary
 from .rule import groups, paired, reading, word
 
 NONMEMBERS_FOR = {"tpr_at_1pct_fpr": 100, "tpr_at_0_1pct_fpr": 1000}  # a TPR at an FPR is resolved from 1 / FPR on
+
+
+def comparison(results: dict, point: dict, g: str, s: str, arms: dict, equivalence: dict) -> list[dict]:
+    """Goldfish arm ``g`` against standard arm ``s`` at one grid point: exact match, membership, held-out loss."""
+    ex = paired(arms[g], arms[s], lambda c: c.exact_match_rate, lambda c: c.exact_match_rate)
+    loss = paired(arms[g], arms[s], lambda c: c.heldout_loss, lambda c: c.heldout_loss)
+    utility = reading(
+        "utility (held-out loss, nats)",
+        "",
+        loss,
+        word("cost", loss),
+        a=g,
+        b=s,
+        test="paired t over runs",
+        null="no difference",
+        attack="-",
+        point=point,
+    )
+    return [extraction(results, point, g, s, arms, ex), *membership(point, g, s, arms, equivalence), utility]
 
 
 def extraction(results: dict, point: dict, g: str, s: str, arms: dict, ex: dict) -> dict:
