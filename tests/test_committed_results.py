@@ -160,4 +160,4 @@ def test_tpr_at_both_fprs_is_read_against_the_stated_margin_with_its_stated_powe
         assert r["ci90_low"] == pytest.approx(lo90) and r["ci90_high"] == pytest.approx(hi90)
         inside = -0.10 < lo90 and hi90 < 0.10
         assert r["word"] == ("equivalent" if inside else "not shown")
-        assert f"power {float(power):.2f} at a true difference of 0" in r["note"]
+        assert r["note"] == f"power {float(power):.3g} at a true difference of 0 (stated before the run)"

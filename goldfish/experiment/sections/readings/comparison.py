@@ -174,7 +174,7 @@ def _power(equivalence: dict, key: str, margin: float | None) -> str:
     power = (equivalence.get("power") or {}).get(key)
     if power is None or not margin:
         return ""
-    return f"power {power:.2f} at a true difference of 0 within +-{margin:g} (stated before the run)"
+    return f"power {power:.3g} at a true difference of 0 (stated before the run)"
 
 
 def size_trend(results: dict, roles_: dict) -> list[dict]:
