@@ -27,9 +27,9 @@ sampling) are registered without a function (:func:`register_measure`). Definiti
 * ``edit_distance``: Levenshtein distance on token sequences divided by the longer length (0 = identical, 1 =
   nothing in common), via ``rapidfuzz``.
 
-Measures of other passes (definitions in ``goldfish.eval.extraction`` and ``eval/run.py``): ``onepass_exact``,
-``extraction_strength``, ``onepass_token_acc``, ``suffix_logprob``, ``np_extraction``; ``beam_exact_match``
-(``decoding.beam > 1``) and ``sample_rate`` (``decoding.samples > 0``).
+Measures of other passes (definitions in ``goldfish.eval.extraction`` and ``eval/extraction_task.py``):
+``onepass_exact``, ``extraction_strength``, ``onepass_token_acc``, ``suffix_logprob``, ``np_extraction``;
+``beam_exact_match`` (``decoding.beam > 1``) and ``sample_rate`` (``decoding.samples > 0``).
 
 Every metric carries the words a report shows for it: ``label`` (a plot's axis and title) and ``short`` (a table
 column). :data:`HEADLINE` names the metrics an experiment reports per cell and may make its headline

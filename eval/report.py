@@ -1,6 +1,6 @@
 """Human-readable views of results.json: a terminal table and ``report.md`` with PNG plots (an SVG copy beside each).
 
-Everything here reads the results dict only (see the schema in ``eval/run.py``) and copes with missing sections: no
+Everything here reads the results dict only (see the schema in ``eval/SCHEMA.md``) and copes with missing sections: no
 membership (no nonmembers), a single prefix length or repetition stratum, windows without metrics. Files are written
 atomically (``goldfish.io.atomic_write_text``; PNGs via :func:`goldfish.eval.plots.save_figure`).
 
