@@ -101,7 +101,6 @@ def membership(point: dict, g: str, s: str, arms: dict, equivalence: dict) -> li
     mean = {arm: t_over_runs([c.mia_aucs[att] for c in arms[arm].values()]) for arm, att in ((g, sg), (s, ss))}
     attack = f"strongest per arm: {g} {sg} (AUC {mean[g]['mean']:.3f}), {s} {ss} (AUC {mean[s]['mean']:.3f})"
     d = paired(arms[g], arms[s], lambda c: c.mia_aucs[sg], lambda c: c.mia_aucs[ss], margin)
-    test = "paired t over runs" + (", two one-sided tests against the stated margin" if margin else "")
     out = [
         reading(
             "membership AUC",
@@ -110,7 +109,7 @@ def membership(point: dict, g: str, s: str, arms: dict, equivalence: dict) -> li
             word("difference", d),
             a=g,
             b=s,
-            test=test,
+            test=_test(margin),
             null="no difference",
             attack=attack,
             point=point,
@@ -119,7 +118,7 @@ def membership(point: dict, g: str, s: str, arms: dict, equivalence: dict) -> li
     ]
     n_non = max(int(c.nonmembers or 0) for runs in (arms[g], arms[s]) for c in runs.values())
     for key, label in (("tpr_at_1pct_fpr", "TPR at 1 % FPR"), ("tpr_at_0_1pct_fpr", "TPR at 0.1 % FPR")):
-        why_not = None
+        why_not = ""
         if n_non < NONMEMBERS_FOR[key]:
             why_not = f"{n_non} nonmembers: needs >= {NONMEMBERS_FOR[key]} to resolve it"
         elif not (
@@ -127,46 +126,31 @@ def membership(point: dict, g: str, s: str, arms: dict, equivalence: dict) -> li
             and all(tpr(c, ss, key) is not None for c in arms[s].values())
         ):
             why_not = "not stored for the strongest attacks (results before per-attack TPRs): rerun to read it"
-        if why_not:
-            out.append(
-                reading(
-                    f"membership {label}",
-                    "pct",
-                    {},
-                    NOT_TESTED,
-                    a=g,
-                    b=s,
-                    test="-",
-                    null="-",
-                    attack=attack,
-                    point=point,
-                    note=why_not,
-                )
-            )
-            continue
-        d = paired(
-            arms[g],
-            arms[s],
-            lambda c: tpr(c, sg, key),
-            lambda c: tpr(c, ss, key),
-            tpr_margin,
+        d = (
+            {}
+            if why_not
+            else paired(arms[g], arms[s], lambda c: tpr(c, sg, key), lambda c: tpr(c, ss, key), tpr_margin)
         )
         out.append(
             reading(
                 f"membership {label}",
                 "pct",
                 d,
-                word("difference", d),
+                NOT_TESTED if why_not else word("difference", d),
                 a=g,
                 b=s,
-                test=test,
-                null="no difference",
+                test="-" if why_not else _test(tpr_margin),
+                null="-" if why_not else "no difference",
                 attack=attack,
                 point=point,
-                note=_power(equivalence, key, tpr_margin),
+                note=why_not or _power(equivalence, key, tpr_margin),
             )
         )
     return out
+
+
+def _test(margin: float | None) -> str:
+    return "paired t over runs" + (", two one-sided tests against the stated margin" if margin else "")
 
 
 def _power(equivalence: dict, key: str, margin: float | None) -> str:
