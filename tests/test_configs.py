@@ -385,3 +385,15 @@ def test_the_configs_that_make_claims_run_five_seeds_per_arm(name):
         seeds[(plan.cell.arm, values.get("size"))].add((values["seed"], plan.prepare_cfg.seed, plan.train_cfg.seed))
     assert seeds and all(len(s) >= 5 for s in seeds.values()), {k: len(s) for k, s in seeds.items()}
     assert all(len({d for _, d, _ in s}) == len(s) == len({t for _, _, t in s}) for s in seeds.values())
+
+
+@pytest.mark.parametrize("power", [{"tpr_1pct": 0.9}, {"auc": 1.5}, {"tpr_at_0_1pct_fpr": "high"}])
+def test_a_stated_power_names_a_reading_and_is_a_probability(power, tmp_path):
+    """equivalence.power is quoted beside a reading: a key no reading reads, or a value that is not a power, is
+    refused with one line (never silently left unquoted)."""
+    import json
+
+    path = tmp_path / "p.yaml"
+    path.write_text(json.dumps({"name": "p", "equivalence": {"margin": 0.05, "power": power}}))  # JSON is YAML
+    with pytest.raises(ConfigError, match=r"equivalence.power=.*must be one of auc, tpr_at_1pct_fpr"):
+        load_experiment(path)

@@ -178,6 +178,7 @@ class EquivalenceConfig:
     )
 
 
+EQUIVALENCE_POWER = ("auc", "tpr_at_1pct_fpr", "tpr_at_0_1pct_fpr")  # the readings that quote a stated power
 UTILITY_CORPORA = ("wikipedia", "kjv")  # the offline corpora the toolkit reads (goldfish.data.sources)
 
 
@@ -475,6 +476,17 @@ class ExperimentConfig:
             not self.equivalence.tpr_margin or self.equivalence.margin,
             problems,
             "equivalence.tpr_margin needs equivalence.margin (the AUC margin) as well",
+        )
+        bad_power = {
+            k: v
+            for k, v in (self.equivalence.power or {}).items()
+            if k not in EQUIVALENCE_POWER or not isinstance(v, (int, float)) or not 0 <= v <= 1
+        }
+        check(
+            not bad_power,
+            problems,
+            f"equivalence.power={bad_power}: each key must be one of {', '.join(EQUIVALENCE_POWER)} and each "
+            f"value a power in [0, 1] (from the power calculation made before the run)",
         )
         labels = [axis_label(axis) for axis in self.grid]
         bad = [a for a in self.equivalence.pool if a not in labels]
