@@ -190,10 +190,6 @@ def evaluate_chunk(
     return records
 
 
-def _named(cfg: EvalConfig) -> dict:
-    return {"unit": "windows", "label": label(cfg.out)}
-
-
 def _own_record(rec: dict, w: Window) -> dict:
     """A window's record as its own document's: a repeated text's windows share keys and are decoded once, and each
     copy keeps its own id, title and split (its own verdict, never the other copy's windows)."""
