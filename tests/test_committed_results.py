@@ -161,3 +161,36 @@ def test_tpr_at_both_fprs_is_read_against_the_stated_margin_with_its_stated_powe
         inside = -0.10 < lo90 and hi90 < 0.10
         assert r["word"] == ("equivalent" if inside else "not shown")
         assert r["note"] == f"power {float(power):.3g} at a true difference of 0 (stated before the run)"
+
+
+def test_every_attack_is_tabulated_over_runs_with_the_best_of_each_column_marked():
+    # standard_setting's committed cells given every attack's TPRs and 500 nonmembers: each attack's row is its mean
+    # over runs with the t interval (by hand), the highest mean of each column in bold, the readings' attack marked,
+    # and TPR at 0.1 % FPR (unresolved by 500 nonmembers) left out
+    import copy
+
+    from goldfish.experiment.sections import attacks
+
+    results = copy.deepcopy(read_results(RESULTS / "standard_setting"))
+    rng = np.random.default_rng(1)
+    for c in results["cells"]:
+        c["nonmembers"] = 500
+        c["mia_tprs"] = {
+            a: {"tpr_at_1pct_fpr": float(rng.uniform(0.1, 0.9)), "tpr_at_0_1pct_fpr": float(rng.uniform(0.1, 0.9))}
+            for a in c["mia_aucs"]
+        }
+    text = attacks.render(results)
+    assert "TPR at 1 % FPR" in text and "TPR at 0.1 % FPR" not in text
+    rows = {
+        tuple(x.strip() for x in line.split("|")[2:4]): line for line in text.splitlines() if "| goldfish_k4 |" in line
+    }
+    g = [c for c in results["cells"] if c["arm"] == "goldfish_k4"]
+    names = list(g[0]["mia_aucs"])
+    means = {a: np.mean([c["mia_tprs"][a]["tpr_at_1pct_fpr"] for c in g]) for a in names}
+    for a in names:
+        mean, lo, hi, _, _ = _by_hand([c["mia_tprs"][a]["tpr_at_1pct_fpr"] for c in g])
+        entry = f"{100 * mean:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}]"
+        line = rows[("goldfish_k4", f"{a} (read)" if a == "kept_reference" else a)]
+        best = a == max(means, key=means.get)
+        assert (f"| **{entry}** |" if best else f"| {entry} |") in line
+    assert len(rows) == len(names) and "**" in rows[("goldfish_k4", "kept_reference (read)")].split("|")[5]

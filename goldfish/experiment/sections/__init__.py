@@ -25,6 +25,7 @@ from ..summary import Study, cells_of
 from . import (
     adaptive,
     adversary,
+    attacks,
     by_stratum,
     collisions,
     examples,
@@ -91,6 +92,7 @@ SECTIONS = placed(
         prediction,
         mia_by_exposure,
         membership,
+        attacks,
         leakage,
         paired,
         paired_axis,
