@@ -3,6 +3,7 @@ their readings follow from the numbers by the verdict rule -- checked here again
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import numpy as np
@@ -132,28 +133,31 @@ def test_the_exchangeable_value_test_is_read_against_its_exact_null():
     assert found["goldfish"]["question"].startswith("leak on dropped canary tokens")
 
 
-def test_tpr_at_both_fprs_is_read_against_the_stated_margin_with_its_stated_power():
-    # standard_setting's committed cells given what the rerun stores (1,000 nonmembers, every attack's TPRs) and the
-    # config's power: both TPR readings are two one-sided tests at tpr_margin, each quoting its stated power
-    import copy
-
+def _given_tprs(nonmembers: int, seed: int, one: tuple, point_one: tuple) -> dict:
+    """standard_setting's committed results given what the rerun stores: ``nonmembers`` per cell and every attack's
+    TPR at 1 % and 0.1 % FPR, drawn uniformly from the ranges ``one`` and ``point_one``."""
     results = copy.deepcopy(read_results(RESULTS / "standard_setting"))
-    results["config"]["equivalence"]["power"] = {"tpr_at_1pct_fpr": 0.9955, "tpr_at_0_1pct_fpr": 0.911}
-    rng = np.random.default_rng(0)
-    made = {}
+    rng = np.random.default_rng(seed)
     for c in results["cells"]:
-        c["nonmembers"] = 1000
+        c["nonmembers"] = nonmembers
         c["mia_tprs"] = {
-            a: {"tpr_at_1pct_fpr": float(rng.uniform(0.3, 0.6)), "tpr_at_0_1pct_fpr": float(rng.uniform(0.1, 0.3))}
+            a: {"tpr_at_1pct_fpr": float(rng.uniform(*one)), "tpr_at_0_1pct_fpr": float(rng.uniform(*point_one))}
             for a in c["mia_aucs"]
         }
-        made[c["cell"]] = c["mia_tprs"]
-    seeds = range(5)
+    return results
+
+
+def _by_seed(results: dict, arm: str) -> dict[int, dict]:
+    return {int(c["seed"]): c for c in results["cells"] if c["arm"] == arm}
+
+
+def test_tpr_at_both_fprs_is_read_against_the_stated_margin_with_its_stated_power():
+    # the config's power given too: both TPR readings are two one-sided tests at tpr_margin, each quoting its power
+    results = _given_tprs(1000, 0, (0.3, 0.6), (0.1, 0.3))
+    results["config"]["equivalence"]["power"] = {"tpr_at_1pct_fpr": 0.9955, "tpr_at_0_1pct_fpr": 0.911}
+    g, st = _by_seed(results, "goldfish_k4"), _by_seed(results, "standard")
     for key, label, power in (("tpr_at_1pct_fpr", "1 %", "0.9955"), ("tpr_at_0_1pct_fpr", "0.1 %", "0.911")):
-        diffs = [
-            made[f"goldfish_k4__seed={s}"]["kept_reference"][key] - made[f"standard__seed={s}"]["reference"][key]
-            for s in seeds
-        ]
+        diffs = [g[s]["mia_tprs"]["kept_reference"][key] - st[s]["mia_tprs"]["reference"][key] for s in g]
         mean, lo, hi, lo90, hi90 = _by_hand(diffs)
         r = next(x for x in derive(results) if x["question"] == f"membership TPR at {label} FPR")
         assert r["estimate"] == pytest.approx(mean) and r["margin"] == 0.10
@@ -164,27 +168,17 @@ def test_tpr_at_both_fprs_is_read_against_the_stated_margin_with_its_stated_powe
 
 
 def test_every_attack_is_tabulated_over_runs_with_the_best_of_each_column_marked():
-    # standard_setting's committed cells given every attack's TPRs and 500 nonmembers: each attack's row is its mean
-    # over runs with the t interval (by hand), the highest mean of each column in bold, the readings' attack marked,
-    # and TPR at 0.1 % FPR (unresolved by 500 nonmembers) left out
-    import copy
+    # with 500 nonmembers: each attack's row is its mean over runs with the t interval (by hand), the highest mean of
+    # each column in bold, the readings' attack marked, and TPR at 0.1 % FPR (unresolved by 500) left out
+    from goldfish.experiment.sections import mia_over_runs
 
-    from goldfish.experiment.sections import attacks
-
-    results = copy.deepcopy(read_results(RESULTS / "standard_setting"))
-    rng = np.random.default_rng(1)
-    for c in results["cells"]:
-        c["nonmembers"] = 500
-        c["mia_tprs"] = {
-            a: {"tpr_at_1pct_fpr": float(rng.uniform(0.1, 0.9)), "tpr_at_0_1pct_fpr": float(rng.uniform(0.1, 0.9))}
-            for a in c["mia_aucs"]
-        }
-    text = attacks.render(results)
+    results = _given_tprs(500, 1, (0.1, 0.9), (0.1, 0.9))
+    text = mia_over_runs.render(results)
     assert "TPR at 1 % FPR" in text and "TPR at 0.1 % FPR" not in text
     rows = {
         tuple(x.strip() for x in line.split("|")[2:4]): line for line in text.splitlines() if "| goldfish_k4 |" in line
     }
-    g = [c for c in results["cells"] if c["arm"] == "goldfish_k4"]
+    g = list(_by_seed(results, "goldfish_k4").values())
     names = list(g[0]["mia_aucs"])
     means = {a: np.mean([c["mia_tprs"][a]["tpr_at_1pct_fpr"] for c in g]) for a in names}
     for a in names:
@@ -194,3 +188,25 @@ def test_every_attack_is_tabulated_over_runs_with_the_best_of_each_column_marked
         best = a == max(means, key=means.get)
         assert (f"| **{entry}** |" if best else f"| {entry} |") in line
     assert len(rows) == len(names) and "**" in rows[("goldfish_k4", "kept_reference (read)")].split("|")[5]
+
+
+def test_a_tpr_is_checked_on_each_arms_strongest_attack_at_that_fpr():
+    # min_k_20 made every arm's best at 1 % FPR and the AUC-strongest attacks (kept_reference, reference) the best at
+    # 0.1 %: one check reading, at 1 % only, by hand
+    results = _given_tprs(1000, 2, (0.2, 0.4), (0.1, 0.2))
+    for c in results["cells"]:
+        c["mia_tprs"]["min_k_20"]["tpr_at_1pct_fpr"] += 0.3 + 0.01 * int(c["seed"])
+        c["mia_tprs"]["kept_reference" if c["arm"] == "goldfish_k4" else "reference"]["tpr_at_0_1pct_fpr"] += 0.3
+    checks = [x for x in derive(results) if x["question"].endswith("each arm's strongest at it")]
+    assert [x["question"] for x in checks] == ["membership TPR at 1 % FPR, each arm's strongest at it"]
+    g, st = _by_seed(results, "goldfish_k4"), _by_seed(results, "standard")
+    diffs = [
+        g[s]["mia_tprs"]["min_k_20"]["tpr_at_1pct_fpr"] - st[s]["mia_tprs"]["min_k_20"]["tpr_at_1pct_fpr"] for s in g
+    ]
+    mean, lo, hi, lo90, hi90 = _by_hand(diffs)
+    r = checks[0]
+    assert r["estimate"] == pytest.approx(mean) and (r["ci_low"], r["ci_high"]) == pytest.approx((lo, hi))
+    assert (r["ci90_low"], r["ci90_high"]) == pytest.approx((lo90, hi90)) and r["margin"] == 0.10
+    assert r["word"] == ("equivalent" if -0.10 < lo90 and hi90 < 0.10 else "not shown")
+    assert "goldfish_k4 min_k_20" in r["attack"] and "standard min_k_20" in r["attack"]
+    assert "chosen after the run" in r["note"]

@@ -13,7 +13,8 @@ arm and a standard arm:
   mask-aware ones included), Goldfish's AUC on its strongest minus standard's on its own, paired by run, against the
   margin the config stated (``equivalence.margin``) -- then TPR at 1 % and at 0.1 % FPR the same way (``tpr_margin``),
   where both attacks' TPRs are stored and the nonmembers resolve them; each with the power its design was stated to
-  have before the run (``equivalence.power``);
+  have before the run (``equivalence.power``); and, where another attack has an arm's highest mean TPR at an FPR,
+  that TPR on each arm's strongest attack *at it*: a check of the stated rule, chosen after the run;
 * ``utility``: Goldfish - standard held-out loss (a cost when higher);
 * ``leakage``: Goldfish's DiD on its dropped positions against the control on held-out text, its placebo as the
   validity check; with a no-leak twin and positive controls (``leakage_calibration``) the leak against the twin, the
@@ -48,7 +49,9 @@ RULE = define(
         "run, 'equivalent' when the 90 % interval lies inside it, else 'not shown'; otherwise the question's "
         "word for an interval above 0 ('higher', 'cost', 'leak detected', 'detected'), below 0 ('lower', "
         "'gain') or including 0 ('none detected', 'no cost detected'). Membership is read on each arm's "
-        "strongest attack, the mask-aware ones included."
+        "strongest attack by mean AUC (the rule stated before the run), the mask-aware ones included; where "
+        "another attack has an arm's highest mean TPR at an FPR, the reading 'each arm's strongest at it' reads "
+        "that TPR on those attacks too: a check chosen after the run, with no stated power."
     ),
 )
 

@@ -72,14 +72,16 @@ def extraction(results: dict, point: dict, g: str, s: str, arms: dict, ex: dict)
     return found
 
 
-def strongest(runs: dict[str, CellSummary]) -> str | None:
-    """The attack with the highest mean AUC over an arm's runs among those every run has (the first on a tie)."""
-    names = [
-        n
-        for n in next(iter(runs.values())).mia_aucs or {}
-        if all((c.mia_aucs or {}).get(n) is not None for c in runs.values())
-    ]
-    means = {n: sum(c.mia_aucs[n] for c in runs.values()) / len(runs) for n in names}
+def strongest(runs: dict[str, CellSummary], key: str = "auc") -> str | None:
+    """The attack with the highest mean over an arm's runs of ``key`` (``auc``, or a TPR key of ``mia_tprs``:
+    ``tpr_at_1pct_fpr`` / ``tpr_at_0_1pct_fpr``) among those every run has (the first on a tie)."""
+
+    def value(c: CellSummary, n: str) -> float | None:
+        return (c.mia_aucs or {}).get(n) if key == "auc" else ((c.mia_tprs or {}).get(n) or {}).get(key)
+
+    first = next(iter(runs.values()))
+    names = [n for n in first.mia_aucs or {} if all(value(c, n) is not None for c in runs.values())]
+    means = {n: sum(value(c, n) for c in runs.values()) / len(runs) for n in names}
     return max(means, key=lambda n: means[n]) if means else None
 
 
@@ -146,7 +148,39 @@ def membership(point: dict, g: str, s: str, arms: dict, equivalence: dict) -> li
                 note=why_not or _power(equivalence, key, tpr_margin),
             )
         )
+        if not why_not:
+            out += at_its_fpr(point, g, s, arms, key, label, (sg, ss), tpr_margin)
     return out
+
+
+def at_its_fpr(
+    point: dict, g: str, s: str, arms: dict, key: str, label: str, read: tuple[str, str], margin: float | None
+) -> list[dict]:
+    """The check of the stated rule at one FPR: each arm on its strongest attack *at that FPR* (highest mean TPR),
+    where that is not the attack the stated rule (highest mean AUC) reads. Chosen after the run, so it has no
+    stated power; the same margin and word rule."""
+    best = strongest(arms[g], key), strongest(arms[s], key)
+    if None in best or best == read:
+        return []
+    bg, bs = best
+    d = paired(arms[g], arms[s], lambda c: tpr(c, bg, key), lambda c: tpr(c, bs, key), margin)
+    mean = {arm: t_over_runs([tpr(c, att, key) for c in arms[arm].values()])["mean"] for arm, att in ((g, bg), (s, bs))}
+    return [
+        reading(
+            f"membership {label}, each arm's strongest at it",
+            "pct",
+            d,
+            word("difference", d),
+            a=g,
+            b=s,
+            test=_test(margin),
+            null="no difference",
+            attack=f"strongest per arm at this FPR: {g} {bg} (TPR {100 * mean[g]:.1f} %), {s} {bs} "
+            f"(TPR {100 * mean[s]:.1f} %)",
+            point=point,
+            note="a check of the stated rule (the strongest attack by AUC), chosen after the run: no power stated",
+        )
+    ]
 
 
 def _test(margin: float | None) -> str:

@@ -45,10 +45,7 @@ def arm_rows(point: dict, arm: str, runs: dict[str, CellSummary]) -> list[list[s
         return []
     names = [n for n in cells[0].mia_aucs or {} if all((c.mia_aucs or {}).get(n) is not None for c in cells)]
     stats = {n: {k: t_over_runs([_value(c, n, k) for c in cells]) for k, _ in COLUMNS} for n in names}
-    top = {}
-    for k, _ in COLUMNS:
-        means = {n: stats[n][k]["mean"] for n in names if stats[n][k]["ci_low"] is not None}
-        top[k] = max(means, key=lambda n: means[n]) if means else None
+    top = {k: strongest(runs, k) for k, _ in COLUMNS}
     read = strongest(runs)
     where = ", ".join(f"{a}={v}" for a, v in point.items()) or "-"
     return [
