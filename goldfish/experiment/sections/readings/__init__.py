@@ -96,9 +96,10 @@ def _arms(r: dict) -> str:
     return r["a"] + (f" - {r['b']}" if r["b"] else "")
 
 
-def _attack(r: dict) -> str:
-    """The attack as the report shows it: a TPR row's is its AUC row's, just above it."""
-    return "as above" if r["question"].startswith("membership TPR") else r["attack"]
+def _attack(r: dict, above: dict | None) -> str:
+    """The attack as the report shows it: "as above" where the row just above read the same attack (a TPR row under
+    its AUC row); a check row, read on other attacks, names its own."""
+    return "as above" if above is not None and above["attack"] == r["attack"] else r["attack"]
 
 
 def render(results: dict) -> str:
@@ -114,10 +115,10 @@ def render(results: dict) -> str:
             _arms(r),
             quantity(r),
             f"**{r['word']}**",
-            f"{r['test']}; null: {r['null']}; attack: {_attack(r)}",
+            f"{r['test']}; null: {r['null']}; attack: {_attack(r, ([None] + tested)[i])}",
             r["note"] or "-",
         ]
-        for r in tested
+        for i, r in enumerate(tested)
     ]
     untested = [
         f"{r['question']}"
