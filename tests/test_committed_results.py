@@ -12,9 +12,12 @@ from scipy.stats import t as student_t
 
 from goldfish.experiment.rerender import main, read_results, rendered
 from goldfish.experiment.sections.readings import derive, strongest
+from goldfish.experiment.sections.readings import render as render_readings
 from goldfish.experiment.summary import cells_of
 
 RESULTS = Path(__file__).resolve().parent.parent / "experiments" / "results"
+SEEDS = range(10)  # standard_setting's rerun: ten seeds per arm (experiments/standard_setting.yaml)
+POWER = {"tpr_at_1pct_fpr": 0.9955, "tpr_at_0_1pct_fpr": 0.911}  # experiments/power/standard_setting_tpr.json's choice
 STUDIES = sorted(p.name for p in RESULTS.iterdir() if p.is_dir())
 
 
@@ -56,31 +59,72 @@ def _by_hand(diffs):
     return d.mean(), d.mean() - q95 * se, d.mean() + q95 * se, d.mean() - q90 * se, d.mean() + q90 * se
 
 
+def _summaries_by_seed(results: dict, arm: str) -> dict:
+    """An arm's typed cell summaries by seed (`_by_seed`: the raw dicts the synthetic tests edit)."""
+    return {int(c.values["seed"]): c for c in cells_of(results) if c.arm == arm}
+
+
 def test_membership_is_read_on_each_arms_strongest_attack():
+    # standard_setting's rerun: every arm's attacks with AUC and both TPRs over 1,000 nonmembers; each arm read on its
+    # strongest attack (by mean AUC), the differences paired by seed, each against the margin stated before the run
     results = read_results(RESULTS / "standard_setting")
-    cells = {c.cell: c for c in cells_of(results)}
-    seeds = range(5)
-    g = {s: cells[f"goldfish_k4__seed={s}"] for s in seeds}
-    st = {s: cells[f"standard__seed={s}"] for s in seeds}
-    mean_auc = {a: np.mean([g[s].mia_aucs[a] for s in seeds]) for a in g[0].mia_aucs}
-    assert strongest(g) == max(mean_auc, key=mean_auc.get) == "kept_reference"  # the mask-aware attack
-    assert strongest(st) == "reference"
-    mean, lo, hi, lo90, hi90 = _by_hand([g[s].mia_aucs["kept_reference"] - st[s].mia_aucs["reference"] for s in seeds])
-    r = next(x for x in derive(results) if x["question"] == "membership AUC")
-    assert r["estimate"] == pytest.approx(mean)
-    assert r["ci_low"] == pytest.approx(lo) and r["ci_high"] == pytest.approx(hi)
-    # the margin of the config (+-0.05) holds the 90 % interval: equivalent by the rule
-    assert -0.05 < lo90 and hi90 < 0.05 and r["word"] == "equivalent"
-    tpr = next(x for x in derive(results) if x["question"] == "membership TPR at 1 % FPR")
-    assert tpr["word"] == "not tested" and "not stored" in tpr["note"]
+    g, st = _summaries_by_seed(results, "goldfish_k4"), _summaries_by_seed(results, "standard")
+    assert sorted(g) == sorted(st) == list(SEEDS)
+    assert all(c.nonmembers >= 1000 and c.mia_tprs for c in [*g.values(), *st.values()])
+    for runs, expected in ((g, "kept_reference"), (st, "reference")):  # Goldfish's is the mask-aware attack
+        mean_auc = {a: np.mean([c.mia_aucs[a] for c in runs.values()]) for a in runs[0].mia_aucs}
+        assert strongest(runs) == max(mean_auc, key=mean_auc.get) == expected
+    readings = {x["question"]: x for x in derive(results)}
+    for question, value, margin, key in (
+        ("membership AUC", lambda c, a: c.mia_aucs[a], 0.05, None),
+        ("membership TPR at 1 % FPR", lambda c, a: c.mia_tprs[a]["tpr_at_1pct_fpr"], 0.10, "tpr_at_1pct_fpr"),
+        ("membership TPR at 0.1 % FPR", lambda c, a: c.mia_tprs[a]["tpr_at_0_1pct_fpr"], 0.10, "tpr_at_0_1pct_fpr"),
+    ):
+        diffs = [value(g[s], "kept_reference") - value(st[s], "reference") for s in SEEDS]
+        mean, lo, hi, lo90, hi90 = _by_hand(diffs)
+        r = readings[question]
+        assert r["n"] == len(SEEDS) and r["margin"] == margin and r["estimate"] == pytest.approx(mean)
+        assert (r["ci_low"], r["ci_high"]) == pytest.approx((lo, hi))
+        assert (r["ci90_low"], r["ci90_high"]) == pytest.approx((lo90, hi90))
+        assert r["word"] == ("equivalent" if -margin < lo90 and hi90 < margin else "not shown")
+        if key:
+            assert r["note"] == f"power {POWER[key]:.3g} at a true difference of 0 (stated before the run)"
 
 
-def test_a_failed_placebo_makes_the_leak_reading_inconclusive():
+def test_the_leak_reading_is_decided_after_its_placebo():
     results = read_results(RESULTS / "standard_setting")
-    placebo = [c.leakage["placebo"]["accuracy"]["did"] for c in cells_of(results) if c.arm == "goldfish_k4"]
-    _, lo, hi, _, _ = _by_hand(placebo)
+    g = _summaries_by_seed(results, "goldfish_k4").values()
+    _, plo, phi, _, _ = _by_hand([c.leakage["placebo"]["accuracy"]["did"] for c in g])
+    _, lo, hi, _, _ = _by_hand([c.leakage["did"]["dropped"]["accuracy"]["did"] for c in g])
     leak = next(x for x in derive(results) if x["question"].startswith("leak on dropped"))
-    assert (hi < 0 or lo > 0) and leak["word"] == "inconclusive"
+    if phi < 0 or plo > 0:  # a placebo whose interval excludes 0: the held-out text is no valid reference
+        assert leak["word"] == "inconclusive"
+    else:
+        assert leak["word"] == ("leak detected" if lo > 0 else "below the null" if hi < 0 else "none detected")
+    assert (leak["ci_low"], leak["ci_high"]) == pytest.approx((lo, hi))
+
+
+def test_each_tpr_is_checked_where_another_attack_is_an_arms_best_at_that_fpr():
+    results = read_results(RESULTS / "standard_setting")
+    g, st = _summaries_by_seed(results, "goldfish_k4"), _summaries_by_seed(results, "standard")
+    readings = {x["question"]: x for x in derive(results)}
+    for key, label in (("tpr_at_1pct_fpr", "1 %"), ("tpr_at_0_1pct_fpr", "0.1 %")):
+        best = []
+        for runs in (g, st):
+            values = {a: [c.mia_tprs[a][key] for c in runs.values()] for a in runs[0].mia_tprs}
+            mean = {a: np.mean(v) for a, v in values.items() if None not in v}  # recall has no 0.1 % TPR
+            best.append(max(mean, key=mean.get))
+        check = readings.get(f"membership TPR at {label} FPR, each arm's strongest at it")
+        if best == ["kept_reference", "reference"]:
+            assert check is None
+            continue
+        diffs = [g[s].mia_tprs[best[0]][key] - st[s].mia_tprs[best[1]][key] for s in SEEDS]
+        mean, lo, hi, lo90, hi90 = _by_hand(diffs)
+        assert check["estimate"] == pytest.approx(mean) and (check["ci_low"], check["ci_high"]) == pytest.approx(
+            (lo, hi)
+        )
+        assert check["word"] == ("equivalent" if -0.10 < lo90 and hi90 < 0.10 else "not shown")
+        assert f"goldfish_k4 {best[0]} " in check["attack"] and f"standard {best[1]} " in check["attack"]
 
 
 def test_positive_controls_are_read_against_the_twin():
@@ -210,3 +254,7 @@ def test_a_tpr_is_checked_on_each_arms_strongest_attack_at_that_fpr():
     assert r["word"] == ("equivalent" if -0.10 < lo90 and hi90 < 0.10 else "not shown")
     assert "goldfish_k4 min_k_20" in r["attack"] and "standard min_k_20" in r["attack"]
     assert "chosen after the run" in r["note"]
+    # the report's table: a TPR row read on the AUC row's attacks says "as above", the check row names its own
+    rows = {line.split("|")[1].strip(): line for line in render_readings(results).splitlines() if line.startswith("|")}
+    assert "attack: as above" in rows["membership TPR at 1 % FPR"]
+    assert f"attack: {r['attack']} |" in rows["membership TPR at 1 % FPR, each arm's strongest at it"]
