@@ -29,7 +29,7 @@ demo: install
 	$(VENV)/bin/goldfish experiment experiments/default.yaml out=$(OUT)
 
 # Three tiers, each inside the next (markers in pyproject.toml; tests/conftest.py and tests/tiers.py mark
-# `integration`). The whole suite (1,565 tests; 7 min 37 s on 2 idle cores, 2026-12-06): the multi-process parity tests of every parallel layout (marked dist),
+# `integration`). The whole suite (1,566 tests; 7 min 37 s on 2 idle cores, 2026-12-06): the multi-process parity tests of every parallel layout (marked dist),
 # the slow real-model checks and every command of the README and docs/ (at smoke size: 2 steps) included. On 2
 # pytest-xdist workers with one torch thread each (tests/workers.py; tests/conftest.py's XDIST_GROUPS keeps each
 # costly shared fixture on one worker; tests marked dist run side by side like the others).
@@ -42,12 +42,12 @@ demo: install
 test: install
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
-# without the tests marked slow or dist (no process groups of gloo ranks, no torchrun, no real model): 1,466 tests
+# without the tests marked slow or dist (no process groups of gloo ranks, no torchrun, no real model): 1,467 tests
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not dist"
 
 # the inner loop, after every change: also without the tests marked integration (no model trained, no real corpus
-# or model, no subprocess): 948 tests; `make test-unit` 49 s wall on 2 idle cores (2026-12-06; pytest's own count
+# or model, no subprocess): 949 tests; `make test-unit` 49 s wall on 2 idle cores (2026-12-06; pytest's own count
 # 45 s; 784 tests in 34 s on 2026-12-04); 2 xdist workers gave no gain, so it stays in one process
 test-unit: install
 	$(PY) -m pytest -q -m "not slow and not dist and not integration" -p no:cacheprovider

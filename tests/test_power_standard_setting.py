@@ -40,6 +40,17 @@ def test_its_equivalence_test_is_replicate_tost():
     assert power.tost_power(diffs, 0.10) == pytest.approx(share)
 
 
+def test_its_calibration_input_is_the_first_designs_frozen_from_its_results():
+    """The rerun replaced the first design's results.json; the script reads the per-seed input frozen from it, which
+    gives back exactly the AUC and between-run SD the committed calculation recorded."""
+    frozen = json.loads((HERE / "standard_setting_first_design.json").read_text(encoding="utf-8"))
+    assert frozen["nonmembers"] == 500 and [r["seed"] for r in frozen["runs"]] == list(range(5))
+    found = json.loads((HERE / "standard_setting_tpr.json").read_text(encoding="utf-8"))
+    assert power.committed() == (found["committed_auc"], found["committed_between_run_sd"])
+    diffs = [r["goldfish_k4"]["mia_tpr_at_1pct_fpr"] - r["standard"]["mia_tpr_at_1pct_fpr"] for r in frozen["runs"]]
+    assert np.std(diffs, ddof=1) == pytest.approx(0.0742, abs=5e-5)  # the 7.4 points the docstring quotes
+
+
 def test_the_committed_choice():
     found = json.loads((HERE / "standard_setting_tpr.json").read_text(encoding="utf-8"))
     chosen = found["chosen"]

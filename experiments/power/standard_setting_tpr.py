@@ -1,26 +1,26 @@
 """Power of the TPR equivalence test of experiments/standard_setting.yaml, computed before its rerun (issue 54).
 
 The question the rerun answers: is Goldfish's TPR at 1 % FPR (and 0.1 %) equivalent to standard's, within the margin
-the config states (+-0.10), by two one-sided t tests over the training runs? With 5 runs and 500 nonmembers the
-5-run study (experiments/results/standard_setting/) could not say: its paired TPR difference spread by 7.4 points
-between runs. This script finds the design (runs x nonmembers) whose power at a true difference of 0 is >= 0.8.
+the config states (+-0.10), by two one-sided t tests over the training runs? With 5 runs and 500 nonmembers the 5-run
+study (the first design, since replaced in experiments/results/standard_setting/ by the rerun) could not say: its
+paired TPR difference spread by 7.4 points between runs. This script finds the design (runs x nonmembers) whose power
+at a true difference of 0 is >= 0.8.
 
 The model (binormal, the membership literature's usual ROC model): per run and arm, member scores N(d, 1) and
 nonmember scores N(0, 1), d = sqrt(2) Phi^-1(AUC) with the arms' AUC equal (a true difference of 0). The two arms
-score the same documents, so each score is sqrt(rho) x the document's own part, shared by both arms, plus
-sqrt(1 - rho) x the arm's own part; TPR at an FPR is read from the empirical ROC as goldfish.eval.stats.tpr_at_fpr
-reads it (the largest TPR at FPR <= the target). ``rho`` is calibrated so that the simulated between-run SD of the
-paired difference at the committed design (144 members, 500 nonmembers) is the committed study's (read from its
-results.json here: the headline attack's), then every design is simulated with it. What the model leaves out (the
-arms' tails differing in shape, a run's model shift) is folded into rho; the choice is made with that calibrated
-spread, not a hoped-for one.
+score the same documents, so each score is sqrt(rho) x the document's own part, shared by both arms, plus sqrt(1 -
+rho) x the arm's own part; TPR at an FPR is read from the empirical ROC as goldfish.eval.stats.tpr_at_fpr reads it
+(the largest TPR at FPR <= the target). ``rho`` is calibrated so that the simulated between-run SD of the paired
+difference at the first design (144 members, 500 nonmembers) is that study's (its headline attack's, per seed, in
+standard_setting_first_design.json beside this script: the input frozen from its results.json, which the rerun has
+replaced), then every design is simulated with it. What the model leaves out (the arms' tails differing in shape, a
+run's model shift) is folded into rho; the choice is made with that calibrated spread, not a hoped-for one.
 
     python experiments/power/standard_setting_tpr.py          # writes standard_setting_tpr.json beside it
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 from pathlib import Path
@@ -30,7 +30,7 @@ from scipy.stats import norm
 from scipy.stats import t as student_t
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE.parent / "results" / "standard_setting" / "results.json"
+FIRST_DESIGN = HERE / "standard_setting_first_design.json"
 MARGIN = 0.10  # equivalence.tpr_margin of experiments/standard_setting.yaml, stated before the 5-seed run
 MEMBERS = 144
 RUNS = (5, 8, 10, 15)
@@ -41,16 +41,11 @@ SEED = 0
 
 
 def committed() -> tuple[float, float]:
-    """The committed study's AUC (mean over the arms' runs, the headline attack) and the between-run SD of the paired
+    """The first design's AUC (mean over the arms' runs, the headline attack) and the between-run SD of the paired
     TPR-at-1 %-FPR difference (Goldfish - standard)."""
-    text = RESULTS.read_bytes()
-    results = json.loads(gzip.decompress(text) if RESULTS.suffix == ".gz" else text)
-    cells = {c["cell"]: c for c in results["cells"]}
-    diffs, aucs = [], []
-    for s in range(5):
-        g, st = cells[f"goldfish_k4__seed={s}"], cells[f"standard__seed={s}"]
-        diffs.append(g["mia_tpr_at_1pct_fpr"] - st["mia_tpr_at_1pct_fpr"])
-        aucs += [g["mia_auc"], st["mia_auc"]]
+    runs = json.loads(FIRST_DESIGN.read_text(encoding="utf-8"))["runs"]
+    diffs = [r["goldfish_k4"]["mia_tpr_at_1pct_fpr"] - r["standard"]["mia_tpr_at_1pct_fpr"] for r in runs]
+    aucs = [r[arm]["mia_auc"] for r in runs for arm in ("goldfish_k4", "standard")]
     return float(np.mean(aucs)), float(np.std(diffs, ddof=1))
 
 
