@@ -58,7 +58,7 @@ NOT_HERE = {
     "goldfish eval --model model.gguf": "model.gguf, docs.jsonl, heldout.jsonl: your own files",
     "goldfish eval eval.yaml": "eval.yaml, model.gguf, docs.jsonl: your own files",
     "goldfish eval series.checkpoints=runs/standard_setting/": (
-        "the outputs of standard_setting.yaml (~1.5 h on 2 cores)"
+        "the outputs of standard_setting.yaml (~6.5 h on 2 cores: its header)"
     ),
     "goldfish experiment experiments/size_sweep.yaml --only": "~20 min of training",
     "make install": "the install itself (CI installs the checkout; .ci/wheel installs the wheel in a clean venv)",
