@@ -97,7 +97,7 @@ def test_reading_in_words_from_the_interval():
     out = runs.compute(_study(_cells()))["runs"]
     [g] = out["groups"]
     by = {(p["a"], p["b"], p["headline"]): p["reading"] for p in g["paired"]}
-    # the verdict word by the rule (goldfish/eval/verdicts.py), then the interval it was read from
+    # the verdict word by the rule (eval/verdicts.py), then the interval it was read from
     assert by[("standard", "control", "heldout_loss")].startswith("**lower**: standard below control")  # ~ -0.9
     assert by[("goldfish", "standard", "exact_match_rate")] == (
         "**none detected**: every one of the 4 runs gives +0.0 pts: no spread between runs"

@@ -44,7 +44,7 @@ TITLE = "Readings"
 RULE = define(
     "readings",
     (
-        "Each verdict word comes from its interval by one rule (goldfish/eval/verdicts.py): fewer than two runs "
+        "Each verdict word comes from its interval by one rule (eval/verdicts.py): fewer than two runs "
         "-> 'not tested'; a placebo whose interval excludes 0 -> 'inconclusive'; with a margin stated before the "
         "run, 'equivalent' when the 90 % interval lies inside it, else 'not shown'; otherwise the question's "
         "word for an interval above 0 ('higher', 'cost', 'leak detected', 'detected'), below 0 ('lower', "
