@@ -115,10 +115,10 @@ def render(results: dict) -> str:
             _arms(r),
             quantity(r),
             f"**{r['word']}**",
-            f"{r['test']}; null: {r['null']}; attack: {_attack(r, ([None] + tested)[i])}",
+            f"{r['test']}; null: {r['null']}; attack: {_attack(r, above)}",
             r["note"] or "-",
         ]
-        for i, r in enumerate(tested)
+        for above, r in zip([None, *tested], tested)
     ]
     untested = [
         f"{r['question']}"
