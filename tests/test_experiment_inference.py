@@ -219,7 +219,7 @@ def test_compare_pairs_windows_by_sha256_and_documents_by_id_not_by_position():
 
 
 def test_paired_tests_stay_inside_a_grid_point_and_render(tmp_path):
-    from goldfish.experiment.config import Cell
+    from goldfish.experiment.grid import Cell
     from goldfish.experiment.plan import CellFolder
 
     class Plan(CellFolder):
@@ -256,7 +256,7 @@ def test_an_axis_tuned_per_the_compared_axis_pairs_each_size_with_the_reference_
     including small's tuning cell at lr=a, never take part. By hand: 5 windows of 5 documents in stratum 16, big
     verbatim on d0-d3 and small on d3 only: discordant 3 vs 0, McNemar p = 2 x (1/2)^3 = 0.25. Without ``free``
     (lr matched) no pair exists."""
-    from goldfish.experiment.config import Cell
+    from goldfish.experiment.grid import Cell
     from goldfish.experiment.inference import axis_tests
     from goldfish.experiment.plan import CellFolder
 

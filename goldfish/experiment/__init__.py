@@ -10,7 +10,8 @@ phase functions to exercise the runner without training.
 
 from __future__ import annotations
 
-from .config import Cell, ExperimentConfig, HardwareConfig, expand_cells
+from .config import ExperimentConfig, HardwareConfig
+from .grid import Cell, expand_cells
 from .phases import run_cell
 from .pipeline import default_pipeline
 from .plan import DONE, CellPlan, Pipeline, plan_cells

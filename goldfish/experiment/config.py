@@ -1,4 +1,4 @@
-"""The experiment config: base sections, named arms and grid axes -> a list of cells.
+"""The experiment config: base sections, named arms and grid axes (crossed into cells by :mod:`.grid`).
 
 An experiment is ``base config + arm overrides + one value per grid axis``, crossed::
 
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import itertools
 import json
 import re
 from pathlib import Path
@@ -46,16 +45,13 @@ from ..config import check, flatten, from_dict, merged, option, raise_problems, 
 from ..data.config import resolve_recipe
 from ..errors import ConfigError
 from ..gguf_cache import BUNDLED, bundled_gguf  # noqa: F401 - base_model keywords; bundled_gguf re-exported
+from .grid import CONTROL, axis_label, shown_values
 
-SECTIONS = ("data", "train", "eval", "hardware")
-CONTROL = "control"  # the arm name of the control cells
 PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]*[A-Za-z0-9][A-Za-z0-9._-]*")  # an experiment's or arm's name: one folder
 HEADLINE_METRICS = tuple(METRICS[m].summary_key for m in HEADLINE)  # what headline_metric may name
 # headline attacks: auto, those every cell's attacks.json scores, and every score of an attack declared in
 # goldfish.eval.attack_names (eval's membership task scores them)
 MIA_ATTACKS = ("auto", *CELL_ATTACKS)
-CELL_KEYS = ("base_model",)  # keys an arm or grid item may set besides the dotted section keys
-_GENERIC_KEYS = {"name", "path", "type", "value", "values"}
 
 
 @dataclasses.dataclass
@@ -424,7 +420,7 @@ class ExperimentConfig:
             check(self.control, problems, "tune chooses from the control cells: set control: true")
         if self.cost.axis:
             labels = {axis_label(axis): axis for axis in self.grid}
-            values = _shown_values(labels.get(self.cost.axis, ""), self.grid.get(labels.get(self.cost.axis, "")))
+            values = shown_values(labels.get(self.cost.axis, ""), self.grid.get(labels.get(self.cost.axis, "")))
             for key in ("train_s", "rest_s"):
                 table = getattr(self.cost, key)
                 bad = sorted(set(values) ^ {str(k) for k in table}) if self.cost.axis in labels else []
@@ -447,7 +443,7 @@ class ExperimentConfig:
                 f"compare.axis={shown(self.compare.axis)} is not a grid axis; choose one of: "
                 f"{', '.join(labels) or '(none)'}",
             )
-            values = _shown_values(labels.get(self.compare.axis, ""), self.grid.get(labels.get(self.compare.axis, "")))
+            values = shown_values(labels.get(self.compare.axis, ""), self.grid.get(labels.get(self.compare.axis, "")))
             check(
                 self.compare.axis not in labels or self.compare.reference in values,
                 problems,
@@ -512,17 +508,6 @@ class ExperimentConfig:
         return Path(self.prepared_root) if self.prepared_root else self.out_dir / "prepared"
 
 
-@dataclasses.dataclass
-class Cell:
-    """One point of the grid: an arm plus one value per axis. ``overrides`` are dotted keys incl. the section."""
-
-    id: str
-    arm: str
-    values: dict[str, Any]  # axis label -> value shown in tables (e.g. {"model": "llama-10M", "seed": 0})
-    overrides: dict[str, Any]  # "train.loss.goldfish.k" -> 4, ...
-    control: bool = False  # a control cell: nothing is trained, the starting model is evaluated
-
-
 def resolve_base_model(spec: str, must_exist: bool = True) -> str:
     """``smollm2`` -> the bundled GGUF's path; a path is checked to exist (unless ``must_exist`` is false: a per-cell
     ``base_model``, checked when the cell runs). One clear ConfigError otherwise."""
@@ -542,106 +527,6 @@ def resolve_base_model(spec: str, must_exist: bool = True) -> str:
             f"or one of: {', '.join(BUNDLED)}"
         )
     return str(Path(spec).expanduser())
-
-
-def _axis_label(key: str) -> str:
-    """``train.model.name`` -> ``model``; ``train.seed`` -> ``seed``: the last non-generic component."""
-    parts = key.split(".")
-    for part in reversed(parts):
-        if part not in _GENERIC_KEYS:
-            return part
-    return parts[-1]
-
-
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._=-]+", "-", text).strip("-") or "x"
-
-
-def axis_label(axis: str) -> str:
-    """The label of a grid axis as cells show it: a named axis's own name, a dotted key's last specific part."""
-    return _axis_label(axis) if "." in axis else axis
-
-
-def _shown_values(axis: str, values: Any) -> list[str]:
-    """The values of a grid axis as cells show them (labels of a named axis), as text; [] for an invalid axis."""
-    try:
-        return [str(shown) for _, shown, _ in _axis_points(axis, list(values or []))[1]]
-    except ConfigError:
-        return []
-
-
-def _axis_points(axis: str, values: list) -> tuple[str, list[tuple[str, Any, dict[str, Any]]]]:
-    """(label, [(id part, shown value, overrides)]) for one grid axis."""
-    if "." in axis or axis in CELL_KEYS:  # a dotted key (or base_model) and scalar (or list) values
-        label = _axis_label(axis)
-        return label, [(f"{label}={_safe(str(v))}", v, {axis: v}) for v in values]
-    points = []
-    for i, item in enumerate(values):
-        if not isinstance(item, dict):
-            raise ConfigError(
-                f"grid.{axis}[{i}]={shown(item)}: a named axis (no dot in '{axis}') takes mappings of "
-                f"dotted keys, e.g. - {{label: 7b, train.model.name: llama2-7B}}; or use a dotted key "
-                f"as the axis"
-            )
-        item = dict(item)
-        label = str(item.pop("label", i))
-        points.append((f"{axis}={_safe(label)}", label, flatten(item)))
-    return axis, points
-
-
-def expand_cells(cfg: ExperimentConfig) -> list[Cell]:
-    """Arms x the cross product of the grid axes, grid-major (so both arms of a grid point finish together).
-
-    With ``control``, each grid point starts with a ``control`` cell: the grid point's settings, no arm overrides.
-    """
-    arms = cfg.arms or {"base": {}}
-    if cfg.control:
-        arms = {CONTROL: {}, **arms}
-    axes = [_axis_points(axis, values) for axis, values in cfg.grid.items()]
-    cells = []
-    for combo in itertools.product(*[points for _, points in axes]):
-        for arm, arm_overrides in arms.items():
-            overrides = dict(arm_overrides)
-            values: dict[str, Any] = {}
-            parts = [arm]
-            for (label, _), (part, value, axis_overrides) in zip(axes, combo):
-                overrides.update(axis_overrides)
-                values[label] = value
-                parts.append(part)
-            cells.append(
-                Cell(
-                    id="__".join(parts),
-                    arm=arm,
-                    values=values,
-                    overrides=overrides,
-                    control=cfg.control and arm == CONTROL,
-                )
-            )
-    ids = [c.id for c in cells]
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
-    if dupes:
-        raise ConfigError(f"grid gives duplicate cell ids {dupes}; give the axis items distinct labels")
-    return cells
-
-
-def split_overrides(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Route dotted keys to their section: ``{"train": {"loss.type": ...}, "data": {...}, ...}``."""
-    routed: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
-    bad = []
-    for key, value in overrides.items():
-        if key in CELL_KEYS:  # not a section key: read by plan_cell
-            continue
-        section, _, rest = key.partition(".")
-        if section not in routed or not rest:
-            bad.append(key)
-            continue
-        routed[section][rest] = value
-    if bad:
-        raise ConfigError(
-            f"override keys {bad} must start with one of {', '.join(s + '.' for s in SECTIONS)} "
-            f"(e.g. train.loss.type), or be one of {', '.join(CELL_KEYS)}"
-        )
-    return routed
 
 
 def data_hash(prepare_cfg: Any) -> str:

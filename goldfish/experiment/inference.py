@@ -31,7 +31,7 @@ from typing import Any, Sequence
 from goldfish.eval import stats
 
 from ..io import read_json
-from .config import CONTROL
+from .grid import CONTROL
 from .plan import CellPlan
 
 N_BOOTSTRAP = 1000

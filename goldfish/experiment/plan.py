@@ -22,8 +22,9 @@ from ..errors import ConfigError
 from ..ownership import FolderLock
 from ..run_folder import TrainRun
 from ..train_config import goldfish_config, read_mask_settings
-from .config import Cell, ExperimentConfig, HardwareConfig, UtilityConfig, data_hash, expand_cells, hardware_for
-from .config import load_data_recipe, resolve_base_model, split_overrides
+from .config import ExperimentConfig, HardwareConfig, UtilityConfig, data_hash, hardware_for, load_data_recipe
+from .config import resolve_base_model
+from .grid import Cell, expand_cells, split_overrides
 
 DONE = "DONE"  # a cell's completion marker, written last (see goldfish.experiment.phases)
 

@@ -26,7 +26,8 @@ import math
 from typing import Any
 
 from .collect import tuning_loss
-from .config import CONTROL, ExperimentConfig
+from .config import ExperimentConfig
+from .grid import CONTROL
 from .plan import CellPlan
 
 ARM = "arm"  # tune.per may name it: each arm (the control included) is tuned on its own cells

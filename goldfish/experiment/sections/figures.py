@@ -12,7 +12,7 @@ from goldfish.eval.metrics import METRICS, ROUGE
 from goldfish.eval.tables import markdown_section
 
 from ...io import read_json, read_jsonl
-from ..config import CONTROL
+from ..grid import CONTROL
 from ..plots import bar_chart, loss_curves, metric_vs_x, roc_curves, threshold_plots
 from ..summary import CellSummary, Study, one_per_arm
 

@@ -23,7 +23,7 @@ from goldfish.eval.tables import did_text, fmt, markdown_table, with_ci
 from goldfish.eval.verdicts import verdict
 
 from ...masks import GoldfishConfig
-from ..config import CONTROL
+from ..grid import CONTROL
 from ..glossary import define
 from ..plan import CellPlan
 from ..summary import CellSummary, Study, cells_of, one_per_arm

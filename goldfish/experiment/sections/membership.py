@@ -24,7 +24,7 @@ from goldfish.eval.tables import fmt, markdown_section, markdown_table, p_text
 
 from ...data import load_prepared
 from ...io import read_json
-from ..config import CONTROL
+from ..grid import CONTROL
 from ..inference import FPR, arm_pairs
 from ..summary import Study
 

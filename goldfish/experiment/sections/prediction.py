@@ -12,7 +12,7 @@ from collections import defaultdict
 from goldfish.eval.stats import set_prediction, threshold_rule
 from goldfish.eval.tables import markdown_section, markdown_table
 
-from ..config import CONTROL
+from ..grid import CONTROL
 from ..scaling import SIZE_AXIS, first_prefix_windows
 from ..summary import Study
 from .size import tuning_only

@@ -21,7 +21,7 @@ from goldfish.eval.tables import fmt, markdown_section, markdown_table
 from goldfish.eval.verdicts import verdict
 
 from ..analyses import ANALYSES
-from ..config import CONTROL
+from ..grid import CONTROL
 from ..summary import CellSummary, Study
 from .leakage import dropped_did
 from .size import tuning_only

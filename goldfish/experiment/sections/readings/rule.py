@@ -9,7 +9,7 @@ from typing import Any
 from goldfish.eval.stats import replicate_tost
 from goldfish.eval.verdicts import verdict
 
-from ...config import CONTROL
+from ...grid import CONTROL
 from ...summary import CellSummary, cells_of
 
 
